@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the system packages the build and the tests need, when missing (Debian/Ubuntu).
+# Sourced by scripts/run and scripts/test; safe to run again.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)          # Pingora's zlib-ng
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)    # TLS to the upstream
+for extra in "${DEPS_EXTRA[@]:-}"; do
+  [ -n "$extra" ] || continue
+  command -v "${extra%%:*}" >/dev/null 2>&1 || need+=("${extra#*:}")
+done
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (rustup) first" >&2; exit 1; }

@@ -1,0 +1,430 @@
+//! Typed settings from `conf/gateway.yaml`: Pingora's server keys plus our `gateway:` section.
+//!
+//! Loading reports every problem at once, each naming its key (`gateway.upstream.tls: ...`), so
+//! an operator fixes a file in one pass. Relative paths are resolved against the file's folder.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pingora::server::configuration::ServerConf;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Scores;
+
+/// Everything the gateway needs to start.
+#[derive(Debug)]
+pub struct Settings {
+    /// Pingora's own server settings (threads, pid file, grace periods, ...).
+    pub server: ServerConf,
+    pub gateway: GatewayConfig,
+    /// The file the settings came from.
+    pub source: PathBuf,
+}
+
+/// The `gateway:` section. Every field has a default; unknown keys are errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GatewayConfig {
+    /// Address the HTTP listener binds, `ip:port`. `serve --listen` overrides it.
+    pub listen: String,
+    /// The backend that answers `/v1/check/...`.
+    pub upstream: UpstreamConfig,
+    /// Where the domain data lives.
+    pub data: DataConfig,
+    /// Risk score per outcome.
+    pub scores: Scores,
+    /// How data files are watched.
+    pub reload: ReloadConfig,
+    /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
+    /// balancers stop sending traffic), then stop accepting and finish what is in flight.
+    pub drain_seconds: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: "127.0.0.1:8080".into(),
+            upstream: UpstreamConfig::default(),
+            data: DataConfig::default(),
+            scores: Scores::default(),
+            reload: ReloadConfig::default(),
+            drain_seconds: 2,
+        }
+    }
+}
+
+/// The email-analysis backend behind `/v1/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpstreamConfig {
+    /// `host:port` of the backend.
+    pub address: String,
+    /// Speak TLS to the backend.
+    pub tls: bool,
+    /// TLS server name; defaults to the host of `address`.
+    pub sni: Option<String>,
+    /// Verify the backend's certificate and host name (only with `tls`).
+    pub verify_cert: bool,
+    /// Time allowed to establish a connection (TCP and TLS), in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Time allowed between reads from the backend (including its response header).
+    pub read_timeout_ms: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            address: "127.0.0.1:9090".into(),
+            tls: false,
+            sni: None,
+            verify_cert: true,
+            connect_timeout_ms: 1_000,
+            read_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl UpstreamConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.read_timeout_ms)
+    }
+
+    /// The TLS server name: `sni`, else the host part of `address`.
+    pub fn server_name(&self) -> String {
+        self.sni.clone().unwrap_or_else(|| {
+            let host = self
+                .address
+                .rsplit_once(':')
+                .map_or(self.address.as_str(), |(h, _)| h);
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned()
+        })
+    }
+}
+
+/// The data files (see the README for their formats).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataConfig {
+    /// Folder holding `disposable.txt`, `allowlist.txt`, `free_providers.txt` and `domains.csv`
+    /// (each optional). Relative to the config file.
+    pub dir: PathBuf,
+    /// Include the disposable list built into the binary (the `mailchecker` crate's).
+    pub builtin_disposable: bool,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            dir: PathBuf::from("../data"),
+            builtin_disposable: true,
+        }
+    }
+}
+
+/// Hot reload of data files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReloadConfig {
+    /// How often file modification times are checked, in milliseconds (100 to 1000).
+    pub poll_interval_ms: u64,
+}
+
+impl Default for ReloadConfig {
+    fn default() -> Self {
+        ReloadConfig {
+            poll_interval_ms: 1_000,
+        }
+    }
+}
+
+impl ReloadConfig {
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+}
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid YAML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path} has {} problem(s):\n  - {}", problems.len(), problems.join("\n  - "))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+impl Settings {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Settings::from_yaml(&text, path)
+    }
+
+    /// Parses and validates config text; `path` names it in errors and anchors relative paths.
+    pub fn from_yaml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+        let mut problems = Vec::new();
+        let empty = serde_yaml::Mapping::new();
+        let top = match &doc {
+            serde_yaml::Value::Mapping(m) => m,
+            serde_yaml::Value::Null => &empty,
+            _ => {
+                problems.push("the file must be a mapping of keys to values".to_owned());
+                &empty
+            }
+        };
+        problems.extend(unknown_server_keys(top));
+
+        let server = match ServerConf::from_yaml(if top.is_empty() {
+            "---\nversion: 1"
+        } else {
+            text
+        }) {
+            Ok(conf) => Some(conf),
+            Err(e) => {
+                problems.push(format!("pingora server keys: {}", root_cause(&e)));
+                None
+            }
+        };
+
+        let section = top
+            .get("gateway")
+            .cloned()
+            .unwrap_or(serde_yaml::Value::Null);
+        let gateway = parse_gateway(section, &mut problems);
+        if let Some(g) = &gateway {
+            problems.extend(g.problems());
+        }
+        if let Some(s) = &server {
+            if s.threads == 0 {
+                problems.push("threads: must be at least 1".to_owned());
+            }
+        }
+        match (server, gateway) {
+            (Some(server), Some(mut gateway)) if problems.is_empty() => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                if gateway.data.dir.is_relative() {
+                    gateway.data.dir = base.join(&gateway.data.dir);
+                }
+                Ok(Settings {
+                    server,
+                    gateway,
+                    source: path.to_owned(),
+                })
+            }
+            _ => Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                problems,
+            }),
+        }
+    }
+
+    /// Replaces the listen address (`serve --listen`), validating it.
+    pub fn override_listen(&mut self, listen: &str) -> Result<(), ConfigError> {
+        if let Err(e) = listen.parse::<SocketAddr>() {
+            return Err(ConfigError::Invalid {
+                path: self.source.clone(),
+                problems: vec![format!(
+                    "--listen: '{listen}' is not an ip:port address ({e})"
+                )],
+            });
+        }
+        self.gateway.listen = listen.to_owned();
+        Ok(())
+    }
+}
+
+fn parse_gateway(section: serde_yaml::Value, problems: &mut Vec<String>) -> Option<GatewayConfig> {
+    let section = match section {
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        other => other,
+    };
+    let mut unknown = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let result = {
+        let tracked = serde_path_to_error::Deserializer::new(section, &mut track);
+        serde_ignored::deserialize(tracked, |p| unknown.push(p.to_string()))
+    };
+    for key in unknown {
+        problems.push(format!("gateway.{key}: unknown key"));
+    }
+    match result {
+        Ok(g) => Some(g),
+        Err(e) => {
+            let at = track.path().to_string();
+            let at = if at == "." {
+                String::new()
+            } else {
+                format!(".{at}")
+            };
+            problems.push(format!("gateway{at}: {e}"));
+            None
+        }
+    }
+}
+
+/// Top-level keys that are neither Pingora's nor `gateway` (Pingora itself ignores them).
+fn unknown_server_keys(top: &serde_yaml::Mapping) -> Vec<String> {
+    let known: BTreeSet<String> = match serde_yaml::to_value(ServerConf::default()) {
+        Ok(serde_yaml::Value::Mapping(m)) => m
+            .keys()
+            .filter_map(|k| k.as_str().map(str::to_owned))
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    top.keys()
+        .filter_map(|k| k.as_str())
+        .filter(|k| *k != "gateway" && !known.contains(*k))
+        .map(|k| format!("{k}: unknown key (neither a Pingora server key nor `gateway`)"))
+        .collect()
+}
+
+fn root_cause(e: &pingora::Error) -> String {
+    let mut msg = e.to_string();
+    if let Some(cause) = &e.cause {
+        msg = format!("{msg}: {cause}");
+    }
+    msg.lines().next().unwrap_or_default().to_owned()
+}
+
+impl GatewayConfig {
+    /// Semantic problems, each naming its key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Err(e) = self.listen.parse::<SocketAddr>() {
+            out.push(format!(
+                "gateway.listen: '{}' is not an ip:port address ({e})",
+                self.listen
+            ));
+        }
+        let up = &self.upstream;
+        match up.address.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => out.push(format!(
+                "gateway.upstream.address: '{}' is not host:port",
+                up.address
+            )),
+        }
+        for (key, ms) in [
+            ("connect_timeout_ms", up.connect_timeout_ms),
+            ("read_timeout_ms", up.read_timeout_ms),
+        ] {
+            if !(1..=300_000).contains(&ms) {
+                out.push(format!(
+                    "gateway.upstream.{key}: {ms} is outside 1..=300000"
+                ));
+            }
+        }
+        if self.drain_seconds > 300 {
+            out.push(format!(
+                "gateway.drain_seconds: {} is outside 0..=300",
+                self.drain_seconds
+            ));
+        }
+        if !(100..=1_000).contains(&self.reload.poll_interval_ms) {
+            out.push(format!(
+                "gateway.reload.poll_interval_ms: {} is outside 100..=1000",
+                self.reload.poll_interval_ms
+            ));
+        }
+        out.extend(
+            self.scores
+                .problems()
+                .into_iter()
+                .map(|p| format!("gateway.{p}")),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Settings, ConfigError> {
+        Settings::from_yaml(text, Path::new("/etc/drg/gateway.yaml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults_with_paths_resolved() {
+        let s = load("").unwrap();
+        assert_eq!(s.gateway.listen, "127.0.0.1:8080");
+        assert_eq!(s.gateway.data.dir, PathBuf::from("/etc/drg/../data"));
+        assert_eq!(s.gateway.upstream.server_name(), "127.0.0.1");
+    }
+
+    #[test]
+    fn pingora_keys_and_our_section_are_read() {
+        let s = load(
+            "version: 1\nthreads: 3\ngrace_period_seconds: 1\ngateway:\n  listen: 127.0.0.1:9\n  upstream: { address: 'api.example:443', tls: true }\n  scores: { unknown: 25 }\n",
+        )
+        .unwrap();
+        assert_eq!(s.server.threads, 3);
+        assert_eq!(s.server.grace_period_seconds, Some(1));
+        assert!(s.gateway.upstream.tls);
+        assert_eq!(s.gateway.upstream.server_name(), "api.example");
+        assert_eq!(s.gateway.scores.unknown, 25);
+        assert_eq!(s.gateway.scores.disposable, 100);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_naming_its_key() {
+        let err = load(
+            "thread: 2\ngateway:\n  listen: nowhere\n  colour: blue\n  upstream: { adress: x, read_timeout_ms: 0 }\n  scores: { unknown: 70 }\n  reload: { poll_interval_ms: 5000 }\n",
+        )
+        .unwrap_err();
+        let ConfigError::Invalid { problems, .. } = err else {
+            panic!("expected Invalid, got {err}");
+        };
+        let text = problems.join("\n");
+        for needle in [
+            "thread: unknown key",
+            "gateway.colour: unknown key",
+            "gateway.upstream.adress: unknown key",
+            "gateway.listen: 'nowhere'",
+            "gateway.upstream.read_timeout_ms: 0",
+            "gateway.scores.unknown: 70",
+            "gateway.reload.poll_interval_ms: 5000",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert_eq!(problems.len(), 7, "{text}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let err = load("gateway:\n  upstream:\n    connect_timeout_ms: soon\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("gateway.upstream.connect_timeout_ms: invalid type"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        assert!(matches!(load("a: [b"), Err(ConfigError::Syntax { .. })));
+    }
+}

@@ -1,0 +1,246 @@
+//! `DomainName`: a hostname parsed and normalised to its canonical ASCII form.
+//!
+//! Canonical means: UTS-46 mapped (case folded, Unicode as punycode A-labels), one trailing dot
+//! removed, and checked against the hostname rules of the API contract. Every rejection says why,
+//! because the reason is returned to the caller as the `detail` of a `422`.
+
+use std::fmt;
+
+/// Longest hostname in presentation form (RFC 1035 255 octets on the wire).
+pub const MAX_NAME_LEN: usize = 253;
+/// Longest label (RFC 1035).
+pub const MAX_LABEL_LEN: usize = 63;
+
+/// A hostname in canonical form: lowercase ASCII, punycode for IDN, no trailing dot.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DomainName(Box<str>);
+
+/// Why a string is not a hostname. The `Display` text is the `detail` of the `422` answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("domain is empty")]
+    Empty,
+    #[error("domain contains '@': send email addresses to /v1/check")]
+    ContainsAt,
+    #[error("domain is not a valid internationalised name (UTS-46)")]
+    Idna,
+    #[error("domain is {len} characters long; the maximum is {MAX_NAME_LEN}")]
+    TooLong { len: usize },
+    #[error("domain has an empty label")]
+    EmptyLabel,
+    #[error("label '{label}' is {len} characters long; the maximum is {MAX_LABEL_LEN}")]
+    LabelTooLong { label: String, len: usize },
+    #[error("domain contains {ch:?}: only letters, digits, hyphens and dots are allowed")]
+    InvalidChar { ch: char },
+    #[error("label '{label}' starts or ends with a hyphen")]
+    HyphenEdge { label: String },
+    #[error("domain has a single label; a registrable name such as example.com is expected")]
+    SingleLabel,
+    #[error("top-level label '{tld}' is numeric: IP addresses are not domains")]
+    NumericTld { tld: String },
+}
+
+impl DomainName {
+    /// Parses user input (ASCII or Unicode) into the canonical form.
+    pub fn parse(input: &str) -> Result<Self, NameError> {
+        if input.contains('@') {
+            return Err(NameError::ContainsAt);
+        }
+        if input.is_empty() {
+            return Err(NameError::Empty);
+        }
+        if let Some(ch) = input.chars().find(|c| c.is_control() || c.is_whitespace()) {
+            return Err(NameError::InvalidChar { ch });
+        }
+        let ascii = idna::domain_to_ascii_cow(input.as_bytes(), idna::AsciiDenyList::EMPTY)
+            .map_err(|_| NameError::Idna)?;
+        let name = ascii.strip_suffix('.').unwrap_or(&ascii);
+        validate_ascii(name)?;
+        Ok(DomainName(name.into()))
+    }
+
+    /// Wraps a name that is already canonical (checked in debug builds).
+    ///
+    /// Used for names read back from our own table, which were parsed when it was built.
+    pub fn from_canonical(name: &str) -> Self {
+        debug_assert_eq!(
+            DomainName::parse(name).as_ref().map(|d| d.as_str()),
+            Ok(name)
+        );
+        DomainName(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name and each parent, most specific first: `a.b.c` -> `a.b.c`, `b.c`, `c`.
+    pub fn suffixes(&self) -> impl Iterator<Item = &str> {
+        let s = self.as_str();
+        std::iter::once(s).chain(s.match_indices('.').map(move |(i, _)| &s[i + 1..]))
+    }
+
+    /// The registrable domain (public suffix plus one label), if the name has one.
+    ///
+    /// `None` for names that are themselves public suffixes, such as `co.uk`.
+    pub fn registrable(&self) -> Option<&str> {
+        psl::domain_str(self.as_str())
+    }
+}
+
+fn validate_ascii(name: &str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong { len: name.len() });
+    }
+    let mut labels = 0;
+    for label in name.split('.') {
+        labels += 1;
+        if label.is_empty() {
+            return Err(NameError::EmptyLabel);
+        }
+        if label.len() > MAX_LABEL_LEN {
+            return Err(NameError::LabelTooLong {
+                label: label.to_owned(),
+                len: label.len(),
+            });
+        }
+        if let Some(ch) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
+        {
+            return Err(NameError::InvalidChar { ch });
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(NameError::HyphenEdge {
+                label: label.to_owned(),
+            });
+        }
+    }
+    if labels < 2 {
+        return Err(NameError::SingleLabel);
+    }
+    let tld = name.rsplit('.').next().unwrap_or(name);
+    if tld.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(NameError::NumericTld {
+            tld: tld.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl fmt::Display for DomainName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for DomainName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DomainName({})", self.0)
+    }
+}
+
+impl AsRef<str> for DomainName {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ok(s: &str) -> String {
+        DomainName::parse(s).unwrap().as_str().to_owned()
+    }
+
+    #[test]
+    fn normalises_case_trailing_dot_and_idn() {
+        assert_eq!(ok("Example.COM"), "example.com");
+        assert_eq!(ok("example.com."), "example.com");
+        assert_eq!(ok("bücher.de"), "xn--bcher-kva.de");
+        assert_eq!(ok("BÜCHER.DE"), "xn--bcher-kva.de");
+        assert_eq!(ok("xn--bcher-kva.de"), "xn--bcher-kva.de");
+        assert_eq!(ok("例え.テスト"), "xn--r8jz45g.xn--zckzah");
+        // Ideographic full stop is a label separator under UTS-46.
+        assert_eq!(ok("mailinator。com"), "mailinator.com");
+    }
+
+    #[test]
+    fn rejects_with_a_reason() {
+        use NameError::*;
+        let err = |s: &str| DomainName::parse(s).unwrap_err();
+        assert_eq!(err(""), Empty);
+        assert_eq!(err("."), Empty);
+        assert_eq!(err("user@example.com"), ContainsAt);
+        assert_eq!(err("localhost"), SingleLabel);
+        assert_eq!(err("a..com"), EmptyLabel);
+        assert_eq!(err("example.com.."), EmptyLabel);
+        assert_eq!(err("-a.com"), HyphenEdge { label: "-a".into() });
+        assert_eq!(err("a-.com"), HyphenEdge { label: "a-".into() });
+        assert_eq!(err("a_b.com"), InvalidChar { ch: '_' });
+        assert_eq!(err("a b.com"), InvalidChar { ch: ' ' });
+        assert_eq!(err("192.168.0.1"), NumericTld { tld: "1".into() });
+        assert!(matches!(
+            err(&format!("{}.com", "a".repeat(64))),
+            LabelTooLong { len: 64, .. }
+        ));
+        let long = format!("{}.com", vec!["a".repeat(60); 5].join("."));
+        assert!(matches!(err(&long), TooLong { .. }));
+        assert_eq!(err("xn--a.com"), Idna);
+    }
+
+    #[test]
+    fn details_are_human_sentences() {
+        let e = DomainName::parse("a_b.com").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "domain contains '_': only letters, digits, hyphens and dots are allowed"
+        );
+    }
+
+    #[test]
+    fn suffixes_and_registrable() {
+        let d = DomainName::parse("x.y.mailinator.com").unwrap();
+        let s: Vec<_> = d.suffixes().collect();
+        assert_eq!(
+            s,
+            [
+                "x.y.mailinator.com",
+                "y.mailinator.com",
+                "mailinator.com",
+                "com"
+            ]
+        );
+        assert_eq!(d.registrable(), Some("mailinator.com"));
+        assert_eq!(DomainName::parse("co.uk").unwrap().registrable(), None);
+        assert_eq!(
+            DomainName::parse("a.b.co.uk").unwrap().registrable(),
+            Some("b.co.uk")
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,300}") {
+            let _ = DomainName::parse(&s);
+        }
+
+        #[test]
+        fn hostname_like_inputs_are_canonical_and_bounded(
+            s in "[a-zA-Z0-9\u{e0}-\u{ff}\u{4e00}-\u{4e10}.-]{1,270}"
+        ) {
+            if let Ok(d) = DomainName::parse(&s) {
+                prop_assert!(d.as_str().len() <= MAX_NAME_LEN);
+                let again = DomainName::parse(d.as_str()).unwrap();
+                prop_assert_eq!(again.as_str(), d.as_str());
+                prop_assert!(d.as_str().bytes().all(|b| b.is_ascii_lowercase()
+                    || b.is_ascii_digit() || b == b'.' || b == b'-'));
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The gateway: the only Pingora `ProxyHttp` implementation.
+//!
+//! `request_filter` routes each request, makes the access decision (one place, see
+//! [`Gateway::authorize`]) and either answers locally from the domain table or lets Pingora proxy
+//! `/v1/check` to the upstream. Decisions are values from pure modules; this file only translates
+//! them into writes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::AUTHORIZATION;
+use http::StatusCode;
+use percent_encoding::percent_decode_str;
+use pingora::prelude::*;
+use pingora::proxy::FailToProxy;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{ErrorSource, ErrorType};
+use serde::Serialize;
+
+use crate::config::UpstreamConfig;
+use crate::domain::target::screen_target;
+use crate::domain::{classify, DomainName, DomainTable, FlaggedEntry};
+use crate::http::{write, Answer, ApiError};
+use crate::lifecycle::Draining;
+use crate::route::{route, Route, RouteError};
+
+const X_REQUEST_ID: &str = "x-request-id";
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// The proxy service's state, shared by all requests.
+pub struct Gateway {
+    table: Arc<ArcSwap<DomainTable>>,
+    draining: Draining,
+    upstream: HttpPeer,
+    request_ids: RequestIds,
+}
+
+/// Per-request state.
+#[derive(Debug, Default)]
+pub struct RequestCtx {
+    request_id: Option<String>,
+}
+
+impl Gateway {
+    pub fn new(
+        table: Arc<ArcSwap<DomainTable>>,
+        upstream: &UpstreamConfig,
+        draining: Draining,
+    ) -> Self {
+        Gateway {
+            table,
+            draining,
+            upstream: upstream_peer(upstream),
+            request_ids: RequestIds::new(),
+        }
+    }
+
+    /// Answers a routed request locally, or returns `None` when it is to be proxied.
+    fn handle(&self, session: &Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        let header = session.req_header();
+        let route = match route(&header.method, header.uri.path(), header.uri.query()) {
+            Ok(route) => route,
+            Err(RouteError::NotFound) => return Some(ApiError::NotFound.into()),
+            Err(RouteError::MethodNotAllowed { allow }) => {
+                return Some(ApiError::MethodNotAllowed { allow }.into())
+            }
+            Err(RouteError::BadQuery(detail)) => return Some(ApiError::Validation(detail).into()),
+        };
+        if let Err(rejection) = self.authorize(session, &route) {
+            return Some(rejection);
+        }
+        match route {
+            Route::Health => Some(Answer::raw(
+                StatusCode::OK,
+                Bytes::from_static(br#"{"status":"ok"}"#),
+            )),
+            Route::Ready => Some(self.readiness(session)),
+            Route::Domain { raw } => Some(self.domain(raw)),
+            Route::TopDomains { limit } => Some(self.top_domains(limit)),
+            Route::Check { raw } => match decode(raw)
+                .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
+            {
+                Ok(()) => {
+                    ctx.request_id = Some(self.request_id(session));
+                    None
+                }
+                Err(e) => Some(e.into()),
+            },
+        }
+    }
+
+    /// The access decision: key, origin and quota. Every `/v1/` route passes through here.
+    ///
+    /// Access control is not configured yet, so every request is let through.
+    fn authorize(&self, _session: &Session, _route: &Route<'_>) -> Result<(), Answer> {
+        Ok(())
+    }
+
+    fn domain(&self, raw: &str) -> Answer {
+        let name = match decode(raw)
+            .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
+        {
+            Ok(name) => name,
+            Err(e) => return e.into(),
+        };
+        let table = self.table.load();
+        let verdict = classify(&table, &name);
+        Answer::json(StatusCode::OK, &verdict.record)
+    }
+
+    fn top_domains(&self, limit: usize) -> Answer {
+        #[derive(Serialize)]
+        struct TopDomains<'a> {
+            domains: &'a [FlaggedEntry],
+            count: usize,
+        }
+        let table = self.table.load();
+        let domains = table.top_flagged(limit);
+        Answer::json(
+            StatusCode::OK,
+            &TopDomains {
+                domains,
+                count: domains.len(),
+            },
+        )
+    }
+
+    fn readiness(&self, session: &Session) -> Answer {
+        #[derive(Serialize)]
+        struct Readiness {
+            status: &'static str,
+            table_names: usize,
+        }
+        let draining = self.draining.is_draining() || session.is_process_shutting_down();
+        let body = Readiness {
+            status: if draining { "draining" } else { "ready" },
+            table_names: self.table.load().len(),
+        };
+        let status = if draining {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        Answer::json(status, &body)
+    }
+
+    /// The caller's request id when it sent a sane one, else a new one.
+    fn request_id(&self, session: &Session) -> String {
+        session
+            .req_header()
+            .headers
+            .get(X_REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+            .map_or_else(|| self.request_ids.next(), str::to_owned)
+    }
+}
+
+fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::Validation("path is not valid UTF-8 after percent-decoding".into()))
+}
+
+fn upstream_peer(config: &UpstreamConfig) -> HttpPeer {
+    let mut peer = HttpPeer::new(config.address.as_str(), config.tls, config.server_name());
+    peer.options.connection_timeout = Some(config.connect_timeout());
+    peer.options.total_connection_timeout = Some(config.connect_timeout());
+    peer.options.read_timeout = Some(config.read_timeout());
+    peer.options.write_timeout = Some(config.read_timeout());
+    peer.options.verify_cert = config.verify_cert;
+    peer.options.verify_hostname = config.verify_cert;
+    peer
+}
+
+/// Request ids: a random per-process prefix and a counter, unique without a syscall per request.
+struct RequestIds {
+    prefix: u64,
+    counter: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded from the OS; one hash of the time gives an unpredictable prefix.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        RequestIds {
+            prefix: h.finish(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}{:08x}", self.prefix, n)
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> Self::CTX {
+        RequestCtx::default()
+    }
+
+    /// No downstream modules: we never compress, and each module costs every request.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        match self.handle(session, ctx) {
+            Some(answer) => {
+                write(session, answer).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
+        Ok(Box::new(self.upstream.clone()))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        upstream_request.remove_header(&AUTHORIZATION);
+        if let Some(id) = ctx.request_id.as_deref() {
+            upstream_request.insert_header(X_REQUEST_ID, id)?;
+        }
+        if let Some(client) = session.client_addr().and_then(|a| a.as_inet()) {
+            let ip = client.ip().to_string();
+            let chain = match upstream_request
+                .headers
+                .get(X_FORWARDED_FOR)
+                .and_then(|v| v.to_str().ok())
+            {
+                Some(prior) if !prior.is_empty() => format!("{prior}, {ip}"),
+                _ => ip,
+            };
+            upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        if let Some(id) = ctx.request_id.as_deref() {
+            upstream_response.insert_header(X_REQUEST_ID, id)?;
+        }
+        Ok(())
+    }
+
+    /// There is one upstream: retrying a refused or timed-out connect only multiplies the wait.
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        _ctx: &mut Self::CTX,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        e.set_retry(false);
+        e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy
+    where
+        Self::CTX: Send + Sync,
+    {
+        let error = match (e.esource(), e.etype()) {
+            (_, ErrorType::ConnectTimedout)
+            | (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => Some(
+                ApiError::UpstreamTimeout(format!("upstream: {}", e.etype().as_str())),
+            ),
+            (ErrorSource::Upstream, _)
+            | (
+                _,
+                ErrorType::ConnectRefused
+                | ErrorType::ConnectNoRoute
+                | ErrorType::ConnectError
+                | ErrorType::TLSHandshakeFailure
+                | ErrorType::TLSHandshakeTimedout
+                | ErrorType::InvalidCert
+                | ErrorType::HandshakeError,
+            ) => Some(ApiError::UpstreamUnavailable(format!(
+                "upstream: {}",
+                e.etype().as_str()
+            ))),
+            (ErrorSource::Downstream, _) => None,
+            _ => Some(ApiError::Internal(e.to_string())),
+        };
+        let code = match error {
+            Some(error) => {
+                let status = error.status().as_u16();
+                if let Err(we) = write(session, error.into()).await {
+                    log::debug!("could not send the error answer: {we}");
+                }
+                status
+            }
+            None => 0,
+        };
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, _ctx: &mut Self::CTX) {}
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
+        // Upstream failures are answered with 502/504 and are the backend's to report.
+        matches!(error.esource(), ErrorSource::Upstream)
+    }
+}

@@ -1,0 +1,53 @@
+//! Command line of domain-risk-gateway: parses arguments and runs a command from the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use domain_risk_gateway::commands;
+
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Config file (Pingora server keys plus a `gateway:` section).
+    #[arg(short, long, global = true, default_value = "conf/gateway.yaml")]
+    conf: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Serve {
+        /// Listen on this ip:port instead of the configured `gateway.listen`.
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Validate the config and data files, then exit.
+    CheckConfig,
+    /// Classify a domain from the configured data and show which rule decided.
+    Lookup { domain: String },
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Serve { listen: None }) {
+        Command::Serve { listen } => commands::serve(&cli.conf, listen.as_deref()).map(|()| None),
+        Command::CheckConfig => commands::check_config(&cli.conf).map(Some),
+        Command::Lookup { domain } => commands::lookup(&cli.conf, &domain).map(Some),
+    };
+    match result {
+        Ok(output) => {
+            if let Some(output) = output {
+                println!("{output}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Generic hot reload: watch files (mtime poll and SIGHUP), build off-thread, swap with `ArcSwap`.
+//!
+//! A build that fails keeps the current snapshot and logs why; a build whose files changed while
+//! it ran is discarded and redone, so a half-written file is never what gets published.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+/// Something that can be rebuilt from files.
+pub trait Reloadable: Send + Sync + 'static {
+    type Snapshot: Send + Sync + 'static;
+    type Error: std::fmt::Display + Send + 'static;
+
+    /// A name for logs, e.g. "domain table".
+    fn name(&self) -> &str;
+    /// Files whose change triggers a rebuild.
+    fn watched_files(&self) -> Vec<PathBuf>;
+    /// Builds a new snapshot (called on a blocking thread).
+    fn build(&self) -> Result<Self::Snapshot, Self::Error>;
+    /// Called after a snapshot was published (for logs).
+    fn published(&self, _snapshot: &Self::Snapshot) {}
+}
+
+/// Modification time and length of each watched file (`None` when missing).
+type Fingerprint = Vec<Option<(SystemTime, u64)>>;
+
+fn fingerprint(files: &[PathBuf]) -> Fingerprint {
+    files
+        .iter()
+        .map(|f| {
+            std::fs::metadata(f)
+                .ok()
+                .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()))
+        })
+        .collect()
+}
+
+/// A background service that keeps `target` in step with the files of `source`.
+pub struct Reloader<S: Reloadable> {
+    source: Arc<S>,
+    target: Arc<ArcSwap<S::Snapshot>>,
+    interval: Duration,
+}
+
+impl<S: Reloadable> Reloader<S> {
+    pub fn new(source: S, target: Arc<ArcSwap<S::Snapshot>>, interval: Duration) -> Self {
+        Reloader {
+            source: Arc::new(source),
+            target,
+            interval,
+        }
+    }
+
+    /// Rebuilds now; publishes on success. Returns whether a new snapshot was published.
+    async fn rebuild(&self, files: &[PathBuf], before: &Fingerprint) -> bool {
+        let source = self.source.clone();
+        let target = self.target.clone();
+        let files_owned = files.to_vec();
+        let before = before.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let built = source.build();
+            if fingerprint(&files_owned) != before {
+                return Err(None::<S::Error>);
+            }
+            let snapshot = built.map_err(Some)?;
+            source.published(&snapshot);
+            // The old snapshot is dropped here, on this blocking thread, not on a request thread
+            // (unless a request still holds it, in which case it goes when that request ends).
+            drop(target.swap(Arc::new(snapshot)));
+            Ok(())
+        })
+        .await;
+        match outcome {
+            Ok(Ok(())) => true,
+            Ok(Err(None)) => {
+                log::info!(
+                    "{}: files changed during the rebuild; trying again",
+                    self.source.name()
+                );
+                false
+            }
+            Ok(Err(Some(e))) => {
+                log::error!(
+                    "{}: reload failed, keeping the current data: {e}",
+                    self.source.name()
+                );
+                false
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: reload task failed, keeping the current data: {e}",
+                    self.source.name()
+                );
+                false
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Reloadable> BackgroundService for Reloader<S> {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let files = self.source.watched_files();
+        let mut seen = fingerprint(&files);
+        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::warn!("{}: SIGHUP reload unavailable: {e}", self.source.name());
+                None
+            }
+        };
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let forced = tokio::select! {
+                _ = ticker.tick() => false,
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
+                _ = shutdown.changed() => return,
+            };
+            let now = fingerprint(&files);
+            if !forced && now == seen {
+                continue;
+            }
+            if forced {
+                log::info!("{}: SIGHUP, reloading", self.source.name());
+            }
+            // A failed build is not retried until the files change again (or SIGHUP), so a broken
+            // file is reported once, not every second. A build raced by a write is retried.
+            let published = self.rebuild(&files, &now).await;
+            if published || fingerprint(&files) == now {
+                seen = now;
+            }
+        }
+    }
+}

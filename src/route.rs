@@ -1,0 +1,157 @@
+//! Routing: a request line (method, path, query) to the route it names, or why it names none.
+//!
+//! Pure, so the whole routing table is unit-tested without a socket.
+
+use http::Method;
+
+use crate::domain::table::MAX_TOP;
+
+/// What a request asks for. Path parameters are still percent-encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// `GET /v1/public/domain/{domain}`
+    Domain { raw: &'a str },
+    /// `GET /v1/public/top-domains[?limit=N]`
+    TopDomains { limit: usize },
+    /// `GET /v1/check/{email_or_domain}` (proxied)
+    Check { raw: &'a str },
+    /// `GET /healthz`
+    Health,
+    /// `GET /readyz`
+    Ready,
+}
+
+/// A request that names no route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    NotFound,
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+    /// The route exists but its query is wrong (422).
+    BadQuery(String),
+}
+
+/// Default and largest `limit` of top-domains.
+pub const DEFAULT_TOP_LIMIT: usize = 100;
+
+const DOMAIN_PREFIX: &str = "/v1/public/domain/";
+const CHECK_PREFIX: &str = "/v1/check/";
+
+/// Finds the route of a request.
+pub fn route<'a>(
+    method: &Method,
+    path: &'a str,
+    query: Option<&'a str>,
+) -> Result<Route<'a>, RouteError> {
+    let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
+        Route::Domain { raw }
+    } else if let Some(raw) = path.strip_prefix(CHECK_PREFIX) {
+        Route::Check { raw }
+    } else {
+        match path {
+            "/v1/public/top-domains" => Route::TopDomains {
+                limit: top_limit(query)?,
+            },
+            "/healthz" => Route::Health,
+            "/readyz" => Route::Ready,
+            _ => return Err(RouteError::NotFound),
+        }
+    };
+    if method != Method::GET {
+        return Err(RouteError::MethodNotAllowed { allow: "GET" });
+    }
+    Ok(route)
+}
+
+fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
+    let Some(value) = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find_map(|(k, v)| (k == "limit").then_some(v))
+    else {
+        return Ok(DEFAULT_TOP_LIMIT);
+    };
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_TOP).contains(n))
+        .ok_or_else(|| {
+            RouteError::BadQuery(format!(
+                "limit must be an integer from 1 to {MAX_TOP}; got '{value}'"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str, query: Option<&str>) -> Result<Route<'static>, RouteError> {
+        let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
+        let query = query.map(|q| &*Box::leak(q.to_owned().into_boxed_str()));
+        route(&Method::GET, path, query)
+    }
+
+    #[test]
+    fn known_routes() {
+        assert_eq!(
+            get("/v1/public/domain/a%2Eb.com", None),
+            Ok(Route::Domain { raw: "a%2Eb.com" })
+        );
+        assert_eq!(
+            get("/v1/public/domain/", None),
+            Ok(Route::Domain { raw: "" })
+        );
+        assert_eq!(
+            get("/v1/check/a@b.com", None),
+            Ok(Route::Check { raw: "a@b.com" })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", None),
+            Ok(Route::TopDomains { limit: 100 })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("x=1&limit=7")),
+            Ok(Route::TopDomains { limit: 7 })
+        );
+        assert_eq!(get("/healthz", None), Ok(Route::Health));
+        assert_eq!(get("/readyz", None), Ok(Route::Ready));
+    }
+
+    #[test]
+    fn unknown_routes_and_methods() {
+        for p in [
+            "/",
+            "/v1",
+            "/v1/public/domain",
+            "/v1/public/top-domains/",
+            "/v2/check/x",
+        ] {
+            assert_eq!(get(p, None), Err(RouteError::NotFound), "{p}");
+        }
+        assert_eq!(
+            route(&Method::POST, "/v1/public/domain/a.com", None),
+            Err(RouteError::MethodNotAllowed { allow: "GET" })
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/nowhere", None),
+            Err(RouteError::NotFound)
+        );
+    }
+
+    #[test]
+    fn bad_limits_are_named() {
+        for q in ["limit=0", "limit=1001", "limit=", "limit=ten", "limit=-1"] {
+            match get("/v1/public/top-domains", Some(q)) {
+                Err(RouteError::BadQuery(msg)) => assert!(msg.contains("limit must be"), "{q}"),
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=1000")),
+            Ok(Route::TopDomains { limit: 1000 })
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! `/v1/check` through the real gateway to stub upstreams on loopback.
+
+mod common;
+use common::*;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+#[test]
+fn check_is_proxied_with_headers_rewritten() {
+    let up = Upstream::start(Duration::ZERO);
+    let gw = Gateway::builder().upstream(up.addr).start();
+    let mut c = gw.conn();
+    let r = c
+        .request(
+            "GET",
+            "/v1/check/jane%40example.com",
+            &[
+                ("Authorization", "Bearer sk_secret_value"),
+                ("X-Forwarded-For", "203.0.113.7"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["checked"], "/v1/check/jane%40example.com");
+    let id = r
+        .header("x-request-id")
+        .expect("x-request-id on the answer")
+        .to_owned();
+
+    let seen = up.requests();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0];
+    assert_eq!(req.method, "GET");
+    assert_eq!(
+        req.header("authorization"),
+        None,
+        "Authorization leaked upstream"
+    );
+    assert_eq!(req.header("x-request-id"), Some(id.as_str()));
+    assert_eq!(
+        req.header("x-forwarded-for"),
+        Some("203.0.113.7, 127.0.0.1")
+    );
+
+    // The caller's own request id is kept; the keep-alive pool to the upstream is reused.
+    let r = c
+        .request(
+            "GET",
+            "/v1/check/example.com",
+            &[("X-Request-Id", "abc-123")],
+        )
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-request-id"), Some("abc-123"));
+    assert_eq!(up.requests()[1].header("x-request-id"), Some("abc-123"));
+    assert_eq!(
+        up.requests()[1].header("x-forwarded-for"),
+        Some("127.0.0.1")
+    );
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn impossible_targets_are_refused_without_touching_the_upstream() {
+    let up = Upstream::start(Duration::ZERO);
+    let gw = Gateway::builder().upstream(up.addr).start();
+    let long = "a".repeat(321);
+    let local = format!("{}%40example.com", "a".repeat(65));
+    for (target, needle) in [
+        ("", "empty"),
+        (long.as_str(), "maximum is 320"),
+        ("a%40b%40example.com", "more than one '@'"),
+        (local.as_str(), "maximum is 64"),
+        ("user%40%5B192.168.0.1%5D", "IP address"),
+        ("10.0.0.1", "IP address"),
+        ("https:%2F%2Fexample.com", "URL"),
+        ("mailto:a%40example.com", "URL"),
+    ] {
+        let r = gw.get(&format!("/v1/check/{target}"));
+        let detail = r.assert_error(422, "validation_error");
+        assert!(
+            detail.as_str().is_some_and(|d| d.contains(needle)),
+            "{target}: {detail}"
+        );
+    }
+    assert!(
+        up.requests().is_empty(),
+        "upstream was called: {:?}",
+        up.requests()
+    );
+}
+
+#[test]
+fn dead_upstream_gives_502_quickly() {
+    // A port that was just free: nothing listens there.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let gw = Gateway::builder().upstream(dead).start();
+    let started = Instant::now();
+    let r = gw.get("/v1/check/user%40example.com");
+    r.assert_error(502, "upstream_unavailable");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // The gateway keeps serving.
+    assert_eq!(gw.get("/healthz").status, 200);
+}
+
+#[test]
+fn slow_upstream_gives_504_within_the_read_timeout() {
+    let up = Upstream::start(Duration::from_secs(3));
+    let gw = Gateway::builder().upstream(up.addr).start();
+    let started = Instant::now();
+    let r = gw.get("/v1/check/user%40example.com");
+    let took = started.elapsed();
+    r.assert_error(504, "upstream_timeout");
+    // read_timeout_ms is 1000 in the test config.
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert_eq!(up.requests().len(), 1, "retried: {:?}", up.requests());
+}

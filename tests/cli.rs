@@ -1,0 +1,102 @@
+//! The command line: `check-config`, `lookup`, and `serve` refusing bad input at start.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_conf(dir: &std::path::Path, gateway: &str) -> String {
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let conf = dir.join("gateway.yaml");
+    std::fs::write(
+        &conf,
+        format!("version: 1\ngateway:\n  data:\n    dir: data\n{gateway}"),
+    )
+    .unwrap();
+    conf.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn shipped_config_and_data_are_valid() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let conf = format!("{root}/conf/gateway.yaml");
+    let (ok, out, err) = run(&["check-config", "-c", &conf]);
+    assert!(ok, "{err}");
+    assert!(out.contains(": ok;"), "{out}");
+    // The compiled free-provider list is large enough to matter.
+    let free = std::fs::read_to_string(format!("{root}/data/free_providers.txt")).unwrap();
+    let entries = free
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .count();
+    assert!(entries >= 150, "only {entries} free providers");
+}
+
+#[test]
+fn lookup_prints_the_record_and_the_rule() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let conf = format!("{root}/conf/gateway.yaml");
+    let (ok, out, err) = run(&["lookup", "-c", &conf, "x.y.Mailinator.com"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"reason\": \"disposable\""), "{out}");
+    assert!(
+        out.contains("rule: blocklist, via parent domain mailinator.com"),
+        "{out}"
+    );
+    let (ok, out, _) = run(&["lookup", "-c", &conf, "gmail.com"]);
+    assert!(ok);
+    assert!(out.contains("\"is_free_provider\": true"), "{out}");
+    let (ok, _, err) = run(&["lookup", "-c", &conf, "not_a_domain"]);
+    assert!(!ok);
+    assert!(err.contains("'_'"), "{err}");
+}
+
+#[test]
+fn check_config_lists_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(
+        dir.path(),
+        "  listen: nowhere\n  colour: blue\n  scores:\n    disposable: 10\n",
+    );
+    let (ok, _, err) = run(&["check-config", "-c", &conf]);
+    assert!(!ok);
+    for needle in [
+        "3 problem(s)",
+        "gateway.listen",
+        "gateway.colour: unknown key",
+        "gateway.scores.disposable",
+    ] {
+        assert!(err.contains(needle), "missing {needle}: {err}");
+    }
+}
+
+#[test]
+fn serve_refuses_a_bad_data_file_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "    builtin_disposable: false\n");
+    std::fs::write(
+        dir.path().join("data/disposable.txt"),
+        "ok.com\nnot a domain\n",
+    )
+    .unwrap();
+    let (ok, _, err) = run(&["serve", "-c", &conf, "--listen", "127.0.0.1:1"]);
+    assert!(!ok);
+    assert!(err.contains("disposable.txt:2:"), "{err}");
+}
+
+#[test]
+fn serve_refuses_a_bad_listen_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "");
+    let (ok, _, err) = run(&["serve", "-c", &conf, "--listen", "localhost"]);
+    assert!(!ok);
+    assert!(err.contains("--listen"), "{err}");
+}

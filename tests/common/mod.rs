@@ -1,0 +1,472 @@
+//! Test harness: starts the real gateway binary on an ephemeral loopback port, talks HTTP/1.1 to
+//! it over plain sockets (so keep-alive is observable), and runs stub upstreams.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_domain-risk-gateway");
+
+/// A free loopback port (bound then released: the OS does not hand it out again at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Builds a gateway's config folder and starts the binary on it.
+pub struct GatewayBuilder {
+    files: BTreeMap<String, String>,
+    gateway_yaml: Vec<String>,
+    builtin: bool,
+    upstream: String,
+}
+
+impl Default for GatewayBuilder {
+    fn default() -> Self {
+        GatewayBuilder {
+            files: BTreeMap::new(),
+            gateway_yaml: Vec::new(),
+            builtin: false,
+            upstream: format!("127.0.0.1:{}", free_port()),
+        }
+    }
+}
+
+impl GatewayBuilder {
+    /// A data file (`disposable.txt`, `domains.csv`, ...) with this content.
+    pub fn data(mut self, file: &str, content: &str) -> Self {
+        self.files.insert(file.to_owned(), content.to_owned());
+        self
+    }
+
+    /// Include the built-in mailchecker list (off by default, to keep tests exact).
+    pub fn builtin(mut self, on: bool) -> Self {
+        self.builtin = on;
+        self
+    }
+
+    pub fn upstream(mut self, addr: SocketAddr) -> Self {
+        self.upstream = addr.to_string();
+        self
+    }
+
+    /// Extra lines inside the `gateway:` section (indented by two spaces).
+    pub fn gateway_yaml(mut self, line: &str) -> Self {
+        self.gateway_yaml.push(line.to_owned());
+        self
+    }
+
+    pub fn start(self) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        for (name, content) in &self.files {
+            std::fs::write(data.join(name), content).unwrap();
+        }
+        let conf = dir.path().join("gateway.yaml");
+        let extra: String = self
+            .gateway_yaml
+            .iter()
+            .map(|l| format!("  {l}\n"))
+            .collect();
+        let upstream_block = if extra.contains("upstream:") {
+            String::new()
+        } else {
+            format!(
+                "  upstream:\n    address: {}\n    connect_timeout_ms: 500\n    read_timeout_ms: 1000\n",
+                self.upstream
+            )
+        };
+        std::fs::write(
+            &conf,
+            format!(
+                "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
+                 grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
+                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n{extra}",
+                d = dir.path().display(),
+                b = self.builtin,
+            ),
+        )
+        .unwrap();
+        Gateway::spawn(dir, conf)
+    }
+}
+
+/// A running gateway process; killed on drop.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub conf: PathBuf,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Gateway {
+    pub fn builder() -> GatewayBuilder {
+        GatewayBuilder::default()
+    }
+
+    fn spawn(dir: tempfile::TempDir, conf: PathBuf) -> Gateway {
+        let log = dir.path().join("gateway.log");
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(BIN)
+            .args([
+                "-c",
+                conf.to_str().unwrap(),
+                "serve",
+                "--listen",
+                &addr.to_string(),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut gw = Gateway {
+            addr,
+            dir,
+            conf,
+            child,
+            log,
+        };
+        gw.wait_healthy();
+        gw
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("gateway exited with {status}:\n{}", self.log());
+            }
+            if let Ok(mut c) = Conn::open(self.addr) {
+                if let Ok(r) = c.get("/healthz") {
+                    if r.status == 200 {
+                        return;
+                    }
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        panic!("gateway not healthy in time:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn data_path(&self, file: &str) -> PathBuf {
+        self.dir.path().join("data").join(file)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    pub fn conn(&self) -> Conn {
+        Conn::open(self.addr).unwrap()
+    }
+
+    /// One request on a fresh connection.
+    pub fn get(&self, path: &str) -> Response {
+        self.conn().get(path).unwrap()
+    }
+
+    /// Waits for the process to exit; returns whether it did in time.
+    pub fn wait_exit(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response as read off the wire.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// Asserts the contract's error body and returns its `detail`.
+    pub fn assert_error(&self, status: u16, code: &str) -> serde_json::Value {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json; charset=utf-8")
+        );
+        let v = self.json();
+        assert_eq!(v["error"], code, "{v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v.get("detail").is_some(), "no detail key: {v}");
+        v["detail"].clone()
+    }
+}
+
+/// One client connection, reused across requests (keep-alive).
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    pub fn get(&mut self, path: &str) -> std::io::Result<Response> {
+        self.request("GET", path, &[])
+    }
+
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> std::io::Result<Response> {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        self.reader.get_mut().write_all(req.as_bytes())?;
+        read_response(&mut self.reader)
+    }
+
+    /// Whether the server closed this connection (reads EOF without blocking long).
+    pub fn is_closed(&mut self) -> bool {
+        let s = self.reader.get_mut();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        let closed = matches!(s.read(&mut b), Ok(0));
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        closed
+    }
+}
+
+fn eof() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed")
+}
+
+/// Reads one HTTP/1.1 response (Content-Length or chunked body).
+pub fn read_response<R: BufRead>(r: &mut R) -> std::io::Result<Response> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(eof());
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let headers = read_headers(r)?;
+    let find = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if let Some(len) = find("content-length") {
+        body.resize(len.trim().parse().unwrap(), 0);
+        r.read_exact(&mut body)?;
+    } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size)?;
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if status != 204 && status != 304 {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn read_headers<R: BufRead>(r: &mut R) -> std::io::Result<Vec<(String, String)>> {
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Err(eof());
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            return Ok(headers);
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+}
+
+/// A request as the stub upstream saw it.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A stub of the analysis backend on `127.0.0.1:0`: answers each request with a JSON echo after
+/// an optional delay, and records what it saw.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<SeenRequest>>>,
+    pub connections: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Upstream {
+    pub fn start(delay: Duration) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, c, st) = (seen.clone(), connections.clone(), stop.clone());
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                let s = s.clone();
+                thread::spawn(move || serve_stub(stream, s, delay));
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            connections,
+            stop,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve_stub(stream: TcpStream, seen: Arc<Mutex<Vec<SeenRequest>>>, delay: Duration) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let Ok(headers) = read_headers(&mut reader) else {
+            return;
+        };
+        seen.lock().unwrap().push(SeenRequest {
+            method,
+            path: path.clone(),
+            headers,
+        });
+        thread::sleep(delay);
+        let body = format!("{{\"checked\":{}}}", serde_json::Value::String(path));
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if reader.get_mut().write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes a file atomically (temp file + rename), as operators are told to.
+pub fn write_atomic(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp-write");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
