@@ -1,23 +1,31 @@
 //! What each CLI subcommand does; `main.rs` only parses arguments and calls these.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use async_trait::async_trait;
 use pingora::proxy::http_proxy_service;
-use pingora::server::{RunArgs, Server};
-use pingora::services::background::background_service;
+use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
 
+use crate::access::keys::{generate_secret, key_entry_yaml, parse_keys, KeysSource};
+use crate::access::quota::local::LocalStore;
+use crate::access::quota::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::data_files::{log_conflicts, summary, DataSources};
 use crate::domain::{classify, DomainName, TableRule};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Shared};
 use crate::lifecycle::{Draining, DrainingShutdown};
 use crate::reload::Reloader;
 
 /// A boxed error for command results: each carries its own context.
 pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Starts the quota clock somewhere else in time (tests of month rollover, end to end).
+pub const CLOCK_START_ENV: &str = "DOMAIN_RISK_GATEWAY_CLOCK_START";
 
 /// Loads settings, applying `--listen`.
 fn settings(conf: &Path, listen: Option<&str>) -> Result<Settings, CommandError> {
@@ -28,28 +36,81 @@ fn settings(conf: &Path, listen: Option<&str>) -> Result<Settings, CommandError>
     Ok(settings)
 }
 
-/// `serve`: builds the first table (a bad one stops the start), then runs until signalled.
+fn keys_source(settings: &Settings) -> KeysSource {
+    let access = &settings.gateway.access;
+    KeysSource {
+        path: access.keys_file.clone(),
+        plans: access.plans.clone(),
+        refuse_demo_key: !access.allow_demo_key && !settings.listens_on_loopback(),
+    }
+}
+
+fn clock() -> Result<SystemClock, CommandError> {
+    match std::env::var(CLOCK_START_ENV) {
+        Ok(start) => {
+            let start = chrono::DateTime::parse_from_rfc3339(&start)
+                .map_err(|e| format!("{CLOCK_START_ENV}: '{start}' is not RFC 3339: {e}"))?;
+            log::warn!("{CLOCK_START_ENV} is set: the quota clock starts at {start}");
+            Ok(SystemClock::starting_at(start.into()))
+        }
+        Err(_) => Ok(SystemClock::default()),
+    }
+}
+
+/// `serve`: builds the first table and key set (bad ones stop the start), then runs until
+/// signalled.
 pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
     let settings = settings(conf, listen)?;
     let sources = DataSources::from_config(&settings.gateway);
     let table = sources.build()?;
     log::info!("domain table loaded: {}", summary(&table));
     log_conflicts(&table, &sources.dir);
-    let table = Arc::new(ArcSwap::from_pointee(table));
+    let keys_source = keys_source(&settings);
+    let keys = keys_source.load()?;
+    log::info!(
+        "keys loaded: {} keys from {}",
+        keys.len(),
+        keys_source.path.display()
+    );
+    let quota = Arc::new(LocalStore::open(&settings.gateway.quota.state_file)?);
+    let clock: Arc<dyn Clock> = Arc::new(clock()?);
 
+    let shared = Shared {
+        table: Arc::new(ArcSwap::from_pointee(table)),
+        keys: Arc::new(ArcSwap::from_pointee(keys)),
+        quota: quota.clone(),
+        clock,
+        draining: Draining::default(),
+    };
     let gateway = &settings.gateway;
     let mut server = Server::new_with_opt_and_conf(None, settings.server);
     server.bootstrap();
-    let draining = Draining::default();
+    let (table, keys, draining) = (
+        shared.table.clone(),
+        shared.keys.clone(),
+        shared.draining.clone(),
+    );
     let mut proxy = http_proxy_service(
         &server.configuration,
-        Gateway::new(table.clone(), &gateway.upstream, draining.clone()),
+        Gateway::new(shared, &gateway.upstream),
     );
     proxy.add_tcp(&gateway.listen);
     server.add_service(proxy);
+    let interval = gateway.reload.poll_interval();
     server.add_service(background_service(
         "data reload",
-        Reloader::new(sources, table, gateway.reload.poll_interval()),
+        Reloader::new(sources, table, interval),
+    ));
+    server.add_service(background_service(
+        "keys reload",
+        Reloader::new(keys_source, keys, interval),
+    ));
+    server.add_service(background_service(
+        "quota persistence",
+        QuotaPersistence {
+            store: quota.clone(),
+            interval: gateway.quota.flush_interval(),
+        },
     ));
     log::info!(
         "listening on http://{} (upstream {})",
@@ -62,18 +123,56 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
             drain: Duration::from_secs(gateway.drain_seconds),
         }),
     });
+    quota.flush()?;
+    log::info!("quota counts saved; bye");
     Ok(())
 }
 
-/// `check-config`: validates the config and builds the table without serving.
+/// Writes quota counts to the state file every interval and once more at shutdown.
+struct QuotaPersistence {
+    store: Arc<LocalStore>,
+    interval: Duration,
+}
+
+impl QuotaPersistence {
+    async fn flush(&self) {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log::error!("{e}"),
+            Err(e) => log::error!("quota flush task failed: {e}"),
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for QuotaPersistence {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.flush().await,
+                _ = shutdown.changed() => {
+                    self.flush().await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `check-config`: validates the config, data and keys without serving.
 pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
     let table = DataSources::from_config(&settings.gateway).build()?;
+    let keys = keys_source(&settings).load()?;
     Ok(format!(
-        "{}: ok; listen {}; upstream {}; data {}: {}",
+        "{}: ok; listen {}; upstream {}; {} keys; data {}: {}",
         conf.display(),
         settings.gateway.listen,
         settings.gateway.upstream.address,
+        keys.len(),
         settings.gateway.data.dir.display(),
         summary(&table)
     ))
@@ -97,4 +196,55 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
     };
     let record = serde_json::to_string_pretty(&verdict.record)?;
     Ok(format!("{record}\nrule: {rule}"))
+}
+
+/// `key new`: a new secret (printed once) and its keys-file entry, printed or appended.
+pub fn key_new(
+    conf: &Path,
+    id: &str,
+    plan: &str,
+    origins: &[String],
+    append: bool,
+) -> Result<String, CommandError> {
+    let settings = settings(conf, None)?;
+    let secret = generate_secret()?;
+    let entry = key_entry_yaml(id, &secret, plan, origins);
+    let source = keys_source(&settings);
+    let current = match std::fs::read_to_string(&source.path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: {e}", source.path.display()).into()),
+    };
+    let header = if current.contains("keys:") {
+        ""
+    } else {
+        "keys:\n"
+    };
+    let separator = if current.is_empty() || current.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    let updated = format!("{current}{separator}{header}{entry}");
+    // Validate the file as it would become: a known plan, a unique id, valid origins.
+    parse_keys(&updated, &source.path.display().to_string(), &source.plans)?;
+    let mut out =
+        format!("secret (shown once; store it now, it cannot be recovered):\n  {secret}\n");
+    if append {
+        let mut f = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&source.path)?;
+        f.write_all(format!("{separator}{header}{entry}").as_bytes())?;
+        out.push_str(&format!(
+            "entry appended to {} (live within a second):\n{entry}",
+            source.path.display()
+        ));
+    } else {
+        out.push_str(&format!(
+            "entry for {} (add it under `keys:`):\n{entry}",
+            source.path.display()
+        ));
+    }
+    Ok(out)
 }

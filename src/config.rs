@@ -3,7 +3,7 @@
 //! Loading reports every problem at once, each naming its key (`gateway.upstream.tls: ...`), so
 //! an operator fixes a file in one pass. Relative paths are resolved against the file's folder.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,6 +37,10 @@ pub struct GatewayConfig {
     pub scores: Scores,
     /// How data files are watched.
     pub reload: ReloadConfig,
+    /// API keys and plans.
+    pub access: AccessConfig,
+    /// Where monthly counts are kept.
+    pub quota: QuotaConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
     pub drain_seconds: u64,
@@ -50,6 +54,8 @@ impl Default for GatewayConfig {
             data: DataConfig::default(),
             scores: Scores::default(),
             reload: ReloadConfig::default(),
+            access: AccessConfig::default(),
+            quota: QuotaConfig::default(),
             drain_seconds: 2,
         }
     }
@@ -151,6 +157,71 @@ impl ReloadConfig {
     }
 }
 
+/// API keys and the plans they are on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AccessConfig {
+    /// The keys file (hot-reloaded). Relative to the config file.
+    pub keys_file: PathBuf,
+    /// Plan name -> calls allowed per calendar month.
+    pub plans: BTreeMap<String, u64>,
+    /// Accept the public demo key on a non-loopback listener (never do this in production).
+    pub allow_demo_key: bool,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            keys_file: PathBuf::from("keys.yaml"),
+            plans: [
+                ("free", 100),
+                ("starter", 1_000),
+                ("pro", 10_000),
+                ("business", 100_000),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+            allow_demo_key: false,
+        }
+    }
+}
+
+/// The quota store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QuotaConfig {
+    /// `local`: in-process counters persisted to `state_file`.
+    pub store: QuotaStoreKind,
+    /// Where the local store keeps its counts. Relative to the config file.
+    pub state_file: PathBuf,
+    /// How often counts are written to the state file, in milliseconds (100 to 1000).
+    pub flush_interval_ms: u64,
+}
+
+/// Which quota store to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaStoreKind {
+    Local,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> Self {
+        QuotaConfig {
+            store: QuotaStoreKind::Local,
+            state_file: PathBuf::from("../state/quota.json"),
+            flush_interval_ms: 1_000,
+        }
+    }
+}
+
+impl QuotaConfig {
+    pub fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_ms)
+    }
+}
+
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -225,8 +296,14 @@ impl Settings {
         match (server, gateway) {
             (Some(server), Some(mut gateway)) if problems.is_empty() => {
                 let base = path.parent().unwrap_or(Path::new("."));
-                if gateway.data.dir.is_relative() {
-                    gateway.data.dir = base.join(&gateway.data.dir);
+                for path in [
+                    &mut gateway.data.dir,
+                    &mut gateway.access.keys_file,
+                    &mut gateway.quota.state_file,
+                ] {
+                    if path.is_relative() {
+                        *path = base.join(&*path);
+                    }
                 }
                 Ok(Settings {
                     server,
@@ -239,6 +316,14 @@ impl Settings {
                 problems,
             }),
         }
+    }
+
+    /// Whether the listener is on a loopback address (where the demo key may be used).
+    pub fn listens_on_loopback(&self) -> bool {
+        self.gateway
+            .listen
+            .parse::<SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback())
     }
 
     /// Replaces the listen address (`serve --listen`), validating it.
@@ -336,6 +421,15 @@ impl GatewayConfig {
                     "gateway.upstream.{key}: {ms} is outside 1..=300000"
                 ));
             }
+        }
+        if !(100..=1_000).contains(&self.quota.flush_interval_ms) {
+            out.push(format!(
+                "gateway.quota.flush_interval_ms: {} is outside 100..=1000",
+                self.quota.flush_interval_ms
+            ));
+        }
+        if self.access.plans.is_empty() {
+            out.push("gateway.access.plans: at least one plan is needed".to_owned());
         }
         if self.drain_seconds > 300 {
             out.push(format!(

@@ -1,7 +1,7 @@
 //! The gateway: the only Pingora `ProxyHttp` implementation.
 //!
-//! `request_filter` routes each request, makes the access decision (one place, see
-//! [`Gateway::authorize`]) and either answers locally from the domain table or lets Pingora proxy
+//! `request_filter` routes each request, makes the access decision (one place:
+//! `Gateway::authorize`) and either answers locally from the domain table or lets Pingora proxy
 //! `/v1/check` to the upstream. Decisions are values from pure modules; this file only translates
 //! them into writes.
 
@@ -11,7 +11,11 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::AUTHORIZATION;
+use http::header::{
+    HeaderName, HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
+    AUTHORIZATION, ORIGIN, REFERER, VARY,
+};
 use http::StatusCode;
 use percent_encoding::percent_decode_str;
 use pingora::prelude::*;
@@ -20,6 +24,9 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use serde::Serialize;
 
+use crate::access::keys::KeyStore;
+use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
+use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::config::UpstreamConfig;
 use crate::domain::target::screen_target;
 use crate::domain::{classify, DomainName, DomainTable, FlaggedEntry};
@@ -29,39 +36,62 @@ use crate::route::{route, Route, RouteError};
 
 const X_REQUEST_ID: &str = "x-request-id";
 const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_API_KEY_ID: &str = "x-api-key-id";
+const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const EXPOSED_HEADERS: &str = "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id";
 
 /// The proxy service's state, shared by all requests.
 pub struct Gateway {
     table: Arc<ArcSwap<DomainTable>>,
+    keys: Arc<ArcSwap<KeyStore>>,
+    quota: Arc<dyn QuotaStore>,
+    clock: Arc<dyn Clock>,
     draining: Draining,
     upstream: HttpPeer,
     request_ids: RequestIds,
+}
+
+/// Everything the gateway reads per request, shared with the background services.
+pub struct Shared {
+    pub table: Arc<ArcSwap<DomainTable>>,
+    pub keys: Arc<ArcSwap<KeyStore>>,
+    pub quota: Arc<dyn QuotaStore>,
+    pub clock: Arc<dyn Clock>,
+    pub draining: Draining,
 }
 
 /// Per-request state.
 #[derive(Debug, Default)]
 pub struct RequestCtx {
     request_id: Option<String>,
+    /// Set once the key and origin checks passed.
+    principal: Option<Principal>,
+    /// The key's month after this call was counted (absent if the store failed open).
+    usage: Option<Usage>,
+    /// The request is on `/v1/`: its answers vary by Origin.
+    api: bool,
 }
 
 impl Gateway {
-    pub fn new(
-        table: Arc<ArcSwap<DomainTable>>,
-        upstream: &UpstreamConfig,
-        draining: Draining,
-    ) -> Self {
+    pub fn new(shared: Shared, upstream: &UpstreamConfig) -> Self {
         Gateway {
-            table,
-            draining,
+            table: shared.table,
+            keys: shared.keys,
+            quota: shared.quota,
+            clock: shared.clock,
+            draining: shared.draining,
             upstream: upstream_peer(upstream),
             request_ids: RequestIds::new(),
         }
     }
 
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
-    fn handle(&self, session: &Session, ctx: &mut RequestCtx) -> Option<Answer> {
+    async fn handle(&self, session: &Session, ctx: &mut RequestCtx) -> Option<Answer> {
         let header = session.req_header();
-        let route = match route(&header.method, header.uri.path(), header.uri.query()) {
+        let path = header.uri.path();
+        ctx.api = path.starts_with("/v1/");
+        let route = match route(&header.method, path, header.uri.query()) {
             Ok(route) => route,
             Err(RouteError::NotFound) => return Some(ApiError::NotFound.into()),
             Err(RouteError::MethodNotAllowed { allow }) => {
@@ -69,7 +99,7 @@ impl Gateway {
             }
             Err(RouteError::BadQuery(detail)) => return Some(ApiError::Validation(detail).into()),
         };
-        if let Err(rejection) = self.authorize(session, &route) {
+        if let Err(rejection) = self.authorize(session, &route, ctx).await {
             return Some(rejection);
         }
         match route {
@@ -78,6 +108,8 @@ impl Gateway {
                 Bytes::from_static(br#"{"status":"ok"}"#),
             )),
             Route::Ready => Some(self.readiness(session)),
+            Route::Preflight => Some(preflight(session)),
+            Route::Usage => Some(self.usage(ctx)),
             Route::Domain { raw } => Some(self.domain(raw)),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
             Route::Check { raw } => match decode(raw)
@@ -92,11 +124,84 @@ impl Gateway {
         }
     }
 
-    /// The access decision: key, origin and quota. Every `/v1/` route passes through here.
-    ///
-    /// Access control is not configured yet, so every request is let through.
-    fn authorize(&self, _session: &Session, _route: &Route<'_>) -> Result<(), Answer> {
-        Ok(())
+    /// The access decision: key (401), origin (403), quota (429), in that order. Every `/v1/`
+    /// route but the CORS preflight passes through here; a call that passes is counted once,
+    /// whatever its handler answers.
+    async fn authorize(
+        &self,
+        session: &Session,
+        route: &Route<'_>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        if matches!(route, Route::Health | Route::Ready | Route::Preflight) {
+            return Ok(());
+        }
+        let headers = &session.req_header().headers;
+        let creds = Credentials {
+            authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            origin: headers.get(ORIGIN).map(|v| v.as_bytes()),
+            referer: headers.get(REFERER).map(|v| v.as_bytes()),
+        };
+        let principal = decide(&self.keys.load(), creds).map_err(|r| match r {
+            Rejection::MissingKey => ApiError::Unauthorized {
+                invalid_token: false,
+            },
+            Rejection::InvalidKey => ApiError::Unauthorized {
+                invalid_token: true,
+            },
+            Rejection::Forbidden { origin } => ApiError::Forbidden(format!("Origin: {origin}")),
+        })?;
+        let key = principal.key.clone();
+        ctx.principal = Some(principal);
+        let now = self.clock.now();
+        if matches!(route, Route::Usage) {
+            match self.quota.usage(&key.id, key.monthly_limit, now).await {
+                Ok(usage) => ctx.usage = Some(usage),
+                Err(e) => return Err(ApiError::Internal(e.to_string()).into()),
+            }
+            return Ok(());
+        }
+        match self.quota.consume(&key.id, key.monthly_limit, now).await {
+            Ok(Consumed::Allowed(usage)) => {
+                ctx.usage = Some(usage);
+                Ok(())
+            }
+            Ok(Consumed::Exceeded(usage)) => {
+                ctx.usage = Some(usage);
+                Err(ApiError::QuotaExceeded {
+                    reset_at: usage.reset_at_iso(),
+                    retry_after: usage.seconds_to_reset(),
+                }
+                .into())
+            }
+            Err(e) => {
+                // Fail open: a quota store failure must never block a real user.
+                log::warn!("quota store failed, letting the call through uncounted: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    fn usage(&self, ctx: &RequestCtx) -> Answer {
+        #[derive(Serialize)]
+        struct UsageBody<'a> {
+            used: u64,
+            limit: u64,
+            reset_at: String,
+            plan: &'a str,
+        }
+        match (&ctx.principal, &ctx.usage) {
+            (Some(p), Some(u)) => Answer::json(
+                StatusCode::OK,
+                &UsageBody {
+                    used: u.used,
+                    limit: u.limit,
+                    reset_at: u.reset_at_iso(),
+                    plan: &p.key.plan,
+                },
+            ),
+            _ => ApiError::Internal("usage without a principal".into()).into(),
+        }
     }
 
     fn domain(&self, raw: &str) -> Answer {
@@ -132,12 +237,17 @@ impl Gateway {
         #[derive(Serialize)]
         struct Readiness {
             status: &'static str,
+            /// Which process answered (several gateways may sit behind one address).
+            pid: u32,
             table_names: usize,
+            keys: usize,
         }
         let draining = self.draining.is_draining() || session.is_process_shutting_down();
         let body = Readiness {
             status: if draining { "draining" } else { "ready" },
+            pid: std::process::id(),
             table_names: self.table.load().len(),
+            keys: self.keys.load().len(),
         };
         let status = if draining {
             StatusCode::SERVICE_UNAVAILABLE
@@ -157,6 +267,55 @@ impl Gateway {
             .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
             .map_or_else(|| self.request_ids.next(), str::to_owned)
     }
+}
+
+/// Headers every answer to an authenticated `/v1/` call carries: the quota state, and CORS.
+fn access_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(5);
+    if ctx.api {
+        out.push((VARY, HeaderValue::from_static("Origin")));
+    }
+    if let Some(usage) = &ctx.usage {
+        for (name, value) in [
+            (RATELIMIT_POLICY, usage.policy_header()),
+            (RATELIMIT, usage.ratelimit_header()),
+        ] {
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                out.push((HeaderName::from_static(name), v));
+            }
+        }
+    }
+    if let Some(origin) = ctx
+        .principal
+        .as_ref()
+        .and_then(|p| p.allowed_origin.as_deref())
+        .and_then(|o| HeaderValue::from_str(o).ok())
+    {
+        out.push((ACCESS_CONTROL_ALLOW_ORIGIN, origin));
+        out.push((
+            ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(EXPOSED_HEADERS),
+        ));
+    }
+    out
+}
+
+/// The answer to a CORS preflight: any origin may ask; the key decides on the real request.
+fn preflight(session: &Session) -> Answer {
+    let mut answer = Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+        .with_header(
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET"),
+        )
+        .with_header(
+            ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("Authorization, Content-Type, X-Request-Id"),
+        )
+        .with_header(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    if let Some(origin) = session.req_header().headers.get(ORIGIN) {
+        answer = answer.with_header(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    }
+    answer
 }
 
 fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
@@ -216,8 +375,9 @@ impl ProxyHttp for Gateway {
     fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        match self.handle(session, ctx) {
-            Some(answer) => {
+        match self.handle(session, ctx).await {
+            Some(mut answer) => {
+                answer.headers.extend(access_headers(ctx));
                 write(session, answer).await?;
                 Ok(true)
             }
@@ -240,6 +400,12 @@ impl ProxyHttp for Gateway {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         upstream_request.remove_header(&AUTHORIZATION);
+        match &ctx.principal {
+            Some(p) => upstream_request.insert_header(X_API_KEY_ID, &*p.key.id)?,
+            None => {
+                upstream_request.remove_header(X_API_KEY_ID);
+            }
+        }
         if let Some(id) = ctx.request_id.as_deref() {
             upstream_request.insert_header(X_REQUEST_ID, id)?;
         }
@@ -267,6 +433,9 @@ impl ProxyHttp for Gateway {
         if let Some(id) = ctx.request_id.as_deref() {
             upstream_response.insert_header(X_REQUEST_ID, id)?;
         }
+        for (name, value) in access_headers(ctx) {
+            upstream_response.insert_header(name, value)?;
+        }
         Ok(())
     }
 
@@ -286,7 +455,7 @@ impl ProxyHttp for Gateway {
         &self,
         session: &mut Session,
         e: &Error,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> FailToProxy
     where
         Self::CTX: Send + Sync,
@@ -316,7 +485,9 @@ impl ProxyHttp for Gateway {
         let code = match error {
             Some(error) => {
                 let status = error.status().as_u16();
-                if let Err(we) = write(session, error.into()).await {
+                let mut answer: Answer = error.into();
+                answer.headers.extend(access_headers(ctx));
+                if let Err(we) = write(session, answer).await {
                     log::debug!("could not send the error answer: {we}");
                 }
                 status

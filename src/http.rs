@@ -4,7 +4,9 @@
 //! open (Pingora closes a connection whose response has no length).
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{
+    HeaderName, HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use http::StatusCode;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -54,6 +56,16 @@ pub enum ApiError {
         allow: &'static str,
     },
     Validation(String),
+    /// No key, or (`invalid_token`) a malformed, unknown or disabled one.
+    Unauthorized {
+        invalid_token: bool,
+    },
+    /// The key may not be used from this origin; holds `Origin: <value>`.
+    Forbidden(String),
+    QuotaExceeded {
+        reset_at: String,
+        retry_after: i64,
+    },
     UpstreamUnavailable(String),
     UpstreamTimeout(String),
     /// A bug on our side; the detail is logged, never sent.
@@ -66,6 +78,8 @@ struct ErrorBody<'a> {
     error: &'a str,
     message: &'a str,
     detail: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset_at: Option<&'a str>,
 }
 
 impl ApiError {
@@ -74,6 +88,9 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -86,6 +103,9 @@ impl ApiError {
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Validation(_) => "validation_error",
+            ApiError::Unauthorized { .. } => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
             ApiError::Internal(_) => "internal_error",
@@ -97,6 +117,13 @@ impl ApiError {
             ApiError::NotFound => "No such route.",
             ApiError::MethodNotAllowed { .. } => "This route does not accept that method.",
             ApiError::Validation(_) => "The request is not valid.",
+            ApiError::Unauthorized { .. } => {
+                "A valid API key is required: send Authorization: Bearer <key>."
+            }
+            ApiError::Forbidden(_) => "This API key may not be used from this origin.",
+            ApiError::QuotaExceeded { .. } => {
+                "The monthly quota of this API key is used up; let your user through."
+            }
             ApiError::UpstreamUnavailable(_) => {
                 "The analysis backend is unavailable; let your user through and retry later."
             }
@@ -112,9 +139,14 @@ impl ApiError {
     fn detail(&self) -> Option<&str> {
         match self {
             ApiError::Validation(d)
+            | ApiError::Forbidden(d)
             | ApiError::UpstreamUnavailable(d)
             | ApiError::UpstreamTimeout(d) => Some(d),
-            ApiError::NotFound | ApiError::MethodNotAllowed { .. } | ApiError::Internal(_) => None,
+            ApiError::NotFound
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::Unauthorized { .. }
+            | ApiError::QuotaExceeded { .. }
+            | ApiError::Internal(_) => None,
         }
     }
 }
@@ -128,6 +160,10 @@ impl From<ApiError> for Answer {
             error: e.code(),
             message: e.message(),
             detail: e.detail(),
+            reset_at: match &e {
+                ApiError::QuotaExceeded { reset_at, .. } => Some(reset_at),
+                _ => None,
+            },
         };
         // An ErrorBody of string fields always serialises.
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
@@ -135,6 +171,17 @@ impl From<ApiError> for Answer {
         match e {
             ApiError::MethodNotAllowed { allow } => {
                 answer.with_header(ALLOW, HeaderValue::from_static(allow))
+            }
+            ApiError::Unauthorized { invalid_token } => answer.with_header(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(if invalid_token {
+                    r#"Bearer realm="domain-risk", error="invalid_token""#
+                } else {
+                    r#"Bearer realm="domain-risk""#
+                }),
+            ),
+            ApiError::QuotaExceeded { retry_after, .. } => {
+                answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
             }
             _ => answer,
         }
@@ -144,8 +191,11 @@ impl From<ApiError> for Answer {
 /// Builds the response header of an answer.
 pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
     let mut header = ResponseHeader::build(answer.status, Some(2 + answer.headers.len()))?;
-    header.insert_header(CONTENT_TYPE, JSON)?;
-    header.insert_header(CONTENT_LENGTH, answer.body.len())?;
+    // 204 has no body, hence no content headers (RFC 9110 8.6).
+    if answer.status != StatusCode::NO_CONTENT {
+        header.insert_header(CONTENT_TYPE, JSON)?;
+        header.insert_header(CONTENT_LENGTH, answer.body.len())?;
+    }
     for (name, value) in &answer.headers {
         header.append_header(name.clone(), value.clone())?;
     }
@@ -155,6 +205,9 @@ pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
 /// Writes an answer to the client: header, then the whole body.
 pub async fn write(session: &mut Session, answer: Answer) -> pingora::Result<()> {
     let header = response_header(&answer)?;
+    if answer.status == StatusCode::NO_CONTENT {
+        return session.write_response_header(Box::new(header), true).await;
+    }
     session
         .write_response_header(Box::new(header), false)
         .await?;
@@ -178,6 +231,25 @@ mod tests {
         assert_eq!(a.headers, [(ALLOW, HeaderValue::from_static("GET"))]);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(v["detail"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn access_errors_carry_their_headers() {
+        let a: Answer = ApiError::Unauthorized {
+            invalid_token: true,
+        }
+        .into();
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+        assert!(a.headers[0].1.to_str().unwrap().contains("invalid_token"));
+        let a: Answer = ApiError::QuotaExceeded {
+            reset_at: "2026-12-01T00:00:00Z".into(),
+            retry_after: 60,
+        }
+        .into();
+        assert_eq!(a.headers, [(RETRY_AFTER, HeaderValue::from(60))]);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["reset_at"], "2026-12-01T00:00:00Z");
+        assert_eq!(v["error"], "quota_exceeded");
     }
 
     #[test]

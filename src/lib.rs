@@ -2,11 +2,13 @@
 //! hot-reloaded in-memory table, and guards the email-check backend it proxies to.
 //!
 //! - [`domain`]: pure logic (names, records, table, classification), no I/O;
+//! - [`access`]: API keys, origins and monthly quotas;
 //! - [`config`]: typed settings; [`data_files`]: the table's files on disk;
 //! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
 //! - [`commands`]: what the CLI subcommands do.
 
+pub mod access;
 pub mod commands;
 pub mod config;
 pub mod data_files;

@@ -28,6 +28,28 @@ enum Command {
     CheckConfig,
     /// Classify a domain from the configured data and show which rule decided.
     Lookup { domain: String },
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Generate a new key: prints the secret once, and the entry for the keys file.
+    New {
+        /// The key's id (letters, digits, '-', '_', '.'), shown to the upstream and in usage.
+        #[arg(long)]
+        id: String,
+        /// One of the plans configured under gateway.access.plans.
+        #[arg(long)]
+        plan: String,
+        /// An authorised origin (repeatable); none makes a server key.
+        #[arg(long = "origin")]
+        origins: Vec<String>,
+        /// Append the entry to the configured keys file instead of printing it.
+        #[arg(long)]
+        append: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,6 +59,12 @@ fn main() -> ExitCode {
         Command::Serve { listen } => commands::serve(&cli.conf, listen.as_deref()).map(|()| None),
         Command::CheckConfig => commands::check_config(&cli.conf).map(Some),
         Command::Lookup { domain } => commands::lookup(&cli.conf, &domain).map(Some),
+        Command::Key(KeyCommand::New {
+            id,
+            plan,
+            origins,
+            append,
+        }) => commands::key_new(&cli.conf, &id, &plan, &origins, append).map(Some),
     };
     match result {
         Ok(output) => {

@@ -15,6 +15,10 @@ pub enum Route<'a> {
     TopDomains { limit: usize },
     /// `GET /v1/check/{email_or_domain}` (proxied)
     Check { raw: &'a str },
+    /// `GET /v1/usage`
+    Usage,
+    /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
+    Preflight,
     /// `GET /healthz`
     Health,
     /// `GET /readyz`
@@ -50,18 +54,27 @@ pub fn route<'a>(
         Route::Check { raw }
     } else {
         match path {
-            "/v1/public/top-domains" => Route::TopDomains {
+            "/v1/public/top-domains" if method == Method::GET => Route::TopDomains {
                 limit: top_limit(query)?,
             },
+            "/v1/public/top-domains" => Route::TopDomains {
+                limit: DEFAULT_TOP_LIMIT,
+            },
+            "/v1/usage" => Route::Usage,
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
             _ => return Err(RouteError::NotFound),
         }
     };
-    if method != Method::GET {
-        return Err(RouteError::MethodNotAllowed { allow: "GET" });
+    let api = path.starts_with("/v1/");
+    match *method {
+        Method::GET => Ok(route),
+        Method::OPTIONS if api => Ok(Route::Preflight),
+        _ if api => Err(RouteError::MethodNotAllowed {
+            allow: "GET, OPTIONS",
+        }),
+        _ => Err(RouteError::MethodNotAllowed { allow: "GET" }),
     }
-    Ok(route)
 }
 
 fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
@@ -117,6 +130,11 @@ mod tests {
             Ok(Route::TopDomains { limit: 7 })
         );
         assert_eq!(get("/healthz", None), Ok(Route::Health));
+        assert_eq!(get("/v1/usage", None), Ok(Route::Usage));
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/public/top-domains", Some("limit=x")),
+            Ok(Route::Preflight)
+        );
         assert_eq!(get("/readyz", None), Ok(Route::Ready));
     }
 
@@ -133,6 +151,12 @@ mod tests {
         }
         assert_eq!(
             route(&Method::POST, "/v1/public/domain/a.com", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, "/healthz", None),
             Err(RouteError::MethodNotAllowed { allow: "GET" })
         );
         assert_eq!(

@@ -15,8 +15,9 @@ fn check_is_proxied_with_headers_rewritten() {
             "GET",
             "/v1/check/jane%40example.com",
             &[
-                ("Authorization", "Bearer sk_secret_value"),
+                ("Authorization", &bearer(TEST_SECRET)),
                 ("X-Forwarded-For", "203.0.113.7"),
+                ("X-Api-Key-Id", "spoofed"),
             ],
         )
         .unwrap();

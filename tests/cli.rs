@@ -100,3 +100,60 @@ fn serve_refuses_a_bad_listen_override() {
     assert!(!ok);
     assert!(err.contains("--listen"), "{err}");
 }
+
+#[test]
+fn the_demo_key_is_refused_beyond_loopback_unless_allowed() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        format!("{root}/conf/keys.yaml"),
+        dir.path().join("keys.yaml"),
+    )
+    .unwrap();
+    for (listen, allow, ok_expected) in [
+        ("127.0.0.1:8080", false, true),
+        ("0.0.0.0:8080", false, false),
+        ("0.0.0.0:8080", true, true),
+    ] {
+        let conf = write_conf(
+            dir.path(),
+            &format!(
+                "    builtin_disposable: false\n  listen: {listen}\n  access:\n    allow_demo_key: {allow}\n"
+            ),
+        );
+        let (ok, _, err) = run(&["check-config", "-c", &conf]);
+        assert_eq!(ok, ok_expected, "{listen} allow={allow}: {err}");
+        if !ok {
+            assert!(err.contains("demo key"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn key_new_prints_a_secret_and_an_entry_for_a_known_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "");
+    let (ok, out, err) = run(&[
+        "key",
+        "new",
+        "-c",
+        &conf,
+        "--id",
+        "web",
+        "--plan",
+        "pro",
+        "--origin",
+        "https://app.example.com",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("drg_"), "{out}");
+    assert!(out.contains("  - id: web\n    sha256: "), "{out}");
+    assert!(out.contains("      - https://app.example.com"), "{out}");
+    assert!(
+        !dir.path().join("keys.yaml").exists(),
+        "printed only, not appended"
+    );
+    let (ok, _, err) = run(&["key", "new", "-c", &conf, "--id", "x", "--plan", "gold"]);
+    assert!(!ok);
+    assert!(err.contains("unknown plan 'gold'"), "{err}");
+}

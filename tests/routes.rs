@@ -160,7 +160,7 @@ fn unknown_routes_wrong_methods_and_health() {
         )
         .unwrap();
     r.assert_error(405, "method_not_allowed");
-    assert_eq!(r.header("allow"), Some("GET"));
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS"));
     let r = gw.get("/healthz");
     assert_eq!((r.status, r.json()["status"].clone()), (200, "ok".into()));
     let r = gw.get("/readyz");

@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_domain-risk-gateway");
 
+/// The secret of the server key every test gateway has (plan `test`, a large limit).
+pub const TEST_SECRET: &str = "drg_test_server_key_0123456789abcdefghijklmnopq";
+
+/// `Authorization` header value for a secret.
+pub fn bearer(secret: &str) -> String {
+    format!("Bearer {secret}")
+}
+
 /// A free loopback port (bound then released: the OS does not hand it out again at once).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -29,6 +37,10 @@ pub struct GatewayBuilder {
     gateway_yaml: Vec<String>,
     builtin: bool,
     upstream: String,
+    keys: String,
+    plans: BTreeMap<String, u64>,
+    env: Vec<(String, String)>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Default for GatewayBuilder {
@@ -38,6 +50,15 @@ impl Default for GatewayBuilder {
             gateway_yaml: Vec::new(),
             builtin: false,
             upstream: format!("127.0.0.1:{}", free_port()),
+            keys: domain_risk_gateway::access::keys::key_entry_yaml(
+                "test",
+                TEST_SECRET,
+                "test",
+                &[],
+            ),
+            plans: [("test".to_owned(), 1_000_000)].into(),
+            env: Vec::new(),
+            dir: None,
         }
     }
 }
@@ -46,6 +67,34 @@ impl GatewayBuilder {
     /// A data file (`disposable.txt`, `domains.csv`, ...) with this content.
     pub fn data(mut self, file: &str, content: &str) -> Self {
         self.files.insert(file.to_owned(), content.to_owned());
+        self
+    }
+
+    /// Adds a key to the keys file.
+    pub fn key(mut self, id: &str, secret: &str, plan: &str, origins: &[&str]) -> Self {
+        let origins: Vec<String> = origins.iter().map(|o| o.to_string()).collect();
+        self.keys
+            .push_str(&domain_risk_gateway::access::keys::key_entry_yaml(
+                id, secret, plan, &origins,
+            ));
+        self
+    }
+
+    /// Adds a plan with its monthly limit.
+    pub fn plan(mut self, name: &str, limit: u64) -> Self {
+        self.plans.insert(name.to_owned(), limit);
+        self
+    }
+
+    /// An environment variable for the gateway process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Reuse the folder (config, data, keys, quota state) of a stopped gateway.
+    pub fn in_dir(mut self, dir: tempfile::TempDir) -> Self {
+        self.dir = Some(dir);
         self
     }
 
@@ -67,9 +116,19 @@ impl GatewayBuilder {
     }
 
     pub fn start(self) -> Gateway {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
         let data = dir.path().join("data");
-        std::fs::create_dir(&data).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(
+            dir.path().join("keys.yaml"),
+            format!("keys:\n{}", self.keys),
+        )
+        .unwrap();
+        let plans: Vec<String> = self
+            .plans
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
         for (name, content) in &self.files {
             std::fs::write(data.join(name), content).unwrap();
         }
@@ -92,13 +151,16 @@ impl GatewayBuilder {
             format!(
                 "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
-                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n{extra}",
+                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
+                 \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
+                 \x20 quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
+                p = plans.join(", "),
             ),
         )
         .unwrap();
-        Gateway::spawn(dir, conf)
+        Gateway::spawn(dir, conf, &self.env)
     }
 }
 
@@ -116,50 +178,61 @@ impl Gateway {
         GatewayBuilder::default()
     }
 
-    fn spawn(dir: tempfile::TempDir, conf: PathBuf) -> Gateway {
+    fn spawn(dir: tempfile::TempDir, conf: PathBuf, env: &[(String, String)]) -> Gateway {
         let log = dir.path().join("gateway.log");
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(BIN)
-            .args([
-                "-c",
-                conf.to_str().unwrap(),
-                "serve",
-                "--listen",
-                &addr.to_string(),
-            ])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut gw = Gateway {
-            addr,
-            dir,
-            conf,
-            child,
-            log,
-        };
-        gw.wait_healthy();
-        gw
+        let mut dir = Some(dir);
+        // A port picked free can be taken before the gateway binds it: try another one then.
+        for attempt in 1..=3 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let child = Command::new(BIN)
+                .args([
+                    "-c",
+                    conf.to_str().unwrap(),
+                    "serve",
+                    "--listen",
+                    &addr.to_string(),
+                ])
+                .env("RUST_LOG", "info")
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            let mut gw = Gateway {
+                addr,
+                dir: dir.take().unwrap(),
+                conf: conf.clone(),
+                child,
+                log: log.clone(),
+            };
+            match gw.wait_ready() {
+                Ok(()) => return gw,
+                Err(why) if attempt < 3 && why.contains("ddress") => {
+                    dir = Some(std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap()));
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!()
     }
 
-    fn wait_healthy(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("gateway exited with {status}:\n{}", self.log());
+                return Err(format!("gateway exited with {status}:\n{}", self.log()));
             }
-            if let Ok(mut c) = Conn::open(self.addr) {
-                if let Ok(r) = c.get("/healthz") {
-                    if r.status == 200 {
-                        return;
+            if let Ok(mut c) = Conn::open_as(self.addr, None) {
+                if let Ok(r) = c.get("/readyz") {
+                    // Another test's gateway may hold the port if the bind raced: check the pid.
+                    if r.status == 200 && r.json()["pid"] == self.child.id() {
+                        return Ok(());
                     }
                 }
             }
             thread::sleep(Duration::from_millis(20));
         }
-        panic!("gateway not healthy in time:\n{}", self.log());
+        Err(format!("gateway not ready in time:\n{}", self.log()))
     }
 
     pub fn log(&self) -> String {
@@ -183,13 +256,31 @@ impl Gateway {
         assert!(ok, "kill -{sig} failed");
     }
 
+    /// A connection that sends the test key with every request.
     pub fn conn(&self) -> Conn {
         Conn::open(self.addr).unwrap()
     }
 
-    /// One request on a fresh connection.
+    /// A connection that sends this key (or none).
+    pub fn conn_as(&self, secret: Option<&str>) -> Conn {
+        Conn::open_as(self.addr, secret).unwrap()
+    }
+
+    /// One request with the test key, on a fresh connection.
     pub fn get(&self, path: &str) -> Response {
         self.conn().get(path).unwrap()
+    }
+
+    /// Stops the gateway gracefully (SIGTERM) and hands back its folder.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        self.signal("TERM");
+        assert!(
+            self.wait_exit(Duration::from_secs(15)),
+            "gateway did not stop:\n{}",
+            self.log()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
     }
 
     /// Waits for the process to exit; returns whether it did in time.
@@ -260,15 +351,23 @@ impl Response {
 /// One client connection, reused across requests (keep-alive).
 pub struct Conn {
     reader: BufReader<TcpStream>,
+    /// Sent as `Authorization: Bearer ...` unless a request sets its own.
+    secret: Option<String>,
 }
 
 impl Conn {
+    /// A connection that authenticates with the test key.
     pub fn open(addr: SocketAddr) -> std::io::Result<Conn> {
+        Conn::open_as(addr, Some(TEST_SECRET))
+    }
+
+    pub fn open_as(addr: SocketAddr, secret: Option<&str>) -> std::io::Result<Conn> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         stream.set_nodelay(true)?;
         Ok(Conn {
             reader: BufReader::new(stream),
+            secret: secret.map(str::to_owned),
         })
     }
 
@@ -283,6 +382,12 @@ impl Conn {
         headers: &[(&str, &str)],
     ) -> std::io::Result<Response> {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+        let own_auth = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"));
+        if let (Some(secret), false) = (&self.secret, own_auth) {
+            req.push_str(&format!("Authorization: Bearer {secret}\r\n"));
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }

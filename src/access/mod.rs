@@ -1,0 +1,190 @@
+//! Access control: who is calling (API key, 401), from where (origin, 403), and how much
+//! (monthly quota, 429).
+//!
+//! [`decide`] is the pure part: request headers and a key snapshot in, a [`Principal`] or a
+//! [`Rejection`] out. The quota is asked afterwards, through [`quota::QuotaStore`].
+
+pub mod keys;
+pub mod origin;
+pub mod quota;
+
+use std::sync::Arc;
+
+use keys::{KeyEntry, KeyStore, MAX_TOKEN_LEN};
+use origin::Origin;
+
+/// A caller that passed the key and origin checks.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub key: Arc<KeyEntry>,
+    /// The origin to echo in `Access-Control-Allow-Origin` (keys with origins only).
+    pub allowed_origin: Option<String>,
+}
+
+/// Why a request was refused before reaching its handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// No `Authorization` header (401).
+    MissingKey,
+    /// Malformed, unknown or disabled key (401, `error="invalid_token"`).
+    InvalidKey,
+    /// The key is not authorised for this origin (403); holds what the request said.
+    Forbidden { origin: String },
+}
+
+/// The request headers the decision reads (raw bytes, as received).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credentials<'a> {
+    pub authorization: Option<&'a [u8]>,
+    pub origin: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
+}
+
+/// Key, then origin: the access decision for one request.
+pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Rejection> {
+    let header = creds.authorization.ok_or(Rejection::MissingKey)?;
+    let token = bearer_token(header).ok_or(Rejection::InvalidKey)?;
+    let key = keys.find(token).ok_or(Rejection::InvalidKey)?;
+    if key.disabled {
+        return Err(Rejection::InvalidKey);
+    }
+    let Some(patterns) = &key.origins else {
+        return Ok(Principal {
+            key: key.clone(),
+            allowed_origin: None,
+        });
+    };
+    let (raw, origin) = match (creds.origin, creds.referer) {
+        (Some(o), _) => (
+            o,
+            std::str::from_utf8(o)
+                .ok()
+                .and_then(Origin::from_origin_header),
+        ),
+        (None, Some(r)) => (
+            r,
+            std::str::from_utf8(r).ok().and_then(Origin::from_referer),
+        ),
+        (None, None) => (&b""[..], None),
+    };
+    match origin {
+        Some(origin) if patterns.iter().any(|p| p.matches(&origin)) => Ok(Principal {
+            key: key.clone(),
+            allowed_origin: Some(origin.to_string()),
+        }),
+        _ => Err(Rejection::Forbidden {
+            origin: if raw.is_empty() {
+                "(none)".to_owned()
+            } else {
+                String::from_utf8_lossy(raw).chars().take(200).collect()
+            },
+        }),
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive), if well formed.
+fn bearer_token(header: &[u8]) -> Option<&str> {
+    let header = std::str::from_utf8(header).ok()?;
+    let (scheme, token) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    let token68 = |b: u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b);
+    (!token.is_empty() && token.len() <= MAX_TOKEN_LEN && token.bytes().all(token68))
+        .then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keys::{key_entry_yaml, parse_keys};
+    use std::collections::BTreeMap;
+
+    const SERVER: &str = "drg_server_secret_aaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const WEB: &str = "drg_web_secret_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const OFF: &str = "drg_off_secret_cccccccccccccccccccccccccccccccc";
+
+    fn store() -> KeyStore {
+        let plans: BTreeMap<String, u64> = [("free".to_owned(), 100)].into();
+        let yaml = format!(
+            "keys:\n{}{}{}    disabled: true\n",
+            key_entry_yaml("server", SERVER, "free", &[]),
+            key_entry_yaml("web", WEB, "free", &["https://*.example.com".into()]),
+            key_entry_yaml("off", OFF, "free", &[]),
+        );
+        parse_keys(&yaml, "keys.yaml", &plans).unwrap()
+    }
+
+    fn creds<'a>(
+        auth: Option<&'a str>,
+        origin: Option<&'a str>,
+        referer: Option<&'a str>,
+    ) -> Credentials<'a> {
+        Credentials {
+            authorization: auth.map(str::as_bytes),
+            origin: origin.map(str::as_bytes),
+            referer: referer.map(str::as_bytes),
+        }
+    }
+
+    #[test]
+    fn keys_are_required_well_formed_known_and_enabled() {
+        let s = store();
+        let auth = |h: &str| decide(&s, creds(Some(h), None, None)).map(|p| p.key.id.to_string());
+        assert_eq!(
+            decide(&s, creds(None, None, None)).unwrap_err(),
+            Rejection::MissingKey
+        );
+        assert_eq!(auth(&format!("Bearer {SERVER}")), Ok("server".into()));
+        assert_eq!(auth(&format!("bearer  {SERVER} ")), Ok("server".into()));
+        for bad in [
+            SERVER.to_owned(),
+            format!("Basic {SERVER}"),
+            "Bearer ".to_owned(),
+            "Bearer drg_unknown".to_owned(),
+            format!("Bearer {SERVER}x"),
+            format!("Bearer {OFF}"),
+            format!("Bearer {}", "a".repeat(300)),
+            "Bearer a\"b".to_owned(),
+        ] {
+            assert_eq!(auth(&bad), Err(Rejection::InvalidKey), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origins_are_checked_for_browser_keys_only() {
+        let s = store();
+        let web = format!("Bearer {WEB}");
+        let ok = decide(&s, creds(Some(&web), Some("https://app.example.com"), None)).unwrap();
+        assert_eq!(
+            ok.allowed_origin.as_deref(),
+            Some("https://app.example.com")
+        );
+        let via_referer = decide(
+            &s,
+            creds(Some(&web), None, Some("https://a.example.com/signup")),
+        )
+        .unwrap();
+        assert_eq!(
+            via_referer.allowed_origin.as_deref(),
+            Some("https://a.example.com")
+        );
+        for (origin, referer, shown) in [
+            (Some("https://evil.example"), None, "https://evil.example"),
+            (Some("null"), Some("https://a.example.com/"), "null"),
+            (None, None, "(none)"),
+            (Some("https://example.com"), None, "https://example.com"),
+        ] {
+            assert_eq!(
+                decide(&s, creds(Some(&web), origin, referer)).unwrap_err(),
+                Rejection::Forbidden {
+                    origin: shown.into()
+                }
+            );
+        }
+        let server = format!("Bearer {SERVER}");
+        let any = decide(&s, creds(Some(&server), Some("https://evil.example"), None)).unwrap();
+        assert_eq!(any.allowed_origin, None);
+    }
+}

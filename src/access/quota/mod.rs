@@ -1,0 +1,215 @@
+//! Monthly quotas: calendar-month maths (UTC), the clock, and the `QuotaStore` interface that
+//! the embedded store (and a shared one) implement.
+
+pub mod local;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Datelike, TimeZone, Utc};
+
+/// A calendar month in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Month {
+    pub year: i32,
+    /// 1..=12
+    pub month: u32,
+}
+
+impl Month {
+    pub fn containing(t: DateTime<Utc>) -> Month {
+        Month {
+            year: t.year(),
+            month: t.month(),
+        }
+    }
+
+    /// Months since year 0: a compact, ordered id.
+    pub fn index(self) -> u32 {
+        (self.year.max(0) as u32) * 12 + (self.month - 1)
+    }
+
+    pub fn from_index(index: u32) -> Month {
+        Month {
+            year: (index / 12) as i32,
+            month: index % 12 + 1,
+        }
+    }
+
+    pub fn start(self) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(self.year, self.month, 1, 0, 0, 0)
+            .single()
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+
+    pub fn next(self) -> Month {
+        Month::from_index(self.index() + 1)
+    }
+
+    /// The instant the quota resets: 00:00 UTC on the 1st of the next month.
+    pub fn reset_at(self) -> DateTime<Utc> {
+        self.next().start()
+    }
+
+    /// Length of the month in seconds.
+    pub fn seconds(self) -> i64 {
+        (self.reset_at() - self.start()).num_seconds()
+    }
+
+    /// `YYYY-MM`, as in state files and Redis keys.
+    pub fn label(self) -> String {
+        format!("{:04}-{:02}", self.year, self.month)
+    }
+
+    pub fn parse_label(s: &str) -> Option<Month> {
+        let (y, m) = s.split_once('-')?;
+        let month: u32 = m.parse().ok()?;
+        (1..=12).contains(&month).then_some(Month {
+            year: y.parse().ok()?,
+            month,
+        })
+    }
+}
+
+/// Where a key stands in its month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub used: u64,
+    pub limit: u64,
+    pub month: Month,
+    pub now: DateTime<Utc>,
+}
+
+impl Usage {
+    pub fn remaining(&self) -> u64 {
+        self.limit.saturating_sub(self.used)
+    }
+
+    pub fn reset_at(&self) -> DateTime<Utc> {
+        self.month.reset_at()
+    }
+
+    /// Seconds until the reset, at least 1.
+    pub fn seconds_to_reset(&self) -> i64 {
+        (self.reset_at() - self.now).num_seconds().max(1)
+    }
+
+    /// ISO-8601 UTC, e.g. `2026-12-01T00:00:00Z`.
+    pub fn reset_at_iso(&self) -> String {
+        self.reset_at().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    /// `RateLimit-Policy` (IETF httpapi draft): the monthly quota and its window in seconds.
+    pub fn policy_header(&self) -> String {
+        format!("\"monthly\";q={};w={}", self.limit, self.month.seconds())
+    }
+
+    /// `RateLimit`: what remains and when it resets.
+    pub fn ratelimit_header(&self) -> String {
+        format!(
+            "\"monthly\";r={};t={}",
+            self.remaining(),
+            self.seconds_to_reset()
+        )
+    }
+}
+
+/// The outcome of counting one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consumed {
+    /// Counted; `used` includes this call.
+    Allowed(Usage),
+    /// Not counted: the month's quota is used up.
+    Exceeded(Usage),
+}
+
+/// A store failure (the embedded store has none; a networked one may).
+#[derive(Debug, thiserror::Error)]
+#[error("quota store: {0}")]
+pub struct QuotaError(pub String);
+
+/// Counts calls per key and calendar month.
+#[async_trait]
+pub trait QuotaStore: Send + Sync {
+    /// Counts one call if the key is under `limit` this month, atomically.
+    async fn consume(
+        &self,
+        key_id: &str,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError>;
+
+    /// The key's usage this month, counting nothing.
+    async fn usage(
+        &self,
+        key_id: &str,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Usage, QuotaError>;
+}
+
+/// The time the quota is counted in. Injected so month rollovers are testable.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// Real time, optionally shifted by a fixed offset (for testing rollovers end to end).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock {
+    pub offset: chrono::Duration,
+}
+
+impl SystemClock {
+    /// A clock that reads `start` now and runs at real speed from there.
+    pub fn starting_at(start: DateTime<Utc>) -> Self {
+        SystemClock {
+            offset: start - Utc::now(),
+        }
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + self.offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn months_are_utc_calendar_months() {
+        let m = Month::containing(t("2026-02-14T10:00:00Z"));
+        assert_eq!(m.label(), "2026-02");
+        assert_eq!(m.seconds(), 28 * 86_400);
+        assert_eq!(m.reset_at(), t("2026-03-01T00:00:00Z"));
+        assert_eq!(
+            Month::containing(t("2028-02-29T23:59:59Z")).seconds(),
+            29 * 86_400
+        );
+        let dec = Month::containing(t("2026-12-31T23:59:59Z"));
+        assert_eq!(dec.next().label(), "2027-01");
+        assert_eq!(Month::from_index(dec.index()), dec);
+        assert_eq!(Month::parse_label("2026-12"), Some(dec));
+        assert_eq!(Month::parse_label("2026-13"), None);
+    }
+
+    #[test]
+    fn usage_renders_the_draft_headers() {
+        let now = t("2026-11-30T23:00:00Z");
+        let u = Usage {
+            used: 40,
+            limit: 100,
+            month: Month::containing(now),
+            now,
+        };
+        assert_eq!(u.policy_header(), "\"monthly\";q=100;w=2592000");
+        assert_eq!(u.ratelimit_header(), "\"monthly\";r=60;t=3600");
+        assert_eq!(u.reset_at_iso(), "2026-12-01T00:00:00Z");
+        let over = Usage { used: 120, ..u };
+        assert_eq!(over.remaining(), 0);
+    }
+}
