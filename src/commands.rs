@@ -16,9 +16,11 @@ use crate::access::quota::local::LocalStore;
 use crate::access::quota::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::data_files::{log_conflicts, summary, DataSources};
-use crate::domain::{classify, DomainName, TableRule};
+use crate::domain::classify::{classify_match, wants_mx};
+use crate::domain::{DomainName, TableRule};
 use crate::gateway::{Gateway, Shared};
 use crate::lifecycle::{Draining, DrainingShutdown};
+use crate::mx::resolver::MxResolver;
 use crate::reload::Reloader;
 
 /// A boxed error for command results: each carries its own context.
@@ -75,11 +77,17 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
     let quota = Arc::new(LocalStore::open(&settings.gateway.quota.state_file)?);
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
 
+    let mx = if settings.gateway.mx.enabled {
+        Some(Arc::new(MxResolver::new(&settings.gateway.mx)?))
+    } else {
+        None
+    };
     let shared = Shared {
         table: Arc::new(ArcSwap::from_pointee(table)),
         keys: Arc::new(ArcSwap::from_pointee(keys)),
         quota: quota.clone(),
         clock,
+        mx,
         draining: Draining::default(),
     };
     let gateway = &settings.gateway;
@@ -178,12 +186,26 @@ pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     ))
 }
 
-/// `lookup <domain>`: the record and the rule that decided it, without a server.
+/// `lookup <domain>`: the record, the rule that decided it and the MX evidence, without a server.
 pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
     let table = DataSources::from_config(&settings.gateway).build()?;
     let name = DomainName::parse(domain).map_err(|e| format!("'{domain}': {e}"))?;
-    let verdict = classify(&table, &name);
+    let found = table.lookup(&name);
+    let mx = &settings.gateway.mx;
+    let evidence = if mx.enabled && wants_mx(&found) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let resolver = Arc::new(MxResolver::new(mx)?);
+        // No request is waiting here: give DNS its full query timeout, not the request budget.
+        let (evidence, state) =
+            runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout()));
+        Some((evidence, state))
+    } else {
+        None
+    };
+    let verdict = classify_match(&table, &name, found, evidence.as_ref().map(|(e, _)| &**e));
     let rule = match verdict.rule {
         TableRule::Allowlist { at } if at == name.as_str() => "allowlist".to_owned(),
         TableRule::Allowlist { at } => format!("allowlist, via parent domain {at}"),
@@ -195,7 +217,28 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
         TableRule::Unknown => "no entry (default)".to_owned(),
     };
     let record = serde_json::to_string_pretty(&verdict.record)?;
-    Ok(format!("{record}\nrule: {rule}"))
+    let mut out = format!("{record}\nrule: {rule}");
+    match &evidence {
+        None if !mx.enabled => out.push_str("\nmx: lookups disabled (gateway.mx.enabled)"),
+        None => out.push_str("\nmx: not needed (the table decided)"),
+        Some((e, state)) => {
+            out.push_str(&format!(
+                "\nmx: {} ({state:?})",
+                serde_json::to_string(&**e)?
+            ));
+            for h in e.hosts() {
+                out.push_str(&format!("\n  {:>5} {}", h.preference, h.host));
+            }
+            match &verdict.provider {
+                Some(p) => out.push_str(&format!(
+                    "\nprovider: {} ({:?}), host {} matched {}",
+                    p.label, p.kind, p.host, p.pattern
+                )),
+                None => out.push_str("\nprovider: not recognised"),
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `key new`: a new secret (printed once) and its keys-file entry, printed or appended.

@@ -41,6 +41,8 @@ pub struct GatewayConfig {
     pub access: AccessConfig,
     /// Where monthly counts are kept.
     pub quota: QuotaConfig,
+    /// DNS lookups of MX records.
+    pub mx: MxConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
     pub drain_seconds: u64,
@@ -56,6 +58,7 @@ impl Default for GatewayConfig {
             reload: ReloadConfig::default(),
             access: AccessConfig::default(),
             quota: QuotaConfig::default(),
+            mx: MxConfig::default(),
             drain_seconds: 2,
         }
     }
@@ -219,6 +222,56 @@ impl Default for QuotaConfig {
 impl QuotaConfig {
     pub fn flush_interval(&self) -> Duration {
         Duration::from_millis(self.flush_interval_ms)
+    }
+}
+
+/// DNS lookups of a domain's MX records (for `undeliverable`, provider labels, corporate mail).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MxConfig {
+    /// Look MX records up for domains the table does not decide.
+    pub enabled: bool,
+    /// DNS servers as `ip:port`; empty: the system's (`/etc/resolv.conf`).
+    pub servers: Vec<String>,
+    /// How long a request waits for DNS, in milliseconds; then it is answered from what is known
+    /// and the lookup finishes in the background.
+    pub budget_ms: u64,
+    /// Timeout of one DNS query, in milliseconds.
+    pub query_timeout_ms: u64,
+    /// Cached domains at most.
+    pub cache_entries: usize,
+    /// Cache lifetime bounds for answers, in seconds (record TTLs are clamped to them).
+    pub min_ttl_seconds: u64,
+    pub max_ttl_seconds: u64,
+    /// Upper bound for negative answers (NXDOMAIN, no records), in seconds.
+    pub negative_max_ttl_seconds: u64,
+    /// How long a failed lookup (SERVFAIL, timeout) is remembered, in seconds.
+    pub failure_ttl_seconds: u64,
+}
+
+impl Default for MxConfig {
+    fn default() -> Self {
+        MxConfig {
+            enabled: true,
+            servers: Vec::new(),
+            budget_ms: 250,
+            query_timeout_ms: 2_000,
+            cache_entries: 100_000,
+            min_ttl_seconds: 60,
+            max_ttl_seconds: 86_400,
+            negative_max_ttl_seconds: 3_600,
+            failure_ttl_seconds: 30,
+        }
+    }
+}
+
+impl MxConfig {
+    pub fn budget(&self) -> Duration {
+        Duration::from_millis(self.budget_ms)
+    }
+
+    pub fn query_timeout(&self) -> Duration {
+        Duration::from_millis(self.query_timeout_ms)
     }
 }
 
@@ -427,6 +480,29 @@ impl GatewayConfig {
                 "gateway.quota.flush_interval_ms: {} is outside 100..=1000",
                 self.quota.flush_interval_ms
             ));
+        }
+        for server in &self.mx.servers {
+            if server.parse::<SocketAddr>().is_err() {
+                out.push(format!("gateway.mx.servers: '{server}' is not ip:port"));
+            }
+        }
+        if !(1..=10_000).contains(&self.mx.budget_ms) {
+            out.push(format!(
+                "gateway.mx.budget_ms: {} is outside 1..=10000",
+                self.mx.budget_ms
+            ));
+        }
+        if !(1..=30_000).contains(&self.mx.query_timeout_ms) {
+            out.push(format!(
+                "gateway.mx.query_timeout_ms: {} is outside 1..=30000",
+                self.mx.query_timeout_ms
+            ));
+        }
+        if self.mx.cache_entries == 0 {
+            out.push("gateway.mx.cache_entries: must be at least 1".to_owned());
+        }
+        if self.mx.min_ttl_seconds > self.mx.max_ttl_seconds {
+            out.push("gateway.mx.min_ttl_seconds: larger than max_ttl_seconds".to_owned());
         }
         if self.access.plans.is_empty() {
             out.push("gateway.access.plans: at least one plan is needed".to_owned());

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::config::GatewayConfig;
+use crate::domain::providers::ProviderTable;
 use crate::domain::sources::{add_domain_list, add_records, SourceError};
 use crate::domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
 
@@ -14,6 +15,7 @@ pub const DISPOSABLE_FILE: &str = "disposable.txt";
 pub const ALLOWLIST_FILE: &str = "allowlist.txt";
 pub const FREE_PROVIDERS_FILE: &str = "free_providers.txt";
 pub const RECORDS_FILE: &str = "domains.csv";
+pub const MX_PROVIDERS_FILE: &str = "mx_providers.csv";
 
 /// Why a table could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +96,9 @@ impl DataSources {
         if let Some((path, text)) = self.read_optional(RECORDS_FILE)? {
             add_records(&mut builder, &text, &path.display().to_string())?;
         }
+        if let Some((path, text)) = self.read_optional(MX_PROVIDERS_FILE)? {
+            builder.set_providers(ProviderTable::parse(&text, &path.display().to_string())?);
+        }
         let table = builder.build(self.scores);
         log::debug!("table built in {:?}", started.elapsed());
         Ok(table)
@@ -125,12 +130,13 @@ fn add_builtin_disposable(builder: &mut TableBuilder) -> usize {
 pub fn summary(table: &DomainTable) -> String {
     let s = table.stats();
     format!(
-        "{} names ({} disposable, {} allowlisted, {} free providers, {} records; {} conflicts resolved, {} public suffixes skipped)",
+        "{} names ({} disposable, {} allowlisted, {} free providers, {} records, {} MX provider patterns; {} conflicts resolved, {} public suffixes skipped)",
         table.len(),
         s.disposable,
         s.allow,
         s.free_providers,
         s.records,
+        table.providers().len(),
         s.conflicts.len(),
         s.skipped_public_suffixes
     )

@@ -28,10 +28,12 @@ use crate::access::keys::KeyStore;
 use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::config::UpstreamConfig;
+use crate::domain::classify::wants_mx;
 use crate::domain::target::screen_target;
 use crate::domain::{classify, DomainName, DomainTable, FlaggedEntry};
 use crate::http::{write, Answer, ApiError};
 use crate::lifecycle::Draining;
+use crate::mx::resolver::MxResolver;
 use crate::route::{route, Route, RouteError};
 
 const X_REQUEST_ID: &str = "x-request-id";
@@ -47,6 +49,7 @@ pub struct Gateway {
     keys: Arc<ArcSwap<KeyStore>>,
     quota: Arc<dyn QuotaStore>,
     clock: Arc<dyn Clock>,
+    mx: Option<Arc<MxResolver>>,
     draining: Draining,
     upstream: HttpPeer,
     request_ids: RequestIds,
@@ -58,6 +61,8 @@ pub struct Shared {
     pub keys: Arc<ArcSwap<KeyStore>>,
     pub quota: Arc<dyn QuotaStore>,
     pub clock: Arc<dyn Clock>,
+    /// `None` when MX lookups are disabled.
+    pub mx: Option<Arc<MxResolver>>,
     pub draining: Draining,
 }
 
@@ -80,6 +85,7 @@ impl Gateway {
             keys: shared.keys,
             quota: shared.quota,
             clock: shared.clock,
+            mx: shared.mx,
             draining: shared.draining,
             upstream: upstream_peer(upstream),
             request_ids: RequestIds::new(),
@@ -110,7 +116,7 @@ impl Gateway {
             Route::Ready => Some(self.readiness(session)),
             Route::Preflight => Some(preflight(session)),
             Route::Usage => Some(self.usage(ctx)),
-            Route::Domain { raw } => Some(self.domain(raw)),
+            Route::Domain { raw } => Some(self.domain(raw).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
             Route::Check { raw } => match decode(raw)
                 .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
@@ -204,15 +210,21 @@ impl Gateway {
         }
     }
 
-    fn domain(&self, raw: &str) -> Answer {
+    async fn domain(&self, raw: &str) -> Answer {
         let name = match decode(raw)
             .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
         {
             Ok(name) => name,
             Err(e) => return e.into(),
         };
+        // The table guard is not held across the DNS wait.
+        let wants = self.mx.is_some() && wants_mx(&self.table.load().lookup(&name));
+        let evidence = match (&self.mx, wants) {
+            (Some(mx), true) => Some(mx.evidence(name.as_str()).await.0),
+            _ => None,
+        };
         let table = self.table.load();
-        let verdict = classify(&table, &name);
+        let verdict = classify(&table, &name, evidence.as_deref());
         Answer::json(StatusCode::OK, &verdict.record)
     }
 

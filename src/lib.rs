@@ -6,6 +6,7 @@
 //! - [`config`]: typed settings; [`data_files`]: the table's files on disk;
 //! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
+//! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
 //! - [`commands`]: what the CLI subcommands do.
 
 pub mod access;
@@ -16,5 +17,6 @@ pub mod domain;
 pub mod gateway;
 pub mod http;
 pub mod lifecycle;
+pub mod mx;
 pub mod reload;
 pub mod route;

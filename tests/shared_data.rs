@@ -46,7 +46,10 @@ fn community_blocklist_and_allowlist_load_and_classify() {
 
     let first = block.lines().next().unwrap();
     let name = DomainName::parse(&format!("deep.sub.{first}")).unwrap();
-    assert_eq!(classify(&table, &name).record.reason, Reason::Disposable);
+    assert_eq!(
+        classify(&table, &name, None).record.reason,
+        Reason::Disposable
+    );
     for line in block.lines().filter(|l| l.contains("xn--")) {
         let name = DomainName::parse(line).unwrap();
         assert_eq!(
@@ -54,10 +57,13 @@ fn community_blocklist_and_allowlist_load_and_classify() {
             line,
             "punycode entries are canonical already"
         );
-        assert_eq!(classify(&table, &name).record.reason, Reason::Disposable);
+        assert_eq!(
+            classify(&table, &name, None).record.reason,
+            Reason::Disposable
+        );
     }
     let allowed = DomainName::parse(allow.lines().next().unwrap()).unwrap();
-    assert_eq!(classify(&table, &allowed).record.reason, Reason::Safe);
+    assert_eq!(classify(&table, &allowed, None).record.reason, Reason::Safe);
 }
 
 #[test]
@@ -102,7 +108,7 @@ fn free_list_wins_over_the_blocklist_where_they_overlap() {
     assert_eq!(conflicts.len(), 10, "{conflicts:?}");
     for c in conflicts {
         let name = DomainName::parse(&c.domain).unwrap();
-        let v = classify(&table, &name);
+        let v = classify(&table, &name, None);
         assert_eq!(v.record.reason, Reason::Safe, "{}", c.domain);
         assert!(v.record.is_free_provider);
     }

@@ -5,9 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::mail::{MxEvidence, ProviderKind};
 use super::name::DomainName;
+use super::providers::ProviderMatch;
 use super::record::{Reason, RiskRecord, RiskScore, MAX_SCORE};
-use super::table::{DomainTable, TableRule};
+use super::table::{DomainTable, TableMatch, TableRule};
 
 /// Risk score per outcome. Bands: 0-29 safe, 30-49 low, 50-79 high, 80-99 very likely
 /// disposable, 100 confirmed on a blocklist.
@@ -28,6 +30,12 @@ pub struct Scores {
     pub free_provider: RiskScore,
     /// Nothing known against the name.
     pub unknown: RiskScore,
+    /// Mail is handled by a host dedicated to disposable mail (MX evidence).
+    pub disposable_mx: RiskScore,
+    /// Mail goes through a forwarding service that throwaway domains also use (MX evidence).
+    pub forwarder_mx: RiskScore,
+    /// A professional mail set-up: business mailbox provider, security gateway or own hosts.
+    pub corporate: RiskScore,
 }
 
 impl Default for Scores {
@@ -40,6 +48,9 @@ impl Default for Scores {
             allowlisted: 5,
             free_provider: 10,
             unknown: 20,
+            disposable_mx: 90,
+            forwarder_mx: 35,
+            corporate: 8,
         }
     }
 }
@@ -56,11 +67,13 @@ impl Scores {
             ("disposable_subdomain", self.disposable_subdomain),
             ("undeliverable", self.undeliverable),
             ("role_account", self.role_account),
+            ("disposable_mx", self.disposable_mx),
         ];
         let safe = [
             ("allowlisted", self.allowlisted),
             ("free_provider", self.free_provider),
             ("unknown", self.unknown),
+            ("corporate", self.corporate),
         ];
         for (field, v) in flagged {
             if !(SAFE_BAND_MAX + 1..=MAX_SCORE).contains(&v) {
@@ -76,6 +89,12 @@ impl Scores {
                 ));
             }
         }
+        if self.forwarder_mx > 49 {
+            out.push(format!(
+                "scores.forwarder_mx: {} is outside 0..=49 (evidence alone never flags)",
+                self.forwarder_mx
+            ));
+        }
         out
     }
 }
@@ -85,12 +104,71 @@ impl Scores {
 pub struct Verdict<'a> {
     pub record: RiskRecord<'a>,
     pub rule: TableRule<'a>,
+    /// The recognised MX provider, when MX evidence was used.
+    pub provider: Option<ProviderMatch<'a>>,
 }
 
-/// Classifies `name` from what `table` knows.
-pub fn classify<'a>(table: &'a DomainTable, name: &'a DomainName) -> Verdict<'a> {
+/// Whether MX evidence can change the answer for a table match: only names the table leaves
+/// open (unknown or allowlisted) are worth a DNS lookup.
+pub fn wants_mx(found: &TableMatch<'_>) -> bool {
+    matches!(found.rule, TableRule::Unknown | TableRule::Allowlist { .. })
+}
+
+/// Classifies `name` from what `table` knows and, optionally, its MX evidence.
+pub fn classify<'a>(
+    table: &'a DomainTable,
+    name: &'a DomainName,
+    mx: Option<&MxEvidence>,
+) -> Verdict<'a> {
+    classify_match(table, name, table.lookup(name), mx)
+}
+
+/// Classifies a table match (from [`DomainTable::lookup`]) with optional MX evidence.
+pub fn classify_match<'a>(
+    table: &'a DomainTable,
+    name: &'a DomainName,
+    found: TableMatch<'a>,
+    mx: Option<&MxEvidence>,
+) -> Verdict<'a> {
     let scores = table.scores();
-    let found = table.lookup(name);
+    let base = classify_table(scores, name, &found);
+    let mx = mx.filter(|_| wants_mx(&found));
+    let Some(evidence) = mx else {
+        return base;
+    };
+    let provider = table.providers().recognise(evidence.hosts());
+    let mut v = base;
+    let kind = provider.as_ref().map(|p| p.kind);
+    if let Some(p) = &provider {
+        v.record.mx_provider_label = Some(p.label);
+    }
+    let professional = matches!(evidence, MxEvidence::Hosts(_))
+        && matches!(
+            kind,
+            None | Some(ProviderKind::Mailbox) | Some(ProviderKind::SecurityGateway)
+        );
+    if let TableRule::Unknown = found.rule {
+        if evidence.is_undeliverable() {
+            (v.record.reason, v.record.risk_score) = (Reason::Undeliverable, scores.undeliverable);
+        } else if kind == Some(ProviderKind::Disposable) {
+            (v.record.reason, v.record.risk_score) = (Reason::Disposable, scores.disposable_mx);
+        } else if kind == Some(ProviderKind::Forwarder) {
+            v.record.risk_score = scores.forwarder_mx;
+        } else if professional {
+            v.record.risk_score = scores.corporate;
+        }
+    }
+    v.record.is_corporate_email =
+        professional && !v.record.is_free_provider && v.record.reason == Reason::Safe;
+    v.provider = provider;
+    v
+}
+
+fn classify_table<'a>(
+    scores: &Scores,
+    name: &'a DomainName,
+    found: &TableMatch<'a>,
+) -> Verdict<'a> {
     let (reason, risk_score) = match found.rule {
         TableRule::Allowlist { .. } => match found.record {
             Some(rec) if rec.reason == Reason::Safe => (Reason::Safe, rec.risk_score),
@@ -114,6 +192,7 @@ pub fn classify<'a>(table: &'a DomainTable, name: &'a DomainName) -> Verdict<'a>
             mx_provider_label: found.record.and_then(|r| r.mx_provider_label.as_deref()),
         },
         rule: found.rule,
+        provider: None,
     }
 }
 
@@ -161,7 +240,7 @@ mod tests {
         let s = Scores::default();
         let check = |q: &str, reason, score, free| {
             let name = n(q);
-            let v = classify(&t, &name);
+            let v = classify(&t, &name, None);
             assert_eq!(v.record.reason, reason, "{q}");
             assert_eq!(v.record.risk_score, score, "{q}");
             assert_eq!(v.record.is_free_provider, free, "{q}");
@@ -185,9 +264,83 @@ mod tests {
         let t = sample();
         let name = n("corp.example");
         assert_eq!(
-            classify(&t, &name).record.mx_provider_label,
+            classify(&t, &name, None).record.mx_provider_label,
             Some("Google Workspace")
         );
+    }
+
+    #[test]
+    fn mx_evidence_only_decides_what_the_table_leaves_open() {
+        use crate::domain::mail::MxHost;
+        use crate::domain::providers::ProviderTable;
+        let mut b = TableBuilder::new();
+        b.add(&n("mailinator.com"), ListKind::Disposable);
+        b.add(&n("gmail.com"), ListKind::FreeProvider);
+        b.set_providers(
+            ProviderTable::parse(
+                "match,pattern,label,kind\nsuffix,google.com,Google Workspace,mailbox\nsuffix,yopmail.com,Yopmail,disposable\n",
+                "p",
+            )
+            .unwrap(),
+        );
+        let t = b.build(Scores::default());
+        let s = Scores::default();
+        let hosts = |h: &str| {
+            MxEvidence::Hosts(vec![MxHost {
+                preference: 1,
+                host: h.into(),
+            }])
+        };
+        let run = |q: &str, e: MxEvidence| {
+            let name = n(q);
+            let v = classify(&t, &name, Some(&e));
+            (
+                v.record.reason,
+                v.record.risk_score,
+                v.record.is_corporate_email,
+                v.record.mx_provider_label.map(str::to_owned),
+            )
+        };
+        assert_eq!(
+            run("corp.example", hosts("aspmx.l.google.com")),
+            (
+                Reason::Safe,
+                s.corporate,
+                true,
+                Some("Google Workspace".into())
+            )
+        );
+        assert_eq!(
+            run("corp.example", hosts("mx.corp.example")),
+            (Reason::Safe, s.corporate, true, None)
+        );
+        assert_eq!(
+            run("x.example", hosts("mx.yopmail.com")),
+            (
+                Reason::Disposable,
+                s.disposable_mx,
+                false,
+                Some("Yopmail".into())
+            )
+        );
+        assert_eq!(
+            run("x.example", MxEvidence::NullMx),
+            (Reason::Undeliverable, s.undeliverable, false, None)
+        );
+        assert_eq!(
+            run("x.example", MxEvidence::Unknown),
+            (Reason::Safe, s.unknown, false, None)
+        );
+        assert_eq!(
+            run("x.example", MxEvidence::AddressOnly),
+            (Reason::Safe, s.unknown, false, None)
+        );
+        // The table decided: evidence is ignored.
+        assert_eq!(
+            run("mailinator.com", MxEvidence::NullMx).0,
+            Reason::Disposable
+        );
+        assert_eq!(run("gmail.com", MxEvidence::NoDomain).0, Reason::Safe);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! Nothing here does I/O or knows about Pingora, so all of it is unit-tested directly.
 
 pub mod classify;
+pub mod mail;
 pub mod name;
+pub mod providers;
 pub mod record;
 pub mod sources;
 pub mod table;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::classify::Scores;
 use super::name::DomainName;
+use super::providers::ProviderTable;
 use super::record::{FlaggedEntry, Reason, RiskScore};
 
 /// Which list a plain domain entry comes from.
@@ -103,6 +104,7 @@ pub struct DomainTable {
     records: Vec<ExplicitRecord>,
     top: Vec<FlaggedEntry>,
     scores: Scores,
+    providers: ProviderTable,
     stats: TableStats,
 }
 
@@ -167,6 +169,11 @@ impl DomainTable {
         &self.scores
     }
 
+    /// Mail providers, to recognise MX hosts.
+    pub fn providers(&self) -> &ProviderTable {
+        &self.providers
+    }
+
     pub fn stats(&self) -> &TableStats {
         &self.stats
     }
@@ -192,6 +199,7 @@ pub struct TableBuilder {
     entries: HashMap<Box<str>, Entry>,
     records: Vec<ExplicitRecord>,
     record_names: Vec<Box<str>>,
+    providers: ProviderTable,
     stats: TableStats,
 }
 
@@ -215,6 +223,11 @@ impl TableBuilder {
             return;
         }
         self.entry(name).flags |= kind.bit();
+    }
+
+    /// Sets the mail provider patterns.
+    pub fn set_providers(&mut self, providers: ProviderTable) {
+        self.providers = providers;
     }
 
     /// Adds an explicit record for exactly `name`.
@@ -280,6 +293,7 @@ impl TableBuilder {
             records: self.records,
             top,
             scores,
+            providers: self.providers,
             stats,
         }
     }

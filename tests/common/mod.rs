@@ -41,6 +41,7 @@ pub struct GatewayBuilder {
     plans: BTreeMap<String, u64>,
     env: Vec<(String, String)>,
     dir: Option<tempfile::TempDir>,
+    dns: Option<SocketAddr>,
 }
 
 impl Default for GatewayBuilder {
@@ -59,6 +60,7 @@ impl Default for GatewayBuilder {
             plans: [("test".to_owned(), 1_000_000)].into(),
             env: Vec::new(),
             dir: None,
+            dns: None,
         }
     }
 }
@@ -89,6 +91,12 @@ impl GatewayBuilder {
     /// An environment variable for the gateway process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Turn MX lookups on, against this DNS server.
+    pub fn dns(mut self, addr: SocketAddr) -> Self {
+        self.dns = Some(addr);
         self
     }
 
@@ -153,10 +161,16 @@ impl GatewayBuilder {
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
-                 \x20 quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n{extra}",
+                 \x20 quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n{mx}{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
                 p = plans.join(", "),
+                mx = match self.dns {
+                    Some(addr) => format!(
+                        "  mx:\n    servers: [\"{addr}\"]\n    budget_ms: 300\n    query_timeout_ms: 1500\n    min_ttl_seconds: 1\n    failure_ttl_seconds: 1\n"
+                    ),
+                    None => "  mx:\n    enabled: false\n".to_owned(),
+                },
             ),
         )
         .unwrap();

@@ -1,0 +1,213 @@
+//! MX intelligence end to end: the gateway against a real DNS server on loopback.
+
+mod common;
+#[path = "common/dns.rs"]
+mod dns;
+
+use common::*;
+use dns::{black_hole, DnsServer, Zone};
+use hickory_proto::rr::RecordType;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn zones() -> HashMap<String, Zone> {
+    let mx = |list: &[(u16, &str)], ttl| Zone {
+        mx: list.iter().map(|(p, h)| (*p, h.to_string())).collect(),
+        a: None,
+        ttl,
+    };
+    let mut z = HashMap::new();
+    z.insert(
+        "workspace.test".into(),
+        mx(
+            &[(5, "alt1.aspmx.l.google.com"), (1, "aspmx.l.google.com")],
+            2,
+        ),
+    );
+    z.insert(
+        "m365.test".into(),
+        mx(&[(0, "m365-test.mail.protection.outlook.com")], 300),
+    );
+    z.insert("nullmx.test".into(), mx(&[(0, ".")], 300));
+    z.insert(
+        "selfhosted.test".into(),
+        mx(&[(10, "mail.selfhosted.test")], 300),
+    );
+    z.insert(
+        "dispo-mx.test".into(),
+        mx(&[(10, "mx1.mailinator.com")], 300),
+    );
+    z.insert(
+        "forwarded.test".into(),
+        mx(&[(10, "mx1.improvmx.com")], 300),
+    );
+    z.insert(
+        "gmail-consumer.test".into(),
+        mx(&[(5, "gmail-smtp-in.l.google.com")], 300),
+    );
+    z.insert(
+        "aonly.test".into(),
+        Zone {
+            mx: vec![],
+            a: Some(Ipv4Addr::new(192, 0, 2, 1)),
+            ttl: 300,
+        },
+    );
+    z.insert("nomail.test".into(), mx(&[], 300));
+    z
+}
+
+fn providers() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mx_providers.csv"
+    ))
+    .unwrap()
+}
+
+fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
+    let r = gw.get(&format!("/v1/public/domain/{domain}"));
+    assert_eq!(r.status, 200, "{domain}");
+    r.json()
+}
+
+#[test]
+fn mail_setups_are_classified_from_dns() {
+    let server = DnsServer::start(zones());
+    let gw = Gateway::builder()
+        .dns(server.addr)
+        .data("mx_providers.csv", &providers())
+        .start();
+    // (domain, reason, label, corporate)
+    let cases: [(&str, &str, Option<&str>, bool); 9] = [
+        ("workspace.test", "safe", Some("Google Workspace"), true),
+        ("m365.test", "safe", Some("Microsoft 365"), true),
+        ("selfhosted.test", "safe", None, true),
+        ("nullmx.test", "undeliverable", None, false),
+        ("does-not-exist.test", "undeliverable", None, false),
+        ("nomail.test", "undeliverable", None, false),
+        ("aonly.test", "safe", None, false),
+        ("dispo-mx.test", "disposable", Some("Mailinator"), false),
+        ("gmail-consumer.test", "safe", Some("Gmail"), false),
+    ];
+    for (domain, reason, label, corporate) in cases {
+        let r = record(&gw, domain);
+        assert_eq!(r["reason"], reason, "{domain}: {r}");
+        assert_eq!(r["mx_provider_label"].as_str(), label, "{domain}: {r}");
+        assert_eq!(r["is_corporate_email"], corporate, "{domain}: {r}");
+    }
+    let s = record(&gw, "nullmx.test");
+    assert_eq!(s["risk_score"], 90);
+    // A forwarder raises the score but never flags on its own.
+    let f = record(&gw, "forwarded.test");
+    assert_eq!(f["reason"], "safe");
+    assert_eq!(f["mx_provider_label"], "ImprovMX");
+    assert!(
+        f["risk_score"].as_u64().unwrap()
+            > record(&gw, "aonly.test")["risk_score"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn answers_are_cached_until_their_ttl_passes() {
+    let server = DnsServer::start(zones());
+    let gw = Gateway::builder().dns(server.addr).start();
+    record(&gw, "workspace.test");
+    record(&gw, "workspace.test");
+    record(&gw, "m365.test");
+    record(&gw, "m365.test");
+    assert_eq!(server.count("workspace.test", RecordType::MX), 1);
+    assert_eq!(server.count("m365.test", RecordType::MX), 1);
+    // Negative answers are cached too (RFC 2308).
+    record(&gw, "does-not-exist.test");
+    record(&gw, "does-not-exist.test");
+    assert_eq!(server.count("does-not-exist.test", RecordType::MX), 1);
+    // workspace.test has a 2 s TTL: after it, one new query.
+    thread::sleep(Duration::from_millis(2300));
+    record(&gw, "workspace.test");
+    assert_eq!(server.count("workspace.test", RecordType::MX), 2);
+    assert_eq!(server.count("m365.test", RecordType::MX), 1);
+}
+
+#[test]
+fn concurrent_lookups_of_one_name_send_one_query() {
+    let server = DnsServer::start(zones());
+    let gw = Gateway::builder().dns(server.addr).start();
+    let addr = gw.addr;
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            thread::spawn(move || {
+                let r = Conn::open(addr)
+                    .unwrap()
+                    .get("/v1/public/domain/selfhosted.test")
+                    .unwrap();
+                assert_eq!(r.status, 200);
+                r.json()["is_corporate_email"].as_bool().unwrap()
+            })
+        })
+        .collect();
+    let corporate = clients
+        .into_iter()
+        .map(|c| c.join().unwrap())
+        .filter(|c| *c)
+        .count();
+    assert_eq!(server.count("selfhosted.test", RecordType::MX), 1);
+    // Requests that arrived within the budget all got the evidence.
+    assert!(corporate > 0);
+}
+
+#[test]
+fn a_dead_dns_server_costs_at_most_the_budget_and_fails_open() {
+    let gw = Gateway::builder().dns(black_hole()).start();
+    let started = Instant::now();
+    let r = record(&gw, "whatever.test");
+    let took = started.elapsed();
+    assert_eq!(r["reason"], "safe");
+    assert_eq!(r["mx_provider_label"], serde_json::Value::Null);
+    assert_eq!(r["is_corporate_email"], false);
+    // budget_ms is 300 in the test config.
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    // Table hits never wait for DNS.
+    let gw2 = Gateway::builder()
+        .dns(black_hole())
+        .data("disposable.txt", "listed.test\n")
+        .start();
+    let started2 = Instant::now();
+    assert_eq!(record(&gw2, "listed.test")["reason"], "disposable");
+    assert!(started2.elapsed() < Duration::from_millis(200));
+}
+
+#[test]
+fn lookup_shows_the_mx_evidence() {
+    let server = DnsServer::start(zones());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/mx_providers.csv"), providers()).unwrap();
+    std::fs::write(dir.path().join("keys.yaml"), "keys: []\n").unwrap();
+    let conf = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &conf,
+        format!(
+            "gateway:\n  data: {{ dir: data, builtin_disposable: false }}\n  mx: {{ servers: [\"{}\"] }}\n",
+            server.addr
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["-c", conf.to_str().unwrap(), "lookup", "workspace.test"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("\"is_corporate_email\": true"), "{text}");
+    assert!(text.contains("1 aspmx.l.google.com"), "{text}");
+    assert!(text.contains("provider: Google Workspace (Mailbox), host aspmx.l.google.com matched suffix aspmx.l.google.com"), "{text}");
+    assert!(text.contains("(Miss)"), "{text}");
+}
