@@ -10,11 +10,14 @@ use async_trait::async_trait;
 use pingora::proxy::http_proxy_service;
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
+use pingora::services::ServiceWithDependents;
 
 use crate::access::keys::{generate_secret, key_entry_yaml, parse_keys, KeysSource};
 use crate::access::quota::local::LocalStore;
-use crate::access::quota::{Clock, SystemClock};
+use crate::access::quota::redis::RedisStore;
+use crate::access::quota::{Clock, QuotaStore, SystemClock};
 use crate::config::Settings;
+use crate::config::{QuotaConfig, QuotaStoreKind};
 use crate::data_files::{log_conflicts, summary, DataSources};
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::{DomainName, TableRule};
@@ -74,7 +77,7 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
         keys.len(),
         keys_source.path.display()
     );
-    let quota = Arc::new(LocalStore::open(&settings.gateway.quota.state_file)?);
+    let (quota, quota_service) = quota_store(&settings.gateway.quota)?;
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
 
     let mx = if settings.gateway.mx.enabled {
@@ -85,7 +88,7 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
     let shared = Shared {
         table: Arc::new(ArcSwap::from_pointee(table)),
         keys: Arc::new(ArcSwap::from_pointee(keys)),
-        quota: quota.clone(),
+        quota,
         clock,
         mx,
         draining: Draining::default(),
@@ -113,13 +116,7 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
         "keys reload",
         Reloader::new(keys_source, keys, interval),
     ));
-    server.add_service(background_service(
-        "quota persistence",
-        QuotaPersistence {
-            store: quota.clone(),
-            interval: gateway.quota.flush_interval(),
-        },
-    ));
+    server.add_boxed_service(quota_service);
     log::info!(
         "listening on http://{} (upstream {})",
         gateway.listen,
@@ -131,9 +128,40 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
             drain: Duration::from_secs(gateway.drain_seconds),
         }),
     });
-    quota.flush()?;
-    log::info!("quota counts saved; bye");
+    log::info!("stopped");
     Ok(())
+}
+
+type BoxedService = Box<dyn ServiceWithDependents>;
+
+/// The configured quota store and the background service that keeps it (persistence for the
+/// local store, reconciliation for Redis).
+fn quota_store(config: &QuotaConfig) -> Result<(Arc<dyn QuotaStore>, BoxedService), CommandError> {
+    Ok(match config.store {
+        QuotaStoreKind::Local => {
+            let store = Arc::new(LocalStore::open(&config.state_file)?);
+            let service = QuotaPersistence {
+                store: store.clone(),
+                interval: config.flush_interval(),
+            };
+            (
+                store,
+                Box::new(background_service("quota persistence", service)),
+            )
+        }
+        QuotaStoreKind::Redis => {
+            let store = Arc::new(RedisStore::new(&config.redis)?);
+            log::info!("quota store: Redis at {}", redacted(&config.redis.url));
+            let service = RedisReconciler {
+                store: store.clone(),
+                interval: config.redis.reconcile_interval(),
+            };
+            (
+                store,
+                Box::new(background_service("quota reconcile", service)),
+            )
+        }
+    })
 }
 
 /// Writes quota counts to the state file every interval and once more at shutdown.
@@ -167,6 +195,42 @@ impl BackgroundService for QuotaPersistence {
                 }
             }
         }
+    }
+}
+
+/// Adds the counts made during a Redis outage back to Redis, and reports what is pending.
+struct RedisReconciler {
+    store: Arc<RedisStore>,
+    interval: Duration,
+}
+
+#[async_trait]
+impl BackgroundService for RedisReconciler {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.store.reconcile().await;
+                }
+                _ = shutdown.changed() => {
+                    let left = self.store.reconcile().await;
+                    if left > 0 {
+                        log::error!("quota store: {left} locally counted calls could not reach Redis before shutdown");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A Redis URL without its password, for logs.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
     }
 }
 

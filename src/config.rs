@@ -11,6 +11,7 @@ use std::time::Duration;
 use pingora::server::configuration::ServerConf;
 use serde::{Deserialize, Serialize};
 
+use crate::access::quota::redis::RedisConfig;
 use crate::domain::Scores;
 
 /// Everything the gateway needs to start.
@@ -200,6 +201,8 @@ pub struct QuotaConfig {
     pub state_file: PathBuf,
     /// How often counts are written to the state file, in milliseconds (100 to 1000).
     pub flush_interval_ms: u64,
+    /// The shared store, when `store: redis`.
+    pub redis: RedisConfig,
 }
 
 /// Which quota store to use.
@@ -207,6 +210,8 @@ pub struct QuotaConfig {
 #[serde(rename_all = "snake_case")]
 pub enum QuotaStoreKind {
     Local,
+    /// Redis, shared by several gateways (see `redis`).
+    Redis,
 }
 
 impl Default for QuotaConfig {
@@ -215,6 +220,7 @@ impl Default for QuotaConfig {
             store: QuotaStoreKind::Local,
             state_file: PathBuf::from("../state/quota.json"),
             flush_interval_ms: 1_000,
+            redis: RedisConfig::default(),
         }
     }
 }
@@ -503,6 +509,9 @@ impl GatewayConfig {
         }
         if self.mx.min_ttl_seconds > self.mx.max_ttl_seconds {
             out.push("gateway.mx.min_ttl_seconds: larger than max_ttl_seconds".to_owned());
+        }
+        if self.quota.store == QuotaStoreKind::Redis {
+            out.extend(self.quota.redis.problems());
         }
         if self.access.plans.is_empty() {
             out.push("gateway.access.plans: at least one plan is needed".to_owned());

@@ -163,7 +163,7 @@ impl Gateway {
         if matches!(route, Route::Usage) {
             match self.quota.usage(&key.id, key.monthly_limit, now).await {
                 Ok(usage) => ctx.usage = Some(usage),
-                Err(e) => return Err(ApiError::Internal(e.to_string()).into()),
+                Err(_) => return Err(ApiError::QuotaUnavailable.into()),
             }
             return Ok(());
         }
@@ -180,11 +180,8 @@ impl Gateway {
                 }
                 .into())
             }
-            Err(e) => {
-                // Fail open: a quota store failure must never block a real user.
-                log::warn!("quota store failed, letting the call through uncounted: {e}");
-                Ok(())
-            }
+            // Only a shared store under `fail_closed` says no; it logs the outage itself.
+            Err(_) => Err(ApiError::QuotaUnavailable.into()),
         }
     }
 
@@ -253,6 +250,7 @@ impl Gateway {
             pid: u32,
             table_names: usize,
             keys: usize,
+            quota: serde_json::Value,
         }
         let draining = self.draining.is_draining() || session.is_process_shutting_down();
         let body = Readiness {
@@ -260,6 +258,7 @@ impl Gateway {
             pid: std::process::id(),
             table_names: self.table.load().len(),
             keys: self.keys.load().len(),
+            quota: self.quota.status(),
         };
         let status = if draining {
             StatusCode::SERVICE_UNAVAILABLE

@@ -66,6 +66,8 @@ pub enum ApiError {
         reset_at: String,
         retry_after: i64,
     },
+    /// The shared quota store is down and the policy is `fail_closed`.
+    QuotaUnavailable,
     UpstreamUnavailable(String),
     UpstreamTimeout(String),
     /// A bug on our side; the detail is logged, never sent.
@@ -91,6 +93,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -106,6 +109,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
+            ApiError::QuotaUnavailable => "service_unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
             ApiError::Internal(_) => "internal_error",
@@ -121,6 +125,9 @@ impl ApiError {
                 "A valid API key is required: send Authorization: Bearer <key>."
             }
             ApiError::Forbidden(_) => "This API key may not be used from this origin.",
+            ApiError::QuotaUnavailable => {
+                "The quota store is unavailable; let your user through and retry later."
+            }
             ApiError::QuotaExceeded { .. } => {
                 "The monthly quota of this API key is used up; let your user through."
             }
@@ -146,6 +153,7 @@ impl ApiError {
             | ApiError::MethodNotAllowed { .. }
             | ApiError::Unauthorized { .. }
             | ApiError::QuotaExceeded { .. }
+            | ApiError::QuotaUnavailable
             | ApiError::Internal(_) => None,
         }
     }

@@ -42,6 +42,7 @@ pub struct GatewayBuilder {
     env: Vec<(String, String)>,
     dir: Option<tempfile::TempDir>,
     dns: Option<SocketAddr>,
+    quota_yaml: Option<String>,
 }
 
 impl Default for GatewayBuilder {
@@ -61,6 +62,7 @@ impl Default for GatewayBuilder {
             env: Vec::new(),
             dir: None,
             dns: None,
+            quota_yaml: None,
         }
     }
 }
@@ -91,6 +93,14 @@ impl GatewayBuilder {
     /// An environment variable for the gateway process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Count quotas in Redis at `url` with this failure policy.
+    pub fn redis(mut self, url: &str, policy: &str) -> Self {
+        self.quota_yaml = Some(format!(
+            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 50\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n"
+        ));
         self
     }
 
@@ -161,10 +171,13 @@ impl GatewayBuilder {
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
-                 \x20 quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n{mx}{extra}",
+                 {quota}{mx}{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
                 p = plans.join(", "),
+                quota = self.quota_yaml.unwrap_or_else(|| {
+                    "  quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n".to_owned()
+                }),
                 mx = match self.dns {
                     Some(addr) => format!(
                         "  mx:\n    servers: [\"{addr}\"]\n    budget_ms: 300\n    query_timeout_ms: 1500\n    min_ttl_seconds: 1\n    failure_ttl_seconds: 1\n"

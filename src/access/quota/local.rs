@@ -356,6 +356,13 @@ impl QuotaStore for LocalStore {
     ) -> Result<Usage, QuotaError> {
         Ok(self.read_usage(key_id, limit, now))
     }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "store": "local",
+            "state_file": self.state_file.as_ref().map(|p| p.display().to_string()),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! the embedded store (and a shared one) implement.
 
 pub mod local;
+pub mod redis;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, TimeZone, Utc};
@@ -121,7 +122,7 @@ pub enum Consumed {
     Exceeded(Usage),
 }
 
-/// A store failure (the embedded store has none; a networked one may).
+/// The store cannot decide (a shared store that is down under a `fail_closed` policy).
 #[derive(Debug, thiserror::Error)]
 #[error("quota store: {0}")]
 pub struct QuotaError(pub String);
@@ -144,6 +145,9 @@ pub trait QuotaStore: Send + Sync {
         limit: u64,
         now: DateTime<Utc>,
     ) -> Result<Usage, QuotaError>;
+
+    /// The store's state, for `/readyz`.
+    fn status(&self) -> serde_json::Value;
 }
 
 /// The time the quota is counted in. Injected so month rollovers are testable.
