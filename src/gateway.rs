@@ -30,7 +30,7 @@ use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::config::UpstreamConfig;
 use crate::domain::classify::wants_mx;
 use crate::domain::target::screen_target;
-use crate::domain::{classify, DomainName, DomainTable, FlaggedEntry};
+use crate::domain::{classify, DomainName, DomainTable};
 use crate::http::{write, Answer, ApiError};
 use crate::lifecycle::Draining;
 use crate::mx::resolver::MxResolver;
@@ -226,20 +226,8 @@ impl Gateway {
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
-        #[derive(Serialize)]
-        struct TopDomains<'a> {
-            domains: &'a [FlaggedEntry],
-            count: usize,
-        }
-        let table = self.table.load();
-        let domains = table.top_flagged(limit);
-        Answer::json(
-            StatusCode::OK,
-            &TopDomains {
-                domains,
-                count: domains.len(),
-            },
-        )
+        let body = self.table.load().top_domains_json(limit);
+        Answer::raw(StatusCode::OK, Bytes::from(body))
     }
 
     fn readiness(&self, session: &Session) -> Answer {

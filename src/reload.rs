@@ -63,19 +63,22 @@ impl<S: Reloadable> Reloader<S> {
         let target = self.target.clone();
         let files_owned = files.to_vec();
         let before = before.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
-            let built = source.build();
-            if fingerprint(&files_owned) != before {
-                return Err(None::<S::Error>);
-            }
-            let snapshot = built.map_err(Some)?;
-            source.published(&snapshot);
-            // The old snapshot is dropped here, on this blocking thread, not on a request thread
-            // (unless a request still holds it, in which case it goes when that request ends).
-            drop(target.swap(Arc::new(snapshot)));
-            Ok(())
-        })
-        .await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("reload {}", self.source.name()))
+            .spawn(move || {
+                // A low priority: on a small machine the build competes with request threads.
+                lower_priority();
+                let _ = tx.send(build_and_swap(&*source, &target, &files_owned, &before));
+            });
+        if let Err(e) = spawned {
+            log::error!(
+                "{}: cannot start the reload thread: {e}",
+                self.source.name()
+            );
+            return false;
+        }
+        let outcome = rx.await;
         match outcome {
             Ok(Ok(())) => true,
             Ok(Err(None)) => {
@@ -92,14 +95,42 @@ impl<S: Reloadable> Reloader<S> {
                 );
                 false
             }
-            Err(e) => {
+            Err(_) => {
                 log::error!(
-                    "{}: reload task failed, keeping the current data: {e}",
+                    "{}: the reload thread died, keeping the current data",
                     self.source.name()
                 );
                 false
             }
         }
+    }
+}
+
+/// Builds a snapshot and publishes it unless the files changed meanwhile (`Err(None)`).
+fn build_and_swap<S: Reloadable>(
+    source: &S,
+    target: &ArcSwap<S::Snapshot>,
+    files: &[PathBuf],
+    before: &Fingerprint,
+) -> Result<(), Option<S::Error>> {
+    let built = source.build();
+    if fingerprint(files) != *before {
+        return Err(None);
+    }
+    let snapshot = built.map_err(Some)?;
+    source.published(&snapshot);
+    // The old snapshot is dropped here, on this thread, not on a request thread (unless a
+    // request still holds it, in which case it goes when that request ends).
+    drop(target.swap(Arc::new(snapshot)));
+    Ok(())
+}
+
+/// Lowers the calling thread's scheduling priority (Linux: nice is per thread).
+fn lower_priority() {
+    // SAFETY: setpriority only reads its integer arguments; 0 names the calling thread.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    if rc != 0 {
+        log::debug!("could not lower the reload thread's priority");
     }
 }
 

@@ -103,6 +103,8 @@ pub struct DomainTable {
     entries: HashMap<Box<str>, Entry>,
     records: Vec<ExplicitRecord>,
     top: Vec<FlaggedEntry>,
+    /// `top`, each entry already rendered as JSON, so answers are a copy, not a serialisation.
+    top_json: Vec<Box<str>>,
     scores: Scores,
     providers: ProviderTable,
     stats: TableStats,
@@ -163,6 +165,24 @@ impl DomainTable {
     /// The most prominent flagged entries, at most `limit` (capped at [`MAX_TOP`]).
     pub fn top_flagged(&self, limit: usize) -> &[FlaggedEntry] {
         &self.top[..limit.min(self.top.len())]
+    }
+
+    /// The body of `GET /v1/public/top-domains?limit=N`: `{"domains":[...],"count":N}`.
+    pub fn top_domains_json(&self, limit: usize) -> String {
+        let entries = &self.top_json[..limit.min(self.top_json.len())];
+        let len: usize = entries.iter().map(|e| e.len() + 1).sum();
+        let mut out = String::with_capacity(len + 32);
+        out.push_str("{\"domains\":[");
+        for (i, e) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(e);
+        }
+        out.push_str("],\"count\":");
+        out.push_str(&entries.len().to_string());
+        out.push('}');
+        out
     }
 
     pub fn scores(&self) -> &Scores {
@@ -288,10 +308,19 @@ impl TableBuilder {
         stats.conflicts.sort_by(|a, b| a.domain.cmp(&b.domain));
         stats.records = self.records.len();
         let top = rank_flagged(&self, &scores);
+        let top_json = top
+            .iter()
+            .map(|e| {
+                serde_json::to_string(e)
+                    .unwrap_or_default()
+                    .into_boxed_str()
+            })
+            .collect();
         DomainTable {
             entries: self.entries,
             records: self.records,
             top,
+            top_json,
             scores,
             providers: self.providers,
             stats,
@@ -462,6 +491,13 @@ mod tests {
             ["role.example", "a-dispo.com", "b-dispo.com", "dead.example"]
         );
         assert_eq!(t.top_flagged(2).len(), 2);
+        let body: serde_json::Value = serde_json::from_str(&t.top_domains_json(2)).unwrap();
+        assert_eq!(body["count"], 2);
+        assert_eq!(body["domains"][0]["domain"], "role.example");
+        assert_eq!(body["domains"][0]["reason"], "role_account");
+        assert_eq!(body["domains"][1]["risk_score"], 100);
+        let all: serde_json::Value = serde_json::from_str(&t.top_domains_json(100)).unwrap();
+        assert_eq!(all["count"], 4);
         assert!(matches!(
             t.lookup(&n("role.example")).rule,
             TableRule::Record(ExplicitRecord {

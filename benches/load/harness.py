@@ -1,0 +1,435 @@
+"""Load harness: domain-risk-gateway side by side with nginx, alternating A/B runs of wrk.
+
+Writes benches/RESULTS.md and benches/results.svg. Only loopback addresses are used; each wrk run
+lasts --duration seconds. See benches/load/run for the entry point.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "benches" / "out"
+BIN = ROOT / "target" / "release" / "domain-risk-gateway"
+KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
+LISTED = "d4242.com"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def cpu_seconds(pids):
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (FileNotFoundError, IndexError):
+            pass
+    return total / tick
+
+
+def children(pid):
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+    except FileNotFoundError:
+        return []
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def sha256(s):
+    import hashlib
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+class Setup:
+    """Data, configs and processes for one harness run."""
+
+    def __init__(self, args):
+        self.args = args
+        shutil.rmtree(OUT, ignore_errors=True)
+        (OUT / "data").mkdir(parents=True)
+        self.gw_port, self.nginx_port, self.up_port = free_port(), free_port(), free_port()
+        self.procs = []
+
+    def write_gateway(self):
+        n = self.args.entries
+        with open(OUT / "data" / "disposable.txt", "w") as f:
+            for i in range(n):
+                f.write(f"d{i}.com\n")
+        shutil.copy(ROOT / "data" / "free_providers.txt", OUT / "data")
+        (OUT / "keys.yaml").write_text(
+            f"keys:\n  - id: bench\n    sha256: {sha256(KEY)}\n    plan: unlimited\n")
+        (OUT / "gateway.yaml").write_text(f"""version: 1
+threads: {self.args.workers}
+work_stealing: {str(self.args.work_stealing).lower()}
+pid_file: {OUT}/gw.pid
+upgrade_sock: {OUT}/gw.sock
+grace_period_seconds: 0
+graceful_shutdown_timeout_seconds: 1
+upstream_keepalive_pool_size: 256
+gateway:
+  listen: 127.0.0.1:{self.gw_port}
+  drain_seconds: 0
+  upstream: {{ address: "127.0.0.1:{self.up_port}" }}
+  data: {{ dir: data, builtin_disposable: false }}
+  reload: {{ poll_interval_ms: 100 }}
+  access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
+  quota: {{ state_file: state/quota.json }}
+  mx: {{ enabled: false }}
+""")
+
+    def start_gateway(self, env=None):
+        log = open(OUT / "gateway.log", "w")
+        started = time.time()
+        p = subprocess.Popen([str(BIN), "-c", str(OUT / "gateway.yaml"), "serve"],
+                             stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "warn", **(env or {})})
+        self.procs.append(p)
+        wait_port(self.gw_port)
+        self.gw = p
+        return time.time() - started
+
+    def bodies(self):
+        """The gateway's answers, so nginx returns byte-identical bodies."""
+        def get(path, auth=True):
+            req = urllib.request.Request(f"http://127.0.0.1:{self.gw_port}{path}")
+            if auth:
+                req.add_header("Authorization", f"Bearer {KEY}")
+            try:
+                return urllib.request.urlopen(req).read().decode()
+            except urllib.error.HTTPError as e:
+                return e.read().decode()
+        self.lookup_body = get(f"/v1/public/domain/{LISTED}")
+        self.top_body = get("/v1/public/top-domains")
+        self.unauth_body = get(f"/v1/public/domain/{LISTED}", auth=False)
+
+    def write_nginx(self):
+        def q(s):
+            return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        n = self.args.entries
+        # The "same job" in nginx: a map of every listed domain to its body, and a map on the key.
+        with open(OUT / "nginx-table.map", "w") as f:
+            for i in range(n):
+                body = self.lookup_body.replace(LISTED, f"d{i}.com")
+                f.write(f"/v1/public/domain/d{i}.com {q(body)};\n")
+        conf = f"""worker_processes {self.args.workers};
+pid {OUT}/nginx.pid;
+error_log {OUT}/nginx-error.log warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  map_hash_max_size {max(2 * n, 1024)};
+  map_hash_bucket_size 128;
+  default_type application/json;
+  map $uri $table_body {{
+    include {OUT}/nginx-table.map;
+  }}
+  map $http_authorization $key_ok {{
+    default 0;
+    "Bearer {KEY}" 1;
+  }}
+  upstream backend {{ server 127.0.0.1:{self.up_port}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{self.nginx_port} reuseport;
+    location = /static/lookup {{ return 200 {q(self.lookup_body)}; }}
+    location = /static/top {{ alias {OUT}/top.json; }}
+    location = /static/unauthorized {{ return 401 {q(self.unauth_body)}; }}
+    location /v1/public/domain/ {{
+      if ($key_ok = 0) {{ return 401 {q(self.unauth_body)}; }}
+      return 200 $table_body;
+    }}
+    location /v1/check/ {{
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "";
+      proxy_pass http://backend;
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{self.up_port} reuseport;
+    location / {{ return 200 '{{"checked":true}}'; }}
+  }}
+}}
+"""
+        (OUT / "top.json").write_text(self.top_body)
+        (OUT / "nginx.conf").write_text(conf)
+
+    def start_nginx(self):
+        log = open(OUT / "nginx.log", "w")
+        p = subprocess.Popen(["nginx", "-p", str(OUT), "-c", str(OUT / "nginx.conf")],
+                             stdout=log, stderr=log)
+        self.procs.append(p)
+        wait_port(self.nginx_port)
+        wait_port(self.up_port)
+        time.sleep(0.3)
+        self.nginx = p
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT if p is getattr(self, "gw", None) else signal.SIGQUIT)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def wrk(url, args, headers=()):
+    cmd = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "5s",
+           "-s", str(ROOT / "benches" / "load" / "report.lua")]
+    for h in headers:
+        cmd += ["-H", h]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=args.duration + 30).stdout
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    r = json.loads(line)
+    r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    return r
+
+
+def measure(url, pids, args, headers=()):
+    before = cpu_seconds(pids)
+    r = wrk(url, args, headers)
+    r["cpu_us_per_req"] = (cpu_seconds(pids) - before) * 1e6 / max(r["requests"], 1)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
+    args = ap.parse_args()
+
+    s = Setup(args)
+    s.write_gateway()
+    try:
+        gw_start = s.start_gateway()
+        s.bodies()
+        s.write_nginx()
+        s.start_nginx()
+        gw_pids = lambda: [s.gw.pid]
+        ng_pids = lambda: [s.nginx.pid] + children(s.nginx.pid)
+        auth = (f"Authorization: Bearer {KEY}",)
+        G = f"http://127.0.0.1:{s.gw_port}"
+        N = f"http://127.0.0.1:{s.nginx_port}"
+        scenarios = [
+            ("lookup", "lookup of a listed domain (auth, origin, quota on) vs nginx `return 200` of the same body",
+             (G + f"/v1/public/domain/{LISTED}", auth), (N + "/static/lookup", ())),
+            ("lookup_same_job", "the same lookup vs nginx doing the job: `map` of the table to bodies + `map` on the key",
+             (G + f"/v1/public/domain/{LISTED}", auth), (N + f"/v1/public/domain/{LISTED}", auth)),
+            ("unauthorized", "rejected request (401, connection kept) vs nginx `return 401`",
+             (G + f"/v1/public/domain/{LISTED}", ()), (N + "/static/unauthorized", ())),
+            ("top_domains", "/v1/public/top-domains (100 entries) vs nginx serving the same body from a file (too long for `return`)",
+             (G + "/v1/public/top-domains", auth), (N + "/static/top", ())),
+            ("check_proxied", "/v1/check proxied to a local upstream vs nginx `proxy_pass` (keepalive) to it",
+             (G + "/v1/check/user%40example.com", auth), (N + "/v1/check/user%40example.com", auth)),
+        ]
+        only = set(filter(None, args.only.split(",")))
+        scenarios = [sc for sc in scenarios if not only or sc[0] in only]
+        runs = {name: {"gateway": [], "nginx": []} for name, *_ in scenarios}
+        for rnd in range(args.rounds):
+            for name, _, (gu, gh), (nu, nh) in scenarios:
+                order = [("gateway", gu, gh, gw_pids), ("nginx", nu, nh, ng_pids)]
+                if rnd % 2:
+                    order.reverse()
+                for who, url, hdr, pids in order:
+                    r = measure(url, pids(), args, hdr)
+                    runs[name][who].append(r)
+                    print(f"round {rnd + 1} {name:16} {who:8} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
+                          f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
+                          f"  errors {r['socket_errors']}", flush=True)
+        storm = None
+        if not only or "reload_storm" in only:
+            storm = reload_storm(s, args, G + f"/v1/public/domain/{LISTED}", auth)
+        mem = memory(s, args, gw_start)
+    finally:
+        s.stop()
+    report(args, scenarios, runs, storm, mem)
+
+
+def reload_storm(s, args, url, auth):
+    """Steady runs, then runs during a table swap every 100 ms; gateway only."""
+    steady = [measure(url, [s.gw.pid], args, auth) for _ in range(args.rounds)]
+    stop = threading.Event()
+    swaps = [0]
+    path = OUT / "data" / "disposable.txt"
+    text = path.read_text()
+
+    def storm():
+        i = 0
+        while not stop.is_set():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text + f"storm{i}.com\n")
+            os.replace(tmp, path)
+            swaps[0] += 1
+            i += 1
+            time.sleep(0.1)
+    t = threading.Thread(target=storm)
+    t.start()
+    try:
+        stormy = [measure(url, [s.gw.pid], args, auth) for _ in range(args.rounds)]
+    finally:
+        stop.set()
+        t.join()
+    log = (OUT / "gateway.log").read_text()
+    for r in steady + stormy:
+        print(f"reload_storm {'':8} {r['rps']:>10.0f} req/s p99 {r['p99_us']} us p99.99 {r['p9999_us']} us errors {r['socket_errors'] + r['non2xx']}")
+    return {"steady": steady, "storm": stormy, "writes": swaps[0], "log_errors": log.count("reload failed")}
+
+
+def memory(s, args, gw_start):
+    rss_n = rss_kib(s.gw.pid)
+    s.stop()
+    s.procs = []
+    # The shipped defaults: built-in list + data/.
+    p = subprocess.Popen([str(BIN), "-c", str(ROOT / "conf" / "gateway.yaml"), "serve", "--listen",
+                          f"127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "RUST_LOG": "warn"}, cwd=ROOT)
+    time.sleep(2.0)
+    rss_default = rss_kib(p.pid)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=10)
+    shutil.rmtree(ROOT / "state", ignore_errors=True)
+    return {"rss_default_kib": rss_default, "rss_entries_kib": rss_n, "start_seconds": gw_start}
+
+
+def med(rs, key):
+    return statistics.median(r[key] for r in rs)
+
+
+def report(args, scenarios, runs, storm, mem):
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except StopIteration:
+        pass
+    def version(cmd):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            return (p.stdout + p.stderr).strip().splitlines()[0]
+        except (FileNotFoundError, IndexError):
+            return "?"
+    rows = []
+    for name, desc, *_ in scenarios:
+        g, n = runs[name]["gateway"], runs[name]["nginx"]
+        rows.append({
+            "name": name, "desc": desc,
+            "g_rps": med(g, "rps"), "n_rps": med(n, "rps"),
+            "g_p50": med(g, "p50_us"), "n_p50": med(n, "p50_us"),
+            "g_p99": med(g, "p99_us"), "n_p99": med(n, "p99_us"),
+            "g_cpu": med(g, "cpu_us_per_req"), "n_cpu": med(n, "cpu_us_per_req"),
+            "g_err": sum(r["socket_errors"] for r in g),
+        })
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC.",
+        "",
+        f"- machine: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
+        f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
+        f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
+        f" (Pingora work_stealing: {args.work_stealing}); {args.rounds} alternating A/B rounds, medians shown",
+        f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` holds the same {args.entries} bodies",
+        "- cpu: server CPU time (user+sys from /proc) per request, microseconds",
+        "",
+        "| scenario | gateway req/s | nginx req/s | ratio | p50 us (gw / nginx) | p99 us (gw / nginx) | cpu us/req (gw / nginx) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['g_rps']:.0f} | {r['n_rps']:.0f} | **{r['g_rps'] / r['n_rps']:.2f}x** | "
+                     f"{r['g_p50']:.0f} / {r['n_p50']:.0f} | {r['g_p99']:.0f} / {r['n_p99']:.0f} | {r['g_cpu']:.2f} / {r['n_cpu']:.2f} |")
+    lines += ["", "Scenarios:", ""] + [f"- `{r['name']}`: {r['desc']}" for r in rows]
+    if storm:
+        st, so = storm["steady"], storm["storm"]
+        errors = sum(r["socket_errors"] + r["non2xx"] for r in so)
+        lines += ["", "## Reload storm", "",
+                  f"The lookup scenario on the gateway while `disposable.txt` ({args.entries} entries) is replaced every 100 ms "
+                  f"({storm['writes']} writes; failed reloads logged: {storm['log_errors']}).", "",
+                  "| | req/s | p50 us | p99 us | p99.99 us | failed requests |", "|---|---:|---:|---:|---:|---:|",
+                  f"| steady | {med(st, 'rps'):.0f} | {med(st, 'p50_us'):.0f} | {med(st, 'p99_us'):.0f} | {med(st, 'p9999_us'):.0f} | {sum(r['socket_errors'] + r['non2xx'] for r in st)} |",
+                  f"| storm | {med(so, 'rps'):.0f} | {med(so, 'p50_us'):.0f} | {med(so, 'p99_us'):.0f} | {med(so, 'p9999_us'):.0f} | {errors} |",
+                  "", f"p99 storm / steady: **{med(so, 'p99_us') / max(med(st, 'p99_us'), 1):.2f}x**"]
+    lines += ["", "## Memory", "",
+              f"- RSS with the shipped defaults (built-in list + data/, ~56.5k names): {mem['rss_default_kib'] / 1024:.1f} MiB",
+              f"- RSS with {args.entries} generated entries (after the load): {mem['rss_entries_kib'] / 1024:.1f} MiB",
+              f"- start-up to listening with {args.entries} entries: {mem['start_seconds']:.2f} s",
+              "", "![throughput and p99 per scenario](results.svg)", ""]
+    Path(args.results).write_text("\n".join(lines))
+    svg(rows, Path(args.results).with_name("results.svg"))
+    print("\n".join(lines))
+
+
+def svg(rows, path):
+    """A grouped bar chart: req/s and p99 per scenario, gateway vs nginx."""
+    w, h, pad = 900, 420, 60
+    panel_w = (w - 3 * pad) / 2
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{w}" height="{h}" fill="white"/>']
+    colors = {"gateway": "#d35400", "nginx": "#2e86c1"}
+    for pi, (title, gk, nk) in enumerate([("requests/s (higher is better)", "g_rps", "n_rps"),
+                                          ("p99 latency, us (lower is better)", "g_p99", "n_p99")]):
+        x0 = pad + pi * (panel_w + pad)
+        top, bottom = 40, h - 90
+        vmax = max(max(r[gk], r[nk]) for r in rows) * 1.1 or 1
+        out.append(f'<text x="{x0}" y="24" font-size="14" font-weight="bold">{title}</text>')
+        out.append(f'<line x1="{x0}" y1="{bottom}" x2="{x0 + panel_w}" y2="{bottom}" stroke="#333"/>')
+        gw = panel_w / len(rows)
+        for i, r in enumerate(rows):
+            for j, (who, key) in enumerate([("gateway", gk), ("nginx", nk)]):
+                bh = (bottom - top) * r[key] / vmax
+                bx = x0 + i * gw + 6 + j * (gw - 12) / 2
+                out.append(f'<rect x="{bx:.1f}" y="{bottom - bh:.1f}" width="{(gw - 12) / 2 - 2:.1f}" height="{bh:.1f}" fill="{colors[who]}"/>')
+                out.append(f'<text x="{bx + (gw - 12) / 4:.1f}" y="{bottom - bh - 3:.1f}" text-anchor="middle" font-size="9">{r[key]:.0f}</text>')
+            out.append(f'<text x="{x0 + i * gw + gw / 2:.1f}" y="{bottom + 14}" text-anchor="end" transform="rotate(-30 {x0 + i * gw + gw / 2:.1f} {bottom + 14})">{r["name"]}</text>')
+    out.append(f'<rect x="{pad}" y="{h - 22}" width="12" height="12" fill="{colors["gateway"]}"/><text x="{pad + 16}" y="{h - 12}">domain-risk-gateway</text>')
+    out.append(f'<rect x="{pad + 160}" y="{h - 22}" width="12" height="12" fill="{colors["nginx"]}"/><text x="{pad + 176}" y="{h - 12}">nginx</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

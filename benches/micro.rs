@@ -1,0 +1,186 @@
+//! In-process micro-benchmarks of the per-request work: name parsing, table lookups at several
+//! table sizes, classification, the access decision, quota counting and JSON rendering.
+//!
+//! `cargo bench --bench micro` (add `-- lookup` etc. to filter). Throughput is per element.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use domain_risk_gateway::access::keys::{key_entry_yaml, parse_keys};
+use domain_risk_gateway::access::origin::{Origin, OriginPattern};
+use domain_risk_gateway::access::quota::local::LocalStore;
+use domain_risk_gateway::access::quota::QuotaStore;
+use domain_risk_gateway::access::{decide, Credentials};
+use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
+use domain_risk_gateway::domain::providers::ProviderTable;
+use domain_risk_gateway::domain::{
+    classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
+};
+
+/// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
+fn table(n: usize) -> DomainTable {
+    let mut b = TableBuilder::with_capacity(n);
+    for i in 0..n {
+        b.add(
+            &DomainName::parse(&format!("d{i}.com")).unwrap(),
+            ListKind::Disposable,
+        );
+    }
+    let providers = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mx_providers.csv"
+    ))
+    .unwrap();
+    b.set_providers(ProviderTable::parse(&providers, "mx_providers.csv").unwrap());
+    b.build(Scores::default())
+}
+
+fn parsing(c: &mut Criterion) {
+    let mut g = c.benchmark_group("name_parse");
+    g.throughput(Throughput::Elements(1));
+    for (label, input) in [
+        ("ascii", "Mail.Example.COM"),
+        ("subdomain", "a.b.c.mailinator.com."),
+        ("idn", "bücher.de"),
+        ("invalid", "a_b.com"),
+    ] {
+        g.bench_with_input(BenchmarkId::from_parameter(label), input, |b, i| {
+            b.iter(|| DomainName::parse(black_box(i)))
+        });
+    }
+    g.finish();
+}
+
+fn lookups(c: &mut Criterion) {
+    let mut g = c.benchmark_group("table_lookup");
+    g.throughput(Throughput::Elements(1));
+    for n in [10_000usize, 100_000, 1_000_000] {
+        let t = table(n);
+        let hit = DomainName::parse(&format!("d{}.com", n / 2)).unwrap();
+        let miss = DomainName::parse("not-listed-anywhere.com").unwrap();
+        let walk = DomainName::parse(&format!("x.y.d{}.com", n / 3)).unwrap();
+        for (label, name) in [("hit", &hit), ("miss", &miss), ("parent_walk", &walk)] {
+            g.bench_with_input(BenchmarkId::new(label, n), name, |b, name| {
+                b.iter(|| t.lookup(black_box(name)).rule)
+            });
+        }
+    }
+    g.finish();
+}
+
+fn build(c: &mut Criterion) {
+    let mut g = c.benchmark_group("table_build");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    for n in [100_000usize, 1_000_000] {
+        let text: String = (0..n).map(|i| format!("d{i}.com\n")).collect();
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, text| {
+            b.iter(|| {
+                let mut builder = TableBuilder::with_capacity(n);
+                domain_risk_gateway::domain::sources::add_domain_list(
+                    &mut builder,
+                    text,
+                    "bench",
+                    ListKind::Disposable,
+                )
+                .unwrap();
+                builder.build(Scores::default())
+            })
+        });
+    }
+    g.finish();
+}
+
+fn classification(c: &mut Criterion) {
+    let t = table(100_000);
+    let listed = DomainName::parse("d42.com").unwrap();
+    let unknown = DomainName::parse("corp.example").unwrap();
+    let evidence = MxEvidence::Hosts(vec![
+        MxHost {
+            preference: 1,
+            host: "aspmx.l.google.com".into(),
+        },
+        MxHost {
+            preference: 5,
+            host: "alt1.aspmx.l.google.com".into(),
+        },
+    ]);
+    let mut g = c.benchmark_group("classify");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("listed", |b| {
+        b.iter(|| classify(&t, black_box(&listed), None).record.risk_score)
+    });
+    g.bench_function("cached_mx_evidence", |b| {
+        b.iter(|| {
+            classify(&t, black_box(&unknown), Some(&evidence))
+                .record
+                .is_corporate_email
+        })
+    });
+    g.bench_function("render_json", |b| {
+        let v = classify(&t, &listed, None);
+        b.iter(|| serde_json::to_vec(black_box(&v.record)).unwrap())
+    });
+    g.finish();
+}
+
+fn access(c: &mut Criterion) {
+    let plans: BTreeMap<String, u64> = [("pro".to_owned(), u64::MAX >> 30)].into();
+    let mut g = c.benchmark_group("access");
+    g.throughput(Throughput::Elements(1));
+    for n in [10usize, 10_000] {
+        let yaml: String = (0..n)
+            .map(|i| {
+                key_entry_yaml(
+                    &format!("k{i}"),
+                    &format!("drg_secret_{i:040}"),
+                    "pro",
+                    &["https://*.example.com".into()],
+                )
+            })
+            .collect();
+        let keys = parse_keys(&format!("keys:\n{yaml}"), "bench", &plans).unwrap();
+        let auth = format!("Bearer drg_secret_{:040}", n / 2);
+        g.bench_with_input(
+            BenchmarkId::new("decide_key_and_origin", n),
+            &keys,
+            |b, keys| {
+                b.iter(|| {
+                    decide(
+                        keys,
+                        Credentials {
+                            authorization: Some(black_box(auth.as_bytes())),
+                            origin: Some(b"https://app.example.com"),
+                            referer: None,
+                        },
+                    )
+                    .is_ok()
+                })
+            },
+        );
+    }
+    let pattern = OriginPattern::parse("https://*.example.com").unwrap();
+    g.bench_function("origin_match", |b| {
+        b.iter(|| {
+            let o = Origin::from_origin_header(black_box("https://app.example.com")).unwrap();
+            pattern.matches(&o)
+        })
+    });
+    let store = LocalStore::in_memory();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let now = chrono::Utc::now();
+    g.bench_function("quota_consume_local", |b| {
+        b.iter(|| {
+            rt.block_on(store.consume(black_box("k1"), u64::MAX >> 30, now))
+                .is_ok()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, parsing, lookups, classification, access, build);
+criterion_main!(benches);
