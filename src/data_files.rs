@@ -100,7 +100,12 @@ impl DataSources {
             builder.set_providers(ProviderTable::parse(&text, &path.display().to_string())?);
         }
         let table = builder.build(self.scores);
-        log::debug!("table built in {:?}", started.elapsed());
+        log::info!(
+            "domain table built in {} ms; name index {:.1} MiB ({:.0} bytes a name)",
+            started.elapsed().as_millis(),
+            table.index_bytes() as f64 / 1_048_576.0,
+            table.index_bytes() as f64 / table.len().max(1) as f64
+        );
         Ok(table)
     }
 

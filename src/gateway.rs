@@ -502,7 +502,11 @@ impl ProxyHttp for Gateway {
     async fn logging(&self, _session: &mut Session, _e: Option<&Error>, _ctx: &mut Self::CTX) {}
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
-        // Upstream failures are answered with 502/504 and are the backend's to report.
-        matches!(error.esource(), ErrorSource::Upstream)
+        // Upstream failures are answered with 502/504 and are the backend's to report; clients
+        // that hang up mid-request are theirs. Only our own errors are worth a log line.
+        matches!(
+            error.esource(),
+            ErrorSource::Upstream | ErrorSource::Downstream
+        )
     }
 }

@@ -118,7 +118,7 @@ gateway:
         log = open(OUT / "gateway.log", "w")
         started = time.time()
         p = subprocess.Popen([str(BIN), "-c", str(OUT / "gateway.yaml"), "serve"],
-                             stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "warn", **(env or {})})
+                             stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info", **(env or {})})
         self.procs.append(p)
         wait_port(self.gw_port)
         self.gw = p
@@ -203,13 +203,34 @@ http {{
 
     def stop(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT if p is getattr(self, "gw", None) else signal.SIGQUIT)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop_process(p, signal.SIGINT if p is getattr(self, "gw", None) else signal.SIGQUIT)
+
+
+def stop_process(p, sig=signal.SIGINT):
+    """Stops a server; one that does not exit within 10 s is killed and reported."""
+    if p.poll() is None:
+        p.send_signal(sig)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        print(f"warning: pid {p.pid} did not stop within 10 s of {sig.name}; killed", file=sys.stderr)
+        p.kill()
+        p.wait()
+
+
+def memory_only(args):
+    """RSS and start-up time with --entries generated entries, without nginx or load."""
+    s = Setup(args)
+    s.write_gateway()
+    try:
+        took = s.start_gateway()
+        time.sleep(3)
+        rss = rss_kib(s.gw.pid)
+    finally:
+        s.stop()
+    log = (OUT / "gateway.log").read_text()
+    print(f"entries {args.entries}: start-up to listening {took:.2f} s, RSS {rss / 1024:.1f} MiB")
+    print("\n".join(l for l in log.splitlines() if "table" in l))
 
 
 def wrk(url, args, headers=()):
@@ -242,6 +263,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
+    if args.only == "memory":
+        return memory_only(args)
 
     s = Setup(args)
     s.write_gateway()
@@ -330,8 +353,7 @@ def memory(s, args, gw_start):
                          env={**os.environ, "RUST_LOG": "warn"}, cwd=ROOT)
     time.sleep(2.0)
     rss_default = rss_kib(p.pid)
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=10)
+    stop_process(p)
     shutil.rmtree(ROOT / "state", ignore_errors=True)
     return {"rss_default_kib": rss_default, "rss_entries_kib": rss_n, "start_seconds": gw_start}
 

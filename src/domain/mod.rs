@@ -5,6 +5,7 @@
 pub mod classify;
 pub mod mail;
 pub mod name;
+pub mod name_index;
 pub mod providers;
 pub mod record;
 pub mod sources;

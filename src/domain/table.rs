@@ -4,10 +4,9 @@
 //! Lookups walk from the queried name up to its registrable domain, so `x.y.mailinator.com` finds
 //! `mailinator.com`, while a public suffix such as `co.uk` is never an entry and never matched.
 
-use std::collections::HashMap;
-
 use super::classify::Scores;
 use super::name::DomainName;
+use super::name_index::NameIndex;
 use super::providers::ProviderTable;
 use super::record::{FlaggedEntry, Reason, RiskScore};
 
@@ -39,6 +38,15 @@ const NO_RECORD: u32 = u32::MAX;
 struct Entry {
     flags: u8,
     record: u32,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Entry {
+            flags: 0,
+            record: NO_RECORD,
+        }
+    }
 }
 
 /// An operator's explicit record (a row of `domains.csv`).
@@ -100,7 +108,7 @@ pub const MAX_TOP: usize = 1000;
 /// An immutable, fully built domain table.
 #[derive(Debug)]
 pub struct DomainTable {
-    entries: HashMap<Box<str>, Entry>,
+    entries: NameIndex<Entry>,
     records: Vec<ExplicitRecord>,
     top: Vec<FlaggedEntry>,
     /// `top`, each entry already rendered as JSON, so answers are a copy, not a serialisation.
@@ -130,10 +138,9 @@ impl DomainTable {
                 if depth > stop {
                     break;
                 }
-                let Some((key, entry)) = self.entries.get_key_value(level) else {
+                let Some((key, entry)) = self.entries.get(level) else {
                     continue;
                 };
-                let key: &'t str = key;
                 if depth == 0 && entry.record != NO_RECORD {
                     record = self.records.get(entry.record as usize);
                 }
@@ -198,6 +205,11 @@ impl DomainTable {
         &self.stats
     }
 
+    /// Heap bytes of the name index (names plus hash table).
+    pub fn index_bytes(&self) -> usize {
+        self.entries.heap_bytes()
+    }
+
     /// Number of distinct names in the table.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -216,7 +228,7 @@ pub struct DuplicateRecord(pub Box<str>);
 /// Collects entries, then builds a [`DomainTable`].
 #[derive(Debug, Default)]
 pub struct TableBuilder {
-    entries: HashMap<Box<str>, Entry>,
+    entries: NameIndex<Entry>,
     records: Vec<ExplicitRecord>,
     record_names: Vec<Box<str>>,
     providers: ProviderTable,
@@ -230,7 +242,7 @@ impl TableBuilder {
 
     pub fn with_capacity(names: usize) -> Self {
         TableBuilder {
-            entries: HashMap::with_capacity(names),
+            entries: NameIndex::with_capacity(names, names * 16),
             ..Self::default()
         }
     }
@@ -272,18 +284,12 @@ impl TableBuilder {
     }
 
     fn entry(&mut self, name: &DomainName) -> &mut Entry {
-        if !self.entries.contains_key(name.as_str()) {
-            self.entries.insert(
-                name.as_str().into(),
-                Entry {
-                    flags: 0,
-                    record: NO_RECORD,
-                },
-            );
-        }
-        self.entries
-            .get_mut(name.as_str())
-            .expect("entry inserted above")
+        self.entries.get_or_insert(name.as_str())
+    }
+
+    /// Makes room for `names` more names of `bytes` bytes in all (avoids regrowth on big lists).
+    pub fn reserve(&mut self, names: usize, bytes: usize) {
+        self.entries.reserve(names, bytes);
     }
 
     /// Resolves conflicts, ranks the flagged entries and freezes the table.
@@ -293,7 +299,7 @@ impl TableBuilder {
             if entry.flags & DISPOSABLE != 0 && entry.flags & (ALLOW | FREE) != 0 {
                 entry.flags &= !DISPOSABLE;
                 stats.conflicts.push(Conflict {
-                    domain: name.clone(),
+                    domain: name.into(),
                     resolution: if entry.flags & ALLOW != 0 {
                         "on the allowlist and a blocklist: allowlist wins"
                     } else {
@@ -337,7 +343,7 @@ fn rank_flagged(builder: &TableBuilder, scores: &Scores) -> Vec<FlaggedEntry> {
         name: &'a str,
     }
     let mut candidates: Vec<Candidate<'_>> = Vec::new();
-    for (name, entry) in &builder.entries {
+    for (name, entry) in builder.entries.iter() {
         if entry.flags & (ALLOW | FREE) != 0 {
             continue;
         }
