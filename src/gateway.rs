@@ -279,7 +279,8 @@ fn access_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
             (RATELIMIT_POLICY, usage.policy_header()),
             (RATELIMIT, usage.ratelimit_header()),
         ] {
-            if let Ok(v) = HeaderValue::from_str(&value) {
+            // The strings are built for the header: hand them over without another copy.
+            if let Ok(v) = HeaderValue::try_from(value) {
                 out.push((HeaderName::from_static(name), v));
             }
         }

@@ -198,7 +198,9 @@ impl From<ApiError> for Answer {
 
 /// Builds the response header of an answer.
 pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
-    let mut header = ResponseHeader::build(answer.status, Some(2 + answer.headers.len()))?;
+    // No case-preserving name map: our header names are canonical already, and the map costs an
+    // allocation per header on every answer.
+    let mut header = ResponseHeader::build_no_case(answer.status, Some(2 + answer.headers.len()))?;
     // 204 has no body, hence no content headers (RFC 9110 8.6).
     if answer.status != StatusCode::NO_CONTENT {
         header.insert_header(CONTENT_TYPE, JSON)?;
