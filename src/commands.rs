@@ -212,10 +212,10 @@ impl BackgroundService for RedisReconciler {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    self.store.reconcile().await;
+                    self.store.sync(false).await;
                 }
                 _ = shutdown.changed() => {
-                    let left = self.store.reconcile().await;
+                    let left = self.store.sync(true).await;
                     if left > 0 {
                         log::error!("quota store: {left} locally counted calls could not reach Redis before shutdown");
                     }

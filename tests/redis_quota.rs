@@ -91,6 +91,51 @@ fn two_gateways_share_one_exact_count() {
 }
 
 #[test]
+fn batched_counting_never_overshoots_and_settles_to_the_exact_count() {
+    let redis = RedisServer::start(false);
+    let batched = |r: &RedisServer| {
+        Gateway::builder()
+            .plan("shared", 300)
+            .key("k", SECRET, "shared", &[])
+            .redis_with(&r.url(), "fail_open", "sync_interval_ms: 50, batch_max: 10")
+            .start()
+    };
+    let gws = [batched(&redis), batched(&redis)];
+    let ok = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..32)
+        .map(|i| {
+            let addr = gws[i % 2].addr;
+            let ok = ok.clone();
+            thread::spawn(move || {
+                let mut c = Conn::open_as(addr, Some(SECRET)).unwrap();
+                for _ in 0..16 {
+                    if c.get(LOOKUP).unwrap().status == 200 {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let ok = ok.load(Ordering::Relaxed);
+    // Leases are counted before use: never over the limit; unused leases can refuse up to
+    // gateways x batch_max = 20 calls early until they are given back.
+    assert!((280..=300).contains(&ok), "{ok} successes");
+    // Once the unused leases are returned, Redis holds exactly the admitted calls.
+    wait_until(Duration::from_secs(3), || {
+        redis.int(&["GET", &month_key()]) == Some(ok as i64)
+    });
+    // And the freed calls can be used: the key reaches its limit exactly.
+    let mut c = gws[0].conn_as(Some(SECRET));
+    let more = (0..40)
+        .filter(|_| c.get(LOOKUP).unwrap().status == 200)
+        .count();
+    assert_eq!(ok + more, 300);
+}
+
+#[test]
 fn an_outage_fails_open_and_loses_no_count() {
     let mut redis = RedisServer::start(true);
     let gw = gateway(&redis, "fail_open", 100_000);

@@ -110,9 +110,23 @@ gateway:
   data: {{ dir: data, builtin_disposable: false }}
   reload: {{ poll_interval_ms: 100 }}
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
-  quota: {{ state_file: state/quota.json }}
+  quota: {self.quota_yaml()}
   mx: {{ enabled: false }}
 """)
+
+    def quota_yaml(self):
+        if self.args.quota == "local":
+            return "{ state_file: state/quota.json }"
+        self.redis_port = free_port()
+        (OUT / "redis").mkdir(exist_ok=True)
+        p = subprocess.Popen(["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                              "--save", "", "--dir", str(OUT / "redis")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        wait_port(self.redis_port)
+        batch = ", sync_interval_ms: 100, batch_max: 100" if self.args.quota == "redis-batched" else ""
+        return (f"{{ store: redis, redis: {{ url: 'redis://127.0.0.1:{self.redis_port}/', "
+                f"call_timeout_ms: 100{batch} }} }}")
 
     def start_gateway(self, env=None):
         log = open(OUT / "gateway.log", "w")
@@ -261,6 +275,8 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
     ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
+                    help="the gateway's quota store (redis-server is started by the harness)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
     if args.only == "memory":
@@ -394,7 +410,7 @@ def report(args, scenarios, runs, storm, mem):
         f"- machine: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
         f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
-        f" (Pingora work_stealing: {args.work_stealing}); {args.rounds} alternating A/B rounds, medians shown",
+        f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} alternating A/B rounds, medians shown",
         f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` holds the same {args.entries} bodies",
         "- cpu: server CPU time (user+sys from /proc) per request, microseconds",
         "",

@@ -97,9 +97,19 @@ impl GatewayBuilder {
     }
 
     /// Count quotas in Redis at `url` with this failure policy.
-    pub fn redis(mut self, url: &str, policy: &str) -> Self {
+    pub fn redis(self, url: &str, policy: &str) -> Self {
+        self.redis_with(url, policy, "")
+    }
+
+    /// Like [`redis`](Self::redis), with extra keys for the `redis:` block (`key: value, ...`).
+    pub fn redis_with(mut self, url: &str, policy: &str, extra: &str) -> Self {
+        let extra: String = extra
+            .split(',')
+            .filter(|kv| !kv.trim().is_empty())
+            .map(|kv| format!("      {}\n", kv.trim()))
+            .collect();
         self.quota_yaml = Some(format!(
-            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 50\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n"
+            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 50\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n{extra}"
         ));
         self
     }

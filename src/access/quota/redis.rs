@@ -45,6 +45,15 @@ pub struct RedisConfig {
     pub breaker_open_ms: u64,
     /// How often local counts are added to Redis after an outage, in milliseconds.
     pub reconcile_interval_ms: u64,
+    /// Batched counting: `0` (the default) makes one Redis call per counted call. Otherwise a
+    /// gateway far from a key's limit reserves `batch_max` calls in one round trip (a lease) and
+    /// admits from it locally; unused leases are given back after this many ms.
+    pub sync_interval_ms: u64,
+    /// Batched counting: the lease size. Within `batch_max` of the limit every call goes to
+    /// Redis. Leases are counted before they are used, so a key never exceeds its limit; until
+    /// unused leases are given back, a key may be refused up to `gateways x batch_max` early and
+    /// `/v1/usage` may read that much high.
+    pub batch_max: u64,
 }
 
 impl Default for RedisConfig {
@@ -57,6 +66,8 @@ impl Default for RedisConfig {
             breaker_failures: 3,
             breaker_open_ms: 1_000,
             reconcile_interval_ms: 250,
+            sync_interval_ms: 0,
+            batch_max: 20,
         }
     }
 }
@@ -77,31 +88,57 @@ impl RedisConfig {
                 out.push(format!("gateway.quota.redis.{k}: {v} is outside 1..={max}"));
             }
         }
+        if self.sync_interval_ms > 60_000 {
+            out.push(format!(
+                "gateway.quota.redis.sync_interval_ms: {} is outside 0..=60000",
+                self.sync_interval_ms
+            ));
+        }
+        if self.sync_interval_ms > 0 && self.batch_max == 0 {
+            out.push(
+                "gateway.quota.redis.batch_max: must be at least 1 with sync_interval_ms".into(),
+            );
+        }
         if self.breaker_failures == 0 {
             out.push("gateway.quota.redis.breaker_failures: must be at least 1".into());
         }
         out
     }
 
+    /// How often the background task pushes local counts to Redis.
     pub fn reconcile_interval(&self) -> Duration {
-        Duration::from_millis(self.reconcile_interval_ms)
+        let ms = match self.sync_interval_ms {
+            0 => self.reconcile_interval_ms,
+            sync => sync.min(self.reconcile_interval_ms),
+        };
+        Duration::from_millis(ms)
+    }
+
+    fn batched(&self) -> bool {
+        self.sync_interval_ms > 0
     }
 }
 
-/// Adds the pending local counts (ARGV[2]), then counts one call if under the limit (ARGV[1]);
-/// sets the expiry in seconds (ARGV[3]; relative, so clock skew with Redis does not matter).
-/// Returns {allowed, used}.
+/// Adds the pending local counts (ARGV[2]), then, under the limit (ARGV[1]), either reserves a
+/// lease of ARGV[4] calls (returns 2; batched mode, far from the limit) or counts one call
+/// (returns 1); returns 0 at the limit. Sets the expiry in seconds (ARGV[3]; relative, so clock
+/// skew with Redis does not matter). Returns {outcome, used}.
 const CONSUME: &str = r#"
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local add = tonumber(ARGV[2])
 if add > 0 then used = redis.call('INCRBY', KEYS[1], add) end
-local ok = 0
-if used < tonumber(ARGV[1]) then
+local limit = tonumber(ARGV[1])
+local lease = tonumber(ARGV[4])
+local outcome = 0
+if lease > 1 and used + lease <= limit then
+  used = redis.call('INCRBY', KEYS[1], lease)
+  outcome = 2
+elseif used < limit then
   used = redis.call('INCR', KEYS[1])
-  ok = 1
+  outcome = 1
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-return {ok, used}
+return {outcome, used}
 "#;
 
 /// Keys outlive their month by this much, so a late reconcile still lands in the right key.
@@ -125,6 +162,16 @@ pub struct RedisStore {
     pending: Mutex<HashMap<Slot, u64>>,
     /// The last shared count seen per key and month (what fail-open admission starts from).
     known: Mutex<HashMap<Slot, u64>>,
+    /// Batched mode: calls reserved in Redis and not yet used, per key and month.
+    leases: Mutex<HashMap<Slot, Lease>>,
+    /// Keys with a lease request in flight.
+    leasing: Mutex<std::collections::HashSet<Slot>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    left: u64,
+    granted: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -162,6 +209,8 @@ impl RedisStore {
             connected: AtomicBool::new(false),
             pending: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
+            leasing: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -262,6 +311,69 @@ impl RedisStore {
         }))
     }
 
+    /// Batched mode: takes one call from this gateway's lease on the key, if it has one.
+    fn take_from_lease(
+        &self,
+        slot: &Slot,
+        limit: u64,
+        month: Month,
+        now: DateTime<Utc>,
+    ) -> Option<Consumed> {
+        let mut leases = lock(&self.leases);
+        let lease = leases.get_mut(slot).filter(|l| l.left > 0)?;
+        lease.left -= 1;
+        let known = lock(&self.known).get(slot).copied().unwrap_or(0);
+        Some(Consumed::Allowed(Usage {
+            used: known.saturating_sub(lease.left),
+            limit,
+            month,
+            now,
+        }))
+    }
+
+    /// Gives back the unused part of leases older than the sync interval (all with `all`).
+    async fn return_leases(&self, all: bool) {
+        let age = Duration::from_millis(self.config.sync_interval_ms);
+        let due: Vec<(Slot, u64)> = {
+            let mut leases = lock(&self.leases);
+            let slots: Vec<Slot> = leases
+                .iter()
+                .filter(|(_, l)| all || l.granted.elapsed() >= age)
+                .map(|(s, _)| s.clone())
+                .collect();
+            slots
+                .into_iter()
+                .filter_map(|s| leases.remove(&s).map(|l| (s, l.left)))
+                .filter(|(_, left)| *left > 0)
+                .collect()
+        };
+        for ((key_id, month_index), left) in due {
+            let key = redis_key(&key_id, Month::from_index(month_index));
+            let result = self
+                .call::<i64>(redis::cmd("DECRBY").arg(&key).arg(left))
+                .await;
+            match result {
+                Ok(total) => {
+                    lock(&self.known).insert((key_id, month_index), total.max(0) as u64);
+                }
+                Err(e) => {
+                    // Not returned: the key under-admits by `left` this month, never over-admits.
+                    log::warn!("quota store: could not return {left} leased calls on {key}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Pushes local state to Redis: counts made during an outage, and (batched mode) unused
+    /// leases past the sync interval (all of them when `shutting_down`). Returns what is still
+    /// pending.
+    pub async fn sync(&self, shutting_down: bool) -> u64 {
+        if self.config.batched() && !self.breaker_open() {
+            self.return_leases(shutting_down).await;
+        }
+        self.reconcile().await
+    }
+
     /// Adds every pending local count to Redis (after an outage). Returns what is still pending.
     pub async fn reconcile(&self) -> u64 {
         let slots: Vec<(Slot, u64)> = lock(&self.pending)
@@ -328,16 +440,29 @@ impl QuotaStore for RedisStore {
     ) -> Result<Consumed, QuotaError> {
         let month = Month::containing(now);
         let slot: Slot = (key_id.to_owned(), month.index());
+        // A lease is already counted in Redis: it serves even while Redis is down.
+        if self.config.batched() {
+            if let Some(admitted) = self.take_from_lease(&slot, limit, month, now) {
+                return Ok(admitted);
+            }
+        }
         if self.breaker_open() {
             return self.fallback(slot, limit, month, now);
         }
         // Pending local counts ride along with this call, so they land atomically with it.
         let carried = lock(&self.pending).remove(&slot).unwrap_or(0);
         let mut invocation = self.consume.key(redis_key(key_id, month));
+        // One lease request per key at a time; concurrent calls meanwhile go the exact way.
+        let lease = if self.config.batched() && lock(&self.leasing).insert(slot.clone()) {
+            self.config.batch_max
+        } else {
+            0
+        };
         invocation
             .arg(limit)
             .arg(carried)
-            .arg(ttl_seconds(month, now));
+            .arg(ttl_seconds(month, now))
+            .arg(lease);
         let result = match self.connection().await {
             Ok(mut conn) => {
                 tokio::time::timeout(
@@ -352,20 +477,35 @@ impl QuotaStore for RedisStore {
                 e,
             )))),
         };
+        if lease > 0 {
+            lock(&self.leasing).remove(&slot);
+        }
         match result {
-            Ok(Ok((allowed, used))) => {
+            Ok(Ok((outcome, used))) => {
                 self.succeeded();
-                lock(&self.known).insert(slot, used);
+                lock(&self.known).insert(slot.clone(), used);
                 let usage = Usage {
                     used,
                     limit,
                     month,
                     now,
                 };
-                Ok(if allowed == 1 {
-                    Consumed::Allowed(usage)
-                } else {
-                    Consumed::Exceeded(usage)
+                Ok(match outcome {
+                    2 => {
+                        // This call takes the first of the lease.
+                        let left = lease - 1;
+                        let granted = Instant::now();
+                        let mut leases = lock(&self.leases);
+                        let entry = leases.entry(slot).or_insert(Lease { left: 0, granted });
+                        entry.left += left;
+                        entry.granted = granted;
+                        Consumed::Allowed(Usage {
+                            used: used - left,
+                            ..usage
+                        })
+                    }
+                    1 => Consumed::Allowed(usage),
+                    _ => Consumed::Exceeded(usage),
                 })
             }
             outcome => {
