@@ -5,10 +5,7 @@
 mod common;
 use common::*;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WEB: &str = "drg_web_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const OFF: &str = "drg_off_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -47,17 +44,6 @@ impl Disable for Gateway {
         });
         self
     }
-}
-
-fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        if f() {
-            return started.elapsed();
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    panic!("condition not met within {within:?}");
 }
 
 #[test]
@@ -267,28 +253,8 @@ fn exactly_the_limit_passes_under_concurrency() {
         .plan("five-hundred", 500)
         .key("k", TINY, "five-hundred", &[])
         .start();
-    let ok = Arc::new(AtomicUsize::new(0));
-    let limited = Arc::new(AtomicUsize::new(0));
-    let clients: Vec<_> = (0..64)
-        .map(|_| {
-            let (ok, limited, addr) = (ok.clone(), limited.clone(), gw.addr);
-            thread::spawn(move || {
-                let mut c = Conn::open_as(addr, Some(TINY)).unwrap();
-                for _ in 0..10 {
-                    match c.get(LOOKUP).unwrap().status {
-                        200 => ok.fetch_add(1, Ordering::Relaxed),
-                        429 => limited.fetch_add(1, Ordering::Relaxed),
-                        s => panic!("unexpected {s}"),
-                    };
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
-    assert_eq!(ok.load(Ordering::Relaxed), 500);
-    assert_eq!(limited.load(Ordering::Relaxed), 140);
+    let counts = hammer(&[gw.addr], TINY, LOOKUP, 64, 10);
+    assert_eq!(counts, [(200, 500), (429, 140)].into());
     assert_eq!(
         gw.conn_as(Some(TINY)).get("/v1/usage").unwrap().json()["used"],
         500

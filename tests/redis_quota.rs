@@ -7,9 +7,6 @@ mod redis_server;
 
 use common::*;
 use redis_server::RedisServer;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "drg_shared_key_dddddddddddddddddddddddddddddddddddd";
@@ -41,17 +38,6 @@ fn seconds_to_reset(r: &Response) -> u64 {
     h.split(";t=").nth(1).unwrap().parse().unwrap()
 }
 
-fn wait_until(within: Duration, mut f: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        if f() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
-    panic!("condition not met within {within:?}");
-}
-
 #[test]
 fn two_gateways_share_one_exact_count() {
     let redis = RedisServer::start(false);
@@ -59,29 +45,9 @@ fn two_gateways_share_one_exact_count() {
         gateway(&redis, "fail_open", 300),
         gateway(&redis, "fail_open", 300),
     ];
-    let ok = Arc::new(AtomicUsize::new(0));
-    let limited = Arc::new(AtomicUsize::new(0));
-    let clients: Vec<_> = (0..64)
-        .map(|i| {
-            let addr = gws[i % 2].addr;
-            let (ok, limited) = (ok.clone(), limited.clone());
-            thread::spawn(move || {
-                let mut c = Conn::open_as(addr, Some(SECRET)).unwrap();
-                for _ in 0..8 {
-                    match c.get(LOOKUP).unwrap().status {
-                        200 => ok.fetch_add(1, Ordering::Relaxed),
-                        429 => limited.fetch_add(1, Ordering::Relaxed),
-                        s => panic!("unexpected status {s}"),
-                    };
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
-    assert_eq!(ok.load(Ordering::Relaxed), 300);
-    assert_eq!(limited.load(Ordering::Relaxed), 512 - 300);
+    let addrs: Vec<_> = gws.iter().map(|g| g.addr).collect();
+    let counts = hammer(&addrs, SECRET, LOOKUP, 64, 8);
+    assert_eq!(counts, [(200, 300), (429, 512 - 300)].into());
     assert_eq!(redis.int(&["GET", &month_key()]), Some(300));
     for gw in &gws {
         let u = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
@@ -101,25 +67,14 @@ fn batched_counting_never_overshoots_and_settles_to_the_exact_count() {
             .start()
     };
     let gws = [batched(&redis), batched(&redis)];
-    let ok = Arc::new(AtomicUsize::new(0));
-    let clients: Vec<_> = (0..32)
-        .map(|i| {
-            let addr = gws[i % 2].addr;
-            let ok = ok.clone();
-            thread::spawn(move || {
-                let mut c = Conn::open_as(addr, Some(SECRET)).unwrap();
-                for _ in 0..16 {
-                    if c.get(LOOKUP).unwrap().status == 200 {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
-    let ok = ok.load(Ordering::Relaxed);
+    let addrs: Vec<_> = gws.iter().map(|g| g.addr).collect();
+    let counts = hammer(&addrs, SECRET, LOOKUP, 32, 16);
+    let ok = counts.get(&200).copied().unwrap_or(0);
+    assert_eq!(
+        ok + counts.get(&429).copied().unwrap_or(0),
+        512,
+        "{counts:?}"
+    );
     // Leases are counted before use: never over the limit; unused leases can refuse up to
     // gateways x batch_max = 20 calls early until they are given back.
     assert!((280..=300).contains(&ok), "{ok} successes");

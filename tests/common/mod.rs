@@ -612,3 +612,44 @@ pub fn write_atomic(path: &Path, content: &str) {
     std::fs::write(&tmp, content).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
+
+/// Runs `clients` concurrent keep-alive clients, spread over `addrs`, each sending `per_client`
+/// GETs of `path` with `secret`; returns how many answers had each status.
+pub fn hammer(
+    addrs: &[SocketAddr],
+    secret: &str,
+    path: &str,
+    clients: usize,
+    per_client: usize,
+) -> BTreeMap<u16, usize> {
+    let handles: Vec<_> = (0..clients)
+        .map(|i| {
+            let (addr, secret, path) = (addrs[i % addrs.len()], secret.to_owned(), path.to_owned());
+            thread::spawn(move || {
+                let mut c = Conn::open_as(addr, Some(&secret)).unwrap();
+                (0..per_client)
+                    .map(|_| c.get(&path).unwrap().status)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for h in handles {
+        for status in h.join().unwrap() {
+            *counts.entry(status).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// Polls `f` until it holds; panics after `within`. Returns how long it took.
+pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if f() {
+            return started.elapsed();
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("condition not met within {within:?}");
+}
