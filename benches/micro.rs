@@ -1,10 +1,13 @@
 //! In-process micro-benchmarks of the per-request work: name parsing, table lookups at several
-//! table sizes, classification, the access decision, quota counting and JSON rendering.
+//! table sizes, classification, the MX cache, the access decision, quota counting and JSON
+//! rendering.
 //!
 //! `cargo bench --bench micro` (add `-- lookup` etc. to filter). Throughput is per element.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -13,11 +16,13 @@ use domain_risk_gateway::access::origin::{Origin, OriginPattern};
 use domain_risk_gateway::access::quota::local::LocalStore;
 use domain_risk_gateway::access::quota::QuotaStore;
 use domain_risk_gateway::access::{decide, Credentials};
+use domain_risk_gateway::config::MxConfig;
 use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
 use domain_risk_gateway::domain::providers::ProviderTable;
 use domain_risk_gateway::domain::{
     classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
 };
+use domain_risk_gateway::mx::resolver::{CacheState, MxResolver};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -126,6 +131,51 @@ fn classification(c: &mut Criterion) {
     g.finish();
 }
 
+/// The MX cache when it is full of live answers (the worst case for eviction): storing the
+/// answer for a name it does not hold, and a hit. No DNS: answers are stored directly.
+fn mx_cache(c: &mut Criterion) {
+    const FULL: usize = 100_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _runtime = rt.enter();
+    let config = MxConfig {
+        servers: vec!["127.0.0.1:53".into()],
+        cache_entries: FULL,
+        ..MxConfig::default()
+    };
+    let resolver = Arc::new(MxResolver::new(&config).unwrap());
+    let evidence = || {
+        MxEvidence::Hosts(vec![MxHost {
+            preference: 10,
+            host: "mx.example.net".into(),
+        }])
+    };
+    let hour = Duration::from_secs(3600);
+    for i in 0..FULL {
+        resolver.insert(&format!("n{i}.example"), evidence(), hour);
+    }
+    let mut g = c.benchmark_group("mx_cache");
+    g.throughput(Throughput::Elements(1));
+    let hit = "n4242.example";
+    assert_eq!(rt.block_on(resolver.evidence(hit)).1, CacheState::Hit);
+    g.bench_function("hit_full_100k", |b| {
+        b.iter(|| rt.block_on(resolver.evidence(black_box(hit))).1)
+    });
+    let mut name = String::new();
+    let mut next = 0u64;
+    g.bench_function("store_new_name_full_100k", |b| {
+        b.iter(|| {
+            next += 1;
+            name.clear();
+            write!(name, "new{next}.example").unwrap();
+            resolver.insert(black_box(&name), evidence(), hour);
+        })
+    });
+    g.finish();
+}
+
 fn access(c: &mut Criterion) {
     let plans: BTreeMap<String, u64> = [("pro".to_owned(), u64::MAX >> 30)].into();
     let mut g = c.benchmark_group("access");
@@ -182,5 +232,13 @@ fn access(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parsing, lookups, classification, access, build);
+criterion_group!(
+    benches,
+    parsing,
+    lookups,
+    classification,
+    mx_cache,
+    access,
+    build
+);
 criterion_main!(benches);

@@ -7,20 +7,24 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use pingora::proxy::http_proxy_service;
+use pingora::apps::HttpServerOptions;
+use pingora::proxy::http_proxy;
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
+use pingora::services::listening::Service;
 use pingora::services::ServiceWithDependents;
 
 use crate::access::keys::{generate_secret, key_entry_yaml, parse_keys, KeysSource};
 use crate::access::quota::local::LocalStore;
 use crate::access::quota::redis::RedisStore;
 use crate::access::quota::{Clock, QuotaStore, SystemClock};
+use crate::admin::Admin;
 use crate::config::Settings;
 use crate::config::{QuotaConfig, QuotaStoreKind};
 use crate::data_files::{log_conflicts, summary, DataSources};
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::{DomainName, TableRule};
+use crate::downstream::Guarded;
 use crate::gateway::{Gateway, Shared};
 use crate::lifecycle::{Draining, DrainingShutdown};
 use crate::mx::resolver::MxResolver;
@@ -94,6 +98,7 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
         draining: Draining::default(),
     };
     let gateway = &settings.gateway;
+    settings.prepare_runtime_dir()?;
     let mut server = Server::new_with_opt_and_conf(None, settings.server);
     server.bootstrap();
     let (table, keys, draining) = (
@@ -101,12 +106,34 @@ pub fn serve(conf: &Path, listen: Option<&str>) -> Result<(), CommandError> {
         shared.keys.clone(),
         shared.draining.clone(),
     );
-    let mut proxy = http_proxy_service(
-        &server.configuration,
-        Gateway::new(shared, &gateway.upstream),
-    );
-    proxy.add_tcp(&gateway.listen);
-    server.add_service(proxy);
+    let admin_state = (shared.quota.clone(), shared.draining.clone());
+    let mut proxy = http_proxy(&server.configuration, Gateway::new(shared, gateway));
+    let mut options = HttpServerOptions::default();
+    // Pingora counts reuses after the first request.
+    options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
+    proxy.server_options = Some(options);
+    let guarded = Guarded::new(proxy, &gateway.limits);
+    let downstream = guarded.stats();
+    let mut service = Service::new("domain-risk gateway".to_owned(), guarded);
+    service.add_tcp(&gateway.listen);
+    server.add_service(service);
+    if let Some(listen) = &gateway.admin.listen {
+        let admin = Admin {
+            table: table.clone(),
+            keys: keys.clone(),
+            quota: admin_state.0,
+            draining: admin_state.1,
+            downstream,
+            upstream: gateway.upstream.address.clone(),
+        };
+        let mut service = Service::new("admin".to_owned(), admin);
+        match listen.strip_prefix("unix:") {
+            Some(path) => service.add_uds(path, None),
+            None => service.add_tcp(listen),
+        }
+        log::info!("admin listener on {listen}");
+        server.add_service(service);
+    }
     let interval = gateway.reload.poll_interval();
     server.add_service(background_service(
         "data reload",
@@ -322,6 +349,13 @@ pub fn key_new(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(format!("{}: {e}", source.path.display()).into()),
     };
+    // An explicitly empty list (`keys: []`) becomes a block list the entry can join.
+    let emptied = current.lines().any(|l| l.trim() == "keys: []");
+    let current = if emptied {
+        current.replacen("keys: []", "keys:", 1)
+    } else {
+        current
+    };
     let header = if current.contains("keys:") {
         ""
     } else {
@@ -337,7 +371,16 @@ pub fn key_new(
     parse_keys(&updated, &source.path.display().to_string(), &source.plans)?;
     let mut out =
         format!("secret (shown once; store it now, it cannot be recovered):\n  {secret}\n");
-    if append {
+    if append && emptied {
+        // The list line itself changes: replace the file whole, atomically.
+        let tmp = source.path.with_extension("yaml.new");
+        std::fs::write(&tmp, &updated)?;
+        std::fs::rename(&tmp, &source.path)?;
+        out.push_str(&format!(
+            "entry added to {} (live within a second):\n{entry}",
+            source.path.display()
+        ));
+    } else if append {
         let mut f = std::fs::File::options()
             .create(true)
             .append(true)

@@ -22,6 +22,9 @@ pub struct Settings {
     pub gateway: GatewayConfig,
     /// The file the settings came from.
     pub source: PathBuf,
+    /// The private folder `serve` creates (mode 0700) and checks before starting: set when
+    /// `pid_file` or `upgrade_sock` were left to their defaults inside `gateway.runtime_dir`.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 /// The `gateway:` section. Every field has a default; unknown keys are errors.
@@ -42,11 +45,39 @@ pub struct GatewayConfig {
     pub access: AccessConfig,
     /// Where monthly counts are kept.
     pub quota: QuotaConfig,
+    /// Private folder (created with mode 0700) for the pid file and the upgrade socket when
+    /// the Pingora keys `pid_file` / `upgrade_sock` are not set. Default: `$RUNTIME_DIRECTORY`
+    /// (systemd's `RuntimeDirectory=`), else `../state/run`; relative to the config file.
+    pub runtime_dir: Option<PathBuf>,
     /// DNS lookups of MX records.
     pub mx: MxConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
     pub drain_seconds: u64,
+    /// Peers (CIDRs, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` chain is kept when proxying;
+    /// from anyone else only the socket peer address reaches the upstream.
+    pub trusted_proxies: Vec<String>,
+    /// Bounds on what one client connection may cost.
+    pub limits: LimitsConfig,
+    /// The operator-only listener.
+    pub admin: AdminConfig,
+}
+
+/// The operator-only listener: readiness details (and, later, metrics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdminConfig {
+    /// `ip:port` (keep it on loopback or a private network) or `unix:/path/to.sock`;
+    /// `null` turns the admin listener off.
+    pub listen: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: Some("127.0.0.1:9180".into()),
+        }
+    }
 }
 
 impl Default for GatewayConfig {
@@ -59,9 +90,90 @@ impl Default for GatewayConfig {
             reload: ReloadConfig::default(),
             access: AccessConfig::default(),
             quota: QuotaConfig::default(),
+            runtime_dir: None,
             mx: MxConfig::default(),
             drain_seconds: 2,
+            trusted_proxies: Vec::new(),
+            limits: LimitsConfig::default(),
+            admin: AdminConfig::default(),
         }
+    }
+}
+
+/// Per-connection limits of the public listener (see the README's "Security" section).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LimitsConfig {
+    /// Largest request header (request line and all header lines), in bytes; larger: `431`.
+    pub max_header_bytes: usize,
+    /// Most header lines in one request; more: `431`.
+    pub max_headers: usize,
+    /// Time a client has to send a whole request header, from its first byte (and, on a new
+    /// connection, from the accept), in milliseconds; then `408` and the connection closes.
+    pub header_timeout_ms: u64,
+    /// How long an idle keep-alive connection is kept open between requests, in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// Open client connections at most; beyond it new connections are closed at once.
+    pub max_connections: usize,
+    /// Requests served on one connection before it is closed (the client reconnects).
+    pub max_requests_per_connection: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
+            max_requests_per_connection: 10_000,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let ranges: [(&str, u64, u64, u64); 6] = [
+            (
+                "max_header_bytes",
+                self.max_header_bytes as u64,
+                1_024,
+                1_048_575,
+            ),
+            ("max_headers", self.max_headers as u64, 8, 256),
+            ("header_timeout_ms", self.header_timeout_ms, 100, 300_000),
+            ("idle_timeout_ms", self.idle_timeout_ms, 100, 3_600_000),
+            (
+                "max_connections",
+                self.max_connections as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "max_requests_per_connection",
+                u64::from(self.max_requests_per_connection),
+                1,
+                u64::from(u32::MAX),
+            ),
+        ];
+        for (key, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                out.push(format!(
+                    "gateway.limits.{key}: {value} is outside {min}..={max}"
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -81,6 +193,13 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Time allowed between reads from the backend (including its response header).
     pub read_timeout_ms: u64,
+    /// `Host` sent to the backend; defaults to the host of `address` (with its port unless it is
+    /// the scheme's default).
+    pub host: Option<String>,
+    /// Client headers passed on to the backend (case-insensitive); every other client header is
+    /// dropped. The gateway's own headers (`X-Api-Key-Id`, `X-Request-Id`, `X-Forwarded-For`,
+    /// `X-Forwarded-Proto`, `Host`) and hop-by-hop or credential headers cannot be listed.
+    pub pass_headers: Vec<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -92,6 +211,10 @@ impl Default for UpstreamConfig {
             verify_cert: true,
             connect_timeout_ms: 1_000,
             read_timeout_ms: 5_000,
+            host: None,
+            pass_headers: ["accept", "accept-language", "user-agent"]
+                .map(str::to_owned)
+                .to_vec(),
         }
     }
 }
@@ -103,6 +226,18 @@ impl UpstreamConfig {
 
     pub fn read_timeout(&self) -> Duration {
         Duration::from_millis(self.read_timeout_ms)
+    }
+
+    /// The `Host` header sent upstream: `host`, else `address` without a default port.
+    pub fn host_header(&self) -> String {
+        if let Some(host) = &self.host {
+            return host.clone();
+        }
+        let default_port = if self.tls { "443" } else { "80" };
+        match self.address.rsplit_once(':') {
+            Some((host, port)) if port == default_port => host.to_owned(),
+            _ => self.address.clone(),
+        }
     }
 
     /// The TLS server name: `sni`, else the host part of `address`.
@@ -139,18 +274,23 @@ impl Default for DataConfig {
     }
 }
 
-/// Hot reload of data files.
+/// Hot reload of data and keys files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ReloadConfig {
     /// How often file modification times are checked, in milliseconds (100 to 1000).
     pub poll_interval_ms: u64,
+    /// A reload in which a data file lost more than this percentage of its entries at once
+    /// (a deleted file: all of them) is refused and the table in service kept: a truncated or
+    /// failed download must not empty a list. 0 to 100; 100 turns the check off.
+    pub max_shrink_percent: u32,
 }
 
 impl Default for ReloadConfig {
     fn default() -> Self {
         ReloadConfig {
             poll_interval_ms: 1_000,
+            max_shrink_percent: 50,
         }
     }
 }
@@ -244,6 +384,10 @@ pub struct MxConfig {
     pub budget_ms: u64,
     /// Timeout of one DNS query, in milliseconds.
     pub query_timeout_ms: u64,
+    /// Lookups in flight at most, those finishing in the background included (each holds its
+    /// slot for at most twice `query_timeout_ms`); past it a request is answered at once as if
+    /// the budget had run out, so names under a slow nameserver cannot pile up tasks and sockets.
+    pub max_inflight: usize,
     /// Cached domains at most.
     pub cache_entries: usize,
     /// Cache lifetime bounds for answers, in seconds (record TTLs are clamped to them).
@@ -262,6 +406,7 @@ impl Default for MxConfig {
             servers: Vec::new(),
             budget_ms: 250,
             query_timeout_ms: 2_000,
+            max_inflight: 256,
             cache_entries: 100_000,
             min_ttl_seconds: 60,
             max_ttl_seconds: 86_400,
@@ -278,6 +423,111 @@ impl MxConfig {
 
     pub fn query_timeout(&self) -> Duration {
         Duration::from_millis(self.query_timeout_ms)
+    }
+}
+
+/// The variable systemd sets to the folders of `RuntimeDirectory=` (colon-separated).
+pub const RUNTIME_DIRECTORY_ENV: &str = "RUNTIME_DIRECTORY";
+
+/// `gateway.runtime_dir` when not set: systemd's runtime folder (the first, if several), else
+/// `../state/run` (relative to the config file, like the state file).
+fn default_runtime_dir(systemd: Option<std::ffi::OsString>) -> PathBuf {
+    systemd
+        .and_then(|v| {
+            v.to_str()
+                .and_then(|v| v.split(':').next())
+                .filter(|first| !first.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("../state/run"))
+}
+
+/// Why the runtime folder (pid file, upgrade socket) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeDirError {
+    #[error("gateway.runtime_dir {path}: cannot create it: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("gateway.runtime_dir {path}: {problem}; it holds the pid file and the upgrade socket, so it must be a private folder: {fix}")]
+    NotPrivate {
+        path: PathBuf,
+        problem: String,
+        fix: &'static str,
+    },
+}
+
+/// Creates `path` (mode 0700, parents too) if missing, then checks it is a real folder of this
+/// user that no one else can write to: another local user who could put a file or a symbolic
+/// link there could make us overwrite their target or hand our listening sockets to them.
+pub fn ensure_private_dir(path: &Path) -> Result<(), RuntimeDirError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(|source| RuntimeDirError::Create {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            std::fs::symlink_metadata(path)
+        }
+        other => other,
+    }
+    .map_err(|source| RuntimeDirError::Create {
+        path: path.to_owned(),
+        source,
+    })?;
+    let refuse = |problem: String, fix| {
+        Err(RuntimeDirError::NotPrivate {
+            path: path.to_owned(),
+            problem,
+            fix,
+        })
+    };
+    if meta.file_type().is_symlink() {
+        return refuse(
+            "is a symbolic link".into(),
+            "set gateway.runtime_dir to the real folder",
+        );
+    }
+    if !meta.is_dir() {
+        return refuse(
+            "is not a folder".into(),
+            "move the file away or choose another gateway.runtime_dir",
+        );
+    }
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return refuse(
+            format!(
+                "is owned by uid {}, not by this user (uid {me})",
+                meta.uid()
+            ),
+            "remove it or choose another gateway.runtime_dir",
+        );
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return refuse(
+            format!("is writable by its group or by others (mode {mode:04o})"),
+            "chmod 700 it",
+        );
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// Creates and checks the private runtime folder if the pid file or upgrade socket is in it.
+    pub fn prepare_runtime_dir(&self) -> Result<(), RuntimeDirError> {
+        match &self.runtime_dir {
+            Some(dir) => ensure_private_dir(dir),
+            None => Ok(()),
+        }
     }
 }
 
@@ -364,10 +614,28 @@ impl Settings {
                         *path = base.join(&*path);
                     }
                 }
+                let mut server = server;
+                let runtime = base.join(gateway.runtime_dir.take().unwrap_or_else(|| {
+                    default_runtime_dir(std::env::var_os(RUNTIME_DIRECTORY_ENV))
+                }));
+                gateway.runtime_dir = Some(runtime.clone());
+                let mut in_runtime_dir = false;
+                // Pingora's own defaults are fixed names in /tmp, which another local user
+                // could take first.
+                for (key, target, file) in [
+                    ("pid_file", &mut server.pid_file, "gateway.pid"),
+                    ("upgrade_sock", &mut server.upgrade_sock, "upgrade.sock"),
+                ] {
+                    if !top.contains_key(key) {
+                        *target = runtime.join(file).to_string_lossy().into_owned();
+                        in_runtime_dir = true;
+                    }
+                }
                 Ok(Settings {
                     server,
                     gateway,
                     source: path.to_owned(),
+                    runtime_dir: in_runtime_dir.then_some(runtime),
                 })
             }
             _ => Err(ConfigError::Invalid {
@@ -481,6 +749,49 @@ impl GatewayConfig {
                 ));
             }
         }
+        if let Some(host) = &up.host {
+            if host.is_empty()
+                || http::HeaderValue::from_str(host).is_err()
+                || host.contains(['@', '/', ' '])
+            {
+                out.push(format!(
+                    "gateway.upstream.host: '{host}' is not a host[:port]"
+                ));
+            }
+        }
+        for name in &up.pass_headers {
+            match http::HeaderName::from_bytes(name.as_bytes()) {
+                Ok(h) if crate::upstream::is_reserved_header(&h) => out.push(format!(
+                    "gateway.upstream.pass_headers: '{name}' is set by the gateway or is hop-by-hop; it cannot be passed on"
+                )),
+                Ok(_) => {}
+                Err(_) => out.push(format!(
+                    "gateway.upstream.pass_headers: '{name}' is not a header name"
+                )),
+            }
+        }
+        for cidr in &self.trusted_proxies {
+            if crate::upstream::parse_proxy(cidr).is_none() {
+                out.push(format!(
+                    "gateway.trusted_proxies: '{cidr}' is not an IP address or CIDR (e.g. 10.0.0.0/8)"
+                ));
+            }
+        }
+        out.extend(self.limits.problems());
+        if let Some(admin) = &self.admin.listen {
+            match admin.strip_prefix("unix:") {
+                Some(path) if !path.is_empty() => {}
+                Some(_) => out.push("gateway.admin.listen: 'unix:' needs a path".to_owned()),
+                None if admin.parse::<SocketAddr>().is_err() => out.push(format!(
+                    "gateway.admin.listen: '{admin}' is not ip:port or unix:/path"
+                )),
+                None if *admin == self.listen => out.push(
+                    "gateway.admin.listen: must differ from gateway.listen (admin details are not for the public port)"
+                        .to_owned(),
+                ),
+                None => {}
+            }
+        }
         if !(100..=1_000).contains(&self.quota.flush_interval_ms) {
             out.push(format!(
                 "gateway.quota.flush_interval_ms: {} is outside 100..=1000",
@@ -502,6 +813,12 @@ impl GatewayConfig {
             out.push(format!(
                 "gateway.mx.query_timeout_ms: {} is outside 1..=30000",
                 self.mx.query_timeout_ms
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.mx.max_inflight) {
+            out.push(format!(
+                "gateway.mx.max_inflight: {} is outside 1..=1000000",
+                self.mx.max_inflight
             ));
         }
         if self.mx.cache_entries == 0 {
@@ -526,6 +843,12 @@ impl GatewayConfig {
             out.push(format!(
                 "gateway.reload.poll_interval_ms: {} is outside 100..=1000",
                 self.reload.poll_interval_ms
+            ));
+        }
+        if self.reload.max_shrink_percent > 100 {
+            out.push(format!(
+                "gateway.reload.max_shrink_percent: {} is outside 0..=100",
+                self.reload.max_shrink_percent
             ));
         }
         out.extend(
@@ -605,5 +928,58 @@ mod tests {
     #[test]
     fn syntax_errors_are_reported() {
         assert!(matches!(load("a: [b"), Err(ConfigError::Syntax { .. })));
+    }
+
+    #[test]
+    fn pid_file_and_upgrade_socket_default_into_the_runtime_dir() {
+        let s = load("gateway:\n  runtime_dir: run\n").unwrap();
+        assert_eq!(s.server.pid_file, "/etc/drg/run/gateway.pid");
+        assert_eq!(s.server.upgrade_sock, "/etc/drg/run/upgrade.sock");
+        assert_eq!(s.runtime_dir, Some(PathBuf::from("/etc/drg/run")));
+        // An explicit key is kept; the folder is still needed for the other one.
+        let s = load("pid_file: /var/run/drg.pid\n").unwrap();
+        assert_eq!(s.server.pid_file, "/var/run/drg.pid");
+        assert!(s.server.upgrade_sock.ends_with("/upgrade.sock"));
+        assert!(s.runtime_dir.is_some());
+        let s = load("pid_file: /a/pid\nupgrade_sock: /a/sock\n").unwrap();
+        assert_eq!(s.runtime_dir, None, "nothing in it: not created");
+    }
+
+    #[test]
+    fn the_runtime_dir_defaults_to_systemds_then_beside_the_state() {
+        assert_eq!(default_runtime_dir(None), PathBuf::from("../state/run"));
+        assert_eq!(
+            default_runtime_dir(Some("/run/drg:/run/other".into())),
+            PathBuf::from("/run/drg")
+        );
+        assert_eq!(
+            default_runtime_dir(Some("".into())),
+            PathBuf::from("../state/run")
+        );
+        assert!(load("gateway:\n  reload: { max_shrink_percent: 101 }\n")
+            .unwrap_err()
+            .to_string()
+            .contains("gateway.reload.max_shrink_percent: 101"));
+    }
+
+    #[test]
+    fn the_runtime_dir_is_created_private_and_a_shared_one_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state/run");
+        ensure_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        ensure_private_dir(&dir).unwrap();
+
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+        let err = ensure_private_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("writable by its group"), "{err}");
+        assert!(err.contains("chmod 700"), "{err}");
+
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("state"), &link).unwrap();
+        let err = ensure_private_dir(&link).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
     }
 }

@@ -1,7 +1,9 @@
 //! The domain data on disk: which files make a table, reading them, and building it.
 //!
 //! All files are optional; the folder must exist. Building is slow work (tens of milliseconds to
-//! seconds), so the reloader runs it off the request threads.
+//! seconds), so the reloader runs it off the request threads. A reload in which a file lost more
+//! than `gateway.reload.max_shrink_percent` of its entries is refused: a truncated or failed
+//! download must not empty a list in service.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,6 +11,7 @@ use std::time::Instant;
 use crate::config::GatewayConfig;
 use crate::domain::providers::ProviderTable;
 use crate::domain::sources::{add_domain_list, add_records, SourceError};
+use crate::domain::table::TableStats;
 use crate::domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
 
 pub const DISPOSABLE_FILE: &str = "disposable.txt";
@@ -32,6 +35,62 @@ pub enum LoadError {
     },
     #[error(transparent)]
     Parse(#[from] SourceError),
+    #[error(
+        "{}: more than {max_percent}% of the entries gone at once, refused as a likely truncated \
+         or failed download; if it is meant, raise gateway.reload.max_shrink_percent (100 turns \
+         the check off) or restart the gateway (the load at start is not compared)",
+        shrunk_list(dir, files)
+    )]
+    Shrunk {
+        dir: PathBuf,
+        files: Vec<Shrunk>,
+        max_percent: u32,
+    },
+}
+
+/// A data file that holds fewer entries than the table in service was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shrunk {
+    pub file: Box<str>,
+    pub before: usize,
+    pub after: usize,
+}
+
+fn shrunk_list(dir: &Path, files: &[Shrunk]) -> String {
+    files
+        .iter()
+        .map(|f| {
+            format!(
+                "{} went from {} to {} entries",
+                dir.join(&*f.file).display(),
+                f.before,
+                f.after
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The sources of `current` that lost more than `max_percent` of their entries in `next` (a
+/// source missing from `next`, e.g. a deleted file, has 0). Sources new in `next` are fine.
+pub fn shrunk_sources(current: &TableStats, next: &TableStats, max_percent: u32) -> Vec<Shrunk> {
+    current
+        .sources
+        .iter()
+        .filter_map(|(file, before)| {
+            let after = next
+                .sources
+                .iter()
+                .find(|(f, _)| f == file)
+                .map_or(0, |(_, n)| *n);
+            let lost = before.saturating_sub(after) as u128;
+            (lost * 100 > u128::from(max_percent) * *before as u128).then(|| Shrunk {
+                file: file.clone(),
+                before: *before,
+                after,
+            })
+        })
+        .collect()
 }
 
 /// Where a table's data comes from, as configured.
@@ -40,6 +99,8 @@ pub struct DataSources {
     pub dir: PathBuf,
     pub builtin_disposable: bool,
     pub scores: Scores,
+    /// A reload whose files lost more than this percentage of their entries is refused.
+    pub max_shrink_percent: u32,
 }
 
 impl DataSources {
@@ -48,6 +109,7 @@ impl DataSources {
             dir: config.data.dir.clone(),
             builtin_disposable: config.data.builtin_disposable,
             scores: config.scores,
+            max_shrink_percent: config.reload.max_shrink_percent,
         }
     }
 
@@ -58,6 +120,7 @@ impl DataSources {
             ALLOWLIST_FILE,
             FREE_PROVIDERS_FILE,
             RECORDS_FILE,
+            MX_PROVIDERS_FILE,
         ]
         .iter()
         .map(|f| self.dir.join(f))
@@ -90,14 +153,18 @@ impl DataSources {
             (FREE_PROVIDERS_FILE, ListKind::FreeProvider),
         ] {
             if let Some((path, text)) = self.read_optional(file)? {
-                add_domain_list(&mut builder, &text, &path.display().to_string(), kind)?;
+                let n = add_domain_list(&mut builder, &text, &path.display().to_string(), kind)?;
+                builder.count_source(file, n);
             }
         }
         if let Some((path, text)) = self.read_optional(RECORDS_FILE)? {
-            add_records(&mut builder, &text, &path.display().to_string())?;
+            let n = add_records(&mut builder, &text, &path.display().to_string())?;
+            builder.count_source(RECORDS_FILE, n);
         }
         if let Some((path, text)) = self.read_optional(MX_PROVIDERS_FILE)? {
-            builder.set_providers(ProviderTable::parse(&text, &path.display().to_string())?);
+            let providers = ProviderTable::parse(&text, &path.display().to_string())?;
+            builder.count_source(MX_PROVIDERS_FILE, providers.len());
+            builder.set_providers(providers);
         }
         let table = builder.build(self.scores);
         log::info!(
@@ -179,8 +246,80 @@ impl crate::reload::Reloadable for DataSources {
         DataSources::build(self)
     }
 
+    fn accept(&self, current: &DomainTable, next: &DomainTable) -> Result<(), LoadError> {
+        let files = shrunk_sources(current.stats(), next.stats(), self.max_shrink_percent);
+        if files.is_empty() {
+            return Ok(());
+        }
+        Err(LoadError::Shrunk {
+            dir: self.dir.clone(),
+            files,
+            max_percent: self.max_shrink_percent,
+        })
+    }
+
     fn published(&self, table: &DomainTable) {
         log::info!("domain table reloaded: {}", summary(table));
         log_conflicts(table, &self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(sources: &[(&str, usize)]) -> TableStats {
+        TableStats {
+            sources: sources.iter().map(|(f, n)| ((*f).into(), *n)).collect(),
+            ..TableStats::default()
+        }
+    }
+
+    #[test]
+    fn a_source_that_lost_more_than_the_limit_is_named() {
+        let current = stats(&[("disposable.txt", 100), ("allowlist.txt", 2)]);
+        let shrunk = |next: &[(&str, usize)], percent| {
+            shrunk_sources(&current, &stats(next), percent)
+                .into_iter()
+                .map(|s| (s.file.to_string(), s.before, s.after))
+                .collect::<Vec<_>>()
+        };
+        let both = [("disposable.txt", 50), ("allowlist.txt", 2)];
+        assert_eq!(shrunk(&both, 50), [], "exactly half lost: allowed");
+        let cut = [("disposable.txt", 49), ("allowlist.txt", 2)];
+        assert_eq!(shrunk(&cut, 50), [("disposable.txt".into(), 100, 49)]);
+        // A deleted file lost everything; a new file is no loss.
+        let gone = [("disposable.txt", 100), ("domains.csv", 3)];
+        assert_eq!(shrunk(&gone, 50), [("allowlist.txt".into(), 2, 0)]);
+        assert_eq!(shrunk(&[], 100), [], "100 turns the check off");
+        assert_eq!(
+            shrunk(&[("disposable.txt", 99), ("allowlist.txt", 2)], 0).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_build_counts_the_entries_of_each_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(DISPOSABLE_FILE), "# list\na.com\nb.com\n").unwrap();
+        std::fs::write(
+            dir.path().join(RECORDS_FILE),
+            "domain,reason,risk_score\nr.com,safe,1\n",
+        )
+        .unwrap();
+        let sources = DataSources {
+            dir: dir.path().to_owned(),
+            builtin_disposable: false,
+            scores: Scores::default(),
+            max_shrink_percent: 50,
+        };
+        let table = sources.build().unwrap();
+        let counts: Vec<(&str, usize)> = table
+            .stats()
+            .sources
+            .iter()
+            .map(|(f, n)| (&**f, *n))
+            .collect();
+        assert_eq!(counts, [(DISPOSABLE_FILE, 2), (RECORDS_FILE, 1)]);
     }
 }

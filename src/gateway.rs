@@ -1,9 +1,9 @@
 //! The gateway: the only Pingora `ProxyHttp` implementation.
 //!
-//! `request_filter` routes each request, makes the access decision (one place:
-//! `Gateway::authorize`) and either answers locally from the domain table or lets Pingora proxy
-//! `/v1/check` to the upstream. Decisions are values from pure modules; this file only translates
-//! them into writes.
+//! `request_filter` refuses bad framing, routes each request, makes the access decision (one
+//! place: `Gateway::authorize`) and either answers locally from the domain table or lets Pingora
+//! proxy `/v1/check` to the upstream, with a request built by [`crate::upstream`] (never the
+//! client's). Decisions are values from pure modules; this file only translates them into writes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::header::{
     HeaderName, HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
-    AUTHORIZATION, ORIGIN, REFERER, VARY,
+    AUTHORIZATION, HOST, ORIGIN, REFERER, VARY,
 };
 use http::StatusCode;
 use percent_encoding::percent_decode_str;
@@ -27,18 +27,17 @@ use serde::Serialize;
 use crate::access::keys::KeyStore;
 use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
-use crate::config::UpstreamConfig;
+use crate::config::{GatewayConfig, UpstreamConfig};
 use crate::domain::classify::wants_mx;
 use crate::domain::target::screen_target;
 use crate::domain::{classify, DomainName, DomainTable};
+use crate::framing::check_framing;
 use crate::http::{write, Answer, ApiError};
 use crate::lifecycle::Draining;
 use crate::mx::resolver::MxResolver;
 use crate::route::{route, Route, RouteError};
+use crate::upstream::{UpstreamPolicy, X_REQUEST_ID};
 
-const X_REQUEST_ID: &str = "x-request-id";
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
-const X_API_KEY_ID: &str = "x-api-key-id";
 const RATELIMIT: &str = "ratelimit";
 const RATELIMIT_POLICY: &str = "ratelimit-policy";
 const EXPOSED_HEADERS: &str = "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id";
@@ -52,6 +51,7 @@ pub struct Gateway {
     mx: Option<Arc<MxResolver>>,
     draining: Draining,
     upstream: HttpPeer,
+    policy: UpstreamPolicy,
     request_ids: RequestIds,
 }
 
@@ -76,10 +76,12 @@ pub struct RequestCtx {
     usage: Option<Usage>,
     /// The request is on `/v1/`: its answers vary by Origin.
     api: bool,
+    /// The path of the upstream request, rebuilt from the screened `/v1/check` target.
+    upstream_path: Option<String>,
 }
 
 impl Gateway {
-    pub fn new(shared: Shared, upstream: &UpstreamConfig) -> Self {
+    pub fn new(shared: Shared, config: &GatewayConfig) -> Self {
         Gateway {
             table: shared.table,
             keys: shared.keys,
@@ -87,16 +89,26 @@ impl Gateway {
             clock: shared.clock,
             mx: shared.mx,
             draining: shared.draining,
-            upstream: upstream_peer(upstream),
+            upstream: upstream_peer(&config.upstream),
+            policy: UpstreamPolicy::from_config(config),
             request_ids: RequestIds::new(),
         }
     }
 
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
-    async fn handle(&self, session: &Session, ctx: &mut RequestCtx) -> Option<Answer> {
+    async fn handle(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
         let header = session.req_header();
         let path = header.uri.path();
         ctx.api = path.starts_with("/v1/");
+        // Before routing and before any key is checked: a refused request is never counted.
+        if let Err(e) = check_framing(header.version, &header.headers) {
+            if e.leaves_bytes_unread() {
+                session.set_keepalive(None);
+            }
+            return Some(ApiError::BadRequest(e.to_string()).into());
+        }
+        let header = session.req_header();
+        let path = header.uri.path();
         let route = match route(&header.method, path, header.uri.query()) {
             Ok(route) => route,
             Err(RouteError::NotFound) => return Some(ApiError::NotFound.into()),
@@ -121,7 +133,8 @@ impl Gateway {
             Route::Check { raw } => match decode(raw)
                 .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
             {
-                Ok(()) => {
+                Ok(target) => {
+                    ctx.upstream_path = Some(target.upstream_path());
                     ctx.request_id = Some(self.request_id(session));
                     None
                 }
@@ -230,30 +243,18 @@ impl Gateway {
         Answer::raw(StatusCode::OK, Bytes::from(body))
     }
 
+    /// Public readiness: the status alone. Process, key and store details are not for the
+    /// internet (they belong on an operator-only listener).
     fn readiness(&self, session: &Session) -> Answer {
-        #[derive(Serialize)]
-        struct Readiness {
-            status: &'static str,
-            /// Which process answered (several gateways may sit behind one address).
-            pid: u32,
-            table_names: usize,
-            keys: usize,
-            quota: serde_json::Value,
-        }
         let draining = self.draining.is_draining() || session.is_process_shutting_down();
-        let body = Readiness {
-            status: if draining { "draining" } else { "ready" },
-            pid: std::process::id(),
-            table_names: self.table.load().len(),
-            keys: self.keys.load().len(),
-            quota: self.quota.status(),
-        };
-        let status = if draining {
-            StatusCode::SERVICE_UNAVAILABLE
+        if draining {
+            Answer::raw(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Bytes::from_static(br#"{"status":"draining"}"#),
+            )
         } else {
-            StatusCode::OK
-        };
-        Answer::json(status, &body)
+            Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#))
+        }
     }
 
     /// The caller's request id when it sent a sane one, else a new one.
@@ -318,6 +319,24 @@ fn preflight(session: &Session) -> Answer {
     answer
 }
 
+/// A `Vary` value holding every field of `existing` plus `field` (once).
+fn merge_vary<'a>(existing: impl IntoIterator<Item = &'a HeaderValue>, field: &str) -> HeaderValue {
+    let mut fields: Vec<&str> = existing
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .collect();
+    if fields.contains(&"*") {
+        return HeaderValue::from_static("*");
+    }
+    if !fields.iter().any(|f| f.eq_ignore_ascii_case(field)) {
+        fields.push(field);
+    }
+    HeaderValue::from_str(&fields.join(", ")).unwrap_or_else(|_| HeaderValue::from_static("*"))
+}
+
 fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
     percent_decode_str(raw)
         .decode_utf8()
@@ -374,6 +393,19 @@ impl ProxyHttp for Gateway {
     /// No downstream modules: we never compress, and each module costs every request.
     fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
 
+    /// Pipelined requests are answered in order (Pingora reads them one at a time).
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        _ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        let downstream = session.as_downstream_mut();
+        if !downstream.pipelining_enabled() {
+            downstream.set_pipelining_enabled(true);
+        }
+        Ok(())
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         match self.handle(session, ctx).await {
             Some(mut answer) => {
@@ -393,34 +425,41 @@ impl ProxyHttp for Gateway {
         Ok(Box::new(self.upstream.clone()))
     }
 
+    /// Replaces the request Pingora would forward with one built from what we screened: the
+    /// canonical path, our `Host`, the allowed client headers and ours. Nothing else of the
+    /// client's request (query, absolute-form authority, cookies, forwarding headers) crosses.
     async fn upstream_request_filter(
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        upstream_request.remove_header(&AUTHORIZATION);
-        match &ctx.principal {
-            Some(p) => upstream_request.insert_header(X_API_KEY_ID, &*p.key.id)?,
-            None => {
-                upstream_request.remove_header(X_API_KEY_ID);
-            }
+        let (Some(path), Some(principal)) = (ctx.upstream_path.as_deref(), &ctx.principal) else {
+            // Only a screened, authorised /v1/check call is ever proxied.
+            return Error::e_explain(
+                ErrorType::InternalError,
+                "proxying a request that was not screened",
+            );
+        };
+        let request_id = ctx.request_id.as_deref().unwrap_or_default();
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let headers = self.policy.headers(
+            &session.req_header().headers,
+            peer,
+            &principal.key.id,
+            request_id,
+        );
+        let mut built =
+            RequestHeader::build_no_case("GET", path.as_bytes(), Some(headers.len() + 1))?;
+        built.set_version(http::Version::HTTP_11);
+        built.insert_header(HOST, self.policy.host().clone())?;
+        for (name, value) in headers {
+            built.append_header(name, value)?;
         }
-        if let Some(id) = ctx.request_id.as_deref() {
-            upstream_request.insert_header(X_REQUEST_ID, id)?;
-        }
-        if let Some(client) = session.client_addr().and_then(|a| a.as_inet()) {
-            let ip = client.ip().to_string();
-            let chain = match upstream_request
-                .headers
-                .get(X_FORWARDED_FOR)
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(prior) if !prior.is_empty() => format!("{prior}, {ip}"),
-                _ => ip,
-            };
-            upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
-        }
+        *upstream_request = built;
         Ok(())
     }
 
@@ -430,11 +469,26 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if upstream_response.status == StatusCode::SWITCHING_PROTOCOLS {
+            // We never ask for an upgrade: a backend switching protocols would open a tunnel
+            // that later, key-less bytes of this connection could ride.
+            return Err(Error::explain(
+                ErrorType::InvalidHTTPHeader,
+                "upstream answered 101 to a request without Upgrade",
+            )
+            .into_up());
+        }
         if let Some(id) = ctx.request_id.as_deref() {
             upstream_response.insert_header(X_REQUEST_ID, id)?;
         }
         for (name, value) in access_headers(ctx) {
-            upstream_response.insert_header(name, value)?;
+            if name == VARY {
+                // The backend's own Vary still holds: add Origin to it.
+                let merged = merge_vary(upstream_response.headers.get_all(VARY), "Origin");
+                upstream_response.insert_header(VARY, merged)?;
+            } else {
+                upstream_response.insert_header(name, value)?;
+            }
         }
         Ok(())
     }
@@ -482,6 +536,17 @@ impl ProxyHttp for Gateway {
             (ErrorSource::Downstream, _) => None,
             _ => Some(ApiError::Internal(e.to_string())),
         };
+        if session.response_written().is_some() {
+            // The backend failed after its response header went out: a JSON error now would
+            // turn its partial body into a well-framed, wrong answer. Abort the connection so
+            // the client sees a truncated response.
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        }
+        // The connection is closed after the error answer: say so in it.
+        session.set_keepalive(None);
         let code = match error {
             Some(error) => {
                 let status = error.status().as_u16();
@@ -509,5 +574,29 @@ impl ProxyHttp for Gateway {
             error.esource(),
             ErrorSource::Upstream | ErrorSource::Downstream
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vary_is_appended_to_not_replaced() {
+        let v = |s: &'static str| HeaderValue::from_static(s);
+        assert_eq!(
+            merge_vary([&v("Accept-Encoding")], "Origin"),
+            "Accept-Encoding, Origin"
+        );
+        assert_eq!(
+            merge_vary([&v("origin, Accept")], "Origin"),
+            "origin, Accept"
+        );
+        assert_eq!(
+            merge_vary([&v("Accept"), &v("Cookie")], "Origin"),
+            "Accept, Cookie, Origin"
+        );
+        assert_eq!(merge_vary([&v("*")], "Origin"), "*");
+        assert_eq!(merge_vary(std::iter::empty(), "Origin"), "Origin");
     }
 }

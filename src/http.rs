@@ -51,6 +51,8 @@ impl Answer {
 /// The errors of the contract, each with its status and `error` code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {
+    /// Request framing the API never accepts (a body, an upgrade, no `Host`, ...).
+    BadRequest(String),
     NotFound,
     MethodNotAllowed {
         allow: &'static str,
@@ -87,6 +89,7 @@ struct ErrorBody<'a> {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -103,6 +106,7 @@ impl ApiError {
     /// The machine-readable `error` code.
     pub fn code(&self) -> &'static str {
         match self {
+            ApiError::BadRequest(_) => "bad_request",
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Validation(_) => "validation_error",
@@ -118,6 +122,7 @@ impl ApiError {
 
     fn message(&self) -> &'static str {
         match self {
+            ApiError::BadRequest(_) => "The request is not accepted by this API.",
             ApiError::NotFound => "No such route.",
             ApiError::MethodNotAllowed { .. } => "This route does not accept that method.",
             ApiError::Validation(_) => "The request is not valid.",
@@ -145,7 +150,8 @@ impl ApiError {
 
     fn detail(&self) -> Option<&str> {
         match self {
-            ApiError::Validation(d)
+            ApiError::BadRequest(d)
+            | ApiError::Validation(d)
             | ApiError::Forbidden(d)
             | ApiError::UpstreamUnavailable(d)
             | ApiError::UpstreamTimeout(d) => Some(d),

@@ -5,18 +5,26 @@
 //! - [`access`]: API keys, origins and monthly quotas;
 //! - [`config`]: typed settings; [`data_files`]: the table's files on disk;
 //! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM;
+//! - [`logging`]: env_logger with client-caused error lines rate-limited and counted;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
+//! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
+//!   client connections;
 //! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
 //! - [`commands`]: what the CLI subcommands do.
 
 pub mod access;
+pub mod admin;
 pub mod commands;
 pub mod config;
 pub mod data_files;
 pub mod domain;
+pub mod downstream;
+pub mod framing;
 pub mod gateway;
 pub mod http;
 pub mod lifecycle;
+pub mod logging;
 pub mod mx;
 pub mod reload;
 pub mod route;
+pub mod upstream;

@@ -57,7 +57,10 @@ enum KeyCommand {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    if let Err(e) = domain_risk_gateway::logging::install() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Serve { listen: None }) {
         Command::Serve { listen } => commands::serve(&cli.conf, listen.as_deref()).map(|()| None),

@@ -1,7 +1,9 @@
 //! Generic hot reload: watch files (mtime poll and SIGHUP), build off-thread, swap with `ArcSwap`.
 //!
 //! A build that fails keeps the current snapshot and logs why; a build whose files changed while
-//! it ran is discarded and redone, so a half-written file is never what gets published.
+//! it ran is discarded and redone, so a half-written file is never what gets published; a build
+//! that the source refuses next to the snapshot in service (e.g. a list that lost most of its
+//! entries at once) keeps the current snapshot too, logged at WARN.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +25,11 @@ pub trait Reloadable: Send + Sync + 'static {
     fn watched_files(&self) -> Vec<PathBuf>;
     /// Builds a new snapshot (called on a blocking thread).
     fn build(&self) -> Result<Self::Snapshot, Self::Error>;
+    /// Whether `next` may replace `current`: a well-formed file can still be one the operator
+    /// did not mean (truncated, emptied). `Err` keeps `current`.
+    fn accept(&self, _current: &Self::Snapshot, _next: &Self::Snapshot) -> Result<(), Self::Error> {
+        Ok(())
+    }
     /// Called after a snapshot was published (for logs).
     fn published(&self, _snapshot: &Self::Snapshot) {}
 }
@@ -39,6 +46,17 @@ fn fingerprint(files: &[PathBuf]) -> Fingerprint {
                 .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()))
         })
         .collect()
+}
+
+/// What became of one rebuild.
+enum Outcome<E> {
+    Published,
+    /// The files changed while the build ran: redo it.
+    Raced,
+    /// The files could not be built into a snapshot.
+    Failed(E),
+    /// Built, but [`Reloadable::accept`] refused it.
+    Refused(E),
 }
 
 /// A background service that keeps `target` in step with the files of `source`.
@@ -80,17 +98,24 @@ impl<S: Reloadable> Reloader<S> {
         }
         let outcome = rx.await;
         match outcome {
-            Ok(Ok(())) => true,
-            Ok(Err(None)) => {
+            Ok(Outcome::Published) => true,
+            Ok(Outcome::Raced) => {
                 log::info!(
                     "{}: files changed during the rebuild; trying again",
                     self.source.name()
                 );
                 false
             }
-            Ok(Err(Some(e))) => {
+            Ok(Outcome::Failed(e)) => {
                 log::error!(
                     "{}: reload failed, keeping the current data: {e}",
+                    self.source.name()
+                );
+                false
+            }
+            Ok(Outcome::Refused(e)) => {
+                log::warn!(
+                    "{}: reload refused, keeping the current data: {e}",
                     self.source.name()
                 );
                 false
@@ -106,23 +131,32 @@ impl<S: Reloadable> Reloader<S> {
     }
 }
 
-/// Builds a snapshot and publishes it unless the files changed meanwhile (`Err(None)`).
+/// Builds a snapshot and publishes it unless the files changed meanwhile or the source refuses
+/// it next to the one in service.
 fn build_and_swap<S: Reloadable>(
     source: &S,
     target: &ArcSwap<S::Snapshot>,
     files: &[PathBuf],
     before: &Fingerprint,
-) -> Result<(), Option<S::Error>> {
+) -> Outcome<S::Error> {
     let built = source.build();
     if fingerprint(files) != *before {
-        return Err(None);
+        return Outcome::Raced;
     }
-    let snapshot = built.map_err(Some)?;
+    let snapshot = match built {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(e),
+    };
+    // Rebuilds run one at a time and only they swap `target`: the snapshot checked against is
+    // the one replaced.
+    if let Err(e) = source.accept(&target.load(), &snapshot) {
+        return Outcome::Refused(e);
+    }
     source.published(&snapshot);
     // The old snapshot is dropped here, on this thread, not on a request thread (unless a
     // request still holds it, in which case it goes when that request ends).
     drop(target.swap(Arc::new(snapshot)));
-    Ok(())
+    Outcome::Published
 }
 
 /// Lowers the calling thread's scheduling priority (Linux: nice is per thread).

@@ -157,3 +157,104 @@ fn key_new_prints_a_secret_and_an_entry_for_a_known_plan() {
     assert!(!ok);
     assert!(err.contains("unknown plan 'gold'"), "{err}");
 }
+
+#[test]
+fn serve_refuses_an_empty_keys_file_and_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "    builtin_disposable: false\n");
+    let keys = dir.path().join("keys.yaml");
+    for text in ["", "# every key was here\n", "keys:\n"] {
+        std::fs::write(&keys, text).unwrap();
+        let (ok, _, err) = run(&["serve", "-c", &conf, "--listen", "127.0.0.1:1"]);
+        assert!(!ok, "{text:?}");
+        assert!(err.contains(&keys.display().to_string()), "{err}");
+        assert!(err.contains("write `keys: []`"), "{err}");
+    }
+    std::fs::write(&keys, "keys: []\n").unwrap();
+    let (ok, out, err) = run(&["check-config", "-c", &conf]);
+    assert!(ok, "{err}");
+    assert!(out.contains("0 keys"), "{out}");
+    assert!(err.contains("WARN") && err.contains("`keys: []`"), "{err}");
+}
+
+/// Kills the process on drop.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serve_makes_a_private_runtime_dir_for_pid_file_and_upgrade_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // No pid_file / upgrade_sock keys: they go to the runtime dir, by default ../state/run.
+    let conf_dir = dir.path().join("conf");
+    let conf = write_conf(
+        &conf_dir,
+        &format!(
+            "    builtin_disposable: false\n  admin:\n    listen: unix:{}/admin.sock\n",
+            dir.path().display()
+        ),
+    );
+    std::fs::write(conf_dir.join("keys.yaml"), "keys: []\n").unwrap();
+    let log = dir.path().join("gateway.log");
+    let mut gw = Running(
+        Command::new(BIN)
+            .args(["-c", &conf, "serve", "--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .env_remove("RUNTIME_DIRECTORY")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(std::time::Duration::from_secs(20), || {
+        read_log().contains("listening on") || gw.0.try_wait().unwrap().is_some()
+    });
+    assert!(gw.0.try_wait().unwrap().is_none(), "{}", read_log());
+    let run_dir = dir.path().join("state/run");
+    let meta = std::fs::symlink_metadata(&run_dir).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    drop(gw);
+
+    // A runtime dir others can write to stops the start, naming the fix.
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let out = Command::new(BIN)
+        .args(["-c", &conf, "serve", "--listen", "127.0.0.1:0"])
+        .env_remove("RUNTIME_DIRECTORY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("gateway.runtime_dir"), "{err}");
+    assert!(err.contains("/conf/../state/run"), "{err}");
+    assert!(err.contains("writable by its group"), "{err}");
+    assert!(err.contains("chmod 700"), "{err}");
+}
+
+#[test]
+fn key_new_appends_to_an_explicitly_empty_keys_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "");
+    let keys = dir.path().join("keys.yaml");
+    std::fs::write(&keys, "# revoked everything\nkeys: []\n").unwrap();
+    let (ok, out, err) = run(&[
+        "key", "new", "-c", &conf, "--id", "web", "--plan", "pro", "--append",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("entry added to"), "{out}");
+    let text = std::fs::read_to_string(&keys).unwrap();
+    assert!(
+        text.starts_with("# revoked everything\nkeys:\n  - id: web\n"),
+        "{text}"
+    );
+    let (ok, out, err) = run(&["check-config", "-c", &conf]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1 keys"), "{out}");
+}

@@ -9,6 +9,7 @@ use dns::{black_hole, DnsServer, Zone};
 use hickory_proto::rr::RecordType;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,21 @@ fn zones() -> HashMap<String, Zone> {
         },
     );
     z.insert("nomail.test".into(), mx(&[], 300));
+    // Listing a business provider as a backup costs nothing: mail goes to the own host first.
+    z.insert(
+        "backup-google.test".into(),
+        mx(
+            &[(10, "mail.backup-google.test"), (20, "aspmx.l.google.com")],
+            300,
+        ),
+    );
+    z.insert(
+        "own-forwarder.test".into(),
+        mx(
+            &[(10, "mail.own-forwarder.test"), (20, "mx1.improvmx.com")],
+            300,
+        ),
+    );
     z
 }
 
@@ -81,6 +97,7 @@ fn mail_setups_are_classified_from_dns() {
         .data("mx_providers.csv", &providers())
         .start();
     // (domain, reason, label, corporate)
+    // (domain, reason, label, corporate)
     let cases: [(&str, &str, Option<&str>, bool); 9] = [
         ("workspace.test", "safe", Some("Google Workspace"), true),
         ("m365.test", "safe", Some("Microsoft 365"), true),
@@ -100,6 +117,24 @@ fn mail_setups_are_classified_from_dns() {
     }
     let s = record(&gw, "nullmx.test");
     assert_eq!(s["risk_score"], 90);
+    // Only a recognised business provider where mail goes first lowers the score; own hosts
+    // earn the flag (without a risk signal) at the score of an unknown name.
+    let unknown = record(&gw, "aonly.test")["risk_score"].clone();
+    assert_eq!(unknown, 20);
+    assert_eq!(record(&gw, "workspace.test")["risk_score"], 8);
+    assert_eq!(record(&gw, "selfhosted.test")["risk_score"], unknown);
+    let b = record(&gw, "backup-google.test");
+    assert_eq!(
+        (
+            &b["risk_score"],
+            &b["is_corporate_email"],
+            &b["mx_provider_label"]
+        ),
+        (&unknown, &true.into(), &"Google Workspace".into()),
+        "{b}"
+    );
+    let o = record(&gw, "own-forwarder.test");
+    assert_eq!(o["is_corporate_email"], false, "{o}");
     // A forwarder raises the score but never flags on its own.
     let f = record(&gw, "forwarded.test");
     assert_eq!(f["reason"], "safe");
@@ -114,6 +149,7 @@ fn mail_setups_are_classified_from_dns() {
 fn answers_are_cached_until_their_ttl_passes() {
     let server = DnsServer::start(zones());
     let gw = Gateway::builder().dns(server.addr).start();
+    let first_query = Instant::now();
     record(&gw, "workspace.test");
     record(&gw, "workspace.test");
     record(&gw, "m365.test");
@@ -124,9 +160,14 @@ fn answers_are_cached_until_their_ttl_passes() {
     record(&gw, "does-not-exist.test");
     record(&gw, "does-not-exist.test");
     assert_eq!(server.count("does-not-exist.test", RecordType::MX), 1);
-    // workspace.test has a 2 s TTL: after it, one new query.
-    thread::sleep(Duration::from_millis(2300));
-    record(&gw, "workspace.test");
+    // workspace.test has a 2 s TTL: the answer is served until then, and a request after it
+    // sends one new query.
+    wait_until(Duration::from_secs(20), || {
+        record(&gw, "workspace.test");
+        server.count("workspace.test", RecordType::MX) > 1
+    });
+    // (first_query was taken before the first answer, so it is earlier than its expiry.)
+    assert!(first_query.elapsed() >= Duration::from_millis(1900));
     assert_eq!(server.count("workspace.test", RecordType::MX), 2);
     assert_eq!(server.count("m365.test", RecordType::MX), 1);
 }
@@ -156,6 +197,52 @@ fn concurrent_lookups_of_one_name_send_one_query() {
     assert_eq!(server.count("selfhosted.test", RecordType::MX), 1);
     // Requests that arrived within the budget all got the evidence.
     assert!(corporate > 0);
+}
+
+#[test]
+fn lookups_in_flight_are_bounded_and_the_rest_fail_open_at_once() {
+    const MAX_INFLIGHT: usize = 4;
+    const NAMES: usize = 16;
+    // Each answer takes 1 s, within the 1.5 s query timeout, so a slot is held until the answer.
+    let server = DnsServer::start_slow(zones(), Duration::from_millis(1000));
+    let gw = Gateway::builder()
+        .dns(server.addr)
+        .data("mx_providers.csv", &providers())
+        .mx_yaml(&format!("max_inflight: {MAX_INFLIGHT}"))
+        .start();
+    let addr = gw.addr;
+    let start = Arc::new(Barrier::new(NAMES));
+    let clients: Vec<_> = (0..NAMES)
+        .map(|i| {
+            let start = start.clone();
+            thread::spawn(move || {
+                let mut c = Conn::open(addr).unwrap();
+                start.wait();
+                let asked = Instant::now();
+                let r = c.get(&format!("/v1/public/domain/slow{i}.test")).unwrap();
+                (r.status, r.json(), asked.elapsed())
+            })
+        })
+        .collect();
+    for c in clients {
+        let (status, r, took) = c.join().unwrap();
+        assert_eq!(status, 200, "{r}");
+        // Fail open: what a timeout gives, not a 5xx and not a wait for DNS.
+        assert_eq!(
+            (&r["reason"], &r["risk_score"], &r["is_corporate_email"]),
+            (&"safe".into(), &20.into(), &false.into()),
+            "{r}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    let held = server.most_held();
+    assert!((1..=MAX_INFLIGHT).contains(&held), "{held} queries at once");
+    // Still healthy, and the slots come back: a name it has not seen gets its evidence.
+    assert_eq!(gw.get("/healthz").status, 200);
+    wait_until(Duration::from_secs(20), || {
+        record(&gw, "workspace.test")["mx_provider_label"] == "Google Workspace"
+    });
+    assert!(server.most_held() <= MAX_INFLIGHT);
 }
 
 #[test]
@@ -210,4 +297,21 @@ fn lookup_shows_the_mx_evidence() {
     assert!(text.contains("1 aspmx.l.google.com"), "{text}");
     assert!(text.contains("provider: Google Workspace (Mailbox), host aspmx.l.google.com matched suffix aspmx.l.google.com"), "{text}");
     assert!(text.contains("(Miss)"), "{text}");
+}
+
+#[test]
+fn max_inflight_must_allow_one_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gateway.yaml");
+    std::fs::write(&conf, "gateway:\n  mx:\n    max_inflight: 0\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check-config", "-c", conf.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("gateway.mx.max_inflight: 0 is outside 1..=1000000"),
+        "{err}"
+    );
 }

@@ -29,7 +29,7 @@ fn status(gw: &Gateway, path: &str) -> u16 {
 }
 
 fn readyz_quota(gw: &Gateway) -> serde_json::Value {
-    gw.conn_as(None).get("/readyz").unwrap().json()["quota"].clone()
+    gw.admin_get("/readyz").json()["quota"].clone()
 }
 
 /// `t` of the `RateLimit` header: seconds until the quota resets.
@@ -105,8 +105,9 @@ fn an_outage_fails_open_and_loses_no_count() {
         assert_eq!(conn.get(LOOKUP).unwrap().status, 200);
         slowest = slowest.max(started.elapsed());
     }
-    // Each call waits at most the 50 ms Redis budget (then the breaker skips Redis entirely).
-    assert!(slowest < Duration::from_millis(300), "slowest {slowest:?}");
+    // Each call waits at most the 50 ms Redis budget (then the breaker skips Redis entirely);
+    // the bound is generous for a loaded machine, yet far below any connect or read timeout.
+    assert!(slowest < Duration::from_secs(1), "slowest {slowest:?}");
     let q = readyz_quota(&gw);
     assert_eq!(q["connected"], false, "{q}");
     assert_eq!(q["pending_local_counts"], 30, "{q}");
@@ -154,9 +155,15 @@ fn counts_survive_a_redis_restart_with_aof() {
         assert_eq!(status(&gw, LOOKUP), 200);
     }
     redis.restart();
+    let data: Vec<String> = redis
+        .data_dir()
+        .read_dir()
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert!(
-        redis.data_dir().read_dir().unwrap().count() > 0,
-        "no AOF written"
+        data.iter().any(|name| name.starts_with("appendonly")),
+        "no AOF written: {data:?}"
     );
     assert_eq!(redis.int(&["GET", &month_key()]), Some(7));
     wait_until(Duration::from_secs(5), || {
@@ -167,27 +174,32 @@ fn counts_survive_a_redis_restart_with_aof() {
 #[test]
 fn a_new_month_uses_a_new_key_and_old_keys_expire() {
     let redis = RedisServer::start(false);
+    // The gateway's clock starts at 23:59:50 when the process starts: January has 10 s left,
+    // plenty for its start-up and the calls below, which therefore always run in January.
     let gw = Gateway::builder()
         .plan("two", 2)
         .key("k", SECRET, "two", &[])
         .redis(&redis.url(), "fail_open")
-        .env("DOMAIN_RISK_GATEWAY_CLOCK_START", "2026-01-31T23:59:56Z")
+        .env("DOMAIN_RISK_GATEWAY_CLOCK_START", "2026-01-31T23:59:50Z")
         .start();
     let mut c = gw.conn_as(Some(SECRET));
     assert_eq!(c.get(LOOKUP).unwrap().status, 200);
     let second = c.get(LOOKUP).unwrap();
     assert_eq!(second.status, 200);
-    // Still January by a safe margin (the gateway's clock started before its own start-up)?
-    if seconds_to_reset(&second) >= 2 {
-        let r = c.get(LOOKUP).unwrap();
-        r.assert_error(429, "quota_exceeded");
-        assert_eq!(r.json()["reset_at"], "2026-02-01T00:00:00Z");
-        assert_eq!(redis.int(&["GET", "q:k:2026-01"]), Some(2));
-        // The January key lives until a day after January ends, by the gateway's clock.
-        let ttl = redis.int(&["TTL", "q:k:2026-01"]).unwrap();
-        assert!((86_400..=86_400 + 4).contains(&ttl), "{ttl}");
-    }
-    wait_until(Duration::from_secs(8), || {
+    let left = seconds_to_reset(&second);
+    assert!(
+        left >= 2,
+        "only {left} s of January left after two calls: start-up took over 8 s"
+    );
+    let r = c.get(LOOKUP).unwrap();
+    r.assert_error(429, "quota_exceeded");
+    assert_eq!(r.json()["reset_at"], "2026-02-01T00:00:00Z");
+    assert_eq!(redis.int(&["GET", "q:k:2026-01"]), Some(2));
+    // The January key lives until a day after January ends, by the gateway's clock.
+    let ttl = redis.int(&["TTL", "q:k:2026-01"]).unwrap();
+    assert!((86_400..=86_401 + left as i64).contains(&ttl), "{ttl}");
+    // Past midnight UTC on the 1st of February, per the injected clock.
+    wait_until(Duration::from_secs(15), || {
         c.get(LOOKUP).unwrap().status == 200
     });
     assert_eq!(redis.int(&["GET", "q:k:2026-02"]), Some(1));

@@ -1,8 +1,10 @@
 //! Hot reload of the domain table under load: no failed request, new data within 2 s, a broken
-//! file keeps the old table, SIGHUP forces a reload.
+//! file keeps the old table, SIGHUP forces a reload; a reload never takes away what the operator
+//! did not mean to (an emptied keys file, a data file that lost most of its entries).
 
 mod common;
 use common::*;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -12,6 +14,28 @@ fn reason(gw: &Gateway, domain: &str) -> String {
     let r = gw.get(&format!("/v1/public/domain/{domain}"));
     assert_eq!(r.status, 200);
     r.json()["reason"].as_str().unwrap().to_owned()
+}
+
+/// Rewrites `file` (visibly: a comment line more) and waits for `reloaded` to be logged once
+/// more, `times` times over. Each round needs a new poll of that file's reloader, so this lets
+/// several poll intervals pass, bounded by what the log shows rather than by a sleep.
+fn let_polls_pass(gw: &Gateway, file: &Path, reloaded: &str, times: usize) {
+    for i in 0..times {
+        let before = gw.log().matches(reloaded).count();
+        let text = std::fs::read_to_string(file).unwrap();
+        write_atomic(file, &format!("{text}# poll {i}\n"));
+        wait_until(Duration::from_secs(5), || {
+            gw.log().matches(reloaded).count() > before
+        });
+    }
+}
+
+/// The log line that contains `needle`, if any.
+fn log_line(gw: &Gateway, needle: &str) -> Option<String> {
+    gw.log()
+        .lines()
+        .find(|l| l.contains(needle))
+        .map(str::to_owned)
 }
 
 /// Polls until `domain` has `want` as its reason; returns how long it took.
@@ -60,20 +84,25 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
         })
         .collect();
 
-    thread::sleep(Duration::from_millis(200));
+    // The clients are under way before the first swap.
+    wait_until(Duration::from_secs(10), || ok.load(Ordering::Relaxed) >= 20);
     let file = gw.data_path("disposable.txt");
     write_atomic(&file, "old-dispo.com\nnew-dispo.com\n");
     let took = wait_for_reason(&gw, "new-dispo.com", "disposable", Duration::from_secs(2));
     eprintln!("new data visible after {took:?}");
-    // A storm of swaps while the clients keep going.
+    // A storm of swaps while the clients keep going: each one served before the next.
     for i in 0..20 {
         write_atomic(
             &file,
             &format!("old-dispo.com\nnew-dispo.com\nstorm{i}.com\n"),
         );
-        thread::sleep(Duration::from_millis(120));
+        wait_for_reason(
+            &gw,
+            &format!("storm{i}.com"),
+            "disposable",
+            Duration::from_secs(2),
+        );
     }
-    wait_for_reason(&gw, "storm19.com", "disposable", Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -112,10 +141,9 @@ fn a_broken_file_keeps_the_old_table_and_names_file_and_line() {
         &gw.data_path("disposable.txt"),
         "dispo-a.com\ndispo-b.com\n",
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !gw.log().contains("reload failed") && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(3), || {
+        gw.log().contains("reload failed")
+    });
     let log = gw.log();
     assert!(
         log.contains("domains.csv:3: unknown reason 'spam'"),
@@ -151,7 +179,9 @@ fn sighup_reloads_even_when_the_file_looks_unchanged() {
         .unwrap()
         .set_modified(mtime)
         .unwrap();
-    thread::sleep(Duration::from_millis(400));
+    // Several polls of the data files pass (the keys file's reloader polls at the same
+    // interval; its reloads are what the log can show).
+    let_polls_pass(&gw, &gw.dir.path().join("keys.yaml"), "keys reloaded", 3);
     assert_eq!(
         reason(&gw, "bbbb-dispo.com"),
         "safe",
@@ -165,4 +195,98 @@ fn sighup_reloads_even_when_the_file_looks_unchanged() {
         200,
         "SIGHUP must not stop the gateway"
     );
+}
+
+const LOOKUP: &str = "/v1/public/domain/example.org";
+
+#[test]
+fn an_emptied_keys_file_is_refused_and_the_old_keys_kept() {
+    let gw = Gateway::builder().start();
+    assert_eq!(gw.get(LOOKUP).status, 200);
+    let keys = gw.dir.path().join("keys.yaml");
+    // `: > keys.yaml`
+    std::fs::File::create(&keys).unwrap();
+    wait_until(Duration::from_secs(5), || {
+        gw.log().contains("keys: reload failed")
+    });
+    let line = log_line(&gw, "keys: reload failed").unwrap();
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(&keys.display().to_string()), "{line}");
+    assert!(line.contains("write `keys: []`"), "{line}");
+    assert_eq!(gw.get(LOOKUP).status, 200, "the old key must still work");
+    // Several more polls pass (the data reloader polls at the same interval): still the old
+    // keys, and the refusal is logged once, not at every poll.
+    std::fs::write(gw.data_path("allowlist.txt"), "a.example\n").unwrap();
+    let_polls_pass(
+        &gw,
+        &gw.data_path("allowlist.txt"),
+        "domain table reloaded",
+        3,
+    );
+    assert_eq!(gw.get(LOOKUP).status, 200, "the old key must still work");
+    assert_eq!(gw.log().matches("keys: reload failed").count(), 1);
+    // A truncated file (cut inside an entry) is refused the same way.
+    let full = format!(
+        "keys:\n{}",
+        domain_risk_gateway::access::keys::key_entry_yaml("test", TEST_SECRET, "test", &[])
+    );
+    write_atomic(&keys, &full[..full.len() - 12]);
+    wait_until(Duration::from_secs(5), || {
+        gw.log().matches("keys: reload failed").count() == 2
+    });
+    assert_eq!(gw.get(LOOKUP).status, 200, "the old key must still work");
+}
+
+#[test]
+fn keys_empty_list_is_taken_at_its_word() {
+    let gw = Gateway::builder().start();
+    assert_eq!(gw.get(LOOKUP).status, 200);
+    write_atomic(&gw.dir.path().join("keys.yaml"), "keys: []\n");
+    wait_until(Duration::from_secs(5), || gw.get(LOOKUP).status == 401);
+    gw.get(LOOKUP).assert_error(401, "unauthorized");
+    let line = log_line(&gw, "keys reloaded: 0 keys").unwrap();
+    assert!(line.contains("WARN"), "{line}");
+    assert!(!gw.log().contains("keys: reload failed"), "{}", gw.log());
+}
+
+fn domains(range: std::ops::Range<usize>) -> String {
+    range.map(|i| format!("d{i}.example\n")).collect()
+}
+
+#[test]
+fn a_data_file_that_lost_most_of_its_entries_is_refused() {
+    let gw = Gateway::builder()
+        .data("disposable.txt", &domains(0..100))
+        .data("allowlist.txt", "keep.example\nalso-keep.example\n")
+        .start();
+    assert_eq!(reason(&gw, "d50.example"), "disposable");
+    let file = gw.data_path("disposable.txt");
+    // Cut to 10%: refused, the whole old table is kept.
+    write_atomic(&file, &domains(0..10));
+    wait_until(Duration::from_secs(5), || {
+        gw.log().contains("domain table: reload refused")
+    });
+    let line = log_line(&gw, "domain table: reload refused").unwrap();
+    assert!(line.contains("WARN"), "{line}");
+    for needle in [
+        format!("{} went from 100 to 10 entries", file.display()),
+        "gateway.reload.max_shrink_percent".to_owned(),
+    ] {
+        assert!(line.contains(&needle), "missing {needle}: {line}");
+    }
+    assert_eq!(reason(&gw, "d50.example"), "disposable");
+    assert_eq!(reason(&gw, "d5.example"), "disposable");
+    // Cut by 30% (from the table in service): taken.
+    write_atomic(&file, &domains(0..70));
+    wait_for_reason(&gw, "d80.example", "safe", Duration::from_secs(5));
+    assert_eq!(reason(&gw, "d60.example"), "disposable");
+    assert!(gw.log().contains("domain table reloaded"), "{}", gw.log());
+    // A deleted file has lost all its entries.
+    let score = |d: &str| gw.get(&format!("/v1/public/domain/{d}")).json()["risk_score"].clone();
+    assert_eq!(score("keep.example"), 5, "allowlisted");
+    std::fs::remove_file(gw.data_path("allowlist.txt")).unwrap();
+    wait_until(Duration::from_secs(5), || {
+        gw.log().contains("allowlist.txt went from 2 to 0 entries")
+    });
+    assert_eq!(score("keep.example"), 5, "still allowlisted");
 }

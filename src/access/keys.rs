@@ -3,6 +3,8 @@
 //!
 //! Secrets are never stored: the file holds their SHA-256. A presented secret is hashed, found
 //! by the first bytes of its hash, and compared in constant time. Secrets never reach a log.
+//! A file without a `keys:` list (emptied, truncated) is refused rather than read as "no keys":
+//! locking every client out takes an explicit `keys: []`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -105,9 +107,14 @@ fn prefix(digest: &[u8; 32]) -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeysFile {
-    #[serde(default)]
-    keys: Vec<KeyRow>,
+    /// `None` when the entry is missing or empty (`keys:`): that is a truncated or emptied
+    /// file, not a wish for no keys, which must be written `keys: []`.
+    keys: Option<Vec<KeyRow>>,
 }
+
+/// What a keys file without a `keys:` list is told (at start, and in the reload log).
+const NO_KEYS_LIST: &str = "no `keys:` list (an empty or truncated file?); refused, since it \
+     would lock every client out: write `keys: []` if no key is to be accepted";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,16 +146,17 @@ pub fn parse_keys(
         origin: origin.to_owned(),
         problems,
     };
-    let file: KeysFile = if text.trim().is_empty() {
-        KeysFile { keys: Vec::new() }
-    } else {
-        serde_yaml::from_str(text).map_err(|e| fail(vec![e.to_string()]))?
+    // A document that is empty or only comments is `None`, like a missing `keys:` entry.
+    let file: Option<KeysFile> =
+        serde_yaml::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
+    let Some(rows) = file.and_then(|f| f.keys) else {
+        return Err(fail(vec![NO_KEYS_LIST.to_owned()]));
     };
     let mut problems = Vec::new();
     let mut ids = HashSet::new();
     let mut hashes = HashSet::new();
     let mut store = KeyStore::default();
-    for (i, row) in file.keys.into_iter().enumerate() {
+    for (i, row) in rows.into_iter().enumerate() {
         let at = format!("keys[{i}] (id '{}')", row.id);
         if row.id.is_empty()
             || !row
@@ -256,6 +264,12 @@ impl KeysSource {
                 ],
             });
         }
+        if store.is_empty() {
+            log::warn!(
+                "{origin}: `keys: []`: no key is accepted, every call to /v1/ gets 401 until \
+                 keys are added"
+            );
+        }
         Ok(store)
     }
 }
@@ -277,7 +291,11 @@ impl crate::reload::Reloadable for KeysSource {
     }
 
     fn published(&self, store: &KeyStore) {
-        log::info!("keys reloaded: {} keys", store.len());
+        if store.is_empty() {
+            log::warn!("keys reloaded: 0 keys (the file says `keys: []`)");
+        } else {
+            log::info!("keys reloaded: {} keys", store.len());
+        }
     }
 }
 
@@ -340,6 +358,30 @@ mod tests {
         }
         assert!(parse_keys("keys: [{ id: x }]", "k", &plans()).is_err());
         assert!(parse_keys("extra: 1", "k", &plans()).is_err());
+    }
+
+    #[test]
+    fn an_empty_or_truncated_file_is_refused_and_keys_empty_list_is_not() {
+        for text in [
+            "",
+            "  \n",
+            "# all gone\n",
+            "---\n",
+            "keys:\n",
+            "keys: ~\n",
+            "keys:\n  # the entries were cut off\n",
+            "keys:\n  - id: a\n    sha",
+            "keys:\n  - id: a\n    sha256: 00\n",
+        ] {
+            let err = parse_keys(text, "keys.yaml", &plans()).unwrap_err();
+            assert_eq!(err.origin, "keys.yaml");
+            assert!(!err.problems.is_empty(), "{text:?}");
+        }
+        let err = parse_keys("# nothing\n", "keys.yaml", &plans()).unwrap_err();
+        assert!(err.to_string().contains("write `keys: []`"), "{err}");
+        assert!(err.to_string().starts_with("keys.yaml: "), "{err}");
+        let store = parse_keys("keys: []\n", "keys.yaml", &plans()).unwrap();
+        assert!(store.is_empty());
     }
 
     #[test]

@@ -2,12 +2,17 @@
 //!
 //! Pure and ordered as the contract lists it (allowlist, explicit record, free provider,
 //! blocklists, otherwise safe). Scores come from [`Scores`], which operators set in config.
+//!
+//! MX evidence cannot be used to buy a better score: anyone can point a throwaway domain's MX
+//! at a host of their own, so only a recognised business provider (where mail goes first)
+//! lowers the score below `unknown`; own hosts earn `is_corporate_email` at most, and only
+//! without a [`RiskSignal`].
 
 use serde::{Deserialize, Serialize};
 
-use super::mail::{MxEvidence, ProviderKind};
+use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
-use super::providers::ProviderMatch;
+use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord, RiskScore, MAX_SCORE};
 use super::table::{DomainTable, TableMatch, TableRule};
 
@@ -34,7 +39,8 @@ pub struct Scores {
     pub disposable_mx: RiskScore,
     /// Mail goes through a forwarding service that throwaway domains also use (MX evidence).
     pub forwarder_mx: RiskScore,
-    /// A professional mail set-up: business mailbox provider, security gateway or own hosts.
+    /// A recognised business set-up: the most preferred MX hosts are at a business mailbox
+    /// provider or a security gateway. Own (unrecognised) hosts never get it: they keep `unknown`.
     pub corporate: RiskScore,
 }
 
@@ -106,6 +112,43 @@ pub struct Verdict<'a> {
     pub rule: TableRule<'a>,
     /// The recognised MX provider, when MX evidence was used.
     pub provider: Option<ProviderMatch<'a>>,
+    /// Why the domain's own MX hosts were not taken for a business's (set only when MX hosts
+    /// were found and the most preferred ones are not at a business provider).
+    pub risk_signal: Option<RiskSignal>,
+}
+
+/// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
+/// Names the table flags (a blocklist on the name or a parent, a flagged explicit record) never
+/// get that far: MX evidence is only asked for names the table leaves open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RiskSignal {
+    /// The name or a parent is on the free-provider list.
+    FreeProvider,
+    /// An MX host, at any preference, is a disposable-mail service's.
+    DisposableMx,
+    /// An MX host, at any preference, is a forwarding service's (throwaway domains use them).
+    ForwarderMx,
+    /// An MX host, at any preference, is a consumer webmail provider's.
+    ConsumerMx,
+    /// An MX host is not a mail host name: a single label (`localhost`) or an IP address.
+    InvalidMxHost,
+}
+
+/// The first risk signal of a domain whose most preferred MX hosts are not at a business.
+fn risk_signal(free: bool, survey: &MxSurvey<'_>, hosts: &[MxHost]) -> Option<RiskSignal> {
+    if free {
+        return Some(RiskSignal::FreeProvider);
+    }
+    match survey.risky {
+        Some(ProviderKind::Disposable) => return Some(RiskSignal::DisposableMx),
+        Some(ProviderKind::Forwarder) => return Some(RiskSignal::ForwarderMx),
+        Some(ProviderKind::Consumer) => return Some(RiskSignal::ConsumerMx),
+        _ => {}
+    }
+    hosts
+        .iter()
+        .any(|h| !h.is_mail_host_name())
+        .then_some(RiskSignal::InvalidMxHost)
 }
 
 /// Whether MX evidence can change the answer for a table match: only names the table leaves
@@ -136,17 +179,15 @@ pub fn classify_match<'a>(
     let Some(evidence) = mx else {
         return base;
     };
-    let provider = table.providers().recognise(evidence.hosts());
+    let hosts = evidence.hosts();
+    let survey = table.providers().survey(hosts);
     let mut v = base;
-    let kind = provider.as_ref().map(|p| p.kind);
-    if let Some(p) = &provider {
+    let kind = survey.provider.as_ref().map(|p| p.kind);
+    if let Some(p) = &survey.provider {
         v.record.mx_provider_label = Some(p.label);
     }
-    let professional = matches!(evidence, MxEvidence::Hosts(_))
-        && matches!(
-            kind,
-            None | Some(ProviderKind::Mailbox) | Some(ProviderKind::SecurityGateway)
-        );
+    let has_hosts = matches!(evidence, MxEvidence::Hosts(_));
+    let business = has_hosts && survey.primary_business;
     if let TableRule::Unknown = found.rule {
         if evidence.is_undeliverable() {
             (v.record.reason, v.record.risk_score) = (Reason::Undeliverable, scores.undeliverable);
@@ -154,13 +195,20 @@ pub fn classify_match<'a>(
             (v.record.reason, v.record.risk_score) = (Reason::Disposable, scores.disposable_mx);
         } else if kind == Some(ProviderKind::Forwarder) {
             v.record.risk_score = scores.forwarder_mx;
-        } else if professional {
+        } else if business {
             v.record.risk_score = scores.corporate;
         }
+        // Anything else (own hosts, a recognised host only as a backup, a consumer host) is no
+        // evidence of a business: the score stays `unknown`.
     }
-    v.record.is_corporate_email =
-        professional && !v.record.is_free_provider && v.record.reason == Reason::Safe;
-    v.provider = provider;
+    if has_hosts && !business {
+        v.risk_signal = risk_signal(v.record.is_free_provider, &survey, hosts);
+    }
+    v.record.is_corporate_email = has_hosts
+        && v.record.reason == Reason::Safe
+        && !v.record.is_free_provider
+        && (business || v.risk_signal.is_none());
+    v.provider = survey.provider;
     v
 }
 
@@ -193,12 +241,14 @@ fn classify_table<'a>(
         },
         rule: found.rule,
         provider: None,
+        risk_signal: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::mail::MxHost;
     use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
 
     fn n(s: &str) -> DomainName {
@@ -271,7 +321,6 @@ mod tests {
 
     #[test]
     fn mx_evidence_only_decides_what_the_table_leaves_open() {
-        use crate::domain::mail::MxHost;
         use crate::domain::providers::ProviderTable;
         let mut b = TableBuilder::new();
         b.add(&n("mailinator.com"), ListKind::Disposable);
@@ -310,9 +359,10 @@ mod tests {
                 Some("Google Workspace".into())
             )
         );
+        // Own hosts earn the flag, not a better score.
         assert_eq!(
             run("corp.example", hosts("mx.corp.example")),
-            (Reason::Safe, s.corporate, true, None)
+            (Reason::Safe, s.unknown, true, None)
         );
         assert_eq!(
             run("x.example", hosts("mx.yopmail.com")),
@@ -341,6 +391,214 @@ mod tests {
             Reason::Disposable
         );
         assert_eq!(run("gmail.com", MxEvidence::NoDomain).0, Reason::Safe);
+    }
+
+    /// A table with the providers the MX rules need, an allowlisted free provider and an
+    /// allowlisted name.
+    fn mx_table() -> DomainTable {
+        use crate::domain::providers::ProviderTable;
+        let mut b = TableBuilder::new();
+        b.add(&n("126.com"), ListKind::Allow);
+        b.add(&n("126.com"), ListKind::FreeProvider);
+        b.add(&n("trusted.example"), ListKind::Allow);
+        b.set_providers(
+            ProviderTable::parse(
+                "match,pattern,label,kind\n\
+                 suffix,gmail-smtp-in.l.google.com,Gmail,consumer\n\
+                 suffix,google.com,Google Workspace,mailbox\n\
+                 suffix,pphosted.com,Proofpoint,security_gateway\n\
+                 suffix,improvmx.com,ImprovMX,forwarder\n\
+                 suffix,mailinator.com,Mailinator,disposable\n",
+                "p",
+            )
+            .unwrap(),
+        );
+        b.build(Scores::default())
+    }
+
+    fn mx(list: &[(u16, &str)]) -> MxEvidence {
+        MxEvidence::Hosts(
+            list.iter()
+                .map(|(p, h)| MxHost {
+                    preference: *p,
+                    host: (*h).into(),
+                })
+                .collect(),
+        )
+    }
+
+    /// (score, is_corporate_email, risk signal, label) of `q` with these MX hosts.
+    fn mx_verdict(
+        t: &DomainTable,
+        q: &str,
+        list: &[(u16, &str)],
+    ) -> (RiskScore, bool, Option<RiskSignal>, Option<String>) {
+        let name = n(q);
+        let e = mx(list);
+        let v = classify(t, &name, Some(&e));
+        (
+            v.record.risk_score,
+            v.record.is_corporate_email,
+            v.risk_signal,
+            v.record.mx_provider_label.map(str::to_owned),
+        )
+    }
+
+    #[test]
+    fn a_recognised_business_provider_is_corporate_whatever_the_backups() {
+        let t = mx_table();
+        let s = Scores::default();
+        let google = Some("Google Workspace".to_owned());
+        assert_eq!(
+            mx_verdict(&t, "corp.example", &[(1, "aspmx.l.google.com")]),
+            (s.corporate, true, None, google.clone())
+        );
+        assert_eq!(
+            mx_verdict(&t, "corp.example", &[(10, "mx1.pphosted.com")]),
+            (s.corporate, true, None, Some("Proofpoint".into()))
+        );
+        // Mail goes to Google first: the unrecognised backup takes nothing away.
+        assert_eq!(
+            mx_verdict(
+                &t,
+                "corp.example",
+                &[(1, "aspmx.l.google.com"), (20, "backup.corp.example")]
+            ),
+            (s.corporate, true, None, google)
+        );
+    }
+
+    #[test]
+    fn own_hosts_never_score_below_unknown() {
+        let t = mx_table();
+        let s = Scores::default();
+        let google = Some("Google Workspace".to_owned());
+        // The domain's own host, or anyone's unrecognised host: the flag, at the unknown score.
+        assert_eq!(
+            mx_verdict(&t, "corp.example", &[(10, "mail.corp.example")]),
+            (s.unknown, true, None, None)
+        );
+        assert_eq!(
+            mx_verdict(&t, "corp.example", &[(10, "mx.hoster.example")]),
+            (s.unknown, true, None, None)
+        );
+        // A business provider only as a backup, or tied with an own host where mail goes
+        // first, is a label to show, not evidence: listing Google costs nothing.
+        assert_eq!(
+            mx_verdict(
+                &t,
+                "x.example",
+                &[(10, "mail.x.example"), (20, "aspmx.l.google.com")]
+            ),
+            (s.unknown, true, None, google.clone())
+        );
+        assert_eq!(
+            mx_verdict(
+                &t,
+                "x.example",
+                &[(10, "aspmx.l.google.com"), (10, "mail.x.example")]
+            ),
+            (s.unknown, true, None, google)
+        );
+        // An allowlisted name keeps its score: MX evidence only adds the flag.
+        assert_eq!(
+            mx_verdict(&t, "trusted.example", &[(10, "mail.trusted.example")]),
+            (s.allowlisted, true, None, None)
+        );
+    }
+
+    #[test]
+    fn own_hosts_with_a_risk_signal_are_not_corporate() {
+        let t = mx_table();
+        let s = Scores::default();
+        let own = (10, "mail.x.example");
+        assert_eq!(
+            mx_verdict(&t, "x.example", &[own, (20, "mx1.improvmx.com")]),
+            (
+                s.forwarder_mx,
+                false,
+                Some(RiskSignal::ForwarderMx),
+                Some("ImprovMX".into())
+            )
+        );
+        assert_eq!(
+            mx_verdict(&t, "x.example", &[own, (20, "mx1.mailinator.com")]),
+            (
+                s.disposable_mx,
+                false,
+                Some(RiskSignal::DisposableMx),
+                Some("Mailinator".into())
+            )
+        );
+        assert_eq!(
+            mx_verdict(&t, "x.example", &[own, (20, "gmail-smtp-in.l.google.com")]),
+            (
+                s.unknown,
+                false,
+                Some(RiskSignal::ConsumerMx),
+                Some("Gmail".into())
+            )
+        );
+        // A recognised risky host is found whatever the order it comes in and behind a
+        // business provider's backup.
+        assert_eq!(
+            mx_verdict(
+                &t,
+                "x.example",
+                &[
+                    (30, "mx1.improvmx.com"),
+                    own,
+                    (20, "alt1.aspmx.l.google.com")
+                ]
+            )
+            .2,
+            Some(RiskSignal::ForwarderMx)
+        );
+        for bogus in ["localhost", "192.0.2.1", "2001:db8::1"] {
+            assert_eq!(
+                mx_verdict(&t, "x.example", &[own, (20, bogus)]),
+                (s.unknown, false, Some(RiskSignal::InvalidMxHost), None),
+                "{bogus}"
+            );
+        }
+        // A free provider (here allowlisted too) on its own hosts is consumer mail.
+        let v = mx_verdict(&t, "126.com", &[(10, "mx.126.com")]);
+        assert_eq!(
+            (v.0, v.1, v.2),
+            (s.allowlisted, false, Some(RiskSignal::FreeProvider))
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever MX hosts a domain shows, its score drops below `unknown` only when every
+        /// host where mail goes first is at a recognised business provider.
+        #[test]
+        fn only_a_business_primary_lowers_the_score(
+            picks in proptest::collection::vec((0u16..4, 0usize..8), 1..5)
+        ) {
+            const POOL: [&str; 8] = [
+                "aspmx.l.google.com",
+                "mx1.pphosted.com",
+                "mail.x.example",
+                "mx.other.example",
+                "mx1.improvmx.com",
+                "gmail-smtp-in.l.google.com",
+                "mx1.mailinator.com",
+                "localhost",
+            ];
+            let t = mx_table();
+            let list: Vec<(u16, &str)> = picks.iter().map(|(p, i)| (*p, POOL[*i])).collect();
+            let (score, corporate, signal, _) = mx_verdict(&t, "x.example", &list);
+            let lowest = list.iter().map(|(p, _)| *p).min().unwrap();
+            let business = list
+                .iter()
+                .filter(|(p, _)| *p == lowest)
+                .all(|(_, h)| (h.ends_with("google.com") && !h.starts_with("gmail")) || h.ends_with("pphosted.com"));
+            if score < Scores::default().unknown {
+                proptest::prop_assert!(business, "{list:?}");
+            }
+            proptest::prop_assert_eq!(corporate, business || signal.is_none(), "{:?}", list);
+        }
     }
 
     #[test]

@@ -40,6 +40,16 @@ pub struct MxHost {
     pub host: Box<str>,
 }
 
+impl MxHost {
+    /// The host is a name mail can be sent to: at least two labels and not an IP address
+    /// (RFC 5321 wants a host name in MX; `localhost` or a literal there is a bogus set-up).
+    pub fn is_mail_host_name(&self) -> bool {
+        self.host.contains('.')
+            && !self.host.contains(':')
+            && self.host.parse::<std::net::Ipv4Addr>().is_err()
+    }
+}
+
 /// What DNS says about a domain's mail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", content = "hosts", rename_all = "snake_case")]

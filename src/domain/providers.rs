@@ -1,10 +1,13 @@
 //! Mail provider recognition: which company runs a domain's MX hosts, from `mx_providers.csv`.
 //!
 //! Pure: a table of patterns (a host suffix or a regex) with a human label and a kind, and a
-//! lookup that labels a domain by its most preferred recognised MX host.
+//! survey of a domain's MX hosts: the provider that labels it (its most preferred recognised
+//! host), whether its most preferred hosts are at a business provider, and whether any host
+//! belongs to a service that throwaway addresses use.
 
 use super::mail::{MxHost, ProviderKind};
 use super::sources::SourceError;
+use ProviderKind::{Consumer, Disposable, Forwarder, Mailbox, SecurityGateway};
 
 #[derive(Debug, Clone)]
 enum Pattern {
@@ -26,10 +29,10 @@ impl Pattern {
         }
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self) -> Box<str> {
         match self {
-            Pattern::Suffix(s) => format!("suffix {s}"),
-            Pattern::Regex(r) => format!("regex {}", r.as_str()),
+            Pattern::Suffix(s) => format!("suffix {s}").into(),
+            Pattern::Regex(r) => format!("regex {}", r.as_str()).into(),
         }
     }
 }
@@ -38,6 +41,8 @@ impl Pattern {
 #[derive(Debug, Clone)]
 pub struct Provider {
     pattern: Pattern,
+    /// `pattern` in words, made once so that a match costs no formatting.
+    described: Box<str>,
     pub label: Box<str>,
     pub kind: ProviderKind,
 }
@@ -50,7 +55,20 @@ pub struct ProviderMatch<'p> {
     /// The MX host that matched.
     pub host: String,
     /// The pattern that matched it, for `lookup`.
-    pub pattern: String,
+    pub pattern: &'p str,
+}
+
+/// What a domain's MX hosts say, from one pass over them (see [`ProviderTable::survey`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MxSurvey<'p> {
+    /// The provider of the most preferred recognised host: it labels the domain.
+    pub provider: Option<ProviderMatch<'p>>,
+    /// Every host at the lowest preference value (where mail goes first) is at a business
+    /// mailbox provider or a security gateway.
+    pub primary_business: bool,
+    /// The kind of the most preferred host, at any preference, that is at a disposable,
+    /// forwarding or consumer service (mail may end up there).
+    pub risky: Option<ProviderKind>,
 }
 
 /// All provider patterns, in file order (the first matching row wins for a host).
@@ -116,6 +134,7 @@ impl ProviderTable {
                 return Err(fail("label is empty".into()));
             }
             providers.push(Provider {
+                described: pattern.describe(),
                 pattern,
                 label: label.into(),
                 kind,
@@ -139,16 +158,57 @@ impl ProviderTable {
 
     /// The provider of the most preferred recognised MX host (lowest preference value).
     pub fn recognise(&self, hosts: &[MxHost]) -> Option<ProviderMatch<'_>> {
-        let mut sorted: Vec<&MxHost> = hosts.iter().collect();
-        sorted.sort_by_key(|h| h.preference);
-        sorted.into_iter().find_map(|h| {
-            self.provider_of(&h.host).map(|p| ProviderMatch {
-                label: &p.label,
-                kind: p.kind,
-                host: h.host.to_string(),
-                pattern: p.pattern.describe(),
-            })
-        })
+        self.survey(hosts).provider
+    }
+
+    /// One pass over `hosts` in preference order (ties in the order given). It stops once the
+    /// most preferred hosts are all at business providers, since nothing further can change
+    /// the verdict; it allocates nothing beyond the match when `hosts` come sorted, as the
+    /// resolver stores them.
+    pub fn survey(&self, hosts: &[MxHost]) -> MxSurvey<'_> {
+        let mut out = MxSurvey::default();
+        let Some(lowest) = hosts.iter().map(|h| h.preference).min() else {
+            return out;
+        };
+        out.primary_business = true;
+        let mut visit = |h: &MxHost| {
+            if h.preference > lowest && out.primary_business {
+                return false;
+            }
+            let provider = self.provider_of(&h.host);
+            let kind = provider.map(|p| p.kind);
+            if h.preference == lowest && !matches!(kind, Some(Mailbox | SecurityGateway)) {
+                out.primary_business = false;
+            }
+            if out.risky.is_none() && matches!(kind, Some(Disposable | Forwarder | Consumer)) {
+                out.risky = kind;
+            }
+            if let (None, Some(p)) = (&out.provider, provider) {
+                out.provider = Some(ProviderMatch {
+                    label: &p.label,
+                    kind: p.kind,
+                    host: h.host.to_string(),
+                    pattern: &p.described,
+                });
+            }
+            true
+        };
+        if hosts.is_sorted_by_key(|h| h.preference) {
+            for h in hosts {
+                if !visit(h) {
+                    break;
+                }
+            }
+        } else {
+            let mut sorted: Vec<&MxHost> = hosts.iter().collect();
+            sorted.sort_by_key(|h| h.preference);
+            for h in sorted {
+                if !visit(h) {
+                    break;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -200,6 +260,40 @@ mod tests {
         assert!(t.recognise(&hosts(&[(1, "mx.own.example")])).is_none());
         // A suffix matches whole labels only.
         assert!(t.recognise(&hosts(&[(1, "evilpphosted.com")])).is_none());
+    }
+
+    #[test]
+    fn a_survey_sees_where_mail_goes_first_and_any_risky_host() {
+        const RISKY: &str = "match,pattern,label,kind\n\
+            suffix,aspmx.l.google.com,Google Workspace,mailbox\n\
+            suffix,pphosted.com,Proofpoint,security_gateway\n\
+            suffix,improvmx.com,ImprovMX,forwarder\n\
+            suffix,gmail-smtp-in.l.google.com,Gmail,consumer\n";
+        let t = ProviderTable::parse(RISKY, "p.csv").unwrap();
+        let s = t.survey(&hosts(&[(1, "aspmx.l.google.com"), (5, "mx.own.example")]));
+        assert!(s.primary_business);
+        assert_eq!(s.provider.unwrap().pattern, "suffix aspmx.l.google.com");
+        // Every host at the lowest preference must be a business's.
+        let s = t.survey(&hosts(&[(1, "mx1.pphosted.com"), (1, "mx.own.example")]));
+        assert!(!s.primary_business);
+        assert_eq!(s.provider.unwrap().label, "Proofpoint");
+        let s = t.survey(&hosts(&[(1, "mx1.pphosted.com"), (1, "mx2.pphosted.com")]));
+        assert!(s.primary_business);
+        // A recognised backup labels the domain without making it a business's; the first
+        // risky host at any preference is reported, in whatever order the hosts come.
+        let s = t.survey(&hosts(&[
+            (30, "mx1.improvmx.com"),
+            (20, "gmail-smtp-in.l.google.com"),
+            (10, "mx.own.example"),
+        ]));
+        assert!(!s.primary_business);
+        assert_eq!(s.provider.as_ref().unwrap().label, "Gmail");
+        assert_eq!(s.risky, Some(ProviderKind::Consumer));
+        assert_eq!(t.survey(&[]), MxSurvey::default());
+        assert!(t
+            .survey(&hosts(&[(1, "mx.own.example")]))
+            .provider
+            .is_none());
     }
 
     #[test]

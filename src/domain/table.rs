@@ -100,6 +100,9 @@ pub struct TableStats {
     pub skipped_public_suffixes: usize,
     /// Every conflict the builder resolved (allowlist or free list against a blocklist).
     pub conflicts: Vec<Conflict>,
+    /// Entries each source held as read (e.g. `disposable.txt` -> 1200), in the order given;
+    /// a reload compares them to refuse a file that lost most of its entries at once.
+    pub sources: Vec<(Box<str>, usize)>,
 }
 
 /// How many flagged entries the table keeps ranked for `top-domains` (the largest `limit`).
@@ -255,6 +258,11 @@ impl TableBuilder {
             return;
         }
         self.entry(name).flags |= kind.bit();
+    }
+
+    /// Records how many entries a source held (see [`TableStats::sources`]).
+    pub fn count_source(&mut self, source: &str, entries: usize) {
+        self.stats.sources.push((source.into(), entries));
     }
 
     /// Sets the mail provider patterns.

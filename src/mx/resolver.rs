@@ -1,12 +1,17 @@
-//! DNS lookups of MX evidence: a time budget per request, a bounded TTL-aware cache with
-//! negative caching (RFC 2308), and single-flight so concurrent lookups of a name share one query.
+//! DNS lookups of MX evidence: a time budget per request, a bound on lookups in flight, a
+//! bounded TTL-aware cache with negative caching (RFC 2308), and single-flight so concurrent
+//! lookups of a name share one query.
 //!
 //! The budget bounds how long a request waits, not the DNS work: a lookup that overruns keeps
-//! going in the background and fills the cache for the next request.
+//! going in the background (still holding its slot) and fills the cache for the next request.
+//! Slots are few (`max_inflight`) so that names under a slow or silent nameserver, which an
+//! attacker can mint by the thousand, cannot pile up tasks and sockets: past the bound a request
+//! is answered at once with what a timeout would give (nothing known, fail open).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,12 +20,12 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
-use tokio::sync::watch;
+use quick_cache::sync::{Cache, DefaultLifecycle};
+use quick_cache::{OptionsBuilder, UnitWeighter};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::MxConfig;
 use crate::domain::mail::{MxEvidence, MxHost};
-
-const SHARDS: usize = 16;
 
 /// How a lookup was answered (shown by `lookup`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +37,27 @@ pub enum CacheState {
     Coalesced,
     /// The budget ran out; the query goes on in the background.
     OverBudget,
+    /// `max_inflight` lookups were already running: answered as unknown at once, nothing asked.
+    Refused,
 }
 
+/// Counters of the resolver since it started, and its current load (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MxStats {
+    /// Lookups holding a slot now: waited on by a request or finishing in the background.
+    pub in_flight: u64,
+    /// Lookups refused because `max_inflight` were running (each answered unknown at once).
+    pub refused: u64,
+    /// Lookups answered from the cache.
+    pub cache_hits: u64,
+    /// Lookups the cache could not answer: each started a query, joined one in flight, or was
+    /// refused (`refused` is part of this count).
+    pub cache_misses: u64,
+    /// Names in the cache now, expired ones not yet replaced or evicted included.
+    pub cache_entries: u64,
+}
+
+#[derive(Clone)]
 struct Cached {
     evidence: Arc<MxEvidence>,
     expires: Instant,
@@ -41,14 +65,59 @@ struct Cached {
 
 type Flight = watch::Receiver<Option<Arc<MxEvidence>>>;
 
+/// SipHash (std's `RandomState`), since the names are the client's choice.
+type EvidenceCache =
+    Cache<Box<str>, Cached, UnitWeighter, RandomState, DefaultLifecycle<Box<str>, Cached>>;
+
+/// A cache of at most `entries` names. Its shards (a lock each) are sized in whole numbers of
+/// entries, so the shards together never exceed the bound.
+fn evidence_cache(entries: usize) -> EvidenceCache {
+    let entries = entries.max(1);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut shards = (threads * 4).next_power_of_two();
+    // Small shards evict too eagerly: quick_cache wants at least 32 entries in each.
+    while shards > 1 && entries / shards < 32 {
+        shards /= 2;
+    }
+    let capacity = entries / shards * shards;
+    let options = OptionsBuilder::new()
+        .shards(shards)
+        .estimated_items_capacity(capacity)
+        .weight_capacity(capacity as u64)
+        .build()
+        .expect("both capacities are set");
+    Cache::with_options(
+        options,
+        UnitWeighter,
+        RandomState::new(),
+        DefaultLifecycle::default(),
+    )
+}
+
+/// A counter alone on its cache line: every cache hit bumps it, from every worker thread, and
+/// it must not slow down the fields next to it.
+#[derive(Default)]
+#[repr(align(128))]
+struct HotCounter(AtomicU64);
+
 /// Resolver plus cache. Cheap to share (`Arc`).
 pub struct MxResolver {
     dns: TokioResolver,
-    shards: Vec<Mutex<HashMap<Box<str>, Cached>>>,
-    hasher: RandomState,
+    /// S3-FIFO eviction (`quick_cache`): storing a name into a full cache costs O(1) amortised,
+    /// whatever its size, and a flood of one-off names cannot push out the names asked often.
+    /// Expiry is checked on read; an expired entry waits for its refresh or its eviction.
+    cache: EvidenceCache,
     inflight: Mutex<HashMap<Box<str>, Flight>>,
+    slots: Arc<Semaphore>,
+    max_inflight: usize,
+    /// How long a lookup may hold its slot, whatever DNS does (MX, then A and AAAA).
+    lookup_deadline: Duration,
+    hits: HotCounter,
+    misses: AtomicU64,
+    refused: AtomicU64,
+    /// The fail-open answer, shared so that refusing or timing out allocates nothing.
+    unknown: Arc<MxEvidence>,
     budget: Duration,
-    per_shard: usize,
     min_ttl: Duration,
     max_ttl: Duration,
     negative_max_ttl: Duration,
@@ -62,6 +131,23 @@ pub enum MxSetupError {
     BadServer(String),
     #[error("system DNS configuration (resolv.conf): {0}")]
     System(String),
+}
+
+/// Takes a finished (or abandoned) lookup out of the in-flight map, also if it panicked, so the
+/// name is not left looking busy forever.
+struct FlightGuard<'r> {
+    resolver: &'r MxResolver,
+    name: &'r str,
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        self.resolver
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(self.name);
+    }
 }
 
 impl MxResolver {
@@ -90,13 +176,19 @@ impl MxResolver {
         let dns = builder
             .build()
             .map_err(|e| MxSetupError::System(e.to_string()))?;
+        let max_inflight = config.max_inflight.max(1);
         Ok(MxResolver {
             dns,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            cache: evidence_cache(config.cache_entries),
             inflight: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(max_inflight)),
+            max_inflight,
+            lookup_deadline: config.query_timeout() * 2,
+            hits: HotCounter::default(),
+            misses: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            unknown: Arc::new(MxEvidence::Unknown),
             budget: config.budget(),
-            per_shard: config.cache_entries.div_ceil(SHARDS).max(1),
             min_ttl: Duration::from_secs(config.min_ttl_seconds),
             max_ttl: Duration::from_secs(config.max_ttl_seconds),
             negative_max_ttl: Duration::from_secs(config.negative_max_ttl_seconds),
@@ -104,41 +196,35 @@ impl MxResolver {
         })
     }
 
-    fn shard(&self, name: &str) -> &Mutex<HashMap<Box<str>, Cached>> {
-        &self.shards[self.hasher.hash_one(name) as usize % SHARDS]
-    }
-
     fn cached(&self, name: &str) -> Option<Arc<MxEvidence>> {
-        let shard = self.shard(name).lock().unwrap_or_else(|p| p.into_inner());
-        shard
+        self.cache
             .get(name)
             .filter(|c| c.expires > Instant::now())
-            .map(|c| c.evidence.clone())
+            .map(|c| c.evidence)
     }
 
     fn store(&self, name: &str, evidence: Arc<MxEvidence>, ttl: Duration) {
-        let now = Instant::now();
-        let mut shard = self.shard(name).lock().unwrap_or_else(|p| p.into_inner());
-        if shard.len() >= self.per_shard && !shard.contains_key(name) {
-            shard.retain(|_, c| c.expires > now);
-            if shard.len() >= self.per_shard {
-                // Still full of live entries: drop the one closest to expiry.
-                if let Some(victim) = shard
-                    .iter()
-                    .min_by_key(|(_, c)| c.expires)
-                    .map(|(k, _)| k.clone())
-                {
-                    shard.remove(&victim);
-                }
-            }
+        let expires = Instant::now() + ttl;
+        self.cache.insert(name.into(), Cached { evidence, expires });
+    }
+
+    /// Caches `evidence` for `name` for `ttl`, as if DNS had answered: no query is sent. For
+    /// benchmarks of the cache and for tools.
+    pub fn insert(&self, name: &str, evidence: MxEvidence, ttl: Duration) {
+        self.store(name, Arc::new(evidence), ttl);
+    }
+
+    /// Counters and load, read without stopping lookups (one atomic load each, and a read
+    /// lock per cache shard for the entry count).
+    pub fn stats(&self) -> MxStats {
+        let free = self.slots.available_permits();
+        MxStats {
+            in_flight: self.max_inflight.saturating_sub(free) as u64,
+            refused: self.refused.load(Ordering::Relaxed),
+            cache_hits: self.hits.0.load(Ordering::Relaxed),
+            cache_misses: self.misses.load(Ordering::Relaxed),
+            cache_entries: self.cache.len() as u64,
         }
-        shard.insert(
-            name.into(),
-            Cached {
-                evidence,
-                expires: now + ttl,
-            },
-        );
     }
 
     /// The MX evidence of `name` (canonical, no trailing dot), within the request budget.
@@ -153,41 +239,67 @@ impl MxResolver {
         budget: Duration,
     ) -> (Arc<MxEvidence>, CacheState) {
         if let Some(e) = self.cached(name) {
+            self.hits.0.fetch_add(1, Ordering::Relaxed);
             return (e, CacheState::Hit);
         }
         let (mut rx, state) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            match inflight.get(name) {
-                Some(rx) => (rx.clone(), CacheState::Coalesced),
-                None => {
-                    let (tx, rx) = watch::channel(None);
-                    inflight.insert(name.into(), rx.clone());
-                    let this = self.clone();
-                    let owned: Box<str> = name.into();
-                    tokio::spawn(async move {
-                        let (evidence, ttl) = this.resolve(&owned).await;
-                        let evidence = Arc::new(evidence);
-                        this.store(&owned, evidence.clone(), ttl);
-                        this.inflight
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .remove(&owned);
-                        let _ = tx.send(Some(evidence));
-                    });
-                    (rx, CacheState::Miss)
-                }
+            if let Some(rx) = inflight.get(name) {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                (rx.clone(), CacheState::Coalesced)
+            } else if let Some(e) = self.cached(name) {
+                // A lookup of this name finished between the first look and taking the lock.
+                self.hits.0.fetch_add(1, Ordering::Relaxed);
+                return (e, CacheState::Hit);
+            } else {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                    drop(inflight);
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return (self.unknown.clone(), CacheState::Refused);
+                };
+                let (tx, rx) = watch::channel(None);
+                inflight.insert(name.into(), rx.clone());
+                let this = self.clone();
+                let owned: Box<str> = name.into();
+                tokio::spawn(async move { this.run_lookup(&owned, slot, tx).await });
+                (rx, CacheState::Miss)
             }
         };
         let waited = tokio::time::timeout(budget, rx.wait_for(Option::is_some)).await;
         match waited {
             Ok(Ok(v)) => match v.as_ref() {
                 Some(e) => (e.clone(), state),
-                None => (Arc::new(MxEvidence::Unknown), CacheState::OverBudget),
+                None => (self.unknown.clone(), CacheState::OverBudget),
             },
-            _ => (Arc::new(MxEvidence::Unknown), CacheState::OverBudget),
+            _ => (self.unknown.clone(), CacheState::OverBudget),
         }
     }
 
+    /// One lookup, run to its end whether or not anyone still waits for it; `slot` is held
+    /// until then, so lookups in the background count against `max_inflight` too.
+    async fn run_lookup(
+        &self,
+        name: &str,
+        slot: OwnedSemaphorePermit,
+        tx: watch::Sender<Option<Arc<MxEvidence>>>,
+    ) {
+        let _in_flight = FlightGuard {
+            resolver: self,
+            name,
+        };
+        let (evidence, ttl) = tokio::time::timeout(self.lookup_deadline, self.resolve(name))
+            .await
+            .unwrap_or_else(|_| {
+                log::debug!("MX lookup of {name} overran its deadline");
+                (MxEvidence::Unknown, self.failure_ttl)
+            });
+        let evidence = Arc::new(evidence);
+        // Stored before the flight ends, so a request never finds neither.
+        self.store(name, evidence.clone(), ttl);
+        let _ = tx.send(Some(evidence));
+        drop(slot);
+    }
     fn clamp(&self, ttl: Duration, max: Duration) -> Duration {
         ttl.clamp(self.min_ttl, max.max(self.min_ttl))
     }
@@ -270,5 +382,80 @@ fn negative_ttl(e: &NetError) -> Duration {
             Duration::from_secs(u64::from(nr.negative_ttl.unwrap_or(0)))
         }
         _ => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    /// A resolver whose DNS server never answers (a socket nobody reads), and that socket.
+    fn silent(max_inflight: usize, cache_entries: usize) -> (Arc<MxResolver>, UdpSocket) {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let config = MxConfig {
+            servers: vec![sink.local_addr().unwrap().to_string()],
+            max_inflight,
+            cache_entries,
+            budget_ms: 20,
+            query_timeout_ms: 1000,
+            ..MxConfig::default()
+        };
+        (Arc::new(MxResolver::new(&config).unwrap()), sink)
+    }
+
+    #[tokio::test]
+    async fn past_max_inflight_lookups_are_refused_at_once_and_counted() {
+        let (r, _sink) = silent(2, 100);
+        assert_eq!(r.evidence("a.example").await.1, CacheState::OverBudget);
+        assert_eq!(r.evidence("b.example").await.1, CacheState::OverBudget);
+        // Both go on in the background, each holding its slot: a third name is refused.
+        let (e, state) = r.evidence("c.example").await;
+        assert_eq!((state, &*e), (CacheState::Refused, &MxEvidence::Unknown));
+        // A name in flight joins its lookup and takes no slot (so is not refused).
+        assert_eq!(r.evidence("a.example").await.1, CacheState::OverBudget);
+        let s = r.stats();
+        assert_eq!(
+            (s.in_flight, s.refused, s.cache_misses, s.cache_hits),
+            (2, 1, 4, 0)
+        );
+        // The silent server's queries time out: the slots come back and the failures are cached.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while r.stats().in_flight > 0 {
+            assert!(Instant::now() < deadline, "{:?}", r.stats());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(r.evidence("a.example").await.1, CacheState::Hit);
+        assert_eq!(r.evidence("d.example").await.1, CacheState::OverBudget);
+        let s = r.stats();
+        assert_eq!((s.refused, s.cache_hits, s.cache_entries), (1, 1, 2));
+    }
+
+    #[tokio::test]
+    async fn the_cache_keeps_its_bound_and_its_busy_names_and_serves_live_answers_only() {
+        let (r, _sink) = silent(4, 1000);
+        let hour = Duration::from_secs(3600);
+        let busy = MxEvidence::Hosts(vec![MxHost {
+            preference: 1,
+            host: "aspmx.l.google.com".into(),
+        }]);
+        r.insert("busy.example", busy.clone(), hour);
+        for i in 0..20_000 {
+            r.insert(&format!("n{i}.example"), MxEvidence::NoDomain, hour);
+            if i % 50 == 0 {
+                let (e, state) = r.evidence("busy.example").await;
+                assert_eq!((state, &*e), (CacheState::Hit, &busy), "after {i} names");
+            }
+        }
+        let entries = r.stats().cache_entries;
+        assert!((900..=1000).contains(&entries), "{entries}");
+        // Recent names are kept, as long as their TTL.
+        assert_eq!(r.evidence("n19999.example").await.1, CacheState::Hit);
+        r.insert("expired.example", MxEvidence::NullMx, Duration::ZERO);
+        assert_eq!(
+            r.evidence("expired.example").await,
+            (r.unknown.clone(), CacheState::OverBudget)
+        );
+        assert_eq!(r.stats().cache_misses, 1);
     }
 }

@@ -1,12 +1,13 @@
 //! A real DNS server on loopback UDP for tests: authoritative answers from in-memory zones, a
-//! count of the queries it received, and a black-hole mode that never answers.
+//! count of the queries it received, a slow mode (each answer held for a while, counting how
+//! many questions it holds at once) and a black-hole mode that never answers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, MX, SOA};
@@ -25,15 +26,43 @@ pub struct Zone {
 pub struct DnsServer {
     pub addr: SocketAddr,
     queries: Arc<Mutex<HashMap<(String, RecordType), usize>>>,
+    held: Arc<Mutex<Held>>,
+}
+
+/// Questions received and not answered yet (slow mode). A DNS client resends an unanswered
+/// UDP query: a resend is the same question, not one more, and the first answer settles it.
+#[derive(Default)]
+struct Held {
+    questions: HashSet<(String, RecordType)>,
+    most: usize,
 }
 
 impl DnsServer {
     /// Serves `zones`; any other name is NXDOMAIN.
     pub fn start(zones: HashMap<String, Zone>) -> DnsServer {
+        DnsServer::start_slow(zones, Duration::ZERO)
+    }
+
+    /// Like `start`, but each answer leaves `delay` after its query came in: a slow nameserver.
+    pub fn start_slow(zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = socket.local_addr().unwrap();
         let queries = Arc::new(Mutex::new(HashMap::new()));
         let counted = queries.clone();
+        let held = Arc::new(Mutex::new(Held::default()));
+        // Answers wait in arrival order, so one thread sending each at its time keeps them all.
+        type Due = (Instant, Vec<u8>, SocketAddr, (String, RecordType));
+        let (later, due) = mpsc::channel::<Due>();
+        let sender = socket.try_clone().unwrap();
+        let holding = held.clone();
+        thread::spawn(move || {
+            for (at, answer, peer, question) in due {
+                thread::sleep(at.saturating_duration_since(Instant::now()));
+                let _ = sender.send_to(&answer, peer);
+                holding.lock().unwrap().questions.remove(&question);
+            }
+        });
+        let holding = held.clone();
         thread::spawn(move || {
             let mut buf = [0u8; 4096];
             loop {
@@ -98,10 +127,29 @@ impl DnsServer {
                         response.add_answers(answers);
                     }
                 }
-                let _ = socket.send_to(&response.to_vec().unwrap(), peer);
+                let answer = response.to_vec().unwrap();
+                if delay.is_zero() {
+                    let _ = socket.send_to(&answer, peer);
+                } else {
+                    let question = (name.clone(), query.query_type());
+                    let mut held = holding.lock().unwrap();
+                    held.questions.insert(question.clone());
+                    held.most = held.most.max(held.questions.len());
+                    drop(held);
+                    let _ = later.send((Instant::now() + delay, answer, peer, question));
+                }
             }
         });
-        DnsServer { addr, queries }
+        DnsServer {
+            addr,
+            queries,
+            held,
+        }
+    }
+
+    /// Slow mode: the most distinct questions held unanswered at once so far.
+    pub fn most_held(&self) -> usize {
+        self.held.lock().unwrap().most
     }
 
     /// How many queries of this type the server received for `name`.

@@ -42,16 +42,42 @@ pub struct GatewayBuilder {
     env: Vec<(String, String)>,
     dir: Option<tempfile::TempDir>,
     dns: Option<SocketAddr>,
+    /// Extra lines of the `mx:` section (with `dns`).
+    mx_yaml: Vec<String>,
     quota_yaml: Option<String>,
+    /// The default upstream: a port held without listening, so connects are refused.
+    dead_upstream: Option<DeadPort>,
+}
+
+/// A loopback port bound but never listened on: connecting to it is refused for as long as it
+/// is held, and no other process can take it meanwhile.
+pub struct DeadPort {
+    _socket: socket2::Socket,
+    pub addr: SocketAddr,
+}
+
+impl DeadPort {
+    pub fn new() -> DeadPort {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&any.into()).expect("bind");
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        DeadPort {
+            _socket: socket,
+            addr,
+        }
+    }
 }
 
 impl Default for GatewayBuilder {
     fn default() -> Self {
+        let dead = DeadPort::new();
         GatewayBuilder {
             files: BTreeMap::new(),
             gateway_yaml: Vec::new(),
             builtin: false,
-            upstream: format!("127.0.0.1:{}", free_port()),
+            upstream: dead.addr.to_string(),
             keys: domain_risk_gateway::access::keys::key_entry_yaml(
                 "test",
                 TEST_SECRET,
@@ -62,7 +88,9 @@ impl Default for GatewayBuilder {
             env: Vec::new(),
             dir: None,
             dns: None,
+            mx_yaml: Vec::new(),
             quota_yaml: None,
+            dead_upstream: Some(dead),
         }
     }
 }
@@ -120,6 +148,12 @@ impl GatewayBuilder {
         self
     }
 
+    /// An extra line inside the `mx:` section (with `dns`), e.g. `max_inflight: 4`.
+    pub fn mx_yaml(mut self, line: &str) -> Self {
+        self.mx_yaml.push(line.to_owned());
+        self
+    }
+
     /// Reuse the folder (config, data, keys, quota state) of a stopped gateway.
     pub fn in_dir(mut self, dir: tempfile::TempDir) -> Self {
         self.dir = Some(dir);
@@ -134,6 +168,7 @@ impl GatewayBuilder {
 
     pub fn upstream(mut self, addr: SocketAddr) -> Self {
         self.upstream = addr.to_string();
+        self.dead_upstream = None;
         self
     }
 
@@ -179,7 +214,7 @@ impl GatewayBuilder {
             format!(
                 "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
-                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
+                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
                  {quota}{mx}{extra}",
                 d = dir.path().display(),
@@ -190,14 +225,17 @@ impl GatewayBuilder {
                 }),
                 mx = match self.dns {
                     Some(addr) => format!(
-                        "  mx:\n    servers: [\"{addr}\"]\n    budget_ms: 300\n    query_timeout_ms: 1500\n    min_ttl_seconds: 1\n    failure_ttl_seconds: 1\n"
+                        "  mx:\n    servers: [\"{addr}\"]\n    budget_ms: 300\n    query_timeout_ms: 1500\n    min_ttl_seconds: 1\n    failure_ttl_seconds: 1\n{}",
+                        self.mx_yaml.iter().map(|l| format!("    {l}\n")).collect::<String>()
                     ),
                     None => "  mx:\n    enabled: false\n".to_owned(),
                 },
             ),
         )
         .unwrap();
-        Gateway::spawn(dir, conf, &self.env)
+        let mut gw = Gateway::spawn(dir, conf, &self.env);
+        gw.dead_upstream = self.dead_upstream;
+        gw
     }
 }
 
@@ -208,6 +246,7 @@ pub struct Gateway {
     pub conf: PathBuf,
     child: Child,
     log: PathBuf,
+    dead_upstream: Option<DeadPort>,
 }
 
 impl Gateway {
@@ -241,6 +280,7 @@ impl Gateway {
                 conf: conf.clone(),
                 child,
                 log: log.clone(),
+                dead_upstream: None,
             };
             match gw.wait_ready() {
                 Ok(()) => return gw,
@@ -261,8 +301,9 @@ impl Gateway {
             }
             if let Ok(mut c) = Conn::open_as(self.addr, None) {
                 if let Ok(r) = c.get("/readyz") {
-                    // Another test's gateway may hold the port if the bind raced: check the pid.
-                    if r.status == 200 && r.json()["pid"] == self.child.id() {
+                    // Another test's gateway may hold the port if the bind raced: check that
+                    // the listening socket is this process's.
+                    if r.status == 200 && listens_on(self.child.id(), self.addr.port()) {
                         return Ok(());
                     }
                 }
@@ -291,6 +332,22 @@ impl Gateway {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} failed");
+    }
+
+    /// One request to the admin listener (a Unix socket in the gateway's folder).
+    pub fn admin_get(&self, path: &str) -> Response {
+        let stream = std::os::unix::net::UnixStream::connect(self.dir.path().join("admin.sock"))
+            .expect("admin listener");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = BufReader::new(stream);
+        write!(
+            reader.get_mut(),
+            "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut reader).expect("admin answer")
     }
 
     /// A connection that sends the test key with every request.
@@ -338,6 +395,36 @@ impl Drop for Gateway {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether process `pid` holds the listening TCP socket of `port` (Linux `/proc`).
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            // State 0A is LISTEN.
+            if local_port == Some(port) && f.get(3) == Some(&"0A") {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.to_str() == Some(i)))
+    })
 }
 
 /// An HTTP response as read off the wire.
@@ -475,7 +562,8 @@ pub fn read_response<R: BufRead>(r: &mut R) -> std::io::Result<Response> {
         loop {
             let mut size = String::new();
             r.read_line(&mut size)?;
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16)
+                .map_err(|_| std::io::Error::other(format!("bad chunk size {size:?}")))?;
             let mut chunk = vec![0; n + 2];
             r.read_exact(&mut chunk)?;
             if n == 0 {

@@ -1,9 +1,21 @@
-//! A real `redis-server` on an ephemeral loopback port, owned by one test.
+//! A real `redis-server` on a loopback port, owned by one test.
+//!
+//! redis-server cannot bind port 0 and report the port, so a free port is picked and may be taken
+//! by someone else before the server binds it. A start that fails with "Address already in use"
+//! is therefore retried on another port, and the server counts as up only once the one answering
+//! on the port is our own process (its `process_id`), never a stranger holding the port.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// Fresh ports tried before giving up on a start.
+const START_ATTEMPTS: usize = 20;
+/// How long one launch may take to answer PING.
+const LAUNCH_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a restart waits for its port to be free again (it cannot move: gateways know it).
+const RESTART_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct RedisServer {
     pub port: u16,
@@ -12,24 +24,46 @@ pub struct RedisServer {
     aof: bool,
 }
 
+/// How one launch of redis-server ended.
+enum Launch {
+    Ready,
+    AddressInUse,
+    Failed(String),
+}
+
 impl RedisServer {
     /// Starts redis-server (with append-only persistence when `aof`).
     pub fn start(aof: bool) -> RedisServer {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
         let mut s = RedisServer {
-            port: super::free_port(),
-            dir: tempfile::tempdir().unwrap(),
+            port: 0,
+            dir,
             child: None,
             aof,
         };
-        s.launch();
-        s
+        for _ in 0..START_ATTEMPTS {
+            s.port = super::free_port();
+            match s.launch() {
+                Launch::Ready => return s,
+                Launch::AddressInUse => continue,
+                Launch::Failed(log) => panic!("redis-server failed on port {}:\n{log}", s.port),
+            }
+        }
+        panic!("redis-server found no free port in {START_ATTEMPTS} attempts");
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    fn launch(&mut self) {
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn launch(&mut self) -> Launch {
+        // redis-server appends to its log: start from an empty one so only this launch is read.
+        let _ = std::fs::remove_file(self.log_path());
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -43,23 +77,49 @@ impl RedisServer {
                 "--appendfsync",
                 "always",
                 "--dir",
-                self.dir.path().to_str().unwrap(),
+                self.data_dir().to_str().unwrap(),
+                "--logfile",
+                self.log_path().to_str().unwrap(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server not found: the test command installs it (scripts/test)");
+        let pid = child.id();
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + LAUNCH_DEADLINE;
         while Instant::now() < deadline {
-            if let Ok(mut c) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                return if log.contains("Address already in use") {
+                    Launch::AddressInUse
+                } else {
+                    Launch::Failed(format!("exited with {status}\n{log}"))
+                };
+            }
+            if self.answering_pid() == Some(pid) {
+                return Launch::Ready;
             }
             thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server did not start on port {}", self.port);
+        self.kill();
+        Launch::Failed(format!(
+            "did not answer within {LAUNCH_DEADLINE:?}\n{}",
+            std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        ))
+    }
+
+    /// The pid of the redis-server answering on our port, if one does.
+    fn answering_pid(&self) -> Option<u32> {
+        let mut c = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut c).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
     }
 
     pub fn client(&self) -> redis::Client {
@@ -84,14 +144,33 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port and data folder.
+    /// Starts it again on the same port and data folder. Should another process hold the port
+    /// meanwhile, waits for it to be released rather than moving (the gateways know this port).
     pub fn restart(&mut self) {
         self.kill();
-        self.launch();
+        let deadline = Instant::now() + RESTART_DEADLINE;
+        loop {
+            match self.launch() {
+                Launch::Ready => return,
+                Launch::AddressInUse if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(100))
+                }
+                Launch::AddressInUse => {
+                    panic!(
+                        "redis-server port {} stayed taken by another process",
+                        self.port
+                    )
+                }
+                Launch::Failed(log) => {
+                    panic!("redis-server restart failed on port {}:\n{log}", self.port)
+                }
+            }
+        }
     }
 
+    /// The folder redis-server keeps its data (the append-only file) in.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().to_owned()
+        self.dir.path().join("data")
     }
 }
 

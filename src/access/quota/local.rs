@@ -6,6 +6,11 @@
 //! file lock (read, add, write a temp file, fsync, rename), and takes in what other processes on
 //! the same file added: a gateway and its successor during a graceful upgrade, or several
 //! gateways on one machine, share one count. Loss on a crash is bounded by the flush interval.
+//!
+//! The request path never waits on the flusher: a key seen for the first time is added to the
+//! counter map by a compare-and-swap on the map, not under a lock the flusher holds while it
+//! waits for the state file's lock or the disk; the file's count for such a key is merged in at
+//! the next flush (the flusher also publishes counters for keys other processes counted).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -100,11 +105,15 @@ pub enum StateError {
     Corrupt { path: PathBuf, message: String },
 }
 
+type Counters = HashMap<Arc<str>, Arc<Counter>>;
+
 /// The embedded quota store.
 pub struct LocalStore {
-    counters: ArcSwap<HashMap<Arc<str>, Arc<Counter>>>,
-    /// Serialises growth of `counters` (a new key) and flushes; never taken per request.
-    grow: Mutex<()>,
+    /// Grown copy-on-write by compare-and-swap (by requests for a new key, by the flusher for
+    /// keys other processes counted); never replaced wholesale, so no counter is lost.
+    counters: ArcSwap<Counters>,
+    /// Serialises flushes; never taken on the request path.
+    flushing: Mutex<()>,
     state_file: Option<PathBuf>,
 }
 
@@ -113,7 +122,7 @@ impl LocalStore {
     pub fn in_memory() -> Self {
         LocalStore {
             counters: ArcSwap::from_pointee(HashMap::new()),
-            grow: Mutex::new(()),
+            flushing: Mutex::new(()),
             state_file: None,
         }
     }
@@ -150,16 +159,42 @@ impl LocalStore {
         if let Some(c) = self.counters.load().get(key_id) {
             return c.clone();
         }
-        let _g = self.grow.lock().unwrap_or_else(|p| p.into_inner());
-        let current = self.counters.load();
-        if let Some(c) = current.get(key_id) {
-            return c.clone();
+        let made = Arc::new(Counter::default());
+        // Set by each attempt: the last one is the one `add_counters` published (or found the
+        // key already there).
+        let mut inserted = false;
+        self.add_counters(|current| {
+            inserted = !current.contains_key(key_id);
+            if inserted {
+                vec![(Arc::from(key_id), made.clone())]
+            } else {
+                Vec::new()
+            }
+        });
+        if inserted {
+            return made;
         }
-        let mut next = HashMap::clone(&current);
-        let c = Arc::new(Counter::default());
-        next.insert(Arc::from(key_id), c.clone());
-        self.counters.store(Arc::new(next));
-        c
+        // Keys are never removed from the map, so the one another thread added is still there.
+        self.counters.load().get(key_id).cloned().unwrap_or(made)
+    }
+
+    /// Adds the counters `missing` picks from the current map, without a lock: copy, insert,
+    /// publish unless the map changed meanwhile, else pick again from the newer map.
+    fn add_counters(&self, mut missing: impl FnMut(&Counters) -> Vec<(Arc<str>, Arc<Counter>)>) {
+        let mut current = self.counters.load_full();
+        loop {
+            let add = missing(&current);
+            if add.is_empty() {
+                return;
+            }
+            let mut next = Counters::clone(&current);
+            next.extend(add);
+            let previous = self.counters.compare_and_swap(&current, Arc::new(next));
+            if Arc::ptr_eq(&previous, &current) {
+                return;
+            }
+            current = arc_swap::Guard::into_inner(previous);
+        }
     }
 
     fn try_consume(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Consumed {
@@ -220,7 +255,7 @@ impl LocalStore {
             path: path.clone(),
             source,
         };
-        let _g = self.grow.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
         let lock = std::fs::File::options()
             .create(true)
             .truncate(false)
@@ -284,22 +319,20 @@ impl LocalStore {
             }
             counter.synced.store(total, Ordering::Release);
         }
-        // Keys other processes counted that this one has not seen yet.
-        let missing: Vec<_> = file
-            .keys
-            .iter()
-            .filter(|(id, _)| !counters.contains_key(id.as_str()))
-            .collect();
-        if !missing.is_empty() {
-            let mut next = HashMap::clone(&counters);
-            for (id, k) in missing {
-                next.insert(
-                    Arc::from(id.as_str()),
-                    Arc::new(Counter::new(pack(k.month.0.index(), k.used))),
-                );
-            }
-            self.counters.store(Arc::new(next));
-        }
+        // Keys other processes counted that this one has not seen yet. A key a request added
+        // since `counters` was loaded keeps its counter (its file count joins at the next flush).
+        self.add_counters(|current| {
+            file.keys
+                .iter()
+                .filter(|(id, _)| !current.contains_key(id.as_str()))
+                .map(|(id, k)| {
+                    (
+                        Arc::from(id.as_str()),
+                        Arc::new(Counter::new(pack(k.month.0.index(), k.used))),
+                    )
+                })
+                .collect()
+        });
         drop(lock);
         Ok(())
     }
@@ -365,8 +398,27 @@ impl QuotaStore for LocalStore {
     }
 }
 
+/// Parses state-file text as `open` does: each key's month and count (the fuzz target's entry).
+pub fn parse_state(text: &str) -> Result<Vec<(String, Month, u64)>, serde_json::Error> {
+    let file: StateFile = serde_json::from_str(text)?;
+    Ok(file
+        .keys
+        .into_iter()
+        .map(|(id, k)| (id, k.month.0, k.used))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_state_file_with_an_impossible_year_is_refused() {
+        // Found by fuzzing: this year overflowed the month index when the file was read.
+        let text = r#"{"version":1,"keys":{"k":{"month":"580100730-2","used":42}}}"#;
+        assert!(super::parse_state(text).is_err());
+        let ok = r#"{"version":1,"keys":{"k":{"month":"2026-02","used":42}}}"#;
+        assert_eq!(super::parse_state(ok).unwrap().len(), 1);
+    }
+
     use super::*;
 
     fn t(s: &str) -> DateTime<Utc> {
@@ -449,6 +501,73 @@ mod tests {
         assert_eq!(b.read_usage("k", 100, now).used, 5);
         let c = LocalStore::open(&path).unwrap();
         assert_eq!(c.read_usage("k", 100, now).used, 5);
+    }
+
+    #[test]
+    fn a_new_key_is_counted_while_a_flush_waits_for_the_state_file_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.json");
+        let now = t("2026-11-10T00:00:00Z");
+        let store = Arc::new(LocalStore::open(&path).unwrap());
+        store.try_consume("old", 100, now);
+        // Another process holds the state file's lock.
+        let other = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))
+            .unwrap();
+        other.lock().unwrap();
+        let flusher = {
+            let store = store.clone();
+            std::thread::spawn(move || store.flush())
+        };
+        // The flush has begun (and cannot finish while `other` holds the lock).
+        while store.flushing.try_lock().is_ok() {
+            std::thread::yield_now();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let first = used(store.try_consume("new", 100, now));
+                let second = used(store.try_consume("new", 100, now));
+                let _ = tx.send((first, second));
+            });
+        }
+        // Not a speed bound: only how long to wait before calling it a deadlock.
+        let counted = rx.recv_timeout(std::time::Duration::from_secs(60));
+        other.unlock().unwrap();
+        assert_eq!(
+            counted.expect("the first call of a new key waited for the flush"),
+            (Ok(1), Ok(2))
+        );
+        flusher.join().unwrap().unwrap();
+        // The flush that ran meanwhile must not have dropped the new key's counter.
+        store.try_consume("new", 100, now);
+        store.flush().unwrap();
+        let reopened = LocalStore::open(&path).unwrap();
+        assert_eq!(reopened.read_usage("new", 100, now).used, 3);
+        assert_eq!(reopened.read_usage("old", 100, now).used, 1);
+    }
+
+    #[test]
+    fn a_key_counted_elsewhere_and_new_here_merges_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.json");
+        let now = t("2026-11-10T00:00:00Z");
+        let a = LocalStore::open(&path).unwrap();
+        let b = LocalStore::open(&path).unwrap();
+        // `b` counts a key `a` has never seen, then `a` sees it first-hand before any flush.
+        for _ in 0..4 {
+            b.try_consume("k", 100, now);
+        }
+        b.flush().unwrap();
+        assert_eq!(used(a.try_consume("k", 100, now)), Ok(1));
+        a.flush().unwrap();
+        assert_eq!(a.read_usage("k", 100, now).used, 5);
+        b.flush().unwrap();
+        assert_eq!(b.read_usage("k", 100, now).used, 5);
     }
 
     #[test]

@@ -63,10 +63,10 @@ impl Month {
     pub fn parse_label(s: &str) -> Option<Month> {
         let (y, m) = s.split_once('-')?;
         let month: u32 = m.parse().ok()?;
-        (1..=12).contains(&month).then_some(Month {
-            year: y.parse().ok()?,
-            month,
-        })
+        let year: i32 = y.parse().ok()?;
+        // `YYYY-MM`: a larger year would overflow the month index (and the packed counter word),
+        // so a state file holding one is refused rather than read as another month (fuzzing).
+        ((1..=12).contains(&month) && (0..=9999).contains(&year)).then_some(Month { year, month })
     }
 }
 
@@ -199,6 +199,10 @@ mod tests {
         assert_eq!(Month::from_index(dec.index()), dec);
         assert_eq!(Month::parse_label("2026-12"), Some(dec));
         assert_eq!(Month::parse_label("2026-13"), None);
+        // Found by fuzzing the state file: a huge year overflowed the month index.
+        assert_eq!(Month::parse_label("580100730-2"), None);
+        assert_eq!(Month::parse_label("2000000-01"), None);
+        assert_eq!(Month::parse_label("-1-01"), None);
     }
 
     #[test]

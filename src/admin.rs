@@ -1,0 +1,77 @@
+//! The operator-only listener (`gateway.admin.listen`, loopback by default, never the public
+//! port): readiness with the details the public `/readyz` must not show.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use http::{Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde::Serialize;
+
+use crate::access::keys::KeyStore;
+use crate::access::quota::QuotaStore;
+use crate::domain::DomainTable;
+use crate::downstream::{DownstreamCounts, DownstreamStats};
+use crate::http::JSON;
+use crate::lifecycle::Draining;
+
+/// What the admin listener reports on.
+pub struct Admin {
+    pub table: Arc<ArcSwap<DomainTable>>,
+    pub keys: Arc<ArcSwap<KeyStore>>,
+    pub quota: Arc<dyn QuotaStore>,
+    pub draining: Draining,
+    pub downstream: Arc<DownstreamStats>,
+    pub upstream: String,
+}
+
+#[derive(Serialize)]
+struct Readiness {
+    status: &'static str,
+    /// Which process answered (several gateways may share a host).
+    pid: u32,
+    table_names: usize,
+    keys: usize,
+    quota: serde_json::Value,
+    upstream: String,
+    connections: DownstreamCounts,
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let header = session.req_header();
+        let (status, body) = match (header.method.as_str(), header.uri.path()) {
+            ("GET", "/readyz") => {
+                let draining = self.draining.is_draining();
+                let body = Readiness {
+                    status: if draining { "draining" } else { "ready" },
+                    pid: std::process::id(),
+                    table_names: self.table.load().len(),
+                    keys: self.keys.load().len(),
+                    quota: self.quota.status(),
+                    upstream: self.upstream.clone(),
+                    connections: self.downstream.counts(),
+                };
+                let status = if draining {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                };
+                (status, serde_json::to_vec(&body).unwrap_or_default())
+            }
+            _ => (
+                StatusCode::NOT_FOUND,
+                br#"{"error":"not_found","message":"No such route.","detail":null}"#.to_vec(),
+            ),
+        };
+        Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, JSON)
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(body)
+            .unwrap_or_default()
+    }
+}

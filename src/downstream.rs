@@ -1,0 +1,562 @@
+//! Limits on client connections that Pingora 0.9 does not enforce itself.
+//!
+//! Pingora bounds each *read* of a request header (60 s) but not the whole header, so a client
+//! sending one byte every few seconds holds a connection and its buffers for as long as it likes.
+//! [`Guarded`] wraps the proxy application: it caps open connections and wraps every accepted
+//! stream in a [`Bounded`] one, which watches the bytes it hands to Pingora's parser and enforces
+//! a total deadline and size for each request header, and an idle timeout between requests.
+//! Requests per connection are capped through Pingora's own `keepalive_request_limit`.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::raw_connect::ProxyDigest;
+use pingora::protocols::tls::{SslDigest, TlsRef};
+use pingora::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
+    TimingDigest, UniqueID, UniqueIDType, ALPN,
+};
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::config::LimitsConfig;
+use crate::logging::CLIENT;
+
+/// Counters of what the limits did, for readiness details and metrics.
+#[derive(Debug, Default)]
+pub struct DownstreamStats {
+    open: AtomicUsize,
+    refused: AtomicU64,
+    header_timeouts: AtomicU64,
+    header_too_large: AtomicU64,
+    idle_closed: AtomicU64,
+}
+
+/// A snapshot of [`DownstreamStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DownstreamCounts {
+    pub open_connections: usize,
+    pub refused_connections: u64,
+    pub header_timeouts: u64,
+    pub header_too_large: u64,
+    pub idle_closed: u64,
+}
+
+impl DownstreamStats {
+    pub fn counts(&self) -> DownstreamCounts {
+        DownstreamCounts {
+            open_connections: self.open.load(Ordering::Relaxed),
+            refused_connections: self.refused.load(Ordering::Relaxed),
+            header_timeouts: self.header_timeouts.load(Ordering::Relaxed),
+            header_too_large: self.header_too_large.load(Ordering::Relaxed),
+            idle_closed: self.idle_closed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The limits, with the canned answers prepared once.
+#[derive(Debug)]
+struct Limits {
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    max_header_bytes: usize,
+    max_lines: usize,
+    max_connections: usize,
+    timeout_answer: Vec<u8>,
+    too_large_answer: Vec<u8>,
+}
+
+/// A complete `Connection: close` answer with the contract's error body, written by the stream
+/// itself because Pingora has not parsed a request yet.
+fn canned(status: &str, message: &str, detail: &str) -> Vec<u8> {
+    let body = serde_json::json!({"error": "bad_request", "message": message, "detail": detail})
+        .to_string();
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+impl Limits {
+    fn new(c: &LimitsConfig) -> Self {
+        Limits {
+            header_timeout: c.header_timeout(),
+            idle_timeout: c.idle_timeout(),
+            max_header_bytes: c.max_header_bytes,
+            // The request line is a line too.
+            max_lines: c.max_headers + 1,
+            max_connections: c.max_connections,
+            timeout_answer: canned(
+                "408 Request Timeout",
+                "The request header did not arrive in time.",
+                &format!(
+                    "the whole request header must arrive within {} ms",
+                    c.header_timeout_ms
+                ),
+            ),
+            too_large_answer: canned(
+                "431 Request Header Fields Too Large",
+                "The request header is too large.",
+                &format!(
+                    "at most {} bytes and {} header lines",
+                    c.max_header_bytes, c.max_headers
+                ),
+            ),
+        }
+    }
+}
+
+/// The proxy application behind a connection cap, with every stream [`Bounded`].
+pub struct Guarded<A> {
+    inner: Arc<A>,
+    limits: Arc<Limits>,
+    stats: Arc<DownstreamStats>,
+}
+
+impl<A> Guarded<A> {
+    pub fn new(inner: A, config: &LimitsConfig) -> Self {
+        Guarded {
+            inner: Arc::new(inner),
+            limits: Arc::new(Limits::new(config)),
+            stats: Arc::default(),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<DownstreamStats> {
+        self.stats.clone()
+    }
+}
+
+/// Holds one of the open-connection slots; frees it on drop.
+struct Slot(Arc<DownstreamStats>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let open = self.stats.open.fetch_add(1, Ordering::Relaxed);
+        let _slot = Slot(self.stats.clone());
+        if open >= self.limits.max_connections {
+            // Closing at once costs the least; the client sees a reset and may retry later.
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                target: CLIENT,
+                "connection refused: {open} connections open (gateway.limits.max_connections)"
+            );
+            return None;
+        }
+        // HTTP/2 frames are binary and multiplexed: its own settings bound it, not this scan.
+        if stream.selected_alpn_proto() == Some(ALPN::H2) {
+            return self.inner.process_new(stream, shutdown).await;
+        }
+        let stream: Stream = Box::new(Bounded::new(
+            stream,
+            self.limits.clone(),
+            self.stats.clone(),
+        ));
+        self.inner.process_new(stream, shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await;
+    }
+}
+
+/// Where a connection is in its request cycle, as seen from the bytes that cross it.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Waiting for the first byte of a request, until `deadline`.
+    Waiting { deadline: Instant, idle: bool },
+    /// Inside a request header that must be complete by `deadline`.
+    Header {
+        deadline: Instant,
+        bytes: usize,
+        lines: usize,
+        /// 0: inside a line; 1: just after a line feed; 2: after a line feed and a CR.
+        eol: u8,
+        /// A byte other than CR/LF was seen (blank lines before a request are allowed).
+        started: bool,
+    },
+    /// The header is complete and the request is being answered: no read deadline (the
+    /// upstream timeouts bound this phase), until the answer is written.
+    Answering,
+    /// The connection was refused a request; reads return this error once the answer is out.
+    Rejecting { written: usize, timeout: bool },
+}
+
+/// A stream that enforces the per-request header limits on what it reads.
+pub struct Bounded {
+    inner: Stream,
+    limits: Arc<Limits>,
+    stats: Arc<DownstreamStats>,
+    phase: Phase,
+    timer: Pin<Box<Sleep>>,
+    /// The instant `timer` is set to; a timer that fires early is simply set again.
+    armed: Instant,
+}
+
+impl fmt::Debug for Bounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bounded")
+            .field("inner", &self.inner)
+            .field("phase", &self.phase)
+            .finish()
+    }
+}
+
+enum Scan {
+    More,
+    Complete,
+    TooLarge,
+}
+
+impl Bounded {
+    fn new(inner: Stream, limits: Arc<Limits>, stats: Arc<DownstreamStats>) -> Self {
+        let now = Instant::now();
+        let deadline = now + limits.header_timeout;
+        Bounded {
+            inner,
+            phase: Phase::Waiting {
+                deadline,
+                idle: false,
+            },
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            armed: deadline,
+            limits,
+            stats,
+        }
+    }
+
+    /// Follows the header through the bytes just read.
+    fn observe(&mut self, bytes: &[u8]) -> Scan {
+        if let Phase::Waiting { .. } = self.phase {
+            self.phase = Phase::Header {
+                deadline: Instant::now() + self.limits.header_timeout,
+                bytes: 0,
+                lines: 0,
+                eol: 0,
+                started: false,
+            };
+        }
+        let Phase::Header {
+            bytes: seen,
+            lines,
+            eol,
+            started,
+            ..
+        } = &mut self.phase
+        else {
+            return Scan::More;
+        };
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if *started && *eol > 0 => {
+                    *seen += i + 1;
+                    if *seen > self.limits.max_header_bytes || *lines > self.limits.max_lines {
+                        return Scan::TooLarge;
+                    }
+                    self.phase = Phase::Answering;
+                    return Scan::Complete;
+                }
+                b'\n' => {
+                    *eol = 1;
+                    if *started {
+                        *lines += 1;
+                    }
+                }
+                b'\r' if *eol == 1 => *eol = 2,
+                b'\r' => {}
+                _ => {
+                    *eol = 0;
+                    *started = true;
+                }
+            }
+        }
+        *seen += bytes.len();
+        if *seen > self.limits.max_header_bytes || *lines > self.limits.max_lines {
+            return Scan::TooLarge;
+        }
+        Scan::More
+    }
+
+    fn reject(&mut self, timeout: bool) {
+        let (counter, why) = if timeout {
+            (
+                &self.stats.header_timeouts,
+                "did not arrive within gateway.limits.header_timeout_ms",
+            )
+        } else {
+            (
+                &self.stats.header_too_large,
+                "exceeds gateway.limits.max_header_bytes or max_headers",
+            )
+        };
+        let peer = self
+            .inner
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().map(ToString::to_string))
+            .unwrap_or_default();
+        log::warn!(target: CLIENT, "request header from {peer} refused: {why}");
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.phase = Phase::Rejecting {
+            written: 0,
+            timeout,
+        };
+    }
+
+    /// Writes the canned answer of a rejected request, then fails the read so Pingora closes.
+    fn poll_rejecting(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Phase::Rejecting { written, timeout } = &mut self.phase else {
+            return Poll::Ready(Ok(()));
+        };
+        let answer = if *timeout {
+            &self.limits.timeout_answer
+        } else {
+            &self.limits.too_large_answer
+        };
+        while *written < answer.len() {
+            match ready!(Pin::new(&mut self.inner).poll_write(cx, &answer[*written..])) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => *written += n,
+            }
+        }
+        let _ = ready!(Pin::new(&mut self.inner).poll_flush(cx));
+        let kind = if *timeout {
+            io::ErrorKind::TimedOut
+        } else {
+            io::ErrorKind::InvalidData
+        };
+        Poll::Ready(Err(io::Error::new(
+            kind,
+            if *timeout {
+                "request header deadline passed"
+            } else {
+                "request header too large"
+            },
+        )))
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Waiting { deadline, .. } | Phase::Header { deadline, .. } => Some(deadline),
+            Phase::Answering | Phase::Rejecting { .. } => None,
+        }
+    }
+
+    /// Whether the current deadline has passed; arms the timer (waking this task) if not.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.deadline() else {
+            return false;
+        };
+        if Instant::now() >= deadline {
+            return true;
+        }
+        if self.armed > deadline {
+            self.timer.as_mut().reset(deadline);
+            self.armed = deadline;
+        }
+        // A timer set earlier than the deadline (an older phase's) fires early: set it again.
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if self.armed >= deadline {
+                return true;
+            }
+            self.timer.as_mut().reset(deadline);
+            self.armed = deadline;
+        }
+    }
+}
+
+impl AsyncRead for Bounded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Phase::Rejecting { .. } = this.phase {
+            return this.poll_rejecting(cx);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                if n == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                let scan = this.observe(&buf.filled()[before..]);
+                match scan {
+                    Scan::More | Scan::Complete => Poll::Ready(Ok(())),
+                    Scan::TooLarge => {
+                        buf.set_filled(before);
+                        this.reject(false);
+                        this.poll_rejecting(cx)
+                    }
+                }
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if !this.expired(cx) {
+                    return Poll::Pending;
+                }
+                match this.phase {
+                    Phase::Waiting { idle, .. } => {
+                        if idle {
+                            this.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            this.stats.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // End of stream: Pingora closes a connection that sent nothing quietly.
+                        Poll::Ready(Ok(()))
+                    }
+                    _ => {
+                        this.reject(true);
+                        this.poll_rejecting(cx)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Bounded {
+    /// An answer went out: the next request's wait starts now.
+    fn wrote(&mut self, n: usize) {
+        if n > 0 && !matches!(self.phase, Phase::Rejecting { .. }) {
+            self.phase = Phase::Waiting {
+                deadline: Instant::now() + self.limits.idle_timeout,
+                idle: true,
+            };
+        }
+    }
+}
+
+impl AsyncWrite for Bounded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = ready!(Pin::new(&mut this.inner).poll_write(cx, buf));
+        if let Ok(n) = result {
+            this.wrote(n);
+        }
+        Poll::Ready(result)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs));
+        if let Ok(n) = result {
+            this.wrote(n);
+        }
+        Poll::Ready(result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[async_trait]
+impl Shutdown for Bounded {
+    async fn shutdown(&mut self) {
+        self.inner.shutdown().await;
+    }
+}
+
+impl UniqueID for Bounded {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for Bounded {
+    fn get_ssl(&self) -> Option<&TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for Bounded {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for Bounded {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
+        self.inner.set_proxy_digest(digest);
+    }
+}
+
+impl GetSocketDigest for Bounded {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: SocketDigest) {
+        self.inner.set_socket_digest(digest);
+    }
+}
+
+#[async_trait]
+impl Peek for Bounded {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
+}

@@ -1,0 +1,159 @@
+//! Request framing the gateway refuses before routing: what a GET to this API never needs.
+//!
+//! Every route is a bodiless GET (or a CORS preflight), so a body, an upgrade, a missing or
+//! doubled `Host`, or a `Connection` header that names other headers (and so could strip ours on
+//! the way) can only be a mistake or an attack: each is a `400` before any key is checked or any
+//! call counted. Pure, unit-tested without sockets.
+
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, Version};
+
+/// Why a request's framing is refused; the `Display` text is the `detail` of the `400`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FramingError {
+    #[error("request bodies are not accepted (Transfer-Encoding)")]
+    ChunkedBody,
+    #[error("request bodies are not accepted (Content-Length must be 0 or absent)")]
+    Body,
+    #[error("more than one Content-Length header")]
+    DuplicateLength,
+    #[error("protocol upgrades are not accepted")]
+    Upgrade,
+    #[error("Connection may only say keep-alive or close")]
+    ConnectionOption,
+    #[error("an HTTP/1.1 request needs a Host header")]
+    MissingHost,
+    #[error("more than one Host header")]
+    DuplicateHost,
+}
+
+impl FramingError {
+    /// Whether unread request bytes may follow, so the connection cannot be reused.
+    pub fn leaves_bytes_unread(self) -> bool {
+        matches!(
+            self,
+            FramingError::ChunkedBody | FramingError::Body | FramingError::DuplicateLength
+        )
+    }
+}
+
+/// Checks the framing headers of a request.
+pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<(), FramingError> {
+    if headers.contains_key(TRANSFER_ENCODING) {
+        return Err(FramingError::ChunkedBody);
+    }
+    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+    if let Some(length) = lengths.next() {
+        if lengths.next().is_some() {
+            return Err(FramingError::DuplicateLength);
+        }
+        if length.as_bytes().trim_ascii() != b"0" {
+            return Err(FramingError::Body);
+        }
+    }
+    if headers.contains_key(UPGRADE) {
+        return Err(FramingError::Upgrade);
+    }
+    for value in headers.get_all(CONNECTION) {
+        let allowed = value.as_bytes().split(|b| *b == b',').all(|token| {
+            let token = token.trim_ascii();
+            token.is_empty()
+                || token.eq_ignore_ascii_case(b"keep-alive")
+                || token.eq_ignore_ascii_case(b"close")
+        });
+        if !allowed {
+            return Err(FramingError::ConnectionOption);
+        }
+    }
+    let mut hosts = headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if version == Version::HTTP_11 => Err(FramingError::MissingHost),
+        (Some(_), Some(_)) => Err(FramingError::DuplicateHost),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(*k, HeaderValue::from_static(v));
+        }
+        m
+    }
+
+    #[test]
+    fn plain_gets_pass() {
+        for h in [
+            headers(&[("host", "a")]),
+            headers(&[("host", "a"), ("connection", "keep-alive")]),
+            headers(&[
+                ("host", "a"),
+                ("connection", "Close"),
+                ("content-length", "0"),
+            ]),
+        ] {
+            assert_eq!(check_framing(Version::HTTP_11, &h), Ok(()), "{h:?}");
+        }
+        // HTTP/1.0 may omit Host.
+        assert_eq!(check_framing(Version::HTTP_10, &HeaderMap::new()), Ok(()));
+    }
+
+    #[test]
+    fn what_a_get_never_needs_is_refused() {
+        use FramingError::*;
+        let cases: [(&[(&str, &str)], FramingError); 8] = [
+            (
+                &[("host", "a"), ("transfer-encoding", "chunked")],
+                ChunkedBody,
+            ),
+            (
+                &[
+                    ("host", "a"),
+                    ("content-length", "3"),
+                    ("transfer-encoding", "chunked"),
+                ],
+                ChunkedBody,
+            ),
+            (&[("host", "a"), ("content-length", "1000000")], Body),
+            (
+                &[
+                    ("host", "a"),
+                    ("content-length", "0"),
+                    ("content-length", "0"),
+                ],
+                DuplicateLength,
+            ),
+            (
+                &[
+                    ("host", "a"),
+                    ("upgrade", "websocket"),
+                    ("connection", "upgrade"),
+                ],
+                Upgrade,
+            ),
+            (
+                &[("host", "a"), ("connection", "X-Forwarded-For")],
+                ConnectionOption,
+            ),
+            (&[], MissingHost),
+            (&[("host", "a"), ("host", "b")], DuplicateHost),
+        ];
+        for (pairs, want) in cases {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            assert_eq!(check_framing(Version::HTTP_11, &m), Err(want), "{pairs:?}");
+        }
+        assert!(Body.leaves_bytes_unread());
+        assert!(!ConnectionOption.leaves_bytes_unread());
+    }
+}
