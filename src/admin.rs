@@ -3,26 +3,19 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use http::{Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde::Serialize;
 
-use crate::access::keys::KeyStore;
-use crate::access::quota::QuotaStore;
-use crate::domain::DomainTable;
 use crate::downstream::{DownstreamCounts, DownstreamStats};
+use crate::gateway::Shared;
 use crate::http::JSON;
-use crate::lifecycle::Draining;
 
 /// What the admin listener reports on.
 pub struct Admin {
-    pub table: Arc<ArcSwap<DomainTable>>,
-    pub keys: Arc<ArcSwap<KeyStore>>,
-    pub quota: Arc<dyn QuotaStore>,
-    pub draining: Draining,
+    pub shared: Shared,
     pub downstream: Arc<DownstreamStats>,
     pub upstream: String,
 }
@@ -45,13 +38,13 @@ impl ServeHttp for Admin {
         let header = session.req_header();
         let (status, body) = match (header.method.as_str(), header.uri.path()) {
             ("GET", "/readyz") => {
-                let draining = self.draining.is_draining();
+                let draining = self.shared.draining.is_draining();
                 let body = Readiness {
                     status: if draining { "draining" } else { "ready" },
                     pid: std::process::id(),
-                    table_names: self.table.load().len(),
-                    keys: self.keys.load().len(),
-                    quota: self.quota.status(),
+                    table_names: self.shared.table.load().len(),
+                    keys: self.shared.keys.load().len(),
+                    quota: self.shared.quota.status(),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),
                 };

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use pingora::server::configuration::ServerConf;
 use serde::{Deserialize, Serialize};
+use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 
 use crate::access::quota::redis::RedisConfig;
 use crate::domain::Scores;
@@ -28,6 +29,7 @@ pub struct Settings {
 }
 
 /// The `gateway:` section. Every field has a default; unknown keys are errors.
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GatewayConfig {
@@ -53,7 +55,9 @@ pub struct GatewayConfig {
     pub mx: MxConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
-    pub drain_seconds: u64,
+    #[serde(rename = "drain_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub drain: Duration,
     /// Peers (CIDRs, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` chain is kept when proxying;
     /// from anyone else only the socket peer address reaches the upstream.
     pub trusted_proxies: Vec<String>,
@@ -92,7 +96,7 @@ impl Default for GatewayConfig {
             quota: QuotaConfig::default(),
             runtime_dir: None,
             mx: MxConfig::default(),
-            drain_seconds: 2,
+            drain: Duration::from_secs(2),
             trusted_proxies: Vec::new(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
@@ -101,6 +105,7 @@ impl Default for GatewayConfig {
 }
 
 /// Per-connection limits of the public listener (see the README's "Security" section).
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LimitsConfig {
@@ -110,9 +115,13 @@ pub struct LimitsConfig {
     pub max_headers: usize,
     /// Time a client has to send a whole request header, from its first byte (and, on a new
     /// connection, from the accept), in milliseconds; then `408` and the connection closes.
-    pub header_timeout_ms: u64,
+    #[serde(rename = "header_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub header_timeout: Duration,
     /// How long an idle keep-alive connection is kept open between requests, in milliseconds.
-    pub idle_timeout_ms: u64,
+    #[serde(rename = "idle_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub idle_timeout: Duration,
     /// Open client connections at most; beyond it new connections are closed at once.
     pub max_connections: usize,
     /// Requests served on one connection before it is closed (the client reconnects).
@@ -124,8 +133,8 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_header_bytes: 16 * 1024,
             max_headers: 64,
-            header_timeout_ms: 10_000,
-            idle_timeout_ms: 60_000,
+            header_timeout: Duration::from_millis(10_000),
+            idle_timeout: Duration::from_millis(60_000),
             max_connections: 10_000,
             max_requests_per_connection: 10_000,
         }
@@ -133,14 +142,6 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    pub fn header_timeout(&self) -> Duration {
-        Duration::from_millis(self.header_timeout_ms)
-    }
-
-    pub fn idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.idle_timeout_ms)
-    }
-
     fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         let ranges: [(&str, u64, u64, u64); 6] = [
@@ -151,8 +152,8 @@ impl LimitsConfig {
                 1_048_575,
             ),
             ("max_headers", self.max_headers as u64, 8, 256),
-            ("header_timeout_ms", self.header_timeout_ms, 100, 300_000),
-            ("idle_timeout_ms", self.idle_timeout_ms, 100, 3_600_000),
+            ("header_timeout_ms", ms(self.header_timeout), 100, 300_000),
+            ("idle_timeout_ms", ms(self.idle_timeout), 100, 3_600_000),
             (
                 "max_connections",
                 self.max_connections as u64,
@@ -178,6 +179,7 @@ impl LimitsConfig {
 }
 
 /// The email-analysis backend behind `/v1/check`.
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UpstreamConfig {
@@ -190,9 +192,13 @@ pub struct UpstreamConfig {
     /// Verify the backend's certificate and host name (only with `tls`).
     pub verify_cert: bool,
     /// Time allowed to establish a connection (TCP and TLS), in milliseconds.
-    pub connect_timeout_ms: u64,
+    #[serde(rename = "connect_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub connect_timeout: Duration,
     /// Time allowed between reads from the backend (including its response header).
-    pub read_timeout_ms: u64,
+    #[serde(rename = "read_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub read_timeout: Duration,
     /// `Host` sent to the backend; defaults to the host of `address` (with its port unless it is
     /// the scheme's default).
     pub host: Option<String>,
@@ -209,8 +215,8 @@ impl Default for UpstreamConfig {
             tls: false,
             sni: None,
             verify_cert: true,
-            connect_timeout_ms: 1_000,
-            read_timeout_ms: 5_000,
+            connect_timeout: Duration::from_millis(1_000),
+            read_timeout: Duration::from_millis(5_000),
             host: None,
             pass_headers: ["accept", "accept-language", "user-agent"]
                 .map(str::to_owned)
@@ -220,14 +226,6 @@ impl Default for UpstreamConfig {
 }
 
 impl UpstreamConfig {
-    pub fn connect_timeout(&self) -> Duration {
-        Duration::from_millis(self.connect_timeout_ms)
-    }
-
-    pub fn read_timeout(&self) -> Duration {
-        Duration::from_millis(self.read_timeout_ms)
-    }
-
     /// The `Host` header sent upstream: `host`, else `address` without a default port.
     pub fn host_header(&self) -> String {
         if let Some(host) = &self.host {
@@ -275,11 +273,14 @@ impl Default for DataConfig {
 }
 
 /// Hot reload of data and keys files.
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ReloadConfig {
     /// How often file modification times are checked, in milliseconds (100 to 1000).
-    pub poll_interval_ms: u64,
+    #[serde(rename = "poll_interval_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub poll_interval: Duration,
     /// A reload in which a data file lost more than this percentage of its entries at once
     /// (a deleted file: all of them) is refused and the table in service kept: a truncated or
     /// failed download must not empty a list. 0 to 100; 100 turns the check off.
@@ -289,17 +290,13 @@ pub struct ReloadConfig {
 impl Default for ReloadConfig {
     fn default() -> Self {
         ReloadConfig {
-            poll_interval_ms: 1_000,
+            poll_interval: Duration::from_millis(1_000),
             max_shrink_percent: 50,
         }
     }
 }
 
-impl ReloadConfig {
-    pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_interval_ms)
-    }
-}
+impl ReloadConfig {}
 
 /// API keys and the plans they are on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -332,6 +329,7 @@ impl Default for AccessConfig {
 }
 
 /// The quota store.
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct QuotaConfig {
@@ -340,7 +338,9 @@ pub struct QuotaConfig {
     /// Where the local store keeps its counts. Relative to the config file.
     pub state_file: PathBuf,
     /// How often counts are written to the state file, in milliseconds (100 to 1000).
-    pub flush_interval_ms: u64,
+    #[serde(rename = "flush_interval_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub flush_interval: Duration,
     /// The shared store, when `store: redis`.
     pub redis: RedisConfig,
 }
@@ -359,19 +359,16 @@ impl Default for QuotaConfig {
         QuotaConfig {
             store: QuotaStoreKind::Local,
             state_file: PathBuf::from("../state/quota.json"),
-            flush_interval_ms: 1_000,
+            flush_interval: Duration::from_millis(1_000),
             redis: RedisConfig::default(),
         }
     }
 }
 
-impl QuotaConfig {
-    pub fn flush_interval(&self) -> Duration {
-        Duration::from_millis(self.flush_interval_ms)
-    }
-}
+impl QuotaConfig {}
 
 /// DNS lookups of a domain's MX records (for `undeliverable`, provider labels, corporate mail).
+#[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MxConfig {
@@ -381,9 +378,13 @@ pub struct MxConfig {
     pub servers: Vec<String>,
     /// How long a request waits for DNS, in milliseconds; then it is answered from what is known
     /// and the lookup finishes in the background.
-    pub budget_ms: u64,
+    #[serde(rename = "budget_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub budget: Duration,
     /// Timeout of one DNS query, in milliseconds.
-    pub query_timeout_ms: u64,
+    #[serde(rename = "query_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub query_timeout: Duration,
     /// Lookups in flight at most, those finishing in the background included (each holds its
     /// slot for at most twice `query_timeout_ms`); past it a request is answered at once as if
     /// the budget had run out, so names under a slow nameserver cannot pile up tasks and sockets.
@@ -391,12 +392,20 @@ pub struct MxConfig {
     /// Cached domains at most.
     pub cache_entries: usize,
     /// Cache lifetime bounds for answers, in seconds (record TTLs are clamped to them).
-    pub min_ttl_seconds: u64,
-    pub max_ttl_seconds: u64,
+    #[serde(rename = "min_ttl_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub min_ttl: Duration,
+    #[serde(rename = "max_ttl_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub max_ttl: Duration,
     /// Upper bound for negative answers (NXDOMAIN, no records), in seconds.
-    pub negative_max_ttl_seconds: u64,
+    #[serde(rename = "negative_max_ttl_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub negative_max_ttl: Duration,
     /// How long a failed lookup (SERVFAIL, timeout) is remembered, in seconds.
-    pub failure_ttl_seconds: u64,
+    #[serde(rename = "failure_ttl_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub failure_ttl: Duration,
 }
 
 impl Default for MxConfig {
@@ -404,27 +413,19 @@ impl Default for MxConfig {
         MxConfig {
             enabled: true,
             servers: Vec::new(),
-            budget_ms: 250,
-            query_timeout_ms: 2_000,
+            budget: Duration::from_millis(250),
+            query_timeout: Duration::from_millis(2_000),
             max_inflight: 256,
             cache_entries: 100_000,
-            min_ttl_seconds: 60,
-            max_ttl_seconds: 86_400,
-            negative_max_ttl_seconds: 3_600,
-            failure_ttl_seconds: 30,
+            min_ttl: Duration::from_secs(60),
+            max_ttl: Duration::from_secs(86_400),
+            negative_max_ttl: Duration::from_secs(3_600),
+            failure_ttl: Duration::from_secs(30),
         }
     }
 }
 
-impl MxConfig {
-    pub fn budget(&self) -> Duration {
-        Duration::from_millis(self.budget_ms)
-    }
-
-    pub fn query_timeout(&self) -> Duration {
-        Duration::from_millis(self.query_timeout_ms)
-    }
-}
+impl MxConfig {}
 
 /// The variable systemd sets to the folders of `RuntimeDirectory=` (colon-separated).
 pub const RUNTIME_DIRECTORY_ENV: &str = "RUNTIME_DIRECTORY";
@@ -531,6 +532,16 @@ impl Settings {
     }
 }
 
+/// A duration in whole milliseconds, for range checks and messages.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A duration in whole seconds, for range checks and messages.
+fn secs(d: Duration) -> u64 {
+    d.as_secs()
+}
+
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -560,16 +571,16 @@ impl Settings {
 
     /// Parses and validates config text; `path` names it in errors and anchors relative paths.
     pub fn from_yaml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let doc: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Syntax {
                 path: path.to_owned(),
                 message: e.to_string(),
             })?;
         let mut problems = Vec::new();
-        let empty = serde_yaml::Mapping::new();
+        let empty = serde_yaml_ng::Mapping::new();
         let top = match &doc {
-            serde_yaml::Value::Mapping(m) => m,
-            serde_yaml::Value::Null => &empty,
+            serde_yaml_ng::Value::Mapping(m) => m,
+            serde_yaml_ng::Value::Null => &empty,
             _ => {
                 problems.push("the file must be a mapping of keys to values".to_owned());
                 &empty
@@ -592,7 +603,7 @@ impl Settings {
         let section = top
             .get("gateway")
             .cloned()
-            .unwrap_or(serde_yaml::Value::Null);
+            .unwrap_or(serde_yaml_ng::Value::Null);
         let gateway = parse_gateway(section, &mut problems);
         if let Some(g) = &gateway {
             problems.extend(g.problems());
@@ -668,9 +679,12 @@ impl Settings {
     }
 }
 
-fn parse_gateway(section: serde_yaml::Value, problems: &mut Vec<String>) -> Option<GatewayConfig> {
+fn parse_gateway(
+    section: serde_yaml_ng::Value,
+    problems: &mut Vec<String>,
+) -> Option<GatewayConfig> {
     let section = match section {
-        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        serde_yaml_ng::Value::Null => serde_yaml_ng::Value::Mapping(Default::default()),
         other => other,
     };
     let mut unknown = Vec::new();
@@ -698,9 +712,9 @@ fn parse_gateway(section: serde_yaml::Value, problems: &mut Vec<String>) -> Opti
 }
 
 /// Top-level keys that are neither Pingora's nor `gateway` (Pingora itself ignores them).
-fn unknown_server_keys(top: &serde_yaml::Mapping) -> Vec<String> {
-    let known: BTreeSet<String> = match serde_yaml::to_value(ServerConf::default()) {
-        Ok(serde_yaml::Value::Mapping(m)) => m
+fn unknown_server_keys(top: &serde_yaml_ng::Mapping) -> Vec<String> {
+    let known: BTreeSet<String> = match serde_yaml_ng::to_value(ServerConf::default()) {
+        Ok(serde_yaml_ng::Value::Mapping(m)) => m
             .keys()
             .filter_map(|k| k.as_str().map(str::to_owned))
             .collect(),
@@ -740,8 +754,8 @@ impl GatewayConfig {
             )),
         }
         for (key, ms) in [
-            ("connect_timeout_ms", up.connect_timeout_ms),
-            ("read_timeout_ms", up.read_timeout_ms),
+            ("connect_timeout_ms", ms(up.connect_timeout)),
+            ("read_timeout_ms", ms(up.read_timeout)),
         ] {
             if !(1..=300_000).contains(&ms) {
                 out.push(format!(
@@ -792,10 +806,10 @@ impl GatewayConfig {
                 None => {}
             }
         }
-        if !(100..=1_000).contains(&self.quota.flush_interval_ms) {
+        if !(100..=1_000).contains(&ms(self.quota.flush_interval)) {
             out.push(format!(
                 "gateway.quota.flush_interval_ms: {} is outside 100..=1000",
-                self.quota.flush_interval_ms
+                ms(self.quota.flush_interval)
             ));
         }
         for server in &self.mx.servers {
@@ -803,16 +817,16 @@ impl GatewayConfig {
                 out.push(format!("gateway.mx.servers: '{server}' is not ip:port"));
             }
         }
-        if !(1..=10_000).contains(&self.mx.budget_ms) {
+        if !(1..=10_000).contains(&ms(self.mx.budget)) {
             out.push(format!(
                 "gateway.mx.budget_ms: {} is outside 1..=10000",
-                self.mx.budget_ms
+                ms(self.mx.budget)
             ));
         }
-        if !(1..=30_000).contains(&self.mx.query_timeout_ms) {
+        if !(1..=30_000).contains(&ms(self.mx.query_timeout)) {
             out.push(format!(
                 "gateway.mx.query_timeout_ms: {} is outside 1..=30000",
-                self.mx.query_timeout_ms
+                ms(self.mx.query_timeout)
             ));
         }
         if !(1..=1_000_000).contains(&self.mx.max_inflight) {
@@ -824,7 +838,7 @@ impl GatewayConfig {
         if self.mx.cache_entries == 0 {
             out.push("gateway.mx.cache_entries: must be at least 1".to_owned());
         }
-        if self.mx.min_ttl_seconds > self.mx.max_ttl_seconds {
+        if secs(self.mx.min_ttl) > secs(self.mx.max_ttl) {
             out.push("gateway.mx.min_ttl_seconds: larger than max_ttl_seconds".to_owned());
         }
         if self.quota.store == QuotaStoreKind::Redis {
@@ -833,16 +847,16 @@ impl GatewayConfig {
         if self.access.plans.is_empty() {
             out.push("gateway.access.plans: at least one plan is needed".to_owned());
         }
-        if self.drain_seconds > 300 {
+        if secs(self.drain) > 300 {
             out.push(format!(
                 "gateway.drain_seconds: {} is outside 0..=300",
-                self.drain_seconds
+                secs(self.drain)
             ));
         }
-        if !(100..=1_000).contains(&self.reload.poll_interval_ms) {
+        if !(100..=1_000).contains(&ms(self.reload.poll_interval)) {
             out.push(format!(
                 "gateway.reload.poll_interval_ms: {} is outside 100..=1000",
-                self.reload.poll_interval_ms
+                ms(self.reload.poll_interval)
             ));
         }
         if self.reload.max_shrink_percent > 100 {

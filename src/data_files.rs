@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use crate::config::GatewayConfig;
 use crate::domain::providers::ProviderTable;
-use crate::domain::sources::{add_domain_list, add_records, SourceError};
-use crate::domain::table::TableStats;
-use crate::domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
+use crate::domain::sources::{add_domain_list, add_records};
+use crate::domain::stats::TableStats;
+use crate::domain::{DomainName, DomainTable, ListKind, Scores, SourceError, TableBuilder};
 
 pub const DISPOSABLE_FILE: &str = "disposable.txt";
 pub const ALLOWLIST_FILE: &str = "allowlist.txt";

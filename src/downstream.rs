@@ -91,8 +91,8 @@ fn canned(status: &str, message: &str, detail: &str) -> Vec<u8> {
 impl Limits {
     fn new(c: &LimitsConfig) -> Self {
         Limits {
-            header_timeout: c.header_timeout(),
-            idle_timeout: c.idle_timeout(),
+            header_timeout: c.header_timeout,
+            idle_timeout: c.idle_timeout,
             max_header_bytes: c.max_header_bytes,
             // The request line is a line too.
             max_lines: c.max_headers + 1,
@@ -102,7 +102,7 @@ impl Limits {
                 "The request header did not arrive in time.",
                 &format!(
                     "the whole request header must arrive within {} ms",
-                    c.header_timeout_ms
+                    c.header_timeout.as_millis()
                 ),
             ),
             too_large_answer: canned(

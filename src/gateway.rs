@@ -44,18 +44,15 @@ const EXPOSED_HEADERS: &str = "RateLimit, RateLimit-Policy, Retry-After, X-Reque
 
 /// The proxy service's state, shared by all requests.
 pub struct Gateway {
-    table: Arc<ArcSwap<DomainTable>>,
-    keys: Arc<ArcSwap<KeyStore>>,
-    quota: Arc<dyn QuotaStore>,
-    clock: Arc<dyn Clock>,
-    mx: Option<Arc<MxResolver>>,
-    draining: Draining,
+    shared: Shared,
     upstream: HttpPeer,
     policy: UpstreamPolicy,
     request_ids: RequestIds,
 }
 
-/// Everything the gateway reads per request, shared with the background services.
+/// Everything the gateway reads per request, shared with the background services and the
+/// admin listener.
+#[derive(Clone)]
 pub struct Shared {
     pub table: Arc<ArcSwap<DomainTable>>,
     pub keys: Arc<ArcSwap<KeyStore>>,
@@ -83,12 +80,7 @@ pub struct RequestCtx {
 impl Gateway {
     pub fn new(shared: Shared, config: &GatewayConfig) -> Self {
         Gateway {
-            table: shared.table,
-            keys: shared.keys,
-            quota: shared.quota,
-            clock: shared.clock,
-            mx: shared.mx,
-            draining: shared.draining,
+            shared,
             upstream: upstream_peer(&config.upstream),
             policy: UpstreamPolicy::from_config(config),
             request_ids: RequestIds::new(),
@@ -161,7 +153,7 @@ impl Gateway {
             origin: headers.get(ORIGIN).map(|v| v.as_bytes()),
             referer: headers.get(REFERER).map(|v| v.as_bytes()),
         };
-        let principal = decide(&self.keys.load(), creds).map_err(|r| match r {
+        let principal = decide(&self.shared.keys.load(), creds).map_err(|r| match r {
             Rejection::MissingKey => ApiError::Unauthorized {
                 invalid_token: false,
             },
@@ -172,15 +164,25 @@ impl Gateway {
         })?;
         let key = principal.key.clone();
         ctx.principal = Some(principal);
-        let now = self.clock.now();
+        let now = self.shared.clock.now();
         if matches!(route, Route::Usage) {
-            match self.quota.usage(&key.id, key.monthly_limit, now).await {
+            match self
+                .shared
+                .quota
+                .usage(&key.id, key.monthly_limit, now)
+                .await
+            {
                 Ok(usage) => ctx.usage = Some(usage),
                 Err(_) => return Err(ApiError::QuotaUnavailable.into()),
             }
             return Ok(());
         }
-        match self.quota.consume(&key.id, key.monthly_limit, now).await {
+        match self
+            .shared
+            .quota
+            .consume(&key.id, key.monthly_limit, now)
+            .await
+        {
             Ok(Consumed::Allowed(usage)) => {
                 ctx.usage = Some(usage);
                 Ok(())
@@ -228,25 +230,25 @@ impl Gateway {
             Err(e) => return e.into(),
         };
         // The table guard is not held across the DNS wait.
-        let wants = self.mx.is_some() && wants_mx(&self.table.load().lookup(&name));
-        let evidence = match (&self.mx, wants) {
+        let wants = self.shared.mx.is_some() && wants_mx(&self.shared.table.load().lookup(&name));
+        let evidence = match (&self.shared.mx, wants) {
             (Some(mx), true) => Some(mx.evidence(name.as_str()).await.0),
             _ => None,
         };
-        let table = self.table.load();
+        let table = self.shared.table.load();
         let verdict = classify(&table, &name, evidence.as_deref());
         Answer::json(StatusCode::OK, &verdict.record)
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
-        let body = self.table.load().top_domains_json(limit);
+        let body = self.shared.table.load().top().json(limit);
         Answer::raw(StatusCode::OK, Bytes::from(body))
     }
 
     /// Public readiness: the status alone. Process, key and store details are not for the
     /// internet (they belong on an operator-only listener).
     fn readiness(&self, session: &Session) -> Answer {
-        let draining = self.draining.is_draining() || session.is_process_shutting_down();
+        let draining = self.shared.draining.is_draining() || session.is_process_shutting_down();
         if draining {
             Answer::raw(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -345,10 +347,10 @@ fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
 
 fn upstream_peer(config: &UpstreamConfig) -> HttpPeer {
     let mut peer = HttpPeer::new(config.address.as_str(), config.tls, config.server_name());
-    peer.options.connection_timeout = Some(config.connect_timeout());
-    peer.options.total_connection_timeout = Some(config.connect_timeout());
-    peer.options.read_timeout = Some(config.read_timeout());
-    peer.options.write_timeout = Some(config.read_timeout());
+    peer.options.connection_timeout = Some(config.connect_timeout);
+    peer.options.total_connection_timeout = Some(config.connect_timeout);
+    peer.options.read_timeout = Some(config.read_timeout);
+    peer.options.write_timeout = Some(config.read_timeout);
     peer.options.verify_cert = config.verify_cert;
     peer.options.verify_hostname = config.verify_cert;
     peer

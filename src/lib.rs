@@ -5,16 +5,18 @@
 //! - [`access`]: API keys, origins and monthly quotas;
 //! - [`config`]: typed settings; [`data_files`]: the table's files on disk;
 //! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM;
+//!   [`periodic`]: the loop every background service runs;
 //! - [`logging`]: env_logger with client-caused error lines rate-limited and counted;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
 //! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
 //!   client connections;
 //! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
-//! - [`commands`]: what the CLI subcommands do.
+//! - [`admin`]: the operator-only listener;
+//! - [`server`]: wires all of the above into a Pingora server; [`cli`]: the subcommands.
 
 pub mod access;
 pub mod admin;
-pub mod commands;
+pub mod cli;
 pub mod config;
 pub mod data_files;
 pub mod domain;
@@ -25,6 +27,8 @@ pub mod http;
 pub mod lifecycle;
 pub mod logging;
 pub mod mx;
+pub mod periodic;
 pub mod reload;
 pub mod route;
+pub mod server;
 pub mod upstream;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use domain_risk_gateway::commands;
+use domain_risk_gateway::cli;
 
 #[derive(Parser)]
 #[command(version, about)]
@@ -63,15 +63,15 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Serve { listen: None }) {
-        Command::Serve { listen } => commands::serve(&cli.conf, listen.as_deref()).map(|()| None),
-        Command::CheckConfig => commands::check_config(&cli.conf).map(Some),
-        Command::Lookup { domain } => commands::lookup(&cli.conf, &domain).map(Some),
+        Command::Serve { listen } => cli::serve(&cli.conf, listen.as_deref()).map(|()| None),
+        Command::CheckConfig => cli::check_config(&cli.conf).map(Some),
+        Command::Lookup { domain } => cli::lookup(&cli.conf, &domain).map(Some),
         Command::Key(KeyCommand::New {
             id,
             plan,
             origins,
             append,
-        }) => commands::key_new(&cli.conf, &id, &plan, &origins, append).map(Some),
+        }) => cli::key_new(&cli.conf, &id, &plan, &origins, append).map(Some),
     };
     match result {
         Ok(output) => {

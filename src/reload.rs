@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
+use crate::periodic::{Tick, Ticks};
+
 /// Something that can be rebuilt from files.
 pub trait Reloadable: Send + Sync + 'static {
     type Snapshot: Send + Sync + 'static;
@@ -159,7 +161,11 @@ fn build_and_swap<S: Reloadable>(
     Outcome::Published
 }
 
-/// Lowers the calling thread's scheduling priority (Linux: nice is per thread).
+/// Lowers the calling thread's scheduling priority, so a rebuild yields to request workers.
+///
+/// Only on Linux, where nice is per thread; elsewhere `setpriority(PRIO_PROCESS, 0)` would lower
+/// the whole process, workers included, so nothing is done.
+#[cfg(target_os = "linux")]
 fn lower_priority() {
     // SAFETY: setpriority only reads its integer arguments; 0 names the calling thread.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
@@ -168,27 +174,17 @@ fn lower_priority() {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
+
 #[async_trait]
 impl<S: Reloadable> BackgroundService for Reloader<S> {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let files = self.source.watched_files();
         let mut seen = fingerprint(&files);
-        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::warn!("{}: SIGHUP reload unavailable: {e}", self.source.name());
-                None
-            }
-        };
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let forced = tokio::select! {
-                _ = ticker.tick() => false,
-                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
-                _ = shutdown.changed() => return,
-            };
+        let mut ticks = Ticks::new(self.interval).with_sighup(self.source.name());
+        while let Some(tick) = ticks.next(&mut shutdown).await {
+            let forced = tick == Tick::Hangup;
             let now = fingerprint(&files);
             if !forced && now == seen {
                 continue;

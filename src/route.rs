@@ -4,7 +4,7 @@
 
 use http::Method;
 
-use crate::domain::table::MAX_TOP;
+use crate::domain::top::MAX_TOP;
 
 /// What a request asks for. Path parameters are still percent-encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub enum RouteError {
     BadQuery(String),
 }
 
-/// Default and largest `limit` of top-domains.
+/// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
 pub const DEFAULT_TOP_LIMIT: usize = 100;
 
 const DOMAIN_PREFIX: &str = "/v1/public/domain/";

@@ -1,5 +1,6 @@
 //! The shared quota on a real `redis-server`: one count across gateways, outages (fail open and
-//! fail closed), persistence across a Redis restart, month rollover and key expiry.
+//! fail closed), replies that come after the call gave up (a paused Redis), persistence across a
+//! Redis restart, month rollover and key expiry.
 
 mod common;
 #[path = "common/redis_server.rs"]
@@ -49,6 +50,10 @@ fn two_gateways_share_one_exact_count() {
     let counts = hammer(&addrs, SECRET, LOOKUP, 64, 8);
     assert_eq!(counts, [(200, 300), (429, 512 - 300)].into());
     assert_eq!(redis.int(&["GET", &month_key()]), Some(300));
+    // Each counted call leaves a marker of its id, dropped by the next call of its gateway: what
+    // remains is about the calls in flight at the end, not the 300 made.
+    let keys = redis.int(&["DBSIZE"]).unwrap();
+    assert!((1..=1 + 2 * 64).contains(&keys), "{keys} keys");
     for gw in &gws {
         let u = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
         assert_eq!(u["used"], 300);
@@ -220,4 +225,118 @@ fn the_gateway_starts_and_serves_while_redis_is_down() {
         readyz_quota(&gw)["pending_local_counts"] == 0
     });
     assert_eq!(redis.int(&["GET", &month_key()]), Some(1));
+}
+
+/// Waits until the gateway has reported a Redis call that timed out.
+fn wait_for_a_timeout(gw: &Gateway) {
+    wait_until(Duration::from_secs(5), || {
+        gw.log().contains("Redis call failed (timed out)")
+    });
+}
+
+/// Waits until the gateway has settled a call whose script ran after it had given up on it.
+fn wait_until_settled(gw: &Gateway) {
+    wait_until(Duration::from_secs(10), || {
+        gw.log().contains("had reached Redis after all")
+    });
+    wait_until(Duration::from_secs(5), || {
+        readyz_quota(gw)["pending_local_counts"] == 0
+    });
+}
+
+#[test]
+fn a_call_whose_reply_came_too_late_is_counted_once() {
+    let redis = RedisServer::start(false);
+    let gw = gateway(&redis, "fail_open", 1_000);
+    let mut c = gw.conn_as(Some(SECRET));
+    for _ in 0..5 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    // The script reaches the paused Redis and waits in its socket; the gateway gives up after its
+    // 50 ms budget and, failing open, serves and counts the call locally.
+    redis.pause();
+    assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    wait_for_a_timeout(&gw);
+    assert_eq!(readyz_quota(&gw)["pending_local_counts"], 1);
+    // Redis runs the script after all (its reply goes nowhere); the local count is then sent
+    // under the call's id, which Redis has seen: it adds nothing more.
+    redis.resume();
+    wait_until_settled(&gw);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(6), "6 calls made");
+    assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(7));
+}
+
+#[test]
+fn a_call_refused_while_redis_stalled_is_not_counted_when_its_script_runs_late() {
+    let redis = RedisServer::start(false);
+    let gw = gateway(&redis, "fail_closed", 1_000);
+    let mut c = gw.conn_as(Some(SECRET));
+    for _ in 0..3 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    redis.pause();
+    c.get(LOOKUP)
+        .unwrap()
+        .assert_error(503, "service_unavailable");
+    wait_for_a_timeout(&gw);
+    // The refused call's script runs when Redis resumes; its id then takes its count back.
+    redis.resume();
+    wait_until_settled(&gw);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(3), "3 calls served");
+}
+
+#[test]
+fn a_lease_granted_after_its_request_gave_up_is_taken_back() {
+    let redis = RedisServer::start(false);
+    let gw = Gateway::builder()
+        .plan("shared", 1_000)
+        .key("k", SECRET, "shared", &[])
+        .redis_with(
+            &redis.url(),
+            "fail_open",
+            "sync_interval_ms: 50, batch_max: 10",
+        )
+        .start();
+    let mut c = gw.conn_as(Some(SECRET));
+    for _ in 0..3 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    // The unused part of the lease goes back: the next call asks for a new lease.
+    wait_until(Duration::from_secs(5), || {
+        redis.int(&["GET", &month_key()]) == Some(3)
+    });
+    redis.pause();
+    assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    wait_for_a_timeout(&gw);
+    // Redis grants the 10 calls after the gateway gave up, which never learns of them: settling
+    // the request's id takes them back, and the served call is counted once.
+    redis.resume();
+    wait_until_settled(&gw);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(4), "4 calls made");
+}
+
+#[test]
+fn counts_added_after_an_outage_expire_by_the_gateway_clock() {
+    let mut redis = RedisServer::start(false);
+    redis.kill();
+    // Far from the real date, so the real clock would give the key years to live.
+    let gw = Gateway::builder()
+        .plan("shared", 1_000)
+        .key("k", SECRET, "shared", &[])
+        .redis(&redis.url(), "fail_open")
+        .env("DOMAIN_RISK_GATEWAY_CLOCK_START", "2030-06-15T00:00:00Z")
+        .start();
+    assert_eq!(status(&gw, LOOKUP), 200);
+    redis.restart();
+    wait_until(Duration::from_secs(5), || {
+        readyz_quota(&gw)["pending_local_counts"] == 0
+    });
+    assert_eq!(redis.int(&["GET", "q:k:2030-06"]), Some(1));
+    // Written by the background sync: the rest of June by the gateway's clock, plus a day.
+    let ttl = redis.int(&["TTL", "q:k:2030-06"]).unwrap();
+    assert!(
+        (17 * 86_400 - 60..=17 * 86_400).contains(&ttl),
+        "TTL {ttl} s"
+    );
 }

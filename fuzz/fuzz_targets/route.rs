@@ -4,7 +4,7 @@
 //! Input layout: method bytes, a NUL, then the request target (path, `?`, query).
 #![no_main]
 
-use domain_risk_gateway::domain::table::MAX_TOP;
+use domain_risk_gateway::domain::top::MAX_TOP;
 use domain_risk_gateway::domain::target::screen_target;
 use domain_risk_gateway::domain::DomainName;
 use domain_risk_gateway::route::{route, Route, RouteError};

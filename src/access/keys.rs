@@ -148,7 +148,7 @@ pub fn parse_keys(
     };
     // A document that is empty or only comments is `None`, like a missing `keys:` entry.
     let file: Option<KeysFile> =
-        serde_yaml::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
+        serde_yaml_ng::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
     let Some(rows) = file.and_then(|f| f.keys) else {
         return Err(fail(vec![NO_KEYS_LIST.to_owned()]));
     };

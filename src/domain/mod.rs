@@ -1,18 +1,28 @@
 //! Pure domain logic: names, records, the table, its sources and classification.
 //!
 //! Nothing here does I/O or knows about Pingora, so all of it is unit-tested directly.
+//!
+//! Imports run one way (each module uses only those before it):
+//! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
+//! `target` <- `table` <- `sources`, `classify`.
 
 pub mod classify;
+pub mod error;
 pub mod mail;
 pub mod name;
 pub mod name_index;
 pub mod providers;
 pub mod record;
+pub mod scores;
 pub mod sources;
+pub mod stats;
 pub mod table;
 pub mod target;
+pub mod top;
 
-pub use classify::{classify, Scores, Verdict};
+pub use classify::{classify, Verdict};
+pub use error::SourceError;
 pub use name::{DomainName, NameError};
 pub use record::{FlaggedEntry, Reason, RiskRecord};
+pub use scores::Scores;
 pub use table::{DomainTable, ListKind, TableBuilder, TableMatch, TableRule};

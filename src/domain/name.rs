@@ -59,17 +59,6 @@ impl DomainName {
         Ok(DomainName(name.into()))
     }
 
-    /// Wraps a name that is already canonical (checked in debug builds).
-    ///
-    /// Used for names read back from our own table, which were parsed when it was built.
-    pub fn from_canonical(name: &str) -> Self {
-        debug_assert_eq!(
-            DomainName::parse(name).as_ref().map(|d| d.as_str()),
-            Ok(name)
-        );
-        DomainName(name.into())
-    }
-
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -1,8 +1,9 @@
 //! `NameIndex`: a compact hash index from domain names to small values.
 //!
 //! Names live back to back in one string arena; the hash table holds only an offset, a length and
-//! the value (12 bytes a slot), so a million names cost their bytes plus ~30 bytes each, with no
-//! allocation per name and no pointer chasing beyond the arena.
+//! the value (16 bytes a slot with the table's entries), so a million names cost their bytes plus
+//! 20 to 40 bytes each (a slot and a control byte, as full as the hash table happens to be), with
+//! no allocation per name and no pointer chasing beyond the arena.
 
 use std::hash::BuildHasher;
 

@@ -5,8 +5,8 @@
 //! host), whether its most preferred hosts are at a business provider, and whether any host
 //! belongs to a service that throwaway addresses use.
 
+use super::error::SourceError;
 use super::mail::{MxHost, ProviderKind};
-use super::sources::SourceError;
 use ProviderKind::{Consumer, Disposable, Forwarder, Mailbox, SecurityGateway};
 
 #[derive(Debug, Clone)]

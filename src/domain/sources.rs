@@ -11,30 +11,10 @@
 
 use serde::Deserialize;
 
+use super::error::SourceError;
 use super::name::DomainName;
 use super::record::{Reason, MAX_SCORE};
 use super::table::{ExplicitRecord, ListKind, TableBuilder};
-
-/// A source that could not be read, with where and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{origin}:{line}: {message}")]
-pub struct SourceError {
-    /// The file (or built-in source) the error is in.
-    pub origin: String,
-    /// 1-based line number; 0 when the source as a whole is at fault.
-    pub line: usize,
-    pub message: String,
-}
-
-impl SourceError {
-    pub fn new(origin: &str, line: usize, message: impl Into<String>) -> Self {
-        SourceError {
-            origin: origin.to_owned(),
-            line,
-            message: message.into(),
-        }
-    }
-}
 
 /// Adds every domain of a list to `builder`; returns how many lines held a domain.
 pub fn add_domain_list(
@@ -159,7 +139,7 @@ fn csv_message(e: &csv::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::classify::Scores;
+    use crate::domain::scores::Scores;
     use crate::domain::table::TableRule;
 
     fn n(s: &str) -> DomainName {
@@ -212,7 +192,7 @@ mod tests {
                     corp.example,safe,1,\"Google Workspace\",\n";
         assert_eq!(add_records(&mut b, text, "domains.csv"), Ok(3));
         let t = b.build(Scores::default());
-        let top: Vec<_> = t.top_flagged(5).iter().map(|e| &*e.domain).collect();
+        let top: Vec<_> = t.top().entries(5).iter().map(|e| &*e.domain).collect();
         assert_eq!(top, ["team.example", "dead.example"]);
     }
 

@@ -3,12 +3,18 @@
 //! A table is built once (at start or on reload) from lists and explicit records, then only read.
 //! Lookups walk from the queried name up to its registrable domain, so `x.y.mailinator.com` finds
 //! `mailinator.com`, while a public suffix such as `co.uk` is never an entry and never matched.
+//!
+//! The table keeps names and records; what a build also yields travels with it in the same
+//! snapshot, made by its own module: the ranked, pre-rendered top-domains ([`TopDomains`]) and
+//! the counts of the build ([`TableStats`]).
 
-use super::classify::Scores;
 use super::name::DomainName;
 use super::name_index::NameIndex;
 use super::providers::ProviderTable;
-use super::record::{FlaggedEntry, Reason, RiskScore};
+use super::record::{Reason, RiskScore};
+use super::scores::Scores;
+use super::stats::{Conflict, TableStats};
+use super::top::{Candidate, TopDomains};
 
 /// Which list a plain domain entry comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,39 +89,14 @@ pub struct TableMatch<'t> {
     pub record: Option<&'t ExplicitRecord>,
 }
 
-/// A list entry that two lists disagreed on, and how the builder resolved it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
-    pub domain: Box<str>,
-    pub resolution: &'static str,
-}
-
-/// Counts for logs, `/readyz` and `lookup`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TableStats {
-    pub disposable: usize,
-    pub allow: usize,
-    pub free_providers: usize,
-    pub records: usize,
-    pub skipped_public_suffixes: usize,
-    /// Every conflict the builder resolved (allowlist or free list against a blocklist).
-    pub conflicts: Vec<Conflict>,
-    /// Entries each source held as read (e.g. `disposable.txt` -> 1200), in the order given;
-    /// a reload compares them to refuse a file that lost most of its entries at once.
-    pub sources: Vec<(Box<str>, usize)>,
-}
-
-/// How many flagged entries the table keeps ranked for `top-domains` (the largest `limit`).
-pub const MAX_TOP: usize = 1000;
-
 /// An immutable, fully built domain table.
 #[derive(Debug)]
 pub struct DomainTable {
     entries: NameIndex<Entry>,
     records: Vec<ExplicitRecord>,
-    top: Vec<FlaggedEntry>,
-    /// `top`, each entry already rendered as JSON, so answers are a copy, not a serialisation.
-    top_json: Vec<Box<str>>,
+    top: TopDomains,
+    /// The scores the table was built (and its top ranked) with; classification reads them here
+    /// so that both always agree.
     scores: Scores,
     providers: ProviderTable,
     stats: TableStats,
@@ -172,27 +153,9 @@ impl DomainTable {
         }
     }
 
-    /// The most prominent flagged entries, at most `limit` (capped at [`MAX_TOP`]).
-    pub fn top_flagged(&self, limit: usize) -> &[FlaggedEntry] {
-        &self.top[..limit.min(self.top.len())]
-    }
-
-    /// The body of `GET /v1/public/top-domains?limit=N`: `{"domains":[...],"count":N}`.
-    pub fn top_domains_json(&self, limit: usize) -> String {
-        let entries = &self.top_json[..limit.min(self.top_json.len())];
-        let len: usize = entries.iter().map(|e| e.len() + 1).sum();
-        let mut out = String::with_capacity(len + 32);
-        out.push_str("{\"domains\":[");
-        for (i, e) in entries.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(e);
-        }
-        out.push_str("],\"count\":");
-        out.push_str(&entries.len().to_string());
-        out.push('}');
-        out
+    /// The most prominent flagged entries, ranked and rendered for top-domains.
+    pub fn top(&self) -> &TopDomains {
+        &self.top
     }
 
     pub fn scores(&self) -> &Scores {
@@ -233,7 +196,6 @@ pub struct DuplicateRecord(pub Box<str>);
 pub struct TableBuilder {
     entries: NameIndex<Entry>,
     records: Vec<ExplicitRecord>,
-    record_names: Vec<Box<str>>,
     providers: ProviderTable,
     stats: TableStats,
 }
@@ -287,7 +249,6 @@ impl TableBuilder {
         }
         entry.record = index;
         self.records.push(record);
-        self.record_names.push(name.as_str().into());
         Ok(())
     }
 
@@ -321,20 +282,11 @@ impl TableBuilder {
         }
         stats.conflicts.sort_by(|a, b| a.domain.cmp(&b.domain));
         stats.records = self.records.len();
-        let top = rank_flagged(&self, &scores);
-        let top_json = top
-            .iter()
-            .map(|e| {
-                serde_json::to_string(e)
-                    .unwrap_or_default()
-                    .into_boxed_str()
-            })
-            .collect();
+        let top = TopDomains::rank(flagged(&self, &scores));
         DomainTable {
             entries: self.entries,
             records: self.records,
             top,
-            top_json,
             scores,
             providers: self.providers,
             stats,
@@ -342,15 +294,10 @@ impl TableBuilder {
     }
 }
 
-/// Flagged entries ordered by flag weight, then risk score, then name; the first [`MAX_TOP`].
-fn rank_flagged(builder: &TableBuilder, scores: &Scores) -> Vec<FlaggedEntry> {
-    struct Candidate<'a> {
-        weight: u32,
-        score: RiskScore,
-        reason: Reason,
-        name: &'a str,
-    }
-    let mut candidates: Vec<Candidate<'_>> = Vec::new();
+/// Every flagged name: flagged explicit records, and blocklist entries with no record of their
+/// own; never a name on the allowlist or the free list.
+fn flagged<'b>(builder: &'b TableBuilder, scores: &Scores) -> Vec<Candidate<'b>> {
+    let mut candidates = Vec::new();
     for (name, entry) in builder.entries.iter() {
         if entry.flags & (ALLOW | FREE) != 0 {
             continue;
@@ -373,25 +320,7 @@ fn rank_flagged(builder: &TableBuilder, scores: &Scores) -> Vec<FlaggedEntry> {
             });
         }
     }
-    let order = |a: &Candidate<'_>, b: &Candidate<'_>| {
-        b.weight
-            .cmp(&a.weight)
-            .then(b.score.cmp(&a.score))
-            .then(a.name.cmp(b.name))
-    };
-    if candidates.len() > MAX_TOP {
-        candidates.select_nth_unstable_by(MAX_TOP - 1, order);
-        candidates.truncate(MAX_TOP);
-    }
-    candidates.sort_unstable_by(order);
     candidates
-        .into_iter()
-        .map(|c| FlaggedEntry {
-            domain: c.name.into(),
-            risk_score: c.score,
-            reason: c.reason,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -474,7 +403,7 @@ mod tests {
         let names: Vec<_> = t.stats().conflicts.iter().map(|c| &*c.domain).collect();
         assert_eq!(names, ["126.com", "99.com", "dispo.net"]);
         assert_eq!(t.stats().disposable, 0);
-        assert!(t.top_flagged(10).is_empty());
+        assert!(t.top().is_empty());
     }
 
     #[test]
@@ -499,19 +428,16 @@ mod tests {
             Err(DuplicateRecord("fine.example".into()))
         );
         let t = b.build(Scores::default());
-        let top: Vec<_> = t.top_flagged(10).iter().map(|e| &*e.domain).collect();
+        let top: Vec<_> = t.top().entries(10).iter().map(|e| &*e.domain).collect();
         assert_eq!(
             top,
             ["role.example", "a-dispo.com", "b-dispo.com", "dead.example"]
         );
-        assert_eq!(t.top_flagged(2).len(), 2);
-        let body: serde_json::Value = serde_json::from_str(&t.top_domains_json(2)).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&t.top().json(2)).unwrap();
         assert_eq!(body["count"], 2);
         assert_eq!(body["domains"][0]["domain"], "role.example");
         assert_eq!(body["domains"][0]["reason"], "role_account");
         assert_eq!(body["domains"][1]["risk_score"], 100);
-        let all: serde_json::Value = serde_json::from_str(&t.top_domains_json(100)).unwrap();
-        assert_eq!(all["count"], 4);
         assert!(matches!(
             t.lookup(&n("role.example")).rule,
             TableRule::Record(ExplicitRecord {
@@ -520,16 +446,5 @@ mod tests {
             })
         ));
         assert_eq!(t.lookup(&n("x.role.example")).rule, TableRule::Unknown);
-    }
-
-    #[test]
-    fn top_is_capped() {
-        let mut b = TableBuilder::new();
-        for i in 0..(MAX_TOP + 50) {
-            b.add(&n(&format!("d{i:05}.com")), ListKind::Disposable);
-        }
-        let t = b.build(Scores::default());
-        assert_eq!(t.top_flagged(usize::MAX).len(), MAX_TOP);
-        assert_eq!(&*t.top_flagged(1)[0].domain, "d00000.com");
     }
 }

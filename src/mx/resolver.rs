@@ -168,7 +168,7 @@ impl MxResolver {
             TokioResolver::builder_with_config(ResolverConfig::from_name_servers(servers), provider)
         };
         let opts: &mut ResolverOpts = builder.options_mut();
-        opts.timeout = config.query_timeout();
+        opts.timeout = config.query_timeout;
         opts.attempts = 1;
         opts.ndots = 0;
         // Our cache is the one that counts: it holds the classified evidence, not raw records.
@@ -183,16 +183,16 @@ impl MxResolver {
             inflight: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(max_inflight)),
             max_inflight,
-            lookup_deadline: config.query_timeout() * 2,
+            lookup_deadline: config.query_timeout * 2,
             hits: HotCounter::default(),
             misses: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             unknown: Arc::new(MxEvidence::Unknown),
-            budget: config.budget(),
-            min_ttl: Duration::from_secs(config.min_ttl_seconds),
-            max_ttl: Duration::from_secs(config.max_ttl_seconds),
-            negative_max_ttl: Duration::from_secs(config.negative_max_ttl_seconds),
-            failure_ttl: Duration::from_secs(config.failure_ttl_seconds),
+            budget: config.budget,
+            min_ttl: config.min_ttl,
+            max_ttl: config.max_ttl,
+            negative_max_ttl: config.negative_max_ttl,
+            failure_ttl: config.failure_ttl,
         })
     }
 
@@ -397,8 +397,8 @@ mod tests {
             servers: vec![sink.local_addr().unwrap().to_string()],
             max_inflight,
             cache_entries,
-            budget_ms: 20,
-            query_timeout_ms: 1000,
+            budget: Duration::from_millis(20),
+            query_timeout: Duration::from_millis(1000),
             ..MxConfig::default()
         };
         (Arc::new(MxResolver::new(&config).unwrap()), sink)

@@ -427,6 +427,14 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
     })
 }
 
+/// The first value of header `name` (case-insensitive).
+fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 /// An HTTP response as read off the wire.
 #[derive(Debug, Clone)]
 pub struct Response {
@@ -437,10 +445,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 
     pub fn json(&self) -> serde_json::Value {
@@ -450,6 +455,15 @@ impl Response {
                 String::from_utf8_lossy(&self.body)
             )
         })
+    }
+
+    /// Asserts a `422 validation_error` whose `detail` mentions `needle`.
+    pub fn assert_invalid(&self, needle: &str, what: &str) {
+        let detail = self.assert_error(422, "validation_error");
+        assert!(
+            detail.as_str().is_some_and(|d| d.contains(needle)),
+            "{what}: {detail}"
+        );
     }
 
     /// Asserts the contract's error body and returns its `detail`.
@@ -608,10 +622,7 @@ pub struct SeenRequest {
 
 impl SeenRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 }
 

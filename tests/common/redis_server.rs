@@ -168,6 +168,33 @@ impl RedisServer {
         }
     }
 
+    /// Stops the process (SIGSTOP) without closing anything: what clients send meanwhile waits
+    /// unread in its sockets and is run, in order, on [`resume`](Self::resume). To the clients,
+    /// every reply is late.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP, true);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT, false);
+    }
+
+    fn signal(&self, signal: libc::c_int, stopped: bool) {
+        let pid = self.child.as_ref().expect("redis-server is running").id();
+        // SAFETY: a plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
+        // The signal is delivered asynchronously: wait until the process state shows it.
+        super::wait_until(Duration::from_secs(5), || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state ...`: the state follows the last ')'.
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.trim().chars().next());
+            (state == Some('T')) == stopped
+        });
+    }
+
     /// The folder redis-server keeps its data (the append-only file) in.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

@@ -3,6 +3,7 @@
 
 pub mod local;
 pub mod redis;
+pub mod services;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, TimeZone, Utc};

@@ -1,0 +1,107 @@
+//! Batched counting: calls reserved in Redis ahead of use (a lease) and handed out locally, one
+//! lease per key and month. Pure: callers pass the time in.
+//!
+//! A lease is counted in Redis when it is granted, so admitting from it never overshoots the
+//! limit (and keeps working while Redis is down); what is not used within the sync interval is
+//! given back.
+
+use std::time::{Duration, Instant};
+
+/// This gateway's reserved, not yet used calls on one key and month.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lease {
+    left: u64,
+    /// When the last calls were added to it: unused calls are given back this long after.
+    granted: Option<Instant>,
+    /// A lease request is in flight (one per key at a time; meanwhile calls take the exact way).
+    requesting: bool,
+}
+
+impl Lease {
+    /// Takes one call; returns how many remain, or `None` when the lease is used up.
+    pub fn take(&mut self) -> Option<u64> {
+        self.left = self.left.checked_sub(1)?;
+        Some(self.left)
+    }
+
+    #[cfg(test)]
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// Marks a lease request as in flight, unless one already is: returns whether the caller
+    /// may ask for one.
+    pub fn start_request(&mut self) -> bool {
+        !std::mem::replace(&mut self.requesting, true)
+    }
+
+    /// The request in flight ended (granted or not).
+    pub fn end_request(&mut self) {
+        self.requesting = false;
+    }
+
+    /// Redis granted `calls` more (the caller has already taken its own one out).
+    pub fn grant(&mut self, calls: u64, now: Instant) {
+        self.left += calls;
+        self.granted = Some(now);
+    }
+
+    /// The unused calls to give back: all of them with `all`, else only once the lease is
+    /// `age` old. Empties the lease.
+    pub fn give_back(&mut self, all: bool, age: Duration, now: Instant) -> u64 {
+        let due = all
+            || self
+                .granted
+                .is_some_and(|g| now.saturating_duration_since(g) >= age);
+        if !due {
+            return 0;
+        }
+        self.granted = None;
+        std::mem::take(&mut self.left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_hands_out_what_was_granted_then_runs_dry() {
+        let t0 = Instant::now();
+        let mut l = Lease::default();
+        assert_eq!(l.take(), None);
+        l.grant(2, t0);
+        assert_eq!(l.take(), Some(1));
+        assert_eq!(l.take(), Some(0));
+        assert_eq!(l.take(), None);
+        assert_eq!(l.left(), 0);
+    }
+
+    #[test]
+    fn one_request_at_a_time() {
+        let mut l = Lease::default();
+        assert!(l.start_request());
+        assert!(!l.start_request());
+        l.end_request();
+        assert!(l.start_request());
+    }
+
+    #[test]
+    fn unused_calls_go_back_after_the_interval_or_at_once_when_asked() {
+        let t0 = Instant::now();
+        let age = Duration::from_millis(100);
+        let mut l = Lease::default();
+        l.grant(9, t0);
+        l.take();
+        assert_eq!(l.give_back(false, age, t0 + Duration::from_millis(99)), 0);
+        assert_eq!(l.left(), 8);
+        // A new grant restarts the interval.
+        l.grant(5, t0 + Duration::from_millis(50));
+        assert_eq!(l.give_back(false, age, t0 + Duration::from_millis(120)), 0);
+        assert_eq!(l.give_back(false, age, t0 + Duration::from_millis(150)), 13);
+        assert_eq!(l.left(), 0);
+        assert_eq!(l.give_back(false, age, t0 + Duration::from_secs(9)), 0);
+        l.grant(3, t0);
+        assert_eq!(l.give_back(true, age, t0), 3, "at shutdown, all of it");
+    }
+}

@@ -1,0 +1,486 @@
+//! The shared quota store on Redis: several gateways, one monthly count per key.
+//!
+//! Each call checks and counts in one round trip (a Lua script on `q:<key_id>:<YYYY-MM>`, which
+//! expires shortly after its month; see `script.rs`). Every Redis call runs under a short time
+//! budget; a circuit breaker (`breaker.rs`) makes a dead Redis cost nothing per request while it is
+//! open. On failure the policy decides: `fail_open` keeps serving and counts locally, then adds
+//! those counts to Redis when it is back (nothing lost, nothing counted twice: a call whose reply
+//! never came is settled by its id); `fail_closed` refuses (the gateway answers 503).
+//!
+//! Per key and month the store keeps one slot (`slots.rs`): the count last seen, the local counts
+//! owed to Redis and, in batched mode, the lease (`leases.rs`).
+
+mod breaker;
+mod config;
+mod leases;
+mod script;
+mod slots;
+
+pub use config::{FailurePolicy, RedisConfig};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{Clock, Consumed, Month, QuotaError, QuotaStore, Usage};
+use breaker::{Admit, Breaker};
+use script::{Outcome, Reply};
+use slots::{Carry, Slot, Slots};
+
+/// Keys outlive their month by this much, so a late reconcile still lands in the right key.
+const EXPIRY_GRACE_SECONDS: i64 = 86_400;
+
+/// Calls one sync makes at most per slot.
+const SYNC_CALLS_PER_SLOT: usize = 8;
+
+/// Seconds the month's key should live from `now`: to the end of the month, plus a grace period.
+fn ttl_seconds(month: Month, now: DateTime<Utc>) -> i64 {
+    (month.reset_at() - now).num_seconds().max(0) + EXPIRY_GRACE_SECONDS
+}
+
+/// Why a Redis call failed.
+struct Failure {
+    why: String,
+    /// The script may have run (a timeout, a broken connection), as opposed to a call that
+    /// never reached Redis or that Redis refused.
+    maybe_ran: bool,
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(e: redis::RedisError) -> Self {
+        let refused = e.is_connection_refusal() || matches!(e.kind(), redis::ErrorKind::Server(_));
+        Failure {
+            why: e.to_string(),
+            maybe_ran: !refused,
+        }
+    }
+}
+
+/// The Redis quota store.
+pub struct RedisStore {
+    client: redis::Client,
+    manager_config: ConnectionManagerConfig,
+    /// Made on first use, inside a runtime (the manager spawns its driver task there).
+    manager: tokio::sync::OnceCell<ConnectionManager>,
+    script: redis::Script,
+    config: RedisConfig,
+    /// The gateway's quota clock (for the expiry of keys the background sync writes).
+    clock: Arc<dyn Clock>,
+    breaker: Breaker,
+    connected: AtomicBool,
+    slots: Slots,
+    /// Call ids: a random start per process, so that gateways sharing a key do not collide.
+    next_id: AtomicU64,
+}
+
+impl RedisStore {
+    /// Sets the store up without connecting: the gateway starts even when Redis is down.
+    pub fn new(config: &RedisConfig, clock: Arc<dyn Clock>) -> Result<Self, QuotaError> {
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| QuotaError(format!("redis url: {e}")))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.call_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(config.breaker_open);
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).map_err(|e| QuotaError(format!("random call ids: {e}")))?;
+        Ok(RedisStore {
+            client,
+            manager_config,
+            manager: tokio::sync::OnceCell::new(),
+            script: script::script(),
+            breaker: Breaker::new(
+                config.breaker_failures,
+                config.breaker_open,
+                config.call_timeout,
+                Instant::now(),
+            ),
+            config: config.clone(),
+            clock,
+            connected: AtomicBool::new(false),
+            slots: Slots::default(),
+            next_id: AtomicU64::new(u64::from_le_bytes(seed)),
+        })
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn succeeded(&self) {
+        if self.breaker.succeeded() {
+            log::info!("quota store: circuit breaker closed");
+        }
+        if !self.connected.swap(true, Ordering::Relaxed) {
+            log::info!("quota store: Redis reachable");
+        }
+    }
+
+    fn failed(&self, why: &str) {
+        let was_connected = self.connected.swap(false, Ordering::Relaxed);
+        let opened = self.breaker.failed(Instant::now());
+        if was_connected || opened {
+            log::warn!(
+                "quota store: Redis call failed ({why}); policy {:?}",
+                self.config.failure_policy
+            );
+        }
+        if opened {
+            log::warn!(
+                "quota store: circuit breaker open for {} ms",
+                self.config.breaker_open.as_millis()
+            );
+        }
+    }
+
+    /// The shared connection (multiplexed, reconnecting), without waiting for a connection.
+    async fn connection(&self) -> Result<ConnectionManager, Failure> {
+        self.manager
+            .get_or_try_init(|| async {
+                ConnectionManager::new_lazy_with_config(
+                    self.client.clone(),
+                    self.manager_config.clone(),
+                )
+            })
+            .await
+            .cloned()
+            .map_err(|e| Failure {
+                why: e.to_string(),
+                maybe_ran: false,
+            })
+    }
+
+    /// Runs the script for `carry` on `slot` under the call budget.
+    async fn run(
+        &self,
+        slot: &Slot,
+        carry: &Carry,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, Failure> {
+        let invocation = script::invocation(
+            &self.script,
+            slot,
+            carry,
+            limit,
+            ttl_seconds(slot.month, now),
+        );
+        let mut conn = self.connection().await?;
+        match tokio::time::timeout(
+            self.config.call_timeout,
+            invocation.invoke_async::<Reply>(&mut conn),
+        )
+        .await
+        {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Failure {
+                why: "timed out".into(),
+                maybe_ran: true,
+            }),
+        }
+    }
+
+    /// Runs one script call carrying what `slot` owes, and books the outcome in the slot. Should
+    /// the caller go away mid-call, what it carried is booked as unsettled.
+    async fn exchange(
+        &self,
+        slot: &Slot,
+        carry: Carry,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, Failure> {
+        let mut guard = CarryGuard {
+            slot,
+            carry: Some(carry),
+        };
+        let result = self.run(slot, guard.carry(), limit, now).await;
+        let carry = guard.take();
+        let mut tally = slot.tally();
+        if carry.want > 1 {
+            tally.lease.end_request();
+        }
+        match &result {
+            Ok(reply) => {
+                let own = match reply.outcome {
+                    Outcome::Counted => 1,
+                    Outcome::Leased => carry.want,
+                    Outcome::NotCounted | Outcome::RanBefore => 0,
+                };
+                let marked = reply.outcome != Outcome::RanBefore
+                    && carry.delta() + i64::try_from(own).unwrap_or(i64::MAX) != 0;
+                tally.settled(&carry, reply.used, marked);
+                drop(tally);
+                self.succeeded();
+                if carry.calls > 0 {
+                    log::info!(
+                        "quota store: added {} locally counted calls to {}",
+                        carry.calls,
+                        slot.count_key
+                    );
+                }
+                if reply.late > 0 {
+                    log::info!(
+                        "quota store: {} timed-out calls on {} had reached Redis after all: settled, not counted again",
+                        reply.late,
+                        slot.count_key
+                    );
+                }
+            }
+            Err(f) => {
+                tally.unsettled(carry, f.maybe_ran);
+                drop(tally);
+                self.failed(&f.why);
+            }
+        }
+        result
+    }
+
+    fn fallback(
+        &self,
+        slot: &Slot,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError> {
+        if self.config.failure_policy == FailurePolicy::FailClosed {
+            return Err(unreachable_closed());
+        }
+        let usage = |used| Usage {
+            used,
+            limit,
+            month: slot.month,
+            now,
+        };
+        Ok(match slot.tally().count_locally(limit) {
+            Ok(used) => Consumed::Allowed(usage(used)),
+            Err(used) => Consumed::Exceeded(usage(used)),
+        })
+    }
+
+    /// Pushes local state to Redis: counts made during an outage, batches whose reply never
+    /// came, and (batched mode) unused leases past the sync interval (all of them when
+    /// `shutting_down`). Returns the locally counted calls still not known to be in Redis.
+    /// The background sync calls this every [`RedisConfig::sync_every`].
+    pub async fn sync(&self, shutting_down: bool) -> u64 {
+        let slots = self.slots.all();
+        // Leases serve while Redis is down: keep them then (except at shutdown).
+        if self.config.batched() && (shutting_down || self.breaker.is_closed()) {
+            let now = Instant::now();
+            for slot in &slots {
+                let mut tally = slot.tally();
+                let unused = tally
+                    .lease
+                    .give_back(shutting_down, self.config.sync_interval, now);
+                tally.give_back(unused);
+            }
+        }
+        let now = self.clock.now();
+        'slots: for slot in &slots {
+            // Bounded: a slot owing more batches than one call carries takes a few calls.
+            for _ in 0..SYNC_CALLS_PER_SLOT {
+                if !slot.tally().owes() {
+                    break;
+                }
+                if self.breaker.admit(Instant::now()) == Admit::Skip {
+                    break 'slots;
+                }
+                let carry = slot.tally().carry(self.next_id(), 0);
+                if self.exchange(slot, carry, 0, now).await.is_err() {
+                    break 'slots;
+                }
+            }
+        }
+        slots.iter().map(|s| s.tally().local_calls()).sum()
+    }
+}
+
+fn unreachable_closed() -> QuotaError {
+    QuotaError("Redis is unreachable and the policy is fail_closed".into())
+}
+
+/// Puts a carry back as unsettled if the call is dropped before it is booked.
+struct CarryGuard<'a> {
+    slot: &'a Slot,
+    carry: Option<Carry>,
+}
+
+impl CarryGuard<'_> {
+    fn carry(&self) -> &Carry {
+        self.carry.as_ref().expect("carry taken once")
+    }
+
+    fn take(&mut self) -> Carry {
+        self.carry.take().expect("carry taken once")
+    }
+}
+
+impl Drop for CarryGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(carry) = self.carry.take() {
+            let mut tally = self.slot.tally();
+            if carry.want > 1 {
+                tally.lease.end_request();
+            }
+            // The caller went away: the call was not served, whatever Redis did with it.
+            tally.unsettled(carry, true);
+        }
+    }
+}
+
+#[async_trait]
+impl QuotaStore for RedisStore {
+    async fn consume(
+        &self,
+        key_id: &str,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError> {
+        let month = Month::containing(now);
+        let slot = self.slots.get(key_id, month);
+        let usage = |used| Usage {
+            used,
+            limit,
+            month,
+            now,
+        };
+        let carry = {
+            let mut tally = slot.tally();
+            // A lease is already counted in Redis: it serves even while Redis is down.
+            if self.config.batched() {
+                if let Some(left) = tally.lease.take() {
+                    return Ok(Consumed::Allowed(usage(tally.known.saturating_sub(left))));
+                }
+            }
+            match self.breaker.admit(Instant::now()) {
+                Admit::Skip => None,
+                Admit::Call | Admit::Probe => {
+                    // One lease request per key at a time; meanwhile calls go the exact way.
+                    let lease = self.config.batch_max;
+                    let want = if self.config.batched() && lease > 1 && tally.lease.start_request()
+                    {
+                        lease
+                    } else {
+                        1
+                    };
+                    // Local counts ride along with this call, so they land atomically with it.
+                    Some(tally.carry(self.next_id(), want))
+                }
+            }
+        };
+        let Some(carry) = carry else {
+            return self.fallback(&slot, limit, now);
+        };
+        let want = carry.want;
+        match self.exchange(&slot, carry, limit, now).await {
+            Ok(reply) => Ok(match reply.outcome {
+                Outcome::Leased => {
+                    // This call takes the first of the lease.
+                    let left = want - 1;
+                    slot.tally().lease.grant(left, Instant::now());
+                    Consumed::Allowed(usage(reply.used.saturating_sub(left)))
+                }
+                Outcome::Counted => Consumed::Allowed(usage(reply.used)),
+                Outcome::NotCounted | Outcome::RanBefore => Consumed::Exceeded(usage(reply.used)),
+            }),
+            Err(_) => self.fallback(&slot, limit, now),
+        }
+    }
+
+    async fn usage(
+        &self,
+        key_id: &str,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Usage, QuotaError> {
+        let month = Month::containing(now);
+        let slot = self.slots.get(key_id, month);
+        let shared = if self.breaker.admit(Instant::now()) == Admit::Skip {
+            None
+        } else {
+            let read = async {
+                let mut conn = self.connection().await?;
+                match tokio::time::timeout(
+                    self.config.call_timeout,
+                    redis::cmd("GET")
+                        .arg(&slot.count_key)
+                        .query_async::<Option<u64>>(&mut conn),
+                )
+                .await
+                {
+                    Ok(Ok(v)) => Ok(v.unwrap_or(0)),
+                    Ok(Err(e)) => Err(Failure::from(e)),
+                    Err(_) => Err(Failure {
+                        why: "timed out".into(),
+                        maybe_ran: true,
+                    }),
+                }
+            };
+            match read.await {
+                Ok(n) => {
+                    self.succeeded();
+                    Some(n)
+                }
+                Err(f) => {
+                    self.failed(&f.why);
+                    None
+                }
+            }
+        };
+        let mut tally = slot.tally();
+        let used = match shared {
+            Some(n) => {
+                tally.known = n;
+                n + tally.local_calls()
+            }
+            None if self.config.failure_policy == FailurePolicy::FailClosed => {
+                return Err(unreachable_closed())
+            }
+            None => tally.known + tally.local_calls(),
+        };
+        Ok(Usage {
+            used,
+            limit,
+            month,
+            now,
+        })
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let pending: u64 = self
+            .slots
+            .all()
+            .iter()
+            .map(|s| s.tally().local_calls())
+            .sum();
+        serde_json::json!({
+            "store": "redis",
+            "connected": self.connected.load(Ordering::Relaxed),
+            "breaker_open": self.breaker.is_open(Instant::now()),
+            "pending_local_counts": pending,
+            "failure_policy": self.config.failure_policy,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn keys_live_to_the_end_of_their_month_plus_a_day() {
+        let now = t("2026-01-31T23:59:50Z");
+        assert_eq!(ttl_seconds(Month::containing(now), now), 86_400 + 10);
+        // A late sync of an old month still gets the grace period.
+        let later = t("2026-02-10T00:00:00Z");
+        assert_eq!(ttl_seconds(Month::containing(now), later), 86_400);
+    }
+}

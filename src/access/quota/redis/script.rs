@@ -1,0 +1,130 @@
+//! The one Lua script every counting call runs: settle earlier batches by id, add the carried
+//! counts, count the call (or reserve a lease) under the limit, in one round trip.
+//!
+//! A call that adds anything records what it added under its id, in a marker key
+//! `q:<key_id>:<YYYY-MM>:op:<id>`, created only if absent. A call whose reply never came is sent
+//! again later as a batch under the same id: if the marker holds a number, the call ran, and the
+//! batch only corrects its contribution to the counts it carried; otherwise the batch applies
+//! them and leaves the marker `=n` so that the call, should it still arrive, does nothing. Either
+//! way each id lands once. Markers of answered calls are deleted by the next call (so about the
+//! calls in flight have one), the others expire with the count.
+//!
+//! Marker keys are named inside the script, so this needs a single Redis (not a cluster), like
+//! the rest of the store.
+
+use redis::{Script, ScriptInvocation};
+
+use super::slots::{Carry, Slot};
+
+/// KEYS: the count, the marker prefix. ARGV: limit, ttl (seconds, relative so that clock skew
+/// with Redis does not matter), want (0: add only; 1: one call; more: a lease of that many, else
+/// one call), this call's id, its carried delta, the number of batches, the batches (id, delta),
+/// then ids whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
+/// before), count after the call, batches whose call had run}.
+const CONSUME: &str = r#"
+local count, op = KEYS[1], KEYS[2]
+local ttl = ARGV[2]
+local add, late, i = 0, 0, 7
+for _ = 1, tonumber(ARGV[6]) do
+  local marker, delta = op .. ARGV[i], tonumber(ARGV[i + 1])
+  local before = redis.call('GET', marker)
+  if not before then
+    add = add + delta
+  elseif string.sub(before, 1, 1) ~= '=' then
+    add = add + delta - tonumber(before)
+    late = late + 1
+  end
+  redis.call('SET', marker, '=' .. delta, 'EX', ttl)
+  i = i + 2
+end
+local stored = redis.call('GET', count)
+local used = tonumber(stored or '0')
+local limit, want, mine = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local outcome = 0
+if want > 1 and used + add + mine + want <= limit then
+  outcome, mine = 2, mine + want
+elseif want > 0 and used + add + mine < limit then
+  outcome, mine = 1, mine + 1
+end
+if mine ~= 0 and not redis.call('SET', op .. ARGV[4], mine, 'NX', 'EX', ttl) then
+  outcome, mine = 3, 0
+end
+add = add + mine
+if add ~= 0 then used = redis.call('INCRBY', count, add) end
+if #ARGV >= i then
+  local done = {}
+  for j = i, #ARGV do done[#done + 1] = op .. ARGV[j] end
+  redis.call('DEL', unpack(done))
+end
+if not stored then redis.call('EXPIRE', count, ttl) end
+return {outcome, used, late}
+"#;
+
+pub fn script() -> Script {
+    Script::new(CONSUME)
+}
+
+/// What the script did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// At the limit: the call was not counted.
+    NotCounted,
+    Counted,
+    /// The lease was reserved (the call takes its first).
+    Leased,
+    /// The id had run already, or a retry settled it: the call added nothing of its own (only a
+    /// call sent twice, or answered after it gave up, sees this).
+    RanBefore,
+}
+
+/// The script's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub outcome: Outcome,
+    /// The count after the call.
+    pub used: u64,
+    /// Carried batches whose call had run after all (their reply was lost).
+    pub late: u64,
+}
+
+impl redis::FromRedisValue for Reply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (outcome, used, late): (u8, i64, u64) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(Reply {
+            outcome: match outcome {
+                0 => Outcome::NotCounted,
+                1 => Outcome::Counted,
+                2 => Outcome::Leased,
+                _ => Outcome::RanBefore,
+            },
+            // Giving back leases of a key that expired meanwhile can take it below zero.
+            used: used.max(0) as u64,
+            late,
+        })
+    }
+}
+
+/// The script call for `carry` on `slot`.
+pub fn invocation<'a>(
+    script: &'a Script,
+    slot: &Slot,
+    carry: &Carry,
+    limit: u64,
+    ttl_seconds: i64,
+) -> ScriptInvocation<'a> {
+    let mut call = script.key(&slot.count_key);
+    call.key(&slot.marker_prefix)
+        .arg(limit)
+        .arg(ttl_seconds)
+        .arg(carry.want)
+        .arg(carry.id)
+        .arg(carry.delta())
+        .arg(carry.unsure.len());
+    for batch in &carry.unsure {
+        call.arg(batch.id).arg(batch.delta());
+    }
+    for id in &carry.applied {
+        call.arg(*id);
+    }
+    call
+}

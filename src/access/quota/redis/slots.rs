@@ -1,0 +1,383 @@
+//! What this gateway knows and owes Redis per key and month (a slot): the shared count last seen,
+//! calls counted locally, batches whose reply timed out, and the lease. One map of slots, read
+//! without a lock on the request path; each slot has its own small lock.
+
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use hashbrown::HashTable;
+
+use super::leases::Lease;
+use crate::access::quota::Month;
+
+/// Counts sent to Redis under an id whose reply never came: Redis may or may not have applied
+/// them, so they are sent again under the same id and Redis applies the id at most once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub id: u64,
+    /// Calls counted locally, carried in this batch.
+    pub calls: u64,
+    /// Unused leased calls given back in this batch.
+    pub returned: u64,
+}
+
+impl Batch {
+    /// What this batch adds to the count.
+    pub fn delta(&self) -> i64 {
+        i64::try_from(self.calls).unwrap_or(i64::MAX) - i64::try_from(self.returned).unwrap_or(0)
+    }
+}
+
+/// Batches carried in one Redis call at most (the rest wait for the next one).
+pub const MAX_CARRIED_BATCHES: usize = 32;
+
+/// What one Redis call takes out of a slot and sends along.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Carry {
+    /// This call's own id: Redis records what the call added under it.
+    pub id: u64,
+    /// Calls this call asks to count: 0 (only adding), 1, or a lease of more.
+    pub want: u64,
+    /// Calls counted locally, added with this call.
+    pub calls: u64,
+    /// Unused leased calls given back with this call.
+    pub returned: u64,
+    /// Earlier batches with an unknown outcome, settled by id.
+    pub unsure: Vec<Batch>,
+    /// Ids of earlier calls whose reply came: Redis may forget them.
+    pub applied: Vec<u64>,
+}
+
+impl Carry {
+    /// What the call adds besides its own count (`calls - returned`).
+    pub fn delta(&self) -> i64 {
+        Batch {
+            id: self.id,
+            calls: self.calls,
+            returned: self.returned,
+        }
+        .delta()
+    }
+
+    /// Calls counted locally that this call carries.
+    fn local_calls(&self) -> u64 {
+        self.calls + self.unsure.iter().map(|b| b.calls).sum::<u64>()
+    }
+}
+
+/// The state of one slot.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// The shared count last seen (what fail-open admission starts from).
+    pub known: u64,
+    /// Calls counted locally (Redis unreachable), not yet sent.
+    pending: u64,
+    /// Unused leased calls to give back, not yet sent.
+    unused: u64,
+    /// Sent batches whose reply never came.
+    unsure: Vec<Batch>,
+    /// Ids of calls Redis answered, to tell it with the next call.
+    applied: Vec<u64>,
+    /// Local calls carried by calls in flight (still counted here until Redis has them).
+    in_flight: u64,
+    pub lease: Lease,
+}
+
+impl Tally {
+    /// Calls counted here that Redis may not have yet.
+    pub fn local_calls(&self) -> u64 {
+        self.pending + self.in_flight + self.unsure.iter().map(|b| b.calls).sum::<u64>()
+    }
+
+    /// Whether a call should carry anything to Redis.
+    pub fn owes(&self) -> bool {
+        self.pending > 0 || self.unused > 0 || !self.unsure.is_empty()
+    }
+
+    /// Fail-open admission: counts one call locally if the last shared count plus the local
+    /// counts are under `limit`. Returns the count after the call, or `Err` with the count when
+    /// the limit is reached.
+    pub fn count_locally(&mut self, limit: u64) -> Result<u64, u64> {
+        let used = self.known + self.local_calls();
+        if used >= limit {
+            return Err(used);
+        }
+        self.pending += 1;
+        Ok(used + 1)
+    }
+
+    /// Gives unused leased calls back with the next Redis call.
+    pub fn give_back(&mut self, calls: u64) {
+        self.unused += calls;
+    }
+
+    /// Takes what the next Redis call (id `id`, counting `want` calls) sends along.
+    pub fn carry(&mut self, id: u64, want: u64) -> Carry {
+        let n = self.unsure.len().min(MAX_CARRIED_BATCHES);
+        let carry = Carry {
+            id,
+            want,
+            calls: std::mem::take(&mut self.pending),
+            returned: std::mem::take(&mut self.unused),
+            unsure: self.unsure.drain(..n).collect(),
+            applied: std::mem::take(&mut self.applied),
+        };
+        self.in_flight += carry.local_calls();
+        carry
+    }
+
+    /// Redis answered the call: everything it carried is applied. `marked`: the call left a
+    /// marker under its id (it added something), which Redis may now drop.
+    pub fn settled(&mut self, carry: &Carry, used: u64, marked: bool) {
+        self.in_flight -= carry.local_calls();
+        self.known = used;
+        if marked {
+            self.applied.push(carry.id);
+        }
+    }
+
+    /// The call failed. `maybe_ran`: the script may have run (a timeout or a broken connection,
+    /// not a refusal): its id and what it carried become a batch that Redis settles by id later,
+    /// setting that id's contribution to the carried counts whatever the call itself did.
+    pub fn unsettled(&mut self, carry: Carry, maybe_ran: bool) {
+        self.in_flight -= carry.local_calls();
+        self.unsure.extend(carry.unsure);
+        // Forgetting ids is idempotent: send them again.
+        self.applied.extend(carry.applied);
+        if maybe_ran {
+            // A call that counts nothing and carries nothing added nothing, ran or not.
+            if carry.want > 0 || carry.calls > 0 || carry.returned > 0 {
+                self.unsure.push(Batch {
+                    id: carry.id,
+                    calls: carry.calls,
+                    returned: carry.returned,
+                });
+            }
+        } else {
+            self.pending += carry.calls;
+            self.unused += carry.returned;
+        }
+    }
+}
+
+/// One key and month.
+#[derive(Debug)]
+pub struct Slot {
+    key_id: Box<str>,
+    pub month: Month,
+    /// `q:<key_id>:<YYYY-MM>`: the shared count.
+    pub count_key: String,
+    /// `q:<key_id>:<YYYY-MM>:op:`: what a recent call added is under this plus its id.
+    pub marker_prefix: String,
+    tally: Mutex<Tally>,
+}
+
+impl Slot {
+    fn new(key_id: &str, month: Month) -> Self {
+        let count_key = format!("q:{key_id}:{}", month.label());
+        Slot {
+            key_id: key_id.into(),
+            month,
+            marker_prefix: format!("{count_key}:op:"),
+            count_key,
+            tally: Mutex::new(Tally::default()),
+        }
+    }
+
+    pub fn tally(&self) -> MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+type Table = HashTable<Arc<Slot>>;
+
+/// All slots this gateway has seen. Grown copy-on-write by compare-and-swap (a new key or month
+/// is rare); a lookup allocates nothing and takes no lock.
+pub struct Slots {
+    table: ArcSwap<Table>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots {
+            table: ArcSwap::from_pointee(HashTable::new()),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+}
+
+impl Slots {
+    fn hash(&self, key_id: &str, month: Month) -> u64 {
+        self.hasher.hash_one((key_id, month.index()))
+    }
+
+    fn find(table: &Table, hash: u64, key_id: &str, month: Month) -> Option<Arc<Slot>> {
+        table
+            .find(hash, |s| s.month == month && &*s.key_id == key_id)
+            .cloned()
+    }
+
+    /// The slot of `key_id` in `month`, made on first use.
+    pub fn get(&self, key_id: &str, month: Month) -> Arc<Slot> {
+        let hash = self.hash(key_id, month);
+        if let Some(slot) = Self::find(&self.table.load(), hash, key_id, month) {
+            return slot;
+        }
+        let fresh = Arc::new(Slot::new(key_id, month));
+        let mut found = None;
+        self.table.rcu(|table| {
+            found = Self::find(table, hash, key_id, month);
+            if found.is_some() {
+                return Arc::clone(table);
+            }
+            let mut grown = Table::clone(table);
+            grown.insert_unique(hash, fresh.clone(), |s| self.hash(&s.key_id, s.month));
+            Arc::new(grown)
+        });
+        found.unwrap_or(fresh)
+    }
+
+    /// A snapshot of every slot.
+    pub fn all(&self) -> Vec<Arc<Slot>> {
+        self.table.load().iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn month() -> Month {
+        Month {
+            year: 2026,
+            month: 3,
+        }
+    }
+
+    #[test]
+    fn one_slot_per_key_and_month_with_its_keys_built_once() {
+        let slots = Slots::default();
+        let a = slots.get("k", month());
+        assert!(Arc::ptr_eq(&a, &slots.get("k", month())));
+        assert!(!Arc::ptr_eq(&a, &slots.get("k", month().next())));
+        assert!(!Arc::ptr_eq(&a, &slots.get("k2", month())));
+        assert_eq!(a.count_key, "q:k:2026-03");
+        assert_eq!(a.marker_prefix, "q:k:2026-03:op:");
+        assert_eq!(slots.all().len(), 3);
+    }
+
+    #[test]
+    fn racing_first_uses_make_one_slot() {
+        let slots = Arc::new(Slots::default());
+        let got: Vec<Arc<Slot>> = (0..8)
+            .map(|_| {
+                let slots = slots.clone();
+                std::thread::spawn(move || slots.get("k", month()))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        assert!(got.iter().all(|s| Arc::ptr_eq(s, &got[0])));
+        assert_eq!(slots.all().len(), 1);
+    }
+
+    #[test]
+    fn local_counts_ride_along_and_are_done_once_answered() {
+        let mut t = Tally {
+            known: 10,
+            ..Tally::default()
+        };
+        assert_eq!(t.count_locally(12), Ok(11));
+        assert_eq!(t.count_locally(12), Ok(12));
+        assert_eq!(t.count_locally(12), Err(12));
+        t.give_back(3);
+        let c = t.carry(7, 1);
+        assert_eq!((c.calls, c.returned, c.delta()), (2, 3, -1));
+        assert!(!t.owes());
+        // Until Redis has them, carried calls still count here.
+        assert_eq!(t.local_calls(), 2);
+        assert_eq!(t.count_locally(12), Err(12));
+        t.settled(&c, 20, true);
+        assert_eq!(t.known, 20);
+        assert_eq!(t.local_calls(), 0);
+        // The answered call's id is forgotten by Redis with the next call.
+        assert_eq!(t.carry(8, 1).applied, vec![7]);
+    }
+
+    #[test]
+    fn a_refused_call_puts_its_counts_back() {
+        let mut t = Tally::default();
+        t.count_locally(100).unwrap();
+        let c = t.carry(1, 1);
+        t.unsettled(c, false);
+        assert_eq!(t.local_calls(), 1);
+        let again = t.carry(2, 1);
+        assert_eq!((again.calls, again.unsure.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_timed_out_call_becomes_a_batch_settled_by_its_id() {
+        let mut t = Tally::default();
+        t.count_locally(100).unwrap();
+        t.count_locally(100).unwrap();
+        let first = t.carry(1, 1);
+        t.unsettled(first, true);
+        // The call itself, served locally, is a plain local count: the batch holds only what
+        // the call carried, so that a late run of the call is corrected to exactly that.
+        assert_eq!(t.count_locally(100), Ok(3));
+        assert_eq!(t.local_calls(), 3);
+        let second = t.carry(2, 1);
+        assert_eq!(
+            second.unsure,
+            vec![Batch {
+                id: 1,
+                calls: 2,
+                returned: 0
+            }]
+        );
+        assert_eq!(second.calls, 1);
+        // It timed out too: both batches wait, neither is merged into plain counts.
+        t.unsettled(second, true);
+        let third = t.carry(3, 0);
+        assert_eq!(
+            third.unsure.iter().map(|b| b.id).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(third.calls, 0);
+        t.settled(&third, 3, false);
+        assert!(
+            t.carry(4, 1).applied.is_empty(),
+            "no marker, nothing to drop"
+        );
+        assert!(!t.owes());
+    }
+
+    #[test]
+    fn a_call_that_could_have_added_nothing_leaves_no_batch() {
+        let mut t = Tally::default();
+        let c = t.carry(1, 0);
+        t.unsettled(c, true);
+        assert!(!t.owes());
+        // But one that asked to count a call could have counted it.
+        let c = t.carry(2, 1);
+        t.unsettled(c, true);
+        assert!(t.owes());
+        assert_eq!(t.local_calls(), 0);
+    }
+
+    #[test]
+    fn batches_are_carried_a_bounded_number_at_a_time() {
+        let mut t = Tally::default();
+        for id in 0..(MAX_CARRIED_BATCHES as u64 + 5) {
+            let c = t.carry(id, 1);
+            t.unsettled(c, true);
+        }
+        let c = t.carry(1_000, 0);
+        assert_eq!(c.unsure.len(), MAX_CARRIED_BATCHES);
+        t.settled(&c, 0, false);
+        assert_eq!(t.carry(1_001, 0).unsure.len(), 5);
+    }
+}

@@ -1,0 +1,23 @@
+//! `check-config`: validates the config, data and keys files without serving.
+
+use std::path::Path;
+
+use super::{settings, CommandError};
+use crate::data_files::{summary, DataSources};
+use crate::server::keys_source;
+
+/// Validates the config, data and keys without serving; the summary on success.
+pub fn check_config(conf: &Path) -> Result<String, CommandError> {
+    let settings = settings(conf, None)?;
+    let table = DataSources::from_config(&settings.gateway).build()?;
+    let keys = keys_source(&settings).load()?;
+    Ok(format!(
+        "{}: ok; listen {}; upstream {}; {} keys; data {}: {}",
+        conf.display(),
+        settings.gateway.listen,
+        settings.gateway.upstream.address,
+        keys.len(),
+        settings.gateway.data.dir.display(),
+        summary(&table)
+    ))
+}

@@ -1,0 +1,75 @@
+//! `key new`: generates an API key, prints its secret once, and prints or appends its entry.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::{settings, CommandError};
+use crate::access::keys::{generate_secret, key_entry_yaml, parse_keys};
+use crate::server::keys_source;
+
+/// `key new`: a new secret (printed once) and its keys-file entry, printed or appended.
+pub fn key_new(
+    conf: &Path,
+    id: &str,
+    plan: &str,
+    origins: &[String],
+    append: bool,
+) -> Result<String, CommandError> {
+    let settings = settings(conf, None)?;
+    let secret = generate_secret()?;
+    let entry = key_entry_yaml(id, &secret, plan, origins);
+    let source = keys_source(&settings);
+    let current = match std::fs::read_to_string(&source.path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: {e}", source.path.display()).into()),
+    };
+    // An explicitly empty list (`keys: []`) becomes a block list the entry can join.
+    let emptied = current.lines().any(|l| l.trim() == "keys: []");
+    let current = if emptied {
+        current.replacen("keys: []", "keys:", 1)
+    } else {
+        current
+    };
+    let header = if current.contains("keys:") {
+        ""
+    } else {
+        "keys:\n"
+    };
+    let separator = if current.is_empty() || current.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    let updated = format!("{current}{separator}{header}{entry}");
+    // Validate the file as it would become: a known plan, a unique id, valid origins.
+    parse_keys(&updated, &source.path.display().to_string(), &source.plans)?;
+    let mut out =
+        format!("secret (shown once; store it now, it cannot be recovered):\n  {secret}\n");
+    if append && emptied {
+        // The list line itself changes: replace the file whole, atomically.
+        let tmp = source.path.with_extension("yaml.new");
+        std::fs::write(&tmp, &updated)?;
+        std::fs::rename(&tmp, &source.path)?;
+        out.push_str(&format!(
+            "entry added to {} (live within a second):\n{entry}",
+            source.path.display()
+        ));
+    } else if append {
+        let mut f = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&source.path)?;
+        f.write_all(format!("{separator}{header}{entry}").as_bytes())?;
+        out.push_str(&format!(
+            "entry appended to {} (live within a second):\n{entry}",
+            source.path.display()
+        ));
+    } else {
+        out.push_str(&format!(
+            "entry for {} (add it under `keys:`):\n{entry}",
+            source.path.display()
+        ));
+    }
+    Ok(out)
+}

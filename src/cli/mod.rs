@@ -1,0 +1,27 @@
+//! The CLI subcommands, one file each; `main.rs` only parses arguments and calls these.
+
+mod check_config;
+mod key_new;
+mod lookup;
+mod serve;
+
+use std::path::Path;
+
+pub use check_config::check_config;
+pub use key_new::key_new;
+pub use lookup::lookup;
+pub use serve::serve;
+
+use crate::config::Settings;
+
+/// A boxed error for command results: each carries its own context.
+pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Loads settings, applying `--listen`.
+fn settings(conf: &Path, listen: Option<&str>) -> Result<Settings, CommandError> {
+    let mut settings = Settings::load(conf)?;
+    if let Some(listen) = listen {
+        settings.override_listen(listen)?;
+    }
+    Ok(settings)
+}
