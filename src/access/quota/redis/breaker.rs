@@ -123,6 +123,15 @@ mod tests {
         Breaker::new(3, OPEN, PROBE, t0)
     }
 
+    /// A breaker opened at `t0` by three failures in a row.
+    fn tripped(t0: Instant) -> Breaker {
+        let b = breaker(t0);
+        for _ in 0..3 {
+            b.failed(t0);
+        }
+        b
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
@@ -148,10 +157,7 @@ mod tests {
     #[test]
     fn exactly_one_caller_probes_when_the_period_is_over() {
         let t0 = Instant::now();
-        let b = breaker(t0);
-        for _ in 0..3 {
-            b.failed(t0);
-        }
+        let b = tripped(t0);
         let due = t0 + OPEN;
         assert_eq!(b.admit(due), Admit::Probe);
         // While the probe is out, everyone else keeps skipping Redis.
@@ -166,10 +172,7 @@ mod tests {
     #[test]
     fn a_failed_probe_opens_it_for_a_full_period() {
         let t0 = Instant::now();
-        let b = breaker(t0);
-        for _ in 0..3 {
-            b.failed(t0);
-        }
+        let b = tripped(t0);
         let due = t0 + OPEN;
         assert_eq!(b.admit(due), Admit::Probe);
         assert!(!b.failed(due + ms(20)), "it was not closed");
@@ -180,10 +183,7 @@ mod tests {
     #[test]
     fn a_probe_that_never_reports_is_replaced() {
         let t0 = Instant::now();
-        let b = breaker(t0);
-        for _ in 0..3 {
-            b.failed(t0);
-        }
+        let b = tripped(t0);
         let due = t0 + OPEN;
         assert_eq!(b.admit(due), Admit::Probe);
         // Its caller went away: after the probe's own budget (never shorter than the open
@@ -236,10 +236,7 @@ mod tests {
     #[test]
     fn a_late_success_closes_it_and_a_late_failure_keeps_it_open() {
         let t0 = Instant::now();
-        let b = breaker(t0);
-        for _ in 0..3 {
-            b.failed(t0);
-        }
+        let b = tripped(t0);
         // A call let through before it opened fails late: the period restarts from then.
         b.failed(t0 + ms(400));
         assert_eq!(b.admit(t0 + OPEN), Admit::Skip);
