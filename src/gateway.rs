@@ -201,21 +201,27 @@ impl Gateway {
     }
 
     fn usage(&self, ctx: &RequestCtx) -> Answer {
+        /// `month_count` and `monthly_limit` are the names existing clients read; `used` and
+        /// `limit` stay as aliases for callers of the first version.
         #[derive(Serialize)]
         struct UsageBody<'a> {
-            used: u64,
-            limit: u64,
+            month_count: u64,
+            monthly_limit: u64,
             reset_at: String,
             plan: &'a str,
+            used: u64,
+            limit: u64,
         }
         match (&ctx.principal, &ctx.usage) {
             (Some(p), Some(u)) => Answer::json(
                 StatusCode::OK,
                 &UsageBody {
-                    used: u.used,
-                    limit: u.limit,
+                    month_count: u.used,
+                    monthly_limit: u.limit,
                     reset_at: u.reset_at_iso(),
                     plan: &p.key.plan,
+                    used: u.used,
+                    limit: u.limit,
                 },
             ),
             _ => ApiError::Internal("usage without a principal".into()).into(),

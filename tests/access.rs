@@ -212,9 +212,13 @@ fn quota_counts_every_passing_call_then_answers_429() {
     let u = c.get("/v1/usage").unwrap();
     assert_eq!(u.status, 200);
     let usage = u.json();
+    // The names existing clients read, and the first version's names as aliases.
+    assert_eq!(usage["month_count"], 2);
+    assert_eq!(usage["monthly_limit"], 3);
     assert_eq!(usage["used"], 2);
     assert_eq!(usage["limit"], 3);
     assert_eq!(usage["plan"], "tiny");
+    assert_eq!(usage.as_object().unwrap().len(), 6, "{usage}");
     let reset_at = usage["reset_at"].as_str().unwrap().to_owned();
     assert!(reset_at.ends_with("-01T00:00:00Z"), "{reset_at}");
     assert_eq!(c.get("/v1/public/top-domains").unwrap().status, 200);
