@@ -1,5 +1,6 @@
 //! The operator-only listener (`gateway.admin.listen`, loopback by default, never the public
-//! port): readiness with the details the public `/readyz` must not show.
+//! port): readiness with the details the public `/readyz` must not show, and the Prometheus
+//! metrics.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use serde::Serialize;
 use crate::downstream::{DownstreamCounts, DownstreamStats};
 use crate::gateway::Shared;
 use crate::http::JSON;
+use crate::metrics::Scrape;
 
 /// What the admin listener reports on.
 pub struct Admin {
@@ -36,7 +38,19 @@ struct Readiness {
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let header = session.req_header();
+        let mut content_type = JSON;
         let (status, body) = match (header.method.as_str(), header.uri.path()) {
+            ("GET", "/metrics") => {
+                content_type = prometheus::TEXT_FORMAT;
+                let scrape = Scrape {
+                    table_names: self.shared.table.load().len(),
+                    keys: self.shared.keys.load().len(),
+                    quota: self.shared.quota.status(),
+                    mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
+                    downstream: self.downstream.counts(),
+                };
+                (StatusCode::OK, self.shared.metrics.render(&scrape))
+            }
             ("GET", "/readyz") => {
                 let draining = self.shared.draining.is_draining();
                 let body = Readiness {
@@ -62,7 +76,7 @@ impl ServeHttp for Admin {
         };
         Response::builder()
             .status(status)
-            .header(http::header::CONTENT_TYPE, JSON)
+            .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::CONTENT_LENGTH, body.len())
             .body(body)
             .unwrap_or_default()

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -34,6 +35,7 @@ use crate::domain::{classify, DomainName, DomainTable};
 use crate::framing::check_framing;
 use crate::http::{write, Answer, ApiError};
 use crate::lifecycle::Draining;
+use crate::metrics::{Denial, Metrics, RouteClass, UpstreamError};
 use crate::mx::resolver::MxResolver;
 use crate::route::{route, Route, RouteError};
 use crate::upstream::{UpstreamPolicy, X_REQUEST_ID};
@@ -48,6 +50,9 @@ pub struct Gateway {
     upstream: HttpPeer,
     policy: UpstreamPolicy,
     request_ids: RequestIds,
+    /// `GET /v1/openapi.json`, rendered once; `None` (answered 500) if the embedded document
+    /// were broken, which a unit test rules out.
+    openapi: Option<Bytes>,
 }
 
 /// Everything the gateway reads per request, shared with the background services and the
@@ -61,6 +66,7 @@ pub struct Shared {
     /// `None` when MX lookups are disabled.
     pub mx: Option<Arc<MxResolver>>,
     pub draining: Draining,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Per-request state.
@@ -75,6 +81,10 @@ pub struct RequestCtx {
     api: bool,
     /// The path of the upstream request, rebuilt from the screened `/v1/check` target.
     upstream_path: Option<String>,
+    /// What the request is counted under in the metrics.
+    route: RouteClass,
+    start: Option<Instant>,
+    upstream_start: Option<Instant>,
 }
 
 impl Gateway {
@@ -84,6 +94,7 @@ impl Gateway {
             upstream: upstream_peer(&config.upstream),
             policy: UpstreamPolicy::from_config(config),
             request_ids: RequestIds::new(),
+            openapi: crate::openapi::json().map_err(|e| log::error!("{e}")).ok(),
         }
     }
 
@@ -101,7 +112,9 @@ impl Gateway {
         }
         let header = session.req_header();
         let path = header.uri.path();
-        let route = match route(&header.method, path, header.uri.query()) {
+        let routed = route(&header.method, path, header.uri.query());
+        ctx.route = RouteClass::of(&routed);
+        let route = match routed {
             Ok(route) => route,
             Err(RouteError::NotFound) => return Some(ApiError::NotFound.into()),
             Err(RouteError::MethodNotAllowed { allow }) => {
@@ -118,6 +131,10 @@ impl Gateway {
                 Bytes::from_static(br#"{"status":"ok"}"#),
             )),
             Route::Ready => Some(self.readiness(session)),
+            Route::OpenApi => Some(match &self.openapi {
+                Some(doc) => Answer::raw(StatusCode::OK, doc.clone()),
+                None => ApiError::Internal("no OpenAPI document".into()).into(),
+            }),
             Route::Preflight => Some(preflight(session)),
             Route::Usage => Some(self.usage(ctx)),
             Route::Domain { raw } => Some(self.domain(raw).await),
@@ -144,7 +161,10 @@ impl Gateway {
         route: &Route<'_>,
         ctx: &mut RequestCtx,
     ) -> Result<(), Answer> {
-        if matches!(route, Route::Health | Route::Ready | Route::Preflight) {
+        if matches!(
+            route,
+            Route::Health | Route::Ready | Route::Preflight | Route::OpenApi
+        ) {
             return Ok(());
         }
         let headers = &session.req_header().headers;
@@ -153,14 +173,27 @@ impl Gateway {
             origin: headers.get(ORIGIN).map(|v| v.as_bytes()),
             referer: headers.get(REFERER).map(|v| v.as_bytes()),
         };
-        let principal = decide(&self.shared.keys.load(), creds).map_err(|r| match r {
-            Rejection::MissingKey => ApiError::Unauthorized {
-                invalid_token: false,
-            },
-            Rejection::InvalidKey => ApiError::Unauthorized {
-                invalid_token: true,
-            },
-            Rejection::Forbidden { origin } => ApiError::Forbidden(format!("Origin: {origin}")),
+        let principal = decide(&self.shared.keys.load(), creds).map_err(|r| {
+            let (denial, error) = match r {
+                Rejection::MissingKey => (
+                    Denial::Unauthorized,
+                    ApiError::Unauthorized {
+                        invalid_token: false,
+                    },
+                ),
+                Rejection::InvalidKey => (
+                    Denial::Unauthorized,
+                    ApiError::Unauthorized {
+                        invalid_token: true,
+                    },
+                ),
+                Rejection::Forbidden { origin } => (
+                    Denial::Forbidden,
+                    ApiError::Forbidden(format!("Origin: {origin}")),
+                ),
+            };
+            self.shared.metrics.deny(denial);
+            error
         })?;
         let key = principal.key.clone();
         ctx.principal = Some(principal);
@@ -188,6 +221,7 @@ impl Gateway {
                 Ok(())
             }
             Ok(Consumed::Exceeded(usage)) => {
+                self.shared.metrics.deny(Denial::QuotaExceeded);
                 ctx.usage = Some(usage);
                 Err(ApiError::QuotaExceeded {
                     reset_at: usage.reset_at_iso(),
@@ -395,7 +429,10 @@ impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> Self::CTX {
-        RequestCtx::default()
+        RequestCtx {
+            start: Some(Instant::now()),
+            ..RequestCtx::default()
+        }
     }
 
     /// No downstream modules: we never compress, and each module costs every request.
@@ -428,8 +465,9 @@ impl ProxyHttp for Gateway {
     async fn upstream_peer(
         &self,
         _session: &mut Session,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
+        ctx.upstream_start = Some(Instant::now());
         Ok(Box::new(self.upstream.clone()))
     }
 
@@ -477,6 +515,9 @@ impl ProxyHttp for Gateway {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if let Some(start) = ctx.upstream_start {
+            self.shared.metrics.upstream_answered(start.elapsed());
+        }
         if upstream_response.status == StatusCode::SWITCHING_PROTOCOLS {
             // We never ask for an upgrade: a backend switching protocols would open a tunnel
             // that later, key-less bytes of this connection could ride.
@@ -522,6 +563,9 @@ impl ProxyHttp for Gateway {
     where
         Self::CTX: Send + Sync,
     {
+        if let Some(kind) = UpstreamError::of(e) {
+            self.shared.metrics.upstream_failed(kind);
+        }
         let error = match (e.esource(), e.etype()) {
             (_, ErrorType::ConnectTimedout)
             | (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => Some(
@@ -573,7 +617,12 @@ impl ProxyHttp for Gateway {
         }
     }
 
-    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, _ctx: &mut Self::CTX) {}
+    /// Runs once per request, whatever became of it.
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Self::CTX) {
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
+        self.shared.metrics.request(ctx.route, status, elapsed);
+    }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
         // Upstream failures are answered with 502/504 and are the backend's to report; clients

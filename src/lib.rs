@@ -8,6 +8,7 @@
 //!   [`periodic`]: the loop every background service runs;
 //! - [`logging`]: env_logger with client-caused error lines rate-limited and counted;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
+//!   [`openapi`]: the contract as an OpenAPI document;
 //! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
 //!   client connections;
 //! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
@@ -26,7 +27,9 @@ pub mod gateway;
 pub mod http;
 pub mod lifecycle;
 pub mod logging;
+pub mod metrics;
 pub mod mx;
+pub mod openapi;
 pub mod periodic;
 pub mod reload;
 pub mod route;

@@ -61,11 +61,26 @@ enum Outcome<E> {
     Refused(E),
 }
 
+/// What a finished rebuild came to, as told to a [`ReloadHook`] (a raced build is redone, not
+/// reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    Published,
+    /// The build failed (or its thread could not run).
+    Failed,
+    /// Built, but [`Reloadable::accept`] refused it.
+    Refused,
+}
+
+/// Told the outcome of every finished rebuild (e.g. to count them in the metrics).
+pub type ReloadHook = Box<dyn Fn(ReloadOutcome) + Send + Sync>;
+
 /// A background service that keeps `target` in step with the files of `source`.
 pub struct Reloader<S: Reloadable> {
     source: Arc<S>,
     target: Arc<ArcSwap<S::Snapshot>>,
     interval: Duration,
+    hook: Option<ReloadHook>,
 }
 
 impl<S: Reloadable> Reloader<S> {
@@ -74,11 +89,27 @@ impl<S: Reloadable> Reloader<S> {
             source: Arc::new(source),
             target,
             interval,
+            hook: None,
         }
     }
 
-    /// Rebuilds now; publishes on success. Returns whether a new snapshot was published.
+    /// Reports the outcome of each rebuild to `hook`.
+    pub fn with_hook(mut self, hook: ReloadHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Rebuilds now and tells the hook what came of it.
     async fn rebuild(&self, files: &[PathBuf], before: &Fingerprint) -> bool {
+        let outcome = self.rebuild_once(files, before).await;
+        if let (Some(hook), Some(outcome)) = (&self.hook, outcome) {
+            hook(outcome);
+        }
+        outcome == Some(ReloadOutcome::Published)
+    }
+
+    /// Rebuilds now; publishes on success. `None` when the build raced a write.
+    async fn rebuild_once(&self, files: &[PathBuf], before: &Fingerprint) -> Option<ReloadOutcome> {
         let source = self.source.clone();
         let target = self.target.clone();
         let files_owned = files.to_vec();
@@ -96,38 +127,38 @@ impl<S: Reloadable> Reloader<S> {
                 "{}: cannot start the reload thread: {e}",
                 self.source.name()
             );
-            return false;
+            return Some(ReloadOutcome::Failed);
         }
         let outcome = rx.await;
         match outcome {
-            Ok(Outcome::Published) => true,
+            Ok(Outcome::Published) => Some(ReloadOutcome::Published),
             Ok(Outcome::Raced) => {
                 log::info!(
                     "{}: files changed during the rebuild; trying again",
                     self.source.name()
                 );
-                false
+                None
             }
             Ok(Outcome::Failed(e)) => {
                 log::error!(
                     "{}: reload failed, keeping the current data: {e}",
                     self.source.name()
                 );
-                false
+                Some(ReloadOutcome::Failed)
             }
             Ok(Outcome::Refused(e)) => {
                 log::warn!(
                     "{}: reload refused, keeping the current data: {e}",
                     self.source.name()
                 );
-                false
+                Some(ReloadOutcome::Refused)
             }
             Err(_) => {
                 log::error!(
                     "{}: the reload thread died, keeping the current data",
                     self.source.name()
                 );
-                false
+                Some(ReloadOutcome::Failed)
             }
         }
     }

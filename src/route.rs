@@ -17,6 +17,8 @@ pub enum Route<'a> {
     Check { raw: &'a str },
     /// `GET /v1/usage`
     Usage,
+    /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
+    OpenApi,
     /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
     Preflight,
     /// `GET /healthz`
@@ -61,6 +63,7 @@ pub fn route<'a>(
                 limit: DEFAULT_TOP_LIMIT,
             },
             "/v1/usage" => Route::Usage,
+            "/v1/openapi.json" => Route::OpenApi,
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
             _ => return Err(RouteError::NotFound),
@@ -136,6 +139,17 @@ mod tests {
             Ok(Route::Preflight)
         );
         assert_eq!(get("/readyz", None), Ok(Route::Ready));
+        assert_eq!(get("/v1/openapi.json", None), Ok(Route::OpenApi));
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/openapi.json", None),
+            Ok(Route::Preflight)
+        );
+        assert_eq!(
+            route(&Method::HEAD, "/v1/openapi.json", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
     }
 
     #[test]
@@ -146,6 +160,8 @@ mod tests {
             "/v1/public/domain",
             "/v1/public/top-domains/",
             "/v2/check/x",
+            "/v1/openapi.yaml",
+            "/openapi.json",
         ] {
             assert_eq!(get(p, None), Err(RouteError::NotFound), "{p}");
         }

@@ -23,6 +23,7 @@ use crate::data_files::{log_conflicts, summary, DataSources};
 use crate::downstream::Guarded;
 use crate::gateway::{Gateway, Shared};
 use crate::lifecycle::{Draining, DrainingShutdown};
+use crate::metrics::Metrics;
 use crate::mx::resolver::MxResolver;
 use crate::reload::Reloader;
 
@@ -82,6 +83,7 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
         clock,
         mx,
         draining: Draining::default(),
+        metrics: Arc::new(Metrics::new()?),
     };
     settings.prepare_runtime_dir()?;
     let mut server = Server::new_with_opt_and_conf(None, settings.server);
@@ -116,11 +118,13 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
     let interval = gateway.reload.poll_interval;
     server.add_service(background_service(
         "data reload",
-        Reloader::new(sources, shared.table.clone(), interval),
+        Reloader::new(sources, shared.table.clone(), interval)
+            .with_hook(shared.metrics.reload_hook("table")),
     ));
     server.add_service(background_service(
         "keys reload",
-        Reloader::new(keys_source, shared.keys.clone(), interval),
+        Reloader::new(keys_source, shared.keys.clone(), interval)
+            .with_hook(shared.metrics.reload_hook("keys")),
     ));
     server.add_boxed_service(quota_service);
     log::info!(
