@@ -472,7 +472,7 @@ fn oversized_and_overlong_headers_get_431() {
 fn slow_headers_idle_connections_and_long_sessions_are_bounded() {
     let gw = Gateway::builder()
         .gateway_yaml(
-            "limits: { header_timeout_ms: 600, idle_timeout_ms: 400, max_requests_per_connection: 3 }",
+            "limits: { header_timeout_ms: 600, idle_timeout_ms: 1500, max_requests_per_connection: 3 }",
         )
         .start();
     // A client trickling its header one byte at a time is cut off at the header deadline,
