@@ -137,7 +137,7 @@ impl GatewayBuilder {
             .map(|kv| format!("      {}\n", kv.trim()))
             .collect();
         self.quota_yaml = Some(format!(
-            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 50\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n{extra}"
+            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 500\n      connect_timeout_ms: 1000\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n{extra}"
         ));
         self
     }
