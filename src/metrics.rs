@@ -197,72 +197,97 @@ pub struct Metrics {
     reload_success: GaugeVec,
 }
 
+/// Registers a collector and hands its handle back (handles share their data with the registry).
+fn registered<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> Result<C, prometheus::Error> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
 impl Metrics {
     /// Registers every metric. Fails only on a malformed metric definition.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "drg_requests_total",
-                "Requests answered, by route class and status.",
-            ),
-            &["route", "status"],
+        let requests = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "drg_requests_total",
+                    "Requests answered, by route class and status.",
+                ),
+                &["route", "status"],
+            )?,
         )?;
-        registry.register(Box::new(requests.clone()))?;
-        let durations = HistogramVec::new(
-            HistogramOpts::new(
-                "drg_request_duration_seconds",
-                "Time from the request header to the end of the answer, by route class.",
-            )
-            .buckets(REQUEST_BUCKETS.to_vec()),
-            &["route"],
+        let durations = registered(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "drg_request_duration_seconds",
+                    "Time from the request header to the end of the answer, by route class.",
+                )
+                .buckets(REQUEST_BUCKETS.to_vec()),
+                &["route"],
+            )?,
         )?;
-        registry.register(Box::new(durations.clone()))?;
-        let denials = IntCounterVec::new(
-            Opts::new(
-                "drg_denials_total",
-                "Calls refused by the access decision, by reason.",
-            ),
-            &["reason"],
+        let denials = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "drg_denials_total",
+                    "Calls refused by the access decision, by reason.",
+                ),
+                &["reason"],
+            )?,
         )?;
-        registry.register(Box::new(denials.clone()))?;
-        let upstream_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "drg_upstream_duration_seconds",
-                "Time from choosing the upstream to its response header.",
-            )
-            .buckets(UPSTREAM_BUCKETS.to_vec()),
+        let upstream_duration = registered(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "drg_upstream_duration_seconds",
+                    "Time from choosing the upstream to its response header.",
+                )
+                .buckets(UPSTREAM_BUCKETS.to_vec()),
+            )?,
         )?;
-        registry.register(Box::new(upstream_duration.clone()))?;
-        let upstream_errors = IntCounterVec::new(
-            Opts::new(
-                "drg_upstream_errors_total",
-                "Failed upstream calls, by kind.",
-            ),
-            &["kind"],
+        let upstream_errors = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "drg_upstream_errors_total",
+                    "Failed upstream calls, by kind.",
+                ),
+                &["kind"],
+            )?,
         )?;
-        registry.register(Box::new(upstream_errors.clone()))?;
-        let reloads = IntCounterVec::new(
-            Opts::new("drg_reloads_total", "Hot reloads, by source and result."),
-            &["source", "result"],
+        let reloads = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new("drg_reloads_total", "Hot reloads, by source and result."),
+                &["source", "result"],
+            )?,
         )?;
-        registry.register(Box::new(reloads.clone()))?;
-        let reload_success = GaugeVec::new(
-            Opts::new(
-                "drg_reload_last_success_timestamp_seconds",
-                "Unix time the source was last loaded (at start, or by a reload).",
-            ),
-            &["source"],
+        let reload_success = registered(
+            &registry,
+            GaugeVec::new(
+                Opts::new(
+                    "drg_reload_last_success_timestamp_seconds",
+                    "Unix time the source was last loaded (at start, or by a reload).",
+                ),
+                &["source"],
+            )?,
         )?;
-        registry.register(Box::new(reload_success.clone()))?;
-        let build = IntGaugeVec::new(
-            Opts::new(
-                "drg_build_info",
-                "Always 1; the labels say which build runs.",
-            ),
-            &["version"],
+        let build = registered(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "drg_build_info",
+                    "Always 1; the labels say which build runs.",
+                ),
+                &["version"],
+            )?,
         )?;
-        registry.register(Box::new(build.clone()))?;
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
 
         Ok(Metrics {
