@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::downstream::{DownstreamCounts, DownstreamStats};
 use crate::gateway::Shared;
 use crate::http::JSON;
+use crate::lifecycle::Phase;
 use crate::metrics::Scrape;
 
 /// What the admin listener reports on.
@@ -24,14 +25,27 @@ pub struct Admin {
 
 #[derive(Serialize)]
 struct Readiness {
+    /// `ready`, `draining` (SIGTERM), `upgrading` (SIGQUIT) or `quota_store_unavailable`.
     status: &'static str,
     /// Which process answered (several gateways may share a host).
     pid: u32,
     table_names: usize,
+    /// `X-Dataset-Version` of the table in service (generation and content hash).
+    dataset_version: String,
     keys: usize,
     quota: serde_json::Value,
     upstream: String,
     connections: DownstreamCounts,
+}
+
+/// The `status` word and whether the process is ready: not while it drains or hands its
+/// sockets to a new process, nor while the quota store refuses every counted call.
+fn readiness(shared: &Shared) -> (&'static str, bool) {
+    match shared.draining.phase() {
+        Phase::Serving if shared.quota.refuses_calls() => ("quota_store_unavailable", false),
+        Phase::Serving => ("ready", true),
+        phase => (phase.status(), false),
+    }
 }
 
 #[async_trait]
@@ -52,22 +66,23 @@ impl ServeHttp for Admin {
                 (StatusCode::OK, self.shared.metrics.render(&scrape))
             }
             ("GET", "/readyz") => {
-                let draining = self.shared.draining.is_draining();
+                let (status, ready) = readiness(&self.shared);
                 let body = Readiness {
-                    status: if draining { "draining" } else { "ready" },
+                    status,
                     pid: std::process::id(),
                     table_names: self.shared.table.load().len(),
+                    dataset_version: self.shared.table.load().version().as_str().to_owned(),
                     keys: self.shared.keys.load().len(),
                     quota: self.shared.quota.status(),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),
                 };
-                let status = if draining {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
+                let code = if ready {
                     StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
                 };
-                (status, serde_json::to_vec(&body).unwrap_or_default())
+                (code, serde_json::to_vec(&body).unwrap_or_default())
             }
             _ => (
                 StatusCode::NOT_FOUND,

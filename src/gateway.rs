@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -28,13 +28,15 @@ use serde::Serialize;
 use crate::access::keys::KeyStore;
 use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
+use crate::access_log::{format_line, AccessLog, Entry};
 use crate::config::{GatewayConfig, UpstreamConfig};
 use crate::domain::classify::wants_mx;
+use crate::domain::evidence::Evidence;
 use crate::domain::target::screen_target;
-use crate::domain::{classify, DomainName, DomainTable};
+use crate::domain::{classify, DomainName, DomainTable, RiskRecord};
 use crate::framing::check_framing;
 use crate::http::{write, Answer, ApiError};
-use crate::lifecycle::Draining;
+use crate::lifecycle::{Draining, Phase};
 use crate::metrics::{Denial, Metrics, RouteClass, UpstreamError};
 use crate::mx::resolver::MxResolver;
 use crate::route::{route, Route, RouteError};
@@ -42,7 +44,11 @@ use crate::upstream::{UpstreamPolicy, X_REQUEST_ID};
 
 const RATELIMIT: &str = "ratelimit";
 const RATELIMIT_POLICY: &str = "ratelimit-policy";
-const EXPOSED_HEADERS: &str = "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id";
+const EXPOSED_HEADERS: &str =
+    "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version";
+/// Which data answered (see [`DatasetVersion`](crate::domain::table::DatasetVersion)): on every
+/// answer, ours replacing any the backend sent.
+const X_DATASET_VERSION: &str = "x-dataset-version";
 
 /// The proxy service's state, shared by all requests.
 pub struct Gateway {
@@ -53,6 +59,8 @@ pub struct Gateway {
     /// `GET /v1/openapi.json`, rendered once; `None` (answered 500) if the embedded document
     /// were broken, which a unit test rules out.
     openapi: Option<Bytes>,
+    /// `None` when the access log is off: then the request path builds no line.
+    access_log: Option<AccessLog>,
 }
 
 /// Everything the gateway reads per request, shared with the background services and the
@@ -85,6 +93,12 @@ pub struct RequestCtx {
     route: RouteClass,
     start: Option<Instant>,
     upstream_start: Option<Instant>,
+    /// The backend's status, for the access log.
+    upstream_status: Option<u16>,
+    /// Time to the backend's response header, or to the failure.
+    upstream_elapsed: Option<Duration>,
+    /// `X-Dataset-Version` of the table the request used (pre-rendered by the table).
+    dataset: Option<HeaderValue>,
 }
 
 impl Gateway {
@@ -95,11 +109,19 @@ impl Gateway {
             policy: UpstreamPolicy::from_config(config),
             request_ids: RequestIds::new(),
             openapi: crate::openapi::json().map_err(|e| log::error!("{e}")).ok(),
+            access_log: None,
         }
+    }
+
+    /// Writes one access log line per request to `log`.
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.access_log = log;
+        self
     }
 
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
     async fn handle(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        ctx.dataset = Some(self.shared.table.load().version().header().clone());
         let header = session.req_header();
         let path = header.uri.path();
         ctx.api = path.starts_with("/v1/");
@@ -120,7 +142,9 @@ impl Gateway {
             Err(RouteError::MethodNotAllowed { allow }) => {
                 return Some(ApiError::MethodNotAllowed { allow }.into())
             }
-            Err(RouteError::BadQuery(detail)) => return Some(ApiError::Validation(detail).into()),
+            Err(RouteError::BadQuery(_, detail)) => {
+                return Some(ApiError::Validation(detail).into())
+            }
         };
         if let Err(rejection) = self.authorize(session, &route, ctx).await {
             return Some(rejection);
@@ -137,7 +161,7 @@ impl Gateway {
             }),
             Route::Preflight => Some(preflight(session)),
             Route::Usage => Some(self.usage(ctx)),
-            Route::Domain { raw } => Some(self.domain(raw).await),
+            Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
             Route::Check { raw } => match decode(raw)
                 .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
@@ -262,7 +286,7 @@ impl Gateway {
         }
     }
 
-    async fn domain(&self, raw: &str) -> Answer {
+    async fn domain(&self, raw: &str, explain: bool, ctx: &mut RequestCtx) -> Answer {
         let name = match decode(raw)
             .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
         {
@@ -276,8 +300,28 @@ impl Gateway {
             _ => None,
         };
         let table = self.shared.table.load();
+        // A reload during the DNS wait: the answer says which table it came from.
+        ctx.dataset = Some(table.version().header().clone());
         let verdict = classify(&table, &name, evidence.as_deref());
-        Answer::json(StatusCode::OK, &verdict.record)
+        if !explain {
+            return Answer::json(StatusCode::OK, &verdict.record);
+        }
+        #[derive(Serialize)]
+        struct Explained<'a> {
+            #[serde(flatten)]
+            record: &'a RiskRecord<'a>,
+            evidence: Evidence<'a>,
+        }
+        let body = Explained {
+            record: &verdict.record,
+            evidence: crate::domain::evidence::evidence(
+                &table,
+                &name,
+                &verdict,
+                evidence.as_deref(),
+            ),
+        };
+        Answer::json(StatusCode::OK, &body)
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
@@ -288,32 +332,83 @@ impl Gateway {
     /// Public readiness: the status alone. Process, key and store details are not for the
     /// internet (they belong on an operator-only listener).
     fn readiness(&self, session: &Session) -> Answer {
-        let draining = self.shared.draining.is_draining() || session.is_process_shutting_down();
-        if draining {
-            Answer::raw(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Bytes::from_static(br#"{"status":"draining"}"#),
-            )
+        let phase = self.shared.draining.phase();
+        let body: &'static [u8] = if phase == Phase::HandingOff {
+            br#"{"status":"upgrading"}"#
+        } else if phase == Phase::Draining || session.is_process_shutting_down() {
+            br#"{"status":"draining"}"#
+        } else if self.shared.quota.refuses_calls() {
+            br#"{"status":"quota_store_unavailable"}"#
         } else {
-            Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#))
-        }
+            return Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#));
+        };
+        Answer::raw(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(body))
     }
 
     /// The caller's request id when it sent a sane one, else a new one.
     fn request_id(&self, session: &Session) -> String {
-        session
-            .req_header()
-            .headers
-            .get(X_REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-            .map_or_else(|| self.request_ids.next(), str::to_owned)
+        caller_request_id(session).map_or_else(|| self.request_ids.next(), str::to_owned)
+    }
+
+    /// The access log line of a finished request.
+    fn access_line(
+        &self,
+        session: &Session,
+        ctx: &RequestCtx,
+        status: u16,
+        elapsed: Duration,
+    ) -> Vec<u8> {
+        let header = session.req_header();
+        // Re-routing is cheaper than keeping the target in the context of every request when
+        // the log is off.
+        let target = match ctx.route {
+            RouteClass::Domain | RouteClass::Check => {
+                match route(&header.method, header.uri.path(), None) {
+                    Ok(Route::Domain { raw, .. } | Route::Check { raw }) => Some(raw),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let time = chrono::Utc::now()
+            - chrono::Duration::from_std(elapsed).unwrap_or_else(|_| chrono::Duration::zero());
+        format_line(&Entry {
+            time,
+            request_id: ctx
+                .request_id
+                .as_deref()
+                .or_else(|| caller_request_id(session)),
+            method: header.method.as_str(),
+            route: ctx.route.label(),
+            target,
+            status,
+            duration: elapsed,
+            upstream_status: ctx.upstream_status,
+            upstream_duration: ctx.upstream_elapsed,
+            key_id: ctx.principal.as_ref().map(|p| &*p.key.id),
+            origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
+            bytes_sent: session.body_bytes_sent(),
+        })
     }
 }
 
-/// Headers every answer to an authenticated `/v1/` call carries: the quota state, and CORS.
+/// The caller's `X-Request-Id` when it is sane: 1-128 visible ASCII characters.
+fn caller_request_id(session: &Session) -> Option<&str> {
+    session
+        .req_header()
+        .headers
+        .get(X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+}
+
+/// Headers of every answer: the dataset version; and for an authenticated `/v1/` call, the
+/// quota state and CORS.
 fn access_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out = Vec::with_capacity(5);
+    let mut out = Vec::with_capacity(6);
+    if let Some(version) = &ctx.dataset {
+        out.push((HeaderName::from_static(X_DATASET_VERSION), version.clone()));
+    }
     if ctx.api {
         out.push((VARY, HeaderValue::from_static("Origin")));
     }
@@ -452,6 +547,11 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        if self.shared.draining.is_draining() {
+            // Each answer closes its connection, so clients open a fresh one (the new process's
+            // after an upgrade) rather than meet an idle keep-alive closed under them at the stop.
+            session.set_keepalive(None);
+        }
         match self.handle(session, ctx).await {
             Some(mut answer) => {
                 answer.headers.extend(access_headers(ctx));
@@ -516,8 +616,11 @@ impl ProxyHttp for Gateway {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         if let Some(start) = ctx.upstream_start {
-            self.shared.metrics.upstream_answered(start.elapsed());
+            let elapsed = start.elapsed();
+            ctx.upstream_elapsed = Some(elapsed);
+            self.shared.metrics.upstream_answered(elapsed);
         }
+        ctx.upstream_status = Some(upstream_response.status.as_u16());
         if upstream_response.status == StatusCode::SWITCHING_PROTOCOLS {
             // We never ask for an upgrade: a backend switching protocols would open a tunnel
             // that later, key-less bytes of this connection could ride.
@@ -565,6 +668,9 @@ impl ProxyHttp for Gateway {
     {
         if let Some(kind) = UpstreamError::of(e) {
             self.shared.metrics.upstream_failed(kind);
+        }
+        if ctx.upstream_elapsed.is_none() {
+            ctx.upstream_elapsed = ctx.upstream_start.map(|s| s.elapsed());
         }
         let error = match (e.esource(), e.etype()) {
             (_, ErrorType::ConnectTimedout)
@@ -622,6 +728,9 @@ impl ProxyHttp for Gateway {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
         self.shared.metrics.request(ctx.route, status, elapsed);
+        if let Some(log) = &self.access_log {
+            log.send(self.access_line(session, ctx, status, elapsed));
+        }
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {

@@ -2,9 +2,11 @@
 //! hot-reloaded in-memory table, and guards the email-check backend it proxies to.
 //!
 //! - [`domain`]: pure logic (names, records, table, classification), no I/O;
-//! - [`access`]: API keys, origins and monthly quotas;
-//! - [`config`]: typed settings; [`data_files`]: the table's files on disk;
-//! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM;
+//! - [`access`]: API keys, origins and monthly quotas; [`access_log`]: one JSON line per request;
+//! - [`config`]: typed settings; [`data_files`]: the table's files on disk; [`sources`]: lists
+//!   fetched from URLs into cached files;
+//! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM,
+//!   the hand-off on SIGQUIT (graceful upgrade), readiness;
 //!   [`periodic`]: the loop every background service runs;
 //! - [`logging`]: env_logger with client-caused error lines rate-limited and counted;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
@@ -12,10 +14,11 @@
 //! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
 //!   client connections;
 //! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
-//! - [`admin`]: the operator-only listener;
+//! - [`admin`]: the operator-only listener; [`tls`]: the public listener's certificate, reloaded;
 //! - [`server`]: wires all of the above into a Pingora server; [`cli`]: the subcommands.
 
 pub mod access;
+pub mod access_log;
 pub mod admin;
 pub mod cli;
 pub mod config;
@@ -34,4 +37,6 @@ pub mod periodic;
 pub mod reload;
 pub mod route;
 pub mod server;
+pub mod sources;
+pub mod tls;
 pub mod upstream;

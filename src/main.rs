@@ -11,7 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use domain_risk_gateway::cli;
 
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DRG_GIT_HASH"), ")"), about)]
 struct Cli {
     /// Config file (Pingora server keys plus a `gateway:` section).
     #[arg(short, long, global = true, default_value = "conf/gateway.yaml")]
@@ -27,6 +27,13 @@ enum Command {
         /// Listen on this ip:port instead of the configured `gateway.listen`.
         #[arg(long)]
         listen: Option<String>,
+        /// Take the listening sockets over from the running gateway (same config): start this,
+        /// then send SIGQUIT to the old process.
+        #[arg(long)]
+        upgrade: bool,
+        /// Run in the background and write the pid file (`pid_file`).
+        #[arg(long)]
+        daemon: bool,
     },
     /// Validate the config and data files, then exit.
     CheckConfig,
@@ -62,8 +69,20 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Serve { listen: None }) {
-        Command::Serve { listen } => cli::serve(&cli.conf, listen.as_deref()).map(|()| None),
+    let serve = Command::Serve {
+        listen: None,
+        upgrade: false,
+        daemon: false,
+    };
+    let result = match cli.command.unwrap_or(serve) {
+        Command::Serve {
+            listen,
+            upgrade,
+            daemon,
+        } => {
+            let mode = cli::ServeMode { upgrade, daemon };
+            cli::serve(&cli.conf, listen.as_deref(), mode).map(|()| None)
+        }
         Command::CheckConfig => cli::check_config(&cli.conf).map(Some),
         Command::Lookup { domain } => cli::lookup(&cli.conf, &domain).map(Some),
         Command::Key(KeyCommand::New {

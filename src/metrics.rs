@@ -21,7 +21,7 @@ use crate::downstream::DownstreamCounts;
 use crate::logging::client_error_totals_by_category;
 use crate::mx::resolver::MxStats;
 use crate::reload::{ReloadHook, ReloadOutcome};
-use crate::route::{Route, RouteError};
+use crate::route::{QueryOf, Route, RouteError};
 
 /// Request latency buckets (seconds): local answers take tens of microseconds, proxied ones
 /// up to the upstream read timeout.
@@ -86,8 +86,12 @@ impl RouteClass {
     /// The class of a routing result.
     pub fn of(routed: &Result<Route<'_>, RouteError>) -> Self {
         match routed {
-            Ok(Route::Domain { .. }) => RouteClass::Domain,
-            Ok(Route::TopDomains { .. }) | Err(RouteError::BadQuery(_)) => RouteClass::TopDomains,
+            Ok(Route::Domain { .. }) | Err(RouteError::BadQuery(QueryOf::Domain, _)) => {
+                RouteClass::Domain
+            }
+            Ok(Route::TopDomains { .. }) | Err(RouteError::BadQuery(QueryOf::TopDomains, _)) => {
+                RouteClass::TopDomains
+            }
             Ok(Route::Check { .. }) => RouteClass::Check,
             Ok(Route::Usage) => RouteClass::Usage,
             Ok(Route::OpenApi) => RouteClass::OpenApi,
@@ -195,6 +199,11 @@ pub struct Metrics {
     upstream_errors: [IntCounter; 5],
     reloads: IntCounterVec,
     reload_success: GaugeVec,
+    access_log_lines: IntCounter,
+    access_log_dropped: IntCounter,
+    /// False under `admin.metrics: false`: the request path records nothing (the harness's
+    /// metrics-off reference).
+    recording: bool,
 }
 
 /// Registers a collector and hands its handle back (handles share their data with the registry).
@@ -278,6 +287,17 @@ impl Metrics {
                 &["source"],
             )?,
         )?;
+        let access_log_lines = registered(
+            &registry,
+            IntCounter::new("drg_access_log_lines_total", "Access log lines written.")?,
+        )?;
+        let access_log_dropped = registered(
+            &registry,
+            IntCounter::new(
+                "drg_access_log_dropped_total",
+                "Access log lines dropped: the writer's queue was full, or the write failed.",
+            )?,
+        )?;
         let build = registered(
             &registry,
             IntGaugeVec::new(
@@ -285,10 +305,12 @@ impl Metrics {
                     "drg_build_info",
                     "Always 1; the labels say which build runs.",
                 ),
-                &["version"],
+                &["version", "git_hash"],
             )?,
         )?;
-        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        build
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("DRG_GIT_HASH")])
+            .set(1);
 
         Ok(Metrics {
             request_counts: std::array::from_fn(|_| {
@@ -303,11 +325,36 @@ impl Metrics {
             upstream_duration,
             reloads,
             reload_success,
+            recording: true,
+            access_log_lines,
+            access_log_dropped,
         })
+    }
+
+    /// Whether the request path records (`admin.metrics`); reloads and gauges always do.
+    pub fn with_recording(mut self, on: bool) -> Self {
+        self.recording = on;
+        self
+    }
+
+    /// The access log's `(lines, dropped)` counters, kept whatever `recording` says: losing
+    /// log lines is worth knowing even when request metrics are off.
+    pub fn access_log_counters(&self) -> (IntCounter, IntCounter) {
+        (
+            self.access_log_lines.clone(),
+            self.access_log_dropped.clone(),
+        )
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.recording
     }
 
     /// One answered request (`status` 0 when none was sent).
     pub fn request(&self, route: RouteClass, status: u16, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         let r = route as usize;
         let slot = match status {
             100..=599 => usize::from(status) - 99,
@@ -324,15 +371,56 @@ impl Metrics {
     }
 
     pub fn deny(&self, reason: Denial) {
+        if !self.recording {
+            return;
+        }
         self.denials[reason as usize].inc();
     }
 
     pub fn upstream_answered(&self, elapsed: Duration) {
+        if !self.recording {
+            return;
+        }
         self.upstream_duration.observe(elapsed.as_secs_f64());
     }
 
     pub fn upstream_failed(&self, kind: UpstreamError) {
+        if !self.recording {
+            return;
+        }
         self.upstream_errors[kind as usize].inc();
+    }
+
+    /// A gauge registered by a part that exists only under some config (e.g. TLS).
+    pub fn gauge(&self, name: &str, help: &str) -> Result<Gauge, prometheus::Error> {
+        registered(&self.registry, Gauge::new(name, help)?)
+    }
+
+    /// A labelled counter registered by a part that exists only under some config (e.g. URL
+    /// sources).
+    pub fn counter_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        registered(
+            &self.registry,
+            IntCounterVec::new(Opts::new(name, help), labels)?,
+        )
+    }
+
+    /// A labelled gauge registered by a part that exists only under some config.
+    pub fn gauge_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<GaugeVec, prometheus::Error> {
+        registered(
+            &self.registry,
+            GaugeVec::new(Opts::new(name, help), labels)?,
+        )
     }
 
     /// The hook a [`crate::reload::Reloader`] of `source` reports to. `source` was just loaded,

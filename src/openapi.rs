@@ -76,7 +76,10 @@ mod tests {
         }
         // Every route of the router is in the document.
         for r in [
-            Route::Domain { raw: "" },
+            Route::Domain {
+                raw: "",
+                explain: false,
+            },
             Route::TopDomains { limit: 1 },
             Route::Check { raw: "" },
             Route::Usage,

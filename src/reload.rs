@@ -32,6 +32,8 @@ pub trait Reloadable: Send + Sync + 'static {
     fn accept(&self, _current: &Self::Snapshot, _next: &Self::Snapshot) -> Result<(), Self::Error> {
         Ok(())
     }
+    /// Called on an accepted snapshot just before it replaces `current` (e.g. to number it).
+    fn succeed(&self, _current: &Self::Snapshot, _next: &mut Self::Snapshot) {}
     /// Called after a snapshot was published (for logs).
     fn published(&self, _snapshot: &Self::Snapshot) {}
 }
@@ -176,7 +178,7 @@ fn build_and_swap<S: Reloadable>(
     if fingerprint(files) != *before {
         return Outcome::Raced;
     }
-    let snapshot = match built {
+    let mut snapshot = match built {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(e),
     };
@@ -185,6 +187,7 @@ fn build_and_swap<S: Reloadable>(
     if let Err(e) = source.accept(&target.load(), &snapshot) {
         return Outcome::Refused(e);
     }
+    source.succeed(&target.load(), &mut snapshot);
     source.published(&snapshot);
     // The old snapshot is dropped here, on this thread, not on a request thread (unless a
     // request still holds it, in which case it goes when that request ends).

@@ -9,8 +9,8 @@ use crate::domain::top::MAX_TOP;
 /// What a request asks for. Path parameters are still percent-encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route<'a> {
-    /// `GET /v1/public/domain/{domain}`
-    Domain { raw: &'a str },
+    /// `GET /v1/public/domain/{domain}[?explain=true]`
+    Domain { raw: &'a str, explain: bool },
     /// `GET /v1/public/top-domains[?limit=N]`
     TopDomains { limit: usize },
     /// `GET /v1/check/{email_or_domain}` (proxied)
@@ -34,8 +34,15 @@ pub enum RouteError {
     MethodNotAllowed {
         allow: &'static str,
     },
-    /// The route exists but its query is wrong (422).
-    BadQuery(String),
+    /// The route exists but its query is wrong (422): which route, and why.
+    BadQuery(QueryOf, String),
+}
+
+/// The route whose query was refused (metrics and logs count it under that route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryOf {
+    Domain,
+    TopDomains,
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
@@ -51,7 +58,10 @@ pub fn route<'a>(
     query: Option<&'a str>,
 ) -> Result<Route<'a>, RouteError> {
     let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
-        Route::Domain { raw }
+        Route::Domain {
+            raw,
+            explain: method == Method::GET && explain(query)?,
+        }
     } else if let Some(raw) = path.strip_prefix(CHECK_PREFIX) {
         Route::Check { raw }
     } else {
@@ -80,13 +90,30 @@ pub fn route<'a>(
     }
 }
 
-fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
-    let Some(value) = query
+/// The value of the first `name` parameter of a query (`""` when it has none).
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+    query
         .unwrap_or("")
         .split('&')
         .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find_map(|(k, v)| (k == "limit").then_some(v))
-    else {
+        .find_map(|(k, v)| (k == name).then_some(v))
+}
+
+/// `explain`: `true` or `false` (absent: false); anything else is a bad query, as a bad
+/// `limit` is.
+fn explain(query: Option<&str>) -> Result<bool, RouteError> {
+    match query_param(query, "explain") {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(RouteError::BadQuery(
+            QueryOf::Domain,
+            format!("explain must be true or false; got '{other}'"),
+        )),
+    }
+}
+
+fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
+    let Some(value) = query_param(query, "limit") else {
         return Ok(DEFAULT_TOP_LIMIT);
     };
     value
@@ -94,9 +121,10 @@ fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
         .ok()
         .filter(|n| (1..=MAX_TOP).contains(n))
         .ok_or_else(|| {
-            RouteError::BadQuery(format!(
-                "limit must be an integer from 1 to {MAX_TOP}; got '{value}'"
-            ))
+            RouteError::BadQuery(
+                QueryOf::TopDomains,
+                format!("limit must be an integer from 1 to {MAX_TOP}; got '{value}'"),
+            )
         })
 }
 
@@ -114,12 +142,27 @@ mod tests {
     fn known_routes() {
         assert_eq!(
             get("/v1/public/domain/a%2Eb.com", None),
-            Ok(Route::Domain { raw: "a%2Eb.com" })
+            Ok(Route::Domain {
+                raw: "a%2Eb.com",
+                explain: false
+            })
         );
         assert_eq!(
             get("/v1/public/domain/", None),
-            Ok(Route::Domain { raw: "" })
+            Ok(Route::Domain {
+                raw: "",
+                explain: false
+            })
         );
+        for (q, explain) in [("explain=true", true), ("x=1&explain=false", false)] {
+            assert_eq!(
+                get("/v1/public/domain/a.com", Some(q)),
+                Ok(Route::Domain {
+                    raw: "a.com",
+                    explain
+                })
+            );
+        }
         assert_eq!(
             get("/v1/check/a@b.com", None),
             Ok(Route::Check { raw: "a@b.com" })
@@ -182,10 +225,39 @@ mod tests {
     }
 
     #[test]
+    fn bad_explain_values_are_named() {
+        for q in [
+            "explain=1",
+            "explain=",
+            "explain",
+            "explain=TRUE",
+            "explain=yes",
+        ] {
+            match get("/v1/public/domain/a.com", Some(q)) {
+                Err(RouteError::BadQuery(QueryOf::Domain, msg)) => {
+                    assert!(msg.contains("explain must be true or false"), "{q}")
+                }
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        // A preflight is not a lookup: its query is not read.
+        assert_eq!(
+            route(
+                &Method::OPTIONS,
+                "/v1/public/domain/a.com",
+                Some("explain=x")
+            ),
+            Ok(Route::Preflight)
+        );
+    }
+
+    #[test]
     fn bad_limits_are_named() {
         for q in ["limit=0", "limit=1001", "limit=", "limit=ten", "limit=-1"] {
             match get("/v1/public/top-domains", Some(q)) {
-                Err(RouteError::BadQuery(msg)) => assert!(msg.contains("limit must be"), "{q}"),
+                Err(RouteError::BadQuery(QueryOf::TopDomains, msg)) => {
+                    assert!(msg.contains("limit must be"), "{q}")
+                }
                 other => panic!("{q}: {other:?}"),
             }
         }

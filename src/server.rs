@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use pingora::apps::HttpServerOptions;
 use pingora::proxy::http_proxy;
+use pingora::server::configuration::Opt;
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
@@ -18,11 +19,12 @@ use crate::access::quota::redis::RedisStore;
 use crate::access::quota::services::{Persistence, Reconciler};
 use crate::access::quota::{Clock, QuotaStore, SystemClock};
 use crate::admin::Admin;
+use crate::cli::ServeMode;
 use crate::config::{QuotaConfig, QuotaStoreKind, Settings};
 use crate::data_files::{log_conflicts, summary, DataSources};
 use crate::downstream::Guarded;
 use crate::gateway::{Gateway, Shared};
-use crate::lifecycle::{Draining, DrainingShutdown};
+use crate::lifecycle::{settle_budget, Draining, DrainingShutdown, InFlight};
 use crate::metrics::Metrics;
 use crate::mx::resolver::MxResolver;
 use crate::reload::Reloader;
@@ -56,8 +58,13 @@ fn clock() -> Result<SystemClock, StartError> {
 }
 
 /// Builds everything from `settings` (a bad table, keys file or state file stops the start)
-/// and serves until signalled.
-pub fn run(settings: Settings) -> Result<(), StartError> {
+/// and serves until signalled. With `mode.upgrade` the listening sockets are taken from the
+/// running gateway (Pingora's graceful upgrade) instead of bound.
+pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
+    let mut settings = settings;
+    // A daemon's parent returns once the gateway serves (what systemd's `Type=forking` and the
+    // upgrade dance expect), not at the fork.
+    settings.server.daemon_wait_for_ready |= mode.daemon;
     let sources = DataSources::from_config(&settings.gateway);
     let table = sources.build()?;
     log::info!("domain table loaded: {}", summary(&table));
@@ -71,7 +78,9 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
     );
     let gateway = &settings.gateway;
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
-    let (quota, quota_service) = quota_store(&gateway.quota, &clock)?;
+    let in_flight = InFlight::default();
+    let settle = settle_budget(settings.server.grace_period_seconds);
+    let (quota, quota_service) = quota_store(&gateway.quota, &clock, &in_flight, settle)?;
     let mx = match gateway.mx.enabled {
         true => Some(Arc::new(MxResolver::new(&gateway.mx)?)),
         false => None,
@@ -83,22 +92,59 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
         clock,
         mx,
         draining: Draining::default(),
-        metrics: Arc::new(Metrics::new()?),
+        metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
+    };
+    // A bad certificate pair stops the start, like a bad table.
+    let tls = match &gateway.tls {
+        Some(config) => Some(crate::tls::listener(
+            config,
+            gateway.reload.poll_interval,
+            &shared.metrics,
+        )?),
+        None => None,
     };
     settings.prepare_runtime_dir()?;
-    let mut server = Server::new_with_opt_and_conf(None, settings.server);
-    server.bootstrap();
+    let opt = (mode.upgrade || mode.daemon).then(|| Opt {
+        upgrade: mode.upgrade,
+        daemon: mode.daemon,
+        ..Opt::default()
+    });
+    let mut server = Server::new_with_opt_and_conf(opt, settings.server);
+    // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
+    // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
+    let bootstrap = server.bootstrap_as_a_service();
 
-    let mut proxy = http_proxy(&server.configuration, Gateway::new(shared.clone(), gateway));
+    let (lines, dropped) = shared.metrics.access_log_counters();
+    let (access_log, access_log_service) =
+        crate::access_log::open(&gateway.access_log, lines, dropped)?;
+    let mut proxy = http_proxy(
+        &server.configuration,
+        Gateway::new(shared.clone(), gateway).with_access_log(access_log.clone()),
+    );
     let mut options = HttpServerOptions::default();
     // Pingora counts reuses after the first request.
     options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
+    // HTTP/2 (TLS with `h2`) has its own idle timeout and header-list bound.
+    options.h2_idle_timeout = Some(gateway.limits.idle_timeout);
+    proxy.h2_options = Some(crate::tls::h2_options(&gateway.limits));
     proxy.server_options = Some(options);
     let guarded = Guarded::new(proxy, &gateway.limits);
     let downstream = guarded.stats();
+    let open = downstream.clone();
+    in_flight.track(move || open.counts().open_connections);
     let mut service = Service::new("domain-risk gateway".to_owned(), guarded);
-    service.add_tcp(&gateway.listen);
-    server.add_service(service);
+    let scheme = match tls {
+        Some(tls) => {
+            service.add_tls_with_settings(&gateway.listen, None, tls.settings);
+            server.add_service(background_service("tls reload", tls.reloader));
+            "https"
+        }
+        None => {
+            service.add_tcp(&gateway.listen);
+            "http"
+        }
+    };
+    server.add_service(service).add_dependency(&bootstrap);
 
     if let Some(listen) = &gateway.admin.listen {
         let admin = Admin {
@@ -112,7 +158,7 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
             None => service.add_tcp(listen),
         }
         log::info!("admin listener on {listen}");
-        server.add_service(service);
+        server.add_service(service).add_dependency(&bootstrap);
     }
 
     let interval = gateway.reload.poll_interval;
@@ -121,14 +167,25 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
         Reloader::new(sources, shared.table.clone(), interval)
             .with_hook(shared.metrics.reload_hook("table")),
     ));
+    // URL sources: fetched in the background into cached files the data reloader watches.
+    if !gateway.data.sources.is_empty() {
+        crate::sources::prepare_dir(&gateway.data.sources_dir)?;
+        let fetcher = crate::sources::Fetcher::new(
+            &gateway.data,
+            gateway.reload.max_shrink_percent,
+            &shared.metrics,
+        )?;
+        server.add_service(background_service("source fetch", fetcher));
+    }
     server.add_service(background_service(
         "keys reload",
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
     server.add_boxed_service(quota_service);
+    server.add_service(background_service("access log", access_log_service));
     log::info!(
-        "listening on http://{} (upstream {})",
+        "listening on {scheme}://{} (upstream {})",
         gateway.listen,
         gateway.upstream.address
     );
@@ -138,6 +195,9 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
             drain: gateway.drain,
         }),
     });
+    if let Some(log) = &access_log {
+        log.finish();
+    }
     log::info!("stopped");
     Ok(())
 }
@@ -148,10 +208,12 @@ type BoxedService = Box<dyn ServiceWithDependents>;
 fn quota_store(
     config: &QuotaConfig,
     clock: &Arc<dyn Clock>,
+    in_flight: &InFlight,
+    settle_within: std::time::Duration,
 ) -> Result<(Arc<dyn QuotaStore>, BoxedService), StartError> {
     Ok(match config.store {
         QuotaStoreKind::Local => {
-            let store = Arc::new(LocalStore::open(&config.state_file)?);
+            let store = Arc::new(LocalStore::open(&config.state_file, config.slots)?);
             let service = Persistence {
                 store: store.clone(),
                 interval: config.flush_interval,
@@ -167,6 +229,9 @@ fn quota_store(
             let service = Reconciler {
                 store: store.clone(),
                 interval: config.redis.sync_every(),
+                probe_interval: config.redis.breaker_open,
+                in_flight: in_flight.clone(),
+                settle_within,
             };
             (
                 store,

@@ -85,8 +85,10 @@ impl UpstreamPolicy {
                 .iter()
                 .filter_map(|p| parse_proxy(p))
                 .collect(),
-            // The public listener speaks plain HTTP today.
-            proto: HeaderValue::from_static("http"),
+            proto: HeaderValue::from_static(match gateway.tls {
+                Some(_) => "https",
+                None => "http",
+            }),
         }
     }
 

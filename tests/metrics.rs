@@ -144,7 +144,12 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
     assert_eq!(all["drg_keys"], 2.0);
     assert_eq!(all["drg_quota_store_up"], 1.0);
     assert_eq!(all["drg_quota_breaker_open"], 0.0);
-    assert_eq!(all[r#"drg_build_info{version="0.1.0"}"#], 1.0);
+    let build = format!(
+        r#"drg_build_info{{git_hash="{}",version="{}"}}"#,
+        env!("DRG_GIT_HASH"),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(all.get(&build), Some(&1.0), "{text}");
     assert!(all.contains_key("drg_downstream_open_connections"));
     assert_eq!(
         series(&all, "drg_client_error_log_lines_total").len(),

@@ -86,8 +86,10 @@ class Setup:
         (OUT / "data").mkdir(parents=True)
         self.gw_port, self.nginx_port, self.up_port = free_port(), free_port(), free_port()
         self.procs = []
+        self.gateways = []
 
-    def write_gateway(self):
+    def write_gateway(self, name="gateway.yaml", port=None, extra=""):
+        """A gateway config; `extra` lines go at the end of its `gateway:` section."""
         n = self.args.entries
         with open(OUT / "data" / "disposable.txt", "w") as f:
             for i in range(n):
@@ -95,16 +97,16 @@ class Setup:
         shutil.copy(ROOT / "data" / "free_providers.txt", OUT / "data")
         (OUT / "keys.yaml").write_text(
             f"keys:\n  - id: bench\n    sha256: {sha256(KEY)}\n    plan: unlimited\n")
-        (OUT / "gateway.yaml").write_text(f"""version: 1
+        (OUT / name).write_text(f"""version: 1
 threads: {self.args.workers}
 work_stealing: {str(self.args.work_stealing).lower()}
-pid_file: {OUT}/gw.pid
-upgrade_sock: {OUT}/gw.sock
+pid_file: {OUT}/{name}.pid
+upgrade_sock: {OUT}/{name}.sock
 grace_period_seconds: 0
 graceful_shutdown_timeout_seconds: 1
 upstream_keepalive_pool_size: 256
 gateway:
-  listen: 127.0.0.1:{self.gw_port}
+  listen: 127.0.0.1:{port or self.gw_port}
   drain_seconds: 0
   upstream: {{ address: "127.0.0.1:{self.up_port}" }}
   data: {{ dir: data, builtin_disposable: false }}
@@ -112,7 +114,7 @@ gateway:
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {self.quota_yaml()}
   mx: {{ enabled: false }}
-""")
+{extra}""")
 
     def quota_yaml(self):
         if self.args.quota == "local":
@@ -128,13 +130,14 @@ gateway:
         return (f"{{ store: redis, redis: {{ url: 'redis://127.0.0.1:{self.redis_port}/', "
                 f"call_timeout_ms: 100{batch} }} }}")
 
-    def start_gateway(self, env=None):
-        log = open(OUT / "gateway.log", "w")
+    def start_gateway(self, env=None, name="gateway.yaml", port=None):
+        log = open(OUT / f"{name}.log" if port else OUT / "gateway.log", "w")
         started = time.time()
-        p = subprocess.Popen([str(BIN), "-c", str(OUT / "gateway.yaml"), "serve"],
+        p = subprocess.Popen([str(BIN), "-c", str(OUT / name), "serve"],
                              stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info", **(env or {})})
         self.procs.append(p)
-        wait_port(self.gw_port)
+        self.gateways.append(p)
+        wait_port(port or self.gw_port)
         self.gw = p
         return time.time() - started
 
@@ -217,7 +220,7 @@ http {{
 
     def stop(self):
         for p in self.procs:
-            stop_process(p, signal.SIGINT if p is getattr(self, "gw", None) else signal.SIGQUIT)
+            stop_process(p, signal.SIGINT if p in self.gateways else signal.SIGQUIT)
 
 
 def stop_process(p, sig=signal.SIGINT):
@@ -245,6 +248,63 @@ def memory_only(args):
     log = (OUT / "gateway.log").read_text()
     print(f"entries {args.entries}: start-up to listening {took:.2f} s, RSS {rss / 1024:.1f} MiB")
     print("\n".join(l for l in log.splitlines() if "table" in l))
+
+
+# What the operations features cost: the lookup scenario on gateways that differ only by them.
+COST_VARIANTS = [
+    ("baseline", "metrics recording off, access log off", "  admin: { listen: null, metrics: false }\n"),
+    ("metrics", "metrics recording on (the default)", "  admin: { listen: null, metrics: true }\n"),
+    ("metrics_log", "metrics on + JSON access log to a file",
+     "  admin: { listen: null, metrics: true }\n  access_log: { enabled: true, path: access.log }\n"),
+]
+
+
+def feature_costs(args):
+    """Alternating rounds of the lookup scenario over the cost variants; medians; ratios to the
+    baseline measured in the same run. Replaces the "Feature costs" section of --results."""
+    s = Setup(args)
+    ports = {}
+    try:
+        for name, _, extra in COST_VARIANTS:
+            ports[name] = free_port()
+            s.write_gateway(f"{name}.yaml", ports[name], extra)
+        procs = {}
+        for name, *_ in COST_VARIANTS:
+            s.start_gateway(name=f"{name}.yaml", port=ports[name])
+            procs[name] = s.gw
+        auth = (f"Authorization: Bearer {KEY}",)
+        runs = {name: [] for name, *_ in COST_VARIANTS}
+        for rnd in range(args.rounds):
+            order = COST_VARIANTS[rnd % len(COST_VARIANTS):] + COST_VARIANTS[:rnd % len(COST_VARIANTS)]
+            for name, *_ in order:
+                url = f"http://127.0.0.1:{ports[name]}/v1/public/domain/{LISTED}"
+                r = measure(url, [procs[name].pid], args, auth)
+                runs[name].append(r)
+                print(f"round {rnd + 1} {name:12} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
+                      f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
+                      f"  errors {r['socket_errors'] + r['non2xx']}", flush=True)
+        log_lines = sum(1 for _ in open(OUT / "access.log")) if (OUT / "access.log").exists() else 0
+    finally:
+        s.stop()
+    base = runs["baseline"]
+    lines = ["## Feature costs", "",
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"the lookup scenario (wrk -t1 -c{args.connections} -d{args.duration}s) on three gateways that differ only by "
+             f"the feature, {args.rounds} rotating rounds, medians; ratio = req/s against the baseline of the same run.",
+             "", "| variant | req/s | ratio to baseline | p50 us | p99 us | cpu us/req | failed |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, desc, _ in COST_VARIANTS:
+        rs = runs[name]
+        lines.append(f"| {name} ({desc}) | {med(rs, 'rps'):.0f} | **{med(rs, 'rps') / med(base, 'rps'):.3f}x** | "
+                     f"{med(rs, 'p50_us'):.0f} | {med(rs, 'p99_us'):.0f} | {med(rs, 'cpu_us_per_req'):.2f} | "
+                     f"{sum(r['socket_errors'] + r['non2xx'] for r in rs)} |")
+    lines += ["", f"Access log lines written during the run: {log_lines}.", ""]
+    section = "\n".join(lines)
+    print(section)
+    path = Path(args.results)
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    text = re.sub(r"\n## Feature costs\n.*?(?=\n## |\Z)", "", text, flags=re.S)
+    path.write_text(text.rstrip("\n") + "\n\n" + section)
 
 
 def wrk(url, args, headers=()):
@@ -281,6 +341,8 @@ def main():
     args = ap.parse_args()
     if args.only == "memory":
         return memory_only(args)
+    if args.only == "costs":
+        return feature_costs(args)
 
     s = Setup(args)
     s.write_gateway()
@@ -436,6 +498,11 @@ def report(args, scenarios, runs, storm, mem):
               f"- RSS with {args.entries} generated entries (after the load): {mem['rss_entries_kib'] / 1024:.1f} MiB",
               f"- start-up to listening with {args.entries} entries: {mem['start_seconds']:.2f} s",
               "", "![throughput and p99 per scenario](results.svg)", ""]
+    # Keep the feature-cost section a `--only costs` run wrote.
+    old = Path(args.results).read_text() if Path(args.results).exists() else ""
+    costs = re.search(r"\n## Feature costs\n.*?(?=\n## |\Z)", old, flags=re.S)
+    if costs:
+        lines.append(costs.group(0).strip("\n") + "\n")
     Path(args.results).write_text("\n".join(lines))
     svg(rows, Path(args.results).with_name("results.svg"))
     print("\n".join(lines))

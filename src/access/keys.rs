@@ -166,6 +166,13 @@ pub fn parse_keys(
         {
             problems.push(format!("{at}: id must be letters, digits, '-', '_' or '.'"));
         }
+        // The embedded quota store keeps each id in a fixed-size slot of its state file.
+        if row.id.len() > crate::access::quota::local::MAX_KEY_ID_LEN {
+            problems.push(format!(
+                "{at}: id is longer than {} characters",
+                crate::access::quota::local::MAX_KEY_ID_LEN
+            ));
+        }
         if !ids.insert(row.id.clone()) {
             problems.push(format!("{at}: id is used by another key"));
         }

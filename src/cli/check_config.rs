@@ -11,8 +11,15 @@ pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
     let table = DataSources::from_config(&settings.gateway).build()?;
     let keys = keys_source(&settings).load()?;
+    let tls = match &settings.gateway.tls {
+        Some(tls) => format!(
+            " (TLS: {})",
+            crate::tls::CertPair::load(&tls.cert, &tls.key)?
+        ),
+        None => String::new(),
+    };
     Ok(format!(
-        "{}: ok; listen {}; upstream {}; {} keys; data {}: {}",
+        "{}: ok; listen {}{tls}; upstream {}; {} keys; data {}: {}",
         conf.display(),
         settings.gateway.listen,
         settings.gateway.upstream.address,

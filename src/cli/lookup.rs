@@ -1,4 +1,5 @@
-//! `lookup <domain>`: classifies one domain from the configured data and shows why.
+//! `lookup <domain>`: classifies one domain from the configured data and shows why (the same
+//! evidence as `?explain=true`, from the same function).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -6,7 +7,8 @@ use std::sync::Arc;
 use super::{settings, CommandError};
 use crate::data_files::DataSources;
 use crate::domain::classify::{classify_match, wants_mx};
-use crate::domain::{DomainName, TableRule};
+use crate::domain::evidence::evidence as evidence_of;
+use crate::domain::DomainName;
 use crate::mx::resolver::MxResolver;
 
 /// `lookup <domain>`: the record, the rule that decided it and the MX evidence, without a server.
@@ -28,19 +30,16 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
     } else {
         None
     };
-    let verdict = classify_match(&table, &name, found, evidence.as_ref().map(|(e, _)| &**e));
-    let rule = match verdict.rule {
-        TableRule::Allowlist { at } if at == name.as_str() => "allowlist".to_owned(),
-        TableRule::Allowlist { at } => format!("allowlist, via parent domain {at}"),
-        TableRule::Record(_) => "explicit record (domains.csv)".to_owned(),
-        TableRule::FreeProvider { at } if at == name.as_str() => "free-provider list".to_owned(),
-        TableRule::FreeProvider { at } => format!("free-provider list, via parent domain {at}"),
-        TableRule::Blocklist { at } if at == name.as_str() => "blocklist".to_owned(),
-        TableRule::Blocklist { at } => format!("blocklist, via parent domain {at}"),
-        TableRule::Unknown => "no entry (default)".to_owned(),
-    };
+    let mx_evidence = evidence.as_ref().map(|(e, _)| &**e);
+    let verdict = classify_match(&table, &name, found, mx_evidence);
+    let explained = evidence_of(&table, &name, &verdict, mx_evidence);
     let record = serde_json::to_string_pretty(&verdict.record)?;
-    let mut out = format!("{record}\nrule: {rule}");
+    let mut out = format!(
+        "{record}\nrule: {}\nevidence: {}\ndataset: {}",
+        explained.describe(),
+        serde_json::to_string(&explained)?,
+        table.version().as_str()
+    );
     match &evidence {
         None if !mx.enabled => out.push_str("\nmx: lookups disabled (gateway.mx.enabled)"),
         None => out.push_str("\nmx: not needed (the table decided)"),

@@ -10,7 +10,7 @@ use std::path::Path;
 pub use check_config::check_config;
 pub use key_new::key_new;
 pub use lookup::lookup;
-pub use serve::serve;
+pub use serve::{serve, ServeMode};
 
 use crate::config::Settings;
 

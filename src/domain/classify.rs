@@ -1,7 +1,9 @@
 //! Classification: what the table says of a name, turned into the API's `RiskRecord`.
 //!
 //! Pure and ordered as the contract lists it (allowlist, explicit record, free provider,
-//! blocklists, otherwise safe). Scores come from [`Scores`], which operators set in config.
+//! blocklists, otherwise safe); a name only a broad third-party free list carries is a free
+//! provider only where no blocklist matched (the table decides: see [`DomainTable::lookup`]).
+//! Scores come from [`Scores`], which operators set in config.
 //!
 //! MX evidence cannot be used to buy a better score: anyone can point a throwaway domain's MX
 //! at a host of their own, so only a recognised business provider (where mail goes first)
@@ -25,6 +27,8 @@ pub struct Verdict<'a> {
     /// Why the domain's own MX hosts were not taken for a business's (set only when MX hosts
     /// were found and the most preferred ones are not at a business provider).
     pub risk_signal: Option<RiskSignal>,
+    /// The table left the name open and its MX evidence changed the reason or the score.
+    pub mx_decided: bool,
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -111,6 +115,8 @@ pub fn classify_match<'a>(
         // Anything else (own hosts, a recognised host only as a backup, a consumer host) is no
         // evidence of a business: the score stays `unknown`.
     }
+    v.mx_decided = (v.record.reason, v.record.risk_score) != (Reason::Safe, scores.unknown)
+        && found.rule == TableRule::Unknown;
     if has_hosts && !business {
         v.risk_signal = risk_signal(v.record.is_free_provider, &survey, hosts);
     }
@@ -152,6 +158,7 @@ fn classify_table<'a>(
         rule: found.rule,
         provider: None,
         risk_signal: None,
+        mx_decided: false,
     }
 }
 

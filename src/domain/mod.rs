@@ -4,10 +4,11 @@
 //!
 //! Imports run one way (each module uses only those before it):
 //! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
-//! `target` <- `table` <- `sources`, `classify`.
+//! `target` <- `table` <- `sources`, `classify` <- `evidence`.
 
 pub mod classify;
 pub mod error;
+pub mod evidence;
 pub mod mail;
 pub mod name;
 pub mod name_index;

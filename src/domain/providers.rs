@@ -81,6 +81,16 @@ pub struct ProviderTable {
 pub const PROVIDERS_HEADER: &str = "match,pattern,label,kind";
 
 impl ProviderTable {
+    /// Feeds every row (pattern, label, kind) to `h`, for the table's content hash.
+    pub fn fingerprint(&self, h: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        for p in &self.providers {
+            p.described.hash(h);
+            p.label.hash(h);
+            (p.kind as u8).hash(h);
+        }
+    }
+
     /// Parses `mx_providers.csv`: `match,pattern,label,kind` with `match` `suffix` or `regex`.
     pub fn parse(text: &str, origin: &str) -> Result<Self, SourceError> {
         let mut reader = csv::ReaderBuilder::new()

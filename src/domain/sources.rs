@@ -1,8 +1,9 @@
 //! Parsers for the data formats operators already publish, feeding a [`TableBuilder`].
 //!
-//! - domain lists (`disposable.txt`, `allowlist.txt`, `free_providers.txt`): one domain a line,
-//!   `#` starts a comment, blank lines ignored: the format of the community
-//!   disposable-email-domains lists, so such a file can be dropped in as it is;
+//! - domain lists (`disposable.txt`, `allowlist.txt`, `free_providers.txt`, and the third-party
+//!   lists under `data/community/`): one domain a line, `#` starts a comment, blank lines
+//!   ignored: the format of the community disposable-email-domains lists, so such a file can be
+//!   dropped in as it is;
 //! - explicit records (`domains.csv`): a header line, then
 //!   `domain,reason,risk_score[,mx_provider_label[,flag_weight]]`.
 //!
@@ -14,15 +15,32 @@ use serde::Deserialize;
 use super::error::SourceError;
 use super::name::DomainName;
 use super::record::{Reason, MAX_SCORE};
-use super::table::{ExplicitRecord, ListKind, TableBuilder};
+use super::table::{ExplicitRecord, ListKind, Origin, TableBuilder};
 
-/// Adds every domain of a list to `builder`; returns how many lines held a domain.
+/// The source name of the `mailchecker` crate's list, in evidence.
+pub const BUILTIN_SOURCE: &str = "builtin (mailchecker)";
+
+/// Adds every domain of a list to `builder`; returns how many lines held a domain. `origin`
+/// names the list in errors and in evidence.
 pub fn add_domain_list(
     builder: &mut TableBuilder,
     text: &str,
     origin: &str,
     kind: ListKind,
 ) -> Result<usize, SourceError> {
+    add_domain_list_named(builder, text, origin, origin, kind)
+}
+
+/// [`add_domain_list`], with the name evidence shows (`source`, e.g. a path relative to the
+/// data folder or a URL) apart from the one errors show (`origin`, e.g. the full path).
+pub fn add_domain_list_named(
+    builder: &mut TableBuilder,
+    text: &str,
+    origin: &str,
+    source: &str,
+    kind: ListKind,
+) -> Result<usize, SourceError> {
+    let source = builder.source(source);
     // One pass to size the index: growing a million-name table rehashes and doubles memory.
     builder.reserve(text.bytes().filter(|b| *b == b'\n').count() + 1, text.len());
     let mut count = 0;
@@ -34,7 +52,8 @@ pub fn add_domain_list(
         let name = DomainName::parse(line).map_err(|e| {
             SourceError::new(origin, index + 1, format!("'{line}' is not a domain: {e}"))
         })?;
-        builder.add(&name, kind);
+        let line = u32::try_from(index + 1).unwrap_or(0);
+        builder.add_from(&name, kind, Origin { source, line });
         count += 1;
     }
     Ok(count)
@@ -61,6 +80,18 @@ pub fn add_records(
     text: &str,
     origin: &str,
 ) -> Result<usize, SourceError> {
+    add_records_named(builder, text, origin, origin)
+}
+
+/// [`add_records`], with the name evidence shows apart from the one errors show (see
+/// [`add_domain_list_named`]).
+pub fn add_records_named(
+    builder: &mut TableBuilder,
+    text: &str,
+    origin: &str,
+    source: &str,
+) -> Result<usize, SourceError> {
+    let source = builder.source(source);
     let mut reader = csv::ReaderBuilder::new()
         .comment(Some(b'#'))
         .trim(csv::Trim::All)
@@ -84,6 +115,7 @@ pub fn add_records(
     }
     let mut count = 0;
     let mut raw = csv::StringRecord::new();
+    let mut lines = LineCounter::new(text);
     loop {
         let more = reader.read_record(&mut raw).map_err(|e| {
             let line = e.position().map_or(0, |p| p.line() as usize);
@@ -92,7 +124,9 @@ pub fn add_records(
         if !more {
             break;
         }
-        let line = raw.position().map_or(0, |p| p.line() as usize);
+        // The reader's own line count skips comment lines, and a record's start position is
+        // that of the comments before it: count the file's lines up to the record's last byte.
+        let line = lines.line_at((reader.position().byte() as usize).saturating_sub(1));
         let row: RecordRow = raw
             .deserialize(Some(&headers))
             .map_err(|e| SourceError::new(origin, line, csv_message(&e)))?;
@@ -113,12 +147,46 @@ pub fn add_records(
                 .map(Into::into),
             flag_weight: row.flag_weight.unwrap_or(0),
         };
+        let origin = Origin {
+            source,
+            line: u32::try_from(line).unwrap_or(0),
+        };
         builder
-            .add_record(&name, record)
+            .add_record_from(&name, record, origin)
             .map_err(|e| fail(e.to_string()))?;
         count += 1;
     }
     Ok(count)
+}
+
+/// Line numbers of byte offsets met in increasing order, in one pass over the text.
+struct LineCounter<'t> {
+    text: &'t [u8],
+    byte: usize,
+    line: usize,
+}
+
+impl<'t> LineCounter<'t> {
+    fn new(text: &'t str) -> Self {
+        LineCounter {
+            text: text.as_bytes(),
+            byte: 0,
+            line: 1,
+        }
+    }
+
+    /// The line (from 1) of the byte at `offset`.
+    fn line_at(&mut self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        if end > self.byte {
+            self.line += self.text[self.byte..end]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
+            self.byte = end;
+        }
+        self.line
+    }
 }
 
 fn csv_message(e: &csv::Error) -> String {

@@ -4,9 +4,22 @@
 //! Lookups walk from the queried name up to its registrable domain, so `x.y.mailinator.com` finds
 //! `mailinator.com`, while a public suffix such as `co.uk` is never an entry and never matched.
 //!
+//! Precedence follows how much each list is worth as evidence: the allowlist and the curated
+//! free-provider list always win over a blocklist; a broad third-party free list (thousands of
+//! names merged from many sources, blocklisted ones among them) only adds names that no blocklist
+//! carries, at the name or a parent. Every overlap resolved is kept in [`TableStats`].
+//!
 //! The table keeps names and records; what a build also yields travels with it in the same
 //! snapshot, made by its own module: the ranked, pre-rendered top-domains ([`TopDomains`]) and
 //! the counts of the build ([`TableStats`]).
+//!
+//! Every entry remembers where its deciding list named it (source and line, see [`Origin`]), for
+//! the evidence of `?explain=true`; and the table carries its [`DatasetVersion`] (generation and
+//! content hash), which every answer shows as `X-Dataset-Version`.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use http::HeaderValue;
 
 use super::name::DomainName;
 use super::name_index::NameIndex;
@@ -21,7 +34,10 @@ use super::top::{Candidate, TopDomains};
 pub enum ListKind {
     Disposable,
     Allow,
+    /// Our curated list of consumer webmail providers: wins over any blocklist.
     FreeProvider,
+    /// A broad third-party free-webmail list: loses to any blocklist.
+    BroadFree,
 }
 
 impl ListKind {
@@ -30,29 +46,71 @@ impl ListKind {
             ListKind::Disposable => DISPOSABLE,
             ListKind::Allow => ALLOW,
             ListKind::FreeProvider => FREE,
+            ListKind::BroadFree => BROAD_FREE,
         }
+    }
+
+    /// The list of highest precedence among `flags` (the order [`DomainTable::lookup`] asks
+    /// them in), if any.
+    fn strongest(flags: u8) -> Option<ListKind> {
+        [
+            ListKind::Allow,
+            ListKind::FreeProvider,
+            ListKind::Disposable,
+            ListKind::BroadFree,
+        ]
+        .into_iter()
+        .find(|k| flags & k.bit() != 0)
     }
 }
 
 const DISPOSABLE: u8 = 1;
 const ALLOW: u8 = 2;
 const FREE: u8 = 4;
-const NO_RECORD: u32 = u32::MAX;
+const BROAD_FREE: u8 = 8;
+/// The name has an explicit record (kept aside: few names have one).
+const RECORD: u8 = 16;
 
-/// What the table knows of one name. Small on purpose: tables hold millions of them.
-#[derive(Debug, Clone, Copy)]
+/// What the table knows of one name. Small on purpose: tables hold millions of them. With the
+/// index's offset and length it fills a 16-byte slot: the provenance rides in what was padding
+/// next to the flags, and the record index moved out to a side index of the few names that have
+/// a record, so knowing where each entry came from costs no byte a name.
+#[derive(Debug, Clone, Copy, Default)]
 struct Entry {
     flags: u8,
-    record: u32,
+    /// Where the entry's list of highest precedence named it (see [`Origin`]).
+    source: SourceId,
+    line: u32,
 }
 
-impl Default for Entry {
-    fn default() -> Self {
-        Entry {
-            flags: 0,
-            record: NO_RECORD,
-        }
-    }
+/// A source of a build (a file, a URL, the built-in list), by its index in the table's source
+/// names. 0 is "no source named" (entries added with [`TableBuilder::add`]).
+pub type SourceId = u16;
+
+/// Where an entry or a record came from: a source and a line of it (0 when the source has no
+/// lines, e.g. the built-in list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin {
+    pub source: SourceId,
+    pub line: u32,
+}
+
+/// The provenance of a table rule, as [`DomainTable::provenance`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Provenance<'t> {
+    /// The list that decided (`None` for an explicit record).
+    pub kind: Option<ListKind>,
+    /// The source's name (`None` when it was given none).
+    pub source: Option<&'t str>,
+    /// Line of the source, from 1 (`None` when the source has no lines).
+    pub line: Option<u32>,
+}
+
+/// A record with where it came from.
+#[derive(Debug)]
+struct StoredRecord {
+    record: ExplicitRecord,
+    origin: Origin,
 }
 
 /// An operator's explicit record (a row of `domains.csv`).
@@ -72,7 +130,8 @@ pub enum TableRule<'t> {
     Allowlist { at: &'t str },
     /// An explicit record for exactly this name.
     Record(&'t ExplicitRecord),
-    /// A consumer webmail provider (never disposable, whatever the blocklists say).
+    /// A consumer webmail provider: on the curated list (never disposable, whatever the
+    /// blocklists say), or only on a broad list with no blocklist entry at the name or a parent.
     FreeProvider { at: &'t str },
     /// On a blocklist, at this name (`at` equals the name) or at a parent.
     Blocklist { at: &'t str },
@@ -93,7 +152,12 @@ pub struct TableMatch<'t> {
 #[derive(Debug)]
 pub struct DomainTable {
     entries: NameIndex<Entry>,
-    records: Vec<ExplicitRecord>,
+    records: Vec<StoredRecord>,
+    /// Names with a record, to their index in `records`.
+    record_index: NameIndex<u32>,
+    /// Source names by [`SourceId`] (index 0: none).
+    sources: Vec<Box<str>>,
+    version: DatasetVersion,
     top: TopDomains,
     /// The scores the table was built (and its top ranked) with; classification reads them here
     /// so that both always agree.
@@ -108,11 +172,13 @@ impl DomainTable {
         TableBuilder::new().build(scores)
     }
 
-    /// Looks a name up: allowlist first, then the name's own record, then the free list, then
-    /// the blocklists, each on the name and its parents up to the registrable domain.
+    /// Looks a name up: allowlist first, then the name's own record, then the curated free
+    /// list, then the blocklists, then the broad free lists, each on the name and its parents up
+    /// to the registrable domain.
     pub fn lookup<'t>(&'t self, name: &DomainName) -> TableMatch<'t> {
         let mut allow_at = None;
         let mut free_at = None;
+        let mut broad_at = None;
         let mut blocked_at = None;
         let mut record = None;
         if let Some(registrable) = name.registrable() {
@@ -125,8 +191,8 @@ impl DomainTable {
                 let Some((key, entry)) = self.entries.get(level) else {
                     continue;
                 };
-                if depth == 0 && entry.record != NO_RECORD {
-                    record = self.records.get(entry.record as usize);
+                if depth == 0 && entry.flags & RECORD != 0 {
+                    record = self.record_of(key);
                 }
                 if entry.flags & ALLOW != 0 {
                     allow_at.get_or_insert(key);
@@ -134,23 +200,85 @@ impl DomainTable {
                 if entry.flags & FREE != 0 {
                     free_at.get_or_insert(key);
                 }
+                if entry.flags & BROAD_FREE != 0 {
+                    broad_at.get_or_insert(key);
+                }
                 if entry.flags & DISPOSABLE != 0 {
                     blocked_at.get_or_insert(key);
                 }
             }
         }
+        // A blocklist entry voids a broad list's word, unless the allowlist voided it first.
+        let broad_at = broad_at.filter(|_| blocked_at.is_none() || allow_at.is_some());
         let rule = match (allow_at, record, free_at, blocked_at) {
             (Some(at), _, _, _) => TableRule::Allowlist { at },
             (None, Some(rec), _, _) => TableRule::Record(rec),
             (None, None, Some(at), _) => TableRule::FreeProvider { at },
             (None, None, None, Some(at)) => TableRule::Blocklist { at },
-            (None, None, None, None) => TableRule::Unknown,
+            (None, None, None, None) => match broad_at {
+                Some(at) => TableRule::FreeProvider { at },
+                None => TableRule::Unknown,
+            },
         };
         TableMatch {
             rule,
-            is_free_provider: free_at.is_some(),
+            is_free_provider: free_at.is_some() || broad_at.is_some(),
             record,
         }
+    }
+
+    fn record_of(&self, name: &str) -> Option<&ExplicitRecord> {
+        self.stored_record(name).map(|r| &r.record)
+    }
+
+    fn stored_record(&self, name: &str) -> Option<&StoredRecord> {
+        let (_, index) = self.record_index.get(name)?;
+        self.records.get(*index as usize)
+    }
+
+    /// Where the rule that decided a lookup of `name` came from: the list and the source line
+    /// that named the matched entry, or the record's. `None` for [`TableRule::Unknown`].
+    pub fn provenance(&self, name: &DomainName, rule: &TableRule<'_>) -> Option<Provenance<'_>> {
+        let (kind, origin) = match rule {
+            TableRule::Record(_) => (None, self.stored_record(name.as_str())?.origin),
+            TableRule::Allowlist { at }
+            | TableRule::FreeProvider { at }
+            | TableRule::Blocklist { at } => {
+                let (_, entry) = self.entries.get(at)?;
+                (
+                    ListKind::strongest(entry.flags),
+                    Origin {
+                        source: entry.source,
+                        line: entry.line,
+                    },
+                )
+            }
+            TableRule::Unknown => return None,
+        };
+        Some(Provenance {
+            kind,
+            source: self
+                .sources
+                .get(usize::from(origin.source))
+                .map(|s| &**s)
+                .filter(|_| origin.source != 0),
+            line: (origin.line != 0).then_some(origin.line),
+        })
+    }
+
+    /// `name` as the table stores it, if it is an entry.
+    pub fn entry_name(&self, name: &str) -> Option<&str> {
+        self.entries.get(name).map(|(key, _)| key)
+    }
+
+    /// Which data answered: the generation and content hash of this table.
+    pub fn version(&self) -> &DatasetVersion {
+        &self.version
+    }
+
+    /// Takes the place of `previous` in service: one generation after it.
+    pub fn succeed(&mut self, previous: &DomainTable) {
+        self.version = DatasetVersion::new(previous.version.generation + 1, self.version.hash);
     }
 
     /// The most prominent flagged entries, ranked and rendered for top-domains.
@@ -186,6 +314,43 @@ impl DomainTable {
     }
 }
 
+/// Which data answered (`X-Dataset-Version`): the table's generation (1 for the table loaded at
+/// start, one more at each swap) and a short hash of its content, e.g. `g42-3f9a1c`.
+///
+/// The hash is over the built entries (each name with its lists after overlaps were resolved and
+/// its provenance), the records, the MX provider patterns and the scores: what an answer,
+/// evidence included, can show. Two gateways built from the same files show the same hash,
+/// and a change anywhere in it (a name moved to another line too) changes the hash. Entries are
+/// summed, so the index's iteration order does not matter.
+#[derive(Debug, Clone)]
+pub struct DatasetVersion {
+    pub generation: u64,
+    /// 24 bits of the content hash (six hex digits: enough to tell versions apart at a glance).
+    pub hash: u32,
+    /// Rendered once per build, so that answers copy a header value and format nothing.
+    header: HeaderValue,
+}
+
+impl DatasetVersion {
+    fn new(generation: u64, hash: u32) -> Self {
+        let text = format!("g{generation}-{hash:06x}");
+        DatasetVersion {
+            generation,
+            hash,
+            header: HeaderValue::from_str(&text).expect("ASCII digits and letters"),
+        }
+    }
+
+    /// The value of the `X-Dataset-Version` header.
+    pub fn header(&self) -> &HeaderValue {
+        &self.header
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.header.to_str().unwrap_or_default()
+    }
+}
+
 /// A record was given twice for one name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a record for {0} was given already")]
@@ -195,31 +360,68 @@ pub struct DuplicateRecord(pub Box<str>);
 #[derive(Debug, Default)]
 pub struct TableBuilder {
     entries: NameIndex<Entry>,
-    records: Vec<ExplicitRecord>,
+    records: Vec<StoredRecord>,
+    record_index: NameIndex<u32>,
+    /// Source names by id; index 0 is the unnamed source.
+    sources: Vec<Box<str>>,
     providers: ProviderTable,
     stats: TableStats,
 }
 
 impl TableBuilder {
     pub fn new() -> Self {
-        Self::default()
+        TableBuilder {
+            sources: vec!["".into()],
+            ..Self::default()
+        }
     }
 
     pub fn with_capacity(names: usize) -> Self {
         TableBuilder {
             entries: NameIndex::with_capacity(names, names * 16),
-            ..Self::default()
+            ..Self::new()
         }
     }
 
-    /// Adds a list entry. Public suffixes (`co.uk`) are skipped and counted: they are never
-    /// matched, so listing one would have no effect but to surprise.
+    /// The id of the source named `name` (a file, a URL, the built-in list), for
+    /// [`add_from`](Self::add_from). Past 65,535 sources, further ones share the last id.
+    pub fn source(&mut self, name: &str) -> SourceId {
+        if self.sources.is_empty() {
+            self.sources.push("".into());
+        }
+        if let Some(id) = self.sources.iter().position(|s| &**s == name) {
+            return SourceId::try_from(id).unwrap_or(SourceId::MAX);
+        }
+        match SourceId::try_from(self.sources.len()) {
+            Ok(id) => {
+                self.sources.push(name.into());
+                id
+            }
+            Err(_) => SourceId::MAX,
+        }
+    }
+
+    /// Adds a list entry from no named source (see [`add_from`](Self::add_from)).
     pub fn add(&mut self, name: &DomainName, kind: ListKind) {
+        self.add_from(name, kind, Origin::default());
+    }
+
+    /// Adds a list entry, noting where it came from. Public suffixes (`co.uk`, `github.io`) are
+    /// skipped and reported: they are never matched, so listing one would have no effect but to
+    /// surprise. A name keeps the origin of its list of highest precedence (the one a lookup
+    /// will name), the first one given among equals.
+    pub fn add_from(&mut self, name: &DomainName, kind: ListKind, origin: Origin) {
         if name.registrable().is_none() {
-            self.stats.skipped_public_suffixes += 1;
+            self.skip_public_suffix(name);
             return;
         }
-        self.entry(name).flags |= kind.bit();
+        let entry = self.entry(name);
+        let before = ListKind::strongest(entry.flags);
+        entry.flags |= kind.bit();
+        if before != ListKind::strongest(entry.flags) {
+            entry.source = origin.source;
+            entry.line = origin.line;
+        }
     }
 
     /// Records how many entries a source held (see [`TableStats::sources`]).
@@ -232,24 +434,39 @@ impl TableBuilder {
         self.providers = providers;
     }
 
-    /// Adds an explicit record for exactly `name`.
+    /// Adds an explicit record for exactly `name`, from no named source.
     pub fn add_record(
         &mut self,
         name: &DomainName,
         record: ExplicitRecord,
     ) -> Result<(), DuplicateRecord> {
+        self.add_record_from(name, record, Origin::default())
+    }
+
+    /// Adds an explicit record for exactly `name`, noting where it came from.
+    pub fn add_record_from(
+        &mut self,
+        name: &DomainName,
+        record: ExplicitRecord,
+        origin: Origin,
+    ) -> Result<(), DuplicateRecord> {
         if name.registrable().is_none() {
-            self.stats.skipped_public_suffixes += 1;
+            self.skip_public_suffix(name);
             return Ok(());
         }
-        let index = self.records.len() as u32;
         let entry = self.entry(name);
-        if entry.record != NO_RECORD {
+        if entry.flags & RECORD != 0 {
             return Err(DuplicateRecord(name.as_str().into()));
         }
-        entry.record = index;
-        self.records.push(record);
+        entry.flags |= RECORD;
+        *self.record_index.get_or_insert(name.as_str()) = self.records.len() as u32;
+        self.records.push(StoredRecord { record, origin });
         Ok(())
+    }
+
+    fn skip_public_suffix(&mut self, name: &DomainName) {
+        self.stats.skipped_public_suffixes += 1;
+        self.stats.public_suffixes.push(name.as_str().into());
     }
 
     fn entry(&mut self, name: &DomainName) -> &mut Entry {
@@ -265,31 +482,163 @@ impl TableBuilder {
     pub fn build(mut self, scores: Scores) -> DomainTable {
         let mut stats = std::mem::take(&mut self.stats);
         for (name, entry) in self.entries.iter_mut() {
-            if entry.flags & DISPOSABLE != 0 && entry.flags & (ALLOW | FREE) != 0 {
-                entry.flags &= !DISPOSABLE;
+            if let Some(resolution) = resolve(entry) {
                 stats.conflicts.push(Conflict {
                     domain: name.into(),
-                    resolution: if entry.flags & ALLOW != 0 {
-                        "on the allowlist and a blocklist: allowlist wins"
-                    } else {
-                        "on the free-provider list and a blocklist: free provider wins"
-                    },
+                    resolution,
                 });
             }
+        }
+        self.resolve_across_levels(&mut stats);
+        for (_, entry) in self.entries.iter() {
+            let free = entry.flags & (FREE | BROAD_FREE) != 0;
             stats.disposable += usize::from(entry.flags & DISPOSABLE != 0);
             stats.allow += usize::from(entry.flags & ALLOW != 0);
-            stats.free_providers += usize::from(entry.flags & FREE != 0);
+            stats.free_providers += usize::from(free);
+            stats.broad_free_only += usize::from(free && entry.flags & FREE == 0);
         }
         stats.conflicts.sort_by(|a, b| a.domain.cmp(&b.domain));
         stats.records = self.records.len();
         let top = TopDomains::rank(flagged(&self, &scores));
+        let hash = self.content_hash(&scores);
+        if self.sources.is_empty() {
+            self.sources.push("".into());
+        }
         DomainTable {
             entries: self.entries,
             records: self.records,
+            record_index: self.record_index,
+            sources: self.sources,
+            version: DatasetVersion::new(1, hash),
             top,
             scores,
             providers: self.providers,
             stats,
+        }
+    }
+}
+
+impl TableBuilder {
+    /// The content hash of [`DatasetVersion`]. Entries are summed, so the index's (random)
+    /// iteration order does not matter; each is hashed with a fixed seed, so equal data gives
+    /// an equal hash in every process of one build of the gateway.
+    fn content_hash(&self, scores: &Scores) -> u32 {
+        let state = foldhash::fast::FixedState::with_seed(0x6461_7461);
+        let source = |id: SourceId| self.sources.get(usize::from(id)).map_or("", |s| &**s);
+        let mut sum = 0u64;
+        for (name, entry) in self.entries.iter() {
+            sum = sum.wrapping_add(state.hash_one((
+                name,
+                entry.flags,
+                source(entry.source),
+                entry.line,
+            )));
+        }
+        for (name, index) in self.record_index.iter() {
+            if let Some(r) = self.records.get(*index as usize) {
+                let rec = &r.record;
+                sum = sum.wrapping_add(state.hash_one((
+                    name,
+                    rec.reason,
+                    rec.risk_score,
+                    rec.mx_provider_label.as_deref(),
+                    rec.flag_weight,
+                    source(r.origin.source),
+                    r.origin.line,
+                )));
+            }
+        }
+        let mut h = state.build_hasher();
+        sum.hash(&mut h);
+        self.entries.len().hash(&mut h);
+        self.providers.fingerprint(&mut h);
+        format!("{scores:?}").hash(&mut h);
+        (h.finish() >> 40) as u32
+    }
+}
+
+/// Resolution of the lists one name is on: the allowlist and the curated free list void a
+/// blocklist entry; a blocklist entry voids a broad free-list entry. Returns how, if it did.
+fn resolve(entry: &mut Entry) -> Option<&'static str> {
+    if entry.flags & DISPOSABLE == 0 {
+        return None;
+    }
+    if entry.flags & ALLOW != 0 {
+        entry.flags &= !DISPOSABLE;
+        Some(ALLOW_OVER_BLOCKLIST)
+    } else if entry.flags & FREE != 0 {
+        entry.flags &= !DISPOSABLE;
+        Some(FREE_OVER_BLOCKLIST)
+    } else if entry.flags & BROAD_FREE != 0 {
+        entry.flags &= !BROAD_FREE;
+        Some(BLOCKLIST_OVER_BROAD)
+    } else {
+        None
+    }
+}
+
+pub const ALLOW_OVER_BLOCKLIST: &str = "on the allowlist and a blocklist: allowlist wins";
+pub const FREE_OVER_BLOCKLIST: &str =
+    "on the curated free-provider list and a blocklist: free provider wins";
+pub const BLOCKLIST_OVER_BROAD: &str = "on a broad free list and a blocklist: disposable, not free";
+pub const BLOCKLIST_PARENT_OVER_BROAD: &str =
+    "on a broad free list under a blocklisted parent: disposable, not free";
+pub const BLOCKLIST_UNDER_BROAD: &str =
+    "on a blocklist under a broad free-list parent: disposable, not free";
+
+impl TableBuilder {
+    /// Overlaps between a name and its parents (the lookup resolves them the same way; this
+    /// reports them, and takes the voided broad entries out of the counts). Only names under a
+    /// registrable domain have parents that can match, so this walks a few levels a name.
+    fn resolve_across_levels(&mut self, stats: &mut TableStats) {
+        let mut voided = Vec::new();
+        for (name, entry) in self.entries.iter() {
+            let (own_broad, own_blocked) =
+                (entry.flags & BROAD_FREE != 0, entry.flags & DISPOSABLE != 0);
+            if !own_broad && !own_blocked {
+                continue;
+            }
+            // Names are stored canonical: the registrable part is a suffix of the name, and
+            // most entries are registrable themselves, with no parent to look at.
+            let Some(registrable) = psl::domain_str(name) else {
+                continue;
+            };
+            let stop = name.len() - registrable.len();
+            if stop == 0 {
+                continue;
+            }
+            let (mut allow, mut free, mut broad, mut blocked) = (false, false, false, false);
+            let parents = name[..stop]
+                .match_indices('.')
+                .map(|(dot, _)| &name[dot + 1..]);
+            for (depth, level) in std::iter::once((0, name)).chain(parents.map(|l| (1, l))) {
+                if let Some((_, e)) = self.entries.get(level) {
+                    allow |= e.flags & ALLOW != 0;
+                    free |= e.flags & FREE != 0;
+                    if depth > 0 {
+                        broad |= e.flags & BROAD_FREE != 0;
+                        blocked |= e.flags & DISPOSABLE != 0;
+                    }
+                }
+            }
+            if allow || free {
+                continue;
+            }
+            if own_broad && blocked {
+                voided.push(Box::<str>::from(name));
+                stats.conflicts.push(Conflict {
+                    domain: name.into(),
+                    resolution: BLOCKLIST_PARENT_OVER_BROAD,
+                });
+            } else if own_blocked && broad {
+                stats.conflicts.push(Conflict {
+                    domain: name.into(),
+                    resolution: BLOCKLIST_UNDER_BROAD,
+                });
+            }
+        }
+        for name in voided {
+            self.entries.get_or_insert(&name).flags &= !BROAD_FREE;
         }
     }
 }
@@ -299,10 +648,15 @@ impl TableBuilder {
 fn flagged<'b>(builder: &'b TableBuilder, scores: &Scores) -> Vec<Candidate<'b>> {
     let mut candidates = Vec::new();
     for (name, entry) in builder.entries.iter() {
-        if entry.flags & (ALLOW | FREE) != 0 {
+        if entry.flags & (ALLOW | FREE | BROAD_FREE) != 0 {
             continue;
         }
-        if let Some(rec) = builder.records.get(entry.record as usize) {
+        let rec = (entry.flags & RECORD != 0)
+            .then(|| builder.record_index.get(name))
+            .flatten()
+            .and_then(|(_, i)| builder.records.get(*i as usize))
+            .map(|r| &r.record);
+        if let Some(rec) = rec {
             if rec.reason != Reason::Safe {
                 candidates.push(Candidate {
                     weight: rec.flag_weight,
@@ -332,17 +686,32 @@ mod tests {
     }
 
     fn table(disposable: &[&str], allow: &[&str], free: &[&str]) -> DomainTable {
-        let mut b = TableBuilder::new();
-        for (names, kind) in [
-            (disposable, ListKind::Disposable),
-            (allow, ListKind::Allow),
-            (free, ListKind::FreeProvider),
-        ] {
-            for d in names {
-                b.add(&n(d), kind);
-            }
-        }
-        b.build(Scores::default())
+        broad_table(disposable, allow, free, &[])
+    }
+
+    #[test]
+    fn the_version_hashes_content_and_counts_swaps() {
+        let a = table(&["mailinator.com", "yopmail.com"], &["126.com"], &[]);
+        let same = table(&["yopmail.com", "mailinator.com"], &["126.com"], &[]);
+        let other = table(&["mailinator.com"], &["126.com"], &[]);
+        assert_eq!(a.version().generation, 1);
+        assert_eq!(a.version().hash, same.version().hash, "order is no content");
+        assert_ne!(a.version().hash, other.version().hash);
+        let text = a.version().as_str().to_owned();
+        assert!(text.starts_with("g1-") && text.len() == 9, "{text}");
+        let mut next = table(&["mailinator.com"], &["126.com"], &[]);
+        next.succeed(&a);
+        assert_eq!(next.version().generation, 2);
+        assert_eq!(
+            next.version().header(),
+            &format!("g2-{:06x}", other.version().hash)
+        );
+    }
+
+    #[test]
+    fn provenance_costs_no_byte_a_name() {
+        // With the index's u32 offset and u8 length, an 8-byte entry keeps slots at 16 bytes.
+        assert_eq!(std::mem::size_of::<Entry>(), 8);
     }
 
     #[test]
@@ -404,6 +773,144 @@ mod tests {
         assert_eq!(names, ["126.com", "99.com", "dispo.net"]);
         assert_eq!(t.stats().disposable, 0);
         assert!(t.top().is_empty());
+    }
+
+    fn broad_table(
+        disposable: &[&str],
+        allow: &[&str],
+        free: &[&str],
+        broad: &[&str],
+    ) -> DomainTable {
+        let mut b = TableBuilder::new();
+        for (names, kind) in [
+            (broad, ListKind::BroadFree),
+            (disposable, ListKind::Disposable),
+            (allow, ListKind::Allow),
+            (free, ListKind::FreeProvider),
+        ] {
+            for d in names {
+                b.add(&n(d), kind);
+            }
+        }
+        b.build(Scores::default())
+    }
+
+    #[test]
+    fn a_broad_free_list_only_adds_names_no_blocklist_carries() {
+        let t = broad_table(
+            &[
+                "mailinator.com",
+                "126.com",
+                "gmail.com",
+                "dyn.example",
+                "x.lycos.example",
+            ],
+            &["126.com"],
+            &["gmail.com"],
+            &[
+                "mailinator.com",
+                "126.com",
+                "gmail.com",
+                "lycos.example",
+                "a.dyn.example",
+            ],
+        );
+        let m = t.lookup(&n("mailinator.com"));
+        assert_eq!(
+            m.rule,
+            TableRule::Blocklist {
+                at: "mailinator.com"
+            }
+        );
+        assert!(!m.is_free_provider, "disposable and not free");
+        // The allowlist and the curated list win over the blocklist; the broad list still adds
+        // that the allowlisted name is a free provider.
+        let m = t.lookup(&n("126.com"));
+        assert_eq!(m.rule, TableRule::Allowlist { at: "126.com" });
+        assert!(m.is_free_provider);
+        assert_eq!(
+            t.lookup(&n("gmail.com")).rule,
+            TableRule::FreeProvider { at: "gmail.com" }
+        );
+        // Only on the broad list: a free provider, for its subdomains too.
+        for q in ["lycos.example", "mx.lycos.example"] {
+            let m = t.lookup(&n(q));
+            assert_eq!(
+                m.rule,
+                TableRule::FreeProvider {
+                    at: "lycos.example"
+                },
+                "{q}"
+            );
+            assert!(m.is_free_provider, "{q}");
+        }
+        // A blocklisted name under a broad entry, and a broad entry under a blocklisted
+        // parent: the blocklist wins both ways.
+        for (q, at) in [
+            ("x.lycos.example", "x.lycos.example"),
+            ("y.x.lycos.example", "x.lycos.example"),
+            ("a.dyn.example", "dyn.example"),
+        ] {
+            let m = t.lookup(&n(q));
+            assert_eq!(m.rule, TableRule::Blocklist { at }, "{q}");
+            assert!(!m.is_free_provider, "{q}");
+        }
+        let stats = t.stats();
+        let resolved: Vec<(&str, &str)> = stats
+            .conflicts
+            .iter()
+            .map(|c| (&*c.domain, c.resolution))
+            .collect();
+        assert_eq!(
+            resolved,
+            [
+                ("126.com", ALLOW_OVER_BLOCKLIST),
+                ("a.dyn.example", BLOCKLIST_PARENT_OVER_BROAD),
+                ("gmail.com", FREE_OVER_BLOCKLIST),
+                ("mailinator.com", BLOCKLIST_OVER_BROAD),
+                ("x.lycos.example", BLOCKLIST_UNDER_BROAD),
+            ]
+        );
+        assert_eq!(
+            stats.conflict_counts().len(),
+            5,
+            "{:?}",
+            stats.conflict_counts()
+        );
+        // Free: gmail.com (curated), 126.com and lycos.example (broad only).
+        assert_eq!((stats.free_providers, stats.broad_free_only), (3, 2));
+        assert_eq!(
+            stats.disposable, 3,
+            "mailinator.com, dyn.example, x.lycos.example"
+        );
+        let top: Vec<_> = t.top().entries(10).iter().map(|e| &*e.domain).collect();
+        assert_eq!(top, ["dyn.example", "mailinator.com", "x.lycos.example"]);
+    }
+
+    #[test]
+    fn public_suffixes_on_any_list_are_skipped_and_named() {
+        let t = broad_table(
+            &["github.io"],
+            &["co.uk"],
+            &["net.ua"],
+            &["com.au", "ok.example"],
+        );
+        assert_eq!(t.stats().skipped_public_suffixes, 4);
+        let mut named: Vec<&str> = t.stats().public_suffixes.iter().map(|s| &**s).collect();
+        named.sort_unstable();
+        assert_eq!(named, ["co.uk", "com.au", "github.io", "net.ua"]);
+        for q in [
+            "github.io",
+            "user.github.io",
+            "example.co.uk",
+            "shop.net.ua",
+            "x.com.au",
+        ] {
+            let m = t.lookup(&n(q));
+            assert_eq!(m.rule, TableRule::Unknown, "{q}");
+            assert!(!m.is_free_provider, "{q}");
+        }
+        assert_eq!(t.len(), 1);
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct GatewayBuilder {
     /// Extra lines of the `mx:` section (with `dns`).
     mx_yaml: Vec<String>,
     quota_yaml: Option<String>,
+    /// Extra lines of the `data:` section.
+    data_yaml: Vec<String>,
     /// The default upstream: a port held without listening, so connects are refused.
     dead_upstream: Option<DeadPort>,
 }
@@ -90,6 +92,7 @@ impl Default for GatewayBuilder {
             dns: None,
             mx_yaml: Vec::new(),
             quota_yaml: None,
+            data_yaml: Vec::new(),
             dead_upstream: Some(dead),
         }
     }
@@ -172,6 +175,12 @@ impl GatewayBuilder {
         self
     }
 
+    /// An extra line inside the `data:` section (indented by four spaces), e.g. `sources: [...]`.
+    pub fn data_yaml(mut self, line: &str) -> Self {
+        self.data_yaml.push(line.to_owned());
+        self
+    }
+
     /// Extra lines inside the `gateway:` section (indented by two spaces).
     pub fn gateway_yaml(mut self, line: &str) -> Self {
         self.gateway_yaml.push(line.to_owned());
@@ -214,11 +223,16 @@ impl GatewayBuilder {
             format!(
                 "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
-                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n  reload:\n    poll_interval_ms: 100\n\
+                 gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n{data_extra}  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
                  {quota}{mx}{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
+                data_extra = self
+                    .data_yaml
+                    .iter()
+                    .map(|l| format!("    {l}\n"))
+                    .collect::<String>(),
                 p = plans.join(", "),
                 quota = self.quota_yaml.unwrap_or_else(|| {
                     "  quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n".to_owned()
@@ -295,22 +309,44 @@ impl Gateway {
 
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let tls = self.is_tls();
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return Err(format!("gateway exited with {status}:\n{}", self.log()));
             }
-            if let Ok(mut c) = Conn::open_as(self.addr, None) {
-                if let Ok(r) = c.get("/readyz") {
-                    // Another test's gateway may hold the port if the bind raced: check that
-                    // the listening socket is this process's.
-                    if r.status == 200 && listens_on(self.child.id(), self.addr.port()) {
-                        return Ok(());
-                    }
-                }
+            // A TLS listener does not speak plain HTTP: ask the admin socket instead.
+            let ready = if tls {
+                self.try_admin_get("/readyz").is_ok_and(|r| r.status == 200)
+            } else {
+                Conn::open_as(self.addr, None)
+                    .and_then(|mut c| c.get("/readyz"))
+                    .is_ok_and(|r| r.status == 200)
+            };
+            // Another test's gateway may hold the port if the bind raced: check that the
+            // listening socket is this process's.
+            if ready && listens_on(self.child.id(), self.addr.port()) {
+                return Ok(());
             }
             thread::sleep(Duration::from_millis(20));
         }
         Err(format!("gateway not ready in time:\n{}", self.log()))
+    }
+
+    /// Whether the config turns TLS on for the public listener (`gateway.tls`).
+    pub fn is_tls(&self) -> bool {
+        std::fs::read_to_string(&self.conf).is_ok_and(|c| c.contains("\n  tls:"))
+    }
+
+    /// One request to the admin listener, or why there is no answer (yet).
+    pub fn try_admin_get(&self, path: &str) -> std::io::Result<Response> {
+        let stream = std::os::unix::net::UnixStream::connect(self.dir.path().join("admin.sock"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut reader = BufReader::new(stream);
+        write!(
+            reader.get_mut(),
+            "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+        )?;
+        read_response(&mut reader)
     }
 
     pub fn log(&self) -> String {
@@ -674,6 +710,9 @@ impl Drop for Upstream {
     }
 }
 
+/// A dataset version the stub backend sends on its own: the gateway must replace it with its own.
+pub const STUB_DATASET_VERSION: &str = "X-Dataset-Version: g999-backend";
+
 fn serve_stub(stream: TcpStream, seen: Arc<Mutex<Vec<SeenRequest>>>, delay: Duration) {
     let mut reader = BufReader::new(stream);
     loop {
@@ -696,7 +735,7 @@ fn serve_stub(stream: TcpStream, seen: Arc<Mutex<Vec<SeenRequest>>>, delay: Dura
         thread::sleep(delay);
         let body = format!("{{\"checked\":{}}}", serde_json::Value::String(path));
         let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{STUB_DATASET_VERSION}\r\n\r\n{body}",
             body.len()
         );
         if reader.get_mut().write_all(resp.as_bytes()).is_err() {
@@ -751,4 +790,92 @@ pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
         thread::sleep(Duration::from_millis(20));
     }
     panic!("condition not met within {within:?}");
+}
+
+/// A gateway process started beside a running [`Gateway`] (`serve --upgrade`); killed on drop.
+pub struct Process {
+    /// Taken by [`Gateway::take_over`].
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Process {
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("process handed over")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("process handed over").id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Whether the process has exited (reaping it).
+    pub fn exited(&mut self) -> bool {
+        self.child().try_wait().unwrap().is_some()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Gateway {
+    /// Starts `serve --upgrade` on this gateway's config and address. The new process waits (a
+    /// few seconds at most) on the upgrade socket for the listening sockets, which this process
+    /// sends when it gets SIGQUIT. Logs to `gateway-next.log` in the folder.
+    pub fn start_successor(&self) -> Process {
+        let log = self.dir.path().join("gateway-next.log");
+        let child = Command::new(BIN)
+            .args([
+                "-c",
+                self.conf.to_str().unwrap(),
+                "serve",
+                "--upgrade",
+                "--listen",
+                &self.addr.to_string(),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Process {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// The upgrade socket a successor listens on (the harness config puts it in the folder).
+    pub fn upgrade_sock(&self) -> PathBuf {
+        self.dir.path().join("upgrade.sock")
+    }
+
+    /// Makes `next` this gateway's process (same folder, address and admin socket) and hands
+    /// back the previous one.
+    pub fn take_over(&mut self, mut next: Process) -> Process {
+        let child = next.child.take().expect("process handed over");
+        let previous = std::mem::replace(&mut self.child, child);
+        let log = std::mem::replace(&mut self.log, next.log.clone());
+        Process {
+            child: Some(previous),
+            log,
+        }
+    }
 }

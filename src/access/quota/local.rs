@@ -1,26 +1,33 @@
-//! The embedded quota store: lock-free counters in memory, merged into a state file.
+//! The embedded quota store: per-key counters in a memory-mapped state file, updated in place.
 //!
-//! Each key has one atomic word holding its month and count, so checking and counting is one
-//! compare-and-swap: with limit L, exactly L calls pass however many race. Every flush (at least
-//! each second, and at shutdown) merges this process's new counts into the state file under a
-//! file lock (read, add, write a temp file, fsync, rename), and takes in what other processes on
-//! the same file added: a gateway and its successor during a graceful upgrade, or several
-//! gateways on one machine, share one count. Loss on a crash is bounded by the flush interval.
+//! The state file is a fixed header and a fixed table of slots, mapped shared by every gateway
+//! that opens it. A slot holds a key id and one word with the key's month and count; a call is
+//! checked and counted by one compare-and-swap on that word, directly in the mapping. So with
+//! limit L exactly L calls pass however many race, in one process or in several (a gateway and
+//! its successor during a graceful upgrade, or several gateways on one host share one count, with
+//! no lock and no merge). What a process writes lands in the kernel's page cache at once, so a
+//! crash (even `kill -9`) loses no count; a periodic `msync` (every `flush_interval_ms`, off the
+//! request path, and at shutdown) bounds what a power loss can take.
 //!
-//! The request path never waits on the flusher: a key seen for the first time is added to the
-//! counter map by a compare-and-swap on the map, not under a lock the flusher holds while it
-//! waits for the state file's lock or the disk; the file's count for such a key is merged in at
-//! the next flush (the flusher also publishes counters for keys other processes counted).
+//! A key's slot is found by open addressing on a hash of its id and claimed once, across
+//! processes, by a compare-and-swap on the slot's state word (free -> claiming -> ready). Slots
+//! are never freed, so a search that meets a free slot knows the key has none yet. A full table
+//! lets calls through uncounted (fail open), logged and counted in `status`.
+//!
+//! The file is only ever created whole: initialised in a temp file, synced, then renamed into
+//! place; a file that does not check out (magic, version, size, slots) stops the start rather
+//! than resetting counts. A state file in the format before this one (JSON) is imported once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use memmap2::{MmapOptions, MmapRaw};
 use serde::{Deserialize, Serialize};
 
 use super::{Consumed, Month, QuotaError, QuotaStore, Usage};
@@ -36,33 +43,778 @@ fn unpack(word: u64) -> (u32, u64) {
     ((word >> COUNT_BITS) as u32, word & COUNT_MASK)
 }
 
-/// One key's count and how much of it the state file already holds.
-#[derive(Debug, Default)]
-struct Counter {
-    /// Month and count as this process sees them.
-    current: AtomicU64,
-    /// Month and count last written to / read from the state file.
-    synced: AtomicU64,
+/// Month and count of `word` as seen in `month` (count 0 when the word holds an older month).
+fn count_in(word: u64, month: u32) -> (u32, u64) {
+    let (m, n) = unpack(word);
+    // A clock stepping back keeps counting in the later month.
+    let effective = m.max(month);
+    (effective, if m == effective { n } else { 0 })
 }
 
-impl Counter {
-    fn new(word: u64) -> Self {
-        Counter {
-            current: AtomicU64::new(word),
-            synced: AtomicU64::new(word),
+/// "DRGQUOTA": what the file's first word holds (native byte order: a file carried to a host of
+/// the other byte order is refused, not misread).
+const MAGIC: u64 = u64::from_ne_bytes(*b"DRGQUOTA");
+const FORMAT_VERSION: u64 = 1;
+/// Header words: magic, version, slot count, words per slot, flags, then reserved.
+const HEADER_WORDS: usize = 8;
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 1;
+const H_SLOTS: usize = 2;
+const H_SLOT_WORDS: usize = 3;
+const H_FLAGS: usize = 4;
+/// The file's counts were imported from a legacy JSON state file.
+const FLAG_IMPORTED: u64 = 1;
+
+/// A slot: state, month|count, then the key id. 64 bytes: one cache line, so two hot keys never
+/// share one.
+const SLOT_WORDS: usize = 8;
+const S_STATE: usize = 0;
+const S_COUNT: usize = 1;
+const S_ID: usize = 2;
+const ID_WORDS: usize = SLOT_WORDS - S_ID;
+/// The longest key id a slot holds, in bytes (key ids are ASCII; `keys.yaml` validation refuses
+/// longer ones).
+pub const MAX_KEY_ID_LEN: usize = ID_WORDS * 8;
+
+/// The longest search: no key is placed farther from its home slot, so no search has to look
+/// farther (a table this crowded counts as full). Bounds the cost of a call of a key that has no
+/// slot in a full table. Fixed by the format: every process on the file must agree.
+const MAX_PROBES: usize = 4096;
+
+/// Slot states. A claim holds the claimer's pid, so a claim left by a killed process is undone.
+const FREE: u64 = 0;
+const READY: u64 = 2;
+const CLAIMING: u64 = 1;
+const STATE_KIND: u64 = 0xff;
+
+fn claiming(pid: u32) -> u64 {
+    (u64::from(pid) << 8) | CLAIMING
+}
+
+/// A claim normally completes within a few stores; past this, its claimer may be dead.
+const CLAIM_CHECK_AFTER: Duration = Duration::from_millis(50);
+/// A claimer that is alive (or whose pid was reused) yet never completes: stop waiting and let
+/// the call through uncounted rather than hold a request thread.
+const CLAIM_GIVE_UP: Duration = Duration::from_secs(1);
+
+/// The smallest and largest slot table (`gateway.quota.slots`): 64 bytes each, so up to 1 GiB.
+pub const MIN_SLOTS: u32 = 1;
+pub const MAX_SLOTS: u32 = 1 << 24;
+pub const DEFAULT_SLOTS: u32 = 65_536;
+
+/// Why the state file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("quota state file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("quota state file {path} is corrupt ({message}); refusing to start rather than reset the counts: fix or move it away")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("quota state file {path} cannot be imported: {message}")]
+    Import { path: PathBuf, message: String },
+}
+
+/// A key id as the words a slot stores: its bytes, zero-padded (ids never contain NUL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeyWords([u64; ID_WORDS]);
+
+impl KeyWords {
+    fn new(id: &str) -> Option<KeyWords> {
+        let bytes = id.as_bytes();
+        if bytes.is_empty() || bytes.len() > MAX_KEY_ID_LEN || bytes.contains(&0) {
+            return None;
+        }
+        let mut words = [0u64; ID_WORDS];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            *word = u64::from_le_bytes(b);
+        }
+        Some(KeyWords(words))
+    }
+
+    fn to_id(self) -> Option<String> {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        // Padding must be all zeros and the id printable ASCII, else the slot is not ours.
+        if len == 0 || bytes[len..].iter().any(|&b| b != 0) {
+            return None;
+        }
+        let id = std::str::from_utf8(&bytes[..len]).ok()?;
+        id.bytes()
+            .all(|b| b.is_ascii_graphic())
+            .then(|| id.to_owned())
+    }
+
+    /// The slot a search starts at. The mix is fixed by this file format (a library hasher may
+    /// change between versions, and every process on the file must probe the same slots).
+    fn home(&self, slots: usize) -> usize {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for w in self.0 {
+            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+        }
+        (h % slots as u64) as usize
+    }
+}
+
+/// Why a key has no slot to count in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoSlot {
+    /// Not claimed yet (only when not asked to claim).
+    Absent,
+    /// Every slot holds another key.
+    Full,
+    /// A claim on the way never completed.
+    Stuck,
+    /// The id cannot be stored (too long, empty).
+    BadId,
+}
+
+/// The slot table, in a mapping: a file's (shared with other processes) or anonymous.
+struct Table {
+    map: MmapRaw,
+    slots: usize,
+}
+
+impl Table {
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page aligned (so 8-byte aligned), at least HEADER_WORDS words
+        // long (checked before it is made), and lives as long as `self.map`; its length is a
+        // multiple of 8. `MmapRaw` hands out no references, so the only views of this memory
+        // are these atomics (here and in other processes mapping the same file), which allow
+        // shared mutation. The file is never truncated while mapped: this process holds a
+        // shared flock on it and the gateway never shrinks or rewrites an existing file (an
+        // operator truncating it by hand would get SIGBUS, not wrong counts).
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8)
         }
     }
 
-    /// Count in `month` (0 when the word holds an older month).
-    fn count_in(word: u64, month: u32) -> (u32, u64) {
-        let (m, n) = unpack(word);
-        // A clock stepping back keeps counting in the later month.
-        let effective = m.max(month);
-        (effective, if m == effective { n } else { 0 })
+    fn header(&self, word: usize) -> &AtomicU64 {
+        &self.words()[word]
+    }
+
+    fn slot(&self, i: usize) -> &[AtomicU64] {
+        let start = HEADER_WORDS + i * SLOT_WORDS;
+        &self.words()[start..start + SLOT_WORDS]
+    }
+
+    fn bytes(slots: usize) -> usize {
+        (HEADER_WORDS + slots * SLOT_WORDS) * 8
+    }
+
+    /// Writes the header of a fresh (all-zero) table.
+    fn init_header(&self) {
+        self.header(H_VERSION)
+            .store(FORMAT_VERSION, Ordering::Relaxed);
+        self.header(H_SLOTS)
+            .store(self.slots as u64, Ordering::Relaxed);
+        self.header(H_SLOT_WORDS)
+            .store(SLOT_WORDS as u64, Ordering::Relaxed);
+        self.header(H_MAGIC).store(MAGIC, Ordering::Release);
+    }
+
+    fn slot_id(slot: &[AtomicU64]) -> KeyWords {
+        let mut words = [0u64; ID_WORDS];
+        for (w, a) in words.iter_mut().zip(&slot[S_ID..]) {
+            *w = a.load(Ordering::Relaxed);
+        }
+        KeyWords(words)
+    }
+
+    /// The slot of `id`, claiming a free one for it when `claim` is set. Lock-free: waits only
+    /// for another thread's or process's claim of a slot on the way, which takes a few stores.
+    fn find(&self, id: &KeyWords, claim: bool) -> Result<usize, NoSlot> {
+        let home = id.home(self.slots);
+        let me = claiming(std::process::id());
+        let mut probe = 0;
+        while probe < self.slots.min(MAX_PROBES) {
+            let i = (home + probe) % self.slots;
+            let slot = self.slot(i);
+            let state = slot[S_STATE].load(Ordering::Acquire);
+            if state == FREE {
+                if !claim {
+                    return Err(NoSlot::Absent);
+                }
+                if slot[S_STATE]
+                    .compare_exchange(FREE, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    continue; // Look at this slot again.
+                }
+                for (a, w) in slot[S_ID..].iter().zip(id.0) {
+                    a.store(w, Ordering::Relaxed);
+                }
+                slot[S_COUNT].store(0, Ordering::Relaxed);
+                // Publishes the id with the state: a reader that sees READY sees the id. A
+                // claim undone meanwhile (its claimer taken for dead) is not published.
+                if slot[S_STATE]
+                    .compare_exchange(me, READY, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(i);
+                }
+                continue;
+            }
+            if state & STATE_KIND == CLAIMING {
+                if wait_for_claim(&slot[S_STATE], state).is_none() {
+                    return Err(NoSlot::Stuck);
+                }
+                continue;
+            }
+            if state == READY && Table::slot_id(slot) == *id {
+                return Ok(i);
+            }
+            // Another key's slot (opening the file checks that it holds no other state).
+            probe += 1;
+        }
+        Err(if claim { NoSlot::Full } else { NoSlot::Absent })
+    }
+
+    fn used_slots(&self) -> usize {
+        (0..self.slots)
+            .filter(|&i| self.slot(i)[S_STATE].load(Ordering::Relaxed) != FREE)
+            .count()
     }
 }
 
-/// The state file: per key, its month and count.
+/// Waits until a claim (`state`, claiming) changes; `None` if it never does. Undoes the claim of
+/// a process that died mid-claim.
+fn wait_for_claim(word: &AtomicU64, state: u64) -> Option<u64> {
+    let mut spins = 0u32;
+    let mut since: Option<Instant> = None;
+    loop {
+        if spins < 100 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+            let waited = since.get_or_insert_with(Instant::now).elapsed();
+            if waited > CLAIM_CHECK_AFTER && !claimer_alive(state) {
+                // Whoever wins this compare-and-swap (or another waiter) frees the slot.
+                let _ = word.compare_exchange(state, FREE, Ordering::AcqRel, Ordering::Acquire);
+            }
+            if waited > CLAIM_GIVE_UP {
+                return None;
+            }
+        }
+        let now = word.load(Ordering::Acquire);
+        if now != state {
+            return Some(now);
+        }
+    }
+}
+
+/// Whether the process holding claim `state` still runs (Linux `/proc`; elsewhere assumed, so
+/// a live claim is never taken away).
+fn claimer_alive(state: u64) -> bool {
+    let pid = state >> 8;
+    if !Path::new("/proc/self").exists() {
+        return true;
+    }
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The embedded quota store.
+pub struct LocalStore {
+    table: Table,
+    /// The state file, when counts persist (not for `in_memory`).
+    state_file: Option<PathBuf>,
+    /// Holds a shared flock on the state file while it is mapped.
+    _file: Option<File>,
+    /// Calls let through uncounted (no slot): fail open, reported in `status`.
+    uncounted: AtomicU64,
+}
+
+impl LocalStore {
+    /// A store that keeps counts in memory only.
+    pub fn in_memory() -> Self {
+        LocalStore::anonymous(DEFAULT_SLOTS as usize)
+    }
+
+    fn anonymous(slots: usize) -> Self {
+        let map = MmapOptions::new()
+            .len(Table::bytes(slots))
+            .map_anon()
+            .expect("anonymous memory for the quota table");
+        let table = Table {
+            map: map.into(),
+            slots,
+        };
+        table.init_header();
+        LocalStore {
+            table,
+            state_file: None,
+            _file: None,
+            uncounted: AtomicU64::new(0),
+        }
+    }
+
+    /// A store on the state file `path` with room for `slots` keys (when it creates the file).
+    ///
+    /// A configured path ending in `.json` (the format before this one) names the legacy file:
+    /// the counters live next to it with the extension `.counters`. A legacy JSON file found
+    /// (at `path`, or as `<name>.json` next to the counters file) while the counters file does
+    /// not exist yet is imported once and kept as `<name>.json.migrated`. A file that exists but
+    /// does not check out is an error: counts are never silently reset.
+    pub fn open(path: &Path, slots: u32) -> Result<Self, StateError> {
+        let io = |source| StateError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let (counters, legacy) = if path.extension().is_some_and(|e| e == "json") {
+            (path.with_extension("counters"), path.to_owned())
+        } else {
+            (path.to_owned(), path.with_extension("json"))
+        };
+        // Serialises creation and migration between processes starting at once; never held
+        // once the store is open.
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(counters.with_extension("lock"))
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        match read_head(&counters)? {
+            Head::Missing => {
+                let legacy = legacy.is_file().then_some(legacy.as_path());
+                create(&counters, legacy, slots as usize)?;
+            }
+            Head::Legacy => create(&counters, Some(&counters), slots as usize)?,
+            Head::Counters => {}
+        }
+        let store = LocalStore::map(&counters)?;
+        if counters != legacy && legacy.is_file() {
+            if store.table.header(H_FLAGS).load(Ordering::Relaxed) & FLAG_IMPORTED != 0 {
+                // A start stopped between the rename of the new file and the old one's.
+                finish_migration(&legacy, true)?;
+            } else {
+                log::warn!(
+                    "quota: {} is a legacy state file next to {}, which already holds the counts; it is not imported (move it away)",
+                    legacy.display(),
+                    counters.display()
+                );
+            }
+        }
+        if store.table.slots != slots as usize {
+            log::warn!(
+                "quota: {} has {} slots; gateway.quota.slots ({slots}) applies only when the file is created",
+                counters.display(),
+                store.table.slots
+            );
+        }
+        drop(lock);
+        log::info!(
+            "quota store: counters in {} ({} of {} slots used)",
+            counters.display(),
+            store.table.used_slots(),
+            store.table.slots
+        );
+        Ok(store)
+    }
+
+    /// Maps an existing counters file and checks it whole.
+    fn map(path: &Path) -> Result<Self, StateError> {
+        let io = |source| StateError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let corrupt = |message: String| StateError::Corrupt {
+            path: path.to_owned(),
+            message,
+        };
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io)?;
+        file.lock_shared().map_err(io)?;
+        let mut header = [0u8; HEADER_WORDS * 8];
+        let len = file.metadata().map_err(io)?.len();
+        (&file).read_exact(&mut header).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                corrupt(format!("{len} bytes, shorter than its header"))
+            } else {
+                io(e)
+            }
+        })?;
+        let word = |i: usize| u64::from_ne_bytes(header[i * 8..i * 8 + 8].try_into().unwrap());
+        if word(H_MAGIC) != MAGIC {
+            return Err(corrupt(
+                "not a quota counters file (wrong magic)".to_owned(),
+            ));
+        }
+        if word(H_VERSION) != FORMAT_VERSION {
+            return Err(corrupt(format!(
+                "format version {}, this gateway reads {FORMAT_VERSION}",
+                word(H_VERSION)
+            )));
+        }
+        let slots = word(H_SLOTS);
+        if word(H_SLOT_WORDS) != SLOT_WORDS as u64
+            || !(u64::from(MIN_SLOTS)..=u64::from(MAX_SLOTS)).contains(&slots)
+        {
+            return Err(corrupt(format!(
+                "unexpected table shape: {slots} slots of {} words",
+                word(H_SLOT_WORDS)
+            )));
+        }
+        let slots = slots as usize;
+        if len != Table::bytes(slots) as u64 {
+            return Err(corrupt(format!(
+                "{len} bytes where its {slots} slots take {}",
+                Table::bytes(slots)
+            )));
+        }
+        let table = Table {
+            map: MmapOptions::new()
+                .len(Table::bytes(slots))
+                .map_raw(&file)
+                .map_err(io)?,
+            slots,
+        };
+        check_slots(&table).map_err(corrupt)?;
+        Ok(LocalStore {
+            table,
+            state_file: Some(path.to_owned()),
+            _file: Some(file),
+            uncounted: AtomicU64::new(0),
+        })
+    }
+
+    fn try_consume(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Consumed {
+        let month = Month::containing(now);
+        let slot = match KeyWords::new(key_id).ok_or(NoSlot::BadId) {
+            Ok(id) => self.table.find(&id, true),
+            Err(e) => Err(e),
+        };
+        let slot = match slot {
+            Ok(i) => self.table.slot(i),
+            Err(why) => return self.let_through(key_id, why, limit, now),
+        };
+        let count = &slot[S_COUNT];
+        let mut word = count.load(Ordering::Acquire);
+        loop {
+            let (m, n) = count_in(word, month.index());
+            let usage = Usage {
+                used: n,
+                limit,
+                month: Month::from_index(m),
+                now,
+            };
+            if n >= limit {
+                return Consumed::Exceeded(usage);
+            }
+            match count.compare_exchange_weak(
+                word,
+                pack(m, n + 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Consumed::Allowed(Usage {
+                        used: n + 1,
+                        ..usage
+                    })
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Fail open: a call the store cannot count passes uncounted, logged (sparingly: at the
+    /// 1st, 2nd, 4th, 8th... such call) and counted in `status`.
+    fn let_through(&self, key_id: &str, why: NoSlot, limit: u64, now: DateTime<Utc>) -> Consumed {
+        let n = self.uncounted.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            let reason = match why {
+                NoSlot::Full => format!(
+                    "all {} slots of the quota table are taken (gateway.quota.slots applies when the state file is created)",
+                    self.table.slots
+                ),
+                NoSlot::Stuck => "a claim of its slot never completed".to_owned(),
+                NoSlot::BadId | NoSlot::Absent => {
+                    format!("the key id is not 1 to {MAX_KEY_ID_LEN} bytes")
+                }
+            };
+            log::error!(
+                "quota: a call of key '{key_id}' passes uncounted: {reason} ({n} uncounted calls so far)"
+            );
+        }
+        Consumed::Allowed(Usage {
+            used: 0,
+            limit,
+            month: Month::containing(now),
+            now,
+        })
+    }
+
+    fn read_usage(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Usage {
+        let month = Month::containing(now);
+        let word = KeyWords::new(key_id)
+            .and_then(|id| self.table.find(&id, false).ok())
+            .map_or(0, |i| self.table.slot(i)[S_COUNT].load(Ordering::Acquire));
+        let (m, n) = count_in(word, month.index());
+        Usage {
+            used: n,
+            limit,
+            month: Month::from_index(m),
+            now,
+        }
+    }
+
+    /// Writes the counts through to the disk (`msync`): what a power loss can take is bounded
+    /// by how often this runs. A crash of the process needs no flush. Blocking I/O: call it off
+    /// the request threads.
+    pub fn flush(&self) -> Result<(), StateError> {
+        let Some(path) = &self.state_file else {
+            return Ok(());
+        };
+        self.table.map.flush().map_err(|source| StateError::Io {
+            path: path.clone(),
+            source,
+        })
+    }
+}
+
+/// What a state file path holds, from its first bytes.
+enum Head {
+    Missing,
+    Counters,
+    /// The JSON format before the counters file.
+    Legacy,
+}
+
+fn read_head(path: &Path) -> Result<Head, StateError> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Head::Missing),
+        Err(source) => {
+            return Err(StateError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let mut head = [0u8; 64];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(StateError::Io {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+    let text = head[..n].trim_ascii_start();
+    Ok(if text.first() == Some(&b'{') {
+        Head::Legacy
+    } else {
+        // Checked in full (magic, version, size) when mapped.
+        Head::Counters
+    })
+}
+
+/// Checks every slot of a mapped file: only free, ready or claiming states, ids that are ids,
+/// no id twice, months a month label can name.
+fn check_slots(table: &Table) -> Result<(), String> {
+    let mut ids = HashSet::new();
+    let last_month = Month {
+        year: 9999,
+        month: 12,
+    }
+    .index();
+    for i in 0..table.slots {
+        let slot = table.slot(i);
+        let state = slot[S_STATE].load(Ordering::Acquire);
+        match state & STATE_KIND {
+            FREE if state == FREE => {}
+            READY if state == READY => {
+                let id = Table::slot_id(slot)
+                    .to_id()
+                    .ok_or_else(|| format!("slot {i} holds no valid key id"))?;
+                let (month, _) = unpack(slot[S_COUNT].load(Ordering::Relaxed));
+                if month > last_month {
+                    return Err(format!("slot {i} ('{id}') holds month index {month}"));
+                }
+                if !ids.insert(id.clone()) {
+                    return Err(format!("key id '{id}' holds two slots"));
+                }
+            }
+            CLAIMING => {
+                // A process opens its state file once, so a claim carrying its own pid was left
+                // by a killed predecessor whose pid it got.
+                if !claimer_alive(state) || state == claiming(std::process::id()) {
+                    // Its claimer died mid-claim: the slot was never counted in.
+                    let _ = slot[S_STATE].compare_exchange(
+                        state,
+                        FREE,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            _ => return Err(format!("slot {i} has the unknown state {state:#x}")),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the counters file `path` whole (temp file, sync, rename), importing `legacy`'s
+/// counts when given. Called under the creation lock.
+fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateError> {
+    let tmp = path.with_extension("counters-tmp");
+    let io = |source| StateError::Io {
+        path: tmp.clone(),
+        source,
+    };
+    let keys = match legacy {
+        Some(l) => read_legacy(l)?,
+        None => Vec::new(),
+    };
+    let import = |message: String| StateError::Import {
+        path: legacy.unwrap_or(path).to_owned(),
+        message,
+    };
+    let slots = slots.clamp(MIN_SLOTS as usize, MAX_SLOTS as usize);
+    if keys.len() > slots {
+        return Err(import(format!(
+            "{} keys do not fit in gateway.quota.slots ({slots})",
+            keys.len()
+        )));
+    }
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io)?;
+    // Zeros written, not a sparse hole: a count's first write never has to allocate a block.
+    {
+        let zeros = vec![0u8; 1 << 16];
+        let mut left = Table::bytes(slots);
+        let mut w = std::io::BufWriter::new(&file);
+        while left > 0 {
+            let n = left.min(zeros.len());
+            w.write_all(&zeros[..n]).map_err(io)?;
+            left -= n;
+        }
+        w.flush().map_err(io)?;
+    }
+    let table = Table {
+        map: MmapOptions::new()
+            .len(Table::bytes(slots))
+            .map_raw(&file)
+            .map_err(io)?,
+        slots,
+    };
+    table.init_header();
+    for (id, month, used) in &keys {
+        let words = KeyWords::new(id).ok_or_else(|| {
+            import(format!(
+                "key id '{id}' is longer than {MAX_KEY_ID_LEN} bytes or empty"
+            ))
+        })?;
+        let slot = table
+            .find(&words, true)
+            .map_err(|_| import(format!("no slot for key id '{id}'")))?;
+        table.slot(slot)[S_COUNT].store(pack(month.index(), *used), Ordering::Relaxed);
+    }
+    if legacy.is_some() {
+        table
+            .header(H_FLAGS)
+            .store(FLAG_IMPORTED, Ordering::Relaxed);
+    }
+    table.map.flush().map_err(io)?;
+    drop(table);
+    file.sync_all().map_err(io)?;
+    drop(file);
+    if let Some(l) = legacy {
+        // Kept under its new name before the counters file takes over, so no crash can leave
+        // neither.
+        let kept = migrated_name(l);
+        match std::fs::hard_link(l, &kept) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(StateError::Io { path: kept, source }),
+        }
+    }
+    std::fs::rename(&tmp, path).map_err(|source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    sync_dir(path)?;
+    if let Some(l) = legacy {
+        log::warn!(
+            "quota: imported the counts of {} keys from the legacy state file {} into {}; the old file is kept as {}",
+            keys.len(),
+            l.display(),
+            path.display(),
+            migrated_name(l).display()
+        );
+        if l != path {
+            finish_migration(l, false)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the legacy file once its counts are in the counters file (it is kept, hard-linked,
+/// under its `.migrated` name).
+fn finish_migration(legacy: &Path, log: bool) -> Result<(), StateError> {
+    let kept = migrated_name(legacy);
+    let io = |source| StateError::Io {
+        path: legacy.to_owned(),
+        source,
+    };
+    if !kept.exists() {
+        std::fs::hard_link(legacy, &kept).map_err(io)?;
+    }
+    std::fs::remove_file(legacy).map_err(io)?;
+    sync_dir(legacy)?;
+    if log {
+        log::warn!(
+            "quota: {} was already imported; kept as {}",
+            legacy.display(),
+            kept.display()
+        );
+    }
+    Ok(())
+}
+
+fn migrated_name(legacy: &Path) -> PathBuf {
+    let mut name = legacy.file_name().unwrap_or_default().to_owned();
+    name.push(".migrated");
+    legacy.with_file_name(name)
+}
+
+fn sync_dir(path: &Path) -> Result<(), StateError> {
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d,
+        None => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| StateError::Io {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+/// The legacy state file (JSON): per key, its month and count.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StateFile {
     version: u32,
@@ -93,281 +845,26 @@ impl<'de> Deserialize<'de> for MonthLabel {
     }
 }
 
-/// Why the state file could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error("quota state file {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("quota state file {path} is corrupt ({message}); refusing to start rather than reset the counts: fix or move it away")]
-    Corrupt { path: PathBuf, message: String },
-}
-
-type Counters = HashMap<Arc<str>, Arc<Counter>>;
-
-/// The embedded quota store.
-pub struct LocalStore {
-    /// Grown copy-on-write by compare-and-swap (by requests for a new key, by the flusher for
-    /// keys other processes counted); never replaced wholesale, so no counter is lost.
-    counters: ArcSwap<Counters>,
-    /// Serialises flushes; never taken on the request path.
-    flushing: Mutex<()>,
-    state_file: Option<PathBuf>,
-}
-
-impl LocalStore {
-    /// A store that keeps counts in memory only.
-    pub fn in_memory() -> Self {
-        LocalStore {
-            counters: ArcSwap::from_pointee(HashMap::new()),
-            flushing: Mutex::new(()),
-            state_file: None,
-        }
-    }
-
-    /// A store persisted to `path`, loading what it holds. A file that exists but cannot be
-    /// read is an error: counts are never silently reset.
-    pub fn open(path: &Path) -> Result<Self, StateError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
-                path: path.to_owned(),
-                source,
-            })?;
-        }
-        let store = LocalStore {
-            state_file: Some(path.to_owned()),
-            ..LocalStore::in_memory()
-        };
-        let state = read_state(path)?;
-        let map: HashMap<Arc<str>, Arc<Counter>> = state
-            .keys
-            .into_iter()
-            .map(|(id, k)| {
-                (
-                    Arc::from(id),
-                    Arc::new(Counter::new(pack(k.month.0.index(), k.used))),
-                )
-            })
-            .collect();
-        store.counters.store(Arc::new(map));
-        Ok(store)
-    }
-
-    fn counter(&self, key_id: &str) -> Arc<Counter> {
-        if let Some(c) = self.counters.load().get(key_id) {
-            return c.clone();
-        }
-        let made = Arc::new(Counter::default());
-        // Set by each attempt: the last one is the one `add_counters` published (or found the
-        // key already there).
-        let mut inserted = false;
-        self.add_counters(|current| {
-            inserted = !current.contains_key(key_id);
-            if inserted {
-                vec![(Arc::from(key_id), made.clone())]
-            } else {
-                Vec::new()
-            }
-        });
-        if inserted {
-            return made;
-        }
-        // Keys are never removed from the map, so the one another thread added is still there.
-        self.counters.load().get(key_id).cloned().unwrap_or(made)
-    }
-
-    /// Adds the counters `missing` picks from the current map, without a lock: copy, insert,
-    /// publish unless the map changed meanwhile, else pick again from the newer map.
-    fn add_counters(&self, mut missing: impl FnMut(&Counters) -> Vec<(Arc<str>, Arc<Counter>)>) {
-        let mut current = self.counters.load_full();
-        loop {
-            let add = missing(&current);
-            if add.is_empty() {
-                return;
-            }
-            let mut next = Counters::clone(&current);
-            next.extend(add);
-            let previous = self.counters.compare_and_swap(&current, Arc::new(next));
-            if Arc::ptr_eq(&previous, &current) {
-                return;
-            }
-            current = arc_swap::Guard::into_inner(previous);
-        }
-    }
-
-    fn try_consume(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Consumed {
-        let month = Month::containing(now);
-        let counter = self.counter(key_id);
-        let mut word = counter.current.load(Ordering::Acquire);
-        loop {
-            let (m, n) = Counter::count_in(word, month.index());
-            let usage = Usage {
-                used: n,
-                limit,
-                month: Month::from_index(m),
-                now,
-            };
-            if n >= limit {
-                return Consumed::Exceeded(usage);
-            }
-            match counter.current.compare_exchange_weak(
-                word,
-                pack(m, n + 1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Consumed::Allowed(Usage {
-                        used: n + 1,
-                        ..usage
-                    })
-                }
-                Err(actual) => word = actual,
-            }
-        }
-    }
-
-    fn read_usage(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Usage {
-        let month = Month::containing(now);
-        let word = self
-            .counters
-            .load()
-            .get(key_id)
-            .map_or(0, |c| c.current.load(Ordering::Acquire));
-        let (m, n) = Counter::count_in(word, month.index());
-        Usage {
-            used: n,
-            limit,
-            month: Month::from_index(m),
-            now,
-        }
-    }
-
-    /// Merges this process's new counts into the state file and takes in other processes'.
-    /// Blocking I/O: call it off the request threads.
-    pub fn flush(&self) -> Result<(), StateError> {
-        let Some(path) = &self.state_file else {
-            return Ok(());
-        };
-        let io = |source| StateError::Io {
-            path: path.clone(),
-            source,
-        };
-        let _g = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
-        let lock = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path.with_extension("lock"))
-            .map_err(io)?;
-        lock.lock().map_err(io)?;
-        let mut file = read_state(path)?;
-        let counters = self.counters.load_full();
-        let mut changed = false;
-        let mut merged: Vec<(Arc<Counter>, u64, u64)> = Vec::new();
-        for (id, counter) in counters.iter() {
-            let seen = counter.current.load(Ordering::Acquire);
-            let (cm, n) = unpack(seen);
-            let (sm, sn) = unpack(counter.synced.load(Ordering::Acquire));
-            let delta = if sm == cm { n.saturating_sub(sn) } else { n };
-            let (fm, fc) = file
-                .keys
-                .get(&**id)
-                .map_or((0, 0), |k| (k.month.0.index(), k.used));
-            let month = cm.max(fm);
-            let total = if fm == month { fc } else { 0 } + if cm == month { delta } else { 0 };
-            if delta > 0 || fm != month {
-                changed = true;
-                file.keys.insert(
-                    id.to_string(),
-                    KeyState {
-                        month: MonthLabel(Month::from_index(month)),
-                        used: total,
-                    },
-                );
-            }
-            merged.push((counter.clone(), seen, pack(month, total)));
-        }
-        if changed {
-            file.version = 1;
-            write_atomic(path, &file).map_err(io)?;
-        }
-        // Local views become the file's total plus whatever was counted during the flush.
-        for (counter, seen, total) in merged {
-            let mut word = counter.current.load(Ordering::Acquire);
-            loop {
-                let (wm, wn) = unpack(word);
-                let (sm, sn) = unpack(seen);
-                let (tm, tn) = unpack(total);
-                let next = if wm == sm {
-                    pack(tm, tn + (wn - sn))
-                } else {
-                    // Rolled over during the flush: the new month's count stands.
-                    word
-                };
-                match counter.current.compare_exchange_weak(
-                    word,
-                    next,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => word = actual,
-                }
-            }
-            counter.synced.store(total, Ordering::Release);
-        }
-        // Keys other processes counted that this one has not seen yet. A key a request added
-        // since `counters` was loaded keeps its counter (its file count joins at the next flush).
-        self.add_counters(|current| {
-            file.keys
-                .iter()
-                .filter(|(id, _)| !current.contains_key(id.as_str()))
-                .map(|(id, k)| {
-                    (
-                        Arc::from(id.as_str()),
-                        Arc::new(Counter::new(pack(k.month.0.index(), k.used))),
-                    )
-                })
-                .collect()
-        });
-        drop(lock);
-        Ok(())
-    }
-}
-
-fn read_state(path: &Path) -> Result<StateFile, StateError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StateFile::default()),
-        Err(source) => {
-            return Err(StateError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+fn read_legacy(path: &Path) -> Result<Vec<(String, Month, u64)>, StateError> {
+    let text = std::fs::read_to_string(path).map_err(|source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_state(&text).map_err(|e| StateError::Corrupt {
         path: path.to_owned(),
         message: e.to_string(),
     })
 }
 
-fn write_atomic(path: &Path, state: &StateFile) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        serde_json::to_writer_pretty(&mut f, state)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+/// Parses a legacy (JSON) state file as the import does: each key's month and count (the fuzz
+/// target's entry).
+pub fn parse_state(text: &str) -> Result<Vec<(String, Month, u64)>, serde_json::Error> {
+    let file: StateFile = serde_json::from_str(text)?;
+    Ok(file
+        .keys
+        .into_iter()
+        .map(|(id, k)| (id, k.month.0, k.used))
+        .collect())
 }
 
 #[async_trait]
@@ -394,32 +891,17 @@ impl QuotaStore for LocalStore {
         serde_json::json!({
             "store": "local",
             "state_file": self.state_file.as_ref().map(|p| p.display().to_string()),
+            "slots": self.table.slots,
+            "slots_used": self.table.used_slots(),
+            "uncounted_calls": self.uncounted.load(Ordering::Relaxed),
         })
     }
 }
 
-/// Parses state-file text as `open` does: each key's month and count (the fuzz target's entry).
-pub fn parse_state(text: &str) -> Result<Vec<(String, Month, u64)>, serde_json::Error> {
-    let file: StateFile = serde_json::from_str(text)?;
-    Ok(file
-        .keys
-        .into_iter()
-        .map(|(id, k)| (id, k.month.0, k.used))
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_state_file_with_an_impossible_year_is_refused() {
-        // Found by fuzzing: this year overflowed the month index when the file was read.
-        let text = r#"{"version":1,"keys":{"k":{"month":"580100730-2","used":42}}}"#;
-        assert!(super::parse_state(text).is_err());
-        let ok = r#"{"version":1,"keys":{"k":{"month":"2026-02","used":42}}}"#;
-        assert_eq!(super::parse_state(ok).unwrap().len(), 1);
-    }
-
     use super::*;
+    use std::sync::Arc;
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -432,10 +914,21 @@ mod tests {
         }
     }
 
+    const NOW: &str = "2026-11-10T00:00:00Z";
+
+    #[test]
+    fn a_state_file_with_an_impossible_year_is_refused() {
+        // Found by fuzzing: this year overflowed the month index when the file was read.
+        let text = r#"{"version":1,"keys":{"k":{"month":"580100730-2","used":42}}}"#;
+        assert!(parse_state(text).is_err());
+        let ok = r#"{"version":1,"keys":{"k":{"month":"2026-02","used":42}}}"#;
+        assert_eq!(parse_state(ok).unwrap().len(), 1);
+    }
+
     #[test]
     fn counts_up_to_the_limit_then_refuses() {
         let s = LocalStore::in_memory();
-        let now = t("2026-11-10T00:00:00Z");
+        let now = t(NOW);
         assert_eq!(used(s.try_consume("k", 2, now)), Ok(1));
         assert_eq!(used(s.try_consume("k", 2, now)), Ok(2));
         assert_eq!(used(s.try_consume("k", 2, now)), Err(2));
@@ -464,120 +957,278 @@ mod tests {
     #[test]
     fn exactly_the_limit_passes_under_contention() {
         let s = Arc::new(LocalStore::in_memory());
-        let now = t("2026-11-10T00:00:00Z");
+        assert_eq!(race(&[s], 2500), 2500);
+    }
+
+    /// 8 threads, spread over `stores`, each trying 1000 calls of key `k` with `limit`; how
+    /// many passed.
+    fn race(stores: &[Arc<LocalStore>], limit: u64) -> usize {
+        let now = t(NOW);
         let handles: Vec<_> = (0..8)
-            .map(|_| {
-                let s = s.clone();
+            .map(|i| {
+                let s = stores[i % stores.len()].clone();
                 std::thread::spawn(move || {
                     (0..1000)
-                        .filter(|_| used(s.try_consume("k", 2500, now)).is_ok())
+                        .filter(|_| used(s.try_consume("k", limit, now)).is_ok())
                         .count()
                 })
             })
             .collect();
-        let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
-        assert_eq!(total, 2500);
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
     }
 
     #[test]
-    fn state_survives_a_restart_and_processes_merge() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state/quota.json");
-        let now = t("2026-11-10T00:00:00Z");
-        let a = LocalStore::open(&path).unwrap();
-        for _ in 0..3 {
-            a.try_consume("k", 100, now);
+    fn threads_claiming_the_same_new_keys_get_one_slot_each() {
+        // A small table so the keys collide and probe past each other's slots.
+        let s = Arc::new(LocalStore::anonymous(64));
+        let now = t(NOW);
+        let keys: Vec<String> = (0..48).map(|i| format!("key-{i}")).collect();
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, keys, start) = (s.clone(), keys.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    for _ in 0..10 {
+                        for k in &keys {
+                            assert!(used(s.try_consume(k, u64::MAX >> 30, now)).is_ok());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
         }
-        a.flush().unwrap();
-        // A second process on the same file (e.g. the successor in a graceful upgrade).
-        let b = LocalStore::open(&path).unwrap();
-        assert_eq!(b.read_usage("k", 100, now).used, 3);
-        b.try_consume("k", 100, now);
-        a.try_consume("k", 100, now);
-        b.flush().unwrap();
-        a.flush().unwrap();
-        b.flush().unwrap();
-        assert_eq!(a.read_usage("k", 100, now).used, 5);
-        assert_eq!(b.read_usage("k", 100, now).used, 5);
-        let c = LocalStore::open(&path).unwrap();
-        assert_eq!(c.read_usage("k", 100, now).used, 5);
+        for k in &keys {
+            assert_eq!(s.read_usage(k, 1000, now).used, 80, "{k}");
+        }
+        assert_eq!(s.table.used_slots(), keys.len());
+        check_slots(&s.table).unwrap();
+        assert_eq!(s.uncounted.load(Ordering::Relaxed), 0);
     }
 
     #[test]
-    fn a_new_key_is_counted_while_a_flush_waits_for_the_state_file_lock() {
+    fn two_stores_on_one_file_share_one_count_exactly() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("quota.json");
-        let now = t("2026-11-10T00:00:00Z");
-        let store = Arc::new(LocalStore::open(&path).unwrap());
-        store.try_consume("old", 100, now);
-        // Another process holds the state file's lock.
-        let other = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path.with_extension("lock"))
-            .unwrap();
-        other.lock().unwrap();
-        let flusher = {
-            let store = store.clone();
-            std::thread::spawn(move || store.flush())
-        };
-        // The flush has begun (and cannot finish while `other` holds the lock).
-        while store.flushing.try_lock().is_ok() {
-            std::thread::yield_now();
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
+        let path = dir.path().join("state/quota.counters");
+        let now = t(NOW);
+        let a = Arc::new(LocalStore::open(&path, 1024).unwrap());
+        let b = Arc::new(LocalStore::open(&path, 1024).unwrap());
+        assert_eq!(race(&[a.clone(), b.clone()], 3001), 3001);
+        assert_eq!(a.read_usage("k", 3001, now).used, 3001);
+        assert_eq!(b.read_usage("k", 3001, now).used, 3001);
+        // A key one store claims is counted by the other at once, no flush in between.
+        assert_eq!(used(a.try_consume("new", 10, now)), Ok(1));
+        assert_eq!(used(b.try_consume("new", 10, now)), Ok(2));
+    }
+
+    #[test]
+    fn counts_survive_a_reopen_without_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.counters");
+        let now = t(NOW);
         {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let first = used(store.try_consume("new", 100, now));
-                let second = used(store.try_consume("new", 100, now));
-                let _ = tx.send((first, second));
-            });
+            let s = LocalStore::open(&path, 16).unwrap();
+            for _ in 0..7 {
+                s.try_consume("k", 100, now);
+            }
+            // Dropped unflushed, like a killed process: the page cache holds the counts.
         }
-        // Not a speed bound: only how long to wait before calling it a deadlock.
-        let counted = rx.recv_timeout(std::time::Duration::from_secs(60));
-        other.unlock().unwrap();
+        let s = LocalStore::open(&path, 16).unwrap();
+        assert_eq!(s.read_usage("k", 100, now).used, 7);
+        s.flush().unwrap();
+        // The file keeps the slot count it was created with.
+        let s = LocalStore::open(&path, 99).unwrap();
+        assert_eq!(s.table.slots, 16);
+        assert_eq!(s.read_usage("k", 100, now).used, 7);
+    }
+
+    #[test]
+    fn a_full_table_lets_calls_through_uncounted() {
+        let s = LocalStore::anonymous(2);
+        let now = t(NOW);
+        assert_eq!(used(s.try_consume("a", 5, now)), Ok(1));
+        assert_eq!(used(s.try_consume("b", 5, now)), Ok(1));
+        assert_eq!(used(s.try_consume("c", 5, now)), Ok(0));
+        assert_eq!(used(s.try_consume("c", 5, now)), Ok(0));
+        assert_eq!(s.read_usage("c", 5, now).used, 0);
+        assert_eq!(used(s.try_consume("a", 5, now)), Ok(2));
+        assert_eq!(s.status()["uncounted_calls"], 2);
+        let long = "x".repeat(MAX_KEY_ID_LEN + 1);
+        assert_eq!(used(s.try_consume(&long, 5, now)), Ok(0));
+        assert_eq!(s.status()["uncounted_calls"], 3);
         assert_eq!(
-            counted.expect("the first call of a new key waited for the flush"),
-            (Ok(1), Ok(2))
+            used(s.try_consume(&"y".repeat(MAX_KEY_ID_LEN), 5, now)),
+            Ok(0),
+            "the longest id fits a slot, but the table is full"
         );
-        flusher.join().unwrap().unwrap();
-        // The flush that ran meanwhile must not have dropped the new key's counter.
-        store.try_consume("new", 100, now);
-        store.flush().unwrap();
-        let reopened = LocalStore::open(&path).unwrap();
-        assert_eq!(reopened.read_usage("new", 100, now).used, 3);
-        assert_eq!(reopened.read_usage("old", 100, now).used, 1);
+        assert_eq!(s.status()["uncounted_calls"], 4);
     }
 
     #[test]
-    fn a_key_counted_elsewhere_and_new_here_merges_exactly() {
+    fn the_keys_file_refuses_an_id_longer_than_a_slot_holds() {
+        let plans: BTreeMap<String, u64> = [("free".to_owned(), 100)].into();
+        let row = |id: &str| {
+            format!(
+                "keys:\n  - {{ id: {id}, sha256: {}, plan: free }}\n",
+                "0".repeat(64)
+            )
+        };
+        let fits = "a".repeat(MAX_KEY_ID_LEN);
+        assert!(crate::access::keys::parse_keys(&row(&fits), "k", &plans).is_ok());
+        let err = crate::access::keys::parse_keys(&row(&format!("{fits}b")), "k", &plans)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("longer than 48"), "{err}");
+    }
+
+    /// The pid of a process that has exited.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn a_claim_left_by_a_killed_process_is_undone() {
+        let now = t(NOW);
+        // Waiting on the claim: after a while its claimer is found dead and the slot freed.
+        let s = LocalStore::anonymous(1);
+        s.table.slot(0)[S_STATE].store(claiming(dead_pid()), Ordering::Release);
+        assert_eq!(used(s.try_consume("k", 5, now)), Ok(1));
+        // Opening the file: such claims are undone before any request.
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("quota.json");
-        let now = t("2026-11-10T00:00:00Z");
-        let a = LocalStore::open(&path).unwrap();
-        let b = LocalStore::open(&path).unwrap();
-        // `b` counts a key `a` has never seen, then `a` sees it first-hand before any flush.
-        for _ in 0..4 {
-            b.try_consume("k", 100, now);
+        let path = dir.path().join("quota.counters");
+        let s = LocalStore::open(&path, 1).unwrap();
+        s.table.slot(0)[S_STATE].store(claiming(dead_pid()), Ordering::Release);
+        s.flush().unwrap();
+        drop(s);
+        let s = LocalStore::open(&path, 1).unwrap();
+        assert_eq!(s.table.used_slots(), 0);
+        assert_eq!(used(s.try_consume("k", 5, now)), Ok(1));
+    }
+
+    fn corrupt(path: &Path) -> String {
+        match LocalStore::open(path, 16) {
+            Err(e @ StateError::Corrupt { .. }) => e.to_string(),
+            Err(e) => panic!("not refused as corrupt: {e}"),
+            Ok(_) => panic!("a corrupt state file was opened"),
         }
-        b.flush().unwrap();
-        assert_eq!(used(a.try_consume("k", 100, now)), Ok(1));
-        a.flush().unwrap();
-        assert_eq!(a.read_usage("k", 100, now).used, 5);
-        b.flush().unwrap();
-        assert_eq!(b.read_usage("k", 100, now).used, 5);
     }
 
     #[test]
-    fn a_corrupt_state_file_refuses_to_open() {
+    fn a_state_file_that_does_not_check_out_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.counters");
+        let now = t(NOW);
+        {
+            let s = LocalStore::open(&path, 16).unwrap();
+            s.try_consume("k", 100, now);
+        }
+        let good = std::fs::read(&path).unwrap();
+        let with = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = good.clone();
+            f(&mut b);
+            std::fs::write(&path, b).unwrap();
+            corrupt(&path)
+        };
+        assert!(with(&|b| b[..8].copy_from_slice(b"NOTQUOTA")).contains("wrong magic"));
+        assert!(with(&|b| b[8] = 9).contains("format version 9"));
+        assert!(with(&|b| b.truncate(good.len() - 64)).contains("slots take"));
+        assert!(with(&|b| b.truncate(10)).contains("shorter than its header"));
+        assert!(with(&|b| b.clear()).contains("shorter than its header"));
+        // A slot with a state no gateway writes, or an id that is not one.
+        let slot = |i: usize| (HEADER_WORDS + i * SLOT_WORDS) * 8;
+        let used_slot = (0..16).find(|&i| good[slot(i)] == READY as u8).unwrap();
+        assert!(with(&|b| b[slot(used_slot)] = 7).contains("unknown state"));
+        assert!(with(&|b| b[slot(used_slot) + S_ID * 8] = 0).contains("no valid key id"));
+        // Left as it was, it opens with its count.
+        std::fs::write(&path, &good).unwrap();
+        let s = LocalStore::open(&path, 16).unwrap();
+        assert_eq!(s.read_usage("k", 100, now).used, 1);
+    }
+
+    #[test]
+    fn a_corrupt_legacy_state_file_refuses_to_open() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("quota.json");
         std::fs::write(&path, "{ not json").unwrap();
-        assert!(matches!(
-            LocalStore::open(&path),
-            Err(StateError::Corrupt { .. })
-        ));
+        corrupt(&path);
+        assert!(path.exists(), "the legacy file is left alone");
+        assert!(!dir.path().join("quota.counters").exists());
+    }
+
+    const LEGACY: &str = r#"{"version":1,"keys":{"a":{"month":"2026-11","used":41},"b":{"month":"2026-10","used":7}}}"#;
+
+    #[test]
+    fn a_legacy_json_state_file_is_imported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = dir.path().join("quota.json");
+        std::fs::write(&legacy, LEGACY).unwrap();
+        let now = t(NOW);
+        // The configured path names the legacy file: the counters go next to it.
+        let s = LocalStore::open(&legacy, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 41);
+        assert_eq!(s.read_usage("b", 100, now).used, 0, "October's count");
+        assert_eq!(s.read_usage("b", 100, t("2026-10-31T00:00:00Z")).used, 7);
+        assert_eq!(used(s.try_consume("a", 100, now)), Ok(42));
+        drop(s);
+        assert!(!legacy.exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("quota.json.migrated")).unwrap(),
+            LEGACY
+        );
+        assert!(dir.path().join("quota.counters").exists());
+        let s = LocalStore::open(&legacy, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 42);
+    }
+
+    #[test]
+    fn a_legacy_file_next_to_the_counters_path_is_imported() {
+        let now = t(NOW);
+        // The new default path, with the old default file next to it.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("quota.json"), LEGACY).unwrap();
+        let s = LocalStore::open(&dir.path().join("quota.counters"), 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 41);
+        assert!(!dir.path().join("quota.json").exists());
+        assert!(dir.path().join("quota.json.migrated").exists());
+        // A legacy file at a path not named .json.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.state");
+        std::fs::write(&path, LEGACY).unwrap();
+        let s = LocalStore::open(&path, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 41);
+        assert!(dir.path().join("quota.state.migrated").exists());
+        drop(s);
+        let s = LocalStore::open(&path, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 41);
+    }
+
+    #[test]
+    fn a_migration_cut_short_is_finished_without_counting_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = dir.path().join("quota.json");
+        std::fs::write(&legacy, LEGACY).unwrap();
+        let now = t(NOW);
+        drop(LocalStore::open(&legacy, 16).unwrap());
+        // As if the start stopped after the counters file took over, before the old file went.
+        std::fs::remove_file(dir.path().join("quota.json.migrated")).unwrap();
+        std::fs::write(&legacy, LEGACY).unwrap();
+        let s = LocalStore::open(&legacy, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 41);
+        assert!(!legacy.exists());
+        assert!(dir.path().join("quota.json.migrated").exists());
+        // A JSON file next to a counters file that never imported one is left alone.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.counters");
+        drop(LocalStore::open(&path, 16).unwrap());
+        std::fs::write(dir.path().join("quota.json"), LEGACY).unwrap();
+        let s = LocalStore::open(&path, 16).unwrap();
+        assert_eq!(s.read_usage("a", 100, now).used, 0);
+        assert!(dir.path().join("quota.json").exists());
     }
 }

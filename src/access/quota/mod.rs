@@ -149,6 +149,11 @@ pub trait QuotaStore: Send + Sync {
 
     /// The store's state, for `/readyz`.
     fn status(&self) -> serde_json::Value;
+
+    /// Whether the store refuses every counted call now (`/readyz` answers 503 meanwhile).
+    fn refuses_calls(&self) -> bool {
+        false
+    }
 }
 
 /// The time the quota is counted in. Injected so month rollovers are testable.

@@ -1,5 +1,6 @@
 //! The background services that keep the quota stores: persistence of the embedded store's
-//! counts, and reconciliation of counts made locally while Redis was away.
+//! counts, and reconciliation of counts made locally while Redis was away (with the Redis probe
+//! that keeps readiness true).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,13 +8,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use tokio::time::MissedTickBehavior;
 
 use super::local::LocalStore;
 use super::redis::RedisStore;
+use crate::lifecycle::InFlight;
 use crate::periodic::Ticks;
 
-/// Writes the embedded store's counts to its state file every interval and once more at
-/// shutdown.
+/// Syncs the embedded store's counters to disk every interval and once more at shutdown. The
+/// counts are in the shared mapping as soon as they are made (a crash loses none): this bounds
+/// what a power loss can take.
 pub struct Persistence {
     pub store: Arc<LocalStore>,
     pub interval: Duration,
@@ -22,7 +26,7 @@ pub struct Persistence {
 impl Persistence {
     async fn flush(&self) {
         let store = self.store.clone();
-        // File locks and fsync block: never on a worker thread.
+        // msync blocks until the disk has the pages: never on a worker thread.
         match tokio::task::spawn_blocking(move || store.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => log::error!("{e}"),
@@ -42,18 +46,41 @@ impl BackgroundService for Persistence {
     }
 }
 
-/// Adds the counts made during a Redis outage back to Redis, every interval and at shutdown.
+/// Adds the counts made during a Redis outage back to Redis, every interval and at shutdown, and
+/// pings Redis every `probe_interval` so that readiness follows Redis without traffic.
 pub struct Reconciler {
     pub store: Arc<RedisStore>,
     pub interval: Duration,
+    pub probe_interval: Duration,
+    /// The final sync waits for the requests in flight at shutdown (they may still count
+    /// locally), for at most `settle_within`.
+    pub in_flight: InFlight,
+    pub settle_within: Duration,
 }
 
 #[async_trait]
 impl BackgroundService for Reconciler {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut ticks = Ticks::new(self.interval);
-        while ticks.next(&mut shutdown).await.is_some() {
-            self.store.sync(false).await;
+        let mut probes = tokio::time::interval(self.probe_interval);
+        probes.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                tick = ticks.next(&mut shutdown) => match tick {
+                    Some(_) => {
+                        self.store.sync(false).await;
+                    }
+                    None => break,
+                },
+                _ = probes.tick() => self.store.probe().await,
+            }
+        }
+        let open = self.in_flight.settle(self.settle_within).await;
+        if open > 0 {
+            log::warn!(
+                "quota store: final sync with {open} connections still open after {:?}",
+                self.settle_within
+            );
         }
         let left = self.store.sync(true).await;
         if left > 0 {

@@ -13,6 +13,7 @@
 mod breaker;
 mod config;
 mod leases;
+mod probe;
 mod script;
 mod slots;
 
@@ -463,7 +464,12 @@ impl QuotaStore for RedisStore {
             "breaker_open": self.breaker.is_open(Instant::now()),
             "pending_local_counts": pending,
             "failure_policy": self.config.failure_policy,
+            "refusing_calls": self.refusing(),
         })
+    }
+
+    fn refuses_calls(&self) -> bool {
+        self.refusing()
     }
 }
 
