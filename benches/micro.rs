@@ -2,6 +2,9 @@
 //! table sizes, classification, the MX cache, the access decision, quota counting and JSON
 //! rendering.
 //!
+//! The operations features' per-request work (metrics recording, the access-log line) is here
+//! too, to set against the per-request CPU the load harness measures.
+//!
 //! `cargo bench --bench micro` (add `-- lookup` etc. to filter). Throughput is per element.
 
 use std::collections::BTreeMap;
@@ -16,12 +19,14 @@ use domain_risk_gateway::access::origin::{Origin, OriginPattern};
 use domain_risk_gateway::access::quota::local::LocalStore;
 use domain_risk_gateway::access::quota::QuotaStore;
 use domain_risk_gateway::access::{decide, Credentials};
+use domain_risk_gateway::access_log::{format_line, Entry};
 use domain_risk_gateway::config::MxConfig;
 use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
 use domain_risk_gateway::domain::providers::ProviderTable;
 use domain_risk_gateway::domain::{
     classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
 };
+use domain_risk_gateway::metrics::{Metrics, RouteClass};
 use domain_risk_gateway::mx::resolver::{CacheState, MxResolver};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
@@ -232,8 +237,37 @@ fn access(c: &mut Criterion) {
     g.finish();
 }
 
+/// What the metrics and the access log add to one request.
+fn operations(c: &mut Criterion) {
+    let mut g = c.benchmark_group("operations");
+    let metrics = Metrics::new().unwrap();
+    let elapsed = Duration::from_micros(850);
+    g.bench_function("metrics_request", |b| {
+        b.iter(|| metrics.request(black_box(RouteClass::Domain), black_box(200), elapsed))
+    });
+    let entry = Entry {
+        time: std::time::SystemTime::now(),
+        request_id: None,
+        method: "GET",
+        route: RouteClass::Domain.label(),
+        target: Some("x.mailinator.com"),
+        status: 200,
+        duration: elapsed,
+        upstream_status: None,
+        upstream_duration: None,
+        key_id: Some("checkout-web"),
+        origin: Some(b"https://shop.example"),
+        bytes_sent: 156,
+    };
+    g.bench_function("access_log_line", |b| {
+        b.iter(|| format_line(black_box(&entry)))
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    operations,
     parsing,
     lookups,
     classification,

@@ -1,11 +1,12 @@
 //! The JSON access log: one line per request the public listener answers, built on the request
-//! path by a pure function ([`format_line`]) and written off it by a dedicated thread.
+//! path by a pure function ([`write_line`]) and written off it by a dedicated thread.
 //!
-//! A request only pays for building its line and a non-blocking `try_send` into a bounded
-//! channel; when the channel is full the line is dropped and counted
+//! A request appends its line to its thread's shard of a bounded buffer (no allocation, no
+//! channel, no wake-up while the writer is busy); a full shard drops the line and counts it
 //! (`drg_access_log_dropped_total`), so a slow disk or a stalled stderr pipe can never hold a
-//! request up. The writer thread buffers lines and flushes as soon as the channel runs empty (and
-//! at least every `flush_interval_ms` under a steady stream), so `tail -f` sees lines at once.
+//! request up. The writer swaps the shards' buffers out every [`LINGER`] while lines come, and
+//! parks when none do (the next line unparks it), so `tail -f` is a few milliseconds behind and
+//! a busy gateway pays one write(2) per batch, not per line.
 //! SIGUSR1 makes it reopen its file (logrotate's `create` mode); a failed reopen keeps the old
 //! file. Emails are never written whole: the local part is masked to its first two characters.
 
@@ -15,10 +16,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -41,6 +41,8 @@ const MAX_REQUEST_ID_BYTES: usize = 128;
 const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// How long the shutdown waits for queued lines to reach the file.
 const FINISH_WITHIN: Duration = Duration::from_secs(5);
+/// How long the writer lets lines gather once one has come (at most `flush_interval_ms`).
+const LINGER: Duration = Duration::from_millis(10);
 
 /// Why the access log could not be opened at start.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +56,7 @@ pub enum AccessLogError {
 #[derive(Debug, Clone)]
 pub struct Entry<'a> {
     /// When the request started.
-    pub time: DateTime<Utc>,
+    pub time: SystemTime,
     pub request_id: Option<&'a str>,
     pub method: &'a str,
     /// The route class, as in the metrics.
@@ -77,7 +79,7 @@ pub struct Entry<'a> {
 #[derive(Serialize)]
 struct Line<'a> {
     #[serde(serialize_with = "rfc3339_millis")]
-    time: DateTime<Utc>,
+    time: SystemTime,
     request_id: Option<&'a str>,
     method: &'a str,
     route: &'static str,
@@ -91,8 +93,46 @@ struct Line<'a> {
     bytes_sent: usize,
 }
 
-fn rfc3339_millis<S: Serializer>(time: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&time.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+fn rfc3339_millis<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    thread_local! {
+        /// The formatted date and time of the last second seen on this thread: calendar maths
+        /// and chrono's formatter (which parses its pattern on every call) were a measurable
+        /// share of a line's cost.
+        static SECOND: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+    }
+    let full = |s: S| s.collect_str(&DateTime::<Utc>::from(*time).format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+    let Ok(since) = time.duration_since(UNIX_EPOCH) else {
+        return full(s);
+    };
+    let second = since.as_secs();
+    let prefix = SECOND.with(|cached| {
+        let (at, prefix) = cached.get();
+        if at == second {
+            return Some(prefix);
+        }
+        let text = DateTime::<Utc>::from(*time)
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string();
+        let prefix: [u8; 19] = text.as_bytes().try_into().ok()?;
+        cached.set((second, prefix));
+        Some(prefix)
+    });
+    // Years past 9999 do not fit the cache: chrono formats those in full.
+    let Some(prefix) = prefix else {
+        return full(s);
+    };
+    let millis = since.subsec_millis();
+    let mut out = [0u8; 24];
+    out[..19].copy_from_slice(&prefix);
+    out[19] = b'.';
+    out[20] = b'0' + (millis / 100) as u8;
+    out[21] = b'0' + (millis / 10 % 10) as u8;
+    out[22] = b'0' + (millis % 10) as u8;
+    out[23] = b'Z';
+    match std::str::from_utf8(&out) {
+        Ok(text) => s.serialize_str(text),
+        Err(_) => full(s),
+    }
 }
 
 /// A target for the log: bounded, with an email's local part masked.
@@ -139,9 +179,9 @@ fn truncate_bytes(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The line for `entry`, newline included. serde_json escapes every quote, backslash and control
-/// character, so no request value can end a field or a line early.
-pub fn format_line(entry: &Entry<'_>) -> Vec<u8> {
+/// Appends the line for `entry`, newline included, to `out`. serde_json escapes every quote,
+/// backslash and control character, so no request value can end a field or a line early.
+pub fn write_line(out: &mut Vec<u8>, entry: &Entry<'_>) {
     let origin = entry.origin.map(|o| {
         let o = &o[..o.len().min(MAX_ORIGIN_BYTES)];
         String::from_utf8_lossy(o)
@@ -164,13 +204,19 @@ pub fn format_line(entry: &Entry<'_>) -> Vec<u8> {
         origin,
         bytes_sent: entry.bytes_sent,
     };
-    let mut out = Vec::with_capacity(320);
+    let start = out.len();
     // Our own struct of strings and numbers: serialising it into a Vec cannot fail.
-    if serde_json::to_writer(&mut out, &line).is_err() {
-        out.clear();
+    if serde_json::to_writer(&mut *out, &line).is_err() {
+        out.truncate(start);
         out.extend_from_slice(br#"{"error":"unloggable request"}"#);
     }
     out.push(b'\n');
+}
+
+/// The line for `entry` on its own.
+pub fn format_line(entry: &Entry<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(320);
+    write_line(&mut out, entry);
     out
 }
 
@@ -178,33 +224,76 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-enum Msg {
-    Line(Vec<u8>),
-    /// Look at the reopen flag now.
-    Wake,
-    /// Write what is queued, flush and end.
-    Stop,
+/// Lines waiting for the writer, in one shard.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: u64,
 }
 
 /// The request side of the log; cheap to clone.
 #[derive(Clone)]
 pub struct AccessLog {
-    tx: SyncSender<Msg>,
-    dropped: IntCounter,
-    shared: Arc<Control>,
+    shared: Arc<Shared>,
 }
 
-/// What the request side, the signal service and the shutdown share.
-struct Control {
+/// What the request side, the writer, the signal service and the shutdown share.
+struct Shared {
+    /// Requests append to the shard of their thread: a worker thread's lock is only ever
+    /// contended by the writer's swap, and a line costs no allocation, no channel and no wake-up.
+    shards: Box<[Mutex<Batch>]>,
+    /// Lines a shard may hold before new ones are dropped.
+    shard_lines: u64,
+    dropped: IntCounter,
+    /// Set by the writer before it parks with nothing to write; the next line unparks it.
+    idle: AtomicBool,
     reopen: AtomicBool,
+    stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl Shared {
+    fn wake(&self) {
+        if let Ok(t) = self.thread.lock() {
+            if let Some(t) = t.as_ref() {
+                t.thread().unpark();
+            }
+        }
+    }
+}
+
+/// This thread's shard number.
+fn shard_index(shards: usize) -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i) % shards
+}
+
 impl AccessLog {
-    /// Queues a line without waiting; a full queue drops it (counted).
-    pub fn send(&self, line: Vec<u8>) {
-        if self.tx.try_send(Msg::Line(line)).is_err() {
-            self.dropped.inc();
+    /// Adds the line for `entry` without waiting; a full shard drops it (counted).
+    pub fn send(&self, entry: &Entry<'_>) {
+        self.push(|out| write_line(out, entry));
+    }
+
+    fn push(&self, write: impl FnOnce(&mut Vec<u8>)) {
+        let shared = &self.shared;
+        let Ok(mut batch) = shared.shards[shard_index(shared.shards.len())].lock() else {
+            shared.dropped.inc();
+            return;
+        };
+        if batch.lines >= shared.shard_lines {
+            drop(batch);
+            shared.dropped.inc();
+            return;
+        }
+        write(&mut batch.bytes);
+        batch.lines += 1;
+        drop(batch);
+        if shared.idle.load(Ordering::Relaxed) && shared.idle.swap(false, Ordering::AcqRel) {
+            shared.wake();
         }
     }
 
@@ -214,18 +303,9 @@ impl AccessLog {
         let Some(thread) = self.shared.thread.lock().ok().and_then(|mut t| t.take()) else {
             return;
         };
+        self.shared.stop.store(true, Ordering::Release);
+        thread.thread().unpark();
         let deadline = Instant::now() + FINISH_WITHIN;
-        let mut stop = Msg::Stop;
-        loop {
-            match self.tx.try_send(stop) {
-                Ok(()) | Err(TrySendError::Disconnected(_)) => break,
-                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
-                    stop = m;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(TrySendError::Full(_)) => break,
-            }
-        }
         while !thread.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -237,19 +317,17 @@ impl AccessLog {
     }
 
     fn request_reopen(&self) {
-        self.shared.reopen.store(true, Ordering::Relaxed);
-        // A full queue wakes the writer anyway; it looks at the flag after every line.
-        let _ = self.tx.try_send(Msg::Wake);
+        self.shared.reopen.store(true, Ordering::Release);
+        self.shared.wake();
     }
 }
 
 /// The writer thread's state.
 struct Writer {
-    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
     out: BufWriter<Box<dyn Write + Send>>,
     /// `None`: stderr, never reopened.
     path: Option<PathBuf>,
-    control: Arc<Control>,
     flush_every: Duration,
     lines: IntCounter,
     dropped: IntCounter,
@@ -257,47 +335,66 @@ struct Writer {
     pending: u64,
     /// Whether the last write failed (its error is logged once, not per line).
     failing: bool,
+    /// The buffer swapped into a shard for the one taken out (keeps its capacity).
+    spare: Vec<u8>,
 }
 
 impl Writer {
     fn run(mut self) {
-        let mut last_flush = Instant::now();
         loop {
-            let msg = match self.rx.try_recv() {
-                Ok(m) => Some(m),
-                Err(TryRecvError::Disconnected) => break,
-                Err(TryRecvError::Empty) => {
-                    // Idle: what is buffered goes out now, so `tail -f` is never behind.
-                    self.flush();
-                    last_flush = Instant::now();
-                    match self.rx.recv_timeout(self.flush_every) {
-                        Ok(m) => Some(m),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            };
-            match msg {
-                Some(Msg::Line(line)) => self.write(&line),
-                Some(Msg::Stop) => break,
-                Some(Msg::Wake) | None => {}
-            }
-            if self.control.reopen.swap(false, Ordering::Relaxed) {
+            let stop = self.shared.stop.load(Ordering::Acquire);
+            // A reopen asked for before these lines were taken applies to them (SIGUSR1 after
+            // the rename: what comes after goes to the new file).
+            if self.shared.reopen.swap(false, Ordering::AcqRel) {
                 self.reopen();
             }
-            if last_flush.elapsed() >= self.flush_every {
-                self.flush();
-                last_flush = Instant::now();
+            let wrote = self.drain();
+            self.flush();
+            if stop {
+                return;
             }
+            if wrote {
+                // Let lines gather: one write(2) per batch, not per line.
+                std::thread::park_timeout(LINGER.min(self.flush_every));
+                continue;
+            }
+            // Nothing came: park until a line does (its sender unparks us) or the flush interval
+            // passes. Lines added between the drain and `idle` are caught by this second look.
+            self.shared.idle.store(true, Ordering::Release);
+            if !self.drain() {
+                std::thread::park_timeout(self.flush_every);
+            }
+            self.shared.idle.store(false, Ordering::Release);
         }
-        self.flush();
     }
 
-    fn write(&mut self, line: &[u8]) {
-        match self.out.write_all(line) {
-            Ok(()) => self.pending += 1,
+    /// Writes every shard's lines; whether there were any.
+    fn drain(&mut self) -> bool {
+        let mut any = false;
+        for i in 0..self.shared.shards.len() {
+            let (bytes, lines) = {
+                let Ok(mut batch) = self.shared.shards[i].lock() else {
+                    continue;
+                };
+                if batch.lines == 0 {
+                    continue;
+                }
+                self.spare.clear();
+                let bytes = std::mem::replace(&mut batch.bytes, std::mem::take(&mut self.spare));
+                (bytes, std::mem::take(&mut batch.lines))
+            };
+            self.write(&bytes, lines);
+            self.spare = bytes;
+            any = true;
+        }
+        any
+    }
+
+    fn write(&mut self, bytes: &[u8], lines: u64) {
+        match self.out.write_all(bytes) {
+            Ok(()) => self.pending += lines,
             Err(e) => {
-                self.dropped.inc();
+                self.dropped.inc_by(lines);
                 self.report(&e);
             }
         }
@@ -392,7 +489,7 @@ pub fn open(
     let (log, writer) = channel(
         out,
         config.path.clone(),
-        config.buffer_lines,
+        (config.buffer_lines, shard_count(config.buffer_lines)),
         config.flush_interval,
         lines,
         dropped,
@@ -406,34 +503,44 @@ pub fn open(
     ))
 }
 
+/// One shard per likely worker thread; each holds its share of `buffer_lines`.
+fn shard_count(capacity: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, usize::from)
+        .clamp(1, 64)
+        .min(capacity.max(1))
+}
+
 fn channel(
     out: Box<dyn Write + Send>,
     path: Option<PathBuf>,
-    capacity: usize,
+    (capacity, shards): (usize, usize),
     flush_every: Duration,
     lines: IntCounter,
     dropped: IntCounter,
 ) -> (AccessLog, Writer) {
-    let (tx, rx) = mpsc::sync_channel(capacity);
-    let control = Arc::new(Control {
+    let shared = Arc::new(Shared {
+        shards: (0..shards).map(|_| Mutex::new(Batch::default())).collect(),
+        shard_lines: (capacity / shards).max(1) as u64,
+        dropped: dropped.clone(),
+        idle: AtomicBool::new(false),
         reopen: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
         thread: Mutex::new(None),
     });
     let log = AccessLog {
-        tx,
-        dropped: dropped.clone(),
-        shared: control.clone(),
+        shared: shared.clone(),
     };
     let writer = Writer {
-        rx,
+        shared,
         out: BufWriter::with_capacity(WRITE_BUFFER_BYTES, out),
         path,
-        control,
         flush_every,
         lines,
         dropped,
         pending: 0,
         failing: false,
+        spare: Vec::new(),
     };
     (log, writer)
 }
@@ -489,13 +596,19 @@ impl BackgroundService for AccessLogService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc::channel as unbounded;
+    use std::sync::mpsc::{self, channel as unbounded, Receiver};
+
+    impl AccessLog {
+        fn send_raw(&self, line: &[u8]) {
+            self.push(|out| out.extend_from_slice(line));
+        }
+    }
 
     fn entry() -> Entry<'static> {
         Entry {
             time: DateTime::parse_from_rfc3339("2026-11-22T15:01:59.123456Z")
                 .unwrap()
-                .with_timezone(&Utc),
+                .into(),
             request_id: Some("abc"),
             method: "GET",
             route: "domain",
@@ -529,6 +642,20 @@ mod tests {
                 "origin": null, "bytes_sent": 99
             })
         );
+    }
+
+    #[test]
+    fn times_are_rfc3339_with_milliseconds_as_the_second_changes() {
+        for (at, want) in [
+            ("2026-11-22T15:01:59.005Z", "2026-11-22T15:01:59.005Z"),
+            ("2026-11-22T15:01:59.999Z", "2026-11-22T15:01:59.999Z"),
+            ("2026-11-22T15:02:00Z", "2026-11-22T15:02:00.000Z"),
+            ("2026-12-31T23:59:59.100Z", "2026-12-31T23:59:59.100Z"),
+        ] {
+            let mut e = entry();
+            e.time = DateTime::parse_from_rfc3339(at).unwrap().into();
+            assert_eq!(parse(&format_line(&e))["time"], want);
+        }
     }
 
     fn target(raw: &str) -> serde_json::Value {
@@ -631,20 +758,20 @@ mod tests {
         let (log, writer) = channel(
             Box::new(gate),
             None,
-            2,
+            (2, 1),
             Duration::from_secs(1),
             lines.clone(),
             dropped.clone(),
         );
         spawn(&log, writer);
-        log.send(b"1\n".to_vec());
+        log.send_raw(b"1\n");
         // The writer took line 1 and is stuck writing it: the queue is empty and nothing drains.
         entered.recv().unwrap();
-        log.send(b"2\n".to_vec());
-        log.send(b"3\n".to_vec());
+        log.send_raw(b"2\n");
+        log.send_raw(b"3\n");
         assert_eq!(dropped.get(), 0);
-        log.send(b"4\n".to_vec());
-        log.send(b"5\n".to_vec());
+        log.send_raw(b"4\n");
+        log.send_raw(b"5\n");
         assert_eq!(dropped.get(), 2, "lines beyond the queue are dropped");
         // Unblock every write from now on.
         for _ in 0..100 {
@@ -664,7 +791,7 @@ mod tests {
         let (log, writer) = channel(
             Box::new(open_append(&path).unwrap()),
             Some(path.clone()),
-            16,
+            (16, 1),
             Duration::from_millis(50),
             lines.clone(),
             dropped,
@@ -677,13 +804,13 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             }
         };
-        log.send(b"a\n".to_vec());
+        log.send_raw(b"a\n");
         wait_for(1);
         let rotated = dir.path().join("access.log.1");
         std::fs::rename(&path, &rotated).unwrap();
         log.request_reopen();
         // The reopen is done before the next line is written: this one goes to the new file.
-        log.send(b"b\n".to_vec());
+        log.send_raw(b"b\n");
         wait_for(2);
         assert_eq!(std::fs::read_to_string(&rotated).unwrap(), "a\n");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b\n");
@@ -695,7 +822,7 @@ mod tests {
         std::fs::rename(&path, &kept).unwrap();
         std::fs::create_dir(&path).unwrap();
         log.request_reopen();
-        log.send(b"c\n".to_vec());
+        log.send_raw(b"c\n");
         log.finish();
         assert_eq!(std::fs::read_to_string(&kept).unwrap(), "b\nc\n");
     }

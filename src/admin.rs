@@ -56,8 +56,10 @@ impl ServeHttp for Admin {
         let (status, body) = match (header.method.as_str(), header.uri.path()) {
             ("GET", "/metrics") => {
                 content_type = prometheus::TEXT_FORMAT;
+                let table = self.shared.table.load();
                 let scrape = Scrape {
-                    table_names: self.shared.table.load().len(),
+                    table_names: table.len(),
+                    table_generation: table.version().generation,
                     keys: self.shared.keys.load().len(),
                     quota: self.shared.quota.status(),
                     mx: self.shared.mx.as_ref().map(|mx| mx.stats()),

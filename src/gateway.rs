@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::access::keys::KeyStore;
 use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
-use crate::access_log::{format_line, AccessLog, Entry};
+use crate::access_log::{AccessLog, Entry};
 use crate::config::{GatewayConfig, UpstreamConfig};
 use crate::domain::classify::wants_mx;
 use crate::domain::evidence::Evidence;
@@ -350,14 +350,13 @@ impl Gateway {
         caller_request_id(session).map_or_else(|| self.request_ids.next(), str::to_owned)
     }
 
-    /// The access log line of a finished request.
-    fn access_line(
-        &self,
-        session: &Session,
-        ctx: &RequestCtx,
+    /// The access log entry of a finished request.
+    fn access_entry<'s>(
+        session: &'s Session,
+        ctx: &'s RequestCtx,
         status: u16,
         elapsed: Duration,
-    ) -> Vec<u8> {
+    ) -> Entry<'s> {
         let header = session.req_header();
         // Re-routing is cheaper than keeping the target in the context of every request when
         // the log is off.
@@ -370,9 +369,9 @@ impl Gateway {
             }
             _ => None,
         };
-        let time = chrono::Utc::now()
-            - chrono::Duration::from_std(elapsed).unwrap_or_else(|_| chrono::Duration::zero());
-        format_line(&Entry {
+        let now = std::time::SystemTime::now();
+        let time = now.checked_sub(elapsed).unwrap_or(now);
+        Entry {
             time,
             request_id: ctx
                 .request_id
@@ -388,7 +387,7 @@ impl Gateway {
             key_id: ctx.principal.as_ref().map(|p| &*p.key.id),
             origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
             bytes_sent: session.body_bytes_sent(),
-        })
+        }
     }
 }
 
@@ -729,7 +728,7 @@ impl ProxyHttp for Gateway {
         let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
         self.shared.metrics.request(ctx.route, status, elapsed);
         if let Some(log) = &self.access_log {
-            log.send(self.access_line(session, ctx, status, elapsed));
+            log.send(&Self::access_entry(session, ctx, status, elapsed));
         }
     }
 

@@ -464,6 +464,8 @@ fn unix_now() -> f64 {
 /// The gateway's state as read at scrape time.
 pub struct Scrape {
     pub table_names: usize,
+    /// The table's generation: 1 at start, one more at each reload that was taken.
+    pub table_generation: u64,
     pub keys: usize,
     /// [`crate::access::quota::QuotaStore::status`].
     pub quota: serde_json::Value,
@@ -479,6 +481,11 @@ impl Scrape {
             "drg_table_names",
             "Names in the domain table.",
             self.table_names as f64,
+        );
+        f.gauge(
+            "drg_table_generation",
+            "Generation of the domain table in service (1 at start, +1 per reload taken).",
+            self.table_generation as f64,
         );
         f.gauge("drg_keys", "API keys loaded.", self.keys as f64);
         let quota = &self.quota;
@@ -500,6 +507,13 @@ impl Scrape {
             "Calls counted locally, not yet in Redis.",
             quota["pending_local_counts"].as_u64().unwrap_or(0) as f64,
         );
+        if !redis {
+            f.counter(
+                "drg_quota_uncounted_calls_total",
+                "Calls let through uncounted because the counters file had no free slot.",
+                quota["uncounted_calls"].as_u64().unwrap_or(0),
+            );
+        }
         if let Some(mx) = &self.mx {
             f.gauge(
                 "drg_mx_lookups_in_flight",
@@ -611,6 +625,7 @@ mod tests {
     fn scrape() -> Scrape {
         Scrape {
             table_names: 3,
+            table_generation: 1,
             keys: 1,
             quota: serde_json::json!({"store": "local"}),
             mx: None,
@@ -640,6 +655,7 @@ mod tests {
         assert!(text.contains("drg_requests_total{route=\"other\",status=\"0\"} 1\n"));
         assert!(text.contains("drg_request_duration_seconds_count{route=\"domain\"} 2\n"));
         assert!(text.contains("drg_table_names 3\n"));
+        assert!(text.contains("drg_table_generation 1\n"));
         assert!(text.contains("drg_quota_store_up 1\n"));
     }
 

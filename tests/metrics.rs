@@ -141,6 +141,8 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
     );
     assert_eq!(all["drg_upstream_duration_seconds_count"], 0.0);
     assert_eq!(all["drg_table_names"], 2.0, "{text}");
+    assert_eq!(all["drg_table_generation"], 1.0, "{text}");
+    assert_eq!(all["drg_quota_uncounted_calls_total"], 0.0, "{text}");
     assert_eq!(all["drg_keys"], 2.0);
     assert_eq!(all["drg_quota_store_up"], 1.0);
     assert_eq!(all["drg_quota_breaker_open"], 0.0);
@@ -207,6 +209,7 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
     let loaded = series(&all, "drg_reload_last_success_timestamp_seconds");
     assert!(loaded[r#"{source="table"}"#] > loaded[r#"{source="keys"}"#]);
     assert_eq!(all["drg_table_names"], 3.0, "{text}");
+    assert_eq!(all["drg_table_generation"], 2.0, "one reload taken: {text}");
 }
 
 #[test]

@@ -26,6 +26,9 @@ OUT = ROOT / "benches" / "out"
 BIN = ROOT / "target" / "release" / "domain-risk-gateway"
 KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
 LISTED = "d4242.com"
+# Core pinning (`--only costs`): servers on core 0, wrk on core 1, so the servers' threads and
+# the load generator do not take turns on one core (the variance that hides a few per cent).
+PIN = {"server": [], "wrk": []}
 
 
 def free_port():
@@ -133,7 +136,7 @@ gateway:
     def start_gateway(self, env=None, name="gateway.yaml", port=None):
         log = open(OUT / f"{name}.log" if port else OUT / "gateway.log", "w")
         started = time.time()
-        p = subprocess.Popen([str(BIN), "-c", str(OUT / name), "serve"],
+        p = subprocess.Popen(PIN["server"] + [str(BIN), "-c", str(OUT / name), "serve"],
                              stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info", **(env or {})})
         self.procs.append(p)
         self.gateways.append(p)
@@ -253,6 +256,8 @@ def memory_only(args):
 # What the operations features cost: the lookup scenario on gateways that differ only by them.
 COST_VARIANTS = [
     ("baseline", "metrics recording off, access log off", "  admin: { listen: null, metrics: false }\n"),
+    # The same config again: the A/A ratio is the noise floor of the run.
+    ("baseline_again", "the baseline again (A/A: the run's noise)", "  admin: { listen: null, metrics: false }\n"),
     ("metrics", "metrics recording on (the default)", "  admin: { listen: null, metrics: true }\n"),
     ("metrics_log", "metrics on + JSON access log to a file",
      "  admin: { listen: null, metrics: true }\n  access_log: { enabled: true, path: access.log }\n"),
@@ -262,25 +267,31 @@ COST_VARIANTS = [
 def feature_costs(args):
     """Alternating rounds of the lookup scenario over the cost variants; medians; ratios to the
     baseline measured in the same run. Replaces the "Feature costs" section of --results."""
+    if args.pin and shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        PIN.update(server=["taskset", "-c", "0"], wrk=["taskset", "-c", "1"])
     s = Setup(args)
     ports = {}
     try:
         for name, _, extra in COST_VARIANTS:
             ports[name] = free_port()
             s.write_gateway(f"{name}.yaml", ports[name], extra)
-        procs = {}
-        for name, *_ in COST_VARIANTS:
-            s.start_gateway(name=f"{name}.yaml", port=ports[name])
-            procs[name] = s.gw
         auth = (f"Authorization: Bearer {KEY}",)
         runs = {name: [] for name, *_ in COST_VARIANTS}
         for rnd in range(args.rounds):
             order = COST_VARIANTS[rnd % len(COST_VARIANTS):] + COST_VARIANTS[:rnd % len(COST_VARIANTS)]
             for name, *_ in order:
+                # A fresh process per measurement: one process's layout (addresses, hash seeds,
+                # thread placement) can sit several per cent off another's for the whole run,
+                # which a long-lived process per variant would count as the feature's cost.
+                s.start_gateway(name=f"{name}.yaml", port=ports[name])
                 url = f"http://127.0.0.1:{ports[name]}/v1/public/domain/{LISTED}"
-                r = measure(url, [procs[name].pid], args, auth)
+                measure(url, [s.gw.pid], argparse.Namespace(**{**vars(args), "duration": 1}), auth)  # warm-up
+                r = measure(url, [s.gw.pid], args, auth)
+                stop_process(s.gw)
+                s.procs.remove(s.gw)
+                s.gateways.remove(s.gw)
                 runs[name].append(r)
-                print(f"round {rnd + 1} {name:12} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
+                print(f"round {rnd + 1} {name:14} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
                       f"  errors {r['socket_errors'] + r['non2xx']}", flush=True)
         log_lines = sum(1 for _ in open(OUT / "access.log")) if (OUT / "access.log").exists() else 0
@@ -289,13 +300,21 @@ def feature_costs(args):
     base = runs["baseline"]
     lines = ["## Feature costs", "",
              f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
-             f"the lookup scenario (wrk -t1 -c{args.connections} -d{args.duration}s) on three gateways that differ only by "
-             f"the feature, {args.rounds} rotating rounds, medians; ratio = req/s against the baseline of the same run.",
-             "", "| variant | req/s | ratio to baseline | p50 us | p99 us | cpu us/req | failed |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"the lookup scenario (wrk -t1 -c{args.connections} -d{args.duration}s) on gateways that differ only by "
+             f"the feature, {args.rounds} rotating rounds (a fresh gateway process for each measurement, after a 1 s warm-up), "
+             f"medians; ratio = req/s against the baseline of the same run. "
+             f"Pinning: {'gateways on core 0 (all their threads, the access-log writer included), wrk on core 1' if PIN['wrk'] else 'none'}.",
+             "Paired ratio: the median over rounds of the variant's req/s (or CPU per request) over the baseline's "
+             "in the same round, which cancels the drift between rounds; `baseline_again` (the same config) shows "
+             "the noise floor.",
+             "", "| variant | req/s | ratio to baseline | paired ratio | paired cpu ratio | p50 us | p99 us | cpu us/req | failed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, desc, _ in COST_VARIANTS:
         rs = runs[name]
+        paired = statistics.median(r["rps"] / b["rps"] for r, b in zip(rs, base))
+        paired_cpu = statistics.median(r["cpu_us_per_req"] / b["cpu_us_per_req"] for r, b in zip(rs, base))
         lines.append(f"| {name} ({desc}) | {med(rs, 'rps'):.0f} | **{med(rs, 'rps') / med(base, 'rps'):.3f}x** | "
+                     f"{paired:.3f}x | {paired_cpu:.3f}x | "
                      f"{med(rs, 'p50_us'):.0f} | {med(rs, 'p99_us'):.0f} | {med(rs, 'cpu_us_per_req'):.2f} | "
                      f"{sum(r['socket_errors'] + r['non2xx'] for r in rs)} |")
     lines += ["", f"Access log lines written during the run: {log_lines}.", ""]
@@ -308,7 +327,7 @@ def feature_costs(args):
 
 
 def wrk(url, args, headers=()):
-    cmd = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "5s",
+    cmd = PIN["wrk"] + ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "5s",
            "-s", str(ROOT / "benches" / "load" / "report.lua")]
     for h in headers:
         cmd += ["-H", h]
@@ -337,6 +356,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
+    ap.add_argument("--pin", action="store_true",
+                    help="with --only costs: gateways on core 0, wrk on core 1 (taskset)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
     if args.only == "memory":
