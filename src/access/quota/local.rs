@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -379,6 +380,7 @@ impl LocalStore {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(counters.with_extension("lock"))
             .map_err(io)?;
         lock.lock().map_err(io)?;
@@ -695,11 +697,13 @@ fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateE
             keys.len()
         )));
     }
+    // Key ids and counts are the operator's business: owner only, whatever the umask.
     let file = File::options()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o600)
         .open(&tmp)
         .map_err(io)?;
     // Zeros written, not a sparse hole: a count's first write never has to allocate a block.
@@ -1021,6 +1025,18 @@ mod tests {
         // A key one store claims is counted by the other at once, no flush in between.
         assert_eq!(used(a.try_consume("new", 10, now)), Ok(1));
         assert_eq!(used(b.try_consume("new", 10, now)), Ok(2));
+    }
+
+    #[test]
+    fn the_counters_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quota.counters");
+        LocalStore::open(&path, 64).unwrap();
+        for file in [path.clone(), path.with_extension("lock")] {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
     }
 
     #[test]
