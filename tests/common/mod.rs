@@ -362,12 +362,7 @@ impl Gateway {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} failed");
+        send_signal(self.pid(), sig);
     }
 
     /// One request to the admin listener (a Unix socket in the gateway's folder).
@@ -431,6 +426,16 @@ impl Drop for Gateway {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends signal `sig` (a name such as `TERM`) to process `pid`, with kill(1).
+pub fn send_signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid} failed");
 }
 
 /// Whether process `pid` holds the listening TCP socket of `port` (Linux `/proc`).
@@ -813,12 +818,7 @@ impl Process {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} failed");
+        send_signal(self.pid(), sig);
     }
 
     /// Whether the process has exited (reaping it).
