@@ -265,8 +265,113 @@ fn operations(c: &mut Criterion) {
     g.finish();
 }
 
+/// The cost of recording one flag on the lookup path (its thread's summary, under an
+/// uncontended lock), for a name already counted and for a flood of new names (each one takes
+/// over the smallest counter); and of one Space-Saving update on its own.
+fn top_flags(c: &mut Criterion) {
+    use domain_risk_gateway::domain::heavy_hitters::{Label, SpaceSaving};
+    use domain_risk_gateway::domain::Reason;
+    use domain_risk_gateway::flags::LiveTop;
+    let label = Label {
+        reason: Reason::Disposable,
+        score: 100,
+    };
+    let live = LiveTop::new(5_000, prometheus::IntCounter::new("f", "f").unwrap());
+    let mut g = c.benchmark_group("top_flags");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("record_counted_name", |b| {
+        b.iter(|| live.record_name(black_box("mailinator.com"), label))
+    });
+    let names: Vec<String> = (0..100_000).map(|i| format!("n{i}.example")).collect();
+    let mut i = 0;
+    g.bench_function("record_new_name_full_summary", |b| {
+        b.iter(|| {
+            i = (i + 1) % names.len();
+            live.record_name(black_box(&names[i]), label)
+        })
+    });
+    let mut summary = SpaceSaving::new(5_000);
+    g.bench_function("space_saving_add", |b| {
+        b.iter(|| {
+            i = (i + 1) % names.len();
+            summary.add(black_box(&names[i]), 1, label)
+        })
+    });
+    g.finish();
+}
+
+/// The gateway's own work in writing an answer: a lookup body (direct against serde), the 401
+/// body, top-domains at its default limit, and the response header of a lookup (content headers
+/// plus the dataset version, `Vary` and both RateLimit headers).
+fn hot_path(c: &mut Criterion) {
+    use bytes::Bytes;
+    use domain_risk_gateway::http::{response_header, Answer, ApiError};
+    use http::{HeaderName, HeaderValue, StatusCode};
+    let t = table(10_000);
+    let listed = DomainName::parse("d42.com").unwrap();
+    let v = classify(&t, &listed, None);
+    let mut g = c.benchmark_group("hot_path");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("lookup_body_serde", |b| {
+        b.iter(|| serde_json::to_vec(black_box(&v.record)).unwrap())
+    });
+    g.bench_function("lookup_body_direct", |b| {
+        b.iter(|| black_box(&v.record).to_json())
+    });
+    g.bench_function("unauthorized_answer", |b| {
+        b.iter(|| {
+            Answer::from(ApiError::Unauthorized {
+                invalid_token: black_box(false),
+            })
+        })
+    });
+    g.bench_function("top_domains_body_default_limit", |b| {
+        b.iter(|| t.top().body(black_box(100)))
+    });
+    let answer = Answer::raw(StatusCode::OK, Bytes::from(v.record.to_json()))
+        .with_header(
+            HeaderName::from_static("x-dataset-version"),
+            HeaderValue::from_static("g1-aaee8e"),
+        )
+        .with_header(http::header::VARY, HeaderValue::from_static("Origin"))
+        .with_header(
+            HeaderName::from_static("ratelimit-policy"),
+            HeaderValue::from_static("\"monthly\";q=1000000000000;w=2592000"),
+        )
+        .with_header(
+            HeaderName::from_static("ratelimit"),
+            HeaderValue::from_static("\"monthly\";r=999999999999;t=713076"),
+        );
+    g.bench_function("lookup_response_header", |b| {
+        b.iter(|| response_header(black_box(&answer)).unwrap())
+    });
+    // The same header through Pingora's `append_header` (what `response_header` did before).
+    g.bench_function("lookup_response_header_pingora_append", |b| {
+        b.iter(|| {
+            let a = black_box(&answer);
+            let mut h =
+                pingora::http::ResponseHeader::build_no_case(a.status, Some(2 + a.headers.len()))
+                    .unwrap();
+            h.insert_header(
+                http::header::CONTENT_TYPE,
+                "application/json; charset=utf-8",
+            )
+            .unwrap();
+            h.insert_header(http::header::CONTENT_LENGTH, a.body.len())
+                .unwrap();
+            for (name, value) in &a.headers {
+                h.append_header(name.clone(), value.clone()).unwrap();
+            }
+            h
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    hot_path,
+    top_flags,
     operations,
     parsing,
     lookups,

@@ -47,6 +47,8 @@ pub struct GatewayConfig {
     pub access: AccessConfig,
     /// Where monthly counts are kept.
     pub quota: QuotaConfig,
+    /// `/v1/keys`: projects managing their own keys.
+    pub keys_api: KeysApiConfig,
     /// Private folder (created with mode 0700) for the pid file and the upgrade socket when
     /// the Pingora keys `pid_file` / `upgrade_sock` are not set. Default: `$RUNTIME_DIRECTORY`
     /// (systemd's `RuntimeDirectory=`), else `../state/run`; relative to the config file.
@@ -67,6 +69,10 @@ pub struct GatewayConfig {
     pub admin: AdminConfig,
     /// The JSON access log (one line per request).
     pub access_log: AccessLogConfig,
+    /// Call logs and daily stats per project (`/v1/logs`, `/v1/stats`).
+    pub calls: crate::calls::CallsConfig,
+    /// Live top-domains: flag counts, their ranking, persistence and sharing.
+    pub top_domains: crate::flags::TopDomainsConfig,
     /// HTTPS on the public listener; absent: plain HTTP.
     pub tls: Option<TlsConfig>,
 }
@@ -169,6 +175,7 @@ impl Default for GatewayConfig {
             reload: ReloadConfig::default(),
             access: AccessConfig::default(),
             quota: QuotaConfig::default(),
+            keys_api: KeysApiConfig::default(),
             runtime_dir: None,
             mx: MxConfig::default(),
             drain: Duration::from_secs(2),
@@ -176,6 +183,8 @@ impl Default for GatewayConfig {
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
             access_log: AccessLogConfig::default(),
+            calls: crate::calls::CallsConfig::default(),
+            top_domains: crate::flags::TopDomainsConfig::default(),
             tls: None,
         }
     }
@@ -500,6 +509,11 @@ pub struct ReloadConfig {
     /// (a deleted file: all of them) is refused and the table in service kept: a truncated or
     /// failed download must not empty a list. 0 to 100; 100 turns the check off.
     pub max_shrink_percent: u32,
+    /// How rebuilds share the CPU with request workers: `idle` (Linux SCHED_IDLE: a rebuild runs
+    /// only on CPU time no worker wants, so it never delays a request, and waits while the
+    /// workers keep every core busy) or `low` (nice 10: a rebuild always progresses, at the
+    /// cost of some request latency while it runs).
+    pub build_priority: crate::reload::BuildPriority,
 }
 
 impl Default for ReloadConfig {
@@ -507,6 +521,7 @@ impl Default for ReloadConfig {
         ReloadConfig {
             poll_interval: Duration::from_millis(1_000),
             max_shrink_percent: 50,
+            build_priority: crate::reload::BuildPriority::Idle,
         }
     }
 }
@@ -519,8 +534,10 @@ impl ReloadConfig {}
 pub struct AccessConfig {
     /// The keys file (hot-reloaded). Relative to the config file.
     pub keys_file: PathBuf,
-    /// Plan name -> calls allowed per calendar month.
-    pub plans: BTreeMap<String, u64>,
+    /// Plan name -> its calls per calendar month, written alone (`pro: 10000`) or with the
+    /// rest of the plan (`pro: { monthly_limit: 10000, max_keys: 10, log_retention_hours: 1440 }`);
+    /// what is left out comes from the plan's name (see [`crate::access::plan`]).
+    pub plans: BTreeMap<String, crate::access::plan::PlanConfig>,
     /// Accept the public demo key on a non-loopback listener (never do this in production).
     pub allow_demo_key: bool,
 }
@@ -529,15 +546,7 @@ impl Default for AccessConfig {
     fn default() -> Self {
         AccessConfig {
             keys_file: PathBuf::from("keys.yaml"),
-            plans: [
-                ("free", 100),
-                ("starter", 1_000),
-                ("pro", 10_000),
-                ("business", 100_000),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect(),
+            plans: crate::access::plan::default_plans(),
             allow_demo_key: false,
         }
     }
@@ -563,6 +572,82 @@ pub struct QuotaConfig {
     pub slots: u32,
     /// The shared store, when `store: redis`.
     pub redis: RedisConfig,
+}
+
+/// `GET/POST /v1/keys`, `DELETE /v1/keys/{id}`: projects listing, making and revoking keys.
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KeysApiConfig {
+    /// Off: the routes answer 404 (keys made before keep working).
+    pub enabled: bool,
+    /// The gateway-managed file of API-made keys (hashed secrets, mode 0600). Relative to the
+    /// config file. Default: `keys.managed.json` in the folder of `quota.state_file` (the
+    /// state folder, writable under the shipped systemd unit, where the config folder is not).
+    /// Gateways that share keys share this file (it is locked for each change and watched).
+    pub file: Option<PathBuf>,
+    /// Largest `POST /v1/keys` body, in bytes (64 to 65536).
+    pub max_body_bytes: usize,
+    /// How long a `POST /v1/keys` body may take to arrive, in milliseconds (100 to 60000).
+    #[serde(rename = "body_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub body_timeout: Duration,
+    /// How often the last use of API-made keys is saved to the managed file, in seconds
+    /// (1 to 3600). Between saves it is kept in memory.
+    #[serde(rename = "last_used_flush_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub last_used_flush: Duration,
+}
+
+impl Default for KeysApiConfig {
+    fn default() -> Self {
+        KeysApiConfig {
+            enabled: true,
+            file: None,
+            max_body_bytes: 4_096,
+            body_timeout: Duration::from_millis(5_000),
+            last_used_flush: Duration::from_secs(60),
+        }
+    }
+}
+
+impl KeysApiConfig {
+    /// The managed file: `file`, or `keys.managed.json` beside the quota state file.
+    pub fn managed_file(&self, quota: &QuotaConfig) -> PathBuf {
+        self.file.clone().unwrap_or_else(|| {
+            quota
+                .state_file
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("keys.managed.json")
+        })
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(64..=65_536).contains(&self.max_body_bytes) {
+            out.push(format!(
+                "gateway.keys_api.max_body_bytes: {} is outside 64..=65536",
+                self.max_body_bytes
+            ));
+        }
+        if !(100..=60_000).contains(&ms(self.body_timeout)) {
+            out.push(format!(
+                "gateway.keys_api.body_timeout_ms: {} is outside 100..=60000",
+                ms(self.body_timeout)
+            ));
+        }
+        if !(1..=3_600).contains(&secs(self.last_used_flush)) {
+            out.push(format!(
+                "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
+                secs(self.last_used_flush)
+            ));
+        }
+        if self.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+            out.push("gateway.keys_api.file: empty".to_owned());
+        }
+        out
+    }
 }
 
 /// Which quota store to use.
@@ -842,7 +927,15 @@ impl Settings {
                     &mut gateway.data.sources_dir,
                     &mut gateway.access.keys_file,
                     &mut gateway.quota.state_file,
+                    &mut gateway.top_domains.state_file,
                 ] {
+                    if path.is_relative() {
+                        *path = base.join(&*path);
+                    }
+                }
+                let state_file = gateway.quota.state_file.clone();
+                gateway.calls.resolve_path(base, &state_file);
+                if let Some(path) = &mut gateway.keys_api.file {
                     if path.is_relative() {
                         *path = base.join(&*path);
                     }
@@ -1027,6 +1120,8 @@ impl GatewayConfig {
         }
         out.extend(self.limits.problems());
         out.extend(self.access_log.problems());
+        out.extend(self.top_domains.problems());
+        out.extend(self.calls.problems());
         out.extend(self.data.source_problems());
         if let Some(admin) = &self.admin.listen {
             match admin.strip_prefix("unix:") {
@@ -1092,6 +1187,10 @@ impl GatewayConfig {
         if self.access.plans.is_empty() {
             out.push("gateway.access.plans: at least one plan is needed".to_owned());
         }
+        for (name, plan) in &self.access.plans {
+            out.extend(plan.problems(name));
+        }
+        out.extend(self.keys_api.problems());
         if secs(self.drain) > 300 {
             out.push(format!(
                 "gateway.drain_seconds: {} is outside 0..=300",
@@ -1202,6 +1301,43 @@ mod tests {
             .to_string();
         assert!(err.contains("gateway.tls"), "{err}");
         assert!(err.contains("missing field `key`"), "{err}");
+    }
+
+    #[test]
+    fn plans_take_both_forms_and_the_keys_api_its_defaults() {
+        let s = load(
+            "gateway:\n  access:\n    plans: { free: 5, team: { monthly_limit: 9, max_keys: 3 } }\n",
+        )
+        .unwrap();
+        use crate::access::plan::AsPlan;
+        let team = s.gateway.access.plans["team"].resolve("team");
+        assert_eq!((team.monthly_limit, team.max_keys), (9, 3));
+        assert_eq!(s.gateway.access.plans["free"].resolve("free").max_keys, 1);
+        let api = &s.gateway.keys_api;
+        assert!(api.enabled);
+        assert_eq!(
+            api.managed_file(&s.gateway.quota),
+            PathBuf::from("/etc/drg/../state/keys.managed.json")
+        );
+        let s = load("gateway:\n  keys_api: { file: k/m.json }\n").unwrap();
+        assert_eq!(
+            s.gateway.keys_api.managed_file(&s.gateway.quota),
+            PathBuf::from("/etc/drg/k/m.json")
+        );
+        let err = load(
+            "gateway:\n  access:\n    plans: { pro: { monthly_limit: 1, max_keys: 0 } }\n  keys_api: { max_body_bytes: 1, body_timeout_ms: 1, last_used_flush_seconds: 0, colour: 1 }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "gateway.access.plans.pro.max_keys: 0 is outside",
+            "gateway.keys_api.max_body_bytes: 1 is outside",
+            "gateway.keys_api.body_timeout_ms: 1 is outside",
+            "gateway.keys_api.last_used_flush_seconds: 0 is outside",
+            "gateway.keys_api.colour: unknown key",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in {err}");
+        }
     }
 
     #[test]

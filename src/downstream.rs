@@ -268,29 +268,13 @@ impl Bounded {
         else {
             return Scan::More;
         };
-        for (i, &b) in bytes.iter().enumerate() {
-            match b {
-                b'\n' if *started && *eol > 0 => {
-                    *seen += i + 1;
-                    if *seen > self.limits.max_header_bytes || *lines > self.limits.max_lines {
-                        return Scan::TooLarge;
-                    }
-                    self.phase = Phase::Answering;
-                    return Scan::Complete;
-                }
-                b'\n' => {
-                    *eol = 1;
-                    if *started {
-                        *lines += 1;
-                    }
-                }
-                b'\r' if *eol == 1 => *eol = 2,
-                b'\r' => {}
-                _ => {
-                    *eol = 0;
-                    *started = true;
-                }
+        if let Some(end) = scan_header(bytes, lines, eol, started) {
+            *seen += end;
+            if *seen > self.limits.max_header_bytes || *lines > self.limits.max_lines {
+                return Scan::TooLarge;
             }
+            self.phase = Phase::Answering;
+            return Scan::Complete;
         }
         *seen += bytes.len();
         if *seen > self.limits.max_header_bytes || *lines > self.limits.max_lines {
@@ -387,6 +371,37 @@ impl Bounded {
             self.armed = deadline;
         }
     }
+}
+
+/// Follows a request header through `bytes`, carrying what earlier reads saw (`lines` counted,
+/// `eol` as in [`Phase::Header`], `started`): the length up to and including the line feed of the
+/// blank line that ends the header, if it is in `bytes`. Jumps from line feed to line feed
+/// (`memchr`), looking only at the first bytes of each line, rather than matching every byte.
+fn scan_header(bytes: &[u8], lines: &mut usize, eol: &mut u8, started: &mut bool) -> Option<usize> {
+    // What a run of bytes without a line feed does to the state: any byte but CR starts a line
+    // (and the request); CRs alone keep a line blank.
+    let run = |run: &[u8], eol: &mut u8, started: &mut bool| {
+        if run.iter().any(|&b| b != b'\r') {
+            *eol = 0;
+            *started = true;
+        } else if !run.is_empty() && *eol == 1 {
+            *eol = 2;
+        }
+    };
+    let mut start = 0;
+    for lf in memchr::memchr_iter(b'\n', bytes) {
+        run(&bytes[start..lf], eol, started);
+        if *started && *eol > 0 {
+            return Some(lf + 1);
+        }
+        *eol = 1;
+        if *started {
+            *lines += 1;
+        }
+        start = lf + 1;
+    }
+    run(&bytes[start..], eol, started);
+    None
 }
 
 impl AsyncRead for Bounded {
@@ -558,5 +573,88 @@ impl GetSocketDigest for Bounded {
 impl Peek for Bounded {
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
         self.inner.try_peek(buf).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The byte-at-a-time scan `scan_header` replaced: the reference it must agree with.
+    fn reference(
+        bytes: &[u8],
+        lines: &mut usize,
+        eol: &mut u8,
+        started: &mut bool,
+    ) -> Option<usize> {
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if *started && *eol > 0 => return Some(i + 1),
+                b'\n' => {
+                    *eol = 1;
+                    if *started {
+                        *lines += 1;
+                    }
+                }
+                b'\r' if *eol == 1 => *eol = 2,
+                b'\r' => {}
+                _ => {
+                    *eol = 0;
+                    *started = true;
+                }
+            }
+        }
+        None
+    }
+
+    type Scanner = fn(&[u8], &mut usize, &mut u8, &mut bool) -> Option<usize>;
+
+    /// Feeds `input` in chunks cut at `cuts`: where the header ended (overall offset) and the
+    /// state after it.
+    fn feed(scan: Scanner, input: &[u8], cuts: &[usize]) -> (Option<usize>, usize, u8, bool) {
+        let (mut lines, mut eol, mut started) = (0, 0, false);
+        let mut at = 0;
+        let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+        bounds.push(input.len());
+        bounds.sort_unstable();
+        for end in bounds {
+            if end < at {
+                continue;
+            }
+            if let Some(n) = scan(&input[at..end], &mut lines, &mut eol, &mut started) {
+                return (Some(at + n), lines, eol, started);
+            }
+            at = end;
+        }
+        (None, lines, eol, started)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scan_agrees_with_the_byte_loop(
+            input in proptest::collection::vec(
+                proptest::sample::select(vec![b'\r', b'\n', b'a', b' ', b':']),
+                0..64,
+            ),
+            cuts in proptest::collection::vec(0..64usize, 0..4),
+        ) {
+            proptest::prop_assert_eq!(
+                feed(scan_header, &input, &cuts),
+                feed(reference, &input, &cuts)
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_ends_at_its_blank_line() {
+        let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nnext";
+        for cut in 0..req.len() {
+            assert_eq!(
+                feed(scan_header, req, &[cut]).0,
+                Some(req.len() - 4),
+                "cut {cut}"
+            );
+        }
+        assert_eq!(feed(scan_header, req, &[]).1, 2);
     }
 }

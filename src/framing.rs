@@ -1,9 +1,10 @@
 //! Request framing the gateway refuses before routing: what a GET to this API never needs.
 //!
-//! Every route is a bodiless GET (or a CORS preflight), so a body, an upgrade, a missing or
-//! doubled `Host`, or a `Connection` header that names other headers (and so could strip ours on
-//! the way) can only be a mistake or an attack: each is a `400` before any key is checked or any
-//! call counted. Pure, unit-tested without sockets.
+//! Every route but `POST /v1/keys` (a small body, bounded by config) is a bodiless GET, DELETE
+//! or CORS preflight, so a body, an upgrade, a missing or doubled `Host`, or a `Connection`
+//! header that names other headers (and so could strip ours on the way) can only be a mistake or
+//! an attack: each is a `400` before any key is checked or any call counted. Pure, unit-tested
+//! without sockets.
 
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, Version};
@@ -25,6 +26,9 @@ pub enum FramingError {
     MissingHost,
     #[error("more than one Host header")]
     DuplicateHost,
+    /// A route that takes a body (`POST /v1/keys`) got a larger one than it accepts.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(usize),
 }
 
 impl FramingError {
@@ -32,23 +36,49 @@ impl FramingError {
     pub fn leaves_bytes_unread(self) -> bool {
         matches!(
             self,
-            FramingError::ChunkedBody | FramingError::Body | FramingError::DuplicateLength
+            FramingError::ChunkedBody
+                | FramingError::Body
+                | FramingError::DuplicateLength
+                | FramingError::BodyTooLarge(_)
         )
     }
 }
 
 /// Checks the framing headers of a request.
 pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<(), FramingError> {
+    check_framing_with_body(version, headers, 0).map(|_| ())
+}
+
+/// Like [`check_framing`] for the one route that takes a small body (`POST /v1/keys`): a
+/// `Content-Length` up to `max_body` is accepted (chunked bodies are not: the size must be
+/// known before reading). Returns the announced length.
+pub fn check_framing_with_body(
+    version: Version,
+    headers: &HeaderMap,
+    max_body: usize,
+) -> Result<usize, FramingError> {
     if headers.contains_key(TRANSFER_ENCODING) {
         return Err(FramingError::ChunkedBody);
     }
+    let mut body = 0;
     let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
     if let Some(length) = lengths.next() {
         if lengths.next().is_some() {
             return Err(FramingError::DuplicateLength);
         }
-        if length.as_bytes().trim_ascii() != b"0" {
-            return Err(FramingError::Body);
+        let text = length.as_bytes().trim_ascii();
+        if text != b"0" {
+            if max_body == 0 {
+                return Err(FramingError::Body);
+            }
+            body = std::str::from_utf8(text)
+                .ok()
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse::<usize>().ok())
+                .ok_or(FramingError::Body)?;
+            if body > max_body {
+                return Err(FramingError::BodyTooLarge(max_body));
+            }
         }
     }
     if headers.contains_key(UPGRADE) {
@@ -69,7 +99,7 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<(), Framin
     match (hosts.next(), hosts.next()) {
         (None, _) if version == Version::HTTP_11 => Err(FramingError::MissingHost),
         (Some(_), Some(_)) => Err(FramingError::DuplicateHost),
-        _ => Ok(()),
+        _ => Ok(body),
     }
 }
 
@@ -155,5 +185,26 @@ mod tests {
         }
         assert!(Body.leaves_bytes_unread());
         assert!(!ConnectionOption.leaves_bytes_unread());
+    }
+
+    #[test]
+    fn a_small_body_passes_where_one_is_allowed() {
+        let with = |len: &'static str| headers(&[("host", "a"), ("content-length", len)]);
+        let check = |h: &HeaderMap| check_framing_with_body(Version::HTTP_11, h, 100);
+        assert_eq!(check(&with("17")), Ok(17));
+        assert_eq!(check(&with("0")), Ok(0));
+        assert_eq!(check(&headers(&[("host", "a")])), Ok(0));
+        assert_eq!(check(&with("101")), Err(FramingError::BodyTooLarge(100)));
+        assert_eq!(check(&with("+5")), Err(FramingError::Body));
+        assert_eq!(
+            check(&headers(&[("host", "a"), ("transfer-encoding", "chunked")])),
+            Err(FramingError::ChunkedBody)
+        );
+        assert!(FramingError::BodyTooLarge(1).leaves_bytes_unread());
+        // Elsewhere, still no body at all.
+        assert_eq!(
+            check_framing(Version::HTTP_11, &with("17")),
+            Err(FramingError::Body)
+        );
     }
 }

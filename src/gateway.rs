@@ -26,29 +26,32 @@ use pingora::{ErrorSource, ErrorType};
 use serde::Serialize;
 
 use crate::access::keys::KeyStore;
-use crate::access::quota::{Clock, Consumed, QuotaStore, Usage};
+use crate::access::quota::{Clock, Consumed, Month, QuotaStore, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::access_log::{AccessLog, Entry};
+use crate::calls::{Call, Calls, Verdict};
 use crate::config::{GatewayConfig, UpstreamConfig};
 use crate::domain::classify::wants_mx;
 use crate::domain::evidence::Evidence;
 use crate::domain::target::screen_target;
 use crate::domain::{classify, DomainName, DomainTable, RiskRecord};
-use crate::framing::check_framing;
 use crate::http::{write, Answer, ApiError};
+use crate::keys_api::KeysOp;
 use crate::lifecycle::{Draining, Phase};
 use crate::metrics::{Denial, Metrics, RouteClass, UpstreamError};
 use crate::mx::resolver::MxResolver;
-use crate::route::{route, Route, RouteError};
+use crate::route::{route, KeysCall, Route, RouteError};
 use crate::upstream::{UpstreamPolicy, X_REQUEST_ID};
 
-const RATELIMIT: &str = "ratelimit";
-const RATELIMIT_POLICY: &str = "ratelimit-policy";
+// Header names and fixed values as constants: built at compile time, never per answer.
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
 const EXPOSED_HEADERS: &str =
     "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version";
 /// Which data answered (see [`DatasetVersion`](crate::domain::table::DatasetVersion)): on every
 /// answer, ours replacing any the backend sent.
-const X_DATASET_VERSION: &str = "x-dataset-version";
+const X_DATASET_VERSION: HeaderName = HeaderName::from_static("x-dataset-version");
 
 /// The proxy service's state, shared by all requests.
 pub struct Gateway {
@@ -61,6 +64,12 @@ pub struct Gateway {
     openapi: Option<Bytes>,
     /// `None` when the access log is off: then the request path builds no line.
     access_log: Option<AccessLog>,
+    /// `None` when call logs are off (`gateway.calls.enabled: false`).
+    calls: Option<Calls>,
+    /// Flag counts of the live top-domains; `None` when off (the table's fixed ranking).
+    top_live: Option<Arc<crate::flags::LiveTop>>,
+    /// `/v1/keys`; its routes answer 404 when `None` or `keys_api.enabled` is false.
+    keys_api: Option<Arc<crate::keys_api::KeysApi>>,
 }
 
 /// Everything the gateway reads per request, shared with the background services and the
@@ -99,6 +108,23 @@ pub struct RequestCtx {
     upstream_elapsed: Option<Duration>,
     /// `X-Dataset-Version` of the table the request used (pre-rendered by the table).
     dataset: Option<HeaderValue>,
+    /// A `POST /v1/keys` body was announced and not read (yet): the connection cannot be
+    /// reused unless it is.
+    body_unread: bool,
+    /// The call to record for `/v1/logs` and `/v1/stats` once answered (call logs on only).
+    call: Option<PendingCall>,
+    /// The `/v1/check` answer's body so far, read for its verdict (bounded; `None` once over
+    /// the bound or when not wanted).
+    check_body: Option<Vec<u8>>,
+}
+
+/// What a lookup or check call will be logged as.
+#[derive(Debug)]
+struct PendingCall {
+    /// The looked-up domain, or the checked address's domain (never its local part).
+    domain: Box<str>,
+    /// `None` for a check whose answer has not (yet) given a readable verdict.
+    verdict: Option<Verdict>,
 }
 
 impl Gateway {
@@ -110,7 +136,29 @@ impl Gateway {
             request_ids: RequestIds::new(),
             openapi: crate::openapi::json().map_err(|e| log::error!("{e}")).ok(),
             access_log: None,
+            calls: None,
+            top_live: None,
+            keys_api: None,
         }
+    }
+
+    /// Serves `/v1/keys` (`None`: those routes answer 404).
+    pub fn with_keys_api(mut self, api: Option<Arc<crate::keys_api::KeysApi>>) -> Self {
+        self.keys_api = api;
+        self
+    }
+
+    /// Counts flagged lookups into `live` and serves top-domains from its ranking.
+    pub fn with_top_live(mut self, live: Option<Arc<crate::flags::LiveTop>>) -> Self {
+        self.top_live = live;
+        self
+    }
+
+    /// Records answered lookups and checks for `/v1/logs` and `/v1/stats` (`None`: off, and
+    /// those routes answer 404).
+    pub fn with_calls(mut self, calls: Option<Calls>) -> Self {
+        self.calls = calls;
+        self
     }
 
     /// Writes one access log line per request to `log`.
@@ -126,11 +174,23 @@ impl Gateway {
         let path = header.uri.path();
         ctx.api = path.starts_with("/v1/");
         // Before routing and before any key is checked: a refused request is never counted.
-        if let Err(e) = check_framing(header.version, &header.headers) {
-            if e.leaves_bytes_unread() {
-                session.set_keepalive(None);
+        // Only `POST /v1/keys` may carry a (small) body; other methods on its path get theirs
+        // (405) rather than a framing error, with the body left unread.
+        let body_limit = match &self.keys_api {
+            Some(api) if path == crate::route::KEYS_PATH => api.config.max_body_bytes,
+            _ => 0,
+        };
+        match crate::framing::check_framing_with_body(header.version, &header.headers, body_limit) {
+            Ok(0) => {}
+            // Unread until the handler reads it: if it never does, the connection cannot be
+            // reused.
+            Ok(_) => ctx.body_unread = true,
+            Err(e) => {
+                if e.leaves_bytes_unread() {
+                    session.set_keepalive(None);
+                }
+                return Some(ApiError::BadRequest(e.to_string()).into());
             }
-            return Some(ApiError::BadRequest(e.to_string()).into());
         }
         let header = session.req_header();
         let path = header.uri.path();
@@ -146,6 +206,15 @@ impl Gateway {
                 return Some(ApiError::Validation(detail).into())
             }
         };
+        if matches!(route, Route::Keys(_))
+            && !self.keys_api.as_ref().is_some_and(|a| a.config.enabled)
+        {
+            return Some(ApiError::NotFound.into());
+        }
+        // Call logs off: as if the routes did not exist, before any key is checked.
+        if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
+            return Some(ApiError::NotFound.into());
+        }
         if let Err(rejection) = self.authorize(session, &route, ctx).await {
             return Some(rejection);
         }
@@ -161,12 +230,31 @@ impl Gateway {
             }),
             Route::Preflight => Some(preflight(session)),
             Route::Usage => Some(self.usage(ctx)),
+            Route::Logs { cursor, limit } => Some(self.logs(ctx, cursor, limit).await),
+            Route::Stats => Some(self.stats(ctx).await),
+            Route::Keys(call) => {
+                let op = match call {
+                    KeysCall::List => KeysOp::List,
+                    KeysCall::Create => KeysOp::Create,
+                    KeysCall::Revoke { id } => match decode(id) {
+                        Ok(id) => KeysOp::Revoke(id.into_owned()),
+                        Err(e) => return Some(e.into()),
+                    },
+                };
+                Some(self.keys(session, ctx, op).await)
+            }
             Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
             Route::Check { raw } => match decode(raw)
                 .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
             {
                 Ok(target) => {
+                    if self.calls.is_some() {
+                        ctx.call = Some(PendingCall {
+                            domain: target.domain.as_str().into(),
+                            verdict: None,
+                        });
+                    }
                     ctx.upstream_path = Some(target.upstream_path());
                     ctx.request_id = Some(self.request_id(session));
                     None
@@ -222,11 +310,15 @@ impl Gateway {
         let key = principal.key.clone();
         ctx.principal = Some(principal);
         let now = self.shared.clock.now();
-        if matches!(route, Route::Usage) {
+        key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
+        if matches!(
+            route,
+            Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
+        ) {
             match self
                 .shared
                 .quota
-                .usage(&key.id, key.monthly_limit, now)
+                .usage(&key.project, key.monthly_limit, now)
                 .await
             {
                 Ok(usage) => ctx.usage = Some(usage),
@@ -237,7 +329,7 @@ impl Gateway {
         match self
             .shared
             .quota
-            .consume(&key.id, key.monthly_limit, now)
+            .consume(&key.project, key.monthly_limit, now)
             .await
         {
             Ok(Consumed::Allowed(usage)) => {
@@ -286,6 +378,125 @@ impl Gateway {
         }
     }
 
+    /// `GET /v1/logs`: a page of the project's calls, newest first, within its retention.
+    async fn logs(&self, ctx: &RequestCtx, cursor: Option<&str>, limit: usize) -> Answer {
+        #[derive(Serialize)]
+        struct LogsBody<'a> {
+            items: &'a [crate::calls::LogItem],
+            next_cursor: Option<String>,
+        }
+        let (Some(calls), Some(p)) = (&self.calls, &ctx.principal) else {
+            return ApiError::NotFound.into();
+        };
+        let bad_cursor = || {
+            ApiError::Validation(
+                "cursor is not one this API gave (use next_cursor of the previous page)".into(),
+            )
+            .into()
+        };
+        let before = match cursor.map(crate::calls::decode_cursor) {
+            Some(None) => return bad_cursor(),
+            Some(Some(position)) => Some(position),
+            None => None,
+        };
+        let since = crate::calls::visible_since(
+            self.shared.clock.now(),
+            crate::calls::retention_of(&p.key),
+        );
+        match calls
+            .store
+            .page(&p.key.project, before.as_deref(), limit, since)
+            .await
+        {
+            Ok(Some(page)) => Answer::json(
+                StatusCode::OK,
+                &LogsBody {
+                    items: &page.items,
+                    next_cursor: page.next.as_deref().map(crate::calls::encode_cursor),
+                },
+            ),
+            Ok(None) => bad_cursor(),
+            Err(e) => {
+                calls.metrics.store_errors.inc();
+                ApiError::Internal(e.to_string()).into()
+            }
+        }
+    }
+
+    /// `/v1/keys`: list, create (reading the small body here, bounded in size and time),
+    /// revoke.
+    async fn keys(&self, session: &mut Session, ctx: &mut RequestCtx, op: KeysOp) -> Answer {
+        let (Some(api), Some(p)) = (&self.keys_api, &ctx.principal) else {
+            return ApiError::NotFound.into();
+        };
+        let caller = p.key.clone();
+        match op {
+            KeysOp::List => api.list(&caller),
+            KeysOp::Create => {
+                let limit = api.config.max_body_bytes;
+                let read = tokio::time::timeout(api.config.body_timeout, async {
+                    let mut body = bytes::BytesMut::new();
+                    while let Some(chunk) = session.read_request_body().await? {
+                        if body.len() + chunk.len() > limit {
+                            return Ok(None);
+                        }
+                        body.extend_from_slice(&chunk);
+                    }
+                    Ok::<_, Box<Error>>(Some(body.freeze()))
+                })
+                .await;
+                let body = match read {
+                    Ok(Ok(Some(body))) => {
+                        ctx.body_unread = false;
+                        body
+                    }
+                    Ok(Ok(None)) => {
+                        return ApiError::BadRequest(format!(
+                            "request body larger than {limit} bytes"
+                        ))
+                        .into()
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        return ApiError::BadRequest(
+                            "the request body did not arrive in time".into(),
+                        )
+                        .into()
+                    }
+                };
+                api.create(caller, body).await
+            }
+            KeysOp::Revoke(id) => api.revoke(caller, id).await,
+        }
+    }
+
+    /// `GET /v1/stats`: the project's calls per UTC day, the last 30 days.
+    async fn stats(&self, ctx: &RequestCtx) -> Answer {
+        #[derive(Serialize)]
+        struct StatsBody {
+            chart: Vec<crate::calls::DayCount>,
+        }
+        let (Some(calls), Some(p)) = (&self.calls, &ctx.principal) else {
+            return ApiError::NotFound.into();
+        };
+        let today = self.shared.clock.now().date_naive();
+        match calls
+            .store
+            .days(&p.key.project, crate::calls::chart_start(today), today)
+            .await
+        {
+            Ok(counted) => Answer::json(
+                StatusCode::OK,
+                &StatsBody {
+                    chart: crate::calls::chart(today, &counted),
+                },
+            ),
+            Err(e) => {
+                calls.metrics.store_errors.inc();
+                ApiError::Internal(e.to_string()).into()
+            }
+        }
+    }
+
     async fn domain(&self, raw: &str, explain: bool, ctx: &mut RequestCtx) -> Answer {
         let name = match decode(raw)
             .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
@@ -303,8 +514,20 @@ impl Gateway {
         // A reload during the DNS wait: the answer says which table it came from.
         ctx.dataset = Some(table.version().header().clone());
         let verdict = classify(&table, &name, evidence.as_deref());
+        if let Some(live) = &self.top_live {
+            live.record(&name, &verdict.record);
+        }
+        if self.calls.is_some() {
+            ctx.call = Some(PendingCall {
+                domain: verdict.record.domain.into(),
+                verdict: Some(Verdict {
+                    risk_score: verdict.record.risk_score,
+                    reason: verdict.record.reason,
+                }),
+            });
+        }
         if !explain {
-            return Answer::json(StatusCode::OK, &verdict.record);
+            return Answer::raw(StatusCode::OK, Bytes::from(verdict.record.to_json()));
         }
         #[derive(Serialize)]
         struct Explained<'a> {
@@ -325,8 +548,11 @@ impl Gateway {
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
-        let body = self.shared.table.load().top().json(limit);
-        Answer::raw(StatusCode::OK, Bytes::from(body))
+        let body = match self.top_live.as_ref().and_then(|l| l.body(limit)) {
+            Some(live) => live,
+            None => self.shared.table.load().top().body(limit),
+        };
+        Answer::raw(StatusCode::OK, body)
     }
 
     /// Public readiness: the status alone. Process, key and store details are not for the
@@ -402,24 +628,19 @@ fn caller_request_id(session: &Session) -> Option<&str> {
 }
 
 /// Headers of every answer: the dataset version; and for an authenticated `/v1/` call, the
-/// quota state and CORS.
-fn access_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out = Vec::with_capacity(6);
+/// quota state and CORS. Pushed onto the answer's own list: no list of their own per answer.
+fn access_headers(ctx: &RequestCtx, out: &mut Vec<(HeaderName, HeaderValue)>) {
+    out.reserve(6);
     if let Some(version) = &ctx.dataset {
-        out.push((HeaderName::from_static(X_DATASET_VERSION), version.clone()));
+        out.push((X_DATASET_VERSION, version.clone()));
     }
     if ctx.api {
-        out.push((VARY, HeaderValue::from_static("Origin")));
+        out.push((VARY, VARY_ORIGIN));
     }
     if let Some(usage) = &ctx.usage {
-        for (name, value) in [
-            (RATELIMIT_POLICY, usage.policy_header()),
-            (RATELIMIT, usage.ratelimit_header()),
-        ] {
-            // The strings are built for the header: hand them over without another copy.
-            if let Ok(v) = HeaderValue::try_from(value) {
-                out.push((HeaderName::from_static(name), v));
-            }
+        out.push((RATELIMIT_POLICY, policy_value(usage)));
+        if let Some(v) = ratelimit_value(usage) {
+            out.push((RATELIMIT, v));
         }
     }
     if let Some(origin) = ctx
@@ -434,7 +655,46 @@ fn access_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
             HeaderValue::from_static(EXPOSED_HEADERS),
         ));
     }
-    out
+}
+
+/// `RateLimit-Policy` ([`Usage::policy_header`]): the same for every call of a plan in a month,
+/// so each worker thread keeps the last one it built and copies it (a reference count).
+fn policy_value(usage: &Usage) -> HeaderValue {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<Option<(u64, Month, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((limit, month, value)) if *limit == usage.limit && *month == usage.month => {
+            value.clone()
+        }
+        _ => {
+            let mut s = Vec::with_capacity(48);
+            s.extend_from_slice(b"\"monthly\";q=");
+            s.extend_from_slice(itoa::Buffer::new().format(usage.limit).as_bytes());
+            s.extend_from_slice(b";w=");
+            s.extend_from_slice(itoa::Buffer::new().format(usage.month.seconds()).as_bytes());
+            // Digits and ASCII punctuation only: always a valid value.
+            let value = HeaderValue::from_maybe_shared(Bytes::from(s))
+                .unwrap_or_else(|_| HeaderValue::from_static(""));
+            *last = Some((usage.limit, usage.month, value.clone()));
+            value
+        }
+    })
+}
+
+/// `RateLimit` ([`Usage::ratelimit_header`]), written without `format!`.
+fn ratelimit_value(usage: &Usage) -> Option<HeaderValue> {
+    let mut s = Vec::with_capacity(48);
+    s.extend_from_slice(b"\"monthly\";r=");
+    s.extend_from_slice(itoa::Buffer::new().format(usage.remaining()).as_bytes());
+    s.extend_from_slice(b";t=");
+    s.extend_from_slice(
+        itoa::Buffer::new()
+            .format(usage.seconds_to_reset())
+            .as_bytes(),
+    );
+    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
 
 /// The answer to a CORS preflight: any origin may ask; the key decides on the real request.
@@ -479,7 +739,8 @@ fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
         .map_err(|_| ApiError::Validation("path is not valid UTF-8 after percent-decoding".into()))
 }
 
-fn upstream_peer(config: &UpstreamConfig) -> HttpPeer {
+/// The upstream peer for `config` (timeouts, TLS); also what the bench floor proxies with.
+pub fn upstream_peer(config: &UpstreamConfig) -> HttpPeer {
     let mut peer = HttpPeer::new(config.address.as_str(), config.tls, config.server_name());
     peer.options.connection_timeout = Some(config.connect_timeout);
     peer.options.total_connection_timeout = Some(config.connect_timeout);
@@ -553,7 +814,10 @@ impl ProxyHttp for Gateway {
         }
         match self.handle(session, ctx).await {
             Some(mut answer) => {
-                answer.headers.extend(access_headers(ctx));
+                if ctx.body_unread {
+                    session.set_keepalive(None);
+                }
+                access_headers(ctx, &mut answer.headers);
                 write(session, answer).await?;
                 Ok(true)
             }
@@ -632,7 +896,19 @@ impl ProxyHttp for Gateway {
         if let Some(id) = ctx.request_id.as_deref() {
             upstream_response.insert_header(X_REQUEST_ID, id)?;
         }
-        for (name, value) in access_headers(ctx) {
+        if let (Some(calls), Some(_)) = (&self.calls, &ctx.call) {
+            if upstream_response.status == StatusCode::OK {
+                let expected = upstream_response
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+                    .unwrap_or(1_024);
+                ctx.check_body = Some(Vec::with_capacity(expected.min(calls.check_body_max_bytes)));
+            }
+        }
+        let mut headers = Vec::new();
+        access_headers(ctx, &mut headers);
+        for (name, value) in headers {
             if name == VARY {
                 // The backend's own Vary still holds: add Origin to it.
                 let merged = merge_vary(upstream_response.headers.get_all(VARY), "Origin");
@@ -642,6 +918,36 @@ impl ProxyHttp for Gateway {
             }
         }
         Ok(())
+    }
+
+    /// Reads a `/v1/check` answer (up to `calls.check_body_max_bytes`) for the verdict its
+    /// call is logged with; the body itself passes on untouched.
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<Duration>>
+    where
+        Self::CTX: Send + Sync,
+    {
+        let (Some(calls), Some(buf)) = (&self.calls, &mut ctx.check_body) else {
+            return Ok(None);
+        };
+        if let Some(chunk) = body {
+            if buf.len() + chunk.len() > calls.check_body_max_bytes {
+                ctx.check_body = None;
+                return Ok(None);
+            }
+            buf.extend_from_slice(chunk);
+        }
+        if end_of_stream {
+            if let (Some(buf), Some(call)) = (ctx.check_body.take(), &mut ctx.call) {
+                call.verdict = crate::calls::upstream_verdict(&buf);
+            }
+        }
+        Ok(None)
     }
 
     /// There is one upstream: retrying a refused or timed-out connect only multiplies the wait.
@@ -708,7 +1014,7 @@ impl ProxyHttp for Gateway {
             Some(error) => {
                 let status = error.status().as_u16();
                 let mut answer: Answer = error.into();
-                answer.headers.extend(access_headers(ctx));
+                access_headers(ctx, &mut answer.headers);
                 if let Err(we) = write(session, answer).await {
                     log::debug!("could not send the error answer: {we}");
                 }
@@ -730,6 +1036,17 @@ impl ProxyHttp for Gateway {
         if let Some(log) = &self.access_log {
             log.send(&Self::access_entry(session, ctx, status, elapsed));
         }
+        if let (Some(calls), Some(call), Some(p), 200) =
+            (&self.calls, ctx.call.take(), &ctx.principal, status)
+        {
+            calls.sink.record(Call {
+                project: p.key.project.clone(),
+                retention: crate::calls::retention_of(&p.key),
+                email_domain: call.domain,
+                verdict: call.verdict,
+                at: self.shared.clock.now(),
+            });
+        }
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
@@ -745,6 +1062,32 @@ impl ProxyHttp for Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratelimit_values_are_the_usage_strings() {
+        use chrono::TimeZone;
+        let at = |y, m, d, h| chrono::Utc.with_ymd_and_hms(y, m, d, h, 59, 59).unwrap();
+        for (used, limit, now) in [
+            (1, 1_000, at(2026, 2, 10, 12)),
+            (5, 5, at(2026, 3, 31, 23)),
+            (0, u64::MAX, at(2024, 12, 1, 0)),
+        ] {
+            let usage = Usage {
+                used,
+                limit,
+                month: Month::containing(now),
+                now,
+            };
+            // Twice: built, then the thread's copy.
+            for _ in 0..2 {
+                assert_eq!(policy_value(&usage), usage.policy_header().as_str());
+            }
+            assert_eq!(
+                ratelimit_value(&usage).unwrap(),
+                usage.ratelimit_header().as_str()
+            );
+        }
+    }
 
     #[test]
     fn vary_is_appended_to_not_replaced() {

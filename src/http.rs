@@ -4,8 +4,11 @@
 //! open (Pingora closes a connection whose response has no length).
 
 use bytes::Bytes;
+use std::sync::OnceLock;
+
 use http::header::{
-    HeaderName, HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+    HeaderMap, HeaderName, HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
+    WWW_AUTHENTICATE,
 };
 use http::StatusCode;
 use pingora::http::ResponseHeader;
@@ -14,6 +17,9 @@ use serde::Serialize;
 
 /// The media type of every body we write.
 pub const JSON: &str = "application/json; charset=utf-8";
+
+/// Headers an answer has room for from the start.
+const HEADERS: usize = 8;
 
 /// A complete local answer, ready to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +43,9 @@ impl Answer {
     pub fn raw(status: StatusCode, body: Bytes) -> Answer {
         Answer {
             status,
-            headers: Vec::new(),
+            // Room for the answer's own headers and the gateway's (dataset version, Vary,
+            // RateLimit, CORS): one allocation per answer, never a regrowth.
+            headers: Vec::with_capacity(HEADERS),
             body,
         }
     }
@@ -148,6 +156,37 @@ impl ApiError {
         }
     }
 
+    /// The error body. Errors without a detail of their own (401, 404, 405, ...) have one body
+    /// each, rendered at first use and then only copied by reference: a flood of them (a client
+    /// without its key) costs no serialisation.
+    fn body(&self) -> Bytes {
+        const FIXED: usize = 5;
+        static BODIES: [OnceLock<&'static [u8]>; FIXED] = [const { OnceLock::new() }; FIXED];
+        let fixed = match self {
+            ApiError::NotFound => 0,
+            ApiError::MethodNotAllowed { .. } => 1,
+            ApiError::Unauthorized { .. } => 2,
+            ApiError::QuotaUnavailable => 3,
+            ApiError::Internal(_) => 4,
+            _ => return Bytes::from(self.render()),
+        };
+        Bytes::from_static(BODIES[fixed].get_or_init(|| self.render().leak()))
+    }
+
+    fn render(&self) -> Vec<u8> {
+        let body = ErrorBody {
+            error: self.code(),
+            message: self.message(),
+            detail: self.detail(),
+            reset_at: match self {
+                ApiError::QuotaExceeded { reset_at, .. } => Some(reset_at),
+                _ => None,
+            },
+        };
+        // An ErrorBody of string fields always serialises.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
     fn detail(&self) -> Option<&str> {
         match self {
             ApiError::BadRequest(d)
@@ -170,18 +209,7 @@ impl From<ApiError> for Answer {
         if let ApiError::Internal(why) = &e {
             log::error!("internal error: {why}");
         }
-        let body = ErrorBody {
-            error: e.code(),
-            message: e.message(),
-            detail: e.detail(),
-            reset_at: match &e {
-                ApiError::QuotaExceeded { reset_at, .. } => Some(reset_at),
-                _ => None,
-            },
-        };
-        // An ErrorBody of string fields always serialises.
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let answer = Answer::raw(e.status(), Bytes::from(bytes));
+        let answer = Answer::raw(e.status(), e.body());
         match e {
             ApiError::MethodNotAllowed { allow } => {
                 answer.with_header(ALLOW, HeaderValue::from_static(allow))
@@ -204,30 +232,59 @@ impl From<ApiError> for Answer {
 
 /// Builds the response header of an answer.
 pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
-    // No case-preserving name map: our header names are canonical already, and the map costs an
-    // allocation per header on every answer.
-    let mut header = ResponseHeader::build_no_case(answer.status, Some(2 + answer.headers.len()))?;
+    header_of(
+        answer.status,
+        answer.body.len(),
+        answer.headers.iter().cloned(),
+    )
+}
+
+/// The header map is filled directly and handed to Pingora as a case-less header: its
+/// `append_header` would render each name to bytes and parse it back (two allocations per
+/// custom name, on every answer), and our names are canonical already.
+fn header_of(
+    status: StatusCode,
+    body_len: usize,
+    headers: impl ExactSizeIterator<Item = (HeaderName, HeaderValue)>,
+) -> pingora::Result<ResponseHeader> {
+    let too_many = |_| {
+        pingora::Error::explain(
+            pingora::ErrorType::InvalidHTTPHeader,
+            "too many response headers",
+        )
+    };
+    let mut map = HeaderMap::with_capacity(2 + headers.len());
     // 204 has no body, hence no content headers (RFC 9110 8.6).
-    if answer.status != StatusCode::NO_CONTENT {
-        header.insert_header(CONTENT_TYPE, JSON)?;
-        header.insert_header(CONTENT_LENGTH, answer.body.len())?;
+    if status != StatusCode::NO_CONTENT {
+        map.try_insert(CONTENT_TYPE, HeaderValue::from_static(JSON))
+            .map_err(too_many)?;
+        map.try_insert(CONTENT_LENGTH, HeaderValue::from(body_len))
+            .map_err(too_many)?;
     }
-    for (name, value) in &answer.headers {
-        header.append_header(name.clone(), value.clone())?;
+    for (name, value) in headers {
+        map.try_append(name, value).map_err(too_many)?;
     }
-    Ok(header)
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers = map;
+    Ok(ResponseHeader::from(parts))
 }
 
 /// Writes an answer to the client: header, then the whole body.
 pub async fn write(session: &mut Session, answer: Answer) -> pingora::Result<()> {
-    let header = response_header(&answer)?;
-    if answer.status == StatusCode::NO_CONTENT {
+    let Answer {
+        status,
+        headers,
+        body,
+    } = answer;
+    let header = header_of(status, body.len(), headers.into_iter())?;
+    if status == StatusCode::NO_CONTENT {
         return session.write_response_header(Box::new(header), true).await;
     }
     session
         .write_response_header(Box::new(header), false)
         .await?;
-    session.write_response_body(Some(answer.body), true).await
+    session.write_response_body(Some(body), true).await
 }
 
 #[cfg(test)]
@@ -266,6 +323,59 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(v["reset_at"], "2026-12-01T00:00:00Z");
         assert_eq!(v["error"], "quota_exceeded");
+    }
+
+    #[test]
+    fn fixed_error_bodies_are_the_rendered_ones() {
+        for e in [
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::Unauthorized {
+                invalid_token: false,
+            },
+            ApiError::Unauthorized {
+                invalid_token: true,
+            },
+            ApiError::QuotaUnavailable,
+            ApiError::Internal("first".into()),
+            ApiError::Internal("second".into()),
+        ] {
+            // Twice: the first call renders, the second reuses.
+            assert_eq!(e.body(), e.render(), "{e:?}");
+            assert_eq!(e.body(), e.render(), "{e:?}");
+            let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+            assert_eq!(v["error"], e.code());
+        }
+        // Errors with a detail of their own are rendered each time.
+        let a = ApiError::Validation("a".into()).body();
+        let b = ApiError::Validation("b".into()).body();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn header_lists_the_answer_headers_after_the_content_headers() {
+        let a = Answer::raw(StatusCode::OK, Bytes::from_static(b"{}"))
+            .with_header(HeaderName::from_static("x-one"), HeaderValue::from(1))
+            .with_header(HeaderName::from_static("x-one"), HeaderValue::from(2));
+        let h = response_header(&a).unwrap();
+        let names: Vec<_> = h
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("content-type", HeaderValue::from_static(JSON)),
+                ("content-length", HeaderValue::from(2)),
+                ("x-one", HeaderValue::from(1)),
+                ("x-one", HeaderValue::from(2)),
+            ]
+        );
+        assert!(!h.has_case());
+        let none = response_header(&Answer::raw(StatusCode::NO_CONTENT, Bytes::new())).unwrap();
+        assert!(none.headers.is_empty());
+        assert_eq!(none.status, StatusCode::NO_CONTENT);
     }
 
     #[test]

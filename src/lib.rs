@@ -14,26 +14,31 @@
 //! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
 //!   client connections;
 //! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
+//! - [`flags`]: the live top-domains (flag counts, their ranking, persistence, Redis sharing);
 //! - [`admin`]: the operator-only listener; [`tls`]: the public listener's certificate, reloaded;
 //! - [`server`]: wires all of the above into a Pingora server; [`cli`]: the subcommands.
 
 pub mod access;
 pub mod access_log;
 pub mod admin;
+pub mod calls;
 pub mod cli;
 pub mod config;
 pub mod data_files;
 pub mod domain;
 pub mod downstream;
+pub mod flags;
 pub mod framing;
 pub mod gateway;
 pub mod http;
+pub mod keys_api;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod mx;
 pub mod openapi;
 pub mod periodic;
+pub mod redis_link;
 pub mod reload;
 pub mod route;
 pub mod server;

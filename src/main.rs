@@ -57,6 +57,9 @@ enum KeyCommand {
         /// An authorised origin (repeatable); none makes a server key.
         #[arg(long = "origin")]
         origins: Vec<String>,
+        /// The project whose quota the key shares (default: its own id).
+        #[arg(long)]
+        project: Option<String>,
         /// Append the entry to the configured keys file instead of printing it.
         #[arg(long)]
         append: bool,
@@ -89,8 +92,9 @@ fn main() -> ExitCode {
             id,
             plan,
             origins,
+            project,
             append,
-        }) => cli::key_new(&cli.conf, &id, &plan, &origins, append).map(Some),
+        }) => cli::key_new(&cli.conf, &id, &plan, &origins, project.as_deref(), append).map(Some),
     };
     match result {
         Ok(output) => {

@@ -44,6 +44,9 @@ pub enum RouteClass {
     TopDomains,
     Check,
     Usage,
+    Logs,
+    Stats,
+    Keys,
     OpenApi,
     Preflight,
     Health,
@@ -55,11 +58,14 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 10] = [
+    pub const ALL: [RouteClass; 13] = [
         RouteClass::Domain,
         RouteClass::TopDomains,
         RouteClass::Check,
         RouteClass::Usage,
+        RouteClass::Logs,
+        RouteClass::Stats,
+        RouteClass::Keys,
         RouteClass::OpenApi,
         RouteClass::Preflight,
         RouteClass::Health,
@@ -74,6 +80,9 @@ impl RouteClass {
             RouteClass::TopDomains => "top_domains",
             RouteClass::Check => "check",
             RouteClass::Usage => "usage",
+            RouteClass::Logs => "logs",
+            RouteClass::Stats => "stats",
+            RouteClass::Keys => "keys",
             RouteClass::OpenApi => "openapi",
             RouteClass::Preflight => "preflight",
             RouteClass::Health => "health",
@@ -94,6 +103,11 @@ impl RouteClass {
             }
             Ok(Route::Check { .. }) => RouteClass::Check,
             Ok(Route::Usage) => RouteClass::Usage,
+            Ok(Route::Logs { .. }) | Err(RouteError::BadQuery(QueryOf::Logs, _)) => {
+                RouteClass::Logs
+            }
+            Ok(Route::Stats) => RouteClass::Stats,
+            Ok(Route::Keys(_)) => RouteClass::Keys,
             Ok(Route::OpenApi) => RouteClass::OpenApi,
             Ok(Route::Preflight) => RouteClass::Preflight,
             Ok(Route::Health) => RouteClass::Health,
@@ -192,8 +206,8 @@ pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
     /// `[route][status slot]`, each filled on the first request with that status.
-    request_counts: [Box<[OnceLock<IntCounter>]>; 10],
-    request_durations: [Histogram; 10],
+    request_counts: [Box<[OnceLock<IntCounter>]>; 13],
+    request_durations: [Histogram; 13],
     denials: [IntCounter; 3],
     upstream_duration: Histogram,
     upstream_errors: [IntCounter; 5],

@@ -26,7 +26,7 @@ pub fn json() -> Result<Bytes, OpenApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::{route, Route};
+    use crate::route::{route, KeysCall, Route};
     use http::Method;
 
     fn document() -> serde_json::Value {
@@ -42,6 +42,10 @@ mod tests {
             Route::TopDomains { .. } => Some("/v1/public/top-domains"),
             Route::Check { .. } => Some("/v1/check/{email_or_domain}"),
             Route::Usage => Some("/v1/usage"),
+            Route::Logs { .. } => Some("/v1/logs"),
+            Route::Stats => Some("/v1/stats"),
+            Route::Keys(KeysCall::Revoke { .. }) => Some("/v1/keys/{id}"),
+            Route::Keys(_) => Some("/v1/keys"),
             Route::OpenApi => Some("/v1/openapi.json"),
             Route::Health => Some("/healthz"),
             Route::Ready => Some("/readyz"),
@@ -59,14 +63,24 @@ mod tests {
         for template in paths.keys() {
             let concrete = template
                 .replace("{domain}", "gmail.com")
-                .replace("{email_or_domain}", "user@example.com");
-            let r = route(&Method::GET, &concrete, None)
+                .replace("{email_or_domain}", "user@example.com")
+                .replace("{id}", "key_0123");
+            let item = &paths[template];
+            // `/v1/keys/{id}` is the one path without a GET.
+            let method = match item["get"].is_object() {
+                true => Method::GET,
+                false => Method::DELETE,
+            };
+            let r = route(&method, &concrete, None)
                 .unwrap_or_else(|e| panic!("{template} in the document is not routed: {e:?}"));
             assert_eq!(example_path(r), Some(template.as_str()), "{template}");
             routed.push(template.as_str());
-            let item = &paths[template];
-            assert!(item["get"].is_object(), "{template} has no get");
-            if template.starts_with("/v1/") {
+            assert!(
+                item["get"].is_object() || item["delete"].is_object(),
+                "{template} has no get"
+            );
+            // Revoking a key needs a server key, which browsers never hold: no preflight.
+            if template.starts_with("/v1/") && template != "/v1/keys/{id}" {
                 assert_eq!(
                     route(&Method::OPTIONS, &concrete, None),
                     Ok(Route::Preflight)
@@ -83,6 +97,13 @@ mod tests {
             Route::TopDomains { limit: 1 },
             Route::Check { raw: "" },
             Route::Usage,
+            Route::Logs {
+                cursor: None,
+                limit: 1,
+            },
+            Route::Stats,
+            Route::Keys(KeysCall::List),
+            Route::Keys(KeysCall::Revoke { id: "" }),
             Route::OpenApi,
             Route::Health,
             Route::Ready,

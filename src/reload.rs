@@ -77,12 +77,26 @@ pub enum ReloadOutcome {
 /// Told the outcome of every finished rebuild (e.g. to count them in the metrics).
 pub type ReloadHook = Box<dyn Fn(ReloadOutcome) + Send + Sync>;
 
+/// How a rebuild thread shares the CPU with the request workers (`reload.build_priority`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildPriority {
+    /// SCHED_IDLE: runs only when no worker wants the CPU, and a worker that wakes takes the
+    /// core back at once. Under full load a rebuild waits until load drops.
+    #[default]
+    Idle,
+    /// nice 10: yields most of the CPU to workers but always progresses; a worker that wakes
+    /// may wait for the rebuild's time slice.
+    Low,
+}
+
 /// A background service that keeps `target` in step with the files of `source`.
 pub struct Reloader<S: Reloadable> {
     source: Arc<S>,
     target: Arc<ArcSwap<S::Snapshot>>,
     interval: Duration,
     hook: Option<ReloadHook>,
+    priority: BuildPriority,
 }
 
 impl<S: Reloadable> Reloader<S> {
@@ -92,7 +106,16 @@ impl<S: Reloadable> Reloader<S> {
             target,
             interval,
             hook: None,
+            // Small files (keys, certificates) must not wait for a quiet moment: a revoked key
+            // is revoked under full load too.
+            priority: BuildPriority::Low,
         }
+    }
+
+    /// How the rebuild threads share the CPU with request workers.
+    pub fn with_priority(mut self, priority: BuildPriority) -> Self {
+        self.priority = priority;
+        self
     }
 
     /// Reports the outcome of each rebuild to `hook`.
@@ -117,12 +140,17 @@ impl<S: Reloadable> Reloader<S> {
         let files_owned = files.to_vec();
         let before = before.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let priority = self.priority;
         let spawned = std::thread::Builder::new()
             .name(format!("reload {}", self.source.name()))
             .spawn(move || {
-                // A low priority: on a small machine the build competes with request threads.
-                lower_priority();
-                let _ = tx.send(build_and_swap(&*source, &target, &files_owned, &before));
+                // On a small machine the build competes with request threads.
+                lower_priority(priority);
+                let (outcome, replaced) = build_and_swap(&*source, &target, &files_owned, &before);
+                let _ = tx.send(outcome);
+                if let Some(old) = replaced {
+                    release_here(old, RELEASE_WAIT);
+                }
             });
         if let Err(e) = spawned {
             log::error!(
@@ -166,50 +194,76 @@ impl<S: Reloadable> Reloader<S> {
     }
 }
 
+/// How long a reload thread waits for requests to let go of the snapshot it replaced.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// Builds a snapshot and publishes it unless the files changed meanwhile or the source refuses
-/// it next to the one in service.
+/// it next to the one in service. Returns the replaced snapshot, for [`release_here`].
 fn build_and_swap<S: Reloadable>(
     source: &S,
     target: &ArcSwap<S::Snapshot>,
     files: &[PathBuf],
     before: &Fingerprint,
-) -> Outcome<S::Error> {
+) -> (Outcome<S::Error>, Option<Arc<S::Snapshot>>) {
     let built = source.build();
     if fingerprint(files) != *before {
-        return Outcome::Raced;
+        return (Outcome::Raced, None);
     }
     let mut snapshot = match built {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(e),
+        Err(e) => return (Outcome::Failed(e), None),
     };
     // Rebuilds run one at a time and only they swap `target`: the snapshot checked against is
     // the one replaced.
     if let Err(e) = source.accept(&target.load(), &snapshot) {
-        return Outcome::Refused(e);
+        return (Outcome::Refused(e), None);
     }
     source.succeed(&target.load(), &mut snapshot);
     source.published(&snapshot);
-    // The old snapshot is dropped here, on this thread, not on a request thread (unless a
-    // request still holds it, in which case it goes when that request ends).
-    drop(target.swap(Arc::new(snapshot)));
-    Outcome::Published
+    let replaced = target.swap(Arc::new(snapshot));
+    (Outcome::Published, Some(replaced))
+}
+
+/// Drops a replaced snapshot on the calling (reload) thread once no request holds it any more.
+///
+/// Requests in flight during a swap still hold the old snapshot, and whoever lets go last frees
+/// it: freeing a table of 100k names takes milliseconds, which would land on one request's
+/// latency. So the reload thread, at its low priority, waits for the others to let go (polling:
+/// swaps are rare) and frees it itself; after `wait` it gives up and lets the last holder free it.
+fn release_here<T>(old: Arc<T>, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    while Arc::strong_count(&old) > 1 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(old);
+    true
 }
 
 /// Lowers the calling thread's scheduling priority, so a rebuild yields to request workers.
 ///
-/// Only on Linux, where nice is per thread; elsewhere `setpriority(PRIO_PROCESS, 0)` would lower
-/// the whole process, workers included, so nothing is done.
+/// Only on Linux, where both calls act on the calling thread; elsewhere they would act on the
+/// whole process, workers included, so nothing is done.
 #[cfg(target_os = "linux")]
-fn lower_priority() {
-    // SAFETY: setpriority only reads its integer arguments; 0 names the calling thread.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-    if rc != 0 {
-        log::debug!("could not lower the reload thread's priority");
+fn lower_priority(priority: BuildPriority) {
+    let done = match priority {
+        BuildPriority::Idle => {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: `param` is a valid sched_param for the call; pid 0 names this thread.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+        }
+        // SAFETY: setpriority only reads its integer arguments; 0 names the calling thread.
+        BuildPriority::Low => unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) == 0 },
+    };
+    if !done {
+        log::debug!("could not lower the reload thread's priority ({priority:?})");
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
+fn lower_priority(_priority: BuildPriority) {}
 
 #[async_trait]
 impl<S: Reloadable> BackgroundService for Reloader<S> {
@@ -233,5 +287,52 @@ impl<S: Reloadable> BackgroundService for Reloader<S> {
                 seen = now;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_snapshot_is_freed_by_the_reload_thread_once_requests_let_go() {
+        let target = Arc::new(ArcSwap::from_pointee(vec![1u8; 1024]));
+        let held = target.load_full();
+        let replaced = target.swap(Arc::new(vec![2u8; 1024]));
+        let weak = Arc::downgrade(&replaced);
+        let releaser = std::thread::spawn(move || release_here(replaced, Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(20));
+        // A request still holds it: it is not freed yet.
+        assert!(weak.upgrade().is_some());
+        drop(held);
+        assert!(releaser.join().unwrap(), "the reload thread freed it");
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn rebuild_threads_take_the_configured_scheduling_policy() {
+        let policy_after = |priority| {
+            std::thread::spawn(move || {
+                lower_priority(priority);
+                // SAFETY: no arguments besides pid 0, the calling thread.
+                let policy = unsafe { libc::sched_getscheduler(0) };
+                // SAFETY: as above.
+                let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+                (policy, nice)
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(policy_after(BuildPriority::Idle).0, libc::SCHED_IDLE);
+        assert_eq!(policy_after(BuildPriority::Low), (libc::SCHED_OTHER, 10));
+    }
+
+    #[test]
+    fn a_snapshot_held_too_long_is_left_to_its_last_holder() {
+        let old = Arc::new(7u32);
+        let held = old.clone();
+        assert!(!release_here(old, Duration::from_millis(5)));
+        assert_eq!(Arc::strong_count(&held), 1);
     }
 }

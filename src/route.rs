@@ -17,6 +17,16 @@ pub enum Route<'a> {
     Check { raw: &'a str },
     /// `GET /v1/usage`
     Usage,
+    /// `GET /v1/logs[?cursor=C&limit=N]`: the project's recent calls (not counted). `cursor`
+    /// is still as sent (opaque, checked by the handler); an empty one is the first page.
+    Logs {
+        cursor: Option<&'a str>,
+        limit: usize,
+    },
+    /// `GET /v1/stats`: the project's calls per day (not counted).
+    Stats,
+    /// `/v1/keys[/{id}]`: the project's keys (not counted).
+    Keys(KeysCall<'a>),
     /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
     OpenApi,
     /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
@@ -25,6 +35,43 @@ pub enum Route<'a> {
     Health,
     /// `GET /readyz`
     Ready,
+}
+
+/// What a `/v1/keys` request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysCall<'a> {
+    /// `GET /v1/keys`
+    List,
+    /// `POST /v1/keys` (a small JSON body)
+    Create,
+    /// `DELETE /v1/keys/{id}`; the id is still percent-encoded.
+    Revoke { id: &'a str },
+}
+
+/// The collection of a project's keys.
+pub const KEYS_PATH: &str = "/v1/keys";
+const KEYS_ITEM_PREFIX: &str = "/v1/keys/";
+
+/// `/v1/keys` and `/v1/keys/{id}`: the only routes with methods besides GET.
+fn keys_route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, RouteError> {
+    if path == KEYS_PATH {
+        return match *method {
+            Method::GET => Ok(Route::Keys(KeysCall::List)),
+            Method::POST => Ok(Route::Keys(KeysCall::Create)),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "GET, POST, OPTIONS",
+            }),
+        };
+    }
+    match path.strip_prefix(KEYS_ITEM_PREFIX) {
+        // No preflight: revoking needs a server key, which a browser never holds.
+        Some(id) if !id.is_empty() && !id.contains('/') => match *method {
+            Method::DELETE => Ok(Route::Keys(KeysCall::Revoke { id })),
+            _ => Err(RouteError::MethodNotAllowed { allow: "DELETE" }),
+        },
+        _ => Err(RouteError::NotFound),
+    }
 }
 
 /// A request that names no route.
@@ -43,10 +90,16 @@ pub enum RouteError {
 pub enum QueryOf {
     Domain,
     TopDomains,
+    Logs,
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
-pub const DEFAULT_TOP_LIMIT: usize = 100;
+pub const DEFAULT_TOP_LIMIT: usize = crate::domain::top::DEFAULT_LIMIT;
+/// Default and largest `limit` of `/v1/logs`.
+pub const DEFAULT_LOGS_LIMIT: usize = 50;
+pub const MAX_LOGS_LIMIT: usize = 100;
+/// Longest `cursor` of `/v1/logs` (the cursors the gateway gives are far shorter).
+pub const MAX_CURSOR_LEN: usize = 128;
 
 const DOMAIN_PREFIX: &str = "/v1/public/domain/";
 const CHECK_PREFIX: &str = "/v1/check/";
@@ -57,6 +110,11 @@ pub fn route<'a>(
     path: &'a str,
     query: Option<&'a str>,
 ) -> Result<Route<'a>, RouteError> {
+    if path.starts_with(KEYS_PATH)
+        && (path.len() == KEYS_PATH.len() || path[KEYS_PATH.len()..].starts_with('/'))
+    {
+        return keys_route(method, path);
+    }
     let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
         Route::Domain {
             raw,
@@ -73,6 +131,12 @@ pub fn route<'a>(
                 limit: DEFAULT_TOP_LIMIT,
             },
             "/v1/usage" => Route::Usage,
+            "/v1/logs" if method == Method::GET => logs(query)?,
+            "/v1/logs" => Route::Logs {
+                cursor: None,
+                limit: DEFAULT_LOGS_LIMIT,
+            },
+            "/v1/stats" => Route::Stats,
             "/v1/openapi.json" => Route::OpenApi,
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
@@ -126,6 +190,40 @@ fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
                 format!("limit must be an integer from 1 to {MAX_TOP}; got '{value}'"),
             )
         })
+}
+
+/// `/v1/logs`: `limit` 1..=100 (default 50); `cursor` base64url (an empty one: none).
+fn logs(query: Option<&str>) -> Result<Route<'_>, RouteError> {
+    let limit = match query_param(query, "limit") {
+        None => DEFAULT_LOGS_LIMIT,
+        Some(value) => value
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LOGS_LIMIT).contains(n))
+            .ok_or_else(|| {
+                RouteError::BadQuery(
+                    QueryOf::Logs,
+                    format!("limit must be an integer from 1 to {MAX_LOGS_LIMIT}; got '{value}'"),
+                )
+            })?,
+    };
+    let cursor = match query_param(query, "cursor") {
+        None | Some("") => None,
+        Some(c)
+            if c.len() <= MAX_CURSOR_LEN
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Some(c)
+        }
+        Some(_) => {
+            return Err(RouteError::BadQuery(
+                QueryOf::Logs,
+                "cursor is not one this API gave (use next_cursor of the previous page)".into(),
+            ))
+        }
+    };
+    Ok(Route::Logs { cursor, limit })
 }
 
 #[cfg(test)]
@@ -252,6 +350,57 @@ mod tests {
     }
 
     #[test]
+    fn logs_and_stats_queries() {
+        assert_eq!(
+            get("/v1/logs", None),
+            Ok(Route::Logs {
+                cursor: None,
+                limit: 50
+            })
+        );
+        assert_eq!(
+            get("/v1/logs", Some("cursor=&limit=100")),
+            Ok(Route::Logs {
+                cursor: None,
+                limit: 100
+            })
+        );
+        assert_eq!(
+            get("/v1/logs", Some("limit=1&cursor=MTc-_x")),
+            Ok(Route::Logs {
+                cursor: Some("MTc-_x"),
+                limit: 1
+            })
+        );
+        assert_eq!(get("/v1/stats", Some("x=1")), Ok(Route::Stats));
+        let long = format!("cursor={}", "a".repeat(MAX_CURSOR_LEN + 1));
+        for q in [
+            "limit=0",
+            "limit=101",
+            "limit=x",
+            "cursor=a%3D",
+            "cursor=a.b",
+            &long,
+        ] {
+            match get("/v1/logs", Some(q)) {
+                Err(RouteError::BadQuery(QueryOf::Logs, msg)) => {
+                    assert!(
+                        msg.contains("limit must be") || msg.contains("cursor"),
+                        "{q}"
+                    )
+                }
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            route(&Method::POST, "/v1/stats", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
+    }
+
+    #[test]
     fn bad_limits_are_named() {
         for q in ["limit=0", "limit=1001", "limit=", "limit=ten", "limit=-1"] {
             match get("/v1/public/top-domains", Some(q)) {
@@ -265,5 +414,39 @@ mod tests {
             get("/v1/public/top-domains", Some("limit=1000")),
             Ok(Route::TopDomains { limit: 1000 })
         );
+    }
+
+    #[test]
+    fn keys_routes_take_their_methods() {
+        assert_eq!(get("/v1/keys", None), Ok(Route::Keys(KeysCall::List)));
+        assert_eq!(
+            route(&Method::POST, "/v1/keys", None),
+            Ok(Route::Keys(KeysCall::Create))
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/keys/k_1", None),
+            Ok(Route::Keys(KeysCall::Revoke { id: "k_1" }))
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/keys/k_1", None),
+            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/keys", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, POST, OPTIONS"
+            })
+        );
+        assert_eq!(
+            get("/v1/keys/k_1", None),
+            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+        );
+        for p in ["/v1/keys/", "/v1/keys/a/b", "/v1/keysx", "/v1/keys//"] {
+            assert_eq!(
+                route(&Method::DELETE, p, None),
+                Err(RouteError::NotFound),
+                "{p}"
+            );
+        }
     }
 }

@@ -42,6 +42,14 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         path: access.keys_file.clone(),
         plans: access.plans.clone(),
         refuse_demo_key: !access.allow_demo_key && !settings.listens_on_loopback(),
+        // API-made keys keep working when the keys API is switched off (it only stops managing
+        // them).
+        managed: Some(
+            settings
+                .gateway
+                .keys_api
+                .managed_file(&settings.gateway.quota),
+        ),
     }
 }
 
@@ -114,12 +122,33 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
     let bootstrap = server.bootstrap_as_a_service();
 
+    // Call logs (`/v1/logs`, `/v1/stats`): a store that does not open stops the start.
+    let calls = crate::calls::from_config(gateway, &shared)?;
+    // Live top-domains: counts flagged lookups (a bad state file is logged and ignored).
+    let top_live = crate::flags::keeper::Keeper::new(
+        gateway,
+        shared.table.clone(),
+        shared.clock.clone(),
+        &shared.metrics,
+    )?;
+    // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
+    let keys_api = Arc::new(crate::keys_api::KeysApi::new(
+        shared.keys.clone(),
+        gateway.keys_api.managed_file(&gateway.quota),
+        gateway.access.plans.clone(),
+        gateway.keys_api.clone(),
+        &shared.metrics,
+    )?);
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
         crate::access_log::open(&gateway.access_log, lines, dropped)?;
     let mut proxy = http_proxy(
         &server.configuration,
-        Gateway::new(shared.clone(), gateway).with_access_log(access_log.clone()),
+        Gateway::new(shared.clone(), gateway)
+            .with_access_log(access_log.clone())
+            .with_calls(calls.as_ref().map(|(c, _)| c.clone()))
+            .with_top_live(top_live.as_ref().map(|(live, _)| live.clone()))
+            .with_keys_api(Some(keys_api.clone())),
     );
     let mut options = HttpServerOptions::default();
     // Pingora counts reuses after the first request.
@@ -165,6 +194,7 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     server.add_service(background_service(
         "data reload",
         Reloader::new(sources, shared.table.clone(), interval)
+            .with_priority(gateway.reload.build_priority)
             .with_hook(shared.metrics.reload_hook("table")),
     ));
     // URL sources: fetched in the background into cached files the data reloader watches.
@@ -182,8 +212,20 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
+    if gateway.keys_api.enabled {
+        server.add_service(background_service(
+            "keys last use",
+            crate::keys_api::LastUsedSaver(keys_api),
+        ));
+    }
     server.add_boxed_service(quota_service);
     server.add_service(background_service("access log", access_log_service));
+    if let Some((_, writer)) = calls {
+        server.add_service(background_service("call logs", writer));
+    }
+    if let Some((_, keeper)) = top_live {
+        server.add_service(background_service("top-domains", keeper));
+    }
     log::info!(
         "listening on {scheme}://{} (upstream {})",
         gateway.listen,
@@ -225,7 +267,7 @@ fn quota_store(
         }
         QuotaStoreKind::Redis => {
             let store = Arc::new(RedisStore::new(&config.redis, clock.clone())?);
-            log::info!("quota store: Redis at {}", redacted(&config.redis.url));
+            log::info!("quota store: {}", config.redis.describe(redacted));
             let service = Reconciler {
                 store: store.clone(),
                 interval: config.redis.sync_every(),

@@ -147,8 +147,37 @@ fn key_new_prints_a_secret_and_an_entry_for_a_known_plan() {
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("drg_"), "{out}");
-    assert!(out.contains("  - id: web\n    sha256: "), "{out}");
+    let secret = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("drg_"))
+        .unwrap();
+    // The entry carries the secret's non-secret prefix (listed by /v1/keys) and when it was made.
+    assert!(
+        out.contains(&format!("  - id: web\n    prefix: {}\n", &secret[..12])),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&format!("prefix: {}", &secret[..13])),
+        "{out}"
+    );
+    assert!(out.contains("    created_at: '20"), "{out}");
+    assert!(out.contains("    sha256: "), "{out}");
     assert!(out.contains("      - https://app.example.com"), "{out}");
+    let (ok, out, err) = run(&[
+        "key",
+        "new",
+        "-c",
+        &conf,
+        "--id",
+        "ci",
+        "--plan",
+        "pro",
+        "--project",
+        "acme",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("    project: acme\n"), "{out}");
     assert!(
         !dir.path().join("keys.yaml").exists(),
         "printed only, not appended"

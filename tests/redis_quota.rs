@@ -3,6 +3,7 @@
 //! Redis restart, month rollover and key expiry.
 
 mod common;
+#[allow(dead_code)]
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
@@ -22,7 +23,7 @@ fn gateway(redis: &RedisServer, policy: &str, limit: u64) -> Gateway {
 }
 
 fn month_key() -> String {
-    format!("q:k:{}", chrono::Utc::now().format("%Y-%m"))
+    format!("q:{{k}}:{}", chrono::Utc::now().format("%Y-%m"))
 }
 
 fn status(gw: &Gateway, path: &str) -> u16 {
@@ -199,15 +200,15 @@ fn a_new_month_uses_a_new_key_and_old_keys_expire() {
     let r = c.get(LOOKUP).unwrap();
     r.assert_error(429, "quota_exceeded");
     assert_eq!(r.json()["reset_at"], "2026-02-01T00:00:00Z");
-    assert_eq!(redis.int(&["GET", "q:k:2026-01"]), Some(2));
+    assert_eq!(redis.int(&["GET", "q:{k}:2026-01"]), Some(2));
     // The January key lives until a day after January ends, by the gateway's clock.
-    let ttl = redis.int(&["TTL", "q:k:2026-01"]).unwrap();
+    let ttl = redis.int(&["TTL", "q:{k}:2026-01"]).unwrap();
     assert!((86_400..=86_401 + left as i64).contains(&ttl), "{ttl}");
     // Past midnight UTC on the 1st of February, per the injected clock.
     wait_until(Duration::from_secs(15), || {
         c.get(LOOKUP).unwrap().status == 200
     });
-    assert_eq!(redis.int(&["GET", "q:k:2026-02"]), Some(1));
+    assert_eq!(redis.int(&["GET", "q:{k}:2026-02"]), Some(1));
     let u = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
     assert_eq!(u["used"], 1);
     assert_eq!(u["reset_at"], "2026-03-01T00:00:00Z");
@@ -332,11 +333,32 @@ fn counts_added_after_an_outage_expire_by_the_gateway_clock() {
     wait_until(Duration::from_secs(5), || {
         readyz_quota(&gw)["pending_local_counts"] == 0
     });
-    assert_eq!(redis.int(&["GET", "q:k:2030-06"]), Some(1));
+    assert_eq!(redis.int(&["GET", "q:{k}:2030-06"]), Some(1));
     // Written by the background sync: the rest of June by the gateway's clock, plus a day.
-    let ttl = redis.int(&["TTL", "q:k:2030-06"]).unwrap();
+    let ttl = redis.int(&["TTL", "q:{k}:2030-06"]).unwrap();
     assert!(
         (17 * 86_400 - 60..=17 * 86_400).contains(&ttl),
         "TTL {ttl} s"
     );
+}
+
+#[test]
+fn a_count_under_the_untagged_name_of_older_releases_carries_over() {
+    let redis = RedisServer::start(false);
+    // What a gateway before cluster support left: this month's count without the hash tag.
+    let legacy = format!("q:k:{}", chrono::Utc::now().format("%Y-%m"));
+    assert_eq!(redis.int(&["INCRBY", &legacy, "5"]), Some(5));
+    let gw = gateway(&redis, "fail_open", 1_000);
+    let u = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
+    assert_eq!(u["used"], 5, "read before the first call");
+    assert_eq!(status(&gw, LOOKUP), 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(6));
+    assert_eq!(redis.int(&["EXISTS", &legacy]), Some(0), "adopted once");
+    let ttl = redis.int(&["TTL", &month_key()]).unwrap();
+    assert!(
+        ttl > 86_400,
+        "the adopted count expires after its month: TTL {ttl}"
+    );
+    assert_eq!(status(&gw, LOOKUP), 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(7));
 }

@@ -318,7 +318,7 @@ fn an_upgrade_on_the_redis_store_fails_no_request_and_keeps_one_exact_count() {
         .start();
     let ok = upgrade_under_load(&mut gw).ok;
     assert_eq!(month_count(&gw), ok as u64);
-    let key = format!("q:test:{}", chrono::Utc::now().format("%Y-%m"));
+    let key = format!("q:{{test}}:{}", chrono::Utc::now().format("%Y-%m"));
     assert_eq!(redis.int(&["GET", &key]), Some(ok as i64));
 }
 
@@ -393,7 +393,7 @@ fn a_sigterm_restart_under_load_fails_no_request_and_loses_no_count() {
 fn a_sigterm_restart_on_the_redis_store_loses_no_count() {
     let redis = RedisServer::start(false);
     let (_gw, t) = restart_under_load(Gateway::builder().redis(&redis.url(), "fail_open"));
-    let key = format!("q:test:{}", chrono::Utc::now().format("%Y-%m"));
+    let key = format!("q:{{test}}:{}", chrono::Utc::now().format("%Y-%m"));
     assert_eq!(redis.int(&["GET", &key]), Some(t.ok as i64));
 }
 

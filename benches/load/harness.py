@@ -1,4 +1,5 @@
-"""Load harness: domain-risk-gateway side by side with nginx, alternating A/B runs of wrk.
+"""Load harness: domain-risk-gateway side by side with nginx, the bare Pingora floor
+(examples/floor.rs) and HAProxy, alternating runs of wrk.
 
 Writes benches/RESULTS.md and benches/results.svg. Only loopback addresses are used; each wrk run
 lasts --duration seconds. See benches/load/run for the entry point.
@@ -24,11 +25,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benches" / "out"
 BIN = ROOT / "target" / "release" / "domain-risk-gateway"
+FLOOR = ROOT / "target" / "release" / "examples" / "floor"
 KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
+# HAProxy's quota check: a second key with a small limit, to see its 429 before measuring.
+LIMITED_KEY = "drg_bench_limited_0123456789abcdefghijklmnopqrs"
+LIMITED_CALLS = 3
 LISTED = "d4242.com"
-# Core pinning (`--only costs`): servers on core 0, wrk on core 1, so the servers' threads and
-# the load generator do not take turns on one core (the variance that hides a few per cent).
-PIN = {"server": [], "wrk": []}
+UPSTREAM_BODY = '{"checked":true}'
+# Core pinning (on unless --no-pin): the servers under test on their own core(s), wrk and the
+# backends (the /v1/check upstream, Redis) on another, so the servers' threads and the load
+# generator do not take turns on one core (the variance that hides a few per cent), and
+# per-core figures are per core.
+PIN = {"server": [], "wrk": [], "backend": []}
+
+
+def pin(args):
+    """Fills PIN from --pin/--workers; says why when pinning is not possible."""
+    cores = os.cpu_count() or 1
+    if not args.pin:
+        return
+    if not shutil.which("taskset"):
+        print("note: taskset not found: no core pinning", file=sys.stderr)
+    elif cores < args.workers + 1:
+        print(f"note: {cores} cores cannot hold {args.workers} server core(s) plus one for wrk: "
+              "no core pinning", file=sys.stderr)
+    else:
+        servers = ",".join(str(c) for c in range(args.workers))
+        PIN.update(server=["taskset", "-c", servers], wrk=["taskset", "-c", str(args.workers)],
+                   backend=["taskset", "-c", str(args.workers)])
+
+
+def pin_note():
+    if not PIN["wrk"]:
+        return "none"
+    return (f"servers under test on core(s) {PIN['server'][2]}, wrk and the backends (upstream, Redis) "
+            f"on core {PIN['wrk'][2]} (`taskset`)")
 
 
 def free_port():
@@ -37,9 +68,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_port(port, timeout=30):
+def wait_port(port, timeout=30, proc=None):
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[-1]}: exited with {proc.returncode} before listening on {port}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -88,8 +121,11 @@ class Setup:
         shutil.rmtree(OUT, ignore_errors=True)
         (OUT / "data").mkdir(parents=True)
         self.gw_port, self.nginx_port, self.up_port = free_port(), free_port(), free_port()
+        self.up_status_port = free_port()
         self.procs = []
         self.gateways = []
+        self.floor = self.haproxy = self.upstream = None
+        self.haproxy_skipped = None
 
     def write_gateway(self, name="gateway.yaml", port=None, extra=""):
         """A gateway config; `extra` lines go at the end of its `gateway:` section."""
@@ -124,7 +160,7 @@ gateway:
             return "{ state_file: state/quota.json }"
         self.redis_port = free_port()
         (OUT / "redis").mkdir(exist_ok=True)
-        p = subprocess.Popen(["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+        p = subprocess.Popen(PIN["backend"] + ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
                               "--save", "", "--dir", str(OUT / "redis")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
@@ -185,6 +221,7 @@ http {{
     default 0;
     "Bearer {KEY}" 1;
   }}
+  # 256 idle connections kept, as the gateway's `upstream_keepalive_pool_size` in this run.
   upstream backend {{ server 127.0.0.1:{self.up_port}; keepalive 256; }}
   server {{
     listen 127.0.0.1:{self.nginx_port} reuseport;
@@ -202,28 +239,170 @@ http {{
       proxy_pass http://backend;
     }}
   }}
-  server {{
-    listen 127.0.0.1:{self.up_port} reuseport;
-    location / {{ return 200 '{{"checked":true}}'; }}
-  }}
 }}
 """
         (OUT / "top.json").write_text(self.top_body)
         (OUT / "nginx.conf").write_text(conf)
 
+    def start_upstream(self):
+        """The /v1/check backend every proxy talks to: its own nginx process (so no server
+        under test is charged its CPU), on the backend core; its stub_status counts the
+        connections the proxies open to it."""
+        (OUT / "upstream").mkdir(exist_ok=True)
+        conf = f"""worker_processes 1;
+pid {OUT}/upstream/nginx.pid;
+error_log {OUT}/upstream/error.log warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  server {{
+    listen 127.0.0.1:{self.up_port} reuseport;
+    location / {{ default_type application/json; return 200 '{UPSTREAM_BODY}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{self.up_status_port};
+    location / {{ stub_status; }}
+  }}
+}}
+"""
+        (OUT / "upstream" / "nginx.conf").write_text(conf)
+        log = open(OUT / "upstream" / "nginx.log", "w")
+        p = subprocess.Popen(PIN["backend"] + ["nginx", "-p", str(OUT / "upstream"), "-c",
+                                               str(OUT / "upstream" / "nginx.conf")], stdout=log, stderr=log)
+        self.procs.append(p)
+        wait_port(self.up_port)
+        wait_port(self.up_status_port)
+        self.upstream = p
+
+    def upstream_accepts(self):
+        """Connections the upstream has accepted so far, this query's own excluded."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.up_status_port}/").read().decode()
+        return int(text.splitlines()[2].split()[0]) - 1
+
+    def start_floor(self):
+        """The bare Pingora floor (examples/floor.rs) on the gateway's config: one answer
+        listener per fixed body, one bare proxy listener."""
+        self.floor_ports = {k: free_port() for k in ("lookup", "unauthorized", "top", "proxy")}
+        files = {"lookup": (200, self.lookup_body), "unauthorized": (401, self.unauth_body),
+                 "top": (200, self.top_body)}
+        cmd = PIN["server"] + [str(FLOOR), "-c", str(OUT / "gateway.yaml")]
+        for name, (status, body) in files.items():
+            (OUT / f"floor-{name}.json").write_text(body)
+            cmd += ["--answer", f"127.0.0.1:{self.floor_ports[name]}={status}:{OUT}/floor-{name}.json"]
+        cmd += ["--proxy", f"127.0.0.1:{self.floor_ports['proxy']}"]
+        log = open(OUT / "floor.log", "w")
+        p = subprocess.Popen(cmd, stdout=log, stderr=log)
+        self.procs.append(p)
+        for port in self.floor_ports.values():
+            wait_port(port)
+        self.floor = p
+
+    def write_haproxy(self):
+        """HAProxy doing the gateway's job: keys (SHA-256 of the bearer token) in a map, 401
+        otherwise; per-key counting in a stick table, 429 past the key's limit; the domain
+        bodies in a map answered with `http-request return`; /v1/check proxied to the upstream
+        with a kept-alive connection pool."""
+        n = self.args.entries
+        with open(OUT / "haproxy-domains.map", "w") as f:
+            for i in range(n):
+                body = self.lookup_body.replace(LISTED, f"d{i}.com")
+                f.write(f"/v1/public/domain/d{i}.com {body}\n")
+        (OUT / "haproxy-keys.map").write_text(f"{sha256(KEY)} bench\n{sha256(LIMITED_KEY)} limited\n")
+        (OUT / "haproxy-limits.map").write_text(f"bench 1000000000000\nlimited {LIMITED_CALLS}\n")
+        (OUT / "haproxy-401.json").write_text(self.unauth_body)
+        (OUT / "haproxy-429.json").write_text(
+            '{"error":{"code":"quota_exceeded","message":"monthly quota exhausted"}}')
+        (OUT / "top.json").write_text(self.top_body)
+        bufsize = 16384
+        while bufsize < len(self.top_body.encode()) + 4096:
+            bufsize *= 2
+        self.haproxy_port = free_port()
+        conf = f"""global
+  nbthread {self.args.workers}
+  maxconn 4096
+  tune.bufsize {bufsize}
+
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 60s
+  timeout server 5s
+  timeout http-request 10s
+  timeout http-keep-alive 60s
+
+frontend api
+  bind 127.0.0.1:{self.haproxy_port}
+  # The key: SHA-256 of the bearer token looked up in a map of key hashes (as the gateway keeps them).
+  http-request set-var(txn.key) req.hdr(authorization),regsub(^Bearer\\ ,),sha2(256),hex,lower,map({OUT}/haproxy-keys.map)
+  http-request return status 401 content-type application/json file {OUT}/haproxy-401.json hdr WWW-Authenticate "Bearer realm=\\"domain-risk\\"" unless {{ var(txn.key) -m found }}
+  # Per-key counting: the request count in a stick table, 429 past the key's plan limit.
+  http-request set-var(txn.limit) var(txn.key),map_str_int({OUT}/haproxy-limits.map)
+  http-request track-sc0 var(txn.key) table keys
+  http-request return status 429 content-type application/json file {OUT}/haproxy-429.json if {{ sc_http_req_cnt(0),sub(txn.limit) gt 0 }}
+  http-request set-var(txn.body) path,map({OUT}/haproxy-domains.map) if {{ path_beg /v1/public/domain/ }}
+  http-request return status 200 content-type application/json lf-string "%[var(txn.body)]" if {{ var(txn.body) -m found }}
+  http-request return status 200 content-type application/json file {OUT}/top.json if {{ path /v1/public/top-domains }}
+  use_backend check if {{ path_beg /v1/check/ }}
+
+backend keys
+  stick-table type string len 32 size 100k expire 24d store http_req_cnt
+
+backend check
+  http-reuse always
+  option forwardfor
+  http-request del-header authorization
+  http-request set-header X-Api-Key-Id %[var(txn.key)]
+  server upstream 127.0.0.1:{self.up_port}
+"""
+        (OUT / "haproxy.cfg").write_text(conf)
+
+    def start_haproxy(self):
+        """Starts HAProxy when installed and its config checks; else says why and skips it."""
+        if not shutil.which("haproxy"):
+            self.haproxy_skipped = "haproxy is not installed (Debian package `haproxy`)"
+            print(f"note: {self.haproxy_skipped}: HAProxy skipped", file=sys.stderr)
+            return
+        self.write_haproxy()
+        check = subprocess.run(["haproxy", "-c", "-f", str(OUT / "haproxy.cfg")],
+                               capture_output=True, text=True)
+        if check.returncode != 0:
+            alerts = [l for l in (check.stdout + check.stderr).splitlines() if "ALERT" in l]
+            self.haproxy_skipped = f"config check failed: {' '.join(alerts[:2])}"
+            print(f"warning: HAProxy {self.haproxy_skipped}: HAProxy skipped", file=sys.stderr)
+            return
+        log = open(OUT / "haproxy.log", "w")
+        p = subprocess.Popen(PIN["server"] + ["haproxy", "-db", "-f", str(OUT / "haproxy.cfg")],
+                             stdout=log, stderr=log)
+        self.procs.append(p)
+        try:
+            wait_port(self.haproxy_port, proc=p)
+        except RuntimeError:
+            alerts = [l for l in (OUT / "haproxy.log").read_text().splitlines() if "ALERT" in l]
+            self.haproxy_skipped = f"did not start: {' '.join(alerts[:2])}"
+            print(f"warning: HAProxy {self.haproxy_skipped}: HAProxy skipped", file=sys.stderr)
+            return
+        self.haproxy = p
+
     def start_nginx(self):
         log = open(OUT / "nginx.log", "w")
-        p = subprocess.Popen(["nginx", "-p", str(OUT), "-c", str(OUT / "nginx.conf")],
+        p = subprocess.Popen(PIN["server"] + ["nginx", "-p", str(OUT), "-c", str(OUT / "nginx.conf")],
                              stdout=log, stderr=log)
         self.procs.append(p)
         wait_port(self.nginx_port)
-        wait_port(self.up_port)
         time.sleep(0.3)
         self.nginx = p
 
     def stop(self):
         for p in self.procs:
-            stop_process(p, signal.SIGINT if p in self.gateways else signal.SIGQUIT)
+            sig = signal.SIGQUIT
+            if p in self.gateways or p is self.floor:
+                sig = signal.SIGINT
+            elif p is self.haproxy:
+                sig = signal.SIGUSR1  # HAProxy's soft stop
+            stop_process(p, sig)
 
 
 def stop_process(p, sig=signal.SIGINT):
@@ -254,21 +433,28 @@ def memory_only(args):
 
 
 # What the operations features cost: the lookup scenario on gateways that differ only by them.
+# Call logs (`gateway.calls`, on by default) are off in every variant but `calls`, so the other
+# ratios keep measuring what they measured before call logs existed.
+CALLS_OFF = "  calls: { enabled: false }\n"
 COST_VARIANTS = [
-    ("baseline", "metrics recording off, access log off", "  admin: { listen: null, metrics: false }\n"),
+    ("baseline", "metrics recording off, access log off, call logs off",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF),
     # The same config again: the A/A ratio is the noise floor of the run.
-    ("baseline_again", "the baseline again (A/A: the run's noise)", "  admin: { listen: null, metrics: false }\n"),
-    ("metrics", "metrics recording on (the default)", "  admin: { listen: null, metrics: true }\n"),
+    ("baseline_again", "the baseline again (A/A: the run's noise)",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF),
+    ("metrics", "metrics recording on (the default)", "  admin: { listen: null, metrics: true }\n" + CALLS_OFF),
     ("metrics_log", "metrics on + JSON access log to a file",
-     "  admin: { listen: null, metrics: true }\n  access_log: { enabled: true, path: access.log }\n"),
+     "  admin: { listen: null, metrics: true }\n  access_log: { enabled: true, path: access.log }\n" + CALLS_OFF),
+    # The pair for /v1/logs and /v1/stats: the baseline with call logging on (the default store
+    # of the run's quota store: SQLite in state/, or Redis with --quota redis).
+    ("calls", "the baseline + call logs on (the default)",
+     "  admin: { listen: null, metrics: false }\n  calls: { enabled: true }\n"),
 ]
 
 
 def feature_costs(args):
     """Alternating rounds of the lookup scenario over the cost variants; medians; ratios to the
     baseline measured in the same run. Replaces the "Feature costs" section of --results."""
-    if args.pin and shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        PIN.update(server=["taskset", "-c", "0"], wrk=["taskset", "-c", "1"])
     s = Setup(args)
     ports = {}
     try:
@@ -303,7 +489,7 @@ def feature_costs(args):
              f"the lookup scenario (wrk -t1 -c{args.connections} -d{args.duration}s) on gateways that differ only by "
              f"the feature, {args.rounds} rotating rounds (a fresh gateway process for each measurement, after a 1 s warm-up), "
              f"medians; ratio = req/s against the baseline of the same run. "
-             f"Pinning: {'gateways on core 0 (all their threads, the access-log writer included), wrk on core 1' if PIN['wrk'] else 'none'}.",
+             f"Pinning: {pin_note()} (all of a gateway's threads, the access-log writer included).",
              "Paired ratio: the median over rounds of the variant's req/s (or CPU per request) over the baseline's "
              "in the same round, which cancels the drift between rounds; `baseline_again` (the same config) shows "
              "the noise floor.",
@@ -345,6 +531,9 @@ def measure(url, pids, args, headers=()):
     return r
 
 
+SERVERS = ("gateway", "nginx", "floor", "haproxy")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=100_000)
@@ -353,13 +542,17 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
-    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, or costs")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
-    ap.add_argument("--pin", action="store_true",
-                    help="with --only costs: gateways on core 0, wrk on core 1 (taskset)")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="servers under test on core 0 (cores 0..workers-1), wrk and the backends on the "
+                         "next core (taskset); on by default, --no-pin to switch off")
+    ap.add_argument("--no-floor", action="store_true", help="leave out the bare Pingora floor")
+    ap.add_argument("--no-haproxy", action="store_true", help="leave out HAProxy")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
+    pin(args)
     if args.only == "memory":
         return memory_only(args)
     if args.only == "costs":
@@ -368,48 +561,134 @@ def main():
     s = Setup(args)
     s.write_gateway()
     try:
+        s.start_upstream()
         gw_start = s.start_gateway()
         s.bodies()
         s.write_nginx()
         s.start_nginx()
-        gw_pids = lambda: [s.gw.pid]
-        ng_pids = lambda: [s.nginx.pid] + children(s.nginx.pid)
+        if args.no_floor:
+            print("note: --no-floor: the bare Pingora floor is left out", file=sys.stderr)
+        elif not FLOOR.exists():
+            print(f"note: {FLOOR} is missing (cargo build --release --example floor): floor skipped",
+                  file=sys.stderr)
+        else:
+            s.start_floor()
+        if args.no_haproxy:
+            s.haproxy_skipped = "left out (--no-haproxy)"
+        else:
+            s.start_haproxy()
         auth = (f"Authorization: Bearer {KEY}",)
         G = f"http://127.0.0.1:{s.gw_port}"
         N = f"http://127.0.0.1:{s.nginx_port}"
+        H = f"http://127.0.0.1:{getattr(s, 'haproxy_port', 0)}"
+        F = {k: f"http://127.0.0.1:{p}" for k, p in getattr(s, "floor_ports", {}).items()}
+        lookup = f"/v1/public/domain/{LISTED}"
+        check = "/v1/check/user%40example.com"
+        # Per scenario, per server: (url, headers, expected status, expected body). HAProxy always
+        # does the job (key map, stick-table count, body map); the floor answers the same bytes
+        # with no logic; nginx as described.
         scenarios = [
             ("lookup", "lookup of a listed domain (auth, origin, quota on) vs nginx `return 200` of the same body",
-             (G + f"/v1/public/domain/{LISTED}", auth), (N + "/static/lookup", ())),
+             {"gateway": (G + lookup, auth), "nginx": (N + "/static/lookup", ()),
+              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth)},
+             (200, s.lookup_body)),
             ("lookup_same_job", "the same lookup vs nginx doing the job: `map` of the table to bodies + `map` on the key",
-             (G + f"/v1/public/domain/{LISTED}", auth), (N + f"/v1/public/domain/{LISTED}", auth)),
+             {"gateway": (G + lookup, auth), "nginx": (N + lookup, auth),
+              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth)},
+             (200, s.lookup_body)),
             ("unauthorized", "rejected request (401, connection kept) vs nginx `return 401`",
-             (G + f"/v1/public/domain/{LISTED}", ()), (N + "/static/unauthorized", ())),
+             {"gateway": (G + lookup, ()), "nginx": (N + "/static/unauthorized", ()),
+              "floor": (F.get("unauthorized", "") + lookup, ()), "haproxy": (H + lookup, ())},
+             (401, s.unauth_body)),
             ("top_domains", "/v1/public/top-domains (100 entries) vs nginx serving the same body from a file (too long for `return`)",
-             (G + "/v1/public/top-domains", auth), (N + "/static/top", ())),
-            ("check_proxied", "/v1/check proxied to a local upstream vs nginx `proxy_pass` (keepalive) to it",
-             (G + "/v1/check/user%40example.com", auth), (N + "/v1/check/user%40example.com", auth)),
+             {"gateway": (G + "/v1/public/top-domains", auth), "nginx": (N + "/static/top", ()),
+              "floor": (F.get("top", "") + "/v1/public/top-domains", ()),
+              "haproxy": (H + "/v1/public/top-domains", auth)},
+             (200, s.top_body)),
+            ("check_proxied", "/v1/check proxied to a local upstream vs nginx `proxy_pass` (keepalive) to it; "
+             "floor: a bare Pingora `ProxyHttp` to the same upstream",
+             {"gateway": (G + check, auth), "nginx": (N + check, auth),
+              "floor": (F.get("proxy", "") + check, auth), "haproxy": (H + check, auth)},
+             (200, UPSTREAM_BODY)),
         ]
+        pids = {"gateway": lambda: [s.gw.pid],
+                "nginx": lambda: [s.nginx.pid] + children(s.nginx.pid),
+                "floor": lambda: [s.floor.pid],
+                "haproxy": lambda: [s.haproxy.pid] + children(s.haproxy.pid)}
+        present = [w for w in SERVERS if {"floor": s.floor, "haproxy": s.haproxy}.get(w, True)]
         only = set(filter(None, args.only.split(",")))
         scenarios = [sc for sc in scenarios if not only or sc[0] in only]
-        runs = {name: {"gateway": [], "nginx": []} for name, *_ in scenarios}
+        present = verify(s, scenarios, present)
+        runs = {name: {w: [] for w in present} for name, *_ in scenarios}
         for rnd in range(args.rounds):
-            for name, _, (gu, gh), (nu, nh) in scenarios:
-                order = [("gateway", gu, gh, gw_pids), ("nginx", nu, nh, ng_pids)]
-                if rnd % 2:
-                    order.reverse()
-                for who, url, hdr, pids in order:
-                    r = measure(url, pids(), args, hdr)
+            for name, _, targets, _ in scenarios:
+                # Every server once per round, the order rotated each round.
+                order = present[rnd % len(present):] + present[:rnd % len(present)]
+                for who in order:
+                    url, hdr = targets[who]
+                    before = s.upstream_accepts() if name == "check_proxied" else 0
+                    r = measure(url, pids[who](), args, hdr)
+                    if name == "check_proxied":
+                        r["upstream_conns"] = s.upstream_accepts() - before
                     runs[name][who].append(r)
+                    conns = f"  upstream conns {r['upstream_conns']}" if "upstream_conns" in r else ""
                     print(f"round {rnd + 1} {name:16} {who:8} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
                           f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
-                          f"  errors {r['socket_errors']}", flush=True)
+                          f"  errors {r['socket_errors']}{conns}", flush=True)
         storm = None
         if not only or "reload_storm" in only:
-            storm = reload_storm(s, args, G + f"/v1/public/domain/{LISTED}", auth)
+            storm = reload_storm(s, args, G + lookup, auth)
         mem = memory(s, args, gw_start)
     finally:
         s.stop()
-    report(args, scenarios, runs, storm, mem)
+    report(args, scenarios, runs, storm, mem, s.haproxy_skipped)
+
+
+def fetch(url, headers=()):
+    """(status, body) of one GET."""
+    req = urllib.request.Request(url)
+    for h in headers:
+        name, value = h.split(": ", 1)
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def verify(s, scenarios, present):
+    """Every server's answer to every scenario (status and body) before measuring, and
+    HAProxy's key and quota handling. A wrong gateway, nginx or floor stops the run; a wrong
+    HAProxy is left out with the reason (its config is ours, the run should not die on it)."""
+    problems = {}
+    for name, _, targets, (status, body) in scenarios:
+        for who in present:
+            url, hdr = targets[who]
+            got = fetch(url, hdr)
+            if got != (status, body):
+                problems.setdefault(who, []).append(
+                    f"{name}: {url} answered {got[0]} {got[1][:120]!r}, expected {status} {body[:120]!r}")
+    if "haproxy" in present:
+        url = f"http://127.0.0.1:{s.haproxy_port}/v1/public/domain/d1.com"
+        expected = s.lookup_body.replace(LISTED, "d1.com")
+        wrong = fetch(url, ("Authorization: Bearer drg_not_a_key",))
+        if wrong != (401, s.unauth_body):
+            problems.setdefault("haproxy", []).append(f"a wrong key got {wrong[0]}, expected 401")
+        got = [fetch(url, (f"Authorization: Bearer {LIMITED_KEY}",)) for _ in range(LIMITED_CALLS + 1)]
+        if got[:-1] != [(200, expected)] * LIMITED_CALLS or got[-1][0] != 429:
+            problems.setdefault("haproxy", []).append(
+                f"a key limited to {LIMITED_CALLS} calls got {[g[0] for g in got]}, "
+                f"expected {[200] * LIMITED_CALLS + [429]}")
+    for who, lines in problems.items():
+        msg = f"{who} does not answer like the gateway:\n  " + "\n  ".join(lines)
+        if who != "haproxy":
+            raise RuntimeError(msg)
+        print(f"warning: {msg}\nHAProxy left out of this run", file=sys.stderr)
+        s.haproxy_skipped = "its answers did not match: " + "; ".join(lines)
+        present = [w for w in present if w != "haproxy"]
+    print(f"checked: {', '.join(present)} answer every scenario with the gateway's status and body", flush=True)
+    return present
 
 
 def reload_storm(s, args, url, auth):
@@ -451,7 +730,8 @@ def memory(s, args, gw_start):
                           f"127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env={**os.environ, "RUST_LOG": "warn"}, cwd=ROOT)
     time.sleep(2.0)
-    rss_default = rss_kib(p.pid)
+    # The shipped config listens on fixed ports (admin 9180): on a busy box it may not start.
+    rss_default = rss_kib(p.pid) if p.poll() is None else None
     stop_process(p)
     shutil.rmtree(ROOT / "state", ignore_errors=True)
     return {"rss_default_kib": rss_default, "rss_entries_kib": rss_n, "start_seconds": gw_start}
@@ -461,7 +741,10 @@ def med(rs, key):
     return statistics.median(r[key] for r in rs)
 
 
-def report(args, scenarios, runs, storm, mem):
+LABEL = {"gateway": "gateway", "nginx": "nginx", "floor": "floor", "haproxy": "HAProxy"}
+
+
+def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
     cpu = ""
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
@@ -476,34 +759,71 @@ def report(args, scenarios, runs, storm, mem):
             return "?"
     rows = []
     for name, desc, *_ in scenarios:
-        g, n = runs[name]["gateway"], runs[name]["nginx"]
-        rows.append({
-            "name": name, "desc": desc,
-            "g_rps": med(g, "rps"), "n_rps": med(n, "rps"),
-            "g_p50": med(g, "p50_us"), "n_p50": med(n, "p50_us"),
-            "g_p99": med(g, "p99_us"), "n_p99": med(n, "p99_us"),
-            "g_cpu": med(g, "cpu_us_per_req"), "n_cpu": med(n, "cpu_us_per_req"),
-            "g_err": sum(r["socket_errors"] for r in g),
-        })
+        row = {"name": name, "desc": desc}
+        for who, rs in runs[name].items():
+            row[who] = {k: med(rs, k) for k in ("rps", "p50_us", "p99_us", "cpu_us_per_req")}
+            row[who]["errors"] = sum(r["socket_errors"] for r in rs)
+            if rs and "upstream_conns" in rs[0]:
+                # The run that opened the most (the first, with an empty pool, as a rule).
+                worst = max(rs, key=lambda r: r["upstream_conns"])
+                row[who]["conns"], row[who]["requests"] = worst["upstream_conns"], worst["requests"]
+        rows.append(row)
+
+    def ratio(r, a, b):
+        return f"**{r[a]['rps'] / r[b]['rps']:.2f}x**" if a in r and b in r else "n/a"
+
+    def each(r, key, fmt):
+        return " / ".join(format(r[w][key], fmt) if w in r else "-" for w in SERVERS)
+
+    haproxy_version = version(["haproxy", "-v"]) if shutil.which("haproxy") else "HAProxy not installed"
     lines = [
         "# Benchmark results",
         "",
         f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC.",
         "",
         f"- machine: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
-        f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
+        f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {haproxy_version}; "
+        f"{version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
-        f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} alternating A/B rounds, medians shown",
-        f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` holds the same {args.entries} bodies",
-        "- cpu: server CPU time (user+sys from /proc) per request, microseconds",
+        f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} rounds, every "
+        f"server once per round in an order rotated each round, medians shown",
+        f"- pinning: {pin_note()}",
+        f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` and HAProxy's map hold the "
+        f"same {args.entries} bodies",
+        "- floor: the bare Pingora floor (`examples/floor.rs`, the same Pingora, server options, allocator and "
+        "per-connection request limit as the gateway): a `ProxyHttp` answering the same bytes from `request_filter` "
+        "with no logic, and a bare `ProxyHttp` proxy (keep-alive pool) to the same upstream",
+        "- HAProxy: doing the job: key hashes in a map (401 otherwise), per-key count in a stick table (429 past "
+        "the limit), the domain bodies in a map answered with `http-request return`, the proxy to the same upstream"
+        + (f" (**not measured**: {haproxy_skipped})" if haproxy_skipped else ""),
+        "- cpu: server CPU time (user+sys from /proc) per request, microseconds; the /v1/check upstream is a "
+        "separate nginx process whose CPU no server is charged",
         "",
-        "| scenario | gateway req/s | nginx req/s | ratio | p50 us (gw / nginx) | p99 us (gw / nginx) | cpu us/req (gw / nginx) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| scenario | gateway req/s | nginx req/s | floor req/s | HAProxy req/s | gateway/nginx | floor/nginx | "
+        "gateway/floor | gateway/HAProxy | p50 us (gw / nginx / floor / HAProxy) | p99 us (same order) | "
+        "cpu us/req (same order) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['g_rps']:.0f} | {r['n_rps']:.0f} | **{r['g_rps'] / r['n_rps']:.2f}x** | "
-                     f"{r['g_p50']:.0f} / {r['n_p50']:.0f} | {r['g_p99']:.0f} / {r['n_p99']:.0f} | {r['g_cpu']:.2f} / {r['n_cpu']:.2f} |")
+        rps = " | ".join(f"{r[w]['rps']:.0f}" if w in r else "-" for w in SERVERS)
+        lines.append(f"| {r['name']} | {rps} | {ratio(r, 'gateway', 'nginx')} | {ratio(r, 'floor', 'nginx')} | "
+                     f"{ratio(r, 'gateway', 'floor')} | {ratio(r, 'gateway', 'haproxy')} | "
+                     f"{each(r, 'p50_us', '.0f')} | {each(r, 'p99_us', '.0f')} | {each(r, 'cpu_us_per_req', '.2f')} |")
     lines += ["", "Scenarios:", ""] + [f"- `{r['name']}`: {r['desc']}" for r in rows]
+    check = next((r for r in rows if r["name"] == "check_proxied"), None)
+    if check:
+        lines += ["", "## Upstream connections (`check_proxied`)", "",
+                  "Connections the upstream accepted during a server's run (nginx `stub_status`; the run "
+                  f"with the most, over the rounds), with {args.connections} client connections. A pool "
+                  "that reuses its connections opens at most one per concurrent request, once.", "",
+                  "| server | upstream connections opened | requests in that run | requests per connection | reused |",
+                  "|---|---:|---:|---:|---|"]
+        for who in SERVERS:
+            if who in check:
+                c, n = check[who]["conns"], check[who]["requests"]
+                # A pool at most as large as the client concurrency, kept for the whole run.
+                reused = "yes" if c <= 2 * args.connections else "**no**"
+                lines.append(f"| {LABEL[who]} | {c:.0f} | {n:.0f} | {n / max(c, 1):.0f} | {reused} |")
     if storm:
         st, so = storm["steady"], storm["storm"]
         errors = sum(r["socket_errors"] + r["non2xx"] for r in so)
@@ -515,44 +835,54 @@ def report(args, scenarios, runs, storm, mem):
                   f"| storm | {med(so, 'rps'):.0f} | {med(so, 'p50_us'):.0f} | {med(so, 'p99_us'):.0f} | {med(so, 'p9999_us'):.0f} | {errors} |",
                   "", f"p99 storm / steady: **{med(so, 'p99_us') / max(med(st, 'p99_us'), 1):.2f}x**"]
     lines += ["", "## Memory", "",
-              f"- RSS with the shipped defaults (built-in list + data/, ~56.5k names): {mem['rss_default_kib'] / 1024:.1f} MiB",
+              "- RSS with the shipped defaults (built-in list + data/, ~56.5k names): " +
+              (f"{mem['rss_default_kib'] / 1024:.1f} MiB" if mem["rss_default_kib"] is not None
+               else "not measured (the shipped config did not start: its fixed ports were taken)"),
               f"- RSS with {args.entries} generated entries (after the load): {mem['rss_entries_kib'] / 1024:.1f} MiB",
               f"- start-up to listening with {args.entries} entries: {mem['start_seconds']:.2f} s",
               "", "![throughput and p99 per scenario](results.svg)", ""]
-    # Keep the feature-cost section a `--only costs` run wrote.
+    # Keep the sections other runs wrote (the feature costs, the hand-written ones after Memory).
     old = Path(args.results).read_text() if Path(args.results).exists() else ""
-    costs = re.search(r"\n## Feature costs\n.*?(?=\n## |\Z)", old, flags=re.S)
-    if costs:
-        lines.append(costs.group(0).strip("\n") + "\n")
+    kept = re.findall(r"\n## (?!Reload storm\n|Memory\n|Upstream connections)[^\n]*\n.*?(?=\n## |\Z)", old, flags=re.S)
+    for section in kept:
+        lines.append(section.strip("\n") + "\n")
     Path(args.results).write_text("\n".join(lines))
     svg(rows, Path(args.results).with_name("results.svg"))
     print("\n".join(lines))
 
 
 def svg(rows, path):
-    """A grouped bar chart: req/s and p99 per scenario, gateway vs nginx."""
-    w, h, pad = 900, 420, 60
+    """A grouped bar chart: req/s and p99 per scenario, one bar per server."""
+    w, h, pad = 1000, 420, 60
     panel_w = (w - 3 * pad) / 2
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
            f'<rect width="{w}" height="{h}" fill="white"/>']
-    colors = {"gateway": "#d35400", "nginx": "#2e86c1"}
-    for pi, (title, gk, nk) in enumerate([("requests/s (higher is better)", "g_rps", "n_rps"),
-                                          ("p99 latency, us (lower is better)", "g_p99", "n_p99")]):
+    colors = {"gateway": "#d35400", "nginx": "#2e86c1", "floor": "#7f8c8d", "haproxy": "#27ae60"}
+    whos = [who for who in SERVERS if any(who in r for r in rows)]
+    for pi, (title, key) in enumerate([("requests/s (higher is better)", "rps"),
+                                       ("p99 latency, us (lower is better)", "p99_us")]):
         x0 = pad + pi * (panel_w + pad)
         top, bottom = 40, h - 90
-        vmax = max(max(r[gk], r[nk]) for r in rows) * 1.1 or 1
+        vmax = max(r[who][key] for r in rows for who in whos if who in r) * 1.1 or 1
         out.append(f'<text x="{x0}" y="24" font-size="14" font-weight="bold">{title}</text>')
         out.append(f'<line x1="{x0}" y1="{bottom}" x2="{x0 + panel_w}" y2="{bottom}" stroke="#333"/>')
         gw = panel_w / len(rows)
+        bw = (gw - 12) / len(whos)
         for i, r in enumerate(rows):
-            for j, (who, key) in enumerate([("gateway", gk), ("nginx", nk)]):
-                bh = (bottom - top) * r[key] / vmax
-                bx = x0 + i * gw + 6 + j * (gw - 12) / 2
-                out.append(f'<rect x="{bx:.1f}" y="{bottom - bh:.1f}" width="{(gw - 12) / 2 - 2:.1f}" height="{bh:.1f}" fill="{colors[who]}"/>')
-                out.append(f'<text x="{bx + (gw - 12) / 4:.1f}" y="{bottom - bh - 3:.1f}" text-anchor="middle" font-size="9">{r[key]:.0f}</text>')
+            for j, who in enumerate(whos):
+                if who not in r:
+                    continue
+                bh = (bottom - top) * r[who][key] / vmax
+                bx = x0 + i * gw + 6 + j * bw
+                out.append(f'<rect x="{bx:.1f}" y="{bottom - bh:.1f}" width="{bw - 2:.1f}" height="{bh:.1f}" fill="{colors[who]}"/>')
+                out.append(f'<text x="{bx + bw / 2:.1f}" y="{bottom - bh - 3:.1f}" text-anchor="middle" font-size="7">{r[who][key] / 1000:.0f}k</text>'
+                           if key == "rps" else
+                           f'<text x="{bx + bw / 2:.1f}" y="{bottom - bh - 3:.1f}" text-anchor="middle" font-size="7">{r[who][key]:.0f}</text>')
             out.append(f'<text x="{x0 + i * gw + gw / 2:.1f}" y="{bottom + 14}" text-anchor="end" transform="rotate(-30 {x0 + i * gw + gw / 2:.1f} {bottom + 14})">{r["name"]}</text>')
-    out.append(f'<rect x="{pad}" y="{h - 22}" width="12" height="12" fill="{colors["gateway"]}"/><text x="{pad + 16}" y="{h - 12}">domain-risk-gateway</text>')
-    out.append(f'<rect x="{pad + 160}" y="{h - 22}" width="12" height="12" fill="{colors["nginx"]}"/><text x="{pad + 176}" y="{h - 12}">nginx</text>')
+    names = {"gateway": "domain-risk-gateway", "nginx": "nginx", "floor": "bare Pingora floor", "haproxy": "HAProxy"}
+    for k, who in enumerate(whos):
+        x = pad + k * 180
+        out.append(f'<rect x="{x}" y="{h - 22}" width="12" height="12" fill="{colors[who]}"/><text x="{x + 16}" y="{h - 12}">{names[who]}</text>')
     out.append("</svg>")
     path.write_text("\n".join(out))
 

@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use serde::Deserialize;
@@ -16,6 +18,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::origin::OriginPattern;
+use super::plan::{AsPlan, PlanConfig};
 
 /// Prefix of the secrets `key new` generates: recognisable in code reviews and secret scanners.
 pub const SECRET_PREFIX: &str = "drg_";
@@ -23,6 +26,11 @@ pub const SECRET_PREFIX: &str = "drg_";
 pub const SECRET_BYTES: usize = 32;
 /// Longest bearer token we look at.
 pub const MAX_TOKEN_LEN: usize = 256;
+/// Characters of a secret shown as its `key_prefix` (the `drg_` and 8 random characters: enough
+/// to tell keys apart, far too little to guess the rest).
+pub const KEY_PREFIX_LEN: usize = SECRET_PREFIX.len() + 8;
+/// Longest `label` of a key.
+pub const MAX_LABEL_LEN: usize = 100;
 
 /// The demo key shipped in `conf/keys.yaml` for the loopback quick start. Its secret is public
 /// (in the README), so the gateway refuses it on any other address unless told otherwise.
@@ -43,22 +51,76 @@ pub fn generate_secret() -> Result<String, getrandom::Error> {
     ))
 }
 
+/// The start of a secret that may be shown (`key_prefix`): never enough to use it.
+pub fn key_prefix(secret: &str) -> &str {
+    secret.get(..KEY_PREFIX_LEN).unwrap_or(secret)
+}
+
+/// Where a key comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOrigin {
+    /// The operator's keys file: listed by `/v1/keys`, never deleted through it.
+    Operator,
+    /// Made through `POST /v1/keys`, kept in the gateway-managed file.
+    Api,
+}
+
 /// One key as the gateway knows it.
 #[derive(Debug, Clone)]
 pub struct KeyEntry {
     pub id: Arc<str>,
+    /// The project whose monthly quota (and logs, stats) this key shares: its own id when the
+    /// entry names none.
+    pub project: Arc<str>,
     pub plan: Arc<str>,
-    /// Calls allowed per calendar month.
+    /// Calls allowed per calendar month (to the project).
     pub monthly_limit: u64,
+    /// Keys the project may hold (its plan's `max_keys`).
+    pub max_keys: u32,
+    /// How long the project's call logs are kept (its plan's retention).
+    pub log_retention: Duration,
     /// `None`: a server key, any origin.
     pub origins: Option<Vec<OriginPattern>>,
+    /// `origins` as written, for listing.
+    pub origin_list: Vec<String>,
     pub disabled: bool,
-    hash: [u8; 32],
+    /// A human name (`/v1/keys` `label`).
+    pub label: Option<Arc<str>>,
+    /// The non-secret start of the secret, when known (`/v1/keys` `key_prefix`).
+    pub key_prefix: Option<Arc<str>>,
+    /// RFC 3339 UTC, when known.
+    pub created_at: Option<Arc<str>>,
+    pub source: KeyOrigin,
+    /// Unix seconds of the last authenticated call (0: none seen). Shared by the snapshots of a
+    /// key across reloads (see [`KeyStore::carry_last_used`]).
+    pub last_used: Arc<AtomicU64>,
+    pub(super) hash: [u8; 32],
 }
 
 impl KeyEntry {
     pub fn is_demo(&self) -> bool {
         bool::from(self.hash.ct_eq(&hash_secret(DEMO_SECRET)))
+    }
+
+    /// Records a call at `unix` seconds. Writes only when the second changed, so keys busy on
+    /// many threads do not fight over the cache line.
+    pub fn touch(&self, unix: u64) {
+        if self.last_used.load(Ordering::Relaxed) < unix {
+            self.last_used.fetch_max(unix, Ordering::Relaxed);
+        }
+    }
+
+    /// Unix seconds of the last call, if any.
+    pub fn last_used_at(&self) -> Option<u64> {
+        match self.last_used.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    /// The SHA-256 of the secret, hex (for the managed file).
+    pub fn sha256_hex(&self) -> String {
+        hex::encode(self.hash)
     }
 }
 
@@ -66,6 +128,8 @@ impl KeyEntry {
 #[derive(Debug, Default)]
 pub struct KeyStore {
     by_prefix: HashMap<u64, Vec<Arc<KeyEntry>>>,
+    /// Each project's keys, sorted by id.
+    by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>>,
     len: usize,
 }
 
@@ -96,6 +160,83 @@ impl KeyStore {
     pub fn has_enabled_demo_key(&self) -> bool {
         self.entries().any(|k| !k.disabled && k.is_demo())
     }
+
+    /// The keys of a project, by id.
+    pub fn project_keys(&self, project: &str) -> &[Arc<KeyEntry>] {
+        self.by_project.get(project).map_or(&[], Vec::as_slice)
+    }
+
+    /// The operator's keys of this store (the same entries), without the API-made ones.
+    pub fn operator_keys(&self) -> KeyStore {
+        let mut out = KeyStore::default();
+        for key in self.entries().filter(|k| k.source == KeyOrigin::Operator) {
+            out.by_prefix
+                .entry(prefix(&key.hash))
+                .or_default()
+                .push(key.clone());
+            out.len += 1;
+        }
+        out.index_projects();
+        out
+    }
+
+    /// The key with this id, if any.
+    pub fn by_id(&self, id: &str) -> Option<&Arc<KeyEntry>> {
+        self.entries().find(|k| &*k.id == id)
+    }
+
+    /// Adds a key; [`index_projects`](Self::index_projects) makes it visible per project.
+    pub(super) fn insert(&mut self, entry: KeyEntry) {
+        self.by_prefix
+            .entry(prefix(&entry.hash))
+            .or_default()
+            .push(Arc::new(entry));
+        self.len += 1;
+    }
+
+    pub(super) fn index_projects(&mut self) {
+        let mut by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>> = HashMap::new();
+        for key in self.by_prefix.values().flatten() {
+            by_project
+                .entry(key.project.clone())
+                .or_default()
+                .push(key.clone());
+        }
+        for keys in by_project.values_mut() {
+            keys.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        self.by_project = by_project;
+    }
+
+    /// Gives each key of `self` the last-use counter of the same key in `previous`, so a
+    /// reload does not forget when keys were used; the later time wins.
+    pub fn carry_last_used(&mut self, previous: &KeyStore) {
+        // The project index holds clones of the entries: drop it so each entry is unique.
+        self.by_project.clear();
+        for keys in self.by_prefix.values_mut() {
+            for key in keys.iter_mut() {
+                let Some(old) = previous.find_hash(&key.hash) else {
+                    continue;
+                };
+                if old.id != key.id {
+                    continue;
+                }
+                old.last_used
+                    .fetch_max(key.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
+                if let Some(k) = Arc::get_mut(key) {
+                    k.last_used = old.last_used.clone();
+                }
+            }
+        }
+        self.index_projects();
+    }
+
+    pub(super) fn find_hash(&self, hash: &[u8; 32]) -> Option<&Arc<KeyEntry>> {
+        self.by_prefix
+            .get(&prefix(hash))?
+            .iter()
+            .find(|k| bool::from(k.hash.ct_eq(hash)))
+    }
 }
 
 fn prefix(digest: &[u8; 32]) -> u64 {
@@ -120,12 +261,23 @@ const NO_KEYS_LIST: &str = "no `keys:` list (an empty or truncated file?); refus
 #[serde(deny_unknown_fields)]
 struct KeyRow {
     id: String,
+    #[serde(default)]
+    project: Option<String>,
     sha256: String,
     plan: String,
     #[serde(default)]
     origins: Vec<String>,
     #[serde(default)]
     disabled: bool,
+    /// A human name, listed by `/v1/keys`.
+    #[serde(default)]
+    label: Option<String>,
+    /// The first characters of the secret (`key new` writes them), listed as `key_prefix`.
+    #[serde(default)]
+    prefix: Option<String>,
+    /// RFC 3339 (`key new` writes it), listed as `created_at`.
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// Why a keys file was refused: every problem, each naming the key.
@@ -136,11 +288,36 @@ pub struct KeysError {
     pub problems: Vec<String>,
 }
 
-/// Parses a keys file against the configured plans (`name -> monthly limit`).
-pub fn parse_keys(
+/// What is wrong with a key or project id, if anything: the characters of an id, and a length
+/// the embedded quota store can hold (it keeps each project's count in a fixed-size slot).
+pub fn id_problem(id: &str) -> Option<String> {
+    use crate::access::quota::local::MAX_KEY_ID_LEN;
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        Some("must be letters, digits, '-', '_' or '.'".to_owned())
+    } else if id.len() > MAX_KEY_ID_LEN {
+        Some(format!("is longer than {MAX_KEY_ID_LEN} characters"))
+    } else {
+        None
+    }
+}
+
+/// What is wrong with a `prefix` / `key_prefix`, if anything: it is shown to anyone holding a
+/// key of the project, so it must stay a short start, never most of a secret.
+fn prefix_problem(p: &str) -> Option<String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"-_".contains(&b);
+    (p.is_empty() || p.len() > KEY_PREFIX_LEN || !p.bytes().all(token))
+        .then(|| format!("prefix must be 1 to {KEY_PREFIX_LEN} of the secret's first characters"))
+}
+
+/// Parses a keys file against the configured plans (`name -> plan`, or a bare monthly limit).
+pub fn parse_keys<P: AsPlan>(
     text: &str,
     origin: &str,
-    plans: &BTreeMap<String, u64>,
+    plans: &BTreeMap<String, P>,
 ) -> Result<KeyStore, KeysError> {
     let fail = |problems: Vec<String>| KeysError {
         origin: origin.to_owned(),
@@ -156,25 +333,33 @@ pub fn parse_keys(
     let mut ids = HashSet::new();
     let mut hashes = HashSet::new();
     let mut store = KeyStore::default();
+    // Project -> (its plan, the key that set it, its keys).
+    let mut projects: BTreeMap<String, (String, String, u32)> = BTreeMap::new();
     for (i, row) in rows.into_iter().enumerate() {
         let at = format!("keys[{i}] (id '{}')", row.id);
-        if row.id.is_empty()
-            || !row
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        {
-            problems.push(format!("{at}: id must be letters, digits, '-', '_' or '.'"));
-        }
-        // The embedded quota store keeps each id in a fixed-size slot of its state file.
-        if row.id.len() > crate::access::quota::local::MAX_KEY_ID_LEN {
-            problems.push(format!(
-                "{at}: id is longer than {} characters",
-                crate::access::quota::local::MAX_KEY_ID_LEN
-            ));
+        if let Some(p) = id_problem(&row.id) {
+            problems.push(format!("{at}: id {p}"));
         }
         if !ids.insert(row.id.clone()) {
             problems.push(format!("{at}: id is used by another key"));
+        }
+        let project = row.project.clone().unwrap_or_else(|| row.id.clone());
+        if let Some(p) = row.project.as_deref().and_then(id_problem) {
+            problems.push(format!("{at}: project '{project}' {p}"));
+        }
+        match projects.get_mut(&project) {
+            Some((plan, first, count)) => {
+                *count += 1;
+                if *plan != row.plan {
+                    problems.push(format!(
+                        "{at}: project '{project}' is on plan '{}' here but on plan '{plan}' for key '{first}'; all keys of a project share one plan",
+                        row.plan
+                    ));
+                }
+            }
+            None => {
+                projects.insert(project.clone(), (row.plan.clone(), row.id.clone(), 1));
+            }
         }
         let hash = match hex::decode(row.sha256.trim()) {
             Ok(bytes) if bytes.len() == 32 => {
@@ -190,8 +375,8 @@ pub fn parse_keys(
                 None
             }
         };
-        let limit = plans.get(&row.plan).copied();
-        if limit.is_none() {
+        let plan = plans.get(&row.plan).map(|p| p.resolve(&row.plan));
+        if plan.is_none() {
             problems.push(format!(
                 "{at}: unknown plan '{}' (configured: {})",
                 row.plan,
@@ -205,24 +390,54 @@ pub fn parse_keys(
                 Err(e) => problems.push(format!("{at}: {e}")),
             }
         }
-        if let (Some(hash), Some(monthly_limit)) = (hash, limit) {
-            let entry = KeyEntry {
-                id: row.id.into(),
+        if let Some(p) = row.prefix.as_deref().and_then(prefix_problem) {
+            problems.push(format!("{at}: {p}"));
+        }
+        if let Some(label) = &row.label {
+            if label.chars().count() > MAX_LABEL_LEN {
+                problems.push(format!(
+                    "{at}: label is longer than {MAX_LABEL_LEN} characters"
+                ));
+            }
+        }
+        if let Some(t) = &row.created_at {
+            if chrono::DateTime::parse_from_rfc3339(t).is_err() {
+                problems.push(format!("{at}: created_at '{t}' is not an RFC 3339 time"));
+            }
+        }
+        if let (Some(hash), Some(plan)) = (hash, plan) {
+            let id: Arc<str> = row.id.into();
+            store.insert(KeyEntry {
+                project: project.into(),
+                id,
                 plan: row.plan.into(),
-                monthly_limit,
+                monthly_limit: plan.monthly_limit,
+                max_keys: plan.max_keys,
+                log_retention: plan.log_retention,
                 origins: (!origins.is_empty()).then_some(origins),
+                origin_list: row.origins,
                 disabled: row.disabled,
+                label: row.label.map(Into::into),
+                key_prefix: row.prefix.map(Into::into),
+                created_at: row.created_at.map(Into::into),
+                source: KeyOrigin::Operator,
+                last_used: Arc::default(),
                 hash,
-            };
-            store
-                .by_prefix
-                .entry(prefix(&hash))
-                .or_default()
-                .push(Arc::new(entry));
-            store.len += 1;
+            });
+        }
+    }
+    for (project, (plan, _, count)) in &projects {
+        let Some(max) = plans.get(plan).map(|p| p.resolve(plan).max_keys) else {
+            continue;
+        };
+        if *count > max {
+            problems.push(format!(
+                "project '{project}' has {count} keys but its plan '{plan}' allows {max} (max_keys); remove keys, or give the plan more keys or the project a larger plan"
+            ));
         }
     }
     if problems.is_empty() {
+        store.index_projects();
         Ok(store)
     } else {
         Err(fail(problems))
@@ -231,10 +446,43 @@ pub fn parse_keys(
 
 /// The YAML entry for a new key, for the keys file.
 pub fn key_entry_yaml(id: &str, secret: &str, plan: &str, origins: &[String]) -> String {
-    let mut out = format!(
-        "  - id: {id}\n    sha256: {}\n    plan: {plan}\n",
+    key_entry_yaml_with(id, secret, plan, origins, &EntryExtras::default())
+}
+
+/// The optional parts of a new keys-file entry.
+#[derive(Debug, Clone, Default)]
+pub struct EntryExtras<'a> {
+    pub project: Option<&'a str>,
+    pub label: Option<&'a str>,
+    /// RFC 3339.
+    pub created_at: Option<&'a str>,
+}
+
+/// [`key_entry_yaml`] with a project, label and creation time.
+pub fn key_entry_yaml_with(
+    id: &str,
+    secret: &str,
+    plan: &str,
+    origins: &[String],
+    extras: &EntryExtras<'_>,
+) -> String {
+    // `prefix` and the optional lines come before `sha256` and `plan`: a file cut short inside
+    // the entry then lacks a required field and is refused, instead of keeping a shortened value.
+    let mut out = format!("  - id: {id}\n    prefix: {}\n", key_prefix(secret));
+    if let Some(project) = extras.project {
+        out.push_str(&format!("    project: {project}\n"));
+    }
+    if let Some(label) = extras.label {
+        // JSON strings are YAML strings: quoted and escaped whatever the label holds.
+        out.push_str(&format!("    label: {}\n", serde_json::Value::from(label)));
+    }
+    if let Some(t) = extras.created_at {
+        out.push_str(&format!("    created_at: '{t}'\n"));
+    }
+    out.push_str(&format!(
+        "    sha256: {}\n    plan: {plan}\n",
         hex::encode(hash_secret(secret))
-    );
+    ));
     if !origins.is_empty() {
         out.push_str("    origins:\n");
         for o in origins {
@@ -248,9 +496,11 @@ pub fn key_entry_yaml(id: &str, secret: &str, plan: &str, origins: &[String]) ->
 #[derive(Debug, Clone)]
 pub struct KeysSource {
     pub path: PathBuf,
-    pub plans: BTreeMap<String, u64>,
+    pub plans: BTreeMap<String, PlanConfig>,
     /// Refuse files that enable the demo key (set when listening beyond loopback).
     pub refuse_demo_key: bool,
+    /// The gateway-managed file of API-made keys, merged in (see [`super::managed`]).
+    pub managed: Option<PathBuf>,
 }
 
 impl KeysSource {
@@ -261,6 +511,17 @@ impl KeysSource {
             problems: vec![format!("cannot read: {e}")],
         })?;
         let store = parse_keys(&text, &origin, &self.plans)?;
+        let store = match &self.managed {
+            Some(path) => {
+                let file = super::managed::read(path)?;
+                let (store, warnings) = super::managed::merge(store, &file, &self.plans);
+                for w in warnings {
+                    log::warn!("{}: {w}", path.display());
+                }
+                store
+            }
+            None => store,
+        };
         if self.refuse_demo_key && store.has_enabled_demo_key() {
             return Err(KeysError {
                 origin,
@@ -290,7 +551,13 @@ impl crate::reload::Reloadable for KeysSource {
     }
 
     fn watched_files(&self) -> Vec<PathBuf> {
-        vec![self.path.clone()]
+        let mut files = vec![self.path.clone()];
+        files.extend(self.managed.clone());
+        files
+    }
+
+    fn succeed(&self, current: &KeyStore, next: &mut KeyStore) {
+        next.carry_last_used(current);
     }
 
     fn build(&self) -> Result<KeyStore, KeysError> {
@@ -403,5 +670,159 @@ mod tests {
         assert!(!parse_keys(&disabled, "k", &plans())
             .unwrap()
             .has_enabled_demo_key());
+    }
+
+    const ZERO: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn row(id: &str, project: Option<&str>, plan: &str, n: u8) -> String {
+        let project = project.map_or(String::new(), |p| format!(", project: {p}"));
+        format!(
+            "  - {{ id: {id}{project}, sha256: {}{n:02x}, plan: {plan} }}\n",
+            &ZERO[..62]
+        )
+    }
+
+    fn plans_with_keys() -> BTreeMap<String, PlanConfig> {
+        [
+            ("free".to_owned(), PlanConfig::limit(100)),
+            ("starter".to_owned(), PlanConfig::limit(1_000)),
+            (
+                "team".to_owned(),
+                PlanConfig {
+                    monthly_limit: 50,
+                    max_keys: Some(2),
+                    log_retention_hours: Some(48),
+                },
+            ),
+        ]
+        .into()
+    }
+
+    #[test]
+    fn keys_of_a_project_share_its_plan_and_a_key_without_one_is_its_own() {
+        let text = format!(
+            "keys:\n{}{}{}",
+            row("web", Some("acme"), "team", 1),
+            row("server", Some("acme"), "team", 2),
+            row("solo", None, "starter", 3)
+        );
+        let store = parse_keys(&text, "k", &plans_with_keys()).unwrap();
+        let acme: Vec<&str> = store.project_keys("acme").iter().map(|k| &*k.id).collect();
+        assert_eq!(acme, ["server", "web"]);
+        let web = store.by_id("web").unwrap();
+        assert_eq!(
+            (&*web.project, web.monthly_limit, web.max_keys),
+            ("acme", 50, 2)
+        );
+        assert_eq!(web.log_retention, Duration::from_secs(48 * 3_600));
+        let solo = store.by_id("solo").unwrap();
+        assert_eq!(&*solo.project, "solo");
+        assert_eq!(solo.max_keys, 5);
+        assert_eq!(solo.log_retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(store.project_keys("solo").len(), 1);
+        assert!(store.project_keys("nobody").is_empty());
+    }
+
+    #[test]
+    fn a_project_on_two_plans_or_over_its_max_keys_or_with_a_bad_id_is_refused() {
+        let text = format!(
+            "keys:\n{}{}",
+            row("a", Some("acme"), "team", 1),
+            row("b", Some("acme"), "free", 2)
+        );
+        let err = parse_keys(&text, "k", &plans_with_keys())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("keys[1] (id 'b'): project 'acme' is on plan 'free' here but on plan 'team' for key 'a'"),
+            "{err}"
+        );
+        let text = format!(
+            "keys:\n{}{}{}",
+            row("a", Some("acme"), "team", 1),
+            row("b", Some("acme"), "team", 2),
+            row("c", Some("acme"), "team", 3)
+        );
+        let err = parse_keys(&text, "k", &plans_with_keys())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("project 'acme' has 3 keys but its plan 'team' allows 2 (max_keys)"),
+            "{err}"
+        );
+        // The free plan allows one key: a second key in a free project is refused.
+        let text = format!(
+            "keys:\n{}{}",
+            row("a", Some("p"), "free", 1),
+            row("b", Some("p"), "free", 2)
+        );
+        assert!(parse_keys(&text, "k", &plans_with_keys())
+            .unwrap_err()
+            .to_string()
+            .contains("allows 1 (max_keys)"));
+        let long = "p".repeat(crate::access::quota::local::MAX_KEY_ID_LEN + 1);
+        let text = format!(
+            "keys:\n{}{}",
+            row("a", Some("bad project"), "free", 1),
+            row("b", Some(&long), "free", 2)
+        );
+        let err = parse_keys(&text, "k", &plans_with_keys())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("keys[0] (id 'a'): project 'bad project' must be letters"),
+            "{err}"
+        );
+        assert!(err.contains("keys[1] (id 'b'): project 'ppp"), "{err}");
+        assert!(err.contains("is longer than 48 characters"), "{err}");
+    }
+
+    #[test]
+    fn key_new_entries_carry_prefix_project_label_and_time() {
+        let secret = generate_secret().unwrap();
+        let extras = EntryExtras {
+            project: Some("acme"),
+            label: Some("CI: \"deploy\" #1"),
+            created_at: Some("2026-01-02T03:04:05Z"),
+        };
+        let yaml = format!(
+            "keys:\n{}",
+            key_entry_yaml_with("ci", &secret, "starter", &[], &extras)
+        );
+        let store = parse_keys(&yaml, "k", &plans_with_keys()).unwrap();
+        let k = store.find(&secret).unwrap();
+        assert_eq!(k.key_prefix.as_deref(), Some(&secret[..12]));
+        assert_eq!(k.label.as_deref(), Some("CI: \"deploy\" #1"));
+        assert_eq!(k.created_at.as_deref(), Some("2026-01-02T03:04:05Z"));
+        assert_eq!(&*k.project, "acme");
+        assert!(!yaml.contains(&secret[12..]), "only the prefix is written");
+        // A prefix longer than a prefix is refused: it would show most of the secret.
+        let bad = yaml.replace(
+            &format!("prefix: {}", &secret[..12]),
+            &format!("prefix: {secret}"),
+        );
+        assert!(parse_keys(&bad, "k", &plans_with_keys())
+            .unwrap_err()
+            .to_string()
+            .contains("prefix must be"));
+    }
+
+    #[test]
+    fn last_use_survives_a_reload_and_the_later_time_wins() {
+        let secret = generate_secret().unwrap();
+        let yaml = format!("keys:\n{}", key_entry_yaml("a", &secret, "free", &[]));
+        let old = parse_keys(&yaml, "k", &plans_with_keys()).unwrap();
+        old.find(&secret).unwrap().touch(100);
+        old.find(&secret).unwrap().touch(50);
+        assert_eq!(old.find(&secret).unwrap().last_used_at(), Some(100));
+        let mut new = parse_keys(&yaml, "k", &plans_with_keys()).unwrap();
+        assert_eq!(new.find(&secret).unwrap().last_used_at(), None);
+        new.carry_last_used(&old);
+        let k = new.find(&secret).unwrap();
+        assert_eq!(k.last_used_at(), Some(100));
+        // The counter is shared: a call seen through the old snapshot shows in the new one.
+        old.find(&secret).unwrap().touch(200);
+        assert_eq!(k.last_used_at(), Some(200));
+        assert_eq!(new.project_keys("a")[0].last_used_at(), Some(200));
     }
 }

@@ -5,7 +5,9 @@
 //! [`Rejection`] out. The quota is asked afterwards, through [`quota::QuotaStore`].
 
 pub mod keys;
+pub mod managed;
 pub mod origin;
+pub mod plan;
 pub mod quota;
 
 use std::sync::Arc;

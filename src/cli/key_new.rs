@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::{settings, CommandError};
-use crate::access::keys::{generate_secret, key_entry_yaml, parse_keys};
+use crate::access::keys::{generate_secret, key_entry_yaml_with, parse_keys, EntryExtras};
 use crate::server::keys_source;
 
 /// `key new`: a new secret (printed once) and its keys-file entry, printed or appended.
@@ -13,11 +13,18 @@ pub fn key_new(
     id: &str,
     plan: &str,
     origins: &[String],
+    project: Option<&str>,
     append: bool,
 ) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
     let secret = generate_secret()?;
-    let entry = key_entry_yaml(id, &secret, plan, origins);
+    let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let extras = EntryExtras {
+        project,
+        label: None,
+        created_at: Some(&created_at),
+    };
+    let entry = key_entry_yaml_with(id, &secret, plan, origins, &extras);
     let source = keys_source(&settings);
     let current = match std::fs::read_to_string(&source.path) {
         Ok(text) => text,
@@ -42,7 +49,8 @@ pub fn key_new(
         "\n"
     };
     let updated = format!("{current}{separator}{header}{entry}");
-    // Validate the file as it would become: a known plan, a unique id, valid origins.
+    // Validate the file as it would become: a known plan, a unique id, valid origins, and the
+    // project within its plan's `max_keys`.
     parse_keys(&updated, &source.path.display().to_string(), &source.plans)?;
     let mut out =
         format!("secret (shown once; store it now, it cannot be recovered):\n  {secret}\n");

@@ -4,11 +4,12 @@
 //!
 //! Imports run one way (each module uses only those before it):
 //! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
-//! `target` <- `table` <- `sources`, `classify` <- `evidence`.
+//! `target` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
 
 pub mod classify;
 pub mod error;
 pub mod evidence;
+pub mod heavy_hitters;
 pub mod mail;
 pub mod name;
 pub mod name_index;

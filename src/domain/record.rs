@@ -68,6 +68,54 @@ pub struct RiskRecord<'a> {
     pub mx_provider_label: Option<&'a str>,
 }
 
+impl RiskRecord<'_> {
+    /// The record as JSON, byte for byte what its `Serialize` renders, written directly: it is
+    /// the body of every lookup, so no serializer runs per request. Strings go through
+    /// `serde_json` only when they hold a character JSON escapes (a valid domain name never
+    /// does).
+    pub fn to_json(&self) -> Vec<u8> {
+        let label = self.mx_provider_label.map_or(0, str::len);
+        let mut out = Vec::with_capacity(136 + self.domain.len() + label);
+        out.extend_from_slice(b"{\"domain\":");
+        json_str(&mut out, self.domain);
+        out.extend_from_slice(b",\"risk_score\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.risk_score).as_bytes());
+        out.extend_from_slice(b",\"reason\":\"");
+        out.extend_from_slice(self.reason.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"is_free_provider\":");
+        out.extend_from_slice(json_bool(self.is_free_provider));
+        out.extend_from_slice(b",\"is_corporate_email\":");
+        out.extend_from_slice(json_bool(self.is_corporate_email));
+        out.extend_from_slice(b",\"mx_provider_label\":");
+        match self.mx_provider_label {
+            Some(label) => json_str(&mut out, label),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+fn json_bool(b: bool) -> &'static [u8] {
+    if b {
+        b"true"
+    } else {
+        b"false"
+    }
+}
+
+/// A JSON string: as is when nothing in it needs escaping, else as `serde_json` escapes it.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
 /// One entry of `GET /v1/public/top-domains`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FlaggedEntry {
@@ -87,6 +135,31 @@ mod tests {
             assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{r}\""));
         }
         assert!("Disposable".parse::<Reason>().is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn to_json_is_what_serde_renders(
+            domain in "\\PC{0,40}|[a-z0-9.-]{1,40}",
+            label in proptest::option::of("\\PC{0,20}|[\\x00-\\x7f]{0,20}"),
+            risk_score: u8,
+            reason in 0..4usize,
+            is_free_provider: bool,
+            is_corporate_email: bool,
+        ) {
+            let rec = RiskRecord {
+                domain: &domain,
+                risk_score,
+                reason: Reason::ALL[reason],
+                is_free_provider,
+                is_corporate_email,
+                mx_provider_label: label.as_deref(),
+            };
+            proptest::prop_assert_eq!(
+                String::from_utf8(rec.to_json()).unwrap(),
+                serde_json::to_string(&rec).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -2,10 +2,15 @@
 //! per build, so `GET /v1/public/top-domains` (a hot path) answers with a copy of bytes made at
 //! load, never a ranking or a serialisation per request.
 
+use bytes::Bytes;
+
 use super::record::{FlaggedEntry, Reason, RiskScore};
 
 /// How many flagged entries are kept ranked: the largest `limit` of top-domains.
 pub const MAX_TOP: usize = 1000;
+
+/// The `limit` of a top-domains request that gives none: its whole body is rendered at build.
+pub const DEFAULT_LIMIT: usize = 100;
 
 /// A flagged name offered for ranking.
 #[derive(Debug, Clone, Copy)]
@@ -18,13 +23,22 @@ pub struct Candidate<'a> {
 }
 
 /// The ranked entries and their rendering.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TopDomains {
     entries: Vec<FlaggedEntry>,
     /// Every entry as JSON, comma-separated, in rank order.
     json: String,
     /// `json[..ends[i]]` holds the first `i + 1` entries, so any `limit` is one slice.
     ends: Vec<usize>,
+    /// The whole body for [`DEFAULT_LIMIT`]: the answer to nearly every request, shared by
+    /// reference rather than copied.
+    default_body: Bytes,
+}
+
+impl Default for TopDomains {
+    fn default() -> Self {
+        TopDomains::from_ranked(Vec::new())
+    }
 }
 
 impl TopDomains {
@@ -43,14 +57,22 @@ impl TopDomains {
             candidates.truncate(MAX_TOP);
         }
         candidates.sort_unstable_by(order);
-        let entries: Vec<FlaggedEntry> = candidates
-            .into_iter()
-            .map(|c| FlaggedEntry {
-                domain: c.name.into(),
-                risk_score: c.score,
-                reason: c.reason,
-            })
-            .collect();
+        TopDomains::from_ranked(
+            candidates
+                .into_iter()
+                .map(|c| FlaggedEntry {
+                    domain: c.name.into(),
+                    risk_score: c.score,
+                    reason: c.reason,
+                })
+                .collect(),
+        )
+    }
+
+    /// Entries already in rank order (the live ranking of
+    /// [`heavy_hitters`](super::heavy_hitters)), rendered; beyond [`MAX_TOP`] they are dropped.
+    pub fn from_ranked(mut entries: Vec<FlaggedEntry>) -> Self {
+        entries.truncate(MAX_TOP);
         let mut json = String::new();
         let mut ends = Vec::with_capacity(entries.len());
         for e in &entries {
@@ -60,11 +82,14 @@ impl TopDomains {
             json.push_str(&serde_json::to_string(e).expect("a FlaggedEntry always serialises"));
             ends.push(json.len());
         }
-        TopDomains {
+        let mut top = TopDomains {
             entries,
             json,
             ends,
-        }
+            default_body: Bytes::new(),
+        };
+        top.default_body = Bytes::from(top.json(DEFAULT_LIMIT));
+        top
     }
 
     /// The first `limit` entries (all of them when fewer).
@@ -86,6 +111,15 @@ impl TopDomains {
         out.push_str(&count.to_string());
         out.push('}');
         out
+    }
+
+    /// [`json`](Self::json) as a body; the default `limit`'s without copying a byte.
+    pub fn body(&self, limit: usize) -> Bytes {
+        if limit == DEFAULT_LIMIT {
+            self.default_body.clone()
+        } else {
+            Bytes::from(self.json(limit))
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -143,11 +177,12 @@ mod tests {
                 ..candidate("role.example", 0, 60)
             },
         ]);
-        for limit in [0, 1, 2, 3, usize::MAX] {
+        for limit in [0, 1, 2, 3, DEFAULT_LIMIT, usize::MAX] {
             let shown = top.entries(limit);
             let expected = serde_json::json!({ "domains": shown, "count": shown.len() });
             let body: serde_json::Value = serde_json::from_str(&top.json(limit)).unwrap();
             assert_eq!(body, expected, "limit {limit}");
+            assert_eq!(top.body(limit), top.json(limit), "limit {limit}");
         }
         assert_eq!(
             top.json(1),

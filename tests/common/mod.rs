@@ -115,6 +115,23 @@ impl GatewayBuilder {
         self
     }
 
+    /// Adds a key of `project` (keys of a project share its quota) to the keys file.
+    pub fn key_in_project(mut self, id: &str, secret: &str, plan: &str, project: &str) -> Self {
+        let extras = domain_risk_gateway::access::keys::EntryExtras {
+            project: Some(project),
+            ..Default::default()
+        };
+        self.keys
+            .push_str(&domain_risk_gateway::access::keys::key_entry_yaml_with(
+                id,
+                secret,
+                plan,
+                &[],
+                &extras,
+            ));
+        self
+    }
+
     /// Adds a plan with its monthly limit.
     pub fn plan(mut self, name: &str, limit: u64) -> Self {
         self.plans.insert(name.to_owned(), limit);
@@ -225,7 +242,7 @@ impl GatewayBuilder {
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n{data_extra}  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
-                 {quota}{mx}{extra}",
+                 {quota}{mx}{top}{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
                 data_extra = self
@@ -234,6 +251,12 @@ impl GatewayBuilder {
                     .map(|l| format!("    {l}\n"))
                     .collect::<String>(),
                 p = plans.join(", "),
+                // Each gateway's top-domains counts stay in its own folder.
+                top = if extra.contains("top_domains:") {
+                    ""
+                } else {
+                    "  top_domains:\n    state_file: state/top_domains.json\n"
+                },
                 quota = self.quota_yaml.unwrap_or_else(|| {
                     "  quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n".to_owned()
                 }),

@@ -1,4 +1,6 @@
-//! A real `redis-server` on a loopback port, owned by one test.
+//! A real `redis-server` on a loopback port, owned by one test; and real deployments of several:
+//! a 3-master Redis Cluster ([`RedisCluster`]) and a master with a replica watched by Sentinel
+//! ([`RedisSentinel`]).
 //!
 //! redis-server cannot bind port 0 and report the port, so a free port is picked and may be taken
 //! by someone else before the server binds it. A start that fails with "Address already in use"
@@ -22,6 +24,10 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
     aof: bool,
+    /// Arguments after the usual ones (cluster mode, replica of, sentinel directives).
+    extra: Vec<String>,
+    /// Starts from a config file (Sentinel needs one it can rewrite), emptied at each launch.
+    config_file: bool,
 }
 
 /// How one launch of redis-server ended.
@@ -34,6 +40,11 @@ enum Launch {
 impl RedisServer {
     /// Starts redis-server (with append-only persistence when `aof`).
     pub fn start(aof: bool) -> RedisServer {
+        Self::start_with(aof, Vec::new(), false)
+    }
+
+    /// Starts redis-server with `extra` arguments (and from an empty config file if asked).
+    pub fn start_with(aof: bool, extra: Vec<String>, config_file: bool) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
         let mut s = RedisServer {
@@ -41,9 +52,15 @@ impl RedisServer {
             dir,
             child: None,
             aof,
+            extra,
+            config_file,
         };
         for _ in 0..START_ATTEMPTS {
-            s.port = super::free_port();
+            s.port = if s.extra.iter().any(|a| a == "--cluster-enabled") {
+                cluster_port()
+            } else {
+                super::free_port()
+            };
             match s.launch() {
                 Launch::Ready => return s,
                 Launch::AddressInUse => continue,
@@ -64,7 +81,13 @@ impl RedisServer {
     fn launch(&mut self) -> Launch {
         // redis-server appends to its log: start from an empty one so only this launch is read.
         let _ = std::fs::remove_file(self.log_path());
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if self.config_file {
+            let conf = self.dir.path().join("redis.conf");
+            std::fs::write(&conf, "").unwrap();
+            command.arg(conf);
+        }
+        let child = command
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -81,6 +104,7 @@ impl RedisServer {
                 "--logfile",
                 self.log_path().to_str().unwrap(),
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -204,5 +228,230 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Whether this machine's Redis can run a cluster (`redis-cli --cluster`); says why not if not.
+fn cluster_support() -> Result<(), String> {
+    match Command::new("redis-cli")
+        .args(["--cluster", "help"])
+        .output()
+    {
+        // It prints its commands and exits 1.
+        Ok(out) if String::from_utf8_lossy(&out.stdout).contains("create") => Ok(()),
+        Ok(out) => Err(format!(
+            "redis-cli --cluster is not supported here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!(
+            "redis-cli not found ({e}): the test command installs it"
+        )),
+    }
+}
+
+/// A free port for a cluster node: its bus listens 10000 above it, which must be a port too
+/// (and should that one be taken, the launch fails as "in use" and another is tried).
+fn cluster_port() -> u16 {
+    loop {
+        let p = super::free_port();
+        if p <= 55_535 {
+            return p;
+        }
+    }
+}
+
+/// Redis Cluster on loopback: three masters (no replicas), every slot assigned.
+pub struct RedisCluster {
+    pub masters: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the cluster, or returns `None` after printing why when this Redis lacks cluster
+    /// support (the caller skips).
+    pub fn start() -> Option<RedisCluster> {
+        if let Err(why) = cluster_support() {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            // Relative to the data folder: one per server.
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        let masters: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_with(false, args.map(String::from).to_vec(), false))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(masters.iter().map(|m| format!("127.0.0.1:{}", m.port)))
+            .arg("--cluster-yes")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { masters };
+        cluster.wait_ok();
+        Some(cluster)
+    }
+
+    /// Waits until every node knows the whole slot map (clients may read it from any of them).
+    pub fn wait_ok(&self) {
+        super::wait_until(Duration::from_secs(30), || {
+            self.masters.iter().all(|m| {
+                m.info("CLUSTER", "INFO")
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            })
+        });
+    }
+
+    /// Seed URLs for the gateways (every master).
+    pub fn seeds(&self) -> Vec<String> {
+        self.masters.iter().map(RedisServer::url).collect()
+    }
+
+    /// `GET key` through the cluster (routed by slot), as an integer.
+    pub fn int_get(&self, key: &str) -> Option<i64> {
+        let client = redis::cluster::ClusterClient::new(self.seeds()).unwrap();
+        let mut c = client.get_connection().unwrap();
+        redis::cmd("GET").arg(key).query(&mut c).unwrap()
+    }
+
+    /// The master holding `key`.
+    pub fn master_of(&self, key: &str) -> &RedisServer {
+        self.masters
+            .iter()
+            .find(|m| {
+                // Asked about a key it does not serve, a master answers MOVED; about a slot, 0.
+                let slot = m.int(&["CLUSTER", "KEYSLOT", key]).unwrap().to_string();
+                m.int(&["CLUSTER", "COUNTKEYSINSLOT", &slot]) > Some(0)
+            })
+            .unwrap_or_else(|| panic!("no master holds {key}"))
+    }
+}
+
+/// A master, one replica and Sentinel processes watching them, on loopback.
+pub struct RedisSentinel {
+    pub name: String,
+    /// The first master and its replica; their roles swap on a failover.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl RedisSentinel {
+    /// Starts the set-up with `sentinels` Sentinel processes (quorum 1, so that any one can
+    /// decide); returns once a sentinel knows the replica (a failover needs one).
+    pub fn start(sentinels: usize) -> RedisSentinel {
+        let name = "quota".to_owned();
+        let master = RedisServer::start(false);
+        let replica = RedisServer::start_with(
+            false,
+            vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                master.port.to_string(),
+            ],
+            false,
+        );
+        super::wait_until(Duration::from_secs(20), || {
+            replica
+                .info("INFO", "replication")
+                .is_some_and(|i| i.contains("master_link_status:up"))
+        });
+        let directives = |m: &RedisServer| -> Vec<String> {
+            let p = m.port.to_string();
+            [
+                vec!["--sentinel", "monitor", &name, "127.0.0.1", &p, "1"],
+                vec!["--sentinel", "down-after-milliseconds", &name, "1000"],
+                vec!["--sentinel", "failover-timeout", &name, "5000"],
+            ]
+            .concat()
+            .into_iter()
+            .map(String::from)
+            .collect()
+        };
+        let sentinels: Vec<RedisServer> = (0..sentinels)
+            .map(|_| RedisServer::start_with(false, directives(&master), true))
+            .collect();
+        let s = RedisSentinel {
+            name,
+            servers: vec![master, replica],
+            sentinels,
+        };
+        super::wait_until(Duration::from_secs(30), || {
+            s.sentinels.iter().all(|x| {
+                x.info_args(&["SENTINEL", "REPLICAS", &s.name])
+                    .is_some_and(|r| r.contains("slave"))
+            })
+        });
+        s
+    }
+
+    /// Sentinel URLs for the gateways.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The port of the master the first sentinel names now.
+    pub fn master_port(&self) -> u16 {
+        let mut c = self.sentinels[0].client().get_connection().unwrap();
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.name)
+            .query(&mut c)
+            .unwrap();
+        port
+    }
+
+    /// The server the sentinels name as master now.
+    pub fn master(&self) -> &RedisServer {
+        let port = self.master_port();
+        self.servers.iter().find(|s| s.port == port).unwrap()
+    }
+
+    /// Forces a failover (the master is alive: the harder case, as it keeps taking writes until
+    /// Sentinel demotes it) and returns once the sentinels name the replica as master.
+    pub fn failover(&self) {
+        let before = self.master_port();
+        let mut c = self.sentinels[0].client().get_connection().unwrap();
+        let _: String = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(&self.name)
+            .query(&mut c)
+            .unwrap();
+        super::wait_until(Duration::from_secs(30), || self.master_port() != before);
+    }
+}
+
+impl RedisServer {
+    /// A command's bulk-string answer (`INFO` sections and the like), `None` if it fails.
+    pub fn info(&self, command: &str, arg: &str) -> Option<String> {
+        let mut c = self.quick_connection()?;
+        redis::cmd(command).arg(arg).query(&mut c).ok()
+    }
+
+    /// Any command's answer in its debug form (to look for a word in it), `None` if it fails.
+    pub fn info_args(&self, args: &[&str]) -> Option<String> {
+        let mut c = self.quick_connection()?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let v: redis::Value = cmd.query(&mut c).ok()?;
+        Some(format!("{v:?}"))
+    }
+
+    fn quick_connection(&self) -> Option<redis::Connection> {
+        self.client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()
     }
 }

@@ -1,23 +1,25 @@
 //! The shared quota store on Redis: several gateways, one monthly count per key.
 //!
-//! Each call checks and counts in one round trip (a Lua script on `q:<key_id>:<YYYY-MM>`, which
-//! expires shortly after its month; see `script.rs`). Every Redis call runs under a short time
-//! budget; a circuit breaker (`breaker.rs`) makes a dead Redis cost nothing per request while it is
-//! open. On failure the policy decides: `fail_open` keeps serving and counts locally, then adds
-//! those counts to Redis when it is back (nothing lost, nothing counted twice: a call whose reply
-//! never came is settled by its id); `fail_closed` refuses (the gateway answers 503).
+//! Each call checks and counts in one round trip (a Lua script on `q:{<key_id>}:<YYYY-MM>`, which
+//! expires shortly after its month; see `script.rs`); every key of one id shares that `{hash tag}`,
+//! so the store works on Redis Cluster, and behind Sentinel (`redis_link.rs`). Every Redis call
+//! runs under a short time budget; a circuit breaker (`breaker.rs`) makes a dead Redis cost
+//! nothing per request while it is open. On failure the policy decides: `fail_open` keeps serving
+//! and counts locally, then adds those counts to Redis when it is back (nothing lost, nothing
+//! counted twice: a call whose reply never came is settled by its id); `fail_closed` refuses (the
+//! gateway answers 503).
 //!
 //! Per key and month the store keeps one slot (`slots.rs`): the count last seen, the local counts
 //! owed to Redis and, in batched mode, the lease (`leases.rs`).
 
 mod breaker;
-mod config;
+pub mod config;
 mod leases;
 mod probe;
 mod script;
 mod slots;
 
-pub use config::{FailurePolicy, RedisConfig};
+pub use config::{FailurePolicy, RedisConfig, RedisMode, SentinelConfig};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +27,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, ServerErrorKind};
+
+use crate::redis_link::RedisLink;
 
 use super::{Clock, Consumed, Month, QuotaError, QuotaStore, Usage};
 use breaker::{Admit, Breaker};
@@ -63,10 +67,8 @@ impl From<redis::RedisError> for Failure {
 
 /// The Redis quota store.
 pub struct RedisStore {
-    client: redis::Client,
-    manager_config: ConnectionManagerConfig,
-    /// Made on first use, inside a runtime (the manager spawns its driver task there).
-    manager: tokio::sync::OnceCell<ConnectionManager>,
+    /// Made on first use, inside a runtime (the link spawns its driver task there).
+    link: tokio::sync::OnceCell<RedisLink>,
     script: redis::Script,
     config: RedisConfig,
     /// The gateway's quota clock (for the expiry of keys the background sync writes).
@@ -81,19 +83,12 @@ pub struct RedisStore {
 impl RedisStore {
     /// Sets the store up without connecting: the gateway starts even when Redis is down.
     pub fn new(config: &RedisConfig, clock: Arc<dyn Clock>) -> Result<Self, QuotaError> {
-        let client = redis::Client::open(config.url.as_str())
+        redis::Client::open(config.url.as_str())
             .map_err(|e| QuotaError(format!("redis url: {e}")))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.call_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(config.breaker_open);
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| QuotaError(format!("random call ids: {e}")))?;
         Ok(RedisStore {
-            client,
-            manager_config,
-            manager: tokio::sync::OnceCell::new(),
+            link: tokio::sync::OnceCell::new(),
             script: script::script(),
             breaker: Breaker::new(
                 config.breaker_failures,
@@ -140,14 +135,9 @@ impl RedisStore {
     }
 
     /// The shared connection (multiplexed, reconnecting), without waiting for a connection.
-    async fn connection(&self) -> Result<ConnectionManager, Failure> {
-        self.manager
-            .get_or_try_init(|| async {
-                ConnectionManager::new_lazy_with_config(
-                    self.client.clone(),
-                    self.manager_config.clone(),
-                )
-            })
+    async fn connection(&self) -> Result<RedisLink, Failure> {
+        self.link
+            .get_or_try_init(|| async { RedisLink::connect_lazy(&self.config) })
             .await
             .cloned()
             .map_err(|e| Failure {
@@ -164,27 +154,69 @@ impl RedisStore {
         limit: u64,
         now: DateTime<Utc>,
     ) -> Result<Reply, Failure> {
-        let invocation = script::invocation(
-            &self.script,
-            slot,
-            carry,
-            limit,
-            ttl_seconds(slot.month, now),
-        );
+        let ttl = ttl_seconds(slot.month, now);
+        let legacy = self.legacy_names();
         let mut conn = self.connection().await?;
-        match tokio::time::timeout(
-            self.config.call_timeout,
-            invocation.invoke_async::<Reply>(&mut conn),
-        )
-        .await
-        {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(e.into()),
+        let wait_replicas = self.config.wait_replicas();
+        let call = async {
+            match wait_replicas {
+                0 => script::invocation(&self.script, slot, carry, limit, ttl, legacy)
+                    .invoke_async::<Reply>(&mut conn)
+                    .await
+                    .map_err(Failure::from),
+                replicas => {
+                    let cmd = script::command(&self.script, slot, carry, limit, ttl, legacy);
+                    self.run_replicated(cmd, replicas, &mut conn).await
+                }
+            }
+        };
+        let result = match tokio::time::timeout(self.config.call_timeout, call).await {
+            Ok(result) => result,
             Err(_) => Err(Failure {
                 why: "timed out".into(),
                 maybe_ran: true,
             }),
+        };
+        if result.is_err() && self.config.mode == RedisMode::Sentinel {
+            conn.recheck();
         }
+        result
+    }
+
+    /// Untagged key names (releases before cluster support) can only exist off a cluster.
+    fn legacy_names(&self) -> bool {
+        self.config.mode != RedisMode::Cluster
+    }
+
+    /// Runs the script and `WAIT`s until `replicas` replicas have its writes, in one pipeline on
+    /// one connection (WAIT covers the writes of the connection it comes on). A count that did
+    /// not reach them is not trusted: a failover may lose it. It fails as a call that may have
+    /// run, which settles it by id on whichever server is master then.
+    async fn run_replicated(
+        &self,
+        cmd: redis::Cmd,
+        replicas: u32,
+        conn: &mut RedisLink,
+    ) -> Result<Reply, Failure> {
+        // WAIT's own timeout, inside the call budget so that its answer still comes in time.
+        let wait_ms = (config::ms(self.config.call_timeout) * 3 / 4).max(1);
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
+        let (reply, acked) = match pipe.query_async::<(Reply, u32)>(conn).await {
+            // A new master (or a restarted one) does not know the script yet: it did not run.
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.prepare_invoke().load_async(conn).await?;
+                pipe.query_async::<(Reply, u32)>(conn).await?
+            }
+            result => result?,
+        };
+        if acked < replicas {
+            return Err(Failure {
+                why: format!("the count reached {acked} of {replicas} replicas in time"),
+                maybe_ran: true,
+            });
+        }
+        Ok(reply)
     }
 
     /// Runs one script call carrying what `slot` owes, and books the outcome in the slot. Should
@@ -405,14 +437,23 @@ impl QuotaStore for RedisStore {
         } else {
             let read = async {
                 let mut conn = self.connection().await?;
-                match tokio::time::timeout(
-                    self.config.call_timeout,
-                    redis::cmd("GET")
+                let get = async {
+                    let shared = redis::cmd("GET")
                         .arg(&slot.count_key)
-                        .query_async::<Option<u64>>(&mut conn),
-                )
-                .await
-                {
+                        .query_async::<Option<u64>>(&mut conn)
+                        .await?;
+                    match shared {
+                        // Before this month's first call, the count may still be untagged.
+                        None if self.legacy_names() => {
+                            redis::cmd("GET")
+                                .arg(&slot.legacy_count_key)
+                                .query_async::<Option<u64>>(&mut conn)
+                                .await
+                        }
+                        shared => Ok(shared),
+                    }
+                };
+                match tokio::time::timeout(self.config.call_timeout, get).await {
                     Ok(Ok(v)) => Ok(v.unwrap_or(0)),
                     Ok(Err(e)) => Err(Failure::from(e)),
                     Err(_) => Err(Failure {

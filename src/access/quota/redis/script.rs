@@ -2,24 +2,28 @@
 //! counts, count the call (or reserve a lease) under the limit, in one round trip.
 //!
 //! A call that adds anything records what it added under its id, in a marker key
-//! `q:<key_id>:<YYYY-MM>:op:<id>`, created only if absent. A call whose reply never came is sent
+//! `q:{<key_id>}:<YYYY-MM>:op:<id>`, created only if absent. A call whose reply never came is sent
 //! again later as a batch under the same id: if the marker holds a number, the call ran, and the
 //! batch only corrects its contribution to the counts it carried; otherwise the batch applies
 //! them and leaves the marker `=n` so that the call, should it still arrive, does nothing. Either
 //! way each id lands once. Markers of answered calls are deleted by the next call (so about the
 //! calls in flight have one), the others expire with the count.
 //!
-//! Marker keys are named inside the script, so this needs a single Redis (not a cluster), like
-//! the rest of the store.
+//! Marker keys are named inside the script; they carry the count's `{hash tag}`, so on Redis
+//! Cluster they live in the slot of the keys the script declares, which Redis allows.
+//!
+//! Upgrade from names without the tag: on a single server (or Sentinel) the first call of a month
+//! on a key whose tagged count does not exist yet adopts the untagged one (`q:<key_id>:<month>`),
+//! so this month's counts carry over (a cluster never had untagged names).
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, Script, ScriptInvocation, ToRedisArgs};
 
 use super::slots::{Carry, Slot};
 
-/// KEYS: the count, the marker prefix. ARGV: limit, ttl (seconds, relative so that clock skew
-/// with Redis does not matter), want (0: add only; 1: one call; more: a lease of that many, else
-/// one call), this call's id, its carried delta, the number of batches, the batches (id, delta),
-/// then ids whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
+/// KEYS: the count, the marker prefix, optionally the count's untagged name. ARGV: limit, ttl
+/// (seconds, relative so that clock skew with Redis does not matter), want (0: add only; 1: one
+/// call; more: a lease of that many, else one call), this call's id, its carried delta, the number
+/// of batches, the batches (id, delta), then ids whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
 /// before), count after the call, batches whose call had run}.
 const CONSUME: &str = r#"
 local count, op = KEYS[1], KEYS[2]
@@ -38,6 +42,13 @@ for _ = 1, tonumber(ARGV[6]) do
   i = i + 2
 end
 local stored = redis.call('GET', count)
+if not stored and KEYS[3] then
+  stored = redis.call('GET', KEYS[3])
+  if stored then
+    redis.call('SET', count, stored, 'EX', ttl)
+    redis.call('DEL', KEYS[3])
+  end
+end
 local used = tonumber(stored or '0')
 local limit, want, mine = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local outcome = 0
@@ -104,27 +115,66 @@ impl redis::FromRedisValue for Reply {
     }
 }
 
-/// The script call for `carry` on `slot`.
+/// The script's keys: the count, the marker prefix and, with `legacy`, the untagged count.
+fn keys(slot: &Slot, legacy: bool) -> Vec<&str> {
+    let mut keys = vec![slot.count_key.as_str(), slot.marker_prefix.as_str()];
+    if legacy {
+        keys.push(&slot.legacy_count_key);
+    }
+    keys
+}
+
+/// The script's arguments for `carry`.
+fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(6 + 2 * carry.unsure.len() + carry.applied.len());
+    args.extend(limit.to_redis_args());
+    args.extend(ttl_seconds.to_redis_args());
+    args.extend(carry.want.to_redis_args());
+    args.extend(carry.id.to_redis_args());
+    args.extend(carry.delta().to_redis_args());
+    args.extend(carry.unsure.len().to_redis_args());
+    for batch in &carry.unsure {
+        args.extend(batch.id.to_redis_args());
+        args.extend(batch.delta().to_redis_args());
+    }
+    for id in &carry.applied {
+        args.extend(id.to_redis_args());
+    }
+    args
+}
+
+/// The script call for `carry` on `slot` (`legacy`: may adopt the untagged count).
 pub fn invocation<'a>(
     script: &'a Script,
     slot: &Slot,
     carry: &Carry,
     limit: u64,
     ttl_seconds: i64,
+    legacy: bool,
 ) -> ScriptInvocation<'a> {
-    let mut call = script.key(&slot.count_key);
-    call.key(&slot.marker_prefix)
-        .arg(limit)
-        .arg(ttl_seconds)
-        .arg(carry.want)
-        .arg(carry.id)
-        .arg(carry.delta())
-        .arg(carry.unsure.len());
-    for batch in &carry.unsure {
-        call.arg(batch.id).arg(batch.delta());
+    let mut call = script.prepare_invoke();
+    for key in keys(slot, legacy) {
+        call.key(key);
     }
-    for id in &carry.applied {
-        call.arg(*id);
-    }
+    call.arg(args(carry, limit, ttl_seconds));
     call
+}
+
+/// The same call as one `EVALSHA` command, to send in a pipeline (the caller loads the script
+/// on `NOSCRIPT`).
+pub fn command(
+    script: &Script,
+    slot: &Slot,
+    carry: &Carry,
+    limit: u64,
+    ttl_seconds: i64,
+    legacy: bool,
+) -> Cmd {
+    let keys = keys(slot, legacy);
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args(carry, limit, ttl_seconds));
+    cmd
 }

@@ -166,19 +166,24 @@ impl Tally {
 pub struct Slot {
     key_id: Box<str>,
     pub month: Month,
-    /// `q:<key_id>:<YYYY-MM>`: the shared count.
+    /// `q:{<key_id>}:<YYYY-MM>`: the shared count. The `{hash tag}` puts every key of one id
+    /// in one cluster slot, so that the script may touch them all.
     pub count_key: String,
-    /// `q:<key_id>:<YYYY-MM>:op:`: what a recent call added is under this plus its id.
+    /// `q:{<key_id>}:<YYYY-MM>:op:`: what a recent call added is under this plus its id.
     pub marker_prefix: String,
+    /// `q:<key_id>:<YYYY-MM>`: the count's name before the hash tag (releases before cluster
+    /// support), adopted by the first call of the month on a single server.
+    pub legacy_count_key: String,
     tally: Mutex<Tally>,
 }
 
 impl Slot {
     fn new(key_id: &str, month: Month) -> Self {
-        let count_key = format!("q:{key_id}:{}", month.label());
+        let count_key = format!("q:{{{key_id}}}:{}", month.label());
         Slot {
             key_id: key_id.into(),
             month,
+            legacy_count_key: format!("q:{key_id}:{}", month.label()),
             marker_prefix: format!("{count_key}:op:"),
             count_key,
             tally: Mutex::new(Tally::default()),
@@ -263,8 +268,9 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &slots.get("k", month())));
         assert!(!Arc::ptr_eq(&a, &slots.get("k", month().next())));
         assert!(!Arc::ptr_eq(&a, &slots.get("k2", month())));
-        assert_eq!(a.count_key, "q:k:2026-03");
-        assert_eq!(a.marker_prefix, "q:k:2026-03:op:");
+        assert_eq!(a.count_key, "q:{k}:2026-03");
+        assert_eq!(a.marker_prefix, "q:{k}:2026-03:op:");
+        assert_eq!(a.legacy_count_key, "q:k:2026-03");
         assert_eq!(slots.all().len(), 3);
     }
 

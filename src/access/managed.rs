@@ -1,0 +1,323 @@
+//! The gateway-managed keys file: keys made through `POST /v1/keys`, kept apart from the
+//! operator's keys file, which the gateway never writes.
+//!
+//! JSON, hashed secrets only, mode 0600. Every change is a read-modify-write under an exclusive
+//! `flock` on a lock file beside it, written to a temporary file and renamed over, so gateways
+//! sharing the file never lose each other's changes and readers never see half a file. The keys
+//! reloader watches it like the keys file, so other gateways see a change within a poll.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::{id_problem, KeyEntry, KeyOrigin, KeyStore, KeysError};
+use super::origin::OriginPattern;
+use super::plan::AsPlan;
+
+/// The file format's version (written, checked on read).
+const VERSION: u32 = 1;
+
+/// The whole managed file.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManagedFile {
+    pub version: u32,
+    pub keys: Vec<ManagedKey>,
+}
+
+/// One API-made key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManagedKey {
+    pub id: String,
+    pub project: String,
+    /// The project's plan when the key was made: used only when no operator key names the
+    /// project any more (otherwise the operator's plan for the project wins).
+    pub plan: String,
+    #[serde(default)]
+    pub label: Option<String>,
+    /// SHA-256 of the secret, hex.
+    pub sha256: String,
+    /// The non-secret start of the secret.
+    pub prefix: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Unix seconds of the last call any gateway saw and saved (see [`save_last_used`]).
+    #[serde(default)]
+    pub last_used: Option<u64>,
+    /// Origins, as for operator keys; none: a server key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<String>,
+}
+
+/// Why the managed file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a managed keys file: {message}")]
+    Format { path: PathBuf, message: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ManagedError + '_ {
+    move |source| ManagedError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads the managed file; a missing file is an empty one.
+pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(ManagedFile {
+                version: VERSION,
+                keys: Vec::new(),
+            })
+        }
+        Err(e) => return Err(io(path)(e)),
+    };
+    let file: ManagedFile = serde_json::from_slice(&text).map_err(|e| ManagedError::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    if file.version != VERSION {
+        return Err(ManagedError::Format {
+            path: path.to_owned(),
+            message: format!("version {} (this gateway reads {VERSION})", file.version),
+        });
+    }
+    Ok(file)
+}
+
+/// Applies `change` to the file under the exclusive lock and writes the result (unless
+/// `change` says nothing changed by returning `Ok((false, _))`). Blocking: call it off the
+/// request threads.
+pub fn update<T, E: From<ManagedError>>(
+    path: &Path,
+    change: impl FnOnce(&mut ManagedFile) -> Result<(bool, T), E>,
+) -> Result<T, E> {
+    let _lock = Lock::take(path)?;
+    let mut file = read(path)?;
+    let (changed, out) = change(&mut file)?;
+    if changed {
+        write(path, &file)?;
+    }
+    Ok(out)
+}
+
+/// Writes the file atomically with mode 0600 (temporary file, fsync, rename, fsync folder).
+fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
+    let dir = parent(path);
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp_name);
+    let body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    f.write_all(&body).map_err(io(&tmp))?;
+    f.write_all(b"\n").map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// An exclusive `flock` on `<file>.lock`, released on drop (and by the kernel if the process
+/// dies holding it).
+struct Lock {
+    _file: std::fs::File,
+}
+
+impl Lock {
+    fn take(path: &Path) -> Result<Lock, ManagedError> {
+        use std::os::fd::AsRawFd;
+        let dir = parent(path);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let lock_path = PathBuf::from(name);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        loop {
+            // SAFETY: flock only reads its integer arguments; the descriptor is open.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Lock { _file: f });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(io(&lock_path)(e));
+            }
+        }
+    }
+}
+
+/// Adds the keys of the managed file to a store of operator keys. A managed key is skipped,
+/// with a warning in the returned list, when its id or secret is an operator key's (the
+/// operator wins), when it is malformed, or when its plan no longer exists. Keys of a project
+/// the operator names take the operator's plan for it.
+pub fn merge<P: AsPlan>(
+    mut store: KeyStore,
+    file: &ManagedFile,
+    plans: &BTreeMap<String, P>,
+) -> (KeyStore, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut ids: HashSet<Arc<str>> = store.entries().map(|k| k.id.clone()).collect();
+    for row in &file.keys {
+        let at = format!("managed key '{}'", row.id);
+        let Some(hash) = decode_hash(&row.sha256) else {
+            warnings.push(format!("{at}: sha256 is not 64 hex digits; skipped"));
+            continue;
+        };
+        if let Some(p) = id_problem(&row.id).or_else(|| id_problem(&row.project)) {
+            warnings.push(format!("{at}: id or project {p}; skipped"));
+            continue;
+        }
+        if ids.contains(row.id.as_str()) {
+            warnings.push(format!(
+                "{at}: the id is also in the keys file, whose key wins; skipped"
+            ));
+            continue;
+        }
+        if store.find_hash(&hash).is_some() {
+            warnings.push(format!(
+                "{at}: its secret is also a key of the keys file, which wins; skipped"
+            ));
+            continue;
+        }
+        let plan_name = store
+            .project_keys(&row.project)
+            .iter()
+            .find(|k| k.source == KeyOrigin::Operator)
+            .map_or_else(|| row.plan.clone(), |k| k.plan.to_string());
+        let Some(plan) = plans.get(&plan_name).map(|p| p.resolve(&plan_name)) else {
+            warnings.push(format!(
+                "{at}: plan '{plan_name}' is not configured; skipped"
+            ));
+            continue;
+        };
+        let origins: Vec<OriginPattern> = row
+            .origins
+            .iter()
+            .filter_map(|o| OriginPattern::parse(o).ok())
+            .collect();
+        if origins.len() != row.origins.len() {
+            warnings.push(format!("{at}: an origin is not valid; skipped"));
+            continue;
+        }
+        let id: Arc<str> = row.id.as_str().into();
+        ids.insert(id.clone());
+        store.insert(KeyEntry {
+            id,
+            project: row.project.as_str().into(),
+            plan: plan_name.into(),
+            monthly_limit: plan.monthly_limit,
+            max_keys: plan.max_keys,
+            log_retention: plan.log_retention,
+            origins: (!origins.is_empty()).then_some(origins),
+            origin_list: row.origins.clone(),
+            disabled: false,
+            label: row.label.as_deref().map(Into::into),
+            key_prefix: Some(row.prefix.as_str().into()),
+            created_at: Some(row.created_at.as_str().into()),
+            source: KeyOrigin::Api,
+            last_used: Arc::new(row.last_used.unwrap_or(0).into()),
+            hash,
+        });
+    }
+    store.index_projects();
+    (store, warnings)
+}
+
+fn decode_hash(hex_text: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(hex_text).ok()?;
+    bytes.try_into().ok()
+}
+
+/// Writes the last-use times of API-made keys that moved on since the file says, keeping the
+/// later time where another gateway saved a later one. Returns how many keys were updated.
+pub fn save_last_used(path: &Path, store: &KeyStore) -> Result<usize, ManagedError> {
+    let seen: BTreeMap<&str, u64> = store
+        .entries()
+        .filter(|k| k.source == KeyOrigin::Api)
+        .filter_map(|k| k.last_used_at().map(|t| (&*k.id, t)))
+        .collect();
+    if seen.is_empty() {
+        return Ok(0);
+    }
+    // Skip the lock and the write when nothing moved (the common case on a quiet gateway).
+    let current = read(path)?;
+    let moved = |f: &ManagedFile| {
+        f.keys
+            .iter()
+            .filter(|k| {
+                seen.get(k.id.as_str())
+                    .is_some_and(|t| Some(*t) > k.last_used)
+            })
+            .count()
+    };
+    if moved(&current) == 0 {
+        return Ok(0);
+    }
+    update(path, |file: &mut ManagedFile| {
+        let mut n = 0;
+        for k in &mut file.keys {
+            if let Some(t) = seen.get(k.id.as_str()) {
+                if Some(*t) > k.last_used {
+                    k.last_used = Some(*t);
+                    n += 1;
+                }
+            }
+        }
+        Ok::<_, ManagedError>((n > 0, n))
+    })
+}
+
+impl From<ManagedError> for KeysError {
+    fn from(e: ManagedError) -> KeysError {
+        let (origin, problem) = match e {
+            ManagedError::Io { path, source } => (path, source.to_string()),
+            ManagedError::Format { path, message } => (path, message),
+        };
+        KeysError {
+            origin: origin.display().to_string(),
+            problems: vec![problem],
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Plans: what a project gets (monthly calls, how many keys, how long its logs are kept), as
+//! configured under `gateway.access.plans`.
+//!
+//! A plan is written either as its monthly limit alone (`pro: 10000`, the form before plans had
+//! more to say) or as a mapping (`pro: { monthly_limit: 10000, max_keys: 10,
+//! log_retention_hours: 1440 }`). Whatever a plan leaves out is taken from the defaults of its
+//! name, so configs written before `max_keys` existed keep working unchanged.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+const HOUR: u64 = 3_600;
+const DAY: u64 = 24 * HOUR;
+
+/// The longest log retention a plan may ask for (ten years, in hours).
+pub const MAX_LOG_RETENTION_HOURS: u64 = 10 * 366 * 24;
+/// The most keys a plan may allow per project.
+pub const MAX_MAX_KEYS: u32 = 10_000;
+
+/// One plan with every value resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Calls per calendar month (UTC), shared by the keys of a project.
+    pub monthly_limit: u64,
+    /// Keys a project on this plan may hold (operator keys and API-made keys together).
+    pub max_keys: u32,
+    /// How long the project's call logs are kept.
+    pub log_retention: Duration,
+}
+
+/// `max_keys` and log retention of a plan name, when the config does not say: the hosted
+/// service's plans, and the free plan's (the most cautious) for any other name.
+pub fn name_defaults(name: &str) -> (u32, Duration) {
+    let (keys, secs) = match name {
+        "starter" => (5, 30 * DAY),
+        "pro" => (10, 60 * DAY),
+        "business" => (10, 90 * DAY),
+        _ => (1, 24 * HOUR),
+    };
+    (keys, Duration::from_secs(secs))
+}
+
+/// A plan as written in the config: the limit, and optionally the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanConfig {
+    pub monthly_limit: u64,
+    pub max_keys: Option<u32>,
+    pub log_retention_hours: Option<u64>,
+}
+
+impl PlanConfig {
+    /// A plan given by its limit alone (the short form).
+    pub const fn limit(monthly_limit: u64) -> Self {
+        PlanConfig {
+            monthly_limit,
+            max_keys: None,
+            log_retention_hours: None,
+        }
+    }
+
+    /// Problems of the plan named `name`, each naming its key.
+    pub fn problems(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(n) = self.max_keys {
+            if !(1..=MAX_MAX_KEYS).contains(&n) {
+                out.push(format!(
+                    "gateway.access.plans.{name}.max_keys: {n} is outside 1..={MAX_MAX_KEYS}"
+                ));
+            }
+        }
+        if let Some(h) = self.log_retention_hours {
+            if !(1..=MAX_LOG_RETENTION_HOURS).contains(&h) {
+                out.push(format!(
+                    "gateway.access.plans.{name}.log_retention_hours: {h} is outside 1..={MAX_LOG_RETENTION_HOURS}"
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Anything the keys file can be checked against: a configured plan, or (in tests and
+/// benchmarks) a bare monthly limit.
+pub trait AsPlan {
+    /// The plan with every value resolved, `name` giving the defaults.
+    fn resolve(&self, name: &str) -> Plan;
+}
+
+impl AsPlan for PlanConfig {
+    fn resolve(&self, name: &str) -> Plan {
+        let (keys, retention) = name_defaults(name);
+        Plan {
+            monthly_limit: self.monthly_limit,
+            max_keys: self.max_keys.unwrap_or(keys),
+            log_retention: self
+                .log_retention_hours
+                .map_or(retention, |h| Duration::from_secs(h.saturating_mul(HOUR))),
+        }
+    }
+}
+
+impl AsPlan for u64 {
+    fn resolve(&self, name: &str) -> Plan {
+        PlanConfig::limit(*self).resolve(name)
+    }
+}
+
+impl AsPlan for Plan {
+    fn resolve(&self, _name: &str) -> Plan {
+        *self
+    }
+}
+
+/// The long form, with unknown keys refused.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct LongForm {
+    monthly_limit: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_keys: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    log_retention_hours: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for PlanConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PlanVisitor;
+        impl<'de> Visitor<'de> for PlanVisitor {
+            type Value = PlanConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a monthly limit (a number) or { monthly_limit, max_keys, log_retention_hours }",
+                )
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PlanConfig, E> {
+                Ok(PlanConfig::limit(v))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PlanConfig, E> {
+                u64::try_from(v)
+                    .map(PlanConfig::limit)
+                    .map_err(|_| E::custom(format!("monthly limit {v} is negative")))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PlanConfig, A::Error> {
+                let long = LongForm::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(PlanConfig {
+                    monthly_limit: long.monthly_limit,
+                    max_keys: long.max_keys,
+                    log_retention_hours: long.log_retention_hours,
+                })
+            }
+        }
+        d.deserialize_any(PlanVisitor)
+    }
+}
+
+impl Serialize for PlanConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.max_keys.is_none() && self.log_retention_hours.is_none() {
+            return s.serialize_u64(self.monthly_limit);
+        }
+        LongForm {
+            monthly_limit: self.monthly_limit,
+            max_keys: self.max_keys,
+            log_retention_hours: self.log_retention_hours,
+        }
+        .serialize(s)
+    }
+}
+
+/// The plans shipped as defaults: the hosted service's four.
+pub fn default_plans() -> std::collections::BTreeMap<String, PlanConfig> {
+    [
+        ("free", 100),
+        ("starter", 1_000),
+        ("pro", 10_000),
+        ("business", 100_000),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), PlanConfig::limit(v)))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn parse(yaml: &str) -> Result<BTreeMap<String, PlanConfig>, String> {
+        serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_short_form_takes_the_defaults_of_its_name() {
+        let plans =
+            parse("{ free: 100, starter: 1000, pro: 10000, business: 100000, gold: 5 }").unwrap();
+        let got: Vec<(u64, u32, u64)> = ["free", "starter", "pro", "business", "gold"]
+            .iter()
+            .map(|n| {
+                let p = plans[*n].resolve(n);
+                (
+                    p.monthly_limit,
+                    p.max_keys,
+                    p.log_retention.as_secs() / HOUR,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (100, 1, 24),
+                (1_000, 5, 30 * 24),
+                (10_000, 10, 60 * 24),
+                (100_000, 10, 90 * 24),
+                (5, 1, 24),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_long_form_overrides_what_it_names() {
+        let plans =
+            parse("{ pro: { monthly_limit: 7, max_keys: 3 }, team: { monthly_limit: 9, log_retention_hours: 2 } }")
+                .unwrap();
+        let pro = plans["pro"].resolve("pro");
+        assert_eq!((pro.monthly_limit, pro.max_keys), (7, 3));
+        assert_eq!(pro.log_retention, Duration::from_secs(60 * DAY));
+        let team = plans["team"].resolve("team");
+        assert_eq!(
+            (team.max_keys, team.log_retention),
+            (1, Duration::from_secs(2 * HOUR))
+        );
+        // Written back the way it was read.
+        let yaml = serde_yaml_ng::to_string(&plans).unwrap();
+        assert_eq!(parse(&yaml).unwrap(), plans);
+    }
+
+    #[test]
+    fn bad_plans_are_refused_naming_what_is_wrong() {
+        for (yaml, needle) in [
+            (
+                "{ pro: { monthly_limit: 1, max_key: 3 } }",
+                "unknown field `max_key`",
+            ),
+            ("{ pro: { max_keys: 3 } }", "missing field `monthly_limit`"),
+            ("{ pro: -1 }", "negative"),
+            ("{ pro: lots }", "a monthly limit (a number)"),
+        ] {
+            let err = parse(yaml).unwrap_err();
+            assert!(err.contains(needle), "{yaml}: {err}");
+        }
+        let zero = PlanConfig {
+            monthly_limit: 1,
+            max_keys: Some(0),
+            log_retention_hours: Some(0),
+        };
+        let problems = zero.problems("pro").join("\n");
+        assert!(
+            problems.contains("gateway.access.plans.pro.max_keys: 0"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("gateway.access.plans.pro.log_retention_hours: 0"),
+            "{problems}"
+        );
+        assert!(PlanConfig::limit(5).problems("x").is_empty());
+    }
+}

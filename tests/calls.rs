@@ -1,0 +1,474 @@
+//! `GET /v1/logs` and `GET /v1/stats` against the real binary, on the embedded store (SQLite in
+//! the state folder) and on a real `redis-server`: paging without gaps or repeats while calls
+//! arrive, stats that add up, retention, restarts, `/v1/check` verdicts taken from the upstream's
+//! answer, and no local part ever stored.
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/redis_server.rs"]
+mod redis_server;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::{free_port, wait_until, Conn, Gateway, GatewayBuilder, TEST_SECRET};
+use redis_server::RedisServer;
+use serde_json::Value;
+
+const OTHER_SECRET: &str = "drg_other_project_key_0123456789abcdefghijklm";
+/// The local part every check sends: it must never reach a store.
+const LOCAL: &str = "someone.secret";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A backend answering `/v1/check/{target}` with a JSON verdict: `risk_score` 95 and
+/// `disposable` for targets mentioning `dispo`, 10 and `safe` otherwise; targets mentioning
+/// `noverdict` get JSON without a verdict.
+struct JsonUpstream {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl JsonUpstream {
+    fn start() -> JsonUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(stream) = stream {
+                    thread::spawn(move || serve_json(stream));
+                }
+            }
+        });
+        JsonUpstream { addr, stop }
+    }
+}
+
+impl Drop for JsonUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve_json(stream: TcpStream) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h == "\r\n" {
+                break;
+            }
+        }
+        let body = if path.contains("noverdict") {
+            format!("{{\"checked\":{}}}", Value::from(path.as_str()))
+        } else {
+            let (score, reason) = if path.contains("dispo") {
+                (95, "disposable")
+            } else {
+                (10, "safe")
+            };
+            format!(
+                "{{\"email\":{},\"risk_score\":{score},\"reason\":\"{reason}\",\"detail\":{{\"x\":[1,2]}}}}",
+                Value::from(path.as_str())
+            )
+        };
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if reader.get_mut().write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn builder() -> GatewayBuilder {
+    Gateway::builder()
+        .data("disposable.txt", "dispo.example\n")
+        .key("other", OTHER_SECRET, "test", &[])
+        .gateway_yaml("calls: { batch_interval_ms: 20, sweep_interval_seconds: 1 }")
+}
+
+fn text(r: &common::Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+fn get(gw: &Gateway, secret: &str, path: &str) -> common::Response {
+    Conn::open_as(gw.addr, Some(secret))
+        .unwrap()
+        .get(path)
+        .unwrap()
+}
+
+/// Every log entry of the key's project, newest first, paging `limit` at a time; `between`
+/// runs after each page (to make calls while paging).
+fn all_logs(gw: &Gateway, secret: &str, limit: usize, mut between: impl FnMut()) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/logs?limit={limit}&cursor={c}"),
+            None => format!("/v1/logs?limit={limit}"),
+        };
+        let r = get(gw, secret, &path);
+        assert_eq!(r.status, 200, "{}", text(&r));
+        let body = r.json();
+        let page = body["items"].as_array().unwrap().clone();
+        assert!(page.len() <= limit);
+        items.extend(page);
+        between();
+        match &body["next_cursor"] {
+            Value::Null => return items,
+            Value::String(c) => cursor = Some(c.clone()),
+            other => panic!("next_cursor {other}"),
+        }
+    }
+}
+
+fn log_count(gw: &Gateway, secret: &str) -> usize {
+    all_logs(gw, secret, 100, || {}).len()
+}
+
+fn today_stats(gw: &Gateway, secret: &str) -> (u64, u64) {
+    let r = get(gw, secret, "/v1/stats");
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let chart = r.json()["chart"].as_array().unwrap().clone();
+    let last = chart.last().unwrap();
+    (
+        last["total_requests"].as_u64().unwrap(),
+        last["blocked_count"].as_u64().unwrap(),
+    )
+}
+
+fn lookups(gw: &Gateway, names: impl IntoIterator<Item = String>) {
+    let mut c = gw.conn();
+    for name in names {
+        let r = c.get(&format!("/v1/public/domain/{name}")).unwrap();
+        assert_eq!(r.status, 200, "{name}: {}", text(&r));
+    }
+}
+
+/// 120 lookups paged 7 at a time while other lookups keep arriving: every call exactly once,
+/// newest first, and the calls made meanwhile never slip into later pages.
+fn pages_without_gaps_or_repeats(gw: &Gateway) {
+    let names: Vec<String> = (0..120).map(|i| format!("n{i}.example")).collect();
+    lookups(gw, names.clone());
+    wait_until(WAIT, || log_count(gw, TEST_SECRET) == 120);
+    let mut extra = 0;
+    let items = all_logs(gw, TEST_SECRET, 7, || {
+        lookups(gw, [format!("late{extra}.example")]);
+        extra += 1;
+    });
+    let got: Vec<&str> = items
+        .iter()
+        .map(|i| i["email_domain"].as_str().unwrap())
+        .collect();
+    let want: Vec<&str> = names.iter().rev().map(String::as_str).collect();
+    assert_eq!(got, want);
+    let ids: BTreeSet<&str> = items.iter().map(|i| i["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 120, "ids are unique");
+    let first = &items[0];
+    assert_eq!(first["risk_score"], 20);
+    assert_eq!(first["reason"], "safe");
+    assert!(first["created_at"].as_str().unwrap().ends_with('Z'));
+    // The calls made while paging are there, newest first, on a fresh first page (once the
+    // writer's next batch is in).
+    let newest = format!("late{}.example", extra - 1);
+    wait_until(WAIT, || {
+        get(gw, TEST_SECRET, "/v1/logs?limit=1").json()["items"][0]["email_domain"] == *newest
+    });
+    let r = get(gw, TEST_SECRET, "/v1/logs?limit=1");
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 1);
+    assert_eq!(log_count(gw, TEST_SECRET), 120 + extra);
+    // Another project sees none of it.
+    let r = get(gw, OTHER_SECRET, "/v1/logs");
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"items": [], "next_cursor": null})
+    );
+}
+
+/// Lookups and checks, safe and not: the stats of today add up; checks are logged with the
+/// upstream's verdict under their domain; a check answered without a verdict is counted, not
+/// logged.
+fn stats_and_checks_add_up(gw: &Gateway) -> (u64, u64) {
+    let (total0, blocked0) = today_stats(gw, TEST_SECRET);
+    let logged0 = log_count(gw, TEST_SECRET);
+    lookups(
+        gw,
+        ["a.dispo.example", "fine.example", "dispo.example"].map(String::from),
+    );
+    let mut c = gw.conn();
+    for target in [
+        format!("{LOCAL}@dispo.example"),
+        format!("{LOCAL}@checked.example"),
+        format!("{LOCAL}@noverdict.example"),
+    ] {
+        let r = c.get(&format!("/v1/check/{target}")).unwrap();
+        assert_eq!(r.status, 200, "{}", text(&r));
+        assert!(text(&r).contains("\"email\"") || text(&r).contains("checked"));
+    }
+    // 6 answered calls, 3 of them blocked (two disposable lookups and one disposable check).
+    wait_until(WAIT, || {
+        today_stats(gw, TEST_SECRET) == (total0 + 6, blocked0 + 3)
+    });
+    wait_until(WAIT, || log_count(gw, TEST_SECRET) == logged0 + 5);
+    let r = get(gw, TEST_SECRET, "/v1/logs?limit=5");
+    let items = r.json()["items"].as_array().unwrap().clone();
+    let seen: Vec<(String, u64, String)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["email_domain"].as_str().unwrap().to_owned(),
+                i["risk_score"].as_u64().unwrap(),
+                i["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen[..2],
+        [
+            ("checked.example".to_owned(), 10, "safe".to_owned()),
+            ("dispo.example".to_owned(), 95, "disposable".to_owned()),
+        ]
+    );
+    assert_eq!(seen[2].0, "dispo.example");
+    assert_eq!(seen[2].2, "disposable");
+    assert!(!text(&r).contains(LOCAL));
+    // The chart: 30 consecutive days ending today (UTC), days without calls at zero.
+    let chart = get(gw, TEST_SECRET, "/v1/stats").json()["chart"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(chart.len(), 30);
+    let dates: Vec<chrono::NaiveDate> = chart
+        .iter()
+        .map(|d| d["date"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(dates
+        .windows(2)
+        .all(|w| w[1] - w[0] == chrono::TimeDelta::days(1)));
+    assert_eq!(chart[0]["total_requests"], 0);
+    (total0 + 6, blocked0 + 3)
+}
+
+/// Not counted, and keyed like every other `/v1/` route.
+fn key_required_and_not_counted(gw: &Gateway) {
+    let used = |gw: &Gateway| get(gw, TEST_SECRET, "/v1/usage").json()["month_count"].clone();
+    let before = used(gw);
+    for path in ["/v1/logs", "/v1/stats", "/v1/logs?limit=3"] {
+        assert_eq!(get(gw, TEST_SECRET, path).status, 200);
+        gw.conn_as(None)
+            .get(path)
+            .unwrap()
+            .assert_error(401, "unauthorized");
+        gw.conn_as(Some("drg_nope"))
+            .get(path)
+            .unwrap()
+            .assert_error(401, "unauthorized");
+    }
+    assert_eq!(used(gw), before);
+    for bad in [
+        "limit=0",
+        "limit=101",
+        "limit=x",
+        "cursor=a.b",
+        "cursor=zzzz",
+    ] {
+        let r = get(gw, TEST_SECRET, &format!("/v1/logs?{bad}"));
+        r.assert_error(422, "validation_error");
+    }
+}
+
+fn store_files(dir: &std::path::Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for name in ["calls.sqlite3", "calls.sqlite3-wal"] {
+        if let Ok(b) = std::fs::read(dir.join("state").join(name)) {
+            bytes.extend(b);
+        }
+    }
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+fn shifted_clock(hours: i64) -> String {
+    (chrono::Utc::now() + chrono::TimeDelta::hours(hours))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+#[test]
+fn embedded_logs_and_stats() {
+    let upstream = JsonUpstream::start();
+    let gw = builder().upstream(upstream.addr).start();
+    key_required_and_not_counted(&gw);
+    pages_without_gaps_or_repeats(&gw);
+    let stats = stats_and_checks_add_up(&gw);
+    let logged = log_count(&gw, TEST_SECRET);
+    let dir = gw.stop();
+    // The store file is in the state folder, holds the checked domain and never a local part.
+    let bytes = store_files(dir.path());
+    assert!(contains(&bytes, "checked.example"), "store file not found");
+    assert!(!contains(&bytes, LOCAL), "a local part reached the store");
+
+    // A restart keeps logs and stats.
+    let gw = builder().upstream(upstream.addr).in_dir(dir).start();
+    assert_eq!(log_count(&gw, TEST_SECRET), logged);
+    assert_eq!(today_stats(&gw, TEST_SECRET), stats);
+    let dir = gw.stop();
+
+    // 25 hours later the test plan's 24 h retention has passed: nothing is shown, and the
+    // sweep deletes the entries (the stats of yesterday stay in the chart).
+    let gw = builder()
+        .upstream(upstream.addr)
+        .env(
+            domain_risk_gateway::server::CLOCK_START_ENV,
+            &shifted_clock(25),
+        )
+        .in_dir(dir)
+        .start();
+    assert_eq!(log_count(&gw, TEST_SECRET), 0);
+    let chart = get(&gw, TEST_SECRET, "/v1/stats").json()["chart"].clone();
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let day = chart
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["date"] == today.as_str())
+        .expect("today is in the chart of 25 h later");
+    assert_eq!(day["total_requests"], stats.0);
+    assert_eq!(chart[29]["total_requests"], 0);
+    wait_until(WAIT, || {
+        metric(&gw, "drg_calls_expired_total") == logged as u64
+    });
+    // Back in time, the read filter would show them again: the sweep deleted them for good.
+    let dir = gw.stop();
+    let gw = builder().upstream(upstream.addr).in_dir(dir).start();
+    assert_eq!(log_count(&gw, TEST_SECRET), 0, "the sweep deleted them");
+    assert_eq!(today_stats(&gw, TEST_SECRET), stats);
+}
+
+fn metric(gw: &Gateway, name: &str) -> u64 {
+    let metrics = text(&gw.admin_get("/metrics"));
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn full_queue_drops_and_counts() {
+    let gw = Gateway::builder()
+        .gateway_yaml("calls: { queue_capacity: 1, batch_interval_ms: 10000 }")
+        .start();
+    lookups(&gw, (0..20).map(|i| format!("q{i}.example")));
+    // One fits in the queue (two if the writer's first batch came after the first call); the
+    // requests never waited for the writer.
+    let dropped = metric(&gw, "drg_calls_dropped_total");
+    assert!((18..=19).contains(&dropped), "{dropped}");
+}
+
+#[test]
+fn off_means_404_and_nothing_stored() {
+    let gw = Gateway::builder()
+        .gateway_yaml("calls: { enabled: false }")
+        .start();
+    lookups(&gw, ["a.example".to_owned()]);
+    get(&gw, TEST_SECRET, "/v1/logs").assert_error(404, "not_found");
+    get(&gw, TEST_SECRET, "/v1/stats").assert_error(404, "not_found");
+    gw.conn_as(None)
+        .get("/v1/logs")
+        .unwrap()
+        .assert_error(404, "not_found");
+    assert!(!gw.dir.path().join("state/calls.sqlite3").exists());
+}
+
+fn redis_keys_dump(redis: &RedisServer) -> String {
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut dump = String::new();
+    for key in cli(&["--scan"]).lines() {
+        dump.push_str(key);
+        dump.push('\n');
+        dump.push_str(&cli(&["XRANGE", key, "-", "+"]));
+        dump.push_str(&cli(&["HGETALL", key]));
+    }
+    dump
+}
+
+#[test]
+fn redis_logs_and_stats() {
+    let redis = RedisServer::start(false);
+    let upstream = JsonUpstream::start();
+    let start = |clock: Option<String>| {
+        let mut b = builder()
+            .redis(&redis.url(), "fail_open")
+            .upstream(upstream.addr);
+        if let Some(c) = clock {
+            b = b.env(domain_risk_gateway::server::CLOCK_START_ENV, &c);
+        }
+        b.start()
+    };
+    let gw = start(None);
+    key_required_and_not_counted(&gw);
+    pages_without_gaps_or_repeats(&gw);
+    let stats = stats_and_checks_add_up(&gw);
+    let logged = log_count(&gw, TEST_SECRET);
+    // A second gateway on the same Redis sees the same logs and stats.
+    let gw2 = start(None);
+    assert_eq!(log_count(&gw2, TEST_SECRET), logged);
+    assert_eq!(today_stats(&gw2, TEST_SECRET), stats);
+    drop(gw2);
+    let dump = redis_keys_dump(&redis);
+    assert!(dump.contains("calls:{test}:log"), "{dump}");
+    assert!(dump.contains("checked.example"), "{dump}");
+    assert!(!dump.contains(LOCAL), "a local part reached Redis");
+    gw.stop();
+
+    // Past the retention: hidden at once, then trimmed by the sweep.
+    let gw = start(Some(shifted_clock(25)));
+    assert_eq!(log_count(&gw, TEST_SECRET), 0);
+    wait_until(WAIT, || {
+        !redis_keys_dump(&redis).contains("checked.example")
+    });
+    gw.stop();
+    let gw = start(None);
+    assert_eq!(log_count(&gw, TEST_SECRET), 0);
+    assert_eq!(today_stats(&gw, TEST_SECRET), stats);
+}

@@ -1,0 +1,435 @@
+//! `/v1/keys` against the real binary: listing, making keys within `max_keys` (the secret shown
+//! once, live at once), revoking (at once here, within a poll on a gateway sharing the managed
+//! file), refusing foreign ids, operator keys and self-revocation, hostile bodies, a restart,
+//! and the switch that turns it off.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const SERVER: &str = "drg_acme_server_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const OTHER: &str = "drg_acme_other_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const SOLO: &str = "drg_solo_key_cccccccccccccccccccccccccccccccccccccccc";
+const BROWSER: &str = "drg_browser_key_dddddddddddddddddddddddddddddddddddd";
+const LOOKUP: &str = "/v1/public/domain/example.org";
+
+/// Project `acme` on `starter` (5 keys) holds two operator keys; `solo` and `browser` are
+/// projects of their own.
+fn builder() -> GatewayBuilder {
+    Gateway::builder()
+        .plan("starter", 1_000)
+        .key_in_project("server", SERVER, "starter", "acme")
+        .key_in_project("other", OTHER, "starter", "acme")
+        .key("solo", SOLO, "starter", &[])
+        .key("browser", BROWSER, "starter", &["https://app.example"])
+}
+
+/// One request on a fresh connection (closed after it), with an optional body.
+fn send(
+    gw: &Gateway,
+    method: &str,
+    path: &str,
+    secret: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Response {
+    let mut stream = TcpStream::connect(gw.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    if let Some(s) = secret {
+        req.push_str(&format!("Authorization: Bearer {s}\r\n"));
+    }
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    if let Some(b) = body {
+        stream.write_all(b).unwrap();
+    }
+    read_response(&mut BufReader::new(stream)).unwrap()
+}
+
+fn list(gw: &Gateway, secret: &str) -> Value {
+    let r = send(gw, "GET", "/v1/keys", Some(secret), &[], None);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn create(gw: &Gateway, secret: &str, label: &str) -> Response {
+    let body = serde_json::json!({ "label": label }).to_string();
+    send(
+        gw,
+        "POST",
+        "/v1/keys",
+        Some(secret),
+        &[],
+        Some(body.as_bytes()),
+    )
+}
+
+fn revoke(gw: &Gateway, secret: &str, id: &str) -> Response {
+    send(
+        gw,
+        "DELETE",
+        &format!("/v1/keys/{id}"),
+        Some(secret),
+        &[],
+        None,
+    )
+}
+
+fn lookup(gw: &Gateway, secret: &str) -> u16 {
+    send(gw, "GET", LOOKUP, Some(secret), &[], None).status
+}
+
+fn month_count(gw: &Gateway, secret: &str) -> u64 {
+    send(gw, "GET", "/v1/usage", Some(secret), &[], None).json()["month_count"]
+        .as_u64()
+        .unwrap()
+}
+
+fn managed_file(gw: &Gateway) -> std::path::PathBuf {
+    gw.dir.path().join("state/keys.managed.json")
+}
+
+#[test]
+fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
+    let gw = builder().start();
+    assert_eq!(lookup(&gw, SERVER), 200);
+    let before = month_count(&gw, SERVER);
+
+    let listed = list(&gw, SERVER);
+    assert_eq!(ids(&listed), ["other", "server"], "{listed}");
+    let server = &listed["items"][1];
+    let fields: Vec<&str> = server
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "created_at",
+            "id",
+            "key_prefix",
+            "label",
+            "last_used_at",
+            "origins"
+        ]
+    );
+    assert_eq!(server["key_prefix"], &SERVER[..12]);
+    assert_eq!(server["origins"], serde_json::json!([]));
+    assert!(server["last_used_at"].as_str().is_some(), "{server}");
+    assert_eq!(
+        listed["items"][0]["last_used_at"],
+        Value::Null,
+        "other: never used"
+    );
+
+    // A new key: 201, the secret once, live at once, in the project's count.
+    let made = create(&gw, SERVER, "CI");
+    assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
+    let made = made.json();
+    let secret = made["key"].as_str().unwrap().to_owned();
+    let id = made["id"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("drg_") && secret.len() > 40, "{made}");
+    assert_eq!(made["key_prefix"], &secret[..12]);
+    assert_eq!(made["label"], "CI");
+    assert_eq!(made["last_used_at"], Value::Null);
+    assert!(made["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(lookup(&gw, &secret), 200, "the new key works at once");
+    assert_eq!(
+        month_count(&gw, &secret),
+        before + 1,
+        "one count for the project"
+    );
+
+    // Never shown again: not in the list, not in the managed file (only its hash).
+    let again = send(&gw, "GET", "/v1/keys", Some(SERVER), &[], None);
+    let text = String::from_utf8_lossy(&again.body).into_owned();
+    assert!(!text.contains(&secret[12..]), "{text}");
+    assert!(ids(&again.json()).contains(&id));
+    let item = again.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert!(item.get("key").is_none(), "{item}");
+    assert!(item["last_used_at"].as_str().is_some(), "{item}");
+    let file = std::fs::read_to_string(managed_file(&gw)).unwrap();
+    assert!(!file.contains(&secret[12..]));
+    assert!(file.contains(&hex_sha256(&secret)));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(managed_file(&gw))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let keys_yaml = std::fs::read_to_string(gw.dir.path().join("keys.yaml")).unwrap();
+    assert!(
+        !keys_yaml.contains(&id),
+        "the operator's file is never written"
+    );
+
+    // Up to max_keys (5: two operator keys, three made), then 409.
+    let extra: Vec<String> = (0..2)
+        .map(|i| {
+            let r = create(&gw, SERVER, &format!("k{i}"));
+            assert_eq!(r.status, 201);
+            r.json()["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let full = create(&gw, SERVER, "one too many");
+    let detail = full.assert_error(409, "conflict");
+    assert_eq!(detail, "max_keys: 5");
+    assert_eq!(list(&gw, SERVER)["items"].as_array().unwrap().len(), 5);
+
+    // Revoked: refused on the very next request, and the slot is free again.
+    assert_eq!(revoke(&gw, SERVER, &id).status, 204);
+    assert_eq!(lookup(&gw, &secret), 401);
+    assert!(!ids(&list(&gw, SERVER)).contains(&id));
+    assert_eq!(create(&gw, SERVER, "again").status, 201);
+
+    // What cannot be revoked: gone already, unknown, another project's (same answer, saying
+    // nothing about other projects), an operator key, the calling key.
+    let gone = revoke(&gw, SERVER, &id);
+    gone.assert_error(404, "not_found");
+    let unknown = revoke(&gw, SERVER, "key_000000000000");
+    unknown.assert_error(404, "not_found");
+    let foreign = revoke(&gw, SERVER, "solo");
+    foreign.assert_error(404, "not_found");
+    assert_eq!(foreign.body, unknown.body);
+    assert_eq!(lookup(&gw, SOLO), 200);
+    // Another project's API-made key: 404 too, and it keeps working.
+    let solo_made = create(&gw, SOLO, "solo's").json();
+    let solo_id = solo_made["id"].as_str().unwrap();
+    revoke(&gw, SERVER, solo_id).assert_error(404, "not_found");
+    assert_eq!(lookup(&gw, solo_made["key"].as_str().unwrap()), 200);
+    assert!(!ids(&list(&gw, SERVER)).contains(&solo_id.to_owned()));
+    revoke(&gw, SERVER, "other").assert_error(403, "forbidden");
+    assert_eq!(lookup(&gw, OTHER), 200);
+    revoke(&gw, SERVER, "server").assert_error(409, "conflict");
+    // A key the API made may revoke another one of its project.
+    let made_by = &extra[0];
+    let second = create(&gw, SERVER, "x");
+    assert_eq!(second.status, 409, "the project is full again");
+    let r = revoke(&gw, OTHER, made_by);
+    assert_eq!(r.status, 204);
+
+    // Not counted, and counted in the metrics.
+    assert_eq!(month_count(&gw, SERVER), before + 2);
+    let metrics = String::from_utf8(gw.admin_get("/metrics").body).unwrap();
+    assert!(
+        metrics.contains("drg_keys_api_changes_total{action=\"created\"} 5"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("drg_keys_api_changes_total{action=\"revoked\"} 2"));
+}
+
+fn hex_sha256(secret: &str) -> String {
+    domain_risk_gateway::access::keys::hash_secret(secret)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn browser_keys_and_hostile_bodies_are_refused_with_json() {
+    let gw = builder()
+        .gateway_yaml("keys_api: { body_timeout_ms: 300 }")
+        .start();
+    let origin = [("Origin", "https://app.example")];
+    // A browser key lists, but does not manage.
+    assert_eq!(
+        send(&gw, "GET", "/v1/keys", Some(BROWSER), &origin, None).status,
+        200
+    );
+    let r = send(&gw, "POST", "/v1/keys", Some(BROWSER), &origin, Some(b"{}"));
+    r.assert_error(403, "forbidden");
+    send(&gw, "POST", "/v1/keys", None, &[], Some(b"{}")).assert_error(401, "unauthorized");
+    for (body, status, code) in [
+        (&b"{\"label\":"[..], 400, "bad_request"),
+        (b"not json", 400, "bad_request"),
+        (b"[]", 400, "bad_request"),
+        (b"{\"label\":42}", 422, "validation_error"),
+    ] {
+        let r = send(&gw, "POST", "/v1/keys", Some(SERVER), &[], Some(body));
+        r.assert_error(status, code);
+    }
+    let long = format!("{{\"label\":\"{}\"}}", "x".repeat(101));
+    send(
+        &gw,
+        "POST",
+        "/v1/keys",
+        Some(SERVER),
+        &[],
+        Some(long.as_bytes()),
+    )
+    .assert_error(422, "validation_error");
+    let huge = format!("{{\"label\":\"{}\"}}", "x".repeat(5_000));
+    let r = send(
+        &gw,
+        "POST",
+        "/v1/keys",
+        Some(SERVER),
+        &[],
+        Some(huge.as_bytes()),
+    );
+    let detail = r.assert_error(400, "bad_request");
+    assert!(
+        detail.as_str().unwrap().contains("larger than 4096"),
+        "{detail}"
+    );
+    let chunked = send(
+        &gw,
+        "POST",
+        "/v1/keys",
+        Some(SERVER),
+        &[("Transfer-Encoding", "chunked")],
+        None,
+    );
+    chunked.assert_error(400, "bad_request");
+    // Bodies elsewhere are still refused.
+    send(&gw, "POST", "/v1/usage", Some(SERVER), &[], Some(b"{}")).assert_error(400, "bad_request");
+    // A body that never arrives: 400 after keys_api.body_timeout_ms, no key made.
+    let mut stream = TcpStream::connect(gw.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SERVER}\r\nContent-Length: 50\r\n\r\n{{\"label\""
+    )
+    .unwrap();
+    let r = read_response(&mut BufReader::new(stream)).unwrap();
+    r.assert_error(400, "bad_request");
+    // No body at all is a key without a label.
+    let r = send(&gw, "POST", "/v1/keys", Some(SERVER), &[], None);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["label"], Value::Null);
+    assert_eq!(list(&gw, SERVER)["items"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_restart_keeps_api_made_keys_and_when_they_were_last_used() {
+    let gw = builder().start();
+    let made = create(&gw, SERVER, "kept").json();
+    let secret = made["key"].as_str().unwrap().to_owned();
+    assert_eq!(lookup(&gw, &secret), 200);
+    let dir = gw.stop();
+    let gw = builder().in_dir(dir).start();
+    assert_eq!(lookup(&gw, &secret), 200);
+    let listed = list(&gw, SERVER);
+    let item = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == made["id"])
+        .cloned()
+        .unwrap();
+    assert_eq!(item["label"], "kept");
+    assert_eq!(item["key_prefix"], made["key_prefix"]);
+    assert_eq!(item["created_at"], made["created_at"]);
+    assert!(
+        item["last_used_at"].as_str().is_some(),
+        "saved at the stop: {item}"
+    );
+}
+
+#[test]
+fn gateways_sharing_the_managed_file_see_new_and_revoked_keys() {
+    let shared = tempfile::tempdir().unwrap();
+    let file = shared.path().join("keys.managed.json");
+    let line = format!("keys_api: {{ file: {} }}", file.display());
+    let a = builder().gateway_yaml(&line).start();
+    let b = builder().gateway_yaml(&line).start();
+    let made = create(&a, SERVER, "shared").json();
+    let secret = made["key"].as_str().unwrap().to_owned();
+    wait_until(Duration::from_secs(5), || lookup(&b, &secret) == 200);
+    assert!(ids(&list(&b, SERVER)).contains(&made["id"].as_str().unwrap().to_owned()));
+    // Revoked on b (which did not make it): refused there at once, on a within a poll
+    // (reload.poll_interval_ms is 100 in tests).
+    assert_eq!(revoke(&b, SERVER, made["id"].as_str().unwrap()).status, 204);
+    assert_eq!(lookup(&b, &secret), 401);
+    wait_until(Duration::from_secs(1), || lookup(&a, &secret) == 401);
+}
+
+#[test]
+fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
+    let shared = tempfile::tempdir().unwrap();
+    let file = shared.path().join("keys.managed.json");
+    let line = format!("keys_api: {{ file: {} }}", file.display());
+    let gws = [
+        builder().gateway_yaml(&line).start(),
+        builder().gateway_yaml(&line).start(),
+    ];
+    // acme: 2 operator keys of 5, so 3 of these 16 attempts succeed, whichever gateway serves.
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let gw = &gws[i % 2];
+                s.spawn(move || create(gw, SERVER, &format!("race {i}")).status)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        13,
+        "{statuses:?}"
+    );
+    for gw in &gws {
+        wait_until(Duration::from_secs(5), || {
+            list(gw, SERVER)["items"].as_array().unwrap().len() == 5
+        });
+    }
+}
+
+#[test]
+fn switched_off_its_routes_are_404_and_keys_made_before_keep_working() {
+    let gw = builder().start();
+    let made = create(&gw, SERVER, "before").json();
+    let secret = made["key"].as_str().unwrap().to_owned();
+    let id = made["id"].as_str().unwrap().to_owned();
+    let dir = gw.stop();
+    let gw = builder()
+        .gateway_yaml("keys_api: { enabled: false }")
+        .in_dir(dir)
+        .start();
+    send(&gw, "GET", "/v1/keys", Some(SERVER), &[], None).assert_error(404, "not_found");
+    send(&gw, "POST", "/v1/keys", Some(SERVER), &[], Some(b"{}")).assert_error(404, "not_found");
+    send(&gw, "POST", "/v1/keys", Some(SERVER), &[], None).assert_error(404, "not_found");
+    revoke(&gw, SERVER, &id).assert_error(404, "not_found");
+    assert_eq!(lookup(&gw, &secret), 200);
+}
