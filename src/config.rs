@@ -509,10 +509,10 @@ pub struct ReloadConfig {
     /// (a deleted file: all of them) is refused and the table in service kept: a truncated or
     /// failed download must not empty a list. 0 to 100; 100 turns the check off.
     pub max_shrink_percent: u32,
-    /// How rebuilds share the CPU with request workers: `idle` (Linux SCHED_IDLE: a rebuild runs
-    /// only on CPU time no worker wants, so it never delays a request, and waits while the
-    /// workers keep every core busy) or `low` (nice 10: a rebuild always progresses, at the
-    /// cost of some request latency while it runs).
+    /// How rebuilds share the CPU with request workers: `low` (nice 10, the default: a rebuild
+    /// always progresses, at the cost of some request latency while it runs) or `idle` (Linux
+    /// SCHED_IDLE: a rebuild runs only on CPU time nothing else on the host wants, so it never
+    /// delays a request, and waits as long as every core is busy).
     pub build_priority: crate::reload::BuildPriority,
 }
 
@@ -521,7 +521,7 @@ impl Default for ReloadConfig {
         ReloadConfig {
             poll_interval: Duration::from_millis(1_000),
             max_shrink_percent: 50,
-            build_priority: crate::reload::BuildPriority::Idle,
+            build_priority: crate::reload::BuildPriority::Low,
         }
     }
 }

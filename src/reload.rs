@@ -81,12 +81,14 @@ pub type ReloadHook = Box<dyn Fn(ReloadOutcome) + Send + Sync>;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BuildPriority {
-    /// SCHED_IDLE: runs only when no worker wants the CPU, and a worker that wakes takes the
-    /// core back at once. Under full load a rebuild waits until load drops.
-    #[default]
+    /// SCHED_IDLE: runs only when no other thread of the host wants the CPU, and a worker that
+    /// wakes takes the core back at once. While the host's cores are all busy (requests, or any
+    /// other process) a rebuild waits, however long; an unprivileged process cannot raise it
+    /// back, so this is opt-in.
     Idle,
     /// nice 10: yields most of the CPU to workers but always progresses; a worker that wakes
     /// may wait for the rebuild's time slice.
+    #[default]
     Low,
 }
 

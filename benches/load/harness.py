@@ -149,7 +149,7 @@ gateway:
   drain_seconds: 0
   upstream: {{ address: "127.0.0.1:{self.up_port}" }}
   data: {{ dir: data, builtin_disposable: false }}
-  reload: {{ poll_interval_ms: 100 }}
+  reload: {{ poll_interval_ms: 100, build_priority: {self.args.build_priority} }}
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {self.quota_yaml()}
   mx: {{ enabled: false }}
@@ -554,6 +554,11 @@ def main():
                          "next core (taskset); on by default, --no-pin to switch off")
     ap.add_argument("--no-floor", action="store_true", help="leave out the bare Pingora floor")
     ap.add_argument("--no-haproxy", action="store_true", help="leave out HAProxy")
+    ap.add_argument("--storm-interval-ms", type=int, default=500,
+                    help="reload storm: the table file is replaced this often; a build that sees its file "
+                         "change while it runs is discarded, so shorter than a build publishes nothing")
+    ap.add_argument("--build-priority", choices=["low", "idle"], default="low",
+                    help="the gateway's reload.build_priority (the reload storm's lever)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
     pin(args)
@@ -711,8 +716,9 @@ def reload_storm(s, args, url, auth):
             os.replace(tmp, path)
             swaps[0] += 1
             i += 1
-            time.sleep(0.1)
+            time.sleep(args.storm_interval_ms / 1000)
     t = threading.Thread(target=storm)
+    published_before = (OUT / "gateway.log").read_text().count("domain table reloaded")
     t.start()
     try:
         stormy = [measure(url, [s.gw.pid], args, auth) for _ in range(args.rounds)]
@@ -720,9 +726,11 @@ def reload_storm(s, args, url, auth):
         stop.set()
         t.join()
     log = (OUT / "gateway.log").read_text()
+    published = log.count("domain table reloaded") - published_before
     for r in steady + stormy:
         print(f"reload_storm {'':8} {r['rps']:>10.0f} req/s p99 {r['p99_us']} us p99.99 {r['p9999_us']} us errors {r['socket_errors'] + r['non2xx']}")
-    return {"steady": steady, "storm": stormy, "writes": swaps[0], "log_errors": log.count("reload failed")}
+    return {"steady": steady, "storm": stormy, "writes": swaps[0], "published": published,
+            "log_errors": log.count("reload failed")}
 
 
 def memory(s, args, gw_start):
@@ -832,8 +840,9 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         st, so = storm["steady"], storm["storm"]
         errors = sum(r["socket_errors"] + r["non2xx"] for r in so)
         lines += ["", "## Reload storm", "",
-                  f"The lookup scenario on the gateway while `disposable.txt` ({args.entries} entries) is replaced every 100 ms "
-                  f"({storm['writes']} writes; failed reloads logged: {storm['log_errors']}).", "",
+                  f"The lookup scenario on the gateway while `disposable.txt` ({args.entries} entries) is replaced every {args.storm_interval_ms} ms "
+                  f"({storm['writes']} writes, {storm['published']} new tables published; failed reloads logged: "
+                  f"{storm['log_errors']}; `reload.build_priority: {args.build_priority}`).", "",
                   "| | req/s | p50 us | p99 us | p99.99 us | failed requests |", "|---|---:|---:|---:|---:|---:|",
                   f"| steady | {med(st, 'rps'):.0f} | {med(st, 'p50_us'):.0f} | {med(st, 'p99_us'):.0f} | {med(st, 'p9999_us'):.0f} | {sum(r['socket_errors'] + r['non2xx'] for r in st)} |",
                   f"| storm | {med(so, 'rps'):.0f} | {med(so, 'p50_us'):.0f} | {med(so, 'p99_us'):.0f} | {med(so, 'p9999_us'):.0f} | {errors} |",

@@ -41,6 +41,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     data BLOB NOT NULL,
     PRIMARY KEY (project, first_id)
 ) WITHOUT ROWID;
+-- Covers the per-batch `SUM(entries)` of a project's log without reading the chunks' blobs.
+CREATE INDEX IF NOT EXISTS chunks_entries ON chunks (project, entries);
 CREATE TABLE IF NOT EXISTS daily (
     project TEXT NOT NULL,
     day TEXT NOT NULL,
@@ -205,9 +207,8 @@ impl CallStore for EmbeddedStore {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             {
                 let mut next: i64 = tx
-                    .query_row("SELECT value FROM meta WHERE name = 'next_id'", [], |r| {
-                        r.get(0)
-                    })
+                    .prepare_cached("SELECT value FROM meta WHERE name = 'next_id'")?
+                    .query_row([], |r| r.get(0))
                     .optional()?
                     .unwrap_or(1);
                 // One chunk per project, entries in the order the calls were answered.
@@ -240,7 +241,7 @@ impl CallStore for EmbeddedStore {
                     encode(&mut c.data, at, v, &call.email_domain);
                     c.newest = c.newest.max(at);
                 }
-                let mut insert = tx.prepare(
+                let mut insert = tx.prepare_cached(
                     "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?;
@@ -257,12 +258,12 @@ impl CallStore for EmbeddedStore {
                     }
                     next += c.calls;
                 }
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO meta (name, value) VALUES ('next_id', ?1) \
                      ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    params![next],
-                )?;
-                let mut count = tx.prepare(
+                )?
+                .execute(params![next])?;
+                let mut count = tx.prepare_cached(
                     "INSERT INTO daily (project, day, total, blocked) VALUES (?1, ?2, ?3, ?4) \
                      ON CONFLICT (project, day) DO UPDATE SET \
                      total = total + excluded.total, blocked = blocked + excluded.blocked",
@@ -453,23 +454,19 @@ impl<'a> Chunk<'a> {
 }
 
 fn trim(tx: &rusqlite::Transaction<'_>, project: &str, max: i64) -> rusqlite::Result<()> {
-    let total: i64 = tx.query_row(
-        "SELECT COALESCE(SUM(entries), 0) FROM chunks WHERE project = ?1",
-        params![project],
-        |r| r.get(0),
-    )?;
+    let total: i64 = tx
+        .prepare_cached("SELECT COALESCE(SUM(entries), 0) FROM chunks WHERE project = ?1")?
+        .query_row(params![project], |r| r.get(0))?;
     let mut excess = total - max;
     while excess > 0 {
-        let (first, entries, data): (i64, i64, Vec<u8>) = tx.query_row(
-            "SELECT first_id, entries, data FROM chunks WHERE project = ?1 \
-             ORDER BY first_id LIMIT 1",
-            params![project],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        tx.execute(
-            "DELETE FROM chunks WHERE project = ?1 AND first_id = ?2",
-            params![project, first],
-        )?;
+        let (first, entries, data): (i64, i64, Vec<u8>) = tx
+            .prepare_cached(
+                "SELECT first_id, entries, data FROM chunks WHERE project = ?1 \
+                 ORDER BY first_id LIMIT 1",
+            )?
+            .query_row(params![project], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        tx.prepare_cached("DELETE FROM chunks WHERE project = ?1 AND first_id = ?2")?
+            .execute(params![project, first])?;
         if entries > excess {
             let kept = decode(&data).ok_or_else(|| corrupt(project))?;
             let drop = usize::try_from(excess).unwrap_or(usize::MAX);
@@ -478,11 +475,17 @@ fn trim(tx: &rusqlite::Transaction<'_>, project: &str, max: i64) -> rusqlite::Re
                 encode(&mut rest, e.at_ms, e.verdict, &e.domain);
             }
             let newest = kept.iter().map(|e| e.at_ms).max().unwrap_or(0);
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![project, first + excess, entries - excess, newest, rest],
-            )?;
+            )?
+            .execute(params![
+                project,
+                first + excess,
+                entries - excess,
+                newest,
+                rest
+            ])?;
         }
         excess -= entries;
     }
