@@ -292,6 +292,25 @@ pub struct UpstreamConfig {
     /// dropped. The gateway's own headers (`X-Api-Key-Id`, `X-Request-Id`, `X-Forwarded-For`,
     /// `X-Forwarded-Proto`, `Host`) and hop-by-hop or credential headers cannot be listed.
     pub pass_headers: Vec<String>,
+    /// How `/v1/check` reaches the backend: `proxy` (Pingora's generic proxy, streaming the
+    /// answer) or `relay` (the gateway's own exchange, [`crate::relay`]: the answer is read
+    /// whole, up to `max_body_bytes`, and written to the client in one go).
+    pub mode: UpstreamMode,
+    /// `relay` only: the largest answer body taken from the backend; a larger one is answered
+    /// 502. 1 to 67108864.
+    pub max_body_bytes: usize,
+}
+
+/// `gateway.upstream.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamMode {
+    /// Pingora's generic duplex proxy (`ProxyHttp` upstream phases).
+    Proxy,
+    /// The purpose-built relay of [`crate::relay`]: the default, measured cheaper (a quarter
+    /// fewer instructions per call, benches/RESULTS.md).
+    #[default]
+    Relay,
 }
 
 impl Default for UpstreamConfig {
@@ -307,6 +326,8 @@ impl Default for UpstreamConfig {
             pass_headers: ["accept", "accept-language", "user-agent"]
                 .map(str::to_owned)
                 .to_vec(),
+            mode: UpstreamMode::default(),
+            max_body_bytes: 1024 * 1024,
         }
     }
 }
@@ -1090,6 +1111,12 @@ impl GatewayConfig {
                 ));
             }
         }
+        if !(1..=64 * 1024 * 1024).contains(&up.max_body_bytes) {
+            out.push(format!(
+                "gateway.upstream.max_body_bytes: {} is outside 1..=67108864",
+                up.max_body_bytes
+            ));
+        }
         if let Some(host) = &up.host {
             if host.is_empty()
                 || http::HeaderValue::from_str(host).is_err()
@@ -1279,6 +1306,30 @@ mod tests {
         let msg = err.to_string();
         assert!(
             msg.contains("gateway.upstream.connect_timeout_ms: invalid type"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn upstream_mode_and_body_bound_are_read_and_checked() {
+        let s = load("").unwrap();
+        assert_eq!(s.gateway.upstream.mode, UpstreamMode::Relay);
+        assert_eq!(s.gateway.upstream.max_body_bytes, 1024 * 1024);
+        let s = load("gateway:\n  upstream: { mode: proxy, max_body_bytes: 4096 }\n").unwrap();
+        assert_eq!(s.gateway.upstream.mode, UpstreamMode::Proxy);
+        assert_eq!(s.gateway.upstream.max_body_bytes, 4096);
+        let msg = load("gateway:\n  upstream: { mode: tunnel }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("gateway.upstream.mode: unknown variant"),
+            "{msg}"
+        );
+        let msg = load("gateway:\n  upstream: { max_body_bytes: 0 }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("gateway.upstream.max_body_bytes: 0 is outside"),
             "{msg}"
         );
     }

@@ -278,7 +278,18 @@ pub async fn write(session: &mut Session, answer: Answer) -> pingora::Result<()>
         body,
     } = answer;
     let header = header_of(status, body.len(), headers.into_iter())?;
-    if status == StatusCode::NO_CONTENT {
+    write_header_and_body(session, header, body).await
+}
+
+/// Writes a header and its whole body, then the end of the stream (one flush on HTTP/1: the
+/// header sits in the connection's write buffer until the body joins it). No body (a 204, or an
+/// empty one): the header ends the stream.
+pub async fn write_header_and_body(
+    session: &mut Session,
+    header: ResponseHeader,
+    body: Bytes,
+) -> pingora::Result<()> {
+    if body.is_empty() {
         return session.write_response_header(Box::new(header), true).await;
     }
     session

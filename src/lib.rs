@@ -39,6 +39,7 @@ pub mod mx;
 pub mod openapi;
 pub mod periodic;
 pub mod redis_link;
+pub mod relay;
 pub mod reload;
 pub mod route;
 pub mod server;

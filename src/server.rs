@@ -145,6 +145,7 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     let mut proxy = http_proxy(
         &server.configuration,
         Gateway::new(shared.clone(), gateway)
+            .with_relay(&gateway.upstream, &server.configuration)
             .with_access_log(access_log.clone())
             .with_calls(calls.as_ref().map(|(c, _)| c.clone()))
             .with_top_live(top_live.as_ref().map(|(live, _)| live.clone()))

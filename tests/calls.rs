@@ -376,6 +376,18 @@ fn embedded_logs_and_stats() {
     assert_eq!(today_stats(&gw, TEST_SECRET), stats);
 }
 
+#[test]
+fn checks_are_logged_with_the_backends_verdict_in_both_upstream_modes() {
+    let upstream = JsonUpstream::start();
+    for mode in ["proxy", "relay"] {
+        let gw = builder()
+            .upstream(upstream.addr)
+            .upstream_yaml(&format!("mode: {mode}"))
+            .start();
+        stats_and_checks_add_up(&gw);
+    }
+}
+
 fn metric(gw: &Gateway, name: &str) -> u64 {
     let metrics = text(&gw.admin_get("/metrics"));
     metrics

@@ -149,6 +149,16 @@ fn gateway(upstream: &Recorder) -> Gateway {
     Gateway::builder().upstream(upstream.addr).start()
 }
 
+/// `gateway.upstream.mode` values: the backend-facing tests run in each.
+const MODES: [&str; 2] = ["proxy", "relay"];
+
+fn gateway_in(upstream: &Recorder, mode: &str) -> Gateway {
+    Gateway::builder()
+        .upstream(upstream.addr)
+        .upstream_yaml(&format!("mode: {mode}"))
+        .start()
+}
+
 fn usage(gw: &Gateway) -> u64 {
     gw.get("/v1/usage").json()["used"].as_u64().unwrap()
 }
@@ -341,8 +351,14 @@ fn bodies_upgrades_and_bad_framing_are_refused_uncounted() {
 
 #[test]
 fn a_backend_answering_101_opens_no_tunnel() {
+    for mode in MODES {
+        a_backend_answering_101_opens_no_tunnel_in(mode);
+    }
+}
+
+fn a_backend_answering_101_opens_no_tunnel_in(mode: &str) {
     let up = Recorder::start();
-    let gw = gateway(&up);
+    let gw = gateway_in(&up, mode);
     let mut s = TcpStream::connect(gw.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     write!(
@@ -374,7 +390,7 @@ fn a_backend_answering_101_opens_no_tunnel() {
 #[test]
 fn a_backend_failing_mid_body_gives_a_truncated_answer_not_a_framed_one() {
     let up = Recorder::start();
-    let gw = gateway(&up);
+    let gw = gateway_in(&up, "proxy");
     let bytes = raw(
         gw.addr,
         format!(
@@ -396,12 +412,37 @@ fn a_backend_failing_mid_body_gives_a_truncated_answer_not_a_framed_one() {
 }
 
 #[test]
+fn the_relay_answers_a_backend_failing_mid_body_with_a_clean_error() {
+    // The relay reads the whole answer before writing: nothing of the half body goes out, and
+    // the client gets the read timeout's 504 instead.
+    let up = Recorder::start();
+    let gw = gateway_in(&up, "relay");
+    let bytes = raw(
+        gw.addr,
+        format!(
+            "GET /v1/check/stall@example.com HTTP/1.1\r\nHost: gw\r\n{}\r\n",
+            auth()
+        )
+        .as_bytes(),
+    );
+    let got = responses(&bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    assert_eq!(got.len(), 1, "{text}");
+    got[0].assert_error(504, "upstream_timeout");
+    assert!(!text.contains("{\"a\":1"), "half a body went out: {text}");
+    assert_all_authenticated(&up);
+    assert_alive(&gw);
+}
+
+#[test]
 fn the_backends_vary_is_kept_and_errors_that_close_say_so() {
     let up = Recorder::start();
-    let gw = gateway(&up);
-    let r = gw.get("/v1/check/vary@example.com");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("vary"), Some("Accept-Encoding, Origin"));
+    for mode in MODES {
+        let gw = gateway_in(&up, mode);
+        let r = gw.get("/v1/check/vary@example.com");
+        assert_eq!(r.status, 200, "{mode}");
+        assert_eq!(r.header("vary"), Some("Accept-Encoding, Origin"), "{mode}");
+    }
     assert_all_authenticated(&up);
 
     // A dead backend: 502 that says Connection: close, then closes.

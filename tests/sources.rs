@@ -6,15 +6,10 @@
 
 mod common;
 use common::*;
-use openssl::asn1::Asn1Time;
-use openssl::bn::BigNum;
-use openssl::ec::{EcGroup, EcKey};
-use openssl::hash::MessageDigest;
-use openssl::nid::Nid;
-use openssl::pkey::PKey;
-use openssl::ssl::{SslAcceptor, SslMethod};
-use openssl::x509::extension::SubjectAlternativeName;
-use openssl::x509::{X509NameBuilder, X509};
+#[path = "common/certs.rs"]
+mod certs;
+use certs::self_signed;
+use openssl::ssl::SslAcceptor;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -468,39 +463,6 @@ fn a_source_never_fetched_is_absent_and_bad_source_keys_are_named() {
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
-}
-
-/// A self-signed certificate for 127.0.0.1 (PEM) and a TLS acceptor serving it.
-fn self_signed() -> (String, SslAcceptor) {
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
-    let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
-    let mut name = X509NameBuilder::new().unwrap();
-    name.append_entry_by_nid(Nid::COMMONNAME, "list server")
-        .unwrap();
-    let name = name.build();
-    let mut cert = X509::builder().unwrap();
-    cert.set_version(2).unwrap();
-    let serial = BigNum::from_u32(7).unwrap().to_asn1_integer().unwrap();
-    cert.set_serial_number(&serial).unwrap();
-    cert.set_subject_name(&name).unwrap();
-    cert.set_issuer_name(&name).unwrap();
-    cert.set_pubkey(&key).unwrap();
-    cert.set_not_before(&Asn1Time::days_from_now(0).unwrap())
-        .unwrap();
-    cert.set_not_after(&Asn1Time::days_from_now(1).unwrap())
-        .unwrap();
-    let san = SubjectAlternativeName::new()
-        .ip("127.0.0.1")
-        .build(&cert.x509v3_context(None, None))
-        .unwrap();
-    cert.append_extension(san).unwrap();
-    cert.sign(&key, MessageDigest::sha256()).unwrap();
-    let cert = cert.build();
-    let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-    acceptor.set_private_key(&key).unwrap();
-    acceptor.set_certificate(&cert).unwrap();
-    let pem = String::from_utf8(cert.to_pem().unwrap()).unwrap();
-    (pem, acceptor.build())
 }
 
 #[test]

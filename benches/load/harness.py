@@ -147,7 +147,7 @@ upstream_keepalive_pool_size: 256
 gateway:
   listen: 127.0.0.1:{port or self.gw_port}
   drain_seconds: 0
-  upstream: {{ address: "127.0.0.1:{self.up_port}" }}
+  upstream: {{ address: "127.0.0.1:{self.up_port}"{self.upstream_mode_yaml()} }}
   data: {{ dir: data, builtin_disposable: false }}
   reload: {{ poll_interval_ms: 100, build_priority: {self.args.build_priority} }}
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
@@ -155,6 +155,11 @@ gateway:
   mx: {{ enabled: false }}
   top_domains: {{ state_file: state/top_domains.json }}
 {extra}""")
+
+    def upstream_mode_yaml(self):
+        """`gateway.upstream.mode` when --upstream-mode is given (else the gateway's default)."""
+        mode = getattr(self.args, "upstream_mode", None)
+        return f", mode: {mode}" if mode else ""
 
     def quota_yaml(self):
         if self.args.quota == "local":
@@ -559,6 +564,8 @@ def main():
                          "change while it runs is discarded, so shorter than a build publishes nothing")
     ap.add_argument("--build-priority", choices=["low", "idle"], default="low",
                     help="the gateway's reload.build_priority (the reload storm's lever)")
+    ap.add_argument("--upstream-mode", choices=["proxy", "relay"], default=None,
+                    help="the gateway's gateway.upstream.mode for /v1/check (default: the gateway's own)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
     args = ap.parse_args()
     pin(args)
@@ -799,6 +806,7 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
         f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} rounds, every "
         f"server once per round in an order rotated each round, medians shown",
+        f"- gateway /v1/check: `gateway.upstream.mode: {getattr(args, 'upstream_mode', None) or 'default'}`",
         f"- pinning: {pin_note()}",
         f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` and HAProxy's map hold the "
         f"same {args.entries} bodies",

@@ -49,6 +49,8 @@ pub struct GatewayBuilder {
     data_yaml: Vec<String>,
     /// The default upstream: a port held without listening, so connects are refused.
     dead_upstream: Option<DeadPort>,
+    /// Extra lines of the default `upstream:` section (e.g. `mode: relay`).
+    upstream_yaml: Vec<String>,
 }
 
 /// A loopback port bound but never listened on: connecting to it is refused for as long as it
@@ -94,6 +96,7 @@ impl Default for GatewayBuilder {
             quota_yaml: None,
             data_yaml: Vec::new(),
             dead_upstream: Some(dead),
+            upstream_yaml: Vec::new(),
         }
     }
 }
@@ -198,6 +201,13 @@ impl GatewayBuilder {
         self
     }
 
+    /// Extra lines of the default `upstream:` section, e.g. `mode: relay` (ignored when a
+    /// `gateway_yaml` line sets the whole section).
+    pub fn upstream_yaml(mut self, line: &str) -> Self {
+        self.upstream_yaml.push(line.to_owned());
+        self
+    }
+
     /// Extra lines inside the `gateway:` section (indented by two spaces).
     pub fn gateway_yaml(mut self, line: &str) -> Self {
         self.gateway_yaml.push(line.to_owned());
@@ -231,8 +241,12 @@ impl GatewayBuilder {
             String::new()
         } else {
             format!(
-                "  upstream:\n    address: {}\n    connect_timeout_ms: 500\n    read_timeout_ms: 1000\n",
-                self.upstream
+                "  upstream:\n    address: {}\n    connect_timeout_ms: 500\n    read_timeout_ms: 1000\n{}",
+                self.upstream,
+                self.upstream_yaml
+                    .iter()
+                    .map(|l| format!("    {l}\n"))
+                    .collect::<String>()
             )
         };
         std::fs::write(

@@ -1,0 +1,462 @@
+//! `/v1/check` in both upstream modes (`gateway.upstream.mode: proxy | relay`): the same request
+//! upstream, the same answer and error mapping, connections reused, and what only the relay
+//! does (its body bound, its own framing).
+
+mod common;
+use common::*;
+#[path = "common/certs.rs"]
+mod certs;
+use openssl::ssl::SslAcceptor;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const MODES: [&str; 2] = ["proxy", "relay"];
+const WAIT: Duration = Duration::from_secs(10);
+
+fn gateway(mode: &str, up: SocketAddr) -> GatewayBuilder {
+    Gateway::builder()
+        .upstream(up)
+        .upstream_yaml(&format!("mode: {mode}"))
+}
+
+/// A backend answering by script: `answer(path, nth request on its connection)` gives the bytes
+/// to send, `None` to close the connection without answering. Counts connections, records heads.
+struct Scripted {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Scripted {
+    fn start(answer: fn(&str, usize) -> Option<Vec<u8>>) -> Scripted {
+        Scripted::start_with(answer, None)
+    }
+
+    /// Over TLS when `tls` is given.
+    fn start_with(
+        answer: fn(&str, usize) -> Option<Vec<u8>>,
+        tls: Option<SslAcceptor>,
+    ) -> Scripted {
+        let tls = tls.map(Arc::new);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (h, c) = (heads.clone(), connections.clone());
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                c.fetch_add(1, Ordering::SeqCst);
+                let (h, tls) = (h.clone(), tls.clone());
+                thread::spawn(move || match tls {
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream) {
+                            serve(stream, h, answer);
+                        }
+                    }
+                    None => serve(stream, h, answer),
+                });
+            }
+        });
+        Scripted {
+            addr,
+            heads,
+            connections,
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+fn serve<S: Read + Write>(
+    stream: S,
+    heads: Arc<Mutex<Vec<String>>>,
+    answer: fn(&str, usize) -> Option<Vec<u8>>,
+) {
+    let mut reader = BufReader::new(stream);
+    for nth in 0.. {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        heads.lock().unwrap().push(head.clone());
+        let path = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let Some(bytes) = answer(&path, nth) else {
+            return;
+        };
+        if reader.get_mut().write_all(&bytes).is_err() {
+            return;
+        }
+    }
+}
+
+fn json_answer(body: &str, extra: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// `drg_upstream_errors_total{kind}` once it reads `n`.
+fn wait_upstream_errors(gw: &Gateway, kind: &str, n: u32) {
+    let line = format!("drg_upstream_errors_total{{kind=\"{kind}\"}} {n}");
+    let mut text = String::new();
+    wait_until(WAIT, || {
+        text = String::from_utf8_lossy(&gw.admin_get("/metrics").body).into_owned();
+        text.lines().any(|l| l == line)
+    });
+}
+
+/// The access log line of request `id`, once written.
+fn logged(path: &Path, id: &str) -> serde_json::Value {
+    let mut found = None;
+    wait_until(WAIT, || {
+        found = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["request_id"] == id);
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+#[test]
+fn both_modes_send_the_same_request_and_relay_the_same_answer() {
+    for mode in MODES {
+        let up = Upstream::start(Duration::ZERO);
+        let gw = gateway(mode, up.addr)
+            .gateway_yaml("access_log: { enabled: true, path: access.log }")
+            .start();
+        let mut c = gw.conn();
+        let r = c
+            .request(
+                "GET",
+                "/v1/check/jane%40example.com?debug=1",
+                &[
+                    ("X-Forwarded-For", "203.0.113.7"),
+                    ("X-Api-Key-Id", "spoofed"),
+                    ("Cookie", "session=1"),
+                    ("Accept", "application/json"),
+                    ("User-Agent", "sdk/1"),
+                ],
+            )
+            .unwrap();
+        assert_eq!(
+            r.status,
+            200,
+            "{mode}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let body = r#"{"checked":"/v1/check/jane@example.com"}"#;
+        assert_eq!(String::from_utf8_lossy(&r.body), body, "{mode}");
+        assert_eq!(r.header("content-length"), Some("40"), "{mode}");
+        assert_eq!(r.header("content-type"), Some("application/json"), "{mode}");
+        assert!(r.header("transfer-encoding").is_none(), "{mode}");
+        assert_eq!(r.header("vary"), Some("Origin"), "{mode}");
+        assert!(r.header("ratelimit").is_some(), "{mode}");
+        let version = r.header("x-dataset-version").unwrap();
+        assert!(
+            !STUB_DATASET_VERSION.ends_with(version),
+            "{mode}: {version}"
+        );
+        let id = r.header("x-request-id").expect("x-request-id").to_owned();
+
+        // Exactly the request we build, nothing of the client's but the allowed headers.
+        let seen = up.requests();
+        assert_eq!(seen.len(), 1, "{mode}");
+        assert_eq!(seen[0].path, "/v1/check/jane@example.com", "{mode}");
+        let mut headers: Vec<String> = seen[0]
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{}: {v}", k.to_ascii_lowercase()))
+            .collect();
+        headers.sort();
+        assert_eq!(
+            headers,
+            [
+                "accept: application/json".to_owned(),
+                format!("host: {}", up.addr),
+                "user-agent: sdk/1".to_owned(),
+                "x-api-key-id: test".to_owned(),
+                "x-forwarded-for: 127.0.0.1".to_owned(),
+                "x-forwarded-proto: http".to_owned(),
+                format!("x-request-id: {id}"),
+            ],
+            "{mode}"
+        );
+
+        // The access log has the backend's status and time.
+        let line = logged(&gw.dir.path().join("access.log"), &id);
+        assert_eq!(line["upstream_status"], 200, "{mode}: {line}");
+        assert!(line["upstream_duration_us"].is_u64(), "{mode}: {line}");
+        assert_eq!(line["bytes_sent"], body.len(), "{mode}: {line}");
+
+        // More calls, on new client connections too: one upstream connection serves them all.
+        for _ in 0..3 {
+            assert_eq!(gw.get("/v1/check/example.com").status, 200, "{mode}");
+            assert_eq!(
+                c.get("/v1/check/example.org").unwrap().status,
+                200,
+                "{mode}"
+            );
+        }
+        assert_eq!(up.requests().len(), 7, "{mode}");
+        assert_eq!(
+            up.connections.load(Ordering::SeqCst),
+            1,
+            "{mode}: pool not reused"
+        );
+    }
+}
+
+#[test]
+fn a_dead_upstream_is_502_and_counted_in_both_modes() {
+    for mode in MODES {
+        let dead = DeadPort::new();
+        let gw = gateway(mode, dead.addr).start();
+        let mut c = gw.conn();
+        let started = Instant::now();
+        let r = c.get("/v1/check/user%40example.com").unwrap();
+        r.assert_error(502, "upstream_unavailable");
+        assert!(started.elapsed() < Duration::from_millis(500), "{mode}");
+        assert_eq!(r.header("connection"), Some("close"), "{mode}");
+        assert!(r.header("x-dataset-version").is_some(), "{mode}");
+        assert!(c.is_closed(), "{mode}");
+        wait_upstream_errors(&gw, "connect_refused", 1);
+        assert_eq!(gw.get("/healthz").status, 200);
+    }
+}
+
+#[test]
+fn a_slow_upstream_is_504_within_the_read_timeout_and_not_retried_in_both_modes() {
+    for mode in MODES {
+        let up = Upstream::start(Duration::from_secs(3));
+        let gw = gateway(mode, up.addr).start();
+        let started = Instant::now();
+        let r = gw.get("/v1/check/user%40example.com");
+        let took = started.elapsed();
+        r.assert_error(504, "upstream_timeout");
+        // read_timeout_ms is 1000 in the test config.
+        assert!(took >= Duration::from_millis(900), "{mode}: {took:?}");
+        assert!(took < Duration::from_millis(2500), "{mode}: {took:?}");
+        assert_eq!(up.requests().len(), 1, "{mode}: retried");
+        wait_upstream_errors(&gw, "timeout", 1);
+    }
+}
+
+/// `stale@`: the first request on a connection is answered, the next one is read and the
+/// connection closed without a byte of answer (a backend closing an idle keep-alive connection
+/// just as the request arrives).
+fn stale_after_one(path: &str, nth: usize) -> Option<Vec<u8>> {
+    (nth == 0).then(|| json_answer(&format!("{{\"checked\":\"{path}\"}}"), ""))
+}
+
+#[test]
+fn a_pooled_connection_closed_before_answering_is_retried_once_on_a_new_one() {
+    for mode in MODES {
+        let up = Scripted::start(stale_after_one);
+        let gw = gateway(mode, up.addr).start();
+        let mut c = gw.conn();
+        assert_eq!(c.get("/v1/check/a%40example.com").unwrap().status, 200);
+        let r = c.get("/v1/check/b%40example.com").unwrap();
+        assert_eq!(
+            r.status,
+            200,
+            "{mode}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.json()["checked"], "/v1/check/b@example.com", "{mode}");
+        // The second call went out twice: on the pooled connection, then on a new one.
+        assert_eq!(up.heads().len(), 3, "{mode}");
+        assert_eq!(up.connections.load(Ordering::SeqCst), 2, "{mode}");
+    }
+}
+
+/// `big@`: a 100-byte body by length; `chunky@`: 100 bytes in chunks; `hop@`: a chunked answer
+/// with hop-by-hop headers (one named by its `Connection`); else a 20-byte JSON body.
+fn bodies(path: &str, _: usize) -> Option<Vec<u8>> {
+    let hundred = format!("{{\"pad\":\"{}\"}}", "x".repeat(90));
+    Some(if path.contains("/big@") {
+        json_answer(&hundred, "")
+    } else if path.contains("/chunky@") {
+        let mut out =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_vec();
+        for chunk in hundred.as_bytes().chunks(10) {
+            out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            out.extend_from_slice(chunk);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    } else if path.contains("/hop@") {
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive, X-Hop\r\n\
+          Keep-Alive: timeout=30\r\nX-Hop: secret\r\nX-End: kept\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"
+            .to_vec()
+    } else {
+        json_answer(r#"{"checked":"small"}"#, "")
+    })
+}
+
+#[test]
+fn the_relay_bounds_the_answer_body() {
+    let up = Scripted::start(bodies);
+    let gw = gateway("relay", up.addr)
+        .upstream_yaml("max_body_bytes: 64")
+        .start();
+    for target in ["big", "chunky"] {
+        let r = gw.get(&format!("/v1/check/{target}%40example.com"));
+        let detail = r.assert_error(502, "upstream_unavailable");
+        assert!(
+            detail.as_str().unwrap().contains("larger than 64 bytes"),
+            "{target}: {detail}"
+        );
+    }
+    wait_upstream_errors(&gw, "bad_response", 2);
+    let r = gw.get("/v1/check/small%40example.com");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["checked"], "small");
+
+    // The bound is the relay's: the proxy streams any size.
+    let gw = gateway("proxy", up.addr)
+        .upstream_yaml("max_body_bytes: 64")
+        .start();
+    assert_eq!(gw.get("/v1/check/big%40example.com").status, 200);
+}
+
+#[test]
+fn the_relay_frames_the_answer_itself_and_drops_hop_by_hop_headers() {
+    let up = Scripted::start(bodies);
+    let gw = gateway("relay", up.addr).start();
+    let mut c = gw.conn();
+    for _ in 0..2 {
+        let r = c.get("/v1/check/hop%40example.com").unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(String::from_utf8_lossy(&r.body), r#"{"a":1}"#);
+        assert_eq!(r.header("content-length"), Some("7"));
+        for gone in ["transfer-encoding", "keep-alive", "x-hop"] {
+            assert!(r.header(gone).is_none(), "{gone}: {:?}", r.headers);
+        }
+        assert_eq!(r.header("x-end"), Some("kept"));
+        // Pingora states its own keep-alive; the backend's list does not come through.
+        let connection = r.header("connection").unwrap_or_default();
+        assert!(
+            !connection.to_ascii_lowercase().contains("x-hop"),
+            "{connection}"
+        );
+    }
+    // The chunked answer was read to its end: its connection went back to the pool.
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_relayed_answer_goes_out_in_one_piece() {
+    // Header and body of a relayed answer arrive together: one read of a fresh connection
+    // holds the whole response (the proxy path may send them apart).
+    let up = Upstream::start(Duration::ZERO);
+    let gw = gateway("relay", up.addr).start();
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /v1/check/one%40example.com HTTP/1.1\r\nHost: gw\r\nAuthorization: {}\r\n\r\n",
+        bearer(TEST_SECRET)
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with(r#"{"checked":"/v1/check/one@example.com"}"#),
+        "{text}"
+    );
+}
+
+fn echo_path(path: &str, _nth: usize) -> Option<Vec<u8>> {
+    Some(json_answer(&format!("{{\"checked\":\"{path}\"}}"), ""))
+}
+
+#[test]
+fn tls_to_the_backend_checks_its_certificate_in_both_modes() {
+    let (pem, acceptor) = certs::self_signed();
+    let up = Scripted::start_with(echo_path, Some(acceptor));
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), pem).unwrap();
+    for mode in MODES {
+        // Signed by no one the gateway trusts: refused at the handshake, no request sent.
+        let before = up.heads().len();
+        let gw = gateway(mode, up.addr).upstream_yaml("tls: true").start();
+        gw.get("/v1/check/user%40example.com")
+            .assert_error(502, "upstream_unavailable");
+        assert_eq!(
+            up.heads().len(),
+            before,
+            "{mode}: a request crossed an unverified handshake"
+        );
+        drop(gw);
+
+        // Trusted (OpenSSL's SSL_CERT_FILE) and the name checked (Pingora matches `sni` against
+        // the certificate's DNS names): served, and the TLS connection pooled like a plain one.
+        let connections = up.connections.load(Ordering::SeqCst);
+        let gw = gateway(mode, up.addr)
+            .upstream_yaml("tls: true")
+            .upstream_yaml("sni: localhost")
+            .env("SSL_CERT_FILE", ca.path().to_str().unwrap())
+            .start();
+        let mut c = gw.conn();
+        for target in ["a%40example.com", "b%40example.com", "example.org"] {
+            let r = c.get(&format!("/v1/check/{target}")).unwrap();
+            assert_eq!(
+                r.status,
+                200,
+                "{mode}: {}",
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        assert_eq!(
+            c.get("/v1/check/b%40example.com").unwrap().json()["checked"],
+            "/v1/check/b@example.com",
+            "{mode}"
+        );
+        assert_eq!(up.heads().len(), before + 4, "{mode}");
+        assert_eq!(
+            up.connections.load(Ordering::SeqCst),
+            connections + 1,
+            "{mode}: TLS connection not reused"
+        );
+        drop(gw);
+
+        // Trusted, but not for the name asked: refused as well.
+        let before = up.heads().len();
+        let gw = gateway(mode, up.addr)
+            .upstream_yaml("tls: true")
+            .upstream_yaml("sni: backend.example")
+            .env("SSL_CERT_FILE", ca.path().to_str().unwrap())
+            .start();
+        gw.get("/v1/check/user%40example.com")
+            .assert_error(502, "upstream_unavailable");
+        assert_eq!(up.heads().len(), before, "{mode}: name not checked");
+    }
+}
