@@ -806,7 +806,7 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
         f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} rounds, every "
         f"server once per round in an order rotated each round, medians shown",
-        f"- gateway /v1/check: `gateway.upstream.mode: {getattr(args, 'upstream_mode', None) or 'default'}`",
+        f"- gateway /v1/check: `gateway.upstream.mode: {getattr(args, 'upstream_mode', None) or 'relay'}`" + ('' if getattr(args, 'upstream_mode', None) else ' (the default)'),
         f"- pinning: {pin_note()}",
         f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` and HAProxy's map hold the "
         f"same {args.entries} bodies",
