@@ -31,6 +31,8 @@ const LOOKUP: &str = "/v1/public/domain/example.org";
 const CLIENTS: usize = 8;
 /// The harness's `drain_seconds`.
 const DRAIN: Duration = Duration::from_secs(1);
+/// How far behind the accept loop may run on a loaded CI machine (see `restart_under_load`).
+const ACCEPT_LAG: Duration = Duration::from_millis(200);
 
 /// What one client saw.
 #[derive(Debug, Default)]
@@ -52,8 +54,8 @@ struct Tally {
 enum Until {
     /// Only when told.
     Told,
-    /// When told, or at the first request started once the drain is over (the time is set when
-    /// the drain starts) that finds the listener gone: refused, or reset in the accept queue of a
+    /// When told, or at the first request started once the drain is over, less `ACCEPT_LAG`
+    /// (the time is set when the drain starts), that finds the listener gone: refused, or reset in the accept queue of a
     /// listener that closed. Before that time every request must be answered.
     DrainEnds(Arc<OnceLock<Instant>>),
 }
@@ -334,8 +336,11 @@ fn restart_under_load(builder: GatewayBuilder) -> (Gateway, Tally) {
     watchers.wait_for(300);
     stubborn.wait_for(300);
     let term = Instant::now();
-    // The drain starts when the gateway handles the signal, so it cannot end before this.
-    drain_end.set(term + DRAIN).unwrap();
+    // The drain starts when the gateway handles the signal, so it cannot end before this. A
+    // connection the kernel completes just before the listener closes can still sit unaccepted
+    // in its queue and be reset (README "Restart"); on a busy machine the accept loop runs that
+    // far behind, so requests started in the drain's last ACCEPT_LAG may find the listener gone.
+    drain_end.set(term + DRAIN - ACCEPT_LAG).unwrap();
     gw.signal("TERM");
     // Readiness says 503 at once, while the gateway still serves.
     let mut c = Conn::open_as(addr, None).unwrap();
