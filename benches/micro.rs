@@ -368,8 +368,33 @@ fn hot_path(c: &mut Criterion) {
     g.finish();
 }
 
+/// `did_you_mean`: the typo suggestion over the shipped curated free list, for a typo, a
+/// provider and an unrelated name (what a lookup of an unknown or blocklisted name adds).
+fn typos(c: &mut Criterion) {
+    let curated = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/free_providers.txt"
+    ))
+    .unwrap();
+    let providers: Vec<&str> = curated
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let index = domain_risk_gateway::domain::typos::TypoIndex::build(providers);
+    let mut g = c.benchmark_group("typos");
+    g.throughput(Throughput::Elements(1));
+    for name in ["gmial.com", "hotmail.com", "acme-widgets.example"] {
+        g.bench_with_input(BenchmarkId::new("suggest", name), name, |b, name| {
+            b.iter(|| black_box(index.suggest(black_box(name))))
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    typos,
     hot_path,
     top_flags,
     operations,

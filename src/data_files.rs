@@ -12,11 +12,13 @@ use std::time::Instant;
 
 use crate::config::{GatewayConfig, SourceKind};
 use crate::domain::providers::ProviderTable;
-use crate::domain::sources::{add_domain_list_named, add_records_named, BUILTIN_SOURCE};
+use crate::domain::sources::{
+    add_domain_list_named, add_records_named, add_relay_list_named, BUILTIN_SOURCE,
+};
 use crate::domain::stats::TableStats;
 use crate::domain::table::{
     ALLOW_OVER_BLOCKLIST, BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, BLOCKLIST_UNDER_BROAD,
-    FREE_OVER_BLOCKLIST,
+    FREE_OVER_BLOCKLIST, NOT_FREE_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
 use crate::domain::{DomainName, DomainTable, ListKind, Scores, SourceError, TableBuilder};
 
@@ -24,6 +26,8 @@ pub const DISPOSABLE_FILE: &str = "disposable.txt";
 pub const ALLOWLIST_FILE: &str = "allowlist.txt";
 pub const FREE_PROVIDERS_FILE: &str = "free_providers.txt";
 pub const RECORDS_FILE: &str = "domains.csv";
+pub const RELAYS_FILE: &str = "relays.txt";
+pub const FREE_EXCLUSIONS_FILE: &str = "free_exclusions.txt";
 pub const MX_PROVIDERS_FILE: &str = "mx_providers.csv";
 
 /// Why a table could not be built.
@@ -108,6 +112,7 @@ pub struct DataSources {
     pub blocklists: Vec<PathBuf>,
     pub allowlists: Vec<PathBuf>,
     pub broad_free_lists: Vec<PathBuf>,
+    pub relay_lists: Vec<PathBuf>,
     /// Files in the `domains.csv` format besides it (the cached copies of `records` sources).
     pub records_lists: Vec<PathBuf>,
     pub scores: Scores,
@@ -123,6 +128,7 @@ impl DataSources {
             blocklists: config.data.blocklists.clone(),
             allowlists: config.data.allowlists.clone(),
             broad_free_lists: config.data.broad_free_lists.clone(),
+            relay_lists: config.data.relay_lists.clone(),
             records_lists: Vec::new(),
             scores: config.scores,
             max_shrink_percent: config.reload.max_shrink_percent,
@@ -147,6 +153,8 @@ impl DataSources {
             DISPOSABLE_FILE,
             ALLOWLIST_FILE,
             FREE_PROVIDERS_FILE,
+            RELAYS_FILE,
+            FREE_EXCLUSIONS_FILE,
             RECORDS_FILE,
             MX_PROVIDERS_FILE,
         ];
@@ -165,6 +173,7 @@ impl DataSources {
             (&self.blocklists, ListKind::Disposable),
             (&self.allowlists, ListKind::Allow),
             (&self.broad_free_lists, ListKind::BroadFree),
+            (&self.relay_lists, ListKind::Relay),
         ]
         .into_iter()
         .flat_map(|(files, kind)| files.iter().map(move |f| (f.as_path(), kind)))
@@ -194,19 +203,19 @@ impl DataSources {
             (DISPOSABLE_FILE, ListKind::Disposable),
             (ALLOWLIST_FILE, ListKind::Allow),
             (FREE_PROVIDERS_FILE, ListKind::FreeProvider),
+            (RELAYS_FILE, ListKind::Relay),
+            (FREE_EXCLUSIONS_FILE, ListKind::NotFree),
         ];
         let own = own.iter().map(|(f, k)| (Path::new(f), *k));
         for (file, kind) in own.chain(self.lists()) {
             if let Some((path, text)) = self.read_optional(file)? {
                 // Evidence names the file relative to the data folder; errors, the full path.
                 let name = file.display().to_string();
-                let n = add_domain_list_named(
-                    &mut builder,
-                    &text,
-                    &path.display().to_string(),
-                    &name,
-                    kind,
-                )?;
+                let origin = path.display().to_string();
+                let n = match kind {
+                    ListKind::Relay => add_relay_list_named(&mut builder, &text, &origin, &name)?,
+                    _ => add_domain_list_named(&mut builder, &text, &origin, &name, kind)?,
+                };
                 builder.count_source(&name, n);
             }
         }
@@ -279,10 +288,11 @@ pub fn summary(table: &DomainTable) -> String {
         .map(|(resolution, n)| format!("{n} {}", overlap_label(resolution)))
         .collect();
     format!(
-        "{} names ({} disposable, {} allowlisted, {} free providers ({} only on broad lists), {} records, {} MX provider patterns; {} overlaps resolved{}, {} public suffixes skipped)",
+        "{} names ({} disposable, {} allowlisted, {} relays, {} free providers ({} only on broad lists), {} records, {} MX provider patterns; {} overlaps resolved{}, {} public suffixes skipped)",
         table.len(),
         s.disposable,
         s.allow,
+        s.relays,
         s.free_providers,
         s.broad_free_only,
         s.records,
@@ -302,6 +312,9 @@ fn overlap_label(resolution: &str) -> &'static str {
     match resolution {
         ALLOW_OVER_BLOCKLIST => "allowlist over blocklist",
         FREE_OVER_BLOCKLIST => "curated free over blocklist",
+        RELAY_OVER_BLOCKLIST => "relay over blocklist",
+        RELAY_OVER_FREE => "relay over free list",
+        NOT_FREE_OVER_BROAD => "organisation over broad free",
         BLOCKLIST_OVER_BROAD => "blocklist over broad free",
         BLOCKLIST_PARENT_OVER_BROAD => "blocklisted parent over broad free",
         BLOCKLIST_UNDER_BROAD => "blocklisted subdomain over broad free parent",
@@ -443,6 +456,7 @@ mod tests {
             blocklists: vec!["community/block.conf".into()],
             allowlists: vec!["community/allow.conf".into(), "missing.conf".into()],
             broad_free_lists: vec!["community/free.txt".into()],
+            relay_lists: vec![],
             records_lists: vec![],
             scores: Scores::default(),
             max_shrink_percent: 50,
@@ -503,6 +517,7 @@ mod tests {
             blocklists: vec![],
             allowlists: vec![],
             broad_free_lists: vec![],
+            relay_lists: vec![],
             records_lists: vec![],
             scores: Scores::default(),
             max_shrink_percent: 50,

@@ -6,6 +6,10 @@
 //! stream in a [`Bounded`] one, which watches the bytes it hands to Pingora's parser and enforces
 //! a total deadline and size for each request header, and an idle timeout between requests.
 //! Requests per connection are capped through Pingora's own `keepalive_request_limit`.
+//!
+//! The stream also swaps Pingora's own bare `400` (no body, `Server: Pingora`), which it writes
+//! for a request header its parser refuses before any `ProxyHttp` hook runs, for the contract's
+//! JSON `bad_request` ([`PINGORA_400`]).
 
 use std::fmt;
 use std::future::Future;
@@ -73,7 +77,18 @@ struct Limits {
     max_connections: usize,
     timeout_answer: Vec<u8>,
     too_large_answer: Vec<u8>,
+    /// What replaces Pingora's own bare `400` ([`PINGORA_400`]).
+    bad_request_answer: Vec<u8>,
 }
+
+/// How Pingora 0.9.1's own error answer starts (pingora-core `protocols/http/error_resp.rs`,
+/// `gen_error_response`: the status line, then `Server: Pingora` as the first header). Pingora
+/// writes it with `respond_error(400)` in `HttpProxy::handle_new_request` when `read_request`
+/// fails with `InvalidHTTPHeader` (a `Host` that differs from an absolute-form target, two
+/// `Host`s, a `Content-Length` that is not a number, a line it cannot parse), before any hook of
+/// ours could answer. Our own answers never carry `Server`, and a proxied backend answer is
+/// only matched if it is this very bare 400, which the contract's one replaces just as well.
+const PINGORA_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\nServer: Pingora\r\n";
 
 /// A complete `Connection: close` answer with the contract's error body, written by the stream
 /// itself because Pingora has not parsed a request yet.
@@ -112,6 +127,12 @@ impl Limits {
                     "at most {} bytes and {} header lines",
                     c.max_header_bytes, c.max_headers
                 ),
+            ),
+            bad_request_answer: canned(
+                "400 Bad Request",
+                "The request is not accepted by this API.",
+                "malformed or ambiguous request header (e.g. a Host that differs from the \
+                 target's authority, more than one Host, a Content-Length that is not a number)",
             ),
         }
     }
@@ -213,6 +234,9 @@ pub struct Bounded {
     timer: Pin<Box<Sleep>>,
     /// The instant `timer` is set to; a timer that fires early is simply set again.
     armed: Instant,
+    /// Pingora is writing its own bare 400: bytes of our answer written in its stead so far.
+    /// Every later write is swallowed: Pingora closes the connection after that answer.
+    replacing: Option<usize>,
 }
 
 impl fmt::Debug for Bounded {
@@ -242,6 +266,7 @@ impl Bounded {
             },
             timer: Box::pin(tokio::time::sleep_until(deadline)),
             armed: deadline,
+            replacing: None,
             limits,
             stats,
         }
@@ -414,6 +439,11 @@ impl AsyncRead for Bounded {
         if let Phase::Rejecting { .. } = this.phase {
             return this.poll_rejecting(cx);
         }
+        if this.replacing.is_some() {
+            // Our 400 said `Connection: close`: no further request is read (Pingora closes on
+            // the end of stream), so no later answer can be swallowed on a kept-alive connection.
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -468,6 +498,31 @@ impl Bounded {
     }
 }
 
+impl Bounded {
+    /// Starts replacing Pingora's bare 400 if `first` is its beginning.
+    fn notice_pingora_answer(&mut self, first: &[u8]) {
+        if self.replacing.is_none() && first.starts_with(PINGORA_400) {
+            self.replacing = Some(0);
+        }
+    }
+
+    /// Writes what is left of the answer that replaces Pingora's (nothing if none does).
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(written) = &mut self.replacing else {
+            return Poll::Ready(Ok(()));
+        };
+        let answer = &self.limits.bad_request_answer;
+        while *written < answer.len() {
+            match ready!(Pin::new(&mut self.inner).poll_write(cx, &answer[*written..])) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => *written += n,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl AsyncWrite for Bounded {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -475,6 +530,11 @@ impl AsyncWrite for Bounded {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.notice_pingora_answer(buf);
+        if this.replacing.is_some() {
+            ready!(this.poll_replacement(cx))?;
+            return Poll::Ready(Ok(buf.len()));
+        }
         let result = ready!(Pin::new(&mut this.inner).poll_write(cx, buf));
         if let Ok(n) = result {
             this.wrote(n);
@@ -488,6 +548,13 @@ impl AsyncWrite for Bounded {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            this.notice_pingora_answer(first);
+        }
+        if this.replacing.is_some() {
+            ready!(this.poll_replacement(cx))?;
+            return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
+        }
         let result = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs));
         if let Ok(n) = result {
             this.wrote(n);
@@ -500,17 +567,27 @@ impl AsyncWrite for Bounded {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 
 #[async_trait]
 impl Shutdown for Bounded {
     async fn shutdown(&mut self) {
+        // Pingora shuts the connection down right after its bare 400: ours goes out first (a
+        // failed write only means the client is gone).
+        if self.replacing.is_some() {
+            let _ = std::future::poll_fn(|cx| self.poll_replacement(cx)).await;
+            let _ = std::future::poll_fn(|cx| Pin::new(&mut self.inner).poll_flush(cx)).await;
+        }
         self.inner.shutdown().await;
     }
 }
@@ -579,6 +656,18 @@ impl Peek for Bounded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `PINGORA_400` is how Pingora's own 400 really starts on the wire (a Pingora upgrade that
+    /// changes it fails here, not silently in production).
+    #[test]
+    fn pingoras_own_400_starts_as_matched() {
+        let header = pingora::protocols::http::error_resp::gen_error_response(400);
+        let mut wire = b"HTTP/1.1 400 ".to_vec();
+        wire.extend_from_slice(header.get_reason_phrase().unwrap_or_default().as_bytes());
+        wire.extend_from_slice(b"\r\n");
+        header.header_to_h1_wire(&mut wire);
+        assert!(wire.starts_with(PINGORA_400), "{}", wire.escape_ascii());
+    }
 
     /// The byte-at-a-time scan `scan_header` replaced: the reference it must agree with.
     fn reference(

@@ -26,6 +26,13 @@ pub enum FramingError {
     MissingHost,
     #[error("more than one Host header")]
     DuplicateHost,
+    /// An HTTP/2 request whose headers announced no body but whose stream carries one.
+    #[error("request bodies are not accepted")]
+    UnannouncedBody,
+    /// An HTTP/2 body without `Content-Length` on the route that takes one: its size must be
+    /// known before reading, as on HTTP/1.1 (where chunked bodies are refused).
+    #[error("a request body needs a Content-Length")]
+    LengthRequired,
     /// A route that takes a body (`POST /v1/keys`) got a larger one than it accepts.
     #[error("request body larger than {0} bytes")]
     BodyTooLarge(usize),
@@ -38,9 +45,21 @@ impl FramingError {
             self,
             FramingError::ChunkedBody
                 | FramingError::Body
+                | FramingError::UnannouncedBody
+                | FramingError::LengthRequired
                 | FramingError::DuplicateLength
                 | FramingError::BodyTooLarge(_)
         )
+    }
+}
+
+/// What an HTTP/2 stream carrying a body its headers did not announce is refused as: on the
+/// route that takes a body (`max_body > 0`) the length must be announced; elsewhere no body is
+/// accepted, though an empty stream end may still follow (see the gateway).
+pub fn unannounced_body(max_body: usize) -> FramingError {
+    match max_body {
+        0 => FramingError::UnannouncedBody,
+        _ => FramingError::LengthRequired,
     }
 }
 

@@ -51,7 +51,16 @@ const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
 const EXPOSED_HEADERS: &str =
-    "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version";
+    "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version, X-Did-You-Mean";
+/// The major provider a looked-up name is likely a typo of, for signup forms that do not ask
+/// for `?explain=true`.
+const X_DID_YOU_MEAN: HeaderName = HeaderName::from_static("x-did-you-mean");
+/// How much of a refused HTTP/2 request body is read and dropped before answering.
+const H2_DRAIN_BYTES: usize = 64 * 1024;
+/// The error `early_request_filter` stops a CONNECT with, for `fail_to_proxy` to answer.
+const CONNECT_REFUSED: &str = "CONNECT refused";
+/// `Allow` of the 405 to a CONNECT: it names no route, so every method some route takes.
+const CONNECT_ALLOW: &str = "GET, POST, DELETE, OPTIONS";
 /// Which data answered (see [`DatasetVersion`](crate::domain::table::DatasetVersion)): on every
 /// answer, ours replacing any the backend sent.
 const X_DATASET_VERSION: HeaderName = HeaderName::from_static("x-dataset-version");
@@ -76,6 +85,11 @@ pub struct Gateway {
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
     /// `None`: Pingora proxies it.
     relay: Option<crate::relay::Relay>,
+    /// How long an HTTP/2 request may take to end its stream when its headers did not
+    /// (`limits.header_timeout_ms`).
+    h2_body_wait: Duration,
+    /// Per key, the account routes' rate (`gateway.access.account_rate`).
+    account_rate: crate::access::rate::KeyedLimiter,
 }
 
 /// Everything the gateway reads per request, shared with the background services and the
@@ -146,6 +160,8 @@ impl Gateway {
             top_live: None,
             keys_api: None,
             relay: None,
+            h2_body_wait: config.limits.header_timeout,
+            account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
         }
     }
 
@@ -194,13 +210,26 @@ impl Gateway {
             Some(api) if path == crate::route::KEYS_PATH => api.config.max_body_bytes,
             _ => 0,
         };
+        let h2 = header.version == http::Version::HTTP_2;
         match crate::framing::check_framing_with_body(header.version, &header.headers, body_limit) {
+            // HTTP/2 frames a body by DATA frames, with or without `Content-Length` (and a
+            // `content-length: 0` does not stop DATA from following): only the stream's end
+            // says there is none. Reading it costs nothing when the headers ended the stream.
+            Ok(0) if h2 => {
+                if !self.h2_body_is_empty(session).await {
+                    self.drain_h2_body(session).await;
+                    let e = crate::framing::unannounced_body(body_limit);
+                    return Some(ApiError::BadRequest(e.to_string()).into());
+                }
+            }
             Ok(0) => {}
             // Unread until the handler reads it: if it never does, the connection cannot be
             // reused.
             Ok(_) => ctx.body_unread = true,
             Err(e) => {
-                if e.leaves_bytes_unread() {
+                if h2 {
+                    self.drain_h2_body(session).await;
+                } else if e.leaves_bytes_unread() {
                     session.set_keepalive(None);
                 }
                 return Some(ApiError::BadRequest(e.to_string()).into());
@@ -244,7 +273,7 @@ impl Gateway {
             }),
             Route::Preflight => Some(preflight(session)),
             Route::Usage => Some(self.usage(ctx)),
-            Route::Logs { cursor, limit } => Some(self.logs(ctx, cursor, limit).await),
+            Route::Logs { cursor, limit } => Some(self.logs(ctx, cursor.as_deref(), limit).await),
             Route::Stats => Some(self.stats(ctx).await),
             Route::Keys(call) => {
                 let op = match call {
@@ -276,6 +305,39 @@ impl Gateway {
                 Err(e) => Some(e.into()),
             },
         }
+    }
+
+    /// Whether an HTTP/2 request carries no body: its stream ended with its headers, or only
+    /// empty DATA frames came before the end, within the header deadline. A byte of body, a
+    /// reset stream (the h2 layer resets one whose DATA exceed its `Content-Length`) or a
+    /// client that never ends the stream: `false`.
+    async fn h2_body_is_empty(&self, session: &mut Session) -> bool {
+        let read = tokio::time::timeout(self.h2_body_wait, async {
+            while let Some(chunk) = session.read_request_body().await? {
+                if !chunk.is_empty() {
+                    return Ok(false);
+                }
+            }
+            Ok::<_, Box<Error>>(true)
+        });
+        matches!(read.await, Ok(Ok(true)))
+    }
+
+    /// Reads and drops what is left of a refused HTTP/2 request's body (at most
+    /// [`H2_DRAIN_BYTES`], within the header deadline), so the client, still sending, gets the
+    /// `400` rather than a reset stream. Past the bound the stream is reset: the connection and
+    /// its other streams are unharmed either way.
+    async fn drain_h2_body(&self, session: &mut Session) {
+        let _ = tokio::time::timeout(self.h2_body_wait, async {
+            let mut read = 0;
+            while let Ok(Some(chunk)) = session.read_request_body().await {
+                read += chunk.len();
+                if read > H2_DRAIN_BYTES {
+                    break;
+                }
+            }
+        })
+        .await;
     }
 
     /// The access decision: key (401), origin (403), quota (429), in that order. Every `/v1/`
@@ -323,12 +385,28 @@ impl Gateway {
         })?;
         let key = principal.key.clone();
         ctx.principal = Some(principal);
+        if let Some(route) = server_key_route(route) {
+            if key.origins.is_some() {
+                self.shared.metrics.deny(Denial::Forbidden);
+                return Err(ApiError::ServerKeyOnly(route).into());
+            }
+        }
         let now = self.shared.clock.now();
         key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
         if matches!(
             route,
             Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
         ) {
+            // Not counted in the month, so bounded here: each costs a store read, a keys
+            // change a file rewrite and a reload on every gateway.
+            let rate = self.account_rate.check(&key.id);
+            if rate != crate::access::rate::RateDecision::Allowed {
+                self.shared.metrics.deny(Denial::RateLimited);
+                return Err(ApiError::RateLimited {
+                    retry_after: rate.retry_after_secs(),
+                }
+                .into());
+            }
             match self
                 .shared
                 .quota
@@ -408,7 +486,8 @@ impl Gateway {
             )
             .into()
         };
-        let before = match cursor.map(crate::calls::decode_cursor) {
+        let project = &p.key.project;
+        let before = match cursor.map(|c| crate::calls::decode_cursor(project, c)) {
             Some(None) => return bad_cursor(),
             Some(Some(position)) => Some(position),
             None => None,
@@ -419,14 +498,17 @@ impl Gateway {
         );
         match calls
             .store
-            .page(&p.key.project, before.as_deref(), limit, since)
+            .page(project, before.as_deref(), limit, since)
             .await
         {
             Ok(Some(page)) => Answer::json(
                 StatusCode::OK,
                 &LogsBody {
                     items: &page.items,
-                    next_cursor: page.next.as_deref().map(crate::calls::encode_cursor),
+                    next_cursor: page
+                        .next
+                        .as_deref()
+                        .map(|n| crate::calls::encode_cursor(project, n)),
                 },
             ),
             Ok(None) => bad_cursor(),
@@ -529,7 +611,14 @@ impl Gateway {
         ctx.dataset = Some(table.version().header().clone());
         let verdict = classify(&table, &name, evidence.as_deref());
         if let Some(live) = &self.top_live {
-            live.record(&name, &verdict.record);
+            // The route needs a key, so the principal is there.
+            let project = ctx.principal.as_ref().map_or("", |p| &*p.key.project);
+            live.record(
+                &name,
+                &verdict.record,
+                crate::flags::Basis::of(&verdict),
+                project,
+            );
         }
         if self.calls.is_some() {
             ctx.call = Some(PendingCall {
@@ -540,8 +629,18 @@ impl Gateway {
                 }),
             });
         }
+        let suggestion = verdict
+            .did_you_mean
+            .and_then(|p| HeaderValue::from_str(p).ok());
+        let with_suggestion = |answer: Answer| match suggestion.clone() {
+            Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
+            None => answer,
+        };
         if !explain {
-            return Answer::raw(StatusCode::OK, Bytes::from(verdict.record.to_json()));
+            return with_suggestion(Answer::raw(
+                StatusCode::OK,
+                Bytes::from(verdict.record.to_json()),
+            ));
         }
         #[derive(Serialize)]
         struct Explained<'a> {
@@ -558,7 +657,7 @@ impl Gateway {
                 evidence.as_deref(),
             ),
         };
-        Answer::json(StatusCode::OK, &body)
+        with_suggestion(Answer::json(StatusCode::OK, &body))
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
@@ -728,6 +827,19 @@ impl Gateway {
             origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
             bytes_sent: session.body_bytes_sent(),
         }
+    }
+}
+
+/// The routes a browser key (one with `origins`, its secret in web pages) may not call: they
+/// read the project's traffic or manage its keys. Named for the `403`'s detail.
+fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
+    match route {
+        Route::Logs { .. } => Some("GET /v1/logs"),
+        Route::Stats => Some("GET /v1/stats"),
+        Route::Keys(KeysCall::List) => Some("GET /v1/keys"),
+        Route::Keys(KeysCall::Create) => Some("POST /v1/keys"),
+        Route::Keys(KeysCall::Revoke { .. }) => Some("DELETE /v1/keys/{id}"),
+        _ => None,
     }
 }
 
@@ -940,6 +1052,13 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         _ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if session.req_header().method == http::Method::CONNECT {
+            // Pingora lets CONNECT this far (`allow_connect_method_proxying`) only so that its
+            // refusal is ours: `fail_to_proxy` answers the contract's 405 and closes.
+            let mut e = Error::explain(ErrorType::Custom(CONNECT_REFUSED), "CONNECT");
+            e.as_down();
+            return Err(e);
+        }
         let downstream = session.as_downstream_mut();
         if !downstream.pipelining_enabled() {
             downstream.set_pipelining_enabled(true);
@@ -1101,7 +1220,13 @@ impl ProxyHttp for Gateway {
         if ctx.upstream_elapsed.is_none() {
             ctx.upstream_elapsed = ctx.upstream_start.map(|s| s.elapsed());
         }
-        let error = upstream_api_error(e);
+        let error = if e.etype() == &ErrorType::Custom(CONNECT_REFUSED) {
+            Some(ApiError::MethodNotAllowed {
+                allow: CONNECT_ALLOW,
+            })
+        } else {
+            upstream_api_error(e)
+        };
         if session.response_written().is_some() {
             // The backend failed after its response header went out: a JSON error now would
             // turn its partial body into a well-framed, wrong answer. Abort the connection so
@@ -1149,6 +1274,17 @@ impl ProxyHttp for Gateway {
                 verdict: call.verdict,
                 at: self.shared.clock.now(),
             });
+        }
+    }
+
+    /// Pingora's error lines name the request with this. Its default, the raw path and `Host`,
+    /// carries whatever address a client put there: masked here at the source (the logger
+    /// masks every line as well).
+    fn request_summary(&self, session: &Session, _ctx: &Self::CTX) -> String {
+        let summary = session.as_downstream().request_summary();
+        match crate::redact::mask_emails(&summary) {
+            std::borrow::Cow::Borrowed(_) => summary,
+            std::borrow::Cow::Owned(masked) => masked,
         }
     }
 

@@ -72,6 +72,14 @@ pub enum ApiError {
     },
     /// The key may not be used from this origin; holds `Origin: <value>`.
     Forbidden(String),
+    /// A browser key (one with `origins`: its secret sits in web pages) on a route for server
+    /// keys only; holds the route, e.g. `GET /v1/logs`.
+    ServerKeyOnly(&'static str),
+    /// Too many calls to the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`, `/v1/keys`)
+    /// for this key: try again in `retry_after` seconds.
+    RateLimited {
+        retry_after: u64,
+    },
     QuotaExceeded {
         reset_at: String,
         retry_after: i64,
@@ -102,8 +110,10 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => StatusCode::FORBIDDEN,
+            ApiError::QuotaExceeded { .. } | ApiError::RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -119,8 +129,9 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Validation(_) => "validation_error",
             ApiError::Unauthorized { .. } => "unauthorized",
-            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::QuotaUnavailable => "service_unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
@@ -138,6 +149,12 @@ impl ApiError {
                 "A valid API key is required: send Authorization: Bearer <key>."
             }
             ApiError::Forbidden(_) => "This API key may not be used from this origin.",
+            ApiError::ServerKeyOnly(_) => {
+                "This route needs a server key (one without origins); a browser key may call the lookups, /v1/check and /v1/usage."
+            }
+            ApiError::RateLimited { .. } => {
+                "Too many calls to this route with this API key; retry after the Retry-After seconds."
+            }
             ApiError::QuotaUnavailable => {
                 "The quota store is unavailable; let your user through and retry later."
             }
@@ -194,8 +211,10 @@ impl ApiError {
             | ApiError::Forbidden(d)
             | ApiError::UpstreamUnavailable(d)
             | ApiError::UpstreamTimeout(d) => Some(d),
+            ApiError::ServerKeyOnly(route) => Some(route),
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
+            | ApiError::RateLimited { .. }
             | ApiError::Unauthorized { .. }
             | ApiError::QuotaExceeded { .. }
             | ApiError::QuotaUnavailable
@@ -223,6 +242,9 @@ impl From<ApiError> for Answer {
                 }),
             ),
             ApiError::QuotaExceeded { retry_after, .. } => {
+                answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
+            }
+            ApiError::RateLimited { retry_after } => {
                 answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
             }
             _ => answer,

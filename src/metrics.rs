@@ -124,13 +124,16 @@ pub enum Denial {
     Unauthorized,
     Forbidden,
     QuotaExceeded,
+    /// The per-key limit of the account routes (`gateway.access.account_rate`).
+    RateLimited,
 }
 
 impl Denial {
-    const ALL: [Denial; 3] = [
+    const ALL: [Denial; 4] = [
         Denial::Unauthorized,
         Denial::Forbidden,
         Denial::QuotaExceeded,
+        Denial::RateLimited,
     ];
 
     fn label(self) -> &'static str {
@@ -138,6 +141,7 @@ impl Denial {
             Denial::Unauthorized => "unauthorized",
             Denial::Forbidden => "forbidden",
             Denial::QuotaExceeded => "quota_exceeded",
+            Denial::RateLimited => "rate_limited",
         }
     }
 }
@@ -208,7 +212,7 @@ pub struct Metrics {
     /// `[route][status slot]`, each filled on the first request with that status.
     request_counts: [Box<[OnceLock<IntCounter>]>; 13],
     request_durations: [Histogram; 13],
-    denials: [IntCounter; 3],
+    denials: [IntCounter; 4],
     upstream_duration: Histogram,
     upstream_errors: [IntCounter; 5],
     reloads: IntCounterVec,
@@ -522,10 +526,26 @@ impl Scrape {
             quota["pending_local_counts"].as_u64().unwrap_or(0) as f64,
         );
         if !redis {
+            let n = |k: &str| quota[k].as_u64().unwrap_or(0);
+            f.gauge(
+                "drg_quota_slots",
+                "Slots of the embedded store's counters file (one per project, never freed).",
+                n("slots") as f64,
+            );
+            f.gauge(
+                "drg_quota_slots_used",
+                "Slots of the embedded store's counters file taken by projects.",
+                n("slots_used") as f64,
+            );
             f.counter(
-                "drg_quota_uncounted_calls_total",
-                "Calls let through uncounted because the counters file had no free slot.",
-                quota["uncounted_calls"].as_u64().unwrap_or(0),
+                "drg_quota_slots_full_total",
+                "Calls refused (503) because the counters file had no free slot for their project.",
+                n("slots_full_calls"),
+            );
+            f.counter(
+                "drg_quota_refused_calls_total",
+                "Calls refused (503) because the embedded store had no slot to count them in (a full table included).",
+                n("refused_calls"),
             );
         }
         if let Some(mx) = &self.mx {

@@ -9,9 +9,10 @@
 //! mid-answer therefore gives the client a clean 502/504, never half an answer.
 //!
 //! Retries: only a pooled connection that failed before any byte of an answer arrived (it was
-//! closed or reset while idle, which the pool cannot always see in time) is retried, once, on
-//! another connection; that is the classic keep-alive race, where the backend closed the
-//! connection without reading the request. Everything else (timeouts, refused connects, a broken
+//! closed or reset while idle, which the pool cannot always see in time) is retried, once, on a
+//! new connection (never another pooled one: the backend that closed one idle connection has
+//! likely closed its neighbours too); that is the classic keep-alive race, where the backend
+//! closed the connection without reading the request. Everything else (timeouts, refused connects, a broken
 //! answer) is never retried: the backend may have done the work.
 
 use std::time::{Duration, Instant};
@@ -19,8 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, VARY};
 use http::StatusCode;
-use pingora::connectors::http::v1::Connector;
-use pingora::connectors::ConnectorOptions;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession;
 use pingora::server::configuration::ServerConf;
@@ -133,9 +133,11 @@ impl Relayed {
     }
 }
 
-/// The relay: Pingora's HTTP/1 connector (with its keep-alive pool) and the one peer.
+/// The relay: Pingora's transport connector (with its keep-alive pool) and the one peer. The
+/// transport one, not the HTTP/1 `Connector` wrapping it: that one only offers "pooled or new",
+/// and the retry must be on a new connection.
 pub struct Relay {
-    connector: Connector,
+    connector: TransportConnector,
     peer: HttpPeer,
     max_body: usize,
 }
@@ -149,7 +151,7 @@ impl Relay {
         server: &ServerConf,
     ) -> Option<Relay> {
         (config.mode == UpstreamMode::Relay).then(|| Relay {
-            connector: Connector::new(Some(ConnectorOptions::from_server_conf(server))),
+            connector: TransportConnector::new(Some(ConnectorOptions::from_server_conf(server))),
             peer,
             max_body: config.max_body_bytes,
         })
@@ -164,15 +166,29 @@ impl Relay {
     ) -> Result<Relayed, RelayError> {
         let start = Instant::now();
         let request = build().map_err(RelayError::Request)?;
-        let (session, reused) = self.connector.get_http_session(&self.peer).await?;
+        let (stream, reused) = self.connector.get_stream(&self.peer).await?;
+        let session = HttpSession::new_with_options(stream, &self.peer);
         match self.attempt(session, request, start, seen).await {
             Err(RelayError::Upstream(e)) if reused && e.retry == RetryType::ReusedOnly => {
-                log::debug!("pooled upstream connection failed before answering ({e}): one retry");
+                log::debug!(
+                    "pooled upstream connection failed before answering ({e}): one retry, on a new connection"
+                );
                 let request = build().map_err(RelayError::Request)?;
-                let (session, _) = self.connector.get_http_session(&self.peer).await?;
+                let stream = self.connector.new_stream(&self.peer).await?;
+                let session = HttpSession::new_with_options(stream, &self.peer);
                 self.attempt(session, request, start, seen).await
             }
             other => other,
+        }
+    }
+
+    /// Hands the connection back to the pool if the answer was complete and the backend did
+    /// not ask to close (what Pingora's HTTP/1 connector does on release).
+    async fn release(&self, mut session: HttpSession) {
+        session.respect_keepalive();
+        if let Some(stream) = session.reuse().await {
+            self.connector
+                .release_stream(stream, self.peer.reuse_hash(), self.peer.idle_timeout());
         }
     }
 
@@ -236,9 +252,7 @@ impl Relay {
         // Back to the pool before the client is written to: the connection serves the next
         // request while this answer goes out. Pingora keeps it only if the answer was complete
         // and the backend did not ask to close.
-        self.connector
-            .release_http_session(session, &self.peer, self.peer.idle_timeout())
-            .await;
+        self.release(session).await;
         Ok(Relayed {
             status,
             headers,

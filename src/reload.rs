@@ -1,11 +1,19 @@
-//! Generic hot reload: watch files (mtime poll and SIGHUP), build off-thread, swap with `ArcSwap`.
+//! Generic hot reload: watch files (poll and SIGHUP), build off-thread, swap with `ArcSwap`.
+//!
+//! A change is a change of content (SHA-256 of the bytes), not of metadata: a file rewritten with
+//! the same length within one tick of the file system's clock has the same mtime, and a file only
+//! touched has not changed. Hashing every file every poll would cost a read of every data file
+//! each second, so a file's digest is reused while its metadata (inode, length, mtime, ctime) is
+//! unchanged and old enough to be trusted; a file written recently is hashed again each poll.
 //!
 //! A build that fails keeps the current snapshot and logs why; a build whose files changed while
 //! it ran is discarded and redone, so a half-written file is never what gets published; a build
 //! that the source refuses next to the snapshot in service (e.g. a list that lost most of its
 //! entries at once) keeps the current snapshot too, logged at WARN.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +21,7 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use sha2::Digest;
 
 use crate::periodic::{Tick, Ticks};
 
@@ -36,20 +45,113 @@ pub trait Reloadable: Send + Sync + 'static {
     fn succeed(&self, _current: &Self::Snapshot, _next: &mut Self::Snapshot) {}
     /// Called after a snapshot was published (for logs).
     fn published(&self, _snapshot: &Self::Snapshot) {}
+    /// Held from reading the files to swapping the snapshot in, when something else also
+    /// publishes into the same target (the keys API): then neither can store a snapshot read
+    /// before the other's store, which could bring back a key just revoked.
+    fn publish_lock(&self) -> Option<&std::sync::Mutex<()>> {
+        None
+    }
 }
 
-/// Modification time and length of each watched file (`None` when missing).
-type Fingerprint = Vec<Option<(SystemTime, u64)>>;
+/// A file's metadata, as far as telling a write goes: any write or rename changes one of these,
+/// but only at the granularity of the file system's clock (a tick of several milliseconds, or a
+/// second on some file systems).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Meta {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
 
-fn fingerprint(files: &[PathBuf]) -> Fingerprint {
+/// How old (seconds) a file's ctime must be, relative to when its digest was taken, for its
+/// unchanged metadata to prove an unchanged content: a write after the digest would have moved
+/// the ctime (nobody can set it back) unless it landed in the same tick of the file system's
+/// clock. Generous, for coarse clocks; a file this young is merely hashed again.
+const TRUST_METADATA_AFTER_SECS: i64 = 2;
+
+impl Meta {
+    fn of(m: &std::fs::Metadata) -> Meta {
+        Meta {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Whether a write after `taken` could have left this metadata as it is.
+    fn racy(&self, taken: SystemTime) -> bool {
+        let taken = taken
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.ctime.0 >= taken.saturating_sub(TRUST_METADATA_AFTER_SECS)
+    }
+}
+
+/// One watched file as last seen. Two states are the same file content when their digests are
+/// equal: metadata alone neither proves a change nor its absence.
+#[derive(Debug, Clone)]
+struct FileState {
+    meta: Meta,
+    /// SHA-256 of the content (of the metadata, for anything that is not a regular file).
+    digest: [u8; 32],
+    /// When the digest was taken (before reading the file).
+    taken: SystemTime,
+}
+
+impl PartialEq for FileState {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+
+/// Each watched file's state (`None` when missing or unreadable).
+type Fingerprint = Vec<Option<FileState>>;
+
+/// The watched files' states now; `previous` lends the digests of files whose metadata has not
+/// changed since and is old enough to be trusted.
+fn fingerprint(files: &[PathBuf], previous: &[Option<FileState>]) -> Fingerprint {
     files
         .iter()
-        .map(|f| {
-            std::fs::metadata(f)
-                .ok()
-                .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()))
-        })
+        .enumerate()
+        .map(|(i, f)| file_state(f, previous.get(i).and_then(Option::as_ref)))
         .collect()
+}
+
+fn file_state(path: &Path, previous: Option<&FileState>) -> Option<FileState> {
+    let taken = SystemTime::now();
+    let metadata = std::fs::metadata(path).ok()?;
+    let meta = Meta::of(&metadata);
+    if let Some(p) = previous.filter(|p| p.meta == meta && !meta.racy(p.taken)) {
+        return Some(p.clone());
+    }
+    let digest = if metadata.is_file() {
+        content_digest(path).ok()?
+    } else {
+        sha2::Sha256::digest(format!("{meta:?}")).into()
+    };
+    Some(FileState {
+        meta,
+        digest,
+        taken,
+    })
+}
+
+fn content_digest(path: &Path) -> std::io::Result<[u8; 32]> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(hasher.finalize().into()),
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// What became of one rebuild.
@@ -207,8 +309,12 @@ fn build_and_swap<S: Reloadable>(
     files: &[PathBuf],
     before: &Fingerprint,
 ) -> (Outcome<S::Error>, Option<Arc<S::Snapshot>>) {
+    // A poisoned lock guards no data of its own: carry on.
+    let _publishing = source
+        .publish_lock()
+        .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
     let built = source.build();
-    if fingerprint(files) != *before {
+    if fingerprint(files, before) != *before {
         return (Outcome::Raced, None);
     }
     let mut snapshot = match built {
@@ -271,11 +377,11 @@ fn lower_priority(_priority: BuildPriority) {}
 impl<S: Reloadable> BackgroundService for Reloader<S> {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let files = self.source.watched_files();
-        let mut seen = fingerprint(&files);
+        let mut seen = fingerprint(&files, &[]);
         let mut ticks = Ticks::new(self.interval).with_sighup(self.source.name());
         while let Some(tick) = ticks.next(&mut shutdown).await {
             let forced = tick == Tick::Hangup;
-            let now = fingerprint(&files);
+            let now = fingerprint(&files, &seen);
             if !forced && now == seen {
                 continue;
             }
@@ -285,7 +391,7 @@ impl<S: Reloadable> BackgroundService for Reloader<S> {
             // A failed build is not retried until the files change again (or SIGHUP), so a broken
             // file is reported once, not every second. A build raced by a write is retried.
             let published = self.rebuild(&files, &now).await;
-            if published || fingerprint(&files) == now {
+            if published || fingerprint(&files, &now) == now {
                 seen = now;
             }
         }
@@ -328,6 +434,46 @@ mod tests {
         };
         assert_eq!(policy_after(BuildPriority::Idle).0, libc::SCHED_IDLE);
         assert_eq!(policy_after(BuildPriority::Low), (libc::SCHED_OTHER, 10));
+    }
+
+    #[test]
+    fn a_same_size_rewrite_with_the_same_mtime_is_a_change_and_a_touch_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.yaml");
+        std::fs::write(&path, "aaaa\n").unwrap();
+        let files = [path.clone(), dir.path().join("missing")];
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let first = fingerprint(&files, &[]);
+        assert!(first[0].is_some() && first[1].is_none());
+        // Same length, mtime set back: only the content tells.
+        std::fs::write(&path, "bbbb\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let second = fingerprint(&files, &first);
+        assert_eq!(
+            second[0].as_ref().unwrap().meta.mtime,
+            first[0].as_ref().unwrap().meta.mtime
+        );
+        assert_ne!(second, first, "the rewrite is seen");
+        // Touched, content unchanged: no change.
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(SystemTime::now())
+            .unwrap();
+        assert_eq!(fingerprint(&files, &second), second);
+        // A digest is reused only for metadata old enough to be trusted.
+        let old = FileState {
+            taken: SystemTime::now() + Duration::from_secs(60),
+            ..second[0].clone().unwrap()
+        };
+        assert!(!old.meta.racy(old.taken));
+        assert!(old.meta.racy(SystemTime::now()));
     }
 
     #[test]

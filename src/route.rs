@@ -2,12 +2,15 @@
 //!
 //! Pure, so the whole routing table is unit-tested without a socket.
 
+use std::borrow::Cow;
+
 use http::Method;
 
 use crate::domain::top::MAX_TOP;
 
-/// What a request asks for. Path parameters are still percent-encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a request asks for. Path parameters are still percent-encoded; query values are
+/// decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route<'a> {
     /// `GET /v1/public/domain/{domain}[?explain=true]`
     Domain { raw: &'a str, explain: bool },
@@ -18,9 +21,10 @@ pub enum Route<'a> {
     /// `GET /v1/usage`
     Usage,
     /// `GET /v1/logs[?cursor=C&limit=N]`: the project's recent calls (not counted). `cursor`
-    /// is still as sent (opaque, checked by the handler); an empty one is the first page.
+    /// is percent-decoded, its characters checked, still opaque (the handler reads it); an
+    /// empty one is the first page.
     Logs {
-        cursor: Option<&'a str>,
+        cursor: Option<Cow<'a, str>>,
         limit: usize,
     },
     /// `GET /v1/stats`: the project's calls per day (not counted).
@@ -125,7 +129,7 @@ pub fn route<'a>(
     } else {
         match path {
             "/v1/public/top-domains" if method == Method::GET => Route::TopDomains {
-                limit: top_limit(query)?,
+                limit: limit(query, QueryOf::TopDomains, DEFAULT_TOP_LIMIT, MAX_TOP)?,
             },
             "/v1/public/top-domains" => Route::TopDomains {
                 limit: DEFAULT_TOP_LIMIT,
@@ -154,19 +158,23 @@ pub fn route<'a>(
     }
 }
 
-/// The value of the first `name` parameter of a query (`""` when it has none).
-fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+/// The value of the first `name` parameter of a query (`""` when it has none), names and values
+/// percent-decoded (`?limit=%31%30` is `limit=10`; borrowed when nothing was encoded). Bytes that
+/// decode to no UTF-8 become U+FFFD, which no parameter accepts. `+` stays a `+`: no value of
+/// this API has a space.
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<'q, str>> {
+    let decode = |s: &'q str| percent_encoding::percent_decode_str(s).decode_utf8_lossy();
     query
         .unwrap_or("")
         .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find_map(|(k, v)| (k == name).then_some(v))
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find_map(|(k, v)| (decode(k) == name).then(|| decode(v)))
 }
 
 /// `explain`: `true` or `false` (absent: false); anything else is a bad query, as a bad
 /// `limit` is.
 fn explain(query: Option<&str>) -> Result<bool, RouteError> {
-    match query_param(query, "explain") {
+    match query_param(query, "explain").as_deref() {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
         Some(other) => Err(RouteError::BadQuery(
@@ -176,39 +184,34 @@ fn explain(query: Option<&str>) -> Result<bool, RouteError> {
     }
 }
 
-fn top_limit(query: Option<&str>) -> Result<usize, RouteError> {
+/// The `limit` of a route's query: `default` when absent, else an integer from 1 to `max`.
+fn limit(
+    query: Option<&str>,
+    of: QueryOf,
+    default: usize,
+    max: usize,
+) -> Result<usize, RouteError> {
     let Some(value) = query_param(query, "limit") else {
-        return Ok(DEFAULT_TOP_LIMIT);
+        return Ok(default);
     };
     value
         .parse::<usize>()
         .ok()
-        .filter(|n| (1..=MAX_TOP).contains(n))
+        .filter(|n| (1..=max).contains(n))
         .ok_or_else(|| {
             RouteError::BadQuery(
-                QueryOf::TopDomains,
-                format!("limit must be an integer from 1 to {MAX_TOP}; got '{value}'"),
+                of,
+                format!("limit must be an integer from 1 to {max}; got '{value}'"),
             )
         })
 }
 
 /// `/v1/logs`: `limit` 1..=100 (default 50); `cursor` base64url (an empty one: none).
 fn logs(query: Option<&str>) -> Result<Route<'_>, RouteError> {
-    let limit = match query_param(query, "limit") {
-        None => DEFAULT_LOGS_LIMIT,
-        Some(value) => value
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_LOGS_LIMIT).contains(n))
-            .ok_or_else(|| {
-                RouteError::BadQuery(
-                    QueryOf::Logs,
-                    format!("limit must be an integer from 1 to {MAX_LOGS_LIMIT}; got '{value}'"),
-                )
-            })?,
-    };
+    let limit = limit(query, QueryOf::Logs, DEFAULT_LOGS_LIMIT, MAX_LOGS_LIMIT)?;
     let cursor = match query_param(query, "cursor") {
-        None | Some("") => None,
+        None => None,
+        Some(c) if c.is_empty() => None,
         Some(c)
             if c.len() <= MAX_CURSOR_LEN
                 && c.bytes()
@@ -368,8 +371,16 @@ mod tests {
         assert_eq!(
             get("/v1/logs", Some("limit=1&cursor=MTc-_x")),
             Ok(Route::Logs {
-                cursor: Some("MTc-_x"),
+                cursor: Some("MTc-_x".into()),
                 limit: 1
+            })
+        );
+        // Values are percent-decoded before they are read.
+        assert_eq!(
+            get("/v1/logs", Some("%6Cimit=%31%30&cursor=MTc%2D_x")),
+            Ok(Route::Logs {
+                cursor: Some("MTc-_x".into()),
+                limit: 10
             })
         );
         assert_eq!(get("/v1/stats", Some("x=1")), Ok(Route::Stats));
@@ -380,6 +391,9 @@ mod tests {
             "limit=x",
             "cursor=a%3D",
             "cursor=a.b",
+            "cursor=a%FF",
+            "limit=%",
+            "limit=1%30%30%30",
             &long,
         ] {
             match get("/v1/logs", Some(q)) {
@@ -414,6 +428,43 @@ mod tests {
             get("/v1/public/top-domains", Some("limit=1000")),
             Ok(Route::TopDomains { limit: 1000 })
         );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=%31%30")),
+            Ok(Route::TopDomains { limit: 10 })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=%3")),
+            Err(RouteError::BadQuery(
+                QueryOf::TopDomains,
+                "limit must be an integer from 1 to 1000; got '%3'".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            query_param(Some("a=%41%42c&b"), "a").as_deref(),
+            Some("ABc")
+        );
+        assert_eq!(query_param(Some("a=1&b"), "b").as_deref(), Some(""));
+        assert_eq!(query_param(Some("a+b=1"), "a+b").as_deref(), Some("1"));
+        assert!(matches!(
+            query_param(Some("a=plain"), "a"),
+            Some(Cow::Borrowed("plain"))
+        ));
+        assert_eq!(query_param(Some("a=%FF"), "a").as_deref(), Some("\u{FFFD}"));
+        assert_eq!(query_param(None, "a"), None);
+        for q in ["explain=%74rue", "explain=tru%65"] {
+            assert_eq!(
+                get("/v1/public/domain/a.com", Some(q)),
+                Ok(Route::Domain {
+                    raw: "a.com",
+                    explain: true
+                }),
+                "{q}"
+            );
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
                 .keys_api
                 .managed_file(&settings.gateway.quota),
         ),
+        publish_lock: Arc::default(),
+        record_first_seen: false,
     }
 }
 
@@ -77,7 +79,8 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     let table = sources.build()?;
     log::info!("domain table loaded: {}", summary(&table));
     log_conflicts(&table, &sources.dir);
-    let keys_source = keys_source(&settings);
+    let mut keys_source = keys_source(&settings);
+    keys_source.record_first_seen = true;
     let keys = keys_source.load()?;
     log::info!(
         "keys loaded: {} keys from {}",
@@ -137,6 +140,7 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
         gateway.keys_api.managed_file(&gateway.quota),
         gateway.access.plans.clone(),
         gateway.keys_api.clone(),
+        keys_source.publish_lock.clone(),
         &shared.metrics,
     )?);
     let (lines, dropped) = shared.metrics.access_log_counters();
@@ -152,6 +156,9 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
             .with_keys_api(Some(keys_api.clone())),
     );
     let mut options = HttpServerOptions::default();
+    // Not to proxy CONNECT: Pingora would refuse it itself with a bare 405 (no body, no
+    // `Allow`); let through, it is refused by the gateway, in the contract's shape.
+    options.allow_connect_method_proxying = true;
     // Pingora counts reuses after the first request.
     options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
     // HTTP/2 (TLS with `h2`) has its own idle timeout and header-list bound.

@@ -8,7 +8,7 @@
 //! fetch leaves the table as it is, and a restart serves the cached copies without waiting for
 //! the network (a source never fetched is absent until its first fetch succeeds).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -273,27 +273,14 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Replaces `path` with `content` in one step (temp file, fsync, rename), mode 0600: the
-/// reloader never sees half a file, and a crash leaves the old copy or the new one.
+/// Replaces `path` with `content` in one step, mode 0600 (see [`crate::fsutil`]): the reloader
+/// never sees half a file, and a crash leaves the old copy or the new one. The temporary name
+/// starts with '.', which no source name does, so it is no other source's file.
 fn write_atomic(path: &Path, content: &[u8]) -> Result<(), FetchError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let store = |source| FetchError::Store {
+    crate::fsutil::write_atomic(path, 0o600, content).map_err(|source| FetchError::Store {
         path: path.to_owned(),
         source,
-    };
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("copy");
-    // Source names cannot start with '.', so the temp name is no other source's file.
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(store)?;
-    file.write_all(content).map_err(store)?;
-    file.sync_all().map_err(store)?;
-    std::fs::rename(&tmp, path).map_err(store)
+    })
 }
 
 /// Why the sources folder cannot be used.

@@ -7,7 +7,9 @@
 //! it. The callback runs inside each handshake and only takes a reference to the pair in
 //! service, so a reload is one pointer swap; handshakes in progress finish with the pair they
 //! took, and a pair that fails to load (unreadable, not PEM, key not matching the certificate)
-//! never replaces the one in service.
+//! never replaces the one in service. Nor does a certificate outside its validity period (expired,
+//! or not valid yet): clients would refuse it, while the one in service still works; at start
+//! such a certificate stops the start.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +55,18 @@ pub enum TlsError {
         what: &'static str,
         source: ErrorStack,
     },
+    #[error("gateway.tls.cert {path}: the certificate (serial {serial}) expired on {not_after}: clients refuse it; install a current one")]
+    Expired {
+        path: PathBuf,
+        serial: String,
+        not_after: String,
+    },
+    #[error("gateway.tls.cert {path}: the certificate (serial {serial}) is not valid before {not_before}: clients refuse it until then")]
+    NotYetValid {
+        path: PathBuf,
+        serial: String,
+        not_before: String,
+    },
     #[error("gateway.tls: cannot set up TLS: {0}")]
     Settings(String),
 }
@@ -69,6 +83,9 @@ pub struct CertPair {
     pub not_after: String,
     /// The expiry as Unix time, for the metric.
     pub not_after_unix: i64,
+    /// The start of the validity period, as text and Unix time.
+    pub not_before: String,
+    pub not_before_unix: i64,
 }
 
 impl std::fmt::Debug for CertPair {
@@ -155,27 +172,53 @@ impl CertPair {
             .to_bn()
             .and_then(|bn| bn.to_hex_str().map(|s| s.to_string()))
             .map_err(cert_error("unreadable serial number"))?;
-        let not_after_unix = Asn1Time::from_unix(0)
-            .and_then(|epoch| epoch.diff(leaf.not_after()))
-            .map(|d| i64::from(d.days) * 86_400 + i64::from(d.secs))
-            .map_err(cert_error("unreadable expiry"))?;
+        let unix = |t: &openssl::asn1::Asn1TimeRef| {
+            Asn1Time::from_unix(0)
+                .and_then(|epoch| epoch.diff(t))
+                .map(|d| i64::from(d.days) * 86_400 + i64::from(d.secs))
+        };
+        let not_after_unix = unix(leaf.not_after()).map_err(cert_error("unreadable expiry"))?;
+        let not_before_unix =
+            unix(leaf.not_before()).map_err(cert_error("unreadable start of validity"))?;
         Ok(CertPair {
             subject: name_text(leaf.subject_name()),
             serial,
             not_after: leaf.not_after().to_string(),
             not_after_unix,
+            not_before: leaf.not_before().to_string(),
+            not_before_unix,
             leaf,
             chain: certs,
             key,
         })
     }
 
-    /// Whether the leaf has expired (clients will refuse it).
-    fn expired(&self) -> bool {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        self.not_after_unix <= now
+    /// Reads a pair (as [`CertPair::load`]) that is also valid now: what `serve` and
+    /// `check-config` accept at start.
+    pub fn load_current(cert_path: &Path, key_path: &Path) -> Result<CertPair, TlsError> {
+        let pair = CertPair::load(cert_path, key_path)?;
+        pair.check_validity(cert_path, unix_now())?;
+        Ok(pair)
+    }
+
+    /// Whether the leaf is inside its validity period at `now` (Unix time): clients refuse it
+    /// otherwise.
+    fn check_validity(&self, path: &Path, now: i64) -> Result<(), TlsError> {
+        if self.not_after_unix <= now {
+            return Err(TlsError::Expired {
+                path: path.to_owned(),
+                serial: self.serial.clone(),
+                not_after: self.not_after.clone(),
+            });
+        }
+        if self.not_before_unix > now {
+            return Err(TlsError::NotYetValid {
+                path: path.to_owned(),
+                serial: self.serial.clone(),
+                not_before: self.not_before.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Sets this pair on one connection in its handshake.
@@ -196,16 +239,15 @@ pub struct TlsSource {
     not_after: Option<Gauge>,
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 impl TlsSource {
     fn note(&self, pair: &CertPair, what: &str) {
         log::info!("TLS certificate {what}: {pair}");
-        if pair.expired() {
-            log::warn!(
-                "TLS certificate {} expired on {}: clients will refuse it",
-                self.cert.display(),
-                pair.not_after
-            );
-        }
         if let Some(gauge) = &self.not_after {
             // f64 holds every Unix time of this era exactly.
             gauge.set(pair.not_after_unix as f64);
@@ -227,6 +269,14 @@ impl Reloadable for TlsSource {
 
     fn build(&self) -> Result<CertPair, TlsError> {
         CertPair::load(&self.cert, &self.key)
+    }
+
+    /// A pair outside its validity period is refused (the reloader logs it at WARN and counts
+    /// `drg_reloads_total{source="tls",result="refused"}`): the pair in service still works.
+    /// Not retried until the files change again (or SIGHUP), also for a certificate that
+    /// becomes valid later: replace it once it is.
+    fn accept(&self, _current: &CertPair, next: &CertPair) -> Result<(), TlsError> {
+        next.check_validity(&self.cert, unix_now())
     }
 
     fn published(&self, pair: &CertPair) {
@@ -263,7 +313,7 @@ pub fn listener(
     poll_interval: Duration,
     metrics: &Metrics,
 ) -> Result<ListenerTls, TlsError> {
-    let pair = CertPair::load(&config.cert, &config.key)?;
+    let pair = CertPair::load_current(&config.cert, &config.key)?;
     let not_after = match metrics.gauge(
         "drg_tls_cert_not_after_seconds",
         "Expiry (Unix time) of the certificate the public listener serves.",

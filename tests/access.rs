@@ -307,6 +307,55 @@ fn counts_survive_a_graceful_restart() {
     }
 }
 
+/// The value of the `/metrics` line named `name` (no labels).
+fn metric(gw: &Gateway, name: &str) -> Option<f64> {
+    let text = String::from_utf8(gw.admin_get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn a_full_slot_table_refuses_new_projects_and_tells_the_metrics() {
+    const A: &str = "drg_a_key_dddddddddddddddddddddddddddddddddddddddd";
+    const B: &str = "drg_b_key_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+    let gw = Gateway::builder()
+        .key("a", A, "test", &[])
+        .key("b", B, "test", &[])
+        .quota_section(
+            "quota: { state_file: state/quota.counters, flush_interval_ms: 200, slots: 2 }",
+        )
+        .start();
+    assert_eq!(gw.get(LOOKUP).status, 200);
+    assert_eq!(gw.conn_as(Some(A)).get(LOOKUP).unwrap().status, 200);
+    // Both slots are taken: the third project is refused, not served uncounted.
+    for _ in 0..2 {
+        let r = gw.conn_as(Some(B)).get(LOOKUP).unwrap();
+        r.assert_error(503, "service_unavailable");
+    }
+    // Projects holding a slot keep counting.
+    let mut a = gw.conn_as(Some(A));
+    assert_eq!(a.get(LOOKUP).unwrap().status, 200);
+    assert_eq!(a.get("/v1/usage").unwrap().json()["used"], 2);
+    assert_eq!(
+        gw.conn_as(Some(B)).get("/v1/usage").unwrap().json()["used"],
+        0
+    );
+    assert_eq!(metric(&gw, "drg_quota_slots"), Some(2.0));
+    assert_eq!(metric(&gw, "drg_quota_slots_used"), Some(2.0));
+    assert_eq!(metric(&gw, "drg_quota_slots_full_total"), Some(2.0));
+    assert_eq!(metric(&gw, "drg_quota_refused_calls_total"), Some(2.0));
+    let log = gw.log();
+    assert_eq!(
+        log.matches("all 2 slots of the quota table are taken")
+            .count(),
+        1,
+        "one warning: {log}"
+    );
+    // Readiness stays: one project's refusal is no reason to take the gateway out.
+    assert_eq!(gw.admin_get("/readyz").status, 200);
+}
+
 #[test]
 fn a_corrupt_state_file_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();

@@ -211,6 +211,33 @@ fn pages_without_gaps_or_repeats(gw: &Gateway) {
     );
 }
 
+/// Ids and cursors are the project's own: another project's first entry has the first id of
+/// its own log (`first_id`), whatever the busy project did, and a cursor given to one project
+/// is refused to another.
+fn ids_and_cursors_are_per_project(gw: &Gateway, first_id: impl Fn(&str) -> bool) {
+    let r = Conn::open_as(gw.addr, Some(OTHER_SECRET))
+        .unwrap()
+        .get("/v1/public/domain/other.example")
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", text(&r));
+    wait_until(WAIT, || log_count(gw, OTHER_SECRET) == 1);
+    let item = get(gw, OTHER_SECRET, "/v1/logs").json()["items"][0].clone();
+    assert_eq!(item["email_domain"], "other.example");
+    let id = item["id"].as_str().unwrap();
+    assert!(first_id(id), "the other project's first id is {id}");
+    let page = get(gw, TEST_SECRET, "/v1/logs?limit=1").json();
+    let cursor = page["next_cursor"]
+        .as_str()
+        .expect("a second page")
+        .to_owned();
+    assert_eq!(
+        get(gw, TEST_SECRET, &format!("/v1/logs?cursor={cursor}")).status,
+        200
+    );
+    get(gw, OTHER_SECRET, &format!("/v1/logs?cursor={cursor}"))
+        .assert_error(422, "validation_error");
+}
+
 /// Lookups and checks, safe and not: the stats of today add up; checks are logged with the
 /// upstream's verdict under their domain; a check answered without a verdict is counted, not
 /// logged.
@@ -331,6 +358,7 @@ fn embedded_logs_and_stats() {
     let gw = builder().upstream(upstream.addr).start();
     key_required_and_not_counted(&gw);
     pages_without_gaps_or_repeats(&gw);
+    ids_and_cursors_are_per_project(&gw, |id| id == "1");
     let stats = stats_and_checks_add_up(&gw);
     let logged = log_count(&gw, TEST_SECRET);
     let dir = gw.stop();
@@ -366,8 +394,9 @@ fn embedded_logs_and_stats() {
         .expect("today is in the chart of 25 h later");
     assert_eq!(day["total_requests"], stats.0);
     assert_eq!(chart[29]["total_requests"], 0);
+    // The other project's one entry expires too.
     wait_until(WAIT, || {
-        metric(&gw, "drg_calls_expired_total") == logged as u64
+        metric(&gw, "drg_calls_expired_total") == logged as u64 + 1
     });
     // Back in time, the read filter would show them again: the sweep deleted them for good.
     let dir = gw.stop();
@@ -460,6 +489,9 @@ fn redis_logs_and_stats() {
     let gw = start(None);
     key_required_and_not_counted(&gw);
     pages_without_gaps_or_repeats(&gw);
+    // Stream ids are `<ms>-<n>`, n counting entries of the same millisecond of this project's
+    // own stream.
+    ids_and_cursors_are_per_project(&gw, |id| id.ends_with("-0"));
     let stats = stats_and_checks_add_up(&gw);
     let logged = log_count(&gw, TEST_SECRET);
     // A second gateway on the same Redis sees the same logs and stats.

@@ -287,3 +287,60 @@ fn key_new_appends_to_an_explicitly_empty_keys_file() {
     assert!(ok, "{err}");
     assert!(out.contains("1 keys"), "{out}");
 }
+
+/// `key new` run under `umask`.
+fn run_with_umask(umask: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(BIN)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn key_new_append_replaces_the_file_whole_keeping_its_mode_whatever_the_umask() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "");
+    let keys = dir.path().join("keys.yaml");
+    let args = |id: &'static str| {
+        vec![
+            "key", "new", "-c", &conf, "--id", id, "--plan", "pro", "--append",
+        ]
+    };
+    // No keys file yet: created owner-only, even under a permissive umask.
+    let (ok, out, err) = run_with_umask("000", &args("first"));
+    assert!(ok, "{err}");
+    assert!(out.contains("entry appended to"), "{out}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&keys), 0o600);
+    // The operator's mode is kept, even under a umask that would strip it.
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let inode = std::fs::metadata(&keys).unwrap().ino();
+    let (ok, _, err) = run_with_umask("077", &args("second"));
+    assert!(ok, "{err}");
+    assert_eq!(mode(&keys), 0o640);
+    // Replaced (a new file renamed over the old one), not written in place.
+    assert_ne!(std::fs::metadata(&keys).unwrap().ino(), inode);
+    let text = std::fs::read_to_string(&keys).unwrap();
+    assert!(
+        text.contains("  - id: first\n") && text.contains("  - id: second\n"),
+        "{text}"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(names.is_empty(), "temporary files left: {names:?}");
+    let (ok, out, err) = run(&["check-config", "-c", &conf]);
+    assert!(ok, "{err}");
+    assert!(out.contains("2 keys"), "{out}");
+}

@@ -29,40 +29,6 @@ fn builder() -> GatewayBuilder {
         .key("browser", BROWSER, "starter", &["https://app.example"])
 }
 
-/// One request on a fresh connection (closed after it), with an optional body.
-fn send(
-    gw: &Gateway,
-    method: &str,
-    path: &str,
-    secret: Option<&str>,
-    extra: &[(&str, &str)],
-    body: Option<&[u8]>,
-) -> Response {
-    let mut stream = TcpStream::connect(gw.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    if let Some(s) = secret {
-        req.push_str(&format!("Authorization: Bearer {s}\r\n"));
-    }
-    for (k, v) in extra {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if let Some(b) = body {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            b.len()
-        ));
-    }
-    req.push_str("\r\n");
-    stream.write_all(req.as_bytes()).unwrap();
-    if let Some(b) = body {
-        stream.write_all(b).unwrap();
-    }
-    read_response(&mut BufReader::new(stream)).unwrap()
-}
-
 fn list(gw: &Gateway, secret: &str) -> Value {
     let r = send(gw, "GET", "/v1/keys", Some(secret), &[], None);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -265,11 +231,8 @@ fn browser_keys_and_hostile_bodies_are_refused_with_json() {
         .gateway_yaml("keys_api: { body_timeout_ms: 300 }")
         .start();
     let origin = [("Origin", "https://app.example")];
-    // A browser key lists, but does not manage.
-    assert_eq!(
-        send(&gw, "GET", "/v1/keys", Some(BROWSER), &origin, None).status,
-        200
-    );
+    // A browser key neither lists nor manages (tests/tenancy.rs checks every such route).
+    send(&gw, "GET", "/v1/keys", Some(BROWSER), &origin, None).assert_error(403, "forbidden");
     let r = send(&gw, "POST", "/v1/keys", Some(BROWSER), &origin, Some(b"{}"));
     r.assert_error(403, "forbidden");
     send(&gw, "POST", "/v1/keys", None, &[], Some(b"{}")).assert_error(401, "unauthorized");
@@ -374,10 +337,10 @@ fn gateways_sharing_the_managed_file_see_new_and_revoked_keys() {
     wait_until(Duration::from_secs(5), || lookup(&b, &secret) == 200);
     assert!(ids(&list(&b, SERVER)).contains(&made["id"].as_str().unwrap().to_owned()));
     // Revoked on b (which did not make it): refused there at once, on a within a poll
-    // (reload.poll_interval_ms is 100 in tests).
+    // (reload.poll_interval_ms is 100 in tests; the bound leaves room for a loaded machine).
     assert_eq!(revoke(&b, SERVER, made["id"].as_str().unwrap()).status, 204);
     assert_eq!(lookup(&b, &secret), 401);
-    wait_until(Duration::from_secs(1), || lookup(&a, &secret) == 401);
+    wait_until(Duration::from_secs(5), || lookup(&a, &secret) == 401);
 }
 
 #[test]

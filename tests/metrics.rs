@@ -126,6 +126,7 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
         expected(&[
             (r#"{reason="forbidden"}"#, 1.0),
             (r#"{reason="quota_exceeded"}"#, 1.0),
+            (r#"{reason="rate_limited"}"#, 0.0),
             (r#"{reason="unauthorized"}"#, 1.0),
         ])
     );
@@ -142,7 +143,10 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
     assert_eq!(all["drg_upstream_duration_seconds_count"], 0.0);
     assert_eq!(all["drg_table_names"], 2.0, "{text}");
     assert_eq!(all["drg_table_generation"], 1.0, "{text}");
-    assert_eq!(all["drg_quota_uncounted_calls_total"], 0.0, "{text}");
+    assert_eq!(all["drg_quota_slots_full_total"], 0.0, "{text}");
+    assert_eq!(all["drg_quota_refused_calls_total"], 0.0, "{text}");
+    assert_eq!(all["drg_quota_slots"], 65_536.0, "{text}");
+    assert!(all["drg_quota_slots_used"] <= 2.0, "{text}");
     assert_eq!(all["drg_keys"], 2.0);
     assert_eq!(all["drg_quota_store_up"], 1.0);
     assert_eq!(all["drg_quota_breaker_open"], 0.0);

@@ -218,14 +218,13 @@ fn lookups_in_flight_are_bounded_and_the_rest_fail_open_at_once() {
             thread::spawn(move || {
                 let mut c = Conn::open(addr).unwrap();
                 start.wait();
-                let asked = Instant::now();
                 let r = c.get(&format!("/v1/public/domain/slow{i}.test")).unwrap();
-                (r.status, r.json(), asked.elapsed())
+                (r.status, r.json())
             })
         })
         .collect();
     for c in clients {
-        let (status, r, took) = c.join().unwrap();
+        let (status, r) = c.join().unwrap();
         assert_eq!(status, 200, "{r}");
         // Fail open: what a timeout gives, not a 5xx and not a wait for DNS.
         assert_eq!(
@@ -233,10 +232,19 @@ fn lookups_in_flight_are_bounded_and_the_rest_fail_open_at_once() {
             (&"safe".into(), &20.into(), &false.into()),
             "{r}"
         );
-        assert!(took < Duration::from_secs(5), "{took:?}");
     }
     let held = server.most_held();
     assert!((1..=MAX_INFLIGHT).contains(&held), "{held} queries at once");
+    // Every name either took a slot (its query reaches DNS, from the background should the
+    // request have given up first) or was refused one, which is counted and answered at once.
+    let refused = gw.metric("drg_mx_lookups_refused_total").unwrap() as usize;
+    assert!(refused >= 1, "no lookup was refused");
+    wait_until(Duration::from_secs(20), || {
+        let queried = (0..NAMES)
+            .filter(|i| server.count(&format!("slow{i}.test"), RecordType::MX) > 0)
+            .count();
+        queried + refused == NAMES
+    });
     // Still healthy, and the slots come back: a name it has not seen gets its evidence.
     assert_eq!(gw.get("/healthz").status, 200);
     wait_until(Duration::from_secs(20), || {
@@ -247,24 +255,32 @@ fn lookups_in_flight_are_bounded_and_the_rest_fail_open_at_once() {
 
 #[test]
 fn a_dead_dns_server_costs_at_most_the_budget_and_fails_open() {
-    let gw = Gateway::builder().dns(black_hole()).start();
+    // DNS gives up after 30 s: an answer before that is the budget's fail-open, not DNS's.
+    let gw = Gateway::builder()
+        .dns(black_hole())
+        .mx_yaml("query_timeout_ms: 30000")
+        .start();
     let started = Instant::now();
     let r = record(&gw, "whatever.test");
     let took = started.elapsed();
     assert_eq!(r["reason"], "safe");
     assert_eq!(r["mx_provider_label"], serde_json::Value::Null);
     assert_eq!(r["is_corporate_email"], false);
-    // budget_ms is 300 in the test config.
-    assert!(took < Duration::from_millis(1000), "{took:?}");
+    // The lookup still waits for DNS, holding its slot, after the request was answered.
+    assert_eq!(gw.metric("drg_mx_lookups_in_flight"), Some(1.0));
+    // budget_ms is 300 in the test config: the request waited for it (a timer never fires
+    // early); the upper bound is the behaviour, far from both the budget and DNS's 30 s.
     assert!(took >= Duration::from_millis(250), "{took:?}");
-    // Table hits never wait for DNS.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // Table hits never ask DNS: no lookup is even started (misses count every one, refused
+    // ones included).
     let gw2 = Gateway::builder()
         .dns(black_hole())
         .data("disposable.txt", "listed.test\n")
         .start();
-    let started2 = Instant::now();
     assert_eq!(record(&gw2, "listed.test")["reason"], "disposable");
-    assert!(started2.elapsed() < Duration::from_millis(200));
+    assert_eq!(gw2.metric("drg_mx_cache_misses_total"), Some(0.0));
+    assert_eq!(gw2.metric("drg_mx_cache_hits_total"), Some(0.0));
 }
 
 #[test]

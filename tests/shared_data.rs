@@ -1,32 +1,25 @@
-//! The loaders on the real community lists in `../shared/data`, when present (skipped otherwise:
-//! no test requires them).
+//! The loaders on real-world lists: the community blocklist and allowlist the gateway ships
+//! (`data/community/`), and the old willwhite/freemail list kept as a test fixture
+//! (`tests/fixtures/freemail/`, not shipped). All are in the repository: nothing here skips.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use domain_risk_gateway::domain::sources::add_domain_list;
 use domain_risk_gateway::domain::{classify, DomainName, ListKind, Reason, Scores, TableBuilder};
 
-fn shared(file: &str) -> Option<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(file);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(text),
-        Err(_) => {
-            eprintln!("skipped: {} is not present", path.display());
-            None
-        }
-    }
+/// A file of the repository, by its path from the crate root.
+fn read(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+const BLOCKLIST: &str = "data/community/disposable-email-domains/disposable_email_blocklist.conf";
+const ALLOWLIST: &str = "data/community/disposable-email-domains/allowlist.conf";
+const OLD_FREE_LIST: &str = "tests/fixtures/freemail/free.txt";
 
 #[test]
 fn community_blocklist_and_allowlist_load_and_classify() {
-    let (Some(block), Some(allow)) = (
-        shared("disposable-email-domains/disposable_email_blocklist.conf"),
-        shared("disposable-email-domains/allowlist.conf"),
-    ) else {
-        return;
-    };
+    let (block, allow) = (read(BLOCKLIST), read(ALLOWLIST));
     let mut b = TableBuilder::new();
     let n = add_domain_list(&mut b, &block, "blocklist", ListKind::Disposable).unwrap();
     assert_eq!(n, block.lines().count(), "every line is a domain");
@@ -68,9 +61,7 @@ fn community_blocklist_and_allowlist_load_and_classify() {
 
 #[test]
 fn old_free_list_is_rejected_at_its_first_non_domain() {
-    let Some(free) = shared("free-email-providers/free.txt") else {
-        return;
-    };
+    let free = read(OLD_FREE_LIST);
     let bad_line = free
         .lines()
         .position(|l| DomainName::parse(l).is_err())
@@ -88,12 +79,7 @@ fn old_free_list_is_rejected_at_its_first_non_domain() {
 
 #[test]
 fn free_list_wins_over_the_blocklist_where_they_overlap() {
-    let (Some(block), Some(free)) = (
-        shared("disposable-email-domains/disposable_email_blocklist.conf"),
-        shared("free-email-providers/free.txt"),
-    ) else {
-        return;
-    };
+    let (block, free) = (read(BLOCKLIST), read(OLD_FREE_LIST));
     let mut b = TableBuilder::new();
     add_domain_list(&mut b, &block, "blocklist", ListKind::Disposable).unwrap();
     let valid: String = free
@@ -104,7 +90,7 @@ fn free_list_wins_over_the_blocklist_where_they_overlap() {
     add_domain_list(&mut b, &valid, "free.txt", ListKind::FreeProvider).unwrap();
     let table = b.build(Scores::default());
     let conflicts = &table.stats().conflicts;
-    // The data README counts 10 domains on both lists.
+    // 10 of its names are on the blocklist too (tests/fixtures/freemail/README.md).
     assert_eq!(conflicts.len(), 10, "{conflicts:?}");
     for c in conflicts {
         let name = DomainName::parse(&c.domain).unwrap();

@@ -33,6 +33,13 @@ fn new_key() -> PKey<Private> {
     PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
 /// A certificate for `key`, signed by `issuer` (self-signed when `None`).
 fn certificate(
     cn: &str,
@@ -40,6 +47,20 @@ fn certificate(
     key: &PKey<Private>,
     issuer: Option<(&X509, &PKey<Private>)>,
     ca: bool,
+) -> X509 {
+    // An hour back, so a second of clock skew between here and the handshake cannot matter.
+    let now = unix_now();
+    certificate_valid(cn, serial, key, issuer, ca, (now - 3600, now + 30 * 86_400))
+}
+
+/// [`certificate`] valid from `validity.0` to `validity.1` (Unix times).
+fn certificate_valid(
+    cn: &str,
+    serial: u32,
+    key: &PKey<Private>,
+    issuer: Option<(&X509, &PKey<Private>)>,
+    ca: bool,
+    validity: (i64, i64),
 ) -> X509 {
     let mut name = X509NameBuilder::new().unwrap();
     name.append_entry_by_text("CN", cn).unwrap();
@@ -52,14 +73,9 @@ fn certificate(
     b.set_issuer_name(issuer.map_or(&*name, |(c, _)| c.subject_name()))
         .unwrap();
     b.set_pubkey(key).unwrap();
-    // An hour back, so a second of clock skew between here and the handshake cannot matter.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    b.set_not_before(&Asn1Time::from_unix(now - 3600).unwrap())
+    b.set_not_before(&Asn1Time::from_unix(validity.0).unwrap())
         .unwrap();
-    b.set_not_after(&Asn1Time::days_from_now(30).unwrap())
+    b.set_not_after(&Asn1Time::from_unix(validity.1).unwrap())
         .unwrap();
     if ca {
         b.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
@@ -125,12 +141,24 @@ impl Pki {
 
     /// A leaf for `key` as (chain PEM: leaf then intermediate, key PEM).
     fn leaf(&self, serial: u32, key: &PKey<Private>) -> (String, String) {
-        let leaf = certificate(
+        let now = unix_now();
+        self.leaf_valid(serial, key, (now - 3600, now + 30 * 86_400))
+    }
+
+    /// [`Pki::leaf`] valid from `validity.0` to `validity.1` (Unix times).
+    fn leaf_valid(
+        &self,
+        serial: u32,
+        key: &PKey<Private>,
+        validity: (i64, i64),
+    ) -> (String, String) {
+        let leaf = certificate_valid(
             "localhost",
             serial,
             key,
             Some((&self.inter, &self.inter_key)),
             false,
+            validity,
         );
         let chain = [leaf.to_pem().unwrap(), self.inter.to_pem().unwrap()].concat();
         (
@@ -234,16 +262,11 @@ fn metric(gw: &Gateway, parts: &[&str]) -> Option<f64> {
 }
 
 /// curl over HTTPS trusting the test CA: (HTTP version as curl reports it, status, headers, body).
-/// `None` when curl is not installed.
-fn curl(
-    gw: &Gateway,
-    pki: &Pki,
-    args: &[&str],
-    path: &str,
-) -> Option<(String, u16, String, String)> {
+/// curl is the HTTP/2 client of these tests: without it they fail (a skip would pass untested).
+fn curl(gw: &Gateway, pki: &Pki, args: &[&str], path: &str) -> (String, u16, String, String) {
     let port = gw.addr.port();
     let headers = pki.dir.join("curl-headers.txt");
-    let out = match Command::new("curl")
+    let out = Command::new("curl")
         .args(["-sS", "--cacert"])
         .arg(pki.ca())
         .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
@@ -253,16 +276,7 @@ fn curl(
         .args(args)
         .arg(format!("https://localhost:{port}{path}"))
         .output()
-    {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "curl is not installed (scripts/deps.sh installs it): skipping the curl part"
-            );
-            return None;
-        }
-        Err(e) => panic!("curl: {e}"),
-    };
+        .unwrap_or_else(|e| panic!("curl: {e} (scripts/test installs it)"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -271,12 +285,12 @@ fn curl(
     );
     let (body, tail) = stdout.rsplit_once('\n').unwrap();
     let (version, code) = tail.split_once(' ').unwrap();
-    Some((
+    (
         version.to_owned(),
         code.parse().unwrap(),
         std::fs::read_to_string(&headers).unwrap().to_lowercase(),
         body.to_owned(),
-    ))
+    )
 }
 
 #[test]
@@ -308,9 +322,8 @@ fn http1_over_tls_serves_the_contract_and_keeps_its_limits() {
     assert!(gw.conn().get(LOOKUP).is_err());
 
     // Without `h2`, HTTP/2 is not agreed: curl falls back to HTTP/1.1.
-    if let Some((version, status, _, _)) = curl(&gw, &pki, &["--http2"], "/healthz") {
-        assert_eq!((version.as_str(), status), ("1.1", 200));
-    }
+    let (version, status, _, _) = curl(&gw, &pki, &["--http2"], "/healthz");
+    assert_eq!((version.as_str(), status), ("1.1", 200));
     assert!(gw
         .log()
         .contains("TLS certificate loaded: subject CN=localhost, serial 64"));
@@ -324,17 +337,14 @@ fn http1_over_tls_serves_the_contract_and_keeps_its_limits() {
 fn h2_by_alpn_goes_through_the_same_routes_and_checks() {
     let (gw, pki, up) = gateway(true);
     let key = format!("Authorization: {}", bearer(TEST_SECRET));
-    let Some((version, status, headers, body)) = curl(&gw, &pki, &["--http2", "-H", &key], LOOKUP)
-    else {
-        return;
-    };
+    let (version, status, headers, body) = curl(&gw, &pki, &["--http2", "-H", &key], LOOKUP);
     assert_eq!((version.as_str(), status), ("2", 200), "{headers}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["reason"], "disposable");
     for header in ["ratelimit:", "ratelimit-policy:", "vary: origin"] {
         assert!(headers.contains(header), "{header} missing in:\n{headers}");
     }
-    let (version, status, headers, _) = curl(&gw, &pki, &["--http2"], LOOKUP).unwrap();
+    let (version, status, headers, _) = curl(&gw, &pki, &["--http2"], LOOKUP);
     assert_eq!((version.as_str(), status), ("2", 401));
     assert!(headers.contains("www-authenticate:"), "{headers}");
     // The header bound applies to HTTP/2's header list.
@@ -367,8 +377,7 @@ fn h2_by_alpn_goes_through_the_same_routes_and_checks() {
         &pki,
         &["--http2", "-H", &key],
         "/v1/check/jane@example.com",
-    )
-    .unwrap();
+    );
     assert_eq!((version.as_str(), status), ("2", 200), "{body}");
     let seen = up.requests();
     assert_eq!(seen.len(), 1);
@@ -550,5 +559,56 @@ fn a_bad_certificate_pair_stops_the_start_and_fails_check_config() {
     let (ok, out) = run(&serve);
     assert!(!ok);
     assert!(out.contains("no PEM certificate"), "{out}");
+    drop(dir);
+}
+
+#[test]
+fn a_certificate_outside_its_validity_is_refused_on_reload_and_stops_the_start() {
+    let (gw, pki, _up) = gateway(false);
+    let tls = pki.connector();
+    let old = serial_hex(100);
+    let refused = || {
+        metric(
+            &gw,
+            &["drg_reloads_total", "source=\"tls\"", "result=\"refused\""],
+        )
+        .unwrap_or(0.0)
+    };
+    let day = 86_400;
+    let now = unix_now();
+    let expired = pki.leaf_valid(300, &new_key(), (now - 30 * day, now - day));
+    let early = pki.leaf_valid(301, &new_key(), (now + day, now + 30 * day));
+    for (n, (cert, key), says) in [
+        (1.0, &expired, "expired on"),
+        (2.0, &early, "is not valid before"),
+    ] {
+        pki.replace(cert, key);
+        wait_until(Duration::from_secs(10), || refused() >= n);
+        let log = gw.log();
+        assert!(
+            log.contains("TLS certificate: reload refused, keeping the current data")
+                && log.contains(says),
+            "{log}"
+        );
+        // The pair in service stays.
+        let (r, serial) = https(gw.addr, &tls, LOOKUP, Some(TEST_SECRET), "").unwrap();
+        assert_eq!((r.status, serial), (200, old.clone()));
+    }
+    assert_eq!(refused(), 2.0);
+
+    // At start, an expired certificate stops `serve` and fails `check-config`.
+    let conf = gw.conf.to_str().unwrap().to_owned();
+    let dir = gw.stop();
+    pki.replace(&expired.0, &expired.1);
+    let serve = ["-c", &conf, "serve", "--listen", "127.0.0.1:1"];
+    for args in [&["check-config", "-c", &conf][..], &serve[..]] {
+        let (ok, out) = run(args);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(
+            out.contains("gateway.tls.cert")
+                && out.contains(&format!("(serial {}) expired on", serial_hex(300))),
+            "{args:?}: {out}"
+        );
+    }
     drop(dir);
 }

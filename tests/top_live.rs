@@ -136,12 +136,21 @@ fn flagged_lookups_rank_by_flags_then_score_then_name() {
     wait_for_expected(&gw);
     assert_eq!(top(&gw, 100), expected());
     assert_eq!(names(&gw, 2), ["yopmail.com", "mailinator.com"]);
-    // Safe answers never count: looking up safe names changes nothing.
+    // Safe answers never count: looking up safe names changes nothing. The proof that the
+    // gateway has processed them is a flagged lookup made after them: once the ranking shows it,
+    // any count of theirs would show too (the drain takes every buffer at once).
     look_up(&gw, &[("gmail.com", 50), ("example.org", 50)]);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(top(&gw, 100), expected());
+    look_up(&gw, &[("other.example", 1)]);
+    let mut want = expected();
+    let other = want.pop().unwrap();
+    assert_eq!(other.0, "other.example");
+    // 1 flag now: among the others with 1 flag, by score (100), then name.
+    want.insert(4, other);
+    let names: Vec<&str> = want.iter().map(|e| e.0.as_str()).collect();
+    wait_for(&gw, &names);
+    assert_eq!(top(&gw, 100), want);
     let metrics = String::from_utf8(gw.admin_get("/metrics").body).unwrap();
-    assert!(metrics.contains("drg_top_flags_total 10"), "{metrics}");
+    assert!(metrics.contains("drg_top_flags_total 11"), "{metrics}");
 }
 
 #[test]
@@ -264,6 +273,25 @@ fn two_gateways_on_one_redis_agree() {
     assert!(redis.int(&["TTL", &today_key()]).unwrap() > 0);
 }
 
+/// Failed Redis steps (`add` or `read`) of the gateway's top-domains sharing.
+fn sync_failures(gw: &Gateway, step: &str) -> f64 {
+    let sample = format!("drg_top_sync_failures_total{{step=\"{step}\"}}");
+    // The labelled counter appears with its first failure.
+    gw.metric(&sample).unwrap_or(0.0)
+}
+
+/// Waits until the gateway has run later syncs than the one last seen in Redis: each of the
+/// flagged `names`, looked up once in turn, reaches Redis only with a sync that starts after
+/// its lookup (a sync sends what was counted before it).
+fn wait_for_later_syncs(gw: &Gateway, redis: &RedisServer, names: &[&str]) {
+    for name in names {
+        look_up(gw, &[(name, 1)]);
+        wait_until(Duration::from_secs(15), || {
+            redis.int(&["ZSCORE", &today_key(), name]) == Some(1)
+        });
+    }
+}
+
 #[test]
 fn counts_made_while_redis_is_down_or_slow_serve_locally_and_reach_it_once() {
     let mut redis = RedisServer::start(true);
@@ -272,17 +300,23 @@ fn counts_made_while_redis_is_down_or_slow_serve_locally_and_reach_it_once() {
     wait_until(Duration::from_secs(15), || {
         redis.int(&["ZSCORE", &today_key(), "dead.example"]) == Some(2)
     });
+    // That batch is in Redis: nothing is left to send, so the next failed `add` is the batch
+    // counted below.
+    let adds_failed = sync_failures(&gw, "add");
     redis.kill();
     look_up(&gw, &[("yopmail.com", 3)]);
     // Ranked here at once, Redis or not.
     wait_for(&gw, &["yopmail.com", "dead.example"]);
-    std::thread::sleep(Duration::from_millis(500));
+    // The gateway tried to send them to the dead Redis: they wait to be sent again.
+    wait_until(Duration::from_secs(15), || {
+        sync_failures(&gw, "add") > adds_failed
+    });
     redis.restart();
     wait_until(Duration::from_secs(15), || {
         redis.int(&["ZSCORE", &today_key(), "yopmail.com"]) == Some(3)
     });
     // Several syncs later, still added once.
-    std::thread::sleep(Duration::from_millis(600));
+    wait_for_later_syncs(&gw, &redis, &["aa.example", "zz.example"]);
     assert_eq!(redis.int(&["ZSCORE", &today_key(), "yopmail.com"]), Some(3));
     assert_eq!(
         redis.int(&["ZSCORE", &today_key(), "dead.example"]),
@@ -292,22 +326,17 @@ fn counts_made_while_redis_is_down_or_slow_serve_locally_and_reach_it_once() {
 
     // A batch whose answer comes too late (Redis paused with the call in its socket) is sent
     // again under the same id once Redis answers: Redis runs both, adds it once.
-    let failures = |gw: &Gateway| -> u64 {
-        let metrics = String::from_utf8(gw.admin_get("/metrics").body).unwrap();
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("drg_top_sync_failures_total{step=\"add\"} "))
-            .map_or(0, |v| v.parse().unwrap())
-    };
-    let before = failures(&gw);
+    let before = sync_failures(&gw, "add");
     redis.pause();
     look_up(&gw, &[("mailinator.com", 4)]);
-    wait_until(Duration::from_secs(15), || failures(&gw) > before);
+    wait_until(Duration::from_secs(15), || {
+        sync_failures(&gw, "add") > before
+    });
     redis.resume();
     wait_until(Duration::from_secs(15), || {
         redis.int(&["ZSCORE", &today_key(), "mailinator.com"]) == Some(4)
     });
-    std::thread::sleep(Duration::from_millis(600));
+    wait_for_later_syncs(&gw, &redis, &["other.example", "team.example"]);
     assert_eq!(
         redis.int(&["ZSCORE", &today_key(), "mailinator.com"]),
         Some(4)

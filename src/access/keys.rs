@@ -194,6 +194,24 @@ impl KeyStore {
         self.len += 1;
     }
 
+    /// Sets `created_at` of keys that have none from `times` (key id -> RFC 3339).
+    pub(super) fn fill_created_at(&mut self, times: &BTreeMap<String, String>) {
+        let mut changed = false;
+        for keys in self.by_prefix.values_mut() {
+            for key in keys.iter_mut() {
+                if key.created_at.is_none() {
+                    if let Some(t) = times.get(&*key.id) {
+                        Arc::make_mut(key).created_at = Some(t.as_str().into());
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            self.index_projects();
+        }
+    }
+
     pub(super) fn index_projects(&mut self) {
         let mut by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>> = HashMap::new();
         for key in self.by_prefix.values().flatten() {
@@ -251,6 +269,17 @@ struct KeysFile {
     /// `None` when the entry is missing or empty (`keys:`): that is a truncated or emptied
     /// file, not a wish for no keys, which must be written `keys: []`.
     keys: Option<Vec<KeyRow>>,
+    /// Project-wide settings, by project id: `projects: { acme: { disabled: true } }` turns
+    /// off every key of the project, the API-made ones included.
+    #[serde(default)]
+    projects: BTreeMap<String, ProjectRow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectRow {
+    #[serde(default)]
+    disabled: bool,
 }
 
 /// What a keys file without a `keys:` list is told (at start, and in the reload log).
@@ -326,10 +355,19 @@ pub fn parse_keys<P: AsPlan>(
     // A document that is empty or only comments is `None`, like a missing `keys:` entry.
     let file: Option<KeysFile> =
         serde_yaml_ng::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
-    let Some(rows) = file.and_then(|f| f.keys) else {
+    let Some((rows, project_rows)) = file.and_then(|f| Some((f.keys?, f.projects))) else {
         return Err(fail(vec![NO_KEYS_LIST.to_owned()]));
     };
     let mut problems = Vec::new();
+    let mut disabled_projects = HashSet::new();
+    for (project, row) in project_rows {
+        if let Some(p) = id_problem(&project) {
+            problems.push(format!("projects.{project}: project id {p}"));
+        }
+        if row.disabled {
+            disabled_projects.insert(project);
+        }
+    }
     let mut ids = HashSet::new();
     let mut hashes = HashSet::new();
     let mut store = KeyStore::default();
@@ -407,6 +445,7 @@ pub fn parse_keys<P: AsPlan>(
         }
         if let (Some(hash), Some(plan)) = (hash, plan) {
             let id: Arc<str> = row.id.into();
+            let project_disabled = disabled_projects.contains(&project);
             store.insert(KeyEntry {
                 project: project.into(),
                 id,
@@ -416,7 +455,7 @@ pub fn parse_keys<P: AsPlan>(
                 log_retention: plan.log_retention,
                 origins: (!origins.is_empty()).then_some(origins),
                 origin_list: row.origins,
-                disabled: row.disabled,
+                disabled: row.disabled || project_disabled,
                 label: row.label.map(Into::into),
                 key_prefix: row.prefix.map(Into::into),
                 created_at: row.created_at.map(Into::into),
@@ -501,6 +540,12 @@ pub struct KeysSource {
     pub refuse_demo_key: bool,
     /// The gateway-managed file of API-made keys, merged in (see [`super::managed`]).
     pub managed: Option<PathBuf>,
+    /// Shared with the keys API, which publishes snapshots too (see
+    /// [`crate::reload::Reloadable::publish_lock`]).
+    pub publish_lock: Arc<std::sync::Mutex<()>>,
+    /// Record in the managed file when keys without `created_at` were first seen (the serving
+    /// gateway; not `check-config` or `key new`, which change no state).
+    pub record_first_seen: bool,
 }
 
 impl KeysSource {
@@ -511,6 +556,13 @@ impl KeysSource {
             problems: vec![format!("cannot read: {e}")],
         })?;
         let store = parse_keys(&text, &origin, &self.plans)?;
+        let store = match &self.managed {
+            Some(path) if self.record_first_seen => {
+                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                super::managed::fill_first_seen(path, store, &now)?
+            }
+            _ => store,
+        };
         let store = match &self.managed {
             Some(path) => {
                 let file = super::managed::read(path)?;
@@ -558,6 +610,10 @@ impl crate::reload::Reloadable for KeysSource {
 
     fn succeed(&self, current: &KeyStore, next: &mut KeyStore) {
         next.carry_last_used(current);
+    }
+
+    fn publish_lock(&self) -> Option<&std::sync::Mutex<()>> {
+        Some(&self.publish_lock)
     }
 
     fn build(&self) -> Result<KeyStore, KeysError> {

@@ -7,7 +7,6 @@
 //! reloader watches it like the keys file, so other gateways see a change within a poll.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +26,11 @@ const VERSION: u32 = 1;
 pub struct ManagedFile {
     pub version: u32,
     pub keys: Vec<ManagedKey>,
+    /// When this gateway first saw each keys-file key that names no `created_at` (id ->
+    /// RFC 3339 UTC): `/v1/keys` lists that time, the same on every gateway and after a
+    /// restart. Left out of the file while empty, so older gateways still read it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub first_seen: BTreeMap<String, String>,
 }
 
 /// One API-made key.
@@ -81,6 +85,7 @@ pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
             return Ok(ManagedFile {
                 version: VERSION,
                 keys: Vec::new(),
+                first_seen: BTreeMap::new(),
             })
         }
         Err(e) => return Err(io(path)(e)),
@@ -114,32 +119,14 @@ pub fn update<T, E: From<ManagedError>>(
     Ok(out)
 }
 
-/// Writes the file atomically with mode 0600 (temporary file, fsync, rename, fsync folder).
+/// Writes the file atomically with mode 0600 (see [`crate::fsutil`]).
 fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
-    let dir = parent(path);
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = PathBuf::from(tmp_name);
-    let body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
+    let mut body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    f.write_all(&body).map_err(io(&tmp))?;
-    f.write_all(b"\n").map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    body.push(b'\n');
+    crate::fsutil::write_atomic(path, 0o600, &body).map_err(io(path))
 }
 
 fn parent(path: &Path) -> PathBuf {
@@ -157,7 +144,6 @@ struct Lock {
 
 impl Lock {
     fn take(path: &Path) -> Result<Lock, ManagedError> {
-        use std::os::fd::AsRawFd;
         let dir = parent(path);
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -175,16 +161,8 @@ impl Lock {
             .mode(0o600)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        loop {
-            // SAFETY: flock only reads its integer arguments; the descriptor is open.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Lock { _file: f });
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(io(&lock_path)(e));
-            }
-        }
+        crate::fsutil::lock_exclusive(&f).map_err(io(&lock_path))?;
+        Ok(Lock { _file: f })
     }
 }
 
@@ -192,6 +170,11 @@ impl Lock {
 /// with a warning in the returned list, when its id or secret is an operator key's (the
 /// operator wins), when it is malformed, or when its plan no longer exists. Keys of a project
 /// the operator names take the operator's plan for it.
+///
+/// An API-made key follows its project: it works only while the keys file holds an enabled
+/// key of the project (so a project disabled in `projects:`, or whose operator keys were all
+/// disabled or removed, takes its API-made keys with it: they answer 401). Its stored plan is
+/// never a reason to keep it working.
 pub fn merge<P: AsPlan>(
     mut store: KeyStore,
     file: &ManagedFile,
@@ -221,10 +204,14 @@ pub fn merge<P: AsPlan>(
             ));
             continue;
         }
-        let plan_name = store
+        let operator = store
             .project_keys(&row.project)
             .iter()
-            .find(|k| k.source == KeyOrigin::Operator)
+            .filter(|k| k.source == KeyOrigin::Operator);
+        let project_enabled = operator.clone().any(|k| !k.disabled);
+        let plan_name = operator
+            .clone()
+            .next()
             .map_or_else(|| row.plan.clone(), |k| k.plan.to_string());
         let Some(plan) = plans.get(&plan_name).map(|p| p.resolve(&plan_name)) else {
             warnings.push(format!(
@@ -252,7 +239,7 @@ pub fn merge<P: AsPlan>(
             log_retention: plan.log_retention,
             origins: (!origins.is_empty()).then_some(origins),
             origin_list: row.origins.clone(),
-            disabled: false,
+            disabled: !project_enabled,
             label: row.label.as_deref().map(Into::into),
             key_prefix: Some(row.prefix.as_str().into()),
             created_at: Some(row.created_at.as_str().into()),
@@ -263,6 +250,36 @@ pub fn merge<P: AsPlan>(
     }
     store.index_projects();
     (store, warnings)
+}
+
+/// Gives the keys-file keys without a `created_at` the time a gateway first saw them: from the
+/// file's `first_seen`, and for keys not in it yet, now, recorded in the file under its lock
+/// (a time another gateway recorded meanwhile wins). Returns the store with the times filled.
+pub fn fill_first_seen(
+    path: &Path,
+    mut store: KeyStore,
+    now: &str,
+) -> Result<KeyStore, ManagedError> {
+    let unseen = |file: &ManagedFile, store: &KeyStore| -> Vec<String> {
+        store
+            .entries()
+            .filter(|k| k.source == KeyOrigin::Operator && k.created_at.is_none())
+            .filter(|k| !file.first_seen.contains_key(&*k.id))
+            .map(|k| k.id.to_string())
+            .collect()
+    };
+    let mut file = read(path)?;
+    if !unseen(&file, &store).is_empty() {
+        file = update(path, |f: &mut ManagedFile| {
+            let ids = unseen(f, &store);
+            for id in &ids {
+                f.first_seen.insert(id.clone(), now.to_owned());
+            }
+            Ok::<_, ManagedError>((!ids.is_empty(), f.clone()))
+        })?;
+    }
+    store.fill_created_at(&file.first_seen);
+    Ok(store)
 }
 
 fn decode_hash(hex_text: &str) -> Option<[u8; 32]> {

@@ -9,6 +9,7 @@ pub mod managed;
 pub mod origin;
 pub mod plan;
 pub mod quota;
+pub mod rate;
 
 use std::sync::Arc;
 

@@ -4,10 +4,12 @@
 //!
 //! A batch's entries of one project are one row of `chunks` (a compact binary encoding), not a
 //! row each: a row costs SQLite a few microseconds of B-tree work, a batch of thousands of calls
-//! would cost more than the requests themselves. Entry ids come from one counter (`meta`,
-//! advanced inside the batch's write transaction, so across processes too) and are consecutive
-//! within a chunk; newer entries always get larger ids, so paging back by id neither skips nor
-//! repeats while new calls arrive. `daily` holds the counts per project and UTC day. Every
+//! would cost more than the requests themselves. Entry ids come from a counter per project
+//! (`project_ids`, advanced inside the batch's write transaction, so across processes too) and
+//! are consecutive within a chunk; newer entries always get larger ids, so paging back by id
+//! neither skips nor repeats while new calls arrive. Per project, not one sequence for all: ids
+//! and cursors are shown to the project, and a global one would tell every tenant the whole
+//! gateway's traffic. `daily` holds the counts per project and UTC day. Every
 //! operation runs on the blocking pool, never on a worker thread.
 
 use std::fs::OpenOptions;
@@ -32,6 +34,13 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
+) WITHOUT ROWID;
+-- The next entry id of each project. Added without a schema version change: builds before it
+-- keep using meta's global `next_id`, which this one keeps above every id it gives, so both can
+-- write one file during an upgrade.
+CREATE TABLE IF NOT EXISTS project_ids (
+    project TEXT PRIMARY KEY,
+    next_id INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chunks (
     project TEXT NOT NULL,
@@ -202,50 +211,22 @@ impl CallStore for EmbeddedStore {
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
         let max = i64::try_from(self.max_per_project).unwrap_or(i64::MAX);
         self.with(&self.writer, move |conn| {
-            // Immediate: the id counter is read and advanced under the write lock, so two
+            // Immediate: the id counters are read and advanced under the write lock, so two
             // gateways on one file never hand out the same ids.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             {
-                let mut next: i64 = tx
+                let chunks = chunks_of(&calls, max);
+                let mut global: i64 = tx
                     .prepare_cached("SELECT value FROM meta WHERE name = 'next_id'")?
                     .query_row([], |r| r.get(0))
                     .optional()?
                     .unwrap_or(1);
-                // One chunk per project, entries in the order the calls were answered.
-                let mut chunks: Vec<Chunk<'_>> = Vec::new();
-                for call in &calls {
-                    if call.verdict.is_none() {
-                        continue;
-                    }
-                    match chunks.iter_mut().find(|c| c.project == &*call.project) {
-                        Some(c) => c.calls += 1,
-                        None => chunks.push(Chunk::new(&call.project)),
-                    }
-                }
-                // A project's entries beyond `max` in one batch would be trimmed at once (a
-                // flood): they take their ids but are never written.
-                for c in &mut chunks {
-                    c.skip = (c.calls - max).max(0);
-                }
-                for call in &calls {
-                    let Some(v) = call.verdict else { continue };
-                    let Some(c) = chunks.iter_mut().find(|c| c.project == &*call.project) else {
-                        continue;
-                    };
-                    if c.skip > 0 {
-                        c.skip -= 1;
-                        c.first += 1;
-                        continue;
-                    }
-                    let at = millis(call.at);
-                    encode(&mut c.data, at, v, &call.email_domain);
-                    c.newest = c.newest.max(at);
-                }
                 let mut insert = tx.prepare_cached(
                     "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?;
                 for c in &chunks {
+                    let next = next_id(&tx, c.project)?;
                     let written = c.calls - c.first;
                     if written > 0 {
                         insert.execute(params![
@@ -256,13 +237,18 @@ impl CallStore for EmbeddedStore {
                             c.data
                         ])?;
                     }
-                    next += c.calls;
+                    tx.prepare_cached(
+                        "INSERT INTO project_ids (project, next_id) VALUES (?1, ?2) \
+                         ON CONFLICT (project) DO UPDATE SET next_id = excluded.next_id",
+                    )?
+                    .execute(params![c.project, next + c.calls])?;
+                    global = global.max(next + c.calls);
                 }
                 tx.prepare_cached(
                     "INSERT INTO meta (name, value) VALUES ('next_id', ?1) \
                      ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                 )?
-                .execute(params![next])?;
+                .execute(params![global])?;
                 let mut count = tx.prepare_cached(
                     "INSERT INTO daily (project, day, total, blocked) VALUES (?1, ?2, ?3, ?4) \
                      ON CONFLICT (project, day) DO UPDATE SET \
@@ -425,8 +411,6 @@ impl CallStore for EmbeddedStore {
     }
 }
 
-/// Keeps the newest `max` entries of `project`: whole oldest chunks go while the rest hold
-/// `max`, then the oldest remaining chunk loses its oldest entries.
 /// One project's entries of a batch, as written.
 struct Chunk<'a> {
     project: &'a str,
@@ -453,6 +437,55 @@ impl<'a> Chunk<'a> {
     }
 }
 
+/// One chunk per project of a batch, entries in the order the calls were answered. A project's
+/// entries beyond `max` in one batch would be trimmed at once (a flood): they take their ids
+/// but are never written.
+fn chunks_of(calls: &[Call], max: i64) -> Vec<Chunk<'_>> {
+    let mut chunks: Vec<Chunk<'_>> = Vec::new();
+    for call in calls {
+        if call.verdict.is_none() {
+            continue;
+        }
+        match chunks.iter_mut().find(|c| c.project == &*call.project) {
+            Some(c) => c.calls += 1,
+            None => chunks.push(Chunk::new(&call.project)),
+        }
+    }
+    for c in &mut chunks {
+        c.skip = (c.calls - max).max(0);
+    }
+    for call in calls {
+        let Some(v) = call.verdict else { continue };
+        let Some(c) = chunks.iter_mut().find(|c| c.project == &*call.project) else {
+            continue;
+        };
+        if c.skip > 0 {
+            c.skip -= 1;
+            c.first += 1;
+            continue;
+        }
+        let at = millis(call.at);
+        encode(&mut c.data, at, v, &call.email_domain);
+        c.newest = c.newest.max(at);
+    }
+    chunks
+}
+
+/// The next entry id of `project`: its counter, or past its newest chunk when that is further
+/// (a file whose chunks were written with the one global counter of earlier builds, or by such
+/// a build running on the same file during an upgrade).
+fn next_id(tx: &rusqlite::Transaction<'_>, project: &str) -> rusqlite::Result<i64> {
+    tx.prepare_cached(
+        "SELECT MAX( \
+           COALESCE((SELECT next_id FROM project_ids WHERE project = ?1), 1), \
+           COALESCE((SELECT first_id + entries FROM chunks WHERE project = ?1 \
+                     ORDER BY first_id DESC LIMIT 1), 1))",
+    )?
+    .query_row(params![project], |r| r.get(0))
+}
+
+/// Keeps the newest `max` entries of `project`: whole oldest chunks go while the rest hold
+/// `max`, then the oldest remaining chunk loses its oldest entries.
 fn trim(tx: &rusqlite::Transaction<'_>, project: &str, max: i64) -> rusqlite::Result<()> {
     let total: i64 = tx
         .prepare_cached("SELECT COALESCE(SUM(entries), 0) FROM chunks WHERE project = ?1")?
@@ -562,6 +595,53 @@ mod tests {
         let page = store.page("p", Some("6"), 2, since).await.unwrap().unwrap();
         let ids: Vec<_> = page.items.iter().map(|i| i.id.as_str()).collect();
         assert_eq!((ids, page.next.as_deref()), (vec!["5", "4"], None));
+    }
+
+    #[tokio::test]
+    async fn ids_are_per_project_and_continue_past_global_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite3");
+        let store = EmbeddedStore::open(&path, 100).unwrap();
+        let t = "2026-11-22T10:00:00Z";
+        let since: DateTime<Utc> = "2026-11-01T00:00:00Z".parse().unwrap();
+        let ids = |page: Page| -> Vec<String> { page.items.into_iter().map(|i| i.id).collect() };
+        let busy: Vec<Call> = (0..50)
+            .map(|i| call("busy", &format!("d{i}.com"), t, Some(Reason::Safe)))
+            .collect();
+        store.write(busy).await.unwrap();
+        store
+            .write(vec![call("quiet", "q.com", t, Some(Reason::Safe))])
+            .await
+            .unwrap();
+        // The quiet project's first entry is its 1, whatever the busy one did.
+        let page = store.page("quiet", None, 10, since).await.unwrap().unwrap();
+        assert_eq!(ids(page), ["1"]);
+        // A file written by an earlier build (one global counter): the project's ids go on
+        // past its newest chunk, and the global counter stays above every id given.
+        store
+            .with(&store.writer, |conn| {
+                conn.execute_batch(
+                    "DELETE FROM project_ids WHERE project = 'quiet'; \
+                     UPDATE chunks SET first_id = 70 WHERE project = 'quiet';",
+                )
+            })
+            .await
+            .unwrap();
+        store
+            .write(vec![call("quiet", "r.com", t, Some(Reason::Safe))])
+            .await
+            .unwrap();
+        let page = store.page("quiet", None, 10, since).await.unwrap().unwrap();
+        assert_eq!(ids(page), ["71", "70"]);
+        let global: i64 = store
+            .with(&store.reader, |conn| {
+                conn.query_row("SELECT value FROM meta WHERE name = 'next_id'", [], |r| {
+                    r.get(0)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(global, 72);
     }
 
     #[tokio::test]

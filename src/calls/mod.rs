@@ -412,18 +412,43 @@ pub fn chart_start(today: NaiveDate) -> NaiveDate {
     today - TimeDelta::days(i64::from(CHART_DAYS - 1))
 }
 
-/// Cursors are the store's position, base64url-encoded: opaque to clients, and free of
-/// characters a query string would need to escape.
-pub fn encode_cursor(position: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(position)
+/// Bytes of a cursor's project tag.
+const CURSOR_TAG_LEN: usize = 8;
+
+/// The tag binding a cursor to its project: the first bytes of a SHA-256 of the name, so a
+/// cursor does not spell the project out and another project's cursor is told apart.
+fn cursor_tag(project: &str) -> [u8; CURSOR_TAG_LEN] {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"drg-logs-cursor\0")
+        .chain_update(project.as_bytes())
+        .finalize();
+    let mut tag = [0; CURSOR_TAG_LEN];
+    tag.copy_from_slice(&digest[..CURSOR_TAG_LEN]);
+    tag
 }
 
-/// The store position of a cursor, `None` if it is not one this API gave.
-pub fn decode_cursor(cursor: &str) -> Option<String> {
+/// A cursor: the project's tag and the store's position, base64url-encoded (opaque to clients,
+/// free of characters a query string would need to escape). Both stores' positions are per
+/// project (ids of the project's own log), so a cursor says nothing of other projects' traffic.
+pub fn encode_cursor(project: &str, position: &str) -> String {
+    let mut bytes = Vec::with_capacity(CURSOR_TAG_LEN + position.len());
+    bytes.extend_from_slice(&cursor_tag(project));
+    bytes.extend_from_slice(position.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The store position of a cursor this API gave `project`; `None` for anything else (garbage,
+/// or a cursor given to another project).
+pub fn decode_cursor(project: &str, cursor: &str) -> Option<String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()?;
-    String::from_utf8(bytes).ok()
+    let (tag, position) = bytes.split_at_checked(CURSOR_TAG_LEN)?;
+    if tag != cursor_tag(project) {
+        return None;
+    }
+    String::from_utf8(position.to_vec()).ok()
 }
 
 /// The verdict in a `/v1/check` answer: its top-level `risk_score` (an integer 0..=100) and
@@ -540,15 +565,21 @@ mod tests {
     }
 
     #[test]
-    fn cursors_round_trip_and_refuse_garbage() {
+    fn cursors_round_trip_and_refuse_garbage_and_other_projects() {
         for p in ["17", "1732290000000-3"] {
-            let c = encode_cursor(p);
+            let c = encode_cursor("acme", p);
             assert!(c
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-            assert_eq!(decode_cursor(&c).as_deref(), Some(p));
+            assert_eq!(decode_cursor("acme", &c).as_deref(), Some(p));
+            assert_eq!(decode_cursor("acme2", &c), None);
+            assert_eq!(decode_cursor("", &c), None);
         }
-        assert_eq!(decode_cursor("***"), None);
+        assert_eq!(decode_cursor("acme", "***"), None);
+        // A bare position (the cursors of earlier builds) is not a cursor.
+        let bare = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("17");
+        assert_eq!(decode_cursor("acme", &bare), None);
+        assert_eq!(decode_cursor("acme", ""), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     let tls = match &settings.gateway.tls {
         Some(tls) => format!(
             " (TLS: {})",
-            crate::tls::CertPair::load(&tls.cert, &tls.key)?
+            crate::tls::CertPair::load_current(&tls.cert, &tls.key)?
         ),
         None => String::new(),
     };

@@ -1,6 +1,5 @@
 //! `key new`: generates an API key, prints its secret once, and prints or appends its entry.
 
-use std::io::Write;
 use std::path::Path;
 
 use super::{settings, CommandError};
@@ -54,23 +53,18 @@ pub fn key_new(
     parse_keys(&updated, &source.path.display().to_string(), &source.plans)?;
     let mut out =
         format!("secret (shown once; store it now, it cannot be recovered):\n  {secret}\n");
-    if append && emptied {
-        // The list line itself changes: replace the file whole, atomically.
-        let tmp = source.path.with_extension("yaml.new");
-        std::fs::write(&tmp, &updated)?;
-        std::fs::rename(&tmp, &source.path)?;
+    if append {
+        // Replaced whole, atomically and synced (the reloader never reads half an entry, a
+        // crash leaves the old file or the new one), keeping the file's mode: a keys file holds
+        // secrets' hashes and its owner chose who reads it; a new one is the owner's only. A
+        // symlinked file is replaced where it points, the link kept.
+        let target = std::fs::canonicalize(&source.path).unwrap_or_else(|_| source.path.clone());
+        let mode = crate::fsutil::mode_of(&target).unwrap_or(0o600);
+        crate::fsutil::write_atomic(&target, mode, updated.as_bytes())
+            .map_err(|e| format!("{}: {e}", source.path.display()))?;
         out.push_str(&format!(
-            "entry added to {} (live within a second):\n{entry}",
-            source.path.display()
-        ));
-    } else if append {
-        let mut f = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(&source.path)?;
-        f.write_all(format!("{separator}{header}{entry}").as_bytes())?;
-        out.push_str(&format!(
-            "entry appended to {} (live within a second):\n{entry}",
+            "entry {} {} (live within a second):\n{entry}",
+            if emptied { "added to" } else { "appended to" },
             source.path.display()
         ));
     } else {

@@ -29,6 +29,11 @@ pub struct Verdict<'a> {
     pub risk_signal: Option<RiskSignal>,
     /// The table left the name open and its MX evidence changed the reason or the score.
     pub mx_decided: bool,
+    /// The curated free provider the name is likely a typo of (`gmial.com` -> `gmail.com`).
+    pub did_you_mean: Option<&'a str>,
+    /// Why a name a broad free list names is answered not free: `free_exclusions` (listed as
+    /// an organisation) or `business_mx` (its mail goes first to a business mailbox provider).
+    pub not_free_because: Option<&'static str>,
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -68,7 +73,7 @@ fn risk_signal(free: bool, survey: &MxSurvey<'_>, hosts: &[MxHost]) -> Option<Ri
 /// Whether MX evidence can change the answer for a table match: only names the table leaves
 /// open (unknown or allowlisted) are worth a DNS lookup.
 pub fn wants_mx(found: &TableMatch<'_>) -> bool {
-    matches!(found.rule, TableRule::Unknown | TableRule::Allowlist { .. })
+    matches!(found.rule, TableRule::Unknown | TableRule::Allowlist { .. }) || found.broad_only
 }
 
 /// Classifies `name` from what `table` knows and, optionally, its MX evidence.
@@ -88,7 +93,8 @@ pub fn classify_match<'a>(
     mx: Option<&MxEvidence>,
 ) -> Verdict<'a> {
     let scores = table.scores();
-    let base = classify_table(scores, name, &found);
+    let mut base = classify_table(scores, name, &found);
+    base.did_you_mean = typo_of(table, name, &found);
     let mx = mx.filter(|_| wants_mx(&found));
     let Some(evidence) = mx else {
         return base;
@@ -115,6 +121,14 @@ pub fn classify_match<'a>(
         // Anything else (own hosts, a recognised host only as a backup, a consumer host) is no
         // evidence of a business: the score stays `unknown`.
     }
+    // A broad list is not curated: a name whose mail goes first to a business mailbox
+    // provider (Google Workspace, Microsoft 365, a security gateway) is an organisation's.
+    // Own hosts prove nothing here: webmail providers run their own.
+    if found.broad_only && business {
+        v.record.is_free_provider = false;
+        v.record.risk_score = scores.corporate;
+        v.not_free_because = Some("business_mx");
+    }
     v.mx_decided = (v.record.reason, v.record.risk_score) != (Reason::Safe, scores.unknown)
         && found.rule == TableRule::Unknown;
     if has_hosts && !business {
@@ -124,8 +138,26 @@ pub fn classify_match<'a>(
         && v.record.reason == Reason::Safe
         && !v.record.is_free_provider
         && (business || v.risk_signal.is_none());
+    // A domain receiving mail on hosts of its own (a real company at `gmai.co`) is no typo;
+    // one whose mail goes to a throwaway service may well be.
+    if has_hosts && survey.risky != Some(ProviderKind::Disposable) {
+        v.did_you_mean = None;
+    }
     v.provider = survey.provider;
     v
+}
+
+/// The provider `name` is likely a typo of, from the table alone: only for a registrable
+/// domain that no list vouches for (unknown or blocklisted: typo domains are often listed).
+fn typo_of<'a>(
+    table: &'a DomainTable,
+    name: &DomainName,
+    found: &TableMatch<'_>,
+) -> Option<&'a str> {
+    let open = matches!(found.rule, TableRule::Unknown | TableRule::Blocklist { .. });
+    (open && name.registrable() == Some(name.as_str()))
+        .then(|| table.typo_of(name.as_str()))
+        .flatten()
 }
 
 fn classify_table<'a>(
@@ -140,6 +172,7 @@ fn classify_table<'a>(
         },
         TableRule::Record(rec) => (rec.reason, rec.risk_score),
         TableRule::FreeProvider { .. } => (Reason::Safe, scores.free_provider),
+        TableRule::Relay { .. } => (Reason::Safe, scores.relay),
         TableRule::Blocklist { at } if at == name.as_str() => {
             (Reason::Disposable, scores.disposable)
         }
@@ -153,12 +186,18 @@ fn classify_table<'a>(
             reason,
             is_free_provider: found.is_free_provider,
             is_corporate_email: false,
-            mx_provider_label: found.record.and_then(|r| r.mx_provider_label.as_deref()),
+            // A relay's mail is the service's own: its name is the provider label.
+            mx_provider_label: match found.rule {
+                TableRule::Relay { service, .. } => service,
+                _ => found.record.and_then(|r| r.mx_provider_label.as_deref()),
+            },
         },
         rule: found.rule,
         provider: None,
         risk_signal: None,
         mx_decided: false,
+        did_you_mean: None,
+        not_free_because: found.not_free_listed.then_some("free_exclusions"),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum Rule {
     BroadFreeProvider,
     /// On a blocklist (at the name or a parent).
     Blocklist,
+    /// A privacy relay or masked-email service (`relays.txt`, `relay_lists`).
+    Relay,
     /// The table left the name open; its MX evidence changed the answer.
     Mx,
     /// Nothing matched: the default answer.
@@ -36,6 +38,7 @@ impl Rule {
             Rule::FreeProvider => "free_provider",
             Rule::BroadFreeProvider => "broad_free_provider",
             Rule::Blocklist => "blocklist",
+            Rule::Relay => "relay",
             Rule::Mx => "mx",
             Rule::Unknown => "unknown",
         }
@@ -68,6 +71,17 @@ pub struct Evidence<'a> {
     pub mx: Option<&'a MxEvidence>,
     /// The MX provider recognised among the hosts, when one was.
     pub mx_provider: Option<ProviderEvidence<'a>>,
+    /// The relay service, for `rule: relay` when its list named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<&'a str>,
+    /// The major provider the name is likely a typo of (also the `X-Did-You-Mean` header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub did_you_mean: Option<&'a str>,
+    /// Why the name is not answered free although a broad free list names it:
+    /// `free_exclusions` (an organisation, `free_exclusions.txt`) or `business_mx` (its mail
+    /// goes first to a business mailbox provider, see `mx_provider`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_free_because: Option<&'static str>,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -82,6 +96,7 @@ pub fn evidence<'a>(
     let matched = match verdict.rule {
         TableRule::Allowlist { at }
         | TableRule::FreeProvider { at }
+        | TableRule::Relay { at, .. }
         | TableRule::Blocklist { at } => Some(at),
         TableRule::Record(_) => table_name(table, name),
         TableRule::Unknown => None,
@@ -94,6 +109,7 @@ pub fn evidence<'a>(
             _ => Rule::FreeProvider,
         },
         TableRule::Blocklist { .. } => Rule::Blocklist,
+        TableRule::Relay { .. } => Rule::Relay,
         TableRule::Unknown if verdict.mx_decided => Rule::Mx,
         TableRule::Unknown => Rule::Unknown,
     };
@@ -110,6 +126,12 @@ pub fn evidence<'a>(
             host: &p.host,
             pattern: p.pattern,
         }),
+        service: match verdict.rule {
+            TableRule::Relay { service, .. } => service,
+            _ => None,
+        },
+        did_you_mean: verdict.did_you_mean,
+        not_free_because: verdict.not_free_because,
     }
 }
 
@@ -122,6 +144,9 @@ impl Evidence<'_> {
     /// The rule in words, with the entry and its source line, for `lookup`.
     pub fn describe(&self) -> String {
         let mut out = self.rule.as_str().to_owned();
+        if let Some(service) = self.service {
+            out.push_str(&format!(" ({service})"));
+        }
         if let (Some(m), true) = (self.matched, self.via_parent) {
             out.push_str(&format!(", via parent domain {m}"));
         }

@@ -4,7 +4,7 @@
 //!
 //! Imports run one way (each module uses only those before it):
 //! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
-//! `target` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
+//! `target`, `typos` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
 
 pub mod classify;
 pub mod error;
@@ -21,6 +21,7 @@ pub mod stats;
 pub mod table;
 pub mod target;
 pub mod top;
+pub mod typos;
 
 pub use classify::{classify, Verdict};
 pub use error::SourceError;

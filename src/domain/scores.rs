@@ -34,6 +34,12 @@ pub struct Scores {
     /// A recognised business set-up: the most preferred MX hosts are at a business mailbox
     /// provider or a security gateway. Own (unrecognised) hosts never get it: they keep `unknown`.
     pub corporate: RiskScore,
+    /// A privacy relay or masked-email service (`relays.txt`): `safe`, since mail reaches a
+    /// real, lasting mailbox, but at the bottom of the low-risk band (30), above any other
+    /// safe answer: the person behind it is hidden and can switch the address off at will, so
+    /// a form may ask for more before granting a trial, yet stays far below 50, where forms
+    /// start refusing.
+    pub relay: RiskScore,
 }
 
 impl Default for Scores {
@@ -49,6 +55,7 @@ impl Default for Scores {
             disposable_mx: 90,
             forwarder_mx: 35,
             corporate: 8,
+            relay: 30,
         }
     }
 }
@@ -86,6 +93,12 @@ impl Scores {
                     "scores.{field}: {v} is outside 0..=29 (the reason is `safe`)"
                 ));
             }
+        }
+        if self.relay > 49 {
+            out.push(format!(
+                "scores.relay: {} is outside 0..=49 (a relay is `safe`: a real mailbox)",
+                self.relay
+            ));
         }
         if self.forwarder_mx > 49 {
             out.push(format!(

@@ -59,6 +59,33 @@ pub fn add_domain_list_named(
     Ok(count)
 }
 
+/// Adds a relay list (`relays.txt`): one domain a line, the service it belongs to in the
+/// line's comment (`duck.com  # DuckDuckGo Email Protection`); returns how many names it held.
+pub fn add_relay_list_named(
+    builder: &mut TableBuilder,
+    text: &str,
+    origin: &str,
+    source: &str,
+) -> Result<usize, SourceError> {
+    let source = builder.source(source);
+    let mut count = 0;
+    for (index, raw) in text.lines().enumerate() {
+        let (line, comment) = raw.split_once('#').unwrap_or((raw, ""));
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let name = DomainName::parse(line).map_err(|e| {
+            SourceError::new(origin, index + 1, format!("'{line}' is not a domain: {e}"))
+        })?;
+        let service = Some(comment.trim()).filter(|c| !c.is_empty());
+        let line = u32::try_from(index + 1).unwrap_or(0);
+        builder.add_relay(&name, service, Origin { source, line });
+        count += 1;
+    }
+    Ok(count)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RecordRow {

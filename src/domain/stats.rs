@@ -15,6 +15,8 @@ pub struct Conflict {
 pub struct TableStats {
     pub disposable: usize,
     pub allow: usize,
+    /// Privacy relays and masked-email services (`relays.txt`, `relay_lists`).
+    pub relays: usize,
     /// Names answered as free providers: the curated list plus what the broad lists added.
     pub free_providers: usize,
     /// Of `free_providers`, the names only a broad third-party list carries.

@@ -38,6 +38,12 @@ pub enum ListKind {
     FreeProvider,
     /// A broad third-party free-webmail list: loses to any blocklist.
     BroadFree,
+    /// A privacy relay or masked-email service (curated `relays.txt`, operators' `relay_lists`):
+    /// wins over every blocklist and every free list (a relay is neither throwaway nor webmail).
+    Relay,
+    /// An organisation's domain that a broad free list names (`free_exclusions.txt`): the broad
+    /// list's word is void for it (the curated free list is not affected).
+    NotFree,
 }
 
 impl ListKind {
@@ -47,6 +53,8 @@ impl ListKind {
             ListKind::Allow => ALLOW,
             ListKind::FreeProvider => FREE,
             ListKind::BroadFree => BROAD_FREE,
+            ListKind::Relay => RELAY,
+            ListKind::NotFree => NOT_FREE,
         }
     }
 
@@ -54,10 +62,12 @@ impl ListKind {
     /// them in), if any.
     fn strongest(flags: u8) -> Option<ListKind> {
         [
+            ListKind::Relay,
             ListKind::Allow,
             ListKind::FreeProvider,
             ListKind::Disposable,
             ListKind::BroadFree,
+            ListKind::NotFree,
         ]
         .into_iter()
         .find(|k| flags & k.bit() != 0)
@@ -70,6 +80,8 @@ const FREE: u8 = 4;
 const BROAD_FREE: u8 = 8;
 /// The name has an explicit record (kept aside: few names have one).
 const RECORD: u8 = 16;
+const RELAY: u8 = 32;
+const NOT_FREE: u8 = 64;
 
 /// What the table knows of one name. Small on purpose: tables hold millions of them. With the
 /// index's offset and length it fills a 16-byte slot: the provenance rides in what was padding
@@ -135,6 +147,12 @@ pub enum TableRule<'t> {
     FreeProvider { at: &'t str },
     /// On a blocklist, at this name (`at` equals the name) or at a parent.
     Blocklist { at: &'t str },
+    /// A privacy relay or masked-email service, at this name or a parent; `service` names it
+    /// when its list did.
+    Relay {
+        at: &'t str,
+        service: Option<&'t str>,
+    },
     /// The table has nothing to say.
     Unknown,
 }
@@ -144,6 +162,11 @@ pub enum TableRule<'t> {
 pub struct TableMatch<'t> {
     pub rule: TableRule<'t>,
     pub is_free_provider: bool,
+    /// Free only by a broad third-party list (not our curated one): MX evidence of a business
+    /// mailbox can overrule it.
+    pub broad_only: bool,
+    /// The name is on `free_exclusions.txt` (an organisation a broad free list names).
+    pub not_free_listed: bool,
     /// An explicit record for the name, also when another rule decided.
     pub record: Option<&'t ExplicitRecord>,
 }
@@ -164,6 +187,10 @@ pub struct DomainTable {
     scores: Scores,
     providers: ProviderTable,
     stats: TableStats,
+    /// The service of each relay entry whose list named one (few names: a plain map).
+    relay_services: std::collections::HashMap<Box<str>, Box<str>>,
+    /// Typos of the curated free providers.
+    typos: super::typos::TypoIndex,
 }
 
 impl DomainTable {
@@ -180,6 +207,8 @@ impl DomainTable {
         let mut free_at = None;
         let mut broad_at = None;
         let mut blocked_at = None;
+        let mut relay_at = None;
+        let mut not_free = false;
         let mut record = None;
         if let Some(registrable) = name.registrable() {
             let stop = name.as_str().len() - registrable.len();
@@ -206,11 +235,24 @@ impl DomainTable {
                 if entry.flags & DISPOSABLE != 0 {
                     blocked_at.get_or_insert(key);
                 }
+                if entry.flags & RELAY != 0 {
+                    relay_at.get_or_insert(key);
+                }
+                not_free |= depth == 0 && entry.flags & NOT_FREE != 0;
             }
         }
         // A blocklist entry voids a broad list's word, unless the allowlist voided it first.
         let broad_at = broad_at.filter(|_| blocked_at.is_none() || allow_at.is_some());
         let rule = match (allow_at, record, free_at, blocked_at) {
+            // A relay is safe like an allowlisted name, and says more: what the address is.
+            // Only the operator's own record for the very name says more still.
+            (_, None, _, _) if relay_at.is_some() => {
+                let at = relay_at.unwrap_or_default();
+                TableRule::Relay {
+                    at,
+                    service: self.relay_services.get(at).map(|s| &**s),
+                }
+            }
             (Some(at), _, _, _) => TableRule::Allowlist { at },
             (None, Some(rec), _, _) => TableRule::Record(rec),
             (None, None, Some(at), _) => TableRule::FreeProvider { at },
@@ -222,7 +264,10 @@ impl DomainTable {
         };
         TableMatch {
             rule,
-            is_free_provider: free_at.is_some() || broad_at.is_some(),
+            // A relay forwards to a mailbox elsewhere: not a webmail provider of its own.
+            is_free_provider: relay_at.is_none() && (free_at.is_some() || broad_at.is_some()),
+            broad_only: relay_at.is_none() && free_at.is_none() && broad_at.is_some(),
+            not_free_listed: not_free,
             record,
         }
     }
@@ -243,6 +288,7 @@ impl DomainTable {
             TableRule::Record(_) => (None, self.stored_record(name.as_str())?.origin),
             TableRule::Allowlist { at }
             | TableRule::FreeProvider { at }
+            | TableRule::Relay { at, .. }
             | TableRule::Blocklist { at } => {
                 let (_, entry) = self.entries.get(at)?;
                 (
@@ -288,6 +334,11 @@ impl DomainTable {
 
     pub fn scores(&self) -> &Scores {
         &self.scores
+    }
+
+    /// The curated free provider `name` is likely a typo of (see [`super::typos`]).
+    pub fn typo_of(&self, name: &str) -> Option<&str> {
+        self.typos.suggest(name)
     }
 
     /// Mail providers, to recognise MX hosts.
@@ -366,6 +417,10 @@ pub struct TableBuilder {
     sources: Vec<Box<str>>,
     providers: ProviderTable,
     stats: TableStats,
+    relay_services: std::collections::HashMap<Box<str>, Box<str>>,
+    /// The curated free providers in the order given (the first are the most common: a typo
+    /// one edit from two of them is suggested the first).
+    curated_free: Vec<Box<str>>,
 }
 
 impl TableBuilder {
@@ -415,12 +470,25 @@ impl TableBuilder {
             self.skip_public_suffix(name);
             return;
         }
+        if kind == ListKind::FreeProvider {
+            self.curated_free.push(name.as_str().into());
+        }
         let entry = self.entry(name);
         let before = ListKind::strongest(entry.flags);
         entry.flags |= kind.bit();
         if before != ListKind::strongest(entry.flags) {
             entry.source = origin.source;
             entry.line = origin.line;
+        }
+    }
+
+    /// Adds a relay entry (see [`ListKind::Relay`]) and, when its list names one, its service.
+    pub fn add_relay(&mut self, name: &DomainName, service: Option<&str>, origin: Origin) {
+        self.add_from(name, ListKind::Relay, origin);
+        if let (Some(service), Some(_)) = (service, name.registrable()) {
+            self.relay_services
+                .entry(name.as_str().into())
+                .or_insert_with(|| service.into());
         }
     }
 
@@ -494,12 +562,24 @@ impl TableBuilder {
             let free = entry.flags & (FREE | BROAD_FREE) != 0;
             stats.disposable += usize::from(entry.flags & DISPOSABLE != 0);
             stats.allow += usize::from(entry.flags & ALLOW != 0);
+            stats.relays += usize::from(entry.flags & RELAY != 0);
             stats.free_providers += usize::from(free);
             stats.broad_free_only += usize::from(free && entry.flags & FREE == 0);
         }
         stats.conflicts.sort_by(|a, b| a.domain.cmp(&b.domain));
         stats.records = self.records.len();
         let top = TopDomains::rank(flagged(&self, &scores));
+        // Only names still answered as curated providers (a relay on the list is not one).
+        let typos = super::typos::TypoIndex::build(
+            self.curated_free
+                .iter()
+                .filter(|n| {
+                    self.entries
+                        .get(n)
+                        .is_some_and(|(_, e)| e.flags & FREE != 0)
+                })
+                .map(|n| &**n),
+        );
         let hash = self.content_hash(&scores);
         if self.sources.is_empty() {
             self.sources.push("".into());
@@ -514,6 +594,8 @@ impl TableBuilder {
             scores,
             providers: self.providers,
             stats,
+            relay_services: self.relay_services,
+            typos,
         }
     }
 }
@@ -560,12 +642,27 @@ impl TableBuilder {
 /// Resolution of the lists one name is on: the allowlist and the curated free list void a
 /// blocklist entry; a blocklist entry voids a broad free-list entry. Returns how, if it did.
 fn resolve(entry: &mut Entry) -> Option<&'static str> {
+    if entry.flags & NOT_FREE != 0 && entry.flags & BROAD_FREE != 0 {
+        entry.flags &= !BROAD_FREE;
+        if entry.flags & DISPOSABLE == 0 {
+            return Some(NOT_FREE_OVER_BROAD);
+        }
+    }
+    if entry.flags & RELAY != 0 && entry.flags & (FREE | BROAD_FREE) != 0 {
+        entry.flags &= !(FREE | BROAD_FREE);
+        if entry.flags & DISPOSABLE == 0 {
+            return Some(RELAY_OVER_FREE);
+        }
+    }
     if entry.flags & DISPOSABLE == 0 {
         return None;
     }
     if entry.flags & ALLOW != 0 {
         entry.flags &= !DISPOSABLE;
         Some(ALLOW_OVER_BLOCKLIST)
+    } else if entry.flags & RELAY != 0 {
+        entry.flags &= !DISPOSABLE;
+        Some(RELAY_OVER_BLOCKLIST)
     } else if entry.flags & FREE != 0 {
         entry.flags &= !DISPOSABLE;
         Some(FREE_OVER_BLOCKLIST)
@@ -580,6 +677,11 @@ fn resolve(entry: &mut Entry) -> Option<&'static str> {
 pub const ALLOW_OVER_BLOCKLIST: &str = "on the allowlist and a blocklist: allowlist wins";
 pub const FREE_OVER_BLOCKLIST: &str =
     "on the curated free-provider list and a blocklist: free provider wins";
+pub const NOT_FREE_OVER_BROAD: &str =
+    "an organisation (free_exclusions.txt) on a broad free list: not a free provider";
+pub const RELAY_OVER_BLOCKLIST: &str =
+    "on the relay list and a blocklist: relay wins (safe, a real mailbox)";
+pub const RELAY_OVER_FREE: &str = "on the relay list and a free list: relay, not free";
 pub const BLOCKLIST_OVER_BROAD: &str = "on a broad free list and a blocklist: disposable, not free";
 pub const BLOCKLIST_PARENT_OVER_BROAD: &str =
     "on a broad free list under a blocklisted parent: disposable, not free";
@@ -614,7 +716,7 @@ impl TableBuilder {
             for (depth, level) in std::iter::once((0, name)).chain(parents.map(|l| (1, l))) {
                 if let Some((_, e)) = self.entries.get(level) {
                     allow |= e.flags & ALLOW != 0;
-                    free |= e.flags & FREE != 0;
+                    free |= e.flags & (FREE | RELAY) != 0;
                     if depth > 0 {
                         broad |= e.flags & BROAD_FREE != 0;
                         blocked |= e.flags & DISPOSABLE != 0;
@@ -648,7 +750,9 @@ impl TableBuilder {
 fn flagged<'b>(builder: &'b TableBuilder, scores: &Scores) -> Vec<Candidate<'b>> {
     let mut candidates = Vec::new();
     for (name, entry) in builder.entries.iter() {
-        if entry.flags & (ALLOW | FREE | BROAD_FREE) != 0 {
+        // A relay is never flagged, unless the operator's own record for it says otherwise.
+        let relay_only = entry.flags & RELAY != 0 && entry.flags & RECORD == 0;
+        if entry.flags & (ALLOW | FREE | BROAD_FREE) != 0 || relay_only {
             continue;
         }
         let rec = (entry.flags & RECORD != 0)
@@ -687,6 +791,53 @@ mod tests {
 
     fn table(disposable: &[&str], allow: &[&str], free: &[&str]) -> DomainTable {
         broad_table(disposable, allow, free, &[])
+    }
+
+    #[test]
+    fn relays_win_over_blocklists_allowlists_and_free_lists_but_not_records() {
+        let mut b = TableBuilder::new();
+        let origin = Origin::default();
+        for name in ["duck.com", "33mail.com", "mine.example"] {
+            b.add(&n(name), ListKind::Disposable);
+            b.add(&n(name), ListKind::BroadFree);
+        }
+        b.add(&n("duck.com"), ListKind::Allow);
+        b.add_relay(&n("duck.com"), Some("DuckDuckGo"), origin);
+        b.add_relay(&n("33mail.com"), None, origin);
+        b.add_relay(&n("mine.example"), None, origin);
+        let record = ExplicitRecord {
+            reason: Reason::RoleAccount,
+            risk_score: 60,
+            mx_provider_label: None,
+            flag_weight: 0,
+        };
+        b.add_record(&n("mine.example"), record).unwrap();
+        let t = b.build(Scores::default());
+        let duck = t.lookup(&n("duck.com"));
+        assert_eq!(
+            duck.rule,
+            TableRule::Relay {
+                at: "duck.com",
+                service: Some("DuckDuckGo")
+            }
+        );
+        assert!(!duck.is_free_provider);
+        let sub = t.lookup(&n("me.33mail.com"));
+        assert_eq!(
+            sub.rule,
+            TableRule::Relay {
+                at: "33mail.com",
+                service: None
+            }
+        );
+        assert!(matches!(
+            t.lookup(&n("mine.example")).rule,
+            TableRule::Record(_)
+        ));
+        assert_eq!(t.stats().relays, 3);
+        // Only the record (a role account) is flagged: no relay is ranked.
+        let ranked: Vec<&str> = t.top().entries(10).iter().map(|e| &*e.domain).collect();
+        assert_eq!(ranked, ["mine.example"]);
     }
 
     #[test]

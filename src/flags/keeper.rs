@@ -193,10 +193,10 @@ impl Keeper {
             "Flagged answers counted for top-domains.",
             &[],
         )?;
-        let live = Arc::new(LiveTop::new(
-            top.capacity,
-            flags.with_label_values::<&str>(&[]),
-        ));
+        let live = Arc::new(
+            LiveTop::new(top.capacity, flags.with_label_values::<&str>(&[]))
+                .with_min_projects(top.no_mx_min_projects),
+        );
         let redis = config.quota.store == QuotaStoreKind::Redis;
         let counts = match StateFile::load(&top.state_file) {
             Some(file) => {

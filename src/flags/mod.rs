@@ -13,6 +13,7 @@ pub mod keeper;
 pub mod shared;
 pub mod state;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,9 @@ use prometheus::IntCounter;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
+use crate::domain::classify::Verdict;
 use crate::domain::heavy_hitters::{Label, SpaceSaving};
+use crate::domain::table::TableRule;
 use crate::domain::top::TopDomains;
 use crate::domain::{DomainName, Reason, RiskRecord};
 
@@ -56,6 +59,11 @@ pub struct TopDomainsConfig {
     pub sync_interval: Duration,
     /// Where the counts are kept across restarts. Relative to the config file.
     pub state_file: PathBuf,
+    /// A name flagged only because DNS found no mail host for it (`undeliverable` with no list
+    /// or record behind it) is ranked once this many distinct projects flagged it (1 to 1000;
+    /// 1: at once). Anyone with a key can make such names up by the thousand; list evidence and
+    /// disposable-mail MX hosts rank at once.
+    pub no_mx_min_projects: usize,
 }
 
 impl Default for TopDomainsConfig {
@@ -68,6 +76,7 @@ impl Default for TopDomainsConfig {
             persist_interval: Duration::from_millis(60_000),
             sync_interval: Duration::from_millis(2_000),
             state_file: PathBuf::from("../state/top_domains.json"),
+            no_mx_min_projects: 2,
         }
     }
 }
@@ -110,10 +119,37 @@ impl TopDomainsConfig {
                 ));
             }
         }
+        if !(1..=1_000).contains(&self.no_mx_min_projects) {
+            out.push(format!(
+                "gateway.top_domains.no_mx_min_projects: {} is outside 1..=1000",
+                self.no_mx_min_projects
+            ));
+        }
         if self.state_file.as_os_str().is_empty() {
             out.push("gateway.top_domains.state_file: empty".to_owned());
         }
         out
+    }
+}
+
+/// What a flag rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// A list or record of the table, or mail hosts at a disposable-mail service: ranked at once.
+    Evidence,
+    /// Only that DNS found no mail host (`undeliverable` for a name the table leaves open):
+    /// ranked once enough distinct projects flagged the name.
+    NoMailHost,
+}
+
+impl Basis {
+    /// The basis of a classification's flag.
+    pub fn of(verdict: &Verdict<'_>) -> Basis {
+        if verdict.rule == TableRule::Unknown && verdict.record.reason == Reason::Undeliverable {
+            Basis::NoMailHost
+        } else {
+            Basis::Evidence
+        }
     }
 }
 
@@ -125,13 +161,17 @@ pub struct LiveTop {
     /// growing it or dropping the flags of the heavy hitters.
     shards: Box<[Mutex<SpaceSaving>]>,
     capacity: usize,
+    /// Names flagged on [`Basis::NoMailHost`] not yet seen by enough projects. One lock for all
+    /// threads (two projects' flags must meet), taken only by such flags.
+    waiting: Mutex<Waiting>,
     /// `None` until a flag was counted: top-domains then serves the table's own ranking.
     rendered: ArcSwapOption<TopDomains>,
     recorded: IntCounter,
 }
 
 impl LiveTop {
-    /// Buffers of `capacity` names per shard.
+    /// Buffers of `capacity` names per shard; names without evidence ranked once two projects
+    /// flagged them (see [`with_min_projects`](Self::with_min_projects)).
     pub fn new(capacity: usize, recorded: IntCounter) -> Self {
         let shards = std::thread::available_parallelism()
             .map_or(4, usize::from)
@@ -141,33 +181,54 @@ impl LiveTop {
                 .map(|_| Mutex::new(SpaceSaving::new(capacity)))
                 .collect(),
             capacity,
+            waiting: Mutex::new(Waiting::new(2, capacity)),
             rendered: ArcSwapOption::empty(),
             recorded,
         }
     }
 
-    /// Counts one answer for its registrable domain if it flags the name.
-    pub fn record(&self, name: &DomainName, answer: &RiskRecord<'_>) {
+    /// Names flagged on [`Basis::NoMailHost`] are ranked once `n` distinct projects flagged them.
+    pub fn with_min_projects(mut self, n: usize) -> Self {
+        self.waiting = Mutex::new(Waiting::new(n, self.capacity));
+        self
+    }
+
+    /// Counts one answer of `project` for its registrable domain if it flags the name.
+    pub fn record(&self, name: &DomainName, answer: &RiskRecord<'_>, basis: Basis, project: &str) {
         if answer.reason == Reason::Safe {
             return;
         }
-        if let Some(registrable) = name.registrable() {
-            self.record_name(
-                registrable,
-                Label {
-                    reason: answer.reason,
-                    score: answer.risk_score,
-                },
-            );
+        let Some(registrable) = name.registrable() else {
+            return;
+        };
+        let label = Label {
+            reason: answer.reason,
+            score: answer.risk_score,
+        };
+        match basis {
+            Basis::Evidence => self.record_name(registrable, label),
+            Basis::NoMailHost => {
+                let ready = self
+                    .waiting
+                    .lock()
+                    .map_or(0, |mut w| w.flag(registrable, project));
+                if ready > 0 {
+                    self.add(registrable, ready, label);
+                }
+            }
         }
     }
 
     /// Counts one flag of `registrable` (already a registrable domain).
     pub fn record_name(&self, registrable: &str, label: Label) {
+        self.add(registrable, 1, label);
+    }
+
+    fn add(&self, registrable: &str, flags: u64, label: Label) {
         if let Ok(mut shard) = self.shards[shard_index(self.shards.len())].lock() {
-            shard.add(registrable, 1, label);
+            shard.add(registrable, flags, label);
         }
-        self.recorded.inc();
+        self.recorded.inc_by(flags);
     }
 
     /// Takes every buffered flag out of the shards.
@@ -198,6 +259,73 @@ impl LiveTop {
     }
 }
 
+/// Names flagged without evidence, each with the projects that flagged it, until enough did.
+/// Bounded: two generations of at most `capacity` names; when the current one is full the older
+/// is forgotten (a flood of made-up names then delays a real one, never ranks a made-up one).
+struct Waiting {
+    min_projects: usize,
+    capacity: usize,
+    /// Seeded per process: nobody can pick project names whose hashes collide.
+    hasher: foldhash::fast::RandomState,
+    current: HashMap<Box<str>, Seen>,
+    previous: HashMap<Box<str>, Seen>,
+}
+
+/// One waiting name.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Hashes of the projects that flagged it (at most `min_projects`; a small key, where two
+    /// projects colliding would only merge their votes); empty once confirmed.
+    projects: Vec<u64>,
+    /// Flags held back while it waited.
+    flags: u64,
+    confirmed: bool,
+}
+
+impl Waiting {
+    fn new(min_projects: usize, capacity: usize) -> Self {
+        Waiting {
+            min_projects: min_projects.max(1),
+            capacity: capacity.max(1),
+            hasher: foldhash::fast::RandomState::default(),
+            current: HashMap::new(),
+            previous: HashMap::new(),
+        }
+    }
+
+    /// One flag of `name` by `project`: how many flags to count now (0 while it waits; at
+    /// confirmation, all the flags it held back).
+    fn flag(&mut self, name: &str, project: &str) -> u64 {
+        if self.min_projects <= 1 {
+            return 1;
+        }
+        if !self.current.contains_key(name) {
+            if self.current.len() >= self.capacity {
+                self.previous = std::mem::take(&mut self.current);
+            }
+            let seen = self.previous.remove(name).unwrap_or_default();
+            self.current.insert(name.into(), seen);
+        }
+        let Some(seen) = self.current.get_mut(name) else {
+            return 0;
+        };
+        if seen.confirmed {
+            return 1;
+        }
+        seen.flags += 1;
+        let p = std::hash::BuildHasher::hash_one(&self.hasher, project);
+        if !seen.projects.contains(&p) {
+            seen.projects.push(p);
+        }
+        if seen.projects.len() < self.min_projects {
+            return 0;
+        }
+        seen.confirmed = true;
+        seen.projects = Vec::new();
+        std::mem::take(&mut seen.flags)
+    }
+}
+
 /// This thread's shard number.
 fn shard_index(shards: usize) -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -225,7 +353,7 @@ mod tests {
             is_corporate_email: false,
             mx_provider_label: None,
         };
-        l.record(&name, &answer);
+        l.record(&name, &answer, Basis::Evidence, "p");
     }
 
     #[test]
@@ -252,6 +380,104 @@ mod tests {
         );
         assert_eq!(l.recorded.get(), 3);
         assert!(l.drain().is_empty());
+    }
+
+    fn no_mx(l: &LiveTop, name: &str, project: &str) {
+        let name = DomainName::parse(name).unwrap();
+        let answer = RiskRecord {
+            domain: name.as_str(),
+            risk_score: 90,
+            reason: Reason::Undeliverable,
+            is_free_provider: false,
+            is_corporate_email: false,
+            mx_provider_label: None,
+        };
+        l.record(&name, &answer, Basis::NoMailHost, project);
+    }
+
+    fn counts(l: &LiveTop) -> Vec<(String, u64)> {
+        let mut all: Vec<(String, u64)> = l
+            .drain()
+            .iter()
+            .flat_map(|s| {
+                s.iter()
+                    .map(|(n, c, _)| (n.to_owned(), c))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn names_without_evidence_wait_for_enough_projects() {
+        let l = live(10).with_min_projects(2);
+        for _ in 0..5 {
+            no_mx(&l, "made-up.example", "a");
+        }
+        assert_eq!(counts(&l), []);
+        // A second project: the name ranks with every flag held back, then counts as any.
+        no_mx(&l, "made-up.example", "b");
+        assert_eq!(counts(&l), [("made-up.example".to_owned(), 6)]);
+        no_mx(&l, "made-up.example", "a");
+        assert_eq!(counts(&l), [("made-up.example".to_owned(), 1)]);
+        assert_eq!(l.recorded.get(), 7);
+        // One project is enough when so configured.
+        let l = live(10).with_min_projects(1);
+        no_mx(&l, "made-up.example", "a");
+        assert_eq!(counts(&l), [("made-up.example".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn waiting_names_are_bounded_and_a_flood_ranks_nothing() {
+        let mut w = Waiting::new(2, 3);
+        assert_eq!(w.flag("real.example", "a"), 0);
+        for i in 0..100 {
+            assert_eq!(w.flag(&format!("n{i}.example"), "flooder"), 0);
+        }
+        assert!(w.current.len() <= 3 && w.previous.len() <= 3);
+        // The real name was forgotten by the flood: it waits again, and two projects still rank it.
+        assert_eq!(w.flag("real.example", "b"), 0);
+        assert_eq!(w.flag("real.example", "c"), 2);
+        assert_eq!(w.flag("real.example", "a"), 1);
+    }
+
+    #[test]
+    fn the_basis_is_no_mail_host_only_for_undeliverable_names_the_table_left_open() {
+        use crate::domain::classify::classify_match;
+        use crate::domain::mail::MxEvidence;
+        use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
+        let n = |s: &str| DomainName::parse(s).unwrap();
+        let mut b = TableBuilder::new();
+        b.add(&n("mailinator.com"), ListKind::Disposable);
+        b.add_record(
+            &n("dead.example"),
+            ExplicitRecord {
+                reason: Reason::Undeliverable,
+                risk_score: 90,
+                mx_provider_label: None,
+                flag_weight: 0,
+            },
+        )
+        .unwrap();
+        let table = b.build(crate::domain::Scores::default());
+        let no_mx = MxEvidence::NoMailHost;
+        let basis = |name: &DomainName| {
+            let v = classify_match(&table, name, table.lookup(name), Some(&no_mx));
+            (v.record.reason, Basis::of(&v))
+        };
+        assert_eq!(
+            basis(&n("made-up.example")),
+            (Reason::Undeliverable, Basis::NoMailHost)
+        );
+        assert_eq!(
+            basis(&n("dead.example")),
+            (Reason::Undeliverable, Basis::Evidence)
+        );
+        assert_eq!(
+            basis(&n("x.mailinator.com")),
+            (Reason::Disposable, Basis::Evidence)
+        );
     }
 
     #[test]

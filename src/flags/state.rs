@@ -2,7 +2,6 @@
 //! temporary file, synced, renamed over the old one), read once at start. A file that cannot be
 //! read or parsed is logged and ignored: the counts start empty, the gateway starts anyway.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -95,25 +94,7 @@ impl StateFile {
                 .create(dir)
                 .map_err(err)?;
         }
-        // The process id keeps a gateway and its successor (graceful upgrade) off each other's
-        // temporary file.
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let written = (|| {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written.map_err(err)
+        crate::fsutil::write_atomic(path, 0o600, &bytes).map_err(err)
     }
 }
 

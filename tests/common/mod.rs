@@ -22,7 +22,9 @@ pub fn bearer(secret: &str) -> String {
     format!("Bearer {secret}")
 }
 
-/// A free loopback port (bound then released: the OS does not hand it out again at once).
+/// A free loopback port (bound then released: the OS does not hand it out again at once), for a
+/// server the test starts on it (which retries should the port be taken meanwhile). Never as an
+/// address where nothing listens: another process may take it; use [`DeadPort`] for that.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -51,6 +53,9 @@ pub struct GatewayBuilder {
     dead_upstream: Option<DeadPort>,
     /// Extra lines of the default `upstream:` section (e.g. `mode: relay`).
     upstream_yaml: Vec<String>,
+    /// `access.account_rate` (per second, burst); `None`: so high that tests polling the
+    /// account routes never meet it (tests/tenancy.rs checks the limit itself).
+    account_rate: Option<(u32, u32)>,
 }
 
 /// A loopback port bound but never listened on: connecting to it is refused for as long as it
@@ -97,6 +102,7 @@ impl Default for GatewayBuilder {
             data_yaml: Vec::new(),
             dead_upstream: Some(dead),
             upstream_yaml: Vec::new(),
+            account_rate: None,
         }
     }
 }
@@ -135,6 +141,18 @@ impl GatewayBuilder {
         self
     }
 
+    /// Adds an entry written in full (e.g. by `key_entry_yaml_with`) to the keys file.
+    pub fn key_entry(mut self, yaml: &str) -> Self {
+        self.keys.push_str(yaml);
+        self
+    }
+
+    /// Sets `access.account_rate`, the per-key limit of the account routes.
+    pub fn account_rate(mut self, per_second: u32, burst: u32) -> Self {
+        self.account_rate = Some((per_second, burst));
+        self
+    }
+
     /// Adds a plan with its monthly limit.
     pub fn plan(mut self, name: &str, limit: u64) -> Self {
         self.plans.insert(name.to_owned(), limit);
@@ -159,9 +177,19 @@ impl GatewayBuilder {
             .filter(|kv| !kv.trim().is_empty())
             .map(|kv| format!("      {}\n", kv.trim()))
             .collect();
+        // The state folder in the test's own folder: its default (`../state` beside the config)
+        // would be /tmp/state, shared with every other gateway on the machine (the managed keys
+        // file lives there, see KeysApiConfig::managed_file).
         self.quota_yaml = Some(format!(
-            "  quota:\n    store: redis\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 500\n      connect_timeout_ms: 1000\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n{extra}"
+            "  quota:\n    store: redis\n    state_file: state/quota.counters\n    redis:\n      url: {url}\n      failure_policy: {policy}\n      call_timeout_ms: 500\n      connect_timeout_ms: 1000\n      breaker_open_ms: 300\n      reconcile_interval_ms: 100\n{extra}"
         ));
+        self
+    }
+
+    /// The whole `quota:` section, one line (indented by two spaces), e.g.
+    /// `quota: { state_file: state/quota.counters, slots: 2 }`.
+    pub fn quota_section(mut self, line: &str) -> Self {
+        self.quota_yaml = Some(format!("  {line}\n"));
         self
     }
 
@@ -171,7 +199,9 @@ impl GatewayBuilder {
         self
     }
 
-    /// An extra line inside the `mx:` section (with `dns`), e.g. `max_inflight: 4`.
+    /// An extra line inside the `mx:` section (with `dns`), e.g. `max_inflight: 4`; a key the
+    /// harness sets (`budget_ms: 300`, `query_timeout_ms: 1500`, `min_ttl_seconds: 1`,
+    /// `failure_ttl_seconds: 1`) replaces its default.
     pub fn mx_yaml(mut self, line: &str) -> Self {
         self.mx_yaml.push(line.to_owned());
         self
@@ -255,7 +285,7 @@ impl GatewayBuilder {
                 "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
                  grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n{data_extra}  reload:\n    poll_interval_ms: 100\n\
-                 \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n\
+                 \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n    account_rate: {{ per_second: {rate}, burst: {burst} }}\n\
                  {quota}{mx}{top}{extra}",
                 d = dir.path().display(),
                 b = self.builtin,
@@ -265,6 +295,8 @@ impl GatewayBuilder {
                     .map(|l| format!("    {l}\n"))
                     .collect::<String>(),
                 p = plans.join(", "),
+                rate = self.account_rate.map_or(100_000, |r| r.0),
+                burst = self.account_rate.map_or(100_000, |r| r.1),
                 // Each gateway's top-domains counts stay in its own folder.
                 top = if extra.contains("top_domains:") {
                     ""
@@ -275,10 +307,29 @@ impl GatewayBuilder {
                     "  quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n".to_owned()
                 }),
                 mx = match self.dns {
-                    Some(addr) => format!(
-                        "  mx:\n    servers: [\"{addr}\"]\n    budget_ms: 300\n    query_timeout_ms: 1500\n    min_ttl_seconds: 1\n    failure_ttl_seconds: 1\n{}",
-                        self.mx_yaml.iter().map(|l| format!("    {l}\n")).collect::<String>()
-                    ),
+                    Some(addr) => {
+                        // A default the test sets itself in `mx_yaml` is left out (YAML refuses
+                        // a key twice).
+                        let defaults: String = [
+                            ("budget_ms", "300"),
+                            ("query_timeout_ms", "1500"),
+                            ("min_ttl_seconds", "1"),
+                            ("failure_ttl_seconds", "1"),
+                        ]
+                        .iter()
+                        .filter(|(k, _)| {
+                            !self
+                                .mx_yaml
+                                .iter()
+                                .any(|l| l.trim_start().starts_with(&format!("{k}:")))
+                        })
+                        .map(|(k, v)| format!("    {k}: {v}\n"))
+                        .collect();
+                        format!(
+                            "  mx:\n    servers: [\"{addr}\"]\n{defaults}{}",
+                            self.mx_yaml.iter().map(|l| format!("    {l}\n")).collect::<String>()
+                        )
+                    }
                     None => "  mx:\n    enabled: false\n".to_owned(),
                 },
             ),
@@ -418,6 +469,31 @@ impl Gateway {
         read_response(&mut reader).expect("admin answer")
     }
 
+    /// The value of one sample of the admin listener's `/metrics`, named with its labels as
+    /// exposed (e.g. `drg_upstream_errors_total{kind="timeout"}`); `None` when it is not there.
+    pub fn metric(&self, sample: &str) -> Option<f64> {
+        let text = String::from_utf8(self.admin_get("/metrics").body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Waits until [`metric`](Self::metric) `sample` reads `value`: a request is counted once it
+    /// is finished, which may be just after its answer arrived.
+    pub fn wait_metric(&self, sample: &str, value: f64) {
+        let started = Instant::now();
+        loop {
+            let now = self.metric(sample);
+            if now == Some(value) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{sample} is {now:?}, want {value}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A connection that sends the test key with every request.
     pub fn conn(&self) -> Conn {
         Conn::open(self.addr).unwrap()
@@ -463,6 +539,41 @@ impl Drop for Gateway {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One request on a fresh connection (closed after it), with an optional JSON body, extra
+/// headers and the key `secret` (none: no `Authorization`).
+pub fn send(
+    gw: &Gateway,
+    method: &str,
+    path: &str,
+    secret: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Response {
+    let mut stream = TcpStream::connect(gw.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    if let Some(s) = secret {
+        req.push_str(&format!("Authorization: Bearer {s}\r\n"));
+    }
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    if let Some(b) = body {
+        stream.write_all(b).unwrap();
+    }
+    read_response(&mut BufReader::new(stream)).unwrap()
 }
 
 /// Sends signal `sig` (a name such as `TERM`) to process `pid`, with kill(1).

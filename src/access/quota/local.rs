@@ -11,8 +11,11 @@
 //!
 //! A key's slot is found by open addressing on a hash of its id and claimed once, across
 //! processes, by a compare-and-swap on the slot's state word (free -> claiming -> ready). Slots
-//! are never freed, so a search that meets a free slot knows the key has none yet. A full table
-//! lets calls through uncounted (fail open), logged and counted in `status`.
+//! are never freed, so a search that meets a free slot knows the key has none yet. A search that
+//! meets a claim in progress waits for it asynchronously (the request's task sleeps, the Tokio
+//! worker serves others). A call of a key that gets no slot (the table is full, or a claim never
+//! completes) is refused, not let through uncounted: the gateway answers 503, which callers
+//! treat as fail-open; logged, and counted in `status` and the metrics.
 //!
 //! The file is only ever created whole: initialised in a temp file, synced, then renamed into
 //! place; a file that does not check out (magic, version, size, slots) stops the start rather
@@ -35,6 +38,11 @@ use super::{Consumed, Month, QuotaError, QuotaStore, Usage};
 
 const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
+/// The largest monthly limit this store counts (2^40 - 1): the count shares a word with the
+/// month, and a limit it can never reach would mean unlimited. The config refuses larger ones
+/// (`gateway.access.plans.*.monthly_limit` under `quota.store: local`).
+pub const MAX_MONTHLY_LIMIT: u64 = COUNT_MASK;
 
 fn pack(month: u32, count: u64) -> u64 {
     (u64::from(month) << COUNT_BITS) | count.min(COUNT_MASK)
@@ -92,11 +100,16 @@ fn claiming(pid: u32) -> u64 {
     (u64::from(pid) << 8) | CLAIMING
 }
 
+/// A claim normally completes within a few stores: spins this many times on it before the
+/// search hands the wait to its caller (a claimer descheduled mid-claim takes longer).
+const CLAIM_SPINS: u32 = 100;
 /// A claim normally completes within a few stores; past this, its claimer may be dead.
 const CLAIM_CHECK_AFTER: Duration = Duration::from_millis(50);
-/// A claimer that is alive (or whose pid was reused) yet never completes: stop waiting and let
-/// the call through uncounted rather than hold a request thread.
+/// A claimer that is alive (or whose pid was reused) yet never completes: stop waiting and
+/// refuse the call rather than hold the request.
 const CLAIM_GIVE_UP: Duration = Duration::from_secs(1);
+/// Between two looks at a claim in progress, the waiting task sleeps this long.
+const CLAIM_POLL: Duration = Duration::from_millis(1);
 
 /// The smallest and largest slot table (`gateway.quota.slots`): 64 bytes each, so up to 1 GiB.
 pub const MIN_SLOTS: u32 = 1;
@@ -170,6 +183,8 @@ enum NoSlot {
     Full,
     /// A claim on the way never completed.
     Stuck,
+    /// Slot `slot` is being claimed (its state word holds `state`): wait, then search again.
+    Busy { slot: usize, state: u64 },
     /// The id cannot be stored (too long, empty).
     BadId,
 }
@@ -226,8 +241,10 @@ impl Table {
         KeyWords(words)
     }
 
-    /// The slot of `id`, claiming a free one for it when `claim` is set. Lock-free: waits only
-    /// for another thread's or process's claim of a slot on the way, which takes a few stores.
+    /// The slot of `id`, claiming a free one for it when `claim` is set. Lock-free and never
+    /// blocks: meeting another thread's or process's claim of a slot on the way, it spins
+    /// briefly (a claim takes a few stores), then returns [`NoSlot::Busy`] for its caller to
+    /// wait on ([`Table::find_waiting`], [`Table::find_blocking`]).
     fn find(&self, id: &KeyWords, claim: bool) -> Result<usize, NoSlot> {
         let home = id.home(self.slots);
         let me = claiming(std::process::id());
@@ -261,10 +278,10 @@ impl Table {
                 continue;
             }
             if state & STATE_KIND == CLAIMING {
-                if wait_for_claim(&slot[S_STATE], state).is_none() {
-                    return Err(NoSlot::Stuck);
+                if spin_on_claim(&slot[S_STATE], state) {
+                    continue;
                 }
-                continue;
+                return Err(NoSlot::Busy { slot: i, state });
             }
             if state == READY && Table::slot_id(slot) == *id {
                 return Ok(i);
@@ -275,6 +292,42 @@ impl Table {
         Err(if claim { NoSlot::Full } else { NoSlot::Absent })
     }
 
+    /// [`Table::find`], waiting on a claim in progress by sleeping the task (never the worker
+    /// thread): the request path's search.
+    async fn find_waiting(&self, id: &KeyWords, claim: bool) -> Result<usize, NoSlot> {
+        let mut wait = ClaimWait::default();
+        loop {
+            match self.find(id, claim) {
+                Err(NoSlot::Busy { slot, state }) => {
+                    match wait.step(&self.slot(slot)[S_STATE], state) {
+                        WaitStep::Retry => {}
+                        WaitStep::Pause => tokio::time::sleep(CLAIM_POLL).await,
+                        WaitStep::GiveUp => return Err(NoSlot::Stuck),
+                    }
+                }
+                found => return found,
+            }
+        }
+    }
+
+    /// [`Table::find`], waiting on a claim in progress by sleeping the thread: only off the
+    /// request path (creating the file, tests).
+    fn find_blocking(&self, id: &KeyWords, claim: bool) -> Result<usize, NoSlot> {
+        let mut wait = ClaimWait::default();
+        loop {
+            match self.find(id, claim) {
+                Err(NoSlot::Busy { slot, state }) => {
+                    match wait.step(&self.slot(slot)[S_STATE], state) {
+                        WaitStep::Retry => {}
+                        WaitStep::Pause => std::thread::sleep(CLAIM_POLL),
+                        WaitStep::GiveUp => return Err(NoSlot::Stuck),
+                    }
+                }
+                found => return found,
+            }
+        }
+    }
+
     fn used_slots(&self) -> usize {
         (0..self.slots)
             .filter(|&i| self.slot(i)[S_STATE].load(Ordering::Relaxed) != FREE)
@@ -282,30 +335,52 @@ impl Table {
     }
 }
 
-/// Waits until a claim (`state`, claiming) changes; `None` if it never does. Undoes the claim of
-/// a process that died mid-claim.
-fn wait_for_claim(word: &AtomicU64, state: u64) -> Option<u64> {
-    let mut spins = 0u32;
-    let mut since: Option<Instant> = None;
-    loop {
-        if spins < 100 {
-            spins += 1;
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-            let waited = since.get_or_insert_with(Instant::now).elapsed();
-            if waited > CLAIM_CHECK_AFTER && !claimer_alive(state) {
-                // Whoever wins this compare-and-swap (or another waiter) frees the slot.
-                let _ = word.compare_exchange(state, FREE, Ordering::AcqRel, Ordering::Acquire);
-            }
-            if waited > CLAIM_GIVE_UP {
-                return None;
-            }
+/// Spins a little on a claim (`state`, claiming) in progress: whether it changed meanwhile.
+fn spin_on_claim(word: &AtomicU64, state: u64) -> bool {
+    for _ in 0..CLAIM_SPINS {
+        std::hint::spin_loop();
+        if word.load(Ordering::Acquire) != state {
+            return true;
         }
-        let now = word.load(Ordering::Acquire);
-        if now != state {
-            return Some(now);
+    }
+    false
+}
+
+/// What a search waiting on a claim in progress does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitStep {
+    /// The claim changed (completed, or undone): search again.
+    Retry,
+    /// Still claimed: look again after [`CLAIM_POLL`].
+    Pause,
+    /// Claimed for longer than [`CLAIM_GIVE_UP`] by a live process.
+    GiveUp,
+}
+
+/// One search's wait on claims in progress: how the waiting is paced is its caller's (a task
+/// sleeps, a thread sleeps), what to do after each look is this.
+#[derive(Debug, Default)]
+struct ClaimWait {
+    since: Option<Instant>,
+}
+
+impl ClaimWait {
+    /// Looks at the claim (`state`) on `word` once. Undoes the claim of a process that died
+    /// mid-claim.
+    fn step(&mut self, word: &AtomicU64, state: u64) -> WaitStep {
+        if word.load(Ordering::Acquire) != state {
+            return WaitStep::Retry;
         }
+        let waited = self.since.get_or_insert_with(Instant::now).elapsed();
+        if waited > CLAIM_CHECK_AFTER && !claimer_alive(state) {
+            // Whoever wins this compare-and-swap (or another waiter) frees the slot.
+            let _ = word.compare_exchange(state, FREE, Ordering::AcqRel, Ordering::Acquire);
+            return WaitStep::Retry;
+        }
+        if waited > CLAIM_GIVE_UP {
+            return WaitStep::GiveUp;
+        }
+        WaitStep::Pause
     }
 }
 
@@ -326,8 +401,10 @@ pub struct LocalStore {
     state_file: Option<PathBuf>,
     /// Holds a shared flock on the state file while it is mapped.
     _file: Option<File>,
-    /// Calls let through uncounted (no slot): fail open, reported in `status`.
-    uncounted: AtomicU64,
+    /// Calls refused for want of a slot (any reason), reported in `status`.
+    refused: AtomicU64,
+    /// Of those, calls refused because every slot was taken.
+    slots_full: AtomicU64,
 }
 
 impl LocalStore {
@@ -350,7 +427,8 @@ impl LocalStore {
             table,
             state_file: None,
             _file: None,
-            uncounted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            slots_full: AtomicU64::new(0),
         }
     }
 
@@ -487,21 +565,32 @@ impl LocalStore {
             table,
             state_file: Some(path.to_owned()),
             _file: Some(file),
-            uncounted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            slots_full: AtomicU64::new(0),
         })
     }
 
-    fn try_consume(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Consumed {
+    /// Counts one call of `key_id`, whose slot search came to `slot`.
+    fn settle(
+        &self,
+        key_id: &str,
+        slot: Result<usize, NoSlot>,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError> {
+        match slot {
+            Ok(i) => Ok(self.count(i, limit, now)),
+            Err(why) => Err(self.refuse(key_id, why)),
+        }
+    }
+
+    /// Checks and counts one call in slot `i`: one compare-and-swap on its count word.
+    fn count(&self, i: usize, limit: u64, now: DateTime<Utc>) -> Consumed {
         let month = Month::containing(now);
-        let slot = match KeyWords::new(key_id).ok_or(NoSlot::BadId) {
-            Ok(id) => self.table.find(&id, true),
-            Err(e) => Err(e),
-        };
-        let slot = match slot {
-            Ok(i) => self.table.slot(i),
-            Err(why) => return self.let_through(key_id, why, limit, now),
-        };
-        let count = &slot[S_COUNT];
+        // The config refuses larger limits; should one come anyway, the count stops at the
+        // largest the word holds instead of never reaching the limit (unlimited).
+        let cap = limit.min(MAX_MONTHLY_LIMIT);
+        let count = &self.table.slot(i)[S_COUNT];
         let mut word = count.load(Ordering::Acquire);
         loop {
             let (m, n) = count_in(word, month.index());
@@ -511,7 +600,7 @@ impl LocalStore {
                 month: Month::from_index(m),
                 now,
             };
-            if n >= limit {
+            if n >= cap {
                 return Consumed::Exceeded(usage);
             }
             match count.compare_exchange_weak(
@@ -531,38 +620,35 @@ impl LocalStore {
         }
     }
 
-    /// Fail open: a call the store cannot count passes uncounted, logged (sparingly: at the
-    /// 1st, 2nd, 4th, 8th... such call) and counted in `status`.
-    fn let_through(&self, key_id: &str, why: NoSlot, limit: u64, now: DateTime<Utc>) -> Consumed {
-        let n = self.uncounted.fetch_add(1, Ordering::Relaxed) + 1;
-        if n.is_power_of_two() {
-            let reason = match why {
-                NoSlot::Full => format!(
-                    "all {} slots of the quota table are taken (gateway.quota.slots applies when the state file is created)",
+    /// A call the store cannot count is refused (the gateway answers 503, which callers treat
+    /// as fail-open), never let through uncounted: a full table would otherwise give every new
+    /// project unlimited calls. Counted in `status`; a full table is logged at WARN once (the
+    /// metrics carry the rest), other reasons at the 1st, 2nd, 4th, 8th... such call.
+    fn refuse(&self, key_id: &str, why: NoSlot) -> QuotaError {
+        let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if why == NoSlot::Full {
+            if self.slots_full.fetch_add(1, Ordering::Relaxed) == 0 {
+                log::warn!(
+                    "quota: all {} slots of the quota table are taken: calls of projects without a slot (first: '{key_id}') are refused with 503 (gateway.quota.slots applies when the state file is created; see drg_quota_slots_full_total)",
                     self.table.slots
-                ),
-                NoSlot::Stuck => "a claim of its slot never completed".to_owned(),
-                NoSlot::BadId | NoSlot::Absent => {
-                    format!("the key id is not 1 to {MAX_KEY_ID_LEN} bytes")
-                }
+                );
+            }
+        } else if n.is_power_of_two() {
+            let reason = match why {
+                NoSlot::Stuck | NoSlot::Busy { .. } => "a claim of its slot never completed".into(),
+                _ => format!("the key id is not 1 to {MAX_KEY_ID_LEN} bytes"),
             };
             log::error!(
-                "quota: a call of key '{key_id}' passes uncounted: {reason} ({n} uncounted calls so far)"
+                "quota: a call of key '{key_id}' is refused (503): {reason} ({n} calls refused for want of a slot so far)"
             );
         }
-        Consumed::Allowed(Usage {
-            used: 0,
-            limit,
-            month: Month::containing(now),
-            now,
-        })
+        QuotaError(format!("no quota slot for key '{key_id}'"))
     }
 
-    fn read_usage(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Usage {
+    /// The usage in slot `slot` (none: the key has not been counted yet).
+    fn usage_in(&self, slot: Option<usize>, limit: u64, now: DateTime<Utc>) -> Usage {
         let month = Month::containing(now);
-        let word = KeyWords::new(key_id)
-            .and_then(|id| self.table.find(&id, false).ok())
-            .map_or(0, |i| self.table.slot(i)[S_COUNT].load(Ordering::Acquire));
+        let word = slot.map_or(0, |i| self.table.slot(i)[S_COUNT].load(Ordering::Acquire));
         let (m, n) = count_in(word, month.index());
         Usage {
             used: n,
@@ -570,6 +656,27 @@ impl LocalStore {
             month: Month::from_index(m),
             now,
         }
+    }
+
+    /// [`QuotaStore::consume`] on the calling thread (waits on a claim by sleeping it).
+    #[cfg(test)]
+    fn try_consume(
+        &self,
+        key_id: &str,
+        limit: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError> {
+        let slot = KeyWords::new(key_id)
+            .ok_or(NoSlot::BadId)
+            .and_then(|id| self.table.find_blocking(&id, true));
+        self.settle(key_id, slot, limit, now)
+    }
+
+    /// [`QuotaStore::usage`] on the calling thread.
+    #[cfg(test)]
+    fn read_usage(&self, key_id: &str, limit: u64, now: DateTime<Utc>) -> Usage {
+        let slot = KeyWords::new(key_id).and_then(|id| self.table.find_blocking(&id, false).ok());
+        self.usage_in(slot, limit, now)
     }
 
     /// Writes the counts through to the disk (`msync`): what a power loss can take is bounded
@@ -674,93 +781,45 @@ fn check_slots(table: &Table) -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the counters file `path` whole (temp file, sync, rename), importing `legacy`'s
-/// counts when given. Called under the creation lock.
+/// Creates the counters file `path` whole (see [`crate::fsutil`]), importing `legacy`'s counts
+/// when given. Called under the creation lock.
 fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateError> {
-    let tmp = path.with_extension("counters-tmp");
-    let io = |source| StateError::Io {
-        path: tmp.clone(),
-        source,
-    };
     let keys = match legacy {
         Some(l) => read_legacy(l)?,
         None => Vec::new(),
     };
-    let import = |message: String| StateError::Import {
-        path: legacy.unwrap_or(path).to_owned(),
-        message,
-    };
     let slots = slots.clamp(MIN_SLOTS as usize, MAX_SLOTS as usize);
     if keys.len() > slots {
-        return Err(import(format!(
-            "{} keys do not fit in gateway.quota.slots ({slots})",
-            keys.len()
-        )));
+        return Err(StateError::Import {
+            path: legacy.unwrap_or(path).to_owned(),
+            message: format!(
+                "{} keys do not fit in gateway.quota.slots ({slots})",
+                keys.len()
+            ),
+        });
     }
     // Key ids and counts are the operator's business: owner only, whatever the umask.
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io)?;
-    // Zeros written, not a sparse hole: a count's first write never has to allocate a block.
-    {
-        let zeros = vec![0u8; 1 << 16];
-        let mut left = Table::bytes(slots);
-        let mut w = std::io::BufWriter::new(&file);
-        while left > 0 {
-            let n = left.min(zeros.len());
-            w.write_all(&zeros[..n]).map_err(io)?;
-            left -= n;
+    crate::fsutil::replace_with(path, 0o600, |file| {
+        fill_counters(file, path, legacy, &keys, slots)?;
+        if let Some(l) = legacy {
+            // Kept under its new name before the counters file takes over, so no crash can
+            // leave neither.
+            let kept = migrated_name(l);
+            match std::fs::hard_link(l, &kept) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(StateError::Io { path: kept, source }),
+            }
         }
-        w.flush().map_err(io)?;
-    }
-    let table = Table {
-        map: MmapOptions::new()
-            .len(Table::bytes(slots))
-            .map_raw(&file)
-            .map_err(io)?,
-        slots,
-    };
-    table.init_header();
-    for (id, month, used) in &keys {
-        let words = KeyWords::new(id).ok_or_else(|| {
-            import(format!(
-                "key id '{id}' is longer than {MAX_KEY_ID_LEN} bytes or empty"
-            ))
-        })?;
-        let slot = table
-            .find(&words, true)
-            .map_err(|_| import(format!("no slot for key id '{id}'")))?;
-        table.slot(slot)[S_COUNT].store(pack(month.index(), *used), Ordering::Relaxed);
-    }
-    if legacy.is_some() {
-        table
-            .header(H_FLAGS)
-            .store(FLAG_IMPORTED, Ordering::Relaxed);
-    }
-    table.map.flush().map_err(io)?;
-    drop(table);
-    file.sync_all().map_err(io)?;
-    drop(file);
-    if let Some(l) = legacy {
-        // Kept under its new name before the counters file takes over, so no crash can leave
-        // neither.
-        let kept = migrated_name(l);
-        match std::fs::hard_link(l, &kept) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(StateError::Io { path: kept, source }),
-        }
-    }
-    std::fs::rename(&tmp, path).map_err(|source| StateError::Io {
-        path: path.to_owned(),
-        source,
+        Ok(())
+    })
+    .map_err(|e| match e {
+        crate::fsutil::ReplaceError::Fill(e) => e,
+        crate::fsutil::ReplaceError::Io(source) => StateError::Io {
+            path: path.to_owned(),
+            source,
+        },
     })?;
-    sync_dir(path)?;
     if let Some(l) = legacy {
         log::warn!(
             "quota: imported the counts of {} keys from the legacy state file {} into {}; the old file is kept as {}",
@@ -774,6 +833,62 @@ fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateE
         }
     }
     Ok(())
+}
+
+/// Writes a fresh counters table of `slots` into `file` (the new counters file `path`), with
+/// the imported `keys`, and flushes the mapping.
+fn fill_counters(
+    file: &File,
+    path: &Path,
+    legacy: Option<&Path>,
+    keys: &[(String, Month, u64)],
+    slots: usize,
+) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let import = |message: String| StateError::Import {
+        path: legacy.unwrap_or(path).to_owned(),
+        message,
+    };
+    // Zeros written, not a sparse hole: a count's first write never has to allocate a block.
+    {
+        let zeros = vec![0u8; 1 << 16];
+        let mut left = Table::bytes(slots);
+        let mut w = std::io::BufWriter::new(file);
+        while left > 0 {
+            let n = left.min(zeros.len());
+            w.write_all(&zeros[..n]).map_err(io)?;
+            left -= n;
+        }
+        w.flush().map_err(io)?;
+    }
+    let table = Table {
+        map: MmapOptions::new()
+            .len(Table::bytes(slots))
+            .map_raw(file)
+            .map_err(io)?,
+        slots,
+    };
+    table.init_header();
+    for (id, month, used) in keys {
+        let words = KeyWords::new(id).ok_or_else(|| {
+            import(format!(
+                "key id '{id}' is longer than {MAX_KEY_ID_LEN} bytes or empty"
+            ))
+        })?;
+        let slot = table
+            .find_blocking(&words, true)
+            .map_err(|_| import(format!("no slot for key id '{id}'")))?;
+        table.slot(slot)[S_COUNT].store(pack(month.index(), *used), Ordering::Relaxed);
+    }
+    if legacy.is_some() {
+        table
+            .header(H_FLAGS)
+            .store(FLAG_IMPORTED, Ordering::Relaxed);
+    }
+    table.map.flush().map_err(io)
 }
 
 /// Removes the legacy file once its counts are in the counters file (it is kept, hard-linked,
@@ -879,7 +994,11 @@ impl QuotaStore for LocalStore {
         limit: u64,
         now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError> {
-        Ok(self.try_consume(key_id, limit, now))
+        let slot = match KeyWords::new(key_id) {
+            Some(id) => self.table.find_waiting(&id, true).await,
+            None => Err(NoSlot::BadId),
+        };
+        self.settle(key_id, slot, limit, now)
     }
 
     async fn usage(
@@ -888,7 +1007,11 @@ impl QuotaStore for LocalStore {
         limit: u64,
         now: DateTime<Utc>,
     ) -> Result<Usage, QuotaError> {
-        Ok(self.read_usage(key_id, limit, now))
+        let slot = match KeyWords::new(key_id) {
+            Some(id) => self.table.find_waiting(&id, false).await.ok(),
+            None => None,
+        };
+        Ok(self.usage_in(slot, limit, now))
     }
 
     fn status(&self) -> serde_json::Value {
@@ -897,7 +1020,8 @@ impl QuotaStore for LocalStore {
             "state_file": self.state_file.as_ref().map(|p| p.display().to_string()),
             "slots": self.table.slots,
             "slots_used": self.table.used_slots(),
-            "uncounted_calls": self.uncounted.load(Ordering::Relaxed),
+            "refused_calls": self.refused.load(Ordering::Relaxed),
+            "slots_full_calls": self.slots_full.load(Ordering::Relaxed),
         })
     }
 }
@@ -911,8 +1035,8 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn used(c: Consumed) -> Result<u64, u64> {
-        match c {
+    fn used(c: Result<Consumed, QuotaError>) -> Result<u64, u64> {
+        match c.expect("counted") {
             Consumed::Allowed(u) => Ok(u.used),
             Consumed::Exceeded(u) => Err(u.used),
         }
@@ -943,7 +1067,7 @@ mod tests {
     #[test]
     fn a_new_month_starts_from_zero() {
         let s = LocalStore::in_memory();
-        s.try_consume("k", 1, t("2026-11-30T23:59:59Z"));
+        s.try_consume("k", 1, t("2026-11-30T23:59:59Z")).unwrap();
         assert_eq!(
             used(s.try_consume("k", 1, t("2026-11-30T23:59:59Z"))),
             Err(1)
@@ -1009,7 +1133,7 @@ mod tests {
         }
         assert_eq!(s.table.used_slots(), keys.len());
         check_slots(&s.table).unwrap();
-        assert_eq!(s.uncounted.load(Ordering::Relaxed), 0);
+        assert_eq!(s.refused.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -1047,7 +1171,7 @@ mod tests {
         {
             let s = LocalStore::open(&path, 16).unwrap();
             for _ in 0..7 {
-                s.try_consume("k", 100, now);
+                s.try_consume("k", 100, now).unwrap();
             }
             // Dropped unflushed, like a killed process: the page cache holds the counts.
         }
@@ -1061,25 +1185,82 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_lets_calls_through_uncounted() {
+    fn a_full_table_refuses_calls_of_keys_without_a_slot() {
         let s = LocalStore::anonymous(2);
         let now = t(NOW);
         assert_eq!(used(s.try_consume("a", 5, now)), Ok(1));
         assert_eq!(used(s.try_consume("b", 5, now)), Ok(1));
-        assert_eq!(used(s.try_consume("c", 5, now)), Ok(0));
-        assert_eq!(used(s.try_consume("c", 5, now)), Ok(0));
+        assert!(s.try_consume("c", 5, now).is_err());
+        assert!(s.try_consume("c", 5, now).is_err());
         assert_eq!(s.read_usage("c", 5, now).used, 0);
+        // Keys with a slot keep counting.
         assert_eq!(used(s.try_consume("a", 5, now)), Ok(2));
-        assert_eq!(s.status()["uncounted_calls"], 2);
-        let long = "x".repeat(MAX_KEY_ID_LEN + 1);
-        assert_eq!(used(s.try_consume(&long, 5, now)), Ok(0));
-        assert_eq!(s.status()["uncounted_calls"], 3);
+        let status = s.status();
         assert_eq!(
-            used(s.try_consume(&"y".repeat(MAX_KEY_ID_LEN), 5, now)),
-            Ok(0),
+            (&status["refused_calls"], &status["slots_full_calls"]),
+            (&2.into(), &2.into())
+        );
+        assert_eq!(
+            (&status["slots"], &status["slots_used"]),
+            (&2.into(), &2.into())
+        );
+        let long = "x".repeat(MAX_KEY_ID_LEN + 1);
+        assert!(s.try_consume(&long, 5, now).is_err());
+        assert_eq!(s.status()["refused_calls"], 3);
+        assert_eq!(s.status()["slots_full_calls"], 2, "not for want of a slot");
+        assert!(
+            s.try_consume(&"y".repeat(MAX_KEY_ID_LEN), 5, now).is_err(),
             "the longest id fits a slot, but the table is full"
         );
-        assert_eq!(s.status()["uncounted_calls"], 4);
+        assert_eq!(s.status()["refused_calls"], 4);
+    }
+
+    #[test]
+    fn a_limit_beyond_the_count_word_is_not_unlimited() {
+        let s = LocalStore::anonymous(4);
+        let now = t(NOW);
+        let i = s
+            .table
+            .find_blocking(&KeyWords::new("k").unwrap(), true)
+            .unwrap();
+        s.table.slot(i)[S_COUNT].store(
+            pack(Month::containing(now).index(), MAX_MONTHLY_LIMIT - 1),
+            Ordering::Relaxed,
+        );
+        assert_eq!(
+            used(s.try_consume("k", u64::MAX, now)),
+            Ok(MAX_MONTHLY_LIMIT)
+        );
+        assert_eq!(
+            used(s.try_consume("k", u64::MAX, now)),
+            Err(MAX_MONTHLY_LIMIT)
+        );
+    }
+
+    #[test]
+    fn a_claim_in_progress_is_waited_on_without_blocking_the_worker() {
+        // One slot, claimed by a live process (this one) that does not complete the claim.
+        let s = Arc::new(LocalStore::anonymous(1));
+        let now = t(NOW);
+        s.table.slot(0)[S_STATE].store(claiming(std::process::id()), Ordering::Release);
+        // A single-threaded runtime: a wait that blocked its thread would keep every other task
+        // from running until it gave up (and refused the call).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = s.clone();
+            let call = tokio::spawn(async move { store.consume("k", 5, now).await });
+            // Let the call run until it waits on the claim.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!call.is_finished(), "the call waits on the claim");
+            // This task runs meanwhile: the claimer gives the slot up.
+            s.table.slot(0)[S_STATE].store(FREE, Ordering::Release);
+            assert_eq!(used(call.await.unwrap()), Ok(1));
+        });
     }
 
     #[test]
@@ -1142,7 +1323,7 @@ mod tests {
         let now = t(NOW);
         {
             let s = LocalStore::open(&path, 16).unwrap();
-            s.try_consume("k", 100, now);
+            s.try_consume("k", 100, now).unwrap();
         }
         let good = std::fs::read(&path).unwrap();
         let with = |f: &dyn Fn(&mut Vec<u8>)| {

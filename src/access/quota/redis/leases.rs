@@ -29,6 +29,11 @@ impl Lease {
         self.left
     }
 
+    /// No reserved call left and no request for more in flight.
+    pub fn is_idle(&self) -> bool {
+        self.left == 0 && !self.requesting
+    }
+
     /// Marks a lease request as in flight, unless one already is: returns whether the caller
     /// may ask for one.
     pub fn start_request(&mut self) -> bool {

@@ -10,7 +10,8 @@
 //! gateway answers 503).
 //!
 //! Per key and month the store keeps one slot (`slots.rs`): the count last seen, the local counts
-//! owed to Redis and, in batched mode, the lease (`leases.rs`).
+//! owed to Redis and, in batched mode, the lease (`leases.rs`). The background sync drops slots
+//! of past months once they owe Redis nothing.
 
 mod breaker;
 pub mod config;
@@ -300,6 +301,11 @@ impl RedisStore {
     /// `shutting_down`). Returns the locally counted calls still not known to be in Redis.
     /// The background sync calls this every [`RedisConfig::sync_every`].
     pub async fn sync(&self, shutting_down: bool) -> u64 {
+        // Here, off the request path: new slots join the lock-free map, old months' slots go.
+        let dropped = self.slots.maintain(self.clock.now());
+        if dropped > 0 {
+            log::debug!("quota store: dropped {dropped} slots of past months");
+        }
         let slots = self.slots.all();
         // Leases serve while Redis is down: keep them then (except at shutdown).
         if self.config.batched() && (shutting_down || self.breaker.is_closed()) {

@@ -1,11 +1,15 @@
 //! What this gateway knows and owes Redis per key and month (a slot): the shared count last seen,
 //! calls counted locally, batches whose reply timed out, and the lease. One map of slots, read
-//! without a lock on the request path; each slot has its own small lock.
+//! without a lock on the request path; each slot has its own small lock. Slots made since the
+//! map was last rebuilt wait in a small side map under a short lock; the background sync folds
+//! them in (one copy of the map per sync, not per new slot) and drops slots of past months
+//! that owe Redis nothing.
 
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
+use chrono::{DateTime, Utc};
 use hashbrown::HashTable;
 
 use super::leases::Lease;
@@ -93,6 +97,12 @@ impl Tally {
     /// Whether a call should carry anything to Redis.
     pub fn owes(&self) -> bool {
         self.pending > 0 || self.unused > 0 || !self.unsure.is_empty()
+    }
+
+    /// Nothing here that Redis lacks or may still send: no local counts (sent or not), no
+    /// lease. Ids to forget need not be sent: their markers expire with the month's count.
+    fn settled_all(&self) -> bool {
+        !self.owes() && self.local_calls() == 0 && self.lease.is_idle()
     }
 
     /// Fail-open admission: counts one call locally if the last shared count plus the local
@@ -197,10 +207,20 @@ impl Slot {
 
 type Table = HashTable<Arc<Slot>>;
 
-/// All slots this gateway has seen. Grown copy-on-write by compare-and-swap (a new key or month
-/// is rare); a lookup allocates nothing and takes no lock.
+/// A slot of a month that ended is dropped this long after the month's end at the earliest (if
+/// it owes Redis nothing and nothing holds it): far longer than any request runs, so no request
+/// still working in that month can meet a dropped slot.
+const PRUNE_AFTER: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// All slots this gateway holds. A lookup of a known slot allocates nothing and takes no lock;
+/// a new slot is made under a short lock in `recent` (O(1)), never by copying the whole map on
+/// a request thread (which made the first calls of a month, one new slot per project,
+/// quadratic). [`Slots::maintain`] folds `recent` into `table` off the request path.
 pub struct Slots {
     table: ArcSwap<Table>,
+    /// Slots made since `table` was last rebuilt. Also held while `table` is replaced, so that
+    /// under this lock the two together are every slot, each once.
+    recent: Mutex<Table>,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -208,6 +228,7 @@ impl Default for Slots {
     fn default() -> Self {
         Slots {
             table: ArcSwap::from_pointee(HashTable::new()),
+            recent: Mutex::new(HashTable::new()),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -224,29 +245,71 @@ impl Slots {
             .cloned()
     }
 
+    fn recent(&self) -> MutexGuard<'_, Table> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The slot of `key_id` in `month`, made on first use.
     pub fn get(&self, key_id: &str, month: Month) -> Arc<Slot> {
         let hash = self.hash(key_id, month);
         if let Some(slot) = Self::find(&self.table.load(), hash, key_id, month) {
             return slot;
         }
+        let mut recent = self.recent();
+        // `maintain` may have moved it into the table since the look above.
+        if let Some(slot) = Self::find(&self.table.load(), hash, key_id, month)
+            .or_else(|| Self::find(&recent, hash, key_id, month))
+        {
+            return slot;
+        }
         let fresh = Arc::new(Slot::new(key_id, month));
-        let mut found = None;
-        self.table.rcu(|table| {
-            found = Self::find(table, hash, key_id, month);
-            if found.is_some() {
-                return Arc::clone(table);
-            }
-            let mut grown = Table::clone(table);
-            grown.insert_unique(hash, fresh.clone(), |s| self.hash(&s.key_id, s.month));
-            Arc::new(grown)
-        });
-        found.unwrap_or(fresh)
+        recent.insert_unique(hash, fresh.clone(), |s| self.hash(&s.key_id, s.month));
+        fresh
     }
 
     /// A snapshot of every slot.
     pub fn all(&self) -> Vec<Arc<Slot>> {
-        self.table.load().iter().cloned().collect()
+        let recent = self.recent();
+        let table = self.table.load();
+        table.iter().chain(recent.iter()).cloned().collect()
+    }
+
+    /// Whether `slot` may be dropped: its month is before `open` (the month [`PRUNE_AFTER`]
+    /// ago, so it ended at least that long ago), only the map holds it, and it owes Redis
+    /// nothing. The month is compared first: most slots are current and cost no lock.
+    fn stale(slot: &Arc<Slot>, open: Month) -> bool {
+        slot.month < open && Arc::strong_count(slot) == 1 && slot.tally().settled_all()
+    }
+
+    /// Folds the slots made since the last call into the lock-free map and drops stale slots
+    /// of past months; returns how many were dropped. For the background sync, off the request
+    /// path: it copies the map, at most once per call and only when there is something to do.
+    pub fn maintain(&self, now: DateTime<Utc>) -> usize {
+        let open = Month::containing(now - PRUNE_AFTER);
+        // Scanned before taking the lock: new slots are not held up by it.
+        let any_stale = self.table.load().iter().any(|s| Self::stale(s, open));
+        let mut recent = self.recent();
+        if recent.is_empty() && !any_stale {
+            return 0;
+        }
+        // Only this replaces the table, and under the lock held: what a stale slot is, is
+        // decided again below.
+        let table = self.table.load_full();
+        let mut next = Table::with_capacity(table.len() + recent.len());
+        let mut dropped = 0;
+        for slot in table.iter().chain(recent.iter()) {
+            if Self::stale(slot, open) {
+                dropped += 1;
+                continue;
+            }
+            let hash = self.hash(&slot.key_id, slot.month);
+            next.insert_unique(hash, slot.clone(), |s| self.hash(&s.key_id, s.month));
+        }
+        // Published before `recent` is emptied, under its lock: a `get` meets each slot in one
+        // of the two.
+        self.table.store(Arc::new(next));
+        recent.clear();
+        dropped
     }
 }
 
@@ -272,6 +335,54 @@ mod tests {
         assert_eq!(a.marker_prefix, "q:{k}:2026-03:op:");
         assert_eq!(a.legacy_count_key, "q:k:2026-03");
         assert_eq!(slots.all().len(), 3);
+    }
+
+    #[test]
+    fn slots_of_past_months_are_dropped_once_they_owe_nothing() {
+        let slots = Slots::default();
+        let (march, april) = (month(), month().next());
+        for key in ["a", "b", "c", "d"] {
+            slots.get(key, march);
+        }
+        slots.get("a", april);
+        // New slots wait in the side map: the lock-free map is not copied per new slot.
+        assert_eq!(slots.table.load().len(), 0);
+        assert_eq!(slots.all().len(), 5);
+        // Still March, or April within the grace: folded in, nothing dropped.
+        let april_1st = april.start();
+        assert_eq!(slots.maintain(april_1st), 0);
+        assert_eq!(slots.table.load().len(), 5);
+        assert_eq!(slots.recent().len(), 0);
+        assert_eq!(slots.maintain(april_1st + PRUNE_AFTER / 2), 0);
+        // Past the grace: March's slots go, except one owing counts to Redis and one a request
+        // still holds.
+        slots.get("b", march).tally().count_locally(10).unwrap();
+        let held = slots.get("c", march);
+        assert_eq!(slots.maintain(april_1st + PRUNE_AFTER), 2);
+        let mut left: Vec<(String, Month)> = slots
+            .all()
+            .iter()
+            .map(|s| (s.key_id.to_string(), s.month))
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ("a".to_owned(), april),
+                ("b".to_owned(), march),
+                ("c".to_owned(), march)
+            ]
+        );
+        // Once synced and let go, they go too.
+        let b = slots.get("b", march);
+        let carry = b.tally().carry(1, 0);
+        b.tally().settled(&carry, 1, true);
+        drop((b, held));
+        assert_eq!(slots.maintain(april_1st + PRUNE_AFTER), 2);
+        assert_eq!(slots.all().len(), 1);
+        // A dropped slot is made afresh if asked for again.
+        assert_eq!(slots.get("d", march).tally().known, 0);
+        assert_eq!(slots.all().len(), 2);
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! Per-key rate limits: the generic cell rate algorithm (GCRA), one "theoretical arrival time"
+//! per key, so a key's state is one number and a check is a compare and a store.
+//!
+//! Used for the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`, `/v1/keys`), which are
+//! not counted in the month but each cost a store read (or, for `POST`/`DELETE /v1/keys`, a file
+//! rewrite and a reload on every gateway). Written here rather than taken from a crate because
+//! the same arithmetic will run as a Redis script for shared per-project limits, and both must
+//! agree to the nanosecond; time is passed in, so the algorithm is tested without clocks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// A rate: `per_second` calls a second on average, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// Average calls per second allowed; 0 turns the limit off.
+    pub per_second: u32,
+    /// Calls allowed at once after a quiet spell (at least 1).
+    pub burst: u32,
+}
+
+impl RateConfig {
+    /// What is wrong with the rate, if anything, for config validation (`at` names the key).
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.per_second > 1_000_000 {
+            out.push(format!(
+                "{at}.per_second: {} is outside 0..=1000000 (0: off)",
+                self.per_second
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.burst) {
+            out.push(format!("{at}.burst: {} is outside 1..=1000000", self.burst));
+        }
+        out
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateDecision {
+    Allowed,
+    /// Over the rate: the call would conform after this long.
+    Limited {
+        retry_after: Duration,
+    },
+}
+
+impl RateDecision {
+    /// `Retry-After` in whole seconds, rounded up (a client told 0 would retry at once).
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            RateDecision::Allowed => 0,
+            RateDecision::Limited { retry_after } => {
+                retry_after.as_nanos().div_ceil(1_000_000_000).max(1) as u64
+            }
+        }
+    }
+}
+
+/// GCRA for one key: `tat` is the theoretical arrival time of the next conforming call, in
+/// nanoseconds since an origin. Pure: returns the decision and the new `tat`.
+pub fn gcra(tat: u64, now: u64, interval: u64, burst: u32) -> (RateDecision, u64) {
+    // Up to `burst` calls may arrive at once: a call conforms while `tat` is at most
+    // `(burst - 1) * interval` ahead of now.
+    let tolerance = interval.saturating_mul(u64::from(burst.max(1)) - 1);
+    let tat = tat.max(now);
+    let allow_at = tat.saturating_sub(tolerance);
+    if allow_at > now {
+        let retry_after = Duration::from_nanos(allow_at - now);
+        return (RateDecision::Limited { retry_after }, tat);
+    }
+    (RateDecision::Allowed, tat.saturating_add(interval))
+}
+
+/// Keys past this many tracked entries trigger a sweep of the idle ones.
+const SWEEP_AT: usize = 4096;
+
+/// A rate limit per key id, in this process.
+#[derive(Debug)]
+pub struct KeyedLimiter {
+    /// Nanoseconds between conforming calls; `None`: no limit.
+    interval: Option<u64>,
+    burst: u32,
+    origin: Instant,
+    tats: Mutex<HashMap<Arc<str>, u64>>,
+}
+
+impl KeyedLimiter {
+    pub fn new(rate: RateConfig) -> KeyedLimiter {
+        let interval = (rate.per_second > 0).then(|| 1_000_000_000 / u64::from(rate.per_second));
+        KeyedLimiter {
+            interval,
+            burst: rate.burst.max(1),
+            origin: Instant::now(),
+            tats: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Checks (and, when allowed, takes) one call for `key`.
+    pub fn check(&self, key: &Arc<str>) -> RateDecision {
+        let Some(interval) = self.interval else {
+            return RateDecision::Allowed;
+        };
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // A poisoned lock only means another thread panicked mid-update of one number.
+        let mut tats = self.tats.lock().unwrap_or_else(|e| e.into_inner());
+        if tats.len() >= SWEEP_AT && !tats.contains_key(key) {
+            // Entries whose arrival time has passed hold no state worth keeping.
+            tats.retain(|_, tat| *tat > now);
+        }
+        let tat = tats.get(key).copied().unwrap_or(0);
+        let (decision, next) = gcra(tat, now, interval, self.burst);
+        if decision == RateDecision::Allowed {
+            match tats.get_mut(key) {
+                Some(t) => *t = next,
+                None => {
+                    tats.insert(key.clone(), next);
+                }
+            }
+        }
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_burst_passes_then_the_rate_holds() {
+        // 2 a second, burst 3: three at once, then one every 500 ms.
+        let interval = SECOND / 2;
+        let mut tat = 0;
+        for _ in 0..3 {
+            let (d, next) = gcra(tat, 0, interval, 3);
+            assert_eq!(d, RateDecision::Allowed);
+            tat = next;
+        }
+        let (d, same) = gcra(tat, 0, interval, 3);
+        assert_eq!(
+            d,
+            RateDecision::Limited {
+                retry_after: Duration::from_millis(500)
+            }
+        );
+        assert_eq!(same, tat, "a refused call takes nothing");
+        assert_eq!(d.retry_after_secs(), 1);
+        let (d, _) = gcra(tat, interval, interval, 3);
+        assert_eq!(d, RateDecision::Allowed);
+    }
+
+    #[test]
+    fn a_quiet_spell_refills_the_burst_but_never_beyond() {
+        let interval = SECOND;
+        let (_, tat) = gcra(0, 0, interval, 2);
+        // An hour later: the old arrival time is in the past, the burst is whole again (2).
+        let now = 3600 * SECOND;
+        let (a, tat) = gcra(tat, now, interval, 2);
+        let (b, tat) = gcra(tat, now, interval, 2);
+        let (c, _) = gcra(tat, now, interval, 2);
+        assert_eq!(
+            (a, b),
+            (RateDecision::Allowed, RateDecision::Allowed),
+            "burst refilled"
+        );
+        assert!(matches!(c, RateDecision::Limited { .. }), "but not beyond");
+    }
+
+    #[test]
+    fn keys_are_limited_apart_and_zero_means_off() {
+        let limiter = KeyedLimiter::new(RateConfig {
+            per_second: 1,
+            burst: 2,
+        });
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        assert_eq!(limiter.check(&a), RateDecision::Allowed);
+        assert_eq!(limiter.check(&a), RateDecision::Allowed);
+        let refused = limiter.check(&a);
+        assert_eq!(refused.retry_after_secs(), 1, "{refused:?}");
+        assert_eq!(limiter.check(&b), RateDecision::Allowed, "b has its own");
+        let off = KeyedLimiter::new(RateConfig {
+            per_second: 0,
+            burst: 1,
+        });
+        assert!((0..100).all(|_| off.check(&a) == RateDecision::Allowed));
+    }
+
+    #[test]
+    fn bad_rates_are_named() {
+        let bad = RateConfig {
+            per_second: 2_000_000,
+            burst: 0,
+        };
+        assert_eq!(bad.problems("gateway.access.account_rate").len(), 2);
+        assert!(RateConfig {
+            per_second: 5,
+            burst: 20
+        }
+        .problems("x")
+        .is_empty());
+    }
+}

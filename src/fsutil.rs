@@ -1,0 +1,133 @@
+//! Replacing a file in one step, and locking one: the single home of the temp-file, fsync,
+//! rename, fsync-the-folder sequence every state and config file the gateway writes goes through.
+//!
+//! A reader (a reloader, another gateway, a successor during an upgrade) sees the old file or
+//! the new one, never half of one, and a crash or power loss leaves one of the two whole: the
+//! data is synced before the rename, and the folder after it (the rename itself is otherwise
+//! only in memory).
+
+use std::fs::{File, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// The folder of `path` (`.` for a bare file name).
+fn folder(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Why a file could not be replaced.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplaceError<E> {
+    /// Writing the new content failed.
+    #[error(transparent)]
+    Fill(E),
+    /// The temporary file, its sync, the rename or the folder's sync failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Replaces `path` with `content`, mode `mode` (exactly: not narrowed by the umask).
+pub fn write_atomic(path: &Path, mode: u32, content: &[u8]) -> io::Result<()> {
+    replace_with(path, mode, |mut f| f.write_all(content)).map_err(|e| match e {
+        ReplaceError::Fill(e) | ReplaceError::Io(e) => e,
+    })
+}
+
+/// Replaces `path` with a file `fill` writes, mode `mode` (exactly: not narrowed by the umask).
+/// The temporary file sits in the same folder (a rename does not cross file systems), under a
+/// name starting with `.` and unique per call (a gateway and its successor never share one);
+/// it is removed when `fill` or a later step fails.
+pub fn replace_with<E>(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&File) -> Result<(), E>,
+) -> Result<(), ReplaceError<E>> {
+    let dir = folder(path);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(Permissions::from_mode(mode))
+        .tempfile_in(dir)?;
+    // The mode given at creation is narrowed by the umask; set it again, exactly.
+    tmp.as_file()
+        .set_permissions(Permissions::from_mode(mode))?;
+    fill(tmp.as_file()).map_err(ReplaceError::Fill)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// The permission bits of `path`, `None` when it does not exist (or cannot be read).
+pub fn mode_of(path: &Path) -> Option<u32> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777)
+}
+
+/// Takes an exclusive lock on `file`, waiting for it (`flock`: released when the file is
+/// closed, and by the kernel if the process dies holding it). Retried when a signal
+/// interrupts the wait.
+pub fn lock_exclusive(file: &File) -> io::Result<()> {
+    loop {
+        match file.lock() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_with_the_exact_mode_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.yaml");
+        std::fs::write(&path, "old").unwrap();
+        // The usual umask (022) would make it 0644.
+        write_atomic(&path, 0o666, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(mode_of(&path), Some(0o666));
+        write_atomic(&path, 0o600, b"newer").unwrap();
+        assert_eq!(mode_of(&path), Some(0o600));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.yaml"]);
+        assert_eq!(mode_of(&dir.path().join("none")), None);
+    }
+
+    #[test]
+    fn a_failed_fill_keeps_the_old_file_and_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "old").unwrap();
+        let e = replace_with(&path, 0o600, |_| Err("no")).unwrap_err();
+        assert!(matches!(e, ReplaceError::Fill("no")));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_second_lock_waits_for_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        let a = File::create(&path).unwrap();
+        lock_exclusive(&a).unwrap();
+        let b = File::open(&path).unwrap();
+        assert!(matches!(
+            b.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        drop(a);
+        lock_exclusive(&b).unwrap();
+    }
+}
