@@ -19,15 +19,15 @@ use domain_risk_gateway::access::origin::{Origin, OriginPattern};
 use domain_risk_gateway::access::quota::local::LocalStore;
 use domain_risk_gateway::access::quota::QuotaStore;
 use domain_risk_gateway::access::{decide, Credentials};
-use domain_risk_gateway::access_log::{format_line, Entry};
-use domain_risk_gateway::config::MxConfig;
 use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
 use domain_risk_gateway::domain::providers::ProviderTable;
 use domain_risk_gateway::domain::{
     classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
 };
-use domain_risk_gateway::metrics::{Metrics, RouteClass};
+use domain_risk_gateway::mx::config::MxConfig;
 use domain_risk_gateway::mx::resolver::{CacheState, MxResolver};
+use domain_risk_gateway::ops::access_log::{format_line, Entry};
+use domain_risk_gateway::ops::metrics::{Metrics, RouteClass};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -305,7 +305,8 @@ fn top_flags(c: &mut Criterion) {
 /// plus the dataset version, `Vary` and both RateLimit headers).
 fn hot_path(c: &mut Criterion) {
     use bytes::Bytes;
-    use domain_risk_gateway::http::{response_header, Answer, ApiError};
+    use domain_risk_gateway::answer::{Answer, ApiError};
+    use domain_risk_gateway::edge::http::response_header;
     use http::{HeaderName, HeaderValue, StatusCode};
     let t = table(10_000);
     let listed = DomainName::parse("d42.com").unwrap();

@@ -158,7 +158,7 @@ fn main() -> ExitCode {
     }
     for addr in &args.proxy {
         let relay = Relay {
-            peer: domain_risk_gateway::gateway::upstream_peer(&settings.gateway.upstream),
+            peer: domain_risk_gateway::edge::gateway::upstream_peer(&settings.gateway.upstream),
         };
         server.add_service(service(&server, "proxy", addr, relay, limit));
     }

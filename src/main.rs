@@ -67,7 +67,7 @@ enum KeyCommand {
 }
 
 fn main() -> ExitCode {
-    if let Err(e) = domain_risk_gateway::logging::install() {
+    if let Err(e) = domain_risk_gateway::ops::logging::install() {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }

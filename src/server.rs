@@ -13,21 +13,25 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use pingora::services::ServiceWithDependents;
 
-use crate::access::keys::KeysSource;
+use crate::access::keys::KeyStore;
+use crate::access::quota::config::{QuotaConfig, QuotaStoreKind};
 use crate::access::quota::local::LocalStore;
 use crate::access::quota::redis::RedisStore;
 use crate::access::quota::services::{Persistence, Reconciler};
 use crate::access::quota::{Clock, QuotaStore, SystemClock};
-use crate::admin::Admin;
-use crate::cli::ServeMode;
-use crate::config::{QuotaConfig, QuotaStoreKind, Settings};
-use crate::data_files::{log_conflicts, summary, DataSources};
-use crate::downstream::Guarded;
-use crate::gateway::{Gateway, Shared};
-use crate::lifecycle::{settle_budget, Draining, DrainingShutdown, InFlight};
-use crate::metrics::Metrics;
+use crate::access::source::KeysSource;
+use crate::config::{GatewayConfig, Settings};
+use crate::data::files::{log_conflicts, summary, DataSources};
+use crate::data::reload::Reloader;
+use crate::domain::DomainTable;
+use crate::edge::downstream::Guarded;
+use crate::edge::gateway::Gateway;
 use crate::mx::resolver::MxResolver;
-use crate::reload::Reloader;
+use crate::ops::admin::Admin;
+use crate::ops::connections::DownstreamStats;
+use crate::ops::lifecycle::{settle_budget, Draining, DrainingShutdown, InFlight};
+use crate::ops::metrics::Metrics;
+use crate::state::Shared;
 
 /// Why the server could not start; each error carries its own context.
 pub type StartError = Box<dyn std::error::Error + Send + Sync>;
@@ -67,6 +71,29 @@ fn clock() -> Result<SystemClock, StartError> {
     }
 }
 
+/// How `serve` starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServeMode {
+    /// Take the listening sockets from the running gateway (over `upgrade_sock`, once it gets
+    /// SIGQUIT) instead of binding them.
+    pub upgrade: bool,
+    /// Run in the background (Pingora's daemon mode: it writes `pid_file`).
+    pub daemon: bool,
+}
+
+/// The parts the public listener's `Gateway` is made of besides `Shared`, and the background
+/// services that keep them.
+struct Parts {
+    calls: Option<(
+        crate::account::calls::Calls,
+        crate::account::calls::CallWriter,
+    )>,
+    top_live: Option<(Arc<crate::flags::LiveTop>, crate::flags::keeper::Keeper)>,
+    keys_api: Arc<crate::account::keys_api::KeysApi>,
+    access_log: Option<crate::ops::access_log::AccessLog>,
+    access_log_service: crate::ops::access_log::AccessLogService,
+}
+
 /// Builds everything from `settings` (a bad table, keys file or state file stops the start)
 /// and serves until signalled. With `mode.upgrade` the listening sockets are taken from the
 /// running gateway (Pingora's graceful upgrade) instead of bound.
@@ -75,39 +102,14 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     // A daemon's parent returns once the gateway serves (what systemd's `Type=forking` and the
     // upgrade dance expect), not at the fork.
     settings.server.daemon_wait_for_ready |= mode.daemon;
-    let sources = DataSources::from_config(&settings.gateway);
-    let table = sources.build()?;
-    log::info!("domain table loaded: {}", summary(&table));
-    log_conflicts(&table, &sources.dir);
-    let mut keys_source = keys_source(&settings);
-    keys_source.record_first_seen = true;
-    let keys = keys_source.load()?;
-    log::info!(
-        "keys loaded: {} keys from {}",
-        keys.len(),
-        keys_source.path.display()
-    );
-    let gateway = &settings.gateway;
-    let clock: Arc<dyn Clock> = Arc::new(clock()?);
+    let (sources, table, keys_source, keys) = first_load(&settings)?;
     let in_flight = InFlight::default();
     let settle = settle_budget(settings.server.grace_period_seconds);
-    let (quota, quota_service) = quota_store(&gateway.quota, &clock, &in_flight, settle)?;
-    let mx = match gateway.mx.enabled {
-        true => Some(Arc::new(MxResolver::new(&gateway.mx)?)),
-        false => None,
-    };
-    let shared = Shared {
-        table: Arc::new(ArcSwap::from_pointee(table)),
-        keys: Arc::new(ArcSwap::from_pointee(keys)),
-        quota,
-        clock,
-        mx,
-        draining: Draining::default(),
-        metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
-    };
+    let (shared, quota_service) = shared_state(&settings.gateway, table, keys, &in_flight, settle)?;
+    let gateway = &settings.gateway;
     // A bad certificate pair stops the start, like a bad table.
     let tls = match &gateway.tls {
-        Some(config) => Some(crate::tls::listener(
+        Some(config) => Some(crate::edge::tls::listener(
             config,
             gateway.reload.poll_interval,
             &shared.metrics,
@@ -124,52 +126,14 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
     // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
     let bootstrap = server.bootstrap_as_a_service();
-
-    // Call logs (`/v1/logs`, `/v1/stats`): a store that does not open stops the start.
-    let calls = crate::calls::from_config(gateway, &shared)?;
-    // Live top-domains: counts flagged lookups (a bad state file is logged and ignored).
-    let top_live = crate::flags::keeper::Keeper::new(
-        gateway,
-        shared.table.clone(),
-        shared.clock.clone(),
-        &shared.metrics,
-    )?;
-    // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
-    let keys_api = Arc::new(crate::keys_api::KeysApi::new(
-        shared.keys.clone(),
-        gateway.keys_api.managed_file(&gateway.quota),
-        gateway.access.plans.clone(),
-        gateway.keys_api.clone(),
-        keys_source.publish_lock.clone(),
-        &shared.metrics,
-    )?);
-    let (lines, dropped) = shared.metrics.access_log_counters();
-    let (access_log, access_log_service) =
-        crate::access_log::open(&gateway.access_log, lines, dropped)?;
-    let mut proxy = http_proxy(
-        &server.configuration,
-        Gateway::new(shared.clone(), gateway)
-            .with_relay(&gateway.upstream, &server.configuration)
-            .with_access_log(access_log.clone())
-            .with_calls(calls.as_ref().map(|(c, _)| c.clone()))
-            .with_top_live(top_live.as_ref().map(|(live, _)| live.clone()))
-            .with_keys_api(Some(keys_api.clone())),
-    );
-    let mut options = HttpServerOptions::default();
-    // Not to proxy CONNECT: Pingora would refuse it itself with a bare 405 (no body, no
-    // `Allow`); let through, it is refused by the gateway, in the contract's shape.
-    options.allow_connect_method_proxying = true;
-    // Pingora counts reuses after the first request.
-    options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
-    // HTTP/2 (TLS with `h2`) has its own idle timeout and header-list bound.
-    options.h2_idle_timeout = Some(gateway.limits.idle_timeout);
-    proxy.h2_options = Some(crate::tls::h2_options(&gateway.limits));
-    proxy.server_options = Some(options);
-    let guarded = Guarded::new(proxy, &gateway.limits);
-    let downstream = guarded.stats();
-    let open = downstream.clone();
-    in_flight.track(move || open.counts().open_connections);
-    let mut service = Service::new("domain-risk gateway".to_owned(), guarded);
+    let parts = parts(gateway, &shared, &keys_source)?;
+    let gateway_app = Gateway::new(shared.clone(), gateway)
+        .with_relay(&gateway.upstream, &server.configuration)
+        .with_access_log(parts.access_log.clone())
+        .with_calls(parts.calls.as_ref().map(|(c, _)| c.clone()))
+        .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
+        .with_keys_api(Some(parts.keys_api.clone()));
+    let (mut service, downstream) = public_service(&server, gateway_app, gateway, &in_flight);
     let scheme = match tls {
         Some(tls) => {
             service.add_tls_with_settings(&gateway.listen, None, tls.settings);
@@ -182,58 +146,19 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
         }
     };
     server.add_service(service).add_dependency(&bootstrap);
-
     if let Some(listen) = &gateway.admin.listen {
         let admin = Admin {
             shared: shared.clone(),
             downstream,
             upstream: gateway.upstream.address.clone(),
         };
-        let mut service = Service::new("admin".to_owned(), admin);
-        match listen.strip_prefix("unix:") {
-            Some(path) => service.add_uds(path, None),
-            None => service.add_tcp(listen),
-        }
-        log::info!("admin listener on {listen}");
-        server.add_service(service).add_dependency(&bootstrap);
+        server
+            .add_service(admin_service(admin, listen))
+            .add_dependency(&bootstrap);
     }
-
-    let interval = gateway.reload.poll_interval;
-    server.add_service(background_service(
-        "data reload",
-        Reloader::new(sources, shared.table.clone(), interval)
-            .with_priority(gateway.reload.build_priority)
-            .with_hook(shared.metrics.reload_hook("table")),
-    ));
-    // URL sources: fetched in the background into cached files the data reloader watches.
-    if !gateway.data.sources.is_empty() {
-        crate::sources::prepare_dir(&gateway.data.sources_dir)?;
-        let fetcher = crate::sources::Fetcher::new(
-            &gateway.data,
-            gateway.reload.max_shrink_percent,
-            &shared.metrics,
-        )?;
-        server.add_service(background_service("source fetch", fetcher));
-    }
-    server.add_service(background_service(
-        "keys reload",
-        Reloader::new(keys_source, shared.keys.clone(), interval)
-            .with_hook(shared.metrics.reload_hook("keys")),
-    ));
-    if gateway.keys_api.enabled {
-        server.add_service(background_service(
-            "keys last use",
-            crate::keys_api::LastUsedSaver(keys_api),
-        ));
-    }
+    let access_log = parts.access_log.clone();
+    add_background_services(&mut server, gateway, &shared, sources, keys_source, parts)?;
     server.add_boxed_service(quota_service);
-    server.add_service(background_service("access log", access_log_service));
-    if let Some((_, writer)) = calls {
-        server.add_service(background_service("call logs", writer));
-    }
-    if let Some((_, keeper)) = top_live {
-        server.add_service(background_service("top-domains", keeper));
-    }
     log::info!(
         "listening on {scheme}://{} (upstream {})",
         gateway.listen,
@@ -249,6 +174,184 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
         log.finish();
     }
     log::info!("stopped");
+    Ok(())
+}
+
+/// The first table and keys (either failing stops the start), and their sources for the
+/// reloaders.
+fn first_load(
+    settings: &Settings,
+) -> Result<(DataSources, DomainTable, KeysSource, KeyStore), StartError> {
+    let sources = settings.gateway.data_sources();
+    let table = sources.build()?;
+    log::info!("domain table loaded: {}", summary(&table));
+    log_conflicts(&table, &sources.dir);
+    let mut keys_source = keys_source(settings);
+    keys_source.record_first_seen = true;
+    let keys = keys_source.load()?;
+    log::info!(
+        "keys loaded: {} keys from {}",
+        keys.len(),
+        keys_source.path.display()
+    );
+    Ok((sources, table, keys_source, keys))
+}
+
+/// The admin listener on `listen` (`ip:port` or `unix:/path`).
+fn admin_service(admin: Admin, listen: &str) -> Service<Admin> {
+    let mut service = Service::new("admin".to_owned(), admin);
+    match listen.strip_prefix("unix:") {
+        Some(path) => service.add_uds(path, None),
+        None => service.add_tcp(listen),
+    }
+    log::info!("admin listener on {listen}");
+    service
+}
+
+/// What every request and service shares: the first table and keys, the quota store (and the
+/// service that keeps it), the clock, the MX resolver, the metrics.
+fn shared_state(
+    gateway: &GatewayConfig,
+    table: DomainTable,
+    keys: KeyStore,
+    in_flight: &InFlight,
+    settle: std::time::Duration,
+) -> Result<(Shared, BoxedService), StartError> {
+    let clock: Arc<dyn Clock> = Arc::new(clock()?);
+    let (quota, quota_service) = quota_store(&gateway.quota, &clock, in_flight, settle)?;
+    let mx = match gateway.mx.enabled {
+        true => Some(Arc::new(MxResolver::new(&gateway.mx)?)),
+        false => None,
+    };
+    let shared = Shared {
+        table: Arc::new(ArcSwap::from_pointee(table)),
+        keys: Arc::new(ArcSwap::from_pointee(keys)),
+        quota,
+        clock,
+        mx,
+        draining: Draining::default(),
+        metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
+    };
+    Ok((shared, quota_service))
+}
+
+/// Call logs, live top-domains, the keys API and the access log (a call store or access log
+/// that does not open stops the start; a bad top-domains state file is logged and ignored).
+fn parts(
+    gateway: &GatewayConfig,
+    shared: &Shared,
+    keys_source: &KeysSource,
+) -> Result<Parts, StartError> {
+    let calls = crate::account::calls::from_config(
+        &gateway.calls,
+        &gateway.quota,
+        &shared.metrics,
+        shared.keys.clone(),
+        shared.clock.clone(),
+    )?;
+    let top_live = crate::flags::keeper::Keeper::new(
+        &gateway.top_domains,
+        (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis),
+        shared.table.clone(),
+        shared.clock.clone(),
+        &shared.metrics,
+    )?;
+    // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
+    let keys_api = Arc::new(crate::account::keys_api::KeysApi::new(
+        shared.keys.clone(),
+        gateway.keys_api.managed_file(&gateway.quota),
+        gateway.access.plans.clone(),
+        gateway.keys_api.clone(),
+        keys_source.publish_lock.clone(),
+        &shared.metrics,
+    )?);
+    let (lines, dropped) = shared.metrics.access_log_counters();
+    let (access_log, access_log_service) =
+        crate::ops::access_log::open(&gateway.access_log, lines, dropped)?;
+    Ok(Parts {
+        calls,
+        top_live,
+        keys_api,
+        access_log,
+        access_log_service,
+    })
+}
+
+/// The public listener's service (not bound yet): the gateway behind Pingora's HTTP options and
+/// our per-connection limits; and the limits' counters, for readiness and metrics.
+fn public_service(
+    server: &Server,
+    gateway_app: Gateway,
+    gateway: &GatewayConfig,
+    in_flight: &InFlight,
+) -> (
+    Service<Guarded<pingora::proxy::HttpProxy<Gateway>>>,
+    Arc<DownstreamStats>,
+) {
+    let mut proxy = http_proxy(&server.configuration, gateway_app);
+    let mut options = HttpServerOptions::default();
+    // Not to proxy CONNECT: Pingora would refuse it itself with a bare 405 (no body, no
+    // `Allow`); let through, it is refused by the gateway, in the contract's shape.
+    options.allow_connect_method_proxying = true;
+    // Pingora counts reuses after the first request.
+    options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
+    // HTTP/2 (TLS with `h2`) has its own idle timeout and header-list bound.
+    options.h2_idle_timeout = Some(gateway.limits.idle_timeout);
+    proxy.h2_options = Some(crate::edge::tls::h2_options(&gateway.limits));
+    proxy.server_options = Some(options);
+    let guarded = Guarded::new(proxy, &gateway.limits);
+    let downstream = guarded.stats();
+    let open = downstream.clone();
+    in_flight.track(move || open.counts().open_connections);
+    let service = Service::new("domain-risk gateway".to_owned(), guarded);
+    (service, downstream)
+}
+
+/// The reloaders (table, URL sources, keys), the keys' last-use saver, the access-log writer,
+/// the call-log writer and the top-domains keeper.
+fn add_background_services(
+    server: &mut Server,
+    gateway: &GatewayConfig,
+    shared: &Shared,
+    sources: DataSources,
+    keys_source: KeysSource,
+    parts: Parts,
+) -> Result<(), StartError> {
+    let interval = gateway.reload.poll_interval;
+    server.add_service(background_service(
+        "data reload",
+        Reloader::new(sources, shared.table.clone(), interval)
+            .with_priority(gateway.reload.build_priority)
+            .with_hook(shared.metrics.reload_hook("table")),
+    ));
+    // URL sources: fetched in the background into cached files the data reloader watches.
+    if !gateway.data.sources.is_empty() {
+        crate::data::sources::prepare_dir(&gateway.data.sources_dir)?;
+        let fetcher = crate::data::sources::Fetcher::new(
+            &gateway.data,
+            gateway.reload.max_shrink_percent,
+            &shared.metrics,
+        )?;
+        server.add_service(background_service("source fetch", fetcher));
+    }
+    server.add_service(background_service(
+        "keys reload",
+        Reloader::new(keys_source, shared.keys.clone(), interval)
+            .with_hook(shared.metrics.reload_hook("keys")),
+    ));
+    if gateway.keys_api.enabled {
+        server.add_service(background_service(
+            "keys last use",
+            crate::account::keys_api::LastUsedSaver(parts.keys_api),
+        ));
+    }
+    server.add_service(background_service("access log", parts.access_log_service));
+    if let Some((_, writer)) = parts.calls {
+        server.add_service(background_service("call logs", writer));
+    }
+    if let Some((_, keeper)) = parts.top_live {
+        server.add_service(background_service("top-domains", keeper));
+    }
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use domain_risk_gateway::config::Settings;
-use domain_risk_gateway::data_files::{summary, DataSources};
+use domain_risk_gateway::data::files::summary;
 use domain_risk_gateway::domain::table::{
     BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
@@ -37,7 +37,7 @@ fn names(path: &Path) -> Vec<String> {
 /// The table of the shipped config and data, built by the gateway's own loader.
 fn shipped_table() -> DomainTable {
     let settings = Settings::load(&repo("conf/gateway.yaml")).unwrap();
-    DataSources::from_config(&settings.gateway).build().unwrap()
+    settings.gateway.data_sources().build().unwrap()
 }
 
 fn answer<'t>(table: &'t DomainTable, name: &'t DomainName) -> RiskRecord<'t> {

@@ -14,7 +14,6 @@ use std::path::Path;
 use common::*;
 use dns::{DnsServer, Zone};
 use domain_risk_gateway::config::Settings;
-use domain_risk_gateway::data_files::DataSources;
 use domain_risk_gateway::domain::{classify, DomainName};
 
 /// A browser key (with origins), as a signup form holds.
@@ -97,7 +96,7 @@ fn typos_get_a_suggestion_in_evidence_and_header_unless_they_have_their_own_mail
 fn no_shipped_organisation_domain_gets_a_suggestion() {
     let settings =
         Settings::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/gateway.yaml")).unwrap();
-    let table = DataSources::from_config(&settings.gateway).build().unwrap();
+    let table = settings.gateway.data_sources().build().unwrap();
     let orgs = repo_file("tests/fixtures/org_domains.txt");
     let mut checked = 0;
     for d in orgs

@@ -338,7 +338,7 @@ fn restart_under_load(builder: GatewayBuilder) -> (Gateway, Tally) {
     let term = Instant::now();
     // The drain starts when the gateway handles the signal, so it cannot end before this. A
     // connection the kernel completes just before the listener closes can still sit unaccepted
-    // in its queue and be reset (README "Restart"); on a busy machine the accept loop runs that
+    // in its queue and be reset (docs/operations.md "Restart"); on a busy machine the accept loop runs that
     // far behind, so requests started in the drain's last ACCEPT_LAG may find the listener gone.
     drain_end.set(term + DRAIN - ACCEPT_LAG).unwrap();
     gw.signal("TERM");

@@ -8,7 +8,7 @@
 use domain_risk_gateway::domain::target::screen_target;
 use domain_risk_gateway::domain::top::MAX_TOP;
 use domain_risk_gateway::domain::DomainName;
-use domain_risk_gateway::route::{
+use domain_risk_gateway::edge::route::{
     route, KeysCall, QueryOf, Route, RouteError, KEYS_PATH, MAX_CURSOR_LEN, MAX_LOGS_LIMIT,
 };
 use http::Method;

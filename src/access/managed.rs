@@ -119,14 +119,14 @@ pub fn update<T, E: From<ManagedError>>(
     Ok(out)
 }
 
-/// Writes the file atomically with mode 0600 (see [`crate::fsutil`]).
+/// Writes the file atomically with mode 0600 (see [`crate::infra::fsutil`]).
 fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
     let mut body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
     body.push(b'\n');
-    crate::fsutil::write_atomic(path, 0o600, &body).map_err(io(path))
+    crate::infra::fsutil::write_atomic(path, 0o600, &body).map_err(io(path))
 }
 
 fn parent(path: &Path) -> PathBuf {
@@ -161,7 +161,7 @@ impl Lock {
             .mode(0o600)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        crate::fsutil::lock_exclusive(&f).map_err(io(&lock_path))?;
+        crate::infra::fsutil::lock_exclusive(&f).map_err(io(&lock_path))?;
         Ok(Lock { _file: f })
     }
 }

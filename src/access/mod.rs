@@ -4,12 +4,14 @@
 //! [`decide`] is the pure part: request headers and a key snapshot in, a [`Principal`] or a
 //! [`Rejection`] out. The quota is asked afterwards, through [`quota::QuotaStore`].
 
+pub mod config;
 pub mod keys;
 pub mod managed;
 pub mod origin;
 pub mod plan;
 pub mod quota;
 pub mod rate;
+pub mod source;
 
 use std::sync::Arc;
 

@@ -3,18 +3,18 @@
 use std::path::Path;
 
 use super::{settings, CommandError};
-use crate::data_files::{summary, DataSources};
+use crate::data::files::summary;
 use crate::server::keys_source;
 
 /// Validates the config, data and keys without serving; the summary on success.
 pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
-    let table = DataSources::from_config(&settings.gateway).build()?;
+    let table = settings.gateway.data_sources().build()?;
     let keys = keys_source(&settings).load()?;
     let tls = match &settings.gateway.tls {
         Some(tls) => format!(
             " (TLS: {})",
-            crate::tls::CertPair::load_current(&tls.cert, &tls.key)?
+            crate::edge::tls::CertPair::load_current(&tls.cert, &tls.key)?
         ),
         None => String::new(),
     };

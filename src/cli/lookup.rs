@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{settings, CommandError};
-use crate::data_files::DataSources;
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::evidence::evidence as evidence_of;
 use crate::domain::DomainName;
@@ -14,7 +13,7 @@ use crate::mx::resolver::MxResolver;
 /// `lookup <domain>`: the record, the rule that decided it and the MX evidence, without a server.
 pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
-    let table = DataSources::from_config(&settings.gateway).build()?;
+    let table = settings.gateway.data_sources().build()?;
     let name = DomainName::parse(domain).map_err(|e| format!("'{domain}': {e}"))?;
     let found = table.lookup(&name);
     let mx = &settings.gateway.mx;

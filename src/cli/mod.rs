@@ -7,10 +7,11 @@ mod serve;
 
 use std::path::Path;
 
+pub use crate::server::ServeMode;
 pub use check_config::check_config;
 pub use key_new::key_new;
 pub use lookup::lookup;
-pub use serve::{serve, ServeMode};
+pub use serve::serve;
 
 use crate::config::Settings;
 

@@ -30,11 +30,11 @@ use super::shared::SharedCounts;
 use super::state::StateFile;
 use super::{LiveTop, TopDomainsConfig};
 use crate::access::quota::Clock;
-use crate::config::{GatewayConfig, QuotaStoreKind};
 use crate::domain::heavy_hitters::{merge, ranking, Day, Snapshot, SpaceSaving, Window};
 use crate::domain::DomainTable;
-use crate::metrics::Metrics;
-use crate::periodic::Ticks;
+use crate::infra::redis::config::RedisConfig;
+use crate::ops::metrics::Metrics;
+use crate::ops::periodic::Ticks;
 
 /// A batch of local counts on its way to Redis.
 struct Batch {
@@ -179,12 +179,12 @@ impl Keeper {
     /// The live top-domains of `config` (`None` when `top_domains.enabled` is false), and its
     /// service. Loads the state file; a bad one is logged and ignored.
     pub fn new(
-        config: &GatewayConfig,
+        top: &TopDomainsConfig,
+        redis: Option<&RedisConfig>,
         table: Arc<ArcSwap<DomainTable>>,
         clock: Arc<dyn Clock>,
         metrics: &Metrics,
     ) -> Result<Option<(Arc<LiveTop>, Keeper)>, prometheus::Error> {
-        let top = &config.top_domains;
         if !top.enabled {
             return Ok(None);
         }
@@ -197,10 +197,9 @@ impl Keeper {
             LiveTop::new(top.capacity, flags.with_label_values::<&str>(&[]))
                 .with_min_projects(top.no_mx_min_projects),
         );
-        let redis = config.quota.store == QuotaStoreKind::Redis;
         let counts = match StateFile::load(&top.state_file) {
             Some(file) => {
-                let c = Counts::from_file(top, file, redis);
+                let c = Counts::from_file(top, file, redis.is_some());
                 log::info!(
                     "top-domains: {} counters loaded from {}",
                     c.counters(),
@@ -216,9 +215,9 @@ impl Keeper {
             clock,
             config: top.clone(),
             state_file: top.state_file.clone(),
-            shared: redis.then(|| {
+            shared: redis.map(|redis| {
                 SharedCounts::new(
-                    &config.quota.redis,
+                    redis,
                     top.sync_interval.min(Duration::from_secs(5)),
                     top.window_days,
                     top.capacity,

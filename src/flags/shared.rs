@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 
 use redis::Script;
 
-use crate::access::quota::redis::RedisConfig;
 use crate::domain::heavy_hitters::{Day, Label, Snapshot, SpaceSaving};
 use crate::domain::Reason;
-use crate::redis_link::RedisLink;
+use crate::infra::redis::config::RedisConfig;
+use crate::infra::redis::RedisLink;
 
 /// Names sent per script call: bounds how long one call holds Redis.
 const CHUNK: usize = 500;

@@ -94,7 +94,7 @@ impl StateFile {
                 .create(dir)
                 .map_err(err)?;
         }
-        crate::fsutil::write_atomic(path, 0o600, &bytes).map_err(err)
+        crate::infra::fsutil::write_atomic(path, 0o600, &bytes).map_err(err)
     }
 }
 

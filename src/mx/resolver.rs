@@ -24,8 +24,9 @@ use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::config::MxConfig;
 use crate::domain::mail::{MxEvidence, MxHost};
+use crate::mx::config::MxConfig;
+use crate::ops::metrics::MxStats;
 
 /// How a lookup was answered (shown by `lookup`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,22 +40,6 @@ pub enum CacheState {
     OverBudget,
     /// `max_inflight` lookups were already running: answered as unknown at once, nothing asked.
     Refused,
-}
-
-/// Counters of the resolver since it started, and its current load (for metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MxStats {
-    /// Lookups holding a slot now: waited on by a request or finishing in the background.
-    pub in_flight: u64,
-    /// Lookups refused because `max_inflight` were running (each answered unknown at once).
-    pub refused: u64,
-    /// Lookups answered from the cache.
-    pub cache_hits: u64,
-    /// Lookups the cache could not answer: each started a query, joined one in flight, or was
-    /// refused (`refused` is part of this count).
-    pub cache_misses: u64,
-    /// Names in the cache now, expired ones not yet replaced or evicted included.
-    pub cache_entries: u64,
 }
 
 #[derive(Clone)]

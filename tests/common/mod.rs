@@ -356,7 +356,9 @@ impl Gateway {
         GatewayBuilder::default()
     }
 
-    fn spawn(dir: tempfile::TempDir, conf: PathBuf, env: &[(String, String)]) -> Gateway {
+    /// Starts the binary on `conf` (its admin listener must be `unix:<dir>/admin.sock`), on a
+    /// free loopback port.
+    pub fn spawn(dir: tempfile::TempDir, conf: PathBuf, env: &[(String, String)]) -> Gateway {
         let log = dir.path().join("gateway.log");
         let mut dir = Some(dir);
         // A port picked free can be taken before the gateway binds it: try another one then.

@@ -781,7 +781,7 @@ fn check_slots(table: &Table) -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the counters file `path` whole (see [`crate::fsutil`]), importing `legacy`'s counts
+/// Creates the counters file `path` whole (see [`crate::infra::fsutil`]), importing `legacy`'s counts
 /// when given. Called under the creation lock.
 fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateError> {
     let keys = match legacy {
@@ -799,7 +799,7 @@ fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateE
         });
     }
     // Key ids and counts are the operator's business: owner only, whatever the umask.
-    crate::fsutil::replace_with(path, 0o600, |file| {
+    crate::infra::fsutil::replace_with(path, 0o600, |file| {
         fill_counters(file, path, legacy, &keys, slots)?;
         if let Some(l) = legacy {
             // Kept under its new name before the counters file takes over, so no crash can
@@ -814,8 +814,8 @@ fn create(path: &Path, legacy: Option<&Path>, slots: usize) -> Result<(), StateE
         Ok(())
     })
     .map_err(|e| match e {
-        crate::fsutil::ReplaceError::Fill(e) => e,
-        crate::fsutil::ReplaceError::Io(source) => StateError::Io {
+        crate::infra::fsutil::ReplaceError::Fill(e) => e,
+        crate::infra::fsutil::ReplaceError::Io(source) => StateError::Io {
             path: path.to_owned(),
             source,
         },

@@ -1,6 +1,7 @@
 //! Monthly quotas: calendar-month maths (UTC), the clock, and the `QuotaStore` interface that
 //! the embedded store (and a shared one) implement.
 
+pub mod config;
 pub mod local;
 pub mod redis;
 pub mod services;

@@ -12,8 +12,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::local::LocalStore;
 use super::redis::RedisStore;
-use crate::lifecycle::InFlight;
-use crate::periodic::Ticks;
+use crate::ops::lifecycle::InFlight;
+use crate::ops::periodic::Ticks;
 
 /// Syncs the embedded store's counters to disk every interval and once more at shutdown. The
 /// counts are in the shared mapping as soon as they are made (a crash loses none): this bounds

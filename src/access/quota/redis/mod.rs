@@ -14,13 +14,12 @@
 //! of past months once they owe Redis nothing.
 
 mod breaker;
-pub mod config;
 mod leases;
 mod probe;
 mod script;
 mod slots;
 
-pub use config::{FailurePolicy, RedisConfig, RedisMode, SentinelConfig};
+pub use crate::infra::redis::config::{FailurePolicy, RedisConfig, RedisMode, SentinelConfig};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,7 +29,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redis::{ErrorKind, ServerErrorKind};
 
-use crate::redis_link::RedisLink;
+use crate::infra::redis::RedisLink;
 
 use super::{Clock, Consumed, Month, QuotaError, QuotaStore, Usage};
 use breaker::{Admit, Breaker};
@@ -200,7 +199,7 @@ impl RedisStore {
         conn: &mut RedisLink,
     ) -> Result<Reply, Failure> {
         // WAIT's own timeout, inside the call budget so that its answer still comes in time.
-        let wait_ms = (config::ms(self.config.call_timeout) * 3 / 4).max(1);
+        let wait_ms = (crate::infra::units::ms(self.config.call_timeout) * 3 / 4).max(1);
         let mut pipe = redis::pipe();
         pipe.add_command(cmd).cmd("WAIT").arg(replicas).arg(wait_ms);
         let (reply, acked) = match pipe.query_async::<(Reply, u32)>(conn).await {

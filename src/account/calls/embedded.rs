@@ -1,0 +1,719 @@
+//! The embedded call store: one SQLite file in the state folder, in WAL mode, so that several
+//! gateways on one host (and a gateway and its successor during a graceful upgrade) write and
+//! read it at once.
+//!
+//! A batch's entries of one project are one row of `chunks` (a compact binary encoding), not a
+//! row each: a row costs SQLite a few microseconds of B-tree work, a batch of thousands of calls
+//! would cost more than the requests themselves. Entry ids come from a counter per project
+//! (`project_ids`, advanced inside the batch's write transaction, so across processes too) and
+//! are consecutive within a chunk; newer entries always get larger ids, so paging back by id
+//! neither skips nor repeats while new calls arrive. Per project, not one sequence for all: ids
+//! and cursors are shown to the project, and a global one would tell every tenant the whole
+//! gateway's traffic. `daily` holds the counts per project and UTC day. Every
+//! operation runs on the blocking pool, never on a worker thread.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{daily_counts, Call, CallStore, CallsError, DayCount, LogItem, Page, Verdict};
+use crate::domain::Reason;
+
+/// The schema version this build writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+/// How long a write waits for another gateway's transaction on the same file.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+-- The next entry id of each project. Added without a schema version change: builds before it
+-- keep using meta's global `next_id`, which this one keeps above every id it gives, so both can
+-- write one file during an upgrade.
+CREATE TABLE IF NOT EXISTS project_ids (
+    project TEXT PRIMARY KEY,
+    next_id INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chunks (
+    project TEXT NOT NULL,
+    first_id INTEGER NOT NULL,
+    entries INTEGER NOT NULL,
+    newest_at INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (project, first_id)
+) WITHOUT ROWID;
+-- Covers the per-batch `SUM(entries)` of a project's log without reading the chunks' blobs.
+CREATE INDEX IF NOT EXISTS chunks_entries ON chunks (project, entries);
+CREATE TABLE IF NOT EXISTS daily (
+    project TEXT NOT NULL,
+    day TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    blocked INTEGER NOT NULL,
+    PRIMARY KEY (project, day)
+) WITHOUT ROWID;
+";
+
+/// One log entry as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stored {
+    at_ms: i64,
+    verdict: Verdict,
+    domain: String,
+}
+
+/// Appends an entry: created_at (ms, i64 LE), score, reason (index in [`Reason::ALL`]), domain
+/// length (a domain has at most 253 bytes; longer is cut) and bytes.
+fn encode(out: &mut Vec<u8>, at_ms: i64, v: Verdict, domain: &str) {
+    let domain = &domain.as_bytes()[..domain.len().min(255)];
+    out.extend_from_slice(&at_ms.to_le_bytes());
+    out.push(v.risk_score);
+    out.push(Reason::ALL.iter().position(|r| *r == v.reason).unwrap_or(0) as u8);
+    out.push(domain.len() as u8);
+    out.extend_from_slice(domain);
+}
+
+/// The entries of a chunk, oldest first; `None` if the bytes are not a chunk.
+fn decode(mut data: &[u8]) -> Option<Vec<Stored>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let (head, rest) = data.split_at_checked(11)?;
+        let at_ms = i64::from_le_bytes(head[..8].try_into().ok()?);
+        let reason = *Reason::ALL.get(usize::from(head[9]))?;
+        let (domain, rest) = rest.split_at_checked(usize::from(head[10]))?;
+        out.push(Stored {
+            at_ms,
+            verdict: Verdict {
+                risk_score: head[8],
+                reason,
+            },
+            domain: String::from_utf8(domain.to_vec()).ok()?,
+        });
+        data = rest;
+    }
+    Some(out)
+}
+
+fn corrupt(what: &str) -> rusqlite::Error {
+    rusqlite::Error::InvalidParameterName(format!("corrupt chunk: {what}"))
+}
+
+/// The SQLite call store.
+pub struct EmbeddedStore {
+    path: PathBuf,
+    /// The writer's connection (batches and sweeps).
+    writer: Arc<Mutex<Connection>>,
+    /// Reads (`/v1/logs`, `/v1/stats`) on their own connection: in WAL mode they never wait
+    /// for a batch being written.
+    reader: Arc<Mutex<Connection>>,
+    max_per_project: u64,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates, mode 0600) the file and its schema. A file of a newer schema, or one
+    /// that is not SQLite, stops the start.
+    pub fn open(path: &Path, max_per_project: u64) -> Result<Self, CallsError> {
+        let err = |source| CallsError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| CallsError::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        // Created before SQLite opens it, so it is private from the first byte (SQLite gives
+        // its -wal and -shm files the same mode).
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|source| CallsError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let writer = connect(path).map_err(err)?;
+        let version: i64 = writer
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version > SCHEMA_VERSION {
+            return Err(err(rusqlite::Error::InvalidParameterName(format!(
+                "schema version {version} is newer than this build's {SCHEMA_VERSION}"
+            ))));
+        }
+        writer
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
+            .map_err(err)?;
+        let reader = connect(path).map_err(err)?;
+        Ok(EmbeddedStore {
+            path: path.to_owned(),
+            writer: Arc::new(Mutex::new(writer)),
+            reader: Arc::new(Mutex::new(reader)),
+            max_per_project,
+        })
+    }
+
+    /// Runs `f` on one of the connections, on the blocking pool.
+    async fn with<T: Send + 'static>(
+        &self,
+        conn: &Arc<Mutex<Connection>>,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, CallsError> {
+        let conn = conn.clone();
+        let path = self.path.display().to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn
+                .lock()
+                .map_err(|_| CallsError::Task("connection lock poisoned".into()))?;
+            f(&mut guard).map_err(|source| CallsError::Sqlite { path, source })
+        })
+        .await
+        .map_err(|e| CallsError::Task(e.to_string()))?
+    }
+}
+
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // WAL: readers and the writer do not block each other, across processes too. NORMAL sync:
+    // a power loss may take the last batches, never corrupts the file.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+fn millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+fn day_text(d: NaiveDate) -> String {
+    d.format("%Y-%m-%d").to_string()
+}
+
+#[async_trait]
+impl CallStore for EmbeddedStore {
+    async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
+        let max = i64::try_from(self.max_per_project).unwrap_or(i64::MAX);
+        self.with(&self.writer, move |conn| {
+            // Immediate: the id counters are read and advanced under the write lock, so two
+            // gateways on one file never hand out the same ids.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let chunks = chunks_of(&calls, max);
+                let mut global: i64 = tx
+                    .prepare_cached("SELECT value FROM meta WHERE name = 'next_id'")?
+                    .query_row([], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(1);
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?;
+                for c in &chunks {
+                    let next = next_id(&tx, c.project)?;
+                    let written = c.calls - c.first;
+                    if written > 0 {
+                        insert.execute(params![
+                            c.project,
+                            next + c.first,
+                            written,
+                            c.newest,
+                            c.data
+                        ])?;
+                    }
+                    tx.prepare_cached(
+                        "INSERT INTO project_ids (project, next_id) VALUES (?1, ?2) \
+                         ON CONFLICT (project) DO UPDATE SET next_id = excluded.next_id",
+                    )?
+                    .execute(params![c.project, next + c.calls])?;
+                    global = global.max(next + c.calls);
+                }
+                tx.prepare_cached(
+                    "INSERT INTO meta (name, value) VALUES ('next_id', ?1) \
+                     ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                )?
+                .execute(params![global])?;
+                let mut count = tx.prepare_cached(
+                    "INSERT INTO daily (project, day, total, blocked) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (project, day) DO UPDATE SET \
+                     total = total + excluded.total, blocked = blocked + excluded.blocked",
+                )?;
+                for (project, day, total, blocked) in daily_counts(&calls) {
+                    count.execute(params![
+                        &*project,
+                        day_text(day),
+                        total as i64,
+                        blocked as i64
+                    ])?;
+                }
+                for c in &chunks {
+                    trim(&tx, c.project, max)?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn page(
+        &self,
+        project: &str,
+        before: Option<&str>,
+        limit: usize,
+        since: DateTime<Utc>,
+    ) -> Result<Option<Page>, CallsError> {
+        let before = match before {
+            None => i64::MAX,
+            Some(p) => match p.parse::<i64>() {
+                Ok(id) if id > 0 => id,
+                _ => return Ok(None),
+            },
+        };
+        let project = project.to_owned();
+        let since = millis(since);
+        let mut found = self
+            .with(&self.reader, move |conn| {
+                let mut q = conn.prepare(
+                    "SELECT first_id, newest_at, data FROM chunks \
+                     WHERE project = ?1 AND first_id < ?2 ORDER BY first_id DESC",
+                )?;
+                let mut rows = q.query(params![project, before])?;
+                let mut found: Vec<(i64, Stored)> = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let (first, newest): (i64, i64) = (row.get(0)?, row.get(1)?);
+                    // Newest first: a chunk wholly past the retention ends the log.
+                    if newest < since {
+                        break;
+                    }
+                    let entries =
+                        decode(row.get_ref(2)?.as_blob()?).ok_or_else(|| corrupt(&project))?;
+                    for (i, e) in entries.into_iter().enumerate().rev() {
+                        let id = first + i as i64;
+                        if id < before && e.at_ms >= since {
+                            found.push((id, e));
+                        }
+                    }
+                    if found.len() > limit {
+                        break;
+                    }
+                }
+                Ok(found)
+            })
+            .await?;
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let items: Vec<LogItem> = found
+            .into_iter()
+            .filter_map(|(id, e)| {
+                Some(LogItem {
+                    id: id.to_string(),
+                    email_domain: e.domain,
+                    risk_score: e.verdict.risk_score,
+                    reason: e.verdict.reason,
+                    created_at: super::created_at(DateTime::from_timestamp_millis(e.at_ms)?),
+                })
+            })
+            .collect();
+        let next = more.then(|| items.last().map(|i| i.id.clone())).flatten();
+        Ok(Some(Page { items, next }))
+    }
+
+    async fn days(
+        &self,
+        project: &str,
+        first: NaiveDate,
+        last: NaiveDate,
+    ) -> Result<Vec<DayCount>, CallsError> {
+        let project = project.to_owned();
+        let rows = self
+            .with(&self.reader, move |conn| {
+                let mut q = conn.prepare(
+                    "SELECT day, total, blocked FROM daily \
+                     WHERE project = ?1 AND day >= ?2 AND day <= ?3",
+                )?;
+                let rows = q.query_map(params![project, day_text(first), day_text(last)], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(day, total, blocked)| {
+                Some(DayCount {
+                    date: day.parse().ok()?,
+                    total_requests: u64::try_from(total).ok()?,
+                    blocked_count: u64::try_from(blocked).ok()?,
+                })
+            })
+            .collect())
+    }
+
+    async fn sweep(
+        &self,
+        cutoffs: &[(Arc<str>, DateTime<Utc>)],
+        oldest: DateTime<Utc>,
+        first_day: NaiveDate,
+    ) -> Result<u64, CallsError> {
+        let cutoffs: Vec<(String, i64)> = cutoffs
+            .iter()
+            .map(|(p, c)| (p.to_string(), millis(*c)))
+            .collect();
+        let oldest = millis(oldest);
+        self.with(&self.writer, move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut deleted: i64 = 0;
+            {
+                // Whole chunks past the retention go; a chunk partly past it waits (reads
+                // never show the expired part).
+                let mut delete = tx.prepare(
+                    "DELETE FROM chunks WHERE project = ?1 AND newest_at < ?2 RETURNING entries",
+                )?;
+                for (project, cutoff) in &cutoffs {
+                    for n in delete.query_map(params![project, cutoff], |r| r.get::<_, i64>(0))? {
+                        deleted += n?;
+                    }
+                }
+                let mut delete =
+                    tx.prepare("DELETE FROM chunks WHERE newest_at < ?1 RETURNING entries")?;
+                for n in delete.query_map(params![oldest], |r| r.get::<_, i64>(0))? {
+                    deleted += n?;
+                }
+            }
+            tx.execute(
+                "DELETE FROM daily WHERE day < ?1",
+                params![day_text(first_day)],
+            )?;
+            tx.commit()?;
+            Ok(u64::try_from(deleted).unwrap_or(0))
+        })
+        .await
+    }
+}
+
+/// One project's entries of a batch, as written.
+struct Chunk<'a> {
+    project: &'a str,
+    /// Entries of the batch (ids taken), written or not.
+    calls: i64,
+    /// Entries still to skip (the oldest, beyond `max_per_project`).
+    skip: i64,
+    /// Offset of the first written entry within the batch's ids.
+    first: i64,
+    data: Vec<u8>,
+    newest: i64,
+}
+
+impl<'a> Chunk<'a> {
+    fn new(project: &'a str) -> Self {
+        Chunk {
+            project,
+            calls: 1,
+            skip: 0,
+            first: 0,
+            data: Vec::new(),
+            newest: i64::MIN,
+        }
+    }
+}
+
+/// One chunk per project of a batch, entries in the order the calls were answered. A project's
+/// entries beyond `max` in one batch would be trimmed at once (a flood): they take their ids
+/// but are never written.
+fn chunks_of(calls: &[Call], max: i64) -> Vec<Chunk<'_>> {
+    let mut chunks: Vec<Chunk<'_>> = Vec::new();
+    for call in calls {
+        if call.verdict.is_none() {
+            continue;
+        }
+        match chunks.iter_mut().find(|c| c.project == &*call.project) {
+            Some(c) => c.calls += 1,
+            None => chunks.push(Chunk::new(&call.project)),
+        }
+    }
+    for c in &mut chunks {
+        c.skip = (c.calls - max).max(0);
+    }
+    for call in calls {
+        let Some(v) = call.verdict else { continue };
+        let Some(c) = chunks.iter_mut().find(|c| c.project == &*call.project) else {
+            continue;
+        };
+        if c.skip > 0 {
+            c.skip -= 1;
+            c.first += 1;
+            continue;
+        }
+        let at = millis(call.at);
+        encode(&mut c.data, at, v, &call.email_domain);
+        c.newest = c.newest.max(at);
+    }
+    chunks
+}
+
+/// The next entry id of `project`: its counter, or past its newest chunk when that is further
+/// (a file whose chunks were written with the one global counter of earlier builds, or by such
+/// a build running on the same file during an upgrade).
+fn next_id(tx: &rusqlite::Transaction<'_>, project: &str) -> rusqlite::Result<i64> {
+    tx.prepare_cached(
+        "SELECT MAX( \
+           COALESCE((SELECT next_id FROM project_ids WHERE project = ?1), 1), \
+           COALESCE((SELECT first_id + entries FROM chunks WHERE project = ?1 \
+                     ORDER BY first_id DESC LIMIT 1), 1))",
+    )?
+    .query_row(params![project], |r| r.get(0))
+}
+
+/// Keeps the newest `max` entries of `project`: whole oldest chunks go while the rest hold
+/// `max`, then the oldest remaining chunk loses its oldest entries.
+fn trim(tx: &rusqlite::Transaction<'_>, project: &str, max: i64) -> rusqlite::Result<()> {
+    let total: i64 = tx
+        .prepare_cached("SELECT COALESCE(SUM(entries), 0) FROM chunks WHERE project = ?1")?
+        .query_row(params![project], |r| r.get(0))?;
+    let mut excess = total - max;
+    while excess > 0 {
+        let (first, entries, data): (i64, i64, Vec<u8>) = tx
+            .prepare_cached(
+                "SELECT first_id, entries, data FROM chunks WHERE project = ?1 \
+                 ORDER BY first_id LIMIT 1",
+            )?
+            .query_row(params![project], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        tx.prepare_cached("DELETE FROM chunks WHERE project = ?1 AND first_id = ?2")?
+            .execute(params![project, first])?;
+        if entries > excess {
+            let kept = decode(&data).ok_or_else(|| corrupt(project))?;
+            let drop = usize::try_from(excess).unwrap_or(usize::MAX);
+            let mut rest = Vec::with_capacity(data.len());
+            for e in &kept[drop.min(kept.len())..] {
+                encode(&mut rest, e.at_ms, e.verdict, &e.domain);
+            }
+            let newest = kept.iter().map(|e| e.at_ms).max().unwrap_or(0);
+            tx.prepare_cached(
+                "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                project,
+                first + excess,
+                entries - excess,
+                newest,
+                rest
+            ])?;
+        }
+        excess -= entries;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::calls::Verdict;
+    use crate::domain::Reason;
+
+    fn call(project: &str, domain: &str, at: &str, reason: Option<Reason>) -> Call {
+        Call {
+            project: project.into(),
+            retention: Duration::from_secs(3600),
+            email_domain: domain.into(),
+            verdict: reason.map(|reason| Verdict {
+                risk_score: 50,
+                reason,
+            }),
+            at: at.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn chunks_round_trip_and_refuse_garbage() {
+        let mut data = Vec::new();
+        let v = Verdict {
+            risk_score: 95,
+            reason: Reason::RoleAccount,
+        };
+        encode(&mut data, -5, v, "a.example");
+        encode(&mut data, 1_732_290_000_000, v, "");
+        let back = decode(&data).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(
+            back[0],
+            Stored {
+                at_ms: -5,
+                verdict: v,
+                domain: "a.example".into()
+            }
+        );
+        assert_eq!(back[1].domain, "");
+        assert_eq!(decode(&data[..data.len() - 1]), None);
+        assert_eq!(decode(&[0; 10]), None);
+        let mut bad_reason = data.clone();
+        bad_reason[9] = 9;
+        assert_eq!(decode(&bad_reason), None);
+    }
+
+    #[tokio::test]
+    async fn trimming_cuts_across_batches_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("c.sqlite3"), 4).unwrap();
+        let t = "2026-11-22T10:00:00Z";
+        for batch in [0..3, 3..6, 6..7] {
+            store
+                .write(
+                    batch
+                        .map(|i| call("p", &format!("d{i}.com"), t, Some(Reason::Safe)))
+                        .collect(),
+                )
+                .await
+                .unwrap();
+        }
+        let since: DateTime<Utc> = "2026-11-01T00:00:00Z".parse().unwrap();
+        let page = store.page("p", None, 10, since).await.unwrap().unwrap();
+        let names: Vec<_> = page.items.iter().map(|i| i.email_domain.as_str()).collect();
+        assert_eq!(names, ["d6.com", "d5.com", "d4.com", "d3.com"]);
+        let ids: Vec<_> = page.items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["7", "6", "5", "4"]);
+        let page = store.page("p", Some("6"), 2, since).await.unwrap().unwrap();
+        let ids: Vec<_> = page.items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!((ids, page.next.as_deref()), (vec!["5", "4"], None));
+    }
+
+    #[tokio::test]
+    async fn ids_are_per_project_and_continue_past_global_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite3");
+        let store = EmbeddedStore::open(&path, 100).unwrap();
+        let t = "2026-11-22T10:00:00Z";
+        let since: DateTime<Utc> = "2026-11-01T00:00:00Z".parse().unwrap();
+        let ids = |page: Page| -> Vec<String> { page.items.into_iter().map(|i| i.id).collect() };
+        let busy: Vec<Call> = (0..50)
+            .map(|i| call("busy", &format!("d{i}.com"), t, Some(Reason::Safe)))
+            .collect();
+        store.write(busy).await.unwrap();
+        store
+            .write(vec![call("quiet", "q.com", t, Some(Reason::Safe))])
+            .await
+            .unwrap();
+        // The quiet project's first entry is its 1, whatever the busy one did.
+        let page = store.page("quiet", None, 10, since).await.unwrap().unwrap();
+        assert_eq!(ids(page), ["1"]);
+        // A file written by an earlier build (one global counter): the project's ids go on
+        // past its newest chunk, and the global counter stays above every id given.
+        store
+            .with(&store.writer, |conn| {
+                conn.execute_batch(
+                    "DELETE FROM project_ids WHERE project = 'quiet'; \
+                     UPDATE chunks SET first_id = 70 WHERE project = 'quiet';",
+                )
+            })
+            .await
+            .unwrap();
+        store
+            .write(vec![call("quiet", "r.com", t, Some(Reason::Safe))])
+            .await
+            .unwrap();
+        let page = store.page("quiet", None, 10, since).await.unwrap().unwrap();
+        assert_eq!(ids(page), ["71", "70"]);
+        let global: i64 = store
+            .with(&store.reader, |conn| {
+                conn.query_row("SELECT value FROM meta WHERE name = 'next_id'", [], |r| {
+                    r.get(0)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(global, 72);
+    }
+
+    #[tokio::test]
+    async fn pages_trims_counts_and_sweeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/calls.sqlite3");
+        let store = EmbeddedStore::open(&path, 5).unwrap();
+        let t = "2026-11-22T10:00:00Z";
+        let batch: Vec<Call> = (0..7)
+            .map(|i| call("p", &format!("d{i}.com"), t, Some(Reason::Disposable)))
+            .chain([
+                call("p", "x.com", t, None),
+                call("q", "q.com", t, Some(Reason::Safe)),
+            ])
+            .collect();
+        store.write(batch).await.unwrap();
+        let since: DateTime<Utc> = "2026-11-01T00:00:00Z".parse().unwrap();
+        let first = store.page("p", None, 3, since).await.unwrap().unwrap();
+        let names: Vec<_> = first
+            .items
+            .iter()
+            .map(|i| i.email_domain.as_str())
+            .collect();
+        assert_eq!(names, ["d6.com", "d5.com", "d4.com"]);
+        let second = store
+            .page("p", first.next.as_deref(), 3, since)
+            .await
+            .unwrap()
+            .unwrap();
+        let names: Vec<_> = second
+            .items
+            .iter()
+            .map(|i| i.email_domain.as_str())
+            .collect();
+        // Only the newest 5 are kept (the 2 oldest of the batch were never written, their
+        // ids taken all the same).
+        assert_eq!(names, ["d3.com", "d2.com"]);
+        let ids: Vec<_> = second.items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["4", "3"]);
+        assert_eq!(second.next, None);
+        assert_eq!(store.page("p", Some("x"), 3, since).await.unwrap(), None);
+        let day: NaiveDate = "2026-11-22".parse().unwrap();
+        let days = store.days("p", day, day).await.unwrap();
+        assert_eq!((days[0].total_requests, days[0].blocked_count), (8, 7));
+        let later: DateTime<Utc> = "2026-11-23T00:00:00Z".parse().unwrap();
+        store
+            .sweep(&[("p".into(), later)], since, day)
+            .await
+            .unwrap();
+        assert!(store
+            .page("p", None, 3, since)
+            .await
+            .unwrap()
+            .unwrap()
+            .items
+            .is_empty());
+        assert_eq!(
+            store
+                .page("q", None, 3, since)
+                .await
+                .unwrap()
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+        drop(store);
+        // Reopened: what was kept is still there.
+        let store = EmbeddedStore::open(&path, 5).unwrap();
+        assert_eq!(
+            store.days("q", day, day).await.unwrap()[0].total_requests,
+            1
+        );
+    }
+}

@@ -1,0 +1,615 @@
+//! Call logs and daily stats per project, behind `GET /v1/logs` and `GET /v1/stats`.
+//!
+//! The request path only builds a [`Call`] and offers it to a bounded queue ([`CallSink`]): a
+//! full queue drops the call and counts it, so a slow store never holds a request up. A
+//! background [`CallWriter`] takes the waiting calls every `batch_interval_ms` and stores them
+//! in one batch, and sweeps entries past their plan's retention. Two stores implement
+//! [`CallStore`]: an embedded SQLite file (`embedded.rs`, the default) and Redis streams and
+//! per-day hashes (`redis.rs`, with `quota.store: redis`). Only domains are ever stored, never an
+//! email's local part.
+
+pub mod config;
+pub mod embedded;
+pub mod redis;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use base64::Engine;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use prometheus::IntCounter;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::access::keys::{KeyEntry, KeyStore};
+use crate::access::quota::Clock;
+use crate::domain::record::RiskScore;
+use crate::domain::Reason;
+use crate::ops::periodic::Ticks;
+
+pub use config::CallsConfig;
+
+/// Days in the `/v1/stats` chart (today, UTC, and the 29 before it).
+pub const CHART_DAYS: u32 = 30;
+/// Daily counts are kept this many days (the chart's, plus a margin for clocks of several
+/// gateways that disagree around midnight).
+pub const STATS_KEPT_DAYS: u32 = CHART_DAYS + 2;
+/// Most calls one batch stores (a backlog is written in several batches).
+const MAX_BATCH: usize = 4_096;
+
+/// Why the call store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallsError {
+    #[error("calls store {path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("calls store {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("calls store (redis): {0}")]
+    Redis(#[from] ::redis::RedisError),
+    #[error("calls store: {0}")]
+    Task(String),
+    #[error("calls metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// What a call answered: the record's score and reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub risk_score: RiskScore,
+    pub reason: Reason,
+}
+
+impl Verdict {
+    /// `blocked_count` counts every answer that is not `safe`.
+    pub fn blocked(&self) -> bool {
+        self.reason != Reason::Safe
+    }
+}
+
+/// One answered call, as the writer receives it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub project: Arc<str>,
+    /// The project's log retention (the plan of the key that called), for stores that expire
+    /// whole logs.
+    pub retention: Duration,
+    /// The looked-up domain, or the domain of the checked address: never a local part.
+    pub email_domain: Box<str>,
+    /// `None`: a `/v1/check` answer without a readable score and reason; counted in the
+    /// stats, not logged.
+    pub verdict: Option<Verdict>,
+    pub at: DateTime<Utc>,
+}
+
+/// One entry of `/v1/logs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogItem {
+    pub id: String,
+    pub email_domain: String,
+    pub risk_score: RiskScore,
+    pub reason: Reason,
+    /// RFC 3339, UTC, milliseconds.
+    pub created_at: String,
+}
+
+/// A page of `/v1/logs`, newest first; `next` is the store's position after the last item
+/// (before encoding as a cursor), `None` at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    pub items: Vec<LogItem>,
+    pub next: Option<String>,
+}
+
+/// One day of `/v1/stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DayCount {
+    #[serde(serialize_with = "iso_date")]
+    pub date: NaiveDate,
+    pub total_requests: u64,
+    pub blocked_count: u64,
+}
+
+fn iso_date<S: serde::Serializer>(d: &NaiveDate, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&d.format("%Y-%m-%d"))
+}
+
+/// Where calls are kept.
+#[async_trait]
+pub trait CallStore: Send + Sync {
+    /// Stores one batch: log entries for calls with a verdict, daily counts for all.
+    async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError>;
+
+    /// Up to `limit` entries of `project` older than position `before` (the newest when
+    /// `None`) and created at or after `since`, newest first. `Ok(None)`: `before` is not a
+    /// position of this store.
+    async fn page(
+        &self,
+        project: &str,
+        before: Option<&str>,
+        limit: usize,
+        since: DateTime<Utc>,
+    ) -> Result<Option<Page>, CallsError>;
+
+    /// The daily counts of `project` from `first` to `last` (days without calls may be absent).
+    async fn days(
+        &self,
+        project: &str,
+        first: NaiveDate,
+        last: NaiveDate,
+    ) -> Result<Vec<DayCount>, CallsError>;
+
+    /// Deletes log entries created before each project's cutoff (and, for projects no key
+    /// names any more, before `oldest`), and daily counts before `first_day`. Returns how many
+    /// log entries it deleted.
+    async fn sweep(
+        &self,
+        cutoffs: &[(Arc<str>, DateTime<Utc>)],
+        oldest: DateTime<Utc>,
+        first_day: NaiveDate,
+    ) -> Result<u64, CallsError>;
+}
+
+/// The counters of the call logs (registered on the gateway's metrics).
+#[derive(Clone)]
+pub struct CallMetrics {
+    pub written: IntCounter,
+    pub dropped: IntCounter,
+    pub store_errors: IntCounter,
+    pub expired: IntCounter,
+}
+
+impl CallMetrics {
+    pub fn register(metrics: &crate::ops::metrics::Metrics) -> Result<Self, prometheus::Error> {
+        let one = |name: &str, help: &str| {
+            metrics
+                .counter_vec(name, help, &[])
+                .map(|c| c.with_label_values::<&str>(&[]))
+        };
+        Ok(CallMetrics {
+            written: one(
+                "drg_calls_written_total",
+                "Calls stored for /v1/logs and /v1/stats.",
+            )?,
+            dropped: one(
+                "drg_calls_dropped_total",
+                "Calls not stored: the writer's queue was full, or the store failed the batch.",
+            )?,
+            store_errors: one(
+                "drg_calls_store_errors_total",
+                "Failed calls store operations (batch writes, reads, sweeps).",
+            )?,
+            expired: one(
+                "drg_calls_expired_total",
+                "Log entries deleted by the sweep because their plan's retention had passed.",
+            )?,
+        })
+    }
+}
+
+/// The request path's end of the queue. Cheap to clone.
+#[derive(Clone)]
+pub struct CallSink {
+    tx: mpsc::Sender<Call>,
+    dropped: IntCounter,
+}
+
+impl CallSink {
+    /// Offers a call to the writer; never waits (a full queue drops it and counts it).
+    pub fn record(&self, call: Call) {
+        if self.tx.try_send(call).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
+/// What the gateway holds when call logs are on: the queue and the store it reads.
+#[derive(Clone)]
+pub struct Calls {
+    pub sink: CallSink,
+    pub store: Arc<dyn CallStore>,
+    pub metrics: CallMetrics,
+    /// Most bytes of a `/v1/check` answer read for its verdict.
+    pub check_body_max_bytes: usize,
+}
+
+/// The log retention of a key's project.
+pub fn retention_of(key: &KeyEntry) -> Duration {
+    key.log_retention
+}
+
+/// The configured store, queue and writer; `None` with `gateway.calls.enabled: false`. The
+/// store follows the quota's: the SQLite file with `quota.store: local`, Redis with `redis`.
+pub fn from_config(
+    config: &CallsConfig,
+    quota: &crate::access::quota::config::QuotaConfig,
+    metrics: &crate::ops::metrics::Metrics,
+    keys: Arc<ArcSwap<KeyStore>>,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<(Calls, CallWriter)>, CallsError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let store: Arc<dyn CallStore> = match quota.store {
+        crate::access::quota::config::QuotaStoreKind::Local => {
+            let path = config
+                .path
+                .clone()
+                .unwrap_or_else(|| config::DEFAULT_FILE_NAME.into());
+            let store = embedded::EmbeddedStore::open(&path, config.max_per_project)?;
+            log::info!("call logs: {}", path.display());
+            Arc::new(store)
+        }
+        crate::access::quota::config::QuotaStoreKind::Redis => Arc::new(
+            redis::RedisCallStore::new(&quota.redis, config.max_per_project)?,
+        ),
+    };
+    let metrics = CallMetrics::register(metrics)?;
+    Ok(Some(open(config, store, metrics, keys, clock)))
+}
+
+/// Builds the queue, its writer service, and the gateway's handle.
+pub fn open(
+    config: &CallsConfig,
+    store: Arc<dyn CallStore>,
+    metrics: CallMetrics,
+    keys: Arc<ArcSwap<KeyStore>>,
+    clock: Arc<dyn Clock>,
+) -> (Calls, CallWriter) {
+    let (tx, rx) = mpsc::channel(config.queue_capacity);
+    let calls = Calls {
+        sink: CallSink {
+            tx,
+            dropped: metrics.dropped.clone(),
+        },
+        store: store.clone(),
+        metrics: metrics.clone(),
+        check_body_max_bytes: config.check_body_max_bytes,
+    };
+    let writer = CallWriter {
+        rx: Mutex::new(Some(rx)),
+        store,
+        metrics,
+        keys,
+        clock,
+        batch_interval: config.batch_interval,
+        sweep_interval: config.sweep_interval,
+    };
+    (calls, writer)
+}
+
+/// Takes the waiting calls every interval and stores them in batches; sweeps expired entries.
+pub struct CallWriter {
+    rx: Mutex<Option<mpsc::Receiver<Call>>>,
+    store: Arc<dyn CallStore>,
+    metrics: CallMetrics,
+    keys: Arc<ArcSwap<KeyStore>>,
+    clock: Arc<dyn Clock>,
+    batch_interval: Duration,
+    sweep_interval: Duration,
+}
+
+impl CallWriter {
+    /// Stores everything waiting now, in batches of at most [`MAX_BATCH`].
+    async fn drain(&self, rx: &mut mpsc::Receiver<Call>) {
+        loop {
+            let mut batch = Vec::with_capacity(rx.len().min(MAX_BATCH));
+            // Polled, not awaited: the request path never has a waiting receiver to wake.
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(call) => batch.push(call),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            let n = batch.len() as u64;
+            match self.store.write(batch).await {
+                Ok(()) => self.metrics.written.inc_by(n),
+                Err(e) => {
+                    self.metrics.store_errors.inc();
+                    self.metrics.dropped.inc_by(n);
+                    log::error!("{e} ({n} calls dropped)");
+                }
+            }
+        }
+    }
+
+    async fn sweep(&self) {
+        let now = self.clock.now();
+        let keys = self.keys.load();
+        let mut cutoffs: Vec<(Arc<str>, DateTime<Utc>)> = Vec::new();
+        let mut longest = Duration::ZERO;
+        for key in keys.entries() {
+            let retention = retention_of(key);
+            longest = longest.max(retention);
+            let cutoff = now - delta(retention);
+            match cutoffs.iter_mut().find(|(p, _)| *p == key.project) {
+                // Keys of one project share its plan; should they not, the longest wins.
+                Some((_, c)) => *c = (*c).min(cutoff),
+                None => cutoffs.push((key.project.clone(), cutoff)),
+            }
+        }
+        let oldest = now - delta(longest.max(crate::access::plan::name_defaults("business").1));
+        let first_day = now.date_naive() - TimeDelta::days(i64::from(STATS_KEPT_DAYS));
+        match self.store.sweep(&cutoffs, oldest, first_day).await {
+            Ok(n) => self.metrics.expired.inc_by(n),
+            Err(e) => {
+                self.metrics.store_errors.inc();
+                log::error!("{e} (sweep)");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for CallWriter {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
+            return;
+        };
+        let mut ticks = Ticks::new(self.batch_interval);
+        let mut last_sweep: Option<tokio::time::Instant> = None;
+        while ticks.next(&mut shutdown).await.is_some() {
+            self.drain(&mut rx).await;
+            if last_sweep.is_none_or(|t| t.elapsed() >= self.sweep_interval) {
+                last_sweep = Some(tokio::time::Instant::now());
+                self.sweep().await;
+            }
+        }
+        // Requests still finishing may add calls after this; the ones waiting now are kept.
+        self.drain(&mut rx).await;
+    }
+}
+
+fn delta(d: Duration) -> TimeDelta {
+    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
+/// The `since` of a read: entries older than the retention are never shown, swept or not.
+pub fn visible_since(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
+    now.checked_sub_signed(delta(retention))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The chart of `/v1/stats`: every day from 29 days ago to today (UTC), oldest first, days
+/// without calls at zero.
+pub fn chart(today: NaiveDate, counted: &[DayCount]) -> Vec<DayCount> {
+    (0..CHART_DAYS)
+        .rev()
+        .map(|back| {
+            let date = today - TimeDelta::days(i64::from(back));
+            counted
+                .iter()
+                .find(|c| c.date == date)
+                .copied()
+                .unwrap_or(DayCount {
+                    date,
+                    total_requests: 0,
+                    blocked_count: 0,
+                })
+        })
+        .collect()
+}
+
+/// The first day of the chart that ends `today`.
+pub fn chart_start(today: NaiveDate) -> NaiveDate {
+    today - TimeDelta::days(i64::from(CHART_DAYS - 1))
+}
+
+/// Bytes of a cursor's project tag.
+const CURSOR_TAG_LEN: usize = 8;
+
+/// The tag binding a cursor to its project: the first bytes of a SHA-256 of the name, so a
+/// cursor does not spell the project out and another project's cursor is told apart.
+fn cursor_tag(project: &str) -> [u8; CURSOR_TAG_LEN] {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"drg-logs-cursor\0")
+        .chain_update(project.as_bytes())
+        .finalize();
+    let mut tag = [0; CURSOR_TAG_LEN];
+    tag.copy_from_slice(&digest[..CURSOR_TAG_LEN]);
+    tag
+}
+
+/// A cursor: the project's tag and the store's position, base64url-encoded (opaque to clients,
+/// free of characters a query string would need to escape). Both stores' positions are per
+/// project (ids of the project's own log), so a cursor says nothing of other projects' traffic.
+pub fn encode_cursor(project: &str, position: &str) -> String {
+    let mut bytes = Vec::with_capacity(CURSOR_TAG_LEN + position.len());
+    bytes.extend_from_slice(&cursor_tag(project));
+    bytes.extend_from_slice(position.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The store position of a cursor this API gave `project`; `None` for anything else (garbage,
+/// or a cursor given to another project).
+pub fn decode_cursor(project: &str, cursor: &str) -> Option<String> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    let (tag, position) = bytes.split_at_checked(CURSOR_TAG_LEN)?;
+    if tag != cursor_tag(project) {
+        return None;
+    }
+    String::from_utf8(position.to_vec()).ok()
+}
+
+/// The verdict in a `/v1/check` answer: its top-level `risk_score` (an integer 0..=100) and
+/// `reason` (one of the contract's), or `None` if the body has no such pair.
+pub fn upstream_verdict(body: &[u8]) -> Option<Verdict> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        risk_score: Option<serde_json::Number>,
+        reason: Option<String>,
+    }
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    let score = a.risk_score?;
+    let score = score.as_u64().or_else(|| {
+        score
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .map(|f| f as u64)
+    })?;
+    let risk_score = RiskScore::try_from(score)
+        .ok()
+        .filter(|s| *s <= crate::domain::record::MAX_SCORE)?;
+    let reason = a.reason?.parse().ok()?;
+    Some(Verdict { risk_score, reason })
+}
+
+/// `created_at` as the API shows it.
+pub fn created_at(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// Counts per project and day of a batch: `(project, day, total, blocked)`.
+pub fn daily_counts(calls: &[Call]) -> Vec<(Arc<str>, NaiveDate, u64, u64)> {
+    let mut out: Vec<(Arc<str>, NaiveDate, u64, u64)> = Vec::new();
+    for call in calls {
+        let day = call.at.date_naive();
+        let blocked = u64::from(call.verdict.is_some_and(|v| v.blocked()));
+        match out
+            .iter_mut()
+            .find(|(p, d, _, _)| *d == day && *p == call.project)
+        {
+            Some(entry) => {
+                entry.2 += 1;
+                entry.3 += blocked;
+            }
+            None => out.push((call.project.clone(), day, 1, blocked)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(s: &str) -> NaiveDate {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn upstream_verdicts_need_a_score_and_a_known_reason() {
+        let v = |s: &str| upstream_verdict(s.as_bytes());
+        assert_eq!(
+            v(r#"{"email":"x","risk_score":95,"reason":"disposable","extra":[1]}"#),
+            Some(Verdict {
+                risk_score: 95,
+                reason: Reason::Disposable
+            })
+        );
+        assert_eq!(
+            v(r#"{"risk_score":12.0,"reason":"safe"}"#).map(|v| v.risk_score),
+            Some(12)
+        );
+        for bad in [
+            r#"{"risk_score":101,"reason":"safe"}"#,
+            r#"{"risk_score":-1,"reason":"safe"}"#,
+            r#"{"risk_score":1.5,"reason":"safe"}"#,
+            r#"{"risk_score":"10","reason":"safe"}"#,
+            r#"{"risk_score":10,"reason":"weird"}"#,
+            r#"{"risk_score":10}"#,
+            r#"{"reason":"safe"}"#,
+            r#"[1,2]"#,
+            "not json",
+            r#"{"risk_score":10,"reason":"safe""#,
+        ] {
+            assert_eq!(v(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_chart_has_thirty_days_oldest_first_with_gaps_at_zero() {
+        let counted = [
+            DayCount {
+                date: day("2026-11-22"),
+                total_requests: 3,
+                blocked_count: 1,
+            },
+            DayCount {
+                date: day("2026-10-24"),
+                total_requests: 2,
+                blocked_count: 2,
+            },
+        ];
+        let c = chart(day("2026-11-22"), &counted);
+        assert_eq!(c.len(), 30);
+        assert_eq!(c[0].date, day("2026-10-24"));
+        assert_eq!(c[0].total_requests, 2);
+        assert_eq!(c[29], counted[0]);
+        assert_eq!(c[15].total_requests, 0);
+        assert_eq!(chart_start(day("2026-11-22")), day("2026-10-24"));
+        assert_eq!(
+            serde_json::to_string(&c[29]).unwrap(),
+            r#"{"date":"2026-11-22","total_requests":3,"blocked_count":1}"#
+        );
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_garbage_and_other_projects() {
+        for p in ["17", "1732290000000-3"] {
+            let c = encode_cursor("acme", p);
+            assert!(c
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert_eq!(decode_cursor("acme", &c).as_deref(), Some(p));
+            assert_eq!(decode_cursor("acme2", &c), None);
+            assert_eq!(decode_cursor("", &c), None);
+        }
+        assert_eq!(decode_cursor("acme", "***"), None);
+        // A bare position (the cursors of earlier builds) is not a cursor.
+        let bare = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("17");
+        assert_eq!(decode_cursor("acme", &bare), None);
+        assert_eq!(decode_cursor("acme", ""), None);
+    }
+
+    #[test]
+    fn daily_counts_group_by_project_and_utc_day() {
+        let call = |p: &str, at: &str, reason: Option<Reason>| Call {
+            project: p.into(),
+            retention: Duration::from_secs(60),
+            email_domain: "a.com".into(),
+            verdict: reason.map(|reason| Verdict {
+                risk_score: 1,
+                reason,
+            }),
+            at: at.parse().unwrap(),
+        };
+        let counts = daily_counts(&[
+            call("a", "2026-11-22T23:59:59Z", Some(Reason::Safe)),
+            call("a", "2026-11-22T01:00:00Z", Some(Reason::Disposable)),
+            call("a", "2026-11-23T00:00:00Z", None),
+            call("b", "2026-11-22T10:00:00Z", Some(Reason::RoleAccount)),
+        ]);
+        assert_eq!(
+            counts,
+            vec![
+                ("a".into(), day("2026-11-22"), 2, 1),
+                ("a".into(), day("2026-11-23"), 1, 0),
+                ("b".into(), day("2026-11-22"), 1, 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn created_at_is_rfc3339_utc_with_milliseconds() {
+        assert_eq!(
+            created_at("2026-11-22T10:00:01.5Z".parse().unwrap()),
+            "2026-11-22T10:00:01.500Z"
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! Configuration of the keys API (`/v1/keys`) and its managed keys file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
+
+use crate::access::quota::config::QuotaConfig;
+use crate::infra::units::{ms, secs};
+
+/// `GET/POST /v1/keys`, `DELETE /v1/keys/{id}`: projects listing, making and revoking keys.
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KeysApiConfig {
+    /// Off: the routes answer 404 (keys made before keep working).
+    pub enabled: bool,
+    /// The gateway-managed file of API-made keys (hashed secrets, mode 0600). Relative to the
+    /// config file. Default: `keys.managed.json` in the folder of `quota.state_file` (the
+    /// state folder, writable under the shipped systemd unit, where the config folder is not).
+    /// Gateways that share keys share this file (it is locked for each change and watched).
+    pub file: Option<PathBuf>,
+    /// Largest `POST /v1/keys` body, in bytes (64 to 65536).
+    pub max_body_bytes: usize,
+    /// How long a `POST /v1/keys` body may take to arrive, in milliseconds (100 to 60000).
+    #[serde(rename = "body_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub body_timeout: Duration,
+    /// How often the last use of API-made keys is saved to the managed file, in seconds
+    /// (1 to 3600). Between saves it is kept in memory.
+    #[serde(rename = "last_used_flush_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub last_used_flush: Duration,
+}
+
+impl Default for KeysApiConfig {
+    fn default() -> Self {
+        KeysApiConfig {
+            enabled: true,
+            file: None,
+            max_body_bytes: 4_096,
+            body_timeout: Duration::from_millis(5_000),
+            last_used_flush: Duration::from_secs(60),
+        }
+    }
+}
+
+impl KeysApiConfig {
+    /// The managed file: `file`, or `keys.managed.json` beside the quota state file.
+    pub fn managed_file(&self, quota: &QuotaConfig) -> PathBuf {
+        self.file.clone().unwrap_or_else(|| {
+            quota
+                .state_file
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("keys.managed.json")
+        })
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(64..=65_536).contains(&self.max_body_bytes) {
+            out.push(format!(
+                "gateway.keys_api.max_body_bytes: {} is outside 64..=65536",
+                self.max_body_bytes
+            ));
+        }
+        if !(100..=60_000).contains(&ms(self.body_timeout)) {
+            out.push(format!(
+                "gateway.keys_api.body_timeout_ms: {} is outside 100..=60000",
+                ms(self.body_timeout)
+            ));
+        }
+        if !(1..=3_600).contains(&secs(self.last_used_flush)) {
+            out.push(format!(
+                "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
+                secs(self.last_used_flush)
+            ));
+        }
+        if self.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+            out.push("gateway.keys_api.file: empty".to_owned());
+        }
+        out
+    }
+}

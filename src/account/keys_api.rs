@@ -1,0 +1,474 @@
+//! `/v1/keys`: a project lists its keys, makes new ones (the secret shown once) and revokes
+//! those it made, within its plan's `max_keys`.
+//!
+//! API-made keys live in the gateway-managed file ([`crate::access::managed`]), never in the
+//! operator's keys file; operator keys are listed but cannot be deleted here (403). After each
+//! change this gateway swaps its key snapshot at once (a revoked key stops working on the next
+//! request); other gateways sharing the file pick the change up through the keys reloader.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::StatusCode;
+use prometheus::IntCounter;
+use serde::Serialize;
+
+use crate::access::keys::{
+    generate_secret, hash_secret, id_problem, key_prefix, KeyEntry, KeyOrigin, KeyStore,
+    MAX_LABEL_LEN,
+};
+use crate::access::managed::{self, ManagedError, ManagedFile, ManagedKey};
+use crate::access::plan::PlanConfig;
+use crate::account::config::KeysApiConfig;
+use crate::answer::Answer;
+
+/// A `/v1/keys` request, its id decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysOp {
+    List,
+    Create,
+    Revoke(String),
+}
+
+/// The keys API's state: the snapshot it swaps, the file it writes, its counters.
+pub struct KeysApi {
+    keys: Arc<ArcSwap<KeyStore>>,
+    file: PathBuf,
+    plans: BTreeMap<String, PlanConfig>,
+    pub config: KeysApiConfig,
+    /// Shared with the keys reloader: a change is written and its snapshot stored under it, so
+    /// no snapshot read before a change is stored after it (a revoked key never comes back).
+    publishing: Arc<std::sync::Mutex<()>>,
+    created: IntCounter,
+    revoked: IntCounter,
+}
+
+/// One key as `/v1/keys` shows it (field names are the ones existing clients read).
+#[derive(Debug, Serialize)]
+pub struct KeyItem<'a> {
+    pub id: &'a str,
+    pub label: Option<&'a str>,
+    pub key_prefix: Option<&'a str>,
+    pub created_at: Option<&'a str>,
+    pub last_used_at: Option<String>,
+    pub origins: &'a [String],
+}
+
+impl<'a> KeyItem<'a> {
+    fn of(k: &'a KeyEntry) -> Self {
+        KeyItem {
+            id: &k.id,
+            label: k.label.as_deref(),
+            key_prefix: k.key_prefix.as_deref(),
+            created_at: k.created_at.as_deref(),
+            last_used_at: k.last_used_at().and_then(rfc3339),
+            origins: &k.origin_list,
+        }
+    }
+}
+
+fn rfc3339(unix: u64) -> Option<String> {
+    let t = chrono::DateTime::from_timestamp(i64::try_from(unix).ok()?, 0)?;
+    Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+/// An error answer in the contract's shape, for the statuses only this API uses (409) or
+/// with its own message.
+fn error(status: StatusCode, code: &str, message: &str, detail: Option<&str>) -> Answer {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        error: &'a str,
+        message: &'a str,
+        detail: Option<&'a str>,
+    }
+    Answer::json(
+        status,
+        &Body {
+            error: code,
+            message,
+            detail,
+        },
+    )
+}
+
+/// Why a change could not be made (each is an answer).
+enum Refused {
+    /// The project holds `max_keys` keys already.
+    Full {
+        max: u32,
+    },
+    NotFound,
+    Operator,
+    File(ManagedError),
+}
+
+impl From<ManagedError> for Refused {
+    fn from(e: ManagedError) -> Self {
+        Refused::File(e)
+    }
+}
+
+impl Refused {
+    fn answer(self) -> Answer {
+        match self {
+            Refused::Full { max } => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "The project has as many keys as its plan allows; revoke one first.",
+                Some(&format!("max_keys: {max}")),
+            ),
+            Refused::NotFound => error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "No key with this id in the project.",
+                None,
+            ),
+            Refused::Operator => error(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "This key is managed by the operator (keys file); it cannot be deleted through the API.",
+                None,
+            ),
+            Refused::File(e) => {
+                log::error!("keys API: {e}");
+                crate::answer::ApiError::Internal("the managed keys file".into()).into()
+            }
+        }
+    }
+}
+
+/// What `POST /v1/keys` may send: an object with an optional `label`.
+fn parse_label(body: &[u8]) -> Result<Option<String>, Answer> {
+    let bad = |detail: &str| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "The request body must be a JSON object such as {\"label\": \"server\"}.",
+            Some(detail),
+        )
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad(&format!("not JSON: {e}")))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(bad("not a JSON object"));
+    };
+    let invalid = |detail: String| {
+        error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_error",
+            "The request is not valid.",
+            Some(&detail),
+        )
+    };
+    match map.get("label") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => {
+            if s.chars().count() > MAX_LABEL_LEN {
+                Err(invalid(format!(
+                    "label is longer than {MAX_LABEL_LEN} characters"
+                )))
+            } else if s.chars().any(char::is_control) {
+                Err(invalid("label must not contain control characters".into()))
+            } else {
+                Ok(Some(s.clone()))
+            }
+        }
+        Some(_) => Err(invalid("label must be a string".into())),
+    }
+}
+
+impl KeysApi {
+    pub fn new(
+        keys: Arc<ArcSwap<KeyStore>>,
+        file: PathBuf,
+        plans: BTreeMap<String, PlanConfig>,
+        config: KeysApiConfig,
+        publishing: Arc<std::sync::Mutex<()>>,
+        metrics: &crate::ops::metrics::Metrics,
+    ) -> Result<Self, prometheus::Error> {
+        let changes = metrics.counter_vec(
+            "drg_keys_api_changes_total",
+            "Keys made (created) and revoked (revoked) through /v1/keys.",
+            &["action"],
+        )?;
+        Ok(KeysApi {
+            keys,
+            file,
+            plans,
+            config,
+            publishing,
+            created: changes.with_label_values(&["created"]),
+            revoked: changes.with_label_values(&["revoked"]),
+        })
+    }
+
+    /// The managed file.
+    pub fn file(&self) -> &std::path::Path {
+        &self.file
+    }
+
+    /// `GET /v1/keys`: the caller's project's keys, by id.
+    pub fn list(&self, caller: &KeyEntry) -> Answer {
+        #[derive(Serialize)]
+        struct List<'a> {
+            items: Vec<KeyItem<'a>>,
+        }
+        let keys = self.keys.load();
+        let items = keys
+            .project_keys(&caller.project)
+            .iter()
+            .map(|k| KeyItem::of(k))
+            .collect();
+        Answer::json(StatusCode::OK, &List { items })
+    }
+
+    /// `POST /v1/keys`: a new key in the caller's project, its secret in this answer only.
+    pub async fn create(self: &Arc<Self>, caller: Arc<KeyEntry>, body: Bytes) -> Answer {
+        let label = match parse_label(&body) {
+            Ok(l) => l,
+            Err(a) => return a,
+        };
+        let secret = match generate_secret() {
+            Ok(s) => s,
+            Err(e) => return crate::answer::ApiError::Internal(e.to_string()).into(),
+        };
+        let api = self.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            api.create_blocking(&caller, label, &secret)
+                .map(|k| (k, secret))
+        })
+        .await;
+        match made {
+            Ok(Ok((key, secret))) => {
+                self.created.inc();
+                #[derive(Serialize)]
+                struct Created<'a> {
+                    #[serde(flatten)]
+                    item: KeyItem<'a>,
+                    key: &'a str,
+                }
+                let origins = Vec::new();
+                let item = KeyItem {
+                    id: &key.id,
+                    label: key.label.as_deref(),
+                    key_prefix: Some(&key.prefix),
+                    created_at: Some(&key.created_at),
+                    last_used_at: None,
+                    origins: &origins,
+                };
+                Answer::json(StatusCode::CREATED, &Created { item, key: &secret })
+            }
+            Ok(Err(refused)) => refused.answer(),
+            Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
+        }
+    }
+
+    fn create_blocking(
+        &self,
+        caller: &KeyEntry,
+        label: Option<String>,
+        secret: &str,
+    ) -> Result<ManagedKey, Refused> {
+        let _publishing = self.publishing();
+        managed::update(&self.file, |file: &mut ManagedFile| {
+            let current = self.keys.load();
+            // Operator keys from the snapshot, API-made ones from the file under the lock: the
+            // count is exact across gateways sharing the file.
+            let operator = current
+                .project_keys(&caller.project)
+                .iter()
+                .filter(|k| k.source == KeyOrigin::Operator)
+                .count();
+            let made = file
+                .keys
+                .iter()
+                .filter(|k| *k.project == *caller.project)
+                .count();
+            if operator + made >= caller.max_keys as usize {
+                return Err(Refused::Full {
+                    max: caller.max_keys,
+                });
+            }
+            let id = loop {
+                let id = new_id().map_err(|e| {
+                    Refused::File(ManagedError::Io {
+                        path: self.file.clone(),
+                        source: std::io::Error::other(e),
+                    })
+                })?;
+                if current.by_id(&id).is_none() && !file.keys.iter().any(|k| k.id == id) {
+                    break id;
+                }
+            };
+            let key = ManagedKey {
+                id,
+                project: caller.project.to_string(),
+                plan: caller.plan.to_string(),
+                label,
+                sha256: hex::encode(hash_secret(secret)),
+                prefix: key_prefix(secret).to_owned(),
+                created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                last_used: None,
+                origins: Vec::new(),
+            };
+            file.keys.push(key.clone());
+            Ok((true, key))
+        })
+        .inspect(|_| self.publish())
+    }
+
+    /// `DELETE /v1/keys/{id}`: revokes an API-made key of the caller's project.
+    pub async fn revoke(self: &Arc<Self>, caller: Arc<KeyEntry>, id: String) -> Answer {
+        if *caller.id == *id {
+            return error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "A key cannot revoke itself; use another key of the project.",
+                None,
+            );
+        }
+        if id_problem(&id).is_some() {
+            return Refused::NotFound.answer();
+        }
+        let api = self.clone();
+        match tokio::task::spawn_blocking(move || api.revoke_blocking(&caller, &id)).await {
+            Ok(Ok(())) => {
+                self.revoked.inc();
+                Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+            }
+            Ok(Err(refused)) => refused.answer(),
+            Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
+        }
+    }
+
+    fn revoke_blocking(&self, caller: &KeyEntry, id: &str) -> Result<(), Refused> {
+        let _publishing = self.publishing();
+        managed::update(&self.file, |file: &mut ManagedFile| {
+            let before = file.keys.len();
+            file.keys
+                .retain(|k| !(k.id == id && *k.project == *caller.project));
+            if file.keys.len() < before {
+                return Ok((true, ()));
+            }
+            // Not an API-made key of the project: an operator key of it is 403, anything else
+            // (another project's key, no such key) is 404 and says nothing about other projects.
+            let current = self.keys.load();
+            match current.by_id(id) {
+                Some(k) if k.project == caller.project && k.source == KeyOrigin::Operator => {
+                    Err(Refused::Operator)
+                }
+                _ => Err(Refused::NotFound),
+            }
+        })
+        .inspect(|_| self.publish())
+    }
+
+    /// The publishing lock (see the field). A poisoned one guards no data of its own.
+    fn publishing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.publishing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds the snapshot from the operator keys in service and the managed file, and swaps
+    /// it in at once; called with the publishing lock held, after the change was written. The
+    /// keys file is not re-read: a broken edit of it in progress must not stop a revocation
+    /// from taking effect.
+    fn publish(&self) {
+        let file = match managed::read(&self.file) {
+            Ok(f) => f,
+            Err(e) => {
+                log::error!("keys API: {e}");
+                return;
+            }
+        };
+        let current = self.keys.load_full();
+        let (mut next, warnings) = managed::merge(current.operator_keys(), &file, &self.plans);
+        for w in warnings {
+            log::warn!("{}: {w}", self.file.display());
+        }
+        next.carry_last_used(&current);
+        self.keys.store(Arc::new(next));
+    }
+
+    /// Saves the last use of API-made keys to the managed file (see the periodic service).
+    pub fn save_last_used(&self) {
+        match managed::save_last_used(&self.file, &self.keys.load()) {
+            Ok(0) => {}
+            Ok(n) => log::debug!("keys API: saved the last use of {n} keys"),
+            Err(e) => log::warn!("keys API: could not save when keys were last used: {e}"),
+        }
+    }
+}
+
+/// Saves the last use of API-made keys every `keys_api.last_used_flush_seconds`, and once more
+/// at shutdown.
+pub struct LastUsedSaver(pub Arc<KeysApi>);
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for LastUsedSaver {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        let mut ticks = crate::ops::periodic::Ticks::new(self.0.config.last_used_flush);
+        while ticks.next(&mut shutdown).await.is_some() {
+            let api = self.0.clone();
+            let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;
+        }
+        let api = self.0.clone();
+        let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;
+    }
+}
+
+/// A new key id: `key_` and 12 random hex digits.
+fn new_id() -> Result<String, getrandom::Error> {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b)?;
+    Ok(format!("key_{}", hex::encode(b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_bounded_and_bodies_must_be_json_objects() {
+        assert_eq!(parse_label(b"").ok(), Some(None));
+        assert_eq!(
+            parse_label(br#"{"label":"ci"}"#).ok(),
+            Some(Some("ci".into()))
+        );
+        assert_eq!(parse_label(br#"{"label":null,"x":1}"#).ok(), Some(None));
+        for (body, status) in [
+            (&b"{"[..], 400),
+            (b"[1]", 400),
+            (b"\"x\"", 400),
+            (br#"{"label":5}"#, 422),
+            (br#"{"label":"a\u0000b"}"#, 422),
+        ] {
+            let a = parse_label(body).unwrap_err();
+            assert_eq!(
+                a.status.as_u16(),
+                status,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+            assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
+            assert!(v.get("detail").is_some());
+        }
+        let long = format!(r#"{{"label":"{}"}}"#, "é".repeat(MAX_LABEL_LEN + 1));
+        assert_eq!(parse_label(long.as_bytes()).unwrap_err().status, 422);
+        let fits = format!(r#"{{"label":"{}"}}"#, "é".repeat(MAX_LABEL_LEN));
+        assert!(parse_label(fits.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn ids_are_valid_key_ids() {
+        let id = new_id().unwrap();
+        assert!(id_problem(&id).is_none(), "{id}");
+        assert_ne!(id, new_id().unwrap());
+    }
+}

@@ -1,0 +1,5 @@
+//! A project's own data: the keys API and the call stores behind `/v1/logs` and `/v1/stats`.
+
+pub mod calls;
+pub mod config;
+pub mod keys_api;

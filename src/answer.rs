@@ -1,0 +1,313 @@
+//! Local answers as values: a status, headers and a JSON body, and the contract's error body
+//! (`{"error", "message", "detail"}`). Shared by the parts that answer (the listener, the keys
+//! API); written to the client by `edge::http`.
+
+use bytes::Bytes;
+use std::sync::OnceLock;
+
+use http::header::{HeaderName, HeaderValue, ALLOW, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::StatusCode;
+use serde::Serialize;
+
+/// The media type of every body we write.
+pub const JSON: &str = "application/json; charset=utf-8";
+
+/// Headers an answer has room for from the start.
+const HEADERS: usize = 8;
+
+/// A complete local answer, ready to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// A JSON answer. Serialising our own plain structs cannot fail; if it ever did, the caller
+    /// gets a 500 rather than a panic.
+    pub fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Answer {
+        match serde_json::to_vec(value) {
+            Ok(body) => Answer::raw(status, Bytes::from(body)),
+            Err(e) => ApiError::Internal(e.to_string()).into(),
+        }
+    }
+
+    /// An answer whose JSON body is already rendered.
+    pub fn raw(status: StatusCode, body: Bytes) -> Answer {
+        Answer {
+            status,
+            // Room for the answer's own headers and the gateway's (dataset version, Vary,
+            // RateLimit, CORS): one allocation per answer, never a regrowth.
+            headers: Vec::with_capacity(HEADERS),
+            body,
+        }
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Answer {
+        self.headers.push((name, value));
+        self
+    }
+}
+
+/// The errors of the contract, each with its status and `error` code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// Request framing the API never accepts (a body, an upgrade, no `Host`, ...).
+    BadRequest(String),
+    NotFound,
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+    Validation(String),
+    /// No key, or (`invalid_token`) a malformed, unknown or disabled one.
+    Unauthorized {
+        invalid_token: bool,
+    },
+    /// The key may not be used from this origin; holds `Origin: <value>`.
+    Forbidden(String),
+    /// A browser key (one with `origins`: its secret sits in web pages) on a route for server
+    /// keys only; holds the route, e.g. `GET /v1/logs`.
+    ServerKeyOnly(&'static str),
+    /// Too many calls to the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`, `/v1/keys`)
+    /// for this key: try again in `retry_after` seconds.
+    RateLimited {
+        retry_after: u64,
+    },
+    QuotaExceeded {
+        reset_at: String,
+        retry_after: i64,
+    },
+    /// The shared quota store is down and the policy is `fail_closed`.
+    QuotaUnavailable,
+    UpstreamUnavailable(String),
+    UpstreamTimeout(String),
+    /// A bug on our side; the detail is logged, never sent.
+    Internal(String),
+}
+
+/// The error body every error answer has.
+#[derive(Debug, Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+    detail: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset_at: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => StatusCode::FORBIDDEN,
+            ApiError::QuotaExceeded { .. } | ApiError::RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ApiError::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The machine-readable `error` code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Validation(_) => "validation_error",
+            ApiError::Unauthorized { .. } => "unauthorized",
+            ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
+            ApiError::QuotaExceeded { .. } => "quota_exceeded",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::QuotaUnavailable => "service_unavailable",
+            ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
+            ApiError::UpstreamTimeout(_) => "upstream_timeout",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "The request is not accepted by this API.",
+            ApiError::NotFound => "No such route.",
+            ApiError::MethodNotAllowed { .. } => "This route does not accept that method.",
+            ApiError::Validation(_) => "The request is not valid.",
+            ApiError::Unauthorized { .. } => {
+                "A valid API key is required: send Authorization: Bearer <key>."
+            }
+            ApiError::Forbidden(_) => "This API key may not be used from this origin.",
+            ApiError::ServerKeyOnly(_) => {
+                "This route needs a server key (one without origins); a browser key may call the lookups, /v1/check and /v1/usage."
+            }
+            ApiError::RateLimited { .. } => {
+                "Too many calls to this route with this API key; retry after the Retry-After seconds."
+            }
+            ApiError::QuotaUnavailable => {
+                "The quota store is unavailable; let your user through and retry later."
+            }
+            ApiError::QuotaExceeded { .. } => {
+                "The monthly quota of this API key is used up; let your user through."
+            }
+            ApiError::UpstreamUnavailable(_) => {
+                "The analysis backend is unavailable; let your user through and retry later."
+            }
+            ApiError::UpstreamTimeout(_) => {
+                "The analysis backend did not answer in time; let your user through and retry later."
+            }
+            ApiError::Internal(_) => {
+                "An internal error occurred; let your user through and retry later."
+            }
+        }
+    }
+
+    /// The error body. Errors without a detail of their own (401, 404, 405, ...) have one body
+    /// each, rendered at first use and then only copied by reference: a flood of them (a client
+    /// without its key) costs no serialisation.
+    fn body(&self) -> Bytes {
+        const FIXED: usize = 5;
+        static BODIES: [OnceLock<&'static [u8]>; FIXED] = [const { OnceLock::new() }; FIXED];
+        let fixed = match self {
+            ApiError::NotFound => 0,
+            ApiError::MethodNotAllowed { .. } => 1,
+            ApiError::Unauthorized { .. } => 2,
+            ApiError::QuotaUnavailable => 3,
+            ApiError::Internal(_) => 4,
+            _ => return Bytes::from(self.render()),
+        };
+        Bytes::from_static(BODIES[fixed].get_or_init(|| self.render().leak()))
+    }
+
+    fn render(&self) -> Vec<u8> {
+        let body = ErrorBody {
+            error: self.code(),
+            message: self.message(),
+            detail: self.detail(),
+            reset_at: match self {
+                ApiError::QuotaExceeded { reset_at, .. } => Some(reset_at),
+                _ => None,
+            },
+        };
+        // An ErrorBody of string fields always serialises.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    fn detail(&self) -> Option<&str> {
+        match self {
+            ApiError::BadRequest(d)
+            | ApiError::Validation(d)
+            | ApiError::Forbidden(d)
+            | ApiError::UpstreamUnavailable(d)
+            | ApiError::UpstreamTimeout(d) => Some(d),
+            ApiError::ServerKeyOnly(route) => Some(route),
+            ApiError::NotFound
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::RateLimited { .. }
+            | ApiError::Unauthorized { .. }
+            | ApiError::QuotaExceeded { .. }
+            | ApiError::QuotaUnavailable
+            | ApiError::Internal(_) => None,
+        }
+    }
+}
+
+impl From<ApiError> for Answer {
+    fn from(e: ApiError) -> Answer {
+        if let ApiError::Internal(why) = &e {
+            log::error!("internal error: {why}");
+        }
+        let answer = Answer::raw(e.status(), e.body());
+        match e {
+            ApiError::MethodNotAllowed { allow } => {
+                answer.with_header(ALLOW, HeaderValue::from_static(allow))
+            }
+            ApiError::Unauthorized { invalid_token } => answer.with_header(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(if invalid_token {
+                    r#"Bearer realm="domain-risk", error="invalid_token""#
+                } else {
+                    r#"Bearer realm="domain-risk""#
+                }),
+            ),
+            ApiError::QuotaExceeded { retry_after, .. } => {
+                answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
+            }
+            ApiError::RateLimited { retry_after } => {
+                answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
+            }
+            _ => answer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_follow_the_contract() {
+        let a: Answer = ApiError::Validation("domain is empty".into()).into();
+        assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["error"], "validation_error");
+        assert_eq!(v["detail"], "domain is empty");
+        assert!(v["message"].as_str().unwrap().ends_with('.'));
+
+        let a: Answer = ApiError::MethodNotAllowed { allow: "GET" }.into();
+        assert_eq!(a.headers, [(ALLOW, HeaderValue::from_static("GET"))]);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["detail"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn access_errors_carry_their_headers() {
+        let a: Answer = ApiError::Unauthorized {
+            invalid_token: true,
+        }
+        .into();
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+        assert!(a.headers[0].1.to_str().unwrap().contains("invalid_token"));
+        let a: Answer = ApiError::QuotaExceeded {
+            reset_at: "2026-12-01T00:00:00Z".into(),
+            retry_after: 60,
+        }
+        .into();
+        assert_eq!(a.headers, [(RETRY_AFTER, HeaderValue::from(60))]);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["reset_at"], "2026-12-01T00:00:00Z");
+        assert_eq!(v["error"], "quota_exceeded");
+    }
+
+    #[test]
+    fn fixed_error_bodies_are_the_rendered_ones() {
+        for e in [
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::Unauthorized {
+                invalid_token: false,
+            },
+            ApiError::Unauthorized {
+                invalid_token: true,
+            },
+            ApiError::QuotaUnavailable,
+            ApiError::Internal("first".into()),
+            ApiError::Internal("second".into()),
+        ] {
+            // Twice: the first call renders, the second reuses.
+            assert_eq!(e.body(), e.render(), "{e:?}");
+            assert_eq!(e.body(), e.render(), "{e:?}");
+            let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+            assert_eq!(v["error"], e.code());
+        }
+        // Errors with a detail of their own are rendered each time.
+        let a = ApiError::Validation("a".into()).body();
+        let b = ApiError::Validation("b".into()).body();
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,120 @@
+//! The one writer of local answers ([`crate::answer::Answer`]) and their response headers.
+//!
+//! Every local answer carries `Content-Type` and `Content-Length`, so keep-alive connections stay
+//! open (Pingora closes a connection whose response has no length).
+
+use bytes::Bytes;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::StatusCode;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::answer::{Answer, JSON};
+
+/// Builds the response header of an answer.
+pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
+    header_of(
+        answer.status,
+        answer.body.len(),
+        answer.headers.iter().cloned(),
+    )
+}
+
+/// The header map is filled directly and handed to Pingora as a case-less header: its
+/// `append_header` would render each name to bytes and parse it back (two allocations per
+/// custom name, on every answer), and our names are canonical already.
+fn header_of(
+    status: StatusCode,
+    body_len: usize,
+    headers: impl ExactSizeIterator<Item = (HeaderName, HeaderValue)>,
+) -> pingora::Result<ResponseHeader> {
+    let too_many = |_| {
+        pingora::Error::explain(
+            pingora::ErrorType::InvalidHTTPHeader,
+            "too many response headers",
+        )
+    };
+    let mut map = HeaderMap::with_capacity(2 + headers.len());
+    // 204 has no body, hence no content headers (RFC 9110 8.6).
+    if status != StatusCode::NO_CONTENT {
+        map.try_insert(CONTENT_TYPE, HeaderValue::from_static(JSON))
+            .map_err(too_many)?;
+        map.try_insert(CONTENT_LENGTH, HeaderValue::from(body_len))
+            .map_err(too_many)?;
+    }
+    for (name, value) in headers {
+        map.try_append(name, value).map_err(too_many)?;
+    }
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers = map;
+    Ok(ResponseHeader::from(parts))
+}
+
+/// Writes an answer to the client: header, then the whole body.
+pub async fn write(session: &mut Session, answer: Answer) -> pingora::Result<()> {
+    let Answer {
+        status,
+        headers,
+        body,
+    } = answer;
+    let header = header_of(status, body.len(), headers.into_iter())?;
+    write_header_and_body(session, header, body).await
+}
+
+/// Writes a header and its whole body, then the end of the stream (one flush on HTTP/1: the
+/// header sits in the connection's write buffer until the body joins it). No body (a 204, or an
+/// empty one): the header ends the stream.
+pub async fn write_header_and_body(
+    session: &mut Session,
+    header: ResponseHeader,
+    body: Bytes,
+) -> pingora::Result<()> {
+    if body.is_empty() {
+        return session.write_response_header(Box::new(header), true).await;
+    }
+    session
+        .write_response_header(Box::new(header), false)
+        .await?;
+    session.write_response_body(Some(body), true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lists_the_answer_headers_after_the_content_headers() {
+        let a = Answer::raw(StatusCode::OK, Bytes::from_static(b"{}"))
+            .with_header(HeaderName::from_static("x-one"), HeaderValue::from(1))
+            .with_header(HeaderName::from_static("x-one"), HeaderValue::from(2));
+        let h = response_header(&a).unwrap();
+        let names: Vec<_> = h
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("content-type", HeaderValue::from_static(JSON)),
+                ("content-length", HeaderValue::from(2)),
+                ("x-one", HeaderValue::from(1)),
+                ("x-one", HeaderValue::from(2)),
+            ]
+        );
+        assert!(!h.has_case());
+        let none = response_header(&Answer::raw(StatusCode::NO_CONTENT, Bytes::new())).unwrap();
+        assert!(none.headers.is_empty());
+        assert_eq!(none.status, StatusCode::NO_CONTENT);
+    }
+
+    #[test]
+    fn header_carries_type_and_length() {
+        let a = Answer::raw(StatusCode::OK, Bytes::from_static(b"{}"));
+        let h = response_header(&a).unwrap();
+        assert_eq!(h.headers.get(CONTENT_LENGTH).unwrap(), "2");
+        assert_eq!(h.headers.get(CONTENT_TYPE).unwrap(), JSON);
+    }
+}

@@ -1,0 +1,156 @@
+//! The OpenAPI document of the contract: `openapi.yaml`, embedded, served as JSON.
+//!
+//! The YAML is what people edit; clients and tools want JSON. It is converted once, when the
+//! gateway is built, so serving it is a copy of the same bytes.
+
+use bytes::Bytes;
+
+/// The document as written (OpenAPI 3.1, YAML).
+pub const YAML: &str = include_str!("openapi.yaml");
+
+/// Why the embedded document could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenApiError {
+    #[error("the embedded OpenAPI document is not valid YAML: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("the embedded OpenAPI document does not convert to JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// The document rendered as compact JSON.
+pub fn json() -> Result<Bytes, OpenApiError> {
+    let value: serde_json::Value = serde_yaml_ng::from_str(YAML)?;
+    Ok(Bytes::from(serde_json::to_vec(&value)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::route::{route, KeysCall, Route};
+    use http::Method;
+
+    fn document() -> serde_json::Value {
+        serde_json::from_slice(&json().expect("the embedded document converts")).unwrap()
+    }
+
+    /// A request path (path parameters filled in) for every route the router knows. The match
+    /// is exhaustive, so a new route does not compile until it has a line here, and the test
+    /// below then wants it in the document.
+    fn example_path(r: Route<'_>) -> Option<&'static str> {
+        match r {
+            Route::Domain { .. } => Some("/v1/public/domain/{domain}"),
+            Route::TopDomains { .. } => Some("/v1/public/top-domains"),
+            Route::Check { .. } => Some("/v1/check/{email_or_domain}"),
+            Route::Usage => Some("/v1/usage"),
+            Route::Logs { .. } => Some("/v1/logs"),
+            Route::Stats => Some("/v1/stats"),
+            Route::Keys(KeysCall::Revoke { .. }) => Some("/v1/keys/{id}"),
+            Route::Keys(_) => Some("/v1/keys"),
+            Route::OpenApi => Some("/v1/openapi.json"),
+            Route::Health => Some("/healthz"),
+            Route::Ready => Some("/readyz"),
+            // Not a path of its own: the `options` operation of every /v1/ path.
+            Route::Preflight => None,
+        }
+    }
+
+    #[test]
+    fn document_is_openapi_3_1_and_lists_every_route() {
+        let doc = document();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths = doc["paths"].as_object().unwrap();
+        let mut routed = Vec::new();
+        for template in paths.keys() {
+            let concrete = template
+                .replace("{domain}", "gmail.com")
+                .replace("{email_or_domain}", "user@example.com")
+                .replace("{id}", "key_0123");
+            let item = &paths[template];
+            // `/v1/keys/{id}` is the one path without a GET.
+            let method = match item["get"].is_object() {
+                true => Method::GET,
+                false => Method::DELETE,
+            };
+            let r = route(&method, &concrete, None)
+                .unwrap_or_else(|e| panic!("{template} in the document is not routed: {e:?}"));
+            assert_eq!(example_path(r), Some(template.as_str()), "{template}");
+            routed.push(template.as_str());
+            assert!(
+                item["get"].is_object() || item["delete"].is_object(),
+                "{template} has no get"
+            );
+            // Revoking a key needs a server key, which browsers never hold: no preflight.
+            if template.starts_with("/v1/") && template != "/v1/keys/{id}" {
+                assert_eq!(
+                    route(&Method::OPTIONS, &concrete, None),
+                    Ok(Route::Preflight)
+                );
+                assert!(item["options"].is_object(), "{template} has no preflight");
+            }
+        }
+        // Every route of the router is in the document.
+        for r in [
+            Route::Domain {
+                raw: "",
+                explain: false,
+            },
+            Route::TopDomains { limit: 1 },
+            Route::Check { raw: "" },
+            Route::Usage,
+            Route::Logs {
+                cursor: None,
+                limit: 1,
+            },
+            Route::Stats,
+            Route::Keys(KeysCall::List),
+            Route::Keys(KeysCall::Revoke { id: "" }),
+            Route::OpenApi,
+            Route::Health,
+            Route::Ready,
+        ] {
+            let path = example_path(r).unwrap();
+            assert!(
+                routed.contains(&path),
+                "{path} is missing from the document"
+            );
+        }
+    }
+
+    #[test]
+    fn key_free_operations_say_so() {
+        let doc = document();
+        assert_eq!(doc["security"][0]["bearer"], serde_json::json!([]));
+        for path in ["/healthz", "/readyz", "/v1/openapi.json"] {
+            assert_eq!(
+                doc["paths"][path]["get"]["security"],
+                serde_json::json!([]),
+                "{path}"
+            );
+        }
+        assert!(doc["paths"]["/v1/usage"]["get"]["security"].is_null());
+    }
+
+    #[test]
+    fn every_ref_resolves() {
+        fn walk<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
+                        out.push(r);
+                    }
+                    m.values().for_each(|v| walk(v, out));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+                _ => {}
+            }
+        }
+        let doc = document();
+        let mut refs = Vec::new();
+        walk(&doc, &mut refs);
+        assert!(!refs.is_empty());
+        for r in refs {
+            let pointer = r.strip_prefix('#').expect("local refs only");
+            assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! Routing: a request line (method, path, query) to the route it names, or why it names none.
+//!
+//! Pure, so the whole routing table is unit-tested without a socket.
+
+use std::borrow::Cow;
+
+use http::Method;
+
+use crate::domain::top::MAX_TOP;
+
+use crate::ops::metrics::RouteClass;
+
+/// What a request asks for. Path parameters are still percent-encoded; query values are
+/// decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// `GET /v1/public/domain/{domain}[?explain=true]`
+    Domain { raw: &'a str, explain: bool },
+    /// `GET /v1/public/top-domains[?limit=N]`
+    TopDomains { limit: usize },
+    /// `GET /v1/check/{email_or_domain}` (proxied)
+    Check { raw: &'a str },
+    /// `GET /v1/usage`
+    Usage,
+    /// `GET /v1/logs[?cursor=C&limit=N]`: the project's recent calls (not counted). `cursor`
+    /// is percent-decoded, its characters checked, still opaque (the handler reads it); an
+    /// empty one is the first page.
+    Logs {
+        cursor: Option<Cow<'a, str>>,
+        limit: usize,
+    },
+    /// `GET /v1/stats`: the project's calls per day (not counted).
+    Stats,
+    /// `/v1/keys[/{id}]`: the project's keys (not counted).
+    Keys(KeysCall<'a>),
+    /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
+    OpenApi,
+    /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
+    Preflight,
+    /// `GET /healthz`
+    Health,
+    /// `GET /readyz`
+    Ready,
+}
+
+/// What a `/v1/keys` request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysCall<'a> {
+    /// `GET /v1/keys`
+    List,
+    /// `POST /v1/keys` (a small JSON body)
+    Create,
+    /// `DELETE /v1/keys/{id}`; the id is still percent-encoded.
+    Revoke { id: &'a str },
+}
+
+/// The collection of a project's keys.
+pub const KEYS_PATH: &str = "/v1/keys";
+const KEYS_ITEM_PREFIX: &str = "/v1/keys/";
+
+/// `/v1/keys` and `/v1/keys/{id}`: the only routes with methods besides GET.
+fn keys_route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, RouteError> {
+    if path == KEYS_PATH {
+        return match *method {
+            Method::GET => Ok(Route::Keys(KeysCall::List)),
+            Method::POST => Ok(Route::Keys(KeysCall::Create)),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "GET, POST, OPTIONS",
+            }),
+        };
+    }
+    match path.strip_prefix(KEYS_ITEM_PREFIX) {
+        // No preflight: revoking needs a server key, which a browser never holds.
+        Some(id) if !id.is_empty() && !id.contains('/') => match *method {
+            Method::DELETE => Ok(Route::Keys(KeysCall::Revoke { id })),
+            _ => Err(RouteError::MethodNotAllowed { allow: "DELETE" }),
+        },
+        _ => Err(RouteError::NotFound),
+    }
+}
+
+/// A request that names no route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    NotFound,
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+    /// The route exists but its query is wrong (422): which route, and why.
+    BadQuery(QueryOf, String),
+}
+
+/// The route whose query was refused (metrics and logs count it under that route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryOf {
+    Domain,
+    TopDomains,
+    Logs,
+}
+
+/// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
+pub const DEFAULT_TOP_LIMIT: usize = crate::domain::top::DEFAULT_LIMIT;
+/// Default and largest `limit` of `/v1/logs`.
+pub const DEFAULT_LOGS_LIMIT: usize = 50;
+pub const MAX_LOGS_LIMIT: usize = 100;
+/// Longest `cursor` of `/v1/logs` (the cursors the gateway gives are far shorter).
+pub const MAX_CURSOR_LEN: usize = 128;
+
+const DOMAIN_PREFIX: &str = "/v1/public/domain/";
+const CHECK_PREFIX: &str = "/v1/check/";
+
+/// Finds the route of a request.
+pub fn route<'a>(
+    method: &Method,
+    path: &'a str,
+    query: Option<&'a str>,
+) -> Result<Route<'a>, RouteError> {
+    if path.starts_with(KEYS_PATH)
+        && (path.len() == KEYS_PATH.len() || path[KEYS_PATH.len()..].starts_with('/'))
+    {
+        return keys_route(method, path);
+    }
+    let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
+        Route::Domain {
+            raw,
+            explain: method == Method::GET && explain(query)?,
+        }
+    } else if let Some(raw) = path.strip_prefix(CHECK_PREFIX) {
+        Route::Check { raw }
+    } else {
+        match path {
+            "/v1/public/top-domains" if method == Method::GET => Route::TopDomains {
+                limit: limit(query, QueryOf::TopDomains, DEFAULT_TOP_LIMIT, MAX_TOP)?,
+            },
+            "/v1/public/top-domains" => Route::TopDomains {
+                limit: DEFAULT_TOP_LIMIT,
+            },
+            "/v1/usage" => Route::Usage,
+            "/v1/logs" if method == Method::GET => logs(query)?,
+            "/v1/logs" => Route::Logs {
+                cursor: None,
+                limit: DEFAULT_LOGS_LIMIT,
+            },
+            "/v1/stats" => Route::Stats,
+            "/v1/openapi.json" => Route::OpenApi,
+            "/healthz" => Route::Health,
+            "/readyz" => Route::Ready,
+            _ => return Err(RouteError::NotFound),
+        }
+    };
+    let api = path.starts_with("/v1/");
+    match *method {
+        Method::GET => Ok(route),
+        Method::OPTIONS if api => Ok(Route::Preflight),
+        _ if api => Err(RouteError::MethodNotAllowed {
+            allow: "GET, OPTIONS",
+        }),
+        _ => Err(RouteError::MethodNotAllowed { allow: "GET" }),
+    }
+}
+
+/// The value of the first `name` parameter of a query (`""` when it has none), names and values
+/// percent-decoded (`?limit=%31%30` is `limit=10`; borrowed when nothing was encoded). Bytes that
+/// decode to no UTF-8 become U+FFFD, which no parameter accepts. `+` stays a `+`: no value of
+/// this API has a space.
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<'q, str>> {
+    let decode = |s: &'q str| percent_encoding::percent_decode_str(s).decode_utf8_lossy();
+    query
+        .unwrap_or("")
+        .split('&')
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find_map(|(k, v)| (decode(k) == name).then(|| decode(v)))
+}
+
+/// `explain`: `true` or `false` (absent: false); anything else is a bad query, as a bad
+/// `limit` is.
+fn explain(query: Option<&str>) -> Result<bool, RouteError> {
+    match query_param(query, "explain").as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(RouteError::BadQuery(
+            QueryOf::Domain,
+            format!("explain must be true or false; got '{other}'"),
+        )),
+    }
+}
+
+/// The `limit` of a route's query: `default` when absent, else an integer from 1 to `max`.
+fn limit(
+    query: Option<&str>,
+    of: QueryOf,
+    default: usize,
+    max: usize,
+) -> Result<usize, RouteError> {
+    let Some(value) = query_param(query, "limit") else {
+        return Ok(default);
+    };
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            RouteError::BadQuery(
+                of,
+                format!("limit must be an integer from 1 to {max}; got '{value}'"),
+            )
+        })
+}
+
+/// `/v1/logs`: `limit` 1..=100 (default 50); `cursor` base64url (an empty one: none).
+fn logs(query: Option<&str>) -> Result<Route<'_>, RouteError> {
+    let limit = limit(query, QueryOf::Logs, DEFAULT_LOGS_LIMIT, MAX_LOGS_LIMIT)?;
+    let cursor = match query_param(query, "cursor") {
+        None => None,
+        Some(c) if c.is_empty() => None,
+        Some(c)
+            if c.len() <= MAX_CURSOR_LEN
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Some(c)
+        }
+        Some(_) => {
+            return Err(RouteError::BadQuery(
+                QueryOf::Logs,
+                "cursor is not one this API gave (use next_cursor of the previous page)".into(),
+            ))
+        }
+    };
+    Ok(Route::Logs { cursor, limit })
+}
+
+/// The metrics class of a routing result.
+pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
+    match routed {
+        Ok(Route::Domain { .. }) | Err(RouteError::BadQuery(QueryOf::Domain, _)) => {
+            RouteClass::Domain
+        }
+        Ok(Route::TopDomains { .. }) | Err(RouteError::BadQuery(QueryOf::TopDomains, _)) => {
+            RouteClass::TopDomains
+        }
+        Ok(Route::Check { .. }) => RouteClass::Check,
+        Ok(Route::Usage) => RouteClass::Usage,
+        Ok(Route::Logs { .. }) | Err(RouteError::BadQuery(QueryOf::Logs, _)) => RouteClass::Logs,
+        Ok(Route::Stats) => RouteClass::Stats,
+        Ok(Route::Keys(_)) => RouteClass::Keys,
+        Ok(Route::OpenApi) => RouteClass::OpenApi,
+        Ok(Route::Preflight) => RouteClass::Preflight,
+        Ok(Route::Health) => RouteClass::Health,
+        Ok(Route::Ready) => RouteClass::Ready,
+        Err(RouteError::NotFound) => RouteClass::NotFound,
+        Err(RouteError::MethodNotAllowed { .. }) => RouteClass::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str, query: Option<&str>) -> Result<Route<'static>, RouteError> {
+        let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
+        let query = query.map(|q| &*Box::leak(q.to_owned().into_boxed_str()));
+        route(&Method::GET, path, query)
+    }
+
+    #[test]
+    fn known_routes() {
+        assert_eq!(
+            get("/v1/public/domain/a%2Eb.com", None),
+            Ok(Route::Domain {
+                raw: "a%2Eb.com",
+                explain: false
+            })
+        );
+        assert_eq!(
+            get("/v1/public/domain/", None),
+            Ok(Route::Domain {
+                raw: "",
+                explain: false
+            })
+        );
+        for (q, explain) in [("explain=true", true), ("x=1&explain=false", false)] {
+            assert_eq!(
+                get("/v1/public/domain/a.com", Some(q)),
+                Ok(Route::Domain {
+                    raw: "a.com",
+                    explain
+                })
+            );
+        }
+        assert_eq!(
+            get("/v1/check/a@b.com", None),
+            Ok(Route::Check { raw: "a@b.com" })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", None),
+            Ok(Route::TopDomains { limit: 100 })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("x=1&limit=7")),
+            Ok(Route::TopDomains { limit: 7 })
+        );
+        assert_eq!(get("/healthz", None), Ok(Route::Health));
+        assert_eq!(get("/v1/usage", None), Ok(Route::Usage));
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/public/top-domains", Some("limit=x")),
+            Ok(Route::Preflight)
+        );
+        assert_eq!(get("/readyz", None), Ok(Route::Ready));
+        assert_eq!(get("/v1/openapi.json", None), Ok(Route::OpenApi));
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/openapi.json", None),
+            Ok(Route::Preflight)
+        );
+        assert_eq!(
+            route(&Method::HEAD, "/v1/openapi.json", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_routes_and_methods() {
+        for p in [
+            "/",
+            "/v1",
+            "/v1/public/domain",
+            "/v1/public/top-domains/",
+            "/v2/check/x",
+            "/v1/openapi.yaml",
+            "/openapi.json",
+        ] {
+            assert_eq!(get(p, None), Err(RouteError::NotFound), "{p}");
+        }
+        assert_eq!(
+            route(&Method::POST, "/v1/public/domain/a.com", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, "/healthz", None),
+            Err(RouteError::MethodNotAllowed { allow: "GET" })
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/nowhere", None),
+            Err(RouteError::NotFound)
+        );
+    }
+
+    #[test]
+    fn bad_explain_values_are_named() {
+        for q in [
+            "explain=1",
+            "explain=",
+            "explain",
+            "explain=TRUE",
+            "explain=yes",
+        ] {
+            match get("/v1/public/domain/a.com", Some(q)) {
+                Err(RouteError::BadQuery(QueryOf::Domain, msg)) => {
+                    assert!(msg.contains("explain must be true or false"), "{q}")
+                }
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        // A preflight is not a lookup: its query is not read.
+        assert_eq!(
+            route(
+                &Method::OPTIONS,
+                "/v1/public/domain/a.com",
+                Some("explain=x")
+            ),
+            Ok(Route::Preflight)
+        );
+    }
+
+    #[test]
+    fn logs_and_stats_queries() {
+        assert_eq!(
+            get("/v1/logs", None),
+            Ok(Route::Logs {
+                cursor: None,
+                limit: 50
+            })
+        );
+        assert_eq!(
+            get("/v1/logs", Some("cursor=&limit=100")),
+            Ok(Route::Logs {
+                cursor: None,
+                limit: 100
+            })
+        );
+        assert_eq!(
+            get("/v1/logs", Some("limit=1&cursor=MTc-_x")),
+            Ok(Route::Logs {
+                cursor: Some("MTc-_x".into()),
+                limit: 1
+            })
+        );
+        // Values are percent-decoded before they are read.
+        assert_eq!(
+            get("/v1/logs", Some("%6Cimit=%31%30&cursor=MTc%2D_x")),
+            Ok(Route::Logs {
+                cursor: Some("MTc-_x".into()),
+                limit: 10
+            })
+        );
+        assert_eq!(get("/v1/stats", Some("x=1")), Ok(Route::Stats));
+        let long = format!("cursor={}", "a".repeat(MAX_CURSOR_LEN + 1));
+        for q in [
+            "limit=0",
+            "limit=101",
+            "limit=x",
+            "cursor=a%3D",
+            "cursor=a.b",
+            "cursor=a%FF",
+            "limit=%",
+            "limit=1%30%30%30",
+            &long,
+        ] {
+            match get("/v1/logs", Some(q)) {
+                Err(RouteError::BadQuery(QueryOf::Logs, msg)) => {
+                    assert!(
+                        msg.contains("limit must be") || msg.contains("cursor"),
+                        "{q}"
+                    )
+                }
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            route(&Method::POST, "/v1/stats", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
+        );
+    }
+
+    #[test]
+    fn bad_limits_are_named() {
+        for q in ["limit=0", "limit=1001", "limit=", "limit=ten", "limit=-1"] {
+            match get("/v1/public/top-domains", Some(q)) {
+                Err(RouteError::BadQuery(QueryOf::TopDomains, msg)) => {
+                    assert!(msg.contains("limit must be"), "{q}")
+                }
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=1000")),
+            Ok(Route::TopDomains { limit: 1000 })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=%31%30")),
+            Ok(Route::TopDomains { limit: 10 })
+        );
+        assert_eq!(
+            get("/v1/public/top-domains", Some("limit=%3")),
+            Err(RouteError::BadQuery(
+                QueryOf::TopDomains,
+                "limit must be an integer from 1 to 1000; got '%3'".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            query_param(Some("a=%41%42c&b"), "a").as_deref(),
+            Some("ABc")
+        );
+        assert_eq!(query_param(Some("a=1&b"), "b").as_deref(), Some(""));
+        assert_eq!(query_param(Some("a+b=1"), "a+b").as_deref(), Some("1"));
+        assert!(matches!(
+            query_param(Some("a=plain"), "a"),
+            Some(Cow::Borrowed("plain"))
+        ));
+        assert_eq!(query_param(Some("a=%FF"), "a").as_deref(), Some("\u{FFFD}"));
+        assert_eq!(query_param(None, "a"), None);
+        for q in ["explain=%74rue", "explain=tru%65"] {
+            assert_eq!(
+                get("/v1/public/domain/a.com", Some(q)),
+                Ok(Route::Domain {
+                    raw: "a.com",
+                    explain: true
+                }),
+                "{q}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_routes_take_their_methods() {
+        assert_eq!(get("/v1/keys", None), Ok(Route::Keys(KeysCall::List)));
+        assert_eq!(
+            route(&Method::POST, "/v1/keys", None),
+            Ok(Route::Keys(KeysCall::Create))
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/keys/k_1", None),
+            Ok(Route::Keys(KeysCall::Revoke { id: "k_1" }))
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/keys/k_1", None),
+            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/keys", None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "GET, POST, OPTIONS"
+            })
+        );
+        assert_eq!(
+            get("/v1/keys/k_1", None),
+            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+        );
+        for p in ["/v1/keys/", "/v1/keys/a/b", "/v1/keysx", "/v1/keys//"] {
+            assert_eq!(
+                route(&Method::DELETE, p, None),
+                Err(RouteError::NotFound),
+                "{p}"
+            );
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The operator-only listener (`gateway.admin.listen`, loopback by default, never the public
+//! port): readiness with the details the public `/readyz` must not show, and the Prometheus
+//! metrics.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde::Serialize;
+
+use crate::answer::JSON;
+use crate::ops::connections::{DownstreamCounts, DownstreamStats};
+use crate::ops::lifecycle::Phase;
+use crate::ops::metrics::Scrape;
+use crate::state::Shared;
+
+/// What the admin listener reports on.
+pub struct Admin {
+    pub shared: Shared,
+    pub downstream: Arc<DownstreamStats>,
+    pub upstream: String,
+}
+
+#[derive(Serialize)]
+struct Readiness {
+    /// `ready`, `draining` (SIGTERM), `upgrading` (SIGQUIT) or `quota_store_unavailable`.
+    status: &'static str,
+    /// Which process answered (several gateways may share a host).
+    pid: u32,
+    table_names: usize,
+    /// `X-Dataset-Version` of the table in service (generation and content hash).
+    dataset_version: String,
+    keys: usize,
+    quota: serde_json::Value,
+    upstream: String,
+    connections: DownstreamCounts,
+}
+
+/// The `status` word and whether the process is ready: not while it drains or hands its
+/// sockets to a new process, nor while the quota store refuses every counted call.
+fn readiness(shared: &Shared) -> (&'static str, bool) {
+    match shared.draining.phase() {
+        Phase::Serving if shared.quota.refuses_calls() => ("quota_store_unavailable", false),
+        Phase::Serving => ("ready", true),
+        phase => (phase.status(), false),
+    }
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let header = session.req_header();
+        let mut content_type = JSON;
+        let (status, body) = match (header.method.as_str(), header.uri.path()) {
+            ("GET", "/metrics") => {
+                content_type = prometheus::TEXT_FORMAT;
+                let table = self.shared.table.load();
+                let scrape = Scrape {
+                    table_names: table.len(),
+                    table_generation: table.version().generation,
+                    keys: self.shared.keys.load().len(),
+                    quota: self.shared.quota.status(),
+                    mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
+                    downstream: self.downstream.counts(),
+                };
+                (StatusCode::OK, self.shared.metrics.render(&scrape))
+            }
+            ("GET", "/readyz") => {
+                let (status, ready) = readiness(&self.shared);
+                let body = Readiness {
+                    status,
+                    pid: std::process::id(),
+                    table_names: self.shared.table.load().len(),
+                    dataset_version: self.shared.table.load().version().as_str().to_owned(),
+                    keys: self.shared.keys.load().len(),
+                    quota: self.shared.quota.status(),
+                    upstream: self.upstream.clone(),
+                    connections: self.downstream.counts(),
+                };
+                let code = if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (code, serde_json::to_vec(&body).unwrap_or_default())
+            }
+            _ => (
+                StatusCode::NOT_FOUND,
+                br#"{"error":"not_found","message":"No such route.","detail":null}"#.to_vec(),
+            ),
+        };
+        Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(body)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,11 @@
+//! What operators see and steer: the admin listener, metrics, logging, the access log, draining and hand-off, the background-service loop.
+
+pub mod access_log;
+pub mod admin;
+pub mod config;
+pub mod connections;
+pub mod lifecycle;
+pub mod logging;
+pub mod metrics;
+pub mod periodic;
+pub mod redact;

@@ -1,0 +1,27 @@
+//! What every part shares: the snapshots and handles one request reads, also handed to the
+//! background services and the admin listener. Nothing here imports the listener's side (`edge`).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::access::keys::KeyStore;
+use crate::access::quota::{Clock, QuotaStore};
+use crate::domain::DomainTable;
+use crate::mx::resolver::MxResolver;
+use crate::ops::lifecycle::Draining;
+use crate::ops::metrics::Metrics;
+
+/// Everything the gateway reads per request, shared with the background services and the
+/// admin listener.
+#[derive(Clone)]
+pub struct Shared {
+    pub table: Arc<ArcSwap<DomainTable>>,
+    pub keys: Arc<ArcSwap<KeyStore>>,
+    pub quota: Arc<dyn QuotaStore>,
+    pub clock: Arc<dyn Clock>,
+    /// `None` when MX lookups are disabled.
+    pub mx: Option<Arc<MxResolver>>,
+    pub draining: Draining,
+    pub metrics: Arc<Metrics>,
+}

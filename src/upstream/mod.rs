@@ -1,0 +1,5 @@
+//! The `/v1/check` backend: the request the gateway builds, and the relay that sends it.
+
+pub mod config;
+pub mod relay;
+pub mod request;
