@@ -267,22 +267,7 @@ impl Settings {
         };
         problems.extend(unknown_server_keys(top));
 
-        let server = match ServerConf::from_yaml(if top.is_empty() {
-            "---\nversion: 1"
-        } else {
-            text
-        }) {
-            Ok(mut conf) => {
-                if !top.contains_key("max_retries") {
-                    conf.max_retries = PROXY_MAX_ATTEMPTS;
-                }
-                Some(conf)
-            }
-            Err(e) => {
-                problems.push(format!("pingora server keys: {}", root_cause(&e)));
-                None
-            }
-        };
+        let server = parse_server(text, top, &mut problems);
 
         let section = top
             .get("gateway")
@@ -300,58 +285,14 @@ impl Settings {
         match (server, gateway) {
             (Some(server), Some(mut gateway)) if problems.is_empty() => {
                 let base = path.parent().unwrap_or(Path::new("."));
-                for path in [
-                    &mut gateway.data.dir,
-                    &mut gateway.data.sources_dir,
-                    &mut gateway.access.keys_file,
-                    &mut gateway.quota.state_file,
-                    &mut gateway.top_domains.state_file,
-                ] {
-                    if path.is_relative() {
-                        *path = base.join(&*path);
-                    }
-                }
-                let state_file = gateway.quota.state_file.clone();
-                gateway.calls.resolve_path(base, &state_file);
-                if let Some(path) = &mut gateway.keys_api.file {
-                    if path.is_relative() {
-                        *path = base.join(&*path);
-                    }
-                }
-                if let Some(tls) = &mut gateway.tls {
-                    for path in [&mut tls.cert, &mut tls.key] {
-                        if path.is_relative() {
-                            *path = base.join(&*path);
-                        }
-                    }
-                }
-                if let Some(path) = &mut gateway.access_log.path {
-                    if path.is_relative() {
-                        *path = base.join(&*path);
-                    }
-                }
+                gateway.resolve_paths(base);
                 let mut server = server;
-                let runtime = base.join(gateway.runtime_dir.take().unwrap_or_else(|| {
-                    default_runtime_dir(std::env::var_os(RUNTIME_DIRECTORY_ENV))
-                }));
-                gateway.runtime_dir = Some(runtime.clone());
-                let mut in_runtime_dir = false;
-                // Pingora's own defaults are fixed names in /tmp, which another local user
-                // could take first.
-                for (key, target, file) in [
-                    ("pid_file", &mut server.pid_file, "gateway.pid"),
-                    ("upgrade_sock", &mut server.upgrade_sock, "upgrade.sock"),
-                ] {
-                    if !top.contains_key(key) {
-                        *target = runtime.join(file).to_string_lossy().into_owned();
-                        in_runtime_dir = true;
-                    }
-                }
+                let runtime_dir = place_runtime_files(&mut server, &mut gateway, top, base);
                 Ok(Settings {
                     server,
                     gateway,
                     source: path.to_owned(),
-                    runtime_dir: in_runtime_dir.then_some(runtime),
+                    runtime_dir,
                 })
             }
             _ => Err(ConfigError::Invalid {
@@ -417,6 +358,60 @@ fn parse_gateway(
 }
 
 /// Top-level keys that are neither Pingora's nor `gateway` (Pingora itself ignores them).
+/// Pingora's own server keys (an empty file: its defaults), with our retry default.
+fn parse_server(
+    text: &str,
+    top: &serde_yaml_ng::Mapping,
+    problems: &mut Vec<String>,
+) -> Option<ServerConf> {
+    let yaml = if top.is_empty() {
+        "---\nversion: 1"
+    } else {
+        text
+    };
+    match ServerConf::from_yaml(yaml) {
+        Ok(mut conf) => {
+            if !top.contains_key("max_retries") {
+                conf.max_retries = PROXY_MAX_ATTEMPTS;
+            }
+            Some(conf)
+        }
+        Err(e) => {
+            problems.push(format!("pingora server keys: {}", root_cause(&e)));
+            None
+        }
+    }
+}
+
+/// Puts Pingora's pid file and upgrade socket, unless the file names them, in the runtime
+/// folder (resolved against `base`); returns that folder when it holds either. Pingora's own
+/// defaults are fixed names in /tmp, which another local user could take first.
+fn place_runtime_files(
+    server: &mut ServerConf,
+    gateway: &mut GatewayConfig,
+    top: &serde_yaml_ng::Mapping,
+    base: &Path,
+) -> Option<PathBuf> {
+    let runtime = base.join(
+        gateway
+            .runtime_dir
+            .take()
+            .unwrap_or_else(|| default_runtime_dir(std::env::var_os(RUNTIME_DIRECTORY_ENV))),
+    );
+    gateway.runtime_dir = Some(runtime.clone());
+    let mut in_runtime_dir = false;
+    for (key, target, file) in [
+        ("pid_file", &mut server.pid_file, "gateway.pid"),
+        ("upgrade_sock", &mut server.upgrade_sock, "upgrade.sock"),
+    ] {
+        if !top.contains_key(key) {
+            *target = runtime.join(file).to_string_lossy().into_owned();
+            in_runtime_dir = true;
+        }
+    }
+    in_runtime_dir.then_some(runtime)
+}
+
 fn unknown_server_keys(top: &serde_yaml_ng::Mapping) -> Vec<String> {
     let known: BTreeSet<String> = match serde_yaml_ng::to_value(ServerConf::default()) {
         Ok(serde_yaml_ng::Value::Mapping(m)) => m
@@ -441,6 +436,36 @@ fn root_cause(e: &pingora::Error) -> String {
 }
 
 impl GatewayConfig {
+    /// Makes every relative path absolute against `base`, the config file's folder.
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |path: &mut PathBuf| {
+            if path.is_relative() {
+                *path = base.join(&*path);
+            }
+        };
+        for path in [
+            &mut self.data.dir,
+            &mut self.data.sources_dir,
+            &mut self.access.keys_file,
+            &mut self.quota.state_file,
+            &mut self.top_domains.state_file,
+        ] {
+            resolve(path);
+        }
+        let state_file = self.quota.state_file.clone();
+        self.calls.resolve_path(base, &state_file);
+        if let Some(path) = &mut self.keys_api.file {
+            resolve(path);
+        }
+        if let Some(tls) = &mut self.tls {
+            resolve(&mut tls.cert);
+            resolve(&mut tls.key);
+        }
+        if let Some(path) = &mut self.access_log.path {
+            resolve(path);
+        }
+    }
+
     /// The domain table's inputs as this configuration names them.
     pub fn data_sources(&self) -> crate::data::files::DataSources {
         crate::data::files::DataSources::from_config(

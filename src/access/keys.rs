@@ -358,15 +358,7 @@ pub fn parse_keys<P: AsPlan>(
         return Err(fail(vec![NO_KEYS_LIST.to_owned()]));
     };
     let mut problems = Vec::new();
-    let mut disabled_projects = HashSet::new();
-    for (project, row) in project_rows {
-        if let Some(p) = id_problem(&project) {
-            problems.push(format!("projects.{project}: project id {p}"));
-        }
-        if row.disabled {
-            disabled_projects.insert(project);
-        }
-    }
+    let disabled_projects = disabled_projects(project_rows, &mut problems);
     let mut ids = HashSet::new();
     let mut hashes = HashSet::new();
     let mut store = KeyStore::default();
@@ -384,34 +376,8 @@ pub fn parse_keys<P: AsPlan>(
         if let Some(p) = row.project.as_deref().and_then(id_problem) {
             problems.push(format!("{at}: project '{project}' {p}"));
         }
-        match projects.get_mut(&project) {
-            Some((plan, first, count)) => {
-                *count += 1;
-                if *plan != row.plan {
-                    problems.push(format!(
-                        "{at}: project '{project}' is on plan '{}' here but on plan '{plan}' for key '{first}'; all keys of a project share one plan",
-                        row.plan
-                    ));
-                }
-            }
-            None => {
-                projects.insert(project.clone(), (row.plan.clone(), row.id.clone(), 1));
-            }
-        }
-        let hash = match hex::decode(row.sha256.trim()) {
-            Ok(bytes) if bytes.len() == 32 => {
-                let mut h = [0u8; 32];
-                h.copy_from_slice(&bytes);
-                if !hashes.insert(h) {
-                    problems.push(format!("{at}: sha256 is used by another key"));
-                }
-                Some(h)
-            }
-            _ => {
-                problems.push(format!("{at}: sha256 must be 64 hex digits (the SHA-256 of the secret, never the secret)"));
-                None
-            }
-        };
+        note_project(&mut projects, &project, &row, &at, &mut problems);
+        let hash = row_hash(&row.sha256, &at, &mut hashes, &mut problems);
         let plan = plans.get(&row.plan).map(|p| p.resolve(&row.plan));
         if plan.is_none() {
             problems.push(format!(
@@ -420,28 +386,7 @@ pub fn parse_keys<P: AsPlan>(
                 plans.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
-        let mut origins = Vec::new();
-        for o in &row.origins {
-            match OriginPattern::parse(o) {
-                Ok(p) => origins.push(p),
-                Err(e) => problems.push(format!("{at}: {e}")),
-            }
-        }
-        if let Some(p) = row.prefix.as_deref().and_then(prefix_problem) {
-            problems.push(format!("{at}: {p}"));
-        }
-        if let Some(label) = &row.label {
-            if label.chars().count() > MAX_LABEL_LEN {
-                problems.push(format!(
-                    "{at}: label is longer than {MAX_LABEL_LEN} characters"
-                ));
-            }
-        }
-        if let Some(t) = &row.created_at {
-            if chrono::DateTime::parse_from_rfc3339(t).is_err() {
-                problems.push(format!("{at}: created_at '{t}' is not an RFC 3339 time"));
-            }
-        }
+        let origins = row_origins(&row, &at, &mut problems);
         if let (Some(hash), Some(plan)) = (hash, plan) {
             let id: Arc<str> = row.id.into();
             let project_disabled = disabled_projects.contains(&project);
@@ -464,7 +409,116 @@ pub fn parse_keys<P: AsPlan>(
             });
         }
     }
-    for (project, (plan, _, count)) in &projects {
+    max_keys_problems(&projects, plans, &mut problems);
+    if problems.is_empty() {
+        store.index_projects();
+        Ok(store)
+    } else {
+        Err(fail(problems))
+    }
+}
+
+/// The projects the file switches off (`projects: { id: { disabled: true } }`); bad ids are
+/// problems.
+fn disabled_projects(
+    rows: BTreeMap<String, ProjectRow>,
+    problems: &mut Vec<String>,
+) -> HashSet<String> {
+    let mut disabled = HashSet::new();
+    for (project, row) in rows {
+        if let Some(p) = id_problem(&project) {
+            problems.push(format!("projects.{project}: project id {p}"));
+        }
+        if row.disabled {
+            disabled.insert(project);
+        }
+    }
+    disabled
+}
+
+/// A key's hash from its `sha256` (64 hex digits), unique in the file.
+fn row_hash(
+    sha256: &str,
+    at: &str,
+    hashes: &mut HashSet<[u8; 32]>,
+    problems: &mut Vec<String>,
+) -> Option<[u8; 32]> {
+    match hex::decode(sha256.trim()) {
+        Ok(bytes) if bytes.len() == 32 => {
+            let mut h = [0u8; 32];
+            h.copy_from_slice(&bytes);
+            if !hashes.insert(h) {
+                problems.push(format!("{at}: sha256 is used by another key"));
+            }
+            Some(h)
+        }
+        _ => {
+            problems.push(format!(
+                "{at}: sha256 must be 64 hex digits (the SHA-256 of the secret, never the secret)"
+            ));
+            None
+        }
+    }
+}
+
+/// A key's origin patterns; its origins, prefix, label and creation time checked.
+fn row_origins(row: &KeyRow, at: &str, problems: &mut Vec<String>) -> Vec<OriginPattern> {
+    let mut origins = Vec::new();
+    for o in &row.origins {
+        match OriginPattern::parse(o) {
+            Ok(p) => origins.push(p),
+            Err(e) => problems.push(format!("{at}: {e}")),
+        }
+    }
+    if let Some(p) = row.prefix.as_deref().and_then(prefix_problem) {
+        problems.push(format!("{at}: {p}"));
+    }
+    if let Some(label) = &row.label {
+        if label.chars().count() > MAX_LABEL_LEN {
+            problems.push(format!(
+                "{at}: label is longer than {MAX_LABEL_LEN} characters"
+            ));
+        }
+    }
+    if let Some(t) = &row.created_at {
+        if chrono::DateTime::parse_from_rfc3339(t).is_err() {
+            problems.push(format!("{at}: created_at '{t}' is not an RFC 3339 time"));
+        }
+    }
+    origins
+}
+
+/// Counts a key towards its project; every key of a project must name the same plan.
+fn note_project(
+    projects: &mut BTreeMap<String, (String, String, u32)>,
+    project: &str,
+    row: &KeyRow,
+    at: &str,
+    problems: &mut Vec<String>,
+) {
+    match projects.get_mut(project) {
+        Some((plan, first, count)) => {
+            *count += 1;
+            if *plan != row.plan {
+                problems.push(format!(
+                    "{at}: project '{project}' is on plan '{}' here but on plan '{plan}' for key '{first}'; all keys of a project share one plan",
+                    row.plan
+                ));
+            }
+        }
+        None => {
+            projects.insert(project.to_owned(), (row.plan.clone(), row.id.clone(), 1));
+        }
+    }
+}
+
+/// Projects holding more keys than their plan's `max_keys`.
+fn max_keys_problems<P: AsPlan>(
+    projects: &BTreeMap<String, (String, String, u32)>,
+    plans: &BTreeMap<String, P>,
+    problems: &mut Vec<String>,
+) {
+    for (project, (plan, _, count)) in projects {
         let Some(max) = plans.get(plan).map(|p| p.resolve(plan).max_keys) else {
             continue;
         };
@@ -473,12 +527,6 @@ pub fn parse_keys<P: AsPlan>(
                 "project '{project}' has {count} keys but its plan '{plan}' allows {max} (max_keys); remove keys, or give the plan more keys or the project a larger plan"
             ));
         }
-    }
-    if problems.is_empty() {
-        store.index_projects();
-        Ok(store)
-    } else {
-        Err(fail(problems))
     }
 }
 

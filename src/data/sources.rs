@@ -25,6 +25,29 @@ use crate::domain::sources::{add_domain_list, add_records};
 use crate::domain::{ListKind, SourceError, TableBuilder};
 use crate::ops::metrics::Metrics;
 
+/// A download's body as text, refused past `max` bytes (announced or read: one byte past the
+/// limit tells a body that is too long without reading the rest).
+fn read_bounded(
+    response: ureq::http::Response<ureq::Body>,
+    announced: Option<u64>,
+    max: u64,
+) -> Result<String, FetchError> {
+    if announced.is_some_and(|l| l > max) {
+        return Err(FetchError::TooLarge { max });
+    }
+    let mut body = Vec::new();
+    response
+        .into_body()
+        .into_reader()
+        .take(max + 1)
+        .read_to_end(&mut body)
+        .map_err(FetchError::Body)?;
+    if body.len() as u64 > max {
+        return Err(FetchError::TooLarge { max });
+    }
+    String::from_utf8(body).map_err(|_| FetchError::NotText)
+}
+
 /// The sidecar of a cached copy: where it came from and its validators.
 fn meta_path(dir: &Path, source: &SourceConfig) -> PathBuf {
     dir.join(format!("{}.meta.json", source.name))
@@ -185,25 +208,8 @@ impl Source {
                 .map(str::to_owned)
         };
         let (etag, last_modified) = (header("etag"), header("last-modified"));
-        let max = self.config.max_bytes;
-        if header("content-length")
-            .and_then(|l| l.parse::<u64>().ok())
-            .is_some_and(|l| l > max)
-        {
-            return Err(FetchError::TooLarge { max });
-        }
-        // One byte past the limit tells a body that is too long without reading the rest.
-        let mut body = Vec::new();
-        response
-            .into_body()
-            .into_reader()
-            .take(max + 1)
-            .read_to_end(&mut body)
-            .map_err(FetchError::Body)?;
-        if body.len() as u64 > max {
-            return Err(FetchError::TooLarge { max });
-        }
-        let text = String::from_utf8(body).map_err(|_| FetchError::NotText)?;
+        let announced = header("content-length").and_then(|l| l.parse::<u64>().ok());
+        let text = read_bounded(response, announced, self.config.max_bytes)?;
         let entries = self.validate(&text)?;
         if let Some(before) = held.as_ref().map(|m| m.entries) {
             let lost = before.saturating_sub(entries) as u128;

@@ -27,6 +27,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use serde::Serialize;
 
+use crate::access::keys::KeyEntry;
 use crate::access::quota::{Consumed, Month, Usage};
 use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::account::calls::{Call, Calls, Verdict};
@@ -193,68 +194,17 @@ impl Gateway {
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
     async fn handle(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
         ctx.dataset = Some(self.shared.table.load().version().header().clone());
-        let header = session.req_header();
-        let path = header.uri.path();
-        ctx.api = path.starts_with("/v1/");
-        // Before routing and before any key is checked: a refused request is never counted.
-        // Only `POST /v1/keys` may carry a (small) body; other methods on its path get theirs
-        // (405) rather than a framing error, with the body left unread.
-        let body_limit = match &self.keys_api {
-            Some(api) if path == crate::edge::route::KEYS_PATH => api.config.max_body_bytes,
-            _ => 0,
-        };
-        let h2 = header.version == http::Version::HTTP_2;
-        match crate::edge::framing::check_framing_with_body(
-            header.version,
-            &header.headers,
-            body_limit,
-        ) {
-            // HTTP/2 frames a body by DATA frames, with or without `Content-Length` (and a
-            // `content-length: 0` does not stop DATA from following): only the stream's end
-            // says there is none. Reading it costs nothing when the headers ended the stream.
-            Ok(0) if h2 => {
-                if !self.h2_body_is_empty(session).await {
-                    self.drain_h2_body(session).await;
-                    let e = crate::edge::framing::unannounced_body(body_limit);
-                    return Some(ApiError::BadRequest(e.to_string()).into());
-                }
-            }
-            Ok(0) => {}
-            // Unread until the handler reads it: if it never does, the connection cannot be
-            // reused.
-            Ok(_) => ctx.body_unread = true,
-            Err(e) => {
-                if h2 {
-                    self.drain_h2_body(session).await;
-                } else if e.leaves_bytes_unread() {
-                    session.set_keepalive(None);
-                }
-                return Some(ApiError::BadRequest(e.to_string()).into());
-            }
+        ctx.api = session.req_header().uri.path().starts_with("/v1/");
+        if let Some(refused) = self.refuse_framing(session, ctx).await {
+            return Some(refused);
         }
         let header = session.req_header();
-        let path = header.uri.path();
-        let routed = route(&header.method, path, header.uri.query());
+        let routed = route(&header.method, header.uri.path(), header.uri.query());
         ctx.route = crate::edge::route::class_of(&routed);
-        let route = match routed {
+        let route = match self.available(routed) {
             Ok(route) => route,
-            Err(RouteError::NotFound) => return Some(ApiError::NotFound.into()),
-            Err(RouteError::MethodNotAllowed { allow }) => {
-                return Some(ApiError::MethodNotAllowed { allow }.into())
-            }
-            Err(RouteError::BadQuery(_, detail)) => {
-                return Some(ApiError::Validation(detail).into())
-            }
+            Err(answer) => return Some(answer),
         };
-        if matches!(route, Route::Keys(_))
-            && !self.keys_api.as_ref().is_some_and(|a| a.config.enabled)
-        {
-            return Some(ApiError::NotFound.into());
-        }
-        // Call logs off: as if the routes did not exist, before any key is checked.
-        if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
-            return Some(ApiError::NotFound.into());
-        }
         if let Err(rejection) = self.authorize(session, &route, ctx).await {
             return Some(rejection);
         }
@@ -302,6 +252,73 @@ impl Gateway {
                 Err(e) => Some(e.into()),
             },
         }
+    }
+
+    /// Refuses request framing the API never accepts, before routing and before any key is
+    /// checked (a refused request is never counted). Only `POST /v1/keys` may carry a (small)
+    /// body; other methods on its path get theirs (405) rather than a framing error, with the
+    /// body left unread.
+    async fn refuse_framing(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        let header = session.req_header();
+        let path = header.uri.path();
+        let body_limit = match &self.keys_api {
+            Some(api) if path == crate::edge::route::KEYS_PATH => api.config.max_body_bytes,
+            _ => 0,
+        };
+        let h2 = header.version == http::Version::HTTP_2;
+        match crate::edge::framing::check_framing_with_body(
+            header.version,
+            &header.headers,
+            body_limit,
+        ) {
+            // HTTP/2 frames a body by DATA frames, with or without `Content-Length` (and a
+            // `content-length: 0` does not stop DATA from following): only the stream's end
+            // says there is none. Reading it costs nothing when the headers ended the stream.
+            Ok(0) if h2 => {
+                if !self.h2_body_is_empty(session).await {
+                    self.drain_h2_body(session).await;
+                    let e = crate::edge::framing::unannounced_body(body_limit);
+                    return Some(ApiError::BadRequest(e.to_string()).into());
+                }
+            }
+            Ok(0) => {}
+            // Unread until the handler reads it: if it never does, the connection cannot be
+            // reused.
+            Ok(_) => ctx.body_unread = true,
+            Err(e) => {
+                if h2 {
+                    self.drain_h2_body(session).await;
+                } else if e.leaves_bytes_unread() {
+                    session.set_keepalive(None);
+                }
+                return Some(ApiError::BadRequest(e.to_string()).into());
+            }
+        }
+        None
+    }
+
+    /// The route, unless it does not exist here: unknown, the wrong method, a bad query, or a
+    /// part switched off (`keys_api.enabled: false`, call logs off: as if the routes did not
+    /// exist, before any key is checked).
+    fn available<'r>(&self, routed: Result<Route<'r>, RouteError>) -> Result<Route<'r>, Answer> {
+        let route = match routed {
+            Ok(route) => route,
+            Err(RouteError::NotFound) => return Err(ApiError::NotFound.into()),
+            Err(RouteError::MethodNotAllowed { allow }) => {
+                return Err(ApiError::MethodNotAllowed { allow }.into())
+            }
+            Err(RouteError::BadQuery(_, detail)) => return Err(ApiError::Validation(detail).into()),
+        };
+        if matches!(route, Route::Keys(_))
+            && !self.keys_api.as_ref().is_some_and(|a| a.config.enabled)
+        {
+            return Err(ApiError::NotFound.into());
+        }
+        // Call logs off: as if the routes did not exist, before any key is checked.
+        if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
+            return Err(ApiError::NotFound.into());
+        }
+        Ok(route)
     }
 
     /// Whether an HTTP/2 request carries no body: its stream ended with its headers, or only
@@ -359,24 +376,7 @@ impl Gateway {
             referer: headers.get(REFERER).map(|v| v.as_bytes()),
         };
         let principal = decide(&self.shared.keys.load(), creds).map_err(|r| {
-            let (denial, error) = match r {
-                Rejection::MissingKey => (
-                    Denial::Unauthorized,
-                    ApiError::Unauthorized {
-                        invalid_token: false,
-                    },
-                ),
-                Rejection::InvalidKey => (
-                    Denial::Unauthorized,
-                    ApiError::Unauthorized {
-                        invalid_token: true,
-                    },
-                ),
-                Rejection::Forbidden { origin } => (
-                    Denial::Forbidden,
-                    ApiError::Forbidden(format!("Origin: {origin}")),
-                ),
-            };
+            let (denial, error) = refusal(r);
             self.shared.metrics.deny(denial);
             error
         })?;
@@ -390,6 +390,18 @@ impl Gateway {
         }
         let now = self.shared.clock.now();
         key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
+        self.count(route, &key, now, ctx).await
+    }
+
+    /// The quota's part of the decision: an account route is rate-limited per key and reads the
+    /// month without counting; every other call is counted once, or refused over the month.
+    async fn count(
+        &self,
+        route: &Route<'_>,
+        key: &KeyEntry,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
         if matches!(
             route,
             Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
@@ -440,80 +452,18 @@ impl Gateway {
     }
 
     fn usage(&self, ctx: &RequestCtx) -> Answer {
-        /// `month_count` and `monthly_limit` are the names existing clients read; `used` and
-        /// `limit` stay as aliases for callers of the first version.
-        #[derive(Serialize)]
-        struct UsageBody<'a> {
-            month_count: u64,
-            monthly_limit: u64,
-            reset_at: String,
-            plan: &'a str,
-            used: u64,
-            limit: u64,
-        }
         match (&ctx.principal, &ctx.usage) {
-            (Some(p), Some(u)) => Answer::json(
-                StatusCode::OK,
-                &UsageBody {
-                    month_count: u.used,
-                    monthly_limit: u.limit,
-                    reset_at: u.reset_at_iso(),
-                    plan: &p.key.plan,
-                    used: u.used,
-                    limit: u.limit,
-                },
-            ),
+            (Some(p), Some(u)) => crate::account::answers::usage(&p.key.plan, u),
             _ => ApiError::Internal("usage without a principal".into()).into(),
         }
     }
 
     /// `GET /v1/logs`: a page of the project's calls, newest first, within its retention.
     async fn logs(&self, ctx: &RequestCtx, cursor: Option<&str>, limit: usize) -> Answer {
-        #[derive(Serialize)]
-        struct LogsBody<'a> {
-            items: &'a [crate::account::calls::LogItem],
-            next_cursor: Option<String>,
-        }
         let (Some(calls), Some(p)) = (&self.calls, &ctx.principal) else {
             return ApiError::NotFound.into();
         };
-        let bad_cursor = || {
-            ApiError::Validation(
-                "cursor is not one this API gave (use next_cursor of the previous page)".into(),
-            )
-            .into()
-        };
-        let project = &p.key.project;
-        let before = match cursor.map(|c| crate::account::calls::decode_cursor(project, c)) {
-            Some(None) => return bad_cursor(),
-            Some(Some(position)) => Some(position),
-            None => None,
-        };
-        let since = crate::account::calls::visible_since(
-            self.shared.clock.now(),
-            crate::account::calls::retention_of(&p.key),
-        );
-        match calls
-            .store
-            .page(project, before.as_deref(), limit, since)
-            .await
-        {
-            Ok(Some(page)) => Answer::json(
-                StatusCode::OK,
-                &LogsBody {
-                    items: &page.items,
-                    next_cursor: page
-                        .next
-                        .as_deref()
-                        .map(|n| crate::account::calls::encode_cursor(project, n)),
-                },
-            ),
-            Ok(None) => bad_cursor(),
-            Err(e) => {
-                calls.metrics.store_errors.inc();
-                ApiError::Internal(e.to_string()).into()
-            }
-        }
+        crate::account::answers::logs(calls, &p.key, self.shared.clock.now(), cursor, limit).await
     }
 
     /// `/v1/keys`: list, create (reading the small body here, bounded in size and time),
@@ -564,34 +514,11 @@ impl Gateway {
 
     /// `GET /v1/stats`: the project's calls per UTC day, the last 30 days.
     async fn stats(&self, ctx: &RequestCtx) -> Answer {
-        #[derive(Serialize)]
-        struct StatsBody {
-            chart: Vec<crate::account::calls::DayCount>,
-        }
         let (Some(calls), Some(p)) = (&self.calls, &ctx.principal) else {
             return ApiError::NotFound.into();
         };
         let today = self.shared.clock.now().date_naive();
-        match calls
-            .store
-            .days(
-                &p.key.project,
-                crate::account::calls::chart_start(today),
-                today,
-            )
-            .await
-        {
-            Ok(counted) => Answer::json(
-                StatusCode::OK,
-                &StatsBody {
-                    chart: crate::account::calls::chart(today, &counted),
-                },
-            ),
-            Err(e) => {
-                calls.metrics.store_errors.inc();
-                ApiError::Internal(e.to_string()).into()
-            }
-        }
+        crate::account::answers::stats(calls, &p.key.project, today).await
     }
 
     async fn domain(&self, raw: &str, explain: bool, ctx: &mut RequestCtx) -> Answer {
@@ -829,6 +756,28 @@ impl Gateway {
             origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
             bytes_sent: session.body_bytes_sent(),
         }
+    }
+}
+
+/// What the metrics count and the client is told for a refused key or origin.
+fn refusal(r: Rejection) -> (Denial, ApiError) {
+    match r {
+        Rejection::MissingKey => (
+            Denial::Unauthorized,
+            ApiError::Unauthorized {
+                invalid_token: false,
+            },
+        ),
+        Rejection::InvalidKey => (
+            Denial::Unauthorized,
+            ApiError::Unauthorized {
+                invalid_token: true,
+            },
+        ),
+        Rejection::Forbidden { origin } => (
+            Denial::Forbidden,
+            ApiError::Forbidden(format!("Origin: {origin}")),
+        ),
     }
 }
 

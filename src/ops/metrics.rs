@@ -205,22 +205,63 @@ fn registered<C: Collector + Clone + 'static>(
     Ok(collector)
 }
 
+/// A labelled counter, registered.
+fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// The access log's written and dropped lines.
+fn access_log_counters(registry: &Registry) -> Result<(IntCounter, IntCounter), prometheus::Error> {
+    let lines = registered(
+        registry,
+        IntCounter::new("drg_access_log_lines_total", "Access log lines written.")?,
+    )?;
+    let dropped = registered(
+        registry,
+        IntCounter::new(
+            "drg_access_log_dropped_total",
+            "Access log lines dropped: the writer's queue was full, or the write failed.",
+        )?,
+    )?;
+    Ok((lines, dropped))
+}
+
+/// `drg_build_info{version, git_hash} 1`.
+fn build_info(registry: &Registry) -> Result<(), prometheus::Error> {
+    let build = registered(
+        registry,
+        IntGaugeVec::new(
+            Opts::new(
+                "drg_build_info",
+                "Always 1; the labels say which build runs.",
+            ),
+            &["version", "git_hash"],
+        )?,
+    )?;
+    build
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("DRG_GIT_HASH")])
+        .set(1);
+    Ok(())
+}
+
 impl Metrics {
     /// Registers every metric. Fails only on a malformed metric definition.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let requests = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "drg_requests_total",
-                    "Requests answered, by route class and status.",
-                ),
-                &["route", "status"],
-            )?,
+        let r = &registry;
+        let requests = counter_vec(
+            r,
+            "drg_requests_total",
+            "Requests answered, by route class and status.",
+            &["route", "status"],
         )?;
         let durations = registered(
-            &registry,
+            r,
             HistogramVec::new(
                 HistogramOpts::new(
                     "drg_request_duration_seconds",
@@ -230,18 +271,14 @@ impl Metrics {
                 &["route"],
             )?,
         )?;
-        let denials = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "drg_denials_total",
-                    "Calls refused by the access decision, by reason.",
-                ),
-                &["reason"],
-            )?,
+        let denials = counter_vec(
+            r,
+            "drg_denials_total",
+            "Calls refused by the access decision, by reason.",
+            &["reason"],
         )?;
         let upstream_duration = registered(
-            &registry,
+            r,
             Histogram::with_opts(
                 HistogramOpts::new(
                     "drg_upstream_duration_seconds",
@@ -250,25 +287,20 @@ impl Metrics {
                 .buckets(UPSTREAM_BUCKETS.to_vec()),
             )?,
         )?;
-        let upstream_errors = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "drg_upstream_errors_total",
-                    "Failed upstream calls, by kind.",
-                ),
-                &["kind"],
-            )?,
+        let upstream_errors = counter_vec(
+            r,
+            "drg_upstream_errors_total",
+            "Failed upstream calls, by kind.",
+            &["kind"],
         )?;
-        let reloads = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new("drg_reloads_total", "Hot reloads, by source and result."),
-                &["source", "result"],
-            )?,
+        let reloads = counter_vec(
+            r,
+            "drg_reloads_total",
+            "Hot reloads, by source and result.",
+            &["source", "result"],
         )?;
         let reload_success = registered(
-            &registry,
+            r,
             GaugeVec::new(
                 Opts::new(
                     "drg_reload_last_success_timestamp_seconds",
@@ -277,30 +309,8 @@ impl Metrics {
                 &["source"],
             )?,
         )?;
-        let access_log_lines = registered(
-            &registry,
-            IntCounter::new("drg_access_log_lines_total", "Access log lines written.")?,
-        )?;
-        let access_log_dropped = registered(
-            &registry,
-            IntCounter::new(
-                "drg_access_log_dropped_total",
-                "Access log lines dropped: the writer's queue was full, or the write failed.",
-            )?,
-        )?;
-        let build = registered(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "drg_build_info",
-                    "Always 1; the labels say which build runs.",
-                ),
-                &["version", "git_hash"],
-            )?,
-        )?;
-        build
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("DRG_GIT_HASH")])
-            .set(1);
+        let (access_log_lines, access_log_dropped) = access_log_counters(r)?;
+        build_info(r)?;
 
         Ok(Metrics {
             request_counts: std::array::from_fn(|_| {
@@ -394,10 +404,7 @@ impl Metrics {
         help: &str,
         labels: &[&str],
     ) -> Result<IntCounterVec, prometheus::Error> {
-        registered(
-            &self.registry,
-            IntCounterVec::new(Opts::new(name, help), labels)?,
-        )
+        counter_vec(&self.registry, name, help, labels)
     }
 
     /// A labelled gauge registered by a part that exists only under some config.
@@ -478,121 +485,139 @@ impl Scrape {
             self.table_generation as f64,
         );
         f.gauge("drg_keys", "API keys loaded.", self.keys as f64);
-        let quota = &self.quota;
-        let redis = quota["store"] == "redis";
-        // The embedded store is always there and has no breaker or pending counts.
-        let up = !redis || quota["connected"].as_bool().unwrap_or(false);
-        f.gauge(
-            "drg_quota_store_up",
-            "1 when the quota store is reachable (always for the embedded store).",
-            f64::from(u8::from(up)),
-        );
-        f.gauge(
-            "drg_quota_breaker_open",
-            "1 while the Redis circuit breaker is open.",
-            f64::from(u8::from(quota["breaker_open"].as_bool().unwrap_or(false))),
-        );
-        f.gauge(
-            "drg_quota_pending_local_counts",
-            "Calls counted locally, not yet in Redis.",
-            quota["pending_local_counts"].as_u64().unwrap_or(0) as f64,
-        );
-        if !redis {
-            let n = |k: &str| quota[k].as_u64().unwrap_or(0);
-            f.gauge(
-                "drg_quota_slots",
-                "Slots of the embedded store's counters file (one per project, never freed).",
-                n("slots") as f64,
-            );
-            f.gauge(
-                "drg_quota_slots_used",
-                "Slots of the embedded store's counters file taken by projects.",
-                n("slots_used") as f64,
-            );
-            f.counter(
-                "drg_quota_slots_full_total",
-                "Calls refused (503) because the counters file had no free slot for their project.",
-                n("slots_full_calls"),
-            );
-            f.counter(
-                "drg_quota_refused_calls_total",
-                "Calls refused (503) because the embedded store had no slot to count them in (a full table included).",
-                n("refused_calls"),
-            );
-        }
+        quota_families(&mut f, &self.quota);
         if let Some(mx) = &self.mx {
-            f.gauge(
-                "drg_mx_lookups_in_flight",
-                "MX lookups holding a slot now.",
-                mx.in_flight as f64,
-            );
-            f.counter(
-                "drg_mx_lookups_refused_total",
-                "MX lookups refused because the in-flight bound was reached.",
-                mx.refused,
-            );
-            f.counter(
-                "drg_mx_cache_hits_total",
-                "MX lookups answered from the cache.",
-                mx.cache_hits,
-            );
-            f.counter(
-                "drg_mx_cache_misses_total",
-                "MX lookups the cache could not answer (refused ones included).",
-                mx.cache_misses,
-            );
-            f.gauge(
-                "drg_mx_cache_entries",
-                "Names in the MX cache.",
-                mx.cache_entries as f64,
-            );
+            mx_families(&mut f, mx);
         }
-        let d = &self.downstream;
-        f.gauge(
-            "drg_downstream_open_connections",
-            "Client connections open now.",
-            d.open_connections as f64,
-        );
-        f.counter(
-            "drg_downstream_refused_connections_total",
-            "Client connections refused at the connection cap.",
-            d.refused_connections,
-        );
-        f.counter(
-            "drg_downstream_header_timeouts_total",
-            "Client connections closed for a request header too slow to arrive.",
-            d.header_timeouts,
-        );
-        f.counter(
-            "drg_downstream_header_too_large_total",
-            "Client connections closed for a request header too large.",
-            d.header_too_large,
-        );
-        f.counter(
-            "drg_downstream_idle_closed_total",
-            "Idle client connections closed.",
-            d.idle_closed,
-        );
-        let totals = client_error_totals_by_category();
-        let lines: Vec<_> = totals.iter().map(|(c, t)| (c.name(), t.lines)).collect();
-        let suppressed: Vec<_> = totals
-            .iter()
-            .map(|(c, t)| (c.name(), t.suppressed))
-            .collect();
-        f.counters(
-            "drg_client_error_log_lines_total",
-            "Client-caused log lines, written or suppressed, by category.",
-            "category",
-            &lines,
-        );
-        f.counters(
-            "drg_client_error_log_suppressed_total",
-            "Client-caused log lines only counted (rate limit), by category.",
-            "category",
-            &suppressed,
-        );
+        downstream_families(&mut f, &self.downstream);
+        client_log_families(&mut f);
         f.0
     }
+}
+
+/// The quota store's gauges (and the embedded store's slot counts).
+fn quota_families(f: &mut Families, quota: &serde_json::Value) {
+    let redis = quota["store"] == "redis";
+    // The embedded store is always there and has no breaker or pending counts.
+    let up = !redis || quota["connected"].as_bool().unwrap_or(false);
+    f.gauge(
+        "drg_quota_store_up",
+        "1 when the quota store is reachable (always for the embedded store).",
+        f64::from(u8::from(up)),
+    );
+    f.gauge(
+        "drg_quota_breaker_open",
+        "1 while the Redis circuit breaker is open.",
+        f64::from(u8::from(quota["breaker_open"].as_bool().unwrap_or(false))),
+    );
+    f.gauge(
+        "drg_quota_pending_local_counts",
+        "Calls counted locally, not yet in Redis.",
+        quota["pending_local_counts"].as_u64().unwrap_or(0) as f64,
+    );
+    if !redis {
+        let n = |k: &str| quota[k].as_u64().unwrap_or(0);
+        f.gauge(
+            "drg_quota_slots",
+            "Slots of the embedded store's counters file (one per project, never freed).",
+            n("slots") as f64,
+        );
+        f.gauge(
+            "drg_quota_slots_used",
+            "Slots of the embedded store's counters file taken by projects.",
+            n("slots_used") as f64,
+        );
+        f.counter(
+            "drg_quota_slots_full_total",
+            "Calls refused (503) because the counters file had no free slot for their project.",
+            n("slots_full_calls"),
+        );
+        f.counter(
+            "drg_quota_refused_calls_total",
+            "Calls refused (503) because the embedded store had no slot to count them in (a full table included).",
+            n("refused_calls"),
+        );
+    }
+}
+
+/// The MX resolver's load and cache.
+fn mx_families(f: &mut Families, mx: &MxStats) {
+    f.gauge(
+        "drg_mx_lookups_in_flight",
+        "MX lookups holding a slot now.",
+        mx.in_flight as f64,
+    );
+    f.counter(
+        "drg_mx_lookups_refused_total",
+        "MX lookups refused because the in-flight bound was reached.",
+        mx.refused,
+    );
+    f.counter(
+        "drg_mx_cache_hits_total",
+        "MX lookups answered from the cache.",
+        mx.cache_hits,
+    );
+    f.counter(
+        "drg_mx_cache_misses_total",
+        "MX lookups the cache could not answer (refused ones included).",
+        mx.cache_misses,
+    );
+    f.gauge(
+        "drg_mx_cache_entries",
+        "Names in the MX cache.",
+        mx.cache_entries as f64,
+    );
+}
+
+/// What the public listener's connection limits did.
+fn downstream_families(f: &mut Families, d: &DownstreamCounts) {
+    f.gauge(
+        "drg_downstream_open_connections",
+        "Client connections open now.",
+        d.open_connections as f64,
+    );
+    f.counter(
+        "drg_downstream_refused_connections_total",
+        "Client connections refused at the connection cap.",
+        d.refused_connections,
+    );
+    f.counter(
+        "drg_downstream_header_timeouts_total",
+        "Client connections closed for a request header too slow to arrive.",
+        d.header_timeouts,
+    );
+    f.counter(
+        "drg_downstream_header_too_large_total",
+        "Client connections closed for a request header too large.",
+        d.header_too_large,
+    );
+    f.counter(
+        "drg_downstream_idle_closed_total",
+        "Idle client connections closed.",
+        d.idle_closed,
+    );
+}
+
+/// Client-caused log lines, written or only counted.
+fn client_log_families(f: &mut Families) {
+    let totals = client_error_totals_by_category();
+    let lines: Vec<_> = totals.iter().map(|(c, t)| (c.name(), t.lines)).collect();
+    let suppressed: Vec<_> = totals
+        .iter()
+        .map(|(c, t)| (c.name(), t.suppressed))
+        .collect();
+    f.counters(
+        "drg_client_error_log_lines_total",
+        "Client-caused log lines, written or suppressed, by category.",
+        "category",
+        &lines,
+    );
+    f.counters(
+        "drg_client_error_log_suppressed_total",
+        "Client-caused log lines only counted (rate limit), by category.",
+        "category",
+        &suppressed,
+    );
 }
 
 /// Metric families built for one scrape (names and help are ours, so building cannot fail).

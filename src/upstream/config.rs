@@ -169,8 +169,8 @@ pub fn trusted_proxy_problems(trusted_proxies: &[String]) -> Vec<String> {
     out
 }
 
-/// Headers no client may set on the upstream request: ours, framing and hop-by-hop headers,
-/// and credentials meant for the gateway.
+/// Headers no client may set on the upstream request besides [`HOP_BY_HOP`]: ours and
+/// credentials meant for the gateway.
 const RESERVED: &[&str] = &[
     "host",
     "authorization",
@@ -185,20 +185,25 @@ const RESERVED: &[&str] = &[
     "x-request-id",
     "x-original-url",
     "x-rewrite-url",
+    "expect",
+];
+
+/// Headers that describe one connection, not the message (RFC 9110 7.6.1), and the framing the
+/// gateway sets itself: never passed on, to the backend or back to the client.
+pub const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "keep-alive",
     "proxy-connection",
     "te",
     "trailer",
     "transfer-encoding",
-    "content-length",
     "upgrade",
-    "expect",
+    "content-length",
 ];
 
 /// Whether a header is one the gateway sets itself or that must never cross it.
 pub fn is_reserved_header(name: &HeaderName) -> bool {
-    RESERVED.contains(&name.as_str())
+    RESERVED.contains(&name.as_str()) || HOP_BY_HOP.contains(&name.as_str())
 }
 
 /// A trusted proxy: a CIDR (`10.0.0.0/8`) or a single address.

@@ -28,20 +28,7 @@ use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType, RetryType};
 
 use crate::ops::metrics::UpstreamError;
-use crate::upstream::config::{UpstreamConfig, UpstreamMode};
-
-/// Response headers that describe one connection, not the answer (RFC 9110 7.6.1), and the
-/// framing we replace with our own `Content-Length`.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-];
+use crate::upstream::config::{UpstreamConfig, UpstreamMode, HOP_BY_HOP};
 
 /// At most this many informational (1xx, not 101) answers are skipped before the real one.
 const MAX_INFORMATIONAL: usize = 4;

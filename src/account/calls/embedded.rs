@@ -330,8 +330,7 @@ impl CallStore for EmbeddedStore {
                 })
             })
             .collect();
-        let next = more.then(|| items.last().map(|i| i.id.clone())).flatten();
-        Ok(Some(Page { items, next }))
+        Ok(Some(Page::of(items, more)))
     }
 
     async fn days(

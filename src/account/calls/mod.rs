@@ -110,6 +110,14 @@ pub struct Page {
     pub next: Option<String>,
 }
 
+impl Page {
+    /// A page of `items`; when `more` entries follow, the next page starts after the last one.
+    pub fn of(items: Vec<LogItem>, more: bool) -> Page {
+        let next = more.then(|| items.last().map(|i| i.id.clone())).flatten();
+        Page { items, next }
+    }
+}
+
 /// One day of `/v1/stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct DayCount {

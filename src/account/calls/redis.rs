@@ -203,8 +203,7 @@ impl CallStore for RedisCallStore {
             }
             items.extend(item(entry));
         }
-        let next = more.then(|| items.last().map(|i| i.id.clone())).flatten();
-        Ok(Some(Page { items, next }))
+        Ok(Some(Page::of(items, more)))
     }
 
     async fn days(
