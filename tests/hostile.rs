@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{read_response, wait_until, Gateway, Response, TEST_SECRET};
+use common::{raw, read_response, wait_until, Gateway, Response, TEST_SECRET};
 
 /// A backend that records the raw head of every request it receives, and answers by the
 /// local part of the checked address: `stall@` sends half a chunked body then stalls,
@@ -95,16 +95,6 @@ fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>, extra: Arc<Mutex
             return;
         }
     }
-}
-
-/// Sends raw bytes on a new connection and reads until the server closes it or goes quiet.
-fn raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let _ = s.write_all(bytes);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
 }
 
 /// The responses in a byte stream, in order.

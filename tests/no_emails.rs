@@ -15,16 +15,6 @@ use std::time::Duration;
 /// Every probe's local part starts with this; a masked one reads `pr****`.
 const PROBE: &str = "probe.";
 
-/// Sends raw bytes on a new connection and reads until the server closes it or goes quiet.
-fn raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let _ = s.write_all(bytes);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
-
 fn first_response(bytes: &[u8]) -> Option<Response> {
     read_response(&mut BufReader::new(bytes)).ok()
 }

@@ -578,6 +578,16 @@ pub fn send(
     read_response(&mut BufReader::new(stream)).unwrap()
 }
 
+/// Sends raw bytes on a new connection and reads until the server closes it or goes quiet.
+pub fn raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
 /// Sends signal `sig` (a name such as `TERM`) to process `pid`, with kill(1).
 pub fn send_signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
