@@ -464,6 +464,7 @@ impl GatewayConfig {
         if let Some(path) = &mut self.access_log.path {
             resolve(path);
         }
+        self.mx.neighbourhood.resolve_paths(base, &state_file);
     }
 
     /// The domain table's inputs as this configuration names them.

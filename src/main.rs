@@ -39,6 +39,22 @@ enum Command {
     CheckConfig,
     /// Classify a domain from the configured data and show which rule decided.
     Lookup { domain: String },
+    /// Resolve the MX hosts of every listed throwaway name into a snapshot the gateway loads at
+    /// start (`gateway.mx.neighbourhood.snapshot`); resumable: run it again to go on.
+    MxSnapshot {
+        /// The snapshot file (appended to; names already in it are skipped).
+        #[arg(long)]
+        out: PathBuf,
+        /// Names resolved at once.
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        concurrency: u32,
+        /// Names started per second at most.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100000))]
+        rate: u32,
+        /// Stop after this many new names.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
     /// Manage API keys.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -88,6 +104,19 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig => cli::check_config(&cli.conf).map(Some),
         Command::Lookup { domain } => cli::lookup(&cli.conf, &domain).map(Some),
+        Command::MxSnapshot {
+            out,
+            concurrency,
+            rate,
+            limit,
+        } => {
+            let opts = cli::SnapshotOptions {
+                concurrency: concurrency as usize,
+                rate,
+                limit,
+            };
+            cli::mx_snapshot(&cli.conf, &out, opts).map(Some)
+        }
         Command::Key(KeyCommand::New {
             id,
             plan,

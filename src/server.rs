@@ -26,6 +26,9 @@ use crate::data::reload::Reloader;
 use crate::domain::DomainTable;
 use crate::edge::downstream::Guarded;
 use crate::edge::gateway::Gateway;
+use crate::mx::neighbourhood::service::MxService;
+use crate::mx::neighbourhood::share::SharedIndex;
+use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::resolver::MxResolver;
 use crate::ops::admin::Admin;
 use crate::ops::connections::DownstreamStats;
@@ -219,12 +222,10 @@ fn shared_state(
 ) -> Result<(Shared, BoxedService), StartError> {
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
     let (quota, quota_service) = quota_store(&gateway.quota, &clock, in_flight, settle)?;
-    let mx = match gateway.mx.enabled {
-        true => Some(Arc::new(MxResolver::new(&gateway.mx)?)),
-        false => None,
-    };
+    let table = Arc::new(ArcSwap::from_pointee(table));
+    let mx = mx_resolver(gateway, &table)?;
     let shared = Shared {
-        table: Arc::new(ArcSwap::from_pointee(table)),
+        table,
         keys: Arc::new(ArcSwap::from_pointee(keys)),
         quota,
         clock,
@@ -233,6 +234,29 @@ fn shared_state(
         metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
     };
     Ok((shared, quota_service))
+}
+
+/// The MX resolver (`None` when MX is off) and its neighbourhood index, loaded from the
+/// snapshot and then the state file.
+fn mx_resolver(
+    gateway: &GatewayConfig,
+    table: &Arc<ArcSwap<DomainTable>>,
+) -> Result<Option<Arc<MxResolver>>, StartError> {
+    if !gateway.mx.enabled {
+        return Ok(None);
+    }
+    let mut resolver = MxResolver::new(&gateway.mx)?;
+    let config = &gateway.mx.neighbourhood;
+    if config.enabled {
+        let sharing = gateway.quota.store == QuotaStoreKind::Redis;
+        let index = Arc::new(Neighbourhood::new(config, table.clone(), sharing));
+        if let Some(snapshot) = &config.snapshot {
+            index.load(snapshot, "snapshot");
+        }
+        index.load(&config.state_path(), "state file");
+        resolver = resolver.with_neighbourhood(index);
+    }
+    Ok(Some(Arc::new(resolver)))
 }
 
 /// Call logs, live top-domains, the keys API and the access log (a call store or access log
@@ -351,6 +375,13 @@ fn add_background_services(
     }
     if let Some((_, keeper)) = parts.top_live {
         server.add_service(background_service("top-domains", keeper));
+    }
+    if let Some(mx) = &shared.mx {
+        let sharing = mx.neighbourhood().is_some() && gateway.quota.store == QuotaStoreKind::Redis;
+        let index = sharing
+            .then(|| SharedIndex::new(&gateway.quota.redis, gateway.mx.neighbourhood.max_entries));
+        let service = MxService::new(mx.clone(), gateway.mx.probe_interval, index);
+        server.add_service(background_service("mx", service));
     }
     Ok(())
 }

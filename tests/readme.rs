@@ -50,8 +50,10 @@ fn session() -> Vec<Step> {
 }
 
 /// The shipped conf/ and data/ in a folder of their own: conf/ copied (the admin listener on a
-/// Unix socket, the backend on a port where nothing listens), data/ linked, state/ empty.
-fn shipped_gateway(dead: &DeadPort) -> Gateway {
+/// Unix socket, the backend on a port where nothing listens, DNS on a socket that never
+/// answers, as on a machine without DNS: tests reach no server beyond loopback), data/ linked,
+/// state/ empty.
+fn shipped_gateway(dead: &DeadPort, silent_dns: &std::net::UdpSocket) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let conf_dir = dir.path().join("conf");
     std::fs::create_dir_all(&conf_dir).unwrap();
@@ -65,6 +67,11 @@ fn shipped_gateway(dead: &DeadPort) -> Gateway {
         .replacen(
             "address: 127.0.0.1:9090",
             &format!("address: {}", dead.addr),
+            1,
+        )
+        .replacen(
+            "servers: []",
+            &format!("servers: [\"{}\"]", silent_dns.local_addr().unwrap()),
             1,
         );
     assert_ne!(
@@ -135,7 +142,8 @@ fn assert_json_like(expected: &str, actual: &str, command: &str) {
 #[test]
 fn the_readme_curl_session_answers_as_printed() {
     let dead = DeadPort::new();
-    let gw = shipped_gateway(&dead);
+    let silent_dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let gw = shipped_gateway(&dead, &silent_dns);
     let steps = session();
     assert!(steps.len() >= 12, "{steps:?}");
     let key = steps[0]

@@ -7,30 +7,60 @@ use std::sync::Arc;
 use super::{settings, CommandError};
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::evidence::evidence as evidence_of;
-use crate::domain::DomainName;
+use crate::domain::mail::MxEvidence;
+use crate::domain::{DomainName, DomainTable};
+use crate::mx::config::MxConfig;
+use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::resolver::MxResolver;
+use arc_swap::ArcSwap;
+
+/// The neighbourhood index as the gateway would start with it (snapshot, then state file).
+fn neighbourhood(mx: &MxConfig, table: Arc<ArcSwap<DomainTable>>) -> Option<Arc<Neighbourhood>> {
+    let config = &mx.neighbourhood;
+    if !config.enabled {
+        return None;
+    }
+    let index = Neighbourhood::new(config, table, false);
+    if let Some(snapshot) = &config.snapshot {
+        index.load(snapshot, "snapshot");
+    }
+    index.load(&config.state_path(), "state file");
+    Some(Arc::new(index))
+}
 
 /// `lookup <domain>`: the record, the rule that decided it and the MX evidence, without a server.
 pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
-    let table = settings.gateway.data_sources().build()?;
+    let shared = Arc::new(ArcSwap::from_pointee(
+        settings.gateway.data_sources().build()?,
+    ));
+    let table = shared.load_full();
     let name = DomainName::parse(domain).map_err(|e| format!("'{domain}': {e}"))?;
     let found = table.lookup(&name);
     let mx = &settings.gateway.mx;
+    let mut finding = None;
     let evidence = if mx.enabled && wants_mx(&found) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let resolver = Arc::new(MxResolver::new(mx)?);
+        let index = neighbourhood(mx, shared);
+        let mut resolver = MxResolver::new(mx)?;
+        if let Some(index) = &index {
+            resolver = resolver.with_neighbourhood(index.clone());
+        }
+        let resolver = Arc::new(resolver);
         // No request is waiting here: give DNS its full query timeout, not the request budget.
         let (evidence, state) =
             runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout));
+        if let (Some(index), MxEvidence::Hosts(_)) = (&index, &*evidence) {
+            finding = index.judge(&name);
+        }
         Some((evidence, state))
     } else {
         None
     };
     let mx_evidence = evidence.as_ref().map(|(e, _)| &**e);
-    let verdict = classify_match(&table, &name, found, mx_evidence);
+    let verdict = classify_match(&table, &name, found, mx_evidence, finding);
     let explained = evidence_of(&table, &name, &verdict, mx_evidence);
     let record = serde_json::to_string_pretty(&verdict.record)?;
     let mut out = format!(

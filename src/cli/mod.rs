@@ -3,6 +3,7 @@
 mod check_config;
 mod key_new;
 mod lookup;
+mod mx_snapshot;
 mod serve;
 
 use std::path::Path;
@@ -11,6 +12,7 @@ pub use crate::server::ServeMode;
 pub use check_config::check_config;
 pub use key_new::key_new;
 pub use lookup::lookup;
+pub use mx_snapshot::{mx_snapshot, SnapshotOptions};
 pub use serve::serve;
 
 use crate::config::Settings;

@@ -12,6 +12,7 @@
 
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
+use super::neighbourhood::Finding;
 use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord};
 use super::scores::Scores;
@@ -29,6 +30,8 @@ pub struct Verdict<'a> {
     pub risk_signal: Option<RiskSignal>,
     /// The table left the name open and its MX evidence changed the reason or the score.
     pub mx_decided: bool,
+    /// The learned MX neighbourhood judged the (unlisted) name disposable: the key and counts.
+    pub neighbourhood: Option<Finding>,
     /// The curated free provider the name is likely a typo of (`gmial.com` -> `gmail.com`).
     pub did_you_mean: Option<&'a str>,
     /// Why a name a broad free list names is answered not free: `free_exclusions` (listed as
@@ -82,15 +85,18 @@ pub fn classify<'a>(
     name: &'a DomainName,
     mx: Option<&MxEvidence>,
 ) -> Verdict<'a> {
-    classify_match(table, name, table.lookup(name), mx)
+    classify_match(table, name, table.lookup(name), mx, None)
 }
 
-/// Classifies a table match (from [`DomainTable::lookup`]) with optional MX evidence.
+/// Classifies a table match (from [`DomainTable::lookup`]) with optional MX evidence and
+/// what the MX neighbourhood index found for the name (used only with MX hosts, for a name the
+/// table leaves unknown, whose mail does not go first to a business provider).
 pub fn classify_match<'a>(
     table: &'a DomainTable,
     name: &'a DomainName,
     found: TableMatch<'a>,
     mx: Option<&MxEvidence>,
+    neighbourhood: Option<Finding>,
 ) -> Verdict<'a> {
     let scores = table.scores();
     let mut base = classify_table(scores, name, &found);
@@ -113,6 +119,9 @@ pub fn classify_match<'a>(
             (v.record.reason, v.record.risk_score) = (Reason::Undeliverable, scores.undeliverable);
         } else if kind == Some(ProviderKind::Disposable) {
             (v.record.reason, v.record.risk_score) = (Reason::Disposable, scores.disposable_mx);
+        } else if let Some(finding) = neighbourhood.filter(|_| has_hosts && !business) {
+            (v.record.reason, v.record.risk_score) = (Reason::Disposable, scores.mx_neighbourhood);
+            v.neighbourhood = Some(finding);
         } else if kind == Some(ProviderKind::Forwarder) {
             v.record.risk_score = scores.forwarder_mx;
         } else if business {
@@ -196,6 +205,7 @@ fn classify_table<'a>(
         provider: None,
         risk_signal: None,
         mx_decided: false,
+        neighbourhood: None,
         did_you_mean: None,
         not_free_because: found.not_free_listed.then_some("free_exclusions"),
     }

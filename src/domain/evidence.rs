@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::classify::Verdict;
 use super::mail::{MxEvidence, ProviderKind};
 use super::name::DomainName;
+use super::neighbourhood::Finding;
 use super::table::{DomainTable, ListKind, TableRule};
 
 /// The rule that decided an answer.
@@ -26,6 +27,9 @@ pub enum Rule {
     Relay,
     /// The table left the name open; its MX evidence changed the answer.
     Mx,
+    /// The table left the name open; its MX host, host parent or network is dominated by
+    /// listed throwaway neighbours (see `neighbourhood`).
+    MxNeighbourhood,
     /// Nothing matched: the default answer.
     Unknown,
 }
@@ -40,6 +44,7 @@ impl Rule {
             Rule::Blocklist => "blocklist",
             Rule::Relay => "relay",
             Rule::Mx => "mx",
+            Rule::MxNeighbourhood => "mx_neighbourhood",
             Rule::Unknown => "unknown",
         }
     }
@@ -71,6 +76,10 @@ pub struct Evidence<'a> {
     pub mx: Option<&'a MxEvidence>,
     /// The MX provider recognised among the hosts, when one was.
     pub mx_provider: Option<ProviderEvidence<'a>>,
+    /// For `rule: mx_neighbourhood`: the key (host, parent or network) that judged, its
+    /// distinct listed and unlisted neighbours and the lists that name them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbourhood: Option<&'a Finding>,
     /// The relay service, for `rule: relay` when its list named it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service: Option<&'a str>,
@@ -110,6 +119,7 @@ pub fn evidence<'a>(
         },
         TableRule::Blocklist { .. } => Rule::Blocklist,
         TableRule::Relay { .. } => Rule::Relay,
+        TableRule::Unknown if verdict.neighbourhood.is_some() => Rule::MxNeighbourhood,
         TableRule::Unknown if verdict.mx_decided => Rule::Mx,
         TableRule::Unknown => Rule::Unknown,
     };
@@ -126,6 +136,7 @@ pub fn evidence<'a>(
             host: &p.host,
             pattern: p.pattern,
         }),
+        neighbourhood: verdict.neighbourhood.as_ref(),
         service: match verdict.rule {
             TableRule::Relay { service, .. } => service,
             _ => None,
@@ -146,6 +157,15 @@ impl Evidence<'_> {
         let mut out = self.rule.as_str().to_owned();
         if let Some(service) = self.service {
             out.push_str(&format!(" ({service})"));
+        }
+        if let Some(f) = self.neighbourhood {
+            out.push_str(&format!(
+                ", {} {}: {} listed, {} unlisted neighbours",
+                f.key_kind.as_str(),
+                f.key,
+                f.listed,
+                f.unlisted
+            ));
         }
         if let (Some(m), true) = (self.matched, self.via_parent) {
             out.push_str(&format!(", via parent domain {m}"));

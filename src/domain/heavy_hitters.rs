@@ -353,7 +353,7 @@ pub fn shown(table: &DomainTable, name: &str, label: Label) -> Option<(Reason, R
     };
     let found = table.lookup(&parsed);
     let rule = found.rule;
-    let record = classify_match(table, &parsed, found, None).record;
+    let record = classify_match(table, &parsed, found, None, None).record;
     if record.reason != Reason::Safe {
         return Some((record.reason, record.risk_score));
     }

@@ -4,7 +4,7 @@
 //!
 //! Imports run one way (each module uses only those before it):
 //! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
-//! `target`, `typos` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
+//! `target`, `typos`, `neighbourhood` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
 
 pub mod classify;
 pub mod error;
@@ -13,6 +13,7 @@ pub mod heavy_hitters;
 pub mod mail;
 pub mod name;
 pub mod name_index;
+pub mod neighbourhood;
 pub mod providers;
 pub mod record;
 pub mod scores;

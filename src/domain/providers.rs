@@ -166,6 +166,11 @@ impl ProviderTable {
         self.providers.iter().find(|p| p.pattern.matches(host))
     }
 
+    /// The kind of service that runs `host`, if a row recognises it.
+    pub fn kind_of(&self, host: &str) -> Option<ProviderKind> {
+        self.provider_of(host).map(|p| p.kind)
+    }
+
     /// The provider of the most preferred recognised MX host (lowest preference value).
     pub fn recognise(&self, hosts: &[MxHost]) -> Option<ProviderMatch<'_>> {
         self.survey(hosts).provider

@@ -29,6 +29,10 @@ pub struct Scores {
     pub unknown: RiskScore,
     /// Mail is handled by a host dedicated to disposable mail (MX evidence).
     pub disposable_mx: RiskScore,
+    /// An unlisted domain whose MX host, host parent or network is dominated by listed
+    /// throwaway neighbours (the learned MX neighbourhood): very likely disposable, below the
+    /// scores of a listing or a dedicated throwaway host, which are confirmed facts.
+    pub mx_neighbourhood: RiskScore,
     /// Mail goes through a forwarding service that throwaway domains also use (MX evidence).
     pub forwarder_mx: RiskScore,
     /// A recognised business set-up: the most preferred MX hosts are at a business mailbox
@@ -53,6 +57,7 @@ impl Default for Scores {
             free_provider: 10,
             unknown: 20,
             disposable_mx: 90,
+            mx_neighbourhood: 80,
             forwarder_mx: 35,
             corporate: 8,
             relay: 30,
@@ -73,6 +78,7 @@ impl Scores {
             ("undeliverable", self.undeliverable),
             ("role_account", self.role_account),
             ("disposable_mx", self.disposable_mx),
+            ("mx_neighbourhood", self.mx_neighbourhood),
         ];
         let safe = [
             ("allowlisted", self.allowlisted),

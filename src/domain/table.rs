@@ -312,6 +312,15 @@ impl DomainTable {
         })
     }
 
+    /// Every name a blocklist holds (as listed: whether a rule of higher rank, such as the
+    /// allowlist, overrules it is for [`DomainTable::lookup`] to say).
+    pub fn blocklisted(&self) -> impl Iterator<Item = &str> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.flags & DISPOSABLE != 0)
+            .map(|(name, _)| name)
+    }
+
     /// `name` as the table stores it, if it is an entry.
     pub fn entry_name(&self, name: &str) -> Option<&str> {
         self.entries.get(name).map(|(key, _)| key)

@@ -34,12 +34,15 @@ use crate::account::calls::{Call, Calls, Verdict};
 use crate::account::keys_api::KeysOp;
 use crate::answer::{Answer, ApiError};
 use crate::config::GatewayConfig;
-use crate::domain::classify::wants_mx;
+use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::evidence::Evidence;
+use crate::domain::mail::MxEvidence;
+use crate::domain::neighbourhood::Finding;
 use crate::domain::target::screen_target;
-use crate::domain::{classify, DomainName, RiskRecord};
+use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::http::write;
 use crate::edge::route::{route, KeysCall, Route, RouteError};
+use crate::mx::neighbourhood::Neighbourhood;
 use crate::ops::access_log::{AccessLog, Entry};
 use crate::ops::lifecycle::Phase;
 use crate::ops::metrics::{Denial, RouteClass, UpstreamError};
@@ -528,16 +531,20 @@ impl Gateway {
             Ok(name) => name,
             Err(e) => return e.into(),
         };
-        // The table guard is not held across the DNS wait.
-        let wants = self.shared.mx.is_some() && wants_mx(&self.shared.table.load().lookup(&name));
-        let evidence = match (&self.shared.mx, wants) {
-            (Some(mx), true) => Some(mx.evidence(name.as_str()).await.0),
-            _ => None,
-        };
+        let (evidence, finding) = self.mx_inputs(&name).await;
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
         ctx.dataset = Some(table.version().header().clone());
-        let verdict = classify(&table, &name, evidence.as_deref());
+        let verdict = classify_match(
+            &table,
+            &name,
+            table.lookup(&name),
+            evidence.as_deref(),
+            finding,
+        );
+        if let (Some(f), Some(nb)) = (&verdict.neighbourhood, self.neighbourhood()) {
+            nb.count_verdict(f.key_kind);
+        }
         if let Some(live) = &self.top_live {
             // The route needs a key, so the principal is there.
             let project = ctx.principal.as_ref().map_or("", |p| &*p.key.project);
@@ -586,6 +593,41 @@ impl Gateway {
             ),
         };
         with_suggestion(Answer::json(StatusCode::OK, &body))
+    }
+
+    fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
+        self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood())
+    }
+
+    /// The MX evidence of `name` (for names the table leaves open) and what the neighbourhood
+    /// index finds for it; a listed name is queued for the index to learn its MX in the
+    /// background. The table guard is not held across the DNS wait.
+    async fn mx_inputs(&self, name: &DomainName) -> (Option<Arc<MxEvidence>>, Option<Finding>) {
+        let Some(mx) = &self.shared.mx else {
+            return (None, None);
+        };
+        let (wants, listed) = {
+            let table = self.shared.table.load();
+            let found = table.lookup(name);
+            (
+                wants_mx(&found),
+                matches!(found.rule, TableRule::Blocklist { .. }),
+            )
+        };
+        let nb = mx.neighbourhood();
+        // Offline, there is nothing to learn: no queueing of names that cannot be resolved.
+        if let (true, Some(nb), false) = (listed, nb, mx.breaker_open()) {
+            nb.consider_listed(name);
+        }
+        if !wants {
+            return (None, None);
+        }
+        let evidence = mx.evidence(name.as_str()).await.0;
+        let finding = match (&*evidence, nb) {
+            (MxEvidence::Hosts(_), Some(nb)) => nb.judge(name),
+            _ => None,
+        };
+        (Some(evidence), finding)
     }
 
     fn top_domains(&self, limit: usize) -> Answer {

@@ -463,7 +463,7 @@ mod tests {
         let table = b.build(crate::domain::Scores::default());
         let no_mx = MxEvidence::NoMailHost;
         let basis = |name: &DomainName| {
-            let v = classify_match(&table, name, table.lookup(name), Some(&no_mx));
+            let v = classify_match(&table, name, table.lookup(name), Some(&no_mx), None);
             (v.record.reason, Basis::of(&v))
         };
         assert_eq!(

@@ -1,5 +1,6 @@
 //! Configuration of MX lookups: resolvers, budget, cache and concurrency.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::infra::units::{ms, secs};
@@ -46,6 +47,135 @@ pub struct MxConfig {
     #[serde(rename = "failure_ttl_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub failure_ttl: Duration,
+    /// After this many lookups in a row that no DNS server answered (timeouts, unreachable),
+    /// or a failed probe at start, MX evidence is switched off (one WARN) and requests are
+    /// answered from the table at once; a probe every `probe_interval_seconds` switches it on
+    /// again.
+    pub breaker_failures: u32,
+    #[serde(rename = "probe_interval_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub probe_interval: Duration,
+    /// The MX neighbourhood index: unlisted domains judged by their mail infrastructure.
+    pub neighbourhood: NeighbourhoodConfig,
+}
+
+/// A share in 0..=1 (an `f64` compared bit for bit, so configs stay `Eq`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Share(pub f64);
+
+impl PartialEq for Share {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+impl Eq for Share {}
+
+/// `gateway.mx.neighbourhood`: what is learned of MX hosts, parents and networks, and when a
+/// key judges an unlisted domain.
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NeighbourhoodConfig {
+    pub enabled: bool,
+    /// Distinct listed neighbours a key needs before it judges.
+    pub min_listed: u32,
+    /// Share of listed among listed and unlisted neighbours a key needs (0.5 to 1).
+    pub min_share: Share,
+    /// Domains remembered at most (each adds at most 16 keys; typically 2 to 4).
+    pub max_entries: usize,
+    /// A domain not seen again for this many days is forgotten.
+    pub max_age_days: u32,
+    /// Where the index is kept across restarts (written atomically, mode 0600). Default:
+    /// `mx_neighbourhood.jsonl` beside the quota's `state_file`.
+    pub state_file: Option<PathBuf>,
+    /// A snapshot from `mx-snapshot`, loaded at start (optional).
+    pub snapshot: Option<PathBuf>,
+    /// Listed names waiting to be resolved in the background, at most (beyond: dropped, taught
+    /// the next time one is asked).
+    pub queue: usize,
+    /// Background resolutions of listed names at once.
+    pub concurrency: usize,
+    #[serde(rename = "save_interval_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub save_interval: Duration,
+    /// With `quota.store: redis`: how often gateways exchange what they learned.
+    #[serde(rename = "share_interval_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub share_interval: Duration,
+}
+
+impl Default for NeighbourhoodConfig {
+    fn default() -> Self {
+        NeighbourhoodConfig {
+            enabled: true,
+            min_listed: 5,
+            min_share: Share(0.8),
+            max_entries: 200_000,
+            max_age_days: 90,
+            state_file: None,
+            snapshot: None,
+            queue: 4096,
+            concurrency: 8,
+            save_interval: Duration::from_secs(60),
+            share_interval: Duration::from_millis(2_000),
+        }
+    }
+}
+
+impl NeighbourhoodConfig {
+    /// The state file: relative to `base`, or beside the quota's state file by default.
+    pub fn resolve_paths(&mut self, base: &Path, quota_state_file: &Path) {
+        self.state_file = Some(match self.state_file.take() {
+            Some(p) if p.is_relative() => base.join(p),
+            Some(p) => p,
+            None => quota_state_file
+                .parent()
+                .unwrap_or(base)
+                .join("mx_neighbourhood.jsonl"),
+        });
+        if let Some(p) = &mut self.snapshot {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
+    /// The state file (after [`NeighbourhoodConfig::resolve_paths`]).
+    pub fn state_path(&self) -> PathBuf {
+        self.state_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("mx_neighbourhood.jsonl"))
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let key = "gateway.mx.neighbourhood";
+        if self.min_listed == 0 {
+            out.push(format!("{key}.min_listed: must be at least 1"));
+        }
+        if !(0.5..=1.0).contains(&self.min_share.0) {
+            out.push(format!(
+                "{key}.min_share: {} is outside 0.5..=1 (below one half, legitimate neighbours could be the majority)",
+                self.min_share.0
+            ));
+        }
+        if self.max_entries == 0 {
+            out.push(format!("{key}.max_entries: must be at least 1"));
+        }
+        if self.max_age_days == 0 {
+            out.push(format!("{key}.max_age_days: must be at least 1"));
+        }
+        if self.queue == 0 || self.concurrency == 0 {
+            out.push(format!("{key}.queue and concurrency: must be at least 1"));
+        }
+        if self.save_interval.is_zero() || self.share_interval.is_zero() {
+            out.push(format!(
+                "{key}.save_interval_seconds and share_interval_ms: must be at least 1"
+            ));
+        }
+        out
+    }
 }
 
 impl Default for MxConfig {
@@ -61,6 +191,9 @@ impl Default for MxConfig {
             max_ttl: Duration::from_secs(86_400),
             negative_max_ttl: Duration::from_secs(3_600),
             failure_ttl: Duration::from_secs(30),
+            breaker_failures: 3,
+            probe_interval: Duration::from_secs(30),
+            neighbourhood: NeighbourhoodConfig::default(),
         }
     }
 }
@@ -97,6 +230,15 @@ impl MxConfig {
         }
         if secs(self.min_ttl) > secs(self.max_ttl) {
             out.push("gateway.mx.min_ttl_seconds: larger than max_ttl_seconds".to_owned());
+        }
+        if self.breaker_failures == 0 || self.probe_interval.is_zero() {
+            out.push(
+                "gateway.mx.breaker_failures and probe_interval_seconds: must be at least 1"
+                    .to_owned(),
+            );
+        }
+        if self.enabled && self.neighbourhood.enabled {
+            out.extend(self.neighbourhood.problems());
         }
         out
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::RandomState;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,9 @@ use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::domain::mail::{MxEvidence, MxHost};
+use crate::domain::neighbourhood::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
 use crate::mx::config::MxConfig;
+use crate::mx::neighbourhood::Neighbourhood;
 use crate::ops::metrics::MxStats;
 
 /// How a lookup was answered (shown by `lookup`).
@@ -40,6 +42,18 @@ pub enum CacheState {
     OverBudget,
     /// `max_inflight` lookups were already running: answered as unknown at once, nothing asked.
     Refused,
+    /// No DNS server answers (the breaker is open): answered as unknown at once, nothing asked.
+    BreakerOpen,
+}
+
+/// Off when no DNS server answers: `failures` lookups in a row without an answer (or a failed
+/// probe) open it; a probe that gets any answer closes it.
+#[derive(Default)]
+struct Breaker {
+    open: AtomicBool,
+    failures: AtomicU32,
+    trips: AtomicU64,
+    skipped: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -98,6 +112,11 @@ pub struct MxResolver {
     /// How long a lookup may hold its slot, whatever DNS does (MX, then A and AAAA).
     lookup_deadline: Duration,
     hits: HotCounter,
+    breaker: Breaker,
+    breaker_failures: u32,
+    /// The networks of MX hosts (shared by many domains: a small cache answers most).
+    host_networks: Cache<Box<str>, (Arc<[String]>, Instant)>,
+    neighbourhood: Option<Arc<Neighbourhood>>,
     misses: AtomicU64,
     refused: AtomicU64,
     /// The fail-open answer, shared so that refusing or timing out allocates nothing.
@@ -138,8 +157,20 @@ impl Drop for FlightGuard<'_> {
 impl MxResolver {
     pub fn new(config: &MxConfig) -> Result<Self, MxSetupError> {
         let provider = TokioRuntimeProvider::default();
+        let mut no_system_servers = false;
         let mut builder = if config.servers.is_empty() {
-            TokioResolver::builder(provider).map_err(|e| MxSetupError::System(e.to_string()))?
+            match TokioResolver::builder(provider.clone()) {
+                Ok(b) => b,
+                // An offline or minimal machine: start with evidence off, not refuse to start.
+                Err(e) => {
+                    log::warn!("MX lookups: no system DNS configuration ({e}); MX evidence is off");
+                    no_system_servers = true;
+                    TokioResolver::builder_with_config(
+                        ResolverConfig::from_name_servers(Vec::new()),
+                        provider,
+                    )
+                }
+            }
         } else {
             let mut servers = Vec::new();
             for s in &config.servers {
@@ -170,6 +201,13 @@ impl MxResolver {
             max_inflight,
             lookup_deadline: config.query_timeout * 2,
             hits: HotCounter::default(),
+            breaker: Breaker {
+                open: AtomicBool::new(no_system_servers),
+                ..Breaker::default()
+            },
+            breaker_failures: config.breaker_failures.max(1),
+            host_networks: Cache::new((config.cache_entries / 8).clamp(64, 20_000)),
+            neighbourhood: None,
             misses: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             unknown: Arc::new(MxEvidence::Unknown),
@@ -179,6 +217,64 @@ impl MxResolver {
             negative_max_ttl: config.negative_max_ttl,
             failure_ttl: config.failure_ttl,
         })
+    }
+
+    /// Teach `neighbourhood` what every lookup finds (and resolve MX hosts' addresses for it).
+    pub fn with_neighbourhood(mut self, neighbourhood: Arc<Neighbourhood>) -> Self {
+        self.neighbourhood = Some(neighbourhood);
+        self
+    }
+
+    /// The neighbourhood index, when it is on.
+    pub fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
+        self.neighbourhood.as_ref()
+    }
+
+    /// No DNS server answers: MX evidence is off until a probe gets an answer.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.open.load(Ordering::Relaxed)
+    }
+
+    /// Whether DNS answered a query, for the breaker.
+    fn note_answer(&self, answered: bool) {
+        let b = &self.breaker;
+        if answered {
+            b.failures.store(0, Ordering::Relaxed);
+            if b.open.swap(false, Ordering::Relaxed) {
+                log::info!("MX lookups: DNS answers again; MX evidence is back on");
+            }
+        } else if b.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.breaker_failures {
+            self.trip();
+        }
+    }
+
+    fn trip(&self) {
+        if !self.breaker.open.swap(true, Ordering::Relaxed) {
+            self.breaker.trips.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "MX lookups: no DNS server answers; answering from the table alone (no MX \
+                 evidence) and probing in the background until one does"
+            );
+        }
+    }
+
+    /// Asks DNS one question (the root's NS) to learn whether any server answers; opens or
+    /// closes the breaker accordingly. Run at start and, while open, by the MX service.
+    /// The probe holds a slot like any lookup; with every slot taken, lookups are running and
+    /// their outcomes keep the breaker up to date, so there is nothing to probe.
+    pub async fn probe(&self) -> bool {
+        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
+            return !self.breaker_open();
+        };
+        let asked =
+            tokio::time::timeout(self.lookup_deadline, self.dns.lookup(".", RecordType::NS)).await;
+        let answered = matches!(asked, Ok(Ok(_)) | Ok(Err(NetError::Dns(_))));
+        if answered {
+            self.note_answer(true);
+        } else {
+            self.trip();
+        }
+        answered
     }
 
     fn cached(&self, name: &str) -> Option<Arc<MxEvidence>> {
@@ -209,6 +305,10 @@ impl MxResolver {
             cache_hits: self.hits.0.load(Ordering::Relaxed),
             cache_misses: self.misses.load(Ordering::Relaxed),
             cache_entries: self.cache.len() as u64,
+            breaker_open: self.breaker_open(),
+            breaker_trips: self.breaker.trips.load(Ordering::Relaxed),
+            breaker_skipped: self.breaker.skipped.load(Ordering::Relaxed),
+            neighbourhood: self.neighbourhood.as_ref().map(|n| n.stats()),
         }
     }
 
@@ -226,6 +326,10 @@ impl MxResolver {
         if let Some(e) = self.cached(name) {
             self.hits.0.fetch_add(1, Ordering::Relaxed);
             return (e, CacheState::Hit);
+        }
+        if self.breaker_open() {
+            self.breaker.skipped.fetch_add(1, Ordering::Relaxed);
+            return (self.unknown.clone(), CacheState::BreakerOpen);
         }
         let (mut rx, state) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
@@ -273,18 +377,135 @@ impl MxResolver {
             resolver: self,
             name,
         };
-        let (evidence, ttl) = tokio::time::timeout(self.lookup_deadline, self.resolve(name))
-            .await
-            .unwrap_or_else(|_| {
-                log::debug!("MX lookup of {name} overran its deadline");
-                (MxEvidence::Unknown, self.failure_ttl)
-            });
+        let (evidence, ttl) = self.resolve_and_teach(name).await;
         let evidence = Arc::new(evidence);
         // Stored before the flight ends, so a request never finds neither.
         self.store(name, evidence.clone(), ttl);
         let _ = tx.send(Some(evidence));
         drop(slot);
     }
+    /// Resolves `name` within the lookup deadline and teaches the neighbourhood index what was
+    /// found (before the answer is cached or sent, so the first request sees it learned).
+    async fn resolve_and_teach(&self, name: &str) -> (MxEvidence, Duration) {
+        let want_networks = self.neighbourhood.is_some();
+        let asked =
+            tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, want_networks));
+        match asked.await {
+            Ok((evidence, ttl, hosts)) => {
+                if let (Some(n), MxEvidence::Hosts(_)) = (&self.neighbourhood, &evidence) {
+                    n.learn(name, &hosts);
+                }
+                (evidence, ttl)
+            }
+            Err(_) => {
+                log::debug!("MX lookup of {name} overran its deadline");
+                self.note_answer(false);
+                (MxEvidence::Unknown, self.failure_ttl)
+            }
+        }
+    }
+
+    /// Resolves `name` for the neighbourhood index in the background (a listed name the table
+    /// answered): waits for a slot rather than refusing, fills the cache, teaches the index.
+    pub async fn learn(&self, name: &str) {
+        if self.breaker_open() || self.neighbourhood.is_none() {
+            return;
+        }
+        let Ok(_slot) = self.slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (evidence, ttl) = self.resolve_and_teach(name).await;
+        self.store(name, Arc::new(evidence), ttl);
+    }
+
+    /// What `mx-snapshot` records of `name`: its MX hosts (most preferred first) with their
+    /// networks; an empty list when DNS says it has none; `None` when DNS did not answer.
+    pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
+        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, true));
+        match asked.await {
+            Ok((MxEvidence::Unknown, _, _)) | Err(_) => None,
+            Ok((_, _, hosts)) => Some(hosts),
+        }
+    }
+
+    /// MX evidence of `name` and, when asked, the networks of its first [`MAX_HOSTS`] hosts.
+    async fn resolve_full(
+        &self,
+        name: &str,
+        want_networks: bool,
+    ) -> (MxEvidence, Duration, Vec<HostNetworks>) {
+        let (evidence, ttl) = self.resolve(name).await;
+        let hosts = evidence.hosts();
+        let networks = if want_networks {
+            futures_util::future::join_all(
+                hosts
+                    .iter()
+                    .take(MAX_HOSTS)
+                    .map(|h| self.networks_of(&h.host)),
+            )
+            .await
+        } else {
+            Vec::new()
+        };
+        let mut out: Vec<HostNetworks> = hosts
+            .iter()
+            .take(MAX_HOSTS)
+            .map(|h| (h.host.clone(), Vec::new()))
+            .collect();
+        for (slot, nets) in out.iter_mut().zip(networks) {
+            slot.1 = nets;
+        }
+        (evidence, ttl, out)
+    }
+
+    /// The networks (IPv4 /24, IPv6 /48) of `host`'s addresses, cached per host.
+    async fn networks_of(&self, host: &str) -> Vec<String> {
+        if let Some((nets, expires)) = self.host_networks.get(host) {
+            if expires > Instant::now() {
+                return nets.to_vec();
+            }
+        }
+        if !host.contains('.') {
+            return Vec::new();
+        }
+        let fqdn = format!("{host}.");
+        let (a, aaaa) = tokio::join!(
+            self.dns.lookup(fqdn.as_str(), RecordType::A),
+            self.dns.lookup(fqdn.as_str(), RecordType::AAAA)
+        );
+        let mut nets: Vec<String> = Vec::new();
+        let mut ttl = self.max_ttl;
+        let mut failed = false;
+        for answer in [a, aaaa] {
+            match answer {
+                Ok(l) => {
+                    ttl = ttl.min(l.valid_until().saturating_duration_since(Instant::now()));
+                    for r in l.answers() {
+                        let ip = match &r.data {
+                            RData::A(a) => std::net::IpAddr::V4(a.0),
+                            RData::AAAA(a) => std::net::IpAddr::V6(a.0),
+                            _ => continue,
+                        };
+                        let net = network(ip);
+                        if !nets.contains(&net) && nets.len() < MAX_NETS_PER_HOST {
+                            nets.push(net);
+                        }
+                    }
+                }
+                Err(e) if is_negative(&e) => {}
+                Err(_) => failed = true,
+            }
+        }
+        let ttl = if failed && nets.is_empty() {
+            self.failure_ttl
+        } else {
+            self.clamp(ttl, self.max_ttl)
+        };
+        self.host_networks
+            .insert(host.into(), (nets.clone().into(), Instant::now() + ttl));
+        nets
+    }
+
     fn clamp(&self, ttl: Duration, max: Duration) -> Duration {
         ttl.clamp(self.min_ttl, max.max(self.min_ttl))
     }
@@ -292,7 +513,9 @@ impl MxResolver {
     /// Asks DNS: MX first, then (no MX) A and AAAA for the implicit MX.
     async fn resolve(&self, name: &str) -> (MxEvidence, Duration) {
         let fqdn = format!("{name}.");
-        match self.dns.mx_lookup(fqdn.as_str()).await {
+        let answer = self.dns.mx_lookup(fqdn.as_str()).await;
+        self.note_answer(matches!(&answer, Ok(_) | Err(NetError::Dns(_))));
+        match answer {
             Ok(lookup) => {
                 let ttl = lookup
                     .valid_until()

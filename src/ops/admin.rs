@@ -48,6 +48,49 @@ fn readiness(shared: &Shared) -> (&'static str, bool) {
     }
 }
 
+/// Keys listed by `/mx/neighbourhoods` by default, and at most.
+const NEIGHBOURHOODS_DEFAULT: usize = 50;
+const NEIGHBOURHOODS_MAX: usize = 1000;
+
+impl Admin {
+    /// `GET /mx/neighbourhoods?limit=N`: what the MX neighbourhood index learned, the keys
+    /// with the most listed neighbours first.
+    fn neighbourhoods(&self, query: Option<&str>) -> (StatusCode, Vec<u8>) {
+        let limit = match query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("limit=")))
+        {
+            None => NEIGHBOURHOODS_DEFAULT,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=NEIGHBOURHOODS_MAX).contains(&n) => n,
+                _ => {
+                    let body = serde_json::json!({
+                        "error": "validation_error",
+                        "message": "Invalid parameter.",
+                        "detail": format!("limit must be an integer in 1..={NEIGHBOURHOODS_MAX}"),
+                    });
+                    return (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        body.to_string().into_bytes(),
+                    );
+                }
+            },
+        };
+        let Some(index) = self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood()) else {
+            let body = br#"{"enabled":false,"domains":0,"keys":0,"top":[]}"#;
+            return (StatusCode::OK, body.to_vec());
+        };
+        let stats = index.stats();
+        let body = serde_json::json!({
+            "enabled": true,
+            "domains": stats.domains,
+            "keys": stats.keys.iter().sum::<u64>(),
+            "keys_by_kind": {"host": stats.keys[0], "parent": stats.keys[1], "network": stats.keys[2]},
+            "verdicts": {"host": stats.verdicts[0], "parent": stats.verdicts[1], "network": stats.verdicts[2]},
+            "top": index.top(limit),
+        });
+        (StatusCode::OK, body.to_string().into_bytes())
+    }
+}
+
 #[async_trait]
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
@@ -86,6 +129,7 @@ impl ServeHttp for Admin {
                 };
                 (code, serde_json::to_vec(&body).unwrap_or_default())
             }
+            ("GET", "/mx/neighbourhoods") => self.neighbourhoods(header.uri.query()),
             _ => (
                 StatusCode::NOT_FOUND,
                 br#"{"error":"not_found","message":"No such route.","detail":null}"#.to_vec(),

@@ -567,6 +567,56 @@ fn mx_families(f: &mut Families, mx: &MxStats) {
         "Names in the MX cache.",
         mx.cache_entries as f64,
     );
+    f.gauge(
+        "drg_mx_breaker_open",
+        "1 while no DNS server answers (MX evidence off, answers from the table alone).",
+        if mx.breaker_open { 1.0 } else { 0.0 },
+    );
+    f.counter(
+        "drg_mx_breaker_trips_total",
+        "Times MX evidence was switched off because no DNS server answered.",
+        mx.breaker_trips,
+    );
+    f.counter(
+        "drg_mx_breaker_skipped_total",
+        "Lookups answered at once, without DNS, while the breaker was open.",
+        mx.breaker_skipped,
+    );
+    if let Some(nb) = &mx.neighbourhood {
+        neighbourhood_families(f, nb);
+    }
+}
+
+/// What the MX neighbourhood index holds and decided.
+fn neighbourhood_families(f: &mut Families, nb: &NeighbourhoodStats) {
+    const KINDS: [&str; 3] = ["host", "parent", "network"];
+    f.gauge(
+        "drg_mx_neighbourhood_entries",
+        "Keys (MX hosts, host parents, networks) in the MX neighbourhood index.",
+        nb.keys.iter().sum::<u64>() as f64,
+    );
+    f.gauge(
+        "drg_mx_neighbourhood_domains",
+        "Distinct domains the MX neighbourhood index remembers.",
+        nb.domains as f64,
+    );
+    let verdicts: Vec<(&str, u64)> = KINDS.iter().copied().zip(nb.verdicts).collect();
+    f.counters(
+        "drg_mx_neighbourhood_verdicts_total",
+        "Unlisted domains answered disposable by the MX neighbourhood, by the kind of key that judged.",
+        "key",
+        &verdicts,
+    );
+    f.counter(
+        "drg_mx_neighbourhood_taught_total",
+        "Domains taught to the index (lookups, files, other gateways).",
+        nb.taught,
+    );
+    f.counter(
+        "drg_mx_neighbourhood_queue_dropped_total",
+        "Listed names not queued for a background lookup because the queue was full.",
+        nb.queue_dropped,
+    );
 }
 
 /// What the public listener's connection limits did.
@@ -677,6 +727,24 @@ pub struct MxStats {
     pub cache_misses: u64,
     /// Names in the cache now, expired ones not yet replaced or evicted included.
     pub cache_entries: u64,
+    /// No DNS server answers: lookups are skipped.
+    pub breaker_open: bool,
+    pub breaker_trips: u64,
+    pub breaker_skipped: u64,
+    /// The neighbourhood index, when it is on.
+    pub neighbourhood: Option<NeighbourhoodStats>,
+}
+
+/// What the MX neighbourhood index holds and decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NeighbourhoodStats {
+    pub domains: u64,
+    /// Keys by kind: host, parent, network.
+    pub keys: [u64; 3],
+    /// Verdicts by the kind of key that judged: host, parent, network.
+    pub verdicts: [u64; 3],
+    pub taught: u64,
+    pub queue_dropped: u64,
 }
 
 #[cfg(test)]

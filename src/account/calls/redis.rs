@@ -16,7 +16,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use super::{daily_counts, Call, CallStore, CallsError, DayCount, LogItem, Page, STATS_KEPT_DAYS};
 use crate::domain::Reason;
 use crate::infra::redis::config::RedisConfig;
-use crate::infra::redis::RedisLink;
+use crate::infra::redis::{stream_id_after, RedisLink};
 
 /// Entries read per step of a sweep.
 const SWEEP_STEP: usize = 256;
@@ -68,16 +68,6 @@ fn is_stream_id(s: &str) -> bool {
             && seq.len() <= 20
             && ms.bytes().all(|b| b.is_ascii_digit())
             && seq.bytes().all(|b| b.is_ascii_digit())
-    })
-}
-
-/// The first stream id after `id`.
-fn after(id: &str) -> Option<String> {
-    let (ms, seq) = id.split_once('-')?;
-    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
-    Some(match seq.checked_add(1) {
-        Some(s) => format!("{ms}-{s}"),
-        None => format!("{}-0", ms.checked_add(1)?),
     })
 }
 
@@ -268,7 +258,10 @@ impl CallStore for RedisCallStore {
                     .map(|(id, _)| id.clone());
                 let (keep_from, done) = match first_kept {
                     Some(id) => (Some(id), true),
-                    None => (oldest.last().and_then(|(id, _)| after(id)), n < SWEEP_STEP),
+                    None => (
+                        oldest.last().and_then(|(id, _)| stream_id_after(id)),
+                        n < SWEEP_STEP,
+                    ),
                 };
                 let Some(keep_from) = keep_from else { break };
                 deleted += redis::cmd("XTRIM")
@@ -296,8 +289,11 @@ mod tests {
         for bad in ["", "-", "1-", "-1", "1", "a-1", "1-1-1", "+", "(1-1"] {
             assert!(!is_stream_id(bad), "{bad}");
         }
-        assert_eq!(after("5-7").as_deref(), Some("5-8"));
-        assert_eq!(after(&format!("5-{}", u64::MAX)).as_deref(), Some("6-0"));
+        assert_eq!(stream_id_after("5-7").as_deref(), Some("5-8"));
+        assert_eq!(
+            stream_id_after(&format!("5-{}", u64::MAX)).as_deref(),
+            Some("6-0")
+        );
     }
 
     #[test]

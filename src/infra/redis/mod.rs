@@ -24,6 +24,16 @@ pub mod config;
 
 use config::{RedisConfig, RedisMode};
 
+/// The first stream id after `id`.
+pub fn stream_id_after(id: &str) -> Option<String> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    Some(match seq.checked_add(1) {
+        Some(s) => format!("{ms}-{s}"),
+        None => format!("{}-0", ms.checked_add(1)?),
+    })
+}
+
 /// A multiplexed, reconnecting connection to the configured Redis deployment. Cheap to clone.
 #[derive(Clone)]
 pub enum RedisLink {

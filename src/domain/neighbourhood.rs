@@ -1,0 +1,685 @@
+//! The MX neighbourhood index (pure): which domains share an MX host, the host's registrable
+//! parent or the network of its addresses, and how many of those neighbours the blocklists name.
+//!
+//! Throwaway-mail operators run thousands of domains on a handful of hosts; lists learn of a new
+//! domain months late, but its mail host is usually already known. A key (host, parent or
+//! network) whose distinct neighbours are mostly listed judges an unlisted domain on it.
+//!
+//! Counts are of distinct registrable domains: each domain remembers the keys it was counted
+//! under, and a new observation replaces its old contribution, so asking again adds nothing.
+//! Only lists teach `listed`: traffic can weaken a key (every unlisted domain seen counts
+//! against it, the domain being judged left out) but never strengthen one.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::mail::ProviderKind;
+use super::name::DomainName;
+use super::providers::ProviderTable;
+
+/// MX hosts of one domain considered at most (by preference): a domain cannot spread itself
+/// over many keys.
+pub const MAX_HOSTS: usize = 4;
+/// Networks of one host considered at most (IPv4 and IPv6, say).
+pub const MAX_NETS_PER_HOST: usize = 2;
+
+/// What a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyKind {
+    /// An MX host name (`mx1.example-mail.io`).
+    Host,
+    /// The registrable parent of an MX host (`example-mail.io`).
+    Parent,
+    /// The network of an MX host's addresses (IPv4 /24, IPv6 /48).
+    Network,
+}
+
+impl KeyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyKind::Host => "host",
+            KeyKind::Parent => "parent",
+            KeyKind::Network => "network",
+        }
+    }
+
+    /// The kind and value of a stored key (`host:mx.example.io`).
+    pub fn split(key: &str) -> Option<(KeyKind, &str)> {
+        let (kind, value) = key.split_once(':')?;
+        let kind = match kind {
+            "host" => KeyKind::Host,
+            "parent" => KeyKind::Parent,
+            "network" => KeyKind::Network,
+            _ => return None,
+        };
+        (!value.is_empty()).then_some((kind, value))
+    }
+}
+
+/// The network of an address: IPv4 /24, IPv6 /48 (what one hosting customer usually gets).
+pub fn network(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0);
+            format!("{net}/48")
+        }
+    }
+}
+
+/// An MX host and the networks of its addresses (empty when not asked or not found).
+pub type HostNetworks = (Box<str>, Vec<String>);
+
+/// The keys of a domain whose MX hosts (most preferred first) are `hosts`, each with its
+/// networks. A host run by a recognised mailbox provider, security gateway, forwarder or
+/// consumer service gives no key at all: those serve legitimate and throwaway domains alike.
+/// Hosts dedicated to disposable mail do give keys (their neighbours teach).
+pub fn keys_of(hosts: &[HostNetworks], providers: &ProviderTable) -> Vec<Box<str>> {
+    let mut keys: Vec<Box<str>> = Vec::new();
+    let mut push = |k: String| {
+        if !keys.iter().any(|have| **have == *k) {
+            keys.push(k.into());
+        }
+    };
+    for (host, nets) in hosts.iter().take(MAX_HOSTS) {
+        let is_name = host.contains('.') && host.parse::<IpAddr>().is_err();
+        let shared_service = providers
+            .kind_of(host)
+            .is_some_and(|k| k != ProviderKind::Disposable);
+        if !is_name || shared_service {
+            continue;
+        }
+        push(format!("host:{host}"));
+        let host: &str = host;
+        if let Some(parent) = DomainName::parse(host)
+            .ok()
+            .and_then(|n| n.registrable().map(str::to_owned))
+        {
+            if parent != *host {
+                push(format!("parent:{parent}"));
+            }
+        }
+        for net in nets.iter().take(MAX_NETS_PER_HOST) {
+            push(format!("network:{net}"));
+        }
+    }
+    keys
+}
+
+/// When a key judges: at least `min_listed` distinct listed neighbours, and listed ones at
+/// least `min_share` of the listed and unlisted together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NeighbourhoodRule {
+    pub min_listed: u32,
+    pub min_share: f64,
+}
+
+impl NeighbourhoodRule {
+    fn dominates(&self, listed: u32, unlisted: u32) -> bool {
+        let all = f64::from(listed) + f64::from(unlisted);
+        listed >= self.min_listed.max(1) && f64::from(listed) >= self.min_share * all
+    }
+}
+
+/// How a domain counts in its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// A blocklist names it (the source's index in the index's source names).
+    Listed(u16),
+    /// No blocklist names it.
+    Unlisted,
+}
+
+/// The counts of one key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Counts {
+    listed: u32,
+    unlisted: u32,
+    /// Listed neighbours per source (few sources: a small vector).
+    sources: Vec<(u16, u32)>,
+}
+
+impl Counts {
+    fn add(&mut self, standing: Standing) {
+        match standing {
+            Standing::Listed(s) => {
+                self.listed += 1;
+                match self.sources.iter_mut().find(|(id, _)| *id == s) {
+                    Some((_, n)) => *n += 1,
+                    None => self.sources.push((s, 1)),
+                }
+            }
+            Standing::Unlisted => self.unlisted += 1,
+        }
+    }
+
+    fn remove(&mut self, standing: Standing) {
+        match standing {
+            Standing::Listed(s) => {
+                self.listed = self.listed.saturating_sub(1);
+                if let Some(i) = self.sources.iter().position(|(id, _)| *id == s) {
+                    self.sources[i].1 -= 1;
+                    if self.sources[i].1 == 0 {
+                        self.sources.swap_remove(i);
+                    }
+                }
+            }
+            Standing::Unlisted => self.unlisted = self.unlisted.saturating_sub(1),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.listed + self.unlisted == 0
+    }
+
+    /// Listed and unlisted neighbours, without `own` (the domain being judged).
+    fn without(&self, own: Option<Standing>) -> (u32, u32) {
+        match own {
+            Some(Standing::Listed(_)) => (self.listed.saturating_sub(1), self.unlisted),
+            Some(Standing::Unlisted) => (self.listed, self.unlisted.saturating_sub(1)),
+            None => (self.listed, self.unlisted),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct DomainEntry {
+    standing: Standing,
+    keys: Box<[Arc<str>]>,
+    /// Day (since the epoch) it was last taught.
+    seen: u32,
+}
+
+/// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub key_kind: KeyKind,
+    pub key: Box<str>,
+    /// Distinct listed neighbours on the key (the domain itself not counted).
+    pub listed: u32,
+    /// Distinct unlisted neighbours (the domain itself not counted).
+    pub unlisted: u32,
+    /// `listed / (listed + unlisted)`.
+    pub share: f64,
+    /// Listed neighbours by the list that names them, most first.
+    pub sources: Vec<SourceCount>,
+}
+
+// `share` is a ratio of counts (never NaN): equality is total.
+impl Eq for Finding {}
+
+/// Listed neighbours from one source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceCount {
+    pub source: Box<str>,
+    pub neighbours: u32,
+}
+
+/// One key, for the admin listing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyReport {
+    pub key_kind: KeyKind,
+    pub key: Box<str>,
+    pub listed: u32,
+    pub unlisted: u32,
+    /// The key judges unlisted domains under the current rule.
+    pub judges: bool,
+    pub sources: Vec<SourceCount>,
+}
+
+/// One learned domain, as the state file and the snapshot keep it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Learned {
+    pub domain: Box<str>,
+    pub keys: Vec<Box<str>>,
+    /// Day since the epoch it was last seen.
+    pub seen: u32,
+}
+
+/// The index (see the module documentation). Not synchronised: the `mx` part holds it behind
+/// a lock.
+#[derive(Debug)]
+pub struct NeighbourhoodIndex {
+    keys: HashMap<Arc<str>, Counts>,
+    domains: HashMap<Box<str>, DomainEntry>,
+    sources: Vec<Box<str>>,
+    rule: NeighbourhoodRule,
+    max_entries: usize,
+}
+
+impl NeighbourhoodIndex {
+    /// An empty index remembering at most `max_entries` domains.
+    pub fn new(rule: NeighbourhoodRule, max_entries: usize) -> Self {
+        NeighbourhoodIndex {
+            keys: HashMap::new(),
+            domains: HashMap::new(),
+            sources: Vec::new(),
+            rule,
+            max_entries: max_entries.max(1),
+        }
+    }
+
+    /// Domains remembered.
+    pub fn domains(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// Keys held.
+    pub fn keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The domain was taught (whatever its keys): no need to resolve it again to learn.
+    pub fn knows(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    fn source_id(&mut self, source: &str) -> u16 {
+        if let Some(i) = self.sources.iter().position(|s| &**s == source) {
+            return i as u16;
+        }
+        // Sources are the configured lists: a handful. Past u16, fold into the last one.
+        if self.sources.len() >= usize::from(u16::MAX) {
+            return u16::MAX - 1;
+        }
+        self.sources.push(source.into());
+        (self.sources.len() - 1) as u16
+    }
+
+    /// Learns that `domain` (a registrable domain) has `keys` (from [`keys_of`]); `listed`
+    /// names the blocklist source when a list names it. Seen on `day` (days since the epoch).
+    pub fn teach(&mut self, domain: &str, keys: &[Box<str>], listed: Option<&str>, day: u32) {
+        let listed = listed.map(|s| self.source_id(s));
+        let old = self.domains.remove(domain);
+        if let Some(old) = &old {
+            self.withdraw(old);
+        }
+        // A domain with no key (its mail at a shared service) is remembered too, so that it
+        // is not resolved again and again to learn nothing.
+        let keys: Box<[Arc<str>]> = keys.iter().map(|k| self.intern(k)).collect();
+        let standing = listed.map_or(Standing::Unlisted, Standing::Listed);
+        for k in keys.iter() {
+            if let Some(c) = self.keys.get_mut(k) {
+                c.add(standing);
+            }
+        }
+        let seen = old.map_or(day, |o| o.seen.max(day));
+        self.domains.insert(
+            domain.into(),
+            DomainEntry {
+                standing,
+                keys,
+                seen,
+            },
+        );
+        if self.domains.len() > self.max_entries {
+            self.evict();
+        }
+    }
+
+    fn intern(&mut self, key: &str) -> Arc<str> {
+        if let Some((k, _)) = self.keys.get_key_value(key) {
+            return k.clone();
+        }
+        let k: Arc<str> = key.into();
+        self.keys.insert(k.clone(), Counts::default());
+        k
+    }
+
+    fn withdraw(&mut self, entry: &DomainEntry) {
+        for k in entry.keys.iter() {
+            if let Some(c) = self.keys.get_mut(k) {
+                c.remove(entry.standing);
+                if c.is_empty() {
+                    self.keys.remove(k);
+                }
+            }
+        }
+    }
+
+    /// The key among `keys` that judges (most listed neighbours first, then host before parent
+    /// before network), leaving `own` out of the counts.
+    fn dominant<'k>(
+        &self,
+        keys: &'k [Arc<str>],
+        own: Option<Standing>,
+    ) -> Option<(&'k Arc<str>, &Counts)> {
+        let mut best: Option<(&Arc<str>, &Counts, u32)> = None;
+        for k in keys {
+            let Some(c) = self.keys.get(k) else { continue };
+            let (listed, unlisted) = c.without(own);
+            if self.rule.dominates(listed, unlisted) && best.is_none_or(|(_, _, l)| listed > l) {
+                best = Some((k, c, listed));
+            }
+        }
+        best.map(|(k, c, _)| (k, c))
+    }
+
+    /// What the index says of `domain` (a registrable domain): the key that judges it, if one
+    /// does. `None` for a listed domain (the lists have spoken) or one never taught.
+    pub fn judge(&self, domain: &str) -> Option<Finding> {
+        let entry = self.domains.get(domain)?;
+        if matches!(entry.standing, Standing::Listed(_)) {
+            return None;
+        }
+        let (key, counts) = self.dominant(&entry.keys, Some(entry.standing))?;
+        let (listed, unlisted) = counts.without(Some(entry.standing));
+        let (kind, value) = KeyKind::split(key)?;
+        Some(Finding {
+            key_kind: kind,
+            key: value.into(),
+            listed,
+            unlisted,
+            share: f64::from(listed) / f64::from((listed + unlisted).max(1)),
+            sources: self.source_counts(counts),
+        })
+    }
+
+    fn source_counts(&self, counts: &Counts) -> Vec<SourceCount> {
+        let mut out: Vec<SourceCount> = counts
+            .sources
+            .iter()
+            .map(|(id, n)| SourceCount {
+                source: self
+                    .sources
+                    .get(usize::from(*id))
+                    .cloned()
+                    .unwrap_or_default(),
+                neighbours: *n,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.neighbours
+                .cmp(&a.neighbours)
+                .then(a.source.cmp(&b.source))
+        });
+        out
+    }
+
+    /// The `limit` keys with the most listed neighbours.
+    pub fn top(&self, limit: usize) -> Vec<KeyReport> {
+        let mut ranked: Vec<(&Arc<str>, &Counts)> =
+            self.keys.iter().filter(|(_, c)| c.listed > 0).collect();
+        ranked.sort_by(|a, b| b.1.listed.cmp(&a.1.listed).then(a.0.cmp(b.0)));
+        ranked
+            .into_iter()
+            .take(limit)
+            .filter_map(|(k, c)| {
+                let (kind, value) = KeyKind::split(k)?;
+                Some(KeyReport {
+                    key_kind: kind,
+                    key: value.into(),
+                    listed: c.listed,
+                    unlisted: c.unlisted,
+                    judges: self.rule.dominates(c.listed, c.unlisted),
+                    sources: self.source_counts(c),
+                })
+            })
+            .collect()
+    }
+
+    /// Forgets domains not seen for more than `max_age_days` before `today`; how many.
+    pub fn expire(&mut self, today: u32, max_age_days: u32) -> usize {
+        let old: Vec<Box<str>> = self
+            .domains
+            .iter()
+            .filter(|(_, e)| today.saturating_sub(e.seen) > max_age_days)
+            .map(|(d, _)| d.clone())
+            .collect();
+        for d in &old {
+            if let Some(e) = self.domains.remove(d) {
+                self.withdraw(&e);
+            }
+        }
+        old.len()
+    }
+
+    /// How much a domain teaches: listed ones most, then unlisted ones on a key with listed
+    /// neighbours (they may be what keeps a shared host from judging), then the rest.
+    fn usefulness(&self, e: &DomainEntry) -> u8 {
+        match e.standing {
+            Standing::Listed(_) => 2,
+            Standing::Unlisted
+                if e.keys
+                    .iter()
+                    .any(|k| self.keys.get(k).is_some_and(|c| c.listed > 0)) =>
+            {
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    /// Down to nine tenths of `max_entries`, the least useful and then the oldest first (so an
+    /// eviction runs once per tenth of the bound, not on every new domain).
+    fn evict(&mut self) {
+        let target = self.max_entries - self.max_entries / 10;
+        let excess = self.domains.len().saturating_sub(target);
+        if excess == 0 {
+            return;
+        }
+        let mut ranked: Vec<(u8, u32, Box<str>)> = self
+            .domains
+            .iter()
+            .map(|(d, e)| (self.usefulness(e), e.seen, d.clone()))
+            .collect();
+        ranked.select_nth_unstable(excess - 1);
+        for (_, _, d) in ranked.into_iter().take(excess) {
+            if let Some(e) = self.domains.remove(&d) {
+                self.withdraw(&e);
+            }
+        }
+    }
+
+    /// Every learned domain (for the state file), listed ones first so that loading teaches
+    /// them before the unlisted ones they judge.
+    pub fn learned(&self) -> Vec<Learned> {
+        let mut out: Vec<(bool, Learned)> = self
+            .domains
+            .iter()
+            .map(|(d, e)| {
+                (
+                    !matches!(e.standing, Standing::Listed(_)),
+                    Learned {
+                        domain: d.clone(),
+                        keys: e.keys.iter().map(|k| (**k).into()).collect(),
+                        seen: e.seen,
+                    },
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.domain.cmp(&b.1.domain)));
+        out.into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// Keys by kind (for metrics).
+    pub fn keys_by_kind(&self) -> [(KeyKind, usize); 3] {
+        let mut n = [0usize; 3];
+        for k in self.keys.keys() {
+            match KeyKind::split(k).map(|(kind, _)| kind) {
+                Some(KeyKind::Host) => n[0] += 1,
+                Some(KeyKind::Parent) => n[1] += 1,
+                Some(KeyKind::Network) => n[2] += 1,
+                None => {}
+            }
+        }
+        [
+            (KeyKind::Host, n[0]),
+            (KeyKind::Parent, n[1]),
+            (KeyKind::Network, n[2]),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULE: NeighbourhoodRule = NeighbourhoodRule {
+        min_listed: 3,
+        min_share: 0.8,
+    };
+
+    fn keys(list: &[&str]) -> Vec<Box<str>> {
+        list.iter().map(|k| (*k).into()).collect()
+    }
+
+    fn providers() -> ProviderTable {
+        ProviderTable::parse(
+            "match,pattern,label,kind\n\
+             suffix,google.com,Google Workspace,mailbox\n\
+             suffix,improvmx.com,ImprovMX,forwarder\n\
+             suffix,mailinator.com,Mailinator,disposable\n",
+            "t",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn keys_cover_host_parent_and_networks_but_never_shared_services() {
+        let p = providers();
+        let h = |host: &str, nets: &[&str]| -> HostNetworks {
+            (host.into(), nets.iter().map(|n| n.to_string()).collect())
+        };
+        let got = keys_of(
+            &[
+                h("mx1.throw.io", &["203.0.113.0/24"]),
+                h("aspmx.l.google.com", &["198.51.100.0/24"]),
+                h("mx1.improvmx.com", &[]),
+                h("mail.mailinator.com", &[]),
+                h("localhost", &[]),
+            ],
+            &p,
+        );
+        assert_eq!(
+            got,
+            keys(&[
+                "host:mx1.throw.io",
+                "parent:throw.io",
+                "network:203.0.113.0/24",
+                "host:mail.mailinator.com",
+                "parent:mailinator.com",
+            ])
+        );
+        assert!(keys_of(&[h("throw.io", &[])], &p) == keys(&["host:throw.io"]));
+    }
+
+    #[test]
+    fn networks_are_slash_24_and_slash_48() {
+        assert_eq!(network("203.0.113.77".parse().unwrap()), "203.0.113.0/24");
+        assert_eq!(
+            network("2001:db8:aa:bb::1".parse().unwrap()),
+            "2001:db8:aa::/48"
+        );
+    }
+
+    #[test]
+    fn a_key_dominated_by_listed_neighbours_judges_an_unlisted_domain() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        let k = keys(&["host:mx.throw.io", "parent:throw.io"]);
+        for i in 0..3 {
+            ix.teach(&format!("l{i}.com"), &k, Some("list-a"), 1);
+        }
+        ix.teach("new.com", &k, None, 1);
+        let f = ix.judge("new.com").unwrap();
+        assert_eq!((f.key_kind, &*f.key), (KeyKind::Host, "mx.throw.io"));
+        assert_eq!((f.listed, f.unlisted), (3, 0));
+        assert_eq!(f.sources[0].source.as_ref(), "list-a");
+        // Listed domains are not judged; unknown ones neither.
+        assert_eq!(ix.judge("l0.com"), None);
+        assert_eq!(ix.judge("never.com"), None);
+        // Taught again: counted once.
+        for _ in 0..5 {
+            ix.teach("l0.com", &k, Some("list-a"), 2);
+        }
+        assert_eq!(ix.judge("new.com").unwrap().listed, 3);
+    }
+
+    #[test]
+    fn unlisted_neighbours_weaken_a_key_and_legitimate_majorities_judge_nobody() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        let k = keys(&["host:mx.throw.io"]);
+        for i in 0..8 {
+            ix.teach(&format!("l{i}.com"), &k, Some("s"), 1);
+        }
+        // New throwaway domains on the host: each judged (itself left out of the counts)...
+        for i in 0..3 {
+            ix.teach(&format!("u{i}.com"), &k, None, 1);
+        }
+        assert_eq!(ix.judge("u0.com").unwrap().unlisted, 2);
+        // ...until unlisted ones are more than a fifth: 8 / (8 + 2) is 0.8, 8 / (8 + 3) is not.
+        ix.teach("u3.com", &k, None, 1);
+        assert!(ix.judge("u3.com").is_none());
+        // A shared host: a few listed tenants among many legitimate ones judges nobody.
+        let shared = keys(&["network:198.51.100.0/24"]);
+        for i in 0..20 {
+            ix.teach(&format!("co{i}.com"), &shared, None, 1);
+        }
+        for i in 0..6 {
+            ix.teach(&format!("t{i}.com"), &shared, Some("s"), 1);
+        }
+        ix.teach("company.com", &shared, None, 1);
+        assert_eq!(ix.judge("company.com"), None);
+        let top = ix.top(10);
+        assert_eq!(&*top[0].key, "mx.throw.io");
+        assert!(!top[0].judges && !top[1].judges, "{top:?}");
+    }
+
+    #[test]
+    fn new_keys_replace_old_ones_and_old_domains_age_out() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        let a = keys(&["host:a.io"]);
+        ix.teach("x.com", &a, Some("s"), 1);
+        ix.teach("x.com", &keys(&["host:b.io"]), Some("s"), 2);
+        assert_eq!(ix.keys(), 1);
+        ix.teach("y.com", &a, None, 10);
+        assert_eq!(ix.expire(12, 5), 1);
+        assert!(!ix.knows("x.com") && ix.knows("y.com"));
+        assert_eq!(ix.keys(), 1);
+        // No keys: known (not resolved again), counted nowhere.
+        ix.teach("y.com", &[], None, 10);
+        assert_eq!((ix.domains(), ix.keys()), (1, 0));
+        assert!(ix.knows("y.com") && ix.judge("y.com").is_none());
+    }
+
+    #[test]
+    fn the_bound_evicts_the_least_useful_first() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 100);
+        let k = keys(&["host:mx.throw.io"]);
+        for i in 0..10 {
+            ix.teach(&format!("l{i}.com"), &k, Some("s"), 1);
+        }
+        for i in 0..500 {
+            ix.teach(
+                &format!("lone{i}.com"),
+                &[format!("host:h{i}.io").into()],
+                None,
+                2,
+            );
+        }
+        assert!(ix.domains() <= 100, "{}", ix.domains());
+        // The listed ones, which teach, stayed.
+        assert!((0..10).all(|i| ix.knows(&format!("l{i}.com"))));
+        assert!(ix.keys() <= 100);
+    }
+
+    #[test]
+    fn learned_lists_listed_domains_first() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 100);
+        ix.teach("a.com", &keys(&["host:h.io"]), None, 1);
+        ix.teach("z.com", &keys(&["host:h.io"]), Some("s"), 1);
+        let l = ix.learned();
+        assert_eq!(
+            l.iter().map(|l| &*l.domain).collect::<Vec<_>>(),
+            ["z.com", "a.com"]
+        );
+    }
+}

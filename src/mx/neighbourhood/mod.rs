@@ -1,0 +1,276 @@
+//! The MX neighbourhood index at work: taught by every MX lookup (and, in the background, by
+//! the listed names the table answers), asked for each unlisted domain, kept in a state file
+//! and shared over Redis. The rule itself is pure, in [`crate::domain::neighbourhood`].
+
+pub mod service;
+pub mod share;
+pub mod store;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwap;
+use tokio::sync::mpsc;
+
+use crate::domain::neighbourhood::{
+    keys_of, Finding, HostNetworks, KeyKind, KeyReport, Learned, NeighbourhoodIndex,
+    NeighbourhoodRule,
+};
+use crate::domain::{DomainName, DomainTable, Reason, TableRule};
+use crate::mx::config::NeighbourhoodConfig;
+use crate::ops::metrics::NeighbourhoodStats;
+
+/// What the gateway learned and has yet to send to the other gateways, at most (the oldest
+/// are dropped past it: sharing is best effort, every gateway also learns on its own).
+const OUTBOX_MAX: usize = 50_000;
+
+/// Days since the Unix epoch, now.
+pub fn today() -> u32 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    u32::try_from(secs / 86_400).unwrap_or(u32::MAX)
+}
+
+/// The index, its inputs and its counters (see the module documentation).
+pub struct Neighbourhood {
+    index: RwLock<NeighbourhoodIndex>,
+    table: Arc<ArcSwap<DomainTable>>,
+    pub(crate) config: NeighbourhoodConfig,
+    /// Listed names queued or being resolved (deduplicates the queue).
+    pending: Mutex<HashSet<Box<str>>>,
+    queue: mpsc::Sender<Box<str>>,
+    queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
+    /// Learned here, not yet shared (only when sharing).
+    outbox: Mutex<Vec<Learned>>,
+    sharing: bool,
+    dirty: AtomicBool,
+    verdicts: [AtomicU64; 3],
+    taught: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Neighbourhood {
+    /// An empty index for `config`; `sharing` when gateways exchange what they learn (Redis).
+    pub fn new(
+        config: &NeighbourhoodConfig,
+        table: Arc<ArcSwap<DomainTable>>,
+        sharing: bool,
+    ) -> Self {
+        let rule = NeighbourhoodRule {
+            min_listed: config.min_listed,
+            min_share: config.min_share.0,
+        };
+        let (queue, rx) = mpsc::channel(config.queue.max(1));
+        Neighbourhood {
+            index: RwLock::new(NeighbourhoodIndex::new(rule, config.max_entries)),
+            table,
+            config: config.clone(),
+            pending: Mutex::new(HashSet::new()),
+            queue,
+            queue_rx: Mutex::new(Some(rx)),
+            outbox: Mutex::new(Vec::new()),
+            sharing,
+            dirty: AtomicBool::new(false),
+            verdicts: Default::default(),
+            taught: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, NeighbourhoodIndex> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, NeighbourhoodIndex> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The key that judges `name` (by its registrable domain), if one does. One read lock and
+    /// a few hash lookups; allocates only for a finding.
+    pub fn judge(&self, name: &DomainName) -> Option<Finding> {
+        self.read().judge(name.registrable()?)
+    }
+
+    /// Counts a verdict the index decided (for metrics).
+    pub fn count_verdict(&self, kind: KeyKind) {
+        self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A listed name the table answered: queue its registrable domain for a background MX
+    /// lookup if the index does not know it yet. Never waits: a full queue drops it (it is
+    /// queued again the next time it is asked).
+    pub fn consider_listed(&self, name: &DomainName) {
+        let Some(domain) = name.registrable() else {
+            return;
+        };
+        if self.read().knows(domain) {
+            return;
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.contains(domain) {
+            return;
+        }
+        match self.queue.try_send(domain.into()) {
+            Ok(()) => {
+                pending.insert(domain.into());
+            }
+            Err(_) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The background resolution of `domain` ended.
+    pub(crate) fn resolved(&self, domain: &str) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(domain);
+    }
+
+    /// The queue's receiving end (taken once, by the MX service).
+    pub(crate) fn take_queue(&self) -> Option<mpsc::Receiver<Box<str>>> {
+        self.queue_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// What an MX lookup of `name` found: its hosts and their networks. Taught under the
+    /// registrable domain, listed or not as the table in service says.
+    pub fn learn(&self, name: &str, hosts: &[HostNetworks]) {
+        let Ok(parsed) = DomainName::parse(name) else {
+            return;
+        };
+        let Some(domain) = parsed.registrable() else {
+            return;
+        };
+        let table = self.table.load();
+        let keys = keys_of(hosts, table.providers());
+        let learned = Learned {
+            domain: domain.into(),
+            keys,
+            seen: today(),
+        };
+        self.teach(&table, &learned);
+        if self.sharing {
+            let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            if outbox.len() >= OUTBOX_MAX {
+                outbox.remove(0);
+            }
+            outbox.push(learned);
+        }
+    }
+
+    /// Teaches one learned domain, its standing from `table` (a state file, a snapshot or
+    /// another gateway may have learned it under other lists).
+    pub(crate) fn teach(&self, table: &DomainTable, learned: &Learned) {
+        let source = listed_source(table, &learned.domain);
+        self.write().teach(
+            &learned.domain,
+            &learned.keys,
+            source.as_deref(),
+            learned.seen,
+        );
+        self.taught.fetch_add(1, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// Teaches many (a file, another gateway's batch): listed ones first, so they judge the
+    /// unlisted ones among them. Skips those older than `max_age_days`.
+    pub(crate) fn teach_all(&self, mut learned: Vec<Learned>) -> usize {
+        let table = self.table.load();
+        let oldest = today().saturating_sub(self.config.max_age_days);
+        learned.retain(|l| l.seen >= oldest);
+        learned.sort_by_key(|l| listed_source(&table, &l.domain).is_none());
+        for l in &learned {
+            self.teach(&table, l);
+        }
+        learned.len()
+    }
+
+    /// Takes what is waiting to be shared.
+    pub(crate) fn take_outbox(&self) -> Vec<Learned> {
+        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Everything learned, for the state file, if anything changed since the last call.
+    pub(crate) fn changed(&self) -> Option<Vec<Learned>> {
+        self.dirty
+            .swap(false, Ordering::Relaxed)
+            .then(|| self.read().learned())
+    }
+
+    /// Forgets what was not seen for `max_age_days`.
+    pub(crate) fn expire(&self) {
+        if self.write().expire(today(), self.config.max_age_days) > 0 {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The `limit` keys with the most listed neighbours (the admin listing).
+    pub fn top(&self, limit: usize) -> Vec<KeyReport> {
+        self.read().top(limit)
+    }
+
+    pub fn stats(&self) -> NeighbourhoodStats {
+        let index = self.read();
+        let by_kind = index.keys_by_kind();
+        NeighbourhoodStats {
+            domains: index.domains() as u64,
+            keys: [
+                by_kind[0].1 as u64,
+                by_kind[1].1 as u64,
+                by_kind[2].1 as u64,
+            ],
+            verdicts: std::array::from_fn(|i| self.verdicts[i].load(Ordering::Relaxed)),
+            taught: self.taught.load(Ordering::Relaxed),
+            queue_dropped: self.dropped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The list that names `domain` (a blocklist, or the operator's records marking it
+/// disposable), if one does.
+fn listed_source(table: &DomainTable, domain: &str) -> Option<String> {
+    let name = DomainName::parse(domain).ok()?;
+    let found = table.lookup(&name);
+    match found.rule {
+        TableRule::Blocklist { .. } => Some(
+            table
+                .provenance(&name, &found.rule)
+                .and_then(|p| p.source)
+                .unwrap_or("blocklist")
+                .to_owned(),
+        ),
+        TableRule::Record(r) if r.reason == Reason::Disposable => Some("records".to_owned()),
+        _ => None,
+    }
+}
+
+impl Neighbourhood {
+    /// Loads a snapshot or state file at start; a missing one is nothing, a bad one is logged
+    /// and ignored (it never stops the start).
+    pub fn load(&self, path: &std::path::Path, what: &str) {
+        match store::read(path) {
+            Ok(Some((learned, bad))) => {
+                let n = self.teach_all(learned);
+                log::info!(
+                    "MX neighbourhood: {n} domains loaded from the {what} {}{}",
+                    path.display(),
+                    if bad > 0 {
+                        format!(" ({bad} unreadable lines skipped)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("MX neighbourhood: {what} ignored: {e}"),
+        }
+        // What was loaded is already on disk.
+        self.dirty.store(false, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,140 @@
+//! The MX background service: probes DNS at start and, while no server answers, every
+//! `probe_interval_seconds`; resolves the listed names the index asked for; shares what was
+//! learned over Redis; ages the index out and saves it to its state file.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::Semaphore;
+
+use super::share::SharedIndex;
+use super::{store, Neighbourhood};
+use crate::mx::resolver::MxResolver;
+use crate::ops::periodic::Ticks;
+
+/// Pages of other gateways' batches read per share interval (bounds one round's work).
+const PULL_PAGES: usize = 20;
+
+/// The service (see the module documentation).
+pub struct MxService {
+    resolver: Arc<MxResolver>,
+    probe_interval: Duration,
+    shared: Option<SharedIndex>,
+}
+
+impl MxService {
+    pub fn new(
+        resolver: Arc<MxResolver>,
+        probe_interval: Duration,
+        shared: Option<SharedIndex>,
+    ) -> Self {
+        MxService {
+            resolver,
+            probe_interval,
+            shared,
+        }
+    }
+
+    /// Resolves queued listed names, `concurrency` at once, until shutdown.
+    fn start_teacher(&self, nb: &Arc<Neighbourhood>, mut shutdown: ShutdownWatch) {
+        let Some(mut rx) = nb.take_queue() else {
+            return;
+        };
+        let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
+        let (resolver, nb) = (self.resolver.clone(), nb.clone());
+        tokio::spawn(async move {
+            loop {
+                let name = tokio::select! {
+                    n = rx.recv() => n,
+                    _ = shutdown.changed() => None,
+                };
+                let Some(name) = name else { break };
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let (resolver, nb) = (resolver.clone(), nb.clone());
+                tokio::spawn(async move {
+                    resolver.learn(&name).await;
+                    nb.resolved(&name);
+                    drop(slot);
+                });
+            }
+        });
+    }
+
+    async fn share(&self, nb: &Neighbourhood, shared: &SharedIndex) {
+        let out = nb.take_outbox();
+        if let Err(e) = shared.push(&out).await {
+            log::warn!(
+                "MX neighbourhood: sharing {} domains over Redis failed: {e}",
+                out.len()
+            );
+        }
+        match shared.pull(PULL_PAGES).await {
+            Ok(learned) if !learned.is_empty() => {
+                let n = nb.teach_all(learned);
+                log::debug!("MX neighbourhood: {n} domains learned from other gateways");
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("MX neighbourhood: reading other gateways' batches failed: {e}"),
+        }
+    }
+
+    async fn save(nb: &Neighbourhood) {
+        nb.expire();
+        let Some(learned) = nb.changed() else { return };
+        let path = nb.config.state_path();
+        let written = tokio::task::spawn_blocking(move || {
+            store::write(&path, &learned).map(|()| learned.len())
+        })
+        .await;
+        match written {
+            Ok(Ok(n)) => log::debug!("MX neighbourhood: {n} domains saved"),
+            Ok(Err(e)) => log::warn!(
+                "MX neighbourhood: state file {}: {e}",
+                nb.config.state_path().display()
+            ),
+            Err(e) => log::warn!("MX neighbourhood: saving failed: {e}"),
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for MxService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let nb = self.resolver.neighbourhood().cloned();
+        if let Some(nb) = &nb {
+            self.start_teacher(nb, shutdown.clone());
+        }
+        self.resolver.probe().await;
+        let mut ticks = Ticks::new(Duration::from_millis(250));
+        let (mut last_probe, mut last_share, mut last_save) =
+            (Instant::now(), None::<Instant>, Instant::now());
+        while ticks.next(&mut shutdown).await.is_some() {
+            if self.resolver.breaker_open() && last_probe.elapsed() >= self.probe_interval {
+                self.resolver.probe().await;
+                last_probe = Instant::now();
+            }
+            let Some(nb) = &nb else { continue };
+            if let Some(shared) = &self.shared {
+                if last_share.is_none_or(|t| t.elapsed() >= nb.config.share_interval) {
+                    self.share(nb, shared).await;
+                    last_share = Some(Instant::now());
+                }
+            }
+            if last_save.elapsed() >= nb.config.save_interval {
+                Self::save(nb).await;
+                last_save = Instant::now();
+            }
+        }
+        if let Some(nb) = &nb {
+            if let Some(shared) = &self.shared {
+                let _ = shared.push(&nb.take_outbox()).await;
+            }
+            Self::save(nb).await;
+        }
+    }
+}

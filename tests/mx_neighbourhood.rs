@@ -1,0 +1,414 @@
+//! The MX neighbourhood end to end: unlisted throwaway domains judged by their mail
+//! infrastructure, against a real DNS server on loopback holding a synthetic world that mirrors
+//! the clusters seen in practice (one dedicated host, numbered hosts under one parent, hosts
+//! spread over one /24, shared hosting with a few throwaway tenants, a forwarder and a mailbox
+//! provider serving both kinds, companies on their own hosts).
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/dns.rs"]
+mod dns;
+#[allow(dead_code)]
+#[path = "common/redis_server.rs"]
+mod redis_server;
+
+use common::*;
+use dns::{black_hole, DnsServer, Zone};
+use redis_server::RedisServer;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+/// The synthetic world: DNS zones, the blocklist, and the names of each kind.
+struct World {
+    zones: HashMap<String, Zone>,
+    /// On the blocklist (the data's `disposable.txt`).
+    listed: Vec<String>,
+    /// Legitimate domains the gateway saw in earlier traffic (looked up first).
+    history: Vec<String>,
+    /// New, unlisted throwaway domains and the key (kind, value) expected to catch each.
+    unlisted_throwaway: Vec<(String, &'static str, &'static str)>,
+    /// New legitimate domains: never flagged.
+    new_legitimate: Vec<String>,
+}
+
+impl World {
+    fn mx(&mut self, domain: &str, hosts: &[&str]) {
+        self.zones.insert(
+            domain.into(),
+            Zone {
+                mx: hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| (10 * (i as u16 + 1), h.to_string()))
+                    .collect(),
+                a: None,
+                ttl: 300,
+            },
+        );
+    }
+
+    fn host(&mut self, host: &str, ip: [u8; 4]) {
+        self.zones.insert(
+            host.into(),
+            Zone {
+                mx: vec![],
+                a: Some(Ipv4Addr::from(ip)),
+                ttl: 300,
+            },
+        );
+    }
+}
+
+fn world() -> World {
+    let mut w = World {
+        zones: HashMap::new(),
+        listed: vec![],
+        history: vec![],
+        unlisted_throwaway: vec![],
+        new_legitimate: vec![],
+    };
+    // 1. One dedicated host: 12 listed domains on mx.quickbox.test.
+    w.host("mx.quickbox.test", [192, 0, 2, 10]);
+    for i in 0..12 {
+        let d = format!("qb-listed{i}.test");
+        w.mx(&d, &["mx.quickbox.test"]);
+        w.listed.push(d);
+    }
+    for i in 0..2 {
+        let d = format!("qb-new{i}.test");
+        w.mx(&d, &["mx.quickbox.test"]);
+        w.unlisted_throwaway.push((d, "host", "mx.quickbox.test"));
+    }
+    // 2. Numbered hosts under one parent, each in its own /24: two listed per host, twelve
+    // under the parent; a new domain on a host never seen is caught by the parent.
+    for i in 1..=7u8 {
+        w.host(&format!("mx{i}.burnerpost.test"), [198, 18, i, 1]);
+    }
+    for i in 0..12u8 {
+        let d = format!("bp-listed{i}.test");
+        w.mx(&d, &[&format!("mx{}.burnerpost.test", i % 6 + 1)]);
+        w.listed.push(d);
+    }
+    w.mx("bp-new.test", &["mx7.burnerpost.test"]);
+    w.unlisted_throwaway
+        .push(("bp-new.test".into(), "parent", "burnerpost.test"));
+    // 3. Hosts spread over one /24, each under its own name: only the network ties them.
+    for i in 0..10u8 {
+        let host = format!("mail.nx-{i}.test");
+        w.host(&host, [203, 0, 113, i + 1]);
+        let d = format!("nx-listed{i}.test");
+        w.mx(&d, &[&host]);
+        w.listed.push(d);
+    }
+    w.host("smtp.fresh-nx.test", [203, 0, 113, 200]);
+    w.mx("nx-new.test", &["smtp.fresh-nx.test"]);
+    w.unlisted_throwaway
+        .push(("nx-new.test".into(), "network", "203.0.113.0/24"));
+    // 4. Shared hosting: six throwaway tenants among thirty companies (seen in traffic before).
+    w.host("mx.sharedhost.test", [198, 51, 100, 10]);
+    for i in 0..6 {
+        let d = format!("sh-listed{i}.test");
+        w.mx(&d, &["mx.sharedhost.test"]);
+        w.listed.push(d);
+    }
+    for i in 0..30 {
+        let d = format!("sh-company{i}.test");
+        w.mx(&d, &["mx.sharedhost.test"]);
+        w.history.push(d);
+    }
+    w.mx("sh-newcompany.test", &["mx.sharedhost.test"]);
+    w.new_legitimate.push("sh-newcompany.test".into());
+    // 5. A forwarder and a mailbox provider, each with ten listed and ten legitimate domains.
+    for i in 0..10 {
+        for (prefix, host) in [("fw", "mx1.improvmx.com"), ("gw", "aspmx.l.google.com")] {
+            let d = format!("{prefix}-listed{i}.test");
+            w.mx(&d, &[host]);
+            w.listed.push(d);
+            let d = format!("{prefix}-company{i}.test");
+            w.mx(&d, &[host]);
+            w.history.push(d);
+        }
+    }
+    w.mx("fw-new.test", &["mx1.improvmx.com"]);
+    w.mx("gw-new.test", &["aspmx.l.google.com"]);
+    w.new_legitimate.push("fw-new.test".into());
+    w.new_legitimate.push("gw-new.test".into());
+    // 6. Companies on their own hosts, one new.
+    for i in 0..6u8 {
+        let host = format!("mail.acme{i}.test");
+        w.host(&host, [100, 64, i, 1]);
+        let d = format!("acme{i}.test");
+        w.mx(&d, &[&host]);
+        if i == 5 {
+            w.new_legitimate.push(d);
+        } else {
+            w.history.push(d);
+        }
+    }
+    w
+}
+
+fn providers() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mx_providers.csv"
+    ))
+    .unwrap()
+}
+
+fn builder(w: &World, dns: &DnsServer) -> GatewayBuilder {
+    Gateway::builder()
+        .dns(dns.addr)
+        .builtin(false)
+        .data("mx_providers.csv", &providers())
+        .data("disposable.txt", &w.listed.join("\n"))
+}
+
+fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
+    let r = gw.get(&format!("/v1/public/domain/{domain}?explain=true"));
+    assert_eq!(r.status, 200, "{domain}");
+    r.json()
+}
+
+/// Traffic as the gateway would have seen it: legitimate domains, then the listed ones (their
+/// MX resolved in the background), waiting until the index holds them all.
+fn teach(gw: &Gateway, w: &World) {
+    for d in &w.history {
+        assert_eq!(record(gw, d)["reason"], "safe", "{d}");
+    }
+    for d in &w.listed {
+        assert_eq!(record(gw, d)["reason"], "disposable", "{d}");
+    }
+    let all = (w.history.len() + w.listed.len()) as f64;
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all
+    });
+}
+
+/// Every unlisted throwaway domain caught by the expected key; no legitimate domain flagged.
+fn assert_judged(gw: &Gateway, w: &World) {
+    for (d, kind, key) in &w.unlisted_throwaway {
+        let r = record(gw, d);
+        assert_eq!(r["reason"], "disposable", "{d}: {r}");
+        assert_eq!(r["risk_score"], 80, "{d}: {r}");
+        let e = &r["evidence"];
+        assert_eq!(e["rule"], "mx_neighbourhood", "{d}: {r}");
+        let n = &e["neighbourhood"];
+        assert_eq!(
+            (n["key_kind"].as_str(), n["key"].as_str()),
+            (Some(*kind), Some(*key)),
+            "{d}: {r}"
+        );
+        assert!(n["listed"].as_u64().unwrap() >= 5, "{d}: {r}");
+        assert_eq!(n["sources"][0]["source"], "disposable.txt", "{d}: {r}");
+    }
+    for d in w.history.iter().chain(&w.new_legitimate) {
+        let r = record(gw, d);
+        assert_eq!(r["reason"], "safe", "{d}: {r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{d}: {r}");
+    }
+}
+
+#[test]
+fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_company_is() {
+    let w = world();
+    let dns = DnsServer::start(w.zones.clone());
+    let gw = builder(&w, &dns).start();
+    // Before the index learned anything: all unlisted domains pass, as they did before.
+    assert_eq!(record(&gw, "qb-new0.test")["reason"], "safe");
+    teach(&gw, &w);
+    assert_judged(&gw, &w);
+    // The verdicts by key kind, the index size, and the admin listing.
+    for kind in ["host", "parent", "network"] {
+        let n = gw
+            .metric(&format!(
+                "drg_mx_neighbourhood_verdicts_total{{key=\"{kind}\"}}"
+            ))
+            .unwrap();
+        assert!(n >= 1.0, "{kind}: {n}");
+    }
+    assert!(gw.metric("drg_mx_neighbourhood_entries").unwrap() >= 30.0);
+    let top = gw.admin_get("/mx/neighbourhoods?limit=3").json();
+    assert_eq!(top["top"].as_array().unwrap().len(), 3, "{top}");
+    assert_eq!(top["top"][0]["listed"], 12, "{top}");
+    assert_eq!(top["top"][0]["judges"], true, "{top}");
+    let shared = gw.admin_get("/mx/neighbourhoods?limit=1000").json();
+    let sharedhost = shared["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "mx.sharedhost.test")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            &sharedhost["listed"],
+            &sharedhost["unlisted"],
+            &sharedhost["judges"]
+        ),
+        (&6.into(), &31.into(), &false.into()),
+        "{sharedhost}"
+    );
+    // No key at a recognised forwarder or mailbox provider.
+    assert!(!shared.to_string().contains("improvmx"), "{shared}");
+    assert!(!shared.to_string().contains("google"), "{shared}");
+    assert_eq!(gw.admin_get("/mx/neighbourhoods?limit=0").status, 422);
+}
+
+#[test]
+fn a_restart_keeps_what_was_learned() {
+    let w = world();
+    let dns = DnsServer::start(w.zones.clone());
+    let gw = builder(&w, &dns).start();
+    teach(&gw, &w);
+    let dir = gw.stop();
+    let state = std::fs::read_to_string(dir.path().join("state/mx_neighbourhood.jsonl")).unwrap();
+    assert!(
+        state.starts_with("{\"format\":\"drg-mx-neighbourhood\""),
+        "{state}"
+    );
+    // A fresh DNS server: a listed name looked up again would show in its counts.
+    let dns = DnsServer::start(w.zones.clone());
+    let gw = builder(&w, &dns).in_dir(dir).start();
+    assert_judged(&gw, &w);
+    assert_eq!(
+        dns.count("qb-listed0.test", hickory_proto::rr::RecordType::MX),
+        0
+    );
+}
+
+#[test]
+fn two_gateways_on_one_redis_learn_together() {
+    let redis = RedisServer::start(false);
+    let w = world();
+    let dns = DnsServer::start(w.zones.clone());
+    let start = || {
+        builder(&w, &dns)
+            .redis(&redis.url(), "fail_open")
+            .mx_yaml("neighbourhood: { share_interval_ms: 100 }")
+            .start()
+    };
+    let (a, b) = (start(), start());
+    // Only A sees the traffic; B learns it through Redis.
+    teach(&a, &w);
+    let all = (w.history.len() + w.listed.len()) as f64;
+    wait_until(Duration::from_secs(20), || {
+        b.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all
+    });
+    assert_judged(&b, &w);
+    // And what B learned (the new domains it resolved above) reaches A.
+    let learned_by_b = (w.unlisted_throwaway.len() + w.new_legitimate.len()) as f64;
+    wait_until(Duration::from_secs(20), || {
+        a.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all + learned_by_b
+    });
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_domain-risk-gateway")
+}
+
+#[test]
+fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
+    let w = world();
+    let dns = DnsServer::start(w.zones.clone());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/mx_providers.csv"), providers()).unwrap();
+    std::fs::write(dir.path().join("data/disposable.txt"), w.listed.join("\n")).unwrap();
+    let conf = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &conf,
+        format!(
+            "gateway:\n  data: {{ dir: data, builtin_disposable: false }}\n  mx: {{ servers: [\"{}\"] }}\n",
+            dns.addr
+        ),
+    )
+    .unwrap();
+    let snap = dir.path().join("snap.jsonl");
+    let run = |extra: &[&str]| {
+        let out = Command::new(binary())
+            .args(["mx-snapshot", "-c", conf.to_str().unwrap(), "--out"])
+            .arg(&snap)
+            .args(["--concurrency", "8", "--rate", "2000"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Interrupted after 20 names, then resumed: every listed name once.
+    let first = run(&["--limit", "20"]);
+    assert!(first.contains("mx-snapshot: 20 names resolved"), "{first}");
+    let second = run(&[]);
+    let rest = w.listed.len() - 20;
+    assert!(
+        second.contains(&format!("mx-snapshot: {rest} names resolved")),
+        "{second}"
+    );
+    assert!(second.contains("20 already in"), "{second}");
+    let text = std::fs::read_to_string(&snap).unwrap();
+    assert_eq!(text.lines().count(), 1 + w.listed.len(), "{text}");
+    assert!(text.contains("\"host:mx.quickbox.test\""), "{text}");
+    assert_eq!(
+        dns.count("qb-listed0.test", hickory_proto::rr::RecordType::MX),
+        1
+    );
+    // A fresh gateway that loads it judges at once, before any listed name was asked of it.
+    let gw = builder(&w, &dns)
+        .mx_yaml(&format!(
+            "neighbourhood: {{ snapshot: {} }}",
+            snap.display()
+        ))
+        .start();
+    for d in &w.history {
+        record(&gw, d);
+    }
+    assert_judged(&gw, &w);
+}
+
+#[test]
+fn without_a_dns_server_the_breaker_answers_from_the_table_at_once_and_recovers() {
+    // A port nobody serves yet: queries get no answer.
+    let port = free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let w = world();
+    let gw = Gateway::builder()
+        .dns(addr)
+        .builtin(false)
+        .data("mx_providers.csv", &providers())
+        .mx_yaml("query_timeout_ms: 200")
+        .mx_yaml("probe_interval_seconds: 1")
+        .start();
+    gw.wait_metric("drg_mx_breaker_open", 1.0);
+    let misses = gw.metric("drg_mx_cache_misses_total").unwrap();
+    for i in 0..20 {
+        assert_eq!(record(&gw, &format!("acme{i}.test"))["reason"], "safe");
+    }
+    // Answered without asking DNS: nothing started, every one skipped.
+    assert_eq!(gw.metric("drg_mx_cache_misses_total").unwrap(), misses);
+    assert!(gw.metric("drg_mx_breaker_skipped_total").unwrap() >= 20.0);
+    assert_eq!(
+        gw.log().matches("no DNS server answers").count(),
+        1,
+        "{}",
+        gw.log()
+    );
+    // DNS comes back: the next probe closes the breaker and MX evidence is used again.
+    let _dns = DnsServer::start_at(w.zones.clone(), addr);
+    gw.wait_metric("drg_mx_breaker_open", 0.0);
+    assert!(gw.log().contains("DNS answers again"), "{}", gw.log());
+    let r = record(&gw, "acme0.test");
+    assert_eq!(r["is_corporate_email"], true, "{r}");
+    // A black hole trips it too (the probe at start times out).
+    let gw = Gateway::builder()
+        .dns(black_hole())
+        .mx_yaml("query_timeout_ms: 200")
+        .start();
+    gw.wait_metric("drg_mx_breaker_open", 1.0);
+}
