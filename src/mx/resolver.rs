@@ -46,6 +46,9 @@ pub enum CacheState {
     BreakerOpen,
 }
 
+/// A probe waits this long at most for an answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Off when no DNS server answers: `failures` lookups in a row without an answer (or a failed
 /// probe) open it; a probe that gets any answer closes it.
 #[derive(Default)]
@@ -111,6 +114,7 @@ pub struct MxResolver {
     max_inflight: usize,
     /// How long a lookup may hold its slot, whatever DNS does (MX, then A and AAAA).
     lookup_deadline: Duration,
+    query_timeout: Duration,
     hits: HotCounter,
     breaker: Breaker,
     breaker_failures: u32,
@@ -200,6 +204,7 @@ impl MxResolver {
             slots: Arc::new(Semaphore::new(max_inflight)),
             max_inflight,
             lookup_deadline: config.query_timeout * 2,
+            query_timeout: config.query_timeout,
             hits: HotCounter::default(),
             breaker: Breaker {
                 open: AtomicBool::new(no_system_servers),
@@ -266,8 +271,10 @@ impl MxResolver {
         let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
             return !self.breaker_open();
         };
-        let asked =
-            tokio::time::timeout(self.lookup_deadline, self.dns.lookup(".", RecordType::NS)).await;
+        // Short: on a machine without DNS the breaker should open before users notice; a
+        // server slower than this at start is probed again in the background.
+        let wait = self.query_timeout.min(PROBE_TIMEOUT);
+        let asked = tokio::time::timeout(wait, self.dns.lookup(".", RecordType::NS)).await;
         let answered = matches!(asked, Ok(Ok(_)) | Ok(Err(NetError::Dns(_))));
         if answered {
             self.note_answer(true);
