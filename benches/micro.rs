@@ -258,6 +258,7 @@ fn operations(c: &mut Criterion) {
         key_id: Some("checkout-web"),
         origin: Some(b"https://shop.example"),
         bytes_sent: 156,
+        would_reject: None,
     };
     g.bench_function("access_log_line", |b| {
         b.iter(|| format_line(black_box(&entry)))

@@ -74,6 +74,10 @@ pub enum ApiError {
     RateLimited {
         retry_after: u64,
     },
+    /// Over the per-second rate of the project's plan.
+    PlanRateLimited {
+        retry_after: u64,
+    },
     QuotaExceeded {
         reset_at: String,
         retry_after: i64,
@@ -105,9 +109,9 @@ impl ApiError {
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => StatusCode::FORBIDDEN,
-            ApiError::QuotaExceeded { .. } | ApiError::RateLimited { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::QuotaExceeded { .. }
+            | ApiError::RateLimited { .. }
+            | ApiError::PlanRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -125,7 +129,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => "unauthorized",
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
-            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::RateLimited { .. } | ApiError::PlanRateLimited { .. } => "rate_limited",
             ApiError::QuotaUnavailable => "service_unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
@@ -148,6 +152,9 @@ impl ApiError {
             }
             ApiError::RateLimited { .. } => {
                 "Too many calls to this route with this API key; retry after the Retry-After seconds."
+            }
+            ApiError::PlanRateLimited { .. } => {
+                "Too many calls per second for this project's plan; let your user through and retry after the Retry-After seconds."
             }
             ApiError::QuotaUnavailable => {
                 "The quota store is unavailable; let your user through and retry later."
@@ -209,6 +216,7 @@ impl ApiError {
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
             | ApiError::RateLimited { .. }
+            | ApiError::PlanRateLimited { .. }
             | ApiError::Unauthorized { .. }
             | ApiError::QuotaExceeded { .. }
             | ApiError::QuotaUnavailable
@@ -238,7 +246,7 @@ impl From<ApiError> for Answer {
             ApiError::QuotaExceeded { retry_after, .. } => {
                 answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
             }
-            ApiError::RateLimited { retry_after } => {
+            ApiError::RateLimited { retry_after } | ApiError::PlanRateLimited { retry_after } => {
                 answer.with_header(RETRY_AFTER, HeaderValue::from(retry_after))
             }
             _ => answer,

@@ -465,6 +465,10 @@ impl GatewayConfig {
             resolve(path);
         }
         self.mx.neighbourhood.resolve_paths(base, &state_file);
+        if let Some(alerts) = &mut self.quota.alerts {
+            alerts.resolve_paths(base);
+            alerts.outbox_file = Some(alerts.outbox_path(&state_file));
+        }
     }
 
     /// The domain table's inputs as this configuration names them.

@@ -108,7 +108,7 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     let (sources, table, keys_source, keys) = first_load(&settings)?;
     let in_flight = InFlight::default();
     let settle = settle_budget(settings.server.grace_period_seconds);
-    let (shared, quota_service) = shared_state(&settings.gateway, table, keys, &in_flight, settle)?;
+    let (shared, services) = shared_state(&settings.gateway, table, keys, &in_flight, settle)?;
     let gateway = &settings.gateway;
     // A bad certificate pair stops the start, like a bad table.
     let tls = match &gateway.tls {
@@ -160,8 +160,8 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
             .add_dependency(&bootstrap);
     }
     let access_log = parts.access_log.clone();
-    add_background_services(&mut server, gateway, &shared, sources, keys_source, parts)?;
-    server.add_boxed_service(quota_service);
+    let inputs = (sources, keys_source);
+    add_background_services(&mut server, gateway, &shared, inputs, parts, services)?;
     log::info!(
         "listening on {scheme}://{} (upstream {})",
         gateway.listen,
@@ -219,9 +219,28 @@ fn shared_state(
     keys: KeyStore,
     in_flight: &InFlight,
     settle: std::time::Duration,
-) -> Result<(Shared, BoxedService), StartError> {
+) -> Result<(Shared, Vec<BoxedService>), StartError> {
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
     let (quota, quota_service) = quota_store(&gateway.quota, &clock, in_flight, settle)?;
+    let mut services = vec![quota_service];
+    let alerts = match &gateway.quota.alerts {
+        Some(config) => {
+            let redis =
+                (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+            let outbox = config.outbox_path(&gateway.quota.state_file);
+            let (alerts, service) = crate::access::alerts::service::build(config, outbox, redis)?;
+            // The host only: webhook URLs often carry a token in their path or query.
+            let host = config.url.parse::<http::Uri>().ok();
+            log::info!(
+                "quota alerts: to {} at {:?}% of the monthly limit",
+                host.as_ref().and_then(|u| u.host()).unwrap_or("?"),
+                config.thresholds
+            );
+            services.push(Box::new(background_service("quota alerts", service)) as BoxedService);
+            Some(alerts)
+        }
+        None => None,
+    };
     let table = Arc::new(ArcSwap::from_pointee(table));
     let mx = mx_resolver(gateway, &table)?;
     let shared = Shared {
@@ -230,10 +249,11 @@ fn shared_state(
         quota,
         clock,
         mx,
+        alerts,
         draining: Draining::default(),
         metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
     };
-    Ok((shared, quota_service))
+    Ok((shared, services))
 }
 
 /// The MX resolver (`None` when MX is off) and its neighbourhood index, loaded from the
@@ -337,10 +357,13 @@ fn add_background_services(
     server: &mut Server,
     gateway: &GatewayConfig,
     shared: &Shared,
-    sources: DataSources,
-    keys_source: KeysSource,
+    (sources, keys_source): (DataSources, KeysSource),
     parts: Parts,
+    quota_services: Vec<BoxedService>,
 ) -> Result<(), StartError> {
+    for service in quota_services {
+        server.add_boxed_service(service);
+    }
     let interval = gateway.reload.poll_interval;
     server.add_service(background_service(
         "data reload",

@@ -22,6 +22,8 @@ pub struct Shared {
     pub clock: Arc<dyn Clock>,
     /// `None` when MX lookups are disabled.
     pub mx: Option<Arc<MxResolver>>,
+    /// Quota alerts (`gateway.quota.alerts`; `None`: off): told each counted call's month.
+    pub alerts: Option<Arc<crate::access::alerts::Alerts>>,
     pub draining: Draining,
     pub metrics: Arc<Metrics>,
 }

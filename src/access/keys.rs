@@ -78,6 +78,10 @@ pub struct KeyEntry {
     pub max_keys: u32,
     /// How long the project's call logs are kept (its plan's retention).
     pub log_retention: Duration,
+    /// The project's per-second rate (its plan's), shared by the project's keys.
+    pub rate: Option<crate::access::rate::RateConfig>,
+    /// Whether the plan's limits refuse or only report.
+    pub mode: crate::access::plan::PlanMode,
     /// `None`: a server key, any origin.
     pub origins: Option<Vec<OriginPattern>>,
     /// `origins` as written, for listing.
@@ -120,6 +124,30 @@ impl KeyEntry {
     /// The SHA-256 of the secret, hex (for the managed file).
     pub fn sha256_hex(&self) -> String {
         hex::encode(self.hash)
+    }
+
+    /// A key of `project` on a 100-call free plan, for unit tests elsewhere in the crate.
+    #[cfg(test)]
+    pub fn for_tests(id: &str, project: &str) -> KeyEntry {
+        KeyEntry {
+            id: id.into(),
+            project: project.into(),
+            plan: "free".into(),
+            monthly_limit: 100,
+            max_keys: 1,
+            log_retention: Duration::from_secs(3600),
+            rate: None,
+            mode: crate::access::plan::PlanMode::Enforce,
+            origins: None,
+            origin_list: Vec::new(),
+            disabled: false,
+            label: None,
+            key_prefix: None,
+            created_at: None,
+            source: KeyOrigin::Operator,
+            last_used: Arc::default(),
+            hash: [0; 32],
+        }
     }
 }
 
@@ -397,6 +425,8 @@ pub fn parse_keys<P: AsPlan>(
                 monthly_limit: plan.monthly_limit,
                 max_keys: plan.max_keys,
                 log_retention: plan.log_retention,
+                rate: plan.rate,
+                mode: plan.mode,
                 origins: (!origins.is_empty()).then_some(origins),
                 origin_list: row.origins,
                 disabled: row.disabled || project_disabled,
@@ -695,9 +725,9 @@ mod tests {
             (
                 "team".to_owned(),
                 PlanConfig {
-                    monthly_limit: 50,
                     max_keys: Some(2),
                     log_retention_hours: Some(48),
+                    ..PlanConfig::limit(50)
                 },
             ),
         ]

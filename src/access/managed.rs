@@ -237,6 +237,8 @@ pub fn merge<P: AsPlan>(
             monthly_limit: plan.monthly_limit,
             max_keys: plan.max_keys,
             log_retention: plan.log_retention,
+            rate: plan.rate,
+            mode: plan.mode,
             origins: (!origins.is_empty()).then_some(origins),
             origin_list: row.origins.clone(),
             disabled: !project_enabled,

@@ -1,14 +1,17 @@
 //! Access control: who is calling (API key, 401), from where (origin, 403), and how much
-//! (monthly quota, 429).
+//! (per-second rate and monthly quota, 429).
 //!
 //! [`decide`] is the pure part: request headers and a key snapshot in, a [`Principal`] or a
-//! [`Rejection`] out. The quota is asked afterwards, through [`quota::QuotaStore`].
+//! [`Rejection`] out. The plan's limits are applied afterwards ([`policy::admit`]), through
+//! [`quota::QuotaStore`].
 
+pub mod alerts;
 pub mod config;
 pub mod keys;
 pub mod managed;
 pub mod origin;
 pub mod plan;
+pub mod policy;
 pub mod quota;
 pub mod rate;
 pub mod source;

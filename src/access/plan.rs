@@ -1,16 +1,20 @@
-//! Plans: what a project gets (monthly calls, how many keys, how long its logs are kept), as
-//! configured under `gateway.access.plans`.
+//! Plans: what a project gets (monthly calls, a per-second rate, how many keys, how long its
+//! logs are kept, whether its limits are enforced or only reported), as configured under
+//! `gateway.access.plans`.
 //!
 //! A plan is written either as its monthly limit alone (`pro: 10000`, the form before plans had
 //! more to say) or as a mapping (`pro: { monthly_limit: 10000, max_keys: 10,
-//! log_retention_hours: 1440 }`). Whatever a plan leaves out is taken from the defaults of its
-//! name, so configs written before `max_keys` existed keep working unchanged.
+//! log_retention_hours: 1440, rate_per_second: 20, burst: 40, mode: shadow }`). Whatever a plan
+//! leaves out is taken from the defaults of its name (no rate limit, enforced), so configs
+//! written before these keys existed keep working unchanged.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::access::rate::RateConfig;
 
 const HOUR: u64 = 3_600;
 const DAY: u64 = 24 * HOUR;
@@ -19,6 +23,20 @@ const DAY: u64 = 24 * HOUR;
 pub const MAX_LOG_RETENTION_HOURS: u64 = 10 * 366 * 24;
 /// The most keys a plan may allow per project.
 pub const MAX_MAX_KEYS: u32 = 10_000;
+/// The highest `rate_per_second` and `burst` a plan may set.
+pub const MAX_RATE: u32 = 1_000_000;
+
+/// Whether a plan's limits refuse calls or are only reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanMode {
+    /// Over a limit: `429`.
+    #[default]
+    Enforce,
+    /// Over a limit: answered as within it, with `X-RateLimit-Would-Reject` and a metric (a
+    /// new limit rolled out in the dark first).
+    Shadow,
+}
 
 /// One plan with every value resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +47,9 @@ pub struct Plan {
     pub max_keys: u32,
     /// How long the project's call logs are kept.
     pub log_retention: Duration,
+    /// Calls per second per project, shared by its keys (`None`: no rate limit).
+    pub rate: Option<RateConfig>,
+    pub mode: PlanMode,
 }
 
 /// `max_keys` and log retention of a plan name, when the config does not say: the hosted
@@ -49,6 +70,10 @@ pub struct PlanConfig {
     pub monthly_limit: u64,
     pub max_keys: Option<u32>,
     pub log_retention_hours: Option<u64>,
+    pub rate_per_second: Option<u32>,
+    /// Calls allowed at once after a quiet spell; defaults to one second's worth.
+    pub burst: Option<u32>,
+    pub mode: Option<PlanMode>,
 }
 
 impl PlanConfig {
@@ -58,7 +83,15 @@ impl PlanConfig {
             monthly_limit,
             max_keys: None,
             log_retention_hours: None,
+            rate_per_second: None,
+            burst: None,
+            mode: None,
         }
+    }
+
+    /// Whether only the monthly limit is written (then it serialises in the short form).
+    fn is_short(&self) -> bool {
+        *self == PlanConfig::limit(self.monthly_limit)
     }
 
     /// Problems of the plan named `name`, each naming its key.
@@ -75,6 +108,25 @@ impl PlanConfig {
             if !(1..=MAX_LOG_RETENTION_HOURS).contains(&h) {
                 out.push(format!(
                     "gateway.access.plans.{name}.log_retention_hours: {h} is outside 1..={MAX_LOG_RETENTION_HOURS}"
+                ));
+            }
+        }
+        if let Some(r) = self.rate_per_second {
+            if !(1..=MAX_RATE).contains(&r) {
+                out.push(format!(
+                    "gateway.access.plans.{name}.rate_per_second: {r} is outside 1..={MAX_RATE} (leave it out for no rate limit)"
+                ));
+            }
+        }
+        if let Some(b) = self.burst {
+            if !(1..=MAX_RATE).contains(&b) {
+                out.push(format!(
+                    "gateway.access.plans.{name}.burst: {b} is outside 1..={MAX_RATE}"
+                ));
+            }
+            if self.rate_per_second.is_none() {
+                out.push(format!(
+                    "gateway.access.plans.{name}.burst: needs rate_per_second beside it"
                 ));
             }
         }
@@ -98,6 +150,11 @@ impl AsPlan for PlanConfig {
             log_retention: self
                 .log_retention_hours
                 .map_or(retention, |h| Duration::from_secs(h.saturating_mul(HOUR))),
+            rate: self.rate_per_second.map(|per_second| RateConfig {
+                per_second,
+                burst: self.burst.unwrap_or(per_second).max(1),
+            }),
+            mode: self.mode.unwrap_or_default(),
         }
     }
 }
@@ -123,6 +180,12 @@ struct LongForm {
     max_keys: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     log_retention_hours: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate_per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    burst: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mode: Option<PlanMode>,
 }
 
 impl<'de> Deserialize<'de> for PlanConfig {
@@ -153,6 +216,9 @@ impl<'de> Deserialize<'de> for PlanConfig {
                     monthly_limit: long.monthly_limit,
                     max_keys: long.max_keys,
                     log_retention_hours: long.log_retention_hours,
+                    rate_per_second: long.rate_per_second,
+                    burst: long.burst,
+                    mode: long.mode,
                 })
             }
         }
@@ -162,13 +228,16 @@ impl<'de> Deserialize<'de> for PlanConfig {
 
 impl Serialize for PlanConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.max_keys.is_none() && self.log_retention_hours.is_none() {
+        if self.is_short() {
             return s.serialize_u64(self.monthly_limit);
         }
         LongForm {
             monthly_limit: self.monthly_limit,
             max_keys: self.max_keys,
             log_retention_hours: self.log_retention_hours,
+            rate_per_second: self.rate_per_second,
+            burst: self.burst,
+            mode: self.mode,
         }
         .serialize(s)
     }
@@ -256,9 +325,11 @@ mod tests {
             assert!(err.contains(needle), "{yaml}: {err}");
         }
         let zero = PlanConfig {
-            monthly_limit: 1,
             max_keys: Some(0),
             log_retention_hours: Some(0),
+            rate_per_second: Some(0),
+            burst: Some(0),
+            ..PlanConfig::limit(1)
         };
         let problems = zero.problems("pro").join("\n");
         assert!(
@@ -269,6 +340,44 @@ mod tests {
             problems.contains("gateway.access.plans.pro.log_retention_hours: 0"),
             "{problems}"
         );
+        assert!(
+            problems.contains("gateway.access.plans.pro.rate_per_second: 0"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("gateway.access.plans.pro.burst: 0"),
+            "{problems}"
+        );
+        let lone_burst = PlanConfig {
+            burst: Some(5),
+            ..PlanConfig::limit(1)
+        };
+        assert!(lone_burst.problems("pro")[0].contains("needs rate_per_second"));
         assert!(PlanConfig::limit(5).problems("x").is_empty());
+    }
+
+    #[test]
+    fn a_rate_and_a_mode_are_read_and_default_sensibly() {
+        let plans = parse(
+            "{ pro: { monthly_limit: 10000, rate_per_second: 20, burst: 40, mode: shadow }, team: { monthly_limit: 9, rate_per_second: 3 }, free: 100 }",
+        )
+        .unwrap();
+        let pro = plans["pro"].resolve("pro");
+        assert_eq!(
+            pro.rate,
+            Some(RateConfig {
+                per_second: 20,
+                burst: 40
+            })
+        );
+        assert_eq!(pro.mode, PlanMode::Shadow);
+        let team = plans["team"].resolve("team");
+        assert_eq!(team.rate.map(|r| r.burst), Some(3), "a second's worth");
+        assert_eq!(team.mode, PlanMode::Enforce);
+        let free = plans["free"].resolve("free");
+        assert_eq!((free.rate, free.mode), (None, PlanMode::Enforce));
+        assert!(parse("{ pro: { monthly_limit: 1, mode: loud } }").is_err());
+        let yaml = serde_yaml_ng::to_string(&plans).unwrap();
+        assert_eq!(parse(&yaml).unwrap(), plans);
     }
 }

@@ -1,11 +1,12 @@
-//! Per-key rate limits: the generic cell rate algorithm (GCRA), one "theoretical arrival time"
-//! per key, so a key's state is one number and a check is a compare and a store.
+//! Rate limits: the generic cell rate algorithm (GCRA), one "theoretical arrival time" per key,
+//! so a key's state is one number and a check is a compare and a store.
 //!
-//! Used for the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`, `/v1/keys`), which are
-//! not counted in the month but each cost a store read (or, for `POST`/`DELETE /v1/keys`, a file
-//! rewrite and a reload on every gateway). Written here rather than taken from a crate because
-//! the same arithmetic will run as a Redis script for shared per-project limits, and both must
-//! agree to the nanosecond; time is passed in, so the algorithm is tested without clocks.
+//! Used per key for the account routes (`/v1/usage`, `/v1/logs`, `/v1/stats`, `/v1/keys`), which
+//! are not counted in the month but each cost a store read or a keys-file rewrite, and per
+//! project for a plan's `rate_per_second` (in this process with the embedded quota store; on
+//! Redis the same arithmetic runs as a script, `quota/redis/rate.rs`). Written here rather than
+//! taken from a crate so that both agree; time is passed in, so the algorithm is tested without
+//! clocks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -77,35 +78,69 @@ pub fn gcra(tat: u64, now: u64, interval: u64, burst: u32) -> (RateDecision, u64
     (RateDecision::Allowed, tat.saturating_add(interval))
 }
 
+/// Where a rate stands after one check: the decision, and what the `RateLimit` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateStanding {
+    pub decision: RateDecision,
+    /// Calls that would pass at once after this one.
+    pub remaining: u32,
+    /// Until the whole burst is back.
+    pub reset: Duration,
+}
+
+impl RateStanding {
+    /// The standing of a key whose next conforming arrival is `ahead` past now (the GCRA's
+    /// `tat - now` after the check), for a rate of one call per `interval` and `burst`.
+    pub fn from_ahead(decision: RateDecision, ahead: u64, interval: u64, burst: u32) -> Self {
+        let tolerance = interval.saturating_mul(u64::from(burst.max(1)) - 1);
+        let remaining = match tolerance.checked_sub(ahead) {
+            Some(room) if interval > 0 => (room / interval + 1).min(u64::from(burst)),
+            _ => 0,
+        };
+        RateStanding {
+            decision,
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+            reset: Duration::from_nanos(ahead),
+        }
+    }
+
+    /// `reset` in whole seconds, rounded up.
+    pub fn reset_secs(&self) -> u64 {
+        self.reset.as_nanos().div_ceil(1_000_000_000) as u64
+    }
+}
+
+/// Nanoseconds between conforming calls of `rate` (`None`: off).
+pub fn interval_nanos(rate: RateConfig) -> Option<u64> {
+    (rate.per_second > 0).then(|| 1_000_000_000 / u64::from(rate.per_second))
+}
+
 /// Keys past this many tracked entries trigger a sweep of the idle ones.
 const SWEEP_AT: usize = 4096;
 
-/// A rate limit per key id, in this process.
+/// One theoretical arrival time per key, in this process; the rate is given per check.
 #[derive(Debug)]
-pub struct KeyedLimiter {
-    /// Nanoseconds between conforming calls; `None`: no limit.
-    interval: Option<u64>,
-    burst: u32,
+pub struct Limiter {
     origin: Instant,
     tats: Mutex<HashMap<Arc<str>, u64>>,
 }
 
-impl KeyedLimiter {
-    pub fn new(rate: RateConfig) -> KeyedLimiter {
-        let interval = (rate.per_second > 0).then(|| 1_000_000_000 / u64::from(rate.per_second));
-        KeyedLimiter {
-            interval,
-            burst: rate.burst.max(1),
+impl Default for Limiter {
+    fn default() -> Self {
+        Limiter {
             origin: Instant::now(),
             tats: Mutex::new(HashMap::new()),
         }
     }
+}
 
-    /// Checks (and, when allowed, takes) one call for `key`.
-    pub fn check(&self, key: &Arc<str>) -> RateDecision {
-        let Some(interval) = self.interval else {
-            return RateDecision::Allowed;
+impl Limiter {
+    /// Checks (and, when allowed, takes) one call for `key` at `rate`.
+    pub fn check(&self, key: &Arc<str>, rate: RateConfig) -> RateStanding {
+        let Some(interval) = interval_nanos(rate) else {
+            return RateStanding::from_ahead(RateDecision::Allowed, 0, 1, rate.burst);
         };
+        let burst = rate.burst.max(1);
         let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // A poisoned lock only means another thread panicked mid-update of one number.
         let mut tats = self.tats.lock().unwrap_or_else(|e| e.into_inner());
@@ -114,7 +149,7 @@ impl KeyedLimiter {
             tats.retain(|_, tat| *tat > now);
         }
         let tat = tats.get(key).copied().unwrap_or(0);
-        let (decision, next) = gcra(tat, now, interval, self.burst);
+        let (decision, next) = gcra(tat, now, interval, burst);
         if decision == RateDecision::Allowed {
             match tats.get_mut(key) {
                 Some(t) => *t = next,
@@ -123,7 +158,28 @@ impl KeyedLimiter {
                 }
             }
         }
-        decision
+        RateStanding::from_ahead(decision, next.saturating_sub(now), interval, burst)
+    }
+}
+
+/// A rate limit per key id, in this process, one rate for all keys.
+#[derive(Debug)]
+pub struct KeyedLimiter {
+    rate: RateConfig,
+    limiter: Limiter,
+}
+
+impl KeyedLimiter {
+    pub fn new(rate: RateConfig) -> KeyedLimiter {
+        KeyedLimiter {
+            rate,
+            limiter: Limiter::default(),
+        }
+    }
+
+    /// Checks (and, when allowed, takes) one call for `key`.
+    pub fn check(&self, key: &Arc<str>) -> RateDecision {
+        self.limiter.check(key, self.rate).decision
     }
 }
 
@@ -190,6 +246,35 @@ mod tests {
             burst: 1,
         });
         assert!((0..100).all(|_| off.check(&a) == RateDecision::Allowed));
+    }
+
+    #[test]
+    fn the_standing_counts_what_is_left_of_the_burst() {
+        let rate = RateConfig {
+            per_second: 2,
+            burst: 3,
+        };
+        let limiter = Limiter::default();
+        let key: Arc<str> = "p".into();
+        let first = limiter.check(&key, rate);
+        assert_eq!(first.decision, RateDecision::Allowed);
+        assert_eq!(first.remaining, 2);
+        assert_eq!(first.reset_secs(), 1, "{first:?}");
+        limiter.check(&key, rate);
+        let third = limiter.check(&key, rate);
+        assert_eq!(third.remaining, 0);
+        assert_eq!(
+            third.reset_secs(),
+            2,
+            "three calls at 2/s: whole again in 1.5 s"
+        );
+        let fourth = limiter.check(&key, rate);
+        assert!(matches!(fourth.decision, RateDecision::Limited { .. }));
+        assert_eq!(fourth.decision.retry_after_secs(), 1);
+        assert_eq!(fourth.remaining, 0);
+        // Pure arithmetic: one interval ahead of a burst of 3 leaves 2.
+        let s = RateStanding::from_ahead(RateDecision::Allowed, SECOND, SECOND, 3);
+        assert_eq!((s.remaining, s.reset_secs()), (2, 1));
     }
 
     #[test]

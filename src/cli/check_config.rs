@@ -11,6 +11,10 @@ pub fn check_config(conf: &Path) -> Result<String, CommandError> {
     let settings = settings(conf, None)?;
     let table = settings.gateway.data_sources().build()?;
     let keys = keys_source(&settings).load()?;
+    // The alerts' secret is read at start: a missing or short one stops it, so it is checked here.
+    if let Some(alerts) = &settings.gateway.quota.alerts {
+        alerts.read_secret()?;
+    }
     let tls = match &settings.gateway.tls {
         Some(tls) => format!(
             " (TLS: {})",

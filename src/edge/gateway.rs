@@ -28,7 +28,9 @@ use pingora::{ErrorSource, ErrorType};
 use serde::Serialize;
 
 use crate::access::keys::KeyEntry;
-use crate::access::quota::{Consumed, Month, Usage};
+use crate::access::policy::{Limit, Refusal};
+use crate::access::quota::{Month, Usage};
+use crate::access::rate::{RateConfig, RateStanding};
 use crate::access::{decide, Credentials, Principal, Rejection};
 use crate::account::calls::{Call, Calls, Verdict};
 use crate::account::keys_api::KeysOp;
@@ -55,7 +57,7 @@ const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
 const EXPOSED_HEADERS: &str =
-    "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version, X-Did-You-Mean";
+    "RateLimit, RateLimit-Policy, Retry-After, X-Request-Id, X-Dataset-Version, X-Did-You-Mean, X-RateLimit-Would-Reject";
 /// The major provider a looked-up name is likely a typo of, for signup forms that do not ask
 /// for `?explain=true`.
 const X_DID_YOU_MEAN: HeaderName = HeaderName::from_static("x-did-you-mean");
@@ -65,6 +67,8 @@ const H2_DRAIN_BYTES: usize = 64 * 1024;
 const CONNECT_REFUSED: &str = "CONNECT refused";
 /// `Allow` of the 405 to a CONNECT: it names no route, so every method some route takes.
 const CONNECT_ALLOW: &str = "GET, POST, DELETE, OPTIONS";
+/// A plan in shadow mode would have refused this call: `quota_exceeded` or `rate_limited`.
+const X_RATELIMIT_WOULD_REJECT: HeaderName = HeaderName::from_static("x-ratelimit-would-reject");
 /// Which data answered (see [`DatasetVersion`](crate::domain::table::DatasetVersion)): on every
 /// answer, ours replacing any the backend sent.
 const X_DATASET_VERSION: HeaderName = HeaderName::from_static("x-dataset-version");
@@ -104,6 +108,10 @@ pub struct RequestCtx {
     principal: Option<Principal>,
     /// The key's month after this call was counted (absent if the store failed open).
     usage: Option<Usage>,
+    /// The plan's per-second rate and where the project stands in it.
+    rate: Option<(RateConfig, RateStanding)>,
+    /// Shadow mode: the limit enforce mode would have refused this call for.
+    would_reject: Option<Limit>,
     /// The request is on `/v1/`: its answers vary by Origin.
     api: bool,
     /// The path of the upstream request, rebuilt from the screened `/v1/check` target.
@@ -397,7 +405,8 @@ impl Gateway {
     }
 
     /// The quota's part of the decision: an account route is rate-limited per key and reads the
-    /// month without counting; every other call is counted once, or refused over the month.
+    /// month without counting; every other call goes through the plan's rate and is counted
+    /// once in the month, or is refused over either (unless the plan is in shadow mode).
     async fn count(
         &self,
         route: &Route<'_>,
@@ -430,27 +439,42 @@ impl Gateway {
             }
             return Ok(());
         }
-        match self
-            .shared
-            .quota
-            .consume(&key.project, key.monthly_limit, now)
-            .await
-        {
-            Ok(Consumed::Allowed(usage)) => {
-                ctx.usage = Some(usage);
+        let admission = crate::access::policy::admit(&*self.shared.quota, key, now).await;
+        ctx.usage = admission.usage;
+        ctx.rate = admission.rate;
+        if let Some(limit) = admission.would_reject {
+            ctx.would_reject = Some(limit);
+            self.shared.metrics.would_reject(match limit {
+                Limit::Month => Denial::QuotaExceeded,
+                Limit::Rate => Denial::RateLimited,
+            });
+        }
+        match admission.refusal {
+            None => {
+                if let (Some(alerts), Some(usage)) = (&self.shared.alerts, &ctx.usage) {
+                    alerts.observe(key, usage);
+                }
                 Ok(())
             }
-            Ok(Consumed::Exceeded(usage)) => {
+            Some(Refusal::Rate { retry_after }) => {
+                self.shared.metrics.deny(Denial::RateLimited);
+                Err(ApiError::PlanRateLimited { retry_after }.into())
+            }
+            Some(Refusal::Month) => {
                 self.shared.metrics.deny(Denial::QuotaExceeded);
-                ctx.usage = Some(usage);
+                let usage = ctx.usage.unwrap_or(Usage {
+                    used: key.monthly_limit,
+                    limit: key.monthly_limit,
+                    month: crate::access::quota::Month::containing(now),
+                    now,
+                });
                 Err(ApiError::QuotaExceeded {
                     reset_at: usage.reset_at_iso(),
                     retry_after: usage.seconds_to_reset(),
                 }
                 .into())
             }
-            // Only a shared store under `fail_closed` says no; it logs the outage itself.
-            Err(_) => Err(ApiError::QuotaUnavailable.into()),
+            Some(Refusal::Unavailable) => Err(ApiError::QuotaUnavailable.into()),
         }
     }
 
@@ -797,6 +821,7 @@ impl Gateway {
             key_id: ctx.principal.as_ref().map(|p| &*p.key.id),
             origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
             bytes_sent: session.body_bytes_sent(),
+            would_reject: ctx.would_reject.map(Limit::code),
         }
     }
 }
@@ -856,11 +881,21 @@ fn access_headers(ctx: &RequestCtx, out: &mut Vec<(HeaderName, HeaderValue)>) {
     if ctx.api {
         out.push((VARY, VARY_ORIGIN));
     }
-    if let Some(usage) = &ctx.usage {
-        out.push((RATELIMIT_POLICY, policy_value(usage)));
-        if let Some(v) = ratelimit_value(usage) {
-            out.push((RATELIMIT, v));
+    match (&ctx.usage, &ctx.rate) {
+        (Some(usage), None) => {
+            out.push((RATELIMIT_POLICY, policy_value(usage)));
+            if let Some(v) = ratelimit_value(usage) {
+                out.push((RATELIMIT, v));
+            }
         }
+        (usage, Some(rate)) => push_both_policies(usage.as_ref(), rate, out),
+        (None, None) => {}
+    }
+    if let Some(limit) = ctx.would_reject {
+        out.push((
+            X_RATELIMIT_WOULD_REJECT,
+            HeaderValue::from_static(limit.code()),
+        ));
     }
     if let Some(origin) = ctx
         .principal
@@ -900,6 +935,35 @@ fn policy_value(usage: &Usage) -> HeaderValue {
             value
         }
     })
+}
+
+/// `RateLimit-Policy` and `RateLimit` of a plan with a per-second rate: the IETF draft's list
+/// form, the month first (when it was asked), then the rate as `"rate";q=<per second>;w=1`
+/// with its `burst` as an extra parameter, and `r`/`t` the calls left at once and the seconds
+/// until the whole burst is back.
+fn push_both_policies(
+    usage: Option<&Usage>,
+    (rate, standing): &(RateConfig, RateStanding),
+    out: &mut Vec<(HeaderName, HeaderValue)>,
+) {
+    let rate_policy = format!("\"rate\";q={};w=1;burst={}", rate.per_second, rate.burst);
+    let rate_now = format!(
+        "\"rate\";r={};t={}",
+        standing.remaining,
+        standing.reset_secs()
+    );
+    let (policy, now) = match usage {
+        Some(u) => (
+            format!("{}, {rate_policy}", u.policy_header()),
+            format!("{}, {rate_now}", u.ratelimit_header()),
+        ),
+        None => (rate_policy, rate_now),
+    };
+    // Digits, quotes and ASCII punctuation only: always valid values.
+    if let (Ok(policy), Ok(now)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&now)) {
+        out.push((RATELIMIT_POLICY, policy));
+        out.push((RATELIMIT, now));
+    }
 }
 
 /// `RateLimit` ([`Usage::ratelimit_header`]), written without `format!`.

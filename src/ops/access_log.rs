@@ -75,6 +75,8 @@ pub struct Entry<'a> {
     pub origin: Option<&'a [u8]>,
     /// Response body bytes sent to the client.
     pub bytes_sent: usize,
+    /// A plan in shadow mode would have refused the call: `quota_exceeded` or `rate_limited`.
+    pub would_reject: Option<&'static str>,
 }
 
 /// The line's JSON object, field order as documented.
@@ -93,6 +95,8 @@ struct Line<'a> {
     key_id: Option<&'a str>,
     origin: Option<Cow<'a, str>>,
     bytes_sent: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    would_reject: Option<&'static str>,
 }
 
 fn rfc3339_millis<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -212,6 +216,7 @@ pub fn write_line(out: &mut Vec<u8>, entry: &Entry<'_>) {
         key_id: entry.key_id,
         origin: entry.origin.map(|o| client_text(o, MAX_ORIGIN_BYTES)),
         bytes_sent: entry.bytes_sent,
+        would_reject: entry.would_reject,
     };
     let start = out.len();
     // Our own struct of strings and numbers: serialising it into a Vec cannot fail.
@@ -629,6 +634,7 @@ mod tests {
             key_id: Some("k1"),
             origin: None,
             bytes_sent: 99,
+            would_reject: None,
         }
     }
 

@@ -106,6 +106,7 @@ impl ServeHttp for Admin {
                     keys: self.shared.keys.load().len(),
                     quota: self.shared.quota.status(),
                     mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
+                    alerts: self.shared.alerts.as_ref().map(|a| a.stats()),
                     downstream: self.downstream.counts(),
                 };
                 (StatusCode::OK, self.shared.metrics.render(&scrape))

@@ -96,7 +96,8 @@ pub enum Denial {
     Unauthorized,
     Forbidden,
     QuotaExceeded,
-    /// The per-key limit of the account routes (`gateway.access.account_rate`).
+    /// The per-key limit of the account routes (`gateway.access.account_rate`), or the
+    /// per-project rate of a plan (`rate_per_second`).
     RateLimited,
 }
 
@@ -185,6 +186,8 @@ pub struct Metrics {
     request_counts: [Box<[OnceLock<IntCounter>]>; 13],
     request_durations: [Histogram; 13],
     denials: [IntCounter; 4],
+    /// Shadow-mode calls a limit would have refused: `[month, rate]`.
+    would_reject: [IntCounter; 2],
     upstream_duration: Histogram,
     upstream_errors: [IntCounter; 5],
     reloads: IntCounterVec,
@@ -213,6 +216,25 @@ fn counter_vec(
     labels: &[&str],
 ) -> Result<IntCounterVec, prometheus::Error> {
     registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// Calls refused by the access decision, and shadow-mode calls a limit would have refused.
+fn denial_counters(
+    registry: &Registry,
+) -> Result<(IntCounterVec, IntCounterVec), prometheus::Error> {
+    let denials = counter_vec(
+        registry,
+        "drg_denials_total",
+        "Calls refused by the access decision, by reason.",
+        &["reason"],
+    )?;
+    let would_reject = counter_vec(
+        registry,
+        "drg_would_reject_total",
+        "Calls of plans in shadow mode served although a limit would have refused them, by reason.",
+        &["reason"],
+    )?;
+    Ok((denials, would_reject))
 }
 
 /// The access log's written and dropped lines.
@@ -271,12 +293,7 @@ impl Metrics {
                 &["route"],
             )?,
         )?;
-        let denials = counter_vec(
-            r,
-            "drg_denials_total",
-            "Calls refused by the access decision, by reason.",
-            &["reason"],
-        )?;
+        let (denials, would_reject) = denial_counters(r)?;
         let upstream_duration = registered(
             r,
             Histogram::with_opts(
@@ -318,6 +335,8 @@ impl Metrics {
             }),
             request_durations: RouteClass::ALL.map(|r| durations.with_label_values(&[r.label()])),
             denials: Denial::ALL.map(|d| denials.with_label_values(&[d.label()])),
+            would_reject: [Denial::QuotaExceeded, Denial::RateLimited]
+                .map(|d| would_reject.with_label_values(&[d.label()])),
             upstream_errors: UpstreamError::ALL
                 .map(|k| upstream_errors.with_label_values(&[k.label()])),
             registry,
@@ -375,6 +394,15 @@ impl Metrics {
             return;
         }
         self.denials[reason as usize].inc();
+    }
+
+    /// A shadow-mode call that `reason` (`QuotaExceeded` or `RateLimited`) would have refused.
+    pub fn would_reject(&self, reason: Denial) {
+        if !self.recording {
+            return;
+        }
+        let i = usize::from(reason == Denial::RateLimited);
+        self.would_reject[i].inc();
     }
 
     pub fn upstream_answered(&self, elapsed: Duration) {
@@ -468,6 +496,8 @@ pub struct Scrape {
     pub quota: serde_json::Value,
     /// `None` when MX lookups are disabled.
     pub mx: Option<MxStats>,
+    /// `None` when quota alerts are off.
+    pub alerts: Option<AlertStats>,
     pub downstream: DownstreamCounts,
 }
 
@@ -488,6 +518,9 @@ impl Scrape {
         quota_families(&mut f, &self.quota);
         if let Some(mx) = &self.mx {
             mx_families(&mut f, mx);
+        }
+        if let Some(alerts) = &self.alerts {
+            alert_families(&mut f, alerts);
         }
         downstream_families(&mut f, &self.downstream);
         client_log_families(&mut f);
@@ -538,6 +571,35 @@ fn quota_families(f: &mut Families, quota: &serde_json::Value) {
             n("refused_calls"),
         );
     }
+}
+
+/// Quota alerts delivered, given up, waiting.
+fn alert_families(f: &mut Families, a: &AlertStats) {
+    f.counter(
+        "drg_quota_alerts_sent_total",
+        "Quota alerts this gateway delivered (the receiver answered 2xx).",
+        a.sent,
+    );
+    f.counter(
+        "drg_quota_alerts_failed_total",
+        "Quota alerts given up after max_attempts.",
+        a.failed,
+    );
+    f.counter(
+        "drg_quota_alerts_attempt_errors_total",
+        "Delivery attempts that failed (each retried with backoff until max_attempts).",
+        a.attempt_errors,
+    );
+    f.counter(
+        "drg_quota_alerts_dropped_total",
+        "Quota alerts not recorded: the channel or the outbox (max_pending) was full.",
+        a.dropped,
+    );
+    f.gauge(
+        "drg_quota_alerts_pending",
+        "Quota alerts in the outbox waiting for delivery (or for their Redis claim).",
+        a.pending as f64,
+    );
 }
 
 /// The MX resolver's load and cache.
@@ -735,6 +797,16 @@ pub struct MxStats {
     pub neighbourhood: Option<NeighbourhoodStats>,
 }
 
+/// Counters of the quota alerts since start, and the outbox's waiting alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AlertStats {
+    pub sent: u64,
+    pub failed: u64,
+    pub attempt_errors: u64,
+    pub dropped: u64,
+    pub pending: u64,
+}
+
 /// What the MX neighbourhood index holds and decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NeighbourhoodStats {
@@ -758,6 +830,7 @@ mod tests {
             keys: 1,
             quota: serde_json::json!({"store": "local"}),
             mx: None,
+            alerts: None,
             downstream: DownstreamCounts {
                 open_connections: 0,
                 refused_connections: 0,

@@ -40,7 +40,9 @@ pub struct GatewayBuilder {
     builtin: bool,
     upstream: String,
     keys: String,
-    plans: BTreeMap<String, u64>,
+    plans: BTreeMap<String, String>,
+    /// Extra lines inside the `quota:` section (indented by four spaces).
+    quota_extra: Vec<String>,
     env: Vec<(String, String)>,
     dir: Option<tempfile::TempDir>,
     dns: Option<SocketAddr>,
@@ -93,7 +95,7 @@ impl Default for GatewayBuilder {
                 "test",
                 &[],
             ),
-            plans: [("test".to_owned(), 1_000_000)].into(),
+            plans: [("test".to_owned(), "1000000".to_owned())].into(),
             env: Vec::new(),
             dir: None,
             dns: None,
@@ -103,6 +105,7 @@ impl Default for GatewayBuilder {
             dead_upstream: Some(dead),
             upstream_yaml: Vec::new(),
             account_rate: None,
+            quota_extra: Vec::new(),
         }
     }
 }
@@ -155,7 +158,13 @@ impl GatewayBuilder {
 
     /// Adds a plan with its monthly limit.
     pub fn plan(mut self, name: &str, limit: u64) -> Self {
-        self.plans.insert(name.to_owned(), limit);
+        self.plans.insert(name.to_owned(), limit.to_string());
+        self
+    }
+
+    /// Adds a plan in the long form, e.g. `{ monthly_limit: 100, rate_per_second: 5 }`.
+    pub fn plan_yaml(mut self, name: &str, yaml: &str) -> Self {
+        self.plans.insert(name.to_owned(), yaml.to_owned());
         self
     }
 
@@ -190,6 +199,12 @@ impl GatewayBuilder {
     /// `quota: { state_file: state/quota.counters, slots: 2 }`.
     pub fn quota_section(mut self, line: &str) -> Self {
         self.quota_yaml = Some(format!("  {line}\n"));
+        self
+    }
+
+    /// An extra line inside the `quota:` section, e.g. `alerts: { url: ..., secret_file: s }`.
+    pub fn quota_yaml(mut self, line: &str) -> Self {
+        self.quota_extra.push(line.to_owned());
         self
     }
 
@@ -305,7 +320,11 @@ impl GatewayBuilder {
                 },
                 quota = self.quota_yaml.unwrap_or_else(|| {
                     "  quota:\n    state_file: state/quota.json\n    flush_interval_ms: 200\n".to_owned()
-                }),
+                }) + &self
+                    .quota_extra
+                    .iter()
+                    .map(|l| format!("    {l}\n"))
+                    .collect::<String>(),
                 mx = match self.dns {
                     Some(addr) => {
                         // A default the test sets itself in `mx_yaml` is left out (YAML refuses

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
+use crate::access::alerts::config::AlertsConfig;
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::units::ms;
 
@@ -29,6 +30,8 @@ pub struct QuotaConfig {
     pub slots: u32,
     /// The shared store, when `store: redis`.
     pub redis: RedisConfig,
+    /// Webhook alerts when a project's month reaches a threshold (absent: none).
+    pub alerts: Option<AlertsConfig>,
 }
 
 /// Which quota store to use.
@@ -48,6 +51,7 @@ impl Default for QuotaConfig {
             flush_interval: Duration::from_millis(1_000),
             slots: crate::access::quota::local::DEFAULT_SLOTS,
             redis: RedisConfig::default(),
+            alerts: None,
         }
     }
 }
@@ -73,6 +77,9 @@ impl QuotaConfig {
         }
         if self.store == QuotaStoreKind::Redis {
             out.extend(self.redis.problems());
+        }
+        if let Some(alerts) = &self.alerts {
+            out.extend(alerts.problems());
         }
         out
     }

@@ -405,6 +405,8 @@ pub struct LocalStore {
     refused: AtomicU64,
     /// Of those, calls refused because every slot was taken.
     slots_full: AtomicU64,
+    /// Per-project rates: in this process (the counters file holds months, not instants).
+    rates: crate::access::rate::Limiter,
 }
 
 impl LocalStore {
@@ -429,6 +431,7 @@ impl LocalStore {
             _file: None,
             refused: AtomicU64::new(0),
             slots_full: AtomicU64::new(0),
+            rates: Default::default(),
         }
     }
 
@@ -567,6 +570,7 @@ impl LocalStore {
             _file: Some(file),
             refused: AtomicU64::new(0),
             slots_full: AtomicU64::new(0),
+            rates: Default::default(),
         })
     }
 
@@ -1012,6 +1016,14 @@ impl QuotaStore for LocalStore {
             None => None,
         };
         Ok(self.usage_in(slot, limit, now))
+    }
+
+    async fn take_rate(
+        &self,
+        project: &std::sync::Arc<str>,
+        rate: crate::access::rate::RateConfig,
+    ) -> Result<crate::access::rate::RateStanding, QuotaError> {
+        Ok(self.rates.check(project, rate))
     }
 
     fn status(&self) -> serde_json::Value {

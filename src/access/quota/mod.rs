@@ -1,13 +1,21 @@
-//! Monthly quotas: calendar-month maths (UTC), the clock, and the `QuotaStore` interface that
-//! the embedded store (and a shared one) implement.
+//! Monthly quotas and per-second rates: calendar-month maths (UTC), the clock, and the
+//! `QuotaStore` interface that the embedded store (and a shared one) implement.
 
 pub mod config;
 pub mod local;
 pub mod redis;
 pub mod services;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, TimeZone, Utc};
+
+use crate::access::rate::{RateConfig, RateStanding};
+
+/// The limit a plan in shadow mode counts under: every call is counted (the count stays exact),
+/// and the gateway compares it with the plan's limit itself. The embedded store's largest.
+pub const SHADOW_LIMIT: u64 = local::MAX_MONTHLY_LIMIT;
 
 /// A calendar month in UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -147,6 +155,15 @@ pub trait QuotaStore: Send + Sync {
         limit: u64,
         now: DateTime<Utc>,
     ) -> Result<Usage, QuotaError>;
+
+    /// Checks (and, when allowed, takes) one call of `project` at `rate`. The embedded store
+    /// limits per gateway process; Redis for all gateways at once (under the same budget,
+    /// breaker and failure policy as the count; `fail_open` limits per gateway meanwhile).
+    async fn take_rate(
+        &self,
+        project: &Arc<str>,
+        rate: RateConfig,
+    ) -> Result<RateStanding, QuotaError>;
 
     /// The store's state, for `/readyz`.
     fn status(&self) -> serde_json::Value;

@@ -16,6 +16,7 @@
 mod breaker;
 mod leases;
 mod probe;
+mod rate;
 mod script;
 mod slots;
 
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redis::{ErrorKind, ServerErrorKind};
 
+use crate::access::rate::{RateConfig, RateStanding};
 use crate::infra::redis::RedisLink;
 
 use super::{Clock, Consumed, Month, QuotaError, QuotaStore, Usage};
@@ -78,6 +80,9 @@ pub struct RedisStore {
     slots: Slots,
     /// Call ids: a random start per process, so that gateways sharing a key do not collide.
     next_id: AtomicU64,
+    rate_script: redis::Script,
+    /// Per-project rates while Redis is away under `fail_open`: per gateway, as embedded.
+    local_rates: crate::access::rate::Limiter,
 }
 
 impl RedisStore {
@@ -101,6 +106,8 @@ impl RedisStore {
             connected: AtomicBool::new(false),
             slots: Slots::default(),
             next_id: AtomicU64::new(u64::from_le_bytes(seed)),
+            rate_script: rate::script(),
+            local_rates: Default::default(),
         })
     }
 
@@ -272,6 +279,31 @@ impl RedisStore {
             }
         }
         result
+    }
+
+    /// One run of the rate script under the call budget.
+    async fn rate_call(&self, project: &str, config: RateConfig) -> Result<RateStanding, Failure> {
+        let mut conn = self.connection().await?;
+        let mut call = self.rate_script.prepare_invoke();
+        call.key(rate::key(project))
+            .arg(rate::interval_micros(config))
+            .arg(config.burst.max(1));
+        let result = match tokio::time::timeout(
+            self.config.call_timeout,
+            call.invoke_async::<(u8, u64, u64)>(&mut conn),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(Failure::from),
+            Err(_) => Err(Failure {
+                why: "timed out".into(),
+                maybe_ran: true,
+            }),
+        };
+        if result.is_err() && self.config.mode == RedisMode::Sentinel {
+            conn.recheck();
+        }
+        result.map(|reply| rate::standing(reply, config))
     }
 
     fn fallback(
@@ -495,6 +527,26 @@ impl QuotaStore for RedisStore {
             month,
             now,
         })
+    }
+
+    async fn take_rate(
+        &self,
+        project: &Arc<str>,
+        config: RateConfig,
+    ) -> Result<RateStanding, QuotaError> {
+        if self.breaker.admit(Instant::now()) != Admit::Skip {
+            match self.rate_call(project, config).await {
+                Ok(standing) => {
+                    self.succeeded();
+                    return Ok(standing);
+                }
+                Err(f) => self.failed(&f.why),
+            }
+        }
+        if self.config.failure_policy == FailurePolicy::FailClosed {
+            return Err(unreachable_closed());
+        }
+        Ok(self.local_rates.check(project, config))
     }
 
     fn status(&self) -> serde_json::Value {

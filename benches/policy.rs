@@ -1,0 +1,94 @@
+//! The per-project rate check's cost per counted call: the month alone against the rate and the
+//! month, on the embedded store (an in-process GCRA under a lock) and on Redis (one more script
+//! round trip to a real redis-server on loopback). The rate is set high enough that every call
+//! passes (the refused path does less work).
+//!
+//! `cargo bench --bench policy`. Figures in benches/RESULTS.md.
+
+#[allow(dead_code)]
+#[path = "../tests/common/redis_server.rs"]
+mod redis_server;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use chrono::Utc;
+use criterion::{criterion_group, Criterion};
+use domain_risk_gateway::access::quota::local::LocalStore;
+use domain_risk_gateway::access::quota::redis::{RedisConfig, RedisStore};
+use domain_risk_gateway::access::quota::{Clock, QuotaStore, SystemClock};
+use domain_risk_gateway::access::rate::RateConfig;
+
+/// A free loopback port (for redis-server, which cannot report one it picked).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it holds (what the Redis helper waits with in the tests).
+#[allow(dead_code)]
+fn wait_until(within: std::time::Duration, mut f: impl FnMut() -> bool) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        if f() {
+            return started.elapsed();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("condition not met within {within:?}");
+}
+
+const RATE: RateConfig = RateConfig {
+    per_second: 1_000_000,
+    burst: 1_000_000,
+};
+const LIMIT: u64 = 1 << 39;
+
+fn pair(c: &mut Criterion, group: &str, store: Arc<dyn QuotaStore>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let project: Arc<str> = "bench".into();
+    let mut g = c.benchmark_group(group);
+    g.bench_function("month only", |b| {
+        b.iter(|| {
+            rt.block_on(store.consume(&project, LIMIT, Utc::now()))
+                .unwrap()
+        })
+    });
+    g.bench_function("rate + month", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(store.take_rate(&project, RATE).await.unwrap());
+                store.consume(&project, LIMIT, Utc::now()).await.unwrap()
+            })
+        })
+    });
+    g.finish();
+}
+
+fn policy(c: &mut Criterion) {
+    pair(c, "embedded", Arc::new(LocalStore::in_memory()));
+    let redis = redis_server::RedisServer::start(false);
+    let config = RedisConfig {
+        url: redis.url(),
+        ..RedisConfig::default()
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+    pair(
+        c,
+        "redis",
+        Arc::new(RedisStore::new(&config, clock).unwrap()),
+    );
+}
+
+criterion_group!(benches, policy);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
