@@ -259,6 +259,7 @@ fn operations(c: &mut Criterion) {
         origin: Some(b"https://shop.example"),
         bytes_sent: 156,
         would_reject: None,
+        trace_id: None,
     };
     g.bench_function("access_log_line", |b| {
         b.iter(|| format_line(black_box(&entry)))

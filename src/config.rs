@@ -83,6 +83,8 @@ pub struct GatewayConfig {
     pub top_domains: crate::flags::TopDomainsConfig,
     /// HTTPS on the public listener; absent: plain HTTP.
     pub tls: Option<TlsConfig>,
+    /// OpenTelemetry traces (OTLP/HTTP); off unless an endpoint is set.
+    pub tracing: crate::ops::trace::config::TracingConfig,
 }
 
 impl Default for GatewayConfig {
@@ -106,6 +108,7 @@ impl Default for GatewayConfig {
             calls: crate::account::calls::CallsConfig::default(),
             top_domains: crate::flags::TopDomainsConfig::default(),
             tls: None,
+            tracing: Default::default(),
         }
     }
 }
@@ -502,6 +505,7 @@ impl GatewayConfig {
         out.extend(self.access_log.problems());
         out.extend(self.top_domains.problems());
         out.extend(self.calls.problems());
+        out.extend(self.tracing.problems());
         out.extend(self.data.source_problems());
         out.extend(self.keys_api.problems());
         if secs(self.drain) > 300 {

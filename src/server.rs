@@ -173,11 +173,19 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
             drain: gateway.drain,
         }),
     });
-    if let Some(log) = &access_log {
-        log.finish();
-    }
+    finish(access_log.as_ref(), &shared);
     log::info!("stopped");
     Ok(())
+}
+
+/// After the server stopped: the access log's last lines written, the last spans exported.
+fn finish(access_log: Option<&crate::ops::access_log::AccessLog>, shared: &Shared) {
+    if let Some(log) = access_log {
+        log.finish();
+    }
+    if let Some(tracing) = &shared.tracing {
+        tracing.shutdown(std::time::Duration::from_secs(5));
+    }
 }
 
 /// The first table and keys (either failing stops the start), and their sources for the
@@ -250,6 +258,7 @@ fn shared_state(
         clock,
         mx,
         alerts,
+        tracing: crate::ops::trace::Tracing::new(&gateway.tracing),
         draining: Draining::default(),
         metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
     };

@@ -24,6 +24,8 @@ pub struct Shared {
     pub mx: Option<Arc<MxResolver>>,
     /// Quota alerts (`gateway.quota.alerts`; `None`: off): told each counted call's month.
     pub alerts: Option<Arc<crate::access::alerts::Alerts>>,
+    /// OpenTelemetry tracing (`gateway.tracing`; `None`: off).
+    pub tracing: Option<Arc<crate::ops::trace::Tracing>>,
     pub draining: Draining,
     pub metrics: Arc<Metrics>,
 }

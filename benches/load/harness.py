@@ -458,7 +458,40 @@ COST_VARIANTS = [
     # of the run's quota store: SQLite in state/, or Redis with --quota redis).
     ("calls", "the baseline + call logs on (the default)",
      "  admin: { listen: null, metrics: false }\n  calls: { enabled: true }\n"),
+    # Tracing: the baseline + OpenTelemetry spans to a collector on loopback that takes every
+    # batch ({sink}: a sink started by the harness), at two sample ratios; and to a collector
+    # that is down (a port nobody listens on), where every export fails.
+    ("tracing_1", "the baseline + tracing, sample_ratio 1.0, collector up",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF
+     + "  tracing: { otlp_endpoint: 'http://127.0.0.1:{sink}', sample_ratio: 1.0 }\n"),
+    ("tracing_001", "the baseline + tracing, sample_ratio 0.01, collector up",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF
+     + "  tracing: { otlp_endpoint: 'http://127.0.0.1:{sink}', sample_ratio: 0.01 }\n"),
+    ("tracing_down", "the baseline + tracing, sample_ratio 1.0, collector down",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF
+     + "  tracing: { otlp_endpoint: 'http://127.0.0.1:{dead}', sample_ratio: 1.0 }\n"),
 ]
+
+
+def start_trace_sink():
+    """An OTLP/HTTP collector stand-in on loopback: reads each export and answers 200 (an empty
+    ExportTraceServiceResponse is an empty body). Returns its port."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 def feature_costs(args):
@@ -466,9 +499,11 @@ def feature_costs(args):
     baseline measured in the same run. Replaces the "Feature costs" section of --results."""
     s = Setup(args)
     ports = {}
+    sink, dead = start_trace_sink(), free_port()
     try:
         for name, _, extra in COST_VARIANTS:
             ports[name] = free_port()
+            extra = extra.replace("{sink}", str(sink)).replace("{dead}", str(dead))
             s.write_gateway(f"{name}.yaml", ports[name], extra)
         auth = (f"Authorization: Bearer {KEY}",)
         runs = {name: [] for name, *_ in COST_VARIANTS}

@@ -141,12 +141,8 @@ pub struct Source {
 
 impl Source {
     pub fn new(config: SourceConfig, data: &DataConfig, max_shrink_percent: u32) -> Self {
-        let tls = ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::NativeTls)
-            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-            .build();
         let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
+            .tls_config(crate::infra::http::system_tls())
             .timeout_global(Some(config.timeout))
             .max_redirects(config.max_redirects)
             // Status codes are handled here (304 is the point of the exercise).

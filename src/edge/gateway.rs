@@ -48,6 +48,7 @@ use crate::mx::neighbourhood::Neighbourhood;
 use crate::ops::access_log::{AccessLog, Entry};
 use crate::ops::lifecycle::Phase;
 use crate::ops::metrics::{Denial, RouteClass, UpstreamError};
+use crate::ops::trace::{Kind, Span};
 use crate::state::Shared;
 use crate::upstream::config::UpstreamConfig;
 use crate::upstream::request::{UpstreamPolicy, X_REQUEST_ID};
@@ -112,6 +113,12 @@ pub struct RequestCtx {
     rate: Option<(RateConfig, RateStanding)>,
     /// Shadow mode: the limit enforce mode would have refused this call for.
     would_reject: Option<Limit>,
+    /// What the access decision came to (`allowed`, `unauthorized`, ...), for the trace.
+    decision: Option<&'static str>,
+    /// The request's span, when tracing is on (and this request is traced).
+    trace: Option<Span>,
+    /// The upstream exchange's span: the parent the backend is told of.
+    upstream_span: Option<Span>,
     /// The request is on `/v1/`: its answers vary by Origin.
     api: bool,
     /// The path of the upstream request, rebuilt from the screened `/v1/check` target.
@@ -386,16 +393,24 @@ impl Gateway {
             origin: headers.get(ORIGIN).map(|v| v.as_bytes()),
             referer: headers.get(REFERER).map(|v| v.as_bytes()),
         };
-        let principal = decide(&self.shared.keys.load(), creds).map_err(|r| {
-            let (denial, error) = refusal(r);
-            self.shared.metrics.deny(denial);
-            error
-        })?;
+        let principal = match decide(&self.shared.keys.load(), creds) {
+            Ok(principal) => principal,
+            Err(r) => {
+                let (denial, error) = refusal(r);
+                self.shared.metrics.deny(denial);
+                ctx.decision = Some(match denial {
+                    Denial::Forbidden => "forbidden",
+                    _ => "unauthorized",
+                });
+                return Err(error.into());
+            }
+        };
         let key = principal.key.clone();
         ctx.principal = Some(principal);
         if let Some(route) = server_key_route(route) {
             if key.origins.is_some() {
                 self.shared.metrics.deny(Denial::Forbidden);
+                ctx.decision = Some("forbidden");
                 return Err(ApiError::ServerKeyOnly(route).into());
             }
         }
@@ -418,28 +433,20 @@ impl Gateway {
             route,
             Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
         ) {
-            // Not counted in the month, so bounded here: each costs a store read, a keys
-            // change a file rewrite and a reload on every gateway.
-            let rate = self.account_rate.check(&key.id);
-            if rate != crate::access::rate::RateDecision::Allowed {
-                self.shared.metrics.deny(Denial::RateLimited);
-                return Err(ApiError::RateLimited {
-                    retry_after: rate.retry_after_secs(),
-                }
-                .into());
-            }
-            match self
-                .shared
-                .quota
-                .usage(&key.project, key.monthly_limit, now)
-                .await
-            {
-                Ok(usage) => ctx.usage = Some(usage),
-                Err(_) => return Err(ApiError::QuotaUnavailable.into()),
-            }
-            return Ok(());
+            return self.account_call(key, now, ctx).await;
         }
+        let span = self.child_span(ctx, "quota", Kind::Internal);
         let admission = crate::access::policy::admit(&*self.shared.quota, key, now).await;
+        ctx.decision = Some(match admission.refusal {
+            None => "allowed",
+            Some(Refusal::Rate { .. }) => "rate_limited",
+            Some(Refusal::Month) => "quota_exceeded",
+            Some(Refusal::Unavailable) => "unavailable",
+        });
+        if let Some(span) = span {
+            span.set("drg.decision", ctx.decision.unwrap_or_default());
+            span.end();
+        }
         ctx.usage = admission.usage;
         ctx.rate = admission.rate;
         if let Some(limit) = admission.would_reject {
@@ -476,6 +483,42 @@ impl Gateway {
             }
             Some(Refusal::Unavailable) => Err(ApiError::QuotaUnavailable.into()),
         }
+    }
+
+    /// An account route: rate-limited per key, the month read without counting.
+    async fn account_call(
+        &self,
+        key: &KeyEntry,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        // Not counted in the month, so bounded here: each costs a store read, a keys
+        // change a file rewrite and a reload on every gateway.
+        let rate = self.account_rate.check(&key.id);
+        if rate != crate::access::rate::RateDecision::Allowed {
+            self.shared.metrics.deny(Denial::RateLimited);
+            ctx.decision = Some("rate_limited");
+            return Err(ApiError::RateLimited {
+                retry_after: rate.retry_after_secs(),
+            }
+            .into());
+        }
+        let span = self.child_span(ctx, "quota", Kind::Internal);
+        let usage = self
+            .shared
+            .quota
+            .usage(&key.project, key.monthly_limit, now)
+            .await;
+        drop(span);
+        match usage {
+            Ok(usage) => ctx.usage = Some(usage),
+            Err(_) => {
+                ctx.decision = Some("unavailable");
+                return Err(ApiError::QuotaUnavailable.into());
+            }
+        }
+        ctx.decision = Some("allowed");
+        Ok(())
     }
 
     fn usage(&self, ctx: &RequestCtx) -> Answer {
@@ -555,7 +598,13 @@ impl Gateway {
             Ok(name) => name,
             Err(e) => return e.into(),
         };
+        let span = self
+            .shared
+            .mx
+            .as_ref()
+            .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
         let (evidence, finding) = self.mx_inputs(&name).await;
+        drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
         ctx.dataset = Some(table.version().header().clone());
@@ -707,6 +756,10 @@ impl Gateway {
         for (name, value) in headers {
             map.append(name, value);
         }
+        // The backend continues our trace, under the upstream span.
+        if let (Some(tracing), Some(span)) = (&self.shared.tracing, &ctx.upstream_span) {
+            tracing.inject(span, &mut map);
+        }
         let (mut parts, ()) = http::Request::new(()).into_parts();
         parts.method = http::Method::GET;
         parts.uri = http::Uri::try_from(path).map_err(|e| {
@@ -728,9 +781,15 @@ impl Gateway {
     ) -> Result<()> {
         let mut seen = crate::upstream::relay::Seen::default();
         ctx.upstream_start = Some(Instant::now());
+        ctx.upstream_span = self.child_span(ctx, "upstream", Kind::Client);
         let result = relay
             .exchange(|| self.upstream_request(session, ctx), &mut seen)
             .await;
+        end_upstream_span(
+            ctx,
+            seen.status,
+            result.as_ref().err().map(|e| e.to_string()),
+        );
         ctx.upstream_status = seen.status;
         ctx.upstream_elapsed = seen
             .header_after
@@ -779,6 +838,28 @@ impl Gateway {
             .await
     }
 
+    /// A child span of the request's, when the request is traced.
+    fn child_span(&self, ctx: &RequestCtx, name: &'static str, kind: Kind) -> Option<Span> {
+        let (Some(tracing), Some(parent)) = (&self.shared.tracing, &ctx.trace) else {
+            return None;
+        };
+        // An unsampled request records nothing; only the upstream span is still made, as the
+        // parent the backend is told of.
+        if !parent.is_recording() && kind != Kind::Client {
+            return None;
+        }
+        tracing.child(parent, name, kind)
+    }
+
+    /// Whether the socket peer is a trusted proxy: only such a caller's `traceparent` is
+    /// followed (anyone else could pick trace ids and force sampling on).
+    fn peer_trusted(&self, session: &Session) -> bool {
+        session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .is_some_and(|a| self.policy.is_trusted(a.ip()))
+    }
+
     /// The caller's request id when it sent a sane one, else a new one.
     fn request_id(&self, session: &Session) -> String {
         caller_request_id(session).map_or_else(|| self.request_ids.next(), str::to_owned)
@@ -822,6 +903,7 @@ impl Gateway {
             origin: header.headers.get(ORIGIN).map(HeaderValue::as_bytes),
             bytes_sent: session.body_bytes_sent(),
             would_reject: ctx.would_reject.map(Limit::code),
+            trace_id: None,
         }
     }
 }
@@ -1016,6 +1098,71 @@ fn merge_vary<'a>(existing: impl IntoIterator<Item = &'a HeaderValue>, field: &s
     HeaderValue::from_str(&fields.join(", ")).unwrap_or_else(|_| HeaderValue::from_static("*"))
 }
 
+/// Ends the upstream span with what the backend answered, or why it did not.
+fn end_upstream_span(ctx: &mut RequestCtx, status: Option<u16>, error: Option<String>) {
+    let Some(span) = ctx.upstream_span.take() else {
+        return;
+    };
+    if let Some(status) = status {
+        span.set("http.response.status_code", i64::from(status));
+    }
+    if let Some(error) = error {
+        span.fail(error);
+    } else if status.is_some_and(|s| s >= 500) {
+        span.fail("backend error");
+    }
+    span.end();
+}
+
+/// Ends the request's span with the route, the status, and who called with what decision
+/// (never the target: it may be an email address).
+fn end_request_span(span: Span, session: &Session, ctx: &RequestCtx, status: u16) {
+    if !span.is_recording() {
+        // Not sampled: nothing of it is exported, so nothing is written to it.
+        return span.end();
+    }
+    span.rename(span_name(ctx.route));
+    span.set(
+        "http.request.method",
+        session.req_header().method.to_string(),
+    );
+    span.set("http.route", ctx.route.label());
+    span.set("http.response.status_code", i64::from(status));
+    if let Some(p) = &ctx.principal {
+        span.set("drg.key_id", p.key.id.to_string());
+        span.set("drg.project", p.key.project.to_string());
+    }
+    if let Some(decision) = ctx.decision {
+        span.set("drg.decision", decision);
+    }
+    if let Some(limit) = ctx.would_reject {
+        span.set("drg.would_reject", limit.code());
+    }
+    if status >= 500 || status == 0 {
+        span.fail("server error");
+    }
+    span.end();
+}
+
+/// The request span's name: the method and route template, never the raw path.
+fn span_name(route: RouteClass) -> &'static str {
+    match route {
+        RouteClass::Domain => "GET /v1/public/domain/{domain}",
+        RouteClass::TopDomains => "GET /v1/public/top-domains",
+        RouteClass::Check => "GET /v1/check/{target}",
+        RouteClass::Usage => "GET /v1/usage",
+        RouteClass::Logs => "GET /v1/logs",
+        RouteClass::Stats => "GET /v1/stats",
+        RouteClass::Keys => "/v1/keys",
+        RouteClass::OpenApi => "GET /v1/openapi.json",
+        RouteClass::Preflight => "OPTIONS /v1/*",
+        RouteClass::Health => "GET /healthz",
+        RouteClass::Ready => "GET /readyz",
+        RouteClass::NotFound => "not found",
+        RouteClass::Other => "other",
+    }
+}
+
 fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
     percent_decode_str(raw)
         .decode_utf8()
@@ -1124,6 +1271,9 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        if let Some(tracing) = &self.shared.tracing {
+            ctx.trace = tracing.request(&session.req_header().headers, self.peer_trusted(session));
+        }
         if self.shared.draining.is_draining() {
             // Each answer closes its connection, so clients open a fresh one (the new process's
             // after an upgrade) rather than meet an idle keep-alive closed under them at the stop.
@@ -1156,6 +1306,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         ctx.upstream_start = Some(Instant::now());
+        ctx.upstream_span = self.child_span(ctx, "upstream", Kind::Client);
         Ok(Box::new(self.upstream.clone()))
     }
 
@@ -1314,12 +1465,23 @@ impl ProxyHttp for Gateway {
     }
 
     /// Runs once per request, whatever became of it.
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Self::CTX) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
+        if ctx.upstream_span.is_some() {
+            end_upstream_span(ctx, ctx.upstream_status, e.map(|e| e.to_string()));
+        }
+        let trace_id = ctx.trace.as_ref().map(Span::trace_id);
+        if let Some(span) = ctx.trace.take() {
+            end_request_span(span, session, ctx, status);
+        }
         self.shared.metrics.request(ctx.route, status, elapsed);
         if let Some(log) = &self.access_log {
-            log.send(&Self::access_entry(session, ctx, status, elapsed));
+            let entry = Self::access_entry(session, ctx, status, elapsed);
+            log.send(&Entry {
+                trace_id: trace_id.as_deref(),
+                ..entry
+            });
         }
         if let (Some(calls), Some(call), Some(p), 200) =
             (&self.calls, ctx.call.take(), &ctx.principal, status)

@@ -56,11 +56,25 @@ pub fn replace_with<E>(
     // The mode given at creation is narrowed by the umask; set it again, exactly.
     tmp.as_file()
         .set_permissions(Permissions::from_mode(mode))?;
+    keep_owner(path, tmp.as_file());
     fill(tmp.as_file()).map_err(ReplaceError::Fill)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// Gives `tmp` the owner of the file it replaces: root replacing the keys file of a packaged
+/// gateway (`key new --append`) must leave it to the service's user, who alone reads it. Best
+/// effort: only root may give a file away, and anyone else's replacement is theirs anyway.
+fn keep_owner(path: &Path, tmp: &File) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(old), Ok(new)) = (std::fs::metadata(path), tmp.metadata()) else {
+        return;
+    };
+    if (old.uid(), old.gid()) != (new.uid(), new.gid()) {
+        let _ = std::os::unix::fs::fchown(tmp, Some(old.uid()), Some(old.gid()));
+    }
 }
 
 /// The permission bits of `path`, `None` when it does not exist (or cannot be read).

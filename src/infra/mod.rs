@@ -1,5 +1,7 @@
-//! Connections and files shared by the parts: the Redis link and atomic file replacement.
+//! Connections and files shared by the parts: the Redis link, outgoing HTTP's TLS and atomic file
+//! replacement.
 
 pub mod fsutil;
+pub mod http;
 pub mod redis;
 pub mod units;

@@ -77,6 +77,8 @@ pub struct Entry<'a> {
     pub bytes_sent: usize,
     /// A plan in shadow mode would have refused the call: `quota_exceeded` or `rate_limited`.
     pub would_reject: Option<&'static str>,
+    /// The request's trace id (32 hex digits), when tracing is on.
+    pub trace_id: Option<&'a str>,
 }
 
 /// The line's JSON object, field order as documented.
@@ -97,6 +99,8 @@ struct Line<'a> {
     bytes_sent: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     would_reject: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<&'a str>,
 }
 
 fn rfc3339_millis<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -217,6 +221,7 @@ pub fn write_line(out: &mut Vec<u8>, entry: &Entry<'_>) {
         origin: entry.origin.map(|o| client_text(o, MAX_ORIGIN_BYTES)),
         bytes_sent: entry.bytes_sent,
         would_reject: entry.would_reject,
+        trace_id: entry.trace_id,
     };
     let start = out.len();
     // Our own struct of strings and numbers: serialising it into a Vec cannot fail.
@@ -635,6 +640,7 @@ mod tests {
             origin: None,
             bytes_sent: 99,
             would_reject: None,
+            trace_id: None,
         }
     }
 

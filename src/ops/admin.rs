@@ -107,6 +107,7 @@ impl ServeHttp for Admin {
                     quota: self.shared.quota.status(),
                     mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
                     alerts: self.shared.alerts.as_ref().map(|a| a.stats()),
+                    tracing: self.shared.tracing.as_ref().map(|t| t.stats()),
                     downstream: self.downstream.counts(),
                 };
                 (StatusCode::OK, self.shared.metrics.render(&scrape))

@@ -498,6 +498,8 @@ pub struct Scrape {
     pub mx: Option<MxStats>,
     /// `None` when quota alerts are off.
     pub alerts: Option<AlertStats>,
+    /// `None` when tracing is off.
+    pub tracing: Option<crate::ops::trace::TraceStats>,
     pub downstream: DownstreamCounts,
 }
 
@@ -521,6 +523,23 @@ impl Scrape {
         }
         if let Some(alerts) = &self.alerts {
             alert_families(&mut f, alerts);
+        }
+        if let Some(t) = &self.tracing {
+            f.counter(
+                "drg_trace_spans_exported_total",
+                "Spans the collector accepted.",
+                t.exported,
+            );
+            f.counter(
+                "drg_trace_spans_dropped_total",
+                "Spans dropped because the export queue was full (the collector slow or away).",
+                t.dropped,
+            );
+            f.counter(
+                "drg_trace_spans_export_failed_total",
+                "Spans whose export failed after its retries.",
+                t.export_failed,
+            );
         }
         downstream_families(&mut f, &self.downstream);
         client_log_families(&mut f);
@@ -831,6 +850,7 @@ mod tests {
             quota: serde_json::json!({"store": "local"}),
             mx: None,
             alerts: None,
+            tracing: None,
             downstream: DownstreamCounts {
                 open_connections: 0,
                 refused_connections: 0,

@@ -1,4 +1,5 @@
-//! What operators see and steer: the admin listener, metrics, logging, the access log, draining and hand-off, the background-service loop.
+//! What operators see and steer: the admin listener, metrics, logging, the access log, traces,
+//! draining and hand-off, the background-service loop.
 
 pub mod access_log;
 pub mod admin;
@@ -9,3 +10,4 @@ pub mod logging;
 pub mod metrics;
 pub mod periodic;
 pub mod redact;
+pub mod trace;

@@ -186,6 +186,9 @@ const RESERVED: &[&str] = &[
     "x-original-url",
     "x-rewrite-url",
     "expect",
+    // Trace context: ours (tracing on), never a client's.
+    "traceparent",
+    "tracestate",
 ];
 
 /// Headers that describe one connection, not the message (RFC 9110 7.6.1), and the framing the

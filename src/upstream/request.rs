@@ -194,6 +194,7 @@ mod tests {
             assert!(is_reserved_header(&HeaderName::from_static(h)), "{h}");
         }
         assert!(!is_reserved_header(&HeaderName::from_static("accept")));
+        assert!(is_reserved_header(&HeaderName::from_static("traceparent")));
         assert!(parse_proxy("10.0.0.0/8").is_some());
         assert!(parse_proxy("192.0.2.1").is_some());
         assert!(parse_proxy("fd00::/8").is_some());

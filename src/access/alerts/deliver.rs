@@ -19,12 +19,8 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
 /// The HTTP client for the receiver: `timeout` for the whole attempt, no redirects (a signed
 /// alert goes where it was configured to), TLS through the system's OpenSSL and trust store.
 pub fn agent(timeout: Duration) -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder()
-        .provider(ureq::tls::TlsProvider::NativeTls)
-        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-        .build();
     ureq::Agent::config_builder()
-        .tls_config(tls)
+        .tls_config(crate::infra::http::system_tls())
         .timeout_global(Some(timeout))
         .max_redirects(0)
         .http_status_as_error(false)
