@@ -56,6 +56,30 @@ fn create(gw: &Gateway, secret: &str, label: &str) -> Response {
     )
 }
 
+/// The key `id` as `GET /v1/keys` lists it.
+fn listed_item(gw: &Gateway, id: &Value) -> Value {
+    let listed = list(gw, SERVER);
+    listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == *id)
+        .cloned()
+        .unwrap()
+}
+
+/// `POST /v1/keys` with the server key and this body.
+fn post_body(gw: &Gateway, body: &str) -> Response {
+    send(
+        gw,
+        "POST",
+        "/v1/keys",
+        Some(SERVER),
+        &[],
+        Some(body.as_bytes()),
+    )
+}
+
 fn revoke(gw: &Gateway, secret: &str, id: &str) -> Response {
     send(
         gw,
@@ -104,9 +128,11 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
             "key_prefix",
             "label",
             "last_used_at",
-            "origins"
+            "origins",
+            "source"
         ]
     );
+    assert_eq!(server["source"], "operator");
     assert_eq!(server["key_prefix"], &SERVER[..12]);
     assert_eq!(server["origins"], serde_json::json!([]));
     assert!(server["last_used_at"].as_str().is_some(), "{server}");
@@ -126,6 +152,7 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
     assert_eq!(made["key_prefix"], &secret[..12]);
     assert_eq!(made["label"], "CI");
     assert_eq!(made["last_used_at"], Value::Null);
+    assert_eq!(made["source"], "api");
     assert!(made["created_at"].as_str().unwrap().ends_with('Z'));
     assert_eq!(lookup(&gw, &secret), 200, "the new key works at once");
     assert_eq!(
@@ -246,15 +273,7 @@ fn browser_keys_and_hostile_bodies_are_refused_with_json() {
         r.assert_error(status, code);
     }
     let long = format!("{{\"label\":\"{}\"}}", "x".repeat(101));
-    send(
-        &gw,
-        "POST",
-        "/v1/keys",
-        Some(SERVER),
-        &[],
-        Some(long.as_bytes()),
-    )
-    .assert_error(422, "validation_error");
+    post_body(&gw, &long).assert_error(422, "validation_error");
     let huge = format!("{{\"label\":\"{}\"}}", "x".repeat(5_000));
     let r = send(
         &gw,
@@ -308,14 +327,7 @@ fn a_restart_keeps_api_made_keys_and_when_they_were_last_used() {
     let dir = gw.stop();
     let gw = builder().in_dir(dir).start();
     assert_eq!(lookup(&gw, &secret), 200);
-    let listed = list(&gw, SERVER);
-    let item = listed["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == made["id"])
-        .cloned()
-        .unwrap();
+    let item = listed_item(&gw, &made["id"]);
     assert_eq!(item["label"], "kept");
     assert_eq!(item["key_prefix"], made["key_prefix"]);
     assert_eq!(item["created_at"], made["created_at"]);
@@ -323,6 +335,57 @@ fn a_restart_keeps_api_made_keys_and_when_they_were_last_used() {
         item["last_used_at"].as_str().is_some(),
         "saved at the stop: {item}"
     );
+}
+
+#[test]
+fn a_key_made_with_origins_is_a_browser_key_of_those_sites() {
+    let gw = builder().start();
+    let post = |body: &str| post_body(&gw, body);
+    let made = post(r#"{"label":"signup","origins":["https://app.example.com"]}"#);
+    assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
+    let made = made.json();
+    assert_eq!(
+        made["origins"],
+        serde_json::json!(["https://app.example.com"])
+    );
+    let secret = made["key"].as_str().unwrap();
+    let from = |origin: &str| {
+        send(
+            &gw,
+            "GET",
+            LOOKUP,
+            Some(secret),
+            &[("Origin", origin)],
+            None,
+        )
+        .status
+    };
+    assert_eq!(from("https://app.example.com"), 200);
+    assert_eq!(from("https://evil.example"), 403);
+    // A browser key cannot list keys (the project's others), as any browser key.
+    assert_eq!(
+        send(
+            &gw,
+            "GET",
+            "/v1/keys",
+            Some(secret),
+            &[("Origin", "https://app.example.com")],
+            None
+        )
+        .status,
+        403
+    );
+    let item = listed_item(&gw, &made["id"]);
+    assert_eq!(
+        item["origins"],
+        serde_json::json!(["https://app.example.com"])
+    );
+    for bad in [
+        r#"{"origins":"https://app.example.com"}"#,
+        r#"{"origins":["app.example.com/path"]}"#,
+    ] {
+        post(bad).assert_invalid("origin", bad);
+    }
 }
 
 #[test]

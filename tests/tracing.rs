@@ -9,52 +9,17 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
 
-/// The receiver's Python: a venv under target/ with the pinned decoder, made on first use.
+/// The receiver's Python: a venv under target/ with the pinned decoder.
 fn python() -> PathBuf {
-    static MADE: Mutex<bool> = Mutex::new(false);
-    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/otlp-venv");
-    let python = venv.join("bin/python");
-    let ready = |p: &PathBuf| {
-        Command::new(p)
-            .args([
-                "-c",
-                "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
-            ])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !*made && !ready(&python) {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .unwrap()
-            .success();
-        assert!(
-            ok,
-            "python3 -m venv failed (scripts/test installs python3-venv)"
-        );
-        let ok = Command::new(venv.join("bin/pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "opentelemetry-proto==1.45.2",
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "pip install opentelemetry-proto failed");
-        assert!(ready(&python));
-    }
-    *made = true;
-    python
+    python_venv(
+        "otlp-venv",
+        &["opentelemetry-proto==1.45.2"],
+        "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+    )
 }
 
 /// The receiver process; killed on drop.

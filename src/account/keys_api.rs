@@ -55,6 +55,8 @@ pub struct KeyItem<'a> {
     pub created_at: Option<&'a str>,
     pub last_used_at: Option<String>,
     pub origins: &'a [String],
+    /// `operator` (the keys file: revoked by editing it) or `api` (made through `/v1/keys`).
+    pub source: &'static str,
 }
 
 impl<'a> KeyItem<'a> {
@@ -66,6 +68,10 @@ impl<'a> KeyItem<'a> {
             created_at: k.created_at.as_deref(),
             last_used_at: k.last_used_at().and_then(rfc3339),
             origins: &k.origin_list,
+            source: match k.source {
+                KeyOrigin::Operator => "operator",
+                KeyOrigin::Api => "api",
+            },
         }
     }
 }
@@ -140,7 +146,72 @@ impl Refused {
     }
 }
 
-/// What `POST /v1/keys` may send: an object with an optional `label`.
+/// Origins a new key may name at most.
+pub const MAX_NEW_ORIGINS: usize = 20;
+
+/// What `POST /v1/keys` asks for.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct NewKey {
+    label: Option<String>,
+    /// Empty: a server key; else a browser key for these origin patterns (as written).
+    origins: Vec<String>,
+}
+
+/// What `POST /v1/keys` may send: an object with an optional `label` and optional `origins`.
+fn parse_new_key(body: &[u8]) -> Result<NewKey, Answer> {
+    let label = parse_label(body)?;
+    let origins = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(map)) => parse_origins(map.get("origins"))?,
+        // An empty body (no label either), checked by `parse_label`.
+        _ => Vec::new(),
+    };
+    Ok(NewKey { label, origins })
+}
+
+/// A `422 validation_error` saying what is wrong with the body.
+fn invalid(detail: String) -> Answer {
+    error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_error",
+        "The request is not valid.",
+        Some(&detail),
+    )
+}
+
+/// `origins`: absent, null or a list of up to [`MAX_NEW_ORIGINS`] origin patterns
+/// (`scheme://host[:port]`, host may start with `*.`), each checked as the keys file's are.
+fn parse_origins(value: Option<&serde_json::Value>) -> Result<Vec<String>, Answer> {
+    let list = match value {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Array(list)) => list,
+        Some(_) => return Err(invalid("origins must be a list of strings".into())),
+    };
+    if list.len() > MAX_NEW_ORIGINS {
+        return Err(invalid(format!(
+            "origins has {} entries, at most {MAX_NEW_ORIGINS}",
+            list.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for item in list {
+        let serde_json::Value::String(s) = item else {
+            return Err(invalid("origins must be a list of strings".into()));
+        };
+        if crate::access::origin::OriginPattern::parse(s).is_err() {
+            return Err(invalid(format!(
+                "origin {:?} is not scheme://host[:port] (host may start with *.)",
+                s.chars().take(100).collect::<String>()
+            )));
+        }
+        let s = s.trim().to_owned();
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// The `label` of a `POST /v1/keys` body (the body must be a JSON object, or empty).
 fn parse_label(body: &[u8]) -> Result<Option<String>, Answer> {
     let bad = |detail: &str| {
         error(
@@ -157,14 +228,6 @@ fn parse_label(body: &[u8]) -> Result<Option<String>, Answer> {
         serde_json::from_slice(body).map_err(|e| bad(&format!("not JSON: {e}")))?;
     let serde_json::Value::Object(map) = value else {
         return Err(bad("not a JSON object"));
-    };
-    let invalid = |detail: String| {
-        error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_error",
-            "The request is not valid.",
-            Some(&detail),
-        )
     };
     match map.get("label") {
         None | Some(serde_json::Value::Null) => Ok(None),
@@ -230,8 +293,8 @@ impl KeysApi {
 
     /// `POST /v1/keys`: a new key in the caller's project, its secret in this answer only.
     pub async fn create(self: &Arc<Self>, caller: Arc<KeyEntry>, body: Bytes) -> Answer {
-        let label = match parse_label(&body) {
-            Ok(l) => l,
+        let new = match parse_new_key(&body) {
+            Ok(new) => new,
             Err(a) => return a,
         };
         let secret = match generate_secret() {
@@ -240,7 +303,7 @@ impl KeysApi {
         };
         let api = self.clone();
         let made = tokio::task::spawn_blocking(move || {
-            api.create_blocking(&caller, label, &secret)
+            api.create_blocking(&caller, new, &secret)
                 .map(|k| (k, secret))
         })
         .await;
@@ -253,14 +316,14 @@ impl KeysApi {
                     item: KeyItem<'a>,
                     key: &'a str,
                 }
-                let origins = Vec::new();
                 let item = KeyItem {
                     id: &key.id,
                     label: key.label.as_deref(),
                     key_prefix: Some(&key.prefix),
                     created_at: Some(&key.created_at),
                     last_used_at: None,
-                    origins: &origins,
+                    origins: &key.origins,
+                    source: "api",
                 };
                 Answer::json(StatusCode::CREATED, &Created { item, key: &secret })
             }
@@ -272,9 +335,10 @@ impl KeysApi {
     fn create_blocking(
         &self,
         caller: &KeyEntry,
-        label: Option<String>,
+        new: NewKey,
         secret: &str,
     ) -> Result<ManagedKey, Refused> {
+        let NewKey { label, origins } = new;
         let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
             let current = self.keys.load();
@@ -315,7 +379,7 @@ impl KeysApi {
                 prefix: key_prefix(secret).to_owned(),
                 created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 last_used: None,
-                origins: Vec::new(),
+                origins,
             };
             file.keys.push(key.clone());
             Ok((true, key))
@@ -432,6 +496,39 @@ fn new_id() -> Result<String, getrandom::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_are_checked_as_the_keys_files_are() {
+        let ok = parse_new_key(
+            br#"{"label":"web","origins":["https://app.example.com"," https://*.example.org ","https://app.example.com"]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.label.as_deref(), Some("web"));
+        assert_eq!(
+            ok.origins,
+            ["https://app.example.com", "https://*.example.org"],
+            "trimmed, once each"
+        );
+        assert_eq!(parse_new_key(b"").unwrap(), NewKey::default());
+        for body in [
+            &br#"{"origins":"https://a.example"}"#[..],
+            br#"{"origins":[5]}"#,
+            br#"{"origins":["not an origin"]}"#,
+            br#"{"origins":["https://a.example/path"]}"#,
+        ] {
+            assert_eq!(
+                parse_new_key(body).unwrap_err().status,
+                422,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let many: Vec<String> = (0..=MAX_NEW_ORIGINS)
+            .map(|i| format!("\"https://a{i}.example\""))
+            .collect();
+        let body = format!(r#"{{"origins":[{}]}}"#, many.join(","));
+        assert_eq!(parse_new_key(body.as_bytes()).unwrap_err().status, 422);
+    }
 
     #[test]
     fn labels_are_bounded_and_bodies_must_be_json_objects() {

@@ -237,6 +237,7 @@ impl Gateway {
                 None => ApiError::Internal("no OpenAPI document".into()).into(),
             }),
             Route::Preflight => Some(preflight(session)),
+            Route::Dashboard(asset) => Some(crate::edge::dashboard::answer(asset)),
             Route::Usage => Some(self.usage(ctx)),
             Route::Logs { cursor, limit } => Some(self.logs(ctx, cursor.as_deref(), limit).await),
             Route::Stats => Some(self.stats(ctx).await),
@@ -383,7 +384,7 @@ impl Gateway {
     ) -> Result<(), Answer> {
         if matches!(
             route,
-            Route::Health | Route::Ready | Route::Preflight | Route::OpenApi
+            Route::Health | Route::Ready | Route::Preflight | Route::OpenApi | Route::Dashboard(_)
         ) {
             return Ok(());
         }
@@ -1158,6 +1159,7 @@ fn span_name(route: RouteClass) -> &'static str {
         RouteClass::Preflight => "OPTIONS /v1/*",
         RouteClass::Health => "GET /healthz",
         RouteClass::Ready => "GET /readyz",
+        RouteClass::Dashboard => "GET /dashboard",
         RouteClass::NotFound => "not found",
         RouteClass::Other => "other",
     }

@@ -44,7 +44,12 @@ fn header_of(
             .map_err(too_many)?;
     }
     for (name, value) in headers {
-        map.try_append(name, value).map_err(too_many)?;
+        // An answer naming its own type (the dashboard's files) replaces the JSON default.
+        if name == CONTENT_TYPE {
+            map.try_insert(name, value).map_err(too_many)?;
+        } else {
+            map.try_append(name, value).map_err(too_many)?;
+        }
     }
     let (mut parts, ()) = http::Response::new(()).into_parts();
     parts.status = status;

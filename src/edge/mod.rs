@@ -1,6 +1,8 @@
-//! The listener's side: the Pingora glue, routes, framing, connection limits, local answers, TLS and the OpenAPI document.
+//! The listener's side: the Pingora glue, routes, framing, connection limits, local answers, TLS,
+//! the OpenAPI document and the browser dashboard's files.
 
 pub mod config;
+pub mod dashboard;
 pub mod downstream;
 pub mod framing;
 pub mod gateway;

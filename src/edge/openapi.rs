@@ -51,6 +51,8 @@ mod tests {
             Route::Ready => Some("/readyz"),
             // Not a path of its own: the `options` operation of every /v1/ path.
             Route::Preflight => None,
+            // Pages for people, not operations of the API (docs/operations.md, "Dashboard").
+            Route::Dashboard(_) => None,
         }
     }
 

@@ -41,6 +41,8 @@ pub enum Route<'a> {
     Health,
     /// `GET /readyz`
     Ready,
+    /// `GET /dashboard[/app.js|/app.css]`: the browser dashboard's files, no key, not counted.
+    Dashboard(crate::edge::dashboard::Asset),
 }
 
 /// What a `/v1/keys` request asks for.
@@ -146,7 +148,10 @@ pub fn route<'a>(
             "/v1/openapi.json" => Route::OpenApi,
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
-            _ => return Err(RouteError::NotFound),
+            _ => match crate::edge::dashboard::Asset::at(path) {
+                Some(asset) => Route::Dashboard(asset),
+                None => return Err(RouteError::NotFound),
+            },
         }
     };
     let api = path.starts_with("/v1/");
@@ -249,6 +254,7 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
         Ok(Route::Preflight) => RouteClass::Preflight,
         Ok(Route::Health) => RouteClass::Health,
         Ok(Route::Ready) => RouteClass::Ready,
+        Ok(Route::Dashboard(_)) => RouteClass::Dashboard,
         Err(RouteError::NotFound) => RouteClass::NotFound,
         Err(RouteError::MethodNotAllowed { .. }) => RouteClass::Other,
     }

@@ -48,6 +48,8 @@ pub enum RouteClass {
     Preflight,
     Health,
     Ready,
+    /// The dashboard's files.
+    Dashboard,
     NotFound,
     /// Refused before routing (framing), a method a route does not allow, or never routed.
     #[default]
@@ -55,7 +57,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 13] = [
+    pub const ALL: [RouteClass; 14] = [
         RouteClass::Domain,
         RouteClass::TopDomains,
         RouteClass::Check,
@@ -67,6 +69,7 @@ impl RouteClass {
         RouteClass::Preflight,
         RouteClass::Health,
         RouteClass::Ready,
+        RouteClass::Dashboard,
         RouteClass::NotFound,
         RouteClass::Other,
     ];
@@ -84,6 +87,7 @@ impl RouteClass {
             RouteClass::Preflight => "preflight",
             RouteClass::Health => "health",
             RouteClass::Ready => "ready",
+            RouteClass::Dashboard => "dashboard",
             RouteClass::NotFound => "not_found",
             RouteClass::Other => "other",
         }
@@ -183,8 +187,8 @@ pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
     /// `[route][status slot]`, each filled on the first request with that status.
-    request_counts: [Box<[OnceLock<IntCounter>]>; 13],
-    request_durations: [Histogram; 13],
+    request_counts: [Box<[OnceLock<IntCounter>]>; 14],
+    request_durations: [Histogram; 14],
     denials: [IntCounter; 4],
     /// Shadow-mode calls a limit would have refused: `[month, rate]`.
     would_reject: [IntCounter; 2],

@@ -1058,3 +1058,39 @@ impl Gateway {
         }
     }
 }
+
+/// A Python under `target/<name>` with `packages` (pinned `pkg==version`) installed from PyPI,
+/// made on first use and reused; a failure to make it fails the test (never a skip).
+pub fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(name);
+    let python = venv.join("bin/python");
+    let ready = || {
+        std::process::Command::new(&python)
+            .args(["-c", probe])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready() {
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(
+            made.success(),
+            "python3 -m venv failed (scripts/test installs python3-venv)"
+        );
+        let installed = std::process::Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(packages)
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install {packages:?} failed");
+        assert!(ready(), "{probe} fails in {}", venv.display());
+    }
+    python
+}

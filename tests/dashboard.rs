@@ -1,0 +1,136 @@
+//! The browser dashboard against the real binary, in a real headless Chromium (Debian's
+//! `chromium` and `chromium-driver`, Selenium from PyPI pointed at /usr/bin/chromedriver):
+//! tests/dashboard/browser.py signs in, checks each panel against the API's own answers, pages
+//! through calls, makes and revokes a key, looks a domain up, and takes the screenshots. Here:
+//! the set-up, what the page's files are served with, and what the page cost the month.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const SERVER: &str = "drg_dash_server_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const BROWSER: &str = "drg_dash_browser_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn selenium() -> PathBuf {
+    python_venv("selenium-venv", &["selenium==4.45.0"], "import selenium")
+}
+
+#[test]
+fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
+    for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} is missing: scripts/test installs Debian's chromium and chromium-driver"
+        );
+    }
+    let origins = domain_risk_gateway::access::keys::EntryExtras {
+        project: Some("acme"),
+        ..Default::default()
+    };
+    let gw = Gateway::builder()
+        .plan("pro", 100)
+        .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
+        .key_in_project("server", SERVER, "pro", "acme")
+        .key_entry(&domain_risk_gateway::access::keys::key_entry_yaml_with(
+            "web",
+            BROWSER,
+            "pro",
+            &["https://app.example.com".to_owned()],
+            &origins,
+        ))
+        .start();
+    // 25 lookups (a page of 20 and one more), some of them flagged.
+    let mut c = gw.conn_as(Some(SERVER));
+    for i in 0..25 {
+        let domain = if i % 5 == 0 {
+            "throwaway.example".to_owned()
+        } else {
+            format!("site{i}.example.org")
+        };
+        let r = c.get(&format!("/v1/public/domain/{domain}")).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    wait_until(Duration::from_secs(5), || {
+        let r = c.get("/v1/logs?limit=100").unwrap();
+        r.json()["items"].as_array().map_or(0, Vec::len) == 25
+    });
+
+    // The files need no key and cost nothing.
+    let month = |c: &mut Conn| c.get("/v1/usage").unwrap().json()["month_count"].as_u64();
+    let before = month(&mut c);
+    let mut anon = gw.conn_as(None);
+    for (path, kind) in [
+        ("/dashboard", "text/html"),
+        ("/dashboard/app.js", "text/javascript"),
+        ("/dashboard/app.css", "text/css"),
+    ] {
+        let r = anon.get(path).unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            r.header("content-type").unwrap().starts_with(kind),
+            "{path}"
+        );
+        let csp = r.header("content-security-policy").unwrap();
+        assert!(
+            csp.contains("default-src 'self'") && !csp.contains("unsafe"),
+            "{csp}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"));
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"));
+        assert_eq!(r.header("cache-control"), Some("no-cache"));
+    }
+    assert_eq!(month(&mut c), before, "the page's files are not counted");
+
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    let out = Command::new(selenium())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/dashboard/browser.py"))
+        .arg(format!("http://{}", gw.addr))
+        .args([SERVER, BROWSER])
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "browser test failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(
+        out.stdout
+            .split(|b| *b == b'\n')
+            .rfind(|l| l.starts_with(b"{"))
+            .unwrap(),
+    )
+    .unwrap();
+    // Counted: one top-domains call per opening of the dashboard (two), its two lookups, and the
+    // script's own top-domains call; usage, stats, logs and keys are not counted.
+    let spent = report["month_count_after"].as_u64().unwrap()
+        - report["month_count_before"].as_u64().unwrap();
+    assert_eq!(spent, 5, "{report}");
+    let panels = ["usage", "chart", "calls", "keys", "lookup", "top"];
+    let names = [
+        "dashboard-desktop",
+        "dashboard-mobile",
+        "sign-in-browser-key",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(
+        panels
+            .iter()
+            .flat_map(|p| ["desktop", "mobile"].map(|w| format!("panel-{p}-{w}"))),
+    );
+    for name in names {
+        let png = shots.join(format!("{name}.png"));
+        assert!(
+            std::fs::metadata(&png).is_ok_and(|m| m.len() > 1_000),
+            "{}",
+            png.display()
+        );
+    }
+}
