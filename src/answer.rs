@@ -60,6 +60,10 @@ pub enum ApiError {
         allow: &'static str,
     },
     Validation(String),
+    /// A request body larger than the route accepts (`413`).
+    PayloadTooLarge(String),
+    /// A request body in a media type the route does not take (`415`).
+    UnsupportedMediaType(String),
     /// No key, or (`invalid_token`) a malformed, unknown or disabled one.
     Unauthorized {
         invalid_token: bool,
@@ -81,6 +85,8 @@ pub enum ApiError {
     QuotaExceeded {
         reset_at: String,
         retry_after: i64,
+        /// A batch: the calls left this month, and the detail naming the batch's size.
+        batch: Option<(u64, String)>,
     },
     /// The shared quota store is down and the policy is `fail_closed`.
     QuotaUnavailable,
@@ -98,6 +104,8 @@ struct ErrorBody<'a> {
     detail: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reset_at: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<u64>,
 }
 
 impl ApiError {
@@ -107,6 +115,8 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => StatusCode::FORBIDDEN,
             ApiError::QuotaExceeded { .. }
@@ -126,6 +136,8 @@ impl ApiError {
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Validation(_) => "validation_error",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unauthorized { .. } => "unauthorized",
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
@@ -143,6 +155,10 @@ impl ApiError {
             ApiError::NotFound => "No such route.",
             ApiError::MethodNotAllowed { .. } => "This route does not accept that method.",
             ApiError::Validation(_) => "The request is not valid.",
+            ApiError::PayloadTooLarge(_) => "The request body is larger than this route accepts.",
+            ApiError::UnsupportedMediaType(_) => {
+                "The request body must be JSON: send Content-Type: application/json."
+            }
             ApiError::Unauthorized { .. } => {
                 "A valid API key is required: send Authorization: Bearer <key>."
             }
@@ -200,6 +216,13 @@ impl ApiError {
                 ApiError::QuotaExceeded { reset_at, .. } => Some(reset_at),
                 _ => None,
             },
+            remaining: match self {
+                ApiError::QuotaExceeded {
+                    batch: Some((remaining, _)),
+                    ..
+                } => Some(*remaining),
+                _ => None,
+            },
         };
         // An ErrorBody of string fields always serialises.
         serde_json::to_vec(&body).unwrap_or_default()
@@ -209,10 +232,16 @@ impl ApiError {
         match self {
             ApiError::BadRequest(d)
             | ApiError::Validation(d)
+            | ApiError::PayloadTooLarge(d)
+            | ApiError::UnsupportedMediaType(d)
             | ApiError::Forbidden(d)
             | ApiError::UpstreamUnavailable(d)
             | ApiError::UpstreamTimeout(d) => Some(d),
             ApiError::ServerKeyOnly(route) => Some(route),
+            ApiError::QuotaExceeded {
+                batch: Some((_, detail)),
+                ..
+            } => Some(detail),
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
             | ApiError::RateLimited { .. }
@@ -284,6 +313,7 @@ mod tests {
         let a: Answer = ApiError::QuotaExceeded {
             reset_at: "2026-12-01T00:00:00Z".into(),
             retry_after: 60,
+            batch: None,
         }
         .into();
         assert_eq!(a.headers, [(RETRY_AFTER, HeaderValue::from(60))]);

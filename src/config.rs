@@ -17,7 +17,7 @@ use crate::access::quota::config::QuotaConfig;
 use crate::account::config::KeysApiConfig;
 use crate::data::config::{DataConfig, ReloadConfig};
 use crate::domain::Scores;
-use crate::edge::config::{LimitsConfig, TlsConfig};
+use crate::edge::config::{BatchConfig, LimitsConfig, TlsConfig};
 use crate::infra::units::secs;
 use crate::mx::config::MxConfig;
 use crate::ops::config::{AccessLogConfig, AdminConfig};
@@ -85,6 +85,8 @@ pub struct GatewayConfig {
     pub tls: Option<TlsConfig>,
     /// OpenTelemetry traces (OTLP/HTTP); off unless an endpoint is set.
     pub tracing: crate::ops::trace::config::TracingConfig,
+    /// `POST /v1/public/domains`: lookups in batches.
+    pub batch: BatchConfig,
 }
 
 impl Default for GatewayConfig {
@@ -109,6 +111,7 @@ impl Default for GatewayConfig {
             top_domains: crate::flags::TopDomainsConfig::default(),
             tls: None,
             tracing: Default::default(),
+            batch: BatchConfig::default(),
         }
     }
 }
@@ -508,6 +511,7 @@ impl GatewayConfig {
         out.extend(self.tracing.problems());
         out.extend(self.data.source_problems());
         out.extend(self.keys_api.problems());
+        out.extend(self.batch.problems());
         if secs(self.drain) > 300 {
             out.push(format!(
                 "gateway.drain_seconds: {} is outside 0..=300",

@@ -283,7 +283,7 @@ fn browser_keys_and_hostile_bodies_are_refused_with_json() {
         &[],
         Some(huge.as_bytes()),
     );
-    let detail = r.assert_error(400, "bad_request");
+    let detail = r.assert_error(413, "payload_too_large");
     assert!(
         detail.as_str().unwrap().contains("larger than 4096"),
         "{detail}"

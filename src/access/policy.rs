@@ -53,10 +53,21 @@ pub struct Admission {
 /// month. In shadow mode nothing is refused, and the month counts every call served (the count
 /// stays exact; the plan's limit is compared here).
 pub async fn admit(store: &dyn QuotaStore, key: &KeyEntry, now: DateTime<Utc>) -> Admission {
+    admit_n(store, key, 1, now).await
+}
+
+/// [`admit`] for `calls` calls at once (a batch of lookups): each is one call, and the batch is
+/// taken whole or refused whole, in the rate as in the month.
+pub async fn admit_n(
+    store: &dyn QuotaStore,
+    key: &KeyEntry,
+    calls: u64,
+    now: DateTime<Utc>,
+) -> Admission {
     let shadow = key.mode == PlanMode::Shadow;
     let mut out = Admission::default();
     if let Some(rate) = key.rate {
-        let standing = match store.take_rate(&key.project, rate).await {
+        let standing = match store.take_rate_n(&key.project, rate, calls).await {
             Ok(standing) => standing,
             Err(_) => return refused(out, Refusal::Unavailable),
         };
@@ -74,7 +85,7 @@ pub async fn admit(store: &dyn QuotaStore, key: &KeyEntry, now: DateTime<Utc>) -
     } else {
         key.monthly_limit
     };
-    match store.consume(&key.project, limit, now).await {
+    match store.consume_n(&key.project, limit, calls, now).await {
         Ok(Consumed::Allowed(usage)) => {
             let usage = Usage {
                 limit: key.monthly_limit,
@@ -168,6 +179,34 @@ mod tests {
         assert_eq!(a.would_reject, Some(Limit::Month));
         let usage = a.usage.unwrap();
         assert_eq!((usage.used, usage.limit, usage.remaining()), (5, 2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_taken_whole_or_refused_whole() {
+        let store = LocalStore::in_memory();
+        let k = key(10, None, PlanMode::Enforce);
+        let a = admit_n(&store, &k, 7, now()).await;
+        assert_eq!(a.refusal, None);
+        assert_eq!(a.usage.map(|u| u.used), Some(7));
+        let over = admit_n(&store, &k, 4, now()).await;
+        assert_eq!(over.refusal, Some(Refusal::Month));
+        assert_eq!(over.usage.map(|u| u.remaining()), Some(3));
+        let fits = admit_n(&store, &k, 3, now()).await;
+        assert_eq!(fits.refusal, None);
+        assert_eq!(store.usage("proj", 10, now()).await.unwrap().used, 10);
+        // The rate: a batch takes its calls from the burst, all or none.
+        let rate = RateConfig {
+            per_second: 1,
+            burst: 5,
+        };
+        let k = key(1_000, Some(rate), PlanMode::Enforce);
+        assert_eq!(admit_n(&store, &k, 4, now()).await.refusal, None);
+        let over = admit_n(&store, &k, 2, now()).await;
+        assert!(
+            matches!(over.refusal, Some(Refusal::Rate { .. })),
+            "{over:?}"
+        );
+        assert_eq!(over.usage, None, "the month was not asked");
     }
 
     #[tokio::test]

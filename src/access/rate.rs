@@ -66,16 +66,29 @@ impl RateDecision {
 /// GCRA for one key: `tat` is the theoretical arrival time of the next conforming call, in
 /// nanoseconds since an origin. Pure: returns the decision and the new `tat`.
 pub fn gcra(tat: u64, now: u64, interval: u64, burst: u32) -> (RateDecision, u64) {
-    // Up to `burst` calls may arrive at once: a call conforms while `tat` is at most
-    // `(burst - 1) * interval` ahead of now.
-    let tolerance = interval.saturating_mul(u64::from(burst.max(1)) - 1);
+    gcra_n(tat, now, interval, burst, 1)
+}
+
+/// GCRA for `calls` calls at once (a batch): they conform when the first `min(calls, burst)` of
+/// them would, one after another, and all of them are taken. A batch larger than the burst so
+/// needs a whole burst and leaves the key that much in debt: the average rate still holds, and no
+/// batch size is refused for ever. `calls` 0 counts as 1.
+pub fn gcra_n(tat: u64, now: u64, interval: u64, burst: u32, calls: u64) -> (RateDecision, u64) {
+    let burst = u64::from(burst.max(1));
+    let need = calls.clamp(1, burst);
+    // The last of `need` calls conforms while `tat` is at most `(burst - need) * interval`
+    // ahead of now; for one call, `(burst - 1) * interval`.
+    let tolerance = interval.saturating_mul(burst - need);
     let tat = tat.max(now);
     let allow_at = tat.saturating_sub(tolerance);
     if allow_at > now {
         let retry_after = Duration::from_nanos(allow_at - now);
         return (RateDecision::Limited { retry_after }, tat);
     }
-    (RateDecision::Allowed, tat.saturating_add(interval))
+    (
+        RateDecision::Allowed,
+        tat.saturating_add(interval.saturating_mul(calls.max(1))),
+    )
 }
 
 /// Where a rate stands after one check: the decision, and what the `RateLimit` header says.
@@ -137,6 +150,12 @@ impl Default for Limiter {
 impl Limiter {
     /// Checks (and, when allowed, takes) one call for `key` at `rate`.
     pub fn check(&self, key: &Arc<str>, rate: RateConfig) -> RateStanding {
+        self.check_n(key, rate, 1)
+    }
+
+    /// Checks (and, when allowed, takes) `calls` calls for `key` at `rate`, all or none
+    /// ([`gcra_n`]).
+    pub fn check_n(&self, key: &Arc<str>, rate: RateConfig, calls: u64) -> RateStanding {
         let Some(interval) = interval_nanos(rate) else {
             return RateStanding::from_ahead(RateDecision::Allowed, 0, 1, rate.burst);
         };
@@ -149,7 +168,7 @@ impl Limiter {
             tats.retain(|_, tat| *tat > now);
         }
         let tat = tats.get(key).copied().unwrap_or(0);
-        let (decision, next) = gcra(tat, now, interval, burst);
+        let (decision, next) = gcra_n(tat, now, interval, burst, calls);
         if decision == RateDecision::Allowed {
             match tats.get_mut(key) {
                 Some(t) => *t = next,
@@ -275,6 +294,37 @@ mod tests {
         // Pure arithmetic: one interval ahead of a burst of 3 leaves 2.
         let s = RateStanding::from_ahead(RateDecision::Allowed, SECOND, SECOND, 3);
         assert_eq!((s.remaining, s.reset_secs()), (2, 1));
+    }
+
+    #[test]
+    fn a_batch_takes_its_calls_at_once_or_none() {
+        let interval = SECOND;
+        // Burst 5: a batch of 3 fits a full bucket, leaving 2; a second batch of 3 does not
+        // fit, and takes nothing.
+        let (a, tat) = gcra_n(0, 0, interval, 5, 3);
+        assert_eq!(a, RateDecision::Allowed);
+        assert_eq!(tat, 3 * SECOND);
+        let (b, same) = gcra_n(tat, 0, interval, 5, 3);
+        assert_eq!(
+            b,
+            RateDecision::Limited {
+                retry_after: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(same, tat);
+        // A batch larger than the burst needs a full bucket, then owes the rest.
+        let (c, debt) = gcra_n(0, 0, interval, 5, 50);
+        assert_eq!(c, RateDecision::Allowed);
+        assert_eq!(debt, 50 * SECOND);
+        let (d, _) = gcra_n(debt, 10 * SECOND, interval, 5, 1);
+        assert_eq!(
+            d,
+            RateDecision::Limited {
+                retry_after: Duration::from_secs(36)
+            }
+        );
+        // One call is the plain GCRA.
+        assert_eq!(gcra_n(7, 3, interval, 2, 1), gcra(7, 3, interval, 2));
     }
 
     #[test]

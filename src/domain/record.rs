@@ -76,8 +76,14 @@ impl RiskRecord<'_> {
     pub fn to_json(&self) -> Vec<u8> {
         let label = self.mx_provider_label.map_or(0, str::len);
         let mut out = Vec::with_capacity(136 + self.domain.len() + label);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// [`RiskRecord::to_json`] appended to `out` (a batch writes its records into one body).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"domain\":");
-        json_str(&mut out, self.domain);
+        json_str(out, self.domain);
         out.extend_from_slice(b",\"risk_score\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.risk_score).as_bytes());
         out.extend_from_slice(b",\"reason\":\"");
@@ -88,11 +94,10 @@ impl RiskRecord<'_> {
         out.extend_from_slice(json_bool(self.is_corporate_email));
         out.extend_from_slice(b",\"mx_provider_label\":");
         match self.mx_provider_label {
-            Some(label) => json_str(&mut out, label),
+            Some(label) => json_str(out, label),
             None => out.extend_from_slice(b"null"),
         }
         out.push(b'}');
-        out
     }
 }
 

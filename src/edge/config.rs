@@ -94,3 +94,45 @@ impl LimitsConfig {
         out
     }
 }
+
+/// `POST /v1/public/domains`: many lookups in one request (see docs/batch.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BatchConfig {
+    /// Off: the route answers 404.
+    pub enabled: bool,
+    /// Names one request may carry (1 to 10000); more: `422`.
+    pub max_names: usize,
+    /// Largest request body, in bytes (1024 to 1048576); larger: `413`. The body is read
+    /// within `gateway.limits.header_timeout_ms`.
+    pub max_body_bytes: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            enabled: true,
+            max_names: 1_000,
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl BatchConfig {
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(1..=10_000).contains(&self.max_names) {
+            out.push(format!(
+                "gateway.batch.max_names: {} is outside 1..=10000",
+                self.max_names
+            ));
+        }
+        if !(1_024..=1_048_576).contains(&self.max_body_bytes) {
+            out.push(format!(
+                "gateway.batch.max_body_bytes: {} is outside 1024..=1048576",
+                self.max_body_bytes
+            ));
+        }
+        out
+    }
+}

@@ -25,7 +25,6 @@ use pingora::proxy::FailToProxy;
 use pingora::server::configuration::ServerConf;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
-use serde::Serialize;
 
 use crate::access::keys::KeyEntry;
 use crate::access::policy::{Limit, Refusal};
@@ -36,15 +35,9 @@ use crate::account::calls::{Call, Calls, Verdict};
 use crate::account::keys_api::KeysOp;
 use crate::answer::{Answer, ApiError};
 use crate::config::GatewayConfig;
-use crate::domain::classify::{classify_match, wants_mx};
-use crate::domain::evidence::Evidence;
-use crate::domain::mail::MxEvidence;
-use crate::domain::neighbourhood::Finding;
 use crate::domain::target::screen_target;
-use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::http::write;
 use crate::edge::route::{route, KeysCall, Route, RouteError};
-use crate::mx::neighbourhood::Neighbourhood;
 use crate::ops::access_log::{AccessLog, Entry};
 use crate::ops::lifecycle::Phase;
 use crate::ops::metrics::{Denial, RouteClass, UpstreamError};
@@ -52,6 +45,8 @@ use crate::ops::trace::{Kind, Span};
 use crate::state::Shared;
 use crate::upstream::config::UpstreamConfig;
 use crate::upstream::request::{UpstreamPolicy, X_REQUEST_ID};
+
+mod lookup;
 
 // Header names and fixed values as constants: built at compile time, never per answer.
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -99,6 +94,8 @@ pub struct Gateway {
     h2_body_wait: Duration,
     /// Per key, the account routes' rate (`gateway.access.account_rate`).
     account_rate: crate::access::rate::KeyedLimiter,
+    /// `POST /v1/public/domains` (`gateway.batch`).
+    batch: crate::edge::config::BatchConfig,
 }
 
 /// Per-request state.
@@ -138,6 +135,8 @@ pub struct RequestCtx {
     body_unread: bool,
     /// The call to record for `/v1/logs` and `/v1/stats` once answered (call logs on only).
     call: Option<PendingCall>,
+    /// A batch's calls to record, one per name answered with a record.
+    batch_calls: Vec<PendingCall>,
     /// The `/v1/check` answer's body so far, read for its verdict (bounded; `None` once over
     /// the bound or when not wanted).
     check_body: Option<Vec<u8>>,
@@ -173,6 +172,7 @@ impl Gateway {
             relay: None,
             h2_body_wait: config.limits.header_timeout,
             account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
+            batch: config.batch.clone(),
         }
     }
 
@@ -253,6 +253,7 @@ impl Gateway {
                 Some(self.keys(session, ctx, op).await)
             }
             Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
+            Route::Batch { explain } => Some(self.batch(session, ctx, explain).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
             Route::Check { raw } => match decode(raw)
                 .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
@@ -282,6 +283,8 @@ impl Gateway {
         let path = header.uri.path();
         let body_limit = match &self.keys_api {
             Some(api) if path == crate::edge::route::KEYS_PATH => api.config.max_body_bytes,
+            // Switched off, the route answers 404 (after routing), as `/v1/keys` does.
+            _ if path == crate::edge::route::BATCH_PATH => self.batch.max_body_bytes,
             _ => 0,
         };
         let h2 = header.version == http::Version::HTTP_2;
@@ -310,7 +313,15 @@ impl Gateway {
                 } else if e.leaves_bytes_unread() {
                     session.set_keepalive(None);
                 }
-                return Some(ApiError::BadRequest(e.to_string()).into());
+                return Some(
+                    match e {
+                        crate::edge::framing::FramingError::BodyTooLarge(_) => {
+                            ApiError::PayloadTooLarge(e.to_string())
+                        }
+                        _ => ApiError::BadRequest(e.to_string()),
+                    }
+                    .into(),
+                );
             }
         }
         None
@@ -331,6 +342,9 @@ impl Gateway {
         if matches!(route, Route::Keys(_))
             && !self.keys_api.as_ref().is_some_and(|a| a.config.enabled)
         {
+            return Err(ApiError::NotFound.into());
+        }
+        if matches!(route, Route::Batch { .. }) && !self.batch.enabled {
             return Err(ApiError::NotFound.into());
         }
         // Call logs off: as if the routes did not exist, before any key is checked.
@@ -436,8 +450,25 @@ impl Gateway {
         ) {
             return self.account_call(key, now, ctx).await;
         }
+        if matches!(route, Route::Batch { .. }) {
+            // Counted by its handler, once the body says how many names it holds.
+            return Ok(());
+        }
+        self.admit_calls(key, 1, false, now, ctx).await
+    }
+
+    /// The plan's rate and month for `calls` calls at once (one, or each name of a batch):
+    /// taken whole or refused whole.
+    async fn admit_calls(
+        &self,
+        key: &KeyEntry,
+        calls: u64,
+        batch: bool,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
         let span = self.child_span(ctx, "quota", Kind::Internal);
-        let admission = crate::access::policy::admit(&*self.shared.quota, key, now).await;
+        let admission = crate::access::policy::admit_n(&*self.shared.quota, key, calls, now).await;
         ctx.decision = Some(match admission.refusal {
             None => "allowed",
             Some(Refusal::Rate { .. }) => "rate_limited",
@@ -476,9 +507,18 @@ impl Gateway {
                     month: crate::access::quota::Month::containing(now),
                     now,
                 });
+                let remaining = usage.remaining();
                 Err(ApiError::QuotaExceeded {
                     reset_at: usage.reset_at_iso(),
                     retry_after: usage.seconds_to_reset(),
+                    batch: batch.then(|| {
+                        (
+                            remaining,
+                            format!(
+                                "the batch has {calls} names and {remaining} calls remain this month: nothing was counted"
+                            ),
+                        )
+                    }),
                 }
                 .into())
             }
@@ -547,39 +587,47 @@ impl Gateway {
         match op {
             KeysOp::List => api.list(&caller),
             KeysOp::Create => {
-                let limit = api.config.max_body_bytes;
-                let read = tokio::time::timeout(api.config.body_timeout, async {
-                    let mut body = bytes::BytesMut::new();
-                    while let Some(chunk) = session.read_request_body().await? {
-                        if body.len() + chunk.len() > limit {
-                            return Ok(None);
-                        }
-                        body.extend_from_slice(&chunk);
-                    }
-                    Ok::<_, Box<Error>>(Some(body.freeze()))
-                })
-                .await;
-                let body = match read {
-                    Ok(Ok(Some(body))) => {
-                        ctx.body_unread = false;
-                        body
-                    }
-                    Ok(Ok(None)) => {
-                        return ApiError::BadRequest(format!(
-                            "request body larger than {limit} bytes"
-                        ))
-                        .into()
-                    }
-                    Ok(Err(_)) | Err(_) => {
-                        return ApiError::BadRequest(
-                            "the request body did not arrive in time".into(),
-                        )
-                        .into()
-                    }
-                };
-                api.create(caller, body).await
+                let (limit, wait) = (api.config.max_body_bytes, api.config.body_timeout);
+                match self.read_body(session, ctx, limit, wait).await {
+                    Ok(body) => api.create(caller, body).await,
+                    Err(e) => e.into(),
+                }
             }
             KeysOp::Revoke(id) => api.revoke(caller, id).await,
+        }
+    }
+
+    /// Reads a request body of at most `limit` bytes within `wait` (the routes that take one
+    /// announced its length, checked against `limit` before routing).
+    async fn read_body(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Bytes, ApiError> {
+        let read = tokio::time::timeout(wait, async {
+            let mut body = bytes::BytesMut::new();
+            while let Some(chunk) = session.read_request_body().await? {
+                if body.len() + chunk.len() > limit {
+                    return Ok(None);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, Box<Error>>(Some(body.freeze()))
+        })
+        .await;
+        match read {
+            Ok(Ok(Some(body))) => {
+                ctx.body_unread = false;
+                Ok(body)
+            }
+            Ok(Ok(None)) => Err(ApiError::PayloadTooLarge(format!(
+                "request body larger than {limit} bytes"
+            ))),
+            Ok(Err(_)) | Err(_) => Err(ApiError::BadRequest(
+                "the request body did not arrive in time".into(),
+            )),
         }
     }
 
@@ -590,118 +638,6 @@ impl Gateway {
         };
         let today = self.shared.clock.now().date_naive();
         crate::account::answers::stats(calls, &p.key.project, today).await
-    }
-
-    async fn domain(&self, raw: &str, explain: bool, ctx: &mut RequestCtx) -> Answer {
-        let name = match decode(raw)
-            .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
-        {
-            Ok(name) => name,
-            Err(e) => return e.into(),
-        };
-        let span = self
-            .shared
-            .mx
-            .as_ref()
-            .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
-        let (evidence, finding) = self.mx_inputs(&name).await;
-        drop(span);
-        let table = self.shared.table.load();
-        // A reload during the DNS wait: the answer says which table it came from.
-        ctx.dataset = Some(table.version().header().clone());
-        let verdict = classify_match(
-            &table,
-            &name,
-            table.lookup(&name),
-            evidence.as_deref(),
-            finding,
-        );
-        if let (Some(f), Some(nb)) = (&verdict.neighbourhood, self.neighbourhood()) {
-            nb.count_verdict(f.key_kind);
-        }
-        if let Some(live) = &self.top_live {
-            // The route needs a key, so the principal is there.
-            let project = ctx.principal.as_ref().map_or("", |p| &*p.key.project);
-            live.record(
-                &name,
-                &verdict.record,
-                crate::flags::Basis::of(&verdict),
-                project,
-            );
-        }
-        if self.calls.is_some() {
-            ctx.call = Some(PendingCall {
-                domain: verdict.record.domain.into(),
-                verdict: Some(Verdict {
-                    risk_score: verdict.record.risk_score,
-                    reason: verdict.record.reason,
-                }),
-            });
-        }
-        let suggestion = verdict
-            .did_you_mean
-            .and_then(|p| HeaderValue::from_str(p).ok());
-        let with_suggestion = |answer: Answer| match suggestion.clone() {
-            Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
-            None => answer,
-        };
-        if !explain {
-            return with_suggestion(Answer::raw(
-                StatusCode::OK,
-                Bytes::from(verdict.record.to_json()),
-            ));
-        }
-        #[derive(Serialize)]
-        struct Explained<'a> {
-            #[serde(flatten)]
-            record: &'a RiskRecord<'a>,
-            evidence: Evidence<'a>,
-        }
-        let body = Explained {
-            record: &verdict.record,
-            evidence: crate::domain::evidence::evidence(
-                &table,
-                &name,
-                &verdict,
-                evidence.as_deref(),
-            ),
-        };
-        with_suggestion(Answer::json(StatusCode::OK, &body))
-    }
-
-    fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
-        self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood())
-    }
-
-    /// The MX evidence of `name` (for names the table leaves open) and what the neighbourhood
-    /// index finds for it; a listed name is queued for the index to learn its MX in the
-    /// background. The table guard is not held across the DNS wait.
-    async fn mx_inputs(&self, name: &DomainName) -> (Option<Arc<MxEvidence>>, Option<Finding>) {
-        let Some(mx) = &self.shared.mx else {
-            return (None, None);
-        };
-        let (wants, listed) = {
-            let table = self.shared.table.load();
-            let found = table.lookup(name);
-            (
-                wants_mx(&found),
-                matches!(found.rule, TableRule::Blocklist { .. }),
-            )
-        };
-        let nb = mx.neighbourhood();
-        // Offline, there is nothing to learn: no queueing of names that cannot be resolved.
-        if let (true, Some(nb), false) = (listed, nb, mx.breaker_open()) {
-            nb.consider_listed(name);
-        }
-        if !wants {
-            return (None, None);
-        }
-        let evidence = mx.evidence(name.as_str()).await.0;
-        let finding = match (&*evidence, nb) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.judge(name),
-            _ => None,
-        };
-        (Some(evidence), finding)
     }
 
     fn top_domains(&self, limit: usize) -> Answer {
@@ -1065,10 +1001,15 @@ fn ratelimit_value(usage: &Usage) -> Option<HeaderValue> {
 
 /// The answer to a CORS preflight: any origin may ask; the key decides on the real request.
 fn preflight(session: &Session) -> Answer {
+    let methods = match session.req_header().uri.path() {
+        crate::edge::route::BATCH_PATH => "POST",
+        crate::edge::route::KEYS_PATH => "GET, POST",
+        _ => "GET",
+    };
     let mut answer = Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
         .with_header(
             ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET"),
+            HeaderValue::from_static(methods),
         )
         .with_header(
             ACCESS_CONTROL_ALLOW_HEADERS,
@@ -1149,6 +1090,7 @@ fn end_request_span(span: Span, session: &Session, ctx: &RequestCtx, status: u16
 fn span_name(route: RouteClass) -> &'static str {
     match route {
         RouteClass::Domain => "GET /v1/public/domain/{domain}",
+        RouteClass::Batch => "POST /v1/public/domains",
         RouteClass::TopDomains => "GET /v1/public/top-domains",
         RouteClass::Check => "GET /v1/check/{target}",
         RouteClass::Usage => "GET /v1/usage",
@@ -1284,7 +1226,14 @@ impl ProxyHttp for Gateway {
         match self.handle(session, ctx).await {
             Some(mut answer) => {
                 if ctx.body_unread {
-                    session.set_keepalive(None);
+                    // Refused before its body was read (no key, a wrong media type, ...): on
+                    // HTTP/2 the rest is read and dropped so the client, still sending, gets the
+                    // answer rather than a reset stream; HTTP/1.1 cannot reuse the connection.
+                    if session.req_header().version == http::Version::HTTP_2 {
+                        self.drain_h2_body(session).await;
+                    } else {
+                        session.set_keepalive(None);
+                    }
                 }
                 access_headers(ctx, &mut answer.headers);
                 write(session, answer).await?;
@@ -1485,16 +1434,18 @@ impl ProxyHttp for Gateway {
                 ..entry
             });
         }
-        if let (Some(calls), Some(call), Some(p), 200) =
-            (&self.calls, ctx.call.take(), &ctx.principal, status)
-        {
-            calls.sink.record(Call {
-                project: p.key.project.clone(),
-                retention: crate::account::calls::retention_of(&p.key),
-                email_domain: call.domain,
-                verdict: call.verdict,
-                at: self.shared.clock.now(),
-            });
+        if let (Some(calls), Some(p), 200) = (&self.calls, &ctx.principal, status) {
+            let at = self.shared.clock.now();
+            let retention = crate::account::calls::retention_of(&p.key);
+            for call in ctx.call.take().into_iter().chain(ctx.batch_calls.drain(..)) {
+                calls.sink.record(Call {
+                    project: p.key.project.clone(),
+                    retention,
+                    email_domain: call.domain,
+                    verdict: call.verdict,
+                    at,
+                });
+            }
         }
     }
 

@@ -39,6 +39,7 @@ mod tests {
     fn example_path(r: Route<'_>) -> Option<&'static str> {
         match r {
             Route::Domain { .. } => Some("/v1/public/domain/{domain}"),
+            Route::Batch { .. } => Some("/v1/public/domains"),
             Route::TopDomains { .. } => Some("/v1/public/top-domains"),
             Route::Check { .. } => Some("/v1/check/{email_or_domain}"),
             Route::Usage => Some("/v1/usage"),
@@ -68,18 +69,23 @@ mod tests {
                 .replace("{email_or_domain}", "user@example.com")
                 .replace("{id}", "key_0123");
             let item = &paths[template];
-            // `/v1/keys/{id}` is the one path without a GET.
-            let method = match item["get"].is_object() {
-                true => Method::GET,
-                false => Method::DELETE,
+            // `/v1/keys/{id}` and the batch are the paths without a GET.
+            let method = if item["get"].is_object() {
+                Method::GET
+            } else if item["post"].is_object() {
+                Method::POST
+            } else {
+                Method::DELETE
             };
             let r = route(&method, &concrete, None)
                 .unwrap_or_else(|e| panic!("{template} in the document is not routed: {e:?}"));
             assert_eq!(example_path(r), Some(template.as_str()), "{template}");
             routed.push(template.as_str());
             assert!(
-                item["get"].is_object() || item["delete"].is_object(),
-                "{template} has no get"
+                ["get", "post", "delete"]
+                    .iter()
+                    .any(|m| item[*m].is_object()),
+                "{template} has no operation"
             );
             // Revoking a key needs a server key, which browsers never hold: no preflight.
             if template.starts_with("/v1/") && template != "/v1/keys/{id}" {
@@ -96,6 +102,7 @@ mod tests {
                 raw: "",
                 explain: false,
             },
+            Route::Batch { explain: false },
             Route::TopDomains { limit: 1 },
             Route::Check { raw: "" },
             Route::Usage,

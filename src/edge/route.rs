@@ -16,6 +16,8 @@ use crate::ops::metrics::RouteClass;
 pub enum Route<'a> {
     /// `GET /v1/public/domain/{domain}[?explain=true]`
     Domain { raw: &'a str, explain: bool },
+    /// `POST /v1/public/domains[?explain=true]`: many lookups in one request (a JSON body).
+    Batch { explain: bool },
     /// `GET /v1/public/top-domains[?limit=N]`
     TopDomains { limit: usize },
     /// `GET /v1/check/{email_or_domain}` (proxied)
@@ -97,6 +99,7 @@ pub enum RouteError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryOf {
     Domain,
+    Batch,
     TopDomains,
     Logs,
 }
@@ -110,6 +113,21 @@ pub const MAX_LOGS_LIMIT: usize = 100;
 pub const MAX_CURSOR_LEN: usize = 128;
 
 const DOMAIN_PREFIX: &str = "/v1/public/domain/";
+/// The batch lookup: the one route besides `POST /v1/keys` that takes a body.
+pub const BATCH_PATH: &str = "/v1/public/domains";
+
+/// `/v1/public/domains`: POST (and its preflight) only.
+fn batch_route<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, RouteError> {
+    match *method {
+        Method::POST => Ok(Route::Batch {
+            explain: explain(query, QueryOf::Batch)?,
+        }),
+        Method::OPTIONS => Ok(Route::Preflight),
+        _ => Err(RouteError::MethodNotAllowed {
+            allow: "POST, OPTIONS",
+        }),
+    }
+}
 const CHECK_PREFIX: &str = "/v1/check/";
 
 /// Finds the route of a request.
@@ -123,10 +141,13 @@ pub fn route<'a>(
     {
         return keys_route(method, path);
     }
+    if path == BATCH_PATH {
+        return batch_route(method, query);
+    }
     let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
         Route::Domain {
             raw,
-            explain: method == Method::GET && explain(query)?,
+            explain: method == Method::GET && explain(query, QueryOf::Domain)?,
         }
     } else if let Some(raw) = path.strip_prefix(CHECK_PREFIX) {
         Route::Check { raw }
@@ -180,12 +201,12 @@ fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<'q, str>> {
 
 /// `explain`: `true` or `false` (absent: false); anything else is a bad query, as a bad
 /// `limit` is.
-fn explain(query: Option<&str>) -> Result<bool, RouteError> {
+fn explain(query: Option<&str>, of: QueryOf) -> Result<bool, RouteError> {
     match query_param(query, "explain").as_deref() {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
         Some(other) => Err(RouteError::BadQuery(
-            QueryOf::Domain,
+            of,
             format!("explain must be true or false; got '{other}'"),
         )),
     }
@@ -242,6 +263,7 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
         Ok(Route::Domain { .. }) | Err(RouteError::BadQuery(QueryOf::Domain, _)) => {
             RouteClass::Domain
         }
+        Ok(Route::Batch { .. }) | Err(RouteError::BadQuery(QueryOf::Batch, _)) => RouteClass::Batch,
         Ok(Route::TopDomains { .. }) | Err(RouteError::BadQuery(QueryOf::TopDomains, _)) => {
             RouteClass::TopDomains
         }
@@ -268,6 +290,36 @@ mod tests {
         let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
         let query = query.map(|q| &*Box::leak(q.to_owned().into_boxed_str()));
         route(&Method::GET, path, query)
+    }
+
+    #[test]
+    fn the_batch_route_takes_post_and_its_preflight() {
+        assert_eq!(
+            route(&Method::POST, BATCH_PATH, Some("explain=true")),
+            Ok(Route::Batch { explain: true })
+        );
+        assert_eq!(
+            route(&Method::POST, BATCH_PATH, None),
+            Ok(Route::Batch { explain: false })
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, BATCH_PATH, None),
+            Ok(Route::Preflight)
+        );
+        assert_eq!(
+            route(&Method::GET, BATCH_PATH, None),
+            Err(RouteError::MethodNotAllowed {
+                allow: "POST, OPTIONS"
+            })
+        );
+        let bad = route(&Method::POST, BATCH_PATH, Some("explain=yes"));
+        assert!(matches!(bad, Err(RouteError::BadQuery(QueryOf::Batch, _))));
+        assert_eq!(class_of(&bad), RouteClass::Batch);
+        // The single lookup's prefix does not swallow it, nor it a longer path.
+        assert_eq!(
+            route(&Method::POST, "/v1/public/domains/x", None),
+            Err(RouteError::NotFound)
+        );
     }
 
     #[test]

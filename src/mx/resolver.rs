@@ -319,6 +319,16 @@ impl MxResolver {
         }
     }
 
+    /// How long one request waits for MX evidence (`mx.budget_ms`).
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// Lookups in flight at most (`mx.max_inflight`).
+    pub fn max_inflight(&self) -> usize {
+        self.max_inflight
+    }
+
     /// The MX evidence of `name` (canonical, no trailing dot), within the request budget.
     pub async fn evidence(self: &Arc<Self>, name: &str) -> (Arc<MxEvidence>, CacheState) {
         self.evidence_within(name, self.budget).await

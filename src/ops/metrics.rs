@@ -38,6 +38,8 @@ const STATUS_SLOTS: usize = 501;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RouteClass {
     Domain,
+    /// `POST /v1/public/domains`.
+    Batch,
     TopDomains,
     Check,
     Usage,
@@ -57,8 +59,9 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 14] = [
+    pub const ALL: [RouteClass; 15] = [
         RouteClass::Domain,
+        RouteClass::Batch,
         RouteClass::TopDomains,
         RouteClass::Check,
         RouteClass::Usage,
@@ -77,6 +80,7 @@ impl RouteClass {
     pub fn label(self) -> &'static str {
         match self {
             RouteClass::Domain => "domain",
+            RouteClass::Batch => "batch",
             RouteClass::TopDomains => "top_domains",
             RouteClass::Check => "check",
             RouteClass::Usage => "usage",
@@ -187,8 +191,8 @@ pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
     /// `[route][status slot]`, each filled on the first request with that status.
-    request_counts: [Box<[OnceLock<IntCounter>]>; 14],
-    request_durations: [Histogram; 14],
+    request_counts: [Box<[OnceLock<IntCounter>]>; RouteClass::ALL.len()],
+    request_durations: [Histogram; RouteClass::ALL.len()],
     denials: [IntCounter; 4],
     /// Shadow-mode calls a limit would have refused: `[month, rate]`.
     would_reject: [IntCounter; 2],
@@ -198,6 +202,8 @@ pub struct Metrics {
     reload_success: GaugeVec,
     access_log_lines: IntCounter,
     access_log_dropped: IntCounter,
+    /// Names looked up in answered batches.
+    batch_names: IntCounter,
     /// False under `admin.metrics: false`: the request path records nothing (the harness's
     /// metrics-off reference).
     recording: bool,
@@ -220,6 +226,27 @@ fn counter_vec(
     labels: &[&str],
 ) -> Result<IntCounterVec, prometheus::Error> {
     registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// The upstream's answer times and failures.
+fn upstream_metrics(registry: &Registry) -> Result<(Histogram, IntCounterVec), prometheus::Error> {
+    let duration = registered(
+        registry,
+        Histogram::with_opts(
+            HistogramOpts::new(
+                "drg_upstream_duration_seconds",
+                "Time from choosing the upstream to its response header.",
+            )
+            .buckets(UPSTREAM_BUCKETS.to_vec()),
+        )?,
+    )?;
+    let errors = counter_vec(
+        registry,
+        "drg_upstream_errors_total",
+        "Failed upstream calls, by kind.",
+        &["kind"],
+    )?;
+    Ok((duration, errors))
 }
 
 /// Calls refused by the access decision, and shadow-mode calls a limit would have refused.
@@ -298,22 +325,7 @@ impl Metrics {
             )?,
         )?;
         let (denials, would_reject) = denial_counters(r)?;
-        let upstream_duration = registered(
-            r,
-            Histogram::with_opts(
-                HistogramOpts::new(
-                    "drg_upstream_duration_seconds",
-                    "Time from choosing the upstream to its response header.",
-                )
-                .buckets(UPSTREAM_BUCKETS.to_vec()),
-            )?,
-        )?;
-        let upstream_errors = counter_vec(
-            r,
-            "drg_upstream_errors_total",
-            "Failed upstream calls, by kind.",
-            &["kind"],
-        )?;
+        let (upstream_duration, upstream_errors) = upstream_metrics(r)?;
         let reloads = counter_vec(
             r,
             "drg_reloads_total",
@@ -331,6 +343,13 @@ impl Metrics {
             )?,
         )?;
         let (access_log_lines, access_log_dropped) = access_log_counters(r)?;
+        let batch_names = registered(
+            r,
+            IntCounter::new(
+                "drg_batch_names_total",
+                "Names looked up in answered batches (POST /v1/public/domains).",
+            )?,
+        )?;
         build_info(r)?;
 
         Ok(Metrics {
@@ -351,6 +370,7 @@ impl Metrics {
             recording: true,
             access_log_lines,
             access_log_dropped,
+            batch_names,
         })
     }
 
@@ -391,6 +411,13 @@ impl Metrics {
             })
             .inc();
         self.request_durations[r].observe(elapsed.as_secs_f64());
+    }
+
+    /// An answered batch of `names` lookups.
+    pub fn batch(&self, names: usize) {
+        if self.recording {
+            self.batch_names.inc_by(names as u64);
+        }
     }
 
     pub fn deny(&self, reason: Denial) {

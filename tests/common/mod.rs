@@ -562,8 +562,9 @@ impl Drop for Gateway {
     }
 }
 
-/// One request on a fresh connection (closed after it), with an optional JSON body, extra
-/// headers and the key `secret` (none: no `Authorization`).
+/// One request on a fresh connection (closed after it), with an optional body (JSON unless
+/// `extra` names a `Content-Type`), extra headers and the key `secret` (none: no
+/// `Authorization`).
 pub fn send(
     gw: &Gateway,
     method: &str,
@@ -584,10 +585,14 @@ pub fn send(
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            b.len()
-        ));
+        // JSON unless the test names its own type.
+        if !extra
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
     }
     req.push_str("\r\n");
     stream.write_all(req.as_bytes()).unwrap();

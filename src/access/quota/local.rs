@@ -580,16 +580,19 @@ impl LocalStore {
         key_id: &str,
         slot: Result<usize, NoSlot>,
         limit: u64,
+        calls: u64,
         now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError> {
         match slot {
-            Ok(i) => Ok(self.count(i, limit, now)),
+            Ok(i) => Ok(self.count(i, limit, calls, now)),
             Err(why) => Err(self.refuse(key_id, why)),
         }
     }
 
-    /// Checks and counts one call in slot `i`: one compare-and-swap on its count word.
-    fn count(&self, i: usize, limit: u64, now: DateTime<Utc>) -> Consumed {
+    /// Checks and counts `calls` calls (at least one) in slot `i`, all or none: one
+    /// compare-and-swap on its count word.
+    fn count(&self, i: usize, limit: u64, calls: u64, now: DateTime<Utc>) -> Consumed {
+        let calls = calls.max(1);
         let month = Month::containing(now);
         // The config refuses larger limits; should one come anyway, the count stops at the
         // largest the word holds instead of never reaching the limit (unlimited).
@@ -604,18 +607,18 @@ impl LocalStore {
                 month: Month::from_index(m),
                 now,
             };
-            if n >= cap {
+            if n.saturating_add(calls) > cap {
                 return Consumed::Exceeded(usage);
             }
             match count.compare_exchange_weak(
                 word,
-                pack(m, n + 1),
+                pack(m, n + calls),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
                     return Consumed::Allowed(Usage {
-                        used: n + 1,
+                        used: n + calls,
                         ..usage
                     })
                 }
@@ -673,7 +676,7 @@ impl LocalStore {
         let slot = KeyWords::new(key_id)
             .ok_or(NoSlot::BadId)
             .and_then(|id| self.table.find_blocking(&id, true));
-        self.settle(key_id, slot, limit, now)
+        self.settle(key_id, slot, limit, 1, now)
     }
 
     /// [`QuotaStore::usage`] on the calling thread.
@@ -992,17 +995,18 @@ pub fn parse_state(text: &str) -> Result<Vec<(String, Month, u64)>, serde_json::
 
 #[async_trait]
 impl QuotaStore for LocalStore {
-    async fn consume(
+    async fn consume_n(
         &self,
         key_id: &str,
         limit: u64,
+        calls: u64,
         now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError> {
         let slot = match KeyWords::new(key_id) {
             Some(id) => self.table.find_waiting(&id, true).await,
             None => Err(NoSlot::BadId),
         };
-        self.settle(key_id, slot, limit, now)
+        self.settle(key_id, slot, limit, calls, now)
     }
 
     async fn usage(
@@ -1018,12 +1022,13 @@ impl QuotaStore for LocalStore {
         Ok(self.usage_in(slot, limit, now))
     }
 
-    async fn take_rate(
+    async fn take_rate_n(
         &self,
         project: &std::sync::Arc<str>,
         rate: crate::access::rate::RateConfig,
+        calls: u64,
     ) -> Result<crate::access::rate::RateStanding, QuotaError> {
-        Ok(self.rates.check(project, rate))
+        Ok(self.rates.check_n(project, rate, calls))
     }
 
     fn status(&self) -> serde_json::Value {
@@ -1074,6 +1079,20 @@ mod tests {
         assert_eq!(used(s.try_consume("k", 2, now)), Err(2));
         assert_eq!(s.read_usage("k", 2, now).used, 2);
         assert_eq!(s.read_usage("other", 2, now).used, 0);
+    }
+
+    #[tokio::test]
+    async fn a_batch_counts_whole_or_not_at_all() {
+        let s = LocalStore::in_memory();
+        let now = t(NOW);
+        assert_eq!(used(s.consume_n("k", 10, 6, now).await), Ok(6));
+        assert_eq!(used(s.consume_n("k", 10, 5, now).await), Err(6));
+        assert_eq!(
+            s.read_usage("k", 10, now).used,
+            6,
+            "the refused batch counted nothing"
+        );
+        assert_eq!(used(s.consume_n("k", 10, 4, now).await), Ok(10));
     }
 
     #[test]

@@ -146,6 +146,18 @@ pub trait QuotaStore: Send + Sync {
         key_id: &str,
         limit: u64,
         now: DateTime<Utc>,
+    ) -> Result<Consumed, QuotaError> {
+        self.consume_n(key_id, limit, 1, now).await
+    }
+
+    /// Counts `calls` calls (a batch) if all of them fit under `limit` this month, atomically:
+    /// all or none. `Exceeded` carries the count as it stands, untouched.
+    async fn consume_n(
+        &self,
+        key_id: &str,
+        limit: u64,
+        calls: u64,
+        now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError>;
 
     /// The key's usage this month, counting nothing.
@@ -163,6 +175,16 @@ pub trait QuotaStore: Send + Sync {
         &self,
         project: &Arc<str>,
         rate: RateConfig,
+    ) -> Result<RateStanding, QuotaError> {
+        self.take_rate_n(project, rate, 1).await
+    }
+
+    /// Checks (and, when allowed, takes) `calls` calls at once (`access::rate::gcra_n`).
+    async fn take_rate_n(
+        &self,
+        project: &Arc<str>,
+        rate: RateConfig,
+        calls: u64,
     ) -> Result<RateStanding, QuotaError>;
 
     /// The store's state, for `/readyz`.

@@ -242,7 +242,7 @@ impl RedisStore {
         let result = self.run(slot, guard.carry(), limit, now).await;
         let carry = guard.take();
         let mut tally = slot.tally();
-        if carry.want > 1 {
+        if carry.leasing() {
             tally.lease.end_request();
         }
         match &result {
@@ -282,12 +282,18 @@ impl RedisStore {
     }
 
     /// One run of the rate script under the call budget.
-    async fn rate_call(&self, project: &str, config: RateConfig) -> Result<RateStanding, Failure> {
+    async fn rate_call(
+        &self,
+        project: &str,
+        config: RateConfig,
+        calls: u64,
+    ) -> Result<RateStanding, Failure> {
         let mut conn = self.connection().await?;
         let mut call = self.rate_script.prepare_invoke();
         call.key(rate::key(project))
             .arg(rate::interval_micros(config))
-            .arg(config.burst.max(1));
+            .arg(config.burst.max(1))
+            .arg(calls.max(1));
         let result = match tokio::time::timeout(
             self.config.call_timeout,
             call.invoke_async::<(u8, u64, u64)>(&mut conn),
@@ -310,6 +316,7 @@ impl RedisStore {
         &self,
         slot: &Slot,
         limit: u64,
+        calls: u64,
         now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError> {
         if self.config.failure_policy == FailurePolicy::FailClosed {
@@ -321,7 +328,7 @@ impl RedisStore {
             month: slot.month,
             now,
         };
-        Ok(match slot.tally().count_locally(limit) {
+        Ok(match slot.tally().count_locally_n(limit, calls) {
             Ok(used) => Consumed::Allowed(usage(used)),
             Err(used) => Consumed::Exceeded(usage(used)),
         })
@@ -393,7 +400,7 @@ impl Drop for CarryGuard<'_> {
     fn drop(&mut self) {
         if let Some(carry) = self.carry.take() {
             let mut tally = self.slot.tally();
-            if carry.want > 1 {
+            if carry.leasing() {
                 tally.lease.end_request();
             }
             // The caller went away: the call was not served, whatever Redis did with it.
@@ -404,12 +411,14 @@ impl Drop for CarryGuard<'_> {
 
 #[async_trait]
 impl QuotaStore for RedisStore {
-    async fn consume(
+    async fn consume_n(
         &self,
         key_id: &str,
         limit: u64,
+        calls: u64,
         now: DateTime<Utc>,
     ) -> Result<Consumed, QuotaError> {
+        let calls = calls.max(1);
         let month = Month::containing(now);
         let slot = self.slots.get(key_id, month);
         let usage = |used| Usage {
@@ -421,13 +430,19 @@ impl QuotaStore for RedisStore {
         let carry = {
             let mut tally = slot.tally();
             // A lease is already counted in Redis: it serves even while Redis is down.
-            if self.config.batched() {
+            if self.config.batched() && calls == 1 {
                 if let Some(left) = tally.lease.take() {
                     return Ok(Consumed::Allowed(usage(tally.known.saturating_sub(left))));
                 }
             }
             match self.breaker.admit(Instant::now()) {
                 Admit::Skip => None,
+                // A batch is counted all or none in one call, beside any lease.
+                Admit::Call | Admit::Probe if calls > 1 => {
+                    let mut carry = tally.carry(self.next_id(), calls);
+                    carry.exact = true;
+                    Some(carry)
+                }
                 Admit::Call | Admit::Probe => {
                     // One lease request per key at a time; meanwhile calls go the exact way.
                     let lease = self.config.batch_max;
@@ -443,11 +458,12 @@ impl QuotaStore for RedisStore {
             }
         };
         let Some(carry) = carry else {
-            return self.fallback(&slot, limit, now);
+            return self.fallback(&slot, limit, calls, now);
         };
-        let want = carry.want;
+        let (want, exact) = (carry.want, carry.exact);
         match self.exchange(&slot, carry, limit, now).await {
             Ok(reply) => Ok(match reply.outcome {
+                Outcome::Leased if exact => Consumed::Allowed(usage(reply.used)),
                 Outcome::Leased => {
                     // This call takes the first of the lease.
                     let left = want - 1;
@@ -457,7 +473,7 @@ impl QuotaStore for RedisStore {
                 Outcome::Counted => Consumed::Allowed(usage(reply.used)),
                 Outcome::NotCounted | Outcome::RanBefore => Consumed::Exceeded(usage(reply.used)),
             }),
-            Err(_) => self.fallback(&slot, limit, now),
+            Err(_) => self.fallback(&slot, limit, calls, now),
         }
     }
 
@@ -529,13 +545,14 @@ impl QuotaStore for RedisStore {
         })
     }
 
-    async fn take_rate(
+    async fn take_rate_n(
         &self,
         project: &Arc<str>,
         config: RateConfig,
+        calls: u64,
     ) -> Result<RateStanding, QuotaError> {
         if self.breaker.admit(Instant::now()) != Admit::Skip {
-            match self.rate_call(project, config).await {
+            match self.rate_call(project, config, calls).await {
                 Ok(standing) => {
                     self.succeeded();
                     return Ok(standing);
@@ -546,7 +563,7 @@ impl QuotaStore for RedisStore {
         if self.config.failure_policy == FailurePolicy::FailClosed {
             return Err(unreachable_closed());
         }
-        Ok(self.local_rates.check(project, config))
+        Ok(self.local_rates.check_n(project, config, calls))
     }
 
     fn status(&self) -> serde_json::Value {

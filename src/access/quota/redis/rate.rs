@@ -6,8 +6,8 @@ use redis::Script;
 
 use crate::access::rate::{RateConfig, RateDecision, RateStanding};
 
-/// KEYS: the rate key. ARGV: the interval between calls and the burst, in microseconds and
-/// calls. Returns {allowed (0/1), microseconds until the call would conform, microseconds the
+/// KEYS: the rate key. ARGV: the interval between calls, the burst, the calls taken at once
+/// (a batch; `access::rate::gcra_n`), in microseconds and calls. Returns {allowed (0/1), microseconds until the call would conform, microseconds the
 /// next conforming arrival is ahead of now}. Microseconds since the epoch (~1.8e15) are exact in
 /// Lua's doubles; the stored value is written with `%d`, as `tostring` would round it to 14
 /// digits. `TIME` before a write is fine with effects replication (Redis 5 and later, the default
@@ -16,11 +16,13 @@ const TAKE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local calls = math.max(tonumber(ARGV[3] or '1'), 1)
+local need = math.min(calls, burst)
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
-local allow_at = tat - interval * (burst - 1)
+local allow_at = tat - interval * (burst - need)
 if allow_at > now then return {0, allow_at - now, tat - now} end
-tat = tat + interval
+tat = tat + interval * calls
 redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1)
 return {1, 0, tat - now}
 "#;

@@ -22,7 +22,8 @@ use super::slots::{Carry, Slot};
 
 /// KEYS: the count, the marker prefix, optionally the count's untagged name. ARGV: limit, ttl
 /// (seconds, relative so that clock skew with Redis does not matter), want (0: add only; 1: one
-/// call; more: a lease of that many, else one call), this call's id, its carried delta, the number
+/// call; more: a lease of that many, else one call; -n: a batch of n calls, all or none, which
+/// answers as a lease), this call's id, its carried delta, the number
 /// of batches, the batches (id, delta), then ids whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
 /// before), count after the call, batches whose call had run}.
 const CONSUME: &str = r#"
@@ -52,7 +53,9 @@ end
 local used = tonumber(stored or '0')
 local limit, want, mine = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local outcome = 0
-if want > 1 and used + add + mine + want <= limit then
+if want < 0 then
+  if used + add + mine - want <= limit then outcome, mine = 2, mine - want end
+elseif want > 1 and used + add + mine + want <= limit then
   outcome, mine = 2, mine + want
 elseif want > 0 and used + add + mine < limit then
   outcome, mine = 1, mine + 1
@@ -129,7 +132,11 @@ fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
     let mut args = Vec::with_capacity(6 + 2 * carry.unsure.len() + carry.applied.len());
     args.extend(limit.to_redis_args());
     args.extend(ttl_seconds.to_redis_args());
-    args.extend(carry.want.to_redis_args());
+    if carry.exact {
+        args.extend((-i64::try_from(carry.want).unwrap_or(i64::MAX)).to_redis_args());
+    } else {
+        args.extend(carry.want.to_redis_args());
+    }
     args.extend(carry.id.to_redis_args());
     args.extend(carry.delta().to_redis_args());
     args.extend(carry.unsure.len().to_redis_args());

@@ -43,6 +43,8 @@ pub struct Carry {
     pub id: u64,
     /// Calls this call asks to count: 0 (only adding), 1, or a lease of more.
     pub want: u64,
+    /// `want` is a batch of calls to count all or none (not a lease that may shrink to one).
+    pub exact: bool,
     /// Calls counted locally, added with this call.
     pub calls: u64,
     /// Unused leased calls given back with this call.
@@ -62,6 +64,11 @@ impl Carry {
             returned: self.returned,
         }
         .delta()
+    }
+
+    /// Whether the call asks for a lease (and so holds the slot's one lease request).
+    pub fn leasing(&self) -> bool {
+        self.want > 1 && !self.exact
     }
 
     /// Calls counted locally that this call carries.
@@ -108,13 +115,19 @@ impl Tally {
     /// Fail-open admission: counts one call locally if the last shared count plus the local
     /// counts are under `limit`. Returns the count after the call, or `Err` with the count when
     /// the limit is reached.
+    #[cfg(test)]
     pub fn count_locally(&mut self, limit: u64) -> Result<u64, u64> {
+        self.count_locally_n(limit, 1)
+    }
+
+    /// Fail-open admission of `calls` calls at once (a batch of lookups): all or none.
+    pub fn count_locally_n(&mut self, limit: u64, calls: u64) -> Result<u64, u64> {
         let used = self.known + self.local_calls();
-        if used >= limit {
+        if used.saturating_add(calls) > limit {
             return Err(used);
         }
-        self.pending += 1;
-        Ok(used + 1)
+        self.pending += calls;
+        Ok(used + calls)
     }
 
     /// Gives unused leased calls back with the next Redis call.
@@ -128,6 +141,7 @@ impl Tally {
         let carry = Carry {
             id,
             want,
+            exact: false,
             calls: std::mem::take(&mut self.pending),
             returned: std::mem::take(&mut self.unused),
             unsure: self.unsure.drain(..n).collect(),
@@ -399,6 +413,17 @@ mod tests {
             .collect();
         assert!(got.iter().all(|s| Arc::ptr_eq(s, &got[0])));
         assert_eq!(slots.all().len(), 1);
+    }
+
+    #[test]
+    fn a_batch_is_counted_locally_whole_or_not_at_all() {
+        let mut t = Tally {
+            known: 10,
+            ..Tally::default()
+        };
+        assert_eq!(t.count_locally_n(14, 5), Err(10));
+        assert_eq!(t.count_locally_n(14, 4), Ok(14));
+        assert_eq!(t.carry(1, 0).calls, 4);
     }
 
     #[test]

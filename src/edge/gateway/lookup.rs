@@ -1,0 +1,281 @@
+//! The lookups answered from the domain table: one name (`GET /v1/public/domain/{domain}`) and a
+//! batch (`POST /v1/public/domains`). Both classify, explain and record a name the same way
+//! (`judge`); a batch reads its body, takes its calls at once and resolves the MX of its names
+//! concurrently, within one budget.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use http::header::HeaderValue;
+use http::StatusCode;
+use pingora::prelude::*;
+use serde::Serialize;
+
+use super::{decode, Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
+use crate::account::calls::Verdict;
+use crate::answer::{Answer, ApiError};
+use crate::domain::classify::{classify_match, wants_mx};
+use crate::domain::evidence::Evidence;
+use crate::domain::mail::MxEvidence;
+use crate::domain::neighbourhood::Finding;
+use crate::domain::table::DomainTable;
+use crate::domain::{DomainName, RiskRecord, TableRule};
+use crate::edge::batch::{self, Item, Results};
+use crate::mx::neighbourhood::Neighbourhood;
+use crate::mx::resolver::MxResolver;
+use crate::ops::trace::Kind;
+
+/// What classifying a name takes besides the table: its MX evidence (for names the table leaves
+/// open) and what the neighbourhood index finds for it.
+type MxInputs = (Option<Arc<MxEvidence>>, Option<Finding>);
+
+/// A record with its evidence (`?explain=true`).
+#[derive(Serialize)]
+struct Explained<'a> {
+    #[serde(flatten)]
+    record: &'a RiskRecord<'a>,
+    evidence: Evidence<'a>,
+}
+
+impl Gateway {
+    pub(super) async fn domain(&self, raw: &str, explain: bool, ctx: &mut RequestCtx) -> Answer {
+        let name = match decode(raw)
+            .and_then(|s| DomainName::parse(&s).map_err(|e| ApiError::Validation(e.to_string())))
+        {
+            Ok(name) => name,
+            Err(e) => return e.into(),
+        };
+        let span = self
+            .shared
+            .mx
+            .as_ref()
+            .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
+        let inputs = self.mx_inputs(&name).await;
+        drop(span);
+        let table = self.shared.table.load();
+        // A reload during the DNS wait: the answer says which table it came from.
+        ctx.dataset = Some(table.version().header().clone());
+        // The route needs a key, so the principal is there.
+        let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
+        let mut body = Vec::new();
+        let (suggestion, call) = self.judge(
+            &table,
+            &name,
+            inputs,
+            project.as_deref().unwrap_or(""),
+            explain,
+            &mut body,
+        );
+        ctx.call = call;
+        let answer = Answer::raw(StatusCode::OK, Bytes::from(body));
+        match suggestion.and_then(|p| HeaderValue::from_str(p).ok()) {
+            Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
+            None => answer,
+        }
+    }
+
+    /// `POST /v1/public/domains`: the body read (bounded in size and time) and parsed, every
+    /// name taken as one call at once, the MX of the names resolved together, and each name
+    /// answered in its place.
+    pub(super) async fn batch(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        explain: bool,
+    ) -> Answer {
+        let Some(key) = ctx.principal.as_ref().map(|p| p.key.clone()) else {
+            return ApiError::Internal("batch without a principal".into()).into();
+        };
+        if let Err(e) = batch::check_content_type(&session.req_header().headers) {
+            return e.into();
+        }
+        let limit = self.batch.max_body_bytes;
+        let body = match self.read_body(session, ctx, limit, self.h2_body_wait).await {
+            Ok(body) => body,
+            Err(e) => return e.into(),
+        };
+        let items = match batch::parse(&body, self.batch.max_names) {
+            Ok(items) => items,
+            Err(e) => return e.into(),
+        };
+        let now = self.shared.clock.now();
+        let calls = items.len() as u64;
+        if let Err(refused) = self.admit_calls(&key, calls, true, now, ctx).await {
+            return refused;
+        }
+        let names: Vec<&DomainName> = items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Valid(name) => Some(name),
+                Item::Invalid { .. } => None,
+            })
+            .collect();
+        let span = self
+            .shared
+            .mx
+            .as_ref()
+            .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
+        let mut inputs = self.mx_inputs_batch(&names).await.into_iter();
+        drop(span);
+        let table = self.shared.table.load();
+        ctx.dataset = Some(table.version().header().clone());
+        let mut results = Results::with_capacity(items.len());
+        for item in &items {
+            match item {
+                Item::Valid(name) => {
+                    let mx = inputs.next().unwrap_or_default();
+                    let out = results.entry();
+                    let (_, call) = self.judge(&table, name, mx, &key.project, explain, out);
+                    ctx.batch_calls.extend(call);
+                }
+                Item::Invalid { sent, detail } => {
+                    batch::push_invalid(results.entry(), sent, detail)
+                }
+            }
+        }
+        self.shared.metrics.batch(items.len());
+        Answer::raw(StatusCode::OK, Bytes::from(results.finish()))
+    }
+
+    /// Classifies `name` as every lookup does, records what a lookup records (the
+    /// neighbourhood's verdict count, the live top-domains), writes its JSON (with the evidence
+    /// when `explain`) to `out`, and returns the provider it is likely a typo of and the call
+    /// to log (call logs on).
+    fn judge<'t>(
+        &self,
+        table: &'t DomainTable,
+        name: &'t DomainName,
+        (evidence, finding): MxInputs,
+        project: &str,
+        explain: bool,
+        out: &mut Vec<u8>,
+    ) -> (Option<&'t str>, Option<PendingCall>) {
+        let verdict = classify_match(
+            table,
+            name,
+            table.lookup(name),
+            evidence.as_deref(),
+            finding,
+        );
+        if let (Some(f), Some(nb)) = (&verdict.neighbourhood, self.neighbourhood()) {
+            nb.count_verdict(f.key_kind);
+        }
+        if let Some(live) = &self.top_live {
+            live.record(
+                name,
+                &verdict.record,
+                crate::flags::Basis::of(&verdict),
+                project,
+            );
+        }
+        let call = self.calls.as_ref().map(|_| PendingCall {
+            domain: verdict.record.domain.into(),
+            verdict: Some(Verdict {
+                risk_score: verdict.record.risk_score,
+                reason: verdict.record.reason,
+            }),
+        });
+        if explain {
+            let body = Explained {
+                record: &verdict.record,
+                evidence: crate::domain::evidence::evidence(
+                    table,
+                    name,
+                    &verdict,
+                    evidence.as_deref(),
+                ),
+            };
+            // Plain structs of strings, numbers and lists: always serialise.
+            let _ = serde_json::to_writer(&mut *out, &body);
+        } else {
+            verdict.record.write_json(out);
+        }
+        (verdict.did_you_mean, call)
+    }
+
+    fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
+        self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood())
+    }
+
+    /// The MX inputs of `name` (evidence for names the table leaves open); a listed name is
+    /// queued for the index to learn its MX in the background. The table guard is not held
+    /// across the DNS wait.
+    async fn mx_inputs(&self, name: &DomainName) -> MxInputs {
+        let Some(mx) = &self.shared.mx else {
+            return (None, None);
+        };
+        if !self.consider(std::slice::from_ref(&name))[0] {
+            return (None, None);
+        }
+        let evidence = mx.evidence(name.as_str()).await.0;
+        (Some(evidence.clone()), self.finding(name, &evidence))
+    }
+
+    /// The MX inputs of a batch's names, in order: the names the cache cannot answer are
+    /// resolved concurrently (at most `mx.max_inflight` at once), all within one budget for the
+    /// batch, never one after another.
+    async fn mx_inputs_batch(&self, names: &[&DomainName]) -> Vec<MxInputs> {
+        let Some(mx) = &self.shared.mx else {
+            return vec![(None, None); names.len()];
+        };
+        let wants = self.consider(names);
+        let deadline = Instant::now() + mx.budget();
+        let concurrency = mx.max_inflight().clamp(1, names.len().max(1));
+        // Made first, polled `concurrency` at a time (a closure making them inside the stream
+        // would not be `Send` for every lifetime, as Pingora's futures must be).
+        let lookups: Vec<_> = names
+            .iter()
+            .zip(wants)
+            .map(|(name, wants)| self.mx_within(mx, name, wants, deadline))
+            .collect();
+        stream::iter(lookups).buffered(concurrency).collect().await
+    }
+
+    /// One name's MX inputs, waiting until `deadline` at most.
+    async fn mx_within(
+        &self,
+        mx: &Arc<MxResolver>,
+        name: &DomainName,
+        wants: bool,
+        deadline: Instant,
+    ) -> MxInputs {
+        if !wants {
+            return (None, None);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let evidence = mx.evidence_within(name.as_str(), left).await.0;
+        (Some(evidence.clone()), self.finding(name, &evidence))
+    }
+
+    /// Which of `names` want MX evidence (the table leaves them open); listed ones are queued
+    /// for the neighbourhood index to learn (not while offline: nothing could be resolved).
+    fn consider(&self, names: &[&DomainName]) -> Vec<bool> {
+        let table = self.shared.table.load();
+        let learn = self
+            .shared
+            .mx
+            .as_ref()
+            .filter(|mx| !mx.breaker_open())
+            .and_then(|mx| mx.neighbourhood());
+        names
+            .iter()
+            .map(|name| {
+                let found = table.lookup(name);
+                if let (Some(nb), TableRule::Blocklist { .. }) = (learn, &found.rule) {
+                    nb.consider_listed(name);
+                }
+                wants_mx(&found)
+            })
+            .collect()
+    }
+
+    /// What the neighbourhood index finds for a name whose MX hosts are known.
+    fn finding(&self, name: &DomainName, evidence: &MxEvidence) -> Option<Finding> {
+        match (evidence, self.neighbourhood()) {
+            (MxEvidence::Hosts(_), Some(nb)) => nb.judge(name),
+            _ => None,
+        }
+    }
+}
