@@ -494,6 +494,117 @@ def start_trace_sink():
     return server.server_address[1]
 
 
+# The batch scenario: names per second in batches of these sizes, against single lookups.
+BATCH_SIZES = (100, 1000)
+
+
+def batch_script(n):
+    """A wrk script POSTing a batch of `n` listed names (plus the JSON report)."""
+    names = ",".join(f'"d{i * 97 % 100_000}.com"' for i in range(n))
+    path = OUT / f"batch{n}.lua"
+    path.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = '{{\"domains\":[{names}]}}'\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {KEY}"\n'
+        f'dofile("{ROOT / "benches" / "load" / "report.lua"}")\n')
+    return path
+
+
+def batch_runs(args):
+    """Alternating rounds: single lookups on the gateway and on the floor, and batches of
+    BATCH_SIZES names on the gateway (its shipped defaults: call logs, metrics, live
+    top-domains on); names per second, p99 per request. Replaces the "Batch lookups" section of
+    --results."""
+    s = Setup(args)
+    s.write_gateway()
+    try:
+        s.start_upstream()
+        s.start_gateway()
+        s.bodies()
+        s.start_floor()
+        auth = (f"Authorization: Bearer {KEY}",)
+        lookup = f"/v1/public/domain/{LISTED}"
+        G = f"http://127.0.0.1:{s.gw_port}"
+        cases = [("lookup", "gateway", G + lookup, auth, None, 1),
+                 ("lookup", "floor", f"http://127.0.0.1:{s.floor_ports['lookup']}{lookup}", (), None, 1)]
+        for n in BATCH_SIZES:
+            cases.append((f"batch{n}", "gateway", G + "/v1/public/domains", (), batch_script(n), n))
+        for name, who, url, hdr, script, n in cases:
+            status, body = fetch_post(url, script) if script else fetch(url, hdr)
+            assert status == 200, f"{name} {who}: {status} {body[:200]}"
+        runs = {(c[0], c[1]): [] for c in cases}
+        stop_process(s.gw)
+        s.procs.remove(s.gw)
+        s.gateways.remove(s.gw)
+        warm = argparse.Namespace(**{**vars(args), "duration": 1})
+        for rnd in range(args.rounds):
+            for name, who, url, hdr, script, n in cases[rnd % len(cases):] + cases[:rnd % len(cases)]:
+                # A fresh gateway per measurement: the call logs of a million names a second
+                # would otherwise still be written during the next case.
+                if who == "gateway":
+                    s.start_gateway()
+                pid = s.floor.pid if who == "floor" else s.gw.pid
+                measure(url, [pid], warm, hdr, script)
+                r = measure(url, [pid], args, hdr, script)
+                if who == "gateway":
+                    stop_process(s.gw)
+                    s.procs.remove(s.gw)
+                    s.gateways.remove(s.gw)
+                r["names_per_s"] = r["rps"] * n
+                runs[(name, who)].append(r)
+                print(f"round {rnd + 1} {name:10} {who:8} {r['rps']:>9.0f} req/s {r['names_per_s']:>10.0f} names/s"
+                      f"  p50 {r['p50_us']:>6} us  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
+                      f"  errors {r['socket_errors'] + r['non2xx']}", flush=True)
+    finally:
+        s.stop()
+    single = runs[("lookup", "gateway")]
+    floor = runs[("lookup", "floor")]
+    lines = ["## Batch lookups", "",
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"wrk -t1 -c{args.connections} -d{args.duration}s after a 1 s warm-up, a fresh gateway process for each "
+             f"measurement, {args.rounds} rounds in a rotated order, medians; "
+             f"the gateway on its shipped defaults (call logs, metrics, live top-domains on), {args.entries} listed "
+             f"names, batches of listed names; pinning: {pin_note()}.",
+             "", "| case | req/s | names/s | names/s vs single lookups | p50 us | p99 us | cpu us/req | failed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (name, who), rs in runs.items():
+        lines.append(f"| {name} ({who}) | {med(rs, 'rps'):.0f} | {med(rs, 'names_per_s'):.0f} | "
+                     f"**{med(rs, 'names_per_s') / med(single, 'names_per_s'):.1f}x** | {med(rs, 'p50_us'):.0f} | "
+                     f"{med(rs, 'p99_us'):.0f} | {med(rs, 'cpu_us_per_req'):.2f} | "
+                     f"{sum(r['socket_errors'] + r['non2xx'] for r in rs)} |")
+    paired = statistics.median(g["rps"] / f["rps"] for g, f in zip(single, floor))
+    paired_p99 = statistics.median(g["p99_us"] / f["p99_us"] for g, f in zip(single, floor))
+    lines += ["", f"Single lookups against the bare Pingora floor: throughput **{med(single, 'rps') / med(floor, 'rps'):.2f}x** "
+              f"(paired by round {paired:.2f}x; goal >= 0.8x), p99 **{med(single, 'p99_us') / med(floor, 'p99_us'):.2f}x** "
+              f"the floor's (paired {paired_p99:.2f}x; goal <= 1.5x).", ""]
+    replace_section(args.results, "Batch lookups", "\n".join(lines))
+
+
+def replace_section(results, title, section):
+    """Prints `section` and puts it in place of the `## title` section of the results file (at
+    its end)."""
+    print(section)
+    path = Path(results)
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    text = re.sub(rf"\n## {re.escape(title)}\n.*?(?=\n## |\Z)", "", text, flags=re.S)
+    path.write_text(text.rstrip("\n") + "\n\n" + section)
+
+
+def fetch_post(url, script):
+    """(status, body) of the POST a batch script sends."""
+    text = Path(script).read_text()
+    body = re.search(r"wrk.body = '(.*)'", text).group(1).encode()
+    req = urllib.request.Request(url, data=body, method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {KEY}")
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def feature_costs(args):
     """Alternating rounds of the lookup scenario over the cost variants; medians; ratios to the
     baseline measured in the same run. Replaces the "Feature costs" section of --results."""
@@ -548,17 +659,12 @@ def feature_costs(args):
                      f"{med(rs, 'p50_us'):.0f} | {med(rs, 'p99_us'):.0f} | {med(rs, 'cpu_us_per_req'):.2f} | "
                      f"{sum(r['socket_errors'] + r['non2xx'] for r in rs)} |")
     lines += ["", f"Access log lines written during the run: {log_lines}.", ""]
-    section = "\n".join(lines)
-    print(section)
-    path = Path(args.results)
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    text = re.sub(r"\n## Feature costs\n.*?(?=\n## |\Z)", "", text, flags=re.S)
-    path.write_text(text.rstrip("\n") + "\n\n" + section)
+    replace_section(args.results, "Feature costs", "\n".join(lines))
 
 
-def wrk(url, args, headers=()):
+def wrk(url, args, headers=(), script=None):
     cmd = PIN["wrk"] + ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "5s",
-           "-s", str(ROOT / "benches" / "load" / "report.lua")]
+           "-s", str(script or ROOT / "benches" / "load" / "report.lua")]
     for h in headers:
         cmd += ["-H", h]
     out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=args.duration + 30).stdout
@@ -568,9 +674,9 @@ def wrk(url, args, headers=()):
     return r
 
 
-def measure(url, pids, args, headers=()):
+def measure(url, pids, args, headers=(), script=None):
     before = cpu_seconds(pids)
-    r = wrk(url, args, headers)
+    r = wrk(url, args, headers, script)
     r["cpu_us_per_req"] = (cpu_seconds(pids) - before) * 1e6 / max(r["requests"], 1)
     return r
 
@@ -586,7 +692,7 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
-    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, or costs")
+    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs or batch")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
@@ -608,6 +714,8 @@ def main():
         return memory_only(args)
     if args.only == "costs":
         return feature_costs(args)
+    if args.only == "batch":
+        return batch_runs(args)
 
     s = Setup(args)
     s.write_gateway()

@@ -338,27 +338,16 @@ fn release_here<T>(old: Arc<T>, wait: Duration) -> bool {
 }
 
 /// Lowers the calling thread's scheduling priority, so a rebuild yields to request workers.
-///
-/// Only on Linux, where both calls act on the calling thread; elsewhere they would act on the
-/// whole process, workers included, so nothing is done.
-#[cfg(target_os = "linux")]
 fn lower_priority(priority: BuildPriority) {
-    let done = match priority {
-        BuildPriority::Idle => {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: `param` is a valid sched_param for the call; pid 0 names this thread.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
-        }
-        // SAFETY: setpriority only reads its integer arguments; 0 names the calling thread.
-        BuildPriority::Low => unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) == 0 },
-    };
-    if !done {
+    use crate::infra::priority::{lower_this_thread, Priority};
+    let lowered = lower_this_thread(match priority {
+        BuildPriority::Idle => Priority::Idle,
+        BuildPriority::Low => Priority::Low,
+    });
+    if !lowered {
         log::debug!("could not lower the reload thread's priority ({priority:?})");
     }
 }
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority(_priority: BuildPriority) {}
 
 #[async_trait]
 impl<S: Reloadable> BackgroundService for Reloader<S> {

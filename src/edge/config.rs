@@ -95,7 +95,7 @@ impl LimitsConfig {
     }
 }
 
-/// `POST /v1/public/domains`: many lookups in one request (see docs/batch.md).
+/// `POST /v1/public/domains`: many lookups in one request (docs/api.md, "Batch lookups").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BatchConfig {

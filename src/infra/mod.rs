@@ -3,5 +3,6 @@
 
 pub mod fsutil;
 pub mod http;
+pub mod priority;
 pub mod redis;
 pub mod units;

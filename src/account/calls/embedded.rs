@@ -9,8 +9,11 @@
 //! are consecutive within a chunk; newer entries always get larger ids, so paging back by id
 //! neither skips nor repeats while new calls arrive. Per project, not one sequence for all: ids
 //! and cursors are shown to the project, and a global one would tell every tenant the whole
-//! gateway's traffic. `daily` holds the counts per project and UTC day. Every
-//! operation runs on the blocking pool, never on a worker thread.
+//! gateway's traffic. `daily` holds the counts per project and UTC day. No operation runs on a
+//! worker thread: writes (batches, sweeps) on the store's own writer thread at a low priority
+//! (nice 10), so that encoding and writing a batch of thousands of calls waits for the gaps of
+//! the request path instead of preempting it (the blocking pool's threads cannot be lowered:
+//! they serve other work too); reads on the blocking pool.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -101,15 +104,39 @@ fn decode(mut data: &[u8]) -> Option<Vec<Stored>> {
     Some(out)
 }
 
+/// The bytes of a chunk after its first `n` entries, and the newest `created_at` among them;
+/// `None` if the bytes are not a chunk.
+fn suffix_after(data: &[u8], n: usize) -> Option<(&[u8], i64)> {
+    let (mut at, mut i) = (0, 0);
+    let (mut start, mut newest) = (data.len(), None::<i64>);
+    while at < data.len() {
+        let head = data.get(at..at + 11)?;
+        if i == n {
+            start = at;
+        }
+        if i >= n {
+            let at_ms = i64::from_le_bytes(head[..8].try_into().ok()?);
+            newest = Some(newest.map_or(at_ms, |t| t.max(at_ms)));
+        }
+        at += 11 + usize::from(head[10]);
+        i += 1;
+    }
+    (at == data.len()).then(|| (&data[start..], newest.unwrap_or(0)))
+}
+
 fn corrupt(what: &str) -> rusqlite::Error {
     rusqlite::Error::InvalidParameterName(format!("corrupt chunk: {what}"))
 }
 
+/// A write for the writer thread, holding its own reply.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
 /// The SQLite call store.
 pub struct EmbeddedStore {
     path: PathBuf,
-    /// The writer's connection (batches and sweeps).
-    writer: Arc<Mutex<Connection>>,
+    /// The writer thread's queue; the thread owns the write connection (batches and sweeps)
+    /// and ends when the store is dropped.
+    writer: std::sync::mpsc::Sender<Job>,
     /// Reads (`/v1/logs`, `/v1/stats`) on their own connection: in WAL mode they never wait
     /// for a batch being written.
     reader: Arc<Mutex<Connection>>,
@@ -158,13 +185,33 @@ impl EmbeddedStore {
         let reader = connect(path).map_err(err)?;
         Ok(EmbeddedStore {
             path: path.to_owned(),
-            writer: Arc::new(Mutex::new(writer)),
+            writer: writer_thread(writer).map_err(|source| CallsError::Io {
+                path: path.display().to_string(),
+                source,
+            })?,
             reader: Arc::new(Mutex::new(reader)),
             max_per_project,
         })
     }
 
-    /// Runs `f` on one of the connections, on the blocking pool.
+    /// Runs `f` on the write connection, on the writer thread.
+    async fn write_with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, CallsError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let path = self.path.display().to_string();
+        let job: Job = Box::new(move |conn| {
+            let _ = tx.send(f(conn).map_err(|source| CallsError::Sqlite { path, source }));
+        });
+        self.writer
+            .send(job)
+            .map_err(|_| CallsError::Task("the calls writer thread has stopped".into()))?;
+        rx.await
+            .map_err(|_| CallsError::Task("the calls writer thread dropped a write".into()))?
+    }
+
+    /// Runs `f` on the read connection, on the blocking pool.
     async fn with<T: Send + 'static>(
         &self,
         conn: &Arc<Mutex<Connection>>,
@@ -181,6 +228,26 @@ impl EmbeddedStore {
         .await
         .map_err(|e| CallsError::Task(e.to_string()))?
     }
+}
+
+/// Starts the writer thread on `conn`, at a low priority: it runs each job in turn until the
+/// store (the queue's sender) is dropped. A job that panics loses its own write only.
+fn writer_thread(mut conn: Connection) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("drg-calls-writer".into())
+        .spawn(move || {
+            if !crate::infra::priority::lower_this_thread(crate::infra::priority::Priority::Low) {
+                log::debug!("could not lower the calls writer thread's priority");
+            }
+            while let Ok(job) = rx.recv() {
+                let run = std::panic::AssertUnwindSafe(|| job(&mut conn));
+                if std::panic::catch_unwind(run).is_err() {
+                    log::error!("calls store: a write panicked; its calls are lost");
+                }
+            }
+        })?;
+    Ok(tx)
 }
 
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
@@ -210,7 +277,7 @@ fn day_text(d: NaiveDate) -> String {
 impl CallStore for EmbeddedStore {
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
         let max = i64::try_from(self.max_per_project).unwrap_or(i64::MAX);
-        self.with(&self.writer, move |conn| {
+        self.write_with(move |conn| {
             // Immediate: the id counters are read and advanced under the write lock, so two
             // gateways on one file never hand out the same ids.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -379,7 +446,7 @@ impl CallStore for EmbeddedStore {
             .map(|(p, c)| (p.to_string(), millis(*c)))
             .collect();
         let oldest = millis(oldest);
-        self.with(&self.writer, move |conn| {
+        self.write_with(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut deleted: i64 = 0;
             {
@@ -500,13 +567,10 @@ fn trim(tx: &rusqlite::Transaction<'_>, project: &str, max: i64) -> rusqlite::Re
         tx.prepare_cached("DELETE FROM chunks WHERE project = ?1 AND first_id = ?2")?
             .execute(params![project, first])?;
         if entries > excess {
-            let kept = decode(&data).ok_or_else(|| corrupt(project))?;
+            // The rest is a suffix of the chunk's bytes: found by walking the entry headers,
+            // nothing decoded (a chunk holds up to `max` entries, trimmed every batch).
             let drop = usize::try_from(excess).unwrap_or(usize::MAX);
-            let mut rest = Vec::with_capacity(data.len());
-            for e in &kept[drop.min(kept.len())..] {
-                encode(&mut rest, e.at_ms, e.verdict, &e.domain);
-            }
-            let newest = kept.iter().map(|e| e.at_ms).max().unwrap_or(0);
+            let (rest, newest) = suffix_after(&data, drop).ok_or_else(|| corrupt(project))?;
             tx.prepare_cached(
                 "INSERT INTO chunks (project, first_id, entries, newest_at, data) \
                  VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -541,6 +605,29 @@ mod tests {
             }),
             at: at.parse().unwrap(),
         }
+    }
+
+    #[test]
+    fn a_chunk_is_trimmed_by_its_bytes_as_by_its_entries() {
+        let v = Verdict {
+            risk_score: 95,
+            reason: Reason::Disposable,
+        };
+        let mut data = Vec::new();
+        for (i, d) in ["a.example", "bb.example", "c.example"].iter().enumerate() {
+            encode(&mut data, 10 - i as i64, v, d);
+        }
+        let (rest, newest) = suffix_after(&data, 1).unwrap();
+        let kept = decode(rest).unwrap();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].domain, "bb.example");
+        assert_eq!(newest, 9);
+        assert_eq!(suffix_after(&data, 0).unwrap().0, &data[..]);
+        assert_eq!(suffix_after(&data, 3).unwrap(), (&[][..], 0));
+        assert!(
+            suffix_after(&data[..data.len() - 1], 1).is_none(),
+            "a cut entry"
+        );
     }
 
     #[test]
@@ -618,7 +705,7 @@ mod tests {
         // A file written by an earlier build (one global counter): the project's ids go on
         // past its newest chunk, and the global counter stays above every id given.
         store
-            .with(&store.writer, |conn| {
+            .write_with(|conn| {
                 conn.execute_batch(
                     "DELETE FROM project_ids WHERE project = 'quiet'; \
                      UPDATE chunks SET first_id = 70 WHERE project = 'quiet';",
