@@ -135,8 +135,11 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub struct EmbeddedStore {
     path: PathBuf,
     /// The writer thread's queue; the thread owns the write connection (batches and sweeps)
-    /// and ends when the store is dropped.
-    writer: std::sync::mpsc::Sender<Job>,
+    /// and ends when the store is dropped. Started on the first write, not at open: in daemon
+    /// mode Pingora forks after the store is opened, and a thread does not survive a fork.
+    writer: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>>,
+    /// The write connection until the writer thread takes it.
+    writer_conn: Mutex<Option<Connection>>,
     /// Reads (`/v1/logs`, `/v1/stats`) on their own connection: in WAL mode they never wait
     /// for a batch being written.
     reader: Arc<Mutex<Connection>>,
@@ -185,10 +188,8 @@ impl EmbeddedStore {
         let reader = connect(path).map_err(err)?;
         Ok(EmbeddedStore {
             path: path.to_owned(),
-            writer: writer_thread(writer).map_err(|source| CallsError::Io {
-                path: path.display().to_string(),
-                source,
-            })?,
+            writer: std::sync::OnceLock::new(),
+            writer_conn: Mutex::new(Some(writer)),
             reader: Arc::new(Mutex::new(reader)),
             max_per_project,
         })
@@ -204,7 +205,15 @@ impl EmbeddedStore {
         let job: Job = Box::new(move |conn| {
             let _ = tx.send(f(conn).map_err(|source| CallsError::Sqlite { path, source }));
         });
-        self.writer
+        let writer = self.writer.get_or_init(|| {
+            let conn = self.writer_conn.lock().ok()?.take()?;
+            writer_thread(conn)
+                .map_err(|e| log::error!("calls store: the writer thread did not start: {e}"))
+                .ok()
+        });
+        writer
+            .as_ref()
+            .ok_or_else(|| CallsError::Task("the calls writer thread did not start".into()))?
             .send(job)
             .map_err(|_| CallsError::Task("the calls writer thread has stopped".into()))?;
         rx.await
