@@ -9,7 +9,8 @@ use domain_risk_gateway::domain::target::screen_target;
 use domain_risk_gateway::domain::top::MAX_TOP;
 use domain_risk_gateway::domain::DomainName;
 use domain_risk_gateway::edge::route::{
-    route, KeysCall, QueryOf, Route, RouteError, KEYS_PATH, MAX_CURSOR_LEN, MAX_LOGS_LIMIT,
+    route, KeysCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH, MAX_CURSOR_LEN,
+    MAX_LOGS_LIMIT,
 };
 use http::Method;
 use libfuzzer_sys::fuzz_target;
@@ -17,7 +18,11 @@ use libfuzzer_sys::fuzz_target;
 /// The value of the first `name` parameter of a query, as the router reads it: names and values
 /// percent-decoded (`?%65xplain=%74rue` is `explain=true`), invalid UTF-8 replaced.
 fn param(query: Option<&str>, name: &str) -> Option<String> {
-    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     query?
         .split('&')
         .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
@@ -81,6 +86,12 @@ fuzz_target!(|data: &[u8]| {
                 assert!(!id.is_empty() && !id.contains('/'), "{id}");
             }
         },
+        // The batch lookup takes a body, so it is a POST, and its `explain` is read as the
+        // single lookup's.
+        Ok(Route::Batch { explain }) => {
+            assert_eq!((&method, path), (&Method::POST, BATCH_PATH));
+            assert_eq!(explain, param(query, "explain").as_deref() == Some("true"));
+        }
         Ok(Route::Preflight) => {
             assert_eq!(method, Method::OPTIONS);
             assert!(path.starts_with("/v1/"));
@@ -91,16 +102,34 @@ fuzz_target!(|data: &[u8]| {
         Err(RouteError::MethodNotAllowed { allow }) => {
             assert!(!allow.split(", ").any(|m| m == method.as_str()), "{allow}");
         }
-        // A query is read only on a GET, and only by the three routes that take one: the
-        // domain route (`explain`), top-domains (`limit`) and logs (`limit`, `cursor`).
+        // A query is read only by the four routes that take one: the domain route and the batch
+        // (`explain`), top-domains (`limit`) and logs (`limit`, `cursor`).
         Err(RouteError::BadQuery(of, why)) => {
-            assert_eq!(method, Method::GET);
+            let want = if of == QueryOf::Batch {
+                Method::POST
+            } else {
+                Method::GET
+            };
+            assert_eq!(method, want);
             assert!(query.is_some(), "{why}");
             match of {
                 QueryOf::Domain => {
                     assert!(path.starts_with("/v1/public/domain/"), "{path}");
                     assert!(
-                        !matches!(param(query, "explain").as_deref(), None | Some("true" | "false")),
+                        !matches!(
+                            param(query, "explain").as_deref(),
+                            None | Some("true" | "false")
+                        ),
+                        "{why}"
+                    );
+                }
+                QueryOf::Batch => {
+                    assert_eq!(path, BATCH_PATH);
+                    assert!(
+                        !matches!(
+                            param(query, "explain").as_deref(),
+                            None | Some("true" | "false")
+                        ),
                         "{why}"
                     );
                 }
