@@ -432,6 +432,52 @@ fn metric(gw: &Gateway, name: &str) -> u64 {
         .unwrap()
 }
 
+/// Under steady traffic the writer stores once a tick, not without end: calls that arrive
+/// during a write wait for the next tick instead of making a transaction of their own (which
+/// wrote every B-tree page again for a handful of calls each).
+#[test]
+fn steady_traffic_is_stored_once_a_tick() {
+    const TICK: Duration = Duration::from_millis(500);
+    let gw = Gateway::builder()
+        .gateway_yaml("calls: { batch_interval_ms: 500, max_per_project: 1000000 }")
+        .start();
+    let started = std::time::Instant::now();
+    let mut c = gw.conn();
+    let mut n = 0u64;
+    while started.elapsed() < TICK * 5 {
+        if n % 100 == 99 {
+            // Within the requests one connection may carry.
+            c = gw.conn();
+        }
+        let r = c.get(&format!("/v1/public/domain/s{n}.example")).unwrap();
+        assert_eq!(r.status, 200, "{}", text(&r));
+        n += 1;
+    }
+    let took = started.elapsed();
+    wait_until(WAIT, || metric(&gw, "drg_calls_written_total") == n);
+    let db = rusqlite::Connection::open_with_flags(
+        gw.dir.path().join("state/calls.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (chunks, entries): (i64, i64) = db
+        .query_row("SELECT COUNT(*), SUM(entries) FROM chunks", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    let (chunks, entries) = (chunks as u64, entries as u64);
+    assert_eq!(entries, n);
+    // One transaction a tick (two more for the ticks at each end), plus one per 512 calls a
+    // tick holds beyond the first 512.
+    let ticks = took.as_millis() as u64 / TICK.as_millis() as u64 + 3;
+    let most = ticks + n / 512;
+    assert!(
+        chunks <= most,
+        "{n} calls in {took:?} stored in {chunks} transactions (at most {most})"
+    );
+    eprintln!("{n} calls in {took:?}: {chunks} transactions");
+}
+
 #[test]
 fn full_queue_drops_and_counts() {
     let gw = Gateway::builder()

@@ -175,11 +175,17 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
 /// Where a connection is in its request cycle, as seen from the bytes that cross it.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    /// Waiting for the first byte of a request, until `deadline`.
-    Waiting { deadline: Instant, idle: bool },
-    /// Inside a request header that must be complete by `deadline`.
+    /// Waiting for the first byte of a request, until `deadline`. `None`: not waited on yet;
+    /// set when a read first finds nothing, so an answer written and a request read at once
+    /// never read the clock (a read that waits reads it anyway).
+    Waiting {
+        deadline: Option<Instant>,
+        idle: bool,
+    },
+    /// Inside a request header that must be complete by `deadline` (`None`: read whole so far
+    /// without a wait; set, as above, by the first read that finds nothing).
     Header {
-        deadline: Instant,
+        deadline: Option<Instant>,
         bytes: usize,
         lines: usize,
         /// 0: inside a line; 1: just after a line feed; 2: after a line feed and a CR.
@@ -230,7 +236,7 @@ impl Bounded {
         Bounded {
             inner,
             phase: Phase::Waiting {
-                deadline,
+                deadline: Some(deadline),
                 idle: false,
             },
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -245,7 +251,7 @@ impl Bounded {
     fn observe(&mut self, bytes: &[u8]) -> Scan {
         if let Phase::Waiting { .. } = self.phase {
             self.phase = Phase::Header {
-                deadline: Instant::now() + self.limits.header_timeout,
+                deadline: None,
                 bytes: 0,
                 lines: 0,
                 eol: 0,
@@ -334,19 +340,34 @@ impl Bounded {
         )))
     }
 
-    fn deadline(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Waiting { deadline, .. } | Phase::Header { deadline, .. } => Some(deadline),
+    /// The current phase's deadline, set from `now` if it has none yet.
+    fn deadline(&mut self, now: Instant) -> Option<Instant> {
+        let limits = &self.limits;
+        match &mut self.phase {
+            Phase::Waiting { deadline, idle } => Some(*deadline.get_or_insert_with(|| {
+                now + if *idle {
+                    limits.idle_timeout
+                } else {
+                    limits.header_timeout
+                }
+            })),
+            Phase::Header { deadline, .. } => {
+                Some(*deadline.get_or_insert(now + limits.header_timeout))
+            }
             Phase::Answering | Phase::Rejecting { .. } => None,
         }
     }
 
     /// Whether the current deadline has passed; arms the timer (waking this task) if not.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(deadline) = self.deadline() else {
+        if matches!(self.phase, Phase::Answering | Phase::Rejecting { .. }) {
+            return false;
+        }
+        let now = Instant::now();
+        let Some(deadline) = self.deadline(now) else {
             return false;
         };
-        if Instant::now() >= deadline {
+        if now >= deadline {
             return true;
         }
         if self.armed > deadline {
@@ -460,7 +481,7 @@ impl Bounded {
     fn wrote(&mut self, n: usize) {
         if n > 0 && !matches!(self.phase, Phase::Rejecting { .. }) {
             self.phase = Phase::Waiting {
-                deadline: Instant::now() + self.limits.idle_timeout,
+                deadline: None,
                 idle: true,
             };
         }

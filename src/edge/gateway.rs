@@ -210,8 +210,17 @@ impl Gateway {
     }
 
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
+    /// The request's answer, or `None` for one that goes upstream; either way its
+    /// `X-Dataset-Version` is known after (a lookup sets the one of the table it read).
     async fn handle(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
-        ctx.dataset = Some(self.shared.table.load().version().header().clone());
+        let answer = self.answer(session, ctx).await;
+        if ctx.dataset.is_none() {
+            ctx.dataset = Some(self.shared.table.load().version().header().clone());
+        }
+        answer
+    }
+
+    async fn answer(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
         ctx.api = session.req_header().uri.path().starts_with("/v1/");
         if let Some(refused) = self.refuse_framing(session, ctx).await {
             return Some(refused);
@@ -1435,7 +1444,9 @@ impl ProxyHttp for Gateway {
             });
         }
         if let (Some(calls), Some(p), 200) = (&self.calls, &ctx.principal, status) {
-            let at = self.shared.clock.now();
+            // The time the call was counted at (one clock read fewer per call); the clock's
+            // own when the store failed open and left no usage.
+            let at = ctx.usage.map_or_else(|| self.shared.clock.now(), |u| u.now);
             let retention = crate::account::calls::retention_of(&p.key);
             for call in ctx.call.take().into_iter().chain(ctx.batch_calls.drain(..)) {
                 calls.sink.record(Call {

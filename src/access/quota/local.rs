@@ -247,7 +247,6 @@ impl Table {
     /// wait on ([`Table::find_waiting`], [`Table::find_blocking`]).
     fn find(&self, id: &KeyWords, claim: bool) -> Result<usize, NoSlot> {
         let home = id.home(self.slots);
-        let me = claiming(std::process::id());
         let mut probe = 0;
         while probe < self.slots.min(MAX_PROBES) {
             let i = (home + probe) % self.slots;
@@ -257,6 +256,9 @@ impl Table {
                 if !claim {
                     return Err(NoSlot::Absent);
                 }
+                // Read here, not per search: `getpid` is a system call (glibc caches no pid),
+                // and a key's slot is claimed once in its life, found on every request.
+                let me = claiming(std::process::id());
                 if slot[S_STATE]
                     .compare_exchange(FREE, me, Ordering::Acquire, Ordering::Relaxed)
                     .is_err()

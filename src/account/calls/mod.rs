@@ -12,18 +12,19 @@ pub mod config;
 pub mod embedded;
 pub mod redis;
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use base64::Engine;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use crossbeam_queue::SegQueue;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::IntCounter;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use crate::access::keys::{KeyEntry, KeyStore};
 use crate::access::quota::Clock;
@@ -208,19 +209,33 @@ impl CallMetrics {
     }
 }
 
+/// The calls waiting for the writer: a lock-free list bounded by a count. The writer polls it
+/// every tick, so offering a call wakes nobody: a push and two counter updates, about half
+/// what a tokio channel's permit, push and waker check cost the request path.
+struct Queue {
+    calls: SegQueue<Call>,
+    /// Calls pushed and not yet taken (counted before the push, so it may run ahead).
+    len: AtomicUsize,
+    capacity: usize,
+}
+
 /// The request path's end of the queue. Cheap to clone.
 #[derive(Clone)]
 pub struct CallSink {
-    tx: mpsc::Sender<Call>,
+    queue: Arc<Queue>,
     dropped: IntCounter,
 }
 
 impl CallSink {
     /// Offers a call to the writer; never waits (a full queue drops it and counts it).
     pub fn record(&self, call: Call) {
-        if self.tx.try_send(call).is_err() {
+        let queue = &*self.queue;
+        if queue.len.fetch_add(1, Ordering::Relaxed) >= queue.capacity {
+            queue.len.fetch_sub(1, Ordering::Relaxed);
             self.dropped.inc();
+            return;
         }
+        queue.calls.push(call);
     }
 }
 
@@ -277,10 +292,14 @@ pub fn open(
     keys: Arc<ArcSwap<KeyStore>>,
     clock: Arc<dyn Clock>,
 ) -> (Calls, CallWriter) {
-    let (tx, rx) = mpsc::channel(config.queue_capacity);
+    let queue = Arc::new(Queue {
+        calls: SegQueue::new(),
+        len: AtomicUsize::new(0),
+        capacity: config.queue_capacity,
+    });
     let calls = Calls {
         sink: CallSink {
-            tx,
+            queue: queue.clone(),
             dropped: metrics.dropped.clone(),
         },
         store: store.clone(),
@@ -288,7 +307,7 @@ pub fn open(
         check_body_max_bytes: config.check_body_max_bytes,
     };
     let writer = CallWriter {
-        rx: Mutex::new(Some(rx)),
+        queue,
         store,
         metrics,
         keys,
@@ -301,7 +320,7 @@ pub fn open(
 
 /// Takes the waiting calls every interval and stores them in batches; sweeps expired entries.
 pub struct CallWriter {
-    rx: Mutex<Option<mpsc::Receiver<Call>>>,
+    queue: Arc<Queue>,
     store: Arc<dyn CallStore>,
     metrics: CallMetrics,
     keys: Arc<ArcSwap<KeyStore>>,
@@ -311,15 +330,26 @@ pub struct CallWriter {
 }
 
 impl CallWriter {
-    /// Stores everything waiting now, in batches of at most [`MAX_BATCH`].
-    async fn drain(&self, rx: &mut mpsc::Receiver<Call>) {
+    /// Stores the calls waiting when it starts, in batches of at most [`MAX_BATCH`]. Calls
+    /// that arrive meanwhile wait for the next tick: taking them too kept the writer going
+    /// without end under steady traffic, in transactions of the few calls that came during the
+    /// last one (each transaction rewrites a handful of pages: about 1.6 KB written per call at
+    /// 5,000 calls a second, instead of about 50 bytes).
+    async fn drain(&self) {
+        let queue = &*self.queue;
+        let mut waiting = queue.len.load(Ordering::Relaxed);
         loop {
-            let mut batch = Vec::with_capacity(rx.len().min(MAX_BATCH));
-            // Polled, not awaited: the request path never has a waiting receiver to wake.
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(call) => batch.push(call),
-                    Err(_) => break,
+            let take = waiting.min(MAX_BATCH);
+            waiting -= take;
+            let mut batch = Vec::with_capacity(take);
+            while batch.len() < take {
+                match queue.calls.pop() {
+                    Some(call) => {
+                        queue.len.fetch_sub(1, Ordering::Relaxed);
+                        batch.push(call);
+                    }
+                    // Counted, not pushed yet: it is taken at the next tick.
+                    None => break,
                 }
             }
             if batch.is_empty() {
@@ -367,20 +397,17 @@ impl CallWriter {
 #[async_trait]
 impl BackgroundService for CallWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let Some(mut rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
-            return;
-        };
         let mut ticks = Ticks::new(self.batch_interval);
         let mut last_sweep: Option<tokio::time::Instant> = None;
         while ticks.next(&mut shutdown).await.is_some() {
-            self.drain(&mut rx).await;
+            self.drain().await;
             if last_sweep.is_none_or(|t| t.elapsed() >= self.sweep_interval) {
                 last_sweep = Some(tokio::time::Instant::now());
                 self.sweep().await;
             }
         }
         // Requests still finishing may add calls after this; the ones waiting now are kept.
-        self.drain(&mut rx).await;
+        self.drain().await;
     }
 }
 

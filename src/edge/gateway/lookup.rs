@@ -59,7 +59,8 @@ impl Gateway {
         ctx.dataset = Some(table.version().header().clone());
         // The route needs a key, so the principal is there.
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
-        let mut body = Vec::new();
+        // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
+        let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
         let (suggestion, call) = self.judge(
             &table,
             &name,
