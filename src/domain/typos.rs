@@ -65,13 +65,16 @@ impl TypoIndex {
             }
         };
         consider(name);
-        // One buffer for every deletion: this runs on lookups, allocations count.
-        let mut key = String::with_capacity(name.len());
-        for i in 0..name.len() {
-            key.clear();
-            key.push_str(&name[..i]);
-            key.push_str(&name[i + 1..]);
-            consider(&key);
+        // One buffer on the stack for every deletion: this runs on lookups, allocations count.
+        let (mut buf, bytes) = ([0u8; MAX_LEN], name.as_bytes());
+        for i in 0..bytes.len() {
+            let key = &mut buf[..bytes.len() - 1];
+            key[..i].copy_from_slice(&bytes[..i]);
+            key[i..].copy_from_slice(&bytes[i + 1..]);
+            // ASCII (checked above) less one byte is still ASCII.
+            if let Ok(key) = std::str::from_utf8(key) {
+                consider(key);
+            }
         }
         best.map(|id| &*self.providers[id as usize])
     }

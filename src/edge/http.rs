@@ -40,7 +40,7 @@ fn header_of(
     if status != StatusCode::NO_CONTENT {
         map.try_insert(CONTENT_TYPE, HeaderValue::from_static(JSON))
             .map_err(too_many)?;
-        map.try_insert(CONTENT_LENGTH, HeaderValue::from(body_len))
+        map.try_insert(CONTENT_LENGTH, content_length(body_len))
             .map_err(too_many)?;
     }
     for (name, value) in headers {
@@ -55,6 +55,26 @@ fn header_of(
     parts.status = status;
     parts.headers = map;
     Ok(ResponseHeader::from(parts))
+}
+
+/// `Content-Length` values below this are made once (every lookup and error answer is shorter).
+const CACHED_LENGTHS: usize = 4096;
+
+/// The `Content-Length` value of `len`: a static one for the common sizes, since making a value
+/// allocates and every answer needs one. Static rather than shared, so copying it touches no
+/// reference count that the worker threads would contend for.
+fn content_length(len: usize) -> HeaderValue {
+    static LENGTHS: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    if len >= CACHED_LENGTHS {
+        return HeaderValue::from(len);
+    }
+    LENGTHS.get_or_init(|| {
+        (0..CACHED_LENGTHS)
+            // Leaked once, on purpose: 4096 short strings (~20 KB) for the process's life.
+            .map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str())))
+            .collect()
+    })[len]
+        .clone()
 }
 
 /// Writes an answer to the client: header, then the whole body.
@@ -121,5 +141,21 @@ mod tests {
         let h = response_header(&a).unwrap();
         assert_eq!(h.headers.get(CONTENT_LENGTH).unwrap(), "2");
         assert_eq!(h.headers.get(CONTENT_TYPE).unwrap(), JSON);
+    }
+
+    #[test]
+    fn content_lengths_are_their_numbers_either_side_of_the_cache() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            187,
+            CACHED_LENGTHS - 1,
+            CACHED_LENGTHS,
+            1 << 20,
+        ] {
+            assert_eq!(content_length(n), n.to_string().as_str(), "{n}");
+        }
     }
 }
