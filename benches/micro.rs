@@ -372,7 +372,8 @@ fn hot_path(c: &mut Criterion) {
 }
 
 /// `did_you_mean`: the typo suggestion over the shipped curated free list, for a typo, a
-/// provider and an unrelated name (what a lookup of an unknown or blocklisted name adds).
+/// provider and unrelated names, long and short (what a lookup of an unknown or blocklisted name
+/// adds).
 fn typos(c: &mut Criterion) {
     let curated = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -387,7 +388,12 @@ fn typos(c: &mut Criterion) {
     let index = domain_risk_gateway::domain::typos::TypoIndex::build(providers);
     let mut g = c.benchmark_group("typos");
     g.throughput(Throughput::Elements(1));
-    for name in ["gmial.com", "hotmail.com", "acme-widgets.example"] {
+    for name in [
+        "gmial.com",
+        "hotmail.com",
+        "acme-widgets.example",
+        "d4242.com",
+    ] {
         g.bench_with_input(BenchmarkId::new("suggest", name), name, |b, name| {
             b.iter(|| black_box(index.suggest(black_box(name))))
         });

@@ -997,6 +997,24 @@ pub fn parse_state(text: &str) -> Result<Vec<(String, Month, u64)>, serde_json::
 
 #[async_trait]
 impl QuotaStore for LocalStore {
+    fn consume_now(
+        &self,
+        key_id: &str,
+        limit: u64,
+        calls: u64,
+        now: DateTime<Utc>,
+    ) -> Option<Result<Consumed, QuotaError>> {
+        let slot = match KeyWords::new(key_id) {
+            Some(id) => match self.table.find(&id, true) {
+                // Another thread or process is claiming the slot: `consume_n` waits for it.
+                Err(NoSlot::Busy { .. }) => return None,
+                found => found,
+            },
+            None => Err(NoSlot::BadId),
+        };
+        Some(self.settle(key_id, slot, limit, calls, now))
+    }
+
     async fn consume_n(
         &self,
         key_id: &str,

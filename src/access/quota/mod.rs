@@ -150,6 +150,19 @@ pub trait QuotaStore: Send + Sync {
         self.consume_n(key_id, limit, 1, now).await
     }
 
+    /// [`QuotaStore::consume_n`] when the store can answer without waiting (a store in this
+    /// process, its key's slot not being claimed): no future to box on every request. `None`:
+    /// ask `consume_n`.
+    fn consume_now(
+        &self,
+        _key_id: &str,
+        _limit: u64,
+        _calls: u64,
+        _now: DateTime<Utc>,
+    ) -> Option<Result<Consumed, QuotaError>> {
+        None
+    }
+
     /// Counts `calls` calls (a batch) if all of them fit under `limit` this month, atomically:
     /// all or none. `Exceeded` carries the count as it stands, untouched.
     async fn consume_n(
