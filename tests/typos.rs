@@ -44,7 +44,7 @@ fn typos_get_a_suggestion_in_evidence_and_header_unless_they_have_their_own_mail
         .dns(server.addr)
         .data("free_providers.txt", &repo_file("data/free_providers.txt"))
         .data("mx_providers.csv", &repo_file("data/mx_providers.csv"))
-        .data("disposable.txt", "hotmial.com\n")
+        .data("disposable.txt", "hotmial.com\nthrowaway-inbox.com\n")
         .key("form", BROWSER, "test", &["https://signup.example"])
         .start();
     // Blocklisted typo (no DNS asked), throwaway-MX typo, and a typo with no domain at all.
@@ -70,8 +70,13 @@ fn typos_get_a_suggestion_in_evidence_and_header_unless_they_have_their_own_mail
         "{}",
         r.json()
     );
-    // Providers themselves and unrelated names: none.
-    for name in ["gmail.com", "example.org", "mail.com"] {
+    // Providers themselves and unrelated names, listed or not: none.
+    for name in [
+        "gmail.com",
+        "example.org",
+        "mail.com",
+        "throwaway-inbox.com",
+    ] {
         let r = gw.get(&format!("/v1/public/domain/{name}?explain=true"));
         assert_eq!(r.header("x-did-you-mean"), None, "{name}");
     }

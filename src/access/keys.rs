@@ -102,7 +102,7 @@ pub struct KeyEntry {
 
 impl KeyEntry {
     pub fn is_demo(&self) -> bool {
-        bool::from(self.hash.ct_eq(&hash_secret(DEMO_SECRET)))
+        same_digest(&self.hash, &hash_secret(DEMO_SECRET))
     }
 
     /// Records a call at `unix` seconds. Writes only when the second changed, so keys busy on
@@ -166,9 +166,7 @@ impl KeyStore {
         let digest = hash_secret(secret);
         let candidates = self.by_prefix.get(&prefix(&digest))?;
         // Constant time over the full hash; the map lookup above only saw 8 bytes of a hash.
-        candidates
-            .iter()
-            .find(|k| bool::from(k.hash.ct_eq(&digest)))
+        candidates.iter().find(|k| same_digest(&k.hash, &digest))
     }
 
     pub fn len(&self) -> usize {
@@ -280,8 +278,22 @@ impl KeyStore {
         self.by_prefix
             .get(&prefix(hash))?
             .iter()
-            .find(|k| bool::from(k.hash.ct_eq(hash)))
+            .find(|k| same_digest(&k.hash, hash))
     }
+}
+
+/// Whether two digests are equal, in constant time, a 64-bit word at a time: `subtle`
+/// compares a byte slice a byte at a time, each behind an optimisation barrier (31 ns of every
+/// request; this is 4 barriers instead of 32).
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let words = |d: &[u8; 32]| {
+        let mut w = [0u64; 4];
+        for (w, bytes) in w.iter_mut().zip(d.chunks_exact(8)) {
+            *w = u64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8]));
+        }
+        w
+    };
+    bool::from(words(a)[..].ct_eq(&words(b)[..]))
 }
 
 fn prefix(digest: &[u8; 32]) -> u64 {
@@ -611,6 +623,19 @@ pub fn key_entry_yaml_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_differing_in_any_byte_are_not_the_same() {
+        let a = hash_secret("drg_one_secret");
+        let same = a;
+        assert!(same_digest(&a, &same));
+        for i in 0..32 {
+            let mut b = a;
+            b[i] ^= 0x80;
+            assert!(!same_digest(&a, &b), "byte {i}");
+        }
+        assert!(!same_digest(&a, &hash_secret("drg_another_secret")));
+    }
     use crate::access::plan::PlanConfig;
 
     fn plans() -> BTreeMap<String, u64> {

@@ -164,7 +164,7 @@ fn typo_of<'a>(
     found: &TableMatch<'_>,
 ) -> Option<&'a str> {
     let open = matches!(found.rule, TableRule::Unknown | TableRule::Blocklist { .. });
-    (open && name.registrable() == Some(name.as_str()))
+    (open && !found.no_typo && name.registrable() == Some(name.as_str()))
         .then(|| table.typo_of(name.as_str()))
         .flatten()
 }

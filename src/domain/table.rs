@@ -82,6 +82,10 @@ const BROAD_FREE: u8 = 8;
 const RECORD: u8 = 16;
 const RELAY: u8 = 32;
 const NOT_FREE: u8 = 64;
+/// Checked when the table was built: the name itself is no typo of a curated provider. Set on
+/// blocklisted names only (typo domains are often listed, and most lookups of a listed name
+/// would otherwise scan the providers for nothing); a name without it is checked at lookup.
+const NO_TYPO: u8 = 128;
 
 /// What the table knows of one name. Small on purpose: tables hold millions of them. With the
 /// index's offset and length it fills a 16-byte slot: the provenance rides in what was padding
@@ -169,6 +173,9 @@ pub struct TableMatch<'t> {
     pub not_free_listed: bool,
     /// An explicit record for the name, also when another rule decided.
     pub record: Option<&'t ExplicitRecord>,
+    /// Known when the table was built: the name itself is no typo of a curated provider
+    /// (`false`: not known, check it).
+    pub no_typo: bool,
 }
 
 /// An immutable, fully built domain table.
@@ -210,6 +217,7 @@ impl DomainTable {
         let mut relay_at = None;
         let mut not_free = false;
         let mut record = None;
+        let mut no_typo = false;
         if let Some(registrable) = name.registrable() {
             let stop = name.as_str().len() - registrable.len();
             for level in name.suffixes() {
@@ -239,6 +247,7 @@ impl DomainTable {
                     relay_at.get_or_insert(key);
                 }
                 not_free |= depth == 0 && entry.flags & NOT_FREE != 0;
+                no_typo |= depth == 0 && entry.flags & NO_TYPO != 0;
             }
         }
         // A blocklist entry voids a broad list's word, unless the allowlist voided it first.
@@ -269,6 +278,7 @@ impl DomainTable {
             broad_only: relay_at.is_none() && free_at.is_none() && broad_at.is_some(),
             not_free_listed: not_free,
             record,
+            no_typo,
         }
     }
 
@@ -589,6 +599,11 @@ impl TableBuilder {
                 })
                 .map(|n| &**n),
         );
+        for (name, entry) in self.entries.iter_mut() {
+            if entry.flags & DISPOSABLE != 0 && typos.suggest(name).is_none() {
+                entry.flags |= NO_TYPO;
+            }
+        }
         let hash = self.content_hash(&scores);
         if self.sources.is_empty() {
             self.sources.push("".into());
@@ -953,6 +968,20 @@ mod tests {
             }
         }
         b.build(Scores::default())
+    }
+
+    #[test]
+    fn listed_names_are_checked_for_typos_once_at_build() {
+        let t = table(&["hotmial.com", "throwaway.example"], &[], &["hotmail.com"]);
+        // A listed typo: not settled at build, so the lookup checks it (and finds it).
+        let typo = t.lookup(&n("hotmial.com"));
+        assert!(!typo.no_typo);
+        assert_eq!(t.typo_of("hotmial.com"), Some("hotmail.com"));
+        // A listed name one edit from no provider: settled, no scan at lookup.
+        assert!(t.lookup(&n("throwaway.example")).no_typo);
+        // Under a listed name, and unlisted names: not known, checked at lookup.
+        assert!(!t.lookup(&n("a.throwaway.example")).no_typo);
+        assert!(!t.lookup(&n("hotmall.com")).no_typo);
     }
 
     #[test]

@@ -39,12 +39,20 @@ pub const CHART_DAYS: u32 = 30;
 /// Daily counts are kept this many days (the chart's, plus a margin for clocks of several
 /// gateways that disagree around midnight).
 pub const STATS_KEPT_DAYS: u32 = CHART_DAYS + 2;
-/// Most calls one batch stores (a backlog is written in several batches). Small: the writer
-/// runs at a low priority, but each batch, once started, holds its core to the end (encoding,
-/// SQLite, freeing the calls); at 60k calls a second, one 200 ms batch of 12k calls took ~5 ms
-/// of a pinned worker's core and doubled the lookup's p99. Slices of 512 let the workers in
-/// between.
+/// Most calls one batch stores (a tick's calls are written in several batches). Small: the
+/// writer runs at a low priority, but a thread that holds a core keeps it until it blocks,
+/// yields or the next scheduler tick (up to 4 ms); at 60k calls a second, one 200 ms batch of
+/// 12k calls took ~5 ms of a pinned worker's core and doubled the lookup's p99. Batches of 512
+/// (~0.1 ms each) let the workers in between.
 const MAX_BATCH: usize = 512;
+
+/// What storing one tick's calls did: how many were stored, and each failed batch's size and
+/// error (a failed batch loses its own calls only).
+#[derive(Debug, Default)]
+pub struct Written {
+    pub stored: u64,
+    pub lost: Vec<(u64, CallsError)>,
+}
 
 /// Why the call store failed.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +149,23 @@ fn iso_date<S: serde::Serializer>(d: &NaiveDate, s: S) -> Result<S::Ok, S::Error
 pub trait CallStore: Send + Sync {
     /// Stores one batch: log entries for calls with a verdict, daily counts for all.
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError>;
+
+    /// Stores one tick's calls, in batches of at most [`MAX_BATCH`], one after another.
+    async fn write_all(&self, calls: Vec<Call>) -> Written {
+        let mut written = Written::default();
+        let mut rest = calls.into_iter();
+        loop {
+            let batch: Vec<Call> = rest.by_ref().take(MAX_BATCH).collect();
+            if batch.is_empty() {
+                return written;
+            }
+            let n = batch.len() as u64;
+            match self.write(batch).await {
+                Ok(()) => written.stored += n,
+                Err(e) => written.lost.push((n, e)),
+            }
+        }
+    }
 
     /// Up to `limit` entries of `project` older than position `before` (the newest when
     /// `None`) and created at or after `since`, newest first. `Ok(None)`: `before` is not a
@@ -330,40 +355,34 @@ pub struct CallWriter {
 }
 
 impl CallWriter {
-    /// Stores the calls waiting when it starts, in batches of at most [`MAX_BATCH`]. Calls
-    /// that arrive meanwhile wait for the next tick: taking them too kept the writer going
-    /// without end under steady traffic, in transactions of the few calls that came during the
-    /// last one (each transaction rewrites a handful of pages: about 1.6 KB written per call at
-    /// 5,000 calls a second, instead of about 50 bytes).
+    /// Stores the calls waiting when it starts. Calls that arrive meanwhile wait for the next
+    /// tick: taking them too kept the writer going without end under steady traffic, in
+    /// transactions of the few calls that came during the last one (each transaction rewrites
+    /// a handful of pages: about 1.6 KB written per call at 5,000 calls a second, instead of
+    /// about 50 bytes).
     async fn drain(&self) {
         let queue = &*self.queue;
-        let mut waiting = queue.len.load(Ordering::Relaxed);
-        loop {
-            let take = waiting.min(MAX_BATCH);
-            waiting -= take;
-            let mut batch = Vec::with_capacity(take);
-            while batch.len() < take {
-                match queue.calls.pop() {
-                    Some(call) => {
-                        queue.len.fetch_sub(1, Ordering::Relaxed);
-                        batch.push(call);
-                    }
-                    // Counted, not pushed yet: it is taken at the next tick.
-                    None => break,
+        let waiting = queue.len.load(Ordering::Relaxed);
+        let mut calls = Vec::with_capacity(waiting);
+        while calls.len() < waiting {
+            match queue.calls.pop() {
+                Some(call) => {
+                    queue.len.fetch_sub(1, Ordering::Relaxed);
+                    calls.push(call);
                 }
+                // Counted, not pushed yet: it is taken at the next tick.
+                None => break,
             }
-            if batch.is_empty() {
-                return;
-            }
-            let n = batch.len() as u64;
-            match self.store.write(batch).await {
-                Ok(()) => self.metrics.written.inc_by(n),
-                Err(e) => {
-                    self.metrics.store_errors.inc();
-                    self.metrics.dropped.inc_by(n);
-                    log::error!("{e} ({n} calls dropped)");
-                }
-            }
+        }
+        if calls.is_empty() {
+            return;
+        }
+        let written = self.store.write_all(calls).await;
+        self.metrics.written.inc_by(written.stored);
+        for (n, e) in written.lost {
+            self.metrics.store_errors.inc();
+            self.metrics.dropped.inc_by(n);
+            log::error!("{e} ({n} calls dropped)");
         }
     }
 
@@ -397,6 +416,11 @@ impl CallWriter {
 #[async_trait]
 impl BackgroundService for CallWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        // This service's own thread: taking a tick's calls off the queue (~20k at 100k calls a
+        // second) waits for the workers' gaps like the writing does.
+        if !crate::infra::priority::lower_this_thread(crate::infra::priority::Priority::Low) {
+            log::debug!("could not lower the call log service's priority");
+        }
         let mut ticks = Ticks::new(self.batch_interval);
         let mut last_sweep: Option<tokio::time::Instant> = None;
         while ticks.next(&mut shutdown).await.is_some() {
