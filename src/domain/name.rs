@@ -43,6 +43,16 @@ pub enum NameError {
 impl DomainName {
     /// Parses user input (ASCII or Unicode) into the canonical form.
     pub fn parse(input: &str) -> Result<Self, NameError> {
+        // Already canonical and valid (most names sent): UTS-46 would give it back unchanged.
+        let bare = input.strip_suffix('.').unwrap_or(input);
+        if is_plain(bare) && validate_ascii(bare).is_ok() {
+            return Ok(DomainName(bare.into()));
+        }
+        Self::parse_mapped(input)
+    }
+
+    /// [`parse`](Self::parse) through the UTS-46 mapping, whatever the input.
+    fn parse_mapped(input: &str) -> Result<Self, NameError> {
         if input.contains('@') {
             return Err(NameError::ContainsAt);
         }
@@ -66,7 +76,7 @@ impl DomainName {
     /// The name and each parent, most specific first: `a.b.c` -> `a.b.c`, `b.c`, `c`.
     pub fn suffixes(&self) -> impl Iterator<Item = &str> {
         let s = self.as_str();
-        std::iter::once(s).chain(s.match_indices('.').map(move |(i, _)| &s[i + 1..]))
+        std::iter::once(s).chain(memchr::memchr_iter(b'.', s.as_bytes()).map(move |i| &s[i + 1..]))
     }
 
     /// The registrable domain (public suffix plus one label), if the name has one.
@@ -75,6 +85,17 @@ impl DomainName {
     pub fn registrable(&self) -> Option<&str> {
         psl::domain_str(self.as_str())
     }
+}
+
+/// Only lowercase ASCII letters, digits, hyphens and dots, and no A-label (`xn--`, whose
+/// punycode UTS-46 checks): what the mapping leaves as it is.
+fn is_plain(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    bytes
+        .iter()
+        .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !bytes.starts_with(b"xn--")
+        && memchr::memmem::find(bytes, b".xn--").is_none()
 }
 
 fn validate_ascii(name: &str) -> Result<(), NameError> {
@@ -148,6 +169,28 @@ mod tests {
     }
 
     #[test]
+    fn plain_names_take_the_shortcut_only_when_the_mapping_would_keep_them() {
+        for s in [
+            "d4242.com",
+            "a-b.example",
+            "xn--bcher-kva.example",
+            "a.xn--bcher-kva",
+            "xn--a.com",
+            "ab--cd.com",
+            "a..b",
+            "-a.com",
+            "a.com.",
+            "a.com..",
+            "123.456",
+            "com",
+            "",
+            ".",
+        ] {
+            assert_eq!(DomainName::parse(s), DomainName::parse_mapped(s), "{s}");
+        }
+    }
+
+    #[test]
     fn normalises_case_trailing_dot_and_idn() {
         assert_eq!(ok("Example.COM"), "example.com");
         assert_eq!(ok("example.com."), "example.com");
@@ -214,6 +257,15 @@ mod tests {
     }
 
     proptest! {
+        /// The shortcut for canonical names agrees with the mapping on everything it takes,
+        /// refusals and their reasons included.
+        #[test]
+        fn plain_names_parse_as_the_mapping_does(
+            s in "(xn--|[a-z0-9]|-|\\.|--){0,40}\\.?"
+        ) {
+            prop_assert_eq!(DomainName::parse(&s), DomainName::parse_mapped(&s));
+        }
+
         #[test]
         fn parse_never_panics(s in "\\PC{0,300}") {
             let _ = DomainName::parse(&s);
