@@ -410,6 +410,43 @@ fn embedded_logs_and_stats() {
     assert_eq!(today_stats(&gw, TEST_SECRET), stats);
 }
 
+/// The nice value of each of the gateway's threads, by thread name (Linux's `/proc`; names are
+/// cut to 15 bytes there).
+fn thread_nice(gw: &Gateway) -> Vec<(String, i32)> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", gw.pid())).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .map(|stat| {
+            let open = stat.find('(').unwrap();
+            let close = stat.rfind(')').unwrap();
+            // After the name: state is the 3rd field of the line, nice the 19th.
+            let nice = stat[close + 1..].split_whitespace().nth(16).unwrap();
+            (stat[open + 1..close].to_string(), nice.parse().unwrap())
+        })
+        .collect()
+}
+
+fn nice_of(gw: &Gateway, thread: &str) -> Option<i32> {
+    thread_nice(gw)
+        .into_iter()
+        .find_map(|(name, nice)| (name == thread).then_some(nice))
+}
+
+/// With the embedded store the call log's service thread and the writer run at nice 10, out of
+/// the workers' way; the workers stay at 0.
+#[test]
+fn the_embedded_writer_runs_below_the_workers() {
+    let gw = builder().start();
+    wait_until(WAIT, || nice_of(&gw, "BG call logs") == Some(10));
+    assert_eq!(nice_of(&gw, "drg-calls-write"), Some(10));
+    let workers: Vec<_> = thread_nice(&gw)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("domain-risk"))
+        .collect();
+    assert!(!workers.is_empty());
+    assert!(workers.iter().all(|(_, nice)| *nice == 0), "{workers:?}");
+}
+
 #[test]
 fn checks_are_logged_with_the_backends_verdict_in_both_upstream_modes() {
     let upstream = JsonUpstream::start();
@@ -539,6 +576,14 @@ fn redis_logs_and_stats() {
     };
     let gw = start(None);
     key_required_and_not_counted(&gw);
+    // The Redis link's driver task runs on the call log service's runtime, made on first use:
+    // that thread keeps the workers' priority, so the reads below never wait behind them.
+    assert_eq!(
+        nice_of(&gw, "BG call logs"),
+        Some(0),
+        "{:?}",
+        thread_nice(&gw)
+    );
     pages_without_gaps_or_repeats(&gw);
     // Stream ids are `<ms>-<n>`, n counting entries of the same millisecond of this project's
     // own stream.

@@ -347,6 +347,11 @@ fn day_text(d: NaiveDate) -> String {
 
 #[async_trait]
 impl CallStore for EmbeddedStore {
+    /// SQLite runs on the store's writer and reader threads.
+    fn works_on_own_threads(&self) -> bool {
+        true
+    }
+
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
         let max = i64::try_from(self.max_per_project).unwrap_or(i64::MAX);
         self.write_with(move |conn| store_batch(conn, &calls, max))

@@ -150,6 +150,14 @@ pub trait CallStore: Send + Sync {
     /// Stores one batch: log entries for calls with a verdict, daily counts for all.
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError>;
 
+    /// True when the store does its work on threads of its own, so the thread that hands it
+    /// calls may run at a low priority. A store whose connection runs on the caller's runtime
+    /// (Redis: the link's driver task is spawned where it is first used) must say false, or the
+    /// reads of `/v1/logs` and `/v1/stats` would wait on a low-priority thread too.
+    fn works_on_own_threads(&self) -> bool {
+        false
+    }
+
     /// Stores one tick's calls, in batches of at most [`MAX_BATCH`], one after another.
     async fn write_all(&self, calls: Vec<Call>) -> Written {
         let mut written = Written::default();
@@ -417,8 +425,11 @@ impl CallWriter {
 impl BackgroundService for CallWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         // This service's own thread: taking a tick's calls off the queue (~20k at 100k calls a
-        // second) waits for the workers' gaps like the writing does.
-        if !crate::infra::priority::lower_this_thread(crate::infra::priority::Priority::Low) {
+        // second) waits for the workers' gaps like the writing does, unless the store's own
+        // connection lives on this thread's runtime.
+        if self.store.works_on_own_threads()
+            && !crate::infra::priority::lower_this_thread(crate::infra::priority::Priority::Low)
+        {
             log::debug!("could not lower the call log service's priority");
         }
         let mut ticks = Ticks::new(self.batch_interval);
