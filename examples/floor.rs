@@ -32,7 +32,8 @@ use pingora::services::listening::Service;
 
 /// The gateway's allocator: the floor must not differ from it by malloc.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: domain_risk_gateway::infra::alloc::Allocator =
+    domain_risk_gateway::infra::alloc::Allocator;
 
 #[derive(Parser)]
 #[command(about = "Bare Pingora floor for the load harness")]

@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: domain_risk_gateway::infra::alloc::Allocator =
+    domain_risk_gateway::infra::alloc::Allocator;
 use domain_risk_gateway::cli;
 
 #[derive(Parser)]

@@ -994,18 +994,24 @@ fn push_both_policies(
     }
 }
 
-/// `RateLimit` ([`Usage::ratelimit_header`]), written without `format!`.
+/// `RateLimit` ([`Usage::ratelimit_header`]), written without `format!` into a buffer on the
+/// stack: the value's one allocation is its own (a `Vec` turned into `Bytes` would add one).
 fn ratelimit_value(usage: &Usage) -> Option<HeaderValue> {
-    let mut s = Vec::with_capacity(48);
-    s.extend_from_slice(b"\"monthly\";r=");
-    s.extend_from_slice(itoa::Buffer::new().format(usage.remaining()).as_bytes());
-    s.extend_from_slice(b";t=");
-    s.extend_from_slice(
+    // 12 + 3 bytes of text and two u64s of at most 20 digits each.
+    let mut buf = [0u8; 64];
+    let mut len = 0;
+    for part in [
+        b"\"monthly\";r=".as_slice(),
+        itoa::Buffer::new().format(usage.remaining()).as_bytes(),
+        b";t=",
         itoa::Buffer::new()
             .format(usage.seconds_to_reset())
             .as_bytes(),
-    );
-    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+    ] {
+        buf[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
 /// The answer to a CORS preflight: any origin may ask; the key decides on the real request.

@@ -35,7 +35,9 @@ fn header_of(
             "too many response headers",
         )
     };
-    let mut map = HeaderMap::with_capacity(2 + headers.len());
+    // Room for Pingora's `Date` and `Connection` too: a map filled to its capacity would be
+    // grown and rehashed when Pingora adds them (every answer with the usual four headers did).
+    let mut map = HeaderMap::with_capacity(2 + headers.len() + PINGORA_HEADERS);
     // 204 has no body, hence no content headers (RFC 9110 8.6).
     if status != StatusCode::NO_CONTENT {
         map.try_insert(CONTENT_TYPE, HeaderValue::from_static(JSON))
@@ -56,6 +58,9 @@ fn header_of(
     parts.headers = map;
     Ok(ResponseHeader::from(parts))
 }
+
+/// The headers Pingora adds to every HTTP/1 answer it writes (`Date`, `Connection`).
+const PINGORA_HEADERS: usize = 2;
 
 /// `Content-Length` values below this are made once (every lookup and error answer is shorter).
 const CACHED_LENGTHS: usize = 4096;

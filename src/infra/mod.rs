@@ -1,6 +1,7 @@
 //! Connections and files shared by the parts: the Redis link, outgoing HTTP's TLS and atomic file
-//! replacement.
+//! replacement; the process's allocator.
 
+pub mod alloc;
 pub mod fsutil;
 pub mod http;
 pub mod priority;

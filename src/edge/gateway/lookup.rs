@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::{decode, Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
-use crate::answer::{Answer, ApiError};
+use crate::answer::{body_bytes, Answer, ApiError};
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
@@ -70,7 +70,7 @@ impl Gateway {
             &mut body,
         );
         ctx.call = call;
-        let answer = Answer::raw(StatusCode::OK, Bytes::from(body));
+        let answer = Answer::raw(StatusCode::OK, body_bytes(body));
         match suggestion.and_then(|p| HeaderValue::from_str(p).ok()) {
             Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
             None => answer,
