@@ -91,16 +91,18 @@ pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Reje
 }
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive), if well formed.
+/// Read as bytes: a token is ASCII, so no UTF-8 check of the whole header, no `char` search.
 fn bearer_token(header: &[u8]) -> Option<&str> {
-    let header = std::str::from_utf8(header).ok()?;
-    let (scheme, token) = header.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
+    let space = memchr::memchr(b' ', header)?;
+    if !header[..space].eq_ignore_ascii_case(b"bearer") {
         return None;
     }
-    let token = token.trim();
-    let token68 = |b: u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b);
-    (!token.is_empty() && token.len() <= MAX_TOKEN_LEN && token.bytes().all(token68))
-        .then_some(token)
+    let token = header[space + 1..].trim_ascii();
+    let token68 = |b: &u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(b);
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN || !token.iter().all(token68) {
+        return None;
+    }
+    std::str::from_utf8(token).ok()
 }
 
 #[cfg(test)]
@@ -194,5 +196,42 @@ mod tests {
         let server = format!("Bearer {SERVER}");
         let any = decide(&s, creds(Some(&server), Some("https://evil.example"), None)).unwrap();
         assert_eq!(any.allowed_origin, None);
+    }
+
+    /// The reading before it went byte-wise: the header as UTF-8, split at its first space, the
+    /// token trimmed of whitespace.
+    fn bearer_token_as_str(header: &[u8]) -> Option<&str> {
+        let header = std::str::from_utf8(header).ok()?;
+        let (scheme, token) = header.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = token.trim();
+        let token68 = |b: u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b);
+        (!token.is_empty() && token.len() <= MAX_TOKEN_LEN && token.bytes().all(token68))
+            .then_some(token)
+    }
+
+    proptest::proptest! {
+        /// The byte-wise reading takes exactly the tokens the `str` one did. (Only a token
+        /// padded with non-ASCII or vertical-tab "whitespace", which `str::trim` dropped, is
+        /// refused now: no client sends one, and it is no valid token.)
+        #[test]
+        fn bearer_tokens_read_as_before(
+            h in "(Bearer|bearer|BEARER|Basic|Bearer\\.)?( |\t){0,2}[A-Za-z0-9._~+/=\"\\- ]{0,40}( |\t|\r){0,2}"
+        ) {
+            proptest::prop_assert_eq!(bearer_token(h.as_bytes()), bearer_token_as_str(h.as_bytes()));
+        }
+
+        #[test]
+        fn bearer_token_bytes_never_widen(
+            scheme in "(Bearer|bearer)? ?",
+            rest in proptest::collection::vec(proptest::num::u8::ANY, 0..60),
+        ) {
+            let h = [scheme.as_bytes(), &rest].concat();
+            if let Some(t) = bearer_token(&h) {
+                proptest::prop_assert_eq!(bearer_token_as_str(&h), Some(t));
+            }
+        }
     }
 }

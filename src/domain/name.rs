@@ -45,7 +45,7 @@ impl DomainName {
     pub fn parse(input: &str) -> Result<Self, NameError> {
         // Already canonical and valid (most names sent): UTS-46 would give it back unchanged.
         let bare = input.strip_suffix('.').unwrap_or(input);
-        if is_plain(bare) && validate_ascii(bare).is_ok() {
+        if is_plain_and_valid(bare.as_bytes()) {
             return Ok(DomainName(bare.into()));
         }
         Self::parse_mapped(input)
@@ -73,6 +73,11 @@ impl DomainName {
         &self.0
     }
 
+    /// The name as a boxed string, without copying it.
+    pub fn into_boxed_str(self) -> Box<str> {
+        self.0
+    }
+
     /// The name and each parent, most specific first: `a.b.c` -> `a.b.c`, `b.c`, `c`.
     pub fn suffixes(&self) -> impl Iterator<Item = &str> {
         let s = self.as_str();
@@ -89,6 +94,7 @@ impl DomainName {
 
 /// Only lowercase ASCII letters, digits, hyphens and dots, and no A-label (`xn--`, whose
 /// punycode UTS-46 checks): what the mapping leaves as it is.
+#[cfg(test)]
 fn is_plain(name: &str) -> bool {
     let bytes = name.as_bytes();
     bytes
@@ -96,6 +102,35 @@ fn is_plain(name: &str) -> bool {
         .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && !bytes.starts_with(b"xn--")
         && memchr::memmem::find(bytes, b".xn--").is_none()
+}
+
+/// `is_plain(name) && validate_ascii(name).is_ok()` in one pass over the bytes (the lookup
+/// path's shortcut; a property test holds it to that expression): no UTF-8 decoding, no
+/// substring search, no error built for a name the mapping then parses anyway.
+fn is_plain_and_valid(name: &[u8]) -> bool {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return false;
+    }
+    let mut labels = 0;
+    let mut numeric_tld = false;
+    for label in name.split(|&b| b == b'.') {
+        let (Some(&first), Some(&last)) = (label.first(), label.last()) else {
+            return false;
+        };
+        if label.len() > MAX_LABEL_LEN
+            || first == b'-'
+            || last == b'-'
+            || label.starts_with(b"xn--")
+            || !label
+                .iter()
+                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return false;
+        }
+        labels += 1;
+        numeric_tld = label.iter().all(u8::is_ascii_digit);
+    }
+    labels >= 2 && !numeric_tld
 }
 
 fn validate_ascii(name: &str) -> Result<(), NameError> {
@@ -191,6 +226,28 @@ mod tests {
     }
 
     #[test]
+    fn the_shortcut_stops_at_the_length_limits() {
+        let name = |lens: &[usize]| {
+            let labels: Vec<String> = lens.iter().map(|&n| "a".repeat(n)).collect();
+            labels.join(".")
+        };
+        for (lens, valid) in [
+            (&[63, 63, 63, 61][..], true),
+            (&[63, 63, 63, 62], false),
+            (&[63, 3], true),
+            (&[64, 3], false),
+        ] {
+            let s = name(lens);
+            assert_eq!(is_plain_and_valid(s.as_bytes()), valid, "{lens:?}");
+            assert_eq!(
+                is_plain(&s) && validate_ascii(&s).is_ok(),
+                valid,
+                "{lens:?}"
+            );
+        }
+    }
+
+    #[test]
     fn normalises_case_trailing_dot_and_idn() {
         assert_eq!(ok("Example.COM"), "example.com");
         assert_eq!(ok("example.com."), "example.com");
@@ -264,6 +321,33 @@ mod tests {
             s in "(xn--|[a-z0-9]|-|\\.|--){0,40}\\.?"
         ) {
             prop_assert_eq!(DomainName::parse(&s), DomainName::parse_mapped(&s));
+        }
+
+        /// The one-pass shortcut is exactly "plain and valid", on names near every edge: label
+        /// and name lengths, hyphens, A-labels, numeric top labels, letters it must refuse.
+        #[test]
+        fn the_shortcut_is_plain_and_valid(
+            labels in proptest::collection::vec(
+                prop_oneof![
+                    "[a-z0-9]{1,3}",
+                    "[0-9]{1,3}",
+                    "[a-z][a-z0-9-]{0,4}[a-z0-9]",
+                    "[a-z]{60,66}",
+                    "xn--[a-z]{1,4}",
+                    "-[a-z]{1,2}",
+                    "[a-z]{1,2}-",
+                    "[a-zA-Z_\u{e9}]{1,3}",
+                    "",
+                ],
+                1..6,
+            )
+        ) {
+            let s = labels.join(".");
+            prop_assert_eq!(
+                is_plain_and_valid(s.as_bytes()),
+                is_plain(&s) && validate_ascii(&s).is_ok(),
+                "{}", s
+            );
         }
 
         #[test]

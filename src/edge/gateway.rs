@@ -1123,6 +1123,10 @@ fn span_name(route: RouteClass) -> &'static str {
 }
 
 fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
+    // Most paths have no escape: the decoder would check the UTF-8 of a `str` again.
+    if memchr::memchr(b'%', raw.as_bytes()).is_none() {
+        return Ok(std::borrow::Cow::Borrowed(raw));
+    }
     percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| ApiError::Validation("path is not valid UTF-8 after percent-decoding".into()))

@@ -61,7 +61,7 @@ impl Gateway {
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
         // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
         let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
-        let (suggestion, call) = self.judge(
+        let (suggestion, verdict) = self.judge(
             &table,
             &name,
             inputs,
@@ -69,9 +69,14 @@ impl Gateway {
             explain,
             &mut body,
         );
-        ctx.call = call;
+        let suggestion = suggestion.and_then(|p| HeaderValue::from_str(p).ok());
+        // The name itself is logged (moved, not copied: the record's `domain` is this name).
+        ctx.call = verdict.map(|v| PendingCall {
+            domain: name.into_boxed_str(),
+            verdict: Some(v),
+        });
         let answer = Answer::raw(StatusCode::OK, body_bytes(body));
-        match suggestion.and_then(|p| HeaderValue::from_str(p).ok()) {
+        match suggestion {
             Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
             None => answer,
         }
@@ -128,8 +133,11 @@ impl Gateway {
                 Item::Valid(name) => {
                     let mx = inputs.next().unwrap_or_default();
                     let out = results.entry();
-                    let (_, call) = self.judge(&table, name, mx, &key.project, explain, out);
-                    ctx.batch_calls.extend(call);
+                    let (_, verdict) = self.judge(&table, name, mx, &key.project, explain, out);
+                    ctx.batch_calls.extend(verdict.map(|v| PendingCall {
+                        domain: name.as_str().into(),
+                        verdict: Some(v),
+                    }));
                 }
                 Item::Invalid { sent, detail } => {
                     batch::push_invalid(results.entry(), sent, detail)
@@ -142,8 +150,8 @@ impl Gateway {
 
     /// Classifies `name` as every lookup does, records what a lookup records (the
     /// neighbourhood's verdict count, the live top-domains), writes its JSON (with the evidence
-    /// when `explain`) to `out`, and returns the provider it is likely a typo of and the call
-    /// to log (call logs on).
+    /// when `explain`) to `out`, and returns the provider it is likely a typo of and the
+    /// verdict to log for the name (call logs on).
     fn judge<'t>(
         &self,
         table: &'t DomainTable,
@@ -152,7 +160,7 @@ impl Gateway {
         project: &str,
         explain: bool,
         out: &mut Vec<u8>,
-    ) -> (Option<&'t str>, Option<PendingCall>) {
+    ) -> (Option<&'t str>, Option<Verdict>) {
         let verdict = classify_match(
             table,
             name,
@@ -171,12 +179,9 @@ impl Gateway {
                 project,
             );
         }
-        let call = self.calls.as_ref().map(|_| PendingCall {
-            domain: verdict.record.domain.into(),
-            verdict: Some(Verdict {
-                risk_score: verdict.record.risk_score,
-                reason: verdict.record.reason,
-            }),
+        let call = self.calls.as_ref().map(|_| Verdict {
+            risk_score: verdict.record.risk_score,
+            reason: verdict.record.reason,
         });
         if explain {
             let body = Explained {
