@@ -163,7 +163,13 @@ pub struct KeyStore {
 impl KeyStore {
     /// The key whose secret this is, if any (disabled keys included: the caller decides).
     pub fn find(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
-        let digest = hash_secret(secret);
+        self.find_bytes(secret.as_bytes())
+    }
+
+    /// [`find`](Self::find) for a secret as the request's bytes (no UTF-8 check: the hash
+    /// reads bytes).
+    pub fn find_bytes(&self, secret: &[u8]) -> Option<&Arc<KeyEntry>> {
+        let digest: [u8; 32] = Sha256::digest(secret).into();
         let candidates = self.by_prefix.get(&prefix(&digest))?;
         // Constant time over the full hash; the map lookup above only saw 8 bytes of a hash.
         candidates.iter().find(|k| same_digest(&k.hash, &digest))

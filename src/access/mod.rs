@@ -50,9 +50,19 @@ pub struct Credentials<'a> {
 
 /// Key, then origin: the access decision for one request.
 pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Rejection> {
-    let header = creds.authorization.ok_or(Rejection::MissingKey)?;
+    decide_lazily(keys, creds.authorization, || (creds.origin, creds.referer))
+}
+
+/// [`decide`], the `Origin` and `Referer` headers looked up only for a key with origins (most
+/// keys are server keys, which ignore them).
+pub fn decide_lazily<'a>(
+    keys: &KeyStore,
+    authorization: Option<&[u8]>,
+    origin_and_referer: impl FnOnce() -> (Option<&'a [u8]>, Option<&'a [u8]>),
+) -> Result<Principal, Rejection> {
+    let header = authorization.ok_or(Rejection::MissingKey)?;
     let token = bearer_token(header).ok_or(Rejection::InvalidKey)?;
-    let key = keys.find(token).ok_or(Rejection::InvalidKey)?;
+    let key = keys.find_bytes(token).ok_or(Rejection::InvalidKey)?;
     if key.disabled {
         return Err(Rejection::InvalidKey);
     }
@@ -62,7 +72,7 @@ pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Reje
             allowed_origin: None,
         });
     };
-    let (raw, origin) = match (creds.origin, creds.referer) {
+    let (raw, origin) = match origin_and_referer() {
         (Some(o), _) => (
             o,
             std::str::from_utf8(o)
@@ -92,17 +102,15 @@ pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Reje
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive), if well formed.
 /// Read as bytes: a token is ASCII, so no UTF-8 check of the whole header, no `char` search.
-fn bearer_token(header: &[u8]) -> Option<&str> {
+fn bearer_token(header: &[u8]) -> Option<&[u8]> {
     let space = memchr::memchr(b' ', header)?;
     if !header[..space].eq_ignore_ascii_case(b"bearer") {
         return None;
     }
     let token = header[space + 1..].trim_ascii();
     let token68 = |b: &u8| b.is_ascii_alphanumeric() || b"-._~+/=".contains(b);
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN || !token.iter().all(token68) {
-        return None;
-    }
-    std::str::from_utf8(token).ok()
+    (!token.is_empty() && token.len() <= MAX_TOKEN_LEN && token.iter().all(token68))
+        .then_some(token)
 }
 
 #[cfg(test)]
@@ -220,7 +228,10 @@ mod tests {
         fn bearer_tokens_read_as_before(
             h in "(Bearer|bearer|BEARER|Basic|Bearer\\.)?( |\t){0,2}[A-Za-z0-9._~+/=\"\\- ]{0,40}( |\t|\r){0,2}"
         ) {
-            proptest::prop_assert_eq!(bearer_token(h.as_bytes()), bearer_token_as_str(h.as_bytes()));
+            proptest::prop_assert_eq!(
+                bearer_token(h.as_bytes()),
+                bearer_token_as_str(h.as_bytes()).map(str::as_bytes)
+            );
         }
 
         #[test]
@@ -230,7 +241,7 @@ mod tests {
         ) {
             let h = [scheme.as_bytes(), &rest].concat();
             if let Some(t) = bearer_token(&h) {
-                proptest::prop_assert_eq!(bearer_token_as_str(&h), Some(t));
+                proptest::prop_assert_eq!(bearer_token_as_str(&h).map(str::as_bytes), Some(t));
             }
         }
     }

@@ -30,7 +30,7 @@ use crate::access::keys::KeyEntry;
 use crate::access::policy::{Limit, Refusal};
 use crate::access::quota::{Month, Usage};
 use crate::access::rate::{RateConfig, RateStanding};
-use crate::access::{decide, Credentials, Principal, Rejection};
+use crate::access::{decide_lazily, Principal, Rejection};
 use crate::account::calls::{Call, Calls, Verdict};
 use crate::account::keys_api::KeysOp;
 use crate::answer::{Answer, ApiError};
@@ -412,12 +412,16 @@ impl Gateway {
             return Ok(());
         }
         let headers = &session.req_header().headers;
-        let creds = Credentials {
-            authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
-            origin: headers.get(ORIGIN).map(|v| v.as_bytes()),
-            referer: headers.get(REFERER).map(|v| v.as_bytes()),
-        };
-        let principal = match decide(&self.shared.keys.load(), creds) {
+        let principal = match decide_lazily(
+            &self.shared.keys.load(),
+            headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            || {
+                (
+                    headers.get(ORIGIN).map(|v| v.as_bytes()),
+                    headers.get(REFERER).map(|v| v.as_bytes()),
+                )
+            },
+        ) {
             Ok(principal) => principal,
             Err(r) => {
                 let (denial, error) = refusal(r);

@@ -192,8 +192,9 @@ pub fn route<'a>(
 /// this API has a space.
 fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<Cow<'q, str>> {
     let decode = |s: &'q str| percent_encoding::percent_decode_str(s).decode_utf8_lossy();
+    // No query (most calls): nothing to split or decode.
     query
-        .unwrap_or("")
+        .filter(|q| !q.is_empty())?
         .split('&')
         .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
         .find_map(|(k, v)| (decode(k) == name).then(|| decode(v)))
