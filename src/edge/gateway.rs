@@ -1009,13 +1009,33 @@ fn ratelimit_value(usage: &Usage) -> Option<HeaderValue> {
         itoa::Buffer::new().format(usage.remaining()).as_bytes(),
         b";t=",
         itoa::Buffer::new()
-            .format(usage.seconds_to_reset())
+            .format(seconds_to_reset(usage))
             .as_bytes(),
     ] {
         buf[len..len + part.len()].copy_from_slice(part);
         len += part.len();
     }
     HeaderValue::from_bytes(&buf[..len]).ok()
+}
+
+/// [`Usage::seconds_to_reset`], the month's reset instant kept per worker thread: the calendar
+/// arithmetic that finds it is done once a month, not on every call.
+fn seconds_to_reset(usage: &Usage) -> i64 {
+    use std::cell::Cell;
+    thread_local! {
+        static RESET: Cell<Option<(Month, i64)>> = const { Cell::new(None) };
+    }
+    let reset = RESET.with(|last| match last.get() {
+        Some((month, reset)) if month == usage.month => reset,
+        _ => {
+            let reset = usage.reset_at().timestamp();
+            last.set(Some((usage.month, reset)));
+            reset
+        }
+    });
+    // Whole seconds, truncated as `Duration::num_seconds` does: a started second is not left.
+    let started = i64::from(usage.now.timestamp_subsec_nanos() > 0);
+    (reset - usage.now.timestamp() - started).max(1)
 }
 
 /// The answer to a CORS preflight: any origin may ask; the key decides on the real request.
@@ -1517,6 +1537,13 @@ mod tests {
             // Twice: built, then the thread's copy.
             for _ in 0..2 {
                 assert_eq!(policy_value(&usage), usage.policy_header().as_str());
+                assert_eq!(seconds_to_reset(&usage), usage.seconds_to_reset());
+            }
+            // Within a second, and in the month's last second.
+            for nanos in [1, 500_000_000, 999_999_999] {
+                let now = now + chrono::Duration::nanoseconds(nanos);
+                let usage = Usage { now, ..usage };
+                assert_eq!(seconds_to_reset(&usage), usage.seconds_to_reset());
             }
             assert_eq!(
                 ratelimit_value(&usage).unwrap(),
