@@ -36,8 +36,8 @@ pub const MAX_LABEL_LEN: usize = 100;
 pub const DEMO_SECRET: &str = "drg_demo_local_only_do_not_deploy_5xY8qk3RvT2mWn7pLc4Hb";
 
 /// SHA-256 of a secret.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
+pub fn hash_secret(secret: impl AsRef<[u8]>) -> [u8; 32] {
+    Sha256::digest(secret.as_ref()).into()
 }
 
 /// A new secret from the OS random source: prefix plus 32 bytes, base64url without padding.
@@ -169,7 +169,7 @@ impl KeyStore {
     /// [`find`](Self::find) for a secret as the request's bytes (no UTF-8 check: the hash
     /// reads bytes).
     pub fn find_bytes(&self, secret: &[u8]) -> Option<&Arc<KeyEntry>> {
-        let digest: [u8; 32] = Sha256::digest(secret).into();
+        let digest = hash_secret(secret);
         let candidates = self.by_prefix.get(&prefix(&digest))?;
         // Constant time over the full hash; the map lookup above only saw 8 bytes of a hash.
         candidates.iter().find(|k| same_digest(&k.hash, &digest))
