@@ -601,17 +601,25 @@ fn chunks_of(calls: &[Call], max: i64) -> Vec<Chunk<'_>> {
         if call.verdict.is_none() {
             continue;
         }
-        match chunks.iter_mut().find(|c| c.project == &*call.project) {
+        match chunks
+            .iter_mut()
+            .find(|c| same_project(c.project, &call.project))
+        {
             Some(c) => c.calls += 1,
             None => chunks.push(Chunk::new(&call.project)),
         }
     }
     for c in &mut chunks {
         c.skip = (c.calls - max).max(0);
+        // An entry is 11 bytes and its domain: one allocation for most batches, not a doubling.
+        c.data = Vec::with_capacity(usize::try_from(c.calls - c.skip).unwrap_or(0) * 32);
     }
     for call in calls {
         let Some(v) = call.verdict else { continue };
-        let Some(c) = chunks.iter_mut().find(|c| c.project == &*call.project) else {
+        let Some(c) = chunks
+            .iter_mut()
+            .find(|c| same_project(c.project, &call.project))
+        else {
             continue;
         };
         if c.skip > 0 {
@@ -624,6 +632,12 @@ fn chunks_of(calls: &[Call], max: i64) -> Vec<Chunk<'_>> {
         c.newest = c.newest.max(at);
     }
     chunks
+}
+
+/// Whether two project ids are the same: the calls of a project share its key's `Arc`, so the
+/// pointers tell at once (every call of a batch was compared byte for byte before).
+fn same_project(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 /// The next entry id of `project`: its counter, or past its newest chunk when that is further

@@ -551,12 +551,24 @@ pub fn created_at(at: DateTime<Utc>) -> String {
 /// Counts per project and day of a batch: `(project, day, total, blocked)`.
 pub fn daily_counts(calls: &[Call]) -> Vec<(Arc<str>, NaiveDate, u64, u64)> {
     let mut out: Vec<(Arc<str>, NaiveDate, u64, u64)> = Vec::new();
+    // The day of the call before, as the UTC seconds it spans: a batch's calls are nearly all
+    // of one day, so most are placed by two comparisons, not a calendar conversion each.
+    let mut last: Option<(i64, i64, NaiveDate)> = None;
     for call in calls {
-        let day = call.at.date_naive();
+        let secs = call.at.timestamp();
+        let day = match last {
+            Some((start, end, day)) if (start..end).contains(&secs) => day,
+            _ => {
+                let day = call.at.date_naive();
+                let start = secs - secs.rem_euclid(86_400);
+                last = Some((start, start + 86_400, day));
+                day
+            }
+        };
         let blocked = u64::from(call.verdict.is_some_and(|v| v.blocked()));
         match out
             .iter_mut()
-            .find(|(p, d, _, _)| *d == day && *p == call.project)
+            .find(|(p, d, _, _)| *d == day && (Arc::ptr_eq(p, &call.project) || *p == call.project))
         {
             Some(entry) => {
                 entry.2 += 1;
@@ -649,6 +661,56 @@ mod tests {
         let bare = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("17");
         assert_eq!(decode_cursor("acme", &bare), None);
         assert_eq!(decode_cursor("acme", ""), None);
+    }
+
+    /// The grouping before the day was kept from call to call: a calendar date per call.
+    fn daily_counts_by_date(calls: &[Call]) -> Vec<(Arc<str>, NaiveDate, u64, u64)> {
+        let mut out: Vec<(Arc<str>, NaiveDate, u64, u64)> = Vec::new();
+        for call in calls {
+            let day = call.at.date_naive();
+            let blocked = u64::from(call.verdict.is_some_and(|v| v.blocked()));
+            match out
+                .iter_mut()
+                .find(|(p, d, _, _)| *d == day && *p == call.project)
+            {
+                Some(entry) => {
+                    entry.2 += 1;
+                    entry.3 += blocked;
+                }
+                None => out.push((call.project.clone(), day, 1, blocked)),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Calls around midnights (and before 1970), of projects shared or only equal by
+        /// name, are counted on the days their dates say.
+        #[test]
+        fn daily_counts_agree_with_each_calls_date(
+            calls in proptest::collection::vec(
+                (0..4usize, -3 * 86_400..3 * 86_400i64, proptest::option::of(0..4usize)),
+                0..40,
+            ),
+            midnight in proptest::sample::select(vec![0i64, 1_795_478_400, -86_400 * 400]),
+        ) {
+            let shared: Arc<str> = "shared".into();
+            let calls: Vec<Call> = calls
+                .into_iter()
+                .map(|(p, offset, reason)| Call {
+                    project: match p {
+                        0 | 1 => shared.clone(),
+                        2 => "shared".into(),
+                        _ => "other".into(),
+                    },
+                    retention: Duration::from_secs(60),
+                    email_domain: "a.com".into(),
+                    verdict: reason.map(|r| Verdict { risk_score: 1, reason: Reason::ALL[r] }),
+                    at: DateTime::from_timestamp(midnight + offset, 0).unwrap(),
+                })
+                .collect();
+            proptest::prop_assert_eq!(daily_counts(&calls), daily_counts_by_date(&calls));
+        }
     }
 
     #[test]
