@@ -17,7 +17,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -209,6 +209,10 @@ pub struct Bounded {
     timer: Pin<Box<Sleep>>,
     /// The instant `timer` is set to; a timer that fires early is simply set again.
     armed: Instant,
+    /// The waker `timer` was last polled with. While the timer is set in the future and the
+    /// task's waker is this one, polling it again would change nothing (most reads that wait
+    /// are on a kept-alive connection, waiting for its next request).
+    polled_with: Option<Waker>,
     /// Pingora is writing its own bare 400: bytes of our answer written in its stead so far.
     /// Every later write is swallowed: Pingora closes the connection after that answer.
     replacing: Option<usize>,
@@ -242,6 +246,7 @@ impl Bounded {
             },
             timer: Box::pin(tokio::time::sleep_until(deadline)),
             armed: deadline,
+            polled_with: None,
             replacing: None,
             limits,
             stats,
@@ -348,10 +353,25 @@ impl Bounded {
         if self.armed > deadline {
             self.timer.as_mut().reset(deadline);
             self.armed = deadline;
+        } else if self.armed > now
+            && self
+                .polled_with
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            // Not fired (a timer never fires before its instant), and it wakes this task.
+            return false;
         }
         // A timer set earlier than the deadline (an older phase's) fires early: set it again.
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {
+                if !self
+                    .polled_with
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    self.polled_with = Some(cx.waker().clone());
+                }
                 return false;
             }
             if self.armed >= deadline {
