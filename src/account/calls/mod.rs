@@ -351,6 +351,9 @@ pub fn open(
     (calls, writer)
 }
 
+/// Calls taken off the queue between two chances for a worker to have the core.
+const DRAIN_PIECE: usize = 2_048;
+
 /// Takes the waiting calls every interval and stores them in batches; sweeps expired entries.
 pub struct CallWriter {
     queue: Arc<Queue>,
@@ -380,6 +383,11 @@ impl CallWriter {
                 }
                 // Counted, not pushed yet: it is taken at the next tick.
                 None => break,
+            }
+            if calls.len() % DRAIN_PIECE == 0 {
+                // A tick's calls (~20k at 100k calls a second) took this thread ~0.9 ms in one
+                // go, a stall for a worker sharing its core: a runnable one goes first now.
+                std::thread::yield_now();
             }
         }
         if calls.is_empty() {
