@@ -164,9 +164,12 @@ fn mx_cache(c: &mut Criterion) {
     let mut g = c.benchmark_group("mx_cache");
     g.throughput(Throughput::Elements(1));
     let hit = "n4242.example";
-    assert_eq!(rt.block_on(resolver.evidence(hit)).1, CacheState::Hit);
+    assert_eq!(
+        rt.block_on(resolver.evidence(hit, "bench")).1,
+        CacheState::Hit
+    );
     g.bench_function("hit_full_100k", |b| {
-        b.iter(|| rt.block_on(resolver.evidence(black_box(hit))).1)
+        b.iter(|| rt.block_on(resolver.evidence(black_box(hit), "bench")).1)
     });
     let mut name = String::new();
     let mut next = 0u64;

@@ -137,14 +137,14 @@ fn lookups(c: &mut Criterion) {
         on.insert(name.as_str(), evidence(i), hour);
         g.bench_function(format!("cached_lookup_index_off_{label}"), |b| {
             b.iter(|| {
-                let (e, _) = rt.block_on(off.evidence(black_box(name.as_str())));
+                let (e, _) = rt.block_on(off.evidence(black_box(name.as_str()), "bench"));
                 let v = classify_match(&snap, &name, snap.lookup(&name), Some(&e), None);
                 black_box(v.record.risk_score)
             })
         });
         g.bench_function(format!("cached_lookup_index_on_{label}"), |b| {
             b.iter(|| {
-                let (e, _) = rt.block_on(on.evidence(black_box(name.as_str())));
+                let (e, _) = rt.block_on(on.evidence(black_box(name.as_str()), "bench"));
                 let finding = on.neighbourhood().and_then(|n| n.judge(&name));
                 let v = classify_match(&snap, &name, snap.lookup(&name), Some(&e), finding);
                 black_box(v.record.risk_score)

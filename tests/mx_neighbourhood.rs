@@ -23,6 +23,9 @@ use std::time::Duration;
 /// The synthetic world: DNS zones, the blocklist, and the names of each kind.
 struct World {
     zones: HashMap<String, Zone>,
+    /// Reverse DNS: each host's address names the host (as operators that own their network
+    /// set it up), so its network vouches for it.
+    ptr: HashMap<Ipv4Addr, String>,
     /// On the blocklist (the data's `disposable.txt`).
     listed: Vec<String>,
     /// Legitimate domains the gateway saw in earlier traffic (looked up first).
@@ -50,6 +53,7 @@ impl World {
     }
 
     fn host(&mut self, host: &str, ip: [u8; 4]) {
+        self.ptr.insert(Ipv4Addr::from(ip), host.to_owned());
         self.zones.insert(
             host.into(),
             Zone {
@@ -61,14 +65,26 @@ impl World {
     }
 }
 
+impl World {
+    fn new() -> World {
+        World {
+            zones: HashMap::new(),
+            ptr: HashMap::new(),
+            listed: vec![],
+            history: vec![],
+            unlisted_throwaway: vec![],
+            new_legitimate: vec![],
+        }
+    }
+
+    /// A DNS server holding this world, its reverse DNS included.
+    fn dns(&self) -> DnsServer {
+        DnsServer::start_with_ptr(self.zones.clone(), self.ptr.clone())
+    }
+}
+
 fn world() -> World {
-    let mut w = World {
-        zones: HashMap::new(),
-        listed: vec![],
-        history: vec![],
-        unlisted_throwaway: vec![],
-        new_legitimate: vec![],
-    };
+    let mut w = World::new();
     // 1. One dedicated host: 12 listed domains on mx.quickbox.test.
     w.host("mx.quickbox.test", [192, 0, 2, 10]);
     for i in 0..12 {
@@ -214,7 +230,7 @@ fn assert_judged(gw: &Gateway, w: &World) {
 #[test]
 fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_company_is() {
     let w = world();
-    let dns = DnsServer::start(w.zones.clone());
+    let dns = w.dns();
     let gw = builder(&w, &dns).start();
     // Before the index learned anything: all unlisted domains pass, as they did before.
     assert_eq!(record(&gw, "qb-new0.test")["reason"], "safe");
@@ -260,7 +276,7 @@ fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_compa
 #[test]
 fn a_restart_keeps_what_was_learned() {
     let w = world();
-    let dns = DnsServer::start(w.zones.clone());
+    let dns = w.dns();
     let gw = builder(&w, &dns).start();
     teach(&gw, &w);
     let dir = gw.stop();
@@ -270,7 +286,7 @@ fn a_restart_keeps_what_was_learned() {
         "{state}"
     );
     // A fresh DNS server: a listed name looked up again would show in its counts.
-    let dns = DnsServer::start(w.zones.clone());
+    let dns = w.dns();
     let gw = builder(&w, &dns).in_dir(dir).start();
     assert_judged(&gw, &w);
     assert_eq!(
@@ -283,7 +299,7 @@ fn a_restart_keeps_what_was_learned() {
 fn two_gateways_on_one_redis_learn_together() {
     let redis = RedisServer::start(false);
     let w = world();
-    let dns = DnsServer::start(w.zones.clone());
+    let dns = w.dns();
     let start = || {
         builder(&w, &dns)
             .redis(&redis.url(), "fail_open")
@@ -312,7 +328,7 @@ fn binary() -> &'static str {
 #[test]
 fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
     let w = world();
-    let dns = DnsServer::start(w.zones.clone());
+    let dns = w.dns();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     std::fs::write(dir.path().join("data/mx_providers.csv"), providers()).unwrap();
@@ -411,4 +427,150 @@ fn without_a_dns_server_the_breaker_answers_from_the_table_at_once_and_recovers(
         .mx_yaml("query_timeout_ms: 200")
         .start();
     gw.wait_metric("drg_mx_breaker_open", 1.0);
+}
+
+/// The public top-domains once every listed name of `w` ranks (each was looked up once).
+fn ranking_of_listed(gw: &Gateway, w: &World) -> Vec<String> {
+    let mut ranked = Vec::new();
+    wait_until(Duration::from_secs(10), || {
+        ranked = top_domains(gw, 1000);
+        ranked.len() == w.listed.len()
+    });
+    ranked
+}
+
+/// What an attacker who owns a few listed (lapsed, re-registered) throwaway domains can point
+/// at a company that runs its own mail: its MX host, made-up hosts under its name, and hosts
+/// of their own whose A records sit in the company's /24.
+fn planted_world() -> World {
+    let mut w = World::new();
+    // The victims: one on a host under its own name, one on a host of another name of its own.
+    w.host("mx.victim.test", [192, 0, 2, 50]);
+    w.mx("victim.test", &["mx.victim.test"]);
+    w.host("mx.smallco-mail.test", [198, 51, 100, 70]);
+    w.mx("smallco.test", &["mx.smallco-mail.test"]);
+    w.new_legitimate = vec!["victim.test".into(), "smallco.test".into()];
+    for i in 0..6u8 {
+        // Its MX host.
+        let d = format!("lapsed{i}.test");
+        w.mx(&d, &["mx.victim.test"]);
+        w.listed.push(d);
+        // Hosts under its name that do not even exist (the victim's DNS untouched).
+        let d = format!("ghostly{i}.test");
+        w.mx(&d, &[&format!("ghost{i}.victim.test")]);
+        w.listed.push(d);
+        // Hosts of the attacker's own, in the victim's /24 (the addresses' reverse DNS is the
+        // victim's: the attacker cannot set it).
+        let host = format!("mail.plant{i}.test");
+        w.zones.insert(
+            host.clone(),
+            Zone {
+                mx: vec![],
+                a: Some(Ipv4Addr::new(198, 51, 100, 80 + i)),
+                ttl: 300,
+            },
+        );
+        let d = format!("plant-net{i}.test");
+        w.mx(&d, &[&host]);
+        w.listed.push(d);
+    }
+    w
+}
+
+#[test]
+fn planted_neighbours_never_flag_a_company_on_its_own_hosts_nor_rank_it() {
+    const OTHER: &str = "drg_other_project_key_0123456789abcdefghijklm";
+    let w = planted_world();
+    let dns = w.dns();
+    let gw = builder(&w, &dns)
+        .key_in_project("other", OTHER, "test", "other")
+        .gateway_yaml(
+            "top_domains: { render_interval_ms: 50, persist_interval_ms: 200, \
+             state_file: state/top.json }",
+        )
+        .start();
+    // The attacker looks its listed domains up (the index learns them in the background).
+    teach(&gw, &w);
+    let listing = gw.admin_get("/mx/neighbourhoods?limit=1000").json();
+    let keys: Vec<&str> = listing["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|k| k["key"].as_str())
+        .collect();
+    // The planted keys exist (the listed domains do point there) ...
+    assert!(keys.contains(&"mx.victim.test"), "{listing}");
+    assert!(keys.contains(&"victim.test"), "{listing}");
+    // ... but no network key: the addresses do not vouch for the attacker's hosts.
+    assert!(!keys.contains(&"198.51.100.0/24"), "{listing}");
+    // Both projects ask about the victims: safe, never judged by neighbours.
+    for secret in [TEST_SECRET, OTHER] {
+        for d in &w.new_legitimate {
+            let r = Conn::open_as(gw.addr, Some(secret))
+                .unwrap()
+                .get(&format!("/v1/public/domain/{d}?explain=true"))
+                .unwrap()
+                .json();
+            assert_eq!(r["reason"], "safe", "{d}: {r}");
+            assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{d}: {r}");
+            assert_eq!(r["is_corporate_email"], true, "{d}: {r}");
+        }
+    }
+    // And off the public list, which holds the listed names only.
+    let ranked = ranking_of_listed(&gw, &w);
+    for d in &w.new_legitimate {
+        assert!(!ranked.contains(d), "{d} ranked: {ranked:?}");
+    }
+}
+
+#[test]
+fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked() {
+    let mut w = world();
+    for i in 0..4 {
+        w.mx(&format!("qb-extra{i}.test"), &["mx.quickbox.test"]);
+    }
+    let dns = w.dns();
+    let gw = builder(&w, &dns)
+        .gateway_yaml(
+            "top_domains: { render_interval_ms: 50, persist_interval_ms: 200, \
+             state_file: state/top.json }",
+        )
+        .start();
+    teach(&gw, &w);
+    let listing =
+        |gw: &Gateway| gw.admin_get("/mx/neighbourhoods?limit=1").json()["top"][0].clone();
+    let judged = |r: &serde_json::Value| r["evidence"]["rule"] == "mx_neighbourhood";
+    let first = record(&gw, "qb-new0.test");
+    assert!(judged(&first), "{first}");
+    let since = first["evidence"]["neighbourhood"]["since"].clone();
+    assert!(since.is_string(), "{first}");
+    for d in ["qb-new1.test", "qb-extra0.test"] {
+        assert!(judged(&record(&gw, d)), "{d}");
+    }
+    // The fourth unlisted tenant: 12 listed against 3 others is 0.8, judged; the listing,
+    // by the same test, says the key judges (it said no at 12 against 4 before).
+    let fourth = record(&gw, "qb-extra1.test");
+    assert!(judged(&fourth), "{fourth}");
+    assert_eq!(listing(&gw)["key"], "mx.quickbox.test");
+    assert_eq!(listing(&gw)["judges"], true, "{}", listing(&gw));
+    // Two more: 12 against 5 others (0.71) judges no new tenant, and the listing says so ...
+    record(&gw, "qb-extra2.test");
+    let sixth = record(&gw, "qb-extra3.test");
+    assert!(!judged(&sixth), "{sixth}");
+    assert_eq!(listing(&gw)["judges"], false, "{}", listing(&gw));
+    // ... but a verdict already reached stands (within the hold margin), with its time.
+    let again = record(&gw, "qb-new0.test");
+    assert_eq!(again["reason"], "disposable", "{again}");
+    assert_eq!(
+        again["evidence"]["neighbourhood"]["since"], since,
+        "{again}"
+    );
+    // Inferences never reach the public list.
+    let ranked = ranking_of_listed(&gw, &w);
+    assert!(
+        !ranked
+            .iter()
+            .any(|d| d.starts_with("qb-new") || d.starts_with("qb-extra")),
+        "{ranked:?}"
+    );
 }

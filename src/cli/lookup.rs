@@ -49,9 +49,11 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
             resolver = resolver.with_neighbourhood(index.clone());
         }
         let resolver = Arc::new(resolver);
+        // What the resolver says is believed only once the canaries vouch for it, as in `serve`.
+        runtime.block_on(resolver.check_canaries());
         // No request is waiting here: give DNS its full query timeout, not the request budget.
         let (evidence, state) =
-            runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout));
+            runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout, "lookup"));
         if let (Some(index), MxEvidence::Hosts(_)) = (&index, &*evidence) {
             finding = index.judge(&name);
         }

@@ -137,7 +137,7 @@ async fn run(
             tally.unanswered += 1;
             continue;
         };
-        let keys = keys_of(&hosts, table.providers());
+        let keys = keys_of(&name, &hosts, table.providers());
         tally.resolved += 1;
         tally.with_keys += usize::from(!keys.is_empty());
         let line = store::line(&Learned {

@@ -25,6 +25,8 @@ use super::providers::ProviderTable;
 pub const MAX_HOSTS: usize = 4;
 /// Networks of one host considered at most (IPv4 and IPv6, say).
 pub const MAX_NETS_PER_HOST: usize = 2;
+/// How far below `min_share` a verdict already reached still stands (hysteresis).
+pub const HOLD_MARGIN: f64 = 0.15;
 
 /// What a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -78,11 +80,27 @@ pub fn network(ip: IpAddr) -> String {
 /// An MX host and the networks of its addresses (empty when not asked or not found).
 pub type HostNetworks = (Box<str>, Vec<String>);
 
-/// The keys of a domain whose MX hosts (most preferred first) are `hosts`, each with its
+/// Whether `name` is `domain` or under it (a company's own mail host, `mx.victim.com` of
+/// `victim.com`, or its own name used as a parent).
+fn is_own(name: &str, domain: &str) -> bool {
+    name == domain
+        || name
+            .strip_suffix(domain)
+            .is_some_and(|head| head.ends_with('.'))
+}
+
+/// The keys of `domain` whose MX hosts (most preferred first) are `hosts`, each with its
 /// networks. A host run by a recognised mailbox provider, security gateway, forwarder or
 /// consumer service gives no key at all: those serve legitimate and throwaway domains alike.
-/// Hosts dedicated to disposable mail do give keys (their neighbours teach).
-pub fn keys_of(hosts: &[HostNetworks], providers: &ProviderTable) -> Vec<Box<str>> {
+/// Hosts dedicated to disposable mail do give keys (their neighbours teach). Nor does a host
+/// under the domain's own registrable domain: a company's own mail host, its own name as a
+/// parent and the networks of its own hosts are its own, and whoever points listed domains at
+/// them (`ghost1.victim.com` needs no record at the victim's) must not make them judge it.
+pub fn keys_of(domain: &str, hosts: &[HostNetworks], providers: &ProviderTable) -> Vec<Box<str>> {
+    let own = DomainName::parse(domain)
+        .ok()
+        .and_then(|n| n.registrable().map(str::to_owned))
+        .unwrap_or_else(|| domain.to_owned());
     let mut keys: Vec<Box<str>> = Vec::new();
     let mut push = |k: String| {
         if !keys.iter().any(|have| **have == *k) {
@@ -94,7 +112,7 @@ pub fn keys_of(hosts: &[HostNetworks], providers: &ProviderTable) -> Vec<Box<str
         let shared_service = providers
             .kind_of(host)
             .is_some_and(|k| k != ProviderKind::Disposable);
-        if !is_name || shared_service {
+        if !is_name || shared_service || is_own(host, &own) {
             continue;
         }
         push(format!("host:{host}"));
@@ -126,6 +144,13 @@ impl NeighbourhoodRule {
     fn dominates(&self, listed: u32, unlisted: u32) -> bool {
         let all = f64::from(listed) + f64::from(unlisted);
         listed >= self.min_listed.max(1) && f64::from(listed) >= self.min_share * all
+    }
+
+    /// The one test of whether a key judges a domain whose own standing is `own` (left out of
+    /// the counts): used by verdicts and by the admin listing alike, so they cannot disagree.
+    fn judges(&self, counts: &Counts, own: Option<Standing>) -> bool {
+        let (listed, unlisted) = counts.without(own);
+        self.dominates(listed, unlisted)
     }
 }
 
@@ -211,6 +236,11 @@ pub struct Finding {
     pub share: f64,
     /// Listed neighbours by the list that names them, most first.
     pub sources: Vec<SourceCount>,
+    /// When this verdict was first reached (RFC 3339, UTC): a verdict is kept for a while
+    /// (`verdict_hold_seconds`) with the counts it was reached on, so it does not flip back and
+    /// forth as the index learns. Set by the service that holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
 }
 
 // `share` is a ratio of counts (never NaN): equality is total.
@@ -303,8 +333,16 @@ impl NeighbourhoodIndex {
             self.withdraw(old);
         }
         // A domain with no key (its mail at a shared service) is remembered too, so that it
-        // is not resolved again and again to learn nothing.
-        let keys: Box<[Arc<str>]> = keys.iter().map(|k| self.intern(k)).collect();
+        // is not resolved again and again to learn nothing. Keys under its own name (from a
+        // state file, a snapshot or another gateway older than that rule) are dropped.
+        let keys: Box<[Arc<str>]> = keys
+            .iter()
+            .filter(|k| match KeyKind::split(k) {
+                Some((KeyKind::Host | KeyKind::Parent, value)) => !is_own(value, domain),
+                _ => true,
+            })
+            .map(|k| self.intern(k))
+            .collect();
         let standing = listed.map_or(Standing::Unlisted, Standing::Listed);
         for k in keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
@@ -355,8 +393,8 @@ impl NeighbourhoodIndex {
         let mut best: Option<(&Arc<str>, &Counts, u32)> = None;
         for k in keys {
             let Some(c) = self.keys.get(k) else { continue };
-            let (listed, unlisted) = c.without(own);
-            if self.rule.dominates(listed, unlisted) && best.is_none_or(|(_, _, l)| listed > l) {
+            let (listed, _) = c.without(own);
+            if self.rule.judges(c, own) && best.is_none_or(|(_, _, l)| listed > l) {
                 best = Some((k, c, listed));
             }
         }
@@ -380,7 +418,34 @@ impl NeighbourhoodIndex {
             unlisted,
             share: f64::from(listed) / f64::from((listed + unlisted).max(1)),
             sources: self.source_counts(counts),
+            since: None,
         })
+    }
+
+    /// Whether a verdict reached earlier (`finding`) still stands: its key still has at least
+    /// `min_listed` listed neighbours and a share within [`HOLD_MARGIN`] of `min_share`. The
+    /// margin keeps a verdict from flipping as neighbours trickle in around the threshold;
+    /// evidence well against it (a shared host's tenants seen after a cold start) drops it.
+    pub fn holds(&self, domain: &str, finding: &Finding) -> bool {
+        let Some(entry) = self.domains.get(domain) else {
+            return false;
+        };
+        if matches!(entry.standing, Standing::Listed(_)) {
+            return false;
+        }
+        let key = format!("{}:{}", finding.key_kind.as_str(), finding.key);
+        if !entry.keys.iter().any(|k| **k == *key) {
+            return false;
+        }
+        let Some(counts) = self.keys.get(key.as_str()) else {
+            return false;
+        };
+        let (listed, unlisted) = counts.without(Some(entry.standing));
+        let relaxed = NeighbourhoodRule {
+            min_listed: self.rule.min_listed,
+            min_share: (self.rule.min_share - HOLD_MARGIN).max(0.5),
+        };
+        relaxed.dominates(listed, unlisted)
     }
 
     fn source_counts(&self, counts: &Counts) -> Vec<SourceCount> {
@@ -419,7 +484,11 @@ impl NeighbourhoodIndex {
                     key: value.into(),
                     listed: c.listed,
                     unlisted: c.unlisted,
-                    judges: self.rule.dominates(c.listed, c.unlisted),
+                    // As a verdict on one of its unlisted tenants would see it (that tenant
+                    // left out), by the verdict's own test.
+                    judges: self
+                        .rule
+                        .judges(c, (c.unlisted > 0).then_some(Standing::Unlisted)),
                     sources: self.source_counts(c),
                 })
             })
@@ -550,6 +619,7 @@ mod tests {
             (host.into(), nets.iter().map(|n| n.to_string()).collect())
         };
         let got = keys_of(
+            "new.example",
             &[
                 h("mx1.throw.io", &["203.0.113.0/24"]),
                 h("aspmx.l.google.com", &["198.51.100.0/24"]),
@@ -569,7 +639,24 @@ mod tests {
                 "parent:mailinator.com",
             ])
         );
-        assert!(keys_of(&[h("throw.io", &[])], &p) == keys(&["host:throw.io"]));
+        assert!(keys_of("new.example", &[h("throw.io", &[])], &p) == keys(&["host:throw.io"]));
+        // A domain's own hosts, its name as a parent and their networks are no keys of its.
+        let own = [
+            h("mx.victim.com", &["192.0.2.0/24"]),
+            h("ghost1.victim.com", &[]),
+            h("victim.com", &[]),
+        ];
+        assert!(keys_of("victim.com", &own, &p).is_empty());
+        assert!(keys_of("www.victim.com", &own, &p).is_empty());
+        assert_eq!(
+            keys_of("other.com", &own[..1], &p),
+            keys(&[
+                "host:mx.victim.com",
+                "parent:victim.com",
+                "network:192.0.2.0/24"
+            ])
+        );
+        assert!(!is_own("notvictim.com", "victim.com"));
     }
 
     #[test]

@@ -140,12 +140,20 @@ pub enum Basis {
     /// Only that DNS found no mail host (`undeliverable` for a name the table leaves open):
     /// ranked once enough distinct projects flagged the name.
     NoMailHost,
+    /// An inference from learned neighbours (the MX neighbourhood): never ranked. The public
+    /// list names only what lists, records or a throwaway service's own hosts confirm, so
+    /// neighbours planted to flag a company cannot put it there either.
+    Inferred,
 }
 
 impl Basis {
     /// The basis of a classification's flag.
     pub fn of(verdict: &Verdict<'_>) -> Basis {
-        if verdict.rule == TableRule::Unknown && verdict.record.reason == Reason::Undeliverable {
+        if verdict.neighbourhood.is_some() {
+            Basis::Inferred
+        } else if verdict.rule == TableRule::Unknown
+            && verdict.record.reason == Reason::Undeliverable
+        {
             Basis::NoMailHost
         } else {
             Basis::Evidence
@@ -206,6 +214,7 @@ impl LiveTop {
             score: answer.risk_score,
         };
         match basis {
+            Basis::Inferred => {}
             Basis::Evidence => self.record_name(registrable, label),
             Basis::NoMailHost => {
                 let ready = self

@@ -48,16 +48,27 @@ pub struct MxConfig {
     #[serde_as(as = "DurationSeconds<u64>")]
     pub failure_ttl: Duration,
     /// After this many lookups in a row that no DNS server answered (timeouts, unreachable),
-    /// or a failed probe at start, MX evidence is switched off (one WARN) and requests are
-    /// answered from the table at once; a probe every `probe_interval_seconds` switches it on
-    /// again.
+    /// the canaries are checked at once instead of at the next interval. A slow zone alone
+    /// never switches MX evidence off: only the canaries do.
     pub breaker_failures: u32,
+    /// How often the resolver is checked against the canaries (and at start).
     #[serde(rename = "probe_interval_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub probe_interval: Duration,
+    /// Names that certainly have MX records (big mail providers' own domains). The resolver is
+    /// trusted only while more than half of them come back with MX hosts; a resolver that
+    /// answers NXDOMAIN, SERVFAIL or nothing for them is untrusted, and MX evidence is off.
+    pub canaries: Vec<String>,
+    /// MX lookups one project may hold at once (its share of `max_inflight`; a batch resolves
+    /// within it): one caller's slow or silent names cannot take another project's slots.
+    pub max_inflight_per_project: usize,
     /// The MX neighbourhood index: unlisted domains judged by their mail infrastructure.
     pub neighbourhood: NeighbourhoodConfig,
 }
+
+/// The shipped canaries: the mail domains of the largest consumer providers, whose MX records
+/// every honest resolver on the internet returns.
+pub const DEFAULT_CANARIES: [&str; 4] = ["gmail.com", "outlook.com", "yahoo.com", "icloud.com"];
 
 /// A share in 0..=1 (an `f64` compared bit for bit, so configs stay `Eq`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -103,6 +114,12 @@ pub struct NeighbourhoodConfig {
     #[serde(rename = "share_interval_ms")]
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub share_interval: Duration,
+    /// A domain judged disposable by its neighbourhood keeps that verdict (and the counts it
+    /// was reached on) this long, whatever the index learns meanwhile: no back and forth.
+    /// 0: judged afresh on every lookup.
+    #[serde(rename = "verdict_hold_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub verdict_hold: Duration,
 }
 
 impl Default for NeighbourhoodConfig {
@@ -119,6 +136,7 @@ impl Default for NeighbourhoodConfig {
             concurrency: 8,
             save_interval: Duration::from_secs(60),
             share_interval: Duration::from_millis(2_000),
+            verdict_hold: Duration::from_secs(3_600),
         }
     }
 }
@@ -193,6 +211,8 @@ impl Default for MxConfig {
             failure_ttl: Duration::from_secs(30),
             breaker_failures: 3,
             probe_interval: Duration::from_secs(30),
+            canaries: DEFAULT_CANARIES.iter().map(|s| (*s).to_owned()).collect(),
+            max_inflight_per_project: 64,
             neighbourhood: NeighbourhoodConfig::default(),
         }
     }
@@ -236,6 +256,22 @@ impl MxConfig {
                 "gateway.mx.breaker_failures and probe_interval_seconds: must be at least 1"
                     .to_owned(),
             );
+        }
+        if self.enabled && self.canaries.is_empty() {
+            out.push(
+                "gateway.mx.canaries: at least one name is needed (MX evidence is believed only \
+                 from a resolver that shows their MX records)"
+                    .to_owned(),
+            );
+        }
+        for c in &self.canaries {
+            if crate::domain::DomainName::parse(c).is_err() {
+                out.push(format!("gateway.mx.canaries: '{c}' is not a domain name"));
+            }
+        }
+        // Above `max_inflight` it is `max_inflight` (one project may then take every slot).
+        if self.max_inflight_per_project == 0 {
+            out.push("gateway.mx.max_inflight_per_project: must be at least 1".to_owned());
         }
         if self.enabled && self.neighbourhood.enabled {
             out.extend(self.neighbourhood.problems());

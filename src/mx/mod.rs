@@ -5,3 +5,5 @@
 pub mod config;
 pub mod neighbourhood;
 pub mod resolver;
+pub mod shares;
+pub mod trust;

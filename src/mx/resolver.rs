@@ -6,11 +6,17 @@
 //! going in the background (still holding its slot) and fills the cache for the next request.
 //! Slots are few (`max_inflight`) so that names under a slow or silent nameserver, which an
 //! attacker can mint by the thousand, cannot pile up tasks and sockets: past the bound a request
-//! is answered at once with what a timeout would give (nothing known, fail open).
+//! is answered at once with what a timeout would give (nothing known, fail open). Each project
+//! holds at most its share of them ([`Shares`]), and a zone that timed out is left alone for a
+//! while, so one caller's names never take the others' evidence.
+//!
+//! What DNS says is believed only from a resolver the canaries vouch for ([`crate::mx::trust`]):
+//! that a name has no mail is never concluded from a failure, a timeout, an unchecked or
+//! untrusted resolver, or an NXDOMAIN under a TLD the resolver cannot show to exist.
 
 use std::collections::HashMap;
 use std::hash::RandomState;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,8 +32,11 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::domain::mail::{MxEvidence, MxHost};
 use crate::domain::neighbourhood::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
+use crate::domain::DomainName;
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
+use crate::mx::shares::{ShareSlot, Shares};
+use crate::mx::trust::{self, CanaryAnswer, Trust, TrustState};
 use crate::ops::metrics::MxStats;
 
 /// How a lookup was answered (shown by `lookup`).
@@ -40,24 +49,22 @@ pub enum CacheState {
     Coalesced,
     /// The budget ran out; the query goes on in the background.
     OverBudget,
-    /// `max_inflight` lookups were already running: answered as unknown at once, nothing asked.
+    /// `max_inflight` lookups were already running, or the project held its share of them:
+    /// answered as unknown at once, nothing asked.
     Refused,
-    /// No DNS server answers (the breaker is open): answered as unknown at once, nothing asked.
-    BreakerOpen,
+    /// MX evidence is off (no DNS server answers, or the resolver is not trusted): answered as
+    /// unknown at once, nothing asked.
+    Off,
+    /// A name under a zone that timed out a moment ago: answered as unknown at once.
+    SlowZone,
 }
 
-/// A probe waits this long at most for an answer.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// A canary lookup waits this long at most: a machine without DNS should have MX evidence off
+/// before users notice; a slower resolver is checked again at the next interval.
+const CANARY_TIMEOUT: Duration = Duration::from_millis(1_000);
 
-/// Off when no DNS server answers: `failures` lookups in a row without an answer (or a failed
-/// probe) open it; a probe that gets any answer closes it.
-#[derive(Default)]
-struct Breaker {
-    open: AtomicBool,
-    failures: AtomicU32,
-    trips: AtomicU64,
-    skipped: AtomicU64,
-}
+/// How often a streak of unanswered lookups may ask for an early canary check.
+const RECHECK_SPACING: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 struct Cached {
@@ -116,8 +123,21 @@ pub struct MxResolver {
     lookup_deadline: Duration,
     query_timeout: Duration,
     hits: HotCounter,
-    breaker: Breaker,
+    trust: TrustState,
+    canaries: Vec<String>,
+    /// Lookups in a row that no server answered (reset by any answer).
+    failures: AtomicU32,
+    /// A streak of `breaker_failures` unanswered lookups asks for the canaries now.
+    recheck: AtomicBool,
+    /// Becomes true once the canaries were first asked (a negative answer found before then
+    /// waits for their verdict).
+    checked: watch::Sender<bool>,
     breaker_failures: u32,
+    shares: Arc<Shares>,
+    /// Registrable domains whose lookups timed out, until when they are left alone.
+    slow_zones: Cache<Box<str>, Instant>,
+    /// Whether a TLD exists, as this resolver shows it, until when.
+    tlds: Cache<Box<str>, (bool, Instant)>,
     /// The networks of MX hosts (shared by many domains: a small cache answers most).
     host_networks: Cache<Box<str>, (Arc<[String]>, Instant)>,
     neighbourhood: Option<Arc<Neighbourhood>>,
@@ -197,6 +217,11 @@ impl MxResolver {
             .build()
             .map_err(|e| MxSetupError::System(e.to_string()))?;
         let max_inflight = config.max_inflight.max(1);
+        let trust = if no_system_servers {
+            Trust::Silent
+        } else {
+            Trust::Unchecked
+        };
         Ok(MxResolver {
             dns,
             cache: evidence_cache(config.cache_entries),
@@ -206,11 +231,17 @@ impl MxResolver {
             lookup_deadline: config.query_timeout * 2,
             query_timeout: config.query_timeout,
             hits: HotCounter::default(),
-            breaker: Breaker {
-                open: AtomicBool::new(no_system_servers),
-                ..Breaker::default()
-            },
+            trust: TrustState::new(trust),
+            canaries: config.canaries.clone(),
+            failures: AtomicU32::new(0),
+            recheck: AtomicBool::new(false),
+            checked: watch::Sender::new(false),
             breaker_failures: config.breaker_failures.max(1),
+            shares: Arc::new(Shares::new(
+                config.max_inflight_per_project.clamp(1, max_inflight),
+            )),
+            slow_zones: Cache::new(4_096),
+            tlds: Cache::new(1_024),
             host_networks: Cache::new((config.cache_entries / 8).clamp(64, 20_000)),
             neighbourhood: None,
             misses: AtomicU64::new(0),
@@ -235,53 +266,105 @@ impl MxResolver {
         self.neighbourhood.as_ref()
     }
 
-    /// No DNS server answers: MX evidence is off until a probe gets an answer.
-    pub fn breaker_open(&self) -> bool {
-        self.breaker.open.load(Ordering::Relaxed)
+    /// MX evidence is off: no DNS server answers, or the canaries say the resolver lies.
+    pub fn evidence_off(&self) -> bool {
+        self.trust.get().evidence_off()
     }
 
-    /// Whether DNS answered a query, for the breaker.
+    /// What the gateway thinks of its resolver now.
+    pub fn trust(&self) -> Trust {
+        self.trust.get()
+    }
+
+    /// Whether DNS answered a lookup. A streak of `breaker_failures` without an answer asks for
+    /// the canaries at once (see [`take_recheck`](Self::take_recheck)); it never switches MX
+    /// evidence off by itself: one slow zone is that zone's problem.
     fn note_answer(&self, answered: bool) {
-        let b = &self.breaker;
         if answered {
-            b.failures.store(0, Ordering::Relaxed);
-            if b.open.swap(false, Ordering::Relaxed) {
-                log::info!("MX lookups: DNS answers again; MX evidence is back on");
-            }
-        } else if b.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.breaker_failures {
-            self.trip();
+            self.failures.store(0, Ordering::Relaxed);
+        } else if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.breaker_failures {
+            self.failures.store(0, Ordering::Relaxed);
+            self.recheck.store(true, Ordering::Relaxed);
         }
     }
 
-    fn trip(&self) {
-        if !self.breaker.open.swap(true, Ordering::Relaxed) {
-            self.breaker.trips.fetch_add(1, Ordering::Relaxed);
-            log::warn!(
+    /// Lookups went unanswered in a row since the last check: check the canaries now.
+    pub fn take_recheck(&self) -> bool {
+        self.recheck.swap(false, Ordering::Relaxed)
+    }
+
+    /// The least time between two early checks.
+    pub fn recheck_spacing(&self) -> Duration {
+        RECHECK_SPACING
+    }
+
+    /// Asks DNS for the canaries' MX records (all at once, no lookup slot taken: a full pool
+    /// must not keep the resolver from being judged) and sets the resolver's standing. Leaving
+    /// trust drops every cached answer (what a lying resolver said must not outlive it);
+    /// each change is logged once.
+    pub async fn check_canaries(&self) -> Trust {
+        let wait = self.query_timeout.min(CANARY_TIMEOUT);
+        let answers = futures_util::future::join_all(self.canaries.iter().map(|c| async move {
+            let fqdn = format!("{}.", c.trim_end_matches('.'));
+            match tokio::time::timeout(wait, self.dns.mx_lookup(fqdn.as_str())).await {
+                Ok(Ok(l))
+                    if l.answers()
+                        .iter()
+                        .any(|r| matches!(&r.data, RData::MX(mx) if !mx.exchange.is_root())) =>
+                {
+                    CanaryAnswer::Mail
+                }
+                Ok(Ok(_)) => CanaryAnswer::Negative,
+                Ok(Err(e)) if is_negative(&e) => CanaryAnswer::Negative,
+                Ok(Err(NetError::Dns(_))) => CanaryAnswer::Failed,
+                Ok(Err(_)) | Err(_) => CanaryAnswer::Silent,
+            }
+        }))
+        .await;
+        let now = trust::judge(&answers);
+        let was = self.trust.set(now);
+        self.checked.send_replace(true);
+        if now != Trust::Trusted && was == Trust::Trusted {
+            self.cache.clear();
+            self.host_networks.clear();
+            self.tlds.clear();
+        }
+        if now != was {
+            self.log_change(was, now, &answers);
+        }
+        if now != Trust::Silent {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        now
+    }
+
+    fn log_change(&self, was: Trust, now: Trust, answers: &[CanaryAnswer]) {
+        let without: Vec<&str> = self
+            .canaries
+            .iter()
+            .zip(answers)
+            .filter(|(_, a)| **a != CanaryAnswer::Mail)
+            .map(|(c, _)| c.as_str())
+            .collect();
+        match now {
+            Trust::Silent => log::warn!(
                 "MX lookups: no DNS server answers; answering from the table alone (no MX \
                  evidence) and probing in the background until one does"
-            );
+            ),
+            Trust::Untrusted => log::warn!(
+                "MX lookups: the DNS resolver is not trusted: {} of {} canary names came back \
+                 without MX records ({}); answering from the table alone (no MX evidence) and \
+                 checking it again in the background",
+                without.len(),
+                answers.len(),
+                without.join(", ")
+            ),
+            Trust::Trusted if was == Trust::Unchecked => {
+                log::info!("MX lookups: the DNS resolver shows the canaries' MX records; MX evidence is on")
+            }
+            Trust::Trusted => log::info!("MX lookups: DNS answers again; MX evidence is back on"),
+            Trust::Unchecked => {}
         }
-    }
-
-    /// Asks DNS one question (the root's NS) to learn whether any server answers; opens or
-    /// closes the breaker accordingly. Run at start and, while open, by the MX service.
-    /// The probe holds a slot like any lookup; with every slot taken, lookups are running and
-    /// their outcomes keep the breaker up to date, so there is nothing to probe.
-    pub async fn probe(&self) -> bool {
-        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
-            return !self.breaker_open();
-        };
-        // Short: on a machine without DNS the breaker should open before users notice; a
-        // server slower than this at start is probed again in the background.
-        let wait = self.query_timeout.min(PROBE_TIMEOUT);
-        let asked = tokio::time::timeout(wait, self.dns.lookup(".", RecordType::NS)).await;
-        let answered = matches!(asked, Ok(Ok(_)) | Ok(Err(NetError::Dns(_))));
-        if answered {
-            self.note_answer(true);
-        } else {
-            self.trip();
-        }
-        answered
     }
 
     fn cached(&self, name: &str) -> Option<Arc<MxEvidence>> {
@@ -312,9 +395,10 @@ impl MxResolver {
             cache_hits: self.hits.0.load(Ordering::Relaxed),
             cache_misses: self.misses.load(Ordering::Relaxed),
             cache_entries: self.cache.len() as u64,
-            breaker_open: self.breaker_open(),
-            breaker_trips: self.breaker.trips.load(Ordering::Relaxed),
-            breaker_skipped: self.breaker.skipped.load(Ordering::Relaxed),
+            breaker_open: self.evidence_off(),
+            resolver: self.trust().as_str(),
+            breaker_trips: self.trust.trips.load(Ordering::Relaxed),
+            breaker_skipped: self.trust.skipped.load(Ordering::Relaxed),
             neighbourhood: self.neighbourhood.as_ref().map(|n| n.stats()),
         }
     }
@@ -329,24 +413,44 @@ impl MxResolver {
         self.max_inflight
     }
 
-    /// The MX evidence of `name` (canonical, no trailing dot), within the request budget.
-    pub async fn evidence(self: &Arc<Self>, name: &str) -> (Arc<MxEvidence>, CacheState) {
-        self.evidence_within(name, self.budget).await
+    /// Lookups one project may hold at once (`mx.max_inflight_per_project`).
+    pub fn project_share(&self) -> usize {
+        self.shares.limit()
     }
 
-    /// The MX evidence of `name`, waiting at most `budget`.
+    /// The MX evidence of `name` (canonical, no trailing dot), within the request budget, for
+    /// `project` (whose share of the slots a new lookup takes).
+    pub async fn evidence(
+        self: &Arc<Self>,
+        name: &str,
+        project: &str,
+    ) -> (Arc<MxEvidence>, CacheState) {
+        self.evidence_within(name, self.budget, project).await
+    }
+
+    /// The MX evidence of `name`, waiting at most `budget`; a lookup it starts holds one slot
+    /// of `project`'s share until it ends (in the background too).
     pub async fn evidence_within(
         self: &Arc<Self>,
         name: &str,
         budget: Duration,
+        project: &str,
     ) -> (Arc<MxEvidence>, CacheState) {
         if let Some(e) = self.cached(name) {
             self.hits.0.fetch_add(1, Ordering::Relaxed);
             return (e, CacheState::Hit);
         }
-        if self.breaker_open() {
-            self.breaker.skipped.fetch_add(1, Ordering::Relaxed);
-            return (self.unknown.clone(), CacheState::BreakerOpen);
+        if self.evidence_off() {
+            self.trust.skipped.fetch_add(1, Ordering::Relaxed);
+            return (self.unknown.clone(), CacheState::Off);
+        }
+        let zone = zone_of(name);
+        if zone
+            .as_deref()
+            .is_some_and(|z| self.slow_zones.get(z).is_some_and(|t| t > Instant::now()))
+        {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return (self.unknown.clone(), CacheState::SlowZone);
         }
         let (mut rx, state) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
@@ -359,7 +463,11 @@ impl MxResolver {
                 return (e, CacheState::Hit);
             } else {
                 self.misses.fetch_add(1, Ordering::Relaxed);
-                let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                let taken = self
+                    .shares
+                    .try_take(project)
+                    .and_then(|share| Some((share, self.slots.clone().try_acquire_owned().ok()?)));
+                let Some((share, slot)) = taken else {
                     drop(inflight);
                     self.refused.fetch_add(1, Ordering::Relaxed);
                     return (self.unknown.clone(), CacheState::Refused);
@@ -368,7 +476,7 @@ impl MxResolver {
                 inflight.insert(name.into(), rx.clone());
                 let this = self.clone();
                 let owned: Box<str> = name.into();
-                tokio::spawn(async move { this.run_lookup(&owned, slot, tx).await });
+                tokio::spawn(async move { this.run_lookup(&owned, zone, (slot, share), tx).await });
                 (rx, CacheState::Miss)
             }
         };
@@ -387,14 +495,20 @@ impl MxResolver {
     async fn run_lookup(
         &self,
         name: &str,
-        slot: OwnedSemaphorePermit,
+        zone: Option<Box<str>>,
+        slot: (OwnedSemaphorePermit, ShareSlot),
         tx: watch::Sender<Option<Arc<MxEvidence>>>,
     ) {
         let _in_flight = FlightGuard {
             resolver: self,
             name,
         };
-        let (evidence, ttl) = self.resolve_and_teach(name).await;
+        let (evidence, ttl, timed_out) = self.resolve_and_teach(name).await;
+        if let (true, Some(zone)) = (timed_out, zone) {
+            // The next names under it are answered at once, unknown, for a while.
+            self.slow_zones
+                .insert(zone, Instant::now() + self.failure_ttl.max(SLOW_ZONE_MIN));
+        }
         let evidence = Arc::new(evidence);
         // Stored before the flight ends, so a request never finds neither.
         self.store(name, evidence.clone(), ttl);
@@ -402,36 +516,53 @@ impl MxResolver {
         drop(slot);
     }
     /// Resolves `name` within the lookup deadline and teaches the neighbourhood index what was
-    /// found (before the answer is cached or sent, so the first request sees it learned).
-    async fn resolve_and_teach(&self, name: &str) -> (MxEvidence, Duration) {
+    /// found (before the answer is cached or sent, so the first request sees it learned). That
+    /// a name has no mail is kept only from a trusted resolver; the flag says it timed out.
+    async fn resolve_and_teach(&self, name: &str) -> (MxEvidence, Duration, bool) {
         let want_networks = self.neighbourhood.is_some();
         let asked =
             tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, want_networks));
         match asked.await {
-            Ok((evidence, ttl, hosts)) => {
+            Ok((evidence, _, _, _))
+                if evidence.is_undeliverable() && !self.believes_negatives().await =>
+            {
+                (MxEvidence::Unknown, self.failure_ttl, false)
+            }
+            Ok((MxEvidence::Unknown, ttl, _, unanswered)) => (MxEvidence::Unknown, ttl, unanswered),
+            Ok((evidence, ttl, hosts, _)) => {
                 if let (Some(n), MxEvidence::Hosts(_)) = (&self.neighbourhood, &evidence) {
                     n.learn(name, &hosts);
                 }
-                (evidence, ttl)
+                (evidence, ttl, false)
             }
             Err(_) => {
                 log::debug!("MX lookup of {name} overran its deadline");
                 self.note_answer(false);
-                (MxEvidence::Unknown, self.failure_ttl)
+                (MxEvidence::Unknown, self.failure_ttl, true)
             }
         }
+    }
+
+    /// Whether the resolver is trusted to say a name has no mail. Just after start, before the
+    /// canaries were first asked, their verdict is awaited (briefly).
+    async fn believes_negatives(&self) -> bool {
+        if self.trust() == Trust::Unchecked {
+            let mut checked = self.checked.subscribe();
+            let _ = tokio::time::timeout(CANARY_TIMEOUT * 2, checked.wait_for(|c| *c)).await;
+        }
+        self.trust().believes_negatives()
     }
 
     /// Resolves `name` for the neighbourhood index in the background (a listed name the table
     /// answered): waits for a slot rather than refusing, fills the cache, teaches the index.
     pub async fn learn(&self, name: &str) {
-        if self.breaker_open() || self.neighbourhood.is_none() {
+        if self.evidence_off() || self.neighbourhood.is_none() {
             return;
         }
         let Ok(_slot) = self.slots.clone().acquire_owned().await else {
             return;
         };
-        let (evidence, ttl) = self.resolve_and_teach(name).await;
+        let (evidence, ttl, _) = self.resolve_and_teach(name).await;
         self.store(name, Arc::new(evidence), ttl);
     }
 
@@ -440,18 +571,19 @@ impl MxResolver {
     pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
         let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, true));
         match asked.await {
-            Ok((MxEvidence::Unknown, _, _)) | Err(_) => None,
-            Ok((_, _, hosts)) => Some(hosts),
+            Ok((MxEvidence::Unknown, ..)) | Err(_) => None,
+            Ok((_, _, hosts, _)) => Some(hosts),
         }
     }
 
-    /// MX evidence of `name` and, when asked, the networks of its first [`MAX_HOSTS`] hosts.
+    /// MX evidence of `name` and, when asked, the networks of its first [`MAX_HOSTS`] hosts;
+    /// the flag says no server answered the MX query.
     async fn resolve_full(
         &self,
         name: &str,
         want_networks: bool,
-    ) -> (MxEvidence, Duration, Vec<HostNetworks>) {
-        let (evidence, ttl) = self.resolve(name).await;
+    ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool) {
+        let (evidence, ttl, unanswered) = self.resolve(name).await;
         let hosts = evidence.hosts();
         let networks = if want_networks {
             futures_util::future::join_all(
@@ -472,7 +604,7 @@ impl MxResolver {
         for (slot, nets) in out.iter_mut().zip(networks) {
             slot.1 = nets;
         }
-        (evidence, ttl, out)
+        (evidence, ttl, out, unanswered)
     }
 
     /// The networks (IPv4 /24, IPv6 /48) of `host`'s addresses, cached per host.
@@ -493,24 +625,30 @@ impl MxResolver {
         let mut nets: Vec<String> = Vec::new();
         let mut ttl = self.max_ttl;
         let mut failed = false;
+        let mut ips: Vec<IpAddr> = Vec::new();
         for answer in [a, aaaa] {
             match answer {
                 Ok(l) => {
                     ttl = ttl.min(l.valid_until().saturating_duration_since(Instant::now()));
-                    for r in l.answers() {
-                        let ip = match &r.data {
-                            RData::A(a) => std::net::IpAddr::V4(a.0),
-                            RData::AAAA(a) => std::net::IpAddr::V6(a.0),
-                            _ => continue,
-                        };
-                        let net = network(ip);
-                        if !nets.contains(&net) && nets.len() < MAX_NETS_PER_HOST {
-                            nets.push(net);
-                        }
-                    }
+                    ips.extend(l.answers().iter().filter_map(|r| match &r.data {
+                        RData::A(a) => Some(IpAddr::V4(a.0)),
+                        RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                        _ => None,
+                    }));
                 }
                 Err(e) if is_negative(&e) => {}
                 Err(_) => failed = true,
+            }
+        }
+        for ip in ips.into_iter().take(MAX_ADDRESSES) {
+            let net = network(ip);
+            if nets.contains(&net) || nets.len() >= MAX_NETS_PER_HOST {
+                continue;
+            }
+            // An A record points anywhere its owner likes; the network counts only when the
+            // address's owner names this host's domain in its reverse DNS.
+            if self.vouches(ip, host).await {
+                nets.push(net);
             }
         }
         let ttl = if failed && nets.is_empty() {
@@ -523,16 +661,65 @@ impl MxResolver {
         nets
     }
 
+    /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a
+    /// name under `host`'s registrable domain whose own addresses include `ip`. The PTR record
+    /// belongs to whoever owns the address, not to whoever points an A record at it.
+    async fn vouches(&self, ip: IpAddr, host: &str) -> bool {
+        let Ok(ptr) = self.dns.reverse_lookup(ip).await else {
+            return false;
+        };
+        let names: Vec<String> = ptr
+            .answers()
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::PTR(p) => Some(p.0.to_ascii().trim_end_matches('.').to_ascii_lowercase()),
+                _ => None,
+            })
+            .take(MAX_ADDRESSES)
+            .collect();
+        if names.iter().any(|n| n == host) {
+            return true;
+        }
+        let zone = zone_of(host);
+        for name in names {
+            if zone.is_none() || zone_of(&name) != zone {
+                continue;
+            }
+            let kind = if ip.is_ipv4() {
+                RecordType::A
+            } else {
+                RecordType::AAAA
+            };
+            let Ok(forward) = self.dns.lookup(format!("{name}.").as_str(), kind).await else {
+                continue;
+            };
+            let confirmed = forward.answers().iter().any(|r| match &r.data {
+                RData::A(a) => IpAddr::V4(a.0) == ip,
+                RData::AAAA(a) => IpAddr::V6(a.0) == ip,
+                _ => false,
+            });
+            if confirmed {
+                return true;
+            }
+        }
+        false
+    }
+
     fn clamp(&self, ttl: Duration, max: Duration) -> Duration {
         ttl.clamp(self.min_ttl, max.max(self.min_ttl))
     }
 
-    /// Asks DNS: MX first, then (no MX) A and AAAA for the implicit MX.
-    async fn resolve(&self, name: &str) -> (MxEvidence, Duration) {
+    /// Asks DNS: MX first, then (no MX) A and AAAA for the implicit MX. What each outcome
+    /// means for one name: MX hosts are evidence; NXDOMAIN is evidence only under a TLD this
+    /// resolver shows to exist; NODATA for MX, A and AAAA alike is "no mail host"; SERVFAIL,
+    /// REFUSED, a timeout or anything else is nothing known (cached for `failure_ttl`). The
+    /// flag says no server answered the MX query.
+    async fn resolve(&self, name: &str) -> (MxEvidence, Duration, bool) {
         let fqdn = format!("{name}.");
         let answer = self.dns.mx_lookup(fqdn.as_str()).await;
-        self.note_answer(matches!(&answer, Ok(_) | Err(NetError::Dns(_))));
-        match answer {
+        let answered = matches!(&answer, Ok(_) | Err(NetError::Dns(_)));
+        self.note_answer(answered);
+        let (evidence, ttl) = match answer {
             Ok(lookup) => {
                 let ttl = lookup
                     .valid_until()
@@ -563,10 +750,19 @@ impl MxResolver {
                 };
                 (evidence, self.clamp(ttl, self.max_ttl))
             }
-            Err(e) if e.is_nx_domain() => (
-                MxEvidence::NoDomain,
-                self.clamp(negative_ttl(&e), self.negative_max_ttl),
-            ),
+            Err(e) if e.is_nx_domain() => {
+                if self.tld_exists(name).await {
+                    (
+                        MxEvidence::NoDomain,
+                        self.clamp(negative_ttl(&e), self.negative_max_ttl),
+                    )
+                } else {
+                    log::debug!(
+                        "MX lookup of {name}: NXDOMAIN under a TLD the resolver does not show"
+                    );
+                    (MxEvidence::Unknown, self.failure_ttl)
+                }
+            }
             Err(e) if e.is_no_records_found() => {
                 let neg = negative_ttl(&e);
                 let (a, aaaa) = tokio::join!(
@@ -592,9 +788,46 @@ impl MxResolver {
                 log::debug!("MX lookup of {name} failed: {e}");
                 (MxEvidence::Unknown, self.failure_ttl)
             }
+        };
+        (evidence, ttl, !answered)
+    }
+
+    /// Whether the TLD of `name` exists as this resolver shows it: its SOA record comes back.
+    /// Cached per TLD (a day when it does, `failure_ttl` when it does not).
+    async fn tld_exists(&self, name: &str) -> bool {
+        let tld = name.rsplit('.').next().unwrap_or(name);
+        if let Some((exists, until)) = self.tlds.get(tld) {
+            if until > Instant::now() {
+                return exists;
+            }
         }
+        let fqdn = format!("{tld}.");
+        let exists = matches!(
+            self.dns.lookup(fqdn.as_str(), RecordType::SOA).await,
+            Ok(l) if l.answers().iter().any(|r| matches!(r.data, RData::SOA(_)))
+        );
+        let ttl = if exists {
+            Duration::from_secs(86_400)
+        } else {
+            self.failure_ttl
+        };
+        self.tlds.insert(tld.into(), (exists, Instant::now() + ttl));
+        exists
     }
 }
+
+/// The registrable domain a name's lookups are slow under (a silent zone's names share it).
+fn zone_of(name: &str) -> Option<Box<str>> {
+    DomainName::parse(name)
+        .ok()
+        .and_then(|n| n.registrable().map(Box::from))
+}
+
+/// Addresses of one MX host (and PTR names of one address) considered at most.
+const MAX_ADDRESSES: usize = 4;
+
+/// A zone that timed out is left alone at least this long.
+const SLOW_ZONE_MIN: Duration = Duration::from_secs(1);
 
 fn is_negative(e: &NetError) -> bool {
     e.is_nx_domain() || e.is_no_records_found()
@@ -632,13 +865,13 @@ mod tests {
     #[tokio::test]
     async fn past_max_inflight_lookups_are_refused_at_once_and_counted() {
         let (r, _sink) = silent(2, 100);
-        assert_eq!(r.evidence("a.example").await.1, CacheState::OverBudget);
-        assert_eq!(r.evidence("b.example").await.1, CacheState::OverBudget);
+        assert_eq!(r.evidence("a.example", "p").await.1, CacheState::OverBudget);
+        assert_eq!(r.evidence("b.example", "p").await.1, CacheState::OverBudget);
         // Both go on in the background, each holding its slot: a third name is refused.
-        let (e, state) = r.evidence("c.example").await;
+        let (e, state) = r.evidence("c.example", "p").await;
         assert_eq!((state, &*e), (CacheState::Refused, &MxEvidence::Unknown));
         // A name in flight joins its lookup and takes no slot (so is not refused).
-        assert_eq!(r.evidence("a.example").await.1, CacheState::OverBudget);
+        assert_eq!(r.evidence("a.example", "p").await.1, CacheState::OverBudget);
         let s = r.stats();
         assert_eq!(
             (s.in_flight, s.refused, s.cache_misses, s.cache_hits),
@@ -650,8 +883,8 @@ mod tests {
             assert!(Instant::now() < deadline, "{:?}", r.stats());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(r.evidence("a.example").await.1, CacheState::Hit);
-        assert_eq!(r.evidence("d.example").await.1, CacheState::OverBudget);
+        assert_eq!(r.evidence("a.example", "p").await.1, CacheState::Hit);
+        assert_eq!(r.evidence("d.example", "p").await.1, CacheState::OverBudget);
         let s = r.stats();
         assert_eq!((s.refused, s.cache_hits, s.cache_entries), (1, 1, 2));
     }
@@ -668,17 +901,17 @@ mod tests {
         for i in 0..20_000 {
             r.insert(&format!("n{i}.example"), MxEvidence::NoDomain, hour);
             if i % 50 == 0 {
-                let (e, state) = r.evidence("busy.example").await;
+                let (e, state) = r.evidence("busy.example", "p").await;
                 assert_eq!((state, &*e), (CacheState::Hit, &busy), "after {i} names");
             }
         }
         let entries = r.stats().cache_entries;
         assert!((900..=1000).contains(&entries), "{entries}");
         // Recent names are kept, as long as their TTL.
-        assert_eq!(r.evidence("n19999.example").await.1, CacheState::Hit);
+        assert_eq!(r.evidence("n19999.example", "p").await.1, CacheState::Hit);
         r.insert("expired.example", MxEvidence::NullMx, Duration::ZERO);
         assert_eq!(
-            r.evidence("expired.example").await,
+            r.evidence("expired.example", "p").await,
             (r.unknown.clone(), CacheState::OverBudget)
         );
         assert_eq!(r.stats().cache_misses, 1);

@@ -36,6 +36,10 @@ struct Readiness {
     quota: serde_json::Value,
     upstream: String,
     connections: DownstreamCounts,
+    /// MX evidence: what the canaries say of the resolver, and whether evidence is on (absent
+    /// with `mx.enabled: false`). Never a reason to be unready: the table answers alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mx: Option<serde_json::Value>,
 }
 
 /// The `status` word and whether the process is ready: not while it drains or hands its
@@ -123,6 +127,13 @@ impl ServeHttp for Admin {
                     quota: self.shared.quota.status(),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),
+                    mx: self.shared.mx.as_ref().map(|mx| {
+                        let s = mx.stats();
+                        serde_json::json!({
+                            "resolver": s.resolver,
+                            "evidence": if s.breaker_open { "off" } else { "on" },
+                        })
+                    }),
                 };
                 let code = if ready {
                     StatusCode::OK

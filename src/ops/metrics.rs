@@ -681,8 +681,18 @@ fn mx_families(f: &mut Families, mx: &MxStats) {
     );
     f.gauge(
         "drg_mx_breaker_open",
-        "1 while no DNS server answers (MX evidence off, answers from the table alone).",
+        "1 while MX evidence is off (no DNS server answers, or the resolver is untrusted): answers from the table alone.",
         if mx.breaker_open { 1.0 } else { 0.0 },
+    );
+    f.gauge(
+        "drg_mx_resolver_trusted",
+        "1 while the resolver shows the canary names' MX records (MX evidence believed).",
+        if mx.resolver == "trusted" { 1.0 } else { 0.0 },
+    );
+    f.gauge(
+        "drg_mx_resolver_untrusted",
+        "1 while the resolver answers but not with the canaries' MX records (NXDOMAIN, SERVFAIL, empty): it is not believed.",
+        if mx.resolver == "untrusted" { 1.0 } else { 0.0 },
     );
     f.counter(
         "drg_mx_breaker_trips_total",
@@ -839,8 +849,11 @@ pub struct MxStats {
     pub cache_misses: u64,
     /// Names in the cache now, expired ones not yet replaced or evicted included.
     pub cache_entries: u64,
-    /// No DNS server answers: lookups are skipped.
+    /// MX evidence is off (no DNS server answers, or the resolver is untrusted): lookups are
+    /// skipped.
     pub breaker_open: bool,
+    /// What the canaries say of the resolver: `unchecked`, `trusted`, `untrusted`, `silent`.
+    pub resolver: &'static str,
     pub breaker_trips: u64,
     pub breaker_skipped: u64,
     /// The neighbourhood index, when it is on.

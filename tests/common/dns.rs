@@ -1,6 +1,12 @@
 //! A real DNS server on loopback UDP for tests: authoritative answers from in-memory zones, a
 //! count of the queries it received, a slow mode (each answer held for a while, counting how
-//! many questions it holds at once) and a black-hole mode that never answers.
+//! many questions it holds at once), a black-hole mode that never answers, and resolvers that
+//! lie in each common way (NXDOMAIN, SERVFAIL or an empty answer for every name).
+//!
+//! An honest server also answers what any resolver on the internet would: the gateway's
+//! canary names (gmail.com, outlook.com, yahoo.com, icloud.com) have MX records, every TLD has
+//! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
+//! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -10,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, OpCode, ResponseCode};
-use hickory_proto::rr::rdata::{A, MX, SOA};
+use hickory_proto::rr::rdata::{A, MX, PTR, SOA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 /// What one name holds.
@@ -22,11 +28,35 @@ pub struct Zone {
     pub ttl: u32,
 }
 
+/// How a server lies: the same answer for every question, canaries and TLDs included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)]
+pub enum Lie {
+    /// NXDOMAIN for every name (a resolver with no internet behind it, a filtering one).
+    NxDomain,
+    /// SERVFAIL for every name.
+    ServFail,
+    /// NOERROR with no records for every name.
+    Empty,
+    /// The canaries' MX records, and NXDOMAIN for every other name, TLDs included (a
+    /// split-horizon resolver that knows a few public names).
+    NxDomainButCanaries,
+}
+
+/// The canary names the gateway checks its resolver with, and the MX host each gets here.
+pub const CANARIES: [(&str, &str); 4] = [
+    ("gmail.com", "gmail-smtp-in.l.google.com"),
+    ("outlook.com", "outlook-com.olc.protection.outlook.com"),
+    ("yahoo.com", "mta5.am0.yahoodns.net"),
+    ("icloud.com", "mx01.mail.icloud.com"),
+];
+
 /// A running test DNS server.
 pub struct DnsServer {
     pub addr: SocketAddr,
     queries: Arc<Mutex<HashMap<(String, RecordType), usize>>>,
     held: Arc<Mutex<Held>>,
+    lie: Arc<Mutex<Option<Lie>>>,
 }
 
 /// Questions received and not answered yet (slow mode). A DNS client resends an unanswered
@@ -54,8 +84,54 @@ impl DnsServer {
         DnsServer::serve(UdpSocket::bind("127.0.0.1:0").unwrap(), zones, delay)
     }
 
+    /// Like `start`, with reverse DNS: `ptr` maps an address to the name its PTR record gives.
+    #[allow(dead_code)]
+    pub fn start_with_ptr(
+        zones: HashMap<String, Zone>,
+        ptr: HashMap<Ipv4Addr, String>,
+    ) -> DnsServer {
+        DnsServer::serve_all(
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            zones,
+            ptr,
+            Duration::ZERO,
+            None,
+        )
+    }
+
+    /// A server that tells `lie` for every question.
+    #[allow(dead_code)]
+    pub fn lying(lie: Lie) -> DnsServer {
+        DnsServer::serve_all(
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            HashMap::new(),
+            HashMap::new(),
+            Duration::ZERO,
+            Some(lie),
+        )
+    }
+
     fn serve(socket: UdpSocket, zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
+        DnsServer::serve_all(socket, zones, HashMap::new(), delay, None)
+    }
+
+    fn serve_all(
+        socket: UdpSocket,
+        mut zones: HashMap<String, Zone>,
+        ptr: HashMap<Ipv4Addr, String>,
+        delay: Duration,
+        lie: Option<Lie>,
+    ) -> DnsServer {
+        for (canary, host) in CANARIES {
+            zones.entry(canary.to_owned()).or_insert_with(|| Zone {
+                mx: vec![(5, host.to_owned())],
+                a: None,
+                ttl: 300,
+            });
+        }
         let addr = socket.local_addr().unwrap();
+        let lying = Arc::new(Mutex::new(lie));
+        let lies = lying.clone();
         let queries = Arc::new(Mutex::new(HashMap::new()));
         let counted = queries.clone();
         let held = Arc::new(Mutex::new(Held::default()));
@@ -99,13 +175,56 @@ impl DnsServer {
                 response.metadata.recursion_desired = request.metadata.recursion_desired;
                 response.metadata.recursion_available = true;
                 response.add_query(query.clone());
+                let lie = *lies.lock().unwrap();
+                let canary = CANARIES.iter().any(|(c, _)| *c == name);
+                if lie.is_none() && name.split('.').any(|l| l.starts_with("blackhole")) {
+                    continue;
+                }
+                let lie = lie.filter(|l| !(canary && *l == Lie::NxDomainButCanaries));
                 let owner = query.name().clone();
-                match zones.get(&name) {
-                    None => {
+                let reverse = (query.query_type() == RecordType::PTR)
+                    .then(|| reverse_v4(&name))
+                    .flatten();
+                match (lie, zones.get(&name)) {
+                    (Some(Lie::NxDomain | Lie::NxDomainButCanaries), _) => {
                         response.metadata.response_code = ResponseCode::NXDomain;
                         response.add_authority(soa(&name, 5));
                     }
-                    Some(zone) => {
+                    (Some(Lie::ServFail), _) => {
+                        response.metadata.response_code = ResponseCode::ServFail;
+                    }
+                    (Some(Lie::Empty), _) => {
+                        response.add_authority(soa(&name, 5));
+                    }
+                    // Every TLD exists, as on the internet.
+                    (None, None) if !name.is_empty() && !name.contains('.') => {
+                        if query.query_type() == RecordType::SOA {
+                            response.add_answer(soa(&name, 300));
+                        } else {
+                            response.add_authority(soa(&name, 300));
+                        }
+                    }
+                    (None, None) if reverse.is_some() => {
+                        match reverse.and_then(|ip| ptr.get(&ip)) {
+                            Some(target) => {
+                                let target = Name::from_str(&format!("{target}.")).unwrap();
+                                response.add_answer(Record::from_rdata(
+                                    owner.clone(),
+                                    300,
+                                    RData::PTR(PTR(target)),
+                                ));
+                            }
+                            None => {
+                                response.metadata.response_code = ResponseCode::NXDomain;
+                                response.add_authority(soa(&name, 5));
+                            }
+                        }
+                    }
+                    (None, None) => {
+                        response.metadata.response_code = ResponseCode::NXDomain;
+                        response.add_authority(soa(&name, 5));
+                    }
+                    (None, Some(zone)) => {
                         let answers: Vec<Record> = match query.query_type() {
                             RecordType::MX => zone
                                 .mx
@@ -137,9 +256,9 @@ impl DnsServer {
                     }
                 }
                 let answer = response.to_vec().unwrap();
-                // The root's NS is the gateway's DNS probe: answered at once, so a slow
-                // server is slow for names, not taken for a dead one.
-                if delay.is_zero() || name.is_empty() {
+                // The canaries (the gateway's check of its resolver) and the TLDs are
+                // answered at once: a slow server is slow for names, not taken for a dead one.
+                if delay.is_zero() || !name.contains('.') || canary {
                     let _ = socket.send_to(&answer, peer);
                 } else {
                     let question = (name.clone(), query.query_type());
@@ -155,7 +274,14 @@ impl DnsServer {
             addr,
             queries,
             held,
+            lie: lying,
         }
+    }
+
+    /// From now on, tells `lie` for every question (`None`: honest again).
+    #[allow(dead_code)]
+    pub fn set_lie(&self, lie: Option<Lie>) {
+        *self.lie.lock().unwrap() = lie;
     }
 
     /// Slow mode: the most distinct questions held unanswered at once so far.
@@ -186,6 +312,30 @@ fn soa(zone: &str, minimum: u32) -> Record {
         minimum,
     );
     Record::from_rdata(name, minimum, RData::SOA(rdata))
+}
+
+/// The shipped `data/mx_providers.csv` (provider labels and kinds).
+#[allow(dead_code)]
+pub fn shipped_providers() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mx_providers.csv"
+    ))
+    .unwrap()
+}
+
+/// The address of a reverse name (`4.3.2.1.in-addr.arpa`).
+fn reverse_v4(name: &str) -> Option<Ipv4Addr> {
+    let head = name.strip_suffix(".in-addr.arpa")?;
+    let mut octets: Vec<u8> = head
+        .split('.')
+        .map(|o| o.parse().ok())
+        .collect::<Option<_>>()?;
+    if octets.len() != 4 {
+        return None;
+    }
+    octets.reverse();
+    Some(Ipv4Addr::new(octets[0], octets[1], octets[2], octets[3]))
 }
 
 /// A UDP socket that reads queries and never answers.

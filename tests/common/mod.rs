@@ -969,6 +969,18 @@ pub fn hammer(
     counts
 }
 
+/// The names of the public top-domains list, at most `limit`, in order.
+pub fn top_domains(gw: &Gateway, limit: usize) -> Vec<String> {
+    let r = gw.get(&format!("/v1/public/top-domains?limit={limit}"));
+    assert_eq!(r.status, 200);
+    r.json()["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["domain"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Polls `f` until it holds; panics after `within`. Returns how long it took.
 pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();

@@ -52,13 +52,15 @@ impl Gateway {
             .mx
             .as_ref()
             .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
-        let inputs = self.mx_inputs(&name).await;
+        // The route needs a key, so the principal is there.
+        let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
+        let inputs = self
+            .mx_inputs(&name, project.as_deref().unwrap_or(""))
+            .await;
         drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
         ctx.dataset = Some(table.version().header().clone());
-        // The route needs a key, so the principal is there.
-        let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
         // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
         let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
         let (suggestion, verdict) = self.judge(
@@ -123,7 +125,7 @@ impl Gateway {
             .mx
             .as_ref()
             .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
-        let mut inputs = self.mx_inputs_batch(&names).await.into_iter();
+        let mut inputs = self.mx_inputs_batch(&names, &key.project).await.into_iter();
         drop(span);
         let table = self.shared.table.load();
         ctx.dataset = Some(table.version().header().clone());
@@ -208,33 +210,34 @@ impl Gateway {
     /// The MX inputs of `name` (evidence for names the table leaves open); a listed name is
     /// queued for the index to learn its MX in the background. The table guard is not held
     /// across the DNS wait.
-    async fn mx_inputs(&self, name: &DomainName) -> MxInputs {
+    async fn mx_inputs(&self, name: &DomainName, project: &str) -> MxInputs {
         let Some(mx) = &self.shared.mx else {
             return (None, None);
         };
         if !self.consider(std::slice::from_ref(&name))[0] {
             return (None, None);
         }
-        let evidence = mx.evidence(name.as_str()).await.0;
+        let evidence = mx.evidence(name.as_str(), project).await.0;
         (Some(evidence.clone()), self.finding(name, &evidence))
     }
 
     /// The MX inputs of a batch's names, in order: the names the cache cannot answer are
-    /// resolved concurrently (at most `mx.max_inflight` at once), all within one budget for the
-    /// batch, never one after another.
-    async fn mx_inputs_batch(&self, names: &[&DomainName]) -> Vec<MxInputs> {
+    /// resolved concurrently within the project's share of the slots
+    /// (`mx.max_inflight_per_project`), all within one budget for the batch, never one after
+    /// another; names past the share are answered from the table.
+    async fn mx_inputs_batch(&self, names: &[&DomainName], project: &str) -> Vec<MxInputs> {
         let Some(mx) = &self.shared.mx else {
             return vec![(None, None); names.len()];
         };
         let wants = self.consider(names);
         let deadline = Instant::now() + mx.budget();
-        let concurrency = mx.max_inflight().clamp(1, names.len().max(1));
+        let concurrency = mx.project_share().clamp(1, names.len().max(1));
         // Made first, polled `concurrency` at a time (a closure making them inside the stream
         // would not be `Send` for every lifetime, as Pingora's futures must be).
         let lookups: Vec<_> = names
             .iter()
             .zip(wants)
-            .map(|(name, wants)| self.mx_within(mx, name, wants, deadline))
+            .map(|(name, wants)| self.mx_within(mx, name, wants, deadline, project))
             .collect();
         stream::iter(lookups).buffered(concurrency).collect().await
     }
@@ -246,12 +249,13 @@ impl Gateway {
         name: &DomainName,
         wants: bool,
         deadline: Instant,
+        project: &str,
     ) -> MxInputs {
         if !wants {
             return (None, None);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        let evidence = mx.evidence_within(name.as_str(), left).await.0;
+        let evidence = mx.evidence_within(name.as_str(), left, project).await.0;
         (Some(evidence.clone()), self.finding(name, &evidence))
     }
 
@@ -263,7 +267,7 @@ impl Gateway {
             .shared
             .mx
             .as_ref()
-            .filter(|mx| !mx.breaker_open())
+            .filter(|mx| !mx.evidence_off())
             .and_then(|mx| mx.neighbourhood());
         names
             .iter()

@@ -9,6 +9,7 @@ pub mod store;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
@@ -49,7 +50,12 @@ pub struct Neighbourhood {
     verdicts: [AtomicU64; 3],
     taught: AtomicU64,
     dropped: AtomicU64,
+    /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`).
+    held: quick_cache::sync::Cache<Box<str>, (Finding, Instant)>,
 }
+
+/// Verdicts held at most (a bound, not a target: judged domains are few).
+const HELD_MAX: usize = 20_000;
 
 impl Neighbourhood {
     /// An empty index for `config`; `sharing` when gateways exchange what they learn (Redis).
@@ -76,6 +82,7 @@ impl Neighbourhood {
             verdicts: Default::default(),
             taught: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            held: quick_cache::sync::Cache::new(HELD_MAX),
         }
     }
 
@@ -88,9 +95,30 @@ impl Neighbourhood {
     }
 
     /// The key that judges `name` (by its registrable domain), if one does. One read lock and
-    /// a few hash lookups; allocates only for a finding.
+    /// a few hash lookups; allocates only for a finding. A verdict once reached is kept for
+    /// `verdict_hold_seconds` with the counts it was reached on (users see no "disposable the
+    /// first time, not the second") while its key stays within the hold margin of the rule
+    /// ([`NeighbourhoodIndex::holds`]); a list or the allowlist still overrules it, as the
+    /// table is asked first.
     pub fn judge(&self, name: &DomainName) -> Option<Finding> {
-        self.read().judge(name.registrable()?)
+        let domain = name.registrable()?;
+        let hold = self.config.verdict_hold;
+        if !hold.is_zero() {
+            if let Some((finding, until)) = self.held.get(domain) {
+                if until > Instant::now() && self.read().holds(domain, &finding) {
+                    return Some(finding);
+                }
+                self.held.remove(domain);
+            }
+        }
+        let mut finding = self.read().judge(domain)?;
+        if !hold.is_zero() {
+            finding.since =
+                Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            self.held
+                .insert(domain.into(), (finding.clone(), Instant::now() + hold));
+        }
+        Some(finding)
     }
 
     /// Counts a verdict the index decided (for metrics).
@@ -148,7 +176,7 @@ impl Neighbourhood {
             return;
         };
         let table = self.table.load();
-        let keys = keys_of(hosts, table.providers());
+        let keys = keys_of(domain, hosts, table.providers());
         let learned = Learned {
             domain: domain.into(),
             keys,

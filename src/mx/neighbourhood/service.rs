@@ -1,4 +1,4 @@
-//! The MX background service: probes DNS at start and, while no server answers, every
+//! The MX background service: checks the resolver against the canaries at start and every
 //! `probe_interval_seconds`; resolves the listed names the index asked for; shares what was
 //! learned over Redis; ages the index out and saves it to its state file.
 
@@ -109,13 +109,17 @@ impl BackgroundService for MxService {
         if let Some(nb) = &nb {
             self.start_teacher(nb, shutdown.clone());
         }
-        self.resolver.probe().await;
+        self.resolver.check_canaries().await;
         let mut ticks = Ticks::new(Duration::from_millis(250));
         let (mut last_probe, mut last_share, mut last_save) =
             (Instant::now(), None::<Instant>, Instant::now());
         while ticks.next(&mut shutdown).await.is_some() {
-            if self.resolver.breaker_open() && last_probe.elapsed() >= self.probe_interval {
-                self.resolver.probe().await;
+            // The canaries are asked every interval, trusted or not (a resolver can start
+            // lying at any time), and at once after a streak of unanswered lookups.
+            let early = last_probe.elapsed() >= self.resolver.recheck_spacing()
+                && self.resolver.take_recheck();
+            if early || last_probe.elapsed() >= self.probe_interval {
+                self.resolver.check_canaries().await;
                 last_probe = Instant::now();
             }
             let Some(nb) = &nb else { continue };

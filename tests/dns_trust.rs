@@ -1,0 +1,288 @@
+//! Evidence the gateway can vouch for, against real DNS servers on loopback: resolvers that lie
+//! in each common way condemn no company (the table answers alone, and says why on the admin
+//! listener), an honest one still finds names that do not exist, and one project's names under
+//! silent zones never take another project's MX evidence.
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/dns.rs"]
+mod dns;
+
+use common::*;
+use dns::{black_hole, DnsServer, Lie, Zone};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const OTHER_SECRET: &str = "drg_other_project_key_0123456789abcdefghijklm";
+const TOP: &str = "top_domains: { render_interval_ms: 50, persist_interval_ms: 200, \
+                   state_file: state/top.json }";
+
+/// Made-up organisations: on no list, so only DNS could say anything of them.
+fn companies() -> Vec<String> {
+    let mut names: Vec<String> = (0..20)
+        .map(|i| format!("northwind-traders-{i}.com"))
+        .collect();
+    names.push("bücher.de".to_owned());
+    names
+}
+
+fn record(gw: &Gateway, secret: &str, domain: &str) -> Value {
+    let r = Conn::open_as(gw.addr, Some(secret))
+        .unwrap()
+        .get(&format!("/v1/public/domain/{domain}?explain=true"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{domain}");
+    r.json()
+}
+
+/// A gateway on the shipped lists, asking `dns`, with a second project's key.
+fn gateway(dns: std::net::SocketAddr) -> Gateway {
+    Gateway::builder()
+        .dns(dns)
+        .builtin(true)
+        .data("disposable.txt", "listed.example\n")
+        .key_in_project("other", OTHER_SECRET, "test", "other")
+        .mx_yaml("probe_interval_seconds: 1")
+        .gateway_yaml(TOP)
+        .start()
+}
+
+#[test]
+fn a_resolver_that_lies_or_is_silent_condemns_no_company() {
+    let mut servers: Vec<(&str, std::net::SocketAddr, Option<DnsServer>)> = Vec::new();
+    for (what, lie) in [
+        ("nxdomain", Lie::NxDomain),
+        ("servfail", Lie::ServFail),
+        ("empty", Lie::Empty),
+    ] {
+        let s = DnsServer::lying(lie);
+        servers.push((what, s.addr, Some(s)));
+    }
+    servers.push(("silent", black_hole(), None));
+    for (what, addr, _server) in &servers {
+        let gw = gateway(*addr);
+        let state = if *what == "silent" {
+            "silent"
+        } else {
+            "untrusted"
+        };
+        wait_until(Duration::from_secs(10), || {
+            gw.admin_get("/readyz").json()["mx"]["resolver"] == state
+        });
+        let ready = gw.admin_get("/readyz");
+        assert_eq!(ready.status, 200, "{what}: readiness never depends on DNS");
+        assert_eq!(
+            ready.json()["mx"],
+            json!({"resolver": state, "evidence": "off"}),
+            "{what}"
+        );
+        assert_eq!(gw.get("/readyz").json(), json!({"status": "ready"}));
+        for secret in [TEST_SECRET, OTHER_SECRET] {
+            for name in companies() {
+                let r = record(&gw, secret, &name);
+                // What a machine without DNS answers: the table alone.
+                assert_eq!(
+                    (&r["reason"], &r["risk_score"], &r["evidence"]["rule"]),
+                    (&json!("safe"), &json!(20), &json!("unknown")),
+                    "{what}: {name}: {r}"
+                );
+            }
+            assert_eq!(
+                record(&gw, secret, "listed.example")["reason"],
+                "disposable"
+            );
+        }
+        assert_eq!(gw.metric("drg_mx_breaker_open"), Some(1.0), "{what}");
+        let untrusted = if *what == "silent" { 0.0 } else { 1.0 };
+        assert_eq!(
+            gw.metric("drg_mx_resolver_untrusted"),
+            Some(untrusted),
+            "{what}"
+        );
+        assert_eq!(gw.metric("drg_mx_resolver_trusted"), Some(0.0), "{what}");
+        // Two projects asked: the listed name ranks first, no company at all.
+        let mut last = Vec::new();
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until(Duration::from_secs(10), || {
+                last = top_domains(&gw, 100);
+                last.first().map(String::as_str) == Some("listed.example")
+            })
+        }));
+        assert!(ok.is_ok(), "{what}: ranking {last:?}");
+        // The rest is the table's own ranking of listed names: no company among them.
+        let puny = "xn--bcher-kva.de".to_owned();
+        for name in companies().into_iter().chain([puny]) {
+            assert!(!last.contains(&name), "{what}: {name} ranked: {last:?}");
+        }
+        let warning = if *what == "silent" {
+            "no DNS server answers"
+        } else {
+            "the DNS resolver is not trusted"
+        };
+        // One WARN for the state, not one per check or per lookup.
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert_eq!(gw.log().matches(warning).count(), 1, "{what}: {}", gw.log());
+    }
+}
+
+/// Waits until the admin `/readyz` says this of the resolver.
+fn wait_resolver(gw: &Gateway, state: &str) {
+    wait_until(Duration::from_secs(10), || {
+        gw.admin_get("/readyz").json()["mx"]["resolver"] == state
+    });
+}
+
+fn honest_zones() -> HashMap<String, Zone> {
+    let mut z = HashMap::new();
+    z.insert(
+        "selfhosted.test".to_owned(),
+        Zone {
+            mx: vec![(10, "mail.selfhosted.test".to_owned())],
+            a: None,
+            ttl: 300,
+        },
+    );
+    z.insert(
+        "nomail.test".to_owned(),
+        Zone {
+            mx: vec![],
+            a: None,
+            ttl: 300,
+        },
+    );
+    z
+}
+
+#[test]
+fn an_honest_resolver_still_finds_names_that_do_not_exist() {
+    let dns = DnsServer::start(honest_zones());
+    let gw = gateway(dns.addr);
+    wait_until(Duration::from_secs(10), || {
+        gw.admin_get("/readyz").json()["mx"] == json!({"resolver": "trusted", "evidence": "on"})
+    });
+    assert_eq!(gw.metric("drg_mx_resolver_trusted"), Some(1.0));
+    for name in ["does-not-exist.test", "nomail.test"] {
+        let r = record(&gw, TEST_SECRET, name);
+        assert_eq!(
+            (&r["reason"], &r["risk_score"]),
+            (&json!("undeliverable"), &json!(90)),
+            "{name}: {r}"
+        );
+    }
+    let r = record(&gw, TEST_SECRET, "selfhosted.test");
+    assert_eq!(
+        (&r["reason"], &r["is_corporate_email"]),
+        (&json!("safe"), &json!(true)),
+        "{r}"
+    );
+    assert!(
+        gw.log().contains("shows the canaries' MX records"),
+        "{}",
+        gw.log()
+    );
+}
+
+#[test]
+fn an_nxdomain_under_a_tld_the_resolver_cannot_show_is_not_evidence() {
+    // It shows the canaries, so it is trusted, but it says NXDOMAIN for every other name,
+    // TLDs included: a split-horizon resolver that knows a few public names.
+    let dns = DnsServer::lying(Lie::NxDomainButCanaries);
+    let gw = gateway(dns.addr);
+    wait_resolver(&gw, "trusted");
+    for name in companies() {
+        let r = record(&gw, TEST_SECRET, &name);
+        assert_eq!(
+            (&r["reason"], &r["risk_score"]),
+            (&json!("safe"), &json!(20)),
+            "{name}: {r}"
+        );
+    }
+    // The TLD was asked once and remembered, not once per name.
+    assert_eq!(dns.count("com", hickory_proto::rr::RecordType::SOA), 1);
+}
+
+#[test]
+fn a_resolver_that_starts_lying_is_caught_and_what_it_said_is_dropped() {
+    // An honest server first; then it answers NXDOMAIN for everything.
+    let dns = DnsServer::start(honest_zones());
+    let gw = gateway(dns.addr);
+    wait_resolver(&gw, "trusted");
+    assert_eq!(
+        record(&gw, TEST_SECRET, "selfhosted.test")["is_corporate_email"],
+        true
+    );
+    dns.set_lie(Some(Lie::NxDomain));
+    wait_resolver(&gw, "untrusted");
+    // The cached answer of the honest days is dropped with the trust: the table answers.
+    let r = record(&gw, TEST_SECRET, "selfhosted.test");
+    assert_eq!(
+        (&r["reason"], &r["is_corporate_email"]),
+        (&json!("safe"), &json!(false)),
+        "{r}"
+    );
+    assert_eq!(
+        record(&gw, TEST_SECRET, "fresh-name.test")["reason"],
+        "safe"
+    );
+}
+
+#[test]
+fn one_projects_silent_names_leave_other_projects_their_mx_evidence() {
+    let mut zones = HashMap::new();
+    for i in 0..30 {
+        zones.insert(
+            format!("company{i}.test"),
+            Zone {
+                mx: vec![(10, "aspmx.l.google.com".to_owned())],
+                a: None,
+                ttl: 300,
+            },
+        );
+    }
+    let dns = DnsServer::start(zones);
+    let gw = Gateway::builder()
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .key_in_project("other", OTHER_SECRET, "test", "other")
+        .mx_yaml("max_inflight: 64")
+        .mx_yaml("max_inflight_per_project: 16")
+        .mx_yaml("query_timeout_ms: 3000")
+        .start();
+    wait_resolver(&gw, "trusted");
+    // 1,000 names, each under a zone of its own whose nameservers never answer: the batch
+    // returns within its budget, its lookups go on hanging in the background.
+    let names: Vec<String> = (0..1000)
+        .map(|i| format!("n{i}.blackhole{i}.test"))
+        .collect();
+    let body = json!({ "domains": names }).to_string();
+    let r = send(
+        &gw,
+        "POST",
+        "/v1/public/domains",
+        Some(TEST_SECRET),
+        &[],
+        Some(body.as_bytes()),
+    );
+    let (status, body) = (r.status, r.json());
+    let held = gw.metric("drg_mx_lookups_in_flight").unwrap();
+    assert!((1.0..=16.0).contains(&held), "{held} lookups in flight");
+    // While they hang, the other project's names get their evidence.
+    for i in 0..30 {
+        let r = record(&gw, OTHER_SECRET, &format!("company{i}.test"));
+        assert_eq!(
+            r["mx_provider_label"], "Google Workspace",
+            "company{i}: {r}"
+        );
+        assert_eq!(r["is_corporate_email"], true, "company{i}: {r}");
+    }
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1000);
+    // Answered from the table: nothing known of them, nothing condemned.
+    assert!(results.iter().all(|r| r["reason"] == "safe"), "{body}");
+    // The batch held at most its share: the rest of its names were refused a slot at once.
+    assert!(gw.metric("drg_mx_lookups_refused_total").unwrap() >= 900.0);
+    // A zone that timed out is its own problem: MX evidence stays on for everyone.
+    assert_eq!(gw.metric("drg_mx_breaker_open"), Some(0.0));
+}
