@@ -5,6 +5,9 @@
 //! (`reset_at`, the `RateLimit` seconds) are checked for their form.
 
 mod common;
+#[allow(dead_code)]
+#[path = "common/dns.rs"]
+mod dns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,10 +53,10 @@ fn session() -> Vec<Step> {
 }
 
 /// The shipped conf/ and data/ in a folder of their own: conf/ copied (the admin listener on a
-/// Unix socket, the backend on a port where nothing listens, DNS on a socket that never
-/// answers, as on a machine without DNS: tests reach no server beyond loopback), data/ linked,
-/// state/ empty.
-fn shipped_gateway(dead: &DeadPort, silent_dns: &std::net::UdpSocket) -> Gateway {
+/// Unix socket, the backend on a port where nothing listens, DNS at `dns`: a socket that never
+/// answers, as on a machine without DNS, or a resolver that lies: tests reach no server beyond
+/// loopback), data/ linked, state/ empty.
+fn shipped_gateway(dead: &DeadPort, dns: std::net::SocketAddr) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let conf_dir = dir.path().join("conf");
     std::fs::create_dir_all(&conf_dir).unwrap();
@@ -69,11 +72,7 @@ fn shipped_gateway(dead: &DeadPort, silent_dns: &std::net::UdpSocket) -> Gateway
             &format!("address: {}", dead.addr),
             1,
         )
-        .replacen(
-            "servers: []",
-            &format!("servers: [\"{}\"]", silent_dns.local_addr().unwrap()),
-            1,
-        );
+        .replacen("servers: []", &format!("servers: [\"{dns}\"]"), 1);
     assert_ne!(
         conf, shipped,
         "the shipped config names its admin and backend addresses"
@@ -141,9 +140,24 @@ fn assert_json_like(expected: &str, actual: &str, command: &str) {
 
 #[test]
 fn the_readme_curl_session_answers_as_printed() {
-    let dead = DeadPort::new();
     let silent_dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let gw = shipped_gateway(&dead, &silent_dns);
+    replay(silent_dns.local_addr().unwrap());
+}
+
+/// A machine whose resolver lies (no internet behind it, a captive or filtering resolver)
+/// prints the same session as one without DNS: the canaries unmask it, the table answers.
+#[test]
+fn the_readme_curl_session_answers_as_printed_under_a_lying_resolver() {
+    for lie in [dns::Lie::NxDomain, dns::Lie::Empty, dns::Lie::ServFail] {
+        let liar = dns::DnsServer::lying(lie);
+        eprintln!("resolver: {lie:?}");
+        replay(liar.addr);
+    }
+}
+
+fn replay(dns: std::net::SocketAddr) {
+    let dead = DeadPort::new();
+    let gw = shipped_gateway(&dead, dns);
     let steps = session();
     assert!(steps.len() >= 12, "{steps:?}");
     let key = steps[0]

@@ -691,6 +691,55 @@ mod tests {
     }
 
     #[test]
+    fn keys_under_a_domains_own_name_never_count_for_it() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        // Planted: listed domains on the victim's host and on made-up hosts under its name.
+        let planted = keys(&["host:mx.victim.com", "parent:victim.com"]);
+        for i in 0..10 {
+            ix.teach(&format!("l{i}.com"), &planted, Some("s"), 1);
+        }
+        // Taught with those keys anyway (a state file from before the rule): they are dropped.
+        ix.teach("victim.com", &planted, None, 1);
+        assert_eq!(ix.judge("victim.com"), None);
+        let sister = keys(&["host:mx.victim.com"]);
+        ix.teach("sister.com", &sister, None, 1);
+        assert!(
+            ix.judge("sister.com").is_some(),
+            "another domain on it is a tenant"
+        );
+    }
+
+    /// What flagging a tenant of an unrecognised shared host costs at the shipped rule: listed
+    /// domains (each a throwaway domain on a list whose MX the attacker sets: a lapsed one,
+    /// re-registered) pointed at the host, per legitimate tenant already seen there.
+    #[test]
+    fn the_cost_of_flagging_a_shared_hosts_tenants() {
+        let shipped = NeighbourhoodRule {
+            min_listed: 5,
+            min_share: 0.8,
+        };
+        let cost = |tenants: u32| -> u32 {
+            let mut ix = NeighbourhoodIndex::new(shipped, 100_000);
+            let k = keys(&["host:mx.smallhost.net"]);
+            for t in 0..tenants {
+                ix.teach(&format!("tenant{t}.com"), &k, None, 1);
+            }
+            (1..10_000)
+                .find(|&planted| {
+                    ix.teach(&format!("planted{planted}.com"), &k, Some("s"), 1);
+                    ix.judge("tenant0.com").is_some()
+                })
+                .unwrap()
+        };
+        // 4 per other tenant seen, at least `min_listed`.
+        assert_eq!(
+            [1, 2, 10, 30].map(cost),
+            [5, 5, 36, 116],
+            "docs/mx.md states these"
+        );
+    }
+
+    #[test]
     fn unlisted_neighbours_weaken_a_key_and_legitimate_majorities_judge_nobody() {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.throw.io"]);
