@@ -283,6 +283,9 @@ pub struct NeighbourhoodIndex {
     sources: Vec<Box<str>>,
     rule: NeighbourhoodRule,
     max_entries: usize,
+    /// Keys by kind (host, parent, network), kept as keys come and go: metrics read them
+    /// without a scan of every key under the lock.
+    kinds: [usize; 3],
 }
 
 impl NeighbourhoodIndex {
@@ -294,7 +297,34 @@ impl NeighbourhoodIndex {
             sources: Vec::new(),
             rule,
             max_entries: max_entries.max(1),
+            kinds: [0; 3],
         }
+    }
+
+    /// Domains beyond nine tenths of `max_entries` once the bound is passed (what an eviction
+    /// takes), or 0.
+    pub fn excess(&self) -> usize {
+        if self.domains.len() <= self.max_entries {
+            return 0;
+        }
+        self.domains.len() - (self.max_entries - self.max_entries / 10)
+    }
+
+    /// How much `domain` teaches (for eviction: the least useful go first), if it is known.
+    pub fn usefulness_of(&self, domain: &str) -> Option<u8> {
+        self.domains.get(domain).map(|e| self.usefulness(e))
+    }
+
+    /// Forgets `domain`, unless it was taught on a day after `seen_after`; whether it did.
+    pub fn forget(&mut self, domain: &str, seen_after: Option<u32>) -> bool {
+        match self.domains.get(domain) {
+            Some(e) if seen_after.is_none_or(|day| e.seen <= day) => {}
+            _ => return false,
+        }
+        if let Some(e) = self.domains.remove(domain) {
+            self.withdraw(&e);
+        }
+        true
     }
 
     /// Domains remembered.
@@ -326,7 +356,15 @@ impl NeighbourhoodIndex {
 
     /// Learns that `domain` (a registrable domain) has `keys` (from [`keys_of`]); `listed`
     /// names the blocklist source when a list names it. Seen on `day` (days since the epoch).
-    pub fn teach(&mut self, domain: &str, keys: &[Box<str>], listed: Option<&str>, day: u32) {
+    /// Past the bound, the owner evicts (off the lock's long holds: see [`excess`](Self::excess));
+    /// only an index a tenth over it evicts here, and returns what it forgot.
+    pub fn teach(
+        &mut self,
+        domain: &str,
+        keys: &[Box<str>],
+        listed: Option<&str>,
+        day: u32,
+    ) -> Vec<Box<str>> {
         let listed = listed.map(|s| self.source_id(s));
         let old = self.domains.remove(domain);
         if let Some(old) = &old {
@@ -358,9 +396,10 @@ impl NeighbourhoodIndex {
                 seen,
             },
         );
-        if self.domains.len() > self.max_entries {
-            self.evict();
+        if self.domains.len() > self.max_entries + self.max_entries / 10 {
+            return self.evict();
         }
+        Vec::new()
     }
 
     fn intern(&mut self, key: &str) -> Arc<str> {
@@ -369,6 +408,9 @@ impl NeighbourhoodIndex {
         }
         let k: Arc<str> = key.into();
         self.keys.insert(k.clone(), Counts::default());
+        if let Some((kind, _)) = KeyKind::split(key) {
+            self.kinds[kind as usize] += 1;
+        }
         k
     }
 
@@ -378,6 +420,9 @@ impl NeighbourhoodIndex {
                 c.remove(entry.standing);
                 if c.is_empty() {
                     self.keys.remove(k);
+                    if let Some((kind, _)) = KeyKind::split(k) {
+                        self.kinds[kind as usize] -= 1;
+                    }
                 }
             }
         }
@@ -495,8 +540,8 @@ impl NeighbourhoodIndex {
             .collect()
     }
 
-    /// Forgets domains not seen for more than `max_age_days` before `today`; how many.
-    pub fn expire(&mut self, today: u32, max_age_days: u32) -> usize {
+    /// Forgets domains not seen for more than `max_age_days` before `today`; what it forgot.
+    pub fn expire(&mut self, today: u32, max_age_days: u32) -> Vec<Box<str>> {
         let old: Vec<Box<str>> = self
             .domains
             .iter()
@@ -508,7 +553,7 @@ impl NeighbourhoodIndex {
                 self.withdraw(&e);
             }
         }
-        old.len()
+        old
     }
 
     /// How much a domain teaches: listed ones most, then unlisted ones on a key with listed
@@ -528,12 +573,12 @@ impl NeighbourhoodIndex {
     }
 
     /// Down to nine tenths of `max_entries`, the least useful and then the oldest first (so an
-    /// eviction runs once per tenth of the bound, not on every new domain).
-    fn evict(&mut self) {
+    /// eviction runs once per tenth of the bound, not on every new domain); what it forgot.
+    fn evict(&mut self) -> Vec<Box<str>> {
         let target = self.max_entries - self.max_entries / 10;
         let excess = self.domains.len().saturating_sub(target);
         if excess == 0 {
-            return;
+            return Vec::new();
         }
         let mut ranked: Vec<(u8, u32, Box<str>)> = self
             .domains
@@ -541,22 +586,31 @@ impl NeighbourhoodIndex {
             .map(|(d, e)| (self.usefulness(e), e.seen, d.clone()))
             .collect();
         ranked.select_nth_unstable(excess - 1);
-        for (_, _, d) in ranked.into_iter().take(excess) {
-            if let Some(e) = self.domains.remove(&d) {
+        ranked.truncate(excess);
+        for (_, _, d) in &ranked {
+            if let Some(e) = self.domains.remove(d) {
                 self.withdraw(&e);
             }
         }
+        ranked.into_iter().map(|(_, _, d)| d).collect()
     }
 
     /// Every learned domain (for the state file), listed ones first so that loading teaches
     /// them before the unlisted ones they judge.
     pub fn learned(&self) -> Vec<Learned> {
-        let mut out: Vec<(bool, Learned)> = self
-            .domains
+        let mut out = self.learned_unsorted();
+        out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.domain.cmp(&b.1.domain)));
+        out.into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// Every learned domain with whether a list names it, in no order (one pass, no sort: for
+    /// a caller that sorts off the lock).
+    pub fn learned_unsorted(&self) -> Vec<(bool, Learned)> {
+        self.domains
             .iter()
             .map(|(d, e)| {
                 (
-                    !matches!(e.standing, Standing::Listed(_)),
+                    matches!(e.standing, Standing::Listed(_)),
                     Learned {
                         domain: d.clone(),
                         keys: e.keys.iter().map(|k| (**k).into()).collect(),
@@ -564,22 +618,12 @@ impl NeighbourhoodIndex {
                     },
                 )
             })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.domain.cmp(&b.1.domain)));
-        out.into_iter().map(|(_, l)| l).collect()
+            .collect()
     }
 
     /// Keys by kind (for metrics).
     pub fn keys_by_kind(&self) -> [(KeyKind, usize); 3] {
-        let mut n = [0usize; 3];
-        for k in self.keys.keys() {
-            match KeyKind::split(k).map(|(kind, _)| kind) {
-                Some(KeyKind::Host) => n[0] += 1,
-                Some(KeyKind::Parent) => n[1] += 1,
-                Some(KeyKind::Network) => n[2] += 1,
-                None => {}
-            }
-        }
+        let n = self.kinds;
         [
             (KeyKind::Host, n[0]),
             (KeyKind::Parent, n[1]),
@@ -777,7 +821,7 @@ mod tests {
         ix.teach("x.com", &keys(&["host:b.io"]), Some("s"), 2);
         assert_eq!(ix.keys(), 1);
         ix.teach("y.com", &a, None, 10);
-        assert_eq!(ix.expire(12, 5), 1);
+        assert_eq!(ix.expire(12, 5).len(), 1);
         assert!(!ix.knows("x.com") && ix.knows("y.com"));
         assert_eq!(ix.keys(), 1);
         // No keys: known (not resolved again), counted nowhere.
@@ -801,10 +845,24 @@ mod tests {
                 2,
             );
         }
-        assert!(ix.domains() <= 100, "{}", ix.domains());
+        // Left to its owner up to a tenth over the bound; evicted here past that.
+        assert!(ix.domains() <= 110, "{}", ix.domains());
         // The listed ones, which teach, stayed.
         assert!((0..10).all(|i| ix.knows(&format!("l{i}.com"))));
-        assert!(ix.keys() <= 100);
+        assert!(ix.keys() <= 110);
+        assert_eq!(ix.keys_by_kind()[0].1, ix.keys());
+        // What the owner evicts: down to nine tenths, least useful first.
+        let over = if ix.domains() > 100 {
+            ix.domains() - 90
+        } else {
+            0
+        };
+        assert_eq!(ix.excess(), over);
+        assert_eq!(ix.usefulness_of("l0.com"), Some(2));
+        assert_eq!(ix.usefulness_of("lone499.com"), Some(0));
+        assert!(ix.forget("lone499.com", Some(2)));
+        assert!(!ix.forget("lone499.com", None));
+        assert!(!ix.forget("l0.com", Some(0)), "taught after day 0: kept");
     }
 
     #[test]

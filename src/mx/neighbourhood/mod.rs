@@ -2,6 +2,7 @@
 //! the listed names the table answers), asked for each unlisted domain, kept in a state file
 //! and shared over Redis. The rule itself is pure, in [`crate::domain::neighbourhood`].
 
+pub mod mirror;
 pub mod service;
 pub mod share;
 pub mod store;
@@ -21,6 +22,7 @@ use crate::domain::neighbourhood::{
 use crate::domain::{DomainName, DomainTable, Reason, TableRule};
 use crate::mx::config::NeighbourhoodConfig;
 use crate::ops::metrics::NeighbourhoodStats;
+use mirror::{Change, Mirror};
 
 /// What the gateway learned and has yet to send to the other gateways, at most (the oldest
 /// are dropped past it: sharing is best effort, every gateway also learns on its own).
@@ -52,7 +54,18 @@ pub struct Neighbourhood {
     dropped: AtomicU64,
     /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`).
     held: quick_cache::sync::Cache<Box<str>, (Finding, Instant)>,
+    /// Changes to the index not yet applied to the mirror (a short lock per teach).
+    journal: Mutex<Vec<Change>>,
+    /// The journal passed its bound: the mirror is rebuilt from the index once.
+    overflow: AtomicBool,
+    /// What the state file, ageing and eviction are worked out from, off the index's lock.
+    mirror: Mutex<Mirror>,
 }
+
+/// Changes the journal holds at most between two ticks of the MX service.
+const JOURNAL_MAX: usize = 500_000;
+/// Domains handled under one hold of the index's lock when ageing or evicting.
+const CHUNK: usize = 1_024;
 
 /// Verdicts held at most (a bound, not a target: judged domains are few).
 const HELD_MAX: usize = 20_000;
@@ -83,6 +96,9 @@ impl Neighbourhood {
             taught: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             held: quick_cache::sync::Cache::new(HELD_MAX),
+            journal: Mutex::new(Vec::new()),
+            overflow: AtomicBool::new(false),
+            mirror: Mutex::new(Mirror::default()),
         }
     }
 
@@ -196,7 +212,7 @@ impl Neighbourhood {
     /// another gateway may have learned it under other lists).
     pub(crate) fn teach(&self, table: &DomainTable, learned: &Learned) {
         let source = listed_source(table, &learned.domain);
-        self.write().teach(
+        let evicted = self.write().teach(
             &learned.domain,
             &learned.keys,
             source.as_deref(),
@@ -204,6 +220,18 @@ impl Neighbourhood {
         );
         self.taught.fetch_add(1, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if journal.len() >= JOURNAL_MAX {
+            self.overflow.store(true, Ordering::Relaxed);
+            journal.clear();
+        }
+        if !self.overflow.load(Ordering::Relaxed) {
+            journal.push(Change::Put {
+                learned: learned.clone(),
+                listed: source.is_some(),
+            });
+            journal.extend(evicted.into_iter().map(Change::Gone));
+        }
     }
 
     /// Teaches many (a file, another gateway's batch): listed ones first, so they judge the
@@ -224,17 +252,87 @@ impl Neighbourhood {
         std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Everything learned, for the state file, if anything changed since the last call.
-    pub(crate) fn changed(&self) -> Option<Vec<Learned>> {
-        self.dirty
-            .swap(false, Ordering::Relaxed)
-            .then(|| self.read().learned())
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Forgets what was not seen for `max_age_days`.
+    /// Brings the mirror up to date with the journal (after an overflow, with one pass over
+    /// the index under its read lock).
+    pub(crate) fn sync(&self) {
+        let changes = std::mem::take(&mut *self.journal.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.overflow.swap(false, Ordering::Relaxed) {
+            let all = self.read().learned_unsorted();
+            self.mirror().reset(all);
+        } else {
+            self.mirror().apply(changes);
+        }
+    }
+
+    /// Everything learned, for the state file, if anything changed since the last call:
+    /// sorted from the mirror, the index's lock not taken.
+    pub(crate) fn changed(&self) -> Option<Vec<Learned>> {
+        self.sync();
+        self.dirty
+            .swap(false, Ordering::Relaxed)
+            .then(|| self.mirror().learned())
+    }
+
+    /// Forgets what was not seen for `max_age_days`: found in the mirror, forgotten a chunk at
+    /// a time under the write lock (a domain taught again meanwhile stays).
     pub(crate) fn expire(&self) {
-        if self.write().expire(today(), self.config.max_age_days) > 0 {
+        self.sync();
+        let oldest = today().saturating_sub(self.config.max_age_days);
+        let old = self.mirror().older_than(oldest);
+        self.forget(old.into_iter().map(|(d, _)| d).collect(), Some(oldest - 1));
+    }
+
+    /// Past `max_entries`, down to nine tenths: the least useful, then the oldest, first (as
+    /// [`NeighbourhoodIndex`] ranks them), worked out from the mirror with short read locks
+    /// and forgotten a chunk at a time. Run by the MX service, off the request path.
+    pub(crate) fn evict(&self) {
+        let excess = self.read().excess();
+        if excess == 0 {
+            return;
+        }
+        self.sync();
+        let all = self.mirror().all();
+        let mut ranked: Vec<(u8, u32, Box<str>)> = Vec::with_capacity(all.len());
+        for chunk in all.chunks(CHUNK) {
+            let index = self.read();
+            for (domain, _, seen) in chunk {
+                if let Some(u) = index.usefulness_of(domain) {
+                    ranked.push((u, *seen, domain.clone()));
+                }
+            }
+        }
+        let excess = excess.min(ranked.len());
+        if excess == 0 {
+            return;
+        }
+        ranked.select_nth_unstable(excess - 1);
+        ranked.truncate(excess);
+        self.forget(ranked.into_iter().map(|(_, _, d)| d).collect(), None);
+    }
+
+    /// Forgets `domains` (those taught after `seen_after` excepted) a chunk per write lock.
+    fn forget(&self, domains: Vec<Box<str>>, seen_after: Option<u32>) {
+        let mut gone: Vec<Box<str>> = Vec::new();
+        for chunk in domains.chunks(CHUNK) {
+            let mut index = self.write();
+            gone.extend(
+                chunk
+                    .iter()
+                    .filter(|d| index.forget(d, seen_after))
+                    .cloned(),
+            );
+        }
+        if !gone.is_empty() {
             self.dirty.store(true, Ordering::Relaxed);
+            // Through the journal, in order with the teaches around it.
+            let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.overflow.load(Ordering::Relaxed) {
+                journal.extend(gone.into_iter().map(Change::Gone));
+            }
         }
     }
 
@@ -300,5 +398,70 @@ impl Neighbourhood {
         }
         // What was loaded is already on disk.
         self.dirty.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::scores::Scores;
+    use crate::domain::table::{ListKind, TableBuilder};
+
+    fn neighbourhood(max_entries: usize, listed: &[&str]) -> Neighbourhood {
+        let mut b = TableBuilder::new();
+        for name in listed {
+            b.add(&DomainName::parse(name).unwrap(), ListKind::Disposable);
+        }
+        let table = Arc::new(ArcSwap::from_pointee(b.build(Scores::default())));
+        let config = NeighbourhoodConfig {
+            max_entries,
+            ..NeighbourhoodConfig::default()
+        };
+        Neighbourhood::new(&config, table, false)
+    }
+
+    fn learned(domain: &str, key: &str) -> Learned {
+        Learned {
+            domain: domain.into(),
+            keys: vec![key.into()],
+            seen: today(),
+        }
+    }
+
+    #[test]
+    fn the_service_evicts_and_saves_from_the_mirror_what_the_index_holds() {
+        let listed: Vec<String> = (0..10).map(|i| format!("l{i}.com")).collect();
+        let names: Vec<&str> = listed.iter().map(String::as_str).collect();
+        let nb = neighbourhood(100, &names);
+        let table = nb.table.load_full();
+        for d in &listed {
+            nb.teach(&table, &learned(d, "host:mx.throw.io"));
+        }
+        for i in 0..95 {
+            nb.teach(
+                &table,
+                &learned(&format!("lone{i}.com"), &format!("host:h{i}.io")),
+            );
+        }
+        // Over the bound, but short of a tenth over: left to the service.
+        assert_eq!(nb.stats().domains, 105);
+        nb.evict();
+        assert_eq!(nb.stats().domains, 90);
+        assert!(
+            listed.iter().all(|d| nb.read().knows(d)),
+            "listed ones teach: kept"
+        );
+        // The state file is what the index holds, listed first, without a pass under its lock.
+        let saved = nb.changed().unwrap();
+        assert_eq!(saved, nb.read().learned());
+        assert_eq!(saved[0].domain.as_ref(), "l0.com");
+        assert!(nb.changed().is_none(), "nothing changed since");
+        // Ageing works from the mirror too.
+        let mut old = learned("old.com", "host:h0.io");
+        old.seen = today() - nb.config.max_age_days - 1;
+        nb.teach(&table, &old);
+        nb.expire();
+        assert!(!nb.read().knows("old.com"));
+        assert_eq!(nb.changed().unwrap(), nb.read().learned());
     }
 }

@@ -129,6 +129,8 @@ impl BackgroundService for MxService {
                     last_share = Some(Instant::now());
                 }
             }
+            // Past the bound: evicted here, off the request path, a chunk per lock.
+            nb.evict();
             if last_save.elapsed() >= nb.config.save_interval {
                 Self::save(nb).await;
                 last_save = Instant::now();
