@@ -195,3 +195,79 @@ fn shadow_mode_answers_200_with_the_would_reject_header_and_an_exact_count() {
             == 3
     });
 }
+
+/// A 1,000-name batch the month refuses, then single calls the month refuses: none of them
+/// spends the per-second rate (before, the batch left the project `429 rate_limited` for ~50 s).
+fn refused_calls_spend_no_rate(gw: &Gateway, redis: Option<&RedisServer>) {
+    let names: Vec<String> = (0..1000).map(|i| format!("n{i}.example")).collect();
+    let body = serde_json::json!({ "domains": names }).to_string();
+    let batch = |gw: &Gateway| {
+        send(
+            gw,
+            "POST",
+            "/v1/public/domains",
+            Some(KEY),
+            &[],
+            Some(body.as_bytes()),
+        )
+    };
+    let refused = batch(gw);
+    refused.assert_error(429, "quota_exceeded");
+    let rate_after = refused.header("ratelimit").unwrap().to_owned();
+    assert!(rate_after.contains("\"rate\";r=20;"), "{rate_after}");
+    // The month has room for single calls: they pass at once, within the burst.
+    let mut c = gw.conn_as(Some(KEY));
+    for i in 0..5 {
+        let r = c.get(LOOKUP).unwrap();
+        assert_eq!(
+            r.status,
+            200,
+            "call {i}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let now = r.header("ratelimit").unwrap();
+        assert!(now.contains(&format!("\"rate\";r={};", 19 - i)), "{now}");
+    }
+    // Month used up: calls refused for the month, never for the rate, and they spend none.
+    for _ in 0..30 {
+        let r = c.get(LOOKUP).unwrap();
+        r.assert_error(429, "quota_exceeded");
+        assert!(r.header("ratelimit").unwrap().contains("\"rate\";r=15;"));
+    }
+    assert_eq!(month_count(gw, KEY), 5);
+    assert_eq!(
+        gw.metric("drg_denials_total{reason=\"quota_exceeded\"}"),
+        Some(31.0)
+    );
+    assert_eq!(
+        gw.metric("drg_denials_total{reason=\"rate_limited\"}"),
+        Some(0.0)
+    );
+    if let Some(redis) = redis {
+        // Five calls taken at 1/s leave the shared key at most 5 s ahead.
+        let pttl = redis.int(&["PTTL", "q:{acme}:rate"]).unwrap();
+        assert!((1..=5_100).contains(&pttl), "{pttl} ms");
+    }
+}
+
+const REFUSED_PLAN: &str = "{ monthly_limit: 5, rate_per_second: 1, burst: 20 }";
+
+#[test]
+fn a_call_refused_for_the_month_spends_no_rate() {
+    let gw = Gateway::builder()
+        .plan_yaml("metered", REFUSED_PLAN)
+        .key_in_project("k", KEY, "metered", "acme")
+        .start();
+    refused_calls_spend_no_rate(&gw, None);
+}
+
+#[test]
+fn a_call_refused_for_the_month_spends_no_rate_on_redis() {
+    let redis = RedisServer::start(false);
+    let gw = Gateway::builder()
+        .plan_yaml("metered", REFUSED_PLAN)
+        .key_in_project("k", KEY, "metered", "acme")
+        .redis(&redis.url(), "fail_open")
+        .start();
+    refused_calls_spend_no_rate(&gw, Some(&redis));
+}

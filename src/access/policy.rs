@@ -106,10 +106,28 @@ pub async fn admit_n(
                 limit: key.monthly_limit,
                 ..usage
             });
+            give_back_rate(store, key, calls, &mut out).await;
             refused(out, Refusal::Month)
         }
         // Only a shared store under `fail_closed` says no; it logs the outage itself.
-        Err(_) => refused(out, Refusal::Unavailable),
+        Err(_) => {
+            give_back_rate(store, key, calls, &mut out).await;
+            refused(out, Refusal::Unavailable)
+        }
+    }
+}
+
+/// The month refused what the rate let through: the rate gets it back, so a refused call (a
+/// whole refused batch) spends nothing and the project's next calls are not rate-limited for it.
+async fn give_back_rate(store: &dyn QuotaStore, key: &KeyEntry, calls: u64, out: &mut Admission) {
+    let (Some(rate), Some((_, standing))) = (key.rate, out.rate) else {
+        return;
+    };
+    if standing.decision != RateDecision::Allowed {
+        return;
+    }
+    if let Ok(after) = store.give_back_rate_n(&key.project, rate, calls).await {
+        out.rate = Some((rate, after));
     }
 }
 
@@ -152,6 +170,33 @@ mod tests {
         assert_eq!(over.usage, None, "the month was not asked");
         let month = store.usage("proj", 100, now()).await.unwrap();
         assert_eq!(month.used, 2, "the refused call is not counted");
+    }
+
+    #[tokio::test]
+    async fn a_call_the_month_refuses_spends_no_rate() {
+        let store = LocalStore::in_memory();
+        let rate = RateConfig {
+            per_second: 1,
+            burst: 10,
+        };
+        let k = key(3, Some(rate), PlanMode::Enforce);
+        assert_eq!(admit_n(&store, &k, 3, now()).await.refusal, None);
+        // A batch of 7 and single calls, all over the month: refused for the month each time,
+        // the rate given back each time (7 of the 10 left would make the next calls wait).
+        for calls in [7, 1, 1, 7] {
+            let a = admit_n(&store, &k, calls, now()).await;
+            assert_eq!(a.refusal, Some(Refusal::Month), "{calls}");
+            assert_eq!(
+                a.rate.unwrap().1.remaining,
+                7,
+                "{calls}: what the header says"
+            );
+        }
+        let month = store.usage("proj", 3, now()).await.unwrap();
+        assert_eq!(month.used, 3);
+        // Without the give-back the rate would say 0 left and refuse; it still has its 7.
+        let plenty = key(100, Some(rate), PlanMode::Enforce);
+        assert_eq!(admit_n(&store, &plenty, 7, now()).await.refusal, None);
     }
 
     #[tokio::test]

@@ -181,6 +181,33 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// Gives back `calls` calls taken for `key` at `rate` (a call the month then refused spends
+    /// nothing): its arrival time moves back as if they had not been taken, whatever was taken
+    /// since. Atomic with [`check_n`](Self::check_n) (one lock).
+    pub fn give_back_n(&self, key: &Arc<str>, rate: RateConfig, calls: u64) -> RateStanding {
+        let Some(interval) = interval_nanos(rate) else {
+            return RateStanding::from_ahead(RateDecision::Allowed, 0, 1, rate.burst);
+        };
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut tats = self.tats.lock().unwrap_or_else(|e| e.into_inner());
+        let ahead = match tats.get_mut(key) {
+            Some(tat) => {
+                *tat = give_back(*tat, interval, calls);
+                tat.saturating_sub(now)
+            }
+            None => 0,
+        };
+        RateStanding::from_ahead(RateDecision::Allowed, ahead, interval, rate.burst.max(1))
+    }
+}
+
+/// The arrival time `tat` with `calls` calls of `interval` given back ([`gcra_n`] took
+/// `interval * calls.max(1)`).
+pub fn give_back(tat: u64, interval: u64, calls: u64) -> u64 {
+    tat.saturating_sub(interval.saturating_mul(calls.max(1)))
+}
+
 /// A rate limit per key id, in this process, one rate for all keys.
 #[derive(Debug)]
 pub struct KeyedLimiter {
@@ -205,6 +232,26 @@ impl KeyedLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_given_back_is_as_if_it_had_not_been_taken() {
+        let rate = RateConfig {
+            per_second: 10,
+            burst: 5,
+        };
+        let l = Limiter::default();
+        let k: Arc<str> = "p".into();
+        assert_eq!(l.check_n(&k, rate, 5).remaining, 0);
+        assert_eq!(l.give_back_n(&k, rate, 5).remaining, 5);
+        // Given back with others' calls taken in between: theirs stay taken.
+        l.check_n(&k, rate, 3);
+        l.check_n(&k, rate, 1);
+        assert_eq!(l.give_back_n(&k, rate, 3).remaining, 4);
+        // Never below empty: giving back more than was taken is a full bucket, not credit.
+        assert_eq!(l.give_back_n(&k, rate, 100).remaining, 5);
+        assert_eq!(give_back(10, 3, 5), 0);
+        assert_eq!(give_back(100, 3, 0), 97);
+    }
 
     const SECOND: u64 = 1_000_000_000;
 

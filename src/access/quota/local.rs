@@ -1051,6 +1051,15 @@ impl QuotaStore for LocalStore {
         Ok(self.rates.check_n(project, rate, calls))
     }
 
+    async fn give_back_rate_n(
+        &self,
+        project: &std::sync::Arc<str>,
+        rate: crate::access::rate::RateConfig,
+        calls: u64,
+    ) -> Result<crate::access::rate::RateStanding, QuotaError> {
+        Ok(self.rates.give_back_n(project, rate, calls))
+    }
+
     fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "store": "local",

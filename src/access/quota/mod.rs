@@ -200,6 +200,16 @@ pub trait QuotaStore: Send + Sync {
         calls: u64,
     ) -> Result<RateStanding, QuotaError>;
 
+    /// Gives back `calls` calls [`take_rate_n`](Self::take_rate_n) took for `project` (the
+    /// month then refused them: a refused call spends nothing), atomically with other takes;
+    /// the standing after it.
+    async fn give_back_rate_n(
+        &self,
+        project: &Arc<str>,
+        rate: RateConfig,
+        calls: u64,
+    ) -> Result<RateStanding, QuotaError>;
+
     /// The store's state, for `/readyz`.
     fn status(&self) -> serde_json::Value;
 

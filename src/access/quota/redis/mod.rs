@@ -81,6 +81,7 @@ pub struct RedisStore {
     /// Call ids: a random start per process, so that gateways sharing a key do not collide.
     next_id: AtomicU64,
     rate_script: redis::Script,
+    give_back_script: redis::Script,
     /// Per-project rates while Redis is away under `fail_open`: per gateway, as embedded.
     local_rates: crate::access::rate::Limiter,
 }
@@ -107,6 +108,7 @@ impl RedisStore {
             slots: Slots::default(),
             next_id: AtomicU64::new(u64::from_le_bytes(seed)),
             rate_script: rate::script(),
+            give_back_script: rate::give_back_script(),
             local_rates: Default::default(),
         })
     }
@@ -282,14 +284,40 @@ impl RedisStore {
     }
 
     /// One run of the rate script under the call budget.
-    async fn rate_call(
+    /// One of the rate scripts on Redis unless the breaker skips it; `None` when Redis did not
+    /// answer (the breaker told).
+    async fn shared_rate(
         &self,
+        script: &redis::Script,
+        project: &str,
+        config: RateConfig,
+        calls: u64,
+    ) -> Option<RateStanding> {
+        if self.breaker.admit(Instant::now()) == Admit::Skip {
+            return None;
+        }
+        match self.rate_script_call(script, project, config, calls).await {
+            Ok(standing) => {
+                self.succeeded();
+                Some(standing)
+            }
+            Err(f) => {
+                self.failed(&f.why);
+                None
+            }
+        }
+    }
+
+    /// Runs one of the rate scripts (take or give back) on `project`'s rate key.
+    async fn rate_script_call(
+        &self,
+        script: &redis::Script,
         project: &str,
         config: RateConfig,
         calls: u64,
     ) -> Result<RateStanding, Failure> {
         let mut conn = self.connection().await?;
-        let mut call = self.rate_script.prepare_invoke();
+        let mut call = script.prepare_invoke();
         call.key(rate::key(project))
             .arg(rate::interval_micros(config))
             .arg(config.burst.max(1))
@@ -551,19 +579,33 @@ impl QuotaStore for RedisStore {
         config: RateConfig,
         calls: u64,
     ) -> Result<RateStanding, QuotaError> {
-        if self.breaker.admit(Instant::now()) != Admit::Skip {
-            match self.rate_call(project, config, calls).await {
-                Ok(standing) => {
-                    self.succeeded();
-                    return Ok(standing);
-                }
-                Err(f) => self.failed(&f.why),
-            }
+        if let Some(standing) = self
+            .shared_rate(&self.rate_script, project, config, calls)
+            .await
+        {
+            return Ok(standing);
         }
         if self.config.failure_policy == FailurePolicy::FailClosed {
             return Err(unreachable_closed());
         }
         Ok(self.local_rates.check_n(project, config, calls))
+    }
+
+    async fn give_back_rate_n(
+        &self,
+        project: &Arc<str>,
+        config: RateConfig,
+        calls: u64,
+    ) -> Result<RateStanding, QuotaError> {
+        // Where the take went: Redis unless the breaker skips it (then this gateway's own
+        // rate). A give-back that fails leaves the rate spent, as before: nothing worse.
+        if let Some(standing) = self
+            .shared_rate(&self.give_back_script, project, config, calls)
+            .await
+        {
+            return Ok(standing);
+        }
+        Ok(self.local_rates.give_back_n(project, config, calls))
     }
 
     fn status(&self) -> serde_json::Value {

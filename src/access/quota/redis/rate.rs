@@ -27,8 +27,32 @@ redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now
 return {1, 0, tat - now}
 "#;
 
+/// KEYS: the rate key. ARGV: as [`TAKE`]'s. Gives back calls `TAKE` took (the month refused
+/// them): the next conforming arrival moves back by their intervals, whatever was taken since;
+/// the key goes once that is past. Returns what `TAKE` returns for an allowed call.
+const GIVE_BACK: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local calls = math.max(tonumber(ARGV[3] or '1'), 1)
+local stored = redis.call('GET', KEYS[1])
+if not stored then return {1, 0, 0} end
+local tat = tonumber(stored) - interval * calls
+if tat <= now then
+  redis.call('DEL', KEYS[1])
+  return {1, 0, 0}
+end
+redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1)
+return {1, 0, tat - now}
+"#;
+
 pub fn script() -> Script {
     Script::new(TAKE)
+}
+
+/// The give-back script ([`GIVE_BACK`]).
+pub fn give_back_script() -> Script {
+    Script::new(GIVE_BACK)
 }
 
 /// The key holding `project`'s next conforming arrival.
