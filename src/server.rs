@@ -59,6 +59,7 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         ),
         publish_lock: Arc::default(),
         record_first_seen: false,
+        set_aside: Arc::default(),
     }
 }
 

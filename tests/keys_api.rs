@@ -124,6 +124,7 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
         fields,
         [
             "created_at",
+            "created_by",
             "id",
             "key_prefix",
             "label",
@@ -458,4 +459,177 @@ fn switched_off_its_routes_are_404_and_keys_made_before_keep_working() {
     send(&gw, "POST", "/v1/keys", Some(SERVER), &[], None).assert_error(404, "not_found");
     revoke(&gw, SERVER, &id).assert_error(404, "not_found");
     assert_eq!(lookup(&gw, &secret), 200);
+}
+
+/// Marks the operator key `id` disabled in the keys file (the reload applies it).
+fn disable_in_keys_file(gw: &Gateway, id: &str) {
+    let path = gw.dir.path().join("keys.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let marker = format!("  - id: {id}\n");
+    assert!(text.contains(&marker), "{text}");
+    write_atomic(
+        &path,
+        &text.replace(&marker, &format!("{marker}    disabled: true\n")),
+    );
+}
+
+/// `(id, secret)` of a key made through the API with `secret`.
+fn made_by(gw: &Gateway, secret: &str, label: &str) -> (String, String) {
+    let r = create(gw, secret, label);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let made = r.json();
+    assert!(made["created_by"].is_string(), "{made}");
+    (
+        made["id"].as_str().unwrap().to_owned(),
+        made["key"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn a_revocation_in_the_keys_file_applies_whatever_state_the_managed_file_is_in() {
+    let gw = builder().start();
+    let (_, api) = made_by(&gw, SERVER, "api");
+    assert_eq!(lookup(&gw, &api), 200);
+    // The managed file becomes unreadable (a folder where the file was)...
+    let file = managed_file(&gw);
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    // ... and the operator disables a leaked key in the meantime: it is refused within a
+    // reload; the API-made keys are off (fail closed), the operator's other keys work.
+    disable_in_keys_file(&gw, "other");
+    wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 401);
+    assert_eq!(lookup(&gw, &api), 401);
+    assert_eq!(lookup(&gw, SERVER), 200);
+    let ready = gw.admin_get("/readyz");
+    assert_eq!(ready.status, 200);
+    let problem = ready.json()["managed_keys_problem"].clone();
+    assert!(
+        problem.as_str().unwrap().contains("keys.managed.json"),
+        "{problem}"
+    );
+    assert_eq!(gw.metric("drg_keys_managed_file_ok"), Some(0.0));
+    assert!(gw.log().contains("API-made keys are off"), "{}", gw.log());
+    // Readable again: the API-made keys are back.
+    std::fs::remove_dir(&file).unwrap();
+    let restored = gw.dir.path().join("restored.json");
+    std::fs::write(&restored, "{\"version\":1,\"keys\":[]}").unwrap();
+    std::fs::rename(&restored, &file).unwrap();
+    wait_until(Duration::from_secs(5), || {
+        gw.metric("drg_keys_managed_file_ok") == Some(1.0)
+    });
+}
+
+#[test]
+fn a_corrupt_managed_file_is_set_aside_and_never_stops_the_start() {
+    let gw = builder().start();
+    let (_, api) = made_by(&gw, SERVER, "api");
+    let dir = gw.stop();
+    let file = dir.path().join("state/keys.managed.json");
+    std::fs::write(&file, "{\"version\":1,\"keys\":[{\"id\":").unwrap();
+    let gw = builder().in_dir(dir).start();
+    assert_eq!(lookup(&gw, SERVER), 200);
+    assert_eq!(lookup(&gw, &api), 401, "fail closed for API-made keys");
+    let aside: Vec<String> = std::fs::read_dir(gw.dir.path().join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("keys.managed.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let problem = gw.admin_get("/readyz").json()["managed_keys_problem"].clone();
+    assert!(problem.as_str().unwrap().contains(&aside[0]), "{problem}");
+    assert_eq!(gw.metric("drg_keys_managed_file_ok"), Some(0.0));
+    assert_eq!(gw.log().matches("set aside as").count(), 1, "{}", gw.log());
+    // Keys made again: a fresh file, and the note is gone.
+    let (_, again) = made_by(&gw, SERVER, "again");
+    assert_eq!(lookup(&gw, &again), 200);
+    wait_until(Duration::from_secs(5), || {
+        gw.metric("drg_keys_managed_file_ok") == Some(1.0)
+    });
+}
+
+#[test]
+fn the_previous_format_is_read_unknown_fields_are_kept_and_a_newer_version_is_left_alone() {
+    // As the gateway before lineage wrote it (no `created_by`), plus fields of a newer one.
+    let secret = "drg_made_before_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+    let previous = serde_json::json!({
+        "version": 1,
+        "keys": [{
+            "id": "before", "project": "acme", "plan": "starter", "label": null,
+            "sha256": hex_sha256(secret), "prefix": &secret[..12],
+            "created_at": "2026-10-01T00:00:00Z", "last_used": null,
+            "future_key_field": {"x": 1}
+        }],
+        "future_file_field": [1, 2]
+    });
+    let gw = builder().start();
+    let file = managed_file(&gw);
+    write_atomic(&file, &previous.to_string());
+    wait_until(Duration::from_secs(5), || lookup(&gw, secret) == 200);
+    // A key made now rewrites the file: what this gateway does not know is kept.
+    made_by(&gw, SERVER, "new");
+    let now: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(now["future_file_field"], serde_json::json!([1, 2]), "{now}");
+    assert_eq!(now["keys"][0]["future_key_field"]["x"], 1, "{now}");
+    assert_eq!(now["keys"][1]["created_by"], "server", "{now}");
+    // A newer format version: the API-made keys are off here, the file is not touched.
+    let newer = serde_json::json!({"version": 2, "keys": []}).to_string();
+    write_atomic(&file, &newer);
+    wait_until(Duration::from_secs(5), || lookup(&gw, secret) == 401);
+    assert_eq!(lookup(&gw, SERVER), 200);
+    let problem = gw.admin_get("/readyz").json()["managed_keys_problem"].clone();
+    assert!(
+        problem.as_str().unwrap().contains("newer gateway"),
+        "{problem}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), newer);
+}
+
+#[test]
+fn removing_or_revoking_a_key_revokes_every_key_it_made_for_good() {
+    let gw = builder().start();
+    // server -> a -> b (a server key of the project makes keys, and so does what it made).
+    let (a_id, a) = made_by(&gw, SERVER, "a");
+    let (b_id, b) = made_by(&gw, &a, "b");
+    let (d_id, d) = made_by(&gw, &b, "d");
+    let listed = list(&gw, SERVER);
+    let by = |id: &str| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .unwrap()["created_by"]
+            .clone()
+    };
+    assert_eq!(
+        (by(&a_id), by(&b_id), by(&d_id)),
+        ("server".into(), a_id.clone().into(), b_id.clone().into())
+    );
+    assert_eq!(by("server"), serde_json::Value::Null);
+    // Revoking a through the API revokes b, which a made, and d, which b made.
+    assert_eq!(revoke(&gw, OTHER, &a_id).status, 204);
+    for secret in [&a, &b, &d] {
+        assert_eq!(lookup(&gw, secret), 401);
+    }
+    let left = ids(&list(&gw, SERVER));
+    assert!(!left.contains(&b_id) && !left.contains(&d_id), "{left:?}");
+    let (c_id, c) = made_by(&gw, OTHER, "c");
+    assert_eq!(lookup(&gw, &c), 200);
+    // The operator disables `other`, which made c: c is revoked within a reload, and stays
+    // revoked when `other` is enabled again (the file no longer holds it).
+    let (e_id, e) = made_by(&gw, &c, "e");
+    disable_in_keys_file(&gw, "other");
+    wait_until(Duration::from_secs(5), || lookup(&gw, &c) == 401);
+    assert_eq!(lookup(&gw, &e), 401);
+    assert_eq!(lookup(&gw, SERVER), 200);
+    wait_until(Duration::from_secs(5), || {
+        let file = std::fs::read_to_string(managed_file(&gw)).unwrap();
+        !file.contains(&c_id) && !file.contains(&e_id)
+    });
+    let path = gw.dir.path().join("keys.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    write_atomic(&path, &text.replace("    disabled: true\n", ""));
+    wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 200);
+    assert_eq!(lookup(&gw, &c), 401);
 }

@@ -93,6 +93,8 @@ pub struct KeyEntry {
     pub key_prefix: Option<Arc<str>>,
     /// RFC 3339 UTC, when known.
     pub created_at: Option<Arc<str>>,
+    /// The key that made it (API-made keys that record it).
+    pub created_by: Option<Arc<str>>,
     pub source: KeyOrigin,
     /// Unix seconds of the last authenticated call (0: none seen). Shared by the snapshots of a
     /// key across reloads (see [`KeyStore::carry_last_used`]).
@@ -144,6 +146,7 @@ impl KeyEntry {
             label: None,
             key_prefix: None,
             created_at: None,
+            created_by: None,
             source: KeyOrigin::Operator,
             last_used: Arc::default(),
             hash: [0; 32],
@@ -158,9 +161,22 @@ pub struct KeyStore {
     /// Each project's keys, sorted by id.
     by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>>,
     len: usize,
+    /// Why the managed file's keys are not in this store (unreadable, corrupt and set aside,
+    /// written by a newer gateway): the API-made keys are off meanwhile, the operator's work.
+    managed_problem: Option<Arc<str>>,
 }
 
 impl KeyStore {
+    /// Why the API-made keys are off, if they are (see the field).
+    pub fn managed_problem(&self) -> Option<&str> {
+        self.managed_problem.as_deref()
+    }
+
+    /// Records why the API-made keys are off.
+    pub fn set_managed_problem(&mut self, problem: Option<String>) {
+        self.managed_problem = problem.map(Into::into);
+    }
+
     /// The key whose secret this is, if any (disabled keys included: the caller decides).
     pub fn find(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
         self.find_bytes(secret.as_bytes())
@@ -451,6 +467,7 @@ pub fn parse_keys<P: AsPlan>(
                 label: row.label.map(Into::into),
                 key_prefix: row.prefix.map(Into::into),
                 created_at: row.created_at.map(Into::into),
+                created_by: None,
                 source: KeyOrigin::Operator,
                 last_used: Arc::default(),
                 hash,

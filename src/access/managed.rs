@@ -1,7 +1,14 @@
 //! The gateway-managed keys file: keys made through `POST /v1/keys`, kept apart from the
 //! operator's keys file, which the gateway never writes.
 //!
-//! JSON, hashed secrets only, mode 0600. Every change is a read-modify-write under an exclusive
+//! JSON, hashed secrets only, mode 0600. Gateways of different versions may share the file:
+//! `version` changes only for a change older gateways cannot read safely (a newer one makes
+//! them switch their API-made keys off, never touch the file); fields a gateway does not know
+//! are kept as they are when it rewrites the file, so adding one needs no new version.
+//!
+//! A key made through the API records the key that made it (`created_by`): it works only while
+//! that key does, so removing, disabling or revoking a key revokes every key it made, recursively.
+//! Every change is a read-modify-write under an exclusive
 //! `flock` on a lock file beside it, written to a temporary file and renamed over, so gateways
 //! sharing the file never lose each other's changes and readers never see half a file. The keys
 //! reloader watches it like the keys file, so other gateways see a change within a poll.
@@ -22,7 +29,6 @@ const VERSION: u32 = 1;
 
 /// The whole managed file.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ManagedFile {
     pub version: u32,
     pub keys: Vec<ManagedKey>,
@@ -31,11 +37,13 @@ pub struct ManagedFile {
     /// restart. Left out of the file while empty, so older gateways still read it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub first_seen: BTreeMap<String, String>,
+    /// Fields of a newer gateway, kept as they are.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// One API-made key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ManagedKey {
     pub id: String,
     pub project: String,
@@ -56,6 +64,13 @@ pub struct ManagedKey {
     /// Origins, as for operator keys; none: a server key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub origins: Vec<String>,
+    /// The id of the key that made it (keys made before lineage was recorded have none: they
+    /// follow their project only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Fields of a newer gateway, kept as they are.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// Why the managed file could not be read or written.
@@ -68,6 +83,11 @@ pub enum ManagedError {
     },
     #[error("{path}: not a managed keys file: {message}")]
     Format { path: PathBuf, message: String },
+    #[error(
+        "{path}: written by a newer gateway (format version {found}; this one reads {VERSION}): \
+         upgrade this gateway"
+    )]
+    Newer { path: PathBuf, found: u32 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ManagedError + '_ {
@@ -84,8 +104,7 @@ pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(ManagedFile {
                 version: VERSION,
-                keys: Vec::new(),
-                first_seen: BTreeMap::new(),
+                ..ManagedFile::default()
             })
         }
         Err(e) => return Err(io(path)(e)),
@@ -94,6 +113,12 @@ pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
+    if file.version > VERSION {
+        return Err(ManagedError::Newer {
+            path: path.to_owned(),
+            found: file.version,
+        });
+    }
     if file.version != VERSION {
         return Err(ManagedError::Format {
             path: path.to_owned(),
@@ -175,13 +200,19 @@ impl Lock {
 /// key of the project (so a project disabled in `projects:`, or whose operator keys were all
 /// disabled or removed, takes its API-made keys with it: they answer 401). Its stored plan is
 /// never a reason to keep it working.
+///
+/// An API-made key that names the key that made it (`created_by`) works only while that key is
+/// in the store and enabled, recursively; the others are left out and listed in `revoked` (the
+/// serving gateway then removes them from the file: a revocation is for good).
 pub fn merge<P: AsPlan>(
     mut store: KeyStore,
     file: &ManagedFile,
     plans: &BTreeMap<String, P>,
-) -> (KeyStore, Vec<String>) {
+) -> Merged {
     let mut warnings = Vec::new();
     let mut ids: HashSet<Arc<str>> = store.entries().map(|k| k.id.clone()).collect();
+    let mut hashes: HashSet<[u8; 32]> = HashSet::new();
+    let mut made: Vec<(KeyEntry, Option<&str>)> = Vec::new();
     for row in &file.keys {
         let at = format!("managed key '{}'", row.id);
         let Some(hash) = decode_hash(&row.sha256) else {
@@ -198,70 +229,160 @@ pub fn merge<P: AsPlan>(
             ));
             continue;
         }
-        if store.find_hash(&hash).is_some() {
+        if store.find_hash(&hash).is_some() || !hashes.insert(hash) {
             warnings.push(format!(
                 "{at}: its secret is also a key of the keys file, which wins; skipped"
             ));
             continue;
         }
-        let operator = store
-            .project_keys(&row.project)
-            .iter()
-            .filter(|k| k.source == KeyOrigin::Operator);
-        let project_enabled = operator.clone().any(|k| !k.disabled);
-        let plan_name = operator
-            .clone()
-            .next()
-            .map_or_else(|| row.plan.clone(), |k| k.plan.to_string());
-        let Some(plan) = plans.get(&plan_name).map(|p| p.resolve(&plan_name)) else {
-            warnings.push(format!(
-                "{at}: plan '{plan_name}' is not configured; skipped"
-            ));
-            continue;
+        let entry = match entry_of(row, hash, &store, plans) {
+            Ok(entry) => entry,
+            Err(why) => {
+                warnings.push(format!("{at}: {why}; skipped"));
+                continue;
+            }
         };
-        let origins: Vec<OriginPattern> = row
-            .origins
-            .iter()
-            .filter_map(|o| OriginPattern::parse(o).ok())
-            .collect();
-        if origins.len() != row.origins.len() {
-            warnings.push(format!("{at}: an origin is not valid; skipped"));
-            continue;
-        }
-        let id: Arc<str> = row.id.as_str().into();
-        ids.insert(id.clone());
-        store.insert(KeyEntry {
-            id,
-            project: row.project.as_str().into(),
-            plan: plan_name.into(),
-            monthly_limit: plan.monthly_limit,
-            max_keys: plan.max_keys,
-            log_retention: plan.log_retention,
-            rate: plan.rate,
-            mode: plan.mode,
-            origins: (!origins.is_empty()).then_some(origins),
-            origin_list: row.origins.clone(),
-            disabled: !project_enabled,
-            label: row.label.as_deref().map(Into::into),
-            key_prefix: Some(row.prefix.as_str().into()),
-            created_at: Some(row.created_at.as_str().into()),
-            source: KeyOrigin::Api,
-            last_used: Arc::new(row.last_used.unwrap_or(0).into()),
-            hash,
-        });
+        ids.insert(entry.id.clone());
+        made.push((entry, row.created_by.as_deref()));
+    }
+    let revoked = revoke_orphans(&store, &mut made);
+    for id in &revoked {
+        warnings.push(format!(
+            "managed key '{id}': the key that made it is gone, disabled or revoked: revoked"
+        ));
+    }
+    for (entry, _) in made {
+        store.insert(entry);
     }
     store.index_projects();
-    (store, warnings)
+    Merged {
+        store,
+        warnings,
+        revoked,
+    }
+}
+
+/// The key in service for one row of the managed file (its plan and switch from the operator's
+/// keys of its project), or why it is skipped.
+fn entry_of<P: AsPlan>(
+    row: &ManagedKey,
+    hash: [u8; 32],
+    store: &KeyStore,
+    plans: &BTreeMap<String, P>,
+) -> Result<KeyEntry, String> {
+    let operator = store
+        .project_keys(&row.project)
+        .iter()
+        .filter(|k| k.source == KeyOrigin::Operator);
+    let project_enabled = operator.clone().any(|k| !k.disabled);
+    let plan_name = operator
+        .clone()
+        .next()
+        .map_or_else(|| row.plan.clone(), |k| k.plan.to_string());
+    let Some(plan) = plans.get(&plan_name).map(|p| p.resolve(&plan_name)) else {
+        return Err(format!("plan '{plan_name}' is not configured"));
+    };
+    let origins: Vec<OriginPattern> = row
+        .origins
+        .iter()
+        .filter_map(|o| OriginPattern::parse(o).ok())
+        .collect();
+    if origins.len() != row.origins.len() {
+        return Err("an origin is not valid".to_owned());
+    }
+    Ok(KeyEntry {
+        id: row.id.as_str().into(),
+        project: row.project.as_str().into(),
+        plan: plan_name.into(),
+        monthly_limit: plan.monthly_limit,
+        max_keys: plan.max_keys,
+        log_retention: plan.log_retention,
+        rate: plan.rate,
+        mode: plan.mode,
+        origins: (!origins.is_empty()).then_some(origins),
+        origin_list: row.origins.clone(),
+        disabled: !project_enabled,
+        label: row.label.as_deref().map(Into::into),
+        key_prefix: Some(row.prefix.as_str().into()),
+        created_at: Some(row.created_at.as_str().into()),
+        created_by: row.created_by.as_deref().map(Into::into),
+        source: KeyOrigin::Api,
+        last_used: Arc::new(row.last_used.unwrap_or(0).into()),
+        hash,
+    })
+}
+
+/// The keys store with the managed file merged in (see [`merge`]).
+pub struct Merged {
+    pub store: KeyStore,
+    /// Keys skipped and why (for the log).
+    pub warnings: Vec<String>,
+    /// API-made keys whose maker is no working key, recursively.
+    pub revoked: Vec<String>,
+}
+
+/// Takes out of `made` every key whose maker (`created_by`) is neither an enabled key of
+/// `store` nor an enabled key left in `made`, until none is left to take: a revoked maker
+/// revokes what it made, and that what it made. Returns their ids.
+fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) -> Vec<String> {
+    let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
+    let mut revoked = Vec::new();
+    loop {
+        let working: HashSet<String> = made
+            .iter()
+            .filter(|(k, _)| !k.disabled)
+            .map(|(k, _)| k.id.to_string())
+            .collect();
+        let before = made.len();
+        made.retain(|(k, by)| {
+            let keep = by.is_none_or(|maker| {
+                operator.get(maker).copied().unwrap_or(false) || working.contains(maker)
+            });
+            if !keep {
+                revoked.push(k.id.to_string());
+            }
+            keep
+        });
+        if made.len() == before {
+            return revoked;
+        }
+    }
+}
+
+/// Removes `revoked` keys from the file, and every key made by one of them, recursively (the
+/// serving gateway, after [`merge`] found them): a key once revoked never comes back, also if
+/// the key that made it is enabled again.
+pub fn remove_revoked(path: &Path, revoked: &[String]) -> Result<usize, ManagedError> {
+    update(path, |file: &mut ManagedFile| {
+        let gone = without_descendants(file, revoked);
+        Ok::<_, ManagedError>((gone > 0, gone))
+    })
+}
+
+/// Removes the keys `ids` and every key they made, recursively, from `file`; how many.
+pub fn without_descendants(file: &mut ManagedFile, ids: &[String]) -> usize {
+    let mut gone: HashSet<String> = ids.iter().cloned().collect();
+    let before = file.keys.len();
+    loop {
+        let n = file.keys.len();
+        file.keys.retain(|k| {
+            let out =
+                gone.contains(&k.id) || k.created_by.as_ref().is_some_and(|by| gone.contains(by));
+            if out {
+                gone.insert(k.id.clone());
+            }
+            !out
+        });
+        if file.keys.len() == n {
+            return before - file.keys.len();
+        }
+    }
 }
 
 /// Gives the keys-file keys without a `created_at` the time a gateway first saw them: from the
 /// file's `first_seen`, and for keys not in it yet, now, recorded in the file under its lock
-/// (a time another gateway recorded meanwhile wins). Returns the store with the times filled.
-pub fn fill_first_seen(
-    path: &Path,
-    mut store: KeyStore,
-    now: &str,
-) -> Result<KeyStore, ManagedError> {
+/// (a time another gateway recorded meanwhile wins). Fills the times into `store`.
+pub fn fill_first_seen(path: &Path, store: &mut KeyStore, now: &str) -> Result<(), ManagedError> {
     let unseen = |file: &ManagedFile, store: &KeyStore| -> Vec<String> {
         store
             .entries()
@@ -271,9 +392,9 @@ pub fn fill_first_seen(
             .collect()
     };
     let mut file = read(path)?;
-    if !unseen(&file, &store).is_empty() {
+    if !unseen(&file, store).is_empty() {
         file = update(path, |f: &mut ManagedFile| {
-            let ids = unseen(f, &store);
+            let ids = unseen(f, store);
             for id in &ids {
                 f.first_seen.insert(id.clone(), now.to_owned());
             }
@@ -281,7 +402,7 @@ pub fn fill_first_seen(
         })?;
     }
     store.fill_created_at(&file.first_seen);
-    Ok(store)
+    Ok(())
 }
 
 fn decode_hash(hex_text: &str) -> Option<[u8; 32]> {
@@ -333,6 +454,13 @@ impl From<ManagedError> for KeysError {
         let (origin, problem) = match e {
             ManagedError::Io { path, source } => (path, source.to_string()),
             ManagedError::Format { path, message } => (path, message),
+            ManagedError::Newer { path, found } => (
+                path,
+                format!(
+                    "written by a newer gateway (format version {found}; this one reads \
+                     {VERSION}): upgrade this gateway"
+                ),
+            ),
         };
         KeysError {
             origin: origin.display().to_string(),

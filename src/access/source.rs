@@ -23,6 +23,8 @@ pub struct KeysSource {
     /// Record in the managed file when keys without `created_at` were first seen (the serving
     /// gateway; not `check-config` or `key new`, which change no state).
     pub record_first_seen: bool,
+    /// Where a corrupt managed file was set aside, said until a managed file exists again.
+    pub set_aside: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl KeysSource {
@@ -34,21 +36,7 @@ impl KeysSource {
         })?;
         let store = parse_keys(&text, &origin, &self.plans)?;
         let store = match &self.managed {
-            Some(path) if self.record_first_seen => {
-                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-                super::managed::fill_first_seen(path, store, &now)?
-            }
-            _ => store,
-        };
-        let store = match &self.managed {
-            Some(path) => {
-                let file = super::managed::read(path)?;
-                let (store, warnings) = super::managed::merge(store, &file, &self.plans);
-                for w in warnings {
-                    log::warn!("{}: {w}", path.display());
-                }
-                store
-            }
+            Some(path) => self.with_managed(path, store),
             None => store,
         };
         if self.refuse_demo_key && store.has_enabled_demo_key() {
@@ -68,6 +56,77 @@ impl KeysSource {
             );
         }
         Ok(store)
+    }
+}
+
+impl KeysSource {
+    /// The operator's keys with the managed file's merged in. Whatever state the managed file
+    /// is in, the operator's keys (and so their revocations) apply: an unreadable one, one
+    /// written by a newer gateway, or a corrupt one (set aside with a timestamp by the serving
+    /// gateway) switches the API-made keys off (fail closed for them) with an ERROR line, and
+    /// the store says why (`/readyz` on the admin listener, `drg_keys_managed_file_ok`).
+    fn with_managed(&self, path: &std::path::Path, operator: KeyStore) -> KeyStore {
+        use super::managed::{self, ManagedError, ManagedFile};
+        let mut operator = operator;
+        if self.record_first_seen {
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            if let Err(e) = managed::fill_first_seen(path, &mut operator, &now) {
+                log::warn!("keys: first-seen times not recorded: {e}");
+            }
+        }
+        let (file, problem) = match managed::read(path) {
+            Ok(file) => (file, None),
+            Err(e @ ManagedError::Format { .. }) if self.record_first_seen => {
+                let aside = set_aside(path);
+                log::error!(
+                    "keys: {e}; set aside as {aside}; API-made keys are off until made again \
+                     (the operator's keys work)"
+                );
+                let note = format!("corrupt, set aside as {aside}; API-made keys are gone");
+                *self.note() = Some(note.clone());
+                (ManagedFile::default(), Some(note))
+            }
+            Err(e) => {
+                log::error!(
+                    "keys: {e}; API-made keys are off meanwhile (the operator's keys work)"
+                );
+                (ManagedFile::default(), Some(e.to_string()))
+            }
+        };
+        let merged = managed::merge(operator, &file, &self.plans);
+        for w in &merged.warnings {
+            log::warn!("{}: {w}", path.display());
+        }
+        if self.record_first_seen && !merged.revoked.is_empty() {
+            match managed::remove_revoked(path, &merged.revoked) {
+                Ok(n) => log::info!("keys: {n} API-made keys revoked with the key that made them"),
+                Err(e) => log::error!("keys: revoked keys not removed from the file: {e}"),
+            }
+        }
+        // Once a file exists again (a key made anew), the set-aside note has been read.
+        if path.exists() {
+            self.note().take();
+        }
+        let mut store = merged.store;
+        store.set_managed_problem(problem.or_else(|| self.note().clone()));
+        store
+    }
+
+    fn note(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.set_aside.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Renames a corrupt managed file to `<name>.corrupt-<UTC time>` (kept for the operator to
+/// read); says where it went, or why it could not.
+fn set_aside(path: &std::path::Path) -> String {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".corrupt-{stamp}"));
+    let aside = PathBuf::from(name);
+    match std::fs::rename(path, &aside) {
+        Ok(()) => aside.display().to_string(),
+        Err(e) => format!("(not moved: {e})"),
     }
 }
 

@@ -57,6 +57,8 @@ pub struct KeyItem<'a> {
     pub origins: &'a [String],
     /// `operator` (the keys file: revoked by editing it) or `api` (made through `/v1/keys`).
     pub source: &'static str,
+    /// The key that made it (API-made keys; revoking that key revokes this one).
+    pub created_by: Option<&'a str>,
 }
 
 impl<'a> KeyItem<'a> {
@@ -72,6 +74,7 @@ impl<'a> KeyItem<'a> {
                 KeyOrigin::Operator => "operator",
                 KeyOrigin::Api => "api",
             },
+            created_by: k.created_by.as_deref(),
         }
     }
 }
@@ -324,6 +327,7 @@ impl KeysApi {
                     last_used_at: None,
                     origins: &key.origins,
                     source: "api",
+                    created_by: key.created_by.as_deref(),
                 };
                 Answer::json(StatusCode::CREATED, &Created { item, key: &secret })
             }
@@ -380,6 +384,8 @@ impl KeysApi {
                 created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 last_used: None,
                 origins,
+                created_by: Some(caller.id.to_string()),
+                unknown: Default::default(),
             };
             file.keys.push(key.clone());
             Ok((true, key))
@@ -414,10 +420,12 @@ impl KeysApi {
     fn revoke_blocking(&self, caller: &KeyEntry, id: &str) -> Result<(), Refused> {
         let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
-            let before = file.keys.len();
-            file.keys
-                .retain(|k| !(k.id == id && *k.project == *caller.project));
-            if file.keys.len() < before {
+            // The key and every key it made, recursively (all of the caller's project).
+            let ours = file
+                .keys
+                .iter()
+                .any(|k| k.id == id && *k.project == *caller.project);
+            if ours && managed::without_descendants(file, &[id.to_owned()]) > 0 {
                 return Ok((true, ()));
             }
             // Not an API-made key of the project: an operator key of it is 403, anything else
@@ -443,18 +451,22 @@ impl KeysApi {
     /// keys file is not re-read: a broken edit of it in progress must not stop a revocation
     /// from taking effect.
     fn publish(&self) {
-        let file = match managed::read(&self.file) {
-            Ok(f) => f,
+        // A file that cannot be read now switches the API-made keys off (fail closed), never
+        // leaves revoked ones working.
+        let (file, problem) = match managed::read(&self.file) {
+            Ok(f) => (f, None),
             Err(e) => {
-                log::error!("keys API: {e}");
-                return;
+                log::error!("keys API: {e}; API-made keys are off meanwhile");
+                (ManagedFile::default(), Some(e.to_string()))
             }
         };
         let current = self.keys.load_full();
-        let (mut next, warnings) = managed::merge(current.operator_keys(), &file, &self.plans);
-        for w in warnings {
+        let merged = managed::merge(current.operator_keys(), &file, &self.plans);
+        for w in &merged.warnings {
             log::warn!("{}: {w}", self.file.display());
         }
+        let mut next = merged.store;
+        next.set_managed_problem(problem);
         next.carry_last_used(&current);
         self.keys.store(Arc::new(next));
     }

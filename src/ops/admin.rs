@@ -33,6 +33,9 @@ struct Readiness {
     /// `X-Dataset-Version` of the table in service (generation and content hash).
     dataset_version: String,
     keys: usize,
+    /// Why the API-made keys are off (absent while the managed file is read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    managed_keys_problem: Option<String>,
     quota: serde_json::Value,
     upstream: String,
     connections: DownstreamCounts,
@@ -108,6 +111,7 @@ impl ServeHttp for Admin {
                     table_names: table.len(),
                     table_generation: table.version().generation,
                     keys: self.shared.keys.load().len(),
+                    keys_managed_ok: self.shared.keys.load().managed_problem().is_none(),
                     quota: self.shared.quota.status(),
                     mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
                     alerts: self.shared.alerts.as_ref().map(|a| a.stats()),
@@ -124,6 +128,12 @@ impl ServeHttp for Admin {
                     table_names: self.shared.table.load().len(),
                     dataset_version: self.shared.table.load().version().as_str().to_owned(),
                     keys: self.shared.keys.load().len(),
+                    managed_keys_problem: self
+                        .shared
+                        .keys
+                        .load()
+                        .managed_problem()
+                        .map(str::to_owned),
                     quota: self.shared.quota.status(),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),

@@ -523,6 +523,9 @@ pub struct Scrape {
     /// The table's generation: 1 at start, one more at each reload that was taken.
     pub table_generation: u64,
     pub keys: usize,
+    /// The managed file of API-made keys is read (false: unreadable, corrupt and set aside, or
+    /// written by a newer gateway; the API-made keys are off).
+    pub keys_managed_ok: bool,
     /// [`crate::access::quota::QuotaStore::status`].
     pub quota: serde_json::Value,
     /// `None` when MX lookups are disabled.
@@ -548,6 +551,11 @@ impl Scrape {
             self.table_generation as f64,
         );
         f.gauge("drg_keys", "API keys loaded.", self.keys as f64);
+        f.gauge(
+            "drg_keys_managed_file_ok",
+            "1 while the managed file of API-made keys is read; 0: it is unreadable, corrupt (set aside) or newer, and the API-made keys are off.",
+            if self.keys_managed_ok { 1.0 } else { 0.0 },
+        );
         quota_families(&mut f, &self.quota);
         if let Some(mx) = &self.mx {
             mx_families(&mut f, mx);
@@ -891,6 +899,7 @@ mod tests {
             table_names: 3,
             table_generation: 1,
             keys: 1,
+            keys_managed_ok: true,
             quota: serde_json::json!({"store": "local"}),
             mx: None,
             alerts: None,
