@@ -12,6 +12,7 @@ use pingora::server::configuration::ServerConf;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationSeconds};
 
+use crate::access::alerts::destination::Listener;
 use crate::access::config::AccessConfig;
 use crate::access::quota::config::QuotaConfig;
 use crate::account::config::KeysApiConfig;
@@ -327,6 +328,18 @@ impl Settings {
             });
         }
         self.gateway.listen = listen.to_owned();
+        // The alerts' URL was checked against the configured listener, not this one.
+        let listeners = self.gateway.own_listeners();
+        let problem = self.gateway.quota.alerts.as_ref().and_then(|a| {
+            let uri = a.url.parse::<http::Uri>().ok()?;
+            a.destination_problem(&uri, &listeners)
+        });
+        if let Some(problem) = problem {
+            return Err(ConfigError::Invalid {
+                path: self.source.clone(),
+                problems: vec![format!("--listen {listen}: {problem}")],
+            });
+        }
         Ok(())
     }
 }
@@ -486,6 +499,19 @@ impl GatewayConfig {
         )
     }
 
+    /// The listeners of this gateway on an `ip:port` (public, admin), which quota alerts may
+    /// never be sent to.
+    pub fn own_listeners(&self) -> Vec<Listener> {
+        let admin = self.admin.listen.as_deref();
+        [
+            Listener::parse("gateway.listen", &self.listen),
+            admin.and_then(|a| Listener::parse("gateway.admin.listen", a)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// Semantic problems, each naming its key.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -500,7 +526,7 @@ impl GatewayConfig {
             &self.trusted_proxies,
         ));
         out.extend(self.admin.problems(&self.listen));
-        out.extend(self.quota.problems());
+        out.extend(self.quota.problems(&self.own_listeners()));
         out.extend(self.mx.problems());
         out.extend(self.access.problems(self.quota.store));
         out.extend(self.reload.problems());

@@ -237,7 +237,9 @@ fn shared_state(
             let redis =
                 (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
             let outbox = config.outbox_path(&gateway.quota.state_file);
-            let (alerts, service) = crate::access::alerts::service::build(config, outbox, redis)?;
+            let listeners = gateway.own_listeners();
+            let (alerts, service) =
+                crate::access::alerts::service::build(config, outbox, redis, &listeners)?;
             // The host only: webhook URLs often carry a token in their path or query.
             let host = config.url.parse::<http::Uri>().ok();
             log::info!(

@@ -1,6 +1,8 @@
 //! Quota alerts against the real binary and a real HTTP receiver on loopback: each threshold of
 //! a project's month arrives once, signed (HMAC-SHA256 of the body), retried after a 500; across
 //! two gateways on one Redis and a restart between the crossing and the delivery, still once.
+//! Where alerts may go: private, metadata and numeric-form addresses and the gateway's own
+//! listeners refused by `check-config` and at start, and a name refused once it resolves to one.
 
 mod common;
 #[allow(dead_code)]
@@ -142,12 +144,14 @@ fn signature_ok(d: &Delivery) -> bool {
     mac.verify_slice(&hex::decode(sig).unwrap()).is_ok()
 }
 
-fn alerting(builder: GatewayBuilder, url: &str, limit: u64) -> GatewayBuilder {
+/// Alerts to `url` at 50% and 100% of a `limit` of project acme; `allow_private` for a receiver on
+/// loopback.
+fn alerting(builder: GatewayBuilder, url: &str, limit: u64, allow_private: bool) -> GatewayBuilder {
     builder
         .plan_yaml("metered", &format!("{{ monthly_limit: {limit} }}"))
         .key_in_project("k", KEY, "metered", "acme")
         .quota_yaml(&format!(
-            "alerts: {{ url: '{url}', secret_file: alert.secret, thresholds: [50, 100], timeout_ms: 1000 }}"
+            "alerts: {{ url: '{url}', allow_private: {allow_private}, secret_file: alert.secret, thresholds: [50, 100], timeout_ms: 1000 }}"
         ))
 }
 
@@ -160,7 +164,7 @@ fn each_threshold_arrives_once_signed_and_is_retried_after_a_500() {
     let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![500]);
     let dir = tempfile::tempdir().unwrap();
     write_secret(&dir);
-    let gw = alerting(Gateway::builder(), &receiver.url(), 10)
+    let gw = alerting(Gateway::builder(), &receiver.url(), 10, true)
         .in_dir(dir)
         .start();
     let mut c = gw.conn_as(Some(KEY));
@@ -208,7 +212,7 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     let url = format!("http://127.0.0.1:{port}/hooks/drg");
     let start = |dir: tempfile::TempDir| {
         write_secret(&dir);
-        alerting(Gateway::builder(), &url, 20)
+        alerting(Gateway::builder(), &url, 20, true)
             .redis(&redis.url(), "fail_open")
             .in_dir(dir)
             .start()
@@ -281,7 +285,32 @@ fn a_secret_too_short_or_missing_stops_the_start_with_a_clear_error() {
 /// A minimal config with alerts whose secret file holds `secret` (`None`: no file), in a folder
 /// kept for the test's run.
 fn write_config_with_alerts(secret: Option<&str>) -> std::path::PathBuf {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let alerts = "{ url: 'http://127.0.0.1:9/x', allow_private: true, secret_file: alert.secret }";
+    write_config(secret, &listen, "null", alerts)
+}
+
+/// A minimal config listening on `listen` (no port taken: `check-config` binds nothing), the admin
+/// listener on `admin`, `alerts` as the `quota.alerts` section; in a folder kept for the test's run.
+fn write_config(
+    secret: Option<&str>,
+    listen: &str,
+    admin: &str,
+    alerts: &str,
+) -> std::path::PathBuf {
     let dir = tempfile::tempdir().unwrap().keep();
+    write_config_in(&dir, secret, listen, admin, alerts, "")
+}
+
+/// [`write_config`] in `dir`, with `access` extra lines in the `access:` section.
+fn write_config_in(
+    dir: &std::path::Path,
+    secret: Option<&str>,
+    listen: &str,
+    admin: &str,
+    alerts: &str,
+    access: &str,
+) -> std::path::PathBuf {
     if let Some(secret) = secret {
         std::fs::write(dir.join("alert.secret"), secret).unwrap();
     }
@@ -291,11 +320,276 @@ fn write_config_with_alerts(secret: Option<&str>) -> std::path::PathBuf {
     std::fs::write(
         &conf,
         format!(
-            "pid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\ngateway:\n  listen: 127.0.0.1:{port}\n  admin: {{ listen: null }}\n  mx: {{ enabled: false }}\n  data: {{ dir: data }}\n  access:\n    keys_file: keys.yaml\n  quota:\n    state_file: state/quota.counters\n    alerts: {{ url: 'http://127.0.0.1:9/x', secret_file: alert.secret }}\n",
+            "pid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\ngateway:\n  listen: {listen}\n  admin: {{ listen: {admin} }}\n  mx: {{ enabled: false }}\n  data: {{ dir: data, builtin_disposable: false }}\n  access:\n    keys_file: keys.yaml\n{access}  quota:\n    state_file: state/quota.counters\n    alerts: {alerts}\n",
             d = dir.display(),
-            port = free_port(),
         ),
     )
     .unwrap();
     conf
+}
+
+/// Runs the binary with `args` on `conf`: whether it succeeded, and what it printed.
+fn run(conf: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_domain-risk-gateway"))
+        .arg("--conf")
+        .arg(conf)
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    (out.status.success(), text)
+}
+
+const LISTEN: &str = "127.0.0.1:18080";
+const ADMIN: &str = "127.0.0.1:19180";
+
+#[test]
+fn check_config_refuses_private_metadata_numeric_and_own_listener_urls_naming_the_key() {
+    for (url, allow_private, needle) in [
+        (
+            "http://169.254.169.254/latest/meta-data/",
+            false,
+            "169.254.169.254 is link-local",
+        ),
+        // Metadata stays refused with the switch on.
+        (
+            "http://169.254.169.254/latest/meta-data/",
+            true,
+            "never a receiver",
+        ),
+        (
+            "http://[::ffff:169.254.169.254]/",
+            true,
+            "carries the IPv4 address 169.254.169.254, which is link-local",
+        ),
+        ("http://127.0.0.1:9/x", false, "127.0.0.1 is loopback"),
+        ("http://[::1]/", false, "::1 is loopback"),
+        (
+            "http://[::ffff:127.0.0.1]/",
+            false,
+            "carries the IPv4 address 127.0.0.1, which is loopback",
+        ),
+        (
+            "http://0x7f000001/",
+            false,
+            "host '0x7f000001': 127.0.0.1 is loopback",
+        ),
+        (
+            "http://2130706433/",
+            false,
+            "host '2130706433': 127.0.0.1 is loopback",
+        ),
+        ("http://0177.0.0.1/", false, "127.0.0.1 is loopback"),
+        ("http://127.1/", false, "127.0.0.1 is loopback"),
+        ("https://10.1.2.3/hook", false, "10.1.2.3 is private"),
+        ("https://[fd00::1]/hook", false, "fd00::1 is private"),
+        ("http://100.64.0.1/", false, "carrier-grade NAT"),
+        // The gateway's own listeners, in any spelling, even with allow_private.
+        (
+            "http://127.0.0.1:19180/",
+            true,
+            "own listener gateway.admin.listen",
+        ),
+        (
+            "http://0x7f.1:19180/metrics",
+            true,
+            "own listener gateway.admin.listen",
+        ),
+        (
+            "http://[::ffff:127.0.0.1]:19180/",
+            true,
+            "own listener gateway.admin.listen",
+        ),
+        (
+            "http://2130706433:18080/",
+            true,
+            "own listener gateway.listen",
+        ),
+        ("http://0.0.0.0:18080/", true, "own listener gateway.listen"),
+    ] {
+        let alerts = format!(
+            "{{ url: '{url}', allow_private: {allow_private}, secret_file: alert.secret }}"
+        );
+        let conf = write_config(Some(SECRET), LISTEN, ADMIN, &alerts);
+        let (ok, text) = run(&conf, &["check-config"]);
+        assert!(!ok, "{url}: {text}");
+        assert!(
+            text.contains("gateway.quota.alerts.url: host '") && text.contains(needle),
+            "{url} (allow_private {allow_private}): {text}"
+        );
+        assert!(
+            !text.contains("meta-data") && !text.contains("/hook"),
+            "the host only: {text}"
+        );
+    }
+    // Every problem at once, each by its key.
+    let alerts = "{ url: 'http://0x7f000001/', secret_file: alert.secret, max_attempts: 0 }";
+    let (ok, text) = run(
+        &write_config(Some(SECRET), LISTEN, ADMIN, alerts),
+        &["check-config"],
+    );
+    assert!(
+        !ok && text.contains("gateway.quota.alerts.url")
+            && text.contains("gateway.quota.alerts.max_attempts"),
+        "{text}"
+    );
+    // Accepted: loopback with the switch on, and a name (not resolved by check-config).
+    for (url, allow_private) in [
+        ("http://127.0.0.1:9/x", true),
+        ("http://localhost:19180/x", false),
+        ("https://hooks.example.com/drg", false),
+    ] {
+        let alerts = format!(
+            "{{ url: '{url}', allow_private: {allow_private}, secret_file: alert.secret }}"
+        );
+        let (ok, text) = run(
+            &write_config(Some(SECRET), LISTEN, ADMIN, &alerts),
+            &["check-config"],
+        );
+        assert!(ok, "{url}: {text}");
+    }
+}
+
+#[test]
+fn serve_refuses_them_at_start_including_the_listen_address_of_the_command_line() {
+    let alerts = "{ url: 'http://169.254.169.254/latest/meta-data/', secret_file: alert.secret }";
+    let (ok, text) = run(
+        &write_config(Some(SECRET), LISTEN, "null", alerts),
+        &["serve"],
+    );
+    assert!(
+        !ok && text.contains("gateway.quota.alerts.url: host '169.254.169.254'"),
+        "{text}"
+    );
+    // `serve --listen` moves the public listener onto the alerts' URL: refused before binding.
+    let port = free_port();
+    let alerts = format!(
+        "{{ url: 'http://0x7f.1:{port}/', allow_private: true, secret_file: alert.secret }}"
+    );
+    let conf = write_config(Some(SECRET), LISTEN, "null", &alerts);
+    let (ok, text) = run(&conf, &["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("--listen") && text.contains("own listener gateway.listen"),
+        "{text}"
+    );
+}
+
+/// Polls the admin listener on `addr` (TCP) for one metric sample.
+fn admin_metric(addr: SocketAddr, sample: &str) -> Option<f64> {
+    let r = Conn::open_as(addr, None).ok()?.get("/metrics").ok()?;
+    String::from_utf8(r.body)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn a_name_that_resolves_to_loopback_passes_the_config_and_is_refused_when_sent() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    // A name: `check-config` does not resolve it; the gateway does when it sends.
+    let url = format!("http://localhost:{}/hooks/drg", receiver.addr.port());
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir);
+    let gw = alerting(Gateway::builder(), &url, 10, false)
+        .in_dir(dir)
+        .start();
+    let (ok, text) = run(&gw.conf, &["check-config"]);
+    assert!(ok, "{text}");
+    let mut c = gw.conn_as(Some(KEY));
+    for _ in 0..10 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_quota_alerts_refused_total") == Some(2.0)
+    });
+    assert_eq!(gw.metric("drg_quota_alerts_failed_total"), Some(2.0));
+    assert_eq!(
+        gw.metric("drg_quota_alerts_attempt_errors_total"),
+        Some(2.0)
+    );
+    // Given up at once: a later pass (every second) tries nothing more.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        gw.metric("drg_quota_alerts_attempt_errors_total"),
+        Some(2.0)
+    );
+    assert_eq!(gw.metric("drg_quota_alerts_sent_total"), Some(0.0));
+    gw.wait_metric("drg_quota_alerts_pending", 0.0);
+    assert!(
+        receiver.deliveries().is_empty(),
+        "{:?}",
+        receiver.deliveries()
+    );
+    let log = gw.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("quota alert refused"))
+        .collect();
+    assert_eq!(lines.len(), 2, "once per alert: {log}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("'localhost'") && l.contains("127.0.0.1 is loopback")),
+        "{lines:?}"
+    );
+    assert!(
+        !log.contains(SECRET) && !log.contains("/hooks/drg"),
+        "{log}"
+    );
+}
+
+#[test]
+fn with_allow_private_the_gateways_own_admin_listener_stays_refused_when_sent() {
+    // The admin listener on every address: `localhost`, whichever family it resolves to, is it.
+    let admin: SocketAddr = format!("0.0.0.0:{}", free_port()).parse().unwrap();
+    let url = format!("http://localhost:{}/hooks/drg", admin.port());
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = format!(
+        "{{ url: '{url}', allow_private: true, secret_file: alert.secret, thresholds: [50, 100], timeout_ms: 1000 }}"
+    );
+    let plans = "    plans: { metered: { monthly_limit: 10 } }\n";
+    // The public listener is set by `Gateway::spawn` (`serve --listen`).
+    let conf = write_config_in(
+        dir.path(),
+        Some(SECRET),
+        "127.0.0.1:1",
+        &admin.to_string(),
+        &alerts,
+        plans,
+    );
+    let extras = domain_risk_gateway::access::keys::EntryExtras {
+        project: Some("acme"),
+        ..Default::default()
+    };
+    let key =
+        domain_risk_gateway::access::keys::key_entry_yaml_with("k", KEY, "metered", &[], &extras);
+    std::fs::write(dir.path().join("keys.yaml"), format!("keys:\n{key}")).unwrap();
+    let gw = Gateway::spawn(dir, conf, &[]);
+    let local_admin: SocketAddr = format!("127.0.0.1:{}", admin.port()).parse().unwrap();
+    let mut c = gw.conn_as(Some(KEY));
+    for _ in 0..10 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    wait_until(Duration::from_secs(10), || {
+        admin_metric(local_admin, "drg_quota_alerts_refused_total") == Some(2.0)
+    });
+    assert_eq!(
+        admin_metric(local_admin, "drg_quota_alerts_sent_total"),
+        Some(0.0)
+    );
+    let log = gw.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("quota alert refused"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("own listener gateway.admin.listen")),
+        "{lines:?}"
+    );
+    assert!(!log.contains(SECRET), "{log}");
 }

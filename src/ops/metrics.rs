@@ -640,8 +640,13 @@ fn alert_families(f: &mut Families, a: &AlertStats) {
     );
     f.counter(
         "drg_quota_alerts_failed_total",
-        "Quota alerts given up after max_attempts.",
+        "Quota alerts given up: after max_attempts, or at once when the destination was refused.",
         a.failed,
+    );
+    f.counter(
+        "drg_quota_alerts_refused_total",
+        "Quota alerts given up because every address of the receiver's host was refused (private, link-local, the gateway's own listener).",
+        a.refused,
     );
     f.counter(
         "drg_quota_alerts_attempt_errors_total",
@@ -874,6 +879,7 @@ pub struct AlertStats {
     pub sent: u64,
     pub failed: u64,
     pub attempt_errors: u64,
+    pub refused: u64,
     pub dropped: u64,
     pub pending: u64,
 }

@@ -6,13 +6,28 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
+use super::destination::{Listener, Policy};
+
 /// Where alerts go, how they are signed, when they fire and how hard delivery tries.
+///
+/// Where they may go: the URL's host and, when an alert is sent, every address its name resolves
+/// to must be public. Loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), carrier-grade NAT
+/// (100.64/10), documentation, benchmarking and reserved ranges are refused unless
+/// `allow_private: true`; link-local (169.254/16, fe80::/10: cloud metadata services),
+/// unspecified, multicast and broadcast addresses, and the gateway's own listeners
+/// (`gateway.listen`, `gateway.admin.listen`), always. An IPv4 address inside an IPv6 one
+/// (`::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`) is judged as itself, and a host spelled as a number
+/// (`2130706433`, `0x7f.1`, `0177.0.0.1`, `127.1`) as the address it is.
 #[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AlertsConfig {
     /// The receiver: `http://` or `https://`.
     pub url: String,
+    /// Let the receiver be on loopback or a private network (see above); link-local addresses
+    /// and the gateway's own listeners stay refused. Default `false`.
+    #[serde(default)]
+    pub allow_private: bool,
     /// A file holding the HMAC-SHA256 secret (its first line, at least 16 bytes). Relative to
     /// the config file.
     pub secret_file: PathBuf,
@@ -56,16 +71,17 @@ pub const MIN_SECRET_BYTES: usize = 16;
 
 impl AlertsConfig {
     /// Problems of `gateway.quota.alerts`, each naming its key (the secret file is read at
-    /// start, see [`AlertsConfig::read_secret`]).
-    pub fn problems(&self) -> Vec<String> {
+    /// start, see [`AlertsConfig::read_secret`]); `listeners` are the gateway's own.
+    pub fn problems(&self, listeners: &[Listener]) -> Vec<String> {
         let at = "gateway.quota.alerts";
         let mut out = Vec::new();
         let scheme_ok = self.url.starts_with("http://") || self.url.starts_with("https://");
-        if !scheme_ok || self.url.parse::<http::Uri>().is_err() {
-            out.push(format!(
+        match self.url.parse::<http::Uri>() {
+            Ok(uri) if scheme_ok => out.extend(self.destination_problem(&uri, listeners)),
+            _ => out.push(format!(
                 "{at}.url: '{}' is not an http:// or https:// URL",
                 self.url
-            ));
+            )),
         }
         if self.thresholds.is_empty() {
             out.push(format!("{at}.thresholds: at least one is needed"));
@@ -98,6 +114,31 @@ impl AlertsConfig {
             ));
         }
         out
+    }
+
+    /// What may receive the alerts.
+    pub fn policy(&self, listeners: &[Listener]) -> Policy {
+        Policy {
+            allow_private: self.allow_private,
+            listeners: listeners.to_vec(),
+        }
+    }
+
+    /// Why the URL's host may not receive alerts, if it may not: an address (in any spelling) is
+    /// judged now; a name is only resolved, and its addresses judged, when an alert is sent.
+    /// Names the host only: the path or query may hold a token.
+    pub fn destination_problem(&self, uri: &http::Uri, listeners: &[Listener]) -> Option<String> {
+        let host = uri.host().unwrap_or_default();
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let is_local = super::resolve::this_host_has;
+        let refused = self
+            .policy(listeners)
+            .check_host(host, port, &is_local)
+            .err()?;
+        Some(format!(
+            "gateway.quota.alerts.url: host '{host}': {refused}"
+        ))
     }
 
     /// Makes the relative paths relative to `base` (the config file's directory).
@@ -151,11 +192,12 @@ mod tests {
         let c = config("{ url: 'https://hooks.example/drg', secret_file: s }");
         assert_eq!(c.thresholds, [80, 90, 100]);
         assert_eq!((c.max_attempts, c.timeout.as_millis()), (12, 5_000));
-        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert!(!c.allow_private);
+        assert!(c.problems(&[]).is_empty(), "{:?}", c.problems(&[]));
         let bad = config(
             "{ url: 'ftp://x', secret_file: s, thresholds: [90, 80, 0], timeout_ms: 5, max_attempts: 0 }",
         );
-        let p = bad.problems().join("\n");
+        let p = bad.problems(&[]).join("\n");
         for needle in [
             "url",
             "0 is outside",
@@ -167,6 +209,77 @@ mod tests {
         }
         assert!(
             serde_yaml_ng::from_str::<AlertsConfig>("{ url: x, secret_file: s, when: 1 }").is_err()
+        );
+    }
+
+    #[test]
+    fn a_private_or_own_destination_is_a_problem_of_the_url_listed_with_the_others() {
+        let own = [
+            Listener::parse("gateway.listen", "0.0.0.0:8080").unwrap(),
+            Listener::parse("gateway.admin.listen", "127.0.0.1:9180").unwrap(),
+        ];
+        let problems = |url: &str, private: bool| {
+            let mut c = config("{ url: x, secret_file: s }");
+            (c.url, c.allow_private) = (url.to_owned(), private);
+            c.problems(&own).join("\n")
+        };
+        for (url, private, needle) in [
+            (
+                "http://169.254.169.254/latest/meta-data/",
+                true,
+                "link-local",
+            ),
+            ("http://127.0.0.1:9/x", false, "loopback"),
+            (
+                "http://[::ffff:127.0.0.1]/",
+                false,
+                "carries the IPv4 address 127.0.0.1, which is loopback",
+            ),
+            ("http://0x7f000001/", false, "127.0.0.1 is loopback"),
+            ("http://2130706433/", false, "127.0.0.1 is loopback"),
+            ("https://10.0.0.7/hook", false, "10.0.0.7 is private"),
+            (
+                "http://127.1:9180/",
+                true,
+                "own listener gateway.admin.listen",
+            ),
+            ("https://[::1]:8080/", true, "own listener gateway.listen"),
+            (
+                "http://foo.123/",
+                true,
+                "neither a DNS name nor an IP address",
+            ),
+        ] {
+            let p = problems(url, private);
+            assert!(
+                p.starts_with("gateway.quota.alerts.url: host '"),
+                "{url}: {p}"
+            );
+            assert!(p.contains(needle), "{url}: {p}");
+            assert!(
+                !p.contains("/x") && !p.contains("meta-data"),
+                "no path: {p}"
+            );
+        }
+        for fine in [
+            "https://hooks.example.com/drg",
+            "http://localhost:9180/",
+            "http://93.184.216.34/",
+        ] {
+            assert_eq!(problems(fine, false), "", "{fine}");
+        }
+        assert_eq!(problems("http://127.0.0.1:9181/", true), "");
+        // Listed with the section's other problems.
+        let mut c = config("{ url: 'http://0177.0.0.1/', secret_file: s, max_attempts: 0 }");
+        c.allow_private = false;
+        let p = c.problems(&own);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(
+            serde_yaml_ng::from_str::<AlertsConfig>(
+                "{ url: x, secret_file: s, allow_private: true }"
+            )
+            .unwrap()
+            .allow_private
         );
     }
 

@@ -1,12 +1,29 @@
 //! One delivery attempt: the payload POSTed as JSON, signed with HMAC-SHA256 of the body
 //! (`X-Signature: sha256=<hex>`), with the alert's fixed id (`X-Alert-Id`) so that a receiver
 //! can drop the rare repeat (a crash between its answer and our record of it). Blocking: run off
-//! the async threads.
+//! the async threads. The agent connects only to addresses the destination guard let through
+//! (`resolve.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use super::destination::Policy;
+use super::resolve::{GuardedResolver, Unreachable};
+
+/// Why an attempt did not deliver.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    /// The guard refused every address of the receiver's host: final for the alert (another
+    /// attempt would ask the same policy, and a name that turns private is no passing failure).
+    #[error("{0}")]
+    Refused(Unreachable),
+    /// The receiver's answer, a transport error or a timeout: retried.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// `sha256=<hex>` of `body` under `secret`.
 pub fn signature(secret: &[u8], body: &[u8]) -> String {
@@ -17,39 +34,62 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
 }
 
 /// The HTTP client for the receiver: `timeout` for the whole attempt, no redirects (a signed
-/// alert goes where it was configured to), TLS through the system's OpenSSL and trust store.
-pub fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// alert goes where it was configured to), TLS through the system's OpenSSL and trust store;
+/// names resolved and judged by `policy`. No proxy, not even from the environment: through one,
+/// the gateway could not tell where the alert goes.
+pub fn agent(timeout: Duration, policy: Policy) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
         .tls_config(crate::infra::http::system_tls())
         .timeout_global(Some(timeout))
         .max_redirects(0)
+        .proxy(None)
         .http_status_as_error(false)
         .user_agent(concat!("domain-risk-gateway/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .new_agent()
+        .build();
+    let resolver = GuardedResolver {
+        policy: Arc::new(policy),
+    };
+    ureq::Agent::with_parts(
+        config,
+        ureq::unversioned::transport::DefaultConnector::default(),
+        resolver,
+    )
 }
 
-/// POSTs `body`; `Ok` on a 2xx answer, else why not (the status, or the transport error).
+/// POSTs `body`; `Ok` on a 2xx answer, else why not (the guard's refusal, the status, or the
+/// transport error).
 pub fn post(
     agent: &ureq::Agent,
     url: &str,
     id: &str,
     body: &str,
     secret: &[u8],
-) -> Result<(), String> {
+) -> Result<(), AttemptError> {
     let response = agent
         .post(url)
         .header("Content-Type", "application/json")
         .header("X-Signature", signature(secret, body.as_bytes()))
         .header("X-Alert-Id", id)
         .send(body)
-        .map_err(|e| e.to_string())?;
+        .map_err(attempt_error)?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(format!("the receiver answered {status}"))
+        Err(AttemptError::Failed(format!(
+            "the receiver answered {status}"
+        )))
     }
+}
+
+/// The guard's refusal comes back from ureq as the I/O error `GuardedResolver` made of it.
+fn attempt_error(e: ureq::Error) -> AttemptError {
+    if let ureq::Error::Io(io) = &e {
+        if let Some(why) = io.get_ref().and_then(|r| r.downcast_ref::<Unreachable>()) {
+            return AttemptError::Refused(why.clone());
+        }
+    }
+    AttemptError::Failed(e.to_string())
 }
 
 /// The wait before attempt `attempts + 1`: one second, doubling, at most ten minutes.
@@ -60,6 +100,7 @@ pub fn backoff(attempts: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::alerts::destination::Listener;
 
     #[test]
     fn the_signature_is_rfc_4231s() {
@@ -68,6 +109,70 @@ mod tests {
             signature(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    /// A receiver on loopback that answers one request `204`.
+    fn answer_once() -> std::net::SocketAddr {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            // Headers, then the two-byte body `{}`.
+            while !got.ends_with(b"{}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "closed early");
+                got.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn a_refused_address_is_never_connected_to_and_is_told_apart() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let refused = |policy: Policy, url: &str| match post(
+            &agent(Duration::from_secs(2), policy),
+            url,
+            "id",
+            "{}",
+            b"k",
+        ) {
+            Err(AttemptError::Refused(why)) => why.to_string(),
+            other => panic!("{url}: {other:?}"),
+        };
+        // `localhost` is a name: it passes the configuration, and is judged once resolved.
+        for url in [
+            format!("http://{addr}/h"),
+            format!("http://localhost:{}/h", addr.port()),
+        ] {
+            let why = refused(Policy::default(), &url);
+            assert!(why.contains("is loopback"), "{why}");
+            assert!(!why.contains("/h"), "no path: {why}");
+        }
+        let own = Policy {
+            allow_private: true,
+            listeners: vec![Listener {
+                key: "gateway.admin.listen",
+                addr,
+            }],
+        };
+        let why = refused(own, &format!("http://localhost:{}/h", addr.port()));
+        assert!(why.contains("own listener gateway.admin.listen"), "{why}");
+        assert!(listener.accept().is_err(), "nothing connected");
+        // With allow_private, loopback is delivered to.
+        let open = Policy {
+            allow_private: true,
+            listeners: vec![],
+        };
+        let receiver = answer_once();
+        let url = format!("http://127.0.0.1:{}/h", receiver.port());
+        post(&agent(Duration::from_secs(2), open), &url, "id", "{}", b"k").unwrap();
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //! process goes on a bounded channel. The service (`service.rs`) claims it (the outbox's unique
 //! row on this host, and with the Redis quota store a `SET` only the first gateway wins,
 //! `claim.rs`), keeps it in the outbox (`outbox.rs`, on disk, so a restart neither drops nor
-//! repeats it) and delivers it signed, retrying with backoff (`deliver.rs`).
+//! repeats it) and delivers it signed, retrying with backoff (`deliver.rs`), only where the
+//! destination guard allows (`destination/`, checked on the configured URL and again on every
+//! address its host resolves to when sending, `resolve.rs`).
 
 pub mod claim;
 pub mod config;
 pub mod deliver;
+pub mod destination;
 pub mod outbox;
+pub mod resolve;
 pub mod service;
 
 use std::collections::HashMap;
@@ -68,6 +72,8 @@ pub struct Counters {
     pub sent: AtomicU64,
     pub failed: AtomicU64,
     pub attempt_errors: AtomicU64,
+    /// Alerts given up because the guard refused every address of the receiver.
+    pub refused: AtomicU64,
     pub dropped: AtomicU64,
     pub pending: AtomicU64,
 }
@@ -148,6 +154,7 @@ impl Alerts {
             sent: n(&c.sent),
             failed: n(&c.failed),
             attempt_errors: n(&c.attempt_errors),
+            refused: n(&c.refused),
             dropped: n(&c.dropped),
             pending: n(&c.pending),
         }

@@ -16,6 +16,8 @@ use tokio::sync::mpsc::Receiver;
 
 use super::claim::RedisClaims;
 use super::config::AlertsConfig;
+use super::deliver::AttemptError;
+use super::destination::Listener;
 use super::outbox::{Outbox, OutboxError, Row, State};
 use super::{deliver, Alert, Alerts, Counters};
 use crate::infra::redis::config::RedisConfig;
@@ -39,11 +41,13 @@ pub struct AlertService {
 }
 
 /// The request side and the service of `config`: the secret read and the outbox opened now, so
-/// that a bad one stops the start. `redis`: the shared quota store's, to claim on.
+/// that a bad one stops the start. `redis`: the shared quota store's, to claim on; `listeners`:
+/// the gateway's own, never a receiver.
 pub fn build(
     config: &AlertsConfig,
     outbox_path: PathBuf,
     redis: Option<&RedisConfig>,
+    listeners: &[Listener],
 ) -> Result<(Arc<Alerts>, AlertService), String> {
     let secret = config.read_secret()?;
     let outbox = Outbox::open(&outbox_path).map_err(|e| e.to_string())?;
@@ -55,7 +59,7 @@ pub fn build(
         outbox: Arc::new(Mutex::new(outbox)),
         rx: tokio::sync::Mutex::new(rx),
         claims: redis.map(RedisClaims::new),
-        agent: deliver::agent(config.timeout),
+        agent: deliver::agent(config.timeout, config.policy(listeners)),
         counters,
     };
     Ok((Arc::new(alerts), service))
@@ -192,7 +196,7 @@ impl AlertService {
         let result =
             tokio::task::spawn_blocking(move || deliver::post(&agent, &url, &id, &body, &secret))
                 .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+                .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
         let what = format!(
             "project {} month {} threshold {}%",
             row.project, row.month, row.threshold
@@ -203,27 +207,38 @@ impl AlertService {
                 log::info!("quota alert sent: {what}");
                 self.with(move |o| o.set_state(&row, State::Sent)).await;
             }
-            Err(e) => {
-                self.counters.attempt_errors.fetch_add(1, Ordering::Relaxed);
-                let give_up = row.attempts + 1 >= self.config.max_attempts;
-                if give_up {
-                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                    log::error!(
-                        "quota alert given up after {} attempts: {what}: {e}",
-                        row.attempts + 1
-                    );
-                } else {
-                    log::warn!(
-                        "quota alert attempt {} failed: {what}: {e}",
-                        row.attempts + 1
-                    );
-                }
-                let wait = deliver::backoff(row.attempts);
-                let next = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
-                self.with(move |o| o.attempt_failed(&row, next, give_up, &e))
-                    .await;
-            }
+            Err(e) => self.failed(row, &what, e).await,
         }
+    }
+
+    /// Records a failed attempt: retried after a backoff, given up after `max_attempts`, or at
+    /// once when the destination was refused (logged once, without the URL's path or query).
+    async fn failed(&self, row: Row, what: &str, e: AttemptError) {
+        self.counters.attempt_errors.fetch_add(1, Ordering::Relaxed);
+        let refused = matches!(e, AttemptError::Refused(_));
+        let give_up = refused || row.attempts + 1 >= self.config.max_attempts;
+        if refused {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            log::error!("quota alert refused, given up: {what}: {e}");
+        } else if give_up {
+            log::error!(
+                "quota alert given up after {} attempts: {what}: {e}",
+                row.attempts + 1
+            );
+        } else {
+            log::warn!(
+                "quota alert attempt {} failed: {what}: {e}",
+                row.attempts + 1
+            );
+        }
+        if give_up {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let wait = deliver::backoff(row.attempts);
+        let next = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
+        let e = e.to_string();
+        self.with(move |o| o.attempt_failed(&row, next, give_up, &e))
+            .await;
     }
 
     async fn refresh_pending(&self) {

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
 use crate::access::alerts::config::AlertsConfig;
+use crate::access::alerts::destination::Listener;
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::units::ms;
 
@@ -57,8 +58,9 @@ impl Default for QuotaConfig {
 }
 
 impl QuotaConfig {
-    /// Problems of `gateway.quota`, each naming its key (Redis's only with `store: redis`).
-    pub fn problems(&self) -> Vec<String> {
+    /// Problems of `gateway.quota`, each naming its key (Redis's only with `store: redis`);
+    /// `listeners`: the gateway's own, which alerts may never go to.
+    pub fn problems(&self, listeners: &[Listener]) -> Vec<String> {
         let mut out = Vec::new();
         if !(100..=1_000).contains(&ms(self.flush_interval)) {
             out.push(format!(
@@ -79,7 +81,7 @@ impl QuotaConfig {
             out.extend(self.redis.problems());
         }
         if let Some(alerts) = &self.alerts {
-            out.extend(alerts.problems());
+            out.extend(alerts.problems(listeners));
         }
         out
     }
