@@ -130,7 +130,10 @@ pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
     // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
     // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
     let bootstrap = server.bootstrap_as_a_service();
-    let parts = parts(gateway, &shared, &keys_source)?;
+    let mut parts = parts(gateway, &shared, &keys_source)?;
+    if let Some((_, writer)) = &mut parts.calls {
+        writer.settle_with(in_flight.clone(), settle);
+    }
     let gateway_app = Gateway::new(shared.clone(), gateway)
         .with_relay(&gateway.upstream, &server.configuration)
         .with_access_log(parts.access_log.clone())

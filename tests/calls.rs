@@ -612,3 +612,69 @@ fn redis_logs_and_stats() {
     assert_eq!(log_count(&gw, TEST_SECRET), 0);
     assert_eq!(today_stats(&gw, TEST_SECRET), stats);
 }
+
+/// A project past its share of the writer's queue loses its own calls only: a big batch of one
+/// project leaves another project's calls their place.
+#[test]
+fn a_projects_share_of_the_queue_drops_its_own_calls_only() {
+    let queue = "calls: { queue_capacity: 100, queue_per_project: 10, batch_interval_ms: 10000 }";
+    let gw = Gateway::builder()
+        .key("other", OTHER_SECRET, "test", &[])
+        .gateway_yaml(queue)
+        .start();
+    let names: Vec<String> = (0..50).map(|i| format!("b{i}.example")).collect();
+    let r = common::post_batch(&gw, TEST_SECRET, &names);
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let mut c = Conn::open_as(gw.addr, Some(OTHER_SECRET)).unwrap();
+    for i in 0..10 {
+        let r = c.get(&format!("/v1/public/domain/o{i}.example")).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(metric(&gw, "drg_calls_over_share_total"), 40);
+    assert_eq!(metric(&gw, "drg_calls_dropped_total"), 40);
+    // The last drain at the stop stores what waited: 10 of the batch, all 10 of the other's.
+    let dir = gw.stop();
+    let gw = Gateway::builder()
+        .key("other", OTHER_SECRET, "test", &[])
+        .gateway_yaml(queue)
+        .in_dir(dir)
+        .start();
+    assert_eq!(today_stats(&gw, TEST_SECRET).0, 10);
+    assert_eq!(today_stats(&gw, OTHER_SECRET).0, 10);
+}
+
+/// A call answered after the stop began (a slow `/v1/check` still in flight when the drain
+/// ends) reaches the logs and stats: the writer's last drain waits for the requests in flight,
+/// as the quota's last sync does.
+#[test]
+fn calls_in_flight_at_a_stop_are_stored() {
+    let upstream = common::Upstream::start(Duration::from_millis(2_500));
+    let mut gw = Gateway::builder()
+        .gateway_yaml(&format!(
+            "upstream: {{ address: {}, read_timeout_ms: 10000 }}",
+            upstream.addr
+        ))
+        .grace_seconds(6)
+        .gateway_yaml("calls: { batch_interval_ms: 10000 }")
+        .start();
+    lookups(&gw, ["before.example".to_owned()]);
+    let addr = gw.addr;
+    let slow = thread::spawn(move || {
+        let mut c = Conn::open(addr).unwrap();
+        c.get("/v1/check/late.example").unwrap().status
+    });
+    thread::sleep(Duration::from_millis(200));
+    gw.signal("TERM");
+    assert_eq!(slow.join().unwrap(), 200);
+    assert!(gw.wait_exit(Duration::from_secs(20)), "{}", gw.log());
+    let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
+    let gw = Gateway::builder()
+        .gateway_yaml("calls: { batch_interval_ms: 10000 }")
+        .in_dir(dir)
+        .start();
+    assert_eq!(
+        today_stats(&gw, TEST_SECRET).0,
+        2,
+        "the check answered after the stop began"
+    );
+}

@@ -255,15 +255,7 @@ fn one_projects_silent_names_leave_other_projects_their_mx_evidence() {
     let names: Vec<String> = (0..1000)
         .map(|i| format!("n{i}.blackhole{i}.test"))
         .collect();
-    let body = json!({ "domains": names }).to_string();
-    let r = send(
-        &gw,
-        "POST",
-        "/v1/public/domains",
-        Some(TEST_SECRET),
-        &[],
-        Some(body.as_bytes()),
-    );
+    let r = post_batch(&gw, TEST_SECRET, &names);
     let (status, body) = (r.status, r.json());
     let held = gw.metric("drg_mx_lookups_in_flight").unwrap();
     assert!((1.0..=16.0).contains(&held), "{held} lookups in flight");

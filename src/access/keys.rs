@@ -7,7 +7,7 @@
 //! locking every client out takes an explicit `keys: []`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,6 +99,10 @@ pub struct KeyEntry {
     /// Unix seconds of the last authenticated call (0: none seen). Shared by the snapshots of a
     /// key across reloads (see [`KeyStore::carry_last_used`]).
     pub last_used: Arc<AtomicU64>,
+    /// Calls of its project waiting for the call-log writer: one counter shared by the
+    /// project's keys (set when the store indexes its projects), so that a project's calls hold
+    /// at most its share of the writer's queue.
+    pub queued_calls: std::sync::OnceLock<Arc<AtomicUsize>>,
     pub(super) hash: [u8; 32],
 }
 
@@ -121,6 +125,11 @@ impl KeyEntry {
             0 => None,
             t => Some(t),
         }
+    }
+
+    /// Calls of this key's project waiting for the call-log writer (see the field).
+    pub fn queued_calls(&self) -> &Arc<AtomicUsize> {
+        self.queued_calls.get_or_init(Arc::default)
     }
 
     /// The SHA-256 of the secret, hex (for the managed file).
@@ -149,6 +158,7 @@ impl KeyEntry {
             created_by: None,
             source: KeyOrigin::Operator,
             last_used: Arc::default(),
+            queued_calls: Default::default(),
             hash: [0; 32],
         }
     }
@@ -269,27 +279,45 @@ impl KeyStore {
         }
         for keys in by_project.values_mut() {
             keys.sort_by(|a, b| a.id.cmp(&b.id));
+            // One queue counter per project: the one a key already has (a store rebuilt from
+            // another keeps counting there), else a new one.
+            let counter = keys
+                .iter()
+                .find_map(|k| k.queued_calls.get().cloned())
+                .unwrap_or_default();
+            for key in keys.iter() {
+                let _ = key.queued_calls.set(counter.clone());
+            }
         }
         self.by_project = by_project;
     }
 
     /// Gives each key of `self` the last-use counter of the same key in `previous`, so a
-    /// reload does not forget when keys were used; the later time wins.
+    /// reload does not forget when keys were used (the later time wins), and its project's
+    /// queued-calls counter.
     pub fn carry_last_used(&mut self, previous: &KeyStore) {
         // The project index holds clones of the entries: drop it so each entry is unique.
         self.by_project.clear();
         for keys in self.by_prefix.values_mut() {
             for key in keys.iter_mut() {
-                let Some(old) = previous.find_hash(&key.hash) else {
-                    continue;
-                };
-                if old.id != key.id {
-                    continue;
+                let old = previous.find_hash(&key.hash).filter(|old| old.id == key.id);
+                // The project's calls still queued are counted where they were.
+                let queue = previous
+                    .by_project
+                    .get(&*key.project)
+                    .and_then(|keys| keys.first())
+                    .map(|k| k.queued_calls().clone());
+                if let Some(old) = old {
+                    old.last_used
+                        .fetch_max(key.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
                 }
-                old.last_used
-                    .fetch_max(key.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
                 if let Some(k) = Arc::get_mut(key) {
-                    k.last_used = old.last_used.clone();
+                    if let Some(old) = old {
+                        k.last_used = old.last_used.clone();
+                    }
+                    if let Some(queue) = queue {
+                        k.queued_calls = std::sync::OnceLock::from(queue);
+                    }
                 }
             }
         }
@@ -470,6 +498,7 @@ pub fn parse_keys<P: AsPlan>(
                 created_by: None,
                 source: KeyOrigin::Operator,
                 last_used: Arc::default(),
+                queued_calls: Default::default(),
                 hash,
             });
         }

@@ -308,6 +308,7 @@ fn entry_of<P: AsPlan>(
         created_by: row.created_by.as_deref().map(Into::into),
         source: KeyOrigin::Api,
         last_used: Arc::new(row.last_used.unwrap_or(0).into()),
+        queued_calls: Default::default(),
         hash,
     })
 }

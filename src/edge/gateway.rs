@@ -1489,6 +1489,7 @@ impl ProxyHttp for Gateway {
                     email_domain: call.domain,
                     verdict: call.verdict,
                     at,
+                    queued: Some(p.key.queued_calls().clone()),
                 });
             }
         }

@@ -58,6 +58,8 @@ pub struct GatewayBuilder {
     /// `access.account_rate` (per second, burst); `None`: so high that tests polling the
     /// account routes never meet it (tests/tenancy.rs checks the limit itself).
     account_rate: Option<(u32, u32)>,
+    /// Pingora's `grace_period_seconds` and `graceful_shutdown_timeout_seconds`.
+    grace_seconds: u64,
 }
 
 /// A loopback port bound but never listened on: connecting to it is refused for as long as it
@@ -106,11 +108,19 @@ impl Default for GatewayBuilder {
             upstream_yaml: Vec::new(),
             account_rate: None,
             quota_extra: Vec::new(),
+            grace_seconds: 1,
         }
     }
 }
 
 impl GatewayBuilder {
+    /// Pingora's grace period and graceful shutdown timeout (1 s unless set): a final action
+    /// waits half the grace period for requests still in flight.
+    pub fn grace_seconds(mut self, seconds: u64) -> Self {
+        self.grace_seconds = seconds;
+        self
+    }
+
     /// A data file (`disposable.txt`, `domains.csv`, ...) with this content.
     pub fn data(mut self, file: &str, content: &str) -> Self {
         self.files.insert(file.to_owned(), content.to_owned());
@@ -298,11 +308,12 @@ impl GatewayBuilder {
             &conf,
             format!(
                 "version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n\
-                 grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n\
+                 grace_period_seconds: {grace}\ngraceful_shutdown_timeout_seconds: {grace}\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n{data_extra}  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n    account_rate: {{ per_second: {rate}, burst: {burst} }}\n\
                  {quota}{mx}{top}{extra}",
                 d = dir.path().display(),
+                grace = self.grace_seconds,
                 b = self.builtin,
                 data_extra = self
                     .data_yaml
@@ -600,6 +611,19 @@ pub fn send(
         stream.write_all(b).unwrap();
     }
     read_response(&mut BufReader::new(stream)).unwrap()
+}
+
+/// `POST /v1/public/domains` of `names` with the key `secret`, on a fresh connection.
+pub fn post_batch(gw: &Gateway, secret: &str, names: &[String]) -> Response {
+    let body = serde_json::json!({ "domains": names }).to_string();
+    send(
+        gw,
+        "POST",
+        "/v1/public/domains",
+        Some(secret),
+        &[],
+        Some(body.as_bytes()),
+    )
 }
 
 /// Sends raw bytes on a new connection and reads until the server closes it or goes quiet.

@@ -24,6 +24,10 @@ pub struct CallsConfig {
     /// Calls waiting for the writer at most; beyond, calls are dropped (and counted), never
     /// waited for.
     pub queue_capacity: usize,
+    /// Calls of one project waiting for the writer at most (its share of `queue_capacity`;
+    /// above it, `queue_capacity`): beyond, that project's calls are dropped and counted, so
+    /// a few big batches of one project cannot push out the others' calls.
+    pub queue_per_project: usize,
     /// How often the writer takes the waiting calls and stores them in one batch, in
     /// milliseconds: how far `/v1/logs` and `/v1/stats` may lag behind the calls.
     #[serde(rename = "batch_interval_ms")]
@@ -47,6 +51,7 @@ impl Default for CallsConfig {
             enabled: true,
             path: None,
             queue_capacity: 65_536,
+            queue_per_project: 8_192,
             batch_interval: Duration::from_millis(200),
             max_per_project: 10_000,
             sweep_interval: Duration::from_secs(300),
@@ -67,6 +72,13 @@ impl CallsConfig {
             }
         };
         range("queue_capacity", self.queue_capacity as u64, 1, 1 << 20);
+        // Above `queue_capacity` it is `queue_capacity` (one project may fill the queue).
+        range(
+            "queue_per_project",
+            self.queue_per_project as u64,
+            1,
+            1 << 20,
+        );
         range(
             "batch_interval_ms",
             self.batch_interval.as_millis() as u64,
@@ -114,6 +126,7 @@ mod tests {
     fn problems_name_their_keys() {
         let c = CallsConfig {
             queue_capacity: 0,
+            queue_per_project: 0,
             batch_interval: Duration::from_millis(1),
             max_per_project: 0,
             sweep_interval: Duration::ZERO,
@@ -124,6 +137,7 @@ mod tests {
         let p = c.problems().join("\n");
         for key in [
             "queue_capacity: 0",
+            "queue_per_project: 0",
             "batch_interval_ms: 1 ",
             "max_per_project: 0",
             "sweep_interval_seconds: 0",

@@ -695,6 +695,7 @@ mod tests {
                 reason,
             }),
             at: at.parse().unwrap(),
+            queued: None,
         }
     }
 

@@ -30,6 +30,7 @@ use crate::access::keys::{KeyEntry, KeyStore};
 use crate::access::quota::Clock;
 use crate::domain::record::RiskScore;
 use crate::domain::Reason;
+use crate::ops::lifecycle::InFlight;
 use crate::ops::periodic::Ticks;
 
 pub use config::CallsConfig;
@@ -102,6 +103,9 @@ pub struct Call {
     /// stats, not logged.
     pub verdict: Option<Verdict>,
     pub at: DateTime<Utc>,
+    /// The project's count of calls waiting for the writer (its share of the queue): counted
+    /// when the call is queued, given back when the writer takes it. `None`: not shared.
+    pub queued: Option<Arc<AtomicUsize>>,
 }
 
 /// One entry of `/v1/logs`.
@@ -210,6 +214,8 @@ pub trait CallStore: Send + Sync {
 pub struct CallMetrics {
     pub written: IntCounter,
     pub dropped: IntCounter,
+    /// Dropped because their project held its share of the queue (also in `dropped`).
+    pub over_share: IntCounter,
     pub store_errors: IntCounter,
     pub expired: IntCounter,
 }
@@ -229,6 +235,10 @@ impl CallMetrics {
             dropped: one(
                 "drg_calls_dropped_total",
                 "Calls not stored: the writer's queue was full, or the store failed the batch.",
+            )?,
+            over_share: one(
+                "drg_calls_over_share_total",
+                "Calls not stored because their project held its share of the writer's queue (calls.queue_per_project; also counted in drg_calls_dropped_total).",
             )?,
             store_errors: one(
                 "drg_calls_store_errors_total",
@@ -250,6 +260,8 @@ struct Queue {
     /// Calls pushed and not yet taken (counted before the push, so it may run ahead).
     len: AtomicUsize,
     capacity: usize,
+    /// One project's calls waiting at most.
+    per_project: usize,
 }
 
 /// The request path's end of the queue. Cheap to clone.
@@ -257,14 +269,28 @@ struct Queue {
 pub struct CallSink {
     queue: Arc<Queue>,
     dropped: IntCounter,
+    over_share: IntCounter,
 }
 
 impl CallSink {
-    /// Offers a call to the writer; never waits (a full queue drops it and counts it).
+    /// Offers a call to the writer; never waits. A project past its share of the queue has
+    /// its own call dropped (counted), so a few big batches cannot push other projects' calls
+    /// out; a full queue drops it too.
     pub fn record(&self, call: Call) {
         let queue = &*self.queue;
+        if let Some(mine) = &call.queued {
+            if mine.fetch_add(1, Ordering::Relaxed) >= queue.per_project {
+                mine.fetch_sub(1, Ordering::Relaxed);
+                self.over_share.inc();
+                self.dropped.inc();
+                return;
+            }
+        }
         if queue.len.fetch_add(1, Ordering::Relaxed) >= queue.capacity {
             queue.len.fetch_sub(1, Ordering::Relaxed);
+            if let Some(mine) = &call.queued {
+                mine.fetch_sub(1, Ordering::Relaxed);
+            }
             self.dropped.inc();
             return;
         }
@@ -329,11 +355,13 @@ pub fn open(
         calls: SegQueue::new(),
         len: AtomicUsize::new(0),
         capacity: config.queue_capacity,
+        per_project: config.queue_per_project.max(1),
     });
     let calls = Calls {
         sink: CallSink {
             queue: queue.clone(),
             dropped: metrics.dropped.clone(),
+            over_share: metrics.over_share.clone(),
         },
         store: store.clone(),
         metrics: metrics.clone(),
@@ -347,6 +375,7 @@ pub fn open(
         clock,
         batch_interval: config.batch_interval,
         sweep_interval: config.sweep_interval,
+        settle: None,
     };
     (calls, writer)
 }
@@ -363,9 +392,37 @@ pub struct CallWriter {
     clock: Arc<dyn Clock>,
     batch_interval: Duration,
     sweep_interval: Duration,
+    /// The requests in flight at shutdown, and how long the last drain waits for them.
+    settle: Option<(InFlight, Duration)>,
 }
 
 impl CallWriter {
+    /// The last drain waits (at most `within`) until the requests in flight at shutdown are
+    /// answered, as the quota's last sync does: their calls reach the logs and stats too.
+    pub fn settle_with(&mut self, in_flight: InFlight, within: Duration) {
+        self.settle = Some((in_flight, within));
+    }
+
+    /// At shutdown: keeps draining while requests are still in flight (within the settle
+    /// time), then takes what is left.
+    async fn last_drain(&self) {
+        if let Some((in_flight, within)) = &self.settle {
+            let deadline = tokio::time::Instant::now() + *within;
+            while in_flight.open() > 0 && tokio::time::Instant::now() < deadline {
+                self.drain().await;
+                let tick = self.batch_interval.min(Duration::from_millis(50));
+                tokio::time::sleep(tick).await;
+            }
+            let open = in_flight.open();
+            if open > 0 {
+                log::warn!(
+                    "call logs: last drain with {open} connections still open after {within:?}"
+                );
+            }
+        }
+        self.drain().await;
+    }
+
     /// Stores the calls waiting when it starts. Calls that arrive meanwhile wait for the next
     /// tick: taking them too kept the writer going without end under steady traffic, in
     /// transactions of the few calls that came during the last one (each transaction rewrites
@@ -379,6 +436,9 @@ impl CallWriter {
             match queue.calls.pop() {
                 Some(call) => {
                     queue.len.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(mine) = &call.queued {
+                        mine.fetch_sub(1, Ordering::Relaxed);
+                    }
                     calls.push(call);
                 }
                 // Counted, not pushed yet: it is taken at the next tick.
@@ -449,8 +509,7 @@ impl BackgroundService for CallWriter {
                 self.sweep().await;
             }
         }
-        // Requests still finishing may add calls after this; the ones waiting now are kept.
-        self.drain().await;
+        self.last_drain().await;
     }
 }
 
@@ -715,6 +774,7 @@ mod tests {
                     email_domain: "a.com".into(),
                     verdict: reason.map(|r| Verdict { risk_score: 1, reason: Reason::ALL[r] }),
                     at: DateTime::from_timestamp(midnight + offset, 0).unwrap(),
+                    queued: None,
                 })
                 .collect();
             proptest::prop_assert_eq!(daily_counts(&calls), daily_counts_by_date(&calls));
@@ -732,6 +792,7 @@ mod tests {
                 reason,
             }),
             at: at.parse().unwrap(),
+            queued: None,
         };
         let counts = daily_counts(&[
             call("a", "2026-11-22T23:59:59Z", Some(Reason::Safe)),

@@ -286,6 +286,11 @@ impl Neighbourhood {
         self.forget(old.into_iter().map(|(d, _)| d).collect(), Some(oldest - 1));
     }
 
+    /// The index holds more than `max_entries` domains.
+    pub(crate) fn over_bound(&self) -> bool {
+        self.read().excess() > 0
+    }
+
     /// Past `max_entries`, down to nine tenths: the least useful, then the oldest, first (as
     /// [`NeighbourhoodIndex`] ranks them), worked out from the mirror with short read locks
     /// and forgotten a chunk at a time. Run by the MX service, off the request path.

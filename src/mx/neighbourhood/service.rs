@@ -83,21 +83,40 @@ impl MxService {
         }
     }
 
-    async fn save(nb: &Neighbourhood) {
-        nb.expire();
-        let Some(learned) = nb.changed() else { return };
-        let path = nb.config.state_path();
+    /// Ages the index out and writes the state file if anything changed, on a blocking
+    /// thread: the sort of a big index must not hold this service's runtime, where the DNS
+    /// client's sockets are driven (lookups stalled 150-250 ms before each save of a
+    /// 200,000-domain index when it ran here).
+    async fn save(nb: &Arc<Neighbourhood>) {
+        let index = nb.clone();
         let written = tokio::task::spawn_blocking(move || {
-            store::write(&path, &learned).map(|()| learned.len())
+            index.expire();
+            let Some(learned) = index.changed() else {
+                return Ok(None);
+            };
+            let path = index.config.state_path();
+            store::write(&path, &learned).map(|()| Some(learned.len()))
         })
         .await;
         match written {
-            Ok(Ok(n)) => log::debug!("MX neighbourhood: {n} domains saved"),
+            Ok(Ok(Some(n))) => log::debug!("MX neighbourhood: {n} domains saved"),
+            Ok(Ok(None)) => {}
             Ok(Err(e)) => log::warn!(
                 "MX neighbourhood: state file {}: {e}",
                 nb.config.state_path().display()
             ),
             Err(e) => log::warn!("MX neighbourhood: saving failed: {e}"),
+        }
+    }
+
+    /// Evicts past the bound, on a blocking thread for the same reason as [`Self::save`].
+    async fn evict(nb: &Arc<Neighbourhood>) {
+        if !nb.over_bound() {
+            return;
+        }
+        let index = nb.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || index.evict()).await {
+            log::warn!("MX neighbourhood: eviction failed: {e}");
         }
     }
 }
@@ -130,7 +149,7 @@ impl BackgroundService for MxService {
                 }
             }
             // Past the bound: evicted here, off the request path, a chunk per lock.
-            nb.evict();
+            Self::evict(nb).await;
             if last_save.elapsed() >= nb.config.save_interval {
                 Self::save(nb).await;
                 last_save = Instant::now();
