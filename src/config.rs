@@ -127,8 +127,9 @@ pub const PROXY_MAX_ATTEMPTS: usize = 2;
 pub const RUNTIME_DIRECTORY_ENV: &str = "RUNTIME_DIRECTORY";
 
 /// `gateway.runtime_dir` when not set: systemd's runtime folder (the first, if several), else
-/// `../state/run` (relative to the config file, like the state file).
-fn default_runtime_dir(systemd: Option<std::ffi::OsString>) -> PathBuf {
+/// `run` in the folder of `state_file` (the quota's, the state folder: the gateway's own to
+/// write, so the packaged config also runs outside systemd, where `/run/...` does not exist).
+fn default_runtime_dir(systemd: Option<std::ffi::OsString>, state_file: &Path) -> PathBuf {
     systemd
         .and_then(|v| {
             v.to_str()
@@ -136,7 +137,13 @@ fn default_runtime_dir(systemd: Option<std::ffi::OsString>) -> PathBuf {
                 .filter(|first| !first.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from("../state/run"))
+        .unwrap_or_else(|| {
+            state_file
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .join("run")
+        })
 }
 
 /// Why the runtime folder (pid file, upgrade socket) cannot be used.
@@ -411,12 +418,12 @@ fn place_runtime_files(
     top: &serde_yaml_ng::Mapping,
     base: &Path,
 ) -> Option<PathBuf> {
-    let runtime = base.join(
-        gateway
-            .runtime_dir
-            .take()
-            .unwrap_or_else(|| default_runtime_dir(std::env::var_os(RUNTIME_DIRECTORY_ENV))),
-    );
+    let runtime = base.join(gateway.runtime_dir.take().unwrap_or_else(|| {
+        default_runtime_dir(
+            std::env::var_os(RUNTIME_DIRECTORY_ENV),
+            &gateway.quota.state_file,
+        )
+    }));
     gateway.runtime_dir = Some(runtime.clone());
     let mut in_runtime_dir = false;
     for (key, target, file) in [
@@ -826,14 +833,27 @@ mod tests {
 
     #[test]
     fn the_runtime_dir_defaults_to_systemds_then_beside_the_state() {
-        assert_eq!(default_runtime_dir(None), PathBuf::from("../state/run"));
+        let state = Path::new("../state/quota.counters");
         assert_eq!(
-            default_runtime_dir(Some("/run/drg:/run/other".into())),
+            default_runtime_dir(None, state),
+            PathBuf::from("../state/run")
+        );
+        assert_eq!(
+            default_runtime_dir(Some("/run/drg:/run/other".into()), state),
             PathBuf::from("/run/drg")
         );
         assert_eq!(
-            default_runtime_dir(Some("".into())),
+            default_runtime_dir(Some("".into()), state),
             PathBuf::from("../state/run")
+        );
+        let packaged = Path::new("/var/lib/domain-risk-gateway/quota.counters");
+        assert_eq!(
+            default_runtime_dir(None, packaged),
+            PathBuf::from("/var/lib/domain-risk-gateway/run")
+        );
+        assert_eq!(
+            default_runtime_dir(None, Path::new("quota.counters")),
+            PathBuf::from("./run")
         );
         assert!(load("gateway:\n  reload: { max_shrink_percent: 101 }\n")
             .unwrap_err()

@@ -320,3 +320,50 @@ fn in_proxy_mode_the_backend_continues_the_trace_too() {
     assert_eq!(traceparent, format!("00-{trace}-{span_id}-01"));
     assert_eq!(upstream["attributes"]["http.response.status_code"], 200);
 }
+
+/// A collector that answers 500 is left alone, 1 s, 2 s, 4 s ... after each failure: spans
+/// are dropped (and counted) meanwhile instead of being encoded and sent batch after batch;
+/// once it accepts again, spans reach it.
+#[test]
+fn a_failing_collector_is_backed_off_from_and_asked_again() {
+    let collector = Collector::start();
+    let control = |path: &str| {
+        let addr = format!("127.0.0.1:{}", collector.port).parse().unwrap();
+        let mut c = Conn::open(addr).unwrap();
+        let r = c.request("POST", path, &[("Content-Length", "0")]).unwrap();
+        assert_eq!(r.status, 200);
+    };
+    control("/fail?status=500");
+    let gw = traced(Gateway::builder(), &collector.url(), "").start();
+    let posts = || -> u64 {
+        let addr = format!("127.0.0.1:{}", collector.port).parse().unwrap();
+        let mut c = Conn::open(addr).unwrap();
+        serde_json::from_slice(&c.get("/posts").unwrap().body).unwrap()
+    };
+    // 3 s of traffic, batches due every 100 ms (OTEL_BSP_SCHEDULE_DELAY): about 30 exports
+    // without a backoff; with it, the first and those after 1 s and 2 s.
+    let started = std::time::Instant::now();
+    let mut c = gw.conn();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        if n % 50 == 49 {
+            c = gw.conn();
+        }
+        assert_eq!(c.get("/v1/public/domain/example.org").unwrap().status, 200);
+        n += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let tried = posts();
+    assert!(
+        (1..=4).contains(&tried),
+        "{tried} exports to a failing collector in 3 s"
+    );
+    assert!(gw.metric("drg_trace_spans_export_failed_total").unwrap() > 0.0);
+    // Accepting again: after the backoff, the next spans reach it.
+    control("/fail?status=0");
+    wait_until(Duration::from_secs(20), || {
+        assert_eq!(c.get("/v1/public/domain/example.org").unwrap().status, 200);
+        std::thread::sleep(Duration::from_millis(50));
+        gw.metric("drg_trace_spans_exported_total").unwrap_or(0.0) > 0.0
+    });
+}

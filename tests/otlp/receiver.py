@@ -1,6 +1,8 @@
 """An OTLP/HTTP trace receiver for the tests: decodes each POST /v1/traces
 (ExportTraceServiceRequest, protobuf, optionally gzip) with the opentelemetry-proto package and
-keeps its spans; GET /spans answers them as JSON. Binds 127.0.0.1 on a free port and prints it.
+keeps its spans; GET /spans answers them as JSON. POST /fail?status=N makes every export answer N
+from then on (0: accept again); GET /posts answers how many exports were POSTed. Binds 127.0.0.1
+on a free port and prints it.
 
     python receiver.py            (prints "port <n>" once listening)
 """
@@ -17,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 SPANS = []
 LOCK = threading.Lock()
+STATE = {"fail": 0, "posts": 0}
 
 
 def any_value(v):
@@ -31,6 +34,18 @@ def any_value(v):
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.startswith("/fail?status="):
+            with LOCK:
+                STATE["fail"] = int(self.path.split("=", 1)[1])
+            self.answer(200, b"")
+            return
+        if self.path == "/v1/traces":
+            with LOCK:
+                STATE["posts"] += 1
+                fail = STATE["fail"]
+            if fail:
+                self.answer(fail, b"")
+                return
         if self.headers.get("Content-Encoding", "").lower() == "gzip":
             body = gzip.decompress(body)
         if self.path != "/v1/traces":
@@ -68,9 +83,15 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def answer(self, status, out):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
     def do_GET(self):
         with LOCK:
-            out = json.dumps(SPANS).encode()
+            out = json.dumps(STATE["posts"] if self.path == "/posts" else SPANS).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
