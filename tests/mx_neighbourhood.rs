@@ -13,7 +13,7 @@ mod dns;
 mod redis_server;
 
 use common::*;
-use dns::{black_hole, DnsServer, Zone};
+use dns::{black_hole, DnsServer, Lie, Zone};
 use redis_server::RedisServer;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -386,6 +386,19 @@ fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
         record(&gw, d);
     }
     assert_judged(&gw, &w);
+    // A resolver that lies would write every listed name without keys (and a rerun skips
+    // names written): the command refuses to run on it and writes nothing.
+    dns.set_lie(Some(Lie::NxDomain));
+    let fresh = dir.path().join("lied.jsonl");
+    let out = Command::new(binary())
+        .args(["mx-snapshot", "-c", conf.to_str().unwrap(), "--out"])
+        .arg(&fresh)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("resolver is untrusted"), "{stderr}");
+    assert!(!fresh.exists() || std::fs::read_to_string(&fresh).unwrap().lines().count() <= 1);
 }
 
 #[test]

@@ -62,6 +62,17 @@ pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<Str
         .enable_all()
         .build()?;
     let resolver = Arc::new(MxResolver::new(&settings.gateway.mx)?);
+    // A lying resolver would write every listed name without keys, and a rerun skips names
+    // already written: the canaries must vouch for it first, as in `serve`.
+    let trust = runtime.block_on(resolver.check_canaries());
+    if trust != crate::mx::trust::Trust::Trusted {
+        return Err(format!(
+            "mx-snapshot: the DNS resolver is {} (gateway.mx.canaries came back without MX \
+             records); nothing written. Point gateway.mx.servers at a resolver that answers",
+            trust.as_str()
+        )
+        .into());
+    }
     let started = Instant::now();
     let total = names.len();
     let tally = runtime.block_on(run(resolver, &table, names, file, opts))?;
