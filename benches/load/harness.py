@@ -470,18 +470,23 @@ COST_VARIANTS = [
     ("tracing_down", "the baseline + tracing, sample_ratio 1.0, collector down",
      "  admin: { listen: null, metrics: false }\n" + CALLS_OFF
      + "  tracing: { otlp_endpoint: 'http://127.0.0.1:{dead}', sample_ratio: 1.0 }\n"),
+    # A collector that answers 500 to every export: the gateway backs off (1 s, 2 s, ... 60 s)
+    # and drops spans where they end meanwhile, instead of encoding and sending every batch.
+    ("tracing_500", "the baseline + tracing, sample_ratio 1.0, collector answering 500",
+     "  admin: { listen: null, metrics: false }\n" + CALLS_OFF
+     + "  tracing: { otlp_endpoint: 'http://127.0.0.1:{failing}', sample_ratio: 1.0 }\n"),
 ]
 
 
-def start_trace_sink():
-    """An OTLP/HTTP collector stand-in on loopback: reads each export and answers 200 (an empty
-    ExportTraceServiceResponse is an empty body). Returns its port."""
+def start_trace_sink(status=200):
+    """An OTLP/HTTP collector stand-in on loopback: reads each export and answers `status` (200:
+    an empty ExportTraceServiceResponse is an empty body). Returns its port."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Sink(BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -610,11 +615,12 @@ def feature_costs(args):
     baseline measured in the same run. Replaces the "Feature costs" section of --results."""
     s = Setup(args)
     ports = {}
-    sink, dead = start_trace_sink(), free_port()
+    sink, dead, failing = start_trace_sink(), free_port(), start_trace_sink(500)
     try:
         for name, _, extra in COST_VARIANTS:
             ports[name] = free_port()
-            extra = extra.replace("{sink}", str(sink)).replace("{dead}", str(dead))
+            extra = (extra.replace("{sink}", str(sink)).replace("{dead}", str(dead))
+                     .replace("{failing}", str(failing)))
             s.write_gateway(f"{name}.yaml", ports[name], extra)
         auth = (f"Authorization: Bearer {KEY}",)
         runs = {name: [] for name, *_ in COST_VARIANTS}
