@@ -241,8 +241,13 @@ fn shared_state(
                 (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
             let outbox = config.outbox_path(&gateway.quota.state_file);
             let listeners = gateway.own_listeners();
-            let (alerts, service) =
-                crate::access::alerts::service::build(config, outbox, redis, &listeners)?;
+            let (alerts, service) = crate::access::alerts::service::build(
+                config,
+                outbox,
+                redis,
+                &listeners,
+                clock.now(),
+            )?;
             // The host only: webhook URLs often carry a token in their path or query.
             let host = config.url.parse::<http::Uri>().ok();
             log::info!(

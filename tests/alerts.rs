@@ -1,6 +1,7 @@
 //! Quota alerts against the real binary and a real HTTP receiver on loopback: each threshold of
 //! a project's month arrives once, signed (HMAC-SHA256 of the body), retried after a 500; across
-//! two gateways on one Redis and a restart between the crossing and the delivery, still once.
+//! two gateways on one Redis and a restart between the crossing and the delivery, still once;
+//! an outbox write that fails (the file locked by another writer) neither loses nor repeats one.
 //! Where alerts may go: private, metadata and numeric-form addresses and the gateway's own
 //! listeners refused by `check-config` and at start, and a name refused once it resolves to one.
 
@@ -255,6 +256,122 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     assert_eq!(a.conn_as(Some(KEY)).get(LOOKUP).unwrap().status, 429);
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(receiver.deliveries().len(), 2);
+}
+
+/// The outbox of a test gateway's folder (beside its `state/quota.json`).
+fn outbox_of(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("state").join("quota_alerts.sqlite")
+}
+
+/// Another writer holding the outbox's write lock (a stuck process, a long backup): the gateway's
+/// inserts wait out their busy timeout (5 s) and fail with "database is locked" until it is
+/// released.
+struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    fn take(path: &std::path::Path) -> WriteLock {
+        let db = rusqlite::Connection::open(path).unwrap();
+        db.execute_batch("BEGIN IMMEDIATE").unwrap();
+        WriteLock(db)
+    }
+
+    fn release(self) {
+        self.0.execute_batch("ROLLBACK").unwrap();
+    }
+}
+
+/// The thresholds the outbox at `path` holds, in order.
+fn outbox_thresholds(path: &std::path::Path) -> Vec<u32> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = db
+        .prepare("SELECT threshold FROM alerts ORDER BY threshold")
+        .unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+#[test]
+fn an_alert_whose_outbox_write_failed_is_delivered_once_when_the_outbox_recovers() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir);
+    let gw = alerting(Gateway::builder(), &receiver.url(), 10, true)
+        .in_dir(dir)
+        .start();
+    let mut c = gw.conn_as(Some(KEY));
+    for _ in 0..4 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    let lock = WriteLock::take(&outbox_of(gw.dir.path()));
+    // The call that crosses 50%: its alert's outbox write fails.
+    assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    wait_until(Duration::from_secs(15), || {
+        gw.log().contains("database is locked")
+    });
+    // Meanwhile it is pending (held for another write), not lost.
+    let pending_while_locked = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        gw.metric("drg_quota_alerts_pending") == Some(1.0)
+    });
+    assert!(receiver.deliveries().is_empty());
+    lock.release();
+    // The outbox writable again: recorded and delivered, without another call.
+    wait_until(Duration::from_secs(20), || receiver.accepted() == [50]);
+    // More calls over 50% bring no repeat.
+    for _ in 0..2 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(2_500));
+    let all = receiver.deliveries();
+    assert_eq!(all.len(), 1, "once: {all:?}");
+    assert_eq!(all[0].json()["month_count"], 5, "the crossing call's count");
+    assert!(signature_ok(&all[0]));
+    assert_eq!(outbox_thresholds(&outbox_of(gw.dir.path())), [50]);
+    let failed = gw.metric("drg_quota_alerts_insert_errors_total");
+    assert!(failed.is_some_and(|n| n >= 1.0), "{failed:?}");
+    assert!(pending_while_locked, "a held alert counts as pending");
+    assert_eq!(gw.metric("drg_quota_alerts_sent_total"), Some(1.0));
+    assert_eq!(gw.metric("drg_quota_alerts_dropped_total"), Some(0.0));
+    gw.wait_metric("drg_quota_alerts_pending", 0.0);
+}
+
+#[test]
+fn a_restart_offers_again_a_threshold_the_outbox_never_got_even_on_a_refused_call() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir);
+    let start = |dir: tempfile::TempDir| {
+        alerting(Gateway::builder(), &receiver.url(), 10, true)
+            .in_dir(dir)
+            .start()
+    };
+    let gw = start(dir);
+    let mut c = gw.conn_as(Some(KEY));
+    for _ in 0..5 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    wait_until(Duration::from_secs(10), || receiver.accepted() == [50]);
+    // The call that crosses 100% meets a locked outbox, and the gateway stops before it is free.
+    let outbox = outbox_of(gw.dir.path());
+    let lock = WriteLock::take(&outbox);
+    for _ in 0..5 {
+        assert_eq!(c.get(LOOKUP).unwrap().status, 200);
+    }
+    wait_until(Duration::from_secs(15), || {
+        gw.log().contains("database is locked")
+    });
+    let dir = gw.stop();
+    lock.release();
+    assert_eq!(outbox_thresholds(&outbox), [50], "100% never recorded");
+    let gw = start(dir);
+    // The month is used up: the next call is refused, and still offers what the outbox lacks.
+    assert_eq!(gw.conn_as(Some(KEY)).get(LOOKUP).unwrap().status, 429);
+    wait_until(Duration::from_secs(20), || receiver.accepted() == [50, 100]);
+    std::thread::sleep(Duration::from_millis(2_000));
+    let all = receiver.deliveries();
+    assert_eq!(all.len(), 2, "each once: {all:?}");
+    assert_eq!(all[1].json()["month_count"], 10);
+    assert_eq!(outbox_thresholds(&outbox), [50, 100]);
 }
 
 #[test]

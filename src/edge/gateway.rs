@@ -501,13 +501,16 @@ impl Gateway {
                 Limit::Rate => Denial::RateLimited,
             });
         }
+        if let (None | Some(Refusal::Month), Some(alerts), Some(usage)) =
+            (admission.refusal, &self.shared.alerts, &ctx.usage)
+        {
+            // A call the month refuses carries the month's count too: once the month is used
+            // up they are the project's only calls, and they offer what the outbox still lacks
+            // (a failed write, a restart).
+            alerts.observe(key, usage);
+        }
         match admission.refusal {
-            None => {
-                if let (Some(alerts), Some(usage)) = (&self.shared.alerts, &ctx.usage) {
-                    alerts.observe(key, usage);
-                }
-                Ok(())
-            }
+            None => Ok(()),
             Some(Refusal::Rate { retry_after }) => {
                 self.shared.metrics.deny(Denial::RateLimited);
                 Err(ApiError::PlanRateLimited { retry_after }.into())

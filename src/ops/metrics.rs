@@ -654,13 +654,18 @@ fn alert_families(f: &mut Families, a: &AlertStats) {
         a.attempt_errors,
     );
     f.counter(
+        "drg_quota_alerts_insert_errors_total",
+        "Writes of a noticed quota alert to the outbox that failed (a locked or full disk): each alert is written again after a backoff, and offered again by its project's calls until the outbox has it.",
+        a.insert_errors,
+    );
+    f.counter(
         "drg_quota_alerts_dropped_total",
-        "Quota alerts not recorded: the channel or the outbox (max_pending) was full.",
+        "Quota alerts not recorded for now: the channel or the outbox (max_pending) was full; offered again until the outbox has them.",
         a.dropped,
     );
     f.gauge(
         "drg_quota_alerts_pending",
-        "Quota alerts in the outbox waiting for delivery (or for their Redis claim).",
+        "Quota alerts waiting for delivery, for their Redis claim, or for the outbox (held after a failed write).",
         a.pending as f64,
     );
 }
@@ -879,8 +884,11 @@ pub struct AlertStats {
     pub sent: u64,
     pub failed: u64,
     pub attempt_errors: u64,
+    /// Failed writes of a noticed alert to the outbox.
+    pub insert_errors: u64,
     pub refused: u64,
     pub dropped: u64,
+    /// Waiting in the outbox, and held for it after a failed write.
     pub pending: u64,
 }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
 use super::destination::{Listener, Policy};
+use super::marks::MAX_THRESHOLDS;
 
 /// Where alerts go, how they are signed, when they fire and how hard delivery tries.
 ///
@@ -85,6 +86,13 @@ impl AlertsConfig {
         }
         if self.thresholds.is_empty() {
             out.push(format!("{at}.thresholds: at least one is needed"));
+        }
+        // One bit each in the word the request path reads without a lock (`marks.rs`).
+        if self.thresholds.len() > MAX_THRESHOLDS {
+            out.push(format!(
+                "{at}.thresholds: {} given, at most {MAX_THRESHOLDS}",
+                self.thresholds.len()
+            ));
         }
         if let Some(t) = self.thresholds.iter().find(|t| !(1..=1000).contains(*t)) {
             out.push(format!(
@@ -210,6 +218,17 @@ mod tests {
         assert!(
             serde_yaml_ng::from_str::<AlertsConfig>("{ url: x, secret_file: s, when: 1 }").is_err()
         );
+        let mut many = config("{ url: 'https://hooks.example/drg', secret_file: s }");
+        many.thresholds = (1..=33).collect();
+        assert!(
+            many.problems(&[])
+                .join("\n")
+                .contains("33 given, at most 32"),
+            "{:?}",
+            many.problems(&[])
+        );
+        many.thresholds.pop();
+        assert!(many.problems(&[]).is_empty());
     }
 
     #[test]

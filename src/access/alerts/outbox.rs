@@ -198,6 +198,19 @@ impl Outbox {
             .map_err(|e| self.sql(e))
     }
 
+    /// The (project, threshold) of every alert of `month` (`YYYY-MM`) recorded here, whatever
+    /// its state: what no call needs to offer again.
+    pub fn recorded_in(&self, month: &str) -> Result<Vec<(String, u32)>, OutboxError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT project, threshold FROM alerts WHERE month = ?1")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![month], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.sql(e))
+    }
+
     /// Moves an alert to `state` (from any), clearing its lease.
     pub fn set_state(&self, row: &Row, state: State) -> Result<(), OutboxError> {
         self.conn
@@ -356,6 +369,24 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn what_a_month_holds_is_listed_whatever_its_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Outbox::open(&dir.path().join("o.sqlite")).unwrap();
+        o.insert(&row(80), State::Pending, 0).unwrap();
+        o.insert(&row(90), State::Claiming, 0).unwrap();
+        o.set_state(&row(80), State::Sent).unwrap();
+        let december = Row {
+            month: "2026-12".into(),
+            ..row(100)
+        };
+        o.insert(&december, State::Pending, 0).unwrap();
+        let mut got = o.recorded_in("2026-11").unwrap();
+        got.sort();
+        assert_eq!(got, [("acme".into(), 80), ("acme".into(), 90)]);
+        assert!(o.recorded_in("2026-10").unwrap().is_empty());
     }
 
     #[test]

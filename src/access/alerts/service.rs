@@ -1,7 +1,10 @@
 //! The alerts' background service: takes what the request path noticed into the outbox (claimed
-//! on this host, and on Redis when the quota store is shared), then delivers what is due, every
-//! second and as soon as something new arrives. At shutdown what is still on the channel goes
-//! into the outbox, for the next start to deliver.
+//! on this host, and on Redis when the quota store is shared; `intake.rs`), then delivers what is
+//! due, every second and as soon as something new arrives. At shutdown what is still on the
+//! channel, or held after a failed write, goes into the outbox if it can, for the next start to
+//! deliver; what cannot is offered again after the start by the project's next call.
+
+mod intake;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -9,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::mpsc::Receiver;
@@ -18,8 +21,11 @@ use super::claim::RedisClaims;
 use super::config::AlertsConfig;
 use super::deliver::AttemptError;
 use super::destination::Listener;
+use super::held::Held;
+use super::ledger::Ledger;
 use super::outbox::{Outbox, OutboxError, Row, State};
-use super::{deliver, Alert, Alerts, Counters};
+use super::{deliver, Alert, Alerts, Counters, CHANNEL};
+use crate::access::quota::Month;
 use crate::infra::redis::config::RedisConfig;
 
 /// Rows delivered per pass at most (a pass then runs again at once while more are due).
@@ -28,6 +34,17 @@ const PER_PASS: usize = 16;
 const TICK: Duration = Duration::from_secs(1);
 /// How often settled alerts of past months are forgotten.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
+/// Alerts held for the outbox at most (past it, one is left to its project's next call).
+const HELD_MAX: usize = 4 * CHANNEL;
+
+/// Why a piece of work on the outbox did not complete.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    #[error("quota alerts: outbox task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
 
 /// The service (see the module documentation).
 pub struct AlertService {
@@ -38,21 +55,32 @@ pub struct AlertService {
     claims: Option<RedisClaims>,
     agent: ureq::Agent,
     counters: Arc<Counters>,
+    /// What the request path knows of the outbox: told when a row is there, or is not coming.
+    ledger: Arc<Ledger>,
 }
 
 /// The request side and the service of `config`: the secret read and the outbox opened now, so
 /// that a bad one stops the start. `redis`: the shared quota store's, to claim on; `listeners`:
-/// the gateway's own, never a receiver.
+/// the gateway's own, never a receiver; `now`: the quota clock's, whose month's alerts the
+/// outbox holds already are known to the request path from the start.
 pub fn build(
     config: &AlertsConfig,
     outbox_path: PathBuf,
     redis: Option<&RedisConfig>,
     listeners: &[Listener],
+    now: DateTime<Utc>,
 ) -> Result<(Arc<Alerts>, AlertService), String> {
     let secret = config.read_secret()?;
     let outbox = Outbox::open(&outbox_path).map_err(|e| e.to_string())?;
+    let ledger = Arc::new(Ledger::new(config.thresholds.clone()));
+    let month = Month::containing(now);
+    match outbox.recorded_in(&month.label()) {
+        Ok(rows) => ledger.preload(month.index(), rows),
+        // Safe, only slower: each call over a threshold offers it, the outbox says it has it.
+        Err(e) => log::warn!("{e}: its alerts of {} are asked for again", month.label()),
+    }
     let counters = Arc::new(Counters::default());
-    let (alerts, rx) = Alerts::new(config.thresholds.clone(), counters.clone());
+    let (alerts, rx) = Alerts::with_ledger(ledger.clone(), counters.clone());
     let service = AlertService {
         config: config.clone(),
         secret,
@@ -61,6 +89,7 @@ pub fn build(
         claims: redis.map(RedisClaims::new),
         agent: deliver::agent(config.timeout, config.policy(listeners)),
         counters,
+        ledger,
     };
     Ok((Arc::new(alerts), service))
 }
@@ -80,65 +109,25 @@ fn now_ms() -> i64 {
 
 impl AlertService {
     /// Runs `f` on the outbox off the async threads (SQLite waits for the disk).
-    async fn with<T: Send + 'static>(
+    async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Outbox) -> Result<T, OutboxError> + Send + 'static,
-    ) -> Option<T> {
+    ) -> Result<T, RunError> {
         let outbox = self.outbox.clone();
         let done = tokio::task::spawn_blocking(move || {
             let mut guard = outbox.lock().unwrap_or_else(|e| e.into_inner());
             f(&mut guard)
         })
         .await;
-        match done {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                log::error!("{e}");
-                None
-            }
-            Err(e) => {
-                log::error!("quota alerts: outbox task failed: {e}");
-                None
-            }
-        }
+        Ok(done??)
     }
 
-    /// Records a noticed alert (unless this host has it already, or the outbox is full).
-    async fn take_in(&self, alert: Alert) {
-        let row = Row {
-            id: alert_id(),
-            body: serde_json::to_string(&alert).unwrap_or_default(),
-            project: alert.project,
-            month: alert.month,
-            threshold: alert.threshold,
-            attempts: 0,
-        };
-        let state = if self.claims.is_some() {
-            State::Claiming
-        } else {
-            State::Pending
-        };
-        let max = u64::from(self.config.max_pending);
-        let inserted = self
-            .with(move |o| {
-                if o.state_of(&row.project, &row.month, row.threshold)?
-                    .is_some()
-                {
-                    return Ok(Some(false));
-                }
-                if o.waiting()? >= max {
-                    return Ok(None);
-                }
-                o.insert(&row, state, now_ms()).map(Some)
-            })
-            .await;
-        if inserted == Some(None) {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            log::error!(
-                "quota alerts: {} alerts wait for delivery already (max_pending): one dropped",
-                self.config.max_pending
-            );
-        }
+    /// [`AlertService::run`], a failure logged.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Outbox) -> Result<T, OutboxError> + Send + 'static,
+    ) -> Option<T> {
+        self.run(f).await.map_err(|e| log::error!("{e}")).ok()
     }
 
     /// Confirms the claims recorded here on Redis: won, the alert is to deliver; lost, another
@@ -241,7 +230,10 @@ impl AlertService {
             .await;
     }
 
-    async fn refresh_pending(&self) {
+    async fn refresh_pending(&self, held: &Held) {
+        self.counters
+            .held
+            .store(held.len() as u64, Ordering::Relaxed);
         if let Some(n) = self.with(|o| o.waiting()).await {
             self.counters.pending.store(n, Ordering::Relaxed);
         }
@@ -261,32 +253,32 @@ impl AlertService {
 impl BackgroundService for AlertService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut rx = self.rx.lock().await;
+        let mut held = Held::new(HELD_MAX);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_prune: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 alert = rx.recv() => match alert {
-                    Some(alert) => self.take_in(alert).await,
+                    Some(alert) => self.take_in(alert.into(), &mut held).await,
                     None => break,
                 },
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => break,
             }
             while let Ok(alert) = rx.try_recv() {
-                self.take_in(alert).await;
+                self.take_in(alert.into(), &mut held).await;
             }
+            self.retry_held(&mut held).await;
+            self.ledger.fold();
             self.confirm_claims().await;
             while self.deliver_due().await {}
-            self.refresh_pending().await;
+            self.refresh_pending(&held).await;
             if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
                 last_prune = Some(tokio::time::Instant::now());
                 self.prune().await;
             }
         }
-        // What was noticed and not yet recorded: recorded now, delivered by the next start.
-        while let Ok(alert) = rx.try_recv() {
-            self.take_in(alert).await;
-        }
+        self.flush(&mut rx, &mut held).await;
     }
 }
