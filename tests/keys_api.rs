@@ -586,7 +586,7 @@ fn the_previous_format_is_read_unknown_fields_are_kept_and_a_newer_version_is_le
 }
 
 #[test]
-fn removing_or_revoking_a_key_revokes_every_key_it_made_for_good() {
+fn a_key_revoked_or_removed_revokes_what_it_made_for_good_and_a_disabled_one_suspends_it() {
     let gw = builder().start();
     // server -> a -> b (a server key of the project makes keys, and so does what it made).
     let (a_id, a) = made_by(&gw, SERVER, "a");
@@ -616,19 +616,39 @@ fn removing_or_revoking_a_key_revokes_every_key_it_made_for_good() {
     assert!(!left.contains(&b_id) && !left.contains(&d_id), "{left:?}");
     let (c_id, c) = made_by(&gw, OTHER, "c");
     assert_eq!(lookup(&gw, &c), 200);
-    // The operator disables `other`, which made c: c is revoked within a reload, and stays
-    // revoked when `other` is enabled again (the file no longer holds it).
+    // The operator disables `other`, which made c, which made e: both are off within a
+    // reload, and back when `other` is enabled again.
     let (e_id, e) = made_by(&gw, &c, "e");
     disable_in_keys_file(&gw, "other");
     wait_until(Duration::from_secs(5), || lookup(&gw, &c) == 401);
     assert_eq!(lookup(&gw, &e), 401);
     assert_eq!(lookup(&gw, SERVER), 200);
+    let path = gw.dir.path().join("keys.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    write_atomic(&path, &text.replace("    disabled: true\n", ""));
+    wait_until(Duration::from_secs(5), || lookup(&gw, &e) == 200);
+    // The operator removes `other` (a leaked key): c and e are revoked for good, the file no
+    // longer holds them, and a key `other` added back does not bring them back.
+    let without_other: String = text
+        .split("  - id: ")
+        .enumerate()
+        .filter(|(i, entry)| *i == 0 || !entry.starts_with("other\n"))
+        .map(|(i, entry)| {
+            if i == 0 {
+                entry.to_owned()
+            } else {
+                format!("  - id: {entry}")
+            }
+        })
+        .collect();
+    assert!(!without_other.contains("id: other"), "{without_other}");
+    write_atomic(&path, &without_other);
+    wait_until(Duration::from_secs(5), || lookup(&gw, &c) == 401);
+    assert_eq!(lookup(&gw, &e), 401);
     wait_until(Duration::from_secs(5), || {
         let file = std::fs::read_to_string(managed_file(&gw)).unwrap();
         !file.contains(&c_id) && !file.contains(&e_id)
     });
-    let path = gw.dir.path().join("keys.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
     write_atomic(&path, &text.replace("    disabled: true\n", ""));
     wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 200);
     assert_eq!(lookup(&gw, &c), 401);

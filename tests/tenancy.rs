@@ -114,8 +114,12 @@ fn api_made_keys_follow_their_operators_decision_also_after_a_restart() {
     wait_until(Duration::from_secs(5), || get(&gw, LOOKUP, &made) == 401);
     assert_eq!(get(&gw, LOOKUP, SERVER), 401);
     send(&gw, "POST", "/v1/keys", &made, &[], Some(b"{}")).assert_error(401, "unauthorized");
-    // Another enabled operator key of the project (here its browser key) keeps it on.
+    // Another enabled operator key of the project (here its browser key) does not keep it on:
+    // it follows the key that made it (lineage), and comes back with it.
     rewrite_keys(&gw, &keys_yaml(Some("    disabled: true\n"), false, ""));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(&gw, LOOKUP, &made), 401);
+    rewrite_keys(&gw, &keys_yaml(Some(""), false, ""));
     wait_until(Duration::from_secs(5), || get(&gw, LOOKUP, &made) == 200);
 
     // The whole project disabled: every key of it, the API-made one included, is 401; other

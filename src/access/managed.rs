@@ -202,8 +202,9 @@ impl Lock {
 /// never a reason to keep it working.
 ///
 /// An API-made key that names the key that made it (`created_by`) works only while that key is
-/// in the store and enabled, recursively; the others are left out and listed in `revoked` (the
-/// serving gateway then removes them from the file: a revocation is for good).
+/// in the store and enabled, recursively: a disabled maker disables it; a maker that is gone
+/// revokes it (left out and listed in `revoked`; the serving gateway then removes it from the
+/// file: a revocation is for good).
 pub fn merge<P: AsPlan>(
     mut store: KeyStore,
     file: &ManagedFile,
@@ -248,7 +249,7 @@ pub fn merge<P: AsPlan>(
     let revoked = revoke_orphans(&store, &mut made);
     for id in &revoked {
         warnings.push(format!(
-            "managed key '{id}': the key that made it is gone, disabled or revoked: revoked"
+            "managed key '{id}': the key that made it is gone (removed or revoked): revoked"
         ));
     }
     for (entry, _) in made {
@@ -318,33 +319,47 @@ pub struct Merged {
     pub store: KeyStore,
     /// Keys skipped and why (for the log).
     pub warnings: Vec<String>,
-    /// API-made keys whose maker is no working key, recursively.
+    /// API-made keys whose maker is gone, recursively.
     pub revoked: Vec<String>,
 }
 
-/// Takes out of `made` every key whose maker (`created_by`) is neither an enabled key of
-/// `store` nor an enabled key left in `made`, until none is left to take: a revoked maker
-/// revokes what it made, and that what it made. Returns their ids.
+/// Follows each API-made key's maker (`created_by`), until nothing changes: a key whose maker is
+/// gone (removed from the keys file, revoked through the API, itself revoked) is taken out of
+/// `made` and returned, for good; a key whose maker is there but disabled (the key, or its
+/// project) is disabled with it, and comes back when its maker does. Recursively: what such a
+/// key made follows it.
 fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) -> Vec<String> {
     let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
     let mut revoked = Vec::new();
     loop {
-        let working: HashSet<String> = made
+        let present: BTreeMap<String, bool> = made
             .iter()
-            .filter(|(k, _)| !k.disabled)
-            .map(|(k, _)| k.id.to_string())
+            .map(|(k, _)| (k.id.to_string(), !k.disabled))
             .collect();
+        let enabled = |maker: &str| {
+            operator
+                .get(maker)
+                .copied()
+                .or_else(|| present.get(maker).copied())
+        };
         let before = made.len();
-        made.retain(|(k, by)| {
-            let keep = by.is_none_or(|maker| {
-                operator.get(maker).copied().unwrap_or(false) || working.contains(maker)
-            });
-            if !keep {
-                revoked.push(k.id.to_string());
+        let mut disabled_now = false;
+        made.retain_mut(|(k, by)| {
+            let Some(maker) = by else { return true };
+            match enabled(maker) {
+                None => {
+                    revoked.push(k.id.to_string());
+                    false
+                }
+                Some(false) if !k.disabled => {
+                    k.disabled = true;
+                    disabled_now = true;
+                    true
+                }
+                Some(_) => true,
             }
-            keep
         });
-        if made.len() == before {
+        if made.len() == before && !disabled_now {
             return revoked;
         }
     }
@@ -352,7 +367,7 @@ fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) ->
 
 /// Removes `revoked` keys from the file, and every key made by one of them, recursively (the
 /// serving gateway, after [`merge`] found them): a key once revoked never comes back, also if
-/// the key that made it is enabled again.
+/// a key of the same id is added again.
 pub fn remove_revoked(path: &Path, revoked: &[String]) -> Result<usize, ManagedError> {
     update(path, |file: &mut ManagedFile| {
         let gone = without_descendants(file, revoked);
