@@ -499,6 +499,47 @@ fn oversized_and_overlong_headers_get_431() {
     assert_eq!(counts["header_too_large"], 2, "{counts}");
 }
 
+/// Bytes of the next request sent in the same read as the previous header count toward the
+/// next request's limits (before, only the bytes read after the first answer were counted, so a
+/// pipelined header could pass `max_header_bytes` by what came with its predecessor).
+#[test]
+fn bytes_pipelined_behind_a_header_count_toward_the_next_requests_limits() {
+    let gw = Gateway::builder()
+        .gateway_yaml("limits: { max_header_bytes: 4096, max_headers: 20 }")
+        .start();
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let first = format!(
+        "GET /v1/public/domain/one.example HTTP/1.1\r\nHost: gw\r\n{}\r\n",
+        auth()
+    );
+    let second_start = format!(
+        "GET /v1/public/domain/two.example HTTP/1.1\r\nHost: gw\r\n{}X-Pad: {}",
+        auth(),
+        "p".repeat(3_800)
+    );
+    s.write_all(format!("{first}{second_start}").as_bytes())
+        .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let r = read_response(&mut reader).unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // The second header, about 4.4 KB in all, ends after the first answer.
+    s.write_all(format!("{}\r\nConnection: close\r\n\r\n", "p".repeat(400)).as_bytes())
+        .unwrap();
+    read_response(&mut reader)
+        .unwrap()
+        .assert_error(431, "bad_request");
+    // Within the limit, the same two requests in one write are answered in order.
+    let small = format!(
+        "{first}GET /v1/public/domain/two.example HTTP/1.1\r\nHost: gw\r\n{}X-Pad: {}\r\nConnection: close\r\n\r\n",
+        auth(),
+        "p".repeat(3_000)
+    );
+    let got = responses(&raw(gw.addr, small.as_bytes()));
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].json()["domain"], "two.example");
+}
+
 #[test]
 fn slow_headers_idle_connections_and_long_sessions_are_bounded() {
     let gw = Gateway::builder()

@@ -216,6 +216,11 @@ pub struct Bounded {
     /// Pingora is writing its own bare 400: bytes of our answer written in its stead so far.
     /// Every later write is swallowed: Pingora closes the connection after that answer.
     replacing: Option<usize>,
+    /// Bytes read behind a complete header (its body, or the next pipelined request), handed
+    /// to Pingora by the next reads: so the next request's header is followed from its first
+    /// byte, and counted against its own limits (before, bytes pipelined in the same read as
+    /// the previous header were never counted).
+    carry: Vec<u8>,
 }
 
 impl fmt::Debug for Bounded {
@@ -230,7 +235,9 @@ impl fmt::Debug for Bounded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scan {
     More,
-    Complete,
+    /// The header ends in these bytes, this many of them in (all of them when the read was
+    /// decided whole: then any request behind it is complete and within the limits too).
+    Complete(usize),
     TooLarge,
 }
 
@@ -248,6 +255,7 @@ impl Bounded {
             armed: deadline,
             polled_with: None,
             replacing: None,
+            carry: Vec::new(),
             limits,
             stats,
         }
@@ -389,7 +397,7 @@ fn follow(phase: &mut Phase, bytes: &[u8], max_bytes: usize, max_lines: usize) -
     if let Phase::Waiting { .. } = phase {
         if whole_and_within(bytes, max_bytes, max_lines) {
             *phase = Phase::Answering;
-            return Scan::Complete;
+            return Scan::Complete(bytes.len());
         }
         *phase = Phase::Header {
             deadline: None,
@@ -415,7 +423,7 @@ fn follow(phase: &mut Phase, bytes: &[u8], max_bytes: usize, max_lines: usize) -
             return Scan::TooLarge;
         }
         *phase = Phase::Answering;
-        return Scan::Complete;
+        return Scan::Complete(end);
     }
     *seen += bytes.len();
     if *seen > max_bytes || *lines > max_lines {
@@ -492,21 +500,18 @@ impl AsyncRead for Bounded {
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
+        if !this.carry.is_empty() {
+            let n = this.carry.len().min(buf.remaining());
+            buf.put_slice(&this.carry[..n]);
+            this.carry.drain(..n);
+            return this.observed(cx, buf, before);
+        }
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                let n = buf.filled().len() - before;
-                if n == 0 {
+                if buf.filled().len() == before {
                     return Poll::Ready(Ok(()));
                 }
-                let scan = this.observe(&buf.filled()[before..]);
-                match scan {
-                    Scan::More | Scan::Complete => Poll::Ready(Ok(())),
-                    Scan::TooLarge => {
-                        buf.set_filled(before);
-                        this.reject(false);
-                        this.poll_rejecting(cx)
-                    }
-                }
+                this.observed(cx, buf, before)
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
@@ -534,6 +539,35 @@ impl AsyncRead for Bounded {
 }
 
 impl Bounded {
+    /// Follows the header through the bytes just put in `buf` (from `before` on): bytes behind
+    /// a header that ends in them wait in `carry` for the next read; a header over a limit is
+    /// refused.
+    fn observed(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        before: usize,
+    ) -> Poll<io::Result<()>> {
+        let n = buf.filled().len() - before;
+        match self.observe(&buf.filled()[before..]) {
+            Scan::More => Poll::Ready(Ok(())),
+            Scan::Complete(end) if end >= n => Poll::Ready(Ok(())),
+            Scan::Complete(end) => {
+                // Rare (a body or a pipelined request in the same read): kept in order, ahead
+                // of whatever a read put back before.
+                let rest = &buf.filled()[before + end..];
+                self.carry.splice(0..0, rest.iter().copied());
+                buf.set_filled(before + end);
+                Poll::Ready(Ok(()))
+            }
+            Scan::TooLarge => {
+                buf.set_filled(before);
+                self.reject(false);
+                self.poll_rejecting(cx)
+            }
+        }
+    }
+
     /// An answer went out: the next request's wait starts now.
     fn wrote(&mut self, n: usize) {
         if n > 0 && !matches!(self.phase, Phase::Rejecting { .. }) {
@@ -701,6 +735,11 @@ impl GetSocketDigest for Bounded {
 #[async_trait]
 impl Peek for Bounded {
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        if !self.carry.is_empty() {
+            let n = self.carry.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.carry[..n]);
+            return Ok(true);
+        }
         self.inner.try_peek(buf).await
     }
 }
@@ -819,7 +858,13 @@ mod tests {
         let mut seen = Vec::new();
         for end in bounds {
             if end > at {
-                seen.push(follow(&mut phase, &input[at..end], limits.0, limits.1));
+                // Where in a read the header ends is known to the scan only; a read decided
+                // whole holds nothing that could break a limit behind it.
+                let scan = match follow(&mut phase, &input[at..end], limits.0, limits.1) {
+                    Scan::Complete(_) => Scan::Complete(0),
+                    other => other,
+                };
+                seen.push(scan);
                 at = end;
             }
         }
