@@ -14,20 +14,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use domain_risk_gateway::access::keys::{key_entry_yaml, parse_keys};
-use domain_risk_gateway::access::origin::{Origin, OriginPattern};
-use domain_risk_gateway::access::quota::local::LocalStore;
-use domain_risk_gateway::access::quota::QuotaStore;
-use domain_risk_gateway::access::{decide, Credentials};
-use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
-use domain_risk_gateway::domain::providers::ProviderTable;
-use domain_risk_gateway::domain::{
+use domain_risk_gateway::internals::access::keys::{key_entry_yaml, parse_keys};
+use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
+use domain_risk_gateway::internals::access::quota::local::LocalStore;
+use domain_risk_gateway::internals::access::quota::QuotaStore;
+use domain_risk_gateway::internals::access::{decide, Credentials};
+use domain_risk_gateway::internals::domain::mail::{MxEvidence, MxHost};
+use domain_risk_gateway::internals::domain::providers::ProviderTable;
+use domain_risk_gateway::internals::domain::{
     classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
 };
-use domain_risk_gateway::mx::config::MxConfig;
-use domain_risk_gateway::mx::resolver::{CacheState, MxResolver};
-use domain_risk_gateway::ops::access_log::{format_line, Entry};
-use domain_risk_gateway::ops::metrics::{Metrics, RouteClass};
+use domain_risk_gateway::internals::mx::config::MxConfig;
+use domain_risk_gateway::internals::mx::resolver::{CacheState, MxResolver};
+use domain_risk_gateway::internals::ops::access_log::{format_line, Entry};
+use domain_risk_gateway::internals::ops::metrics::{Metrics, RouteClass};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -89,7 +89,7 @@ fn build(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, text| {
             b.iter(|| {
                 let mut builder = TableBuilder::with_capacity(n);
-                domain_risk_gateway::domain::sources::add_domain_list(
+                domain_risk_gateway::internals::domain::sources::add_domain_list(
                     &mut builder,
                     text,
                     "bench",
@@ -274,9 +274,9 @@ fn operations(c: &mut Criterion) {
 /// uncontended lock), for a name already counted and for a flood of new names (each one takes
 /// over the smallest counter); and of one Space-Saving update on its own.
 fn top_flags(c: &mut Criterion) {
-    use domain_risk_gateway::domain::heavy_hitters::{Label, SpaceSaving};
-    use domain_risk_gateway::domain::Reason;
-    use domain_risk_gateway::flags::LiveTop;
+    use domain_risk_gateway::internals::domain::heavy_hitters::{Label, SpaceSaving};
+    use domain_risk_gateway::internals::domain::Reason;
+    use domain_risk_gateway::internals::flags::LiveTop;
     let label = Label {
         reason: Reason::Disposable,
         score: 100,
@@ -310,8 +310,8 @@ fn top_flags(c: &mut Criterion) {
 /// plus the dataset version, `Vary` and both RateLimit headers).
 fn hot_path(c: &mut Criterion) {
     use bytes::Bytes;
-    use domain_risk_gateway::answer::{Answer, ApiError};
-    use domain_risk_gateway::edge::http::response_header;
+    use domain_risk_gateway::internals::answer::{Answer, ApiError};
+    use domain_risk_gateway::internals::edge::http::response_header;
     use http::{HeaderName, HeaderValue, StatusCode};
     let t = table(10_000);
     let listed = DomainName::parse("d42.com").unwrap();
@@ -388,7 +388,7 @@ fn typos(c: &mut Criterion) {
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter(|l| !l.is_empty())
         .collect();
-    let index = domain_risk_gateway::domain::typos::TypoIndex::build(providers);
+    let index = domain_risk_gateway::internals::domain::typos::TypoIndex::build(providers);
     let mut g = c.benchmark_group("typos");
     g.throughput(Throughput::Elements(1));
     for name in [

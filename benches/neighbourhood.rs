@@ -20,14 +20,18 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, Criterion, Throughput};
-use domain_risk_gateway::domain::classify::classify_match;
-use domain_risk_gateway::domain::mail::{MxEvidence, MxHost};
-use domain_risk_gateway::domain::neighbourhood::{NeighbourhoodIndex, NeighbourhoodRule};
-use domain_risk_gateway::domain::providers::ProviderTable;
-use domain_risk_gateway::domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
-use domain_risk_gateway::mx::config::{MxConfig, NeighbourhoodConfig};
-use domain_risk_gateway::mx::neighbourhood::Neighbourhood;
-use domain_risk_gateway::mx::resolver::MxResolver;
+use domain_risk_gateway::internals::domain::classify::classify_match;
+use domain_risk_gateway::internals::domain::mail::{MxEvidence, MxHost};
+use domain_risk_gateway::internals::domain::neighbourhood::{
+    NeighbourhoodIndex, NeighbourhoodRule,
+};
+use domain_risk_gateway::internals::domain::providers::ProviderTable;
+use domain_risk_gateway::internals::domain::{
+    DomainName, DomainTable, ListKind, Scores, TableBuilder,
+};
+use domain_risk_gateway::internals::mx::config::{MxConfig, NeighbourhoodConfig};
+use domain_risk_gateway::internals::mx::neighbourhood::Neighbourhood;
+use domain_risk_gateway::internals::mx::resolver::MxResolver;
 
 /// Counts live heap bytes, for the memory figure.
 struct Counting;

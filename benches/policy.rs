@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use criterion::{criterion_group, Criterion};
-use domain_risk_gateway::access::quota::local::LocalStore;
-use domain_risk_gateway::access::quota::redis::{RedisConfig, RedisStore};
-use domain_risk_gateway::access::quota::{Clock, QuotaStore, SystemClock};
-use domain_risk_gateway::access::rate::RateConfig;
+use domain_risk_gateway::internals::access::quota::local::LocalStore;
+use domain_risk_gateway::internals::access::quota::redis::{RedisConfig, RedisStore};
+use domain_risk_gateway::internals::access::quota::{Clock, QuotaStore, SystemClock};
+use domain_risk_gateway::internals::access::rate::RateConfig;
 
 /// A free loopback port (for redis-server, which cannot report one it picked).
 fn free_port() -> u16 {

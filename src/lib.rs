@@ -1,35 +1,60 @@
-//! domain-risk-gateway: a Pingora gateway that answers domain-risk lookups itself, from a
-//! hot-reloaded in-memory table, and guards the email-check backend it relays to.
+//! domain-risk-gateway: answers domain-risk lookups from a hot-reloaded in-memory table and
+//! guards an email-check backend, as a standalone Pingora gateway or inside your own Pingora proxy.
 //!
-//! The parts (ARCHITECTURE.md has the map and the rules on who imports whom):
-//! - [`edge`]: the listener's side: the Pingora glue ([`edge::gateway`]), routes, framing,
-//!   connection limits, the writer of local answers, TLS, the OpenAPI document;
-//! - [`account`]: a project's own data: the keys API and the call stores of logs and stats;
-//! - [`access`]: API keys, origins, plans, monthly quotas and per-key rates; decisions are values;
-//! - [`upstream`]: the `/v1/check` request the gateway builds, and the relay that sends it;
-//! - [`domain`]: pure logic (names, records, table, classification), no I/O;
-//! - [`mx`]: DNS lookups of a domain's mail set-up, budgeted and cached;
-//! - [`flags`]: the live top-domains (flag counts, ranking, persistence, Redis sharing);
-//! - [`data`]: the table's files on disk, lists fetched from URLs, hot reload of any file;
-//! - [`ops`]: admin listener, metrics, logging, access log, draining and hand-off, periodic loops;
-//! - [`infra`]: the Redis connection, atomic file replacement, units;
-//! - [`state`] and [`answer`]: what every part shares (the request-time snapshots; answers as
-//!   values and the contract's error body);
-//! - [`config`]: composes the parts' configuration types; [`server`]: wires everything into a
-//!   Pingora server; [`cli`]: the subcommands.
+//! # Embedding
+//!
+//! A Pingora proxy mounts the domain-risk routes (`/v1/...`: lookups, batches, top-domains,
+//! `/v1/check`, usage, logs, stats, keys, OpenAPI) in front of its own [`ProxyHttp`] with
+//! [`DomainRisk`]: every `/v1/` request is checked (API key, origin, per-second rate, monthly
+//! quota) and answered by the gateway; every other request goes through the host's callbacks
+//! untouched.
+//!
+//! ```no_run
+//! use pingora::prelude::*;
+//! use pingora::server::RunArgs;
+//! use domain_risk_gateway::{Config, DomainRisk};
+//!
+//! # struct MyProxy;
+//! # #[async_trait::async_trait]
+//! # impl ProxyHttp for MyProxy {
+//! #     type CTX = ();
+//! #     fn new_ctx(&self) {}
+//! #     async fn upstream_peer(&self, _: &mut Session, _: &mut ()) -> Result<Box<HttpPeer>> {
+//! #         Ok(Box::new(HttpPeer::new("127.0.0.1:3000", false, String::new())))
+//! #     }
+//! # }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut server = Server::new(None)?;
+//! server.bootstrap();
+//! let config = Config::load("conf/gateway.yaml")?; // its `gateway:` section
+//! let risk = DomainRisk::builder(config).build(&server.configuration)?;
+//! let mut service = risk.proxy_service(&server.configuration, MyProxy);
+//! service.add_tcp("0.0.0.0:8080");
+//! server.add_service(service);
+//! let shutdown_signal = risk.shutdown_signal();
+//! let finish = risk.add_services_to(&mut server, None); // reloaders, writers, admin listener
+//! server.run(RunArgs { shutdown_signal });
+//! finish.finish();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `docs/embedding.md` covers what the host provides, which config keys apply, what it costs
+//! and the stability promise: the items at this crate's root follow semver.
+//! `examples/embed.rs` is a complete host.
+//!
+//! [`ProxyHttp`]: pingora::proxy::ProxyHttp
 
-pub mod access;
-pub mod account;
-pub mod answer;
-pub mod cli;
-pub mod config;
-pub mod data;
-pub mod domain;
-pub mod edge;
-pub mod flags;
-pub mod infra;
-pub mod mx;
-pub mod ops;
-pub mod server;
-pub mod state;
-pub mod upstream;
+mod embed;
+
+pub use edge::middleware::{Ctx, WithDomainRisk};
+pub use embed::{Builder, Config, DomainRisk, Error, Finish};
+
+#[doc(hidden)]
+pub mod internals;
+
+// The crate's own code names the parts from the root (`crate::domain::...`).
+pub(crate) use internals::{
+    access, account, answer, config, data, domain, edge, flags, infra, mx, ops, server, state,
+    upstream,
+};

@@ -7,9 +7,9 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
-static GLOBAL: domain_risk_gateway::infra::alloc::Allocator =
-    domain_risk_gateway::infra::alloc::Allocator;
-use domain_risk_gateway::cli;
+static GLOBAL: domain_risk_gateway::internals::infra::alloc::Allocator =
+    domain_risk_gateway::internals::infra::alloc::Allocator;
+use domain_risk_gateway::internals::cli;
 
 #[derive(Parser)]
 #[command(version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DRG_GIT_HASH"), ")"), about)]
@@ -84,7 +84,7 @@ enum KeyCommand {
 }
 
 fn main() -> ExitCode {
-    if let Err(e) = domain_risk_gateway::ops::logging::install() {
+    if let Err(e) = domain_risk_gateway::internals::ops::logging::install() {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use pingora::apps::HttpServerOptions;
 use pingora::proxy::http_proxy;
-use pingora::server::configuration::Opt;
-use pingora::server::{RunArgs, Server};
+use pingora::server::configuration::ServerConf;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use pingora::services::ServiceWithDependents;
@@ -32,7 +31,7 @@ use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::resolver::MxResolver;
 use crate::ops::admin::Admin;
 use crate::ops::connections::DownstreamStats;
-use crate::ops::lifecycle::{settle_budget, Draining, DrainingShutdown, InFlight};
+use crate::ops::lifecycle::{settle_budget, Draining, InFlight};
 use crate::ops::metrics::Metrics;
 use crate::state::Shared;
 
@@ -75,14 +74,19 @@ fn clock() -> Result<SystemClock, StartError> {
     }
 }
 
-/// How `serve` starts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServeMode {
-    /// Take the listening sockets from the running gateway (over `upgrade_sock`, once it gets
-    /// SIGQUIT) instead of binding them.
-    pub upgrade: bool,
-    /// Run in the background (Pingora's daemon mode: it writes `pid_file`).
-    pub daemon: bool,
+/// Everything the gateway is made of, built from its config: what a
+/// [`DomainRisk`](crate::DomainRisk) holds, embedded or standalone.
+pub(crate) struct Wired {
+    /// The request phases (and their state) of every request the gateway claims.
+    pub gateway: Arc<Gateway>,
+    pub shared: Shared,
+    /// The open connections of a listener guarded by `gateway.limits` (zero without one).
+    pub downstream: Arc<DownstreamStats>,
+    pub access_log: Option<crate::ops::access_log::AccessLog>,
+    /// The background services: reloaders, stores' persistence, writers, MX, alerts.
+    pub services: Vec<BoxedService>,
+    /// The admin listener (`gateway.admin.listen`), not bound yet.
+    pub admin: Option<Service<Admin>>,
 }
 
 /// The parts the public listener's `Gateway` is made of besides `Shared`, and the background
@@ -98,92 +102,51 @@ struct Parts {
     access_log_service: crate::ops::access_log::AccessLogService,
 }
 
-/// Builds everything from `settings` (a bad table, keys file or state file stops the start)
-/// and serves until signalled. With `mode.upgrade` the listening sockets are taken from the
-/// running gateway (Pingora's graceful upgrade) instead of bound.
-pub fn run(settings: Settings, mode: ServeMode) -> Result<(), StartError> {
-    let mut settings = settings;
-    // A daemon's parent returns once the gateway serves (what systemd's `Type=forking` and the
-    // upgrade dance expect), not at the fork.
-    settings.server.daemon_wait_for_ready |= mode.daemon;
-    let (sources, table, keys_source, keys) = first_load(&settings)?;
+/// Builds everything from `settings` (a bad table, keys file or state file stops the start):
+/// the one wiring path of the standalone gateway and of an embedding host. `server` is the
+/// Pingora server's configuration (it sizes the relay's keep-alive pool).
+pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, StartError> {
+    let (sources, table, keys_source, keys) = first_load(settings)?;
     let in_flight = InFlight::default();
-    let settle = settle_budget(settings.server.grace_period_seconds);
-    let (shared, services) = shared_state(&settings.gateway, table, keys, &in_flight, settle)?;
+    let settle = settle_budget(server.grace_period_seconds);
     let gateway = &settings.gateway;
-    // A bad certificate pair stops the start, like a bad table.
-    let tls = match &gateway.tls {
-        Some(config) => Some(crate::edge::tls::listener(
-            config,
-            gateway.reload.poll_interval,
-            &shared.metrics,
-        )?),
-        None => None,
-    };
-    settings.prepare_runtime_dir()?;
-    let opt = (mode.upgrade || mode.daemon).then(|| Opt {
-        upgrade: mode.upgrade,
-        daemon: mode.daemon,
-        ..Opt::default()
-    });
-    let mut server = Server::new_with_opt_and_conf(opt, settings.server);
-    // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
-    // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
-    let bootstrap = server.bootstrap_as_a_service();
+    let (shared, mut services) = shared_state(gateway, table, keys, &in_flight, settle)?;
     let mut parts = parts(gateway, &shared, &keys_source)?;
     if let Some((_, writer)) = &mut parts.calls {
         writer.settle_with(in_flight.clone(), settle);
     }
-    let gateway_app = Gateway::new(shared.clone(), gateway)
-        .with_relay(&gateway.upstream, &server.configuration)
+    let app = Gateway::new(shared.clone(), gateway)
+        .with_relay(&gateway.upstream, server)
         .with_access_log(parts.access_log.clone())
         .with_calls(parts.calls.as_ref().map(|(c, _)| c.clone()))
         .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
         .with_keys_api(Some(parts.keys_api.clone()));
-    let (mut service, downstream) = public_service(&server, gateway_app, gateway, &in_flight);
-    let scheme = match tls {
-        Some(tls) => {
-            service.add_tls_with_settings(&gateway.listen, None, tls.settings);
-            server.add_service(background_service("tls reload", tls.reloader));
-            "https"
-        }
-        None => {
-            service.add_tcp(&gateway.listen);
-            "http"
-        }
-    };
-    server.add_service(service).add_dependency(&bootstrap);
-    if let Some(listen) = &gateway.admin.listen {
+    let downstream = Arc::new(DownstreamStats::default());
+    let open = downstream.clone();
+    in_flight.track(move || open.counts().open_connections);
+    let admin = gateway.admin.listen.as_deref().map(|listen| {
         let admin = Admin {
             shared: shared.clone(),
-            downstream,
+            downstream: downstream.clone(),
             upstream: gateway.upstream.address.clone(),
         };
-        server
-            .add_service(admin_service(admin, listen))
-            .add_dependency(&bootstrap);
-    }
+        admin_service(admin, listen)
+    });
     let access_log = parts.access_log.clone();
     let inputs = (sources, keys_source);
-    add_background_services(&mut server, gateway, &shared, inputs, parts, services)?;
-    log::info!(
-        "listening on {scheme}://{} (upstream {})",
-        gateway.listen,
-        gateway.upstream.address
-    );
-    server.run(RunArgs {
-        shutdown_signal: Box::new(DrainingShutdown {
-            draining: shared.draining.clone(),
-            drain: gateway.drain,
-        }),
-    });
-    finish(access_log.as_ref(), &shared);
-    log::info!("stopped");
-    Ok(())
+    background_services(&mut services, gateway, &shared, inputs, parts)?;
+    Ok(Wired {
+        gateway: Arc::new(app),
+        shared,
+        downstream,
+        access_log,
+        services,
+        admin,
+    })
 }
 
 /// After the server stopped: the access log's last lines written, the last spans exported.
-fn finish(access_log: Option<&crate::ops::access_log::AccessLog>, shared: &Shared) {
+pub(crate) fn finish(access_log: Option<&crate::ops::access_log::AccessLog>, shared: &Shared) {
     if let Some(log) = access_log {
         log.finish();
     }
@@ -341,51 +304,51 @@ fn parts(
     })
 }
 
-/// The public listener's service (not bound yet): the gateway behind Pingora's HTTP options and
-/// our per-connection limits; and the limits' counters, for readiness and metrics.
-fn public_service(
-    server: &Server,
-    gateway_app: Gateway,
-    gateway: &GatewayConfig,
-    in_flight: &InFlight,
-) -> (
-    Service<Guarded<pingora::proxy::HttpProxy<Gateway>>>,
-    Arc<DownstreamStats>,
-) {
-    let mut proxy = http_proxy(&server.configuration, gateway_app);
+/// A public listener's service (not bound yet): `app` behind Pingora's HTTP options and the
+/// per-connection limits of `gateway.limits`, counted in `downstream`. `refuse_connect`: CONNECT
+/// reaches the app to be refused in the contract's shape (the standalone gateway); otherwise
+/// Pingora refuses it itself, as a host proxy expects.
+pub(crate) fn guarded_service<A>(
+    server: &Arc<ServerConf>,
+    app: A,
+    limits: &crate::edge::config::LimitsConfig,
+    downstream: Arc<DownstreamStats>,
+    refuse_connect: bool,
+) -> Service<Guarded<pingora::proxy::HttpProxy<A>>>
+where
+    A: pingora::proxy::ProxyHttp + Send + Sync + 'static,
+    A::CTX: Send + Sync,
+{
+    let mut proxy = http_proxy(server, app);
     let mut options = HttpServerOptions::default();
-    // Not to proxy CONNECT: Pingora would refuse it itself with a bare 405 (no body, no
-    // `Allow`); let through, it is refused by the gateway, in the contract's shape.
-    options.allow_connect_method_proxying = true;
+    options.allow_connect_method_proxying = refuse_connect;
     // Pingora counts reuses after the first request.
-    options.keepalive_request_limit = Some(gateway.limits.max_requests_per_connection - 1);
+    options.keepalive_request_limit = Some(limits.max_requests_per_connection - 1);
     // HTTP/2 (TLS with `h2`) has its own idle timeout and header-list bound.
-    options.h2_idle_timeout = Some(gateway.limits.idle_timeout);
-    proxy.h2_options = Some(crate::edge::tls::h2_options(&gateway.limits));
+    options.h2_idle_timeout = Some(limits.idle_timeout);
+    proxy.h2_options = Some(crate::edge::tls::h2_options(limits));
     proxy.server_options = Some(options);
-    let guarded = Guarded::new(proxy, &gateway.limits);
-    let downstream = guarded.stats();
-    let open = downstream.clone();
-    in_flight.track(move || open.counts().open_connections);
-    let service = Service::new("domain-risk gateway".to_owned(), guarded);
-    (service, downstream)
+    let guarded = Guarded::new(proxy, limits).with_stats(downstream);
+    Service::new("domain-risk gateway".to_owned(), guarded)
 }
 
 /// The reloaders (table, URL sources, keys), the keys' last-use saver, the access-log writer,
-/// the call-log writer and the top-domains keeper.
-fn add_background_services(
-    server: &mut Server,
+/// the call-log writer, the top-domains keeper and the MX service, after the quota's.
+fn background_services(
+    services: &mut Vec<BoxedService>,
     gateway: &GatewayConfig,
     shared: &Shared,
     (sources, keys_source): (DataSources, KeysSource),
     parts: Parts,
-    quota_services: Vec<BoxedService>,
 ) -> Result<(), StartError> {
-    for service in quota_services {
-        server.add_boxed_service(service);
+    fn boxed<S: pingora::services::background::BackgroundService + Send + Sync + 'static>(
+        name: &str,
+        service: S,
+    ) -> BoxedService {
+        Box::new(background_service(name, service))
     }
     let interval = gateway.reload.poll_interval;
-    server.add_service(background_service(
+    services.push(boxed(
         "data reload",
         Reloader::new(sources, shared.table.clone(), interval)
             .with_priority(gateway.reload.build_priority)
@@ -399,37 +362,37 @@ fn add_background_services(
             gateway.reload.max_shrink_percent,
             &shared.metrics,
         )?;
-        server.add_service(background_service("source fetch", fetcher));
+        services.push(boxed("source fetch", fetcher));
     }
-    server.add_service(background_service(
+    services.push(boxed(
         "keys reload",
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
     if gateway.keys_api.enabled {
-        server.add_service(background_service(
+        services.push(boxed(
             "keys last use",
             crate::account::keys_api::LastUsedSaver(parts.keys_api),
         ));
     }
-    server.add_service(background_service("access log", parts.access_log_service));
+    services.push(boxed("access log", parts.access_log_service));
     if let Some((_, writer)) = parts.calls {
-        server.add_service(background_service("call logs", writer));
+        services.push(boxed("call logs", writer));
     }
     if let Some((_, keeper)) = parts.top_live {
-        server.add_service(background_service("top-domains", keeper));
+        services.push(boxed("top-domains", keeper));
     }
     if let Some(mx) = &shared.mx {
         let sharing = mx.neighbourhood().is_some() && gateway.quota.store == QuotaStoreKind::Redis;
         let index = sharing
             .then(|| SharedIndex::new(&gateway.quota.redis, gateway.mx.neighbourhood.max_entries));
         let service = MxService::new(mx.clone(), gateway.mx.probe_interval, index);
-        server.add_service(background_service("mx", service));
+        services.push(boxed("mx", service));
     }
     Ok(())
 }
 
-type BoxedService = Box<dyn ServiceWithDependents>;
+pub(crate) type BoxedService = Box<dyn ServiceWithDependents>;
 
 /// The configured quota store and the background service that keeps it.
 fn quota_store(

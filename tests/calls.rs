@@ -383,7 +383,7 @@ fn embedded_logs_and_stats() {
     let gw = builder()
         .upstream(upstream.addr)
         .env(
-            domain_risk_gateway::server::CLOCK_START_ENV,
+            domain_risk_gateway::internals::server::CLOCK_START_ENV,
             &shifted_clock(25),
         )
         .in_dir(dir)
@@ -570,7 +570,7 @@ fn redis_logs_and_stats() {
             .redis(&redis.url(), "fail_open")
             .upstream(upstream.addr);
         if let Some(c) = clock {
-            b = b.env(domain_risk_gateway::server::CLOCK_START_ENV, &c);
+            b = b.env(domain_risk_gateway::internals::server::CLOCK_START_ENV, &c);
         }
         b.start()
     };

@@ -4,8 +4,10 @@
 
 use std::path::Path;
 
-use domain_risk_gateway::domain::sources::add_domain_list;
-use domain_risk_gateway::domain::{classify, DomainName, ListKind, Reason, Scores, TableBuilder};
+use domain_risk_gateway::internals::domain::sources::add_domain_list;
+use domain_risk_gateway::internals::domain::{
+    classify, DomainName, ListKind, Reason, Scores, TableBuilder,
+};
 
 /// A file of the repository, by its path from the crate root.
 fn read(file: &str) -> String {

@@ -5,8 +5,8 @@
 //! Input layout: the Content-Type value, a NUL, then the body.
 #![no_main]
 
-use domain_risk_gateway::domain::DomainName;
-use domain_risk_gateway::edge::batch::{check_content_type, parse, push_invalid, Item, Results};
+use domain_risk_gateway::internals::domain::DomainName;
+use domain_risk_gateway::internals::edge::batch::{check_content_type, parse, push_invalid, Item, Results};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;

@@ -1,7 +1,7 @@
 //! Fuzzes the `/v1/check/{target}` screen: its output becomes the upstream request line.
 #![no_main]
 
-use domain_risk_gateway::domain::target::screen_target;
+use domain_risk_gateway::internals::domain::target::screen_target;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

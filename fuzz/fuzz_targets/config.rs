@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use domain_risk_gateway::config::Settings;
+use domain_risk_gateway::internals::config::Settings;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

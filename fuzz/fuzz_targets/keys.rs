@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use domain_risk_gateway::access::keys::parse_keys;
+use domain_risk_gateway::internals::access::keys::parse_keys;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

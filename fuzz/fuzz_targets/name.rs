@@ -1,8 +1,8 @@
 //! Fuzzes the domain-name parser: hostile path segments and table entries reach it.
 #![no_main]
 
-use domain_risk_gateway::domain::name::MAX_NAME_LEN;
-use domain_risk_gateway::domain::DomainName;
+use domain_risk_gateway::internals::domain::name::MAX_NAME_LEN;
+use domain_risk_gateway::internals::domain::DomainName;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

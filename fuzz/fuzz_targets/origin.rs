@@ -2,7 +2,7 @@
 //! the keys file.
 #![no_main]
 
-use domain_risk_gateway::access::origin::{Origin, OriginPattern};
+use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,10 +5,10 @@
 //! Input layout: method bytes, a NUL, then the request target (path, `?`, query).
 #![no_main]
 
-use domain_risk_gateway::domain::target::screen_target;
-use domain_risk_gateway::domain::top::MAX_TOP;
-use domain_risk_gateway::domain::DomainName;
-use domain_risk_gateway::edge::route::{
+use domain_risk_gateway::internals::domain::target::screen_target;
+use domain_risk_gateway::internals::domain::top::MAX_TOP;
+use domain_risk_gateway::internals::domain::DomainName;
+use domain_risk_gateway::internals::edge::route::{
     route, KeysCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH, MAX_CURSOR_LEN,
     MAX_LOGS_LIMIT,
 };

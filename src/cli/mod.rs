@@ -8,12 +8,12 @@ mod serve;
 
 use std::path::Path;
 
-pub use crate::server::ServeMode;
 pub use check_config::check_config;
 pub use key_new::key_new;
 pub use lookup::lookup;
 pub use mx_snapshot::{mx_snapshot, SnapshotOptions};
 pub use serve::serve;
+pub use serve::ServeMode;
 
 use crate::config::Settings;
 

@@ -1,11 +1,89 @@
-//! `serve`: runs the gateway until signalled, or takes over from a running one (`--upgrade`).
+//! `serve`: the standalone gateway, a host of the embedding API like any other: it builds a
+//! [`DomainRisk`](crate::DomainRisk) that claims every request and serves it until signalled,
+//! or takes over from a running one (`--upgrade`).
 
 use std::path::Path;
 
+use pingora::server::configuration::Opt;
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
+
 use super::{settings, CommandError};
-use crate::server::ServeMode;
+use crate::config::Settings;
 
 /// Builds the first table and key set (bad ones stop the start), then serves until signalled.
 pub fn serve(conf: &Path, listen: Option<&str>, mode: ServeMode) -> Result<(), CommandError> {
-    crate::server::run(settings(conf, listen)?, mode)
+    run(settings(conf, listen)?, mode)
+}
+
+/// How `serve` starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServeMode {
+    /// Take the listening sockets from the running gateway (over `upgrade_sock`, once it gets
+    /// SIGQUIT) instead of binding them.
+    pub upgrade: bool,
+    /// Run in the background (Pingora's daemon mode: it writes `pid_file`).
+    pub daemon: bool,
+}
+
+/// The standalone gateway: builds it (a bad table, keys file or state file stops the start)
+/// through the embedding API, as a host would, and serves until signalled. With `mode.upgrade`
+/// the listening sockets are taken from the running gateway (Pingora's graceful upgrade)
+/// instead of bound.
+fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
+    let mut settings = settings;
+    // A daemon's parent returns once the gateway serves (what systemd's `Type=forking` and the
+    // upgrade dance expect), not at the fork.
+    settings.server.daemon_wait_for_ready |= mode.daemon;
+    let opt = (mode.upgrade || mode.daemon).then(|| Opt {
+        upgrade: mode.upgrade,
+        daemon: mode.daemon,
+        ..Opt::default()
+    });
+    let server_conf = std::mem::take(&mut settings.server);
+    let gateway = settings.gateway.clone();
+    let runtime_dir = settings.runtime_dir.clone();
+    let risk = crate::DomainRisk::builder(crate::Config::from_settings(settings))
+        .standalone()
+        .build(&server_conf)?;
+    // A bad certificate pair stops the start, like a bad table.
+    let tls = match &gateway.tls {
+        Some(config) => Some(crate::edge::tls::listener(
+            config,
+            gateway.reload.poll_interval,
+            &risk.wired().shared.metrics,
+        )?),
+        None => None,
+    };
+    if let Some(dir) = &runtime_dir {
+        crate::config::ensure_private_dir(dir)?;
+    }
+    let mut server = Server::new_with_opt_and_conf(opt, server_conf);
+    // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
+    // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
+    let bootstrap = server.bootstrap_as_a_service();
+    let mut service = risk.standalone_service(&server.configuration);
+    let scheme = match tls {
+        Some(tls) => {
+            service.add_tls_with_settings(&gateway.listen, None, tls.settings);
+            server.add_service(background_service("tls reload", tls.reloader));
+            "https"
+        }
+        None => {
+            service.add_tcp(&gateway.listen);
+            "http"
+        }
+    };
+    server.add_service(service).add_dependency(&bootstrap);
+    let shutdown_signal = risk.shutdown_signal();
+    let finish = risk.add_services_to(&mut server, Some(&bootstrap));
+    log::info!(
+        "listening on {scheme}://{} (upstream {})",
+        gateway.listen,
+        gateway.upstream.address
+    );
+    server.run(RunArgs { shutdown_signal });
+    finish.finish();
+    log::info!("stopped");
+    Ok(())
 }

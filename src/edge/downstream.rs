@@ -123,8 +123,10 @@ impl<A> Guarded<A> {
         }
     }
 
-    pub fn stats(&self) -> Arc<DownstreamStats> {
-        self.stats.clone()
+    /// Counts into `stats` (the gateway's own, read by readiness, metrics and draining).
+    pub fn with_stats(mut self, stats: Arc<DownstreamStats>) -> Self {
+        self.stats = stats;
+        self
     }
 }
 

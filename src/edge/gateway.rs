@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
     HeaderName, HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
@@ -1226,25 +1225,21 @@ impl RequestIds {
     }
 }
 
-#[async_trait]
-impl ProxyHttp for Gateway {
-    type CTX = RequestCtx;
-
-    fn new_ctx(&self) -> Self::CTX {
+/// The phases of a request that is ours, called by [`WithDomainRisk`](crate::edge::middleware::WithDomainRisk)
+/// (the one `ProxyHttp` implementation): each named after the Pingora callback it serves.
+impl Gateway {
+    pub(crate) fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             start: Some(Instant::now()),
             ..RequestCtx::default()
         }
     }
 
-    /// No downstream modules: we never compress, and each module costs every request.
-    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
-
     /// Pipelined requests are answered in order (Pingora reads them one at a time).
-    async fn early_request_filter(
+    pub(crate) async fn early_request_filter(
         &self,
         session: &mut Session,
-        _ctx: &mut Self::CTX,
+        _ctx: &mut RequestCtx,
     ) -> Result<()> {
         if session.req_header().method == http::Method::CONNECT {
             // Pingora lets CONNECT this far (`allow_connect_method_proxying`) only so that its
@@ -1260,7 +1255,11 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+    pub(crate) async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<bool> {
         if let Some(tracing) = &self.shared.tracing {
             ctx.trace = tracing.request(&session.req_header().headers, self.peer_trusted(session));
         }
@@ -1297,10 +1296,10 @@ impl ProxyHttp for Gateway {
         }
     }
 
-    async fn upstream_peer(
+    pub(crate) async fn upstream_peer(
         &self,
         _session: &mut Session,
-        ctx: &mut Self::CTX,
+        ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         ctx.upstream_start = Some(Instant::now());
         ctx.upstream_span = self.child_span(ctx, "upstream", Kind::Client);
@@ -1310,21 +1309,21 @@ impl ProxyHttp for Gateway {
     /// Replaces the request Pingora would forward with one built from what we screened: the
     /// canonical path, our `Host`, the allowed client headers and ours. Nothing else of the
     /// client's request (query, absolute-form authority, cookies, forwarding headers) crosses.
-    async fn upstream_request_filter(
+    pub(crate) async fn upstream_request_filter(
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        ctx: &mut Self::CTX,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
         *upstream_request = self.upstream_request(session, ctx)?;
         Ok(())
     }
 
-    async fn response_filter(
+    pub(crate) async fn response_filter(
         &self,
         _session: &mut Session,
         upstream_response: &mut ResponseHeader,
-        ctx: &mut Self::CTX,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let Some(start) = ctx.upstream_start {
             let elapsed = start.elapsed();
@@ -1370,16 +1369,13 @@ impl ProxyHttp for Gateway {
 
     /// Reads a `/v1/check` answer (up to `calls.check_body_max_bytes`) for the verdict its
     /// call is logged with; the body itself passes on untouched.
-    fn response_body_filter(
+    pub(crate) fn response_body_filter(
         &self,
         _session: &mut Session,
         body: &mut Option<Bytes>,
         end_of_stream: bool,
-        ctx: &mut Self::CTX,
-    ) -> Result<Option<Duration>>
-    where
-        Self::CTX: Send + Sync,
-    {
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<Duration>> {
         let (Some(calls), Some(buf)) = (&self.calls, &mut ctx.check_body) else {
             return Ok(None);
         };
@@ -1399,26 +1395,23 @@ impl ProxyHttp for Gateway {
     }
 
     /// There is one upstream: retrying a refused or timed-out connect only multiplies the wait.
-    fn fail_to_connect(
+    pub(crate) fn fail_to_connect(
         &self,
         _session: &mut Session,
         _peer: &HttpPeer,
-        _ctx: &mut Self::CTX,
+        _ctx: &mut RequestCtx,
         mut e: Box<Error>,
     ) -> Box<Error> {
         e.set_retry(false);
         e
     }
 
-    async fn fail_to_proxy(
+    pub(crate) async fn fail_to_proxy(
         &self,
         session: &mut Session,
         e: &Error,
-        ctx: &mut Self::CTX,
-    ) -> FailToProxy
-    where
-        Self::CTX: Send + Sync,
-    {
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
         if let Some(kind) = UpstreamError::of(e) {
             self.shared.metrics.upstream_failed(kind);
         }
@@ -1462,7 +1455,12 @@ impl ProxyHttp for Gateway {
     }
 
     /// Runs once per request, whatever became of it.
-    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
+    pub(crate) async fn logging(
+        &self,
+        session: &mut Session,
+        e: Option<&Error>,
+        ctx: &mut RequestCtx,
+    ) {
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.start.map(|s| s.elapsed()).unwrap_or_default();
         if ctx.upstream_span.is_some() {
@@ -1501,7 +1499,7 @@ impl ProxyHttp for Gateway {
     /// Pingora's error lines name the request with this. Its default, the raw path and `Host`,
     /// carries whatever address a client put there: masked here at the source (the logger
     /// masks every line as well).
-    fn request_summary(&self, session: &Session, _ctx: &Self::CTX) -> String {
+    pub(crate) fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
         let summary = session.as_downstream().request_summary();
         match crate::ops::redact::mask_emails(&summary) {
             std::borrow::Cow::Borrowed(_) => summary,
@@ -1509,7 +1507,12 @@ impl ProxyHttp for Gateway {
         }
     }
 
-    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, error: &Error) -> bool {
+    pub(crate) fn suppress_error_log(
+        &self,
+        _session: &Session,
+        _ctx: &RequestCtx,
+        error: &Error,
+    ) -> bool {
         // Upstream failures are answered with 502/504 and are the backend's to report; clients
         // that hang up mid-request are theirs. Only our own errors are worth a log line.
         matches!(

@@ -8,6 +8,7 @@ pub mod downstream;
 pub mod framing;
 pub mod gateway;
 pub mod http;
+pub mod middleware;
 pub mod openapi;
 pub mod route;
 pub mod tls;

@@ -91,7 +91,7 @@ impl Default for GatewayBuilder {
             gateway_yaml: Vec::new(),
             builtin: false,
             upstream: dead.addr.to_string(),
-            keys: domain_risk_gateway::access::keys::key_entry_yaml(
+            keys: domain_risk_gateway::internals::access::keys::key_entry_yaml(
                 "test",
                 TEST_SECRET,
                 "test",
@@ -130,27 +130,29 @@ impl GatewayBuilder {
     /// Adds a key to the keys file.
     pub fn key(mut self, id: &str, secret: &str, plan: &str, origins: &[&str]) -> Self {
         let origins: Vec<String> = origins.iter().map(|o| o.to_string()).collect();
-        self.keys
-            .push_str(&domain_risk_gateway::access::keys::key_entry_yaml(
+        self.keys.push_str(
+            &domain_risk_gateway::internals::access::keys::key_entry_yaml(
                 id, secret, plan, &origins,
-            ));
+            ),
+        );
         self
     }
 
     /// Adds a key of `project` (keys of a project share its quota) to the keys file.
     pub fn key_in_project(mut self, id: &str, secret: &str, plan: &str, project: &str) -> Self {
-        let extras = domain_risk_gateway::access::keys::EntryExtras {
+        let extras = domain_risk_gateway::internals::access::keys::EntryExtras {
             project: Some(project),
             ..Default::default()
         };
-        self.keys
-            .push_str(&domain_risk_gateway::access::keys::key_entry_yaml_with(
+        self.keys.push_str(
+            &domain_risk_gateway::internals::access::keys::key_entry_yaml_with(
                 id,
                 secret,
                 plan,
                 &[],
                 &extras,
-            ));
+            ),
+        );
         self
     }
 
@@ -270,6 +272,12 @@ impl GatewayBuilder {
     }
 
     pub fn start(self) -> Gateway {
+        self.start_with(serve_command)
+    }
+
+    /// Writes the config folder and starts `command(conf, listen address)` on it: another
+    /// program built on the gateway (`examples/embed.rs`) instead of the binary's `serve`.
+    pub fn start_with(self, command: impl Fn(&str, &str) -> Command) -> Gateway {
         let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -365,10 +373,17 @@ impl GatewayBuilder {
             ),
         )
         .unwrap();
-        let mut gw = Gateway::spawn(dir, conf, &self.env);
+        let mut gw = Gateway::spawn_with(dir, conf, &self.env, command);
         gw.dead_upstream = self.dead_upstream;
         gw
     }
+}
+
+/// The gateway binary's `serve` on `conf`, listening on `listen`.
+pub fn serve_command(conf: &str, listen: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(["-c", conf, "serve", "--listen", listen]);
+    command
 }
 
 /// A running gateway process; killed on drop.
@@ -389,19 +404,22 @@ impl Gateway {
     /// Starts the binary on `conf` (its admin listener must be `unix:<dir>/admin.sock`), on a
     /// free loopback port.
     pub fn spawn(dir: tempfile::TempDir, conf: PathBuf, env: &[(String, String)]) -> Gateway {
+        Gateway::spawn_with(dir, conf, env, serve_command)
+    }
+
+    /// Starts `command(conf, listen address)` on `conf`, on a free loopback port.
+    pub fn spawn_with(
+        dir: tempfile::TempDir,
+        conf: PathBuf,
+        env: &[(String, String)],
+        command: impl Fn(&str, &str) -> Command,
+    ) -> Gateway {
         let log = dir.path().join("gateway.log");
         let mut dir = Some(dir);
         // A port picked free can be taken before the gateway binds it: try another one then.
         for attempt in 1..=3 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let child = Command::new(BIN)
-                .args([
-                    "-c",
-                    conf.to_str().unwrap(),
-                    "serve",
-                    "--listen",
-                    &addr.to_string(),
-                ])
+            let child = command(conf.to_str().unwrap(), &addr.to_string())
                 .env("RUST_LOG", "info")
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::null())
@@ -844,7 +862,7 @@ pub fn read_response<R: BufRead>(r: &mut R) -> std::io::Result<Response> {
     })
 }
 
-fn read_headers<R: BufRead>(r: &mut R) -> std::io::Result<Vec<(String, String)>> {
+pub fn read_headers<R: BufRead>(r: &mut R) -> std::io::Result<Vec<(String, String)>> {
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
