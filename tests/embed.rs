@@ -309,7 +309,10 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
     let lookups = gw
         .metric("drg_requests_total{route=\"domain\",status=\"200\"}")
         .expect("lookups counted");
-    assert_eq!(lookups, 5.0, "one, from its origin, three of the small plan");
+    assert_eq!(
+        lookups, 5.0,
+        "one, from its origin, three of the small plan"
+    );
     let metrics = String::from_utf8(gw.admin_get("/metrics").body).unwrap();
     assert!(!metrics.contains("upload"), "a host route in the metrics");
     assert_eq!(gw.admin_get("/readyz").status, 200);
