@@ -74,7 +74,8 @@ impl ProxyHttp for Host {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // `RUST_LOG`, email addresses masked in every line (a host may keep a logger of its own).
+    domain_risk_gateway::install_logger()?;
     let args = Args::parse();
     // Pingora reads its own keys from the file and leaves `gateway:` alone.
     let opt = Opt {

@@ -28,6 +28,18 @@ pub enum Error {
     /// file, a store, the call log, the access log.
     #[error(transparent)]
     Start(Box<dyn std::error::Error + Send + Sync>),
+    /// The logger could not be installed (another one already is, or its settings are bad).
+    #[error(transparent)]
+    Logger(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Installs the gateway's logger as the process's `log` logger, as the standalone gateway does:
+/// `RUST_LOG` as env_logger reads it (default `info`); every line, the host's and Pingora's
+/// included, with email addresses masked; client-caused error lines (Pingora's downstream
+/// failures) rate-limited and counted in the metrics. Call it once, first. A host that keeps a
+/// logger of its own loses the masking of lines that are not the gateway's.
+pub fn install_logger() -> Result<(), Error> {
+    crate::ops::logging::install().map_err(|e| Error::Logger(e.into()))
 }
 
 /// The gateway's configuration: the `gateway:` section of a YAML file (see

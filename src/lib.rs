@@ -48,7 +48,7 @@
 mod embed;
 
 pub use edge::middleware::{Ctx, WithDomainRisk};
-pub use embed::{Builder, Config, DomainRisk, Error, Finish};
+pub use embed::{install_logger, Builder, Config, DomainRisk, Error, Finish};
 
 #[doc(hidden)]
 pub mod internals;

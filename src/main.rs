@@ -84,7 +84,7 @@ enum KeyCommand {
 }
 
 fn main() -> ExitCode {
-    if let Err(e) = domain_risk_gateway::internals::ops::logging::install() {
+    if let Err(e) = domain_risk_gateway::install_logger() {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
