@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benches" / "out"
 BIN = ROOT / "target" / "release" / "domain-risk-gateway"
 FLOOR = ROOT / "target" / "release" / "examples" / "floor"
+EMBED = ROOT / "target" / "release" / "examples" / "embed"
 KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
 # HAProxy's quota check: a second key with a small limit, to see its 429 before measuring.
 LIMITED_KEY = "drg_bench_limited_0123456789abcdefghijklmnopqrs"
@@ -290,6 +291,19 @@ http {{
         """Connections the upstream has accepted so far, this query's own excluded."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.up_status_port}/").read().decode()
         return int(text.splitlines()[2].split()[0]) - 1
+
+    def start_embed(self):
+        """examples/embed.rs, a host proxy with the domain-risk routes under /v1/, on the
+        gateway's config and port; its own routes go to the upstream."""
+        log = open(OUT / "embed.log", "w")
+        p = subprocess.Popen(PIN["server"] + [str(EMBED), "-c", str(OUT / "gateway.yaml"),
+                                              "--listen", f"127.0.0.1:{self.gw_port}",
+                                              "--upstream", f"127.0.0.1:{self.up_port}"],
+                             stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"})
+        self.procs.append(p)
+        self.gateways.append(p)
+        wait_port(self.gw_port)
+        self.gw = p
 
     def start_floor(self):
         """The bare Pingora floor (examples/floor.rs) on the gateway's config: one answer
@@ -586,6 +600,81 @@ def batch_runs(args):
     replace_section(args.results, "Batch lookups", "\n".join(lines))
 
 
+def embed_runs(args):
+    """Alternating rounds, a fresh process per measurement: the lookup on the standalone gateway,
+    on examples/embed.rs (the same config, the routes mounted in a host proxy) and on the floor;
+    and a host route of the example proxied to the upstream beside the floor's bare proxy.
+    Replaces the "Embedded" section of --results."""
+    assert EMBED.exists(), f"{EMBED} is missing (cargo build --release --example embed)"
+    s = Setup(args)
+    s.write_gateway(extra="  admin: { listen: null }\n")
+    try:
+        s.start_upstream()
+        s.start_gateway()
+        s.bodies()
+        s.start_floor()
+        auth = (f"Authorization: Bearer {KEY}",)
+        lookup = f"/v1/public/domain/{LISTED}"
+        G = f"http://127.0.0.1:{s.gw_port}"
+        cases = [("lookup", "gateway", G + lookup, auth),
+                 ("lookup", "embed", G + lookup, auth),
+                 ("lookup", "floor", f"http://127.0.0.1:{s.floor_ports['lookup']}{lookup}", ()),
+                 ("host_route", "embed", G + "/app/page", ()),
+                 ("host_route", "floor", f"http://127.0.0.1:{s.floor_ports['proxy']}/app/page", ())]
+        stop_process(s.gw)
+        s.procs.remove(s.gw)
+        s.gateways.remove(s.gw)
+        starts = {"gateway": s.start_gateway, "embed": s.start_embed}
+        for name, who, url, hdr in cases:
+            if who in starts:
+                starts[who]()
+            status, body = fetch(url, hdr)
+            want = s.lookup_body if name == "lookup" else UPSTREAM_BODY
+            assert (status, body) == (200, want), f"{name} {who}: {status} {body[:200]}"
+            if who in starts:
+                stop_process(s.gw)
+                s.procs.remove(s.gw)
+                s.gateways.remove(s.gw)
+        runs = {(c[0], c[1]): [] for c in cases}
+        warm = argparse.Namespace(**{**vars(args), "duration": 1})
+        for rnd in range(args.rounds):
+            for name, who, url, hdr in cases[rnd % len(cases):] + cases[:rnd % len(cases)]:
+                if who in starts:
+                    starts[who]()
+                pid = s.floor.pid if who == "floor" else s.gw.pid
+                measure(url, [pid], warm, hdr)
+                r = measure(url, [pid], args, hdr)
+                if who in starts:
+                    stop_process(s.gw)
+                    s.procs.remove(s.gw)
+                    s.gateways.remove(s.gw)
+                runs[(name, who)].append(r)
+                print(f"round {rnd + 1} {name:10} {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
+                      f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
+                      f"  errors {r['socket_errors'] + r['non2xx']}", flush=True)
+    finally:
+        s.stop()
+    lines = ["## Embedded", "",
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"wrk -t1 -c{args.connections} -d{args.duration}s after a 1 s warm-up, a fresh process for each "
+             f"gateway measurement, {args.rounds} rounds in a rotated order, medians; the standalone gateway and "
+             f"`examples/embed.rs` (a host proxy with the routes mounted under `/v1/`, the system allocator) on one "
+             f"config ({args.entries} listed names, admin listener off); pinning: {pin_note()}.",
+             "", "| case | req/s | vs standalone | paired | vs floor | p50 us | p99 us | cpu us/req | failed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (name, who), rs in runs.items():
+        base = runs.get((name, "gateway"))
+        floor = runs[(name, "floor")]
+        vs = f"{med(rs, 'rps') / med(base, 'rps'):.2f}x" if base else ""
+        paired = f"{statistics.median(r['rps'] / b['rps'] for r, b in zip(rs, base)):.2f}x" if base else ""
+        lines.append(f"| {name} ({who}) | {med(rs, 'rps'):.0f} | {vs} | {paired} | "
+                     f"{med(rs, 'rps') / med(floor, 'rps'):.2f}x | {med(rs, 'p50_us'):.0f} | "
+                     f"{med(rs, 'p99_us'):.0f} | {med(rs, 'cpu_us_per_req'):.2f} | "
+                     f"{sum(r['socket_errors'] + r['non2xx'] for r in rs)} |")
+    lines.append("")
+    replace_section(args.results, "Embedded", "\n".join(lines))
+
+
 def replace_section(results, title, section):
     """Prints `section` and puts it in place of the `## title` section of the results file (at
     its end)."""
@@ -698,7 +787,7 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
-    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs or batch")
+    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs, batch or embed")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
@@ -722,6 +811,8 @@ def main():
         return feature_costs(args)
     if args.only == "batch":
         return batch_runs(args)
+    if args.only == "embed":
+        return embed_runs(args)
 
     s = Setup(args)
     s.write_gateway()

@@ -9,7 +9,7 @@
 //!
 //! The stream also swaps Pingora's own bare `400` (no body, `Server: Pingora`), which it writes
 //! for a request header its parser refuses before any `ProxyHttp` hook runs, for the contract's
-//! JSON `bad_request` ([`PINGORA_400`]).
+//! JSON `bad_request` (`PINGORA_400`).
 
 use std::fmt;
 use std::future::Future;

@@ -20,7 +20,7 @@ use libmimalloc_sys::{
 /// The alignment every mimalloc block has.
 const BLOCK_ALIGN: usize = 8;
 
-/// mimalloc, with the plain calls for alignments of at most [`BLOCK_ALIGN`].
+/// mimalloc, with the plain calls for alignments of at most `BLOCK_ALIGN`.
 pub struct Allocator;
 
 // SAFETY: each method hands the layout's size (and, above BLOCK_ALIGN, its alignment) to the

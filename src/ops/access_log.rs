@@ -4,7 +4,7 @@
 //! A request appends its line to its thread's shard of a bounded buffer (no allocation, no
 //! channel, no wake-up while the writer is busy); a full shard drops the line and counts it
 //! (`drg_access_log_dropped_total`), so a slow disk or a stalled stderr pipe can never hold a
-//! request up. The writer swaps the shards' buffers out every [`LINGER`] while lines come, and
+//! request up. The writer swaps the shards' buffers out every `LINGER` while lines come, and
 //! parks when none do (the next line unparks it), so `tail -f` is a few milliseconds behind and
 //! a busy gateway pays one write(2) per batch, not per line.
 //! SIGUSR1 makes it reopen its file (logrotate's `create` mode); a failed reopen keeps the old

@@ -162,7 +162,7 @@ pub trait CallStore: Send + Sync {
         false
     }
 
-    /// Stores one tick's calls, in batches of at most [`MAX_BATCH`], one after another.
+    /// Stores one tick's calls, in batches of at most `MAX_BATCH`, one after another.
     async fn write_all(&self, calls: Vec<Call>) -> Written {
         let mut written = Written::default();
         let mut rest = calls.into_iter();
