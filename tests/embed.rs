@@ -299,6 +299,24 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
     assert_eq!(checked[0].path, "/v1/check/user@example.com");
     assert_eq!(checked[0].header("x-api-key-id"), Some("test"));
     assert_eq!(checked[0].header("authorization"), None);
+    // Spellings of `/v1/` a backend could read as it are the gateway's too: never forwarded
+    // around its keys and quota to a host backend that may serve `/v1/` itself.
+    for respelt in [
+        "//v1/check/user@example.com",
+        "/%76%31/check/user@example.com",
+        "/app/../v1/check/user@example.com",
+        "/V1/check/user@example.com",
+        "/v1;x/check/user@example.com",
+    ] {
+        let r = send(&gw, "GET", respelt, None, &[], None);
+        assert_eq!(
+            r.status,
+            404,
+            "{respelt}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    assert_eq!(check.requests().len(), 1);
     assert_eq!(
         backend.seen().len(),
         1,
