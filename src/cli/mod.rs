@@ -5,6 +5,7 @@ mod key_new;
 mod lookup;
 mod mx_snapshot;
 mod serve;
+mod version;
 
 use std::path::Path;
 
@@ -14,6 +15,7 @@ pub use lookup::lookup;
 pub use mx_snapshot::{mx_snapshot, SnapshotOptions};
 pub use serve::serve;
 pub use serve::ServeMode;
+pub use version::version;
 
 use crate::config::Settings;
 

@@ -1,0 +1,82 @@
+//! The command line's definition (clap), shared by the binary (`main.rs`) and the build script,
+//! which renders it as the man page and the shell completions the package installs.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "domain-risk-gateway", about, disable_version_flag = true)]
+pub struct Cli {
+    /// Print the version, the git commit and the dataset version of the configured data (the
+    /// shipped data with the packaged config), then exit.
+    #[arg(short = 'V', long, global = true)]
+    pub version: bool,
+    /// Config file (Pingora server keys plus a `gateway:` section).
+    #[arg(short, long, global = true, default_value = "conf/gateway.yaml")]
+    pub conf: PathBuf,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the gateway (the default).
+    Serve {
+        /// Listen on this ip:port instead of the configured `gateway.listen`.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Take the listening sockets over from the running gateway (same config): start this,
+        /// then send SIGQUIT to the old process.
+        #[arg(long)]
+        upgrade: bool,
+        /// Run in the background and write the pid file (`pid_file`).
+        #[arg(long)]
+        daemon: bool,
+    },
+    /// Validate the config and data files, then exit.
+    CheckConfig,
+    /// Classify a domain from the configured data and show which rule decided.
+    Lookup { domain: String },
+    /// Resolve the MX hosts of every listed throwaway name into a snapshot the gateway loads at
+    /// start (`gateway.mx.neighbourhood.snapshot`); resumable: run it again to go on.
+    MxSnapshot {
+        /// The snapshot file (appended to; names already in it are skipped).
+        #[arg(long)]
+        out: PathBuf,
+        /// Names resolved at once.
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        concurrency: u32,
+        /// Names started per second at most.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100000))]
+        rate: u32,
+        /// Stop after this many new names.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+pub enum KeyCommand {
+    /// Generate a new key: prints the secret once, and the entry for the keys file.
+    New {
+        /// The key's id (letters, digits, '-', '_', '.'), shown to the upstream and in usage.
+        #[arg(long)]
+        id: String,
+        /// One of the plans configured under gateway.access.plans.
+        #[arg(long)]
+        plan: String,
+        /// An authorised origin (repeatable); none makes a server key.
+        #[arg(long = "origin")]
+        origins: Vec<String>,
+        /// The project whose quota the key shares (default: its own id).
+        #[arg(long)]
+        project: Option<String>,
+        /// Append the entry to the configured keys file instead of printing it.
+        #[arg(long)]
+        append: bool,
+    },
+}
