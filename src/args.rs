@@ -36,6 +36,9 @@ pub enum Command {
     },
     /// Validate the config and data files, then exit.
     CheckConfig,
+    /// Ask the running gateway's listener for /healthz: exit 0 when it answers 200 (the
+    /// container image's health check).
+    Health,
     /// Classify a domain from the configured data and show which rule decided.
     Lookup { domain: String },
     /// Resolve the MX hosts of every listed throwaway name into a snapshot the gateway loads at

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             cli::serve(&cli.conf, listen.as_deref(), mode).map(|()| None)
         }
         Command::CheckConfig => cli::check_config(&cli.conf).map(Some),
+        Command::Health => cli::health(&cli.conf).map(Some),
         Command::Lookup { domain } => cli::lookup(&cli.conf, &domain).map(Some),
         Command::MxSnapshot {
             out,

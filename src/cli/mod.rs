@@ -1,6 +1,7 @@
 //! The CLI subcommands, one file each; `main.rs` only parses arguments and calls these.
 
 mod check_config;
+mod health;
 mod key_new;
 mod lookup;
 mod mx_snapshot;
@@ -10,6 +11,7 @@ mod version;
 use std::path::Path;
 
 pub use check_config::check_config;
+pub use health::health;
 pub use key_new::key_new;
 pub use lookup::lookup;
 pub use mx_snapshot::{mx_snapshot, SnapshotOptions};
