@@ -170,6 +170,8 @@ pub struct KeyStore {
     by_prefix: HashMap<u64, Vec<Arc<KeyEntry>>>,
     /// Each project's keys, sorted by id.
     by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>>,
+    /// Every key by its id (ids are unique in a store).
+    by_id: HashMap<Arc<str>, Arc<KeyEntry>>,
     len: usize,
     /// Why the managed file's keys are not in this store (unreadable, corrupt and set aside,
     /// written by a newer gateway): the API-made keys are off meanwhile, the operator's work.
@@ -239,10 +241,10 @@ impl KeyStore {
 
     /// The key with this id, if any.
     pub fn by_id(&self, id: &str) -> Option<&Arc<KeyEntry>> {
-        self.entries().find(|k| &*k.id == id)
+        self.by_id.get(id)
     }
 
-    /// Adds a key; [`index_projects`](Self::index_projects) makes it visible per project.
+    /// Adds a key; [`index_projects`](Self::index_projects) makes it visible per project and by id.
     pub(super) fn insert(&mut self, entry: KeyEntry) {
         self.by_prefix
             .entry(prefix(&entry.hash))
@@ -290,14 +292,21 @@ impl KeyStore {
             }
         }
         self.by_project = by_project;
+        self.by_id = self
+            .by_prefix
+            .values()
+            .flatten()
+            .map(|k| (k.id.clone(), k.clone()))
+            .collect();
     }
 
     /// Gives each key of `self` the last-use counter of the same key in `previous`, so a
     /// reload does not forget when keys were used (the later time wins), and its project's
     /// queued-calls counter.
     pub fn carry_last_used(&mut self, previous: &KeyStore) {
-        // The project index holds clones of the entries: drop it so each entry is unique.
+        // The indexes hold clones of the entries: drop them so each entry is unique.
         self.by_project.clear();
+        self.by_id.clear();
         for keys in self.by_prefix.values_mut() {
             for key in keys.iter_mut() {
                 let old = previous.find_hash(&key.hash).filter(|old| old.id == key.id);

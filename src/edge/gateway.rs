@@ -27,7 +27,7 @@ use pingora::{ErrorSource, ErrorType};
 
 use crate::access::keys::KeyEntry;
 use crate::access::policy::{Limit, Refusal};
-use crate::access::quota::{Month, Usage};
+use crate::access::quota::{ratelimit, Usage};
 use crate::access::rate::{RateConfig, RateStanding};
 use crate::access::{decide_lazily, Principal, Rejection};
 use crate::account::calls::{Call, Calls, Verdict};
@@ -917,12 +917,17 @@ fn access_headers(ctx: &RequestCtx, out: &mut Vec<(HeaderName, HeaderValue)>) {
     }
     match (&ctx.usage, &ctx.rate) {
         (Some(usage), None) => {
-            out.push((RATELIMIT_POLICY, policy_value(usage)));
-            if let Some(v) = ratelimit_value(usage) {
+            out.push((RATELIMIT_POLICY, ratelimit::policy(usage)));
+            if let Some(v) = ratelimit::remaining(usage) {
                 out.push((RATELIMIT, v));
             }
         }
-        (usage, Some(rate)) => push_both_policies(usage.as_ref(), rate, out),
+        (usage, Some((rate, standing))) => {
+            if let Some((policy, now)) = ratelimit::with_rate(usage.as_ref(), rate, standing) {
+                out.push((RATELIMIT_POLICY, policy));
+                out.push((RATELIMIT, now));
+            }
+        }
         (None, None) => {}
     }
     if let Some(limit) = ctx.would_reject {
@@ -943,101 +948,6 @@ fn access_headers(ctx: &RequestCtx, out: &mut Vec<(HeaderName, HeaderValue)>) {
             HeaderValue::from_static(EXPOSED_HEADERS),
         ));
     }
-}
-
-/// `RateLimit-Policy` ([`Usage::policy_header`]): the same for every call of a plan in a month,
-/// so each worker thread keeps the last one it built and copies it (a reference count).
-fn policy_value(usage: &Usage) -> HeaderValue {
-    use std::cell::RefCell;
-    thread_local! {
-        static LAST: RefCell<Option<(u64, Month, HeaderValue)>> = const { RefCell::new(None) };
-    }
-    LAST.with_borrow_mut(|last| match last {
-        Some((limit, month, value)) if *limit == usage.limit && *month == usage.month => {
-            value.clone()
-        }
-        _ => {
-            let mut s = Vec::with_capacity(48);
-            s.extend_from_slice(b"\"monthly\";q=");
-            s.extend_from_slice(itoa::Buffer::new().format(usage.limit).as_bytes());
-            s.extend_from_slice(b";w=");
-            s.extend_from_slice(itoa::Buffer::new().format(usage.month.seconds()).as_bytes());
-            // Digits and ASCII punctuation only: always a valid value.
-            let value = HeaderValue::from_maybe_shared(Bytes::from(s))
-                .unwrap_or_else(|_| HeaderValue::from_static(""));
-            *last = Some((usage.limit, usage.month, value.clone()));
-            value
-        }
-    })
-}
-
-/// `RateLimit-Policy` and `RateLimit` of a plan with a per-second rate: the IETF draft's list
-/// form, the month first (when it was asked), then the rate as `"rate";q=<per second>;w=1`
-/// with its `burst` as an extra parameter, and `r`/`t` the calls left at once and the seconds
-/// until the whole burst is back.
-fn push_both_policies(
-    usage: Option<&Usage>,
-    (rate, standing): &(RateConfig, RateStanding),
-    out: &mut Vec<(HeaderName, HeaderValue)>,
-) {
-    let rate_policy = format!("\"rate\";q={};w=1;burst={}", rate.per_second, rate.burst);
-    let rate_now = format!(
-        "\"rate\";r={};t={}",
-        standing.remaining,
-        standing.reset_secs()
-    );
-    let (policy, now) = match usage {
-        Some(u) => (
-            format!("{}, {rate_policy}", u.policy_header()),
-            format!("{}, {rate_now}", u.ratelimit_header()),
-        ),
-        None => (rate_policy, rate_now),
-    };
-    // Digits, quotes and ASCII punctuation only: always valid values.
-    if let (Ok(policy), Ok(now)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&now)) {
-        out.push((RATELIMIT_POLICY, policy));
-        out.push((RATELIMIT, now));
-    }
-}
-
-/// `RateLimit` ([`Usage::ratelimit_header`]), written without `format!` into a buffer on the
-/// stack: the value's one allocation is its own (a `Vec` turned into `Bytes` would add one).
-fn ratelimit_value(usage: &Usage) -> Option<HeaderValue> {
-    // 12 + 3 bytes of text and two u64s of at most 20 digits each.
-    let mut buf = [0u8; 64];
-    let mut len = 0;
-    for part in [
-        b"\"monthly\";r=".as_slice(),
-        itoa::Buffer::new().format(usage.remaining()).as_bytes(),
-        b";t=",
-        itoa::Buffer::new()
-            .format(seconds_to_reset(usage))
-            .as_bytes(),
-    ] {
-        buf[len..len + part.len()].copy_from_slice(part);
-        len += part.len();
-    }
-    HeaderValue::from_bytes(&buf[..len]).ok()
-}
-
-/// [`Usage::seconds_to_reset`], the month's reset instant kept per worker thread: the calendar
-/// arithmetic that finds it is done once a month, not on every call.
-fn seconds_to_reset(usage: &Usage) -> i64 {
-    use std::cell::Cell;
-    thread_local! {
-        static RESET: Cell<Option<(Month, i64)>> = const { Cell::new(None) };
-    }
-    let reset = RESET.with(|last| match last.get() {
-        Some((month, reset)) if month == usage.month => reset,
-        _ => {
-            let reset = usage.reset_at().timestamp();
-            last.set(Some((usage.month, reset)));
-            reset
-        }
-    });
-    // Whole seconds, truncated as `Duration::num_seconds` does: a started second is not left.
-    let started = i64::from(usage.now.timestamp_subsec_nanos() > 0);
-    (reset - usage.now.timestamp() - started).max(1)
 }
 
 /// The answer to a CORS preflight: any origin may ask; the key decides on the real request.
@@ -1525,39 +1435,6 @@ impl Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ratelimit_values_are_the_usage_strings() {
-        use chrono::TimeZone;
-        let at = |y, m, d, h| chrono::Utc.with_ymd_and_hms(y, m, d, h, 59, 59).unwrap();
-        for (used, limit, now) in [
-            (1, 1_000, at(2026, 2, 10, 12)),
-            (5, 5, at(2026, 3, 31, 23)),
-            (0, u64::MAX, at(2024, 12, 1, 0)),
-        ] {
-            let usage = Usage {
-                used,
-                limit,
-                month: Month::containing(now),
-                now,
-            };
-            // Twice: built, then the thread's copy.
-            for _ in 0..2 {
-                assert_eq!(policy_value(&usage), usage.policy_header().as_str());
-                assert_eq!(seconds_to_reset(&usage), usage.seconds_to_reset());
-            }
-            // Within a second, and in the month's last second.
-            for nanos in [1, 500_000_000, 999_999_999] {
-                let now = now + chrono::Duration::nanoseconds(nanos);
-                let usage = Usage { now, ..usage };
-                assert_eq!(seconds_to_reset(&usage), usage.seconds_to_reset());
-            }
-            assert_eq!(
-                ratelimit_value(&usage).unwrap(),
-                usage.ratelimit_header().as_str()
-            );
-        }
-    }
 
     #[test]
     fn vary_is_appended_to_not_replaced() {

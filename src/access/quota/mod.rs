@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod local;
+pub mod ratelimit;
 pub mod redis;
 pub mod services;
 
@@ -106,20 +107,6 @@ impl Usage {
     /// ISO-8601 UTC, e.g. `2026-12-01T00:00:00Z`.
     pub fn reset_at_iso(&self) -> String {
         self.reset_at().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-    }
-
-    /// `RateLimit-Policy` (IETF httpapi draft): the monthly quota and its window in seconds.
-    pub fn policy_header(&self) -> String {
-        format!("\"monthly\";q={};w={}", self.limit, self.month.seconds())
-    }
-
-    /// `RateLimit`: what remains and when it resets.
-    pub fn ratelimit_header(&self) -> String {
-        format!(
-            "\"monthly\";r={};t={}",
-            self.remaining(),
-            self.seconds_to_reset()
-        )
     }
 }
 
@@ -287,8 +274,8 @@ mod tests {
             month: Month::containing(now),
             now,
         };
-        assert_eq!(u.policy_header(), "\"monthly\";q=100;w=2592000");
-        assert_eq!(u.ratelimit_header(), "\"monthly\";r=60;t=3600");
+        assert_eq!(ratelimit::policy(&u), "\"monthly\";q=100;w=2592000");
+        assert_eq!(ratelimit::remaining(&u).unwrap(), "\"monthly\";r=60;t=3600");
         assert_eq!(u.reset_at_iso(), "2026-12-01T00:00:00Z");
         let over = Usage { used: 120, ..u };
         assert_eq!(over.remaining(), 0);
