@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{read_headers, read_response, send, write_atomic, Gateway, Upstream, TEST_SECRET};
+use common::{
+    read_headers, read_response, send, write_atomic, Gateway, Response, Upstream, TEST_SECRET,
+};
 
 const BROWSER_SECRET: &str = "drg_test_browser_key_0123456789abcdefghijklmnop";
 const SMALL_SECRET: &str = "drg_test_small_plan_key_0123456789abcdefghijklm";
@@ -153,6 +155,11 @@ fn host(
     })
 }
 
+/// A GET on a fresh connection.
+fn get(gw: &Gateway, path: &str, secret: Option<&str>, extra: &[(&str, &str)]) -> Response {
+    send(gw, "GET", path, secret, extra, None)
+}
+
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
@@ -167,7 +174,7 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
     let gw = host(&backend, Some(check.addr), None);
 
     // The host's own local route.
-    let r = send(&gw, "GET", "/host/health", None, &[], None);
+    let r = get(&gw, "/host/health", None, &[]);
     assert_eq!((r.status, r.body.as_slice()), (200, &b"host ok\n"[..]));
 
     // The host's proxied routes: request line, headers (its own credentials and cookies
@@ -223,76 +230,45 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
     }
 
     // `/v1/` is the gateway's: 401 without a key, the record with one, never the host backend.
-    send(
+    get(&gw, "/v1/public/domain/planted-dispo.com", None, &[]).assert_error(401, "unauthorized");
+    let r = get(
         &gw,
-        "GET",
-        "/v1/public/domain/planted-dispo.com",
-        None,
-        &[],
-        None,
-    )
-    .assert_error(401, "unauthorized");
-    let r = send(
-        &gw,
-        "GET",
         "/v1/public/domain/x.planted-dispo.com",
         Some(TEST_SECRET),
         &[],
-        None,
     );
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["reason"], "disposable");
     assert!(r.header("ratelimit").is_some() && r.header("x-dataset-version").is_some());
-    let r = send(&gw, "GET", "/v1/nowhere", Some(TEST_SECRET), &[], None);
+    let r = get(&gw, "/v1/nowhere", Some(TEST_SECRET), &[]);
     r.assert_error(404, "not_found");
 
     // Origins: a browser key from elsewhere is refused, from its own origin answered.
     let evil = [("Origin", "https://evil.example")];
-    let r = send(
+    let r = get(
         &gw,
-        "GET",
         "/v1/public/domain/gmail.com",
         Some(BROWSER_SECRET),
         &evil,
-        None,
     );
     r.assert_error(403, "forbidden");
     let own = [("Origin", "https://app.example.com")];
-    let r = send(
+    let r = get(
         &gw,
-        "GET",
         "/v1/public/domain/gmail.com",
         Some(BROWSER_SECRET),
         &own,
-        None,
     );
     assert_eq!(r.status, 200);
 
     // The monthly quota: a plan of 3 calls answers the fourth 429.
     let statuses: Vec<u16> = (0..4)
-        .map(|_| {
-            send(
-                &gw,
-                "GET",
-                "/v1/public/domain/a.com",
-                Some(SMALL_SECRET),
-                &[],
-                None,
-            )
-            .status
-        })
+        .map(|_| get(&gw, "/v1/public/domain/a.com", Some(SMALL_SECRET), &[]).status)
         .collect();
     assert_eq!(statuses, [200, 200, 200, 429]);
 
     // `/v1/check` goes to the gateway's backend, built by the gateway, not to the host's.
-    let r = send(
-        &gw,
-        "GET",
-        "/v1/check/user%40example.com",
-        Some(TEST_SECRET),
-        &[],
-        None,
-    );
+    let r = get(&gw, "/v1/check/user%40example.com", Some(TEST_SECRET), &[]);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let checked = check.requests();
     assert_eq!(checked.len(), 1);
@@ -308,7 +284,7 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
         "/V1/check/user@example.com",
         "/v1;x/check/user@example.com",
     ] {
-        let r = send(&gw, "GET", respelt, None, &[], None);
+        let r = get(&gw, respelt, None, &[]);
         assert_eq!(
             r.status,
             404,
@@ -341,7 +317,7 @@ fn a_data_reload_shows_in_the_host_without_a_failed_request() {
     let backend = HostBackend::start(Duration::ZERO);
     let gw = host(&backend, None, None);
     let path = "/v1/public/domain/fresh-dispo.com";
-    let r = send(&gw, "GET", path, Some(TEST_SECRET), &[], None);
+    let r = get(&gw, path, Some(TEST_SECRET), &[]);
     assert_eq!(r.json()["reason"], "safe");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -370,7 +346,7 @@ fn a_data_reload_shows_in_the_host_without_a_failed_request() {
         "planted-dispo.com\nfresh-dispo.com\n",
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while send(&gw, "GET", path, Some(TEST_SECRET), &[], None).json()["reason"] != "disposable" {
+    while get(&gw, path, Some(TEST_SECRET), &[]).json()["reason"] != "disposable" {
         assert!(
             Instant::now() < deadline,
             "the reload never showed:\n{}",
@@ -406,14 +382,7 @@ fn sigterm_drains_the_hosts_requests_and_keeps_the_gateways_counts() {
     let backend = HostBackend::start(Duration::from_millis(1500));
     let mut gw = host(&backend, None, None);
     for _ in 0..2 {
-        let r = send(
-            &gw,
-            "GET",
-            "/v1/public/domain/a.com",
-            Some(SMALL_SECRET),
-            &[],
-            None,
-        );
+        let r = get(&gw, "/v1/public/domain/a.com", Some(SMALL_SECRET), &[]);
         assert_eq!(r.status, 200);
     }
     // A slow host request in flight when SIGTERM comes.
@@ -439,14 +408,7 @@ fn sigterm_drains_the_hosts_requests_and_keeps_the_gateways_counts() {
             _ => thread::sleep(Duration::from_millis(20)),
         }
     }
-    let r = send(
-        &gw,
-        "GET",
-        "/v1/public/domain/a.com",
-        Some(SMALL_SECRET),
-        &[],
-        None,
-    );
+    let r = get(&gw, "/v1/public/domain/a.com", Some(SMALL_SECRET), &[]);
     assert_eq!(r.status, 200, "a call while draining");
     let answer = slow.join().unwrap().expect("the slow host request was cut");
     assert_eq!(answer.status, 200);
@@ -459,16 +421,9 @@ fn sigterm_drains_the_hosts_requests_and_keeps_the_gateways_counts() {
     // The gateway's counts survived the stop: the month holds the 3 calls, the fourth is 429.
     let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
     let gw = host(&backend, None, Some(dir));
-    let usage = send(&gw, "GET", "/v1/usage", Some(SMALL_SECRET), &[], None).json();
+    let usage = get(&gw, "/v1/usage", Some(SMALL_SECRET), &[]).json();
     assert_eq!(usage["month_count"], 3, "{usage}");
-    let r = send(
-        &gw,
-        "GET",
-        "/v1/public/domain/a.com",
-        Some(SMALL_SECRET),
-        &[],
-        None,
-    );
+    let r = get(&gw, "/v1/public/domain/a.com", Some(SMALL_SECRET), &[]);
     r.assert_error(429, "quota_exceeded");
 }
 

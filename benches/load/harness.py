@@ -292,6 +292,19 @@ http {{
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.up_status_port}/").read().decode()
         return int(text.splitlines()[2].split()[0]) - 1
 
+    def start_with_floor(self):
+        """The upstream, the gateway (whose answers give the floor its bodies) and the floor."""
+        self.start_upstream()
+        self.start_gateway()
+        self.bodies()
+        self.start_floor()
+
+    def stop_gateway(self):
+        """Stops the gateway (or example) under test, for a fresh one per measurement."""
+        stop_process(self.gw)
+        self.procs.remove(self.gw)
+        self.gateways.remove(self.gw)
+
     def start_embed(self):
         """examples/embed.rs, a host proxy with the domain-risk routes under /v1/, on the
         gateway's config and port; its own routes go to the upstream."""
@@ -538,10 +551,7 @@ def batch_runs(args):
     s = Setup(args)
     s.write_gateway()
     try:
-        s.start_upstream()
-        s.start_gateway()
-        s.bodies()
-        s.start_floor()
+        s.start_with_floor()
         auth = (f"Authorization: Bearer {KEY}",)
         lookup = f"/v1/public/domain/{LISTED}"
         G = f"http://127.0.0.1:{s.gw_port}"
@@ -553,9 +563,7 @@ def batch_runs(args):
             status, body = fetch_post(url, script) if script else fetch(url, hdr)
             assert status == 200, f"{name} {who}: {status} {body[:200]}"
         runs = {(c[0], c[1]): [] for c in cases}
-        stop_process(s.gw)
-        s.procs.remove(s.gw)
-        s.gateways.remove(s.gw)
+        s.stop_gateway()
         warm = argparse.Namespace(**{**vars(args), "duration": 1})
         for rnd in range(args.rounds):
             for name, who, url, hdr, script, n in cases[rnd % len(cases):] + cases[:rnd % len(cases)]:
@@ -567,9 +575,7 @@ def batch_runs(args):
                 measure(url, [pid], warm, hdr, script)
                 r = measure(url, [pid], args, hdr, script)
                 if who == "gateway":
-                    stop_process(s.gw)
-                    s.procs.remove(s.gw)
-                    s.gateways.remove(s.gw)
+                    s.stop_gateway()
                 r["names_per_s"] = r["rps"] * n
                 runs[(name, who)].append(r)
                 print(f"round {rnd + 1} {name:10} {who:8} {r['rps']:>9.0f} req/s {r['names_per_s']:>10.0f} names/s"
@@ -609,10 +615,7 @@ def embed_runs(args):
     s = Setup(args)
     s.write_gateway(extra="  admin: { listen: null }\n")
     try:
-        s.start_upstream()
-        s.start_gateway()
-        s.bodies()
-        s.start_floor()
+        s.start_with_floor()
         auth = (f"Authorization: Bearer {KEY}",)
         lookup = f"/v1/public/domain/{LISTED}"
         G = f"http://127.0.0.1:{s.gw_port}"
@@ -621,9 +624,7 @@ def embed_runs(args):
                  ("lookup", "floor", f"http://127.0.0.1:{s.floor_ports['lookup']}{lookup}", ()),
                  ("host_route", "embed", G + "/app/page", ()),
                  ("host_route", "floor", f"http://127.0.0.1:{s.floor_ports['proxy']}/app/page", ())]
-        stop_process(s.gw)
-        s.procs.remove(s.gw)
-        s.gateways.remove(s.gw)
+        s.stop_gateway()
         starts = {"gateway": s.start_gateway, "embed": s.start_embed}
         for name, who, url, hdr in cases:
             if who in starts:
@@ -632,9 +633,7 @@ def embed_runs(args):
             want = s.lookup_body if name == "lookup" else UPSTREAM_BODY
             assert (status, body) == (200, want), f"{name} {who}: {status} {body[:200]}"
             if who in starts:
-                stop_process(s.gw)
-                s.procs.remove(s.gw)
-                s.gateways.remove(s.gw)
+                s.stop_gateway()
         runs = {(c[0], c[1]): [] for c in cases}
         warm = argparse.Namespace(**{**vars(args), "duration": 1})
         for rnd in range(args.rounds):
@@ -645,9 +644,7 @@ def embed_runs(args):
                 measure(url, [pid], warm, hdr)
                 r = measure(url, [pid], args, hdr)
                 if who in starts:
-                    stop_process(s.gw)
-                    s.procs.remove(s.gw)
-                    s.gateways.remove(s.gw)
+                    s.stop_gateway()
                 runs[(name, who)].append(r)
                 print(f"round {rnd + 1} {name:10} {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
@@ -723,9 +720,7 @@ def feature_costs(args):
                 url = f"http://127.0.0.1:{ports[name]}/v1/public/domain/{LISTED}"
                 measure(url, [s.gw.pid], argparse.Namespace(**{**vars(args), "duration": 1}), auth)  # warm-up
                 r = measure(url, [s.gw.pid], args, auth)
-                stop_process(s.gw)
-                s.procs.remove(s.gw)
-                s.gateways.remove(s.gw)
+                s.stop_gateway()
                 runs[name].append(r)
                 print(f"round {rnd + 1} {name:14} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
