@@ -16,7 +16,7 @@
 mod breaker;
 mod leases;
 mod probe;
-mod rate;
+pub mod rate;
 mod script;
 mod slots;
 

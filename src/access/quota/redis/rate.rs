@@ -12,7 +12,7 @@ use crate::access::rate::{RateConfig, RateDecision, RateStanding};
 /// Lua's doubles; the stored value is written with `%d`, as `tostring` would round it to 14
 /// digits. `TIME` before a write is fine with effects replication (Redis 5 and later, the default
 /// from 7).
-const TAKE: &str = r#"
+pub const TAKE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
