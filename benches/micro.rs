@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use domain_risk_gateway::internals::access::keys::{key_entry_yaml, parse_keys};
 use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
 use domain_risk_gateway::internals::access::quota::local::LocalStore;
-use domain_risk_gateway::internals::access::quota::QuotaStore;
+use domain_risk_gateway::internals::access::quota::consume;
 use domain_risk_gateway::internals::access::{decide, Credentials};
 use domain_risk_gateway::internals::domain::mail::{MxEvidence, MxHost};
 use domain_risk_gateway::internals::domain::providers::ProviderTable;
@@ -233,7 +233,7 @@ fn access(c: &mut Criterion) {
     let now = chrono::Utc::now();
     g.bench_function("quota_consume_local", |b| {
         b.iter(|| {
-            rt.block_on(store.consume(black_box("k1"), u64::MAX >> 30, now))
+            rt.block_on(consume(&store, black_box("k1"), u64::MAX >> 30, 1, now))
                 .is_ok()
         })
     });

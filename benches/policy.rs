@@ -16,7 +16,7 @@ use chrono::Utc;
 use criterion::{criterion_group, Criterion};
 use domain_risk_gateway::internals::access::quota::local::LocalStore;
 use domain_risk_gateway::internals::access::quota::redis::{RedisConfig, RedisStore};
-use domain_risk_gateway::internals::access::quota::{Clock, QuotaStore, SystemClock};
+use domain_risk_gateway::internals::access::quota::{consume, Clock, QuotaStore, SystemClock};
 use domain_risk_gateway::internals::access::rate::RateConfig;
 
 /// A free loopback port (for redis-server, which cannot report one it picked).
@@ -56,7 +56,7 @@ fn pair(c: &mut Criterion, group: &str, store: Arc<dyn QuotaStore>) {
     let mut g = c.benchmark_group(group);
     g.bench_function("month only", |b| {
         b.iter(|| {
-            rt.block_on(store.consume(&project, LIMIT, Utc::now()))
+            rt.block_on(consume(&*store, &project, LIMIT, 1, Utc::now()))
                 .unwrap()
         })
     });
@@ -64,7 +64,9 @@ fn pair(c: &mut Criterion, group: &str, store: Arc<dyn QuotaStore>) {
         b.iter(|| {
             rt.block_on(async {
                 black_box(store.take_rate(&project, RATE).await.unwrap());
-                store.consume(&project, LIMIT, Utc::now()).await.unwrap()
+                consume(&*store, &project, LIMIT, 1, Utc::now())
+                    .await
+                    .unwrap()
             })
         })
     });

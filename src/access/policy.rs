@@ -85,10 +85,7 @@ pub async fn admit_n(
     } else {
         key.monthly_limit
     };
-    let consumed = match store.consume_now(&key.project, limit, calls, now) {
-        Some(consumed) => consumed,
-        None => store.consume_n(&key.project, limit, calls, now).await,
-    };
+    let consumed = crate::access::quota::consume(store, &key.project, limit, calls, now).await;
     match consumed {
         Ok(Consumed::Allowed(usage)) => {
             let usage = Usage {

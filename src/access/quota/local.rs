@@ -1311,7 +1311,9 @@ mod tests {
             .unwrap();
         rt.block_on(async {
             let store = s.clone();
-            let call = tokio::spawn(async move { store.consume("k", 5, now).await });
+            let call = tokio::spawn(async move {
+                crate::access::quota::consume(&*store, "k", 5, 1, now).await
+            });
             // Let the call run until it waits on the claim.
             for _ in 0..10 {
                 tokio::task::yield_now().await;

@@ -124,19 +124,26 @@ pub enum Consumed {
 #[error("quota store: {0}")]
 pub struct QuotaError(pub String);
 
-/// Counts calls per key and calendar month.
+/// Counts `calls` calls (a batch; 1 for a single call) of `key_id` if all of them fit under
+/// `limit` this month, atomically: the one way the gateway counts. The store's answer is taken
+/// without a future when it has one at once ([`QuotaStore::consume_now`]: no boxed future on
+/// every request), else waited for ([`QuotaStore::consume_n`]).
+pub async fn consume(
+    store: &dyn QuotaStore,
+    key_id: &str,
+    limit: u64,
+    calls: u64,
+    now: DateTime<Utc>,
+) -> Result<Consumed, QuotaError> {
+    match store.consume_now(key_id, limit, calls, now) {
+        Some(consumed) => consumed,
+        None => store.consume_n(key_id, limit, calls, now).await,
+    }
+}
+
+/// Counts calls per key and calendar month. Callers count through [`consume`].
 #[async_trait]
 pub trait QuotaStore: Send + Sync {
-    /// Counts one call if the key is under `limit` this month, atomically.
-    async fn consume(
-        &self,
-        key_id: &str,
-        limit: u64,
-        now: DateTime<Utc>,
-    ) -> Result<Consumed, QuotaError> {
-        self.consume_n(key_id, limit, 1, now).await
-    }
-
     /// [`QuotaStore::consume_n`] when the store can answer without waiting (a store in this
     /// process, its key's slot not being claimed): no future to box on every request. `None`:
     /// ask `consume_n`.
