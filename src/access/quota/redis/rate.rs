@@ -50,7 +50,7 @@ pub fn script() -> Script {
     Script::new(TAKE)
 }
 
-/// The give-back script ([`GIVE_BACK`]).
+/// The give-back script (`GIVE_BACK`).
 pub fn give_back_script() -> Script {
     Script::new(GIVE_BACK)
 }
