@@ -2,7 +2,7 @@
 //! headers, exact counting under concurrency, persistence across restarts, month rollover, and
 //! hot reload of the keys file.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 use std::time::Duration;

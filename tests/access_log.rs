@@ -1,7 +1,7 @@
 //! The JSON access log end to end: one line per request of every kind, masking, no secrets,
 //! escaping of hostile values, SIGUSR1 reopening after a rename, and logging to stderr.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;

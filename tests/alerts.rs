@@ -5,10 +5,8 @@
 //! Where alerts may go: private, metadata and numeric-form addresses and the gateway's own
 //! listeners refused by `check-config` and at start, and a name refused once it resolves to one.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};

@@ -5,15 +5,10 @@
 //! name, the limits as JSON errors, CORS, HTTP/2, and the MX of a batch resolved concurrently
 //! against a slow real DNS server.
 
-#[path = "common/certs.rs"]
-mod certs;
-mod common;
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::certs;
+use crate::common;
+use crate::dns;
+use crate::redis_server;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -3,10 +3,8 @@
 //! arrive, stats that add up, retention, restarts, `/v1/check` verdicts taken from the upstream's
 //! answer, and no local part ever stored.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
@@ -17,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{free_port, wait_until, Conn, Gateway, GatewayBuilder, TEST_SECRET};
+use common::{wait_until, Conn, Gateway, GatewayBuilder, TEST_SECRET};
 use redis_server::RedisServer;
 use serde_json::Value;
 

@@ -1,6 +1,6 @@
 //! `/v1/check` through the real gateway to stub upstreams on loopback.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::{Duration, Instant};
 

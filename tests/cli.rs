@@ -1,6 +1,6 @@
 //! The command line: `check-config`, `lookup`, and `serve` refusing bad input at start.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

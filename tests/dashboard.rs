@@ -4,7 +4,7 @@
 //! through calls, makes and revokes a key, looks a domain up, and takes the screenshots. Here:
 //! the set-up, what the page's files are served with, and what the page cost the month.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

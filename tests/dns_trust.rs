@@ -3,10 +3,8 @@
 //! listener), an honest one still finds names that do not exist, and one project's names under
 //! silent zones never take another project's MX evidence.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
+use crate::common;
+use crate::dns;
 
 use common::*;
 use dns::{black_hole, DnsServer, Lie, Zone};

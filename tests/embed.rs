@@ -1,7 +1,7 @@
 //! The embedding API end to end: `examples/embed.rs`, a Pingora host proxy with its own routes
 //! and backend, run as a real process with the domain-risk routes mounted under `/v1/`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,11 +1,9 @@
 //! `X-Dataset-Version` on every answer (local, error, proxied, after a reload) and the evidence
 //! of `?explain=true` and `lookup`, against the real binary.
 
-mod common;
+use crate::common;
 // Only the server is used here.
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
+use crate::dns;
 
 use common::*;
 use dns::{DnsServer, Zone};

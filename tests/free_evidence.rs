@@ -3,10 +3,8 @@
 //! not a free provider (evidence `not_free_because: business_mx`); with or without MX, a name on
 //! `free_exclusions.txt` is not one either; a webmail provider on its own hosts stays free.
 
-mod common;
-#[path = "common/dns.rs"]
-#[allow(dead_code)] // the query counters are for other tests
-mod dns;
+use crate::common;
+use crate::dns;
 
 use std::collections::HashMap;
 

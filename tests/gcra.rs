@@ -2,13 +2,8 @@
 //! embedded limiter's) give the same decisions, waits and next arrivals on the same sequences of
 //! calls and batches.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::redis_server;
 
-#[allow(unused_imports)] // redis_server finds its helpers at the root
-use common::*;
 use domain_risk_gateway::internals::access::quota::redis::rate::TAKE;
 use domain_risk_gateway::internals::access::rate::{gcra_n, RateDecision};
 use proptest::prelude::*;

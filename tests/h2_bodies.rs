@@ -4,9 +4,8 @@
 //! and never reaches the backend, so a body holding a second request cannot be answered as the
 //! next request on a pooled backend connection (request smuggling).
 
-#[path = "common/certs.rs"]
-mod certs;
-mod common;
+use crate::certs;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

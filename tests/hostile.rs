@@ -1,7 +1,7 @@
 //! Hostile input against the real binary, over raw sockets, with a recording upstream: the
 //! backend sees exactly the request the gateway builds, and nothing a client smuggles in.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

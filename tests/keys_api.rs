@@ -3,7 +3,7 @@
 //! file), refusing foreign ids, operator keys and self-revocation, hostile bodies, a restart,
 //! and the switch that turns it off.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! Logging under a flood of broken requests: client-caused error lines are rate-limited and
 //! summed up in one summary line a second, and the gateway keeps answering.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::io::Write;

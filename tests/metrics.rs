@@ -1,15 +1,11 @@
 //! `GET /metrics` on the admin listener: exact counts after known traffic, reload results, and
 //! nothing of a key in the output.
 
-mod common;
+use crate::common;
 // Only the server is used here.
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
+use crate::dns;
 
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::redis_server;
 
 use common::*;
 use dns::{DnsServer, Zone};

@@ -1,8 +1,7 @@
 //! MX intelligence end to end: the gateway against a real DNS server on loopback.
 
-mod common;
-#[path = "common/dns.rs"]
-mod dns;
+use crate::common;
+use crate::dns;
 
 use common::*;
 use dns::{black_hole, DnsServer, Zone};

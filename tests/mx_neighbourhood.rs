@@ -4,13 +4,9 @@
 //! spread over one /24, shared hosting with a few throwaway tenants, a forwarder and a mailbox
 //! provider serving both kinds, companies on their own hosts).
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::dns;
+use crate::redis_server;
 
 use common::*;
 use dns::{black_hole, DnsServer, Lie, Zone};

@@ -2,7 +2,7 @@
 //! us: the real binary, logging at debug with the access log on, is sent probe addresses in every
 //! place a client can put one; then all it wrote (stderr, the access log) is searched for them.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::io::{BufReader, Read, Write};

@@ -1,7 +1,7 @@
 //! `GET /v1/openapi.json` on the real gateway: the embedded document, without a key, uncounted.
 //! (scripts/schemathesis checks the gateway's answers against the document itself.)
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

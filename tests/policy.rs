@@ -1,10 +1,8 @@
 //! Traffic policy against the real binary: a plan's per-second rate (GCRA) beside its monthly
 //! quota, on the embedded store and shared by two gateways on one Redis; shadow mode.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use std::time::{Duration, Instant};
 

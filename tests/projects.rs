@@ -2,10 +2,8 @@
 //! concurrency), in `/v1/usage`, the RateLimit headers and the 429; a key without `project` is
 //! its own project, as in keys files written before projects existed.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Crash safety of the embedded quota store: a gateway killed with SIGKILL (no shutdown code
 //! runs, no final flush) loses no counted call; its successor on the same folder reads them all.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -4,10 +4,8 @@
 //! README elides (`{...}`) only the fields it names are checked; numbers that depend on the date
 //! (`reset_at`, the `RateLimit` seconds) are checked for their form.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
+use crate::common;
+use crate::dns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

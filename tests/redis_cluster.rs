@@ -2,10 +2,8 @@
 //! on different masters, exact counting across two gateways, exact and batched), and a master with
 //! a replica behind Sentinel (a failover under load: every call served, no counted call lost).
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use common::*;
 use redis_server::{RedisCluster, RedisSentinel};

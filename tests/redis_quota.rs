@@ -2,10 +2,8 @@
 //! fail closed), replies that come after the call gave up (a paused Redis), persistence across a
 //! Redis restart, month rollover and key expiry.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use common::*;
 use redis_server::RedisServer;

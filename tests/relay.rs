@@ -2,10 +2,9 @@
 //! upstream, the same answer and error mapping, connections reused, and what only the relay
 //! does (its body bound, its own framing).
 
-mod common;
+use crate::certs;
+use crate::common;
 use common::*;
-#[path = "common/certs.rs"]
-mod certs;
 use openssl::ssl::SslAcceptor;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 //! domain answers `safe` with `rule: relay` and its service, also when a blocklist names it; an
 //! operator's own relay list works the same; relays are never free providers and never ranked.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

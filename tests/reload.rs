@@ -2,7 +2,7 @@
 //! file keeps the old table, SIGHUP forces a reload; a reload never takes away what the operator
 //! did not mean to (an emptied keys file, a data file that lost most of its entries).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

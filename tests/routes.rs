@@ -1,6 +1,6 @@
 //! Local routes of the real gateway: lookups, top-domains, errors, health, keep-alive.
 
-mod common;
+use crate::common;
 use common::*;
 
 const DISPOSABLE: &str = "# test list\nmailinator.com\nyopmail.com\nxn--5nx.cc\n";

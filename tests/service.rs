@@ -1,7 +1,7 @@
 //! The systemd unit in `conf/`: `systemd-analyze verify` accepts it, and its commands run the
 //! real binary through start and the reload (upgrade) dance.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

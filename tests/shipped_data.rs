@@ -2,7 +2,7 @@
 //! provider and no well-known organisation is flagged, the community lists answer end to end,
 //! and where a broad free-webmail list and a blocklist overlap, the blocklist wins.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::HashSet;

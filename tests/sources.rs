@@ -4,11 +4,10 @@
 //! answering), a restart with the server down serves the cached copy at once, and lookups
 //! running meanwhile never fail.
 
-mod common;
-use common::*;
-#[path = "common/certs.rs"]
-mod certs;
+use crate::certs;
+use crate::common;
 use certs::self_signed;
+use common::*;
 use openssl::ssl::SslAcceptor;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -4,7 +4,7 @@
 //! keys read only what a browser needs, the account routes are rate-limited per key, and every
 //! listed key carries a `created_at` that survives a restart.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

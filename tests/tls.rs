@@ -2,7 +2,7 @@
 //! intermediate, leaves), HTTP/1.1 over TLS with the `openssl` crate, HTTP/2 with curl, the
 //! certificate replaced on disk while clients keep connecting, and bad pairs refused.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::io::{BufReader, Write};

@@ -3,10 +3,8 @@
 //! make such names up) is not ranked until a second project flags it; list and disposable-MX
 //! evidence rank at once.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/dns.rs"]
-mod dns;
+use crate::common;
+use crate::dns;
 
 use common::*;
 use dns::{DnsServer, Zone};

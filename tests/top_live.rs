@@ -3,10 +3,8 @@
 //! survives a restart (and a corrupt state file does not stop the start); two gateways on one
 //! real redis-server agree, and counts made while Redis is down or slow reach it once.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use common::*;
 use redis_server::RedisServer;

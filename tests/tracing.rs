@@ -4,7 +4,7 @@
 //! access log, a trusted caller's trace followed and an untrusted one's not, and requests
 //! unaffected while the collector is away.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

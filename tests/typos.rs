@@ -3,10 +3,8 @@
 //! no suggestion for a domain receiving mail on hosts of its own, and none for the shipped
 //! organisation domains.
 
-mod common;
-#[path = "common/dns.rs"]
-#[allow(dead_code)] // the query counters are for other tests
-mod dns;
+use crate::common;
+use crate::dns;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -10,10 +10,8 @@
 //! replaced and the request sent on the new one, as HTTP clients do; those are counted apart.
 //! During an upgrade a refused connect is a failure too (the listening socket never closes).
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::redis_server;
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, ErrorKind, Write};

@@ -59,7 +59,7 @@ impl RedisServer {
             s.port = if s.extra.iter().any(|a| a == "--cluster-enabled") {
                 cluster_port()
             } else {
-                super::free_port()
+                crate::common::free_port()
             };
             match s.launch() {
                 Launch::Ready => return s,
@@ -208,7 +208,7 @@ impl RedisServer {
         // SAFETY: a plain kill(2) on our own child.
         assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
         // The signal is delivered asynchronously: wait until the process state shows it.
-        super::wait_until(Duration::from_secs(5), || {
+        crate::common::wait_until(Duration::from_secs(5), || {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // `pid (comm) state ...`: the state follows the last ')'.
             let state = stat
@@ -253,7 +253,7 @@ fn cluster_support() -> Result<(), String> {
 /// (and should that one be taken, the launch fails as "in use" and another is tried).
 fn cluster_port() -> u16 {
     loop {
-        let p = super::free_port();
+        let p = crate::common::free_port();
         if p <= 55_535 {
             return p;
         }
@@ -304,7 +304,7 @@ impl RedisCluster {
 
     /// Waits until every node knows the whole slot map (clients may read it from any of them).
     pub fn wait_ok(&self) {
-        super::wait_until(Duration::from_secs(30), || {
+        crate::common::wait_until(Duration::from_secs(30), || {
             self.masters.iter().all(|m| {
                 m.info("CLUSTER", "INFO")
                     .is_some_and(|i| i.contains("cluster_state:ok"))
@@ -360,7 +360,7 @@ impl RedisSentinel {
             ],
             false,
         );
-        super::wait_until(Duration::from_secs(20), || {
+        crate::common::wait_until(Duration::from_secs(20), || {
             replica
                 .info("INFO", "replication")
                 .is_some_and(|i| i.contains("master_link_status:up"))
@@ -385,7 +385,7 @@ impl RedisSentinel {
             servers: vec![master, replica],
             sentinels,
         };
-        super::wait_until(Duration::from_secs(30), || {
+        crate::common::wait_until(Duration::from_secs(30), || {
             s.sentinels.iter().all(|x| {
                 x.info_args(&["SENTINEL", "REPLICAS", &s.name])
                     .is_some_and(|r| r.contains("slave"))
@@ -410,12 +410,6 @@ impl RedisSentinel {
         port
     }
 
-    /// The server the sentinels name as master now.
-    pub fn master(&self) -> &RedisServer {
-        let port = self.master_port();
-        self.servers.iter().find(|s| s.port == port).unwrap()
-    }
-
     /// Forces a failover (the master is alive: the harder case, as it keeps taking writes until
     /// Sentinel demotes it) and returns once the sentinels name the replica as master.
     pub fn failover(&self) {
@@ -426,7 +420,7 @@ impl RedisSentinel {
             .arg(&self.name)
             .query(&mut c)
             .unwrap();
-        super::wait_until(Duration::from_secs(30), || self.master_port() != before);
+        crate::common::wait_until(Duration::from_secs(30), || self.master_port() != before);
     }
 }
 

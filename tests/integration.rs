@@ -1,0 +1,55 @@
+//! The integration tests: one test binary (one link, one process whose tests run side by side)
+//! holding a module per area, each against the real gateway binary and real servers on loopback.
+//! Run one area with `cargo test --test integration AREA::` (e.g. `dashboard::`).
+
+#[path = "common/certs.rs"]
+mod certs;
+mod common;
+#[path = "common/dns.rs"]
+mod dns;
+#[path = "common/redis_server.rs"]
+mod redis_server;
+
+mod access;
+mod access_log;
+mod alerts;
+mod batch;
+mod calls;
+mod check;
+mod cli;
+mod dashboard;
+mod dns_trust;
+mod embed;
+mod evidence;
+mod free_evidence;
+mod gcra;
+mod h2_bodies;
+mod hostile;
+mod keys_api;
+mod logging;
+mod metrics;
+mod mx;
+mod mx_neighbourhood;
+mod no_emails;
+mod openapi;
+mod policy;
+mod projects;
+mod quota_crash;
+mod readme;
+mod redis_cluster;
+mod redis_quota;
+mod relay;
+mod relays;
+mod reload;
+mod routes;
+mod service;
+mod shared_data;
+mod shipped_data;
+mod sources;
+mod tenancy;
+mod tls;
+mod top_evidence;
+mod top_live;
+mod tracing;
+mod typos;
+mod upgrade;
