@@ -1,11 +1,13 @@
-//! The gateway: the only Pingora `ProxyHttp` implementation.
+//! The gateway: the glue between Pingora's phases and the parts.
 //!
-//! `request_filter` refuses bad framing, routes each request, makes the access decision (one
-//! place: `Gateway::authorize`) and either answers locally from the domain table or sends
-//! `/v1/check` upstream, with a request built by [`crate::upstream::request`] (never the client's): by
-//! [`crate::upstream::relay`] from the request filter (`upstream.mode: relay`), or through Pingora's proxy
-//! phases below (`proxy`). Decisions are values from pure modules; this file only translates
-//! them into writes.
+//! Here the `Gateway` (its state and construction), the per-request `RequestCtx`, and the phases
+//! of a claimed request as its path through them. `request_filter` answers from
+//! `dispatch` (framing refused, the route, the access decision of `admit`, the handlers: lookups
+//! in `lookup`, account routes in [`crate::account::routes`]) or sends `/v1/check` upstream,
+//! with a request built by [`crate::upstream::request`] (never the client's): by `relay` from
+//! the request filter (`upstream.mode: relay`), or through Pingora's proxy phases below
+//! (`proxy`); `logging` leaves the request's `records`. Decisions are values from pure modules;
+//! the glue only translates them into writes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
