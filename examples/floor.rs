@@ -159,7 +159,7 @@ fn main() -> ExitCode {
     }
     for addr in &args.proxy {
         let relay = Relay {
-            peer: domain_risk_gateway::internals::edge::gateway::upstream_peer(
+            peer: domain_risk_gateway::internals::upstream::peer::http_peer(
                 &settings.gateway.upstream,
             ),
         };

@@ -1,7 +1,7 @@
 //! Fuzzes the quota state-file parser: a corrupt file must be refused, never crash the start.
 #![no_main]
 
-use domain_risk_gateway::internals::access::quota::local::parse_state;
+use domain_risk_gateway::internals::access::quota::local::legacy::parse_state;
 use domain_risk_gateway::internals::access::quota::Month;
 use libfuzzer_sys::fuzz_target;
 

@@ -418,7 +418,7 @@ pub struct KeysError {
 /// What is wrong with a key or project id, if anything: the characters of an id, and a length
 /// the embedded quota store can hold (it keeps each project's count in a fixed-size slot).
 pub fn id_problem(id: &str) -> Option<String> {
-    use crate::access::quota::local::MAX_KEY_ID_LEN;
+    use crate::access::quota::local::table::MAX_KEY_ID_LEN;
     if id.is_empty()
         || !id
             .bytes()
@@ -882,7 +882,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("allows 1 (max_keys)"));
-        let long = "p".repeat(crate::access::quota::local::MAX_KEY_ID_LEN + 1);
+        let long = "p".repeat(crate::access::quota::local::table::MAX_KEY_ID_LEN + 1);
         let text = format!(
             "keys:\n{}{}",
             row("a", Some("bad project"), "free", 1),

@@ -25,11 +25,11 @@ use crate::access::plan::PlanConfig;
 use crate::account::config::KeysApiConfig;
 use crate::answer::Answer;
 
-/// A `/v1/keys` request, its id decoded.
+/// A `/v1/keys` request, its id decoded and its body read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeysOp {
     List,
-    Create,
+    Create(Bytes),
     Revoke(String),
 }
 

@@ -4,3 +4,4 @@ pub mod answers;
 pub mod calls;
 pub mod config;
 pub mod keys_api;
+pub mod routes;

@@ -2,7 +2,9 @@
 //! the OpenAPI document and the browser dashboard's files.
 
 pub mod batch;
+pub mod bodies;
 pub mod config;
+pub mod cors;
 pub mod dashboard;
 pub mod downstream;
 pub mod framing;

@@ -10,4 +10,5 @@ pub mod logging;
 pub mod metrics;
 pub mod periodic;
 pub mod redact;
+pub mod request_ids;
 pub mod trace;

@@ -1,5 +1,6 @@
 //! The `/v1/check` backend: the request the gateway builds, and the relay that sends it.
 
 pub mod config;
+pub mod peer;
 pub mod relay;
 pub mod request;

@@ -6,10 +6,37 @@
 use std::cell::{Cell, RefCell};
 
 use bytes::Bytes;
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 
 use super::{Month, Usage};
 use crate::access::rate::{RateConfig, RateStanding};
+
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// The `RateLimit-Policy` and `RateLimit` headers of a call that read the month (`usage`)
+/// and, with a plan's per-second rate, the rate: pushed onto the answer's own list.
+pub fn headers(
+    usage: Option<&Usage>,
+    rate: Option<&(RateConfig, RateStanding)>,
+    out: &mut Vec<(HeaderName, HeaderValue)>,
+) {
+    match (usage, rate) {
+        (Some(usage), None) => {
+            out.push((RATELIMIT_POLICY, policy(usage)));
+            if let Some(v) = remaining(usage) {
+                out.push((RATELIMIT, v));
+            }
+        }
+        (usage, Some((rate, standing))) => {
+            if let Some((policy, now)) = with_rate(usage, rate, standing) {
+                out.push((RATELIMIT_POLICY, policy));
+                out.push((RATELIMIT, now));
+            }
+        }
+        (None, None) => {}
+    }
+}
 
 /// `RateLimit-Policy`: `"monthly";q=<limit>;w=<seconds in the month>`. The same for every call
 /// of a plan in a month, so each worker thread keeps the last one it built and copies it (a

@@ -13,7 +13,8 @@ use http::StatusCode;
 use pingora::prelude::*;
 use serde::Serialize;
 
-use super::{decode, Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
+use super::dispatch::decode;
+use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
 use crate::answer::{body_bytes, Answer, ApiError};
 use crate::domain::classify::{classify_match, wants_mx};

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod export;
+pub mod spans;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};

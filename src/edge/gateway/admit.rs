@@ -1,0 +1,237 @@
+//! The access decision of a routed request: the key and its origin (`401`, `403`), browser
+//! keys kept off the account routes, then the quota: an account route's per-key rate and month
+//! read, any other call's plan rate and month counted (`429`, `503`), or shadow mode's
+//! `would_reject`. Decisions come from `access`; this turns them into the context, metrics,
+//! alerts and answers.
+
+use http::header::{AUTHORIZATION, ORIGIN, REFERER};
+use pingora::prelude::*;
+
+use super::{Gateway, RequestCtx};
+use crate::access::keys::KeyEntry;
+use crate::access::policy::{Limit, Refusal};
+use crate::access::quota::Usage;
+use crate::access::{decide_lazily, Rejection};
+use crate::answer::{Answer, ApiError};
+use crate::edge::route::{KeysCall, Route};
+use crate::ops::metrics::Denial;
+use crate::ops::trace::Kind;
+
+impl Gateway {
+    /// The access decision: key (401), origin (403), quota (429), in that order. Every `/v1/`
+    /// route but the CORS preflight passes through here; a call that passes is counted once,
+    /// whatever its handler answers.
+    pub(super) async fn authorize(
+        &self,
+        session: &Session,
+        route: &Route<'_>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        if matches!(
+            route,
+            Route::Health | Route::Ready | Route::Preflight | Route::OpenApi | Route::Dashboard(_)
+        ) {
+            return Ok(());
+        }
+        let headers = &session.req_header().headers;
+        let principal = match decide_lazily(
+            &self.shared.keys.load(),
+            headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            || {
+                (
+                    headers.get(ORIGIN).map(|v| v.as_bytes()),
+                    headers.get(REFERER).map(|v| v.as_bytes()),
+                )
+            },
+        ) {
+            Ok(principal) => principal,
+            Err(r) => {
+                let (denial, error) = refusal(r);
+                self.shared.metrics.deny(denial);
+                ctx.decision = Some(match denial {
+                    Denial::Forbidden => "forbidden",
+                    _ => "unauthorized",
+                });
+                return Err(error.into());
+            }
+        };
+        let key = principal.key.clone();
+        ctx.principal = Some(principal);
+        if let Some(route) = server_key_route(route) {
+            if key.origins.is_some() {
+                self.shared.metrics.deny(Denial::Forbidden);
+                ctx.decision = Some("forbidden");
+                return Err(ApiError::ServerKeyOnly(route).into());
+            }
+        }
+        let now = self.shared.clock.now();
+        key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
+        self.count(route, &key, now, ctx).await
+    }
+
+    /// The quota's part of the decision: an account route is rate-limited per key and reads the
+    /// month without counting; every other call goes through the plan's rate and is counted
+    /// once in the month, or is refused over either (unless the plan is in shadow mode).
+    async fn count(
+        &self,
+        route: &Route<'_>,
+        key: &KeyEntry,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        if matches!(
+            route,
+            Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
+        ) {
+            return self.account_call(key, now, ctx).await;
+        }
+        if matches!(route, Route::Batch { .. }) {
+            // Counted by its handler, once the body says how many names it holds.
+            return Ok(());
+        }
+        self.admit_calls(key, 1, false, now, ctx).await
+    }
+
+    /// The plan's rate and month for `calls` calls at once (one, or each name of a batch):
+    /// taken whole or refused whole.
+    pub(super) async fn admit_calls(
+        &self,
+        key: &KeyEntry,
+        calls: u64,
+        batch: bool,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        let span = self.child_span(ctx, "quota", Kind::Internal);
+        let admission = crate::access::policy::admit_n(&*self.shared.quota, key, calls, now).await;
+        ctx.decision = Some(match admission.refusal {
+            None => "allowed",
+            Some(Refusal::Rate { .. }) => "rate_limited",
+            Some(Refusal::Month) => "quota_exceeded",
+            Some(Refusal::Unavailable) => "unavailable",
+        });
+        if let Some(span) = span {
+            span.set("drg.decision", ctx.decision.unwrap_or_default());
+            span.end();
+        }
+        ctx.usage = admission.usage;
+        ctx.rate = admission.rate;
+        if let Some(limit) = admission.would_reject {
+            ctx.would_reject = Some(limit);
+            self.shared.metrics.would_reject(match limit {
+                Limit::Month => Denial::QuotaExceeded,
+                Limit::Rate => Denial::RateLimited,
+            });
+        }
+        if let (None | Some(Refusal::Month), Some(alerts), Some(usage)) =
+            (admission.refusal, &self.shared.alerts, &ctx.usage)
+        {
+            // A call the month refuses carries the month's count too: once the month is used
+            // up they are the project's only calls, and they offer what the outbox still lacks
+            // (a failed write, a restart).
+            alerts.observe(key, usage);
+        }
+        match admission.refusal {
+            None => Ok(()),
+            Some(Refusal::Rate { retry_after }) => {
+                self.shared.metrics.deny(Denial::RateLimited);
+                Err(ApiError::PlanRateLimited { retry_after }.into())
+            }
+            Some(Refusal::Month) => {
+                self.shared.metrics.deny(Denial::QuotaExceeded);
+                let usage = ctx.usage.unwrap_or(Usage {
+                    used: key.monthly_limit,
+                    limit: key.monthly_limit,
+                    month: crate::access::quota::Month::containing(now),
+                    now,
+                });
+                let remaining = usage.remaining();
+                Err(ApiError::QuotaExceeded {
+                    reset_at: usage.reset_at_iso(),
+                    retry_after: usage.seconds_to_reset(),
+                    batch: batch.then(|| {
+                        (
+                            remaining,
+                            format!(
+                                "the batch has {calls} names and {remaining} calls remain this month: nothing was counted"
+                            ),
+                        )
+                    }),
+                }
+                .into())
+            }
+            Some(Refusal::Unavailable) => Err(ApiError::QuotaUnavailable.into()),
+        }
+    }
+
+    /// An account route: rate-limited per key, the month read without counting.
+    async fn account_call(
+        &self,
+        key: &KeyEntry,
+        now: chrono::DateTime<chrono::Utc>,
+        ctx: &mut RequestCtx,
+    ) -> Result<(), Answer> {
+        // Not counted in the month, so bounded here: each costs a store read, a keys
+        // change a file rewrite and a reload on every gateway.
+        let rate = self.account_rate.check(&key.id);
+        if rate != crate::access::rate::RateDecision::Allowed {
+            self.shared.metrics.deny(Denial::RateLimited);
+            ctx.decision = Some("rate_limited");
+            return Err(ApiError::RateLimited {
+                retry_after: rate.retry_after_secs(),
+            }
+            .into());
+        }
+        let span = self.child_span(ctx, "quota", Kind::Internal);
+        let usage = self
+            .shared
+            .quota
+            .usage(&key.project, key.monthly_limit, now)
+            .await;
+        drop(span);
+        match usage {
+            Ok(usage) => ctx.usage = Some(usage),
+            Err(_) => {
+                ctx.decision = Some("unavailable");
+                return Err(ApiError::QuotaUnavailable.into());
+            }
+        }
+        ctx.decision = Some("allowed");
+        Ok(())
+    }
+}
+
+/// What the metrics count and the client is told for a refused key or origin.
+fn refusal(r: Rejection) -> (Denial, ApiError) {
+    match r {
+        Rejection::MissingKey => (
+            Denial::Unauthorized,
+            ApiError::Unauthorized {
+                invalid_token: false,
+            },
+        ),
+        Rejection::InvalidKey => (
+            Denial::Unauthorized,
+            ApiError::Unauthorized {
+                invalid_token: true,
+            },
+        ),
+        Rejection::Forbidden { origin } => (
+            Denial::Forbidden,
+            ApiError::Forbidden(format!("Origin: {origin}")),
+        ),
+    }
+}
+
+/// The routes a browser key (one with `origins`, its secret in web pages) may not call: they
+/// read the project's traffic or manage its keys. Named for the `403`'s detail.
+fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
+    match route {
+        Route::Logs { .. } => Some("GET /v1/logs"),
+        Route::Stats => Some("GET /v1/stats"),
+        Route::Keys(KeysCall::List) => Some("GET /v1/keys"),
+        Route::Keys(KeysCall::Create) => Some("POST /v1/keys"),
+        Route::Keys(KeysCall::Revoke { .. }) => Some("DELETE /v1/keys/{id}"),
+        _ => None,
+    }
+}

@@ -1,0 +1,239 @@
+//! A claimed request's answer: framing refused, the route found (or not, or switched off), the
+//! access decision, then the route's handler: local answers here and in the parts, lookups in
+//! `lookup`, `/v1/check` screened and left to the relay or the proxy phases.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::ORIGIN;
+use http::StatusCode;
+use percent_encoding::percent_decode_str;
+use pingora::prelude::*;
+
+use super::{Gateway, PendingCall, RequestCtx};
+use crate::account::keys_api::KeysOp;
+use crate::account::routes::{Account, AccountRoute};
+use crate::answer::{Answer, ApiError};
+use crate::domain::target::screen_target;
+use crate::edge::route::{route, KeysCall, Route, RouteError};
+use crate::edge::{bodies, cors};
+use crate::ops::lifecycle::Phase;
+
+impl Gateway {
+    /// Answers a routed request locally, or returns `None` when it is to be proxied.
+    /// The request's answer, or `None` for one that goes upstream; either way its
+    /// `X-Dataset-Version` is known after (a lookup sets the one of the table it read).
+    pub(super) async fn handle(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Option<Answer> {
+        let answer = self.answer(session, ctx).await;
+        if ctx.dataset.is_none() {
+            ctx.dataset = Some(self.shared.table.load().version().header().clone());
+        }
+        answer
+    }
+
+    async fn answer(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        ctx.api = session.req_header().uri.path().starts_with("/v1/");
+        if let Some(refused) = self.refuse_framing(session, ctx).await {
+            return Some(refused);
+        }
+        let header = session.req_header();
+        let routed = route(&header.method, header.uri.path(), header.uri.query());
+        ctx.route = crate::edge::route::class_of(&routed);
+        let route = match self.available(routed) {
+            Ok(route) => route,
+            Err(answer) => return Some(answer),
+        };
+        if let Err(rejection) = self.authorize(session, &route, ctx).await {
+            return Some(rejection);
+        }
+        match route {
+            Route::Health => Some(Answer::raw(
+                StatusCode::OK,
+                Bytes::from_static(br#"{"status":"ok"}"#),
+            )),
+            Route::Ready => Some(self.readiness(session)),
+            Route::OpenApi => Some(match &self.openapi {
+                Some(doc) => Answer::raw(StatusCode::OK, doc.clone()),
+                None => ApiError::Internal("no OpenAPI document".into()).into(),
+            }),
+            Route::Preflight => {
+                let header = session.req_header();
+                Some(cors::preflight(
+                    header.uri.path(),
+                    header.headers.get(ORIGIN),
+                ))
+            }
+            Route::Dashboard(asset) => Some(crate::edge::dashboard::answer(asset)),
+            Route::Usage => Some(self.account(ctx, AccountRoute::Usage).await),
+            Route::Logs { cursor, limit } => {
+                let cursor = cursor.as_deref();
+                Some(
+                    self.account(ctx, AccountRoute::Logs { cursor, limit })
+                        .await,
+                )
+            }
+            Route::Stats => Some(self.account(ctx, AccountRoute::Stats).await),
+            Route::Keys(KeysCall::List) => Some(self.keys(ctx, Ok(KeysOp::List)).await),
+            Route::Keys(KeysCall::Revoke { id }) => {
+                let op = decode(id).map(|id| KeysOp::Revoke(id.into_owned()));
+                Some(self.keys(ctx, op).await)
+            }
+            Route::Keys(KeysCall::Create) => {
+                let body = self.new_key(session, ctx).await;
+                Some(self.keys(ctx, body.map(KeysOp::Create)).await)
+            }
+            Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
+            Route::Batch { explain } => Some(self.batch(session, ctx, explain).await),
+            Route::TopDomains { limit } => Some(self.top_domains(limit)),
+            Route::Check { raw } => match decode(raw)
+                .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
+            {
+                Ok(target) => {
+                    if self.calls.is_some() {
+                        ctx.call = Some(PendingCall {
+                            domain: target.domain.as_str().into(),
+                            verdict: None,
+                        });
+                    }
+                    ctx.upstream_path = Some(target.upstream_path());
+                    ctx.request_id = Some(self.request_id(session));
+                    None
+                }
+                Err(e) => Some(e.into()),
+            },
+        }
+    }
+
+    /// Refuses request framing the API never accepts ([`bodies::refuse_framing`]). Only
+    /// `POST /v1/keys` and a batch may carry a (small) body; other methods on their paths get
+    /// theirs (405) rather than a framing error, with the body left unread.
+    async fn refuse_framing(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        let path = session.req_header().uri.path();
+        let body_limit = match &self.keys_api {
+            Some(api) if path == crate::edge::route::KEYS_PATH => api.config.max_body_bytes,
+            // Switched off, the route answers 404 (after routing), as `/v1/keys` does.
+            _ if path == crate::edge::route::BATCH_PATH => self.batch.max_body_bytes,
+            _ => 0,
+        };
+        match bodies::refuse_framing(session, body_limit, self.h2_body_wait).await {
+            // Unread until the handler reads it: if it never does, the connection cannot be
+            // reused.
+            Ok(unread) => {
+                ctx.body_unread = unread;
+                None
+            }
+            Err(refused) => Some(refused),
+        }
+    }
+
+    /// The route, unless it does not exist here: unknown, the wrong method, a bad query, or a
+    /// part switched off (`keys_api.enabled: false`, call logs off: as if the routes did not
+    /// exist, before any key is checked).
+    fn available<'r>(&self, routed: Result<Route<'r>, RouteError>) -> Result<Route<'r>, Answer> {
+        let route = match routed {
+            Ok(route) => route,
+            Err(RouteError::NotFound) => return Err(ApiError::NotFound.into()),
+            Err(RouteError::MethodNotAllowed { allow }) => {
+                return Err(ApiError::MethodNotAllowed { allow }.into())
+            }
+            Err(RouteError::BadQuery(_, detail)) => return Err(ApiError::Validation(detail).into()),
+        };
+        if matches!(route, Route::Keys(_))
+            && !self.keys_api.as_ref().is_some_and(|a| a.config.enabled)
+        {
+            return Err(ApiError::NotFound.into());
+        }
+        if matches!(route, Route::Batch { .. }) && !self.batch.enabled {
+            return Err(ApiError::NotFound.into());
+        }
+        // Call logs off: as if the routes did not exist, before any key is checked.
+        if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
+            return Err(ApiError::NotFound.into());
+        }
+        Ok(route)
+    }
+
+    /// Reads a request body of at most `limit` bytes within `wait` ([`bodies::read`]): once
+    /// read, the connection may be reused.
+    pub(super) async fn read_body(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Bytes, ApiError> {
+        let body = bodies::read(session, limit, wait).await?;
+        ctx.body_unread = false;
+        Ok(body)
+    }
+
+    /// A new key's `POST /v1/keys` body, read bounded in size and time.
+    async fn new_key(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Bytes, ApiError> {
+        let Some(api) = &self.keys_api else {
+            return Err(ApiError::NotFound);
+        };
+        let (limit, wait) = (api.config.max_body_bytes, api.config.body_timeout);
+        self.read_body(session, ctx, limit, wait).await
+    }
+
+    /// A `/v1/keys` call, its id decoded and its body read (or why not).
+    async fn keys(&self, ctx: &RequestCtx, op: Result<KeysOp, ApiError>) -> Answer {
+        match op {
+            Ok(op) => self.account(ctx, AccountRoute::Keys(op)).await,
+            Err(e) => e.into(),
+        }
+    }
+
+    /// An account route, answered by [`crate::account::routes`] for the caller's key.
+    async fn account(&self, ctx: &RequestCtx, route: AccountRoute<'_>) -> Answer {
+        let account = Account {
+            calls: self.calls.as_ref(),
+            keys_api: self.keys_api.as_ref(),
+            clock: &*self.shared.clock,
+        };
+        let key = ctx.principal.as_ref().map(|p| &p.key);
+        account.answer(route, key, ctx.usage.as_ref()).await
+    }
+
+    fn top_domains(&self, limit: usize) -> Answer {
+        let body = match self.top_live.as_ref().and_then(|l| l.body(limit)) {
+            Some(live) => live,
+            None => self.shared.table.load().top().body(limit),
+        };
+        Answer::raw(StatusCode::OK, body)
+    }
+
+    /// Public readiness: the status alone. Process, key and store details are not for the
+    /// internet (they belong on an operator-only listener).
+    fn readiness(&self, session: &Session) -> Answer {
+        let phase = self.shared.draining.phase();
+        let body: &'static [u8] = if phase == Phase::HandingOff {
+            br#"{"status":"upgrading"}"#
+        } else if phase == Phase::Draining || session.is_process_shutting_down() {
+            br#"{"status":"draining"}"#
+        } else if self.shared.quota.refuses_calls() {
+            br#"{"status":"quota_store_unavailable"}"#
+        } else {
+            return Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#));
+        };
+        Answer::raw(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(body))
+    }
+}
+
+pub(super) fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
+    // Most paths have no escape: the decoder would check the UTF-8 of a `str` again.
+    if memchr::memchr(b'%', raw.as_bytes()).is_none() {
+        return Ok(std::borrow::Cow::Borrowed(raw));
+    }
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::Validation("path is not valid UTF-8 after percent-decoding".into()))
+}
