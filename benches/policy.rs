@@ -5,6 +5,9 @@
 //!
 //! `cargo bench --bench policy`. Figures in benches/RESULTS.md.
 
+// The tests' helpers: free ports and polling, which the Redis helper uses too.
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
@@ -18,28 +21,6 @@ use domain_risk_gateway::internals::access::quota::local::LocalStore;
 use domain_risk_gateway::internals::access::quota::redis::{RedisConfig, RedisStore};
 use domain_risk_gateway::internals::access::quota::{consume, Clock, QuotaStore, SystemClock};
 use domain_risk_gateway::internals::access::rate::RateConfig;
-
-/// A free loopback port (for redis-server, which cannot report one it picked).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `f` until it holds (what the Redis helper waits with in the tests).
-#[allow(dead_code)]
-fn wait_until(within: std::time::Duration, mut f: impl FnMut() -> bool) -> std::time::Duration {
-    let started = std::time::Instant::now();
-    while started.elapsed() < within {
-        if f() {
-            return started.elapsed();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("condition not met within {within:?}");
-}
 
 const RATE: RateConfig = RateConfig {
     per_second: 1_000_000,

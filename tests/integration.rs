@@ -22,6 +22,7 @@ mod dns_trust;
 mod embed;
 mod evidence;
 mod free_evidence;
+mod fuzz_smoke;
 mod gcra;
 mod h2_bodies;
 mod hostile;

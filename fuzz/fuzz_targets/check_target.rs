@@ -1,45 +1,8 @@
-//! Fuzzes the `/v1/check/{target}` screen: its output becomes the upstream request line.
+//! libFuzzer's entry for `fuzz/checks/check_target.rs`, which holds what is checked (the test command
+//! replays the same check on the seeds and their mutations).
 #![no_main]
 
-use domain_risk_gateway::internals::domain::target::screen_target;
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/check_target.rs"]
+mod check;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(input) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(target) = screen_target(input) else {
-        return;
-    };
-    // What passes must not be able to steer the upstream request: one path segment of plain
-    // ASCII, no query, fragment, dot segment, backslash or control byte.
-    let path = target.upstream_path();
-    let rest = path
-        .strip_prefix("/v1/check/")
-        .expect("upstream path prefix");
-    assert!(
-        !rest.is_empty() && rest != "." && rest != "..",
-        "{input:?} -> {path:?}"
-    );
-    assert!(
-        rest.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~+%@".contains(&b)),
-        "{input:?} -> {path:?}"
-    );
-    let domain = target.domain.as_str();
-    assert!(
-        !domain.bytes().any(|b| b.is_ascii_uppercase()),
-        "{domain:?}"
-    );
-    assert!(rest.ends_with(domain), "{input:?} -> {path:?}");
-    // The local part survives the encoding exactly.
-    if let Some(local) = &target.local {
-        let encoded = &rest[..rest.len() - domain.len() - 1];
-        let decoded = percent_encoding::percent_decode_str(encoded).decode_utf8();
-        assert_eq!(
-            decoded.as_deref(),
-            Ok(local.as_str()),
-            "{input:?} -> {path:?}"
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));

@@ -1,27 +1,8 @@
-//! Fuzzes the keys-file parser: the file is edited by hand and hot-reloaded.
+//! libFuzzer's entry for `fuzz/checks/keys.rs`, which holds what is checked (the test command
+//! replays the same check on the seeds and their mutations).
 #![no_main]
 
-use std::collections::BTreeMap;
+#[path = "../checks/keys.rs"]
+mod check;
 
-use domain_risk_gateway::internals::access::keys::parse_keys;
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let plans = BTreeMap::from([("free".to_owned(), 100), ("test".to_owned(), u64::MAX)]);
-    match parse_keys(text, "keys.yaml", &plans) {
-        Ok(store) => {
-            assert_eq!(store.entries().count(), store.len());
-            assert_eq!(store.is_empty(), store.entries().next().is_none());
-            for key in store.entries() {
-                assert!(!key.id.is_empty());
-                assert_eq!(plans.get(&*key.plan), Some(&key.monthly_limit));
-            }
-            let _ = store.has_enabled_demo_key();
-            let _ = store.find("drg_not_a_key");
-        }
-        Err(e) => assert!(!e.problems.is_empty()),
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));

@@ -1,43 +1,8 @@
-//! Fuzzes the domain-name parser: hostile path segments and table entries reach it.
+//! libFuzzer's entry for `fuzz/checks/name.rs`, which holds what is checked (the test command
+//! replays the same check on the seeds and their mutations).
 #![no_main]
 
-use domain_risk_gateway::internals::domain::name::MAX_NAME_LEN;
-use domain_risk_gateway::internals::domain::DomainName;
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/name.rs"]
+mod check;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(input) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(name) = DomainName::parse(input) else {
-        return;
-    };
-    let s = name.as_str();
-    // The canonical form is what the table is keyed by and what reaches the upstream: it must
-    // be plain lowercase hostname ASCII, and canonical (parsing it again changes nothing).
-    assert!(
-        s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'),
-        "{input:?} -> {s:?}"
-    );
-    assert!(
-        !s.is_empty() && s.len() <= MAX_NAME_LEN,
-        "{input:?} -> {s:?}"
-    );
-    assert!(
-        !s.starts_with('.') && !s.ends_with('.') && !s.contains(".."),
-        "{s:?}"
-    );
-    assert_eq!(
-        DomainName::parse(s).as_ref(),
-        Ok(&name),
-        "{input:?} -> {s:?}"
-    );
-    // Parents are suffixes of the name; the registrable domain is one of them.
-    let suffixes: Vec<&str> = name.suffixes().collect();
-    assert_eq!(suffixes[0], s);
-    assert!(suffixes.iter().all(|p| s.ends_with(p)));
-    if let Some(reg) = name.registrable() {
-        assert!(suffixes.contains(&reg), "{s:?}: registrable {reg:?}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));

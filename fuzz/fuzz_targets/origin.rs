@@ -1,33 +1,8 @@
-//! Fuzzes the origin parsers: `Origin` and `Referer` headers come from any client, patterns from
-//! the keys file.
+//! libFuzzer's entry for `fuzz/checks/origin.rs`, which holds what is checked (the test command
+//! replays the same check on the seeds and their mutations).
 #![no_main]
 
-use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/origin.rs"]
+mod check;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(input) = std::str::from_utf8(data) else {
-        return;
-    };
-    let pattern = OriginPattern::parse(input);
-    let referer = Origin::from_referer(input);
-    if let Some(origin) = Origin::from_origin_header(input) {
-        // A bare origin is also a valid referer, and names the same origin.
-        assert_eq!(referer.as_ref(), Some(&origin), "{input:?}");
-        // Its printed form parses back to it (the printed form is what CORS answers carry).
-        let shown = origin.to_string();
-        assert_eq!(
-            Origin::from_origin_header(&shown).as_ref(),
-            Some(&origin),
-            "{input:?} -> {shown:?}"
-        );
-        // Written as a key's pattern, it allows exactly that origin.
-        let pattern = pattern.as_ref().expect("an origin is a valid pattern");
-        assert!(pattern.matches(&origin), "{input:?}");
-    }
-    if let Ok(p) = &pattern {
-        if let Some(r) = &referer {
-            let _ = p.matches(r);
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));

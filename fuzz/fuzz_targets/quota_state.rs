@@ -1,20 +1,8 @@
-//! Fuzzes the quota state-file parser: a corrupt file must be refused, never crash the start.
+//! libFuzzer's entry for `fuzz/checks/quota_state.rs`, which holds what is checked (the test command
+//! replays the same check on the seeds and their mutations).
 #![no_main]
 
-use domain_risk_gateway::internals::access::quota::local::legacy::parse_state;
-use domain_risk_gateway::internals::access::quota::Month;
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/quota_state.rs"]
+mod check;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(keys) = parse_state(text) else {
-        return;
-    };
-    for (_, month, _) in keys {
-        // The store packs each month as its index: that must name the same month again.
-        assert_eq!(Month::from_index(month.index()), month, "{text:?}");
-        assert_eq!(Month::parse_label(&month.label()), Some(month), "{text:?}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));
