@@ -276,7 +276,7 @@ fn operations(c: &mut Criterion) {
 fn top_flags(c: &mut Criterion) {
     use domain_risk_gateway::internals::domain::heavy_hitters::{Label, SpaceSaving};
     use domain_risk_gateway::internals::domain::Reason;
-    use domain_risk_gateway::internals::flags::LiveTop;
+    use domain_risk_gateway::internals::live_top::LiveTop;
     let label = Label {
         reason: Reason::Disposable,
         score: 100,

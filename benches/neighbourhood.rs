@@ -22,7 +22,7 @@ use arc_swap::ArcSwap;
 use criterion::{criterion_group, Criterion, Throughput};
 use domain_risk_gateway::internals::domain::classify::classify_match;
 use domain_risk_gateway::internals::domain::mail::{MxEvidence, MxHost};
-use domain_risk_gateway::internals::domain::neighbourhood::{
+use domain_risk_gateway::internals::domain::neighbour_index::{
     NeighbourhoodIndex, NeighbourhoodRule,
 };
 use domain_risk_gateway::internals::domain::providers::ProviderTable;
@@ -149,7 +149,7 @@ fn lookups(c: &mut Criterion) {
         g.bench_function(format!("cached_lookup_index_on_{label}"), |b| {
             b.iter(|| {
                 let (e, _) = rt.block_on(on.evidence(black_box(name.as_str()), "bench"));
-                let finding = on.neighbourhood().and_then(|n| n.judge(&name));
+                let finding = on.neighbourhood().and_then(|n| n.finding(&name));
                 let v = classify_match(&snap, &name, snap.lookup(&name), Some(&e), finding);
                 black_box(v.record.risk_score)
             })

@@ -81,7 +81,7 @@ pub struct GatewayConfig {
     /// Call logs and daily stats per project (`/v1/logs`, `/v1/stats`).
     pub calls: crate::account::calls::CallsConfig,
     /// Live top-domains: flag counts, their ranking, persistence and sharing.
-    pub top_domains: crate::flags::TopDomainsConfig,
+    pub top_domains: crate::live_top::TopDomainsConfig,
     /// HTTPS on the public listener; absent: plain HTTP.
     pub tls: Option<TlsConfig>,
     /// OpenTelemetry traces (OTLP/HTTP); off unless an endpoint is set.
@@ -109,7 +109,7 @@ impl Default for GatewayConfig {
             admin: AdminConfig::default(),
             access_log: AccessLogConfig::default(),
             calls: crate::account::calls::CallsConfig::default(),
-            top_domains: crate::flags::TopDomainsConfig::default(),
+            top_domains: crate::live_top::TopDomainsConfig::default(),
             tls: None,
             tracing: Default::default(),
             batch: BatchConfig::default(),

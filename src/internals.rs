@@ -3,7 +3,7 @@
 //!
 //! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
 //! listener's side and the Pingora glue), `account`, `access`, `upstream`, `domain` (pure), `mx`,
-//! `flags`, `data`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
+//! `live_top`, `data`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
 //! the parts' configuration; `server` wires everything; `cli` holds the subcommands. Declared
 //! here with their files in `src/` so that the crate's root holds the API alone.
 
@@ -23,10 +23,10 @@ pub mod data;
 pub mod domain;
 #[path = "edge/mod.rs"]
 pub mod edge;
-#[path = "flags/mod.rs"]
-pub mod flags;
 #[path = "infra/mod.rs"]
 pub mod infra;
+#[path = "live_top/mod.rs"]
+pub mod live_top;
 #[path = "mx/mod.rs"]
 pub mod mx;
 #[path = "ops/mod.rs"]

@@ -23,13 +23,13 @@ use crate::config::{GatewayConfig, Settings};
 use crate::data::files::{log_conflicts, summary, DataSources};
 use crate::data::reload::Reloader;
 use crate::domain::DomainTable;
-use crate::edge::downstream::Guarded;
+use crate::edge::admin::Admin;
+use crate::edge::downstream::ConnectionLimited;
 use crate::edge::gateway::Gateway;
 use crate::mx::neighbourhood::service::MxService;
 use crate::mx::neighbourhood::share::SharedIndex;
 use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::resolver::MxResolver;
-use crate::ops::admin::Admin;
 use crate::ops::connections::DownstreamStats;
 use crate::ops::lifecycle::{settle_budget, Draining, InFlight};
 use crate::ops::metrics::Metrics;
@@ -96,7 +96,10 @@ struct Parts {
         crate::account::calls::Calls,
         crate::account::calls::CallWriter,
     )>,
-    top_live: Option<(Arc<crate::flags::LiveTop>, crate::flags::keeper::Keeper)>,
+    top_live: Option<(
+        Arc<crate::live_top::LiveTop>,
+        crate::live_top::keeper::Keeper,
+    )>,
     keys_api: Arc<crate::account::keys_api::KeysApi>,
     access_log: Option<crate::ops::access_log::AccessLog>,
     access_log_service: crate::ops::access_log::AccessLogService,
@@ -276,7 +279,7 @@ fn parts(
         shared.keys.clone(),
         shared.clock.clone(),
     )?;
-    let top_live = crate::flags::keeper::Keeper::new(
+    let top_live = crate::live_top::keeper::Keeper::new(
         &gateway.top_domains,
         (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis),
         shared.table.clone(),
@@ -314,7 +317,7 @@ pub(crate) fn guarded_service<A>(
     limits: &crate::edge::config::LimitsConfig,
     downstream: Arc<DownstreamStats>,
     refuse_connect: bool,
-) -> Service<Guarded<pingora::proxy::HttpProxy<A>>>
+) -> Service<ConnectionLimited<pingora::proxy::HttpProxy<A>>>
 where
     A: pingora::proxy::ProxyHttp + Send + Sync + 'static,
     A::CTX: Send + Sync,
@@ -328,7 +331,7 @@ where
     options.h2_idle_timeout = Some(limits.idle_timeout);
     proxy.h2_options = Some(crate::edge::tls::h2_options(limits));
     proxy.server_options = Some(options);
-    let guarded = Guarded::new(proxy, limits).with_stats(downstream);
+    let guarded = ConnectionLimited::new(proxy, limits).with_stats(downstream);
     Service::new("domain-risk gateway".to_owned(), guarded)
 }
 

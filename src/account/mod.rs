@@ -1,7 +1,7 @@
 //! A project's own data: the keys API and the call stores behind `/v1/logs` and `/v1/stats`.
 
-pub mod answers;
 pub mod calls;
 pub mod config;
 pub mod keys_api;
+pub mod reports;
 pub mod routes;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::access::keys::KeyEntry;
 use crate::access::quota::{Clock, Usage};
-use crate::account::answers;
 use crate::account::calls::Calls;
 use crate::account::keys_api::{KeysApi, KeysOp};
+use crate::account::reports;
 use crate::answer::{Answer, ApiError};
 
 /// An account route, as the edge routed it.
@@ -43,13 +43,13 @@ impl Account<'_> {
     ) -> Answer {
         match route {
             AccountRoute::Usage => match (key, usage) {
-                (Some(key), Some(u)) => answers::usage(&key.plan, u),
+                (Some(key), Some(u)) => reports::usage(&key.plan, u),
                 _ => ApiError::Internal("usage without a principal".into()).into(),
             },
             // `GET /v1/logs`: a page of the project's calls, newest first, within its retention.
             AccountRoute::Logs { cursor, limit } => match (self.calls, key) {
                 (Some(calls), Some(key)) => {
-                    answers::logs(calls, key, self.clock.now(), cursor, limit).await
+                    reports::logs(calls, key, self.clock.now(), cursor, limit).await
                 }
                 _ => ApiError::NotFound.into(),
             },
@@ -57,7 +57,7 @@ impl Account<'_> {
             AccountRoute::Stats => match (self.calls, key) {
                 (Some(calls), Some(key)) => {
                     let today = self.clock.now().date_naive();
-                    answers::stats(calls, &key.project, today).await
+                    reports::stats(calls, &key.project, today).await
                 }
                 _ => ApiError::NotFound.into(),
             },

@@ -55,7 +55,7 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
         let (evidence, state) =
             runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout, "lookup"));
         if let (Some(index), MxEvidence::Hosts(_)) = (&index, &*evidence) {
-            finding = index.judge(&name);
+            finding = index.finding(&name);
         }
         Some((evidence, state))
     } else {

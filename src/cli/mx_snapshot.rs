@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{settings, CommandError};
-use crate::domain::neighbourhood::{keys_of, Learned};
+use crate::domain::neighbour_index::{keys_of, Learned};
 use crate::domain::{DomainName, TableRule};
 use crate::mx::neighbourhood::{store, today};
 use crate::mx::resolver::MxResolver;

@@ -12,7 +12,7 @@
 
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
-use super::neighbourhood::Finding;
+use super::neighbour_index::Finding;
 use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord};
 use super::scores::Scores;

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::classify::Verdict;
 use super::mail::{MxEvidence, ProviderKind};
 use super::name::DomainName;
-use super::neighbourhood::Finding;
+use super::neighbour_index::Finding;
 use super::table::{DomainTable, ListKind, TableRule};
 
 /// The rule that decided an answer.

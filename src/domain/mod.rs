@@ -13,7 +13,7 @@ pub mod heavy_hitters;
 pub mod mail;
 pub mod name;
 pub mod name_index;
-pub mod neighbourhood;
+pub mod neighbour_index;
 pub mod providers;
 pub mod record;
 pub mod scores;

@@ -58,7 +58,7 @@ impl ListKind {
         }
     }
 
-    /// The list of highest precedence among `flags` (the order [`DomainTable::lookup`] asks
+    /// The list of highest precedence among `live_top` (the order [`DomainTable::lookup`] asks
     /// them in), if any.
     fn strongest(flags: u8) -> Option<ListKind> {
         [

@@ -2,8 +2,8 @@
 //!
 //! Pingora bounds each *read* of a request header (60 s) but not the whole header, so a client
 //! sending one byte every few seconds holds a connection and its buffers for as long as it likes.
-//! [`Guarded`] wraps the proxy application: it caps open connections and wraps every accepted
-//! stream in a [`Bounded`] one, which watches the bytes it hands to Pingora's parser and enforces
+//! [`ConnectionLimited`] wraps the proxy application: it caps open connections and wraps every accepted
+//! stream in a [`LimitedStream`] one, which watches the bytes it hands to Pingora's parser and enforces
 //! a total deadline and size for each request header, and an idle timeout between requests.
 //! Requests per connection are capped through Pingora's own `keepalive_request_limit`.
 //!
@@ -107,16 +107,16 @@ impl Limits {
     }
 }
 
-/// The proxy application behind a connection cap, with every stream [`Bounded`].
-pub struct Guarded<A> {
+/// The proxy application behind a connection cap, with every stream [`LimitedStream`].
+pub struct ConnectionLimited<A> {
     inner: Arc<A>,
     limits: Arc<Limits>,
     stats: Arc<DownstreamStats>,
 }
 
-impl<A> Guarded<A> {
+impl<A> ConnectionLimited<A> {
     pub fn new(inner: A, config: &LimitsConfig) -> Self {
-        Guarded {
+        ConnectionLimited {
             inner: Arc::new(inner),
             limits: Arc::new(Limits::new(config)),
             stats: Arc::default(),
@@ -140,7 +140,7 @@ impl Drop for Slot {
 }
 
 #[async_trait]
-impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimited<A> {
     async fn process_new(
         self: &Arc<Self>,
         stream: Stream,
@@ -161,7 +161,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
         if stream.selected_alpn_proto() == Some(ALPN::H2) {
             return self.inner.process_new(stream, shutdown).await;
         }
-        let stream: Stream = Box::new(Bounded::new(
+        let stream: Stream = Box::new(LimitedStream::new(
             stream,
             self.limits.clone(),
             self.stats.clone(),
@@ -176,7 +176,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
 
 /// Where a connection is in its request cycle, as seen from the bytes that cross it.
 #[derive(Debug, Clone, Copy)]
-enum Phase {
+enum ReadState {
     /// Waiting for the first byte of a request, until `deadline`. `None`: not waited on yet;
     /// set when a read first finds nothing, so an answer written and a request read at once
     /// never read the clock (a read that waits reads it anyway).
@@ -203,11 +203,11 @@ enum Phase {
 }
 
 /// A stream that enforces the per-request header limits on what it reads.
-pub struct Bounded {
+pub struct LimitedStream {
     inner: Stream,
     limits: Arc<Limits>,
     stats: Arc<DownstreamStats>,
-    phase: Phase,
+    phase: ReadState,
     timer: Pin<Box<Sleep>>,
     /// The instant `timer` is set to; a timer that fires early is simply set again.
     armed: Instant,
@@ -225,9 +225,9 @@ pub struct Bounded {
     carry: Vec<u8>,
 }
 
-impl fmt::Debug for Bounded {
+impl fmt::Debug for LimitedStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Bounded")
+        f.debug_struct("LimitedStream")
             .field("inner", &self.inner)
             .field("phase", &self.phase)
             .finish()
@@ -243,13 +243,13 @@ enum Scan {
     TooLarge,
 }
 
-impl Bounded {
+impl LimitedStream {
     fn new(inner: Stream, limits: Arc<Limits>, stats: Arc<DownstreamStats>) -> Self {
         let now = Instant::now();
         let deadline = now + limits.header_timeout;
-        Bounded {
+        LimitedStream {
             inner,
-            phase: Phase::Waiting {
+            phase: ReadState::Waiting {
                 deadline: Some(deadline),
                 idle: false,
             },
@@ -292,7 +292,7 @@ impl Bounded {
             .unwrap_or_default();
         log::warn!(target: CLIENT, "request header from {peer} refused: {why}");
         counter.fetch_add(1, Ordering::Relaxed);
-        self.phase = Phase::Rejecting {
+        self.phase = ReadState::Rejecting {
             written: 0,
             timeout,
         };
@@ -300,7 +300,7 @@ impl Bounded {
 
     /// Writes the canned answer of a rejected request, then fails the read so Pingora closes.
     fn poll_rejecting(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Phase::Rejecting { written, timeout } = &mut self.phase else {
+        let ReadState::Rejecting { written, timeout } = &mut self.phase else {
             return Poll::Ready(Ok(()));
         };
         let answer = if *timeout {
@@ -334,23 +334,26 @@ impl Bounded {
     fn deadline(&mut self, now: Instant) -> Option<Instant> {
         let limits = &self.limits;
         match &mut self.phase {
-            Phase::Waiting { deadline, idle } => Some(*deadline.get_or_insert_with(|| {
+            ReadState::Waiting { deadline, idle } => Some(*deadline.get_or_insert_with(|| {
                 now + if *idle {
                     limits.idle_timeout
                 } else {
                     limits.header_timeout
                 }
             })),
-            Phase::Header { deadline, .. } => {
+            ReadState::Header { deadline, .. } => {
                 Some(*deadline.get_or_insert(now + limits.header_timeout))
             }
-            Phase::Answering | Phase::Rejecting { .. } => None,
+            ReadState::Answering | ReadState::Rejecting { .. } => None,
         }
     }
 
     /// Whether the current deadline has passed; arms the timer (waking this task) if not.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        if matches!(self.phase, Phase::Answering | Phase::Rejecting { .. }) {
+        if matches!(
+            self.phase,
+            ReadState::Answering | ReadState::Rejecting { .. }
+        ) {
             return false;
         }
         let now = Instant::now();
@@ -394,14 +397,14 @@ impl Bounded {
 }
 
 /// Follows a request header through `bytes` just read in `phase`: whether it is complete (the
-/// phase is then [`Phase::Answering`]), over `max_bytes` or `max_lines`, or not complete yet.
-fn follow(phase: &mut Phase, bytes: &[u8], max_bytes: usize, max_lines: usize) -> Scan {
-    if let Phase::Waiting { .. } = phase {
+/// phase is then [`ReadState::Answering`]), over `max_bytes` or `max_lines`, or not complete yet.
+fn follow(phase: &mut ReadState, bytes: &[u8], max_bytes: usize, max_lines: usize) -> Scan {
+    if let ReadState::Waiting { .. } = phase {
         if whole_and_within(bytes, max_bytes, max_lines) {
-            *phase = Phase::Answering;
+            *phase = ReadState::Answering;
             return Scan::Complete(bytes.len());
         }
-        *phase = Phase::Header {
+        *phase = ReadState::Header {
             deadline: None,
             bytes: 0,
             lines: 0,
@@ -409,7 +412,7 @@ fn follow(phase: &mut Phase, bytes: &[u8], max_bytes: usize, max_lines: usize) -
             started: false,
         };
     }
-    let Phase::Header {
+    let ReadState::Header {
         bytes: seen,
         lines,
         eol,
@@ -424,7 +427,7 @@ fn follow(phase: &mut Phase, bytes: &[u8], max_bytes: usize, max_lines: usize) -
         if *seen > max_bytes || *lines > max_lines {
             return Scan::TooLarge;
         }
-        *phase = Phase::Answering;
+        *phase = ReadState::Answering;
         return Scan::Complete(end);
     }
     *seen += bytes.len();
@@ -456,7 +459,7 @@ fn line_feeds(bytes: &[u8]) -> usize {
 }
 
 /// Follows a request header through `bytes`, carrying what earlier reads saw (`lines` counted,
-/// `eol` as in [`Phase::Header`], `started`): the length up to and including the line feed of the
+/// `eol` as in [`ReadState::Header`], `started`): the length up to and including the line feed of the
 /// blank line that ends the header, if it is in `bytes`. Jumps from line feed to line feed
 /// (`memchr`), looking only at the first bytes of each line, rather than matching every byte.
 fn scan_header(bytes: &[u8], lines: &mut usize, eol: &mut u8, started: &mut bool) -> Option<usize> {
@@ -486,14 +489,14 @@ fn scan_header(bytes: &[u8], lines: &mut usize, eol: &mut u8, started: &mut bool
     None
 }
 
-impl AsyncRead for Bounded {
+impl AsyncRead for LimitedStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let Phase::Rejecting { .. } = this.phase {
+        if let ReadState::Rejecting { .. } = this.phase {
             return this.poll_rejecting(cx);
         }
         if this.replacing.is_some() {
@@ -521,7 +524,7 @@ impl AsyncRead for Bounded {
                     return Poll::Pending;
                 }
                 match this.phase {
-                    Phase::Waiting { idle, .. } => {
+                    ReadState::Waiting { idle, .. } => {
                         if idle {
                             this.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
                         } else {
@@ -540,7 +543,7 @@ impl AsyncRead for Bounded {
     }
 }
 
-impl Bounded {
+impl LimitedStream {
     /// Follows the header through the bytes just put in `buf` (from `before` on): bytes behind
     /// a header that ends in them wait in `carry` for the next read; a header over a limit is
     /// refused.
@@ -572,8 +575,8 @@ impl Bounded {
 
     /// An answer went out: the next request's wait starts now.
     fn wrote(&mut self, n: usize) {
-        if n > 0 && !matches!(self.phase, Phase::Rejecting { .. }) {
-            self.phase = Phase::Waiting {
+        if n > 0 && !matches!(self.phase, ReadState::Rejecting { .. }) {
+            self.phase = ReadState::Waiting {
                 deadline: None,
                 idle: true,
             };
@@ -581,7 +584,7 @@ impl Bounded {
     }
 }
 
-impl Bounded {
+impl LimitedStream {
     /// Starts replacing Pingora's bare 400 if `first` is its beginning.
     fn notice_pingora_answer(&mut self, first: &[u8]) {
         // The status first: every answer is written through here, and all but a 400 differ
@@ -611,7 +614,7 @@ impl Bounded {
     }
 }
 
-impl AsyncWrite for Bounded {
+impl AsyncWrite for LimitedStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -668,7 +671,7 @@ impl AsyncWrite for Bounded {
 }
 
 #[async_trait]
-impl Shutdown for Bounded {
+impl Shutdown for LimitedStream {
     async fn shutdown(&mut self) {
         // Pingora shuts the connection down right after its bare 400: ours goes out first (a
         // failed write only means the client is gone).
@@ -680,13 +683,13 @@ impl Shutdown for Bounded {
     }
 }
 
-impl UniqueID for Bounded {
+impl UniqueID for LimitedStream {
     fn id(&self) -> UniqueIDType {
         self.inner.id()
     }
 }
 
-impl Ssl for Bounded {
+impl Ssl for LimitedStream {
     fn get_ssl(&self) -> Option<&TlsRef> {
         self.inner.get_ssl()
     }
@@ -700,7 +703,7 @@ impl Ssl for Bounded {
     }
 }
 
-impl GetTimingDigest for Bounded {
+impl GetTimingDigest for LimitedStream {
     fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
         self.inner.get_timing_digest()
     }
@@ -714,7 +717,7 @@ impl GetTimingDigest for Bounded {
     }
 }
 
-impl GetProxyDigest for Bounded {
+impl GetProxyDigest for LimitedStream {
     fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
         self.inner.get_proxy_digest()
     }
@@ -724,7 +727,7 @@ impl GetProxyDigest for Bounded {
     }
 }
 
-impl GetSocketDigest for Bounded {
+impl GetSocketDigest for LimitedStream {
     fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
         self.inner.get_socket_digest()
     }
@@ -735,7 +738,7 @@ impl GetSocketDigest for Bounded {
 }
 
 #[async_trait]
-impl Peek for Bounded {
+impl Peek for LimitedStream {
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
         if !self.carry.is_empty() {
             let n = self.carry.len().min(buf.len());
@@ -848,7 +851,7 @@ mod tests {
 
     /// What `follow` answers for each read of `input` cut at `cuts`, from `phase`.
     fn outcomes(
-        mut phase: Phase,
+        mut phase: ReadState,
         input: &[u8],
         cuts: &[usize],
         limits: (usize, usize),
@@ -883,8 +886,8 @@ mod tests {
             max_bytes in 0..160usize,
             max_lines in 0..12usize,
         ) {
-            let waiting = Phase::Waiting { deadline: None, idle: true };
-            let scanned = Phase::Header { deadline: None, bytes: 0, lines: 0, eol: 0, started: false };
+            let waiting = ReadState::Waiting { deadline: None, idle: true };
+            let scanned = ReadState::Header { deadline: None, bytes: 0, lines: 0, eol: 0, started: false };
             proptest::prop_assert_eq!(
                 outcomes(waiting, &input, &cuts, (max_bytes, max_lines)),
                 outcomes(scanned, &input, &cuts, (max_bytes, max_lines))

@@ -74,7 +74,7 @@ pub struct Gateway {
     /// `None` when call logs are off (`gateway.calls.enabled: false`).
     calls: Option<Calls>,
     /// Flag counts of the live top-domains; `None` when off (the table's fixed ranking).
-    top_live: Option<Arc<crate::flags::LiveTop>>,
+    top_live: Option<Arc<crate::live_top::LiveTop>>,
     /// `/v1/keys`; its routes answer 404 when `None` or `keys_api.enabled` is false.
     keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
@@ -182,7 +182,7 @@ impl Gateway {
     }
 
     /// Counts flagged lookups into `live` and serves top-domains from its ranking.
-    pub fn with_top_live(mut self, live: Option<Arc<crate::flags::LiveTop>>) -> Self {
+    pub fn with_top_live(mut self, live: Option<Arc<crate::live_top::LiveTop>>) -> Self {
         self.top_live = live;
         self
     }

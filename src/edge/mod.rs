@@ -1,6 +1,7 @@
 //! The listener's side: the Pingora glue, routes, framing, connection limits, local answers, TLS,
 //! the OpenAPI document and the browser dashboard's files.
 
+pub mod admin;
 pub mod batch;
 pub mod bodies;
 pub mod config;

@@ -31,7 +31,7 @@ use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::domain::mail::{MxEvidence, MxHost};
-use crate::domain::neighbourhood::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
+use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
 use crate::domain::DomainName;
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
@@ -321,7 +321,7 @@ impl MxResolver {
             }
         }))
         .await;
-        let now = trust::judge(&answers);
+        let now = trust::trust_of(&answers);
         let was = self.trust.set(now);
         self.checked.send_replace(true);
         if now != Trust::Trusted && was == Trust::Trusted {

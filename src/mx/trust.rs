@@ -70,7 +70,7 @@ impl Trust {
 /// The verdict on a resolver from its canaries' answers: trusted when more than half show MX
 /// hosts (one canary's outage does not switch evidence off), silent when none answered at all,
 /// untrusted otherwise.
-pub fn judge(answers: &[CanaryAnswer]) -> Trust {
+pub fn trust_of(answers: &[CanaryAnswer]) -> Trust {
     let mail = answers.iter().filter(|a| **a == CanaryAnswer::Mail).count();
     if !answers.is_empty() && mail * 2 > answers.len() {
         Trust::Trusted
@@ -121,15 +121,18 @@ mod tests {
 
     #[test]
     fn a_majority_of_canaries_with_mail_is_needed_to_trust() {
-        assert_eq!(judge(&[Mail, Mail, Mail, Mail]), Trust::Trusted);
-        assert_eq!(judge(&[Mail, Mail, Mail, Silent]), Trust::Trusted);
-        assert_eq!(judge(&[Mail, Mail, Negative, Failed]), Trust::Untrusted);
-        assert_eq!(judge(&[Negative; 4]), Trust::Untrusted);
-        assert_eq!(judge(&[Failed; 4]), Trust::Untrusted);
-        assert_eq!(judge(&[Negative, Silent, Silent, Silent]), Trust::Untrusted);
-        assert_eq!(judge(&[Silent; 4]), Trust::Silent);
-        assert_eq!(judge(&[Mail]), Trust::Trusted);
-        assert_eq!(judge(&[]), Trust::Silent);
+        assert_eq!(trust_of(&[Mail, Mail, Mail, Mail]), Trust::Trusted);
+        assert_eq!(trust_of(&[Mail, Mail, Mail, Silent]), Trust::Trusted);
+        assert_eq!(trust_of(&[Mail, Mail, Negative, Failed]), Trust::Untrusted);
+        assert_eq!(trust_of(&[Negative; 4]), Trust::Untrusted);
+        assert_eq!(trust_of(&[Failed; 4]), Trust::Untrusted);
+        assert_eq!(
+            trust_of(&[Negative, Silent, Silent, Silent]),
+            Trust::Untrusted
+        );
+        assert_eq!(trust_of(&[Silent; 4]), Trust::Silent);
+        assert_eq!(trust_of(&[Mail]), Trust::Trusted);
+        assert_eq!(trust_of(&[]), Trust::Silent);
     }
 
     #[test]

@@ -1,8 +1,7 @@
-//! What operators see and steer: the admin listener, metrics, logging, the access log, traces,
+//! What operators see and steer: metrics, logging, the access log, traces,
 //! draining and hand-off, the background-service loop.
 
 pub mod access_log;
-pub mod admin;
 pub mod config;
 pub mod connections;
 pub mod lifecycle;

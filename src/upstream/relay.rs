@@ -93,15 +93,15 @@ pub struct Relayed {
 }
 
 impl Relayed {
-    /// The header for the client: the backend's end-to-end headers, `ours` replacing any of the
+    /// The header for the client: the backend's end-to-end headers, `gateway_headers` replacing any of the
     /// same name (but `Vary`, which gets its fields added to the backend's), and our framing.
     pub fn response_header(
         &mut self,
-        ours: Vec<(HeaderName, HeaderValue)>,
+        gateway_headers: Vec<(HeaderName, HeaderValue)>,
         merge_vary: impl Fn(&HeaderMap) -> HeaderValue,
     ) -> pingora::Result<ResponseHeader> {
         let mut headers = std::mem::take(&mut self.headers);
-        for (name, value) in ours {
+        for (name, value) in gateway_headers {
             if name == VARY {
                 let merged = merge_vary(&headers);
                 headers.insert(VARY, merged);

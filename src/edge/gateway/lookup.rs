@@ -20,7 +20,7 @@ use crate::answer::{body_bytes, Answer, ApiError};
 use crate::domain::classify::{classify_match, wants_mx};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
-use crate::domain::neighbourhood::Finding;
+use crate::domain::neighbour_index::Finding;
 use crate::domain::table::DomainTable;
 use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::batch::{self, Item, Results};
@@ -64,7 +64,7 @@ impl Gateway {
         ctx.dataset = Some(table.version().header().clone());
         // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
         let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
-        let (suggestion, verdict) = self.judge(
+        let (suggestion, verdict) = self.classify_and_record(
             &table,
             &name,
             inputs,
@@ -136,7 +136,8 @@ impl Gateway {
                 Item::Valid(name) => {
                     let mx = inputs.next().unwrap_or_default();
                     let out = results.entry();
-                    let (_, verdict) = self.judge(&table, name, mx, &key.project, explain, out);
+                    let (_, verdict) =
+                        self.classify_and_record(&table, name, mx, &key.project, explain, out);
                     ctx.batch_calls.extend(verdict.map(|v| PendingCall {
                         domain: name.as_str().into(),
                         verdict: Some(v),
@@ -155,7 +156,7 @@ impl Gateway {
     /// neighbourhood's verdict count, the live top-domains), writes its JSON (with the evidence
     /// when `explain`) to `out`, and returns the provider it is likely a typo of and the
     /// verdict to log for the name (call logs on).
-    fn judge<'t>(
+    fn classify_and_record<'t>(
         &self,
         table: &'t DomainTable,
         name: &'t DomainName,
@@ -178,7 +179,7 @@ impl Gateway {
             live.record(
                 name,
                 &verdict.record,
-                crate::flags::Basis::of(&verdict),
+                crate::live_top::WhyFlagged::of(&verdict),
                 project,
             );
         }
@@ -285,7 +286,7 @@ impl Gateway {
     /// What the neighbourhood index finds for a name whose MX hosts are known.
     fn finding(&self, name: &DomainName, evidence: &MxEvidence) -> Option<Finding> {
         match (evidence, self.neighbourhood()) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.judge(name),
+            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name),
             _ => None,
         }
     }

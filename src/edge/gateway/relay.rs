@@ -120,16 +120,17 @@ impl Gateway {
                 call.verdict = crate::account::calls::upstream_verdict(&relayed.body);
             }
         }
-        let mut ours = Vec::with_capacity(8);
+        let mut gateway_headers = Vec::with_capacity(8);
         if let Some(id) = ctx
             .request_id
             .as_deref()
             .and_then(|id| HeaderValue::from_str(id).ok())
         {
-            ours.push((X_REQUEST_ID, id));
+            gateway_headers.push((X_REQUEST_ID, id));
         }
-        access_headers(ctx, &mut ours);
-        let header = relayed.response_header(ours, |h| merge_vary(h.get_all(VARY), "Origin"))?;
+        access_headers(ctx, &mut gateway_headers);
+        let header =
+            relayed.response_header(gateway_headers, |h| merge_vary(h.get_all(VARY), "Origin"))?;
         crate::edge::http::write_header_and_body(session, header, std::mem::take(&mut relayed.body))
             .await
     }

@@ -1,6 +1,6 @@
 //! The MX neighbourhood index at work: taught by every MX lookup (and, in the background, by
 //! the listed names the table answers), asked for each unlisted domain, kept in a state file
-//! and shared over Redis. The rule itself is pure, in [`crate::domain::neighbourhood`].
+//! and shared over Redis. The rule itself is pure, in [`crate::domain::neighbour_index`].
 
 pub mod mirror;
 pub mod service;
@@ -15,7 +15,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
-use crate::domain::neighbourhood::{
+use crate::domain::neighbour_index::{
     keys_of, Finding, HostNetworks, KeyKind, KeyReport, Learned, NeighbourhoodIndex,
     NeighbourhoodRule,
 };
@@ -116,7 +116,7 @@ impl Neighbourhood {
     /// first time, not the second") while its key stays within the hold margin of the rule
     /// ([`NeighbourhoodIndex::holds`]); a list or the allowlist still overrules it, as the
     /// table is asked first.
-    pub fn judge(&self, name: &DomainName) -> Option<Finding> {
+    pub fn finding(&self, name: &DomainName) -> Option<Finding> {
         let domain = name.registrable()?;
         let hold = self.config.verdict_hold;
         if !hold.is_zero() {
@@ -127,7 +127,7 @@ impl Neighbourhood {
                 self.held.remove(domain);
             }
         }
-        let mut finding = self.read().judge(domain)?;
+        let mut finding = self.read().finding(domain)?;
         if !hold.is_zero() {
             finding.since =
                 Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));

@@ -7,7 +7,7 @@
 //! One key: cluster-safe. Writes are bounded: one `XADD` per share interval and per
 //! [`BATCH`] domains.
 
-use crate::domain::neighbourhood::Learned;
+use crate::domain::neighbour_index::Learned;
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::redis::{stream_id_after, RedisLink};
 

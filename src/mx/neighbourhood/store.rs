@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::neighbourhood::{KeyKind, Learned};
+use crate::domain::neighbour_index::{KeyKind, Learned};
 use crate::infra::fsutil::replace_with;
 
 /// The header's `format`.

@@ -151,13 +151,13 @@ impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
 /// count is private): the gate's count is never below the queue's, so the processor itself
 /// never drops one unseen.
 #[derive(Debug)]
-pub struct Gated {
+pub struct LossCountingProcessor {
     pub inner: BatchSpanProcessor,
     pub capacity: usize,
     pub losses: Arc<Losses>,
 }
 
-impl SpanProcessor for Gated {
+impl SpanProcessor for LossCountingProcessor {
     fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
         self.inner.on_start(span, cx)
     }

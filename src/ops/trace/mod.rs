@@ -26,7 +26,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use config::{env_set, TracingConfig};
-use export::{CountingExporter, Gated, Losses, UreqClient};
+use export::{CountingExporter, LossCountingProcessor, Losses, UreqClient};
 
 pub use opentelemetry::trace::SpanKind as Kind;
 
@@ -112,7 +112,7 @@ impl Tracing {
             resource = resource.with_service_name(c.service_name.clone());
         }
         let mut provider = SdkTracerProvider::builder()
-            .with_span_processor(Gated {
+            .with_span_processor(LossCountingProcessor {
                 inner: batch,
                 capacity,
                 losses: self.losses.clone(),

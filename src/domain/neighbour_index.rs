@@ -448,7 +448,7 @@ impl NeighbourhoodIndex {
 
     /// What the index says of `domain` (a registrable domain): the key that judges it, if one
     /// does. `None` for a listed domain (the lists have spoken) or one never taught.
-    pub fn judge(&self, domain: &str) -> Option<Finding> {
+    pub fn finding(&self, domain: &str) -> Option<Finding> {
         let entry = self.domains.get(domain)?;
         if matches!(entry.standing, Standing::Listed(_)) {
             return None;
@@ -720,18 +720,18 @@ mod tests {
             ix.teach(&format!("l{i}.com"), &k, Some("list-a"), 1);
         }
         ix.teach("new.com", &k, None, 1);
-        let f = ix.judge("new.com").unwrap();
+        let f = ix.finding("new.com").unwrap();
         assert_eq!((f.key_kind, &*f.key), (KeyKind::Host, "mx.throw.io"));
         assert_eq!((f.listed, f.unlisted), (3, 0));
         assert_eq!(f.sources[0].source.as_ref(), "list-a");
         // Listed domains are not judged; unknown ones neither.
-        assert_eq!(ix.judge("l0.com"), None);
-        assert_eq!(ix.judge("never.com"), None);
+        assert_eq!(ix.finding("l0.com"), None);
+        assert_eq!(ix.finding("never.com"), None);
         // Taught again: counted once.
         for _ in 0..5 {
             ix.teach("l0.com", &k, Some("list-a"), 2);
         }
-        assert_eq!(ix.judge("new.com").unwrap().listed, 3);
+        assert_eq!(ix.finding("new.com").unwrap().listed, 3);
     }
 
     #[test]
@@ -744,11 +744,11 @@ mod tests {
         }
         // Taught with those keys anyway (a state file from before the rule): they are dropped.
         ix.teach("victim.com", &planted, None, 1);
-        assert_eq!(ix.judge("victim.com"), None);
+        assert_eq!(ix.finding("victim.com"), None);
         let sister = keys(&["host:mx.victim.com"]);
         ix.teach("sister.com", &sister, None, 1);
         assert!(
-            ix.judge("sister.com").is_some(),
+            ix.finding("sister.com").is_some(),
             "another domain on it is a tenant"
         );
     }
@@ -771,7 +771,7 @@ mod tests {
             (1..10_000)
                 .find(|&planted| {
                     ix.teach(&format!("planted{planted}.com"), &k, Some("s"), 1);
-                    ix.judge("tenant0.com").is_some()
+                    ix.finding("tenant0.com").is_some()
                 })
                 .unwrap()
         };
@@ -794,10 +794,10 @@ mod tests {
         for i in 0..3 {
             ix.teach(&format!("u{i}.com"), &k, None, 1);
         }
-        assert_eq!(ix.judge("u0.com").unwrap().unlisted, 2);
+        assert_eq!(ix.finding("u0.com").unwrap().unlisted, 2);
         // ...until unlisted ones are more than a fifth: 8 / (8 + 2) is 0.8, 8 / (8 + 3) is not.
         ix.teach("u3.com", &k, None, 1);
-        assert!(ix.judge("u3.com").is_none());
+        assert!(ix.finding("u3.com").is_none());
         // A shared host: a few listed tenants among many legitimate ones judges nobody.
         let shared = keys(&["network:198.51.100.0/24"]);
         for i in 0..20 {
@@ -807,7 +807,7 @@ mod tests {
             ix.teach(&format!("t{i}.com"), &shared, Some("s"), 1);
         }
         ix.teach("company.com", &shared, None, 1);
-        assert_eq!(ix.judge("company.com"), None);
+        assert_eq!(ix.finding("company.com"), None);
         let top = ix.top(10);
         assert_eq!(&*top[0].key, "mx.throw.io");
         assert!(!top[0].judges && !top[1].judges, "{top:?}");
@@ -827,7 +827,7 @@ mod tests {
         // No keys: known (not resolved again), counted nowhere.
         ix.teach("y.com", &[], None, 10);
         assert_eq!((ix.domains(), ix.keys()), (1, 0));
-        assert!(ix.knows("y.com") && ix.judge("y.com").is_none());
+        assert!(ix.knows("y.com") && ix.finding("y.com").is_none());
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl TopDomainsConfig {
 
 /// What a flag rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Basis {
+pub enum WhyFlagged {
     /// A list or record of the table, or mail hosts at a disposable-mail service: ranked at once.
     Evidence,
     /// Only that DNS found no mail host (`undeliverable` for a name the table leaves open):
@@ -146,17 +146,17 @@ pub enum Basis {
     Inferred,
 }
 
-impl Basis {
+impl WhyFlagged {
     /// The basis of a classification's flag.
-    pub fn of(verdict: &Verdict<'_>) -> Basis {
+    pub fn of(verdict: &Verdict<'_>) -> WhyFlagged {
         if verdict.neighbourhood.is_some() {
-            Basis::Inferred
+            WhyFlagged::Inferred
         } else if verdict.rule == TableRule::Unknown
             && verdict.record.reason == Reason::Undeliverable
         {
-            Basis::NoMailHost
+            WhyFlagged::NoMailHost
         } else {
-            Basis::Evidence
+            WhyFlagged::Evidence
         }
     }
 }
@@ -169,7 +169,7 @@ pub struct LiveTop {
     /// growing it or dropping the flags of the heavy hitters.
     shards: Box<[Mutex<SpaceSaving>]>,
     capacity: usize,
-    /// Names flagged on [`Basis::NoMailHost`] not yet seen by enough projects. One lock for all
+    /// Names flagged on [`WhyFlagged::NoMailHost`] not yet seen by enough projects. One lock for all
     /// threads (two projects' flags must meet), taken only by such flags.
     waiting: Mutex<Waiting>,
     /// `None` until a flag was counted: top-domains then serves the table's own ranking.
@@ -195,14 +195,20 @@ impl LiveTop {
         }
     }
 
-    /// Names flagged on [`Basis::NoMailHost`] are ranked once `n` distinct projects flagged them.
+    /// Names flagged on [`WhyFlagged::NoMailHost`] are ranked once `n` distinct projects flagged them.
     pub fn with_min_projects(mut self, n: usize) -> Self {
         self.waiting = Mutex::new(Waiting::new(n, self.capacity));
         self
     }
 
     /// Counts one answer of `project` for its registrable domain if it flags the name.
-    pub fn record(&self, name: &DomainName, answer: &RiskRecord<'_>, basis: Basis, project: &str) {
+    pub fn record(
+        &self,
+        name: &DomainName,
+        answer: &RiskRecord<'_>,
+        basis: WhyFlagged,
+        project: &str,
+    ) {
         if answer.reason == Reason::Safe {
             return;
         }
@@ -214,9 +220,9 @@ impl LiveTop {
             score: answer.risk_score,
         };
         match basis {
-            Basis::Inferred => {}
-            Basis::Evidence => self.record_name(registrable, label),
-            Basis::NoMailHost => {
+            WhyFlagged::Inferred => {}
+            WhyFlagged::Evidence => self.record_name(registrable, label),
+            WhyFlagged::NoMailHost => {
                 let ready = self
                     .waiting
                     .lock()
@@ -362,7 +368,7 @@ mod tests {
             is_corporate_email: false,
             mx_provider_label: None,
         };
-        l.record(&name, &answer, Basis::Evidence, "p");
+        l.record(&name, &answer, WhyFlagged::Evidence, "p");
     }
 
     #[test]
@@ -401,7 +407,7 @@ mod tests {
             is_corporate_email: false,
             mx_provider_label: None,
         };
-        l.record(&name, &answer, Basis::NoMailHost, project);
+        l.record(&name, &answer, WhyFlagged::NoMailHost, project);
     }
 
     fn counts(l: &LiveTop) -> Vec<(String, u64)> {
@@ -473,19 +479,19 @@ mod tests {
         let no_mx = MxEvidence::NoMailHost;
         let basis = |name: &DomainName| {
             let v = classify_match(&table, name, table.lookup(name), Some(&no_mx), None);
-            (v.record.reason, Basis::of(&v))
+            (v.record.reason, WhyFlagged::of(&v))
         };
         assert_eq!(
             basis(&n("made-up.example")),
-            (Reason::Undeliverable, Basis::NoMailHost)
+            (Reason::Undeliverable, WhyFlagged::NoMailHost)
         );
         assert_eq!(
             basis(&n("dead.example")),
-            (Reason::Undeliverable, Basis::Evidence)
+            (Reason::Undeliverable, WhyFlagged::Evidence)
         );
         assert_eq!(
             basis(&n("x.mailinator.com")),
-            (Reason::Disposable, Basis::Evidence)
+            (Reason::Disposable, WhyFlagged::Evidence)
         );
     }
 
