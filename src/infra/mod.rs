@@ -2,6 +2,7 @@
 //! replacement; the process's allocator.
 
 pub mod alloc;
+pub mod breaker;
 pub mod fsutil;
 pub mod http;
 pub mod priority;

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::hash::RandomState;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use crate::domain::mail::{MxEvidence, MxHost};
 use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
 use crate::domain::DomainName;
+use crate::infra::breaker::Breaker;
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::shares::{ShareSlot, Shares};
@@ -126,13 +127,15 @@ pub struct MxResolver {
     trust: TrustState,
     canaries: Vec<String>,
     /// Lookups in a row that no server answered (reset by any answer).
-    failures: AtomicU32,
-    /// A streak of `breaker_failures` unanswered lookups asks for the canaries now.
+    /// The shared breaker, as a streak of unanswered lookups: when `breaker_failures` in a row
+    /// open it, the canaries are asked now and it is closed again (a timeout never switches MX
+    /// evidence off by itself, so nothing here is skipped while it is open).
+    failures: Breaker,
+    /// Set when the streak opened the breaker: the canaries are asked now.
     recheck: AtomicBool,
     /// Becomes true once the canaries were first asked (a negative answer found before then
     /// waits for their verdict).
     checked: watch::Sender<bool>,
-    breaker_failures: u32,
     shares: Arc<Shares>,
     /// Registrable domains whose lookups timed out, until when they are left alone.
     slow_zones: Cache<Box<str>, Instant>,
@@ -233,10 +236,14 @@ impl MxResolver {
             hits: HotCounter::default(),
             trust: TrustState::new(trust),
             canaries: config.canaries.clone(),
-            failures: AtomicU32::new(0),
+            failures: Breaker::new(
+                config.breaker_failures,
+                RECHECK_SPACING,
+                RECHECK_SPACING,
+                Instant::now(),
+            ),
             recheck: AtomicBool::new(false),
             checked: watch::Sender::new(false),
-            breaker_failures: config.breaker_failures.max(1),
             shares: Arc::new(Shares::new(
                 config.max_inflight_per_project.clamp(1, max_inflight),
             )),
@@ -281,9 +288,9 @@ impl MxResolver {
     /// evidence off by itself: one slow zone is that zone's problem.
     fn note_answer(&self, answered: bool) {
         if answered {
-            self.failures.store(0, Ordering::Relaxed);
-        } else if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.breaker_failures {
-            self.failures.store(0, Ordering::Relaxed);
+            self.failures.succeeded();
+        } else if self.failures.failed(Instant::now()) {
+            self.failures.succeeded();
             self.recheck.store(true, Ordering::Relaxed);
         }
     }
@@ -333,7 +340,7 @@ impl MxResolver {
             self.log_change(was, now, &answers);
         }
         if now != Trust::Silent {
-            self.failures.store(0, Ordering::Relaxed);
+            self.failures.succeeded();
         }
         now
     }

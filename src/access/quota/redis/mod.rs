@@ -13,7 +13,6 @@
 //! owed to Redis and, in batched mode, the lease (`leases.rs`). The background sync drops slots
 //! of past months once they owe Redis nothing.
 
-mod breaker;
 mod leases;
 mod probe;
 pub mod rate;
@@ -34,7 +33,7 @@ use crate::access::rate::{RateConfig, RateStanding};
 use crate::infra::redis::RedisLink;
 
 use super::{Clock, Consumed, Month, QuotaError, QuotaStore, Usage};
-use breaker::{Admit, Breaker};
+use crate::infra::breaker::{Admit, Breaker};
 use script::{Outcome, Reply};
 use slots::{Carry, Slot, Slots};
 

@@ -1,5 +1,6 @@
-//! The circuit breaker in front of Redis: after enough consecutive failures calls skip Redis for a
-//! while, then exactly one call probes it. A pure state machine: callers pass the time in.
+//! The one circuit breaker, pure (callers pass the time in): after enough consecutive failures it
+//! opens; the quota store skips Redis while it is open and lets exactly one call probe it after,
+//! the MX resolver asks its canaries when it opens.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -7,11 +8,11 @@ use std::time::{Duration, Instant};
 /// What a caller may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    /// Closed: call Redis.
+    /// Closed: make the call.
     Call,
-    /// The open period is over and this caller is the one probe: call Redis and report.
+    /// The open period is over and this caller is the one probe: make the call and report.
     Probe,
-    /// Open, or another caller is probing: skip Redis.
+    /// Open, or another caller is probing: skip the call.
     Skip,
 }
 
@@ -79,7 +80,7 @@ impl Breaker {
         }
     }
 
-    /// Redis answered. Returns whether this closed the breaker.
+    /// The call succeeded. Returns whether this closed the breaker.
     pub fn succeeded(&self) -> bool {
         self.failures.store(0, Ordering::Relaxed);
         self.until.swap(0, Ordering::AcqRel) != 0
@@ -99,7 +100,7 @@ impl Breaker {
             == 0
     }
 
-    /// Whether callers skip Redis now (open, or a probe under way).
+    /// Whether callers skip the call now (open, or a probe under way).
     pub fn is_open(&self, now: Instant) -> bool {
         let until = self.until.load(Ordering::Acquire);
         until != 0 && self.tick(now) < until
