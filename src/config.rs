@@ -12,8 +12,8 @@ use pingora::server::configuration::ServerConf;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationSeconds};
 
-use crate::access::alerts::destination::Listener;
 use crate::access::config::AccessConfig;
+use crate::access::quota::alerts::destination::Listener;
 use crate::access::quota::config::QuotaConfig;
 use crate::account::config::KeysApiConfig;
 use crate::data::config::{DataConfig, ReloadConfig};

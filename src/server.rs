@@ -207,7 +207,7 @@ fn shared_state(
                 (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
             let outbox = config.outbox_path(&gateway.quota.state_file);
             let listeners = gateway.own_listeners();
-            let (alerts, service) = crate::access::alerts::service::build(
+            let (alerts, service) = crate::access::quota::alerts::service::build(
                 config,
                 outbox,
                 redis,

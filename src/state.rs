@@ -23,7 +23,7 @@ pub struct Shared {
     /// `None` when MX lookups are disabled.
     pub mx: Option<Arc<MxResolver>>,
     /// Quota alerts (`gateway.quota.alerts`; `None`: off): told each counted call's month.
-    pub alerts: Option<Arc<crate::access::alerts::Alerts>>,
+    pub alerts: Option<Arc<crate::access::quota::alerts::Alerts>>,
     /// OpenTelemetry tracing (`gateway.tracing`; `None`: off).
     pub tracing: Option<Arc<crate::ops::trace::Tracing>>,
     pub draining: Draining,

@@ -5,7 +5,6 @@
 //! [`Rejection`] out. The plan's limits are applied afterwards ([`policy::admit`]), through
 //! [`quota::QuotaStore`].
 
-pub mod alerts;
 pub mod config;
 pub mod keys;
 pub mod managed;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
-use crate::access::alerts::config::AlertsConfig;
-use crate::access::alerts::destination::Listener;
+use crate::access::quota::alerts::config::AlertsConfig;
+use crate::access::quota::alerts::destination::Listener;
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::units::ms;
 

@@ -1,6 +1,7 @@
 //! Monthly quotas and per-second rates: calendar-month maths (UTC), the clock, and the
 //! `QuotaStore` interface that the embedded store (and a shared one) implement.
 
+pub mod alerts;
 pub mod config;
 pub mod local;
 pub mod ratelimit;

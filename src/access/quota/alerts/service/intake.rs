@@ -1,5 +1,5 @@
 //! Noticed alerts into the outbox. Only a row the outbox has counts: then the request path is
-//! told ([`Ledger::recorded`](crate::access::alerts::ledger::Ledger::recorded)) and offers it no
+//! told ([`Ledger::recorded`](crate::access::quota::alerts::ledger::Ledger::recorded)) and offers it no
 //! more. A failed write (counted) or a full outbox holds the alert for another write after a
 //! backoff (`held.rs`); one that cannot be held is given back to the request path, whose next
 //! call of the project offers it again. Nothing is forgotten on the way.
@@ -10,9 +10,9 @@ use std::time::Instant;
 use tokio::sync::mpsc::Receiver;
 
 use super::{alert_id, now_ms, AlertService, RunError};
-use crate::access::alerts::held::{Held, Waiting};
-use crate::access::alerts::outbox::{Row, State};
-use crate::access::alerts::Alert;
+use crate::access::quota::alerts::held::{Held, Waiting};
+use crate::access::quota::alerts::outbox::{Row, State};
+use crate::access::quota::alerts::Alert;
 
 /// What the outbox made of an alert.
 enum Taken {

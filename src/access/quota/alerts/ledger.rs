@@ -147,7 +147,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::alerts::marks::first;
+    use crate::access::quota::alerts::marks::first;
 
     fn nov() -> u32 {
         Month::parse_label("2026-11").unwrap().index()

@@ -100,7 +100,7 @@ pub fn backoff(attempts: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::alerts::destination::Listener;
+    use crate::access::quota::alerts::destination::Listener;
 
     #[test]
     fn the_signature_is_rfc_4231s() {
