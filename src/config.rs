@@ -64,6 +64,8 @@ pub struct GatewayConfig {
     pub runtime_dir: Option<PathBuf>,
     /// DNS lookups of MX records.
     pub mx: MxConfig,
+    /// Domain age from the registries' RDAP servers.
+    pub rdap: crate::rdap::config::RdapConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
     #[serde(rename = "drain_seconds")]
@@ -103,6 +105,7 @@ impl Default for GatewayConfig {
             keys_api: KeysApiConfig::default(),
             runtime_dir: None,
             mx: MxConfig::default(),
+            rdap: crate::rdap::config::RdapConfig::default(),
             drain: Duration::from_secs(2),
             trusted_proxies: Vec::new(),
             limits: LimitsConfig::default(),
@@ -491,6 +494,7 @@ impl GatewayConfig {
             resolve(path);
         }
         self.mx.neighbourhood.resolve_paths(base, &state_file);
+        self.rdap.resolve_paths(base, &self.data.dir, &state_file);
         if let Some(alerts) = &mut self.quota.alerts {
             alerts.resolve_paths(base);
             alerts.outbox_file = Some(alerts.outbox_path(&state_file));
@@ -535,6 +539,9 @@ impl GatewayConfig {
         out.extend(self.admin.problems(&self.listen));
         out.extend(self.quota.problems(&self.own_listeners()));
         out.extend(self.mx.problems());
+        if self.rdap.enabled {
+            out.extend(self.rdap.problems());
+        }
         out.extend(self.access.problems(self.quota.store));
         out.extend(self.reload.problems());
         out.extend(self.limits.problems());

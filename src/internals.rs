@@ -3,7 +3,7 @@
 //!
 //! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
 //! listener's side and the Pingora glue), `account`, `access`, `upstream`, `domain` (pure), `mx`,
-//! `live_top`, `data`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
+//! `rdap`, `live_top`, `data`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
 //! the parts' configuration; `server` wires everything; `cli` holds the subcommands. Declared
 //! here with their files in `src/` so that the crate's root holds the API alone.
 
@@ -31,6 +31,8 @@ pub mod live_top;
 pub mod mx;
 #[path = "ops/mod.rs"]
 pub mod ops;
+#[path = "rdap/mod.rs"]
+pub mod rdap;
 #[path = "server.rs"]
 pub mod server;
 #[path = "state.rs"]

@@ -228,12 +228,17 @@ fn shared_state(
     };
     let table = Arc::new(ArcSwap::from_pointee(table));
     let mx = mx_resolver(gateway, &table)?;
+    let rdap = match gateway.rdap.enabled {
+        true => Some(Arc::new(crate::rdap::service::Rdap::new(&gateway.rdap))),
+        false => None,
+    };
     let shared = Shared {
         table,
         keys: Arc::new(ArcSwap::from_pointee(keys)),
         quota,
         clock,
         mx,
+        rdap,
         alerts,
         tracing: crate::ops::trace::Tracing::new(&gateway.tracing),
         draining: Draining::default(),
@@ -384,6 +389,12 @@ fn background_services(
     }
     if let Some((_, keeper)) = parts.top_live {
         services.push(boxed("top-domains", keeper));
+    }
+    if let Some(rdap) = &shared.rdap {
+        services.push(boxed(
+            "rdap",
+            crate::rdap::service::RdapService(rdap.clone()),
+        ));
     }
     if let Some(mx) = &shared.mx {
         let sharing = mx.neighbourhood().is_some() && gateway.quota.store == QuotaStoreKind::Redis;

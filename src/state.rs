@@ -22,6 +22,8 @@ pub struct Shared {
     pub clock: Arc<dyn Clock>,
     /// `None` when MX lookups are disabled.
     pub mx: Option<Arc<MxResolver>>,
+    /// Domain age (`gateway.rdap`; `None`: off).
+    pub rdap: Option<Arc<crate::rdap::service::Rdap>>,
     /// Quota alerts (`gateway.quota.alerts`; `None`: off): told each counted call's month.
     pub alerts: Option<Arc<crate::access::quota::alerts::Alerts>>,
     /// OpenTelemetry tracing (`gateway.tracing`; `None`: off).

@@ -36,6 +36,7 @@ mod openapi;
 mod policy;
 mod projects;
 mod quota_crash;
+mod rdap;
 mod readme;
 mod redis_cluster;
 mod redis_quota;

@@ -10,6 +10,7 @@
 //! lowers the score below `unknown`; own hosts earn `is_corporate_email` at most, and only
 //! without a [`RiskSignal`].
 
+use super::age::{DomainAge, YoungEffect};
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
 use super::neighbour_index::Finding;
@@ -37,6 +38,14 @@ pub struct Verdict<'a> {
     /// Why a name a broad free list names is answered not free: `free_exclusions` (listed as
     /// an organisation) or `business_mx` (its mail goes first to a business mailbox provider).
     pub not_free_because: Option<&'static str>,
+    /// MX hosts were found and the most preferred are not at a business mailbox provider: a
+    /// weak signal (own or unrecognised hosts, a forwarder, a consumer host) that only the
+    /// young-domain rule weighs.
+    pub weak_mx: bool,
+    /// When the name's registrable domain was registered (RDAP), when known.
+    pub age: Option<DomainAge>,
+    /// What the young-domain rule did ([`super::age::apply_age`]), if anything.
+    pub young: Option<YoungEffect>,
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -142,6 +151,7 @@ pub fn classify_match<'a>(
         && found.rule == TableRule::Unknown;
     if has_hosts && !business {
         v.risk_signal = risk_signal(v.record.is_free_provider, &survey, hosts);
+        v.weak_mx = true;
     }
     v.record.is_corporate_email = has_hosts
         && v.record.reason == Reason::Safe
@@ -154,6 +164,29 @@ pub fn classify_match<'a>(
     }
     v.provider = survey.provider;
     v
+}
+
+/// Applies the young-domain rule to `verdict`, whose name was registered as `age` says:
+/// records the age, and, for a name younger than `young_days` that the table leaves unknown and
+/// nothing else flagged, raises the score or (with a weak MX signal) makes it `disposable`.
+/// `young_days: 0` records the age and changes nothing.
+pub fn apply_age(verdict: &mut Verdict<'_>, age: DomainAge, young_days: u32, scores: &Scores) {
+    verdict.age = Some(age);
+    let open = verdict.rule == TableRule::Unknown
+        && verdict.record.reason == Reason::Safe
+        && verdict.neighbourhood.is_none();
+    if !open || age.age_days >= young_days {
+        return;
+    }
+    if verdict.weak_mx {
+        verdict.record.reason = Reason::Disposable;
+        verdict.record.risk_score = verdict.record.risk_score.max(scores.young_domain_weak_mx);
+        verdict.record.is_corporate_email = false;
+        verdict.young = Some(YoungEffect::Disposable);
+    } else if verdict.record.risk_score < scores.young_domain {
+        verdict.record.risk_score = scores.young_domain;
+        verdict.young = Some(YoungEffect::Raised);
+    }
 }
 
 /// The provider `name` is likely a typo of, from the table alone: only for a registrable
@@ -208,6 +241,9 @@ fn classify_table<'a>(
         neighbourhood: None,
         did_you_mean: None,
         not_free_because: found.not_free_listed.then_some("free_exclusions"),
+        weak_mx: false,
+        age: None,
+        young: None,
     }
 }
 
@@ -565,6 +601,49 @@ mod tests {
                 proptest::prop_assert!(business, "{list:?}");
             }
             proptest::prop_assert_eq!(corporate, business || signal.is_none(), "{:?}", list);
+        }
+    }
+
+    #[test]
+    fn a_young_unknown_name_is_raised_and_a_weak_mx_makes_it_disposable() {
+        let mut b = TableBuilder::new();
+        b.add(&n("mailinator.com"), ListKind::Disposable);
+        b.add(&n("gmail.com"), ListKind::FreeProvider);
+        let table = b.build(Scores::default());
+        let scores = Scores::default();
+        let young = DomainAge::on(100, 104);
+        let old = DomainAge::on(100, 2_000);
+
+        let name = n("fresh.example");
+        let mut v = classify(&table, &name, None);
+        apply_age(&mut v, young, 30, &scores);
+        assert_eq!(v.record.reason, Reason::Safe);
+        assert_eq!(v.record.risk_score, scores.young_domain);
+        assert_eq!(v.young, Some(YoungEffect::Raised));
+
+        let mut v = classify(&table, &name, None);
+        v.weak_mx = true;
+        apply_age(&mut v, young, 30, &scores);
+        assert_eq!(v.record.reason, Reason::Disposable);
+        assert_eq!(v.record.risk_score, scores.young_domain_weak_mx);
+
+        // Old, or the rule off: the age is recorded and nothing changes.
+        for (age, days) in [(old, 30), (young, 0)] {
+            let mut v = classify(&table, &name, None);
+            apply_age(&mut v, age, days, &scores);
+            assert_eq!(v.record.risk_score, scores.unknown);
+            assert_eq!((v.young, v.age), (None, Some(age)));
+        }
+
+        // Names a list decides are never touched: a free provider, a listed throwaway.
+        for listed in ["gmail.com", "mailinator.com"] {
+            let name = n(listed);
+            let before = classify(&table, &name, None).record;
+            let mut v = classify(&table, &name, None);
+            v.weak_mx = true;
+            apply_age(&mut v, young, 30, &scores);
+            assert_eq!(v.record, before);
+            assert_eq!(v.young, None);
         }
     }
 }

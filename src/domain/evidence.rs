@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::age::YoungEffect;
 use super::classify::Verdict;
 use super::mail::{MxEvidence, ProviderKind};
 use super::name::DomainName;
@@ -30,6 +31,9 @@ pub enum Rule {
     /// The table left the name open; its MX host, host parent or network is dominated by
     /// listed throwaway neighbours (see `neighbourhood`).
     MxNeighbourhood,
+    /// The table left the name open; it was registered fewer than `young_days` ago and its
+    /// mail does not go first to a business provider (see `registered`, `age_days`).
+    YoungDomain,
     /// Nothing matched: the default answer.
     Unknown,
 }
@@ -45,6 +49,7 @@ impl Rule {
             Rule::Relay => "relay",
             Rule::Mx => "mx",
             Rule::MxNeighbourhood => "mx_neighbourhood",
+            Rule::YoungDomain => "young_domain",
             Rule::Unknown => "unknown",
         }
     }
@@ -91,6 +96,17 @@ pub struct Evidence<'a> {
     /// goes first to a business mailbox provider, see `mx_provider`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_free_because: Option<&'static str>,
+    /// The day the registrable domain was registered (`YYYY-MM-DD`, RDAP's `registration`
+    /// event), when the gateway knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registered: Option<String>,
+    /// Whole days since `registered`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_days: Option<u32>,
+    /// What the young-domain rule did: `raised` (the score, the reason left `safe`) or
+    /// `disposable` (with a weak MX signal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub young_domain: Option<YoungEffect>,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -120,6 +136,7 @@ pub fn evidence<'a>(
         TableRule::Blocklist { .. } => Rule::Blocklist,
         TableRule::Relay { .. } => Rule::Relay,
         TableRule::Unknown if verdict.neighbourhood.is_some() => Rule::MxNeighbourhood,
+        TableRule::Unknown if verdict.young == Some(YoungEffect::Disposable) => Rule::YoungDomain,
         TableRule::Unknown if verdict.mx_decided => Rule::Mx,
         TableRule::Unknown => Rule::Unknown,
     };
@@ -143,6 +160,9 @@ pub fn evidence<'a>(
         },
         did_you_mean: verdict.did_you_mean,
         not_free_because: verdict.not_free_because,
+        registered: verdict.age.map(|a| a.registered_date()),
+        age_days: verdict.age.map(|a| a.age_days),
+        young_domain: verdict.young,
     }
 }
 
@@ -166,6 +186,9 @@ impl Evidence<'_> {
                 f.listed,
                 f.unlisted
             ));
+        }
+        if let (Some(date), Some(days)) = (&self.registered, self.age_days) {
+            out.push_str(&format!(", registered {date} ({days} days ago)"));
         }
         if let (Some(m), true) = (self.matched, self.via_parent) {
             out.push_str(&format!(", via parent domain {m}"));

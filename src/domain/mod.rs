@@ -3,9 +3,11 @@
 //! Nothing here does I/O or knows about Pingora, so all of it is unit-tested directly.
 //!
 //! Imports run one way (each module uses only those before it):
-//! `name`, `name_index`, `mail`, `record`, `error`, `stats` <- `scores`, `top`, `providers`,
-//! `target`, `typos`, `neighbourhood` <- `table` <- `sources`, `classify` <- `evidence`, `heavy_hitters`.
+//! `name`, `name_index`, `mail`, `record`, `error`, `stats`, `age` <- `scores`, `top`,
+//! `providers`, `target`, `typos`, `neighbourhood` <- `table` <- `sources`, `classify` <-
+//! `evidence`, `heavy_hitters`.
 
+pub mod age;
 pub mod classify;
 pub mod error;
 pub mod evidence;

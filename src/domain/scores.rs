@@ -44,6 +44,14 @@ pub struct Scores {
     /// a form may ask for more before granting a trial, yet stays far below 50, where forms
     /// start refusing.
     pub relay: RiskScore,
+    /// A name registered fewer than `rdap.young_days` ago (RDAP), nothing else known against
+    /// it: `safe`, raised into the low band (40) where a form may ask for more, below 50 where
+    /// forms start refusing, since new companies register domains every day.
+    pub young_domain: RiskScore,
+    /// A young name whose mail does not go first to a business mailbox provider (own or
+    /// unrecognised hosts, a forwarder, a consumer host): `disposable`, in the high band (70),
+    /// below a listing or a throwaway host, which are confirmed facts.
+    pub young_domain_weak_mx: RiskScore,
 }
 
 impl Default for Scores {
@@ -61,6 +69,8 @@ impl Default for Scores {
             forwarder_mx: 35,
             corporate: 8,
             relay: 30,
+            young_domain: 40,
+            young_domain_weak_mx: 70,
         }
     }
 }
@@ -79,6 +89,7 @@ impl Scores {
             ("role_account", self.role_account),
             ("disposable_mx", self.disposable_mx),
             ("mx_neighbourhood", self.mx_neighbourhood),
+            ("young_domain_weak_mx", self.young_domain_weak_mx),
         ];
         let safe = [
             ("allowlisted", self.allowlisted),
@@ -104,6 +115,12 @@ impl Scores {
             out.push(format!(
                 "scores.relay: {} is outside 0..=49 (a relay is `safe`: a real mailbox)",
                 self.relay
+            ));
+        }
+        if self.young_domain > 49 {
+            out.push(format!(
+                "scores.young_domain: {} is outside 0..=49 (a young domain alone stays `safe`)",
+                self.young_domain
             ));
         }
         if self.forwarder_mx > 49 {

@@ -114,6 +114,7 @@ impl ServeHttp for Admin {
                     keys_managed_ok: self.shared.keys.load().managed_problem().is_none(),
                     quota: self.shared.quota.status(),
                     mx: self.shared.mx.as_ref().map(|mx| mx.stats()),
+                    rdap: self.shared.rdap.as_ref().map(|r| r.stats()),
                     alerts: self.shared.alerts.as_ref().map(|a| a.stats()),
                     tracing: self.shared.tracing.as_ref().map(|t| t.stats()),
                     downstream: self.downstream.counts(),

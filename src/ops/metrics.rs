@@ -17,6 +17,10 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod rdap;
+
+pub use rdap::RdapStats;
+
 use crate::ops::connections::DownstreamCounts;
 use crate::ops::logging::client_error_totals_by_category;
 
@@ -530,6 +534,8 @@ pub struct Scrape {
     pub quota: serde_json::Value,
     /// `None` when MX lookups are disabled.
     pub mx: Option<MxStats>,
+    /// `None` when RDAP is off.
+    pub rdap: Option<RdapStats>,
     /// `None` when quota alerts are off.
     pub alerts: Option<AlertStats>,
     /// `None` when tracing is off.
@@ -557,6 +563,9 @@ impl Scrape {
             if self.keys_managed_ok { 1.0 } else { 0.0 },
         );
         quota_families(&mut f, &self.quota);
+        if let Some(rdap) = &self.rdap {
+            rdap::families(&mut f, rdap);
+        }
         if let Some(mx) = &self.mx {
             mx_families(&mut f, mx);
         }
@@ -830,6 +839,10 @@ impl Families {
     }
 
     fn counters(&mut self, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+        // A family without a sample stops the text encoder (and every family after it).
+        if values.is_empty() {
+            return;
+        }
         if let Ok(v) = IntCounterVec::new(Opts::new(name, help), &[label]) {
             for (l, n) in values {
                 v.with_label_values(&[*l]).inc_by(*n);
@@ -916,6 +929,7 @@ mod tests {
             keys_managed_ok: true,
             quota: serde_json::json!({"store": "local"}),
             mx: None,
+            rdap: None,
             alerts: None,
             tracing: None,
             downstream: DownstreamCounts {

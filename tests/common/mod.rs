@@ -48,6 +48,8 @@ pub struct GatewayBuilder {
     dns: Option<SocketAddr>,
     /// Extra lines of the `mx:` section (with `dns`).
     mx_yaml: Vec<String>,
+    /// Lines of the `rdap:` section; none: RDAP off (tests reach no registry).
+    rdap_yaml: Vec<String>,
     quota_yaml: Option<String>,
     /// Extra lines of the `data:` section.
     data_yaml: Vec<String>,
@@ -102,6 +104,7 @@ impl Default for GatewayBuilder {
             dir: None,
             dns: None,
             mx_yaml: Vec::new(),
+            rdap_yaml: Vec::new(),
             quota_yaml: None,
             data_yaml: Vec::new(),
             dead_upstream: Some(dead),
@@ -234,6 +237,13 @@ impl GatewayBuilder {
         self
     }
 
+    /// A line of the `rdap:` section (RDAP is off unless a test gives one), e.g.
+    /// `servers: {com: "http://127.0.0.1:9/"}`.
+    pub fn rdap_yaml(mut self, line: &str) -> Self {
+        self.rdap_yaml.push(line.to_owned());
+        self
+    }
+
     /// Reuse the folder (config, data, keys, quota state) of a stopped gateway.
     pub fn in_dir(mut self, dir: tempfile::TempDir) -> Self {
         self.dir = Some(dir);
@@ -319,7 +329,7 @@ impl GatewayBuilder {
                  grace_period_seconds: {grace}\ngraceful_shutdown_timeout_seconds: {grace}\n\
                  gateway:\n  listen: 127.0.0.1:1\n  drain_seconds: 1\n  admin:\n    listen: unix:{d}/admin.sock\n{upstream_block}  data:\n    dir: data\n    builtin_disposable: {b}\n{data_extra}  reload:\n    poll_interval_ms: 100\n\
                  \x20 access:\n    keys_file: keys.yaml\n    plans: {{ {p} }}\n    account_rate: {{ per_second: {rate}, burst: {burst} }}\n\
-                 {quota}{mx}{top}{extra}",
+                 {quota}{mx}{rdap}{top}{extra}",
                 d = dir.path().display(),
                 grace = self.grace_seconds,
                 b = self.builtin,
@@ -344,6 +354,14 @@ impl GatewayBuilder {
                     .iter()
                     .map(|l| format!("    {l}\n"))
                     .collect::<String>(),
+                rdap = if self.rdap_yaml.is_empty() {
+                    "  rdap:\n    enabled: false\n".to_owned()
+                } else {
+                    format!(
+                        "  rdap:\n{}",
+                        self.rdap_yaml.iter().map(|l| format!("    {l}\n")).collect::<String>()
+                    )
+                },
                 mx = match self.dns {
                     Some(addr) => {
                         // A default the test sets itself in `mx_yaml` is left out (YAML refuses

@@ -17,7 +17,8 @@ use super::dispatch::decode;
 use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
 use crate::answer::{body_bytes, Answer, ApiError};
-use crate::domain::classify::{classify_match, wants_mx};
+use crate::domain::age::DomainAge;
+use crate::domain::classify::{apply_age, classify_match, wants_mx};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
@@ -55,9 +56,12 @@ impl Gateway {
             .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
         // The route needs a key, so the principal is there.
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
-        let inputs = self
-            .mx_inputs(&name, project.as_deref().unwrap_or(""))
-            .await;
+        let project_name = project.as_deref().unwrap_or("");
+        // The age is read (or, within its budget, waited for) while DNS is asked.
+        let (inputs, age) = futures_util::join!(
+            self.mx_inputs(&name, project_name),
+            self.age_of(&name, project_name)
+        );
         drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
@@ -67,7 +71,7 @@ impl Gateway {
         let (suggestion, verdict) = self.classify_and_record(
             &table,
             &name,
-            inputs,
+            (inputs, age),
             project.as_deref().unwrap_or(""),
             explain,
             &mut body,
@@ -135,9 +139,20 @@ impl Gateway {
             match item {
                 Item::Valid(name) => {
                     let mx = inputs.next().unwrap_or_default();
+                    // A batch never waits for RDAP: what the cache knows, misses queued.
+                    let open = table.lookup(name).rule == TableRule::Unknown;
+                    let age = (self.shared.rdap.as_ref())
+                        .filter(|_| open)
+                        .and_then(|r| r.age(name, &key.project));
                     let out = results.entry();
-                    let (_, verdict) =
-                        self.classify_and_record(&table, name, mx, &key.project, explain, out);
+                    let (_, verdict) = self.classify_and_record(
+                        &table,
+                        name,
+                        (mx, age),
+                        &key.project,
+                        explain,
+                        out,
+                    );
                     ctx.batch_calls.extend(verdict.map(|v| PendingCall {
                         domain: name.as_str().into(),
                         verdict: Some(v),
@@ -160,18 +175,21 @@ impl Gateway {
         &self,
         table: &'t DomainTable,
         name: &'t DomainName,
-        (evidence, finding): MxInputs,
+        ((evidence, finding), age): (MxInputs, Option<DomainAge>),
         project: &str,
         explain: bool,
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
-        let verdict = classify_match(
+        let mut verdict = classify_match(
             table,
             name,
             table.lookup(name),
             evidence.as_deref(),
             finding,
         );
+        if let (Some(age), Some(rdap)) = (age, &self.shared.rdap) {
+            apply_age(&mut verdict, age, rdap.young_days(), table.scores());
+        }
         if let (Some(f), Some(nb)) = (&verdict.neighbourhood, self.neighbourhood()) {
             nb.count_verdict(f.key_kind);
         }
@@ -203,6 +221,18 @@ impl Gateway {
             verdict.record.write_json(out);
         }
         (verdict.did_you_mean, call)
+    }
+
+    /// The age of `name`'s registrable domain, for names no list decides: from the cache, or
+    /// within `rdap.budget_ms` (a miss is fetched in the background).
+    async fn age_of(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
+        let rdap = self.shared.rdap.as_ref()?;
+        let table = self.shared.table.load();
+        if table.lookup(name).rule != TableRule::Unknown {
+            return None;
+        }
+        drop(table);
+        rdap.age_within(name, project).await
     }
 
     fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {

@@ -1,0 +1,475 @@
+//! `Rdap`: the domain-age lookups a request makes (from the cache, at once) and the workers that
+//! fill the cache in the background; `RdapService`, the background service that runs the
+//! workers, saves the cache and refreshes the bootstrap.
+//!
+//! A request never waits for a registry beyond `budget_ms` (0 by default: never). A miss is
+//! queued for its project ([`super::queue`]); the workers, threads of their own since ureq
+//! blocks, fetch in turn, paced per server.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use super::answer::Registration;
+use super::bootstrap::Bootstrap;
+use super::cache::{AgeCache, Entry, Known};
+use super::config::RdapConfig;
+use super::fetch::{FetchError, Fetched, Fetcher};
+use super::queue::{Job, Next, Offer, Queue};
+use crate::domain::age::{DayNumber, DomainAge};
+use crate::domain::DomainName;
+use crate::ops::metrics::RdapStats;
+use crate::ops::periodic::Ticks;
+
+/// Requests give at most this many times a server asked to come back later (429, 503) before
+/// a name is given up until `failure_ttl`.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// Counters since start.
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    no_server: AtomicU64,
+    queue_full: AtomicU64,
+    found: AtomicU64,
+    not_found: AtomicU64,
+    backoffs: AtomicU64,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// Domain ages for the lookups (see the module's documentation).
+pub struct Rdap {
+    config: RdapConfig,
+    bootstrap: ArcSwap<Bootstrap>,
+    cache: AgeCache,
+    queue: Mutex<Queue>,
+    /// Wakes the workers: a name queued, a server's turn come, stopping.
+    wake: Condvar,
+    /// Wakes lookups waiting within their budget: a fetch ended.
+    fetched: tokio::sync::Notify,
+    stopping: AtomicBool,
+    counters: Counters,
+    fetcher: Fetcher,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn today(now: u64) -> DayNumber {
+    DayNumber::try_from(now / 86_400).unwrap_or(DayNumber::MAX)
+}
+
+/// The TLD of a registrable domain (the bootstrap's key).
+fn tld_of(registrable: &str) -> &str {
+    registrable.rsplit('.').next().unwrap_or(registrable)
+}
+
+impl Rdap {
+    /// Reads the bootstrap (the state folder's newer copy when it parses, else the configured
+    /// file) and the cache's state file.
+    pub fn new(config: &RdapConfig) -> Self {
+        let bootstrap = Self::read_bootstrap(config).with_overrides(&config.servers);
+        let cache = AgeCache::new(config.cache_entries);
+        match cache.load(&config.state_path(), unix_now()) {
+            Ok((kept, skipped)) if kept + skipped > 0 => log::info!(
+                "rdap: {kept} cached domain ages loaded, {skipped} lines skipped, from {}",
+                config.state_path().display()
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!(
+                "rdap: the cache file {} was not read ({e}); starting empty",
+                config.state_path().display()
+            ),
+        }
+        Rdap {
+            bootstrap: ArcSwap::from_pointee(bootstrap),
+            cache,
+            queue: Mutex::new(Queue::new(
+                config.max_queued,
+                config.max_queued_per_project,
+                config.min_interval,
+            )),
+            wake: Condvar::new(),
+            fetched: tokio::sync::Notify::new(),
+            stopping: AtomicBool::new(false),
+            counters: Counters::default(),
+            fetcher: Fetcher::new(config.timeout, config.max_body_bytes, config.max_redirects),
+            config: config.clone(),
+        }
+    }
+
+    /// The bootstrap in service at start: the copy last fetched from `bootstrap_url` when it
+    /// parses, else `bootstrap_file`; neither readable: none (only `servers` are asked), said
+    /// once at WARN, since a domain's age is never worth refusing to start.
+    fn read_bootstrap(config: &RdapConfig) -> Bootstrap {
+        let fetched = Self::fetched_bootstrap_path(config);
+        let shipped = config.bootstrap_path();
+        let mut why = Vec::new();
+        for path in [&fetched, &shipped] {
+            let text = match std::fs::read_to_string(path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && path == &fetched => continue,
+                Err(e) => {
+                    why.push(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            match Bootstrap::parse(&text, config.allow_plain_http) {
+                Ok(b) => {
+                    for w in &why {
+                        log::warn!("rdap: bootstrap not used ({w})");
+                    }
+                    return b;
+                }
+                Err(e) => why.push(format!("{}: {e}", path.display())),
+            }
+        }
+        log::warn!(
+            "rdap: no bootstrap ({}); only gateway.rdap.servers are asked",
+            why.join("; ")
+        );
+        Bootstrap::default()
+    }
+
+    /// The copy of the bootstrap fetched from `bootstrap_url`, beside the cache's state file.
+    fn fetched_bootstrap_path(config: &RdapConfig) -> PathBuf {
+        config.state_path().with_file_name("rdap_dns.json")
+    }
+
+    /// Days under which a domain is young.
+    pub fn young_days(&self) -> u32 {
+        self.config.young_days
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the cache says of `name`'s registrable domain: `None` when it holds nothing,
+    /// `Some(None)` when it knows the domain has no date to give.
+    fn cached(&self, registrable: &str, now: u64) -> Option<Option<DomainAge>> {
+        self.cache.get(registrable, now).map(|known| match known {
+            Known::Registered(day) => Some(DomainAge::on(day, today(now))),
+            Known::Undated | Known::NotFound | Known::Failed => None,
+        })
+    }
+
+    /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
+    /// background fetch on `project`'s line.
+    pub fn age(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
+        let registrable = name.registrable()?;
+        let now = unix_now();
+        if let Some(known) = self.cached(registrable, now) {
+            self.counters.hits.fetch_add(1, Relaxed);
+            return known;
+        }
+        self.schedule(registrable, project);
+        None
+    }
+
+    /// As [`Rdap::age`], waiting at most `budget_ms` for the fetch of a miss.
+    pub async fn age_within(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
+        if self.config.budget.is_zero() {
+            return self.age(name, project);
+        }
+        let registrable = name.registrable()?;
+        if let Some(known) = self.cached(registrable, unix_now()) {
+            self.counters.hits.fetch_add(1, Relaxed);
+            return known;
+        }
+        if !self.schedule(registrable, project) {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + self.config.budget;
+        loop {
+            // Registered before the cache is read again, so a fetch ending in between wakes it.
+            let notified = self.fetched.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(known) = self.cached(registrable, unix_now()) {
+                return known;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Queues `registrable` for `project`; false when it will not be fetched (no server for
+    /// its TLD, a bound reached).
+    fn schedule(&self, registrable: &str, project: &str) -> bool {
+        let tld = tld_of(registrable);
+        let bootstrap = self.bootstrap.load();
+        let Some(server) = bootstrap.servers(tld).first() else {
+            self.counters.no_server.fetch_add(1, Relaxed);
+            return false;
+        };
+        self.counters.misses.fetch_add(1, Relaxed);
+        let job = Job {
+            name: registrable.into(),
+            tld: tld.into(),
+            server: server.clone(),
+            project: project.into(),
+            attempts: 0,
+        };
+        match self.lock().offer(job) {
+            Offer::Queued => {
+                self.wake.notify_one();
+                true
+            }
+            Offer::Already => true,
+            Offer::Full | Offer::ProjectFull => {
+                self.counters.queue_full.fetch_add(1, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Starts the fetching threads.
+    pub fn start_workers(self: &Arc<Self>) -> Vec<std::thread::JoinHandle<()>> {
+        (0..self.config.concurrency)
+            .filter_map(|i| {
+                let me = self.clone();
+                std::thread::Builder::new()
+                    .name(format!("rdap-{i}"))
+                    .spawn(move || me.work())
+                    .map_err(|e| log::error!("rdap: a worker thread did not start: {e}"))
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// Stops the workers (each ends after its fetch in flight).
+    pub fn stop(&self) {
+        self.stopping.store(true, Relaxed);
+        self.wake.notify_all();
+    }
+
+    /// The next job, waiting for one; `None` when stopping.
+    fn next_job(&self) -> Option<Job> {
+        let mut queue = self.lock();
+        loop {
+            if self.stopping.load(Relaxed) {
+                return None;
+            }
+            let now = Instant::now();
+            let wait = match queue.next(now) {
+                Next::Fetch(job) => return Some(job),
+                Next::WaitUntil(at) => at.saturating_duration_since(now),
+                Next::Empty => Duration::from_secs(1),
+            };
+            queue = self
+                .wake
+                .wait_timeout(queue, wait.max(Duration::from_millis(1)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn work(&self) {
+        while let Some(job) = self.next_job() {
+            let now = unix_now();
+            let bootstrap = self.bootstrap.load_full();
+            let result = self.fetcher.fetch(&bootstrap, &job, today(now));
+            self.record(job, result, now);
+            self.fetched.notify_waiters();
+            // A job given back, or a server's turn freed: another worker may take it.
+            self.wake.notify_one();
+        }
+    }
+
+    /// Caches what a fetch told and settles the job with the queue.
+    fn record(&self, job: Job, result: Result<Fetched, FetchError>, now: u64) {
+        let c = &self.config;
+        let ttl = u64::from(c.ttl_days) * 86_400;
+        let (known, expires) = match &result {
+            Ok(Fetched::Found(Registration::On(day))) => (Known::Registered(*day), now + ttl),
+            Ok(Fetched::Found(Registration::Undated)) => (Known::Undated, now + ttl),
+            Ok(Fetched::NotFound) => (Known::NotFound, now + c.negative_ttl.as_secs()),
+            Err(_) => (Known::Failed, now + c.failure_ttl.as_secs()),
+        };
+        match &result {
+            Ok(Fetched::Found(_)) => self.counters.found.fetch_add(1, Relaxed),
+            Ok(Fetched::NotFound) => self.counters.not_found.fetch_add(1, Relaxed),
+            Err(e) => {
+                let mut errors = self
+                    .counters
+                    .errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                *errors.entry(e.kind()).or_default() += 1;
+                0
+            }
+        };
+        let mut queue = self.lock();
+        match result {
+            Err(e) if e.backs_off() => {
+                self.counters.backoffs.fetch_add(1, Relaxed);
+                let asked = matches!(
+                    e,
+                    FetchError::RateLimited { .. } | FetchError::Unavailable { .. }
+                );
+                let give_back = asked && job.attempts + 1 < MAX_ATTEMPTS;
+                let mut job = job;
+                job.attempts += 1;
+                if !give_back {
+                    self.cache.insert(&job.name, Entry { known, expires });
+                }
+                let name = job.name.clone();
+                let wait = queue.back_off(
+                    job,
+                    Instant::now(),
+                    e.retry_after(),
+                    c.max_backoff,
+                    give_back,
+                );
+                log::debug!(
+                    "rdap: {name}'s server backs off for {}s ({e})",
+                    wait.as_secs()
+                );
+            }
+            Err(e) => {
+                log::debug!("rdap: {} not known ({e})", job.name);
+                self.cache.insert(&job.name, Entry { known, expires });
+                queue.done(&job, false);
+            }
+            Ok(_) => {
+                self.cache.insert(&job.name, Entry { known, expires });
+                queue.done(&job, true);
+            }
+        }
+    }
+
+    /// Writes the cache to its state file.
+    pub fn save(&self) {
+        let path = self.config.state_path();
+        match self.cache.save(&path, unix_now()) {
+            Ok(n) => log::debug!("rdap: {n} domain ages saved to {}", path.display()),
+            Err(e) => log::warn!("rdap: the cache was not saved to {} ({e})", path.display()),
+        }
+    }
+
+    /// Fetches `bootstrap_url` and takes it when it parses and names at least half the TLDs
+    /// of the bootstrap in service; the copy is kept in the state folder. Blocking.
+    fn refresh_bootstrap(&self, url: &str) -> Result<usize, String> {
+        let agent = ureq::Agent::config_builder()
+            .tls_config(crate::infra::http::system_tls())
+            .timeout_global(Some(self.config.timeout * 4))
+            .max_redirects(2)
+            .proxy(None)
+            .accept_encoding("identity")
+            .build()
+            .new_agent();
+        let mut body = Vec::new();
+        use std::io::Read;
+        agent
+            .get(url)
+            .call()
+            .map_err(|e| e.to_string())?
+            .into_body()
+            .into_reader()
+            .take(8 << 20)
+            .read_to_end(&mut body)
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8(body).map_err(|_| "not UTF-8".to_owned())?;
+        let fresh =
+            Bootstrap::parse(&text, self.config.allow_plain_http).map_err(|e| e.to_string())?;
+        let before = self.bootstrap.load().len();
+        if fresh.len() * 2 < before {
+            return Err(format!(
+                "it names {} TLDs, fewer than half of the {before} in service",
+                fresh.len()
+            ));
+        }
+        let path = Self::fetched_bootstrap_path(&self.config);
+        crate::infra::fsutil::write_atomic(&path, 0o600, text.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = fresh.len();
+        self.bootstrap
+            .store(Arc::new(fresh.with_overrides(&self.config.servers)));
+        Ok(n)
+    }
+
+    /// Counters and the queue, for `/metrics`.
+    pub fn stats(&self) -> RdapStats {
+        let queue = self.lock();
+        let n = |c: &AtomicU64| c.load(Relaxed);
+        let c = &self.counters;
+        RdapStats {
+            cache_hits: n(&c.hits),
+            cache_misses: n(&c.misses),
+            no_server: n(&c.no_server),
+            queue_full: n(&c.queue_full),
+            found: n(&c.found),
+            not_found: n(&c.not_found),
+            backoffs: n(&c.backoffs),
+            errors: c
+                .errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(k, v)| (*k, *v))
+                .collect(),
+            queued: queue.waiting() as u64,
+            servers_backing_off: queue.backing_off(Instant::now()) as u64,
+            cache_entries: self.cache.len() as u64,
+            bootstrap_tlds: self.bootstrap.load().len() as u64,
+        }
+    }
+}
+
+/// The background service: the workers, the cache saved every `save_interval` and at
+/// shutdown, the bootstrap refreshed from `bootstrap_url`.
+pub struct RdapService(pub Arc<Rdap>);
+
+#[async_trait]
+impl BackgroundService for RdapService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let rdap = &self.0;
+        let workers = rdap.start_workers();
+        let mut ticks = Ticks::new(Duration::from_secs(1));
+        let (mut last_save, mut last_refresh) = (Instant::now(), None::<Instant>);
+        let refresh_every = Duration::from_secs(rdap.config.bootstrap_refresh_hours * 3_600);
+        while ticks.next(&mut shutdown).await.is_some() {
+            if last_save.elapsed() >= rdap.config.save_interval {
+                let me = rdap.clone();
+                let _ = tokio::task::spawn_blocking(move || me.save()).await;
+                last_save = Instant::now();
+            }
+            if let Some(url) = rdap.config.bootstrap_url.clone() {
+                if last_refresh.is_none_or(|t| t.elapsed() >= refresh_every) {
+                    last_refresh = Some(Instant::now());
+                    let me = rdap.clone();
+                    let shown = url.clone();
+                    match tokio::task::spawn_blocking(move || me.refresh_bootstrap(&url)).await {
+                        Ok(Ok(n)) => log::info!("rdap: bootstrap from {shown}: {n} TLDs"),
+                        Ok(Err(why)) => log::warn!(
+                            "rdap: the bootstrap from {shown} was not taken ({why}); the one in service stays"
+                        ),
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        rdap.stop();
+        let me = rdap.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for w in workers {
+                let _ = w.join();
+            }
+            me.save();
+        })
+        .await;
+    }
+}

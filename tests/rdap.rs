@@ -1,0 +1,465 @@
+//! Domain age end to end: the gateway against a real RDAP server on loopback (HTTP/1.1 answering
+//! RFC 9083 domain objects, 404s, 429s with `Retry-After`, slow answers and redirects).
+
+use crate::common;
+use crate::dns;
+
+use common::*;
+use dns::{DnsServer, Zone};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How the server answers one name.
+#[derive(Clone)]
+enum Reply {
+    /// A domain object registered this many days ago.
+    Registered(i64),
+    /// `status`, extra headers and a body.
+    Raw(u16, Vec<(String, String)>, String),
+    /// As the inner reply, after a wait.
+    Slow(Duration, Box<Reply>),
+    /// 429 with `Retry-After: <secs>` the first time, then the inner reply.
+    LimitedOnce(u64, Box<Reply>),
+}
+
+/// A loopback RDAP server: `GET /domain/<name>` answered from a map, every request recorded
+/// (name, when) in arrival order.
+struct RdapServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<(String, Instant)>>>,
+    replies: Arc<Mutex<HashMap<String, Reply>>>,
+}
+
+impl RdapServer {
+    fn start(replies: HashMap<&str, Reply>) -> RdapServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let replies: Arc<Mutex<HashMap<String, Reply>>> = Arc::new(Mutex::new(
+            replies
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        ));
+        let (log, served) = (seen.clone(), replies.clone());
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (log, replies) = (log.clone(), served.clone());
+                thread::spawn(move || {
+                    let mut reader = BufReader::new(stream);
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                    }
+                    let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+                    let name = path.rsplit('/').next().unwrap_or("").to_owned();
+                    log.lock().unwrap().push((name.clone(), Instant::now()));
+                    let reply = {
+                        let mut map = replies.lock().unwrap();
+                        match map.get(&name).cloned() {
+                            Some(Reply::LimitedOnce(secs, then)) => {
+                                map.insert(name.clone(), *then);
+                                Reply::Raw(
+                                    429,
+                                    vec![("Retry-After".into(), secs.to_string())],
+                                    String::new(),
+                                )
+                            }
+                            Some(r) => r,
+                            None => Reply::Raw(404, vec![], String::new()),
+                        }
+                    };
+                    let (status, headers, body) = render(&name, reply);
+                    let mut out = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Type: application/rdap+json\r\nContent-Length: {}\r\nConnection: close\r\n",
+                        body.len()
+                    );
+                    for (k, v) in headers {
+                        out.push_str(&format!("{k}: {v}\r\n"));
+                    }
+                    out.push_str("\r\n");
+                    out.push_str(&body);
+                    let _ = reader.get_mut().write_all(out.as_bytes());
+                });
+            }
+        });
+        RdapServer {
+            addr,
+            seen,
+            replies,
+        }
+    }
+
+    /// Answers `name` (the last path segment) with `reply` from now on.
+    fn serve(&mut self, name: &str, reply: Reply) {
+        self.replies.lock().unwrap().insert(name.to_owned(), reply);
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}/rdap/", self.addr)
+    }
+
+    /// Requests for `name` so far.
+    fn asked(&self, name: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| n == name)
+            .count()
+    }
+
+    fn order(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn times(&self, name: &str) -> Vec<Instant> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+}
+
+fn render(name: &str, reply: Reply) -> (u16, Vec<(String, String)>, String) {
+    match reply {
+        Reply::Registered(days_ago) => {
+            let when = chrono::Utc::now() - chrono::Duration::days(days_ago);
+            let body = serde_json::json!({
+                "objectClassName": "domain",
+                "ldhName": name.to_uppercase(),
+                "rdapConformance": ["rdap_level_0"],
+                "events": [
+                    {"eventAction": "last changed", "eventDate": chrono::Utc::now().to_rfc3339()},
+                    {"eventAction": "registration", "eventDate": when.to_rfc3339()},
+                ],
+            });
+            (200, vec![], body.to_string())
+        }
+        Reply::Raw(status, headers, body) => (status, headers, body),
+        Reply::Slow(wait, inner) => {
+            thread::sleep(wait);
+            render(name, *inner)
+        }
+        Reply::LimitedOnce(_, inner) => render(name, *inner),
+    }
+}
+
+/// A gateway asking `server` for `.com` and `.net` names, with `extra` lines of `rdap:`.
+fn gateway(server: &RdapServer, extra: &[&str]) -> GatewayBuilder {
+    let mut b = Gateway::builder()
+        .rdap_yaml(&format!(
+            "servers: {{com: \"{0}\", net: \"{0}\"}}",
+            server.base()
+        ))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1");
+    for line in extra {
+        b = b.rdap_yaml(line);
+    }
+    b
+}
+
+fn explain(gw: &Gateway, name: &str) -> serde_json::Value {
+    let r = gw.get(&format!("/v1/public/domain/{name}?explain=true"));
+    assert_eq!(
+        r.status,
+        200,
+        "{name}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r.json()
+}
+
+#[test]
+fn a_young_domain_is_raised_an_old_one_unchanged_and_the_cache_asks_once() {
+    let server = RdapServer::start(HashMap::from([
+        ("fresh-start.com", Reply::Registered(3)),
+        ("old-corp.com", Reply::Registered(9_000)),
+        ("gmail.com", Reply::Registered(7_000)),
+    ]));
+    let gw = gateway(&server, &["budget_ms: 3000"])
+        .data("free_providers.txt", "gmail.com\n")
+        .start();
+    let young = explain(&gw, "www.fresh-start.com");
+    assert_eq!(young["reason"], "safe", "{young}");
+    assert_eq!(young["risk_score"], 40, "{young}");
+    assert_eq!(young["evidence"]["age_days"], 3, "{young}");
+    assert_eq!(young["evidence"]["young_domain"], "raised", "{young}");
+    let registered = (chrono::Utc::now() - chrono::Duration::days(3))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert_eq!(young["evidence"]["registered"], registered.as_str());
+    let old = explain(&gw, "old-corp.com");
+    assert_eq!(
+        (old["reason"].as_str(), old["risk_score"].as_u64()),
+        (Some("safe"), Some(20))
+    );
+    assert_eq!(old["evidence"]["age_days"], 9_000, "{old}");
+    assert!(old["evidence"].get("young_domain").is_none(), "{old}");
+    // A free provider is the list's, never asked.
+    let free = explain(&gw, "gmail.com");
+    assert_eq!(free["risk_score"], 10);
+    assert_eq!(server.asked("gmail.com"), 0);
+
+    // Asked again, and by name under it: the cache answers, the registry is not asked.
+    let plain = gw.get("/v1/public/domain/fresh-start.com").json();
+    assert_eq!(plain["risk_score"], 40);
+    assert_eq!(server.asked("fresh-start.com"), 1);
+    assert!(gw.metric("drg_rdap_lookups_total{result=\"hit\"}").unwrap() >= 1.0);
+    assert_eq!(
+        gw.metric("drg_rdap_fetches_total{outcome=\"found\"}"),
+        Some(2.0)
+    );
+
+    // The cache outlives a restart (the state file), so the registry is not asked again.
+    let dir = gw.stop();
+    let gw = gateway(&server, &["budget_ms: 3000"]).in_dir(dir).start();
+    assert_eq!(explain(&gw, "fresh-start.com")["evidence"]["age_days"], 3);
+    assert_eq!(server.asked("fresh-start.com"), 1);
+}
+
+#[test]
+fn a_miss_answers_at_once_and_the_next_lookup_has_the_age() {
+    let server = RdapServer::start(HashMap::from([(
+        "later.com",
+        Reply::Slow(Duration::from_millis(300), Box::new(Reply::Registered(1))),
+    )]));
+    // The default budget: a lookup never waits for a registry.
+    let gw = gateway(&server, &[]).start();
+    let first = explain(&gw, "later.com");
+    assert_eq!(first["risk_score"], 20, "{first}");
+    assert!(first["evidence"].get("registered").is_none(), "{first}");
+    wait_until(Duration::from_secs(10), || {
+        explain(&gw, "later.com")["risk_score"] == 40
+    });
+    assert_eq!(explain(&gw, "later.com")["evidence"]["age_days"], 1);
+    assert_eq!(server.asked("later.com"), 1);
+}
+
+#[test]
+fn a_slow_server_never_holds_a_lookup_past_its_budget() {
+    let server = RdapServer::start(HashMap::from([(
+        "slow-registry.com",
+        Reply::Slow(Duration::from_secs(4), Box::new(Reply::Registered(2))),
+    )]));
+    let gw = gateway(&server, &["budget_ms: 300", "timeout_ms: 10000"]).start();
+    let started = Instant::now();
+    let r = explain(&gw, "slow-registry.com");
+    let took = started.elapsed();
+    assert_eq!(r["risk_score"], 20, "{r}");
+    // The budget is 300 ms; the registry takes 4 s.
+    assert!(took < Duration::from_millis(2_500), "{took:?}");
+    wait_until(Duration::from_secs(15), || {
+        explain(&gw, "slow-registry.com")["risk_score"] == 40
+    });
+}
+
+#[test]
+fn a_429_is_honoured_for_its_retry_after_and_then_the_name_is_fetched() {
+    let server = RdapServer::start(HashMap::from([(
+        "busy-registry.com",
+        Reply::LimitedOnce(2, Box::new(Reply::Registered(5))),
+    )]));
+    let gw = gateway(&server, &[]).start();
+    explain(&gw, "busy-registry.com");
+    wait_until(Duration::from_secs(20), || {
+        explain(&gw, "busy-registry.com")["evidence"]["age_days"] == 5
+    });
+    let times = server.times("busy-registry.com");
+    assert_eq!(times.len(), 2, "asked once, refused with 429, asked again");
+    let waited = times[1] - times[0];
+    assert!(waited >= Duration::from_millis(1_900), "{waited:?}");
+    assert_eq!(
+        gw.metric("drg_rdap_errors_total{kind=\"rate_limited\"}"),
+        Some(1.0)
+    );
+    assert_eq!(gw.metric("drg_rdap_backoffs_total"), Some(1.0));
+}
+
+#[test]
+fn one_projects_misses_never_delay_anothers() {
+    let mut replies: HashMap<&str, Reply> = HashMap::new();
+    let names: Vec<String> = (0..60).map(|i| format!("flood-{i}.com")).collect();
+    let slow = |days| {
+        Reply::Slow(
+            Duration::from_millis(150),
+            Box::new(Reply::Registered(days)),
+        )
+    };
+    for n in &names {
+        replies.insert(n.as_str(), slow(400));
+    }
+    replies.insert("quiet-start.com", slow(2));
+    let server = RdapServer::start(replies);
+    let gw = gateway(&server, &["concurrency: 1", "budget_ms: 5000"])
+        .key_in_project("flooder", "sk_flood_0123456789abcdef", "test", "flood")
+        .key_in_project("quiet", "sk_quiet_0123456789abcdef", "test", "quiet")
+        .start();
+    // 60 new names at once from one project: its share of the queue (64) holds them all.
+    let r = post_batch(&gw, "sk_flood_0123456789abcdef", &names);
+    assert_eq!(r.status, 200);
+    wait_until(Duration::from_secs(10), || !server.order().is_empty());
+    let r = send(
+        &gw,
+        "GET",
+        "/v1/public/domain/quiet-start.com?explain=true",
+        Some("sk_quiet_0123456789abcdef"),
+        &[],
+        None,
+    );
+    assert_eq!(r.json()["evidence"]["age_days"], 2, "{:?}", r.json());
+    // Served in turn: the other project's name went right after the fetch in flight, not
+    // behind the 60 queued before it.
+    let order = server.order();
+    let at = order.iter().position(|n| n == "quiet-start.com").unwrap();
+    assert!(at <= 3, "fetched {at}th: {order:?}");
+}
+
+#[test]
+fn answers_no_server_vouches_for_give_no_age() {
+    let stranger = TcpListener::bind("127.0.0.1:0").unwrap();
+    let elsewhere = format!(
+        "http://{}/rdap/domain/moved.com",
+        stranger.local_addr().unwrap()
+    );
+    let server = RdapServer::start(HashMap::from([
+        (
+            "moved.com",
+            Reply::Raw(302, vec![("Location".into(), elsewhere)], String::new()),
+        ),
+        (
+            "other-object.com",
+            Reply::Raw(
+                200,
+                vec![],
+                serde_json::json!({"objectClassName": "domain", "ldhName": "someone-else.com",
+                    "events": [{"eventAction": "registration", "eventDate": chrono::Utc::now().to_rfc3339()}]})
+                .to_string(),
+            ),
+        ),
+        ("huge.com", Reply::Raw(200, vec![], "x".repeat(300_000))),
+    ]));
+    let gw = gateway(&server, &["budget_ms: 3000"]).start();
+    for name in [
+        "moved.com",
+        "other-object.com",
+        "huge.com",
+        "unknown-here.com",
+    ] {
+        let r = explain(&gw, name);
+        assert_eq!(r["risk_score"], 20, "{name}: {r}");
+        assert!(r["evidence"].get("registered").is_none(), "{name}: {r}");
+    }
+    assert_eq!(
+        gw.metric("drg_rdap_errors_total{kind=\"redirect\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gw.metric("drg_rdap_errors_total{kind=\"invalid_answer\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gw.metric("drg_rdap_errors_total{kind=\"too_large\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gw.metric("drg_rdap_fetches_total{outcome=\"not_found\"}"),
+        Some(1.0)
+    );
+    // A TLD the bootstrap names no server for is never asked.
+    let r = explain(&gw, "fresh.org");
+    assert!(r["evidence"].get("registered").is_none());
+    assert_eq!(
+        gw.metric("drg_rdap_lookups_total{result=\"no_server\"}"),
+        Some(1.0)
+    );
+    drop(stranger);
+}
+
+#[test]
+fn young_with_mail_on_its_own_hosts_is_disposable_and_with_a_business_provider_is_not() {
+    let server = RdapServer::start(HashMap::from([
+        ("pop-up-mail.com", Reply::Registered(2)),
+        ("new-startup.com", Reply::Registered(2)),
+    ]));
+    let zone = |host: &str| Zone {
+        mx: vec![(10, host.to_owned())],
+        ttl: 300,
+        ..Zone::default()
+    };
+    let dns = DnsServer::start(HashMap::from([
+        ("pop-up-mail.com".to_owned(), zone("mx.pop-up-mail.com")),
+        ("new-startup.com".to_owned(), zone("aspmx.l.google.com")),
+    ]));
+    let gw = gateway(&server, &["budget_ms: 3000"])
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .start();
+    let own = explain(&gw, "pop-up-mail.com");
+    assert_eq!(own["reason"], "disposable", "{own}");
+    assert_eq!(own["risk_score"], 70, "{own}");
+    assert_eq!(own["evidence"]["rule"], "young_domain", "{own}");
+    assert_eq!(own["is_corporate_email"], false);
+    let startup = explain(&gw, "new-startup.com");
+    assert_eq!(startup["reason"], "safe", "{startup}");
+    assert_eq!(startup["risk_score"], 40, "{startup}");
+    assert_eq!(startup["evidence"]["young_domain"], "raised", "{startup}");
+}
+
+#[test]
+fn the_bootstrap_is_refreshed_from_its_url_and_a_bad_download_is_refused() {
+    let mut server = RdapServer::start(HashMap::from([(
+        "fresh-from-bootstrap.com",
+        Reply::Registered(4),
+    )]));
+    let bootstrap = serde_json::json!({
+        "version": "1.0",
+        "publication": "2026-11-24T00:00:00Z",
+        "services": [[["com"], [server.base()]]],
+    });
+    server.serve("dns.json", Reply::Raw(200, vec![], bootstrap.to_string()));
+    server.serve(
+        "broken.json",
+        Reply::Raw(200, vec![], "{\"services\": 7}".into()),
+    );
+    let url = |file: &str| format!("bootstrap_url: \"http://{}/{file}\"", server.addr);
+    // No `servers`: the registry is known from the fetched bootstrap alone.
+    let gw = Gateway::builder()
+        .rdap_yaml(&url("dns.json"))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("budget_ms: 3000")
+        .start();
+    gw.wait_metric("drg_rdap_bootstrap_tlds", 1.0);
+    let r = explain(&gw, "fresh-from-bootstrap.com");
+    assert_eq!(r["evidence"]["age_days"], 4, "{r}");
+    // The copy is kept in the state folder: the next start uses it before any download.
+    let dir = gw.stop();
+    assert!(dir.path().join("state/rdap_dns.json").exists());
+    let gw = Gateway::builder()
+        .rdap_yaml(&url("broken.json"))
+        .rdap_yaml("allow_plain_http: true")
+        .in_dir(dir)
+        .start();
+    wait_until(Duration::from_secs(10), || {
+        gw.log().contains("was not taken")
+    });
+    assert!(gw.log().contains("was not taken"), "{}", gw.log());
+    assert_eq!(gw.metric("drg_rdap_bootstrap_tlds"), Some(1.0));
+}
