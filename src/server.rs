@@ -50,16 +50,28 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         refuse_demo_key: !access.allow_demo_key && !settings.listens_on_loopback(),
         // API-made keys keep working when the keys API is switched off (it only stops managing
         // them).
-        managed: Some(
-            settings
-                .gateway
-                .keys_api
-                .managed_file(&settings.gateway.quota),
-        ),
+        managed: Some(managed_path(&settings.gateway)),
         publish_lock: Arc::default(),
         record_first_seen: false,
         set_aside: Arc::default(),
+        shared_pending: (settings.gateway.quota.store == QuotaStoreKind::Redis)
+            .then(|| shared_paths(&settings.gateway).1),
     }
+}
+
+/// The file of API-made keys the keys reloader merges: the managed file, or with the Redis
+/// quota store the cache of the shared store's keys beside it (see
+/// [`crate::account::keys_api::shared`]).
+fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
+    match gateway.quota.store {
+        QuotaStoreKind::Local => gateway.keys_api.managed_file(&gateway.quota),
+        QuotaStoreKind::Redis => shared_paths(gateway).0,
+    }
+}
+
+/// The shared store's cache and pending revocations files, beside the managed file.
+fn shared_paths(gateway: &GatewayConfig) -> (std::path::PathBuf, std::path::PathBuf) {
+    crate::account::keys_api::shared::paths(&gateway.keys_api.managed_file(&gateway.quota))
 }
 
 fn clock() -> Result<SystemClock, StartError> {
@@ -292,14 +304,21 @@ fn parts(
         &shared.metrics,
     )?;
     // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
-    let keys_api = Arc::new(crate::account::keys_api::KeysApi::new(
+    let mut keys_api = crate::account::keys_api::KeysApi::new(
         shared.keys.clone(),
-        gateway.keys_api.managed_file(&gateway.quota),
+        managed_path(gateway),
         gateway.access.plans.clone(),
         gateway.keys_api.clone(),
         keys_source.publish_lock.clone(),
         &shared.metrics,
-    )?);
+    )?;
+    if gateway.quota.store == QuotaStoreKind::Redis {
+        use crate::account::keys_api::shared;
+        let store = crate::access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
+        let (_, pending) = shared_paths(gateway);
+        keys_api = keys_api.with_shared(shared::Shared::new(store, pending));
+    }
+    let keys_api = Arc::new(keys_api);
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
         crate::ops::access_log::open(&gateway.access_log, lines, dropped)?;
@@ -377,6 +396,13 @@ fn background_services(
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
+    // The shared store's keys are polled also with the keys API off: they keep working.
+    if gateway.quota.store == QuotaStoreKind::Redis {
+        services.push(boxed(
+            "shared keys",
+            crate::account::keys_api::sync::KeysSync(parts.keys_api.clone()),
+        ));
+    }
     if gateway.keys_api.enabled {
         services.push(boxed(
             "keys last use",

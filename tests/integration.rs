@@ -27,6 +27,7 @@ mod gcra;
 mod h2_bodies;
 mod hostile;
 mod keys_api;
+mod keys_shared;
 mod logging;
 mod metrics;
 mod mx;

@@ -44,7 +44,7 @@ fn ids(list: &Value) -> Vec<String> {
         .collect()
 }
 
-fn create(gw: &Gateway, secret: &str, label: &str) -> Response {
+pub(crate) fn create(gw: &Gateway, secret: &str, label: &str) -> Response {
     let body = serde_json::json!({ "label": label }).to_string();
     send(
         gw,
@@ -80,7 +80,7 @@ fn post_body(gw: &Gateway, body: &str) -> Response {
     )
 }
 
-fn revoke(gw: &Gateway, secret: &str, id: &str) -> Response {
+pub(crate) fn revoke(gw: &Gateway, secret: &str, id: &str) -> Response {
     send(
         gw,
         "DELETE",
@@ -91,7 +91,7 @@ fn revoke(gw: &Gateway, secret: &str, id: &str) -> Response {
     )
 }
 
-fn lookup(gw: &Gateway, secret: &str) -> u16 {
+pub(crate) fn lookup(gw: &Gateway, secret: &str) -> u16 {
     send(gw, "GET", LOOKUP, Some(secret), &[], None).status
 }
 
@@ -407,6 +407,19 @@ fn gateways_sharing_the_managed_file_see_new_and_revoked_keys() {
     wait_until(Duration::from_secs(5), || lookup(&a, &secret) == 401);
 }
 
+/// The statuses of `n` keys made at once with `secret`, taking turns over `gws`.
+pub(crate) fn race_creates(gws: &[Gateway], secret: &str, n: usize) -> Vec<u16> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let gw = &gws[i % gws.len()];
+                s.spawn(move || create(gw, secret, &format!("race {i}")).status)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
     let shared = tempfile::tempdir().unwrap();
@@ -417,15 +430,7 @@ fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
         builder().gateway_yaml(&line).start(),
     ];
     // acme: 2 operator keys of 5, so 3 of these 16 attempts succeed, whichever gateway serves.
-    let statuses: Vec<u16> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..16)
-            .map(|i| {
-                let gw = &gws[i % 2];
-                s.spawn(move || create(gw, SERVER, &format!("race {i}")).status)
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let statuses = race_creates(&gws, SERVER, 16);
     assert_eq!(
         statuses.iter().filter(|s| **s == 201).count(),
         3,
@@ -474,7 +479,7 @@ fn disable_in_keys_file(gw: &Gateway, id: &str) {
 }
 
 /// `(id, secret)` of a key made through the API with `secret`.
-fn made_by(gw: &Gateway, secret: &str, label: &str) -> (String, String) {
+pub(crate) fn made_by(gw: &Gateway, secret: &str, label: &str) -> (String, String) {
     let r = create(gw, secret, label);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let made = r.json();

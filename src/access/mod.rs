@@ -13,6 +13,7 @@ pub mod plan;
 pub mod policy;
 pub mod quota;
 pub mod rate;
+pub mod shared_keys;
 pub mod source;
 
 use std::sync::Arc;

@@ -25,6 +25,9 @@ pub struct KeysSource {
     pub record_first_seen: bool,
     /// Where a corrupt managed file was set aside, said until a managed file exists again.
     pub set_aside: Arc<std::sync::Mutex<Option<String>>>,
+    /// With the shared Redis store (`managed` is then its cache): the pending revocations file,
+    /// where keys whose maker is gone are queued for Redis (see [`super::shared_keys`]).
+    pub shared_pending: Option<PathBuf>,
 }
 
 impl KeysSource {
@@ -98,6 +101,18 @@ impl KeysSource {
             log::warn!("{}: {w}", path.display());
         }
         if self.record_first_seen && !merged.revoked.is_empty() {
+            if let Some(pending) = &self.shared_pending {
+                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                let queued = super::shared_keys::pending::queue_revoked(
+                    pending,
+                    &file,
+                    &merged.revoked,
+                    &now,
+                );
+                if let Err(e) = queued {
+                    log::error!("keys: revocations of keys whose maker is gone not queued: {e}");
+                }
+            }
             match managed::remove_revoked(path, &merged.revoked) {
                 Ok(n) => log::info!("keys: {n} API-made keys revoked with the key that made them"),
                 Err(e) => log::error!("keys: revoked keys not removed from the file: {e}"),

@@ -1,4 +1,5 @@
-//! Configuration of the keys API (`/v1/keys`) and its managed keys file.
+//! Configuration of the keys API (`/v1/keys`), its managed keys file and its poll of the
+//! shared store (with the Redis quota store).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,6 +33,11 @@ pub struct KeysApiConfig {
     #[serde(rename = "last_used_flush_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub last_used_flush: Duration,
+    /// With the Redis quota store (API-made keys on the shared Redis): how often this gateway
+    /// asks Redis whether keys were made or revoked elsewhere, in milliseconds (100 to 60000).
+    #[serde(rename = "shared_poll_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub shared_poll: Duration,
 }
 
 impl Default for KeysApiConfig {
@@ -42,6 +48,7 @@ impl Default for KeysApiConfig {
             max_body_bytes: 4_096,
             body_timeout: Duration::from_millis(5_000),
             last_used_flush: Duration::from_secs(60),
+            shared_poll: Duration::from_millis(1_000),
         }
     }
 }
@@ -76,6 +83,12 @@ impl KeysApiConfig {
             out.push(format!(
                 "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
                 secs(self.last_used_flush)
+            ));
+        }
+        if !(100..=60_000).contains(&ms(self.shared_poll)) {
+            out.push(format!(
+                "gateway.keys_api.shared_poll_ms: {} is outside 100..=60000",
+                ms(self.shared_poll)
             ));
         }
         if self.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {

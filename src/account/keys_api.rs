@@ -1,10 +1,12 @@
 //! `/v1/keys`: a project lists its keys, makes new ones (the secret shown once) and revokes
 //! those it made, within its plan's `max_keys`.
 //!
-//! API-made keys live in the gateway-managed file ([`crate::access::managed`]), never in the
-//! operator's keys file; operator keys are listed but cannot be deleted here (403). After each
-//! change this gateway swaps its key snapshot at once (a revoked key stops working on the next
-//! request); other gateways sharing the file pick the change up through the keys reloader.
+//! API-made keys live in the gateway-managed file ([`crate::access::managed`]), or with the
+//! Redis quota store on the shared Redis ([`shared`]), never in the operator's keys file;
+//! operator keys are listed but cannot be deleted here (403). After each change this gateway
+//! swaps its key snapshot at once (a revoked key stops working on the next request); other
+//! gateways pick the change up through the keys reloader (a shared file) or their poll of
+//! Redis ([`sync`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,6 +27,9 @@ use crate::access::plan::PlanConfig;
 use crate::account::config::KeysApiConfig;
 use crate::answer::Answer;
 
+pub mod shared;
+pub mod sync;
+
 /// A `/v1/keys` request, its id decoded and its body read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeysOp {
@@ -44,6 +49,8 @@ pub struct KeysApi {
     publishing: Arc<std::sync::Mutex<()>>,
     created: IntCounter,
     revoked: IntCounter,
+    /// With the Redis quota store: the shared store (then `file` is its cache).
+    shared: Option<shared::Shared>,
 }
 
 /// One key as `/v1/keys` shows it (field names are the ones existing clients read).
@@ -112,6 +119,8 @@ enum Refused {
     NotFound,
     Operator,
     File(ManagedError),
+    /// The shared store did not answer (Redis away): nothing was changed.
+    Unavailable,
 }
 
 impl From<ManagedError> for Refused {
@@ -145,6 +154,16 @@ impl Refused {
                 log::error!("keys API: {e}");
                 crate::answer::ApiError::Internal("the managed keys file".into()).into()
             }
+            Refused::Unavailable => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "The shared key store is unreachable; nothing was changed. Try again shortly.",
+                Some("redis"),
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            ),
         }
     }
 }
@@ -271,7 +290,14 @@ impl KeysApi {
             publishing,
             created: changes.with_label_values(&["created"]),
             revoked: changes.with_label_values(&["revoked"]),
+            shared: None,
         })
+    }
+
+    /// Keeps the API-made keys on the shared Redis store (`file` is then its cache).
+    pub fn with_shared(mut self, shared: shared::Shared) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     /// The managed file.
@@ -304,6 +330,9 @@ impl KeysApi {
             Ok(s) => s,
             Err(e) => return crate::answer::ApiError::Internal(e.to_string()).into(),
         };
+        if self.shared.is_some() {
+            return self.create_shared(&caller, new, &secret).await;
+        }
         let api = self.clone();
         let made = tokio::task::spawn_blocking(move || {
             api.create_blocking(&caller, new, &secret)
@@ -311,29 +340,61 @@ impl KeysApi {
         })
         .await;
         match made {
-            Ok(Ok((key, secret))) => {
-                self.created.inc();
-                #[derive(Serialize)]
-                struct Created<'a> {
-                    #[serde(flatten)]
-                    item: KeyItem<'a>,
-                    key: &'a str,
-                }
-                let item = KeyItem {
-                    id: &key.id,
-                    label: key.label.as_deref(),
-                    key_prefix: Some(&key.prefix),
-                    created_at: Some(&key.created_at),
-                    last_used_at: None,
-                    origins: &key.origins,
-                    source: "api",
-                    created_by: key.created_by.as_deref(),
-                };
-                Answer::json(StatusCode::CREATED, &Created { item, key: &secret })
-            }
+            Ok(Ok((key, secret))) => self.created(&key, &secret),
             Ok(Err(refused)) => refused.answer(),
             Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
         }
+    }
+
+    /// The `201` of a key made, its secret in it (shown this once).
+    fn created(&self, key: &ManagedKey, secret: &str) -> Answer {
+        self.created.inc();
+        #[derive(Serialize)]
+        struct Created<'a> {
+            #[serde(flatten)]
+            item: KeyItem<'a>,
+            key: &'a str,
+        }
+        let item = KeyItem {
+            id: &key.id,
+            label: key.label.as_deref(),
+            key_prefix: Some(&key.prefix),
+            created_at: Some(&key.created_at),
+            last_used_at: None,
+            origins: &key.origins,
+            source: "api",
+            created_by: key.created_by.as_deref(),
+        };
+        Answer::json(StatusCode::CREATED, &Created { item, key: secret })
+    }
+
+    /// A new key's row (its id still to be drawn), made by `caller`.
+    fn new_row(caller: &KeyEntry, new: NewKey, secret: &str) -> ManagedKey {
+        let NewKey { label, origins } = new;
+        ManagedKey {
+            id: String::new(),
+            project: caller.project.to_string(),
+            plan: caller.plan.to_string(),
+            label,
+            sha256: hex::encode(hash_secret(secret)),
+            prefix: key_prefix(secret).to_owned(),
+            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            last_used: None,
+            origins,
+            created_by: Some(caller.id.to_string()),
+            unknown: Default::default(),
+        }
+    }
+
+    /// The operator's keys of `project` in service (what `max_keys` counts besides the
+    /// API-made ones).
+    fn operator_count(&self, project: &str) -> usize {
+        self.keys
+            .load()
+            .project_keys(project)
+            .iter()
+            .filter(|k| k.source == KeyOrigin::Operator)
+            .count()
     }
 
     fn create_blocking(
@@ -342,17 +403,13 @@ impl KeysApi {
         new: NewKey,
         secret: &str,
     ) -> Result<ManagedKey, Refused> {
-        let NewKey { label, origins } = new;
+        let mut key = Self::new_row(caller, new, secret);
         let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
             let current = self.keys.load();
             // Operator keys from the snapshot, API-made ones from the file under the lock: the
             // count is exact across gateways sharing the file.
-            let operator = current
-                .project_keys(&caller.project)
-                .iter()
-                .filter(|k| k.source == KeyOrigin::Operator)
-                .count();
+            let operator = self.operator_count(&caller.project);
             let made = file
                 .keys
                 .iter()
@@ -374,19 +431,7 @@ impl KeysApi {
                     break id;
                 }
             };
-            let key = ManagedKey {
-                id,
-                project: caller.project.to_string(),
-                plan: caller.plan.to_string(),
-                label,
-                sha256: hex::encode(hash_secret(secret)),
-                prefix: key_prefix(secret).to_owned(),
-                created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                last_used: None,
-                origins,
-                created_by: Some(caller.id.to_string()),
-                unknown: Default::default(),
-            };
+            key.id = id;
             file.keys.push(key.clone());
             Ok((true, key))
         })
@@ -406,6 +451,9 @@ impl KeysApi {
         if id_problem(&id).is_some() {
             return Refused::NotFound.answer();
         }
+        if self.shared.is_some() {
+            return self.revoke_shared(&caller, &id).await;
+        }
         let api = self.clone();
         match tokio::task::spawn_blocking(move || api.revoke_blocking(&caller, &id)).await {
             Ok(Ok(())) => {
@@ -414,6 +462,18 @@ impl KeysApi {
             }
             Ok(Err(refused)) => refused.answer(),
             Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
+        }
+    }
+
+    /// Why `id` is not an API-made key of the caller's project to revoke: an operator key of
+    /// it is 403, anything else (another project's key, no such key) is 404 and says nothing
+    /// about other projects.
+    fn not_revocable(&self, caller: &KeyEntry, id: &str) -> Refused {
+        match self.keys.load().by_id(id) {
+            Some(k) if k.project == caller.project && k.source == KeyOrigin::Operator => {
+                Refused::Operator
+            }
+            _ => Refused::NotFound,
         }
     }
 
@@ -428,15 +488,7 @@ impl KeysApi {
             if ours && managed::without_descendants(file, &[id.to_owned()]) > 0 {
                 return Ok((true, ()));
             }
-            // Not an API-made key of the project: an operator key of it is 403, anything else
-            // (another project's key, no such key) is 404 and says nothing about other projects.
-            let current = self.keys.load();
-            match current.by_id(id) {
-                Some(k) if k.project == caller.project && k.source == KeyOrigin::Operator => {
-                    Err(Refused::Operator)
-                }
-                _ => Err(Refused::NotFound),
-            }
+            Err(self.not_revocable(caller, id))
         })
         .inspect(|_| self.publish())
     }
@@ -465,6 +517,10 @@ impl KeysApi {
         for w in &merged.warnings {
             log::warn!("{}: {w}", self.file.display());
         }
+        if let Some(shared) = &self.shared {
+            // Keys whose maker is gone are revoked in Redis too (the cache only follows it).
+            shared.queue_orphans(&file, &merged.revoked);
+        }
         let mut next = merged.store;
         next.set_managed_problem(problem);
         next.carry_last_used(&current);
@@ -490,8 +546,16 @@ impl pingora::services::background::BackgroundService for LastUsedSaver {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let mut ticks = crate::ops::periodic::Ticks::new(self.0.config.last_used_flush);
         while ticks.next(&mut shutdown).await.is_some() {
-            let api = self.0.clone();
-            let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;
+            self.save().await;
+        }
+        self.save().await;
+    }
+}
+
+impl LastUsedSaver {
+    async fn save(&self) {
+        if self.0.shared.is_some() {
+            return self.0.save_last_used_shared().await;
         }
         let api = self.0.clone();
         let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;

@@ -1,0 +1,288 @@
+//! API-made keys on the shared Redis, when the quota store is Redis (`gateway.quota.store:
+//! redis`, on its connection settings): the store in place of the managed file, so that
+//! gateways sharing only Redis share the keys made through `/v1/keys`, their revocations and
+//! their lineage.
+//!
+//! Layout (see [`layout`]): one hash of rows (key id -> the managed file's row as JSON,
+//! hashed secret only), one set of ids per project, one hash of last uses, a version counter
+//! bumped by every change, and an epoch naming the data set (a Redis emptied or replaced gets a
+//! new one, so a gateway never mistakes its version 1 for an old one). Every name carries the
+//! one hash tag `{keys}`: the scripts that count, add and revoke touch several of them at once,
+//! which Redis Cluster allows only within one slot. API keys are few and rarely change, so one
+//! slot holds them easily.
+//!
+//! Gateways poll the version and epoch (one `MGET`), and read everything at one version when
+//! they moved (see `account::keys_api::shared`). This module is the I/O only; what to do with
+//! the rows (the cache file, pending revocations, publishing) is the keys API's.
+
+use std::time::Duration;
+
+use crate::infra::redis::config::RedisConfig;
+use crate::infra::redis::RedisLink;
+
+use super::managed::ManagedKey;
+
+pub mod layout;
+pub mod pending;
+mod script;
+
+/// Why the shared store did not answer (each one: treat Redis as away).
+#[derive(Debug, thiserror::Error)]
+pub enum SharedKeysError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis: no answer within {0} ms")]
+    TimedOut(u128),
+    #[error("redis: a row is not JSON: {0}")]
+    Row(#[from] serde_json::Error),
+}
+
+/// Which data set, at which change: two equal stamps read the same keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub epoch: String,
+    pub version: u64,
+}
+
+/// Everything the store holds, at one stamp.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub stamp: Stamp,
+    /// The rows, by id, with their last use filled in.
+    pub rows: Vec<ManagedKey>,
+    /// Rows that are not a managed key's JSON (left out, for a warning).
+    pub unreadable: Vec<String>,
+}
+
+/// What making a key came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    Made,
+    /// The project holds `max_keys` keys already.
+    Full,
+    /// Another key has this id: draw another.
+    IdTaken,
+}
+
+/// The shared keys store on the quota's Redis.
+pub struct SharedKeys {
+    link: tokio::sync::OnceCell<RedisLink>,
+    config: RedisConfig,
+    /// This process's proposal of an epoch, taken if the store has none yet.
+    epoch: String,
+    create: redis::Script,
+    revoke: redis::Script,
+    read: redis::Script,
+    save_used: redis::Script,
+}
+
+/// The least budget of one call: reading every row is bigger than a counting call, and none of
+/// these calls is on a lookup's path (the quota's budget is set for those).
+const MIN_CALL_BUDGET: Duration = Duration::from_secs(1);
+
+impl SharedKeys {
+    /// Nothing is sent before the first call: the gateway starts with Redis away.
+    pub fn new(config: &RedisConfig) -> Result<Self, getrandom::Error> {
+        let mut config = config.clone();
+        config.call_timeout = config.call_timeout.max(MIN_CALL_BUDGET);
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b)?;
+        Ok(SharedKeys {
+            link: tokio::sync::OnceCell::new(),
+            config,
+            epoch: hex::encode(b),
+            create: redis::Script::new(script::CREATE),
+            revoke: redis::Script::new(script::REVOKE),
+            read: redis::Script::new(script::READ),
+            save_used: redis::Script::new(script::SAVE_USED),
+        })
+    }
+
+    async fn link(&self) -> Result<RedisLink, SharedKeysError> {
+        Ok(self
+            .link
+            .get_or_try_init(|| async { RedisLink::connect_lazy(&self.config) })
+            .await?
+            .clone())
+    }
+
+    /// Runs `call` within the call budget.
+    async fn timed<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, SharedKeysError> {
+        match tokio::time::timeout(self.config.call_timeout, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(SharedKeysError::TimedOut(
+                self.config.call_timeout.as_millis(),
+            )),
+        }
+    }
+
+    /// The stamp now (`None` epoch: nothing was ever read from this Redis).
+    pub async fn stamp(&self) -> Result<Option<Stamp>, SharedKeysError> {
+        let mut link = self.link().await?;
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(layout::EPOCH).arg(layout::VERSION);
+        let (epoch, version): (Option<String>, Option<u64>) =
+            self.timed(cmd.query_async(&mut link)).await?;
+        Ok(epoch.map(|epoch| Stamp {
+            epoch,
+            version: version.unwrap_or(0),
+        }))
+    }
+
+    /// Every row at one stamp.
+    pub async fn read(&self) -> Result<Snapshot, SharedKeysError> {
+        let mut link = self.link().await?;
+        let mut call = self.read.prepare_invoke();
+        call.key(layout::ROWS)
+            .key(layout::USED)
+            .key(layout::VERSION)
+            .key(layout::EPOCH)
+            .arg(&self.epoch);
+        let (epoch, version, rows, used): (String, u64, Vec<String>, Vec<String>) =
+            self.timed(call.invoke_async(&mut link)).await?;
+        Ok(snapshot(Stamp { epoch, version }, &rows, &used))
+    }
+
+    /// Adds `row` unless its project holds `max` keys with the operator's `operator` ones.
+    pub async fn create(
+        &self,
+        row: &ManagedKey,
+        operator: usize,
+        max: u32,
+    ) -> Result<Made, SharedKeysError> {
+        let mut link = self.link().await?;
+        let json = serde_json::to_string(&stored(row))?;
+        let mut call = self.create.prepare_invoke();
+        call.key(layout::ROWS)
+            .key(layout::project(&row.project))
+            .key(layout::VERSION)
+            .arg(&row.id)
+            .arg(json)
+            .arg(operator)
+            .arg(max);
+        let reply: i64 = self.timed(call.invoke_async(&mut link)).await?;
+        Ok(match reply {
+            -1 => Made::IdTaken,
+            0 => Made::Full,
+            _ => Made::Made,
+        })
+    }
+
+    /// Revokes the API-made key `id` of `project` and every key it made, recursively; how
+    /// many keys went (0: none of the project has this id).
+    pub async fn revoke(&self, project: &str, id: &str) -> Result<u64, SharedKeysError> {
+        let mut link = self.link().await?;
+        let mut call = self.revoke.prepare_invoke();
+        call.key(layout::ROWS)
+            .key(layout::USED)
+            .key(layout::VERSION)
+            .key(layout::project(project))
+            .arg(id);
+        self.timed(call.invoke_async(&mut link)).await
+    }
+
+    /// Records when keys were last used (id, unix seconds); a later time saved by another
+    /// gateway stays.
+    pub async fn save_used(&self, used: &[(String, u64)]) -> Result<(), SharedKeysError> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let mut link = self.link().await?;
+        let mut call = self.save_used.prepare_invoke();
+        call.key(layout::USED).key(layout::ROWS);
+        for (id, t) in used {
+            call.arg(id).arg(*t);
+        }
+        let _: i64 = self.timed(call.invoke_async(&mut link)).await?;
+        Ok(())
+    }
+}
+
+/// A row as stored: the last use lives in its own hash (saved often, and no change of the keys).
+fn stored(row: &ManagedKey) -> ManagedKey {
+    ManagedKey {
+        last_used: None,
+        ..row.clone()
+    }
+}
+
+/// The rows of a [`script::READ`] reply (field/value pairs), last uses filled in, by id.
+fn snapshot(stamp: Stamp, rows: &[String], used: &[String]) -> Snapshot {
+    let used: std::collections::HashMap<&str, u64> = used
+        .chunks_exact(2)
+        .filter_map(|p| Some((p[0].as_str(), p[1].parse().ok()?)))
+        .collect();
+    let mut out = Vec::with_capacity(rows.len() / 2);
+    let mut unreadable = Vec::new();
+    for pair in rows.chunks_exact(2) {
+        match serde_json::from_str::<ManagedKey>(&pair[1]) {
+            Ok(mut row) if row.id == pair[0] => {
+                row.last_used = used.get(row.id.as_str()).copied();
+                out.push(row);
+            }
+            _ => unreadable.push(pair[0].clone()),
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Snapshot {
+        stamp,
+        rows: out,
+        unreadable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str) -> ManagedKey {
+        ManagedKey {
+            id: id.into(),
+            project: "acme".into(),
+            plan: "free".into(),
+            label: None,
+            sha256: "ab".repeat(32),
+            prefix: "drg_x".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            last_used: Some(7),
+            origins: vec![],
+            created_by: Some("server".into()),
+            unknown: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_reply_becomes_rows_by_id_with_their_last_use_and_bad_rows_are_named() {
+        let json = |r: &ManagedKey| serde_json::to_string(&stored(r)).unwrap();
+        let (b, a) = (row("key_b"), row("key_a"));
+        let rows = [
+            "key_b".to_owned(),
+            json(&b),
+            "key_a".to_owned(),
+            json(&a),
+            "key_x".to_owned(),
+            "{not json".to_owned(),
+            "key_y".to_owned(),
+            json(&a),
+        ];
+        let used = ["key_a".to_owned(), "42".to_owned()];
+        let stamp = Stamp {
+            epoch: "e".into(),
+            version: 3,
+        };
+        let s = snapshot(stamp.clone(), &rows, &used);
+        assert_eq!(s.stamp, stamp);
+        let ids: Vec<_> = s.rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["key_a", "key_b"]);
+        assert_eq!(s.rows[0].last_used, Some(42));
+        assert_eq!(s.rows[1].last_used, None, "stored rows carry no last use");
+        assert_eq!(
+            s.unreadable,
+            ["key_x", "key_y"],
+            "a row under another id is bad too"
+        );
+    }
+}

@@ -1,0 +1,378 @@
+//! `/v1/keys` on the shared Redis store ([`crate::access::shared_keys`]), with the Redis quota
+//! store: what gateways sharing only Redis need to share API-made keys.
+//!
+//! Redis is the truth; each gateway keeps the rows it last read in a cache file of its state
+//! folder (`keys.redis-cache.json`, the managed file's format, in the managed file's place: the
+//! keys reloader merges it with the operator's keys as it would the managed file). So a gateway
+//! whose Redis is away keeps serving the last known keys, after a restart too.
+//!
+//! - Making a key is one script that counts the project's API-made keys in Redis (plus the
+//!   operator's keys, counted here) and adds the row only below `max_keys`: exact across
+//!   gateways. With Redis away: `503 service_unavailable`, nothing made.
+//! - Revoking is one script that removes the key and every key it made, recursively. With
+//!   Redis away, a key this gateway knows is revoked here at once and kept in the pending file
+//!   (`keys.redis-pending.json`, see [`crate::access::shared_keys::pending`]) until Redis has it:
+//!   `202` says so. An id this gateway does not know is `503`: it cannot tell whose it is.
+//! - Every change made here is written to the cache and published at once; other gateways see
+//!   it within a poll ([`super::sync`]).
+//!
+//! One async lock (`seen`) orders every Redis change and read of this gateway with the cache
+//! writes that follow them: a read of Redis from before a revocation is never written after it
+//! (a revoked key never comes back, not even for a poll). Files are written under the
+//! publishing lock, on blocking threads.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde::Serialize;
+
+use super::{new_id, KeysApi, NewKey, Refused};
+use crate::access::keys::{KeyEntry, KeyOrigin};
+use crate::access::managed::{self, ManagedFile};
+use crate::access::shared_keys::pending::{self, Pending};
+use crate::access::shared_keys::{Made, SharedKeys, SharedKeysError, Stamp};
+use crate::answer::{Answer, ApiError};
+
+/// The keys API's part on the shared store.
+pub struct Shared {
+    store: SharedKeys,
+    /// This gateway's revocations Redis does not have yet.
+    pending: PathBuf,
+    /// The stamp of the rows in the cache (`None` until the first read since the start); held
+    /// across each Redis change or read and the cache write after it (see the module).
+    seen: tokio::sync::Mutex<Option<Stamp>>,
+    /// Whether the last call reached Redis (the log says each change once).
+    reachable: AtomicBool,
+    /// Last uses sent to Redis, so that unchanged ones are not sent again.
+    saved: std::sync::Mutex<HashMap<Arc<str>, u64>>,
+}
+
+/// The cache file (in the managed file's place) and the pending file, beside `managed`.
+pub fn paths(managed: &std::path::Path) -> (PathBuf, PathBuf) {
+    (
+        managed.with_file_name("keys.redis-cache.json"),
+        managed.with_file_name("keys.redis-pending.json"),
+    )
+}
+
+impl Shared {
+    pub fn new(store: SharedKeys, pending: PathBuf) -> Self {
+        Shared {
+            store,
+            pending,
+            seen: tokio::sync::Mutex::new(None),
+            reachable: AtomicBool::new(true),
+            saved: std::sync::Mutex::default(),
+        }
+    }
+
+    fn up(&self) {
+        if !self.reachable.swap(true, Ordering::Relaxed) {
+            log::info!("keys: the shared key store (Redis) answers again");
+        }
+    }
+
+    fn down(&self, e: &SharedKeysError) {
+        if self.reachable.swap(false, Ordering::Relaxed) {
+            log::warn!(
+                "keys: the shared key store is unreachable ({e}): the last known keys stay in \
+                 service, revocations wait in {}",
+                self.pending.display()
+            );
+        }
+    }
+
+    /// Called while publishing (publishing lock held): keys whose maker is gone (an operator key
+    /// removed from the keys file) are revoked in Redis too, through the pending file.
+    pub(super) fn queue_orphans(&self, file: &ManagedFile, revoked: &[String]) {
+        if let Err(e) = pending::queue_revoked(&self.pending, file, revoked, &now()) {
+            log::error!("keys: revocations of keys whose maker is gone not queued: {e}");
+        }
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl KeysApi {
+    fn shared(&self) -> &Shared {
+        // Only called on the paths that checked `self.shared` first.
+        self.shared.as_ref().expect("the shared store")
+    }
+
+    /// `POST /v1/keys` on the shared store.
+    pub(super) async fn create_shared(
+        self: &Arc<Self>,
+        caller: &KeyEntry,
+        new: NewKey,
+        secret: &str,
+    ) -> Answer {
+        let shared = self.shared();
+        let mut row = Self::new_row(caller, new, secret);
+        let operator = self.operator_count(&caller.project);
+        let _seen = shared.seen.lock().await;
+        // A clash of 48 random bits is rare; a few draws make a refusal for it unheard of.
+        for _ in 0..8 {
+            row.id = match new_id() {
+                Ok(id) => id,
+                Err(e) => return ApiError::Internal(e.to_string()).into(),
+            };
+            if self.keys.load().by_id(&row.id).is_some() {
+                continue;
+            }
+            match shared.store.create(&row, operator, caller.max_keys).await {
+                Ok(Made::Made) => {
+                    shared.up();
+                    let made = row.clone();
+                    let local = self
+                        .change_locally(move |file| {
+                            file.keys.retain(|k| k.id != made.id);
+                            file.keys.push(made);
+                            Ok(true)
+                        })
+                        .await;
+                    if let Err(e) = local {
+                        // Redis has it: this gateway serves it from its next poll.
+                        log::warn!("keys API: a key made is not in the cache yet: {e}");
+                    }
+                    return self.created(&row, secret);
+                }
+                Ok(Made::Full) => {
+                    shared.up();
+                    return Refused::Full {
+                        max: caller.max_keys,
+                    }
+                    .answer();
+                }
+                Ok(Made::IdTaken) => continue,
+                Err(e) => {
+                    shared.down(&e);
+                    return Refused::Unavailable.answer();
+                }
+            }
+        }
+        ApiError::Internal("no free key id in 8 draws".into()).into()
+    }
+
+    /// `DELETE /v1/keys/{id}` on the shared store.
+    pub(super) async fn revoke_shared(self: &Arc<Self>, caller: &KeyEntry, id: &str) -> Answer {
+        let shared = self.shared();
+        let project = caller.project.to_string();
+        let _seen = shared.seen.lock().await;
+        let revoked = shared.store.revoke(&project, id).await;
+        let strip = {
+            let (project, id) = (project.clone(), id.to_owned());
+            move |file: &mut ManagedFile| {
+                let ours = file.keys.iter().any(|k| k.id == id && k.project == project);
+                ours && managed::without_descendants(file, &[id]) > 0
+            }
+        };
+        match revoked {
+            Ok(n) => {
+                shared.up();
+                // Also when Redis had it no more (revoked elsewhere): the cache follows.
+                if let Err(e) = self.change_locally(move |f| Ok(strip(f))).await {
+                    log::warn!("keys API: a revocation is not in the cache yet: {e}");
+                }
+                if n == 0 {
+                    return self.not_revocable(caller, id).answer();
+                }
+                self.revoked.inc();
+                Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+            }
+            Err(e) => {
+                shared.down(&e);
+                let known = self
+                    .keys
+                    .load()
+                    .by_id(id)
+                    .is_some_and(|k| k.project == caller.project && k.source == KeyOrigin::Api);
+                if !known {
+                    return Refused::Unavailable.answer();
+                }
+                let path = shared.pending.clone();
+                let id_owned = id.to_owned();
+                // Kept first: the revocation is in the file before the key leaves the cache.
+                let queued = self
+                    .change_locally(move |file| {
+                        let mut p = pending::read(&path)?;
+                        p.add(&project, &id_owned, &now());
+                        pending::write(&path, &p)?;
+                        Ok(strip(file))
+                    })
+                    .await;
+                match queued {
+                    Ok(()) => {
+                        self.revoked.inc();
+                        pending_answer(id)
+                    }
+                    Err(e) => {
+                        log::error!("keys API: a revocation could not be kept for Redis: {e}");
+                        Refused::Unavailable.answer()
+                    }
+                }
+            }
+        }
+    }
+
+    /// `change` to the cache (it says whether it changed anything; its error leaves the cache
+    /// as it was), under the publishing lock on a blocking thread; then publishes.
+    async fn change_locally(
+        self: &Arc<Self>,
+        change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
+    ) -> Result<(), LocalError> {
+        let api = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _publishing = api.publishing();
+            let written = managed::update(&api.file, |file: &mut ManagedFile| {
+                change(file).map(|changed| (changed, ()))
+            });
+            api.publish();
+            written
+        })
+        .await
+        .map_err(|e| LocalError::Task(e.to_string()))?
+    }
+
+    /// One poll: revocations kept during an outage sent to Redis, then the rows read again if
+    /// they changed, written to the cache and published. Quiet while Redis is away (the last
+    /// known keys stay).
+    pub async fn sync_shared(self: &Arc<Self>) {
+        let shared = self.shared();
+        let mut seen = shared.seen.lock().await;
+        if let Err(e) = self.flush_pending().await {
+            return shared.down(&e);
+        }
+        let stamp = match shared.store.stamp().await {
+            Ok(s) => s,
+            Err(e) => return shared.down(&e),
+        };
+        shared.up();
+        if stamp.is_some() && stamp == *seen {
+            return;
+        }
+        let snapshot = match shared.store.read().await {
+            Ok(s) => s,
+            Err(e) => return shared.down(&e),
+        };
+        for id in &snapshot.unreadable {
+            log::warn!("keys: shared key '{id}' is not a key's row; left out");
+        }
+        let (rows, stamp) = (snapshot.rows, snapshot.stamp);
+        let path = shared.pending.clone();
+        let written = self
+            .change_locally(move |file| {
+                let mut next = ManagedFile {
+                    keys: rows,
+                    ..ManagedFile::default()
+                };
+                // Without the list of revocations Redis lacks, the rows read could bring one
+                // back: an unreadable list leaves the cache as it is.
+                pending::read(&path)?.strip(&mut next);
+                let changed = file.keys != next.keys;
+                file.keys = next.keys;
+                Ok(changed)
+            })
+            .await;
+        match written {
+            Ok(()) => *seen = Some(stamp),
+            Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
+        }
+    }
+
+    /// Sends the pending revocations to Redis, each dropped from the file once Redis has it.
+    async fn flush_pending(self: &Arc<Self>) -> Result<(), SharedKeysError> {
+        let shared = self.shared();
+        let path = shared.pending.clone();
+        let read = tokio::task::spawn_blocking(move || pending::read(&path)).await;
+        let list = match read {
+            Ok(Ok(p)) => p.revocations,
+            Ok(Err(e)) => {
+                log::error!("keys: {e}; its revocations wait until it is readable");
+                return Ok(());
+            }
+            Err(_) => return Ok(()),
+        };
+        for r in list {
+            let n = shared.store.revoke(&r.project, &r.id).await?;
+            log::info!(
+                "keys: a revocation kept during the outage reached Redis ({n} keys of project \
+                 '{}')",
+                r.project
+            );
+            let path = shared.pending.clone();
+            let api = self.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let _publishing = api.publishing();
+                let done = pending::read(&path).and_then(|mut p: Pending| {
+                    p.remove(&r.project, &r.id);
+                    pending::write(&path, &p)
+                });
+                if let Err(e) = done {
+                    log::error!("keys: {e}");
+                }
+            })
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Saves the last use of API-made keys to Redis (those that moved since the last save).
+    pub(super) async fn save_last_used_shared(&self) {
+        let shared = self.shared();
+        let moved: Vec<(Arc<str>, u64)> = {
+            let saved = shared.saved.lock().unwrap_or_else(|p| p.into_inner());
+            self.keys
+                .load()
+                .entries()
+                .filter(|k| k.source == KeyOrigin::Api)
+                .filter_map(|k| Some((k.id.clone(), k.last_used_at()?)))
+                .filter(|(id, t)| saved.get(id).is_none_or(|s| s < t))
+                .collect()
+        };
+        let send: Vec<(String, u64)> = moved.iter().map(|(id, t)| (id.to_string(), *t)).collect();
+        match shared.store.save_used(&send).await {
+            Ok(()) => {
+                let mut saved = shared.saved.lock().unwrap_or_else(|p| p.into_inner());
+                saved.extend(moved);
+            }
+            Err(e) => log::debug!("keys API: last uses not saved to Redis: {e}"),
+        }
+    }
+}
+
+/// Why a change of the cache (or the pending file before it) was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error(transparent)]
+    Cache(#[from] managed::ManagedError),
+    #[error(transparent)]
+    Pending(#[from] pending::PendingError),
+    #[error("blocking task: {0}")]
+    Task(String),
+}
+
+/// The `202` of a revocation kept for Redis: in force on this gateway, on the others once
+/// Redis is back.
+fn pending_answer(id: &str) -> Answer {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        id: &'a str,
+        status: &'a str,
+        message: &'a str,
+    }
+    Answer::json(
+        StatusCode::ACCEPTED,
+        &Body {
+            id,
+            status: "pending",
+            message: "Revoked on this gateway; the shared key store is unreachable, so the other \
+                      gateways stop accepting the key once it is back.",
+        },
+    )
+}

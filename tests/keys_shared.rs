@@ -1,0 +1,250 @@
+//! API-made keys on the shared Redis (the Redis quota store): two gateways with separate state
+//! folders that share only a `redis-server` make, use and revoke each other's keys, lineage
+//! included; `max_keys` holds across them; a restart keeps the keys; with Redis stopped the
+//! last known keys work, making is refused, and a revocation is in force at once on the gateway
+//! that took it and on the others once Redis is back.
+
+use crate::common;
+use crate::keys_api::{create, lookup, made_by, race_creates, revoke};
+use crate::redis_server;
+
+use std::time::Duration;
+
+use common::*;
+use redis_server::RedisServer;
+use serde_json::Value;
+
+const SERVER: &str = "drg_acme_server_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const OTHER: &str = "drg_acme_other_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+/// Generous: a poll is 200 ms, but the machine may be loaded.
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// Project `acme` on `team` (6 keys) holds two operator keys; its own state folder, the
+/// quota (and so the keys) on `redis`.
+fn builder(redis: &RedisServer) -> GatewayBuilder {
+    Gateway::builder()
+        .plan_yaml("team", "{ monthly_limit: 1000, max_keys: 6 }")
+        .key_in_project("server", SERVER, "team", "acme")
+        .key_in_project("other", OTHER, "team", "acme")
+        .redis(&redis.url(), "fail_open")
+        .gateway_yaml("keys_api: { shared_poll_ms: 200 }")
+}
+
+fn listed(gw: &Gateway) -> Vec<Value> {
+    let r = send(gw, "GET", "/v1/keys", Some(SERVER), &[], None);
+    assert_eq!(r.status, 200);
+    r.json()["items"].as_array().unwrap().clone()
+}
+
+/// Every field and value of a Redis hash, as text.
+fn hash_text(redis: &RedisServer, key: &str) -> String {
+    let mut c = redis.client().get_connection().unwrap();
+    let pairs: Vec<String> = redis::cmd("HGETALL").arg(key).query(&mut c).unwrap();
+    pairs.join(" ")
+}
+
+#[test]
+fn a_key_made_on_one_gateway_works_on_the_other_and_a_revocation_reaches_both() {
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (id, secret) = made_by(&a, SERVER, "ci");
+    assert_eq!(lookup(&a, &secret), 200, "live at once where it was made");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    let item = listed(&b)
+        .into_iter()
+        .find(|i| i["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(item["source"], "api");
+    assert_eq!(item["created_by"], "server");
+    assert_eq!(item["label"], "ci");
+    // Redis holds the hashed secret only.
+    let rows = hash_text(&redis, "keys:{keys}:rows");
+    assert!(rows.contains(&id), "{rows}");
+    assert!(!rows.contains(&secret));
+    // Nothing of the keys in either state folder's managed file: they live in Redis.
+    for gw in [&a, &b] {
+        assert!(!gw.dir.path().join("state/keys.managed.json").exists());
+    }
+
+    assert_eq!(revoke(&b, SERVER, &id).status, 204);
+    assert_eq!(
+        lookup(&b, &secret),
+        401,
+        "refused at once where it was revoked"
+    );
+    wait_until(WITHIN, || lookup(&a, &secret) == 401);
+    assert_eq!(revoke(&a, SERVER, &id).status, 404, "gone everywhere");
+    assert_eq!(
+        revoke(&a, SERVER, "other").status,
+        403,
+        "operator keys stay"
+    );
+    assert!(!listed(&a).iter().any(|i| i["id"] == id.as_str()));
+}
+
+#[test]
+fn a_key_revoked_on_one_gateway_takes_the_keys_it_made_on_the_other() {
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (parent, parent_secret) = made_by(&a, SERVER, "parent");
+    wait_until(WITHIN, || lookup(&b, &parent_secret) == 200);
+    let (child, child_secret) = made_by(&b, &parent_secret, "child");
+    let (_, grandchild_secret) = made_by(&b, &child_secret, "grandchild");
+    let (_, kept_secret) = made_by(&b, OTHER, "kept");
+    for s in [&child_secret, &grandchild_secret, &kept_secret] {
+        wait_until(WITHIN, || lookup(&a, s) == 200);
+    }
+    let item = listed(&a)
+        .into_iter()
+        .find(|i| i["id"] == child.as_str())
+        .unwrap();
+    assert_eq!(item["created_by"], parent.as_str());
+
+    assert_eq!(revoke(&a, SERVER, &parent).status, 204);
+    for s in [&parent_secret, &child_secret, &grandchild_secret] {
+        assert_eq!(lookup(&a, s), 401, "at once where it was revoked");
+        wait_until(WITHIN, || lookup(&b, s) == 401);
+    }
+    assert_eq!(lookup(&a, &kept_secret), 200, "another maker's key stays");
+    assert_eq!(lookup(&b, &kept_secret), 200);
+}
+
+#[test]
+fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
+    let redis = RedisServer::start(false);
+    let gws = [builder(&redis).start(), builder(&redis).start()];
+    // acme: 2 operator keys of 6, so 4 of these 16 attempts succeed, whichever gateway serves.
+    let statuses = race_creates(&gws, SERVER, 16);
+    let count = |code| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!((count(201), count(409)), (4, 12), "{statuses:?}");
+    for gw in &gws {
+        wait_until(WITHIN, || listed(gw).len() == 6);
+    }
+    assert_eq!(redis.int(&["SCARD", "keys:{keys}:project:acme"]), Some(4));
+}
+
+#[test]
+fn a_restart_keeps_the_keys_also_while_redis_is_away() {
+    let mut redis = RedisServer::start(true);
+    let a = builder(&redis).start();
+    let (id, secret) = made_by(&a, SERVER, "kept");
+    let dir = a.stop();
+    let a = builder(&redis).in_dir(dir).start();
+    assert_eq!(lookup(&a, &secret), 200);
+    assert!(listed(&a).iter().any(|i| i["id"] == id.as_str()));
+
+    // A gateway started while Redis is away serves the keys it last knew (its cache).
+    redis.kill();
+    let dir = a.stop();
+    let a = builder(&redis).in_dir(dir).start();
+    assert_eq!(lookup(&a, &secret), 200);
+    // One that never read Redis knows no API-made key.
+    let fresh = builder(&redis).start();
+    assert_eq!(lookup(&fresh, &secret), 401);
+    redis.restart();
+    wait_until(WITHIN, || lookup(&fresh, &secret) == 200);
+}
+
+#[test]
+fn with_redis_away_keys_work_making_is_refused_and_a_revocation_waits_for_redis() {
+    let mut redis = RedisServer::start(true);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (id, secret) = made_by(&a, SERVER, "outage");
+    let (child, child_secret) = made_by(&a, &secret, "made by it");
+    for s in [&secret, &child_secret] {
+        wait_until(WITHIN, || lookup(&b, s) == 200);
+    }
+
+    redis.kill();
+    assert_eq!(
+        lookup(&a, &secret),
+        200,
+        "the last known keys stay in service"
+    );
+    assert_eq!(lookup(&b, &secret), 200);
+    let r = create(&a, SERVER, "during");
+    r.assert_error(503, "service_unavailable");
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was changed"));
+    assert!(r.header("retry-after").is_some());
+
+    // Revoked on A while Redis is away: in force on A at once (the key and what it made), kept
+    // in A's state folder; B knows nothing yet.
+    let r = revoke(&a, SERVER, &id);
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["status"], "pending");
+    assert_eq!(lookup(&a, &secret), 401);
+    assert_eq!(lookup(&a, &child_secret), 401);
+    let pending = a.dir.path().join("state/keys.redis-pending.json");
+    assert!(std::fs::read_to_string(&pending).unwrap().contains(&id));
+    assert_eq!(lookup(&b, &secret), 200);
+    // An id A does not know cannot be judged without Redis.
+    revoke(&a, SERVER, "key_000000000000").assert_error(503, "service_unavailable");
+
+    redis.restart();
+    for s in [&secret, &child_secret] {
+        wait_until(WITHIN, || lookup(&b, s) == 401);
+    }
+    wait_until(WITHIN, || !pending.exists());
+    assert_eq!(lookup(&a, &secret), 401, "never back on A");
+    assert!(!hash_text(&redis, "keys:{keys}:rows").contains(&child));
+    // Making works again.
+    made_by(&b, SERVER, "after");
+}
+
+#[test]
+fn on_a_redis_cluster_keys_are_made_and_revoked_across_gateways() {
+    let cluster = redis_server::RedisCluster::start();
+    let nodes: String = cluster
+        .seeds()
+        .iter()
+        .map(|u| format!("\n        - {u}"))
+        .collect();
+    let start = || {
+        Gateway::builder()
+            .plan_yaml("team", "{ monthly_limit: 1000, max_keys: 6 }")
+            .key_in_project("server", SERVER, "team", "acme")
+            .redis_with(
+                &cluster.masters[0].url(),
+                "fail_open",
+                &format!("mode: cluster, nodes:{nodes}"),
+            )
+            .gateway_yaml("keys_api: { shared_poll_ms: 200 }")
+            .start()
+    };
+    let (a, b) = (start(), start());
+    let (id, secret) = made_by(&a, SERVER, "cluster");
+    let (_, child_secret) = made_by(&a, &secret, "child");
+    wait_until(WITHIN, || lookup(&b, &child_secret) == 200);
+    assert_eq!(revoke(&b, SERVER, &id).status, 204);
+    wait_until(WITHIN, || lookup(&a, &child_secret) == 401);
+    assert_eq!(lookup(&a, &secret), 401);
+}
+
+#[test]
+fn an_operator_key_removed_from_the_keys_files_revokes_what_it_made_in_redis() {
+    use domain_risk_gateway::internals::access::keys::{key_entry_yaml_with, EntryExtras};
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (_, secret) = made_by(&a, OTHER, "made by other");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    let extras = EntryExtras {
+        project: Some("acme"),
+        ..Default::default()
+    };
+    let only_server = format!(
+        "keys:\n{}",
+        key_entry_yaml_with("server", SERVER, "team", &[], &extras)
+    );
+    for gw in [&a, &b] {
+        write_atomic(&gw.dir.path().join("keys.yaml"), &only_server);
+    }
+    for gw in [&a, &b] {
+        wait_until(WITHIN, || lookup(gw, &secret) == 401);
+    }
+    // Gone from Redis too: it no longer counts in `max_keys`.
+    let project = "keys:{keys}:project:acme";
+    wait_until(WITHIN, || redis.int(&["SCARD", project]) == Some(0));
+}
