@@ -31,7 +31,15 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         project: Some("acme"),
         ..Default::default()
     };
+    // A registry on loopback that knows one young domain, for the lookup's age line.
+    let registry = crate::rdap::RdapServer::start(std::collections::HashMap::from([(
+        "young-shop.com",
+        crate::rdap::Reply::Registered(3),
+    )]));
     let gw = Gateway::builder()
+        .rdap_yaml(&format!("servers: {{com: \"{}\"}}", registry.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("budget_ms: 3000")
         .plan("pro", 100)
         .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
         .key_in_project("server", SERVER, "pro", "acme")
@@ -109,11 +117,11 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
             .unwrap(),
     )
     .unwrap();
-    // Counted: one top-domains call per opening of the dashboard (two), its two lookups, and the
-    // script's own top-domains call; usage, stats, logs and keys are not counted.
+    // Counted: one top-domains call per opening of the dashboard (two), its three lookups, and
+    // the script's own top-domains call; usage, stats, logs and keys are not counted.
     let spent = report["month_count_after"].as_u64().unwrap()
         - report["month_count_before"].as_u64().unwrap();
-    assert_eq!(spent, 5, "{report}");
+    assert_eq!(spent, 6, "{report}");
     let panels = ["usage", "chart", "calls", "keys", "lookup", "top"];
     let names = [
         "dashboard-desktop",

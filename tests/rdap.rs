@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// How the server answers one name.
 #[derive(Clone)]
-enum Reply {
+pub enum Reply {
     /// A domain object registered this many days ago.
     Registered(i64),
     /// `status`, extra headers and a body.
@@ -28,14 +28,14 @@ enum Reply {
 
 /// A loopback RDAP server: `GET /domain/<name>` answered from a map, every request recorded
 /// (name, when) in arrival order.
-struct RdapServer {
-    addr: SocketAddr,
+pub struct RdapServer {
+    pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<(String, Instant)>>>,
     replies: Arc<Mutex<HashMap<String, Reply>>>,
 }
 
 impl RdapServer {
-    fn start(replies: HashMap<&str, Reply>) -> RdapServer {
+    pub fn start(replies: HashMap<&str, Reply>) -> RdapServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -105,7 +105,7 @@ impl RdapServer {
         self.replies.lock().unwrap().insert(name.to_owned(), reply);
     }
 
-    fn base(&self) -> String {
+    pub fn base(&self) -> String {
         format!("http://{}/rdap/", self.addr)
     }
 
@@ -213,7 +213,7 @@ fn a_young_domain_is_raised_an_old_one_unchanged_and_the_cache_asks_once() {
     );
     assert_eq!(old["evidence"]["age_days"], 9_000, "{old}");
     assert!(old["evidence"].get("young_domain").is_none(), "{old}");
-    // A free provider is the list's, never asked.
+    // A free provider is the list's: never asked.
     let free = explain(&gw, "gmail.com");
     assert_eq!(free["risk_score"], 10);
     assert_eq!(server.asked("gmail.com"), 0);

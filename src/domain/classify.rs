@@ -44,7 +44,7 @@ pub struct Verdict<'a> {
     pub weak_mx: bool,
     /// When the name's registrable domain was registered (RDAP), when known.
     pub age: Option<DomainAge>,
-    /// What the young-domain rule did ([`super::age::apply_age`]), if anything.
+    /// What the young-domain rule did ([`apply_age`]), if anything.
     pub young: Option<YoungEffect>,
 }
 

@@ -28,8 +28,8 @@ use crate::domain::DomainName;
 use crate::ops::metrics::RdapStats;
 use crate::ops::periodic::Ticks;
 
-/// Requests give at most this many times a server asked to come back later (429, 503) before
-/// a name is given up until `failure_ttl`.
+/// A name is asked at most this many times of a server that answers "later" (429, 503); then
+/// it is given up until `failure_ttl` ends.
 const MAX_ATTEMPTS: u32 = 3;
 
 /// Counters since start.

@@ -181,6 +181,14 @@ def main():
         wait(driver, lambda d: "disposable" in text_of(d, "#lookup-result").lower())
         lines = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#lookup-evidence .evidence-line"))
         assert any("list" in l.text.lower() for l in lines), [l.text for l in lines]
+        # A young domain (the test's registry on loopback says: registered 3 days ago).
+        lookup.clear()
+        lookup.send_keys("young-shop.com")
+        driver.find_element(By.ID, "lookup-go").click()
+        age = wait(driver, lambda d: [l for l in d.find_elements(By.CSS_SELECTOR, "#lookup-evidence .evidence-line")
+                                      if l.text.startswith("Registered ")])
+        assert "3 days ago" in age[0].text and "score is raised" in age[0].text, age[0].text
+        assert "40" in text_of(driver, "#lookup-result"), text_of(driver, "#lookup-result")
 
         # Top flagged domains, as the API ranks them.
         top = api("/v1/public/top-domains")[1]

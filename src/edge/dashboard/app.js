@@ -411,7 +411,7 @@ async function copySecret() {
 }
 
 /* ---------- lookup ---------- */
-const KNOWN_EVIDENCE = new Set(['rule', 'matched', 'via_parent', 'source', 'line', 'mx', 'mx_provider', 'neighbourhood', 'service', 'did_you_mean']);
+const KNOWN_EVIDENCE = new Set(['rule', 'matched', 'via_parent', 'source', 'line', 'mx', 'mx_provider', 'neighbourhood', 'service', 'did_you_mean', 'registered', 'age_days', 'young_domain']);
 
 // The score bands of docs/api.md.
 const BANDS = [[100, 'confirmed on a blocklist'], [80, 'very likely disposable'], [50, 'high risk'], [30, 'low risk'], [0, 'safe']];
@@ -435,6 +435,7 @@ function ruleLine(ev) {
     case 'broad_free_provider': return `On a broad list of free mail providers${where ? ` (${where})` : ''}${via}`;
     case 'mx': return 'No list names it: its mail servers (MX) decided';
     case 'mx_neighbourhood': return 'No list names it: its mail servers are shared with listed throwaway domains';
+    case 'young_domain': return 'No list names it: the domain is new and its mail does not go to a business mail provider';
     case 'unknown': return 'No list names it and its mail servers show nothing against it (the default answer)';
     default: return `Rule: ${text(ev.rule)}`;
   }
@@ -468,6 +469,17 @@ function providerLine(p) {
   return [kinds[p.kind] || `Mail provider: ${label} (${text(p.kind)}) on ${host}`];
 }
 
+// When the domain was registered (RDAP), and what its youth did to the answer.
+function ageLines(ev) {
+  if (typeof ev.registered !== 'string' || !Number.isInteger(ev.age_days)) return [];
+  const days = ev.age_days === 1 ? '1 day' : `${count(ev.age_days)} days`;
+  const effect = {
+    raised: ': a young domain, so the score is raised (still safe)',
+    disposable: ': a young domain with mail not at a business provider',
+  }[ev.young_domain] || '';
+  return [`Registered ${ev.registered}, ${days} ago${effect}`];
+}
+
 function neighbourhoodLines(n) {
   if (!isObj(n)) return [];
   const key = text(n.key);
@@ -488,7 +500,7 @@ function genericValue(v) {
 
 function evidenceLines(ev) {
   if (!isObj(ev)) return ['The gateway gave no evidence for this answer.'];
-  const lines = [ruleLine(ev), ...neighbourhoodLines(ev.neighbourhood), ...mxLines(ev.mx), ...providerLine(ev.mx_provider)];
+  const lines = [ruleLine(ev), ...ageLines(ev), ...neighbourhoodLines(ev.neighbourhood), ...mxLines(ev.mx), ...providerLine(ev.mx_provider)];
   if (typeof ev.did_you_mean === 'string' && ev.did_you_mean) lines.push(`Did you mean ${ev.did_you_mean}?`);
   for (const [k, v] of Object.entries(ev)) {
     if (!KNOWN_EVIDENCE.has(k)) lines.push(`${k}: ${genericValue(v)}`);
