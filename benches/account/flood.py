@@ -56,7 +56,7 @@ def main():
             f"version: 1\nthreads: 2\npid_file: {d}/pid\nupgrade_sock: {d}/upgrade.sock\n"
             "grace_period_seconds: 1\ngraceful_shutdown_timeout_seconds: 1\n"
             f"gateway:\n  listen: 127.0.0.1:{port}\n  admin:\n    listen: unix:{d}/admin.sock\n"
-            "  data:\n    dir: data\n    builtin_disposable: false\n  mx:\n    enabled: false\n"
+            "  data:\n    dir: data\n    builtin_disposable: false\n  mx:\n    enabled: false\n  rdap:\n    enabled: false\n"
             "  quota:\n    state_file: state/quota.counters\n"
             f"  access:\n    keys_file: keys.yaml\n    account_rate: {{ per_second: {per_second}, burst: {burst} }}\n"
         )

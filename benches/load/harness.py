@@ -154,6 +154,7 @@ gateway:
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {self.quota_yaml()}
   mx: {{ enabled: false }}
+  rdap: {{ enabled: false }}
   top_domains: {{ state_file: state/top_domains.json }}
 {extra}""")
 

@@ -165,6 +165,7 @@ gateway:
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {{ store: redis, redis: {{ {dep.yaml}, call_timeout_ms: 200{batch} }} }}
   mx: {{ enabled: false }}
+  rdap: {{ enabled: false }}
   calls: {{ enabled: false }}   # call logs write to Redis too: measure the quota alone
 """)
         log = open(Path(tmp) / "gateway.log", "w")
