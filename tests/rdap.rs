@@ -22,8 +22,8 @@ pub enum Reply {
     Raw(u16, Vec<(String, String)>, String),
     /// As the inner reply, after a wait.
     Slow(Duration, Box<Reply>),
-    /// 429 with `Retry-After: <secs>` the first time, then the inner reply.
-    LimitedOnce(u64, Box<Reply>),
+    /// `status` (429 or 503) with `Retry-After: <secs>` the first time, then the inner reply.
+    LaterOnce(u16, u64, Box<Reply>),
 }
 
 /// A loopback RDAP server: `GET /domain/<name>` answered from a map, every request recorded
@@ -67,10 +67,10 @@ impl RdapServer {
                     let reply = {
                         let mut map = replies.lock().unwrap();
                         match map.get(&name).cloned() {
-                            Some(Reply::LimitedOnce(secs, then)) => {
+                            Some(Reply::LaterOnce(status, secs, then)) => {
                                 map.insert(name.clone(), *then);
                                 Reply::Raw(
-                                    429,
+                                    status,
                                     vec![("Retry-After".into(), secs.to_string())],
                                     String::new(),
                                 )
@@ -157,7 +157,7 @@ fn render(name: &str, reply: Reply) -> (u16, Vec<(String, String)>, String) {
             thread::sleep(wait);
             render(name, *inner)
         }
-        Reply::LimitedOnce(_, inner) => render(name, *inner),
+        Reply::LaterOnce(_, _, inner) => render(name, *inner),
     }
 }
 
@@ -265,7 +265,7 @@ fn a_slow_server_never_holds_a_lookup_past_its_budget() {
     let took = started.elapsed();
     assert_eq!(r["risk_score"], 20, "{r}");
     // The budget is 300 ms; the registry takes 4 s.
-    assert!(took < Duration::from_millis(3_500), "{took:?}");
+    assert!(took < Duration::from_millis(2_000), "{took:?}");
     wait_until(Duration::from_secs(15), || {
         explain(&gw, "slow-registry.com")["risk_score"] == 40
     });
@@ -273,15 +273,31 @@ fn a_slow_server_never_holds_a_lookup_past_its_budget() {
 
 #[test]
 fn a_429_is_honoured_for_its_retry_after_and_then_the_name_is_fetched() {
-    let server = RdapServer::start(HashMap::from([(
-        "busy-registry.com",
-        Reply::LimitedOnce(2, Box::new(Reply::Registered(5))),
-    )]));
+    let server = RdapServer::start(HashMap::from([
+        (
+            "busy-registry.com",
+            Reply::LaterOnce(429, 2, Box::new(Reply::Registered(5))),
+        ),
+        (
+            "down-registry.net",
+            Reply::LaterOnce(503, 1, Box::new(Reply::Registered(6))),
+        ),
+    ]));
     let gw = gateway(&server, &[]).start();
     explain(&gw, "busy-registry.com");
     wait_until(Duration::from_secs(20), || {
         explain(&gw, "busy-registry.com")["evidence"]["age_days"] == 5
     });
+    // A 503 backs the server off the same way; the name is asked again after it.
+    explain(&gw, "down-registry.net");
+    wait_until(Duration::from_secs(20), || {
+        explain(&gw, "down-registry.net")["evidence"]["age_days"] == 6
+    });
+    assert_eq!(server.asked("down-registry.net"), 2);
+    assert_eq!(
+        gw.metric("drg_rdap_errors_total{kind=\"unavailable\"}"),
+        Some(1.0)
+    );
     let times = server.times("busy-registry.com");
     assert_eq!(times.len(), 2, "asked once, refused with 429, asked again");
     let waited = times[1] - times[0];
@@ -290,13 +306,15 @@ fn a_429_is_honoured_for_its_retry_after_and_then_the_name_is_fetched() {
         gw.metric("drg_rdap_errors_total{kind=\"rate_limited\"}"),
         Some(1.0)
     );
-    assert_eq!(gw.metric("drg_rdap_backoffs_total"), Some(1.0));
+    assert_eq!(gw.metric("drg_rdap_backoffs_total"), Some(2.0));
 }
 
 #[test]
 fn one_projects_misses_never_delay_anothers() {
     let mut replies: HashMap<&str, Reply> = HashMap::new();
-    let names: Vec<String> = (0..60).map(|i| format!("flood-{i}.com")).collect();
+    // The flood ends with a name the other project will ask for too: planted in front of it.
+    let mut names: Vec<String> = (0..59).map(|i| format!("flood-{i}.com")).collect();
+    names.push("planted-start.com".to_owned());
     let slow = |days| {
         Reply::Slow(
             Duration::from_millis(150),
@@ -330,6 +348,19 @@ fn one_projects_misses_never_delay_anothers() {
     let order = server.order();
     let at = order.iter().position(|n| n == "quiet-start.com").unwrap();
     assert!(at <= 3, "fetched {at}th: {order:?}");
+    // A name the flooding project queued first moves to the asker's line: not behind the flood.
+    let r = send(
+        &gw,
+        "GET",
+        "/v1/public/domain/planted-start.com?explain=true",
+        Some("sk_quiet_0123456789abcdef"),
+        &[],
+        None,
+    );
+    assert_eq!(r.json()["evidence"]["age_days"], 400, "{:?}", r.json());
+    let order = server.order();
+    let planted = order.iter().position(|n| n == "planted-start.com").unwrap();
+    assert!(planted < 20, "fetched {planted}th: {order:?}");
 }
 
 #[test]
@@ -355,6 +386,20 @@ fn answers_no_server_vouches_for_give_no_age() {
             ),
         ),
         ("huge.com", Reply::Raw(200, vec![], "x".repeat(300_000))),
+        (
+            "moved-home.com",
+            Reply::Raw(302, vec![("Location".into(), "/rdap/v2/domain/moved-home-target".into())], String::new()),
+        ),
+        (
+            "moved-home-target",
+            Reply::Raw(
+                200,
+                vec![],
+                serde_json::json!({"objectClassName": "domain", "ldhName": "moved-home.com",
+                    "events": [{"eventAction": "registration", "eventDate": "2001-02-03T04:05:06Z"}]})
+                .to_string(),
+            ),
+        ),
     ]));
     let gw = gateway(&server, &["budget_ms: 3000"]).start();
     for name in [

@@ -27,6 +27,7 @@ OUT = ROOT / "benches" / "out"
 BIN = ROOT / "target" / "release" / "domain-risk-gateway"
 FLOOR = ROOT / "target" / "release" / "examples" / "floor"
 EMBED = ROOT / "target" / "release" / "examples" / "embed"
+DNS = ROOT / "target" / "release" / "examples" / "dns_loopback"
 KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
 # HAProxy's quota check: a second key with a small limit, to see its 429 before measuring.
 LIMITED_KEY = "drg_bench_limited_0123456789abcdefghijklmnopqrs"
@@ -128,8 +129,9 @@ class Setup:
         self.floor = self.haproxy = self.upstream = None
         self.haproxy_skipped = None
 
-    def write_gateway(self, name="gateway.yaml", port=None, extra=""):
-        """A gateway config; `extra` lines go at the end of its `gateway:` section."""
+    def write_gateway(self, name="gateway.yaml", port=None, extra="", mx="{ enabled: false }"):
+        """A gateway config; `extra` lines go at the end of its `gateway:` section; `mx` is its
+        `mx:` section (off unless a scenario brings a DNS server on loopback)."""
         n = self.args.entries
         with open(OUT / "data" / "disposable.txt", "w") as f:
             for i in range(n):
@@ -153,7 +155,7 @@ gateway:
   reload: {{ poll_interval_ms: 100, build_priority: {self.args.build_priority} }}
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {self.quota_yaml()}
-  mx: {{ enabled: false }}
+  mx: {mx}
   rdap: {{ enabled: false }}
   top_domains: {{ state_file: state/top_domains.json }}
 {extra}""")
@@ -683,6 +685,161 @@ def replace_section(results, title, section):
     path.write_text(text.rstrip("\n") + "\n\n" + section)
 
 
+# The `mix` scenario: traffic as users send it. Shares of the stream, and the requests in each
+# measurement's slice of it (more than a 5 s run at 40k req/s asks for).
+MIX_SHARES = (("free", 0.55), ("company", 0.30), ("listed", 0.10), ("invalid", 0.05))
+MIX_SLICE = 250_000
+MIX_TLDS = ("com", "net", "io", "de", "co.uk", "fr", "org")
+MIX_INVALID = ("not_a_domain", "-bad-.com", "a..b.com", "x" * 70 + ".com", "localhost", "1.2.3")
+# Company mail: Google Workspace, Microsoft 365, or the company's own host.
+MIX_HOSTS = ("aspmx.l.google.com", "{label}-com.mail.protection.outlook.com", "mx.{name}")
+
+
+def mix_stream(args, slices):
+    """`slices` lists of lookup paths (a seeded stream of distinct names: free providers, company
+    domains that need MX, listed throwaways, invalid names) and the DNS zones of the companies."""
+    import random
+    rng = random.Random(args.seed)
+    free = [l.strip() for l in (ROOT / "data" / "free_providers.txt").read_text().splitlines()
+            if l.strip() and not l.startswith("#")]
+    companies, zones = [], []
+
+    def new_company():
+        k = len(companies)
+        name = f"co{k}-{rng.randrange(10**6):06d}.{MIX_TLDS[k % len(MIX_TLDS)]}"
+        host = MIX_HOSTS[rng.randrange(len(MIX_HOSTS))].format(label=name.split(".")[0], name=name)
+        companies.append(name)
+        zones.append(f"{name} {args.dns_ttl} {host}")
+        return name
+
+    out = []
+    for _ in range(slices):
+        paths = []
+        for _ in range(MIX_SLICE):
+            r, kind = rng.random(), "invalid"
+            for k, share in MIX_SHARES:
+                if r < share:
+                    kind = k
+                    break
+                r -= share
+            if kind == "free":
+                name = rng.choice(free)
+            elif kind == "company":
+                reuse = companies and rng.random() < args.mix_repeat
+                name = rng.choice(companies) if reuse else new_company()
+            elif kind == "listed":
+                name = f"d{rng.randrange(args.entries)}.com"
+            else:
+                name = rng.choice(MIX_INVALID)
+            paths.append(f"/v1/public/domain/{name}")
+        out.append(paths)
+    return out, zones, set(companies)
+
+
+def mix_script(paths, tag, auth):
+    """A wrk script walking `paths` in order (one thread), with the JSON report."""
+    listing = OUT / f"mix-{tag}.txt"
+    listing.write_text("\n".join(paths) + "\n")
+    path = OUT / f"mix-{tag}.lua"
+    header = f'wrk.headers["Authorization"] = "Bearer {KEY}"\n' if auth else ""
+    path.write_text(
+        "local paths = {}\n"
+        f'for line in io.lines("{listing}") do paths[#paths + 1] = line end\n'
+        "local i = 0\n" + header +
+        "request = function()\n  i = i + 1\n  if i > #paths then i = 1 end\n"
+        "  return wrk.format(nil, paths[i])\nend\n"
+        f'dofile("{ROOT / "benches" / "load" / "report.lua"}")\n')
+    return path
+
+
+def admin_metrics(port):
+    """The admin listener's samples, `name{labels}` -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            out[k] = float(v)
+    return out
+
+
+def mix_runs(args):
+    """Traffic as users send it (`--only mix`): a seeded stream of distinct names against the
+    gateway with MX on, resolving through a DNS server on loopback that answers after
+    --dns-latency-ms, beside the floor answering a lookup's bytes. Reports req/s, p50/p99, the MX
+    cache's hit ratio and the DNS queries sent per distinct company name. Replaces the
+    "Realistic mix" section of --results."""
+    if not DNS.exists():
+        sys.exit(f"{DNS} is missing: cargo build --release --example dns_loopback")
+    stream, zones, companies = mix_stream(args, args.rounds)
+    (OUT / "zones.txt").write_text("\n".join(zones) + "\n")
+    counts = OUT / "dns-counts.json"
+    dns_log = open(OUT / "dns.log", "w")
+    dns = subprocess.Popen(PIN["backend"] + [str(DNS), "--zones", str(OUT / "zones.txt"),
+                                             "--delay-ms", str(args.dns_latency_ms), "--counts", str(counts)],
+                           stdout=subprocess.PIPE, stderr=dns_log, text=True)
+    dns_addr = dns.stdout.readline().split()[-1]
+    s = Setup(args)
+    s.procs.append(dns)
+    admin = free_port()
+    s.write_gateway(extra=f"  admin: {{ listen: '127.0.0.1:{admin}' }}\n",
+                    mx=f"{{ servers: ['{dns_addr}'] }}")
+    auth = (f"Authorization: Bearer {KEY}",)
+    runs = {"gateway": [], "floor": []}
+    try:
+        s.start_with_floor()
+        wait_port(admin)
+        floor_url = f"http://127.0.0.1:{s.floor_ports['lookup']}/"
+        for rnd in range(args.rounds):
+            order = [("gateway", f"http://127.0.0.1:{s.gw_port}/"), ("floor", floor_url)]
+            for who, url in (order if rnd % 2 == 0 else order[::-1]):
+                script = mix_script(stream[rnd], f"{rnd}-{who}", auth=(who == "gateway"))
+                before = admin_metrics(admin) if who == "gateway" else {}
+                pid = s.gw.pid if who == "gateway" else s.floor.pid
+                r = measure(url, [pid], args, (), script)
+                if who == "gateway":
+                    after = admin_metrics(admin)
+                    d = lambda k: after.get(k, 0) - before.get(k, 0)
+                    hits, misses = d("drg_mx_cache_hits_total"), d("drg_mx_cache_misses_total")
+                    r["mx_hit_ratio"] = hits / max(hits + misses, 1)
+                    r["mx_lookups_per_req"] = (hits + misses) / max(r["requests"], 1)
+                    r["invalid_share"] = r["non2xx"] / max(r["requests"], 1)
+                runs[who].append(r)
+                extra = (f"  mx hits {r['mx_hit_ratio']:.1%}  422s {r['invalid_share']:.1%}"
+                         if who == "gateway" else "")
+                print(f"round {rnd + 1} mix {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
+                      f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req{extra}", flush=True)
+        time.sleep(1.5)  # the DNS server writes its counts every second
+        queried = {n: c for n, c in json.loads(counts.read_text())["mx_queries"].items() if n in companies}
+    finally:
+        s.stop()
+    g, f = runs["gateway"], runs["floor"]
+    per_name = sum(queried.values()) / max(len(queried), 1)
+    most = max(queried.values(), default=0)
+    ratio = med(g, "rps") / med(f, "rps")
+    paired = statistics.median(a["rps"] / b["rps"] for a, b in zip(g, f))
+    lines = ["## Realistic mix (`--only mix`)", "",
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"wrk -t1 -c{args.connections} -d{args.duration}s, {args.rounds} rounds, medians; pinning: {pin_note()}. "
+             f"A seeded stream (seed {args.seed}) of lookups: 55% free providers, 30% company domains "
+             f"({args.mix_repeat:.0%} of them seen before), 10% listed throwaways, 5% invalid names; MX on, "
+             f"through a DNS server on loopback answering {args.dns_latency_ms} ms after each query, TTL "
+             f"{args.dns_ttl} s; one gateway for all rounds (its MX cache kept), a fresh slice of the stream per "
+             f"round; the floor answers a lookup's bytes to every path.", "",
+             "| server | req/s | p50 us | p99 us | cpu us/req | MX cache hits | 422s |",
+             "|---|---:|---:|---:|---:|---:|---:|",
+             f"| gateway | {med(g, 'rps'):.0f} | {med(g, 'p50_us'):.0f} | {med(g, 'p99_us'):.0f} | "
+             f"{med(g, 'cpu_us_per_req'):.2f} | {med(g, 'mx_hit_ratio'):.1%} | {med(g, 'invalid_share'):.1%} |",
+             f"| floor | {med(f, 'rps'):.0f} | {med(f, 'p50_us'):.0f} | {med(f, 'p99_us'):.0f} | "
+             f"{med(f, 'cpu_us_per_req'):.2f} | | |", "",
+             f"Throughput **{ratio:.2f}x** the floor (paired by round {paired:.2f}x; goal >= 0.7x). "
+             f"DNS: {sum(queried.values())} MX queries for {len(queried)} distinct company names, "
+             f"**{per_name:.2f} per name** (most for one name: {most}; goal: 1 per TTL, concurrent lookups of "
+             f"a name coalesced). p99 {med(g, 'p99_us') / 1000:.1f} ms against a DNS latency of "
+             f"{args.dns_latency_ms} ms (a miss waits for DNS, up to mx.budget_ms).", ""]
+    replace_section(args.results, "Realistic mix (`--only mix`)", "\n".join(lines))
+
+
 def fetch_post(url, script):
     """(status, body) of the POST a batch script sends."""
     text = Path(script).read_text()
@@ -799,6 +956,11 @@ def main():
     ap.add_argument("--upstream-mode", choices=["proxy", "relay"], default=None,
                     help="the gateway's gateway.upstream.mode for /v1/check (default: the gateway's own)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
+    ap.add_argument("--seed", type=int, default=42, help="mix: the stream's seed")
+    ap.add_argument("--dns-latency-ms", type=int, default=20, help="mix: the loopback DNS server's latency")
+    ap.add_argument("--dns-ttl", type=int, default=300, help="mix: the companies' MX TTL (seconds)")
+    ap.add_argument("--mix-repeat", type=float, default=0.9,
+                    help="mix: the share of company lookups naming a company seen before")
     args = ap.parse_args()
     pin(args)
     if args.only == "memory":
@@ -809,6 +971,8 @@ def main():
         return batch_runs(args)
     if args.only == "embed":
         return embed_runs(args)
+    if args.only == "mix":
+        return mix_runs(args)
 
     s = Setup(args)
     s.write_gateway()

@@ -65,6 +65,11 @@ impl AgeCache {
             .map(|e| e.known)
     }
 
+    /// The entry for `name`, expired or not.
+    pub fn entry(&self, name: &str) -> Option<Entry> {
+        self.entries.get(name)
+    }
+
     pub fn insert(&self, name: &str, entry: Entry) {
         self.entries.insert(name.into(), entry);
     }
@@ -77,9 +82,10 @@ impl AgeCache {
         self.entries.len() == 0
     }
 
-    /// Loads the state file, keeping lines that parse and have not expired by `now`; returns
-    /// (kept, skipped). A missing file is an empty one.
-    pub fn load(&self, path: &Path, now: u64) -> std::io::Result<(usize, usize)> {
+    /// Loads the state file, keeping lines that parse and have not expired by `now`, each kept
+    /// at most `longest` seconds from now (a shorter configured lifetime applies at once);
+    /// returns (kept, skipped). A missing file is an empty one.
+    pub fn load(&self, path: &Path, now: u64, longest: u64) -> std::io::Result<(usize, usize)> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
@@ -88,7 +94,8 @@ impl AgeCache {
         let (mut kept, mut skipped) = (0, 0);
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             match parse_line(line, now) {
-                Some((name, entry)) => {
+                Some((name, mut entry)) => {
+                    entry.expires = entry.expires.min(now.saturating_add(longest));
                     self.insert(&name, entry);
                     kept += 1;
                 }
@@ -170,14 +177,21 @@ mod tests {
         text.push_str("{\"d\":\"x.com\",\"k\":\"registered\",\"r\":3,\"e\":5000}\n");
         std::fs::write(&path, text).unwrap();
         let loaded = AgeCache::new(100);
-        assert_eq!(loaded.load(&path, now).unwrap(), (2, 3));
+        assert_eq!(loaded.load(&path, now, 10_000).unwrap(), (2, 3));
         assert_eq!(
             loaded.get("young.com", now),
             Some(Known::Registered(20_700))
         );
         assert_eq!(loaded.get("gone.com", now), Some(Known::NotFound));
         assert_eq!(loaded.get("young.com", 2_000), None);
-        assert_eq!(loaded.load(&dir.path().join("none"), now).unwrap(), (0, 0));
+        assert_eq!(
+            loaded.load(&dir.path().join("none"), now, 10_000).unwrap(),
+            (0, 0)
+        );
+        // A lifetime shortened since the file was written applies at once.
+        let short = AgeCache::new(100);
+        short.load(&path, now, 100).unwrap();
+        assert_eq!(short.get("young.com", now + 100), None);
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);

@@ -9,7 +9,7 @@ use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 
 use crate::infra::units::{ms, secs};
 
-/// IANA's RDAP bootstrap registry for domain names (RFC 9224).
+/// IANA's RDAP bootstrap registry for domain names (RFC 9224), the `bootstrap_url` to set.
 pub const IANA_BOOTSTRAP_URL: &str = "https://data.iana.org/rdap/dns.json";
 
 /// Domain age from the registries' RDAP servers: when the registrable domain of a looked-up
@@ -105,7 +105,8 @@ impl Default for RdapConfig {
             failure_ttl: Duration::from_secs(600),
             max_backoff: Duration::from_secs(3_600),
             bootstrap_file: None,
-            bootstrap_url: Some(IANA_BOOTSTRAP_URL.to_owned()),
+            // Opt-in, like the lists fetched from URLs: the gateway reaches out only where told.
+            bootstrap_url: None,
             bootstrap_refresh_hours: 24,
             servers: BTreeMap::new(),
             allow_plain_http: false,
@@ -215,6 +216,11 @@ mod tests {
     #[test]
     fn the_defaults_are_valid_and_bad_values_are_named() {
         assert!(RdapConfig::default().problems().is_empty());
+        let iana = RdapConfig {
+            bootstrap_url: Some(IANA_BOOTSTRAP_URL.to_owned()),
+            ..RdapConfig::default()
+        };
+        assert!(iana.problems().is_empty());
         let bad = RdapConfig {
             concurrency: 0,
             servers: [("Com".to_owned(), "ftp://x".to_owned())].into(),

@@ -3,9 +3,11 @@
 //!
 //! Fairness: each project has its own line, at most `per_project` names long, and the next
 //! fetch goes to the next project in the rotation, so a project with 1,000 new names waits
-//! behind itself, never in front of another. Pacing: a server is asked at most once per
-//! `interval`, and not at all while it backs off (a 429's `Retry-After`, timeouts); a name
-//! whose server is not ready is passed over for one that is.
+//! behind itself, never in front of another; a name another project already queued moves to
+//! the asking project's line, so nobody can plant names to delay someone else's. Pacing: a
+//! server has at most one fetch in flight, is asked at most once per `interval`, and not at all
+//! while it backs off (a 429's `Retry-After`, timeouts); a name whose server is not ready is
+//! passed over for one that is, so a slow or backing-off registry holds one worker at most.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -28,7 +30,7 @@ pub struct Job {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offer {
     Queued,
-    /// Already waiting or being fetched.
+    /// Already waiting (now on the asking project's line when it had room) or being fetched.
     Already,
     /// The queue is full.
     Full,
@@ -51,10 +53,19 @@ struct Pace {
     ready_at: Option<Instant>,
     /// Failures in a row (timeouts, errors): the back-off doubles with each.
     failures: u32,
+    /// A fetch to the server is running.
+    in_flight: bool,
 }
 
-/// Names a project may have passed over in one look for a ready server.
-const SCAN: usize = 16;
+impl Pace {
+    fn ready(&self, now: Instant) -> bool {
+        !self.in_flight && self.ready_at.is_none_or(|at| at <= now)
+    }
+}
+
+/// Names of a project's line looked at for one whose server is ready (the default share of a
+/// project is 64: all of a default line).
+const SCAN: usize = 64;
 
 /// The queue (see the module's documentation).
 #[derive(Debug)]
@@ -64,6 +75,8 @@ pub struct Queue {
     rotation: VecDeque<Box<str>>,
     /// Names waiting or being fetched.
     busy: HashSet<Box<str>>,
+    /// The project whose line holds each waiting name.
+    waiting_in: HashMap<Box<str>, Box<str>>,
     waiting: usize,
     capacity: usize,
     per_project: usize,
@@ -77,6 +90,7 @@ impl Queue {
             lines: HashMap::new(),
             rotation: VecDeque::new(),
             busy: HashSet::new(),
+            waiting_in: HashMap::new(),
             waiting: 0,
             capacity: capacity.max(1),
             per_project: per_project.max(1),
@@ -90,25 +104,62 @@ impl Queue {
         self.waiting
     }
 
-    /// Queues `job` unless its name is busy or a bound is reached.
+    /// Queues `job` unless its name is busy or a bound is reached. A name waiting on another
+    /// project's line moves to this project's (when it has room).
     pub fn offer(&mut self, job: Job) -> Offer {
         if self.busy.contains(&job.name) {
+            let other = self.waiting_in.get(&job.name).cloned();
+            if let Some(other) = other.filter(|o| *o != job.project) {
+                if self.line_len(&job.project) < self.per_project {
+                    if let Some(moved) = self.take_waiting(&other, &job.name) {
+                        self.push(Job {
+                            project: job.project,
+                            ..moved
+                        });
+                    }
+                }
+            }
             return Offer::Already;
         }
         if self.waiting >= self.capacity {
             return Offer::Full;
         }
-        let line = self.lines.entry(job.project.clone()).or_default();
-        if line.len() >= self.per_project {
+        if self.line_len(&job.project) >= self.per_project {
             return Offer::ProjectFull;
         }
+        self.busy.insert(job.name.clone());
+        self.push(job);
+        Offer::Queued
+    }
+
+    fn line_len(&self, project: &str) -> usize {
+        self.lines.get(project).map_or(0, VecDeque::len)
+    }
+
+    /// `job` at the end of its project's line.
+    fn push(&mut self, job: Job) {
+        let line = self.lines.entry(job.project.clone()).or_default();
         if line.is_empty() {
             self.rotation.push_back(job.project.clone());
         }
-        self.busy.insert(job.name.clone());
+        self.waiting_in
+            .insert(job.name.clone(), job.project.clone());
         line.push_back(job);
         self.waiting += 1;
-        Offer::Queued
+    }
+
+    /// Takes `name` out of `project`'s line (still busy).
+    fn take_waiting(&mut self, project: &str, name: &str) -> Option<Job> {
+        let line = self.lines.get_mut(project)?;
+        let i = line.iter().position(|j| &*j.name == name)?;
+        let job = line.remove(i)?;
+        if line.is_empty() {
+            self.lines.remove(project);
+            self.rotation.retain(|p| &**p != project);
+        }
+        self.waiting_in.remove(name);
+        self.waiting -= 1;
+        Some(job)
     }
 
     /// The next name to fetch at `now` (its server's turn taken), or when to look again.
@@ -123,14 +174,17 @@ impl Queue {
                 .get_mut(&project)
                 .expect("a project in turn has a line");
             let ready = line.iter().take(SCAN).position(|job| {
-                let at = self.servers.get(&job.server).and_then(|p| p.ready_at);
-                match at {
-                    Some(at) if at > now => {
-                        soonest = Some(soonest.map_or(at, |s| s.min(at)));
-                        false
-                    }
-                    _ => true,
+                let Some(pace) = self.servers.get(&job.server) else {
+                    return true;
+                };
+                if pace.ready(now) {
+                    return true;
                 }
+                // A fetch in flight wakes the workers when it ends; a pace, at its time.
+                if let Some(at) = pace.ready_at.filter(|at| *at > now && !pace.in_flight) {
+                    soonest = Some(soonest.map_or(at, |s| s.min(at)));
+                }
+                false
             });
             let Some(i) = ready else {
                 self.rotation.push_back(project);
@@ -138,6 +192,7 @@ impl Queue {
             };
             let job = line.remove(i).expect("the position is in the line");
             self.waiting -= 1;
+            self.waiting_in.remove(&job.name);
             if line.is_empty() {
                 self.lines.remove(&project);
             } else {
@@ -145,21 +200,24 @@ impl Queue {
             }
             let pace = self.servers.entry(job.server.clone()).or_default();
             pace.ready_at = Some(now + self.interval);
+            pace.in_flight = true;
             return Next::Fetch(job);
         }
         match soonest {
             Some(at) => Next::WaitUntil(at),
             None if self.waiting == 0 => Next::Empty,
-            // Names whose servers were all beyond the scan: look again after one interval.
-            None => Next::WaitUntil(now + self.interval),
+            // Names whose servers are busy, or beyond the scan: look again after an interval
+            // (a fetch ending wakes the workers sooner).
+            None => Next::WaitUntil(now + self.interval.max(Duration::from_millis(100))),
         }
     }
 
     /// A fetch of `job` ended (answered, or given up): its name may be offered again.
     pub fn done(&mut self, job: &Job, answered: bool) {
         self.busy.remove(&job.name);
-        if answered {
-            if let Some(p) = self.servers.get_mut(&job.server) {
+        if let Some(p) = self.servers.get_mut(&job.server) {
+            p.in_flight = false;
+            if answered {
                 p.failures = 0;
             }
         }
@@ -167,8 +225,9 @@ impl Queue {
 
     /// `job`'s server asked to slow down (429, 503) or failed: it is not asked before `now`
     /// plus `retry_after` (when it said one) or a back-off doubling with its failures in a
-    /// row, from one second, at most `max`. Returns the wait. A job given back is queued at the
-    /// head of its project's line.
+    /// row, from one second, at most `max`. A job given back goes to the end of its project's
+    /// line when the line and the queue have room; else its name is let go. Returns the wait and
+    /// whether the job was kept.
     pub fn back_off(
         &mut self,
         job: Job,
@@ -176,23 +235,22 @@ impl Queue {
         retry_after: Option<Duration>,
         max: Duration,
         give_back: bool,
-    ) -> Duration {
+    ) -> (Duration, bool) {
         let pace = self.servers.entry(job.server.clone()).or_default();
+        pace.in_flight = false;
         pace.failures = pace.failures.saturating_add(1);
         let doubling = Duration::from_secs(1u64 << (pace.failures - 1).min(20));
         let wait = retry_after.unwrap_or(doubling).max(self.interval).min(max);
         pace.ready_at = Some(pace.ready_at.map_or(now + wait, |at| at.max(now + wait)));
-        if give_back {
-            let line = self.lines.entry(job.project.clone()).or_default();
-            if line.is_empty() {
-                self.rotation.push_back(job.project.clone());
-            }
-            line.push_front(job);
-            self.waiting += 1;
+        let keep = give_back
+            && self.line_len(&job.project) < self.per_project
+            && self.waiting < self.capacity;
+        if keep {
+            self.push(job);
         } else {
             self.busy.remove(&job.name);
         }
-        wait
+        (wait, keep)
     }
 
     /// Servers backing off at `now`.
@@ -240,17 +298,23 @@ mod tests {
             );
         }
         assert_eq!(q.offer(job("b.com", "quiet", "s")), Offer::Queued);
+        // Asked by another project too: it moves to that project's line.
         assert_eq!(q.offer(job("b.com", "other", "s")), Offer::Already);
         let now = Instant::now();
-        let order: Vec<_> = std::iter::from_fn(|| fetch(&mut q, now))
-            .map(|j| j.name)
-            .collect();
+        let order: Vec<_> = std::iter::from_fn(|| {
+            let j = fetch(&mut q, now)?;
+            q.done(&j, true);
+            Some((j.name, j.project))
+        })
+        .collect();
+        assert_eq!(order[0].0, Box::<str>::from("a0.com"));
         assert_eq!(
-            order[..2],
-            [Box::<str>::from("a0.com"), Box::<str>::from("b.com")]
+            order[1],
+            (Box::<str>::from("b.com"), Box::<str>::from("other"))
         );
         assert_eq!(order.len(), 4);
         assert_eq!(q.next(now), Next::Empty);
+        assert_eq!(q.waiting(), 0);
     }
 
     #[test]
@@ -264,7 +328,13 @@ mod tests {
         assert_eq!(fetch(&mut q, now).unwrap().name, Box::<str>::from("a.com"));
         // `slow` was just asked: `c.net` on another server goes first.
         assert_eq!(fetch(&mut q, now).unwrap().name, Box::<str>::from("c.net"));
-        assert_eq!(q.next(now), Next::WaitUntil(now + interval));
+        // `slow` has a fetch in flight: not asked again before it ends, even past its interval.
+        assert!(fetch(&mut q, now + interval).is_none());
+        q.done(&job("a.com", "p", "slow"), true);
+        assert!(
+            fetch(&mut q, now).is_none(),
+            "paced: one interval from the last fetch"
+        );
         assert_eq!(
             fetch(&mut q, now + interval).unwrap().name,
             Box::<str>::from("b.com")
@@ -278,14 +348,15 @@ mod tests {
         q.offer(job("a.com", "p", "s"));
         let now = Instant::now();
         let a = fetch(&mut q, now).unwrap();
-        let wait = q.back_off(a, now, Some(Duration::from_secs(30)), max, true);
+        let (wait, kept) = q.back_off(a, now, Some(Duration::from_secs(30)), max, true);
+        assert!(kept);
         assert_eq!(wait, Duration::from_secs(30));
         assert_eq!(q.backing_off(now), 1);
         assert_eq!(q.next(now), Next::WaitUntil(now + wait));
         let a = fetch(&mut q, now + wait).unwrap();
         assert_eq!(
             q.back_off(a.clone(), now, None, max, false),
-            Duration::from_secs(2)
+            (Duration::from_secs(2), false)
         );
         // Given up: the name may be offered again; an answer clears the failures.
         assert_eq!(q.offer(a.clone()), Offer::Queued);
@@ -294,7 +365,67 @@ mod tests {
         q.done(&a, true);
         assert_eq!(
             q.back_off(a, later, None, max, false),
-            Duration::from_secs(1)
+            (Duration::from_secs(1), false)
         );
+    }
+
+    impl Queue {
+        /// The bookkeeping agrees with the lines.
+        fn check(&self) {
+            let queued: usize = self.lines.values().map(VecDeque::len).sum();
+            assert_eq!(queued, self.waiting);
+            assert_eq!(self.waiting_in.len(), self.waiting);
+            for (project, line) in &self.lines {
+                assert!(!line.is_empty());
+                assert_eq!(self.rotation.iter().filter(|p| *p == project).count(), 1);
+                for job in line {
+                    assert!(self.busy.contains(&job.name));
+                    assert_eq!(self.waiting_in.get(&job.name), Some(&job.project));
+                }
+            }
+            assert_eq!(self.rotation.len(), self.lines.len());
+            assert!(self.lines.values().all(|l| l.len() <= self.per_project));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_sequence_keeps_the_books_and_loses_no_name(
+            ops in proptest::collection::vec((0u8..4, 0u8..12, 0u8..3, 0u8..3), 1..200)
+        ) {
+            let mut q = Queue::new(8, 3, Duration::from_millis(5));
+            let mut now = Instant::now();
+            let mut running: Vec<Job> = Vec::new();
+            for (op, name, project, server) in ops {
+                match op {
+                    0 | 1 => {
+                        let j = job(&format!("n{name}.com"), &format!("p{project}"), &format!("s{server}"));
+                        q.offer(j);
+                    }
+                    2 => {
+                        if let Next::Fetch(j) = q.next(now) {
+                            proptest::prop_assert!(!running.iter().any(|r| r.server == j.server));
+                            running.push(j);
+                        }
+                    }
+                    _ => {
+                        if !running.is_empty() {
+                            let j = running.remove(usize::from(name) % running.len());
+                            match project {
+                                0 => q.done(&j, true),
+                                1 => { q.back_off(j, now, None, Duration::from_secs(1), true); }
+                                _ => { q.back_off(j, now, Some(Duration::ZERO), Duration::from_secs(1), false); }
+                            }
+                        }
+                    }
+                }
+                now += Duration::from_millis(3);
+                q.check();
+                // A busy name is waiting or running: none is lost.
+                for name in &q.busy {
+                    proptest::prop_assert!(q.waiting_in.contains_key(name) || running.iter().any(|r| &r.name == name));
+                }
+            }
+        }
     }
 }

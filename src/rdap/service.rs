@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
@@ -81,7 +82,8 @@ impl Rdap {
     pub fn new(config: &RdapConfig) -> Self {
         let bootstrap = Self::read_bootstrap(config).with_overrides(&config.servers);
         let cache = AgeCache::new(config.cache_entries);
-        match cache.load(&config.state_path(), unix_now()) {
+        let longest = (u64::from(config.ttl_days) * 86_400).max(config.negative_ttl.as_secs());
+        match cache.load(&config.state_path(), unix_now(), longest) {
             Ok((kept, skipped)) if kept + skipped > 0 => log::info!(
                 "rdap: {kept} cached domain ages loaded, {skipped} lines skipped, from {}",
                 config.state_path().display()
@@ -116,6 +118,7 @@ impl Rdap {
         let fetched = Self::fetched_bootstrap_path(config);
         let shipped = config.bootstrap_path();
         let mut why = Vec::new();
+        let mut usable = Vec::new();
         for path in [&fetched, &shipped] {
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
@@ -126,20 +129,31 @@ impl Rdap {
                 }
             };
             match Bootstrap::parse(&text, config.allow_plain_http) {
-                Ok(b) => {
-                    for w in &why {
-                        log::warn!("rdap: bootstrap not used ({w})");
-                    }
-                    return b;
-                }
+                Ok(b) => usable.push(b),
                 Err(e) => why.push(format!("{}: {e}", path.display())),
             }
         }
-        log::warn!(
-            "rdap: no bootstrap ({}); only gateway.rdap.servers are asked",
-            why.join("; ")
-        );
-        Bootstrap::default()
+        // The newer of the fetched copy and the shipped file (an upgrade may ship a newer one).
+        // RFC 3339 times in UTC compare as text.
+        let newest = usable
+            .into_iter()
+            .rev()
+            .max_by(|a, b| a.publication().cmp(&b.publication()));
+        match newest {
+            Some(b) => {
+                for w in &why {
+                    log::warn!("rdap: bootstrap not used ({w})");
+                }
+                b
+            }
+            None => {
+                log::warn!(
+                    "rdap: no bootstrap ({}); only gateway.rdap.servers are asked",
+                    why.join("; ")
+                );
+                Bootstrap::default()
+            }
+        }
     }
 
     /// The copy of the bootstrap fetched from `bootstrap_url`, beside the cache's state file.
@@ -156,13 +170,23 @@ impl Rdap {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// What the cache says of `name`'s registrable domain: `None` when it holds nothing,
-    /// `Some(None)` when it knows the domain has no date to give.
-    fn cached(&self, registrable: &str, now: u64) -> Option<Option<DomainAge>> {
-        self.cache.get(registrable, now).map(|known| match known {
-            Known::Registered(day) => Some(DomainAge::on(day, today(now))),
-            Known::Undated | Known::NotFound | Known::Failed => None,
-        })
+    /// What the cache says of `registrable`: `None` when it holds nothing fresh, `Some(None)`
+    /// when it knows the domain has no date to give. A registration date past its time is
+    /// still given (a domain's registration does not change while it exists) and fetched again
+    /// for `project`.
+    fn cached(&self, registrable: &str, now: u64, project: &str) -> Option<Option<DomainAge>> {
+        let entry = self.cache.entry(registrable)?;
+        let fresh = entry.expires > now;
+        match entry.known {
+            Known::Registered(day) => {
+                if !fresh {
+                    self.schedule(registrable, project);
+                }
+                Some(Some(DomainAge::on(day, today(now))))
+            }
+            _ if fresh => Some(None),
+            _ => None,
+        }
     }
 
     /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
@@ -170,7 +194,7 @@ impl Rdap {
     pub fn age(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
         let registrable = name.registrable()?;
         let now = unix_now();
-        if let Some(known) = self.cached(registrable, now) {
+        if let Some(known) = self.cached(registrable, now, project) {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
@@ -184,7 +208,7 @@ impl Rdap {
             return self.age(name, project);
         }
         let registrable = name.registrable()?;
-        if let Some(known) = self.cached(registrable, unix_now()) {
+        if let Some(known) = self.cached(registrable, unix_now(), project) {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
@@ -197,7 +221,7 @@ impl Rdap {
             let notified = self.fetched.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(known) = self.cached(registrable, unix_now()) {
+            if let Some(known) = self.cached(registrable, unix_now(), project) {
                 return known;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -252,6 +276,8 @@ impl Rdap {
 
     /// Stops the workers (each ends after its fetch in flight).
     pub fn stop(&self) {
+        // Under the lock: a worker between its check of the flag and its wait cannot miss it.
+        let _queue = self.lock();
         self.stopping.store(true, Relaxed);
         self.wake.notify_all();
     }
@@ -281,7 +307,12 @@ impl Rdap {
         while let Some(job) = self.next_job() {
             let now = unix_now();
             let bootstrap = self.bootstrap.load_full();
-            let result = self.fetcher.fetch(&bootstrap, &job, today(now));
+            // A panic in a fetch (a parser bug on a hostile answer) must not leave the name busy
+            // for ever, nor its server in flight: it counts as a failed fetch.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.fetcher.fetch(&bootstrap, &job, today(now))
+            }))
+            .unwrap_or_else(|_| Err(FetchError::Transport("the fetch panicked".into())));
             self.record(job, result, now);
             self.fetched.notify_waiters();
             // A job given back, or a server's turn freed: another worker may take it.
@@ -323,17 +354,17 @@ impl Rdap {
                 let give_back = asked && job.attempts + 1 < MAX_ATTEMPTS;
                 let mut job = job;
                 job.attempts += 1;
-                if !give_back {
-                    self.cache.insert(&job.name, Entry { known, expires });
-                }
                 let name = job.name.clone();
-                let wait = queue.back_off(
+                let (wait, kept) = queue.back_off(
                     job,
                     Instant::now(),
                     e.retry_after(),
                     c.max_backoff,
                     give_back,
                 );
+                if !kept {
+                    self.cache_failure(&name, known, expires);
+                }
                 log::debug!(
                     "rdap: {name}'s server backs off for {}s ({e})",
                     wait.as_secs()
@@ -341,7 +372,7 @@ impl Rdap {
             }
             Err(e) => {
                 log::debug!("rdap: {} not known ({e})", job.name);
-                self.cache.insert(&job.name, Entry { known, expires });
+                self.cache_failure(&job.name, known, expires);
                 queue.done(&job, false);
             }
             Ok(_) => {
@@ -349,6 +380,16 @@ impl Rdap {
                 queue.done(&job, true);
             }
         }
+    }
+
+    /// A failed fetch: a date known before stays (until `expires`, then asked again); else the
+    /// failure is kept so the name is not asked again before `expires`.
+    fn cache_failure(&self, name: &str, failed: Known, expires: u64) {
+        let known = match self.cache.entry(name).map(|e| e.known) {
+            Some(old @ Known::Registered(_)) => old,
+            _ => failed,
+        };
+        self.cache.insert(name, Entry { known, expires });
     }
 
     /// Writes the cache to its state file.
@@ -367,6 +408,7 @@ impl Rdap {
             .tls_config(crate::infra::http::system_tls())
             .timeout_global(Some(self.config.timeout * 4))
             .max_redirects(2)
+            .https_only(!self.config.allow_plain_http)
             .proxy(None)
             .accept_encoding("identity")
             .build()
@@ -437,9 +479,13 @@ pub struct RdapService(pub Arc<Rdap>);
 impl BackgroundService for RdapService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let rdap = &self.0;
-        let workers = rdap.start_workers();
+        // Not joined at the end: a worker may be in a fetch for up to its timeout, and the
+        // process is ending; the cache is saved first.
+        let _workers = rdap.start_workers();
         let mut ticks = Ticks::new(Duration::from_secs(1));
-        let (mut last_save, mut last_refresh) = (Instant::now(), None::<Instant>);
+        let mut last_save = Instant::now();
+        let mut last_refresh = None::<Instant>;
+        let mut refreshing: Option<tokio::task::JoinHandle<Result<usize, String>>> = None;
         let refresh_every = Duration::from_secs(rdap.config.bootstrap_refresh_hours * 3_600);
         while ticks.next(&mut shutdown).await.is_some() {
             if last_save.elapsed() >= rdap.config.save_interval {
@@ -447,29 +493,29 @@ impl BackgroundService for RdapService {
                 let _ = tokio::task::spawn_blocking(move || me.save()).await;
                 last_save = Instant::now();
             }
-            if let Some(url) = rdap.config.bootstrap_url.clone() {
-                if last_refresh.is_none_or(|t| t.elapsed() >= refresh_every) {
-                    last_refresh = Some(Instant::now());
-                    let me = rdap.clone();
-                    let shown = url.clone();
-                    match tokio::task::spawn_blocking(move || me.refresh_bootstrap(&url)).await {
-                        Ok(Ok(n)) => log::info!("rdap: bootstrap from {shown}: {n} TLDs"),
-                        Ok(Err(why)) => log::warn!(
-                            "rdap: the bootstrap from {shown} was not taken ({why}); the one in service stays"
-                        ),
-                        Err(_) => {}
-                    }
+            let Some(url) = rdap.config.bootstrap_url.clone() else {
+                continue;
+            };
+            // The download runs beside the loop, so a stop never waits for it.
+            if refreshing.as_ref().is_some_and(|h| h.is_finished()) {
+                match refreshing.take().map(|h| h.now_or_never()) {
+                    Some(Some(Ok(Ok(n)))) => log::info!("rdap: bootstrap from {url}: {n} TLDs"),
+                    Some(Some(Ok(Err(why)))) => log::warn!(
+                        "rdap: the bootstrap from {url} was not taken ({why}); the one in service stays"
+                    ),
+                    _ => {}
                 }
+            }
+            if refreshing.is_none() && last_refresh.is_none_or(|t| t.elapsed() >= refresh_every) {
+                last_refresh = Some(Instant::now());
+                let me = rdap.clone();
+                refreshing = Some(tokio::task::spawn_blocking(move || {
+                    me.refresh_bootstrap(&url)
+                }));
             }
         }
         rdap.stop();
         let me = rdap.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            for w in workers {
-                let _ = w.join();
-            }
-            me.save();
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || me.save()).await;
     }
 }

@@ -289,6 +289,17 @@ impl DnsServer {
         self.held.lock().unwrap().most
     }
 
+    /// Queries of `rtype` received so far, by name.
+    #[allow(dead_code)]
+    pub fn counts(&self, rtype: RecordType) -> HashMap<String, usize> {
+        let queries = self.queries.lock().unwrap();
+        queries
+            .iter()
+            .filter(|((_, t), _)| *t == rtype)
+            .map(|((name, _), n)| (name.clone(), *n))
+            .collect()
+    }
+
     /// How many queries of this type the server received for `name`.
     pub fn count(&self, name: &str, rtype: RecordType) -> usize {
         *self

@@ -140,9 +140,8 @@ impl Gateway {
                 Item::Valid(name) => {
                     let mx = inputs.next().unwrap_or_default();
                     // A batch never waits for RDAP: what the cache knows, misses queued.
-                    let open = table.lookup(name).rule == TableRule::Unknown;
                     let age = (self.shared.rdap.as_ref())
-                        .filter(|_| open)
+                        .filter(|_| table.lookup(name).rule == TableRule::Unknown)
                         .and_then(|r| r.age(name, &key.project));
                     let out = results.entry();
                     let (_, verdict) = self.classify_and_record(

@@ -32,7 +32,7 @@ pub struct RdapStats {
 pub(super) fn families(f: &mut Families, r: &RdapStats) {
     f.counters(
         "drg_rdap_lookups_total",
-        "Domain-age lookups by result: hit (the cache answered), miss (a fetch queued or joined, or refused), no_server (the TLD runs no RDAP service the bootstrap names).",
+        "Domain-age lookups by result: hit (the cache answered), miss (the cache could not: a fetch queued, already queued or running, or refused when the queue is full), no_server (the TLD runs no RDAP service the bootstrap names).",
         "result",
         &[
             ("hit", r.cache_hits),
