@@ -158,7 +158,7 @@ gateway:
   access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
   quota: {self.quota_yaml()}
   mx: {mx}
-  rdap: {{ bootstrap_file: no-bootstrap.json }}
+  rdap: {{ enabled: {str(self.args.rdap == "on").lower()}, bootstrap_file: no-bootstrap.json }}
   top_domains: {{ state_file: state/top_domains.json }}
 {extra}""")
 
@@ -961,6 +961,8 @@ def main():
     ap.add_argument("--upstream-mode", choices=["proxy", "relay"], default=None,
                     help="the gateway's gateway.upstream.mode for /v1/check (default: the gateway's own)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
+    ap.add_argument("--rdap", choices=["on", "off"], default="on",
+                    help="the gateway's RDAP domain-age lookups (on as shipped, with no registry to ask)")
     ap.add_argument("--seed", type=int, default=42, help="mix: the stream's seed")
     ap.add_argument("--dns-latency-ms", type=int, default=20, help="mix: the loopback DNS server's latency")
     ap.add_argument("--dns-ttl", type=int, default=300, help="mix: the companies' MX TTL (seconds)")
