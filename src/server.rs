@@ -316,7 +316,15 @@ fn parts(
         use crate::account::keys_api::shared;
         let store = crate::access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
         let (_, pending) = shared_paths(gateway);
-        keys_api = keys_api.with_shared(shared::Shared::new(store, pending));
+        let up = shared
+            .metrics
+            .gauge_vec(
+                "drg_keys_shared_store_up",
+                "1 while the shared key store (Redis, with quota.store: redis) answers; 0: the last known API-made keys stay in service, making keys answers 503 and revocations wait in keys.redis-pending.json.",
+                &["store"],
+            )?
+            .with_label_values(&["redis"]);
+        keys_api = keys_api.with_shared(shared::Shared::new(store, pending).with_gauge(up));
     }
     let keys_api = Arc::new(keys_api);
     let (lines, dropped) = shared.metrics.access_log_counters();

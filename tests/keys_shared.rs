@@ -155,12 +155,17 @@ fn with_redis_away_keys_work_making_is_refused_and_a_revocation_waits_for_redis(
         wait_until(WITHIN, || lookup(&b, s) == 200);
     }
 
+    let up = "drg_keys_shared_store_up{store=\"redis\"}";
+    assert_eq!(a.metric(up), Some(1.0));
     redis.kill();
     assert_eq!(
         lookup(&a, &secret),
         200,
         "the last known keys stay in service"
     );
+    // Within a poll, the gateway says the store is away.
+    wait_until(WITHIN, || a.metric(up) == Some(0.0));
+    assert_eq!(a.metric(up), Some(0.0));
     assert_eq!(lookup(&b, &secret), 200);
     let r = create(&a, SERVER, "during");
     r.assert_error(503, "service_unavailable");
@@ -188,6 +193,8 @@ fn with_redis_away_keys_work_making_is_refused_and_a_revocation_waits_for_redis(
         wait_until(WITHIN, || lookup(&b, s) == 401);
     }
     wait_until(WITHIN, || !pending.exists());
+    wait_until(WITHIN, || a.metric(up) == Some(1.0));
+    assert_eq!(a.metric(up), Some(1.0));
     assert_eq!(lookup(&a, &secret), 401, "never back on A");
     assert!(!hash_text(&redis, "keys:{keys}:rows").contains(&child));
     // Making works again.

@@ -47,6 +47,8 @@ pub struct Shared {
     seen: tokio::sync::Mutex<Option<Stamp>>,
     /// Whether the last call reached Redis (the log says each change once).
     reachable: AtomicBool,
+    /// `drg_keys_shared_store_up`, following `reachable`.
+    up_gauge: Option<prometheus::Gauge>,
     /// Last uses sent to Redis, so that unchanged ones are not sent again.
     saved: std::sync::Mutex<HashMap<Arc<str>, u64>>,
 }
@@ -66,17 +68,31 @@ impl Shared {
             pending,
             seen: tokio::sync::Mutex::new(None),
             reachable: AtomicBool::new(true),
+            up_gauge: None,
             saved: std::sync::Mutex::default(),
         }
     }
 
+    /// Shows the store's reachability in `gauge` (1 until a call fails).
+    pub fn with_gauge(mut self, gauge: prometheus::Gauge) -> Self {
+        gauge.set(1.0);
+        self.up_gauge = Some(gauge);
+        self
+    }
+
     fn up(&self) {
+        if let Some(g) = &self.up_gauge {
+            g.set(1.0);
+        }
         if !self.reachable.swap(true, Ordering::Relaxed) {
             log::info!("keys: the shared key store (Redis) answers again");
         }
     }
 
     fn down(&self, e: &SharedKeysError) {
+        if let Some(g) = &self.up_gauge {
+            g.set(0.0);
+        }
         if self.reachable.swap(false, Ordering::Relaxed) {
             log::warn!(
                 "keys: the shared key store is unreachable ({e}): the last known keys stay in \
