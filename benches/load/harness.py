@@ -160,7 +160,7 @@ gateway:
   mx: {mx}
   rdap: {{ enabled: {str(self.args.rdap == "on").lower()}, bootstrap_file: no-bootstrap.json }}
   top_domains: {{ state_file: state/top_domains.json }}
-{extra}""")
+{"  calls: { enabled: false }" + chr(10) if self.args.calls == "off" else ""}{extra}""")
 
     def upstream_mode_yaml(self):
         """`gateway.upstream.mode` when --upstream-mode is given (else the gateway's default)."""
@@ -961,6 +961,8 @@ def main():
     ap.add_argument("--upstream-mode", choices=["proxy", "relay"], default=None,
                     help="the gateway's gateway.upstream.mode for /v1/check (default: the gateway's own)")
     ap.add_argument("--results", default=str(ROOT / "benches" / "RESULTS.md"))
+    ap.add_argument("--calls", choices=["on", "off"], default="on",
+                    help="the gateway's call logs (on as shipped; with --quota redis* they go to Redis)")
     ap.add_argument("--rdap", choices=["on", "off"], default="on",
                     help="the gateway's RDAP domain-age lookups (on as shipped, with no registry to ask)")
     ap.add_argument("--seed", type=int, default=42, help="mix: the stream's seed")

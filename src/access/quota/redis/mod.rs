@@ -229,6 +229,22 @@ impl RedisStore {
 
     /// Runs one script call carrying what `slot` owes, and books the outcome in the slot. Should
     /// the caller go away mid-call, what it carried is booked as unsettled.
+    /// Asks Redis for the next lease of `slot` on a call already admitted from the current
+    /// one: everything counted goes to the lease (nothing is this call's).
+    async fn refill(&self, slot: &Slot, carry: Carry, limit: u64, now: DateTime<Utc>) {
+        if let Ok(reply) = self.exchange(slot, carry, limit, now).await {
+            let granted = match reply.outcome {
+                Outcome::Leased => self.config.batch_max,
+                // Near the limit the script counts one call only: it is reserved all the same.
+                Outcome::Counted => 1,
+                Outcome::NotCounted | Outcome::RanBefore => 0,
+            };
+            if granted > 0 {
+                slot.tally().lease.grant(granted, Instant::now());
+            }
+        }
+    }
+
     async fn exchange(
         &self,
         slot: &Slot,
@@ -438,6 +454,34 @@ impl Drop for CarryGuard<'_> {
 
 #[async_trait]
 impl QuotaStore for RedisStore {
+    /// A call a lease covers, with more than a quarter of the lease left, is answered here
+    /// without a future; anything else (a refill to ask, no lease, a batch) goes to
+    /// `consume_n`.
+    fn consume_now(
+        &self,
+        key_id: &str,
+        limit: u64,
+        calls: u64,
+        now: DateTime<Utc>,
+    ) -> Option<Result<Consumed, QuotaError>> {
+        if !self.config.batched() || calls != 1 {
+            return None;
+        }
+        let month = Month::containing(now);
+        let slot = self.slots.get(key_id, month);
+        let mut tally = slot.tally();
+        if tally.lease.wants_refill(self.config.batch_max) {
+            return None;
+        }
+        let left = tally.lease.take()?;
+        Some(Ok(Consumed::Allowed(Usage {
+            used: tally.known.saturating_sub(left),
+            limit,
+            month,
+            now,
+        })))
+    }
+
     async fn consume_n(
         &self,
         key_id: &str,
@@ -454,36 +498,54 @@ impl QuotaStore for RedisStore {
             month,
             now,
         };
+        let mut refill = None;
         let carry = {
             let mut tally = slot.tally();
             // A lease is already counted in Redis: it serves even while Redis is down.
             if self.config.batched() && calls == 1 {
+                let size = self.config.batch_max;
+                let low = tally.lease.wants_refill(size);
                 if let Some(left) = tally.lease.take() {
-                    return Ok(Consumed::Allowed(usage(tally.known.saturating_sub(left))));
+                    let allowed = Consumed::Allowed(usage(tally.known.saturating_sub(left)));
+                    // Low: this call also asks for the next lease (the others keep taking
+                    // from this one meanwhile), unless Redis is being skipped.
+                    if !low || matches!(self.breaker.admit(Instant::now()), Admit::Skip) {
+                        return Ok(allowed);
+                    }
+                    tally.lease.start_request();
+                    refill = Some((tally.carry(self.next_id(), size), allowed));
                 }
             }
-            match self.breaker.admit(Instant::now()) {
-                Admit::Skip => None,
-                // A batch is counted all or none in one call, beside any lease.
-                Admit::Call | Admit::Probe if calls > 1 => {
-                    let mut carry = tally.carry(self.next_id(), calls);
-                    carry.exact = true;
-                    Some(carry)
-                }
-                Admit::Call | Admit::Probe => {
-                    // One lease request per key at a time; meanwhile calls go the exact way.
-                    let lease = self.config.batch_max;
-                    let want = if self.config.batched() && lease > 1 && tally.lease.start_request()
-                    {
-                        lease
-                    } else {
-                        1
-                    };
-                    // Local counts ride along with this call, so they land atomically with it.
-                    Some(tally.carry(self.next_id(), want))
+            if refill.is_some() {
+                None
+            } else {
+                match self.breaker.admit(Instant::now()) {
+                    Admit::Skip => None,
+                    // A batch is counted all or none in one call, beside any lease.
+                    Admit::Call | Admit::Probe if calls > 1 => {
+                        let mut carry = tally.carry(self.next_id(), calls);
+                        carry.exact = true;
+                        Some(carry)
+                    }
+                    Admit::Call | Admit::Probe => {
+                        // One lease request per key at a time; meanwhile calls go the exact way.
+                        let lease = self.config.batch_max;
+                        let want =
+                            if self.config.batched() && lease > 1 && tally.lease.start_request() {
+                                lease
+                            } else {
+                                1
+                            };
+                        // Local counts ride along with this call, so they land atomically with it.
+                        Some(tally.carry(self.next_id(), want))
+                    }
                 }
             }
         };
+        if let Some((carry, allowed)) = refill {
+            self.refill(&slot, carry, limit, now).await;
+            return Ok(allowed);
+        }
         let Some(carry) = carry else {
             return self.fallback(&slot, limit, calls, now);
         };
