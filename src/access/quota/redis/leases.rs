@@ -36,6 +36,11 @@ impl Lease {
         size > 1 && !self.requesting && self.left <= size / 4
     }
 
+    /// No reserved call left, and a request for more in flight: worth waiting for.
+    pub fn awaited(&self) -> bool {
+        self.left == 0 && self.requesting
+    }
+
     /// No reserved call left and no request for more in flight.
     pub fn is_idle(&self) -> bool {
         self.left == 0 && !self.requesting

@@ -243,6 +243,7 @@ impl RedisStore {
                 slot.tally().lease.grant(granted, Instant::now());
             }
         }
+        slot.lease_ended.notify_waiters();
     }
 
     async fn exchange(
@@ -498,6 +499,17 @@ impl QuotaStore for RedisStore {
             month,
             now,
         };
+        if self.config.batched() && calls == 1 && slot.tally().lease.awaited() {
+            // The lease ran dry with the next one on its way: wait for it (at most a call's
+            // budget) rather than each call going to Redis the exact way meanwhile. Looked at
+            // again once registered, so an end in between is not missed.
+            let ended = slot.lease_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if slot.tally().lease.awaited() {
+                let _ = tokio::time::timeout(self.config.call_timeout, ended).await;
+            }
+        }
         let mut refill = None;
         let carry = {
             let mut tally = slot.tally();
@@ -549,8 +561,9 @@ impl QuotaStore for RedisStore {
         let Some(carry) = carry else {
             return self.fallback(&slot, limit, calls, now);
         };
-        let (want, exact) = (carry.want, carry.exact);
-        match self.exchange(&slot, carry, limit, now).await {
+        let (want, exact, leasing) = (carry.want, carry.exact, carry.leasing());
+        let result = self.exchange(&slot, carry, limit, now).await;
+        let answer = match result {
             Ok(reply) => Ok(match reply.outcome {
                 Outcome::Leased if exact => Consumed::Allowed(usage(reply.used)),
                 Outcome::Leased => {
@@ -563,7 +576,11 @@ impl QuotaStore for RedisStore {
                 Outcome::NotCounted | Outcome::RanBefore => Consumed::Exceeded(usage(reply.used)),
             }),
             Err(_) => self.fallback(&slot, limit, calls, now),
+        };
+        if leasing {
+            slot.lease_ended.notify_waiters();
         }
+        answer
     }
 
     async fn usage(

@@ -199,6 +199,9 @@ pub struct Slot {
     /// support), adopted by the first call of the month on a single server.
     pub legacy_count_key: String,
     tally: Mutex<Tally>,
+    /// Rung when a lease request ends (granted or not): calls that found the lease empty while
+    /// it was in flight wait for it instead of each going to Redis on its own.
+    pub lease_ended: tokio::sync::Notify,
 }
 
 impl Slot {
@@ -211,6 +214,7 @@ impl Slot {
             marker_prefix: format!("{count_key}:op:"),
             count_key,
             tally: Mutex::new(Tally::default()),
+            lease_ended: tokio::sync::Notify::new(),
         }
     }
 
