@@ -776,6 +776,7 @@ def mix_runs(args):
     "Realistic mix" section of --results."""
     if not DNS.exists():
         sys.exit(f"{DNS} is missing: cargo build --release --example dns_loopback")
+    s = Setup(args)  # first: it empties OUT
     stream, zones, companies = mix_stream(args, args.rounds)
     (OUT / "zones.txt").write_text("\n".join(zones) + "\n")
     counts = OUT / "dns-counts.json"
@@ -784,11 +785,10 @@ def mix_runs(args):
                                              "--delay-ms", str(args.dns_latency_ms), "--counts", str(counts)],
                            stdout=subprocess.PIPE, stderr=dns_log, text=True)
     dns_addr = dns.stdout.readline().split()[-1]
-    s = Setup(args)
     s.procs.append(dns)
     admin = free_port()
     s.write_gateway(extra=f"  admin: {{ listen: '127.0.0.1:{admin}' }}\n",
-                    mx=f"{{ servers: ['{dns_addr}'] }}")
+                    mx=f"{{ servers: ['{dns_addr}'], neighbourhood: {{ enabled: {args.neighbourhood == 'on'} }} }}".lower())
     auth = (f"Authorization: Bearer {KEY}",)
     runs = {"gateway": [], "floor": []}
     try:
@@ -966,6 +966,8 @@ def main():
     ap.add_argument("--rdap", choices=["on", "off"], default="on",
                     help="the gateway's RDAP domain-age lookups (on as shipped, with no registry to ask)")
     ap.add_argument("--seed", type=int, default=42, help="mix: the stream's seed")
+    ap.add_argument("--neighbourhood", choices=["on", "off"], default="on",
+                    help="mix: the MX neighbourhood (on as shipped: listed names resolved in the background)")
     ap.add_argument("--dns-latency-ms", type=int, default=20, help="mix: the loopback DNS server's latency")
     ap.add_argument("--dns-ttl", type=int, default=300, help="mix: the companies' MX TTL (seconds)")
     ap.add_argument("--mix-repeat", type=float, default=0.9,
