@@ -44,7 +44,7 @@ pub struct Verdict<'a> {
     pub weak_mx: bool,
     /// When the name's registrable domain was registered (RDAP), when known.
     pub age: Option<DomainAge>,
-    /// What the young-domain rule did ([`super::age::apply_age`]), if anything.
+    /// What the young-domain rule did ([`apply_age`]), if anything.
     pub young: Option<YoungEffect>,
 }
 
@@ -252,7 +252,10 @@ mod tests {
     use super::*;
     use crate::domain::mail::MxHost;
     use crate::domain::record::RiskScore;
-    use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
+    use crate::domain::{
+        table::{ExplicitRecord, ListKind},
+        TableBuilder,
+    };
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()
