@@ -62,6 +62,12 @@ def wait_published(out, before, timeout=120):
     return False
 
 
+def show(what, r):
+    load = os.getloadavg()[0]
+    print(f"bigtable {what:22} {r['rps']:>8.0f} req/s p99 {r['p99_us']:>6} us p99.99 {r['p9999_us']:>6} us "
+          f"failed {r['socket_errors'] + r['non2xx']} (load average {load:.2f})", flush=True)
+
+
 def run(args, h):
     out = h.OUT
     s = h.Setup(args)
@@ -101,6 +107,7 @@ def run(args, h):
         builds_before = len(build_times(out))
         for _ in range(args.rounds):
             steady.append(h.measure(url, [pid], args, auth))
+            show("no reload", steady[-1])
             stop = threading.Event()
             count = [0]
             pending = [None]
@@ -123,6 +130,7 @@ def run(args, h):
                 stop.set()
                 t.join()
             swaps.append(count[0])
+            show(f"rebuilding ({count[0]} swaps)", loaded[-1])
             # The last write's rebuild ends before the next quiet run starts.
             if pending[0] is not None:
                 wait_published(out, pending[0])

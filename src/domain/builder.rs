@@ -567,6 +567,17 @@ impl Default for ParsedPiece {
 }
 
 impl ParsedPiece {
+    /// A piece for a run of about `lines` lines: each shard's list sized for its share (with a
+    /// margin), so that none grows by doubling (which, over millions of names, costs as much
+    /// memory again at the build's peak).
+    pub fn for_lines(lines: usize) -> Self {
+        let per = lines / SHARDS + lines / SHARDS / 8 + 4;
+        ParsedPiece {
+            by_shard: (0..SHARDS).map(|_| Vec::with_capacity(per)).collect(),
+            ..Self::default()
+        }
+    }
+
     /// Adds `name` (canonical: see [`DomainName::canonical`]), read on line `line` of the run
     /// (from 1). `text` is the whole list: a name that is a slice of it is kept as its place.
     pub fn push(&mut self, text: &str, name: &str, line: usize, builder: &TableBuilder) {

@@ -14,6 +14,7 @@
 //! dropped, instead of three blocks of 100 MB and their transient doubles while they grow.
 
 use std::hash::BuildHasher;
+use std::mem::size_of;
 
 use hashbrown::HashTable;
 
@@ -54,6 +55,16 @@ impl<V> Default for NameIndex<V> {
 
 fn name_of<'a, V>(names: &'a str, slot: &Slot<V>) -> &'a str {
     &names[slot.offset as usize..slot.offset as usize + slot.len as usize]
+}
+
+/// The buckets a hash table of `capacity` has: the table fills at most 7/8 of them (and
+/// allocates them all, a slot and a control byte each, whatever it holds).
+fn buckets(capacity: usize) -> usize {
+    match capacity {
+        0 => 0,
+        1..=7 => (capacity + 1).next_power_of_two(),
+        _ => (capacity * 8 / 7).next_power_of_two(),
+    }
 }
 
 /// The shard of a hash: bits 32 to 37, which the tables ignore (a table's bucket is picked by the
@@ -224,7 +235,7 @@ impl<V: Copy + Default + Send + Sync> NameIndex<V> {
     pub fn heap_bytes(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.names.capacity() + s.table.capacity() * (std::mem::size_of::<Slot<V>>() + 1))
+            .map(|s| s.names.capacity() + buckets(s.table.capacity()) * (size_of::<Slot<V>>() + 1))
             .sum::<usize>()
             + std::mem::size_of_val(&*self.shards)
     }

@@ -96,7 +96,7 @@ fn parse_run(
     run: &str,
     builder: &TableBuilder,
 ) -> Result<ParsedPiece, (usize, String)> {
-    let mut piece = ParsedPiece::default();
+    let mut piece = ParsedPiece::for_lines(memchr::memchr_iter(b'\n', run.as_bytes()).count() + 1);
     for (index, raw) in run.lines().enumerate() {
         piece.lines = index + 1;
         let line = raw.split('#').next().unwrap_or("").trim();
