@@ -218,6 +218,7 @@ impl TableBuilder {
                     .sum();
                 shard.reserve(names, bytes, hasher);
                 for (piece, base) in pieces.iter().zip(&bases) {
+                    std::thread::yield_now();
                     for pending in &piece.by_shard[s] {
                         let name = piece.name(text, pending);
                         let entry = shard.get_or_insert(hasher.hash_one(name), name, hasher);

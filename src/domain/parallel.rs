@@ -4,7 +4,10 @@
 //! The table build of millions of names is the one place that wants more than one core; the
 //! caller says how many threads (the domain decides nothing about the machine), and with one
 //! thread nothing is spawned. Threads started here inherit the caller's scheduling priority, so
-//! a rebuild lowered to nice 10 stays there whatever it fans out to.
+//! a rebuild lowered to nice 10 stays there whatever it fans out to; and each yields the core
+//! after each item (a shard: a millisecond or two of work with millions of names), as the call
+//! log's writer does between its batches, so a request worker that shares the core and is
+//! runnable goes first (a no-op when none is waiting).
 
 /// Runs `work` on every item of `items`, spread over at most `threads` threads (contiguous runs
 /// of items each), and returns the results in the items' order.
@@ -18,7 +21,7 @@ pub fn for_each_split<T: Send, R: Send>(
         return items
             .iter_mut()
             .enumerate()
-            .map(|(i, item)| work(i, item))
+            .map(|(i, item)| piece(|| work(i, item)))
             .collect();
     }
     let per = items.len().div_ceil(threads);
@@ -32,7 +35,7 @@ pub fn for_each_split<T: Send, R: Send>(
                     chunk
                         .iter_mut()
                         .enumerate()
-                        .map(|(i, item)| work(part * per + i, item))
+                        .map(|(i, item)| piece(|| work(part * per + i, item)))
                         .collect::<Vec<R>>()
                 })
             })
@@ -43,6 +46,13 @@ pub fn for_each_split<T: Send, R: Send>(
             .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
+}
+
+/// One piece of background work, then the core to a runnable worker, if any.
+pub fn piece<R>(work: impl FnOnce() -> R) -> R {
+    let done = work();
+    std::thread::yield_now();
+    done
 }
 
 /// `text` cut into at most `parts` runs of whole lines of about equal size (each but the last
