@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benches" / "out"
-BIN = ROOT / "target" / "release" / "domain-risk-gateway"
+# DRG_BIN: another build of the gateway (e.g. a baseline copy) for the same scenarios.
+BIN = Path(os.environ.get("DRG_BIN", ROOT / "target" / "release" / "domain-risk-gateway"))
 FLOOR = ROOT / "target" / "release" / "examples" / "floor"
 EMBED = ROOT / "target" / "release" / "examples" / "embed"
 DNS = ROOT / "target" / "release" / "examples" / "dns_loopback"
@@ -945,7 +946,7 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
-    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs, batch or embed")
+    ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs, batch, embed or bigtable")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
@@ -984,6 +985,10 @@ def main():
         return embed_runs(args)
     if args.only == "mix":
         return mix_runs(args)
+    if args.only == "bigtable":
+        sys.path.insert(0, str(Path(__file__).parent))
+        import bigtable
+        return bigtable.run(args, sys.modules[__name__])
 
     s = Setup(args)
     s.write_gateway()

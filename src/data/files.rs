@@ -192,7 +192,8 @@ impl DataSources {
             60_000
         } else {
             1_000
-        });
+        })
+        .with_threads(build_threads());
         if self.builtin_disposable {
             let skipped = add_builtin_disposable(&mut builder);
             if skipped > 0 {
@@ -243,6 +244,9 @@ impl DataSources {
             builder.set_providers(providers);
         }
         let table = builder.build(self.scores);
+        // The build's transient memory (the files' text, the parsed runs) goes back to the
+        // system now rather than when the allocator next gets round to it.
+        crate::infra::alloc::release_free_memory();
         log::info!(
             "domain table built in {} ms; name index {:.1} MiB ({:.0} bytes a name)",
             started.elapsed().as_millis(),
@@ -263,6 +267,12 @@ impl DataSources {
             Err(source) => Err(LoadError::Read { path, source }),
         }
     }
+}
+
+/// How many threads a table build uses: every core (a rebuild's threads run at its low
+/// priority, so they take only what the request workers leave).
+fn build_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Adds the `mailchecker` crate's list; returns how many of its entries were not hostnames.

@@ -334,6 +334,8 @@ fn release_here<T>(old: Arc<T>, wait: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(old);
+    // What the old snapshot held (a table: hundreds of MB) goes back to the system now.
+    crate::infra::alloc::release_free_memory();
     true
 }
 

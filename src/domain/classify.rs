@@ -252,7 +252,10 @@ mod tests {
     use super::*;
     use crate::domain::mail::MxHost;
     use crate::domain::record::RiskScore;
-    use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
+    use crate::domain::{
+        table::{ExplicitRecord, ListKind},
+        TableBuilder,
+    };
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()

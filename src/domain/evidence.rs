@@ -210,7 +210,7 @@ mod tests {
     use crate::domain::providers::ProviderTable;
     use crate::domain::scores::Scores;
     use crate::domain::sources::{add_domain_list, add_records};
-    use crate::domain::table::{Origin, TableBuilder};
+    use crate::domain::{table::Origin, TableBuilder};
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()

@@ -404,8 +404,11 @@ pub fn ranking(table: &DomainTable, tallies: &[Tally<'_>]) -> TopDomains {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
     use crate::domain::Scores;
+    use crate::domain::{
+        table::{ExplicitRecord, ListKind},
+        TableBuilder,
+    };
 
     const DISPOSABLE: Label = Label {
         reason: Reason::Disposable,

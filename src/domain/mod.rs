@@ -3,11 +3,12 @@
 //! Nothing here does I/O or knows about Pingora, so all of it is unit-tested directly.
 //!
 //! Imports run one way (each module uses only those before it):
-//! `name`, `name_index`, `mail`, `record`, `error`, `stats`, `age` <- `scores`, `top`,
-//! `providers`, `target`, `typos`, `neighbourhood` <- `table` <- `sources`, `classify` <-
-//! `evidence`, `heavy_hitters`.
+//! `parallel` <- `name`, `name_index`, `mail`, `record`, `error`, `stats`, `age` <- `scores`,
+//! `top`, `providers`, `target`, `typos`, `neighbourhood` <- `table` <- `builder` <- `sources`,
+//! `classify` <- `evidence`, `heavy_hitters`.
 
 pub mod age;
+pub mod builder;
 pub mod classify;
 pub mod error;
 pub mod evidence;
@@ -16,6 +17,7 @@ pub mod mail;
 pub mod name;
 pub mod name_index;
 pub mod neighbour_index;
+pub mod parallel;
 pub mod providers;
 pub mod record;
 pub mod scores;
@@ -26,9 +28,10 @@ pub mod target;
 pub mod top;
 pub mod typos;
 
+pub use builder::TableBuilder;
 pub use classify::{classify, Verdict};
 pub use error::SourceError;
 pub use name::{DomainName, NameError};
 pub use record::{FlaggedEntry, Reason, RiskRecord};
 pub use scores::Scores;
-pub use table::{DomainTable, ListKind, TableBuilder, TableMatch, TableRule};
+pub use table::{DomainTable, ListKind, TableMatch, TableRule};

@@ -51,6 +51,16 @@ impl DomainName {
         Self::parse_mapped(input)
     }
 
+    /// The canonical form of `input`, as [`parse`](Self::parse) makes it, borrowed from the input
+    /// when it is already canonical (most list lines): no allocation a name for lists of millions.
+    pub fn canonical(input: &str) -> Result<std::borrow::Cow<'_, str>, NameError> {
+        let bare = input.strip_suffix('.').unwrap_or(input);
+        if is_plain_and_valid(bare.as_bytes()) {
+            return Ok(std::borrow::Cow::Borrowed(bare));
+        }
+        Self::parse_mapped(input).map(|name| std::borrow::Cow::Owned(name.0.into_string()))
+    }
+
     /// [`parse`](Self::parse) through the UTS-46 mapping, whatever the input.
     fn parse_mapped(input: &str) -> Result<Self, NameError> {
         if input.contains('@') {

@@ -17,8 +17,6 @@
 //! the evidence of `?explain=true`; and the table carries its [`DatasetVersion`] (generation and
 //! content hash), which every answer shows as `X-Dataset-Version`.
 
-use std::hash::{BuildHasher, Hash, Hasher};
-
 use http::HeaderValue;
 
 use super::name::DomainName;
@@ -26,8 +24,8 @@ use super::name_index::NameIndex;
 use super::providers::ProviderTable;
 use super::record::{Reason, RiskScore};
 use super::scores::Scores;
-use super::stats::{Conflict, TableStats};
-use super::top::{Candidate, TopDomains};
+use super::stats::TableStats;
+use super::top::TopDomains;
 
 /// Which list a plain domain entry comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +45,7 @@ pub enum ListKind {
 }
 
 impl ListKind {
-    fn bit(self) -> u8 {
+    pub(super) fn bit(self) -> u8 {
         match self {
             ListKind::Disposable => DISPOSABLE,
             ListKind::Allow => ALLOW,
@@ -60,7 +58,7 @@ impl ListKind {
 
     /// The list of highest precedence among `live_top` (the order [`DomainTable::lookup`] asks
     /// them in), if any.
-    fn strongest(flags: u8) -> Option<ListKind> {
+    pub(super) fn strongest(flags: u8) -> Option<ListKind> {
         [
             ListKind::Relay,
             ListKind::Allow,
@@ -74,33 +72,37 @@ impl ListKind {
     }
 }
 
-const DISPOSABLE: u8 = 1;
-const ALLOW: u8 = 2;
-const FREE: u8 = 4;
-const BROAD_FREE: u8 = 8;
+pub(super) const DISPOSABLE: u8 = 1;
+pub(super) const ALLOW: u8 = 2;
+pub(super) const FREE: u8 = 4;
+pub(super) const BROAD_FREE: u8 = 8;
 /// The name has an explicit record (kept aside: few names have one).
-const RECORD: u8 = 16;
-const RELAY: u8 = 32;
-const NOT_FREE: u8 = 64;
+pub(super) const RECORD: u8 = 16;
+pub(super) const RELAY: u8 = 32;
+pub(super) const NOT_FREE: u8 = 64;
 /// Checked when the table was built: the name itself is no typo of a curated provider. Set on
 /// blocklisted names only (typo domains are often listed, and most lookups of a listed name
 /// would otherwise scan the providers for nothing); a name without it is checked at lookup.
-const NO_TYPO: u8 = 128;
+pub(super) const NO_TYPO: u8 = 128;
 
 /// What the table knows of one name. Small on purpose: tables hold millions of them. With the
 /// index's offset and length it fills a 16-byte slot: the provenance rides in what was padding
 /// next to the flags, and the record index moved out to a side index of the few names that have
 /// a record, so knowing where each entry came from costs no byte a name.
 #[derive(Debug, Clone, Copy, Default)]
-struct Entry {
-    flags: u8,
+pub(super) struct Entry {
+    pub(super) flags: u8,
+    /// Below its registrable domain (`x.mailinator.com`): the build looks at its parents. Rides
+    /// in what was padding.
+    pub(super) below: bool,
     /// Where the entry's list of highest precedence named it (see [`Origin`]).
-    source: SourceId,
-    line: u32,
+    pub(super) source: SourceId,
+    pub(super) line: u32,
 }
 
 /// A source of a build (a file, a URL, the built-in list), by its index in the table's source
-/// names. 0 is "no source named" (entries added with [`TableBuilder::add`]).
+/// names. 0 is "no source named" (entries added with
+/// [`TableBuilder::add`](super::builder::TableBuilder::add)).
 pub type SourceId = u16;
 
 /// Where an entry or a record came from: a source and a line of it (0 when the source has no
@@ -124,9 +126,9 @@ pub struct Provenance<'t> {
 
 /// A record with where it came from.
 #[derive(Debug)]
-struct StoredRecord {
-    record: ExplicitRecord,
-    origin: Origin,
+pub(super) struct StoredRecord {
+    pub(super) record: ExplicitRecord,
+    pub(super) origin: Origin,
 }
 
 /// An operator's explicit record (a row of `domains.csv`).
@@ -181,31 +183,26 @@ pub struct TableMatch<'t> {
 /// An immutable, fully built domain table.
 #[derive(Debug)]
 pub struct DomainTable {
-    entries: NameIndex<Entry>,
-    records: Vec<StoredRecord>,
+    pub(super) entries: NameIndex<Entry>,
+    pub(super) records: Vec<StoredRecord>,
     /// Names with a record, to their index in `records`.
-    record_index: NameIndex<u32>,
+    pub(super) record_index: NameIndex<u32>,
     /// Source names by [`SourceId`] (index 0: none).
-    sources: Vec<Box<str>>,
-    version: DatasetVersion,
-    top: TopDomains,
+    pub(super) sources: Vec<Box<str>>,
+    pub(super) version: DatasetVersion,
+    pub(super) top: TopDomains,
     /// The scores the table was built (and its top ranked) with; classification reads them here
     /// so that both always agree.
-    scores: Scores,
-    providers: ProviderTable,
-    stats: TableStats,
+    pub(super) scores: Scores,
+    pub(super) providers: ProviderTable,
+    pub(super) stats: TableStats,
     /// The service of each relay entry whose list named one (few names: a plain map).
-    relay_services: std::collections::HashMap<Box<str>, Box<str>>,
+    pub(super) relay_services: std::collections::HashMap<Box<str>, Box<str>>,
     /// Typos of the curated free providers.
-    typos: super::typos::TypoIndex,
+    pub(super) typos: super::typos::TypoIndex,
 }
 
 impl DomainTable {
-    /// An empty table: everything is unknown.
-    pub fn empty(scores: Scores) -> Self {
-        TableBuilder::new().build(scores)
-    }
-
     /// Looks a name up: allowlist first, then the name's own record, then the curated free
     /// list, then the blocklists, then the broad free lists, each on the name and its parents up
     /// to the registrable domain.
@@ -402,7 +399,7 @@ pub struct DatasetVersion {
 }
 
 impl DatasetVersion {
-    fn new(generation: u64, hash: u32) -> Self {
+    pub(super) fn new(generation: u64, hash: u32) -> Self {
         let text = format!("g{generation}-{hash:06x}");
         DatasetVersion {
             generation,
@@ -421,283 +418,6 @@ impl DatasetVersion {
     }
 }
 
-/// A record was given twice for one name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a record for {0} was given already")]
-pub struct DuplicateRecord(pub Box<str>);
-
-/// Collects entries, then builds a [`DomainTable`].
-#[derive(Debug, Default)]
-pub struct TableBuilder {
-    entries: NameIndex<Entry>,
-    records: Vec<StoredRecord>,
-    record_index: NameIndex<u32>,
-    /// Source names by id; index 0 is the unnamed source.
-    sources: Vec<Box<str>>,
-    providers: ProviderTable,
-    stats: TableStats,
-    relay_services: std::collections::HashMap<Box<str>, Box<str>>,
-    /// The curated free providers in the order given (the first are the most common: a typo
-    /// one edit from two of them is suggested the first).
-    curated_free: Vec<Box<str>>,
-}
-
-impl TableBuilder {
-    pub fn new() -> Self {
-        TableBuilder {
-            sources: vec!["".into()],
-            ..Self::default()
-        }
-    }
-
-    pub fn with_capacity(names: usize) -> Self {
-        TableBuilder {
-            entries: NameIndex::with_capacity(names, names * 16),
-            ..Self::new()
-        }
-    }
-
-    /// The id of the source named `name` (a file, a URL, the built-in list), for
-    /// [`add_from`](Self::add_from). Past 65,535 sources, further ones share the last id.
-    pub fn source(&mut self, name: &str) -> SourceId {
-        if self.sources.is_empty() {
-            self.sources.push("".into());
-        }
-        if let Some(id) = self.sources.iter().position(|s| &**s == name) {
-            return SourceId::try_from(id).unwrap_or(SourceId::MAX);
-        }
-        match SourceId::try_from(self.sources.len()) {
-            Ok(id) => {
-                self.sources.push(name.into());
-                id
-            }
-            Err(_) => SourceId::MAX,
-        }
-    }
-
-    /// Adds a list entry from no named source (see [`add_from`](Self::add_from)).
-    pub fn add(&mut self, name: &DomainName, kind: ListKind) {
-        self.add_from(name, kind, Origin::default());
-    }
-
-    /// Adds a list entry, noting where it came from. Public suffixes (`co.uk`, `github.io`) are
-    /// skipped and reported: they are never matched, so listing one would have no effect but to
-    /// surprise. A name keeps the origin of its list of highest precedence (the one a lookup
-    /// will name), the first one given among equals.
-    pub fn add_from(&mut self, name: &DomainName, kind: ListKind, origin: Origin) {
-        if name.registrable().is_none() {
-            self.skip_public_suffix(name);
-            return;
-        }
-        if kind == ListKind::FreeProvider {
-            self.curated_free.push(name.as_str().into());
-        }
-        let entry = self.entry(name);
-        let before = ListKind::strongest(entry.flags);
-        entry.flags |= kind.bit();
-        if before != ListKind::strongest(entry.flags) {
-            entry.source = origin.source;
-            entry.line = origin.line;
-        }
-    }
-
-    /// Adds a relay entry (see [`ListKind::Relay`]) and, when its list names one, its service.
-    pub fn add_relay(&mut self, name: &DomainName, service: Option<&str>, origin: Origin) {
-        self.add_from(name, ListKind::Relay, origin);
-        if let (Some(service), Some(_)) = (service, name.registrable()) {
-            self.relay_services
-                .entry(name.as_str().into())
-                .or_insert_with(|| service.into());
-        }
-    }
-
-    /// Records how many entries a source held (see [`TableStats::sources`]).
-    pub fn count_source(&mut self, source: &str, entries: usize) {
-        self.stats.sources.push((source.into(), entries));
-    }
-
-    /// Sets the mail provider patterns.
-    pub fn set_providers(&mut self, providers: ProviderTable) {
-        self.providers = providers;
-    }
-
-    /// Adds an explicit record for exactly `name`, from no named source.
-    pub fn add_record(
-        &mut self,
-        name: &DomainName,
-        record: ExplicitRecord,
-    ) -> Result<(), DuplicateRecord> {
-        self.add_record_from(name, record, Origin::default())
-    }
-
-    /// Adds an explicit record for exactly `name`, noting where it came from.
-    pub fn add_record_from(
-        &mut self,
-        name: &DomainName,
-        record: ExplicitRecord,
-        origin: Origin,
-    ) -> Result<(), DuplicateRecord> {
-        if name.registrable().is_none() {
-            self.skip_public_suffix(name);
-            return Ok(());
-        }
-        let entry = self.entry(name);
-        if entry.flags & RECORD != 0 {
-            return Err(DuplicateRecord(name.as_str().into()));
-        }
-        entry.flags |= RECORD;
-        *self.record_index.get_or_insert(name.as_str()) = self.records.len() as u32;
-        self.records.push(StoredRecord { record, origin });
-        Ok(())
-    }
-
-    fn skip_public_suffix(&mut self, name: &DomainName) {
-        self.stats.skipped_public_suffixes += 1;
-        self.stats.public_suffixes.push(name.as_str().into());
-    }
-
-    fn entry(&mut self, name: &DomainName) -> &mut Entry {
-        self.entries.get_or_insert(name.as_str())
-    }
-
-    /// Makes room for `names` more names of `bytes` bytes in all (avoids regrowth on big lists).
-    pub fn reserve(&mut self, names: usize, bytes: usize) {
-        self.entries.reserve(names, bytes);
-    }
-
-    /// Resolves conflicts, ranks the flagged entries and freezes the table.
-    pub fn build(mut self, scores: Scores) -> DomainTable {
-        let mut stats = std::mem::take(&mut self.stats);
-        for (name, entry) in self.entries.iter_mut() {
-            if let Some(resolution) = resolve(entry) {
-                stats.conflicts.push(Conflict {
-                    domain: name.into(),
-                    resolution,
-                });
-            }
-        }
-        self.resolve_across_levels(&mut stats);
-        for (_, entry) in self.entries.iter() {
-            let free = entry.flags & (FREE | BROAD_FREE) != 0;
-            stats.disposable += usize::from(entry.flags & DISPOSABLE != 0);
-            stats.allow += usize::from(entry.flags & ALLOW != 0);
-            stats.relays += usize::from(entry.flags & RELAY != 0);
-            stats.free_providers += usize::from(free);
-            stats.broad_free_only += usize::from(free && entry.flags & FREE == 0);
-        }
-        stats.conflicts.sort_by(|a, b| a.domain.cmp(&b.domain));
-        stats.records = self.records.len();
-        let top = TopDomains::rank(flagged(&self, &scores));
-        // Only names still answered as curated providers (a relay on the list is not one).
-        let typos = super::typos::TypoIndex::build(
-            self.curated_free
-                .iter()
-                .filter(|n| {
-                    self.entries
-                        .get(n)
-                        .is_some_and(|(_, e)| e.flags & FREE != 0)
-                })
-                .map(|n| &**n),
-        );
-        for (name, entry) in self.entries.iter_mut() {
-            if entry.flags & DISPOSABLE != 0 && typos.suggest(name).is_none() {
-                entry.flags |= NO_TYPO;
-            }
-        }
-        let hash = self.content_hash(&scores);
-        if self.sources.is_empty() {
-            self.sources.push("".into());
-        }
-        DomainTable {
-            entries: self.entries,
-            records: self.records,
-            record_index: self.record_index,
-            sources: self.sources,
-            version: DatasetVersion::new(1, hash),
-            top,
-            scores,
-            providers: self.providers,
-            stats,
-            relay_services: self.relay_services,
-            typos,
-        }
-    }
-}
-
-impl TableBuilder {
-    /// The content hash of [`DatasetVersion`]. Entries are summed, so the index's (random)
-    /// iteration order does not matter; each is hashed with a fixed seed, so equal data gives
-    /// an equal hash in every process of one build of the gateway.
-    fn content_hash(&self, scores: &Scores) -> u32 {
-        let state = foldhash::fast::FixedState::with_seed(0x6461_7461);
-        let source = |id: SourceId| self.sources.get(usize::from(id)).map_or("", |s| &**s);
-        let mut sum = 0u64;
-        for (name, entry) in self.entries.iter() {
-            sum = sum.wrapping_add(state.hash_one((
-                name,
-                entry.flags,
-                source(entry.source),
-                entry.line,
-            )));
-        }
-        for (name, index) in self.record_index.iter() {
-            if let Some(r) = self.records.get(*index as usize) {
-                let rec = &r.record;
-                sum = sum.wrapping_add(state.hash_one((
-                    name,
-                    rec.reason,
-                    rec.risk_score,
-                    rec.mx_provider_label.as_deref(),
-                    rec.flag_weight,
-                    source(r.origin.source),
-                    r.origin.line,
-                )));
-            }
-        }
-        let mut h = state.build_hasher();
-        sum.hash(&mut h);
-        self.entries.len().hash(&mut h);
-        self.providers.fingerprint(&mut h);
-        format!("{scores:?}").hash(&mut h);
-        (h.finish() >> 40) as u32
-    }
-}
-
-/// Resolution of the lists one name is on: the allowlist and the curated free list void a
-/// blocklist entry; a blocklist entry voids a broad free-list entry. Returns how, if it did.
-fn resolve(entry: &mut Entry) -> Option<&'static str> {
-    if entry.flags & NOT_FREE != 0 && entry.flags & BROAD_FREE != 0 {
-        entry.flags &= !BROAD_FREE;
-        if entry.flags & DISPOSABLE == 0 {
-            return Some(NOT_FREE_OVER_BROAD);
-        }
-    }
-    if entry.flags & RELAY != 0 && entry.flags & (FREE | BROAD_FREE) != 0 {
-        entry.flags &= !(FREE | BROAD_FREE);
-        if entry.flags & DISPOSABLE == 0 {
-            return Some(RELAY_OVER_FREE);
-        }
-    }
-    if entry.flags & DISPOSABLE == 0 {
-        return None;
-    }
-    if entry.flags & ALLOW != 0 {
-        entry.flags &= !DISPOSABLE;
-        Some(ALLOW_OVER_BLOCKLIST)
-    } else if entry.flags & RELAY != 0 {
-        entry.flags &= !DISPOSABLE;
-        Some(RELAY_OVER_BLOCKLIST)
-    } else if entry.flags & FREE != 0 {
-        entry.flags &= !DISPOSABLE;
-        Some(FREE_OVER_BLOCKLIST)
-    } else if entry.flags & BROAD_FREE != 0 {
-        entry.flags &= !BROAD_FREE;
-        Some(BLOCKLIST_OVER_BROAD)
-    } else {
-        None
-    }
-}
-
 pub const ALLOW_OVER_BLOCKLIST: &str = "on the allowlist and a blocklist: allowlist wins";
 pub const FREE_OVER_BLOCKLIST: &str =
     "on the curated free-provider list and a blocklist: free provider wins";
@@ -712,102 +432,10 @@ pub const BLOCKLIST_PARENT_OVER_BROAD: &str =
 pub const BLOCKLIST_UNDER_BROAD: &str =
     "on a blocklist under a broad free-list parent: disposable, not free";
 
-impl TableBuilder {
-    /// Overlaps between a name and its parents (the lookup resolves them the same way; this
-    /// reports them, and takes the voided broad entries out of the counts). Only names under a
-    /// registrable domain have parents that can match, so this walks a few levels a name.
-    fn resolve_across_levels(&mut self, stats: &mut TableStats) {
-        let mut voided = Vec::new();
-        for (name, entry) in self.entries.iter() {
-            let (own_broad, own_blocked) =
-                (entry.flags & BROAD_FREE != 0, entry.flags & DISPOSABLE != 0);
-            if !own_broad && !own_blocked {
-                continue;
-            }
-            // Names are stored canonical: the registrable part is a suffix of the name, and
-            // most entries are registrable themselves, with no parent to look at.
-            let Some(registrable) = psl::domain_str(name) else {
-                continue;
-            };
-            let stop = name.len() - registrable.len();
-            if stop == 0 {
-                continue;
-            }
-            let (mut allow, mut free, mut broad, mut blocked) = (false, false, false, false);
-            let parents = name[..stop]
-                .match_indices('.')
-                .map(|(dot, _)| &name[dot + 1..]);
-            for (depth, level) in std::iter::once((0, name)).chain(parents.map(|l| (1, l))) {
-                if let Some((_, e)) = self.entries.get(level) {
-                    allow |= e.flags & ALLOW != 0;
-                    free |= e.flags & (FREE | RELAY) != 0;
-                    if depth > 0 {
-                        broad |= e.flags & BROAD_FREE != 0;
-                        blocked |= e.flags & DISPOSABLE != 0;
-                    }
-                }
-            }
-            if allow || free {
-                continue;
-            }
-            if own_broad && blocked {
-                voided.push(Box::<str>::from(name));
-                stats.conflicts.push(Conflict {
-                    domain: name.into(),
-                    resolution: BLOCKLIST_PARENT_OVER_BROAD,
-                });
-            } else if own_blocked && broad {
-                stats.conflicts.push(Conflict {
-                    domain: name.into(),
-                    resolution: BLOCKLIST_UNDER_BROAD,
-                });
-            }
-        }
-        for name in voided {
-            self.entries.get_or_insert(&name).flags &= !BROAD_FREE;
-        }
-    }
-}
-
-/// Every flagged name: flagged explicit records, and blocklist entries with no record of their
-/// own; never a name on the allowlist or the free list.
-fn flagged<'b>(builder: &'b TableBuilder, scores: &Scores) -> Vec<Candidate<'b>> {
-    let mut candidates = Vec::new();
-    for (name, entry) in builder.entries.iter() {
-        // A relay is never flagged, unless the operator's own record for it says otherwise.
-        let relay_only = entry.flags & RELAY != 0 && entry.flags & RECORD == 0;
-        if entry.flags & (ALLOW | FREE | BROAD_FREE) != 0 || relay_only {
-            continue;
-        }
-        let rec = (entry.flags & RECORD != 0)
-            .then(|| builder.record_index.get(name))
-            .flatten()
-            .and_then(|(_, i)| builder.records.get(*i as usize))
-            .map(|r| &r.record);
-        if let Some(rec) = rec {
-            if rec.reason != Reason::Safe {
-                candidates.push(Candidate {
-                    weight: rec.flag_weight,
-                    score: rec.risk_score,
-                    reason: rec.reason,
-                    name,
-                });
-            }
-        } else if entry.flags & DISPOSABLE != 0 {
-            candidates.push(Candidate {
-                weight: 0,
-                score: scores.disposable,
-                reason: Reason::Disposable,
-                name,
-            });
-        }
-    }
-    candidates
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::builder::{DuplicateRecord, TableBuilder};
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()

@@ -22,6 +22,26 @@ pub struct Candidate<'a> {
     pub name: &'a str,
 }
 
+/// The ranking of [`TopDomains::rank`]: weight, then risk score (both highest first), then name.
+fn order(a: &Candidate<'_>, b: &Candidate<'_>) -> std::cmp::Ordering {
+    b.weight
+        .cmp(&a.weight)
+        .then(b.score.cmp(&a.score))
+        .then(a.name.cmp(b.name))
+}
+
+/// Leaves in `candidates` only the [`MAX_TOP`] that rank first (in no order), and gives back the
+/// room of the rest. The best of a whole table are the best of the best of its parts, so a
+/// build keeps only these of each part instead of a candidate for each of millions of names.
+pub fn keep_best(candidates: &mut Vec<Candidate<'_>>) {
+    if candidates.len() > MAX_TOP {
+        // Partial selection: a blocklist of a million names is not sorted whole.
+        candidates.select_nth_unstable_by(MAX_TOP - 1, order);
+        candidates.truncate(MAX_TOP);
+        candidates.shrink_to_fit();
+    }
+}
+
 /// The ranked entries and their rendering.
 #[derive(Debug)]
 pub struct TopDomains {
@@ -45,17 +65,7 @@ impl TopDomains {
     /// Orders candidates by weight, then risk score (both highest first), then name, and keeps
     /// the first [`MAX_TOP`].
     pub fn rank(mut candidates: Vec<Candidate<'_>>) -> Self {
-        let order = |a: &Candidate<'_>, b: &Candidate<'_>| {
-            b.weight
-                .cmp(&a.weight)
-                .then(b.score.cmp(&a.score))
-                .then(a.name.cmp(b.name))
-        };
-        if candidates.len() > MAX_TOP {
-            // Partial selection first: a blocklist of a million names is not sorted whole.
-            candidates.select_nth_unstable_by(MAX_TOP - 1, order);
-            candidates.truncate(MAX_TOP);
-        }
+        keep_best(&mut candidates);
         candidates.sort_unstable_by(order);
         TopDomains::from_ranked(
             candidates

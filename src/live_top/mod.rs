@@ -461,7 +461,10 @@ mod tests {
     fn the_basis_is_no_mail_host_only_for_undeliverable_names_the_table_left_open() {
         use crate::domain::classify::classify_match;
         use crate::domain::mail::MxEvidence;
-        use crate::domain::table::{ExplicitRecord, ListKind, TableBuilder};
+        use crate::domain::{
+            table::{ExplicitRecord, ListKind},
+            TableBuilder,
+        };
         let n = |s: &str| DomainName::parse(s).unwrap();
         let mut b = TableBuilder::new();
         b.add(&n("mailinator.com"), ListKind::Disposable);

@@ -410,7 +410,7 @@ impl Neighbourhood {
 mod tests {
     use super::*;
     use crate::domain::scores::Scores;
-    use crate::domain::table::{ListKind, TableBuilder};
+    use crate::domain::{table::ListKind, TableBuilder};
 
     fn neighbourhood(max_entries: usize, listed: &[&str]) -> Neighbourhood {
         let mut b = TableBuilder::new();
