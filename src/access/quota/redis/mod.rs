@@ -85,6 +85,18 @@ pub struct RedisStore {
     local_rates: crate::access::rate::Limiter,
 }
 
+/// What a counting call does ([`RedisStore::plan`]).
+enum Plan {
+    /// Answered from the lease.
+    Done(Consumed),
+    /// Answered from the lease; the call also asks for the next one.
+    Refill(Carry, Consumed),
+    /// Counted in Redis.
+    Exchange(Carry),
+    /// Redis is being skipped: counted locally.
+    Fallback,
+}
+
 impl RedisStore {
     /// Sets the store up without connecting: the gateway starts even when Redis is down.
     pub fn new(config: &RedisConfig, clock: Arc<dyn Clock>) -> Result<Self, QuotaError> {
@@ -229,6 +241,62 @@ impl RedisStore {
 
     /// Runs one script call carrying what `slot` owes, and books the outcome in the slot. Should
     /// the caller go away mid-call, what it carried is booked as unsettled.
+    /// The lease ran dry with the next one on its way: waits for it (at most a call's budget)
+    /// rather than each call going to Redis the exact way meanwhile. Looked at again once
+    /// registered, so an end in between is not missed.
+    async fn await_lease(&self, slot: &Slot) {
+        if !slot.tally().lease.awaited() {
+            return;
+        }
+        let ended = slot.lease_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if slot.tally().lease.awaited() {
+            let _ = tokio::time::timeout(self.config.call_timeout, ended).await;
+        }
+    }
+
+    /// What one counting call does, decided under the slot's lock: answered from the lease
+    /// (perhaps asking for the next one), or a call to Redis, or the fallback.
+    fn plan(&self, slot: &Slot, calls: u64, usage: impl Fn(u64) -> Usage) -> Plan {
+        let mut tally = slot.tally();
+        // A lease is already counted in Redis: it serves even while Redis is down.
+        if self.config.batched() && calls == 1 {
+            let size = self.config.batch_max;
+            let low = tally.lease.wants_refill(size);
+            if let Some(left) = tally.lease.take() {
+                let allowed = Consumed::Allowed(usage(tally.known.saturating_sub(left)));
+                // Low: this call also asks for the next lease (the others keep taking from this
+                // one meanwhile), unless Redis is being skipped.
+                if !low || matches!(self.breaker.admit(Instant::now()), Admit::Skip) {
+                    return Plan::Done(allowed);
+                }
+                tally.lease.start_request();
+                return Plan::Refill(tally.carry(self.next_id(), size), allowed);
+            }
+        }
+        match self.breaker.admit(Instant::now()) {
+            Admit::Skip => Plan::Fallback,
+            // A batch is counted all or none in one call, beside any lease.
+            Admit::Call | Admit::Probe if calls > 1 => {
+                let mut carry = tally.carry(self.next_id(), calls);
+                carry.exact = true;
+                Plan::Exchange(carry)
+            }
+            Admit::Call | Admit::Probe => {
+                // One lease request per key at a time; meanwhile calls go the exact way.
+                let lease = self.config.batch_max;
+                let want = if self.config.batched() && lease > 1 && tally.lease.start_request() {
+                    lease
+                } else {
+                    1
+                };
+                // Local counts ride along with this call, so they land atomically with it.
+                Plan::Exchange(tally.carry(self.next_id(), want))
+            }
+        }
+    }
+
     /// Asks Redis for the next lease of `slot` on a call already admitted from the current
     /// one: everything counted goes to the lease (nothing is this call's).
     async fn refill(&self, slot: &Slot, carry: Carry, limit: u64, now: DateTime<Utc>) {
@@ -499,67 +567,17 @@ impl QuotaStore for RedisStore {
             month,
             now,
         };
-        if self.config.batched() && calls == 1 && slot.tally().lease.awaited() {
-            // The lease ran dry with the next one on its way: wait for it (at most a call's
-            // budget) rather than each call going to Redis the exact way meanwhile. Looked at
-            // again once registered, so an end in between is not missed.
-            let ended = slot.lease_ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            if slot.tally().lease.awaited() {
-                let _ = tokio::time::timeout(self.config.call_timeout, ended).await;
-            }
+        if self.config.batched() && calls == 1 {
+            self.await_lease(&slot).await;
         }
-        let mut refill = None;
-        let carry = {
-            let mut tally = slot.tally();
-            // A lease is already counted in Redis: it serves even while Redis is down.
-            if self.config.batched() && calls == 1 {
-                let size = self.config.batch_max;
-                let low = tally.lease.wants_refill(size);
-                if let Some(left) = tally.lease.take() {
-                    let allowed = Consumed::Allowed(usage(tally.known.saturating_sub(left)));
-                    // Low: this call also asks for the next lease (the others keep taking
-                    // from this one meanwhile), unless Redis is being skipped.
-                    if !low || matches!(self.breaker.admit(Instant::now()), Admit::Skip) {
-                        return Ok(allowed);
-                    }
-                    tally.lease.start_request();
-                    refill = Some((tally.carry(self.next_id(), size), allowed));
-                }
+        let carry = match self.plan(&slot, calls, usage) {
+            Plan::Done(allowed) => return Ok(allowed),
+            Plan::Refill(carry, allowed) => {
+                self.refill(&slot, carry, limit, now).await;
+                return Ok(allowed);
             }
-            if refill.is_some() {
-                None
-            } else {
-                match self.breaker.admit(Instant::now()) {
-                    Admit::Skip => None,
-                    // A batch is counted all or none in one call, beside any lease.
-                    Admit::Call | Admit::Probe if calls > 1 => {
-                        let mut carry = tally.carry(self.next_id(), calls);
-                        carry.exact = true;
-                        Some(carry)
-                    }
-                    Admit::Call | Admit::Probe => {
-                        // One lease request per key at a time; meanwhile calls go the exact way.
-                        let lease = self.config.batch_max;
-                        let want =
-                            if self.config.batched() && lease > 1 && tally.lease.start_request() {
-                                lease
-                            } else {
-                                1
-                            };
-                        // Local counts ride along with this call, so they land atomically with it.
-                        Some(tally.carry(self.next_id(), want))
-                    }
-                }
-            }
-        };
-        if let Some((carry, allowed)) = refill {
-            self.refill(&slot, carry, limit, now).await;
-            return Ok(allowed);
-        }
-        let Some(carry) = carry else {
-            return self.fallback(&slot, limit, calls, now);
+            Plan::Fallback => return self.fallback(&slot, limit, calls, now),
+            Plan::Exchange(carry) => carry,
         };
         let (want, exact, leasing) = (carry.want, carry.exact, carry.leasing());
         let result = self.exchange(&slot, carry, limit, now).await;
