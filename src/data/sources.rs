@@ -196,13 +196,7 @@ impl Source {
         if status != 200 {
             return Err(FetchError::Status(status));
         }
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
+        let header = |name: &str| crate::infra::http::header(&response, name);
         let (etag, last_modified) = (header("etag"), header("last-modified"));
         let announced = header("content-length").and_then(|l| l.parse::<u64>().ok());
         let text = read_bounded(response, announced, self.config.max_bytes)?;

@@ -8,3 +8,12 @@ pub fn system_tls() -> ureq::tls::TlsConfig {
         .root_certs(ureq::tls::RootCerts::PlatformVerifier)
         .build()
 }
+
+/// A response header as text, when it is there and visible ASCII.
+pub fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}

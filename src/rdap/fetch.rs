@@ -122,13 +122,7 @@ impl Fetcher {
                 .call()
                 .map_err(transport)?;
             let status = response.status().as_u16();
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
+            let header = |name: &str| crate::infra::http::header(&response, name);
             match status {
                 200 => {
                     let announced = header("content-length").and_then(|l| l.parse::<u64>().ok());
