@@ -169,7 +169,7 @@ fn memory() {
         let mut ix = NeighbourhoodIndex::new(RULE, domains + 1);
         for i in 0..domains {
             let listed = (i % 2 == 0).then_some("disposable.txt");
-            ix.teach(&format!("d{i}.com"), &keys(i), listed, 20_000);
+            ix.teach(&format!("d{i}.com"), &keys(i), listed, false, 20_000);
         }
         let bytes = (LIVE.load(Ordering::Relaxed) - before) as f64;
         println!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
-use domain_risk_gateway::internals::domain::age::DomainAge;
+use domain_risk_gateway::internals::domain::age::{AgeRule, DomainAge};
 use domain_risk_gateway::internals::domain::classify::{apply_age, classify};
 use domain_risk_gateway::internals::domain::{DomainName, Scores, TableBuilder};
 use domain_risk_gateway::internals::rdap::config::RdapConfig;
@@ -70,7 +70,15 @@ fn lookups(c: &mut Criterion) {
     g.bench_function("classify_and_apply_age", |b| {
         b.iter(|| {
             let mut v = classify(&table, black_box(&hit), None);
-            apply_age(&mut v, young, 30, &scores);
+            apply_age(
+                &mut v,
+                young,
+                AgeRule {
+                    young_days: 30,
+                    established_days: 365,
+                },
+                &scores,
+            );
             black_box(v.record.risk_score)
         })
     });

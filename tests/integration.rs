@@ -7,6 +7,8 @@ mod certs;
 mod common;
 #[path = "common/dns.rs"]
 mod dns;
+#[path = "common/rdap.rs"]
+mod rdap_server;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
@@ -18,6 +20,7 @@ mod calls;
 mod check;
 mod cli;
 mod dashboard;
+mod detection;
 mod dns_trust;
 mod embed;
 mod evidence;

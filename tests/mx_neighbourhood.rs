@@ -150,7 +150,7 @@ fn world() -> World {
     // 6. Companies on their own hosts, one new.
     for i in 0..6u8 {
         let host = format!("mail.acme{i}.test");
-        w.host(&host, [100, 64, i, 1]);
+        w.host(&host, [100, 200, i, 1]);
         let d = format!("acme{i}.test");
         w.mx(&d, &[&host]);
         if i == 5 {

@@ -155,6 +155,7 @@ async fn run(
             domain: name.into(),
             keys,
             seen: day,
+            inferred: false,
         });
         let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
         writeln!(f, "{line}")?;

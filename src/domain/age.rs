@@ -1,12 +1,14 @@
 //! Domain age: when a domain was registered (RDAP's `registration` event) and the young-domain
 //! rule that weighs it into a verdict.
 //!
-//! A young domain is a weak signal, never a verdict by itself: new companies register domains
-//! every day. Alone it raises the score within the safe-to-low band (`scores.young_domain`);
-//! only with a second weak signal, mail that does not go first to a business mailbox provider,
-//! does it make the answer `disposable` (`scores.young_domain_weak_mx`). It applies only to
-//! names the table leaves unknown and nothing else decided (not undeliverable, not disposable).
-//! The rule itself is [`super::classify::apply_age`], beside the other rules.
+//! Age is a modifier, never a verdict by itself: new companies register domains every day and
+//! sign up to services in their first week. A young domain (fewer than `rdap.young_days`) that
+//! nothing else flagged has its score raised within the low band (`scores.young_domain`, or
+//! `scores.young_domain_weak_mx` when its mail does not go first to a business provider) and
+//! stays `safe`. An established one (more than `rdap.established_days`) is not flipped to
+//! `disposable` by its MX neighbours alone (`scores.neighbourhood_established`): planted
+//! neighbours cannot make a years-old company a throwaway. It applies only to names the table
+//! leaves unknown. The rule itself is [`super::classify::apply_age`], beside the other rules.
 
 use serde::Serialize;
 
@@ -45,8 +47,30 @@ impl DomainAge {
 pub enum YoungEffect {
     /// Registered fewer than `young_days` ago: the score was raised, the reason left `safe`.
     Raised,
-    /// Young, and its mail does not go first to a business provider: `disposable`.
-    Disposable,
+}
+
+/// How age weighs (`gateway.rdap`): below `young_days` a domain is young, from
+/// `established_days` on it is established; 0 turns either off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgeRule {
+    pub young_days: u32,
+    pub established_days: u32,
+}
+
+impl AgeRule {
+    /// Age changes nothing (RDAP off): the age is still shown when known.
+    pub const OFF: AgeRule = AgeRule {
+        young_days: 0,
+        established_days: 0,
+    };
+
+    pub fn is_young(&self, age: DomainAge) -> bool {
+        age.age_days < self.young_days
+    }
+
+    pub fn is_established(&self, age: DomainAge) -> bool {
+        self.established_days > 0 && age.age_days >= self.established_days
+    }
 }
 
 /// The day number of a civil date (Howard Hinnant's `days_from_civil`).

@@ -9,8 +9,16 @@
 //! at a host of their own, so only a recognised business provider (where mail goes first)
 //! lowers the score below `unknown`; own hosts earn `is_corporate_email` at most, and only
 //! without a [`RiskSignal`].
+//!
+//! **One evidence model**: everything beyond the table a verdict may rest on is a typed piece
+//! of [`Signals`] (the MX evidence from a checked resolver, the neighbourhood's finding with its
+//! counts and lists, the domain's age from RDAP), and [`judge`] is the one function that turns
+//! the table's match and those pieces into the record; `?explain=true` shows the same pieces.
+//! Its rules, calibrated on `benches/detection`: a mail set-up that cannot take mail is
+//! `undeliverable`; the neighbourhood makes an unlisted domain `disposable` unless the domain
+//! is established; age alone only raises a score.
 
-use super::age::{DomainAge, YoungEffect};
+use super::age::{AgeRule, DomainAge, YoungEffect};
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
 use super::neighbour_index::Finding;
@@ -46,6 +54,44 @@ pub struct Verdict<'a> {
     pub age: Option<DomainAge>,
     /// What the young-domain rule did ([`apply_age`]), if anything.
     pub young: Option<YoungEffect>,
+    /// The neighbourhood would have made the name `disposable`, but the domain is established
+    /// (registered more than `rdap.established_days` ago): it stays `safe` ([`apply_age`]).
+    pub established: bool,
+}
+
+impl Verdict<'_> {
+    /// The answer is `disposable` on the neighbourhood's word (an inference, not a listing).
+    pub fn inferred(&self) -> bool {
+        self.neighbourhood.is_some() && self.record.reason == Reason::Disposable
+    }
+}
+
+/// What a verdict may rest on besides the table, each piece with its provenance (see the
+/// module documentation).
+#[derive(Debug, Clone, Default)]
+pub struct Signals<'e> {
+    /// What DNS said of the name's mail (asked only for names the table leaves open).
+    pub mx: Option<&'e MxEvidence>,
+    /// The learned MX neighbourhood's finding: the key, its counts and the lists behind them.
+    pub neighbourhood: Option<Finding>,
+    /// When RDAP says the registrable domain was registered.
+    pub age: Option<DomainAge>,
+}
+
+/// The one verdict function: the table's match for `name` and the `signals` beyond it, with
+/// age weighed by `age_rule`.
+pub fn judge<'a>(
+    table: &'a DomainTable,
+    name: &'a DomainName,
+    found: TableMatch<'a>,
+    signals: Signals<'_>,
+    age_rule: AgeRule,
+) -> Verdict<'a> {
+    let mut verdict = classify_match(table, name, found, signals.mx, signals.neighbourhood);
+    if let Some(age) = signals.age {
+        apply_age(&mut verdict, age, age_rule, table.scores());
+    }
+    verdict
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -166,25 +212,32 @@ pub fn classify_match<'a>(
     v
 }
 
-/// Applies the young-domain rule to `verdict`, whose name was registered as `age` says:
-/// records the age, and, for a name younger than `young_days` that the table leaves unknown and
-/// nothing else flagged, raises the score or (with a weak MX signal) makes it `disposable`.
-/// `young_days: 0` records the age and changes nothing.
-pub fn apply_age(verdict: &mut Verdict<'_>, age: DomainAge, young_days: u32, scores: &Scores) {
+/// Weighs the age of `verdict`'s name (registered as `age` says) as `rule` says, for names the
+/// table leaves unknown: an established domain its neighbours alone made `disposable` stays
+/// `safe` at `scores.neighbourhood_established`; a young one nothing else flagged gets its score
+/// raised within the low band. Age never makes a name `disposable`. The age is always recorded.
+pub fn apply_age(verdict: &mut Verdict<'_>, age: DomainAge, rule: AgeRule, scores: &Scores) {
     verdict.age = Some(age);
-    let open = verdict.rule == TableRule::Unknown
-        && verdict.record.reason == Reason::Safe
-        && verdict.neighbourhood.is_none();
-    if !open || age.age_days >= young_days {
+    if verdict.rule != TableRule::Unknown {
         return;
     }
-    if verdict.weak_mx {
-        verdict.record.reason = Reason::Disposable;
-        verdict.record.risk_score = verdict.record.risk_score.max(scores.young_domain_weak_mx);
-        verdict.record.is_corporate_email = false;
-        verdict.young = Some(YoungEffect::Disposable);
-    } else if verdict.record.risk_score < scores.young_domain {
-        verdict.record.risk_score = scores.young_domain;
+    if verdict.inferred() && rule.is_established(age) {
+        verdict.record.reason = Reason::Safe;
+        verdict.record.risk_score = scores.neighbourhood_established;
+        verdict.established = true;
+        return;
+    }
+    let open = verdict.record.reason == Reason::Safe && verdict.neighbourhood.is_none();
+    if !open || !rule.is_young(age) {
+        return;
+    }
+    let raised = if verdict.weak_mx {
+        scores.young_domain_weak_mx
+    } else {
+        scores.young_domain
+    };
+    if verdict.record.risk_score < raised {
+        verdict.record.risk_score = raised;
         verdict.young = Some(YoungEffect::Raised);
     }
 }
@@ -244,6 +297,7 @@ fn classify_table<'a>(
         weak_mx: false,
         age: None,
         young: None,
+        established: false,
     }
 }
 
@@ -608,43 +662,86 @@ mod tests {
     }
 
     #[test]
-    fn a_young_unknown_name_is_raised_and_a_weak_mx_makes_it_disposable() {
+    fn age_only_modifies_a_score_and_keeps_an_established_domain_from_its_neighbours() {
+        use crate::domain::neighbour_index::{Finding, KeyKind};
         let mut b = TableBuilder::new();
         b.add(&n("mailinator.com"), ListKind::Disposable);
         b.add(&n("gmail.com"), ListKind::FreeProvider);
         let table = b.build(Scores::default());
         let scores = Scores::default();
+        let rule = AgeRule {
+            young_days: 30,
+            established_days: 365,
+        };
         let young = DomainAge::on(100, 104);
         let old = DomainAge::on(100, 2_000);
-
         let name = n("fresh.example");
-        let mut v = classify(&table, &name, None);
-        apply_age(&mut v, young, 30, &scores);
-        assert_eq!(v.record.reason, Reason::Safe);
-        assert_eq!(v.record.risk_score, scores.young_domain);
-        assert_eq!(v.young, Some(YoungEffect::Raised));
-
-        let mut v = classify(&table, &name, None);
-        v.weak_mx = true;
-        apply_age(&mut v, young, 30, &scores);
-        assert_eq!(v.record.reason, Reason::Disposable);
-        assert_eq!(v.record.risk_score, scores.young_domain_weak_mx);
-
+        let own = mx(&[(10, "mail.fresh.example")]);
+        let judged = |signals: Signals<'_>| {
+            let v = judge(&table, &name, table.lookup(&name), signals, rule);
+            (v.record.reason, v.record.risk_score, v.young, v.established)
+        };
+        // Young: raised, never flagged, also with its own hosts.
+        assert_eq!(
+            judged(Signals {
+                age: Some(young),
+                ..Signals::default()
+            }),
+            (
+                Reason::Safe,
+                scores.young_domain,
+                Some(YoungEffect::Raised),
+                false
+            )
+        );
+        assert_eq!(
+            judged(Signals {
+                mx: Some(&own),
+                age: Some(young),
+                ..Signals::default()
+            }),
+            (
+                Reason::Safe,
+                scores.young_domain_weak_mx,
+                Some(YoungEffect::Raised),
+                false
+            )
+        );
         // Old, or the rule off: the age is recorded and nothing changes.
-        for (age, days) in [(old, 30), (young, 0)] {
+        for (age, r) in [(old, rule), (young, AgeRule::OFF)] {
             let mut v = classify(&table, &name, None);
-            apply_age(&mut v, age, days, &scores);
+            apply_age(&mut v, age, r, &scores);
             assert_eq!(v.record.risk_score, scores.unknown);
             assert_eq!((v.young, v.age), (None, Some(age)));
         }
-
+        // The neighbourhood flags a young or unknown-age domain, not an established one.
+        let finding = Finding {
+            key_kind: KeyKind::Host,
+            key: "mx.throw.example".into(),
+            listed: 9,
+            unlisted: 0,
+            share: 1.0,
+            sources: vec![],
+            since: None,
+        };
+        let with = |age| Signals {
+            mx: Some(&own),
+            neighbourhood: Some(finding.clone()),
+            age,
+        };
+        assert_eq!(judged(with(Some(young))).0, Reason::Disposable);
+        assert_eq!(judged(with(None)).0, Reason::Disposable);
+        assert_eq!(
+            judged(with(Some(old))),
+            (Reason::Safe, scores.neighbourhood_established, None, true)
+        );
         // Names a list decides are never touched: a free provider, a listed throwaway.
         for listed in ["gmail.com", "mailinator.com"] {
             let name = n(listed);
             let before = classify(&table, &name, None).record;
             let mut v = classify(&table, &name, None);
             v.weak_mx = true;
-            apply_age(&mut v, young, 30, &scores);
+            apply_age(&mut v, young, rule, &scores);
             assert_eq!(v.record, before);
             assert_eq!(v.young, None);
         }

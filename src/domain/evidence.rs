@@ -31,9 +31,6 @@ pub enum Rule {
     /// The table left the name open; its MX host, host parent or network is dominated by
     /// listed throwaway neighbours (see `neighbourhood`).
     MxNeighbourhood,
-    /// The table left the name open; it was registered fewer than `young_days` ago and its
-    /// mail does not go first to a business provider (see `registered`, `age_days`).
-    YoungDomain,
     /// Nothing matched: the default answer.
     Unknown,
 }
@@ -49,7 +46,6 @@ impl Rule {
             Rule::Relay => "relay",
             Rule::Mx => "mx",
             Rule::MxNeighbourhood => "mx_neighbourhood",
-            Rule::YoungDomain => "young_domain",
             Rule::Unknown => "unknown",
         }
     }
@@ -103,10 +99,15 @@ pub struct Evidence<'a> {
     /// Whole days since `registered`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_days: Option<u32>,
-    /// What the young-domain rule did: `raised` (the score, the reason left `safe`) or
-    /// `disposable` (with a weak MX signal).
+    /// What the young-domain rule did: `raised` (the score, the reason left `safe`; age alone
+    /// never flags).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub young_domain: Option<YoungEffect>,
+    /// The neighbourhood (see `neighbourhood`) would have flagged the name, but it was
+    /// registered more than `rdap.established_days` ago: neighbours alone do not flip an
+    /// established domain.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub established: bool,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -135,8 +136,7 @@ pub fn evidence<'a>(
         },
         TableRule::Blocklist { .. } => Rule::Blocklist,
         TableRule::Relay { .. } => Rule::Relay,
-        TableRule::Unknown if verdict.neighbourhood.is_some() => Rule::MxNeighbourhood,
-        TableRule::Unknown if verdict.young == Some(YoungEffect::Disposable) => Rule::YoungDomain,
+        TableRule::Unknown if verdict.inferred() => Rule::MxNeighbourhood,
         TableRule::Unknown if verdict.mx_decided => Rule::Mx,
         TableRule::Unknown => Rule::Unknown,
     };
@@ -163,6 +163,7 @@ pub fn evidence<'a>(
         registered: verdict.age.map(|a| a.registered_date()),
         age_days: verdict.age.map(|a| a.age_days),
         young_domain: verdict.young,
+        established: verdict.established,
     }
 }
 

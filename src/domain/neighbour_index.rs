@@ -8,7 +8,10 @@
 //! Counts are of distinct registrable domains: each domain remembers the keys it was counted
 //! under, and a new observation replaces its old contribution, so asking again adds nothing.
 //! Only lists teach `listed`: traffic can weaken a key (every unlisted domain seen counts
-//! against it, the domain being judged left out) but never strengthen one.
+//! against it, the domain being judged left out) but never strengthen one. A domain the
+//! gateway itself answered disposable by inference ([`Standing::Inferred`]) counts neither
+//! way: throwaway services mint faster than lists follow, and each new one must not make its
+//! own host look more legitimate for the next.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -161,6 +164,9 @@ pub enum Standing {
     Listed(u16),
     /// No blocklist names it.
     Unlisted,
+    /// No blocklist names it and the gateway answered it disposable from its neighbours: it
+    /// neither dilutes nor feeds its keys.
+    Inferred,
 }
 
 /// The counts of one key.
@@ -183,6 +189,7 @@ impl Counts {
                 }
             }
             Standing::Unlisted => self.unlisted += 1,
+            Standing::Inferred => {}
         }
     }
 
@@ -198,6 +205,7 @@ impl Counts {
                 }
             }
             Standing::Unlisted => self.unlisted = self.unlisted.saturating_sub(1),
+            Standing::Inferred => {}
         }
     }
 
@@ -210,7 +218,7 @@ impl Counts {
         match own {
             Some(Standing::Listed(_)) => (self.listed.saturating_sub(1), self.unlisted),
             Some(Standing::Unlisted) => (self.listed, self.unlisted.saturating_sub(1)),
-            None => (self.listed, self.unlisted),
+            Some(Standing::Inferred) | None => (self.listed, self.unlisted),
         }
     }
 }
@@ -272,6 +280,9 @@ pub struct Learned {
     pub keys: Vec<Box<str>>,
     /// Day since the epoch it was last seen.
     pub seen: u32,
+    /// The gateway answered it disposable from its neighbours ([`Standing::Inferred`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
 }
 
 /// The index (see the module documentation). Not synchronised: the `mx` part holds it behind
@@ -342,6 +353,48 @@ impl NeighbourhoodIndex {
         self.domains.contains_key(domain)
     }
 
+    /// Whether `domain` stands as [`Standing::Inferred`].
+    pub fn is_inferred(&self, domain: &str) -> bool {
+        self.domains
+            .get(domain)
+            .is_some_and(|e| e.standing == Standing::Inferred)
+    }
+
+    /// Records that the gateway answered the unlisted `domain` disposable from its neighbours
+    /// (`inferred`) or not: its counts move between unlisted and nothing. Whether anything
+    /// changed (a listed or unknown domain is left as it is).
+    pub fn set_inferred(&mut self, domain: &str, inferred: bool) -> bool {
+        let Some(entry) = self.domains.get(domain) else {
+            return false;
+        };
+        let to = match (entry.standing, inferred) {
+            (Standing::Unlisted, true) => Standing::Inferred,
+            (Standing::Inferred, false) => Standing::Unlisted,
+            _ => return false,
+        };
+        let (from, keys) = (entry.standing, entry.keys.clone());
+        for k in keys.iter() {
+            if let Some(c) = self.keys.get_mut(k) {
+                c.remove(from);
+                c.add(to);
+            }
+        }
+        if let Some(e) = self.domains.get_mut(domain) {
+            e.standing = to;
+        }
+        true
+    }
+
+    /// `domain` as the state file keeps it, if it is known.
+    pub fn learned_of(&self, domain: &str) -> Option<Learned> {
+        self.domains.get(domain).map(|e| Learned {
+            domain: domain.into(),
+            keys: e.keys.iter().map(|k| (**k).into()).collect(),
+            seen: e.seen,
+            inferred: e.standing == Standing::Inferred,
+        })
+    }
+
     fn source_id(&mut self, source: &str) -> u16 {
         if let Some(i) = self.sources.iter().position(|s| &**s == source) {
             return i as u16;
@@ -358,15 +411,22 @@ impl NeighbourhoodIndex {
     /// names the blocklist source when a list names it. Seen on `day` (days since the epoch).
     /// Past the bound, the owner evicts (off the lock's long holds: see [`excess`](Self::excess));
     /// only an index a tenth over it evicts here, and returns what it forgot.
+    /// `inferred`: the gateway answered it disposable from its neighbours (kept from an
+    /// earlier teach of the same unlisted domain too).
     pub fn teach(
         &mut self,
         domain: &str,
         keys: &[Box<str>],
         listed: Option<&str>,
+        inferred: bool,
         day: u32,
     ) -> Vec<Box<str>> {
         let listed = listed.map(|s| self.source_id(s));
         let old = self.domains.remove(domain);
+        let inferred = inferred
+            || old
+                .as_ref()
+                .is_some_and(|o| o.standing == Standing::Inferred);
         if let Some(old) = &old {
             self.withdraw(old);
         }
@@ -381,7 +441,11 @@ impl NeighbourhoodIndex {
             })
             .map(|k| self.intern(k))
             .collect();
-        let standing = listed.map_or(Standing::Unlisted, Standing::Listed);
+        let standing = match listed {
+            Some(source) => Standing::Listed(source),
+            None if inferred => Standing::Inferred,
+            None => Standing::Unlisted,
+        };
         for k in keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
                 c.add(standing);
@@ -615,6 +679,7 @@ impl NeighbourhoodIndex {
                         domain: d.clone(),
                         keys: e.keys.iter().map(|k| (**k).into()).collect(),
                         seen: e.seen,
+                        inferred: e.standing == Standing::Inferred,
                     },
                 )
             })
@@ -717,9 +782,9 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.throw.io", "parent:throw.io"]);
         for i in 0..3 {
-            ix.teach(&format!("l{i}.com"), &k, Some("list-a"), 1);
+            ix.teach(&format!("l{i}.com"), &k, Some("list-a"), false, 1);
         }
-        ix.teach("new.com", &k, None, 1);
+        ix.teach("new.com", &k, None, false, 1);
         let f = ix.finding("new.com").unwrap();
         assert_eq!((f.key_kind, &*f.key), (KeyKind::Host, "mx.throw.io"));
         assert_eq!((f.listed, f.unlisted), (3, 0));
@@ -729,7 +794,7 @@ mod tests {
         assert_eq!(ix.finding("never.com"), None);
         // Taught again: counted once.
         for _ in 0..5 {
-            ix.teach("l0.com", &k, Some("list-a"), 2);
+            ix.teach("l0.com", &k, Some("list-a"), false, 2);
         }
         assert_eq!(ix.finding("new.com").unwrap().listed, 3);
     }
@@ -740,13 +805,13 @@ mod tests {
         // Planted: listed domains on the victim's host and on made-up hosts under its name.
         let planted = keys(&["host:mx.victim.com", "parent:victim.com"]);
         for i in 0..10 {
-            ix.teach(&format!("l{i}.com"), &planted, Some("s"), 1);
+            ix.teach(&format!("l{i}.com"), &planted, Some("s"), false, 1);
         }
         // Taught with those keys anyway (a state file from before the rule): they are dropped.
-        ix.teach("victim.com", &planted, None, 1);
+        ix.teach("victim.com", &planted, None, false, 1);
         assert_eq!(ix.finding("victim.com"), None);
         let sister = keys(&["host:mx.victim.com"]);
-        ix.teach("sister.com", &sister, None, 1);
+        ix.teach("sister.com", &sister, None, false, 1);
         assert!(
             ix.finding("sister.com").is_some(),
             "another domain on it is a tenant"
@@ -766,11 +831,11 @@ mod tests {
             let mut ix = NeighbourhoodIndex::new(shipped, 100_000);
             let k = keys(&["host:mx.smallhost.net"]);
             for t in 0..tenants {
-                ix.teach(&format!("tenant{t}.com"), &k, None, 1);
+                ix.teach(&format!("tenant{t}.com"), &k, None, false, 1);
             }
             (1..10_000)
                 .find(|&planted| {
-                    ix.teach(&format!("planted{planted}.com"), &k, Some("s"), 1);
+                    ix.teach(&format!("planted{planted}.com"), &k, Some("s"), false, 1);
                     ix.finding("tenant0.com").is_some()
                 })
                 .unwrap()
@@ -788,25 +853,25 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.throw.io"]);
         for i in 0..8 {
-            ix.teach(&format!("l{i}.com"), &k, Some("s"), 1);
+            ix.teach(&format!("l{i}.com"), &k, Some("s"), false, 1);
         }
         // New throwaway domains on the host: each judged (itself left out of the counts)...
         for i in 0..3 {
-            ix.teach(&format!("u{i}.com"), &k, None, 1);
+            ix.teach(&format!("u{i}.com"), &k, None, false, 1);
         }
         assert_eq!(ix.finding("u0.com").unwrap().unlisted, 2);
         // ...until unlisted ones are more than a fifth: 8 / (8 + 2) is 0.8, 8 / (8 + 3) is not.
-        ix.teach("u3.com", &k, None, 1);
+        ix.teach("u3.com", &k, None, false, 1);
         assert!(ix.finding("u3.com").is_none());
         // A shared host: a few listed tenants among many legitimate ones judges nobody.
         let shared = keys(&["network:198.51.100.0/24"]);
         for i in 0..20 {
-            ix.teach(&format!("co{i}.com"), &shared, None, 1);
+            ix.teach(&format!("co{i}.com"), &shared, None, false, 1);
         }
         for i in 0..6 {
-            ix.teach(&format!("t{i}.com"), &shared, Some("s"), 1);
+            ix.teach(&format!("t{i}.com"), &shared, Some("s"), false, 1);
         }
-        ix.teach("company.com", &shared, None, 1);
+        ix.teach("company.com", &shared, None, false, 1);
         assert_eq!(ix.finding("company.com"), None);
         let top = ix.top(10);
         assert_eq!(&*top[0].key, "mx.throw.io");
@@ -817,15 +882,15 @@ mod tests {
     fn new_keys_replace_old_ones_and_old_domains_age_out() {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let a = keys(&["host:a.io"]);
-        ix.teach("x.com", &a, Some("s"), 1);
-        ix.teach("x.com", &keys(&["host:b.io"]), Some("s"), 2);
+        ix.teach("x.com", &a, Some("s"), false, 1);
+        ix.teach("x.com", &keys(&["host:b.io"]), Some("s"), false, 2);
         assert_eq!(ix.keys(), 1);
-        ix.teach("y.com", &a, None, 10);
+        ix.teach("y.com", &a, None, false, 10);
         assert_eq!(ix.expire(12, 5).len(), 1);
         assert!(!ix.knows("x.com") && ix.knows("y.com"));
         assert_eq!(ix.keys(), 1);
         // No keys: known (not resolved again), counted nowhere.
-        ix.teach("y.com", &[], None, 10);
+        ix.teach("y.com", &[], None, false, 10);
         assert_eq!((ix.domains(), ix.keys()), (1, 0));
         assert!(ix.knows("y.com") && ix.finding("y.com").is_none());
     }
@@ -835,13 +900,14 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 100);
         let k = keys(&["host:mx.throw.io"]);
         for i in 0..10 {
-            ix.teach(&format!("l{i}.com"), &k, Some("s"), 1);
+            ix.teach(&format!("l{i}.com"), &k, Some("s"), false, 1);
         }
         for i in 0..500 {
             ix.teach(
                 &format!("lone{i}.com"),
                 &[format!("host:h{i}.io").into()],
                 None,
+                false,
                 2,
             );
         }
@@ -868,8 +934,8 @@ mod tests {
     #[test]
     fn learned_lists_listed_domains_first() {
         let mut ix = NeighbourhoodIndex::new(RULE, 100);
-        ix.teach("a.com", &keys(&["host:h.io"]), None, 1);
-        ix.teach("z.com", &keys(&["host:h.io"]), Some("s"), 1);
+        ix.teach("a.com", &keys(&["host:h.io"]), None, false, 1);
+        ix.teach("z.com", &keys(&["host:h.io"]), Some("s"), false, 1);
         let l = ix.learned();
         assert_eq!(
             l.iter().map(|l| &*l.domain).collect::<Vec<_>>(),

@@ -49,9 +49,14 @@ pub struct Scores {
     /// forms start refusing, since new companies register domains every day.
     pub young_domain: RiskScore,
     /// A young name whose mail does not go first to a business mailbox provider (own or
-    /// unrecognised hosts, a forwarder, a consumer host): `disposable`, in the high band (70),
-    /// below a listing or a throwaway host, which are confirmed facts.
+    /// unrecognised hosts, a forwarder, a consumer host): still `safe` (age alone never makes
+    /// a domain disposable: companies sign up in their first week), at the top of the low band
+    /// (45), where a form may look closer.
     pub young_domain_weak_mx: RiskScore,
+    /// A domain its MX neighbourhood would call disposable but registered more than
+    /// `rdap.established_days` ago: an established domain is not flipped by its neighbours
+    /// alone (anyone can point listed domains at a host it uses): `safe`, in the low band (40).
+    pub neighbourhood_established: RiskScore,
 }
 
 impl Default for Scores {
@@ -70,7 +75,8 @@ impl Default for Scores {
             corporate: 8,
             relay: 30,
             young_domain: 40,
-            young_domain_weak_mx: 70,
+            young_domain_weak_mx: 45,
+            neighbourhood_established: 40,
         }
     }
 }
@@ -89,7 +95,6 @@ impl Scores {
             ("role_account", self.role_account),
             ("disposable_mx", self.disposable_mx),
             ("mx_neighbourhood", self.mx_neighbourhood),
-            ("young_domain_weak_mx", self.young_domain_weak_mx),
         ];
         let safe = [
             ("allowlisted", self.allowlisted),
@@ -117,11 +122,16 @@ impl Scores {
                 self.relay
             ));
         }
-        if self.young_domain > 49 {
-            out.push(format!(
-                "scores.young_domain: {} is outside 0..=49 (a young domain alone stays `safe`)",
-                self.young_domain
-            ));
+        for (field, v) in [
+            ("young_domain", self.young_domain),
+            ("young_domain_weak_mx", self.young_domain_weak_mx),
+            ("neighbourhood_established", self.neighbourhood_established),
+        ] {
+            if v > 49 {
+                out.push(format!(
+                    "scores.{field}: {v} is outside 0..=49 (the answer stays `safe`: age alone never flags, neighbours alone never flip an established domain)"
+                ));
+            }
         }
         if self.forwarder_mx > 49 {
             out.push(format!(

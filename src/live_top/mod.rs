@@ -149,7 +149,7 @@ pub enum WhyFlagged {
 impl WhyFlagged {
     /// The basis of a classification's flag.
     pub fn of(verdict: &Verdict<'_>) -> WhyFlagged {
-        if verdict.neighbourhood.is_some() {
+        if verdict.inferred() {
             WhyFlagged::Inferred
         } else if verdict.rule == TableRule::Unknown
             && verdict.record.reason == Reason::Undeliverable

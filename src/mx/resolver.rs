@@ -30,7 +30,7 @@ use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::domain::mail::{MxEvidence, MxHost};
+use crate::domain::mail::{HostProblem, HostState, MxEvidence, MxHost};
 use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
 use crate::domain::DomainName;
 use crate::infra::breaker::Breaker;
@@ -74,6 +74,17 @@ struct Cached {
 }
 
 type Flight = watch::Receiver<Option<Arc<MxEvidence>>>;
+
+/// What DNS said of one MX host: whether it can take mail, and the networks of its addresses
+/// that reverse DNS vouches for (asked only for the neighbourhood).
+#[derive(Clone)]
+struct HostFacts {
+    state: HostState,
+    nets: Arc<[String]>,
+    /// Reverse DNS was asked for the networks (a cached entry without them does not serve a
+    /// lookup that wants them).
+    with_networks: bool,
+}
 
 /// SipHash (std's `RandomState`), since the names are the client's choice.
 type EvidenceCache =
@@ -141,8 +152,9 @@ pub struct MxResolver {
     slow_zones: Cache<Box<str>, Instant>,
     /// Whether a TLD exists, as this resolver shows it, until when.
     tlds: Cache<Box<str>, (bool, Instant)>,
-    /// The networks of MX hosts (shared by many domains: a small cache answers most).
-    host_networks: Cache<Box<str>, (Arc<[String]>, Instant)>,
+    /// What DNS says of MX hosts' addresses, and their networks (shared by many domains: a
+    /// small cache answers most).
+    host_facts: Cache<Box<str>, (HostFacts, Instant)>,
     neighbourhood: Option<Arc<Neighbourhood>>,
     misses: AtomicU64,
     refused: AtomicU64,
@@ -249,7 +261,7 @@ impl MxResolver {
             )),
             slow_zones: Cache::new(4_096),
             tlds: Cache::new(1_024),
-            host_networks: Cache::new((config.cache_entries / 8).clamp(64, 20_000)),
+            host_facts: Cache::new((config.cache_entries / 8).clamp(64, 20_000)),
             neighbourhood: None,
             misses: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -333,7 +345,7 @@ impl MxResolver {
         self.checked.send_replace(true);
         if now != Trust::Trusted && was == Trust::Trusted {
             self.cache.clear();
-            self.host_networks.clear();
+            self.host_facts.clear();
             self.tlds.clear();
         }
         if now != was {
@@ -537,7 +549,13 @@ impl MxResolver {
             }
             Ok((MxEvidence::Unknown, ttl, _, unanswered)) => (MxEvidence::Unknown, ttl, unanswered),
             Ok((evidence, ttl, hosts, _)) => {
-                if let (Some(n), MxEvidence::Hosts(_)) = (&self.neighbourhood, &evidence) {
+                // A set-up whose hosts cannot take mail is remembered with no key: it teaches
+                // nothing, and is not resolved again and again to learn that.
+                let taught = matches!(
+                    evidence,
+                    MxEvidence::Hosts(_) | MxEvidence::UnusableHosts(_)
+                );
+                if let (Some(n), true) = (&self.neighbourhood, taught) {
                     n.learn(name, &hosts);
                 }
                 (evidence, ttl, false)
@@ -583,8 +601,11 @@ impl MxResolver {
         }
     }
 
-    /// MX evidence of `name` and, when asked, the networks of its first [`MAX_HOSTS`] hosts;
-    /// the flag says no server answered the MX query.
+    /// MX evidence of `name` and the hosts that can take mail with their networks (asked only
+    /// `want_networks`); the flag says no server answered the MX query. The first
+    /// [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of no more hosts than that,
+    /// none of which can take mail, is [`MxEvidence::UnusableHosts`]; a host that does not
+    /// resolve to a usable address teaches the neighbourhood nothing (anyone can name one).
     async fn resolve_full(
         &self,
         name: &str,
@@ -592,46 +613,66 @@ impl MxResolver {
     ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool) {
         let (evidence, ttl, unanswered) = self.resolve(name).await;
         let hosts = evidence.hosts();
-        let networks = if want_networks {
-            futures_util::future::join_all(
-                hosts
-                    .iter()
-                    .take(MAX_HOSTS)
-                    .map(|h| self.networks_of(&h.host)),
-            )
-            .await
-        } else {
-            Vec::new()
-        };
-        let mut out: Vec<HostNetworks> = hosts
+        let facts = futures_util::future::join_all(
+            hosts
+                .iter()
+                .take(MAX_HOSTS)
+                .map(|h| self.host_facts_of(&h.host, want_networks)),
+        )
+        .await;
+        let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
+        let usable: Vec<HostNetworks> = hosts
             .iter()
-            .take(MAX_HOSTS)
-            .map(|h| (h.host.clone(), Vec::new()))
+            .zip(facts)
+            .filter(|(_, f)| f.state == HostState::Usable)
+            .map(|(h, f)| (h.host.clone(), f.nets.to_vec()))
             .collect();
-        for (slot, nets) in out.iter_mut().zip(networks) {
-            slot.1 = nets;
+        match MxEvidence::unusable(hosts, &states) {
+            Some(unusable) => (unusable, ttl, Vec::new(), unanswered),
+            None => (evidence, ttl, usable, unanswered),
         }
-        (evidence, ttl, out, unanswered)
     }
 
-    /// The networks (IPv4 /24, IPv6 /48) of `host`'s addresses, cached per host.
-    async fn networks_of(&self, host: &str) -> Vec<String> {
-        if let Some((nets, expires)) = self.host_networks.get(host) {
-            if expires > Instant::now() {
-                return nets.to_vec();
+    /// [`host_facts`](Self::host_facts), except for a host of a recognised shared service (the
+    /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked.
+    async fn host_facts_of(&self, host: &str, want_networks: bool) -> HostFacts {
+        if self
+            .neighbourhood
+            .as_ref()
+            .is_some_and(|n| n.is_shared_service(host))
+        {
+            return HostFacts {
+                state: HostState::Usable,
+                nets: Arc::from([]),
+                with_networks: want_networks,
+            };
+        }
+        self.host_facts(host, want_networks).await
+    }
+
+    /// What DNS says of `host`'s addresses (A and AAAA) and, `with_networks`, the networks
+    /// (IPv4 /24, IPv6 /48) of those that reverse DNS vouches for; cached per host. That a
+    /// host does not exist or has no address is believed only from a trusted resolver.
+    async fn host_facts(&self, host: &str, with_networks: bool) -> HostFacts {
+        if let Some((facts, expires)) = self.host_facts.get(host) {
+            if expires > Instant::now() && (facts.with_networks || !with_networks) {
+                return facts;
             }
         }
-        if !host.contains('.') {
-            return Vec::new();
+        if !host.contains('.') || host.parse::<IpAddr>().is_ok() {
+            return HostFacts {
+                state: HostState::Unusable(HostProblem::NotAHostName),
+                nets: Arc::from([]),
+                with_networks,
+            };
         }
         let fqdn = format!("{host}.");
         let (a, aaaa) = tokio::join!(
             self.dns.lookup(fqdn.as_str(), RecordType::A),
             self.dns.lookup(fqdn.as_str(), RecordType::AAAA)
         );
-        let mut nets: Vec<String> = Vec::new();
         let mut ttl = self.max_ttl;
-        let mut failed = false;
+        let (mut failed, mut nx) = (false, false);
         let mut ips: Vec<IpAddr> = Vec::new();
         for answer in [a, aaaa] {
             match answer {
@@ -643,29 +684,51 @@ impl MxResolver {
                         _ => None,
                     }));
                 }
-                Err(e) if is_negative(&e) => {}
+                Err(e) if is_negative(&e) => {
+                    nx |= e.is_nx_domain();
+                    ttl = ttl.min(negative_ttl(&e));
+                }
                 Err(_) => failed = true,
             }
         }
-        for ip in ips.into_iter().take(MAX_ADDRESSES) {
-            let net = network(ip);
-            if nets.contains(&net) || nets.len() >= MAX_NETS_PER_HOST {
-                continue;
-            }
-            // An A record points anywhere its owner likes; the network counts only when the
-            // address's owner names this host's domain in its reverse DNS.
-            if self.vouches(ip, host).await {
-                nets.push(net);
+        let empty = if failed || !self.trust().believes_negatives() {
+            HostState::Unknown
+        } else if nx {
+            HostState::Unusable(HostProblem::NoSuchHost)
+        } else {
+            HostState::Unusable(HostProblem::NoAddress)
+        };
+        let state = HostState::of_addresses(&ips, empty);
+        let mut nets: Vec<String> = Vec::new();
+        if with_networks && state == HostState::Usable {
+            for ip in ips.into_iter().take(MAX_ADDRESSES) {
+                let net = network(ip);
+                if nets.contains(&net)
+                    || nets.len() >= MAX_NETS_PER_HOST
+                    || HostProblem::of_address(ip).is_some()
+                {
+                    continue;
+                }
+                // An A record points anywhere its owner likes; the network counts only when
+                // the address's owner names this host's domain in its reverse DNS.
+                if self.vouches(ip, host).await {
+                    nets.push(net);
+                }
             }
         }
-        let ttl = if failed && nets.is_empty() {
+        let ttl = if state == HostState::Unknown {
             self.failure_ttl
         } else {
             self.clamp(ttl, self.max_ttl)
         };
-        self.host_networks
-            .insert(host.into(), (nets.clone().into(), Instant::now() + ttl));
-        nets
+        let facts = HostFacts {
+            state,
+            nets: nets.into(),
+            with_networks,
+        };
+        self.host_facts
+            .insert(host.into(), (facts.clone(), Instant::now() + ttl));
+        facts
     }
 
     /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a

@@ -23,6 +23,15 @@ pub struct RdapConfig {
     /// A name registered fewer than this many days ago is young (`scores.young_domain`,
     /// `scores.young_domain_weak_mx`); 0: the age is shown, never weighed.
     pub young_days: u32,
+    /// A name registered at least this many days ago is established: its MX neighbours alone
+    /// do not make it `disposable` (`scores.neighbourhood_established`); 0: never.
+    pub established_days: u32,
+    /// How long a lookup that the MX neighbourhood would answer `disposable` waits for the
+    /// age of a name the cache does not hold (an established domain is not flipped), in
+    /// milliseconds; past it, the neighbourhood's verdict stands. 0: never waits.
+    #[serde(rename = "neighbourhood_budget_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub neighbourhood_budget: Duration,
     /// How long a lookup may wait for a fetch of a name the cache does not hold, in
     /// milliseconds. 0 (the default): never; the answer goes without the age and the fetch
     /// runs in the background for the next lookup.
@@ -91,6 +100,8 @@ impl Default for RdapConfig {
         RdapConfig {
             enabled: true,
             young_days: 30,
+            established_days: 365,
+            neighbourhood_budget: Duration::from_millis(1_500),
             budget: Duration::ZERO,
             concurrency: 4,
             max_queued: 1_024,
@@ -160,7 +171,19 @@ impl RdapConfig {
             }
         };
         range("young_days", u64::from(self.young_days), 0, 3_650);
+        range(
+            "established_days",
+            u64::from(self.established_days),
+            0,
+            36_500,
+        );
         range("budget_ms", ms(self.budget), 0, 5_000);
+        range(
+            "neighbourhood_budget_ms",
+            ms(self.neighbourhood_budget),
+            0,
+            5_000,
+        );
         range("concurrency", self.concurrency as u64, 1, 64);
         range("max_queued", self.max_queued as u64, 1, 1_000_000);
         range(
@@ -190,6 +213,12 @@ impl RdapConfig {
             8_760,
         );
         range("save_interval_seconds", secs(self.save_interval), 1, 86_400);
+        if self.established_days > 0 && self.established_days <= self.young_days {
+            out.push(format!(
+                "{key}.established_days: {} is not above young_days ({}): a domain cannot be both",
+                self.established_days, self.young_days
+            ));
+        }
         for (tld, url) in &self.servers {
             if tld.is_empty() || tld.contains('.') || tld != &tld.to_ascii_lowercase() {
                 out.push(format!(

@@ -24,7 +24,7 @@ use super::cache::{AgeCache, Entry, Known};
 use super::config::RdapConfig;
 use super::fetch::{FetchError, Fetched, Fetcher};
 use super::queue::{Job, Next, Offer, Queue};
-use crate::domain::age::{DayNumber, DomainAge};
+use crate::domain::age::{AgeRule, DayNumber, DomainAge};
 use crate::domain::DomainName;
 use crate::ops::metrics::RdapStats;
 use crate::ops::periodic::Ticks;
@@ -161,9 +161,17 @@ impl Rdap {
         config.state_path().with_file_name("rdap_dns.json")
     }
 
-    /// Days under which a domain is young.
-    pub fn young_days(&self) -> u32 {
-        self.config.young_days
+    /// How age weighs in a verdict (`young_days`, `established_days`).
+    pub fn age_rule(&self) -> AgeRule {
+        AgeRule {
+            young_days: self.config.young_days,
+            established_days: self.config.established_days,
+        }
+    }
+
+    /// How long a lookup the neighbourhood would flag waits for the domain's age.
+    pub fn neighbourhood_budget(&self) -> std::time::Duration {
+        self.config.neighbourhood_budget
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -204,7 +212,18 @@ impl Rdap {
 
     /// As [`Rdap::age`], waiting at most `budget_ms` for the fetch of a miss.
     pub async fn age_within(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
-        if self.config.budget.is_zero() {
+        self.age_within_budget(name, project, self.config.budget)
+            .await
+    }
+
+    /// As [`Rdap::age`], waiting at most `budget` for the fetch of a miss.
+    pub async fn age_within_budget(
+        &self,
+        name: &DomainName,
+        project: &str,
+        budget: std::time::Duration,
+    ) -> Option<DomainAge> {
+        if budget.is_zero() {
             return self.age(name, project);
         }
         let registrable = name.registrable()?;
@@ -215,7 +234,7 @@ impl Rdap {
         if !self.schedule(registrable, project) {
             return None;
         }
-        let deadline = tokio::time::Instant::now() + self.config.budget;
+        let deadline = tokio::time::Instant::now() + budget;
         loop {
             // Registered before the cache is read again, so a fetch ending in between wakes it.
             let notified = self.fetched.notified();

@@ -7,6 +7,9 @@
 //! canary names (gmail.com, outlook.com, yahoo.com, icloud.com) have MX records, every TLD has
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
 //! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent.
+//! Mail hosts exist, as on the internet: an MX host that no zone names gets an address
+//! ([`MAIL_HOST_ADDRESS`]) unless a label of it starts with `ghost` or `nothere`, the names a
+//! test gives hosts that do not exist.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -50,6 +53,38 @@ pub const CANARIES: [(&str, &str); 4] = [
     ("yahoo.com", "mta5.am0.yahoodns.net"),
     ("icloud.com", "mx01.mail.icloud.com"),
 ];
+
+/// The address of a mail host that an MX record names and no zone does.
+pub const MAIL_HOST_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
+
+/// Gives an address to every MX host of `zones` that no zone names (see the module
+/// documentation).
+fn address_mail_hosts(zones: &mut HashMap<String, Zone>) {
+    let missing: Vec<String> = zones
+        .values()
+        .flat_map(|z| {
+            z.mx.iter()
+                .map(|(_, h)| h.trim_end_matches('.').to_ascii_lowercase())
+        })
+        .filter(|h| {
+            h.contains('.')
+                && !zones.contains_key(h)
+                && !h.split('.').any(|l| {
+                    l.starts_with("ghost") || l.starts_with("nothere") || l.starts_with("blackhole")
+                })
+        })
+        .collect();
+    for host in missing {
+        zones.insert(
+            host,
+            Zone {
+                mx: vec![],
+                a: Some(MAIL_HOST_ADDRESS),
+                ttl: 300,
+            },
+        );
+    }
+}
 
 /// A running test DNS server.
 pub struct DnsServer {
@@ -129,6 +164,7 @@ impl DnsServer {
                 ttl: 300,
             });
         }
+        address_mail_hosts(&mut zones);
         let addr = socket.local_addr().unwrap();
         let lying = Arc::new(Mutex::new(lie));
         let lies = lying.clone();

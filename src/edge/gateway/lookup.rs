@@ -17,8 +17,8 @@ use super::dispatch::decode;
 use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
 use crate::answer::{body_bytes, Answer, ApiError};
-use crate::domain::age::DomainAge;
-use crate::domain::classify::{apply_age, classify_match, wants_mx};
+use crate::domain::age::{AgeRule, DomainAge};
+use crate::domain::classify::{judge, wants_mx, Signals};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
@@ -58,10 +58,17 @@ impl Gateway {
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
         let project_name = project.as_deref().unwrap_or("");
         // The age is read (or, within its budget, waited for) while DNS is asked.
-        let (inputs, age) = futures_util::join!(
+        let (inputs, mut age) = futures_util::join!(
             self.mx_inputs(&name, project_name),
             self.age_of(&name, project_name)
         );
+        // Neighbours alone never flip an established domain: a name they would flag waits,
+        // within its own budget, for the age the cache does not hold yet.
+        if let (Some(_), None, Some(rdap)) = (&inputs.1, age, &self.shared.rdap) {
+            age = rdap
+                .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
+                .await;
+        }
         drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
@@ -179,18 +186,27 @@ impl Gateway {
         explain: bool,
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
-        let mut verdict = classify_match(
-            table,
-            name,
-            table.lookup(name),
-            evidence.as_deref(),
-            finding,
-        );
-        if let (Some(age), Some(rdap)) = (age, &self.shared.rdap) {
-            apply_age(&mut verdict, age, rdap.young_days(), table.scores());
-        }
-        if let (Some(f), Some(nb)) = (&verdict.neighbourhood, self.neighbourhood()) {
-            nb.count_verdict(f.key_kind);
+        let age_rule = self
+            .shared
+            .rdap
+            .as_ref()
+            .map_or(AgeRule::OFF, |r| r.age_rule());
+        let signals = Signals {
+            mx: evidence.as_deref(),
+            neighbourhood: finding,
+            age,
+        };
+        let verdict = judge(table, name, table.lookup(name), signals, age_rule);
+        if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), self.neighbourhood())
+        {
+            // What the gateway inferred, with the domain's age in hand (young or not yet
+            // established), neither dilutes nor feeds the neighbourhood. Without the age a
+            // company on a shared host cannot be told from a minted throwaway: it counts as an
+            // unlisted neighbour, as every unlisted domain did before.
+            nb.judged(name, verdict.inferred() && verdict.age.is_some());
+            if let (true, Some(f)) = (verdict.inferred(), &verdict.neighbourhood) {
+                nb.count_verdict(f.key_kind);
+            }
         }
         if let Some(live) = &self.top_live {
             live.record(

@@ -102,6 +102,7 @@ mod tests {
                 domain: domain.into(),
                 keys: vec![format!("host:mx.{domain}").into()],
                 seen,
+                inferred: false,
             },
             listed,
         }

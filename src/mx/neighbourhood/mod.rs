@@ -137,6 +137,54 @@ impl Neighbourhood {
         Some(finding)
     }
 
+    /// Records how the gateway answered `name` (MX hosts known, the table leaving it open):
+    /// `inferred` when its neighbours made it `disposable`. Such a domain neither dilutes nor
+    /// feeds its keys ([`Standing::Inferred`](crate::domain::neighbour_index::Standing)); one
+    /// answered otherwise counts as an unlisted neighbour again. A read lock when nothing
+    /// changes (the usual case).
+    pub fn judged(&self, name: &DomainName, inferred: bool) {
+        let Some(domain) = name.registrable() else {
+            return;
+        };
+        if self.read().is_inferred(domain) == inferred {
+            return;
+        }
+        let learned = {
+            let mut index = self.write();
+            if !index.set_inferred(domain, inferred) {
+                return;
+            }
+            index.learned_of(domain)
+        };
+        let Some(learned) = learned else { return };
+        self.dirty.store(true, Ordering::Relaxed);
+        if self.sharing {
+            let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            if outbox.len() >= OUTBOX_MAX {
+                outbox.remove(0);
+            }
+            outbox.push(learned.clone());
+        }
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.overflow.load(Ordering::Relaxed) {
+            journal.push(Change::Put {
+                learned,
+                listed: false,
+            });
+        }
+    }
+
+    /// Whether `host` is run by a recognised mailbox provider, security gateway, forwarder or
+    /// consumer service: it gives no key ([`keys_of`]), so its addresses and networks need not
+    /// be asked (and such a host exists).
+    pub fn is_shared_service(&self, host: &str) -> bool {
+        self.table
+            .load()
+            .providers()
+            .kind_of(host)
+            .is_some_and(|k| k != crate::domain::mail::ProviderKind::Disposable)
+    }
+
     /// Counts a verdict the index decided (for metrics).
     pub fn count_verdict(&self, kind: KeyKind) {
         self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);
@@ -197,6 +245,7 @@ impl Neighbourhood {
             domain: domain.into(),
             keys,
             seen: today(),
+            inferred: false,
         };
         self.teach(&table, &learned);
         if self.sharing {
@@ -216,6 +265,7 @@ impl Neighbourhood {
             &learned.domain,
             &learned.keys,
             source.as_deref(),
+            learned.inferred,
             learned.seen,
         );
         self.taught.fetch_add(1, Ordering::Relaxed);
@@ -430,6 +480,7 @@ mod tests {
             domain: domain.into(),
             keys: vec![key.into()],
             seen: today(),
+            inferred: false,
         }
     }
 

@@ -130,6 +130,7 @@ mod tests {
             domain: "x.io".into(),
             keys: vec!["host:mx.x.io".into(), "network:192.0.2.0/24".into()],
             seen: 20_000,
+            inferred: false,
         };
         write(&path, std::slice::from_ref(&l)).unwrap();
         assert_eq!(read(&path).unwrap(), Some((vec![l.clone()], 0)));
