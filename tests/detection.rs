@@ -25,7 +25,7 @@ const FLOORS: [(&str, f64); 5] = [
 fn the_gate_slice_flags_no_real_user_keeps_its_floors_and_resists_planting() {
     let world = world::World::build(20);
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let report = runner::run(&world, repo);
+    let report = runner::run(&world, repo, runner::Options::default());
     let table = report.table();
     let rows = report.rows();
     let wrongly: Vec<String> = report

@@ -181,6 +181,59 @@ fn an_honest_resolver_still_finds_names_that_do_not_exist() {
     );
 }
 
+/// A filtering (or split-horizon) resolver answers NXDOMAIN for particular names and MX hosts
+/// while the canaries look fine; with `mx.confirm_servers`, a second resolver must say NXDOMAIN
+/// too before anything is `undeliverable`. A name that exists nowhere still is.
+#[test]
+fn a_filtering_resolvers_nxdomain_is_not_taken_where_a_second_resolver_confirms() {
+    let zone = |mx: &str| Zone {
+        mx: vec![(10, mx.to_owned())],
+        a: None,
+        ttl: 300,
+    };
+    // The filter knows neither the blocked name nor the blocked MX host.
+    let mut filtered = honest_zones();
+    // (`nothere`: the test server gives this MX host no address of its own accord.)
+    filtered.insert(
+        "uses-blocked-host.test".into(),
+        zone("nothere.blocked-host.test"),
+    );
+    let filter = DnsServer::start(filtered.clone());
+    let mut full = filtered;
+    full.insert(
+        "blocked-by-filter.test".into(),
+        zone("mail.blocked-by-filter.test"),
+    );
+    full.insert(
+        "nothere.blocked-host.test".into(),
+        Zone {
+            mx: vec![],
+            a: Some(std::net::Ipv4Addr::new(198, 51, 100, 7)),
+            ttl: 300,
+        },
+    );
+    let unfiltered = DnsServer::start(full);
+    let gw = Gateway::builder()
+        .dns(filter.addr)
+        .mx_yaml(&format!("confirm_servers: [\"{}\"]", unfiltered.addr))
+        .start();
+    wait_resolver(&gw, "trusted");
+    for name in ["blocked-by-filter.test", "uses-blocked-host.test"] {
+        let r = record(&gw, TEST_SECRET, name);
+        assert_eq!(r["reason"], "safe", "{name}: {r}");
+    }
+    assert!(unfiltered.count("blocked-by-filter.test", hickory_proto::rr::RecordType::MX) >= 1);
+    let gone = record(&gw, TEST_SECRET, "does-not-exist.test");
+    assert_eq!(gone["reason"], "undeliverable", "{gone}");
+    // Without a second resolver, the filter's word is taken (as documented).
+    let alone = Gateway::builder().dns(filter.addr).start();
+    wait_resolver(&alone, "trusted");
+    for name in ["blocked-by-filter.test", "uses-blocked-host.test"] {
+        let r = record(&alone, TEST_SECRET, name);
+        assert_eq!(r["reason"], "undeliverable", "{name}: {r}");
+    }
+}
+
 #[test]
 fn an_nxdomain_under_a_tld_the_resolver_cannot_show_is_not_evidence() {
     // It shows the canaries, so it is trusted, but it says NXDOMAIN for every other name,

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! benches/detection/run              # the full world (20 cases a class), release build
-//! benches/detection/run -- --slice   # the test command's gate slice (8 a class)
+//! benches/detection/run -- --slice   # 8 cases a class
+//! benches/detection/run -- --no-rdap # without domain age (what RDAP buys)
+//! benches/detection/run -- --cases   # every case's answers after the table
 //! ```
 //! The gate itself is `tests/detection.rs`; results with their commit go in
 //! `benches/RESULTS-detection.md`.
@@ -32,11 +34,15 @@ fn main() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let world = world::World::build(n);
     let started = Instant::now();
-    let report = runner::run(&world, repo);
+    let options = runner::Options {
+        rdap: !args.iter().any(|a| a == "--no-rdap"),
+    };
+    let report = runner::run(&world, repo, options);
     println!(
-        "detection benchmark: {} cases, {} attacks, {n} a class, {:.1} s\n",
+        "detection benchmark: {} cases, {} attacks, {n} a class, RDAP {}, {:.1} s\n",
         world.cases.len(),
         world.attacks.len() + 1,
+        if options.rdap { "on" } else { "off" },
         started.elapsed().as_secs_f64()
     );
     print!("{}", report.table());

@@ -12,7 +12,7 @@
 //!
 //! **One evidence model**: everything beyond the table a verdict may rest on is a typed piece
 //! of [`Signals`] (the MX evidence from a checked resolver, the neighbourhood's finding with its
-//! counts and lists, the domain's age from RDAP), and [`judge`] is the one function that turns
+//! counts and lists, the domain's age from RDAP), and [`verdict_of`] is the one function that turns
 //! the table's match and those pieces into the record; `?explain=true` shows the same pieces.
 //! Its rules, calibrated on `benches/detection`: a mail set-up that cannot take mail is
 //! `undeliverable`; the neighbourhood makes an unlisted domain `disposable` unless the domain
@@ -80,7 +80,7 @@ pub struct Signals<'e> {
 
 /// The one verdict function: the table's match for `name` and the `signals` beyond it, with
 /// age weighed by `age_rule`.
-pub fn judge<'a>(
+pub fn verdict_of<'a>(
     table: &'a DomainTable,
     name: &'a DomainName,
     found: TableMatch<'a>,
@@ -678,7 +678,7 @@ mod tests {
         let name = n("fresh.example");
         let own = mx(&[(10, "mail.fresh.example")]);
         let judged = |signals: Signals<'_>| {
-            let v = judge(&table, &name, table.lookup(&name), signals, rule);
+            let v = verdict_of(&table, &name, table.lookup(&name), signals, rule);
             (v.record.reason, v.record.risk_score, v.young, v.established)
         };
         // Young: raised, never flagged, also with its own hosts.

@@ -17,6 +17,11 @@ pub struct MxConfig {
     pub enabled: bool,
     /// DNS servers as `ip:port`; empty: the system's (`/etc/resolv.conf`).
     pub servers: Vec<String>,
+    /// A second resolver (`ip:port` list, e.g. a validating or unfiltered one) that must also
+    /// say NXDOMAIN before a name or an MX host is taken not to exist (`undeliverable`): a
+    /// filtering or split-horizon resolver answers NXDOMAIN for particular names while the
+    /// canaries look fine. Empty (default): the first resolver's word is taken.
+    pub confirm_servers: Vec<String>,
     /// How long a request waits for DNS, in milliseconds; then it is answered from what is known
     /// and the lookup finishes in the background.
     #[serde(rename = "budget_ms")]
@@ -201,6 +206,7 @@ impl Default for MxConfig {
         MxConfig {
             enabled: true,
             servers: Vec::new(),
+            confirm_servers: Vec::new(),
             budget: Duration::from_millis(250),
             query_timeout: Duration::from_millis(2_000),
             max_inflight: 256,
@@ -222,7 +228,7 @@ impl MxConfig {
     /// Problems of `gateway.mx`, each naming its key.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for server in &self.servers {
+        for server in self.servers.iter().chain(&self.confirm_servers) {
             if server.parse::<SocketAddr>().is_err() {
                 out.push(format!("gateway.mx.servers: '{server}' is not ip:port"));
             }

@@ -152,6 +152,8 @@ pub struct MxResolver {
     slow_zones: Cache<Box<str>, Instant>,
     /// Whether a TLD exists, as this resolver shows it, until when.
     tlds: Cache<Box<str>, (bool, Instant)>,
+    /// The second resolver that must confirm an NXDOMAIN (`mx.confirm_servers`), if any.
+    confirm: Option<TokioResolver>,
     /// What DNS says of MX hosts' addresses, and their networks (shared by many domains: a
     /// small cache answers most).
     host_facts: Cache<Box<str>, (HostFacts, Instant)>,
@@ -165,6 +167,29 @@ pub struct MxResolver {
     max_ttl: Duration,
     negative_max_ttl: Duration,
     failure_ttl: Duration,
+}
+
+/// The resolver configuration of `servers` (`ip:port` each).
+fn name_servers(servers: &[String]) -> Result<ResolverConfig, MxSetupError> {
+    let mut out = Vec::new();
+    for s in servers {
+        let addr: SocketAddr = s.parse().map_err(|_| MxSetupError::BadServer(s.clone()))?;
+        let mut ns = NameServerConfig::udp_and_tcp(addr.ip());
+        for c in &mut ns.connections {
+            c.port = addr.port();
+        }
+        out.push(ns);
+    }
+    Ok(ResolverConfig::from_name_servers(out))
+}
+
+/// The options of every resolver the gateway builds.
+fn set_options(opts: &mut ResolverOpts, config: &MxConfig) {
+    opts.timeout = config.query_timeout;
+    opts.attempts = 1;
+    opts.ndots = 0;
+    // Our cache is the one that counts: it holds the classified evidence, not raw records.
+    opts.cache_size = 0;
 }
 
 /// The resolver could not be set up.
@@ -206,31 +231,27 @@ impl MxResolver {
                     no_system_servers = true;
                     TokioResolver::builder_with_config(
                         ResolverConfig::from_name_servers(Vec::new()),
-                        provider,
+                        provider.clone(),
                     )
                 }
             }
         } else {
-            let mut servers = Vec::new();
-            for s in &config.servers {
-                let addr: SocketAddr = s.parse().map_err(|_| MxSetupError::BadServer(s.clone()))?;
-                let mut ns = NameServerConfig::udp_and_tcp(addr.ip());
-                for c in &mut ns.connections {
-                    c.port = addr.port();
-                }
-                servers.push(ns);
-            }
-            TokioResolver::builder_with_config(ResolverConfig::from_name_servers(servers), provider)
+            TokioResolver::builder_with_config(name_servers(&config.servers)?, provider.clone())
         };
-        let opts: &mut ResolverOpts = builder.options_mut();
-        opts.timeout = config.query_timeout;
-        opts.attempts = 1;
-        opts.ndots = 0;
-        // Our cache is the one that counts: it holds the classified evidence, not raw records.
-        opts.cache_size = 0;
+        set_options(builder.options_mut(), config);
         let dns = builder
             .build()
             .map_err(|e| MxSetupError::System(e.to_string()))?;
+        let confirm = if config.confirm_servers.is_empty() {
+            None
+        } else {
+            let mut b = TokioResolver::builder_with_config(
+                name_servers(&config.confirm_servers)?,
+                provider,
+            );
+            set_options(b.options_mut(), config);
+            Some(b.build().map_err(|e| MxSetupError::System(e.to_string()))?)
+        };
         let max_inflight = config.max_inflight.max(1);
         let trust = if no_system_servers {
             Trust::Silent
@@ -239,6 +260,7 @@ impl MxResolver {
         };
         Ok(MxResolver {
             dns,
+            confirm,
             cache: evidence_cache(config.cache_entries),
             inflight: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(max_inflight)),
@@ -693,6 +715,8 @@ impl MxResolver {
         }
         let empty = if failed || !self.trust().believes_negatives() {
             HostState::Unknown
+        } else if nx && ips.is_empty() && !self.confirmed_absent(&fqdn, RecordType::A).await {
+            HostState::Unknown
         } else if nx {
             HostState::Unusable(HostProblem::NoSuchHost)
         } else {
@@ -821,7 +845,12 @@ impl MxResolver {
                 (evidence, self.clamp(ttl, self.max_ttl))
             }
             Err(e) if e.is_nx_domain() => {
-                if self.tld_exists(name).await {
+                if !self.confirmed_absent(&fqdn, RecordType::MX).await {
+                    log::debug!(
+                        "MX lookup of {name}: NXDOMAIN not confirmed by the second resolver"
+                    );
+                    (MxEvidence::Unknown, self.failure_ttl)
+                } else if self.tld_exists(name).await {
                     (
                         MxEvidence::NoDomain,
                         self.clamp(negative_ttl(&e), self.negative_max_ttl),
@@ -860,6 +889,15 @@ impl MxResolver {
             }
         };
         (evidence, ttl, !answered)
+    }
+
+    /// Whether the second resolver (`mx.confirm_servers`) also says `fqdn` does not exist;
+    /// true when there is none. Any other answer, a failure included, is no confirmation.
+    async fn confirmed_absent(&self, fqdn: &str, rtype: RecordType) -> bool {
+        let Some(confirm) = &self.confirm else {
+            return true;
+        };
+        matches!(confirm.lookup(fqdn, rtype).await, Err(e) if e.is_nx_domain())
     }
 
     /// Whether the TLD of `name` exists as this resolver shows it: its SOA record comes back.

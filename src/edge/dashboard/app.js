@@ -411,7 +411,7 @@ async function copySecret() {
 }
 
 /* ---------- lookup ---------- */
-const KNOWN_EVIDENCE = new Set(['rule', 'matched', 'via_parent', 'source', 'line', 'mx', 'mx_provider', 'neighbourhood', 'service', 'did_you_mean', 'registered', 'age_days', 'young_domain']);
+const KNOWN_EVIDENCE = new Set(['rule', 'matched', 'via_parent', 'source', 'line', 'mx', 'mx_provider', 'neighbourhood', 'service', 'did_you_mean', 'registered', 'age_days', 'young_domain', 'established']);
 
 // The score bands of docs/api.md.
 const BANDS = [[100, 'confirmed on a blocklist'], [80, 'very likely disposable'], [50, 'high risk'], [30, 'low risk'], [0, 'safe']];
@@ -435,7 +435,6 @@ function ruleLine(ev) {
     case 'broad_free_provider': return `On a broad list of free mail providers${where ? ` (${where})` : ''}${via}`;
     case 'mx': return 'No list names it: its mail servers (MX) decided';
     case 'mx_neighbourhood': return 'No list names it: its mail servers are shared with listed throwaway domains';
-    case 'young_domain': return 'No list names it: the domain is new and its mail does not go to a business mail provider';
     case 'unknown': return 'No list names it and its mail servers show nothing against it (the default answer)';
     default: return `Rule: ${text(ev.rule)}`;
   }
@@ -450,6 +449,7 @@ function mxLines(mx) {
     case 'no_mail_host': return ['No mail server (undeliverable): no MX record and no address'];
     case 'no_domain': return ['The domain does not exist (undeliverable)'];
     case 'address_only': return ['No MX record: mail would go to the domain\'s own address'];
+    case 'unusable_hosts': return [`No mail server can take mail (undeliverable): ${hosts.map((h) => `${text(h.host)} (${text(h.problem).replace(/_/g, ' ')})`).join(', ')}`];
     case 'unknown': return ['DNS gave no clear answer (timeout or failure): nothing concluded from it'];
     default: return [`MX: ${text(mx.status)}`];
   }
@@ -473,10 +473,9 @@ function providerLine(p) {
 function ageLines(ev) {
   if (typeof ev.registered !== 'string' || !Number.isInteger(ev.age_days)) return [];
   const days = ev.age_days === 1 ? '1 day' : `${count(ev.age_days)} days`;
-  const effect = {
-    raised: ': a young domain, so the score is raised (still safe)',
-    disposable: ': a young domain with mail not at a business provider',
-  }[ev.young_domain] || '';
+  const effect = ev.young_domain === 'raised' ? ': a young domain, so the score is raised (still safe)'
+    : ev.established === true ? ': an established domain, so its mail servers\' neighbours alone do not flag it'
+      : '';
   return [`Registered ${ev.registered}, ${days} ago${effect}`];
 }
 

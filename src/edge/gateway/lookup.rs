@@ -18,7 +18,7 @@ use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
 use crate::answer::{body_bytes, Answer, ApiError};
 use crate::domain::age::{AgeRule, DomainAge};
-use crate::domain::classify::{judge, wants_mx, Signals};
+use crate::domain::classify::{verdict_of, wants_mx, Signals};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
@@ -196,7 +196,7 @@ impl Gateway {
             neighbourhood: finding,
             age,
         };
-        let verdict = judge(table, name, table.lookup(name), signals, age_rule);
+        let verdict = verdict_of(table, name, table.lookup(name), signals, age_rule);
         if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), self.neighbourhood())
         {
             // What the gateway inferred, with the domain's age in hand (young or not yet
