@@ -17,6 +17,7 @@ mod batch;
 mod calls;
 mod check;
 mod cli;
+mod daemon;
 mod dashboard;
 mod dns_trust;
 mod embed;
