@@ -246,12 +246,20 @@ fn upgrade(folder: &Folder, old: &Daemon) -> Daemon {
 
 #[test]
 fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
-    // Every entry kept (the default keeps a project's last 10,000).
+    // Every entry kept (the default keeps a project's last 10,000); quota alerts on, for their
+    // outbox (no threshold is reached).
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "a-webhook-secret-of-some-length";
+    std::fs::write(dir.path().join("alert.secret"), secret).unwrap();
     let builder = Gateway::builder()
+        .in_dir(dir)
         .gateway_yaml("calls:")
-        .gateway_yaml("  max_per_project: 10000000");
+        .gateway_yaml("  max_per_project: 10000000")
+        .quota_yaml("alerts: { url: 'http://127.0.0.1:9/x', allow_private: true, secret_file: alert.secret }");
     let folder = Folder::with(builder);
-    let db = folder.dir.path().join("state").join("calls.sqlite3");
+    let state = folder.dir.path().join("state");
+    let db = state.join("calls.sqlite3");
+    let outbox = state.join("quota_alerts.sqlite-shm");
     folder.serve(&["--daemon"]);
     let first = Daemon(folder.pid());
     let load = Load::start(folder.addr, 4);
@@ -276,6 +284,7 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
     let locks = posix_locks_of(serving.0);
     let shm = PathBuf::from(format!("{}-shm", db.display()));
     let files = [inode(&db), inode(&shm)];
+    let outbox = inode(&outbox);
     // SAFETY: kill(2) to the daemon named by its pid file.
     unsafe { libc::kill(serving.0 as libc::pid_t, libc::SIGKILL) };
     wait_until(Duration::from_secs(10), || !alive(serving.0));
@@ -287,7 +296,8 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
     eprintln!(
         "daemon calls: {answered} answered, {counted} counted, {served:?} in /v1/stats before \
          kill -9, {entries} log entries and {days} in the daily counts after it ({seen:?} seen from outside mid-run); \
-         POSIX locks of the serving pid {}: {locks:?} (calls file and -shm: {files:?})",
+         POSIX locks of the serving pid {}: {locks:?} (calls file and -shm: {files:?}, \
+         alerts outbox -shm: {outbox:?})",
         serving.0
     );
     assert_eq!(integrity, "ok");
@@ -299,6 +309,11 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
     assert!(
         locks.iter().any(|l| files.contains(&Some(*l))),
         "the serving process {} holds no lock on the calls file: {locks:?}",
+        serving.0
+    );
+    assert!(
+        outbox.is_some_and(|o| locks.contains(&o)),
+        "the serving process {} holds no lock on the alerts outbox: {locks:?}",
         serving.0
     );
 }
