@@ -27,10 +27,12 @@ pub enum Command {
         #[arg(long)]
         listen: Option<String>,
         /// Take the listening sockets over from the running gateway (same config): start this,
-        /// then send SIGQUIT to the old process.
+        /// then send SIGQUIT to the old process (with --daemon, this process sends it itself,
+        /// once built, to the gateway `pid_file` names).
         #[arg(long)]
         upgrade: bool,
-        /// Run in the background and write the pid file (`pid_file`).
+        /// Run in the background: fork first, then build; exit 0 once the listeners accept
+        /// (`pid_file` then names the daemon), non-zero if the daemon failed first.
         #[arg(long)]
         daemon: bool,
     },

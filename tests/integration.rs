@@ -19,6 +19,7 @@ mod batch;
 mod calls;
 mod check;
 mod cli;
+mod daemon;
 mod dashboard;
 mod detection;
 mod dns_trust;

@@ -72,9 +72,86 @@ fn unit_keeps_its_hardening_and_the_upgrade_dance() {
     ] {
         assert_eq!(service_values(&unit, key), vec![value.to_owned()], "{key}");
     }
+    // The new process signals the old one itself, once built: nothing signals it before.
     let reload = service_values(&unit, "ExecReload");
-    assert_eq!(reload.len(), 3, "{reload:?}");
+    assert_eq!(reload.len(), 2, "{reload:?}");
     assert!(reload[0].ends_with(" check-config"));
-    assert_eq!(reload[1], "/bin/kill -QUIT $MAINPID");
-    assert!(reload[2].ends_with(" serve --upgrade --daemon"));
+    assert!(reload[1].ends_with(" serve --upgrade --daemon"));
+}
+
+/// Runs the unit's `key=` commands in order on `folder`'s config, as systemd does: the first that
+/// fails ends the run. Whether all succeeded.
+fn run_unit(
+    unit: &str,
+    key: &str,
+    folder: &crate::daemon::Folder,
+    main_pid: u32,
+    env: &[(&str, &str)],
+) -> bool {
+    for line in service_values(unit, key) {
+        let line = line
+            .replace(INSTALLED_BIN, BIN)
+            .replace("$MAINPID", &main_pid.to_string())
+            .replace(
+                "/etc/domain-risk-gateway/gateway.yaml",
+                folder.conf().to_str().unwrap(),
+            );
+        let mut words = line.split_whitespace();
+        let mut command = Command::new(words.next().unwrap());
+        command.args(words);
+        let (status, took) = folder.run_command(command, env);
+        eprintln!("{key}: {line}: {status} after {took:?}");
+        if !status.success() {
+            return false;
+        }
+    }
+    true
+}
+
+/// `systemctl reload` with the unit's own commands: a new process that cannot start fails the
+/// reload and leaves the running gateway serving, ready; one that can takes over.
+#[test]
+fn a_failed_reload_leaves_the_gateway_serving_and_a_good_one_takes_over() {
+    use crate::daemon::{alive, Daemon, Folder};
+    let unit = unit_text();
+    let folder = Folder::new();
+    assert!(
+        run_unit(&unit, "ExecStart", &folder, 0, &[]),
+        "{}",
+        folder.log()
+    );
+    let old = Daemon(folder.pid());
+    // check-config passes, the start fails (the quota clock cannot be read).
+    let broken = [("DOMAIN_RISK_GATEWAY_CLOCK_START", "not a time")];
+    let reloaded = run_unit(&unit, "ExecReload", &folder, old.0, &broken);
+    assert!(!reloaded, "a reload that could not start succeeded");
+    assert_eq!(
+        folder.pid(),
+        old.0,
+        "the pid file names the running gateway"
+    );
+    let r = folder.admin_get("/readyz").unwrap();
+    let v = r.json();
+    assert_eq!(
+        (r.status, v["status"].as_str(), v["pid"].as_u64()),
+        (200, Some("ready"), Some(u64::from(old.0))),
+        "{}",
+        folder.log()
+    );
+    let lookup = common::Conn::open(folder.addr)
+        .unwrap()
+        .get("/v1/public/domain/example.org")
+        .unwrap();
+    assert_eq!(lookup.status, 200);
+    // The same reload with a process that starts.
+    assert!(
+        run_unit(&unit, "ExecReload", &folder, old.0, &[]),
+        "{}",
+        folder.log()
+    );
+    let new = Daemon(folder.pid());
+    assert_ne!(new.0, old.0);
+    assert!(common::listens_on(new.0, folder.addr.port()));
+    common::wait_until(std::time::Duration::from_secs(30), || !alive(old.0));
+    assert!(common::listens_on(new.0, folder.addr.port()));
 }

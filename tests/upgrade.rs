@@ -476,11 +476,12 @@ fn read_pid(path: &std::path::Path) -> u32 {
         .unwrap()
 }
 
-/// The systemd unit's commands: `serve --daemon` returns once the gateway is up and writes the
-/// pid file; `ExecReload` sends SIGQUIT first, then runs `serve --upgrade --daemon`, whose parent
-/// returns once the new process is ready for the sockets; the new process serves, the old exits.
+/// The daemon upgrade by hand, SIGQUIT first: `serve --daemon` returns once the gateway is up
+/// and writes the pid file; then SIGQUIT to it and `serve --upgrade --daemon`, whose parent
+/// returns once the new process serves; the old exits. (The unit's own order, where the new
+/// process sends SIGQUIT itself, is `service::a_failed_reload_...`.)
 #[test]
-fn the_daemon_upgrade_dance_of_the_service_unit() {
+fn the_daemon_upgrade_dance_by_hand() {
     // The harness writes the config (pid file and upgrade socket in the folder); the daemon runs
     // on it once the harness's own process has stopped.
     let gw = Gateway::builder().start();
@@ -524,7 +525,7 @@ fn the_daemon_upgrade_dance_of_the_service_unit() {
     serve(&["--daemon"]);
     let old = Daemon(read_pid(&pid_file));
     ready(old.0);
-    // ExecReload: the old process first, then the new one.
+    // By hand: the old process first, then the new one (which finds it handing over already).
     let quit = std::process::Command::new("kill")
         .args(["-QUIT", &old.0.to_string()])
         .status()

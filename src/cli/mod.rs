@@ -1,10 +1,12 @@
 //! The CLI subcommands, one file each; `main.rs` only parses arguments and calls these.
 
 mod check_config;
+mod daemon;
 mod health;
 mod key_new;
 mod lookup;
 mod mx_snapshot;
+mod ready;
 mod serve;
 mod version;
 

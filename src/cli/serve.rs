@@ -7,6 +7,7 @@ use std::path::Path;
 use pingora::server::configuration::Opt;
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
+use pingora::services::ServiceHandle;
 
 use super::{settings, CommandError};
 use crate::config::Settings;
@@ -22,7 +23,9 @@ pub struct ServeMode {
     /// Take the listening sockets from the running gateway (over `upgrade_sock`, once it gets
     /// SIGQUIT) instead of binding them.
     pub upgrade: bool,
-    /// Run in the background (Pingora's daemon mode: it writes `pid_file`).
+    /// Run in the background: fork first, then build and serve; the parent exits 0 once the
+    /// listeners accept (then `pid_file` names the daemon), 1 if the daemon failed first. With
+    /// `upgrade`, the gateway named by `pid_file` is sent SIGQUIT once this one is built.
     pub daemon: bool,
 }
 
@@ -32,12 +35,16 @@ pub struct ServeMode {
 /// instead of bound.
 fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
     let mut settings = settings;
-    // A daemon's parent returns once the gateway serves (what systemd's `Type=forking` and the
-    // upgrade dance expect), not at the fork.
-    settings.server.daemon_wait_for_ready |= mode.daemon;
-    let opt = (mode.upgrade || mode.daemon).then(|| Opt {
-        upgrade: mode.upgrade,
-        daemon: mode.daemon,
+    // The fork comes first, while the process has one thread and nothing open: every database,
+    // lock, thread and runtime below belongs to the process that serves (see `daemon.rs`).
+    let daemon = match mode.daemon || settings.server.daemon {
+        true => Some(super::daemon::start(&settings.server)?),
+        false => None,
+    };
+    settings.server.daemon = false;
+    settings.server.daemon_wait_for_ready = false;
+    let opt = mode.upgrade.then(|| Opt {
+        upgrade: true,
         ..Opt::default()
     });
     let server_conf = std::mem::take(&mut settings.server);
@@ -59,8 +66,7 @@ fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
         crate::config::ensure_private_dir(dir)?;
     }
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
-    // As a service, so that in daemon mode the sockets are taken after the fork and the waiting
-    // parent (`daemon_wait_for_ready`) is released; the listeners wait for it.
+    // As a service, so that the listeners wait for the sockets of an upgrade.
     let bootstrap = server.bootstrap_as_a_service();
     let mut service = risk.standalone_service(&server.configuration);
     let scheme = match tls {
@@ -77,6 +83,9 @@ fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
     server.add_service(service).add_dependency(&bootstrap);
     let shutdown_signal = risk.shutdown_signal();
     let finish = risk.add_services_to(&mut server, Some(&bootstrap));
+    if let Some(daemon) = daemon {
+        release_when_serving(&mut server, daemon, &gateway, &bootstrap, mode.upgrade);
+    }
     log::info!(
         "listening on {scheme}://{} (upstream {})",
         gateway.listen,
@@ -86,4 +95,27 @@ fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
     finish.finish();
     log::info!("stopped");
     Ok(())
+}
+
+/// The daemon's parent returns once the listeners accept, the sockets taken over if `upgrade`.
+fn release_when_serving(
+    server: &mut Server,
+    daemon: super::daemon::Daemon,
+    gateway: &crate::config::GatewayConfig,
+    bootstrap: &ServiceHandle,
+    upgrade: bool,
+) {
+    let ready = super::ready::Ready {
+        daemon: std::sync::Mutex::new(Some(daemon)),
+        listens: std::iter::once(gateway.listen.clone())
+            .chain(gateway.admin.listen.clone())
+            .collect(),
+    };
+    server
+        .add_service(background_service("daemon ready", ready))
+        .add_dependency(bootstrap);
+    if upgrade {
+        // Only now, built: a start that failed before this left the running gateway serving.
+        super::daemon::quit_running(&server.configuration.pid_file);
+    }
 }

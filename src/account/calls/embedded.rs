@@ -178,14 +178,14 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub struct EmbeddedStore {
     path: PathBuf,
     /// The writer thread's queue; the thread owns the write connection (batches and sweeps)
-    /// and ends when the store is dropped. Started on the first write, not at open: in daemon
-    /// mode Pingora forks after the store is opened, and a thread does not survive a fork.
+    /// and ends when the store is dropped. Started, and its connection opened, on the first
+    /// write, not at open: a host's Pingora daemon mode forks after the store is opened, a
+    /// thread does not survive a fork, and a connection carried across one holds none of its
+    /// POSIX locks in the child (another opener then deletes the live `-wal`).
     writer: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>>,
-    /// The write connection until the writer thread takes it.
-    writer_conn: Mutex<Option<Connection>>,
     /// Reads (`/v1/logs`, `/v1/stats`) on their own connection: in WAL mode they never wait
-    /// for a batch being written.
-    reader: Arc<Mutex<Connection>>,
+    /// for a batch being written. Opened at the first read, for the same reason.
+    reader: Arc<Mutex<Option<Connection>>>,
     max_per_project: u64,
 }
 
@@ -228,12 +228,12 @@ impl EmbeddedStore {
                 "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))
             .map_err(err)?;
-        let reader = connect(path).map_err(err)?;
+        // Closed here: the process that serves opens its own (see `writer`).
+        drop(writer);
         Ok(EmbeddedStore {
             path: path.to_owned(),
             writer: std::sync::OnceLock::new(),
-            writer_conn: Mutex::new(Some(writer)),
-            reader: Arc::new(Mutex::new(reader)),
+            reader: Arc::new(Mutex::new(None)),
             max_per_project,
         })
     }
@@ -249,7 +249,9 @@ impl EmbeddedStore {
             let _ = tx.send(f(conn).map_err(|source| CallsError::Sqlite { path, source }));
         });
         let writer = self.writer.get_or_init(|| {
-            let conn = self.writer_conn.lock().ok()?.take()?;
+            let conn = connect(&self.path)
+                .map_err(|e| log::error!("calls store {}: {e}", self.path.display()))
+                .ok()?;
             writer_thread(conn)
                 .map_err(|e| log::error!("calls store: the writer thread did not start: {e}"))
                 .ok()
@@ -266,16 +268,24 @@ impl EmbeddedStore {
     /// Runs `f` on the read connection, on the blocking pool.
     async fn with<T: Send + 'static>(
         &self,
-        conn: &Arc<Mutex<Connection>>,
+        conn: &Arc<Mutex<Option<Connection>>>,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, CallsError> {
         let conn = conn.clone();
+        let file = self.path.clone();
         let path = self.path.display().to_string();
         tokio::task::spawn_blocking(move || {
             let mut guard = conn
                 .lock()
                 .map_err(|_| CallsError::Task("connection lock poisoned".into()))?;
-            f(&mut guard).map_err(|source| CallsError::Sqlite { path, source })
+            let run = |guard: &mut Option<Connection>| {
+                let conn = match guard {
+                    Some(conn) => conn,
+                    None => guard.insert(connect(&file)?),
+                };
+                f(conn)
+            };
+            run(&mut guard).map_err(|source| CallsError::Sqlite { path, source })
         })
         .await
         .map_err(|e| CallsError::Task(e.to_string()))?

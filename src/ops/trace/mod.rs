@@ -2,8 +2,9 @@
 //! the upstream exchange, W3C trace context taken from trusted callers and passed to the backend,
 //! exported by OTLP/HTTP in batches off the request path (`export.rs`).
 //!
-//! The SDK is built on the first span, not at start: in daemon mode the process forks after
-//! start, and the batch processor's thread would not survive the fork. Spans are held in the
+//! The SDK is built on the first span, not at start: a host's Pingora daemon mode forks after
+//! start, and the batch processor's thread would not survive the fork (`serve --daemon` forks
+//! before it builds anything). Spans are held in the
 //! request's context ([`Span`]) and ended explicitly; never the thread's current context, which
 //! does not follow a request across `.await`.
 

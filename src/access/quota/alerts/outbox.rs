@@ -93,7 +93,7 @@ CREATE INDEX IF NOT EXISTS alerts_due ON alerts (state, next_at);
 
 /// The outbox file, open.
 pub struct Outbox {
-    conn: Connection,
+    conn: std::cell::OnceCell<Connection>,
     path: PathBuf,
 }
 
@@ -121,24 +121,31 @@ impl Outbox {
             path: path.to_owned(),
             source,
         };
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(sql)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql)?;
-        // A claim is a promise to deliver: on disk before it counts.
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(sql)?;
+        let conn = connect(path).map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
+        // Closed here: the process that serves opens its own at first use (see `conn`).
+        drop(conn);
         Ok(Outbox {
-            conn,
+            conn: std::cell::OnceCell::new(),
             path: path.to_owned(),
         })
+    }
+
+    /// Closes the connection (the next use opens one): what a process reads before it forks
+    /// into a daemon is not carried across the fork.
+    pub fn close(&mut self) {
+        self.conn.take();
+    }
+
+    /// The connection, opened at first use: a host's Pingora daemon mode forks after the
+    /// outbox is opened, and a connection carried across a fork holds none of its POSIX locks
+    /// in the child (another opener then deletes the live `-wal`).
+    fn conn(&self) -> Result<&Connection, OutboxError> {
+        if let Some(conn) = self.conn.get() {
+            return Ok(conn);
+        }
+        let conn = connect(&self.path).map_err(|e| self.sql(e))?;
+        Ok(self.conn.get_or_init(|| conn))
     }
 
     fn sql(&self, source: rusqlite::Error) -> OutboxError {
@@ -150,7 +157,7 @@ impl Outbox {
 
     /// Alerts not yet delivered or given up (claiming or pending).
     pub fn waiting(&self) -> Result<u64, OutboxError> {
-        self.conn
+        self.conn()?
             .query_row(
                 "SELECT COUNT(*) FROM alerts WHERE state IN ('claiming', 'pending')",
                 [],
@@ -163,7 +170,7 @@ impl Outbox {
     /// Records `row` in `state` unless its (project, month, threshold) is there already;
     /// returns whether it was recorded.
     pub fn insert(&self, row: &Row, state: State, now_ms: i64) -> Result<bool, OutboxError> {
-        self.conn
+        self.conn()?
             .execute(
                 "INSERT OR IGNORE INTO alerts (project, month, threshold, id, state, body, next_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -188,7 +195,7 @@ impl Outbox {
         month: &str,
         threshold: u32,
     ) -> Result<Option<String>, OutboxError> {
-        self.conn
+        self.conn()?
             .query_row(
                 "SELECT state FROM alerts WHERE project = ?1 AND month = ?2 AND threshold = ?3",
                 params![project, month, threshold],
@@ -202,7 +209,7 @@ impl Outbox {
     /// its state: what no call needs to offer again.
     pub fn recorded_in(&self, month: &str) -> Result<Vec<(String, u32)>, OutboxError> {
         let mut stmt = self
-            .conn
+            .conn()?
             .prepare_cached("SELECT project, threshold FROM alerts WHERE month = ?1")
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -213,7 +220,7 @@ impl Outbox {
 
     /// Moves an alert to `state` (from any), clearing its lease.
     pub fn set_state(&self, row: &Row, state: State) -> Result<(), OutboxError> {
-        self.conn
+        self.conn()?
             .execute(
                 "UPDATE alerts SET state = ?4, lease_until = 0
                  WHERE project = ?1 AND month = ?2 AND threshold = ?3",
@@ -233,7 +240,7 @@ impl Outbox {
     }
 
     fn rows(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<Row>, OutboxError> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.sql(e))?;
+        let mut stmt = self.conn()?.prepare_cached(sql).map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(args, row_of)
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
@@ -255,8 +262,12 @@ impl Outbox {
             path: path.clone(),
             source,
         };
-        let tx = self
+        self.conn()?;
+        let conn = self
             .conn
+            .get_mut()
+            .ok_or_else(|| sql(rusqlite::Error::InvalidQuery))?;
+        let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(sql)?;
         let rows = {
@@ -299,7 +310,7 @@ impl Outbox {
         } else {
             State::Pending
         };
-        self.conn
+        self.conn()?
             .execute(
                 "UPDATE alerts SET attempts = attempts + 1, next_at = ?4, lease_until = 0,
                  last_error = ?5, state = ?6
@@ -320,13 +331,28 @@ impl Outbox {
     /// Forgets settled alerts of months before `month` (`YYYY-MM`): an alert is only ever
     /// claimed in its own month, so they can never be asked for again.
     pub fn prune(&self, month: &str) -> Result<usize, OutboxError> {
-        self.conn
+        self.conn()?
             .execute(
                 "DELETE FROM alerts WHERE month < ?1 AND state IN ('sent', 'failed', 'elsewhere')",
                 params![month],
             )
             .map_err(|e| self.sql(e))
     }
+}
+
+/// A connection to the outbox at `path`: WAL, and every write on disk before it returns.
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // A claim is a promise to deliver: on disk before it counts.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
 }
 
 #[cfg(test)]

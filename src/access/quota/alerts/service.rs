@@ -71,7 +71,7 @@ pub fn build(
     now: DateTime<Utc>,
 ) -> Result<(Arc<Alerts>, AlertService), String> {
     let secret = config.read_secret()?;
-    let outbox = Outbox::open(&outbox_path).map_err(|e| e.to_string())?;
+    let mut outbox = Outbox::open(&outbox_path).map_err(|e| e.to_string())?;
     let ledger = Arc::new(Ledger::new(config.thresholds.clone()));
     let month = Month::containing(now);
     match outbox.recorded_in(&month.label()) {
@@ -79,6 +79,8 @@ pub fn build(
         // Safe, only slower: each call over a threshold offers it, the outbox says it has it.
         Err(e) => log::warn!("{e}: its alerts of {} are asked for again", month.label()),
     }
+    // The service opens its own, in the process that serves (a host may fork before it runs).
+    outbox.close();
     let counters = Arc::new(Counters::default());
     let (alerts, rx) = Alerts::with_ledger(ledger.clone(), counters.clone());
     let service = AlertService {
