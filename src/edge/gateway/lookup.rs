@@ -65,9 +65,12 @@ impl Gateway {
         // Neighbours alone never flip an established domain: a name they would flag waits,
         // within its own budget, for the age the cache does not hold yet.
         if let (Some(_), None, Some(rdap)) = (&inputs.1, age, &self.shared.rdap) {
-            age = rdap
-                .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
-                .await;
+            // Only a name the table leaves open is judged by its neighbours.
+            if self.shared.table.load().lookup(&name).rule == TableRule::Unknown {
+                age = rdap
+                    .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
+                    .await;
+            }
         }
         drop(span);
         let table = self.shared.table.load();

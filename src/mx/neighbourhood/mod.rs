@@ -7,7 +7,7 @@ pub mod service;
 pub mod share;
 pub mod store;
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -46,7 +46,7 @@ pub struct Neighbourhood {
     queue: mpsc::Sender<Box<str>>,
     queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
     /// Learned here, not yet shared (only when sharing).
-    outbox: Mutex<Vec<Learned>>,
+    outbox: Mutex<VecDeque<Learned>>,
     sharing: bool,
     dirty: AtomicBool,
     verdicts: [AtomicU64; 3],
@@ -89,7 +89,7 @@ impl Neighbourhood {
             pending: Mutex::new(HashSet::new()),
             queue,
             queue_rx: Mutex::new(Some(rx)),
-            outbox: Mutex::new(Vec::new()),
+            outbox: Mutex::new(VecDeque::new()),
             sharing,
             dirty: AtomicBool::new(false),
             verdicts: Default::default(),
@@ -158,13 +158,7 @@ impl Neighbourhood {
         };
         let Some(learned) = learned else { return };
         self.dirty.store(true, Ordering::Relaxed);
-        if self.sharing {
-            let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-            if outbox.len() >= OUTBOX_MAX {
-                outbox.remove(0);
-            }
-            outbox.push(learned.clone());
-        }
+        self.share(&learned);
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         if !self.overflow.load(Ordering::Relaxed) {
             journal.push(Change::Put {
@@ -248,13 +242,7 @@ impl Neighbourhood {
             inferred: false,
         };
         self.teach(&table, &learned);
-        if self.sharing {
-            let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-            if outbox.len() >= OUTBOX_MAX {
-                outbox.remove(0);
-            }
-            outbox.push(learned);
-        }
+        self.share(&learned);
     }
 
     /// Teaches one learned domain, its standing from `table` (a state file, a snapshot or
@@ -297,9 +285,21 @@ impl Neighbourhood {
         learned.len()
     }
 
+    /// Queues `learned` for the other gateways (when sharing); past `OUTBOX_MAX` the oldest goes.
+    fn share(&self, learned: &Learned) {
+        if !self.sharing {
+            return;
+        }
+        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        if outbox.len() >= OUTBOX_MAX {
+            outbox.pop_front();
+        }
+        outbox.push_back(learned.clone());
+    }
+
     /// Takes what is waiting to be shared.
     pub(crate) fn take_outbox(&self) -> Vec<Learned> {
-        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner())).into()
     }
 
     fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
