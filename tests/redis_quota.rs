@@ -1,6 +1,7 @@
 //! The shared quota on a real `redis-server`: one count across gateways, outages (fail open and
 //! fail closed), replies that come after the call gave up (a paused Redis), persistence across a
-//! Redis restart, month rollover and key expiry.
+//! Redis restart, month rollover and key expiry; a Redis that may evict (its `maxmemory-policy`
+//! not `noeviction`) said so in the log, the metrics and readiness.
 
 use crate::common;
 use crate::redis_server;
@@ -355,4 +356,55 @@ fn a_count_under_the_untagged_name_of_older_releases_carries_over() {
     );
     assert_eq!(status(&gw, LOOKUP), 200);
     assert_eq!(redis.int(&["GET", &month_key()]), Some(7));
+}
+
+/// A Redis whose `maxmemory-policy` evicts would drop API-made keys and month counts without a
+/// word under memory pressure: the gateway says so (WARN, `drg_quota_store_noeviction 0`, the
+/// policy in the admin `/readyz`), and with `on_eviction_policy: unready` is not ready until
+/// Redis is set to `noeviction`.
+#[test]
+fn a_redis_that_may_evict_is_reported_and_can_keep_the_gateway_unready() {
+    let redis = RedisServer::start_with(
+        false,
+        vec!["--maxmemory-policy".into(), "allkeys-lru".into()],
+        false,
+    );
+    let warned = gateway(&redis, "fail_open", 100);
+    warned.wait_metric("drg_quota_store_noeviction", 0.0);
+    assert_eq!(readyz_quota(&warned)["eviction_policy"], "allkeys-lru");
+    assert_eq!(status(&warned, "/readyz"), 200, "warn: still ready");
+    assert!(
+        warned.log().contains("maxmemory-policy is allkeys-lru"),
+        "{}",
+        warned.log()
+    );
+    let strict = Gateway::builder()
+        .plan("shared", 100)
+        .key("k", SECRET, "shared", &[])
+        .redis_with(&redis.url(), "fail_open", "on_eviction_policy: unready")
+        .start();
+    strict.wait_metric("drg_quota_store_noeviction", 0.0);
+    let r = strict.get("/readyz");
+    assert_eq!(
+        (r.status, r.json()["status"].clone()),
+        (503, "quota_store_evicts".into())
+    );
+    assert_eq!(
+        strict.admin_get("/readyz").json()["status"],
+        "quota_store_evicts"
+    );
+    // Lookups are still answered (fail open): readiness only steers new traffic away.
+    assert_eq!(status(&strict, LOOKUP), 200);
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query(&mut c)
+        .unwrap();
+    strict.wait_metric("drg_quota_store_noeviction", 1.0);
+    wait_until(Duration::from_secs(5), || {
+        strict.get("/readyz").status == 200
+    });
+    assert!(strict.log().contains("maxmemory-policy is noeviction"));
 }

@@ -50,6 +50,7 @@ struct Readiness {
 fn readiness(shared: &Shared) -> (&'static str, bool) {
     match shared.draining.phase() {
         Phase::Serving if shared.quota.refuses_calls() => ("quota_store_unavailable", false),
+        Phase::Serving if shared.quota.unready_for_eviction() => ("quota_store_evicts", false),
         Phase::Serving => ("ready", true),
         phase => (phase.status(), false),
     }

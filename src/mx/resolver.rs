@@ -713,9 +713,10 @@ impl MxResolver {
                 Err(_) => failed = true,
             }
         }
-        let empty = if failed || !self.trust().believes_negatives() {
-            HostState::Unknown
-        } else if nx && ips.is_empty() && !self.confirmed_absent(&fqdn, RecordType::A).await {
+        let unbelieved = failed
+            || !self.trust().believes_negatives()
+            || (nx && ips.is_empty() && !self.confirmed_absent(&fqdn, RecordType::A).await);
+        let empty = if unbelieved {
             HostState::Unknown
         } else if nx {
             HostState::Unusable(HostProblem::NoSuchHost)
@@ -844,24 +845,7 @@ impl MxResolver {
                 };
                 (evidence, self.clamp(ttl, self.max_ttl))
             }
-            Err(e) if e.is_nx_domain() => {
-                if !self.confirmed_absent(&fqdn, RecordType::MX).await {
-                    log::debug!(
-                        "MX lookup of {name}: NXDOMAIN not confirmed by the second resolver"
-                    );
-                    (MxEvidence::Unknown, self.failure_ttl)
-                } else if self.tld_exists(name).await {
-                    (
-                        MxEvidence::NoDomain,
-                        self.clamp(negative_ttl(&e), self.negative_max_ttl),
-                    )
-                } else {
-                    log::debug!(
-                        "MX lookup of {name}: NXDOMAIN under a TLD the resolver does not show"
-                    );
-                    (MxEvidence::Unknown, self.failure_ttl)
-                }
-            }
+            Err(e) if e.is_nx_domain() => self.no_domain(name, &fqdn, &e).await,
             Err(e) if e.is_no_records_found() => {
                 let neg = negative_ttl(&e);
                 let (a, aaaa) = tokio::join!(
@@ -889,6 +873,23 @@ impl MxResolver {
             }
         };
         (evidence, ttl, !answered)
+    }
+
+    /// What an NXDOMAIN for `name` is worth: `NoDomain` only when the second resolver (if any)
+    /// confirms it and the resolver shows the name's TLD to exist; else nothing known.
+    async fn no_domain(&self, name: &str, fqdn: &str, e: &NetError) -> (MxEvidence, Duration) {
+        if !self.confirmed_absent(fqdn, RecordType::MX).await {
+            log::debug!("MX lookup of {name}: NXDOMAIN not confirmed by the second resolver");
+            (MxEvidence::Unknown, self.failure_ttl)
+        } else if self.tld_exists(name).await {
+            (
+                MxEvidence::NoDomain,
+                self.clamp(negative_ttl(e), self.negative_max_ttl),
+            )
+        } else {
+            log::debug!("MX lookup of {name}: NXDOMAIN under a TLD the resolver does not show");
+            (MxEvidence::Unknown, self.failure_ttl)
+        }
     }
 
     /// Whether the second resolver (`mx.confirm_servers`) also says `fqdn` does not exist;

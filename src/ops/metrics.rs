@@ -605,6 +605,14 @@ fn quota_families(f: &mut Families, quota: &serde_json::Value) {
         "1 when the quota store is reachable (always for the embedded store).",
         f64::from(u8::from(up)),
     );
+    // Known only once a probe read it (the Redis store): absent until then.
+    if let Some(policy) = quota["eviction_policy"].as_str() {
+        f.gauge(
+            "drg_quota_store_noeviction",
+            "1 when Redis's maxmemory-policy is noeviction; 0 when Redis may evict API-made keys and month counts under memory pressure.",
+            f64::from(u8::from(policy == "noeviction")),
+        );
+    }
     f.gauge(
         "drg_quota_breaker_open",
         "1 while the Redis circuit breaker is open.",

@@ -212,6 +212,12 @@ pub trait QuotaStore: Send + Sync {
     fn refuses_calls(&self) -> bool {
         false
     }
+
+    /// Whether the shared store may lose what it holds (Redis evicts) and the operator asked
+    /// for the gateway to be unready meanwhile (`/readyz` answers 503 `quota_store_evicts`).
+    fn unready_for_eviction(&self) -> bool {
+        false
+    }
 }
 
 /// The time the quota is counted in. Injected so month rollovers are testable.

@@ -221,6 +221,8 @@ impl Gateway {
             br#"{"status":"draining"}"#
         } else if self.shared.quota.refuses_calls() {
             br#"{"status":"quota_store_unavailable"}"#
+        } else if self.shared.quota.unready_for_eviction() {
+            br#"{"status":"quota_store_evicts"}"#
         } else {
             return Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#));
         };

@@ -18,6 +18,20 @@ pub enum FailurePolicy {
     FailClosed,
 }
 
+/// What to do when Redis may evict keys (its `maxmemory-policy` is not `noeviction`): under
+/// memory pressure it would silently drop API-made keys and month counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvictionPolicyCheck {
+    /// Keep serving; a WARN when it is seen (at the first probe and on each change), the
+    /// policy in `/readyz` (admin) and `drg_quota_store_noeviction 0`.
+    #[default]
+    Warn,
+    /// As `warn`, and not ready (`/readyz` 503 `quota_store_evicts`) while it lasts, so an
+    /// orchestrator keeps traffic away until Redis is set to `noeviction`.
+    Unready,
+}
+
 /// Which kind of Redis deployment the gateway talks to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,6 +91,8 @@ pub struct RedisConfig {
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub connect_timeout: Duration,
     pub failure_policy: FailurePolicy,
+    /// When Redis's `maxmemory-policy` is not `noeviction` (checked with every probe).
+    pub on_eviction_policy: EvictionPolicyCheck,
     /// Consecutive failures that open the circuit breaker.
     pub breaker_failures: u32,
     /// How long the breaker stays open before one call probes Redis again, in milliseconds.
@@ -110,6 +126,7 @@ impl Default for RedisConfig {
             call_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_millis(200),
             failure_policy: FailurePolicy::FailOpen,
+            on_eviction_policy: EvictionPolicyCheck::Warn,
             breaker_failures: 3,
             breaker_open: Duration::from_millis(1_000),
             reconcile_interval: Duration::from_millis(250),

@@ -83,6 +83,8 @@ pub struct RedisStore {
     give_back_script: redis::Script,
     /// Per-project rates while Redis is away under `fail_open`: per gateway, as embedded.
     local_rates: crate::access::rate::Limiter,
+    /// Redis's `maxmemory-policy`, as the probe last read it.
+    eviction_policy: std::sync::Mutex<Option<Box<str>>>,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -121,6 +123,7 @@ impl RedisStore {
             rate_script: rate::script(),
             give_back_script: rate::give_back_script(),
             local_rates: Default::default(),
+            eviction_policy: std::sync::Mutex::new(None),
         })
     }
 
@@ -718,11 +721,17 @@ impl QuotaStore for RedisStore {
             "pending_local_counts": pending,
             "failure_policy": self.config.failure_policy,
             "refusing_calls": self.refusing(),
+            "eviction_policy": self.eviction_policy(),
+            "on_eviction_policy": self.config.on_eviction_policy,
         })
     }
 
     fn refuses_calls(&self) -> bool {
         self.refusing()
+    }
+
+    fn unready_for_eviction(&self) -> bool {
+        RedisStore::unready_for_eviction(self)
     }
 }
 

@@ -1,9 +1,20 @@
 //! The background probe of Redis: a PING every `breaker_open_ms`, so that what readiness says
-//! (a `fail_closed` store refusing every counted call) follows Redis even when no call comes.
+//! (a `fail_closed` store refusing every counted call) follows Redis even when no call comes;
+//! and with it Redis's `maxmemory-policy` (`INFO memory`), since any policy but `noeviction`
+//! lets Redis drop API-made keys and month counts silently under memory pressure.
 
 use std::sync::atomic::Ordering;
 
 use super::{Failure, FailurePolicy, RedisStore};
+use crate::infra::redis::config::EvictionPolicyCheck;
+
+/// The `maxmemory_policy` field of an `INFO memory` reply.
+pub fn eviction_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+}
 
 impl RedisStore {
     /// Pings Redis under the call budget and books the outcome like a call's: a failure counts
@@ -27,9 +38,69 @@ impl RedisStore {
         }
         .await;
         match outcome {
-            Ok(()) => self.succeeded(),
+            Ok(()) => {
+                self.succeeded();
+                self.check_eviction_policy().await;
+            }
             Err(f) => self.failed(&f.why),
         }
+    }
+
+    /// Reads Redis's `maxmemory-policy` and says so when it is not `noeviction`: a WARN when
+    /// first seen and on each change. A reply without it (a proxy, a managed service that hides
+    /// `INFO`) leaves what was known; one failed read is nothing.
+    async fn check_eviction_policy(&self) {
+        let Ok(mut conn) = self.connection().await else {
+            return;
+        };
+        let asked = tokio::time::timeout(
+            self.config.call_timeout,
+            redis::cmd("INFO")
+                .arg("memory")
+                .query_async::<String>(&mut conn),
+        )
+        .await;
+        let Ok(Ok(info)) = asked else { return };
+        let Some(policy) = eviction_policy(&info) else {
+            return;
+        };
+        let mut known = self
+            .eviction_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if known.as_deref() == Some(policy) {
+            return;
+        }
+        if policy == "noeviction" {
+            log::info!("quota store: Redis maxmemory-policy is noeviction");
+        } else {
+            log::warn!(
+                "quota store: Redis maxmemory-policy is {policy}: under memory pressure Redis may \
+                 evict API-made keys and month counts without a word; set it to noeviction \
+                 (docs/scaling.md){}",
+                if self.config.on_eviction_policy == EvictionPolicyCheck::Unready {
+                    "; not ready until then (on_eviction_policy: unready)"
+                } else {
+                    ""
+                }
+            );
+        }
+        *known = Some(policy.into());
+    }
+
+    /// Redis's `maxmemory-policy` as last read, if it was.
+    pub fn eviction_policy(&self) -> Option<String> {
+        self.eviction_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            .map(str::to_owned)
+    }
+
+    /// Not ready because Redis may evict (`on_eviction_policy: unready`).
+    pub fn unready_for_eviction(&self) -> bool {
+        self.config.on_eviction_policy == EvictionPolicyCheck::Unready
+            && self.eviction_policy().is_some_and(|p| p != "noeviction")
     }
 
     /// Whether every counted call is refused now: `fail_closed` and the last call or probe
@@ -37,5 +108,19 @@ impl RedisStore {
     pub fn refusing(&self) -> bool {
         self.config.failure_policy == FailurePolicy::FailClosed
             && !self.connected.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eviction_policy;
+
+    #[test]
+    fn the_policy_is_read_from_info_memory() {
+        let info =
+            "# Memory\r\nused_memory:1000\r\nmaxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n";
+        assert_eq!(eviction_policy(info), Some("allkeys-lru"));
+        assert_eq!(eviction_policy("# Memory\r\nused_memory:1\r\n"), None);
+        assert_eq!(eviction_policy("maxmemory_policy:\r\n"), None);
     }
 }
