@@ -2,7 +2,8 @@
 //! folders that share only a `redis-server` make, use and revoke each other's keys, lineage
 //! included; `max_keys` holds across them; a restart keeps the keys; with Redis stopped the
 //! last known keys work, making is refused, and a revocation is in force at once on the gateway
-//! that took it and on the others once Redis is back.
+//! that took it and on the others once Redis is back; a make whose reply never came (a paused
+//! Redis) leaves no key behind, so its 503 "nothing was changed" holds.
 
 use crate::common;
 use crate::keys_api::{create, lookup, made_by, race_creates, revoke};
@@ -254,4 +255,43 @@ fn an_operator_key_removed_from_the_keys_files_revokes_what_it_made_in_redis() {
     // Gone from Redis too: it no longer counts in `max_keys`.
     let project = "keys:{keys}:project:acme";
     wait_until(WITHIN, || redis.int(&["SCARD", project]) == Some(0));
+}
+
+/// With Redis paused, a make's script waits unread and runs when Redis resumes: before, each
+/// 503 "nothing was changed" left a key behind that counted toward `max_keys` (3 of 3). Now the
+/// gateway queues the id's removal, and once Redis answers nothing of them is left.
+#[test]
+fn a_make_refused_while_redis_is_paused_leaves_no_key_behind() {
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    // A key made first: A's connection to Redis is up when Redis stops, so what A sends
+    // meanwhile waits unread in it.
+    let (first, _) = made_by(&a, SERVER, "before");
+    redis.pause();
+    for i in 0..3 {
+        let r = create(&a, SERVER, &format!("paused {i}"));
+        r.assert_error(503, "service_unavailable");
+        assert!(r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was changed"));
+    }
+    redis.resume();
+    let pending = a.dir.path().join("state/keys.redis-pending.json");
+    wait_until(WITHIN, || !pending.exists());
+    let api_made = |gw: &Gateway| {
+        listed(gw)
+            .iter()
+            .filter(|k| k["label"].as_str().is_some_and(|l| l.starts_with("paused")))
+            .count()
+    };
+    wait_until(WITHIN, || api_made(&a) == 0 && api_made(&b) == 0);
+    assert!(!hash_text(&redis, "keys:{keys}:rows").contains("paused"));
+    // The project's three further API-made keys are all still to be had (6: two operator
+    // keys and `first`).
+    assert!(listed(&b).iter().any(|k| k["id"] == first.as_str()));
+    for i in 0..3 {
+        made_by(&b, SERVER, &format!("after {i}"));
+    }
+    create(&b, SERVER, "one too many").assert_error(409, "conflict");
 }

@@ -8,7 +8,10 @@
 //!
 //! - Making a key is one script that counts the project's API-made keys in Redis (plus the
 //!   operator's keys, counted here) and adds the row only below `max_keys`: exact across
-//!   gateways. With Redis away: `503 service_unavailable`, nothing made.
+//!   gateways. With Redis away: `503 service_unavailable`, nothing made. A script whose reply
+//!   did not come (a paused or slow Redis) may still run later: its id is kept in the pending
+//!   file as a revocation, so the key (whose secret nobody was shown) is removed as soon as
+//!   Redis answers, and the 503 stays true.
 //! - Revoking is one script that removes the key and every key it made, recursively. With
 //!   Redis away, a key this gateway knows is revoked here at once and kept in the pending file
 //!   (`keys.redis-pending.json`, see [`crate::access::shared_keys::pending`]) until Redis has it:
@@ -168,11 +171,32 @@ impl KeysApi {
                 Ok(Made::IdTaken) => continue,
                 Err(e) => {
                     shared.down(&e);
+                    self.undo_create(&row.project, &row.id).await;
                     return Refused::Unavailable.answer();
                 }
             }
         }
         ApiError::Internal("no free key id in 8 draws".into()).into()
+    }
+
+    /// A make whose reply did not come may run once Redis reads it: its id is queued as a
+    /// revocation (the pending file, sent at the next poll that reaches Redis), so the key is
+    /// removed if it was made, before it is ever used (nobody was shown its secret).
+    async fn undo_create(self: &Arc<Self>, project: &str, id: &str) {
+        let path = self.shared().pending.clone();
+        let (project, id) = (project.to_owned(), id.to_owned());
+        // Under the publishing lock, as every other writer of the pending file.
+        let queued = self
+            .change_locally(move |_| {
+                let mut p = pending::read(&path)?;
+                p.add(&project, &id, &now());
+                pending::write(&path, &p)?;
+                Ok(false)
+            })
+            .await;
+        if let Err(e) = queued {
+            log::error!("keys API: a key Redis may still make was not queued for removal: {e}");
+        }
     }
 
     /// `DELETE /v1/keys/{id}` on the shared store.
