@@ -295,3 +295,49 @@ fn a_make_refused_while_redis_is_paused_leaves_no_key_behind() {
     }
     create(&b, SERVER, "one too many").assert_error(409, "conflict");
 }
+
+/// Redis out of memory under `noeviction` refuses writes: a revocation must still reach every
+/// gateway within a poll (it only frees memory), not wait for Redis to have room again.
+#[test]
+fn a_revocation_reaches_the_other_gateway_while_redis_is_out_of_memory() {
+    let redis = RedisServer::start_with(
+        false,
+        vec![
+            "--maxmemory".into(),
+            "4mb".into(),
+            "--maxmemory-policy".into(),
+            "noeviction".into(),
+        ],
+        false,
+    );
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (id, secret) = made_by(&a, SERVER, "doomed");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    // Fill Redis until it refuses writes.
+    let mut c = redis.client().get_connection().unwrap();
+    let blob = "x".repeat(64 * 1024);
+    for i in 0..1_000 {
+        let r: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&blob)
+            .query(&mut c);
+        if r.is_err() {
+            break;
+        }
+    }
+    let oom: redis::RedisResult<()> = redis::cmd("SET").arg("one-more").arg(&blob).query(&mut c);
+    assert!(oom.is_err(), "Redis still takes writes");
+    let r = revoke(&a, SERVER, &id);
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(lookup(&a, &secret), 401);
+    // Within a few polls (200 ms each), on a loaded machine: before, 15 s and more.
+    let revoked = std::time::Instant::now();
+    wait_until(WITHIN, || lookup(&b, &secret) == 401);
+    assert!(
+        revoked.elapsed() < Duration::from_secs(3),
+        "B took {:?}:\n{}",
+        revoked.elapsed(),
+        b.log()
+    );
+}
+
