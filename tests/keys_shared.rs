@@ -341,3 +341,48 @@ fn a_revocation_reaches_the_other_gateway_while_redis_is_out_of_memory() {
     );
 }
 
+/// `FLUSHALL` (or a keyspace evicted, or another Redis): before, every API-made key answered
+/// 401 on every gateway within a second and never came back. Now each gateway sees the data set
+/// gone (its epoch) and puts back what it knew before reading: the keys keep working, Redis has
+/// them again, a key revoked before the flush stays revoked, and the log says so.
+#[test]
+fn a_flushed_redis_gets_the_keys_back_and_they_never_stop_working() {
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (kept, kept_secret) = made_by(&a, SERVER, "kept");
+    let (child, child_secret) = made_by(&a, &kept_secret, "kept's child");
+    let (gone, gone_secret) = made_by(&a, SERVER, "revoked first");
+    assert_eq!(revoke(&a, SERVER, &gone).status, 204);
+    for gw in [&a, &b] {
+        wait_until(WITHIN, || {
+            lookup(gw, &child_secret) == 200 && lookup(gw, &gone_secret) == 401
+        });
+    }
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    // Several polls (200 ms) later, the keys still work on both gateways...
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        for gw in [&a, &b] {
+            assert_eq!(lookup(gw, &kept_secret), 200);
+            assert_eq!(lookup(gw, &child_secret), 200);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // ...Redis has them again, lineage included, and not the revoked one.
+    wait_until(WITHIN, || {
+        let rows = hash_text(&redis, "keys:{keys}:rows");
+        rows.contains(&kept) && rows.contains(&child)
+    });
+    assert!(!hash_text(&redis, "keys:{keys}:rows").contains(&gone));
+    assert!(
+        a.log().contains("lost its data set") || b.log().contains("lost its data set"),
+        "{}",
+        a.log()
+    );
+    // Revoking the restored maker takes its child on both gateways.
+    assert_eq!(revoke(&b, SERVER, &kept).status, 204);
+    for gw in [&a, &b] {
+        wait_until(WITHIN, || lookup(gw, &child_secret) == 401);
+    }
+}

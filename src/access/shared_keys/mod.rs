@@ -74,6 +74,7 @@ pub struct SharedKeys {
     revoke: redis::Script,
     read: redis::Script,
     save_used: redis::Script,
+    restore: redis::Script,
 }
 
 /// The least budget of one call: reading every row is bigger than a counting call, and none of
@@ -95,6 +96,7 @@ impl SharedKeys {
             revoke: redis::Script::new(script::REVOKE),
             read: redis::Script::new(script::READ),
             save_used: redis::Script::new(script::SAVE_USED),
+            restore: redis::Script::new(script::RESTORE),
         })
     }
 
@@ -144,6 +146,24 @@ impl SharedKeys {
         let (epoch, version, rows, used): (String, u64, Vec<String>, Vec<String>) =
             self.timed(call.invoke_async(&mut link)).await?;
         Ok(snapshot(Stamp { epoch, version }, &rows, &used))
+    }
+
+    /// Puts `rows` back (a gateway's last known keys, after the store lost its data set); rows
+    /// still there stay as they are. How many came back.
+    pub async fn restore(&self, rows: &[ManagedKey]) -> Result<u64, SharedKeysError> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let mut link = self.link().await?;
+        let mut call = self.restore.prepare_invoke();
+        call.key(layout::ROWS).key(layout::VERSION);
+        for row in rows {
+            call.key(layout::project(&row.project));
+        }
+        for row in rows {
+            call.arg(&row.id).arg(serde_json::to_string(&stored(row))?);
+        }
+        self.timed(call.invoke_async(&mut link)).await
     }
 
     /// Adds `row` unless its project holds `max` keys with the operator's `operator` ones.

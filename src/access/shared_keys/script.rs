@@ -83,3 +83,19 @@ for i = 1, #ARGV, 2 do
 end
 return 1
 "#;
+
+/// Puts back rows a gateway knew after the store lost them (flushed, evicted, replaced):
+/// KEYS rows, version, then each row's project set; ARGV id, row JSON, ... in the same order.
+/// A row already there stays as it is (another gateway restored it, or it was made again);
+/// the version is bumped when any row came back. Replies how many did.
+pub const RESTORE: &str = r#"
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('SADD', KEYS[2 + (i + 1) / 2], ARGV[i])
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('INCR', KEYS[2]) end
+return n
+"#;

@@ -18,6 +18,9 @@
 //!   `202` says so. An id this gateway does not know is `503`: it cannot tell whose it is.
 //! - Every change made here is written to the cache and published at once; other gateways see
 //!   it within a poll ([`super::sync`]).
+//! - A store that lost the data set this gateway read (its epoch gone or changed: `FLUSHALL`,
+//!   eviction, another Redis) gets this gateway's last known keys back (less the revocations
+//!   Redis lacks) before anything is read, so no key in service dies with it.
 //!
 //! One async lock (`seen`) orders every Redis change and read of this gateway with the cache
 //! writes that follow them: a read of Redis from before a revocation is never written after it
@@ -296,6 +299,15 @@ impl KeysApi {
         if stamp.is_some() && stamp == *seen {
             return;
         }
+        // The data set this gateway read is gone (FLUSHALL, eviction, another Redis): what it
+        // knew goes back before anything is read, so the keys in service do not die with it.
+        if let Some(old) = seen.as_ref() {
+            if stamp.as_ref().is_none_or(|s| s.epoch != old.epoch) {
+                if let Err(e) = self.restore_lost(old, stamp.as_ref()).await {
+                    return shared.down(&e);
+                }
+            }
+        }
         let snapshot = match shared.store.read().await {
             Ok(s) => s,
             Err(e) => return shared.down(&e),
@@ -323,6 +335,42 @@ impl KeysApi {
             Ok(()) => *seen = Some(stamp),
             Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
         }
+    }
+
+    /// Puts this gateway's last known keys (its cache, less the revocations Redis lacks) back
+    /// into a store that lost the data set `old` (now `now`, or none), and says so.
+    async fn restore_lost(
+        self: &Arc<Self>,
+        old: &Stamp,
+        now: Option<&Stamp>,
+    ) -> Result<(), SharedKeysError> {
+        let shared = self.shared();
+        let (cache, pending_path) = (self.file.clone(), shared.pending.clone());
+        let known = tokio::task::spawn_blocking(move || {
+            let mut file = managed::read(&cache).map_err(|e| e.to_string())?;
+            pending::read(&pending_path)
+                .map_err(|e| e.to_string())?
+                .strip(&mut file);
+            Ok::<_, String>(file.keys)
+        })
+        .await;
+        let rows = match known {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                log::error!("keys: the shared key store lost its keys and this gateway's cache is unreadable ({e}): nothing restored");
+                return Ok(());
+            }
+            Err(_) => return Ok(()),
+        };
+        let back = shared.store.restore(&rows).await?;
+        log::warn!(
+            "keys: the shared key store lost its data set (epoch {} -> {}: flushed, evicted or \
+             another Redis); {back} of the {} API-made keys this gateway knew put back",
+            old.epoch,
+            now.map_or("none", |s| s.epoch.as_str()),
+            rows.len()
+        );
+        Ok(())
     }
 
     /// Sends the pending revocations to Redis, each dropped from the file once Redis has it.
