@@ -462,7 +462,11 @@ fn quota_store(
             )
         }
         QuotaStoreKind::Redis => {
-            let store = Arc::new(RedisStore::new(&config.redis, clock.clone())?);
+            let store = RedisStore::new(&config.redis, clock.clone())?.with_carried_folder(
+                crate::access::quota::redis::carried::folder_of(&config.state_file),
+            );
+            store.adopt_carried();
+            let store = Arc::new(store);
             log::info!("quota store: {}", config.redis.describe(redacted));
             let service = Reconciler {
                 store: store.clone(),

@@ -408,3 +408,64 @@ fn a_redis_that_may_evict_is_reported_and_can_keep_the_gateway_unready() {
     });
     assert!(strict.log().contains("maxmemory-policy is noeviction"));
 }
+
+/// Calls counted while Redis was away used to live only in the gateway's memory: a restart (or
+/// `kill -9`) in the outage lost them, and usage read low for the month. Now they are kept in
+/// the state folder at each sync and the next gateway on it sends them, once each.
+#[test]
+fn calls_counted_during_an_outage_survive_a_restart_and_a_kill() {
+    let mut redis = RedisServer::start(true);
+    let url = redis.url();
+    let builder = || {
+        Gateway::builder()
+            .plan("shared", 100_000)
+            .key("k", SECRET, "shared", &[])
+            .redis(&url, "fail_open")
+    };
+    let gw = builder().start();
+    for _ in 0..20 {
+        assert_eq!(status(&gw, LOOKUP), 200);
+    }
+    redis.kill();
+    let mut conn = gw.conn_as(Some(SECRET));
+    for _ in 0..30 {
+        assert_eq!(conn.get(LOOKUP).unwrap().status, 200);
+    }
+    // Kept within a sync (100 ms here): then SIGKILL, no shutdown code runs.
+    let state = gw.dir.path().join("state");
+    let carried = || {
+        std::fs::read_dir(&state)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("quota.redis-carried.")
+            })
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>()
+    };
+    wait_until(Duration::from_secs(5), || {
+        carried().contains("\"calls\":30")
+    });
+    let mut gw = gw;
+    gw.signal("KILL");
+    assert!(gw.wait_exit(Duration::from_secs(15)));
+    let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
+    redis.restart();
+    let next = builder().in_dir(dir).start();
+    wait_until(Duration::from_secs(10), || {
+        redis.int(&["GET", &month_key()]) == Some(50)
+    });
+    wait_until(Duration::from_secs(5), || {
+        carried().is_empty() || !carried().contains("calls")
+    });
+    assert!(
+        next.log().contains("not yet in Redis are sent"),
+        "{}",
+        next.log()
+    );
+    // Once each: nothing more arrives.
+    assert_eq!(status(&next, LOOKUP), 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(51));
+}

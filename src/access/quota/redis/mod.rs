@@ -13,6 +13,7 @@
 //! owed to Redis and, in batched mode, the lease (`leases.rs`). The background sync drops slots
 //! of past months once they owe Redis nothing.
 
+pub mod carried;
 mod leases;
 mod probe;
 pub mod rate;
@@ -85,6 +86,8 @@ pub struct RedisStore {
     local_rates: crate::access::rate::Limiter,
     /// Redis's `maxmemory-policy`, as the probe last read it.
     eviction_policy: std::sync::Mutex<Option<Box<str>>>,
+    /// Where calls Redis lacks are kept across restarts ([`carried`]).
+    carried_file: Option<std::path::PathBuf>,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -124,6 +127,7 @@ impl RedisStore {
             give_back_script: rate::give_back_script(),
             local_rates: Default::default(),
             eviction_policy: std::sync::Mutex::new(None),
+            carried_file: None,
         })
     }
 
@@ -487,6 +491,9 @@ impl RedisStore {
                 }
             }
         }
+        self.save_carried(&slots);
+        // What a process gone meanwhile left (the old one of an upgrade, at its end).
+        self.adopt_carried();
         slots.iter().map(|s| s.tally().local_calls()).sum()
     }
 }

@@ -151,6 +151,18 @@ impl Tally {
         carry
     }
 
+    /// What Redis may lack and no call is carrying now: calls never sent, and batches whose
+    /// reply never came (for the carried-calls file).
+    pub fn carried(&self) -> (u64, Vec<Batch>) {
+        (self.pending, self.unsure.clone())
+    }
+
+    /// Takes back what a previous run carried (the carried-calls file) for the next sync.
+    pub fn restore(&mut self, calls: u64, unsure: Vec<Batch>) {
+        self.pending += calls;
+        self.unsure.extend(unsure);
+    }
+
     /// Redis answered the call: everything it carried is applied. `marked`: the call left a
     /// marker under its id (it added something), which Redis may now drop.
     pub fn settled(&mut self, carry: &Carry, used: u64, marked: bool) {
@@ -216,6 +228,10 @@ impl Slot {
             tally: Mutex::new(Tally::default()),
             lease_ended: tokio::sync::Notify::new(),
         }
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.key_id
     }
 
     pub fn tally(&self) -> MutexGuard<'_, Tally> {

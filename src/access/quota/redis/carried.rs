@@ -1,0 +1,212 @@
+//! The calls this gateway counted while Redis was unreachable or slow, and has not got into
+//! Redis yet, kept in a state file beside the quota's (`quota.redis-carried.<pid>.json`, one per
+//! process): a restart sends them instead of forgetting them, the embedded store's crash-safety
+//! for the Redis store's local part. Written by the background sync whenever such calls exist
+//! (every `reconcile_interval_ms`, so a `kill -9` loses at most that much), removed once there
+//! are none. The file of a process that is gone (stopped, upgraded, killed) is adopted by the
+//! next gateway of that state folder to look: at its start and at each sync, so the new process
+//! of a graceful upgrade takes what the old one left at its end. Batches whose reply never came
+//! keep their ids, so Redis still applies each once.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::slots::{Batch, Slot};
+use super::RedisStore;
+use crate::access::quota::Month;
+
+/// One key and month's calls Redis may lack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    /// `YYYY-MM`.
+    month: String,
+    /// Counted here, never sent.
+    calls: u64,
+    /// Sent under an id whose reply never came: `[id, calls, returned]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unsure: Vec<[u64; 3]>,
+}
+
+const PREFIX: &str = "quota.redis-carried.";
+
+/// The folder the files live in: the quota's `state_file`'s.
+pub fn folder_of(state_file: &Path) -> PathBuf {
+    state_file
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// The pid a carried-calls file name belongs to.
+fn pid_of(name: &str) -> Option<u32> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// Whether process `pid` exists (signal 0: nothing sent).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill(2) with signal 0 sends nothing: it only checks that the process exists.
+    let sent = unsafe { libc::kill(pid, 0) } == 0;
+    sent || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn entry_of(slot: &Slot) -> Option<Entry> {
+    let (calls, unsure) = slot.tally().carried();
+    (calls > 0 || !unsure.is_empty()).then(|| Entry {
+        key: slot.key_id().to_owned(),
+        month: slot.month.label(),
+        calls,
+        unsure: unsure.iter().map(|b| [b.id, b.calls, b.returned]).collect(),
+    })
+}
+
+impl RedisStore {
+    /// Keeps the carried calls in `folder` (see the module documentation).
+    pub fn with_carried_folder(mut self, folder: PathBuf) -> Self {
+        self.carried_file = Some(folder.join(format!("{PREFIX}{}.json", std::process::id())));
+        self
+    }
+
+    /// Adopts the files of processes that are gone: their calls join the slots for the next
+    /// sync to send, and the files go. How many calls.
+    pub fn adopt_carried(&self) -> u64 {
+        let Some(own) = &self.carried_file else {
+            return 0;
+        };
+        let Some(folder) = own.parent() else { return 0 };
+        let Ok(dir) = std::fs::read_dir(folder) else {
+            return 0;
+        };
+        let mut total = 0;
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(pid_of) else {
+                continue;
+            };
+            if pid == std::process::id() || alive(pid) {
+                continue;
+            }
+            let path = entry.path();
+            total += self.load_carried(&path);
+            // Taken into memory: this process's own file keeps them from now on.
+            let _ = std::fs::remove_file(&path);
+        }
+        total
+    }
+
+    /// Takes the calls in `path` into the slots; how many calls. A file that does not parse
+    /// is kept aside (`.bad`) and logged.
+    fn load_carried(&self, path: &Path) -> u64 {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+            Err(e) => {
+                log::error!("quota store: {} unreadable: {e}", path.display());
+                return 0;
+            }
+        };
+        let entries: Vec<Entry> = match serde_json::from_slice(&text) {
+            Ok(e) => e,
+            Err(e) => {
+                let aside = path.with_extension("json.bad");
+                let _ = std::fs::rename(path, &aside);
+                log::error!(
+                    "quota store: {} is not a list of carried calls ({e}); moved to {}",
+                    path.display(),
+                    aside.display()
+                );
+                return 0;
+            }
+        };
+        let mut total = 0;
+        for e in entries {
+            let Some(month) = Month::parse_label(&e.month) else {
+                continue;
+            };
+            let unsure: Vec<Batch> = e
+                .unsure
+                .iter()
+                .map(|[id, calls, returned]| Batch {
+                    id: *id,
+                    calls: *calls,
+                    returned: *returned,
+                })
+                .collect();
+            total += e.calls + unsure.iter().map(|b| b.calls).sum::<u64>();
+            self.slots
+                .get(&e.key, month)
+                .tally()
+                .restore(e.calls, unsure);
+        }
+        if total > 0 {
+            log::info!(
+                "quota store: {total} calls counted before the restart and not yet in Redis are \
+                 sent with the next sync ({})",
+                path.display()
+            );
+        }
+        total
+    }
+
+    /// Writes what the slots carry (or removes the file when nothing is carried).
+    pub(super) fn save_carried(&self, slots: &[std::sync::Arc<Slot>]) {
+        let Some(path) = &self.carried_file else {
+            return;
+        };
+        let entries: Vec<Entry> = slots.iter().filter_map(|s| entry_of(s)).collect();
+        if let Some(folder) = path.parent() {
+            let _ = std::fs::create_dir_all(folder);
+        }
+        let done = if entries.is_empty() {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        } else {
+            let body = serde_json::to_vec(&entries).unwrap_or_default();
+            crate::infra::fsutil::write_atomic(path, 0o600, &body)
+        };
+        if let Err(e) = done {
+            log::error!(
+                "quota store: carried calls not kept in {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_name_their_process() {
+        assert_eq!(pid_of("quota.redis-carried.4242.json"), Some(4242));
+        assert_eq!(pid_of("quota.redis-carried.json"), None);
+        assert_eq!(pid_of("quota.counters"), None);
+        assert!(alive(std::process::id()));
+    }
+
+    #[test]
+    fn an_entry_reads_back_as_written() {
+        let e = Entry {
+            key: "k".into(),
+            month: "2026-11".into(),
+            calls: 5,
+            unsure: vec![[7, 2, 0]],
+        };
+        let text = serde_json::to_string(&[&e]).unwrap();
+        assert_eq!(
+            text,
+            r#"[{"key":"k","month":"2026-11","calls":5,"unsure":[[7,2,0]]}]"#
+        );
+        let back: Vec<Entry> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, vec![e]);
+    }
+}
