@@ -469,3 +469,25 @@ fn calls_counted_during_an_outage_survive_a_restart_and_a_kill() {
     assert_eq!(status(&next, LOOKUP), 200);
     assert_eq!(redis.int(&["GET", &month_key()]), Some(51));
 }
+
+/// `FLUSHALL` (or the month's count evicted) used to restart a project's month from zero (667
+/// -> 47 in an outside test): the next call now finds the count missing and sets it back to
+/// what the gateway had seen, and says so.
+#[test]
+fn a_flushed_month_count_is_set_back_to_what_the_gateway_saw() {
+    let redis = RedisServer::start(false);
+    let gw = gateway(&redis, "fail_open", 1_000);
+    for _ in 0..40 {
+        assert_eq!(status(&gw, LOOKUP), 200);
+    }
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(40));
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(status(&gw, LOOKUP), 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(41), "{}", gw.log());
+    let usage = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
+    assert_eq!(usage["month_count"], 41, "{usage}");
+    assert!(gw.log().contains("was missing from Redis"), "{}", gw.log());
+    // The count keeps its expiry (the end of the month, not forever).
+    assert!(redis.int(&["TTL", &month_key()]).unwrap() > 0);
+}

@@ -357,6 +357,15 @@ impl RedisStore {
                         slot.count_key
                     );
                 }
+                if reply.restored > 0 {
+                    log::warn!(
+                        "quota store: {} was missing from Redis (flushed or evicted: set \
+                         maxmemory-policy noeviction); set back to the {} calls this gateway had \
+                         seen",
+                        slot.count_key,
+                        reply.restored
+                    );
+                }
                 if reply.late > 0 {
                     log::info!(
                         "quota store: {} timed-out calls on {} had reached Redis after all: settled, not counted again",

@@ -12,6 +12,11 @@
 //! Marker keys are named inside the script; they carry the count's `{hash tag}`, so on Redis
 //! Cluster they live in the slot of the keys the script declares, which Redis allows.
 //!
+//! A count that is missing while the calling gateway has seen it above zero this month was
+//! flushed or evicted (a count only grows, or shrinks by leases given back, and lives until its
+//! month's end): it is set back to what the gateway saw before the call is counted, and the reply
+//! says so. What other gateways counted since their last call is lost; nothing is counted twice.
+//!
 //! Upgrade from names without the tag: on a single server (or Sentinel) the first call of a month
 //! on a key whose tagged count does not exist yet adopts the untagged one (`q:<key_id>:<month>`),
 //! so this month's counts carry over (a cluster never had untagged names).
@@ -23,14 +28,16 @@ use super::slots::{Carry, Slot};
 /// KEYS: the count, the marker prefix, optionally the count's untagged name. ARGV: limit, ttl
 /// (seconds, relative so that clock skew with Redis does not matter), want (0: add only; 1: one
 /// call; more: a lease of that many, else one call; -n: a batch of n calls, all or none, which
-/// answers as a lease), this call's id, its carried delta, the number
-/// of batches, the batches (id, delta), then ids whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
-/// before), count after the call, batches whose call had run}.
+/// answers as a lease), this call's id, its carried delta, the count this gateway last saw (the
+/// floor of a count found missing), the number of batches, the batches (id, delta), then ids
+/// whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
+/// before), count after the call, batches whose call had run, calls put back into a count
+/// found missing}.
 const CONSUME: &str = r#"
 local count, op = KEYS[1], KEYS[2]
 local ttl = ARGV[2]
-local add, late, i = 0, 0, 7
-for _ = 1, tonumber(ARGV[6]) do
+local add, late, i = 0, 0, 8
+for _ = 1, tonumber(ARGV[7]) do
   local marker, delta = op .. ARGV[i], tonumber(ARGV[i + 1])
   local before = redis.call('GET', marker)
   if not before then
@@ -49,6 +56,12 @@ if not stored and KEYS[3] then
     redis.call('SET', count, stored, 'EX', ttl)
     redis.call('DEL', KEYS[3])
   end
+end
+local restored = 0
+if not stored and tonumber(ARGV[6]) > 0 then
+  restored = tonumber(ARGV[6])
+  redis.call('SET', count, restored, 'EX', ttl)
+  stored = tostring(restored)
 end
 local used = tonumber(stored or '0')
 local limit, want, mine = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[5])
@@ -71,7 +84,7 @@ if #ARGV >= i then
   redis.call('DEL', unpack(done))
 end
 if not stored then redis.call('EXPIRE', count, ttl) end
-return {outcome, used, late}
+return {outcome, used, late, restored}
 "#;
 
 pub fn script() -> Script {
@@ -99,11 +112,15 @@ pub struct Reply {
     pub used: u64,
     /// Carried batches whose call had run after all (their reply was lost).
     pub late: u64,
+    /// The count was missing (flushed, evicted) and was set back to this, what this gateway
+    /// had seen; 0 when it was there.
+    pub restored: u64,
 }
 
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        let (outcome, used, late): (u8, i64, u64) = redis::FromRedisValue::from_redis_value(v)?;
+        let (outcome, used, late, restored): (u8, i64, u64, u64) =
+            redis::FromRedisValue::from_redis_value(v)?;
         Ok(Reply {
             outcome: match outcome {
                 0 => Outcome::NotCounted,
@@ -114,6 +131,7 @@ impl redis::FromRedisValue for Reply {
             // Giving back leases of a key that expired meanwhile can take it below zero.
             used: used.max(0) as u64,
             late,
+            restored,
         })
     }
 }
@@ -129,7 +147,7 @@ fn keys(slot: &Slot, legacy: bool) -> Vec<&str> {
 
 /// The script's arguments for `carry`.
 fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
-    let mut args = Vec::with_capacity(6 + 2 * carry.unsure.len() + carry.applied.len());
+    let mut args = Vec::with_capacity(7 + 2 * carry.unsure.len() + carry.applied.len());
     args.extend(limit.to_redis_args());
     args.extend(ttl_seconds.to_redis_args());
     if carry.exact {
@@ -139,6 +157,7 @@ fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
     }
     args.extend(carry.id.to_redis_args());
     args.extend(carry.delta().to_redis_args());
+    args.extend(carry.floor.to_redis_args());
     args.extend(carry.unsure.len().to_redis_args());
     for batch in &carry.unsure {
         args.extend(batch.id.to_redis_args());

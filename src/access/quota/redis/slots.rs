@@ -53,6 +53,9 @@ pub struct Carry {
     pub unsure: Vec<Batch>,
     /// Ids of earlier calls whose reply came: Redis may forget them.
     pub applied: Vec<u64>,
+    /// The shared count this gateway last saw: what a count found missing (flushed, evicted)
+    /// is set back to.
+    pub floor: u64,
 }
 
 impl Carry {
@@ -146,6 +149,7 @@ impl Tally {
             returned: std::mem::take(&mut self.unused),
             unsure: self.unsure.drain(..n).collect(),
             applied: std::mem::take(&mut self.applied),
+            floor: self.known,
         };
         self.in_flight += carry.local_calls();
         carry
