@@ -491,3 +491,34 @@ fn a_flushed_month_count_is_set_back_to_what_the_gateway_saw() {
     // The count keeps its expiry (the end of the month, not forever).
     assert!(redis.int(&["TTL", &month_key()]).unwrap() > 0);
 }
+
+/// Batched counting under concurrent calls: a lease is asked once per need (the grant and the
+/// end of its request are one step, so no call finds the lease empty with no request in flight
+/// in between and asks for a second), so a gateway never holds more than the lease in hand and
+/// the next one (`batch_max` each) beyond the calls it admitted.
+#[test]
+fn concurrent_calls_ask_for_one_lease_at_a_time() {
+    const LEASE: i64 = 20;
+    let redis = RedisServer::start(false);
+    let gw = Gateway::builder()
+        .plan("shared", 100_000)
+        .key("k", SECRET, "shared", &[])
+        // Leases kept (not given back) for the whole test: what Redis holds beyond the calls
+        // admitted is what the gateway leased and has not used.
+        .redis_with(
+            &redis.url(),
+            "fail_open",
+            "sync_interval_ms: 60000, batch_max: 20",
+        )
+        .start();
+    for round in 0..5 {
+        let counts = hammer(&[gw.addr], SECRET, LOOKUP, 16, 25);
+        assert_eq!(counts.get(&200).copied().unwrap_or(0), 400, "{counts:?}");
+        let admitted = 400 * (round + 1);
+        let held = redis.int(&["GET", &month_key()]).unwrap() - admitted;
+        assert!(
+            (0..=2 * LEASE).contains(&held),
+            "round {round}: Redis counts {held} calls beyond the {admitted} admitted"
+        );
+    }
+}

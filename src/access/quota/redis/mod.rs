@@ -307,26 +307,20 @@ impl RedisStore {
     /// Asks Redis for the next lease of `slot` on a call already admitted from the current
     /// one: everything counted goes to the lease (nothing is this call's).
     async fn refill(&self, slot: &Slot, carry: Carry, limit: u64, now: DateTime<Utc>) {
-        if let Ok(reply) = self.exchange(slot, carry, limit, now).await {
-            let granted = match reply.outcome {
-                Outcome::Leased => self.config.batch_max,
-                // Near the limit the script counts one call only: it is reserved all the same.
-                Outcome::Counted => 1,
-                Outcome::NotCounted | Outcome::RanBefore => 0,
-            };
-            if granted > 0 {
-                slot.tally().lease.grant(granted, Instant::now());
-            }
-        }
+        let _ = self.exchange(slot, carry, limit, now, LeaseTo::Lease).await;
         slot.lease_ended.notify_waiters();
     }
 
+    /// One Redis call for `carry`, booked in the slot. A lease it asked for is granted (as
+    /// `to` says) under the same lock that ends the request: no call can find the lease empty
+    /// and no request in flight in between, and ask for a second one.
     async fn exchange(
         &self,
         slot: &Slot,
         carry: Carry,
         limit: u64,
         now: DateTime<Utc>,
+        to: LeaseTo,
     ) -> Result<Reply, Failure> {
         let mut guard = CarryGuard {
             slot,
@@ -336,6 +330,12 @@ impl RedisStore {
         let carry = guard.take();
         let mut tally = slot.tally();
         if carry.leasing() {
+            if let Ok(reply) = &result {
+                let granted = to.granted(reply.outcome, carry.want);
+                if granted > 0 {
+                    tally.lease.grant(granted, Instant::now());
+                }
+            }
             tally.lease.end_request();
         }
         match &result {
@@ -495,7 +495,11 @@ impl RedisStore {
                     break 'slots;
                 }
                 let carry = slot.tally().carry(self.next_id(), 0);
-                if self.exchange(slot, carry, 0, now).await.is_err() {
+                if self
+                    .exchange(slot, carry, 0, now, LeaseTo::Lease)
+                    .await
+                    .is_err()
+                {
                     break 'slots;
                 }
             }
@@ -509,6 +513,28 @@ impl RedisStore {
 
 fn unreachable_closed() -> QuotaError {
     QuotaError("Redis is unreachable and the policy is fail_closed".into())
+}
+
+/// Where a lease Redis granted goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseTo {
+    /// All of it to the lease: the call was already answered from the last one (a refill).
+    Lease,
+    /// The call takes the first: the rest to the lease.
+    CallFirst,
+}
+
+impl LeaseTo {
+    /// Calls of a `want` lease request that go to the lease after `outcome`.
+    fn granted(self, outcome: Outcome, want: u64) -> u64 {
+        match (self, outcome) {
+            (LeaseTo::Lease, Outcome::Leased) => want,
+            // Near the limit the script counts one call only: it is reserved all the same.
+            (LeaseTo::Lease, Outcome::Counted) => 1,
+            (LeaseTo::CallFirst, Outcome::Leased) => want.saturating_sub(1),
+            _ => 0,
+        }
+    }
 }
 
 /// Puts a carry back as unsettled if the call is dropped before it is booked.
@@ -531,11 +557,17 @@ impl Drop for CarryGuard<'_> {
     fn drop(&mut self) {
         if let Some(carry) = self.carry.take() {
             let mut tally = self.slot.tally();
-            if carry.leasing() {
+            let leasing = carry.leasing();
+            if leasing {
                 tally.lease.end_request();
             }
             // The caller went away: the call was not served, whatever Redis did with it.
             tally.unsettled(carry, true);
+            drop(tally);
+            // Calls waiting for this lease request would otherwise wait out their budget.
+            if leasing {
+                self.slot.lease_ended.notify_waiters();
+            }
         }
     }
 }
@@ -599,14 +631,15 @@ impl QuotaStore for RedisStore {
             Plan::Exchange(carry) => carry,
         };
         let (want, exact, leasing) = (carry.want, carry.exact, carry.leasing());
-        let result = self.exchange(&slot, carry, limit, now).await;
+        let result = self
+            .exchange(&slot, carry, limit, now, LeaseTo::CallFirst)
+            .await;
         let answer = match result {
             Ok(reply) => Ok(match reply.outcome {
                 Outcome::Leased if exact => Consumed::Allowed(usage(reply.used)),
                 Outcome::Leased => {
-                    // This call takes the first of the lease.
+                    // This call took the first of the lease (granted in `exchange`).
                     let left = want - 1;
-                    slot.tally().lease.grant(left, Instant::now());
                     Consumed::Allowed(usage(reply.used.saturating_sub(left)))
                 }
                 Outcome::Counted => Consumed::Allowed(usage(reply.used)),
