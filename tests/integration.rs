@@ -11,6 +11,8 @@ mod dns;
 mod rdap_server;
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/slow_proxy.rs"]
+mod slow_proxy;
 
 mod access;
 mod access_log;

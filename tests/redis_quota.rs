@@ -522,3 +522,37 @@ fn concurrent_calls_ask_for_one_lease_at_a_time() {
         );
     }
 }
+
+/// Redis behind a slow link (300 ms each way) with the shipped budgets (connect 200 ms, calls
+/// 50 ms): every call skips Redis. The gateway used to say only that Redis was unreachable; it
+/// now says Redis answers, slower than the budgets, with the times it measured.
+#[test]
+fn a_slow_link_to_redis_is_named_with_what_was_measured() {
+    let redis = RedisServer::start(false);
+    let target: std::net::SocketAddr = redis.url()["redis://".len()..]
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let proxy = crate::slow_proxy::SlowProxy::start(target, Duration::from_millis(300));
+    let gw = Gateway::builder()
+        .plan("shared", 1_000)
+        .key("k", SECRET, "shared", &[])
+        .quota_section(&format!(
+            "quota: {{ store: redis, state_file: state/quota.counters, redis: {{ url: \"redis://{}/\" }} }}",
+            proxy.addr
+        ))
+        .start();
+    // Served (fail open) meanwhile.
+    assert_eq!(status(&gw, LOOKUP), 200);
+    let seen = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        gw.log()
+            .contains("Redis answers, but slower than the budgets")
+    });
+    assert!(seen, "{}", gw.log());
+    let log = gw.log();
+    assert!(
+        log.contains("connect_timeout_ms 200") && log.contains("call_timeout_ms 50"),
+        "{log}"
+    );
+}

@@ -88,6 +88,8 @@ pub struct RedisStore {
     eviction_policy: std::sync::Mutex<Option<Box<str>>>,
     /// Where calls Redis lacks are kept across restarts ([`carried`]).
     carried_file: Option<std::path::PathBuf>,
+    /// When a failed probe last looked into a slow link.
+    diagnosed: std::sync::Mutex<Option<Instant>>,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -128,6 +130,7 @@ impl RedisStore {
             local_rates: Default::default(),
             eviction_policy: std::sync::Mutex::new(None),
             carried_file: None,
+            diagnosed: std::sync::Mutex::new(None),
         })
     }
 

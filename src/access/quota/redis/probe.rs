@@ -4,9 +4,15 @@
 //! lets Redis drop API-made keys and month counts silently under memory pressure.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::{Failure, FailurePolicy, RedisStore};
 use crate::infra::redis::config::EvictionPolicyCheck;
+
+/// A slow link is looked into at most this often.
+const DIAGNOSE_EVERY: Duration = Duration::from_secs(60);
+/// How long the look may take (connecting and one PING).
+const DIAGNOSE_WITHIN: Duration = Duration::from_secs(5);
 
 /// The `maxmemory_policy` field of an `INFO memory` reply.
 pub fn eviction_policy(info: &str) -> Option<&str> {
@@ -42,7 +48,60 @@ impl RedisStore {
                 self.succeeded();
                 self.check_eviction_policy().await;
             }
-            Err(f) => self.failed(&f.why),
+            Err(f) => {
+                self.failed(&f.why);
+                self.diagnose_slow_link().await;
+            }
+        }
+    }
+
+    /// After a failed probe, at most once a minute (single-server mode): whether Redis answers
+    /// at all when given time. A link slower than `connect_timeout_ms` or `call_timeout_ms`
+    /// fails every call although Redis is up; the log then says so, with the times measured,
+    /// instead of only "unreachable".
+    async fn diagnose_slow_link(&self) {
+        use crate::infra::redis::config::RedisMode;
+        if self.config.mode != RedisMode::Single {
+            return;
+        }
+        {
+            let mut last = self.diagnosed.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < DIAGNOSE_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let Ok(client) = redis::Client::open(self.config.url.as_str()) else {
+            return;
+        };
+        let measured = tokio::time::timeout(DIAGNOSE_WITHIN, async {
+            let started = Instant::now();
+            // Budgets of the look's own: the point is to see how slow it is.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(DIAGNOSE_WITHIN))
+                .set_response_timeout(Some(DIAGNOSE_WITHIN));
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let connected = started.elapsed();
+            let ping = Instant::now();
+            redis::cmd("PING").query_async::<String>(&mut conn).await?;
+            Ok::<_, redis::RedisError>((connected, ping.elapsed()))
+        })
+        .await;
+        let Ok(Ok((connect, ping))) = measured else {
+            return;
+        };
+        if connect > self.config.connect_timeout || ping > self.config.call_timeout {
+            log::warn!(
+                "quota store: Redis answers, but slower than the budgets: connecting took {} ms \
+                 (connect_timeout_ms {}), a PING {} ms (call_timeout_ms {}); until they are \
+                 raised every call skips Redis and is counted locally",
+                connect.as_millis(),
+                self.config.connect_timeout.as_millis(),
+                ping.as_millis(),
+                self.config.call_timeout.as_millis()
+            );
         }
     }
 
