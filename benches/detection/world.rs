@@ -119,6 +119,18 @@ impl World {
         );
     }
 
+    /// A name with neither MX nor address records.
+    fn no_mail(&mut self, domain: &str) {
+        self.zones.insert(
+            domain.into(),
+            Zone {
+                mx: vec![],
+                a: None,
+                ttl: 300,
+            },
+        );
+    }
+
     /// A mail host with an address whose reverse DNS names it (as operators that own their
     /// network set it up).
     fn host(&mut self, host: &str, ip: [u8; 4]) {
@@ -427,14 +439,7 @@ impl World {
         }
         for i in 0..2 {
             let d = format!("nomail{i}.test");
-            self.zones.insert(
-                d.clone(),
-                Zone {
-                    mx: vec![],
-                    a: None,
-                    ttl: 300,
-                },
-            );
+            self.no_mail(&d);
             self.case("unusable mail", &d, Expect::Undeliverable, Some(OLD));
         }
         self.mx("localmx.test", &["localhost"]);
@@ -541,14 +546,7 @@ impl World {
             self.registered.insert(d.clone(), 2);
             self.pushed.push(d);
             let d = format!("push-nomail{i}.test");
-            self.zones.insert(
-                d.clone(),
-                Zone {
-                    mx: vec![],
-                    a: None,
-                    ttl: 300,
-                },
-            );
+            self.no_mail(&d);
             self.pushed.push(d);
         }
         self.pushed_control = "push-control-listed.test".to_owned();
