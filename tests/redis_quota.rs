@@ -488,6 +488,7 @@ fn a_flushed_month_count_is_set_back_to_what_the_gateway_saw() {
     let usage = gw.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
     assert_eq!(usage["month_count"], 41, "{usage}");
     assert!(gw.log().contains("was missing from Redis"), "{}", gw.log());
+    assert_eq!(gw.metric("drg_quota_counts_restored_total"), Some(1.0));
     // The count keeps its expiry (the end of the month, not forever).
     assert!(redis.int(&["TTL", &month_key()]).unwrap() > 0);
 }

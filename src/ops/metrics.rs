@@ -605,6 +605,13 @@ fn quota_families(f: &mut Families, quota: &serde_json::Value) {
         "1 when the quota store is reachable (always for the embedded store).",
         f64::from(u8::from(up)),
     );
+    if redis {
+        f.counter(
+            "drg_quota_counts_restored_total",
+            "Month counts found missing in Redis (flushed, evicted) and set back to what this gateway had seen.",
+            quota["counts_restored"].as_u64().unwrap_or(0),
+        );
+    }
     // Known only once a probe read it (the Redis store): absent until then.
     if let Some(policy) = quota["eviction_policy"].as_str() {
         f.gauge(

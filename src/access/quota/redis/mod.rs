@@ -90,6 +90,8 @@ pub struct RedisStore {
     carried_file: Option<std::path::PathBuf>,
     /// When a failed probe last looked into a slow link.
     diagnosed: std::sync::Mutex<Option<Instant>>,
+    /// Month counts found missing in Redis and set back (flushed, evicted).
+    restored: AtomicU64,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -131,6 +133,7 @@ impl RedisStore {
             eviction_policy: std::sync::Mutex::new(None),
             carried_file: None,
             diagnosed: std::sync::Mutex::new(None),
+            restored: AtomicU64::new(0),
         })
     }
 
@@ -361,6 +364,7 @@ impl RedisStore {
                     );
                 }
                 if reply.restored > 0 {
+                    self.restored.fetch_add(1, Ordering::Relaxed);
                     log::warn!(
                         "quota store: {} was missing from Redis (flushed or evicted: set \
                          maxmemory-policy noeviction); set back to the {} calls this gateway had \
@@ -774,6 +778,7 @@ impl QuotaStore for RedisStore {
             "failure_policy": self.config.failure_policy,
             "refusing_calls": self.refusing(),
             "eviction_policy": self.eviction_policy(),
+            "counts_restored": self.restored.load(Ordering::Relaxed),
             "on_eviction_policy": self.config.on_eviction_policy,
         })
     }
