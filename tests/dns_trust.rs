@@ -1,7 +1,8 @@
 //! Evidence the gateway can vouch for, against real DNS servers on loopback: resolvers that lie
 //! in each common way condemn no company (the table answers alone, and says why on the admin
 //! listener), an honest one still finds names that do not exist, and one project's names under
-//! silent zones never take another project's MX evidence.
+//! silent zones never take another project's MX evidence (nor four busy projects a fifth's; a
+//! zone is switched off for everyone only once two projects' lookups timed out under it).
 
 use crate::common;
 use crate::dns;
@@ -328,4 +329,101 @@ fn one_projects_silent_names_leave_other_projects_their_mx_evidence() {
     assert!(gw.metric("drg_mx_lookups_refused_total").unwrap() >= 900.0);
     // A zone that timed out is its own problem: MX evidence stays on for everyone.
     assert_eq!(gw.metric("drg_mx_breaker_open"), Some(0.0));
+}
+
+const BUSY_SECRETS: [&str; 4] = [
+    "drg_busy_project_one_key_0123456789abcdefghijk",
+    "drg_busy_project_two_key_0123456789abcdefghijk",
+    "drg_busy_project_three_key_0123456789abcdefghi",
+    "drg_busy_project_four_key_0123456789abcdefghij",
+];
+const FIFTH_SECRET: &str = "drg_fifth_project_key_0123456789abcdefghijklm";
+const THIRD_SECRET: &str = "drg_third_project_key_0123456789abcdefghijklm";
+
+/// `n` names under `zone`'s subdomains, each with a Google Workspace MX.
+fn companies_under(zone: &str, n: usize) -> HashMap<String, Zone> {
+    (0..n)
+        .map(|i| {
+            let zone_of_name = Zone {
+                mx: vec![(10, "aspmx.l.google.com".to_owned())],
+                a: None,
+                ttl: 300,
+            };
+            (format!("company{i}.{zone}"), zone_of_name)
+        })
+        .collect()
+}
+
+/// With the shipped limits (256 slots, 64 a project), four projects whose batches hang under
+/// silent zones used to hold every slot, and a fifth got no MX evidence at all; the shares are
+/// now fair over the projects asking, and a project that holds slots leaves some free.
+#[test]
+fn four_busy_projects_leave_a_fifth_its_mx_evidence() {
+    let dns = DnsServer::start(companies_under("fifth.test", 20));
+    let mut builder = Gateway::builder()
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .key_in_project("fifth", FIFTH_SECRET, "test", "fifth")
+        // The busy projects' lookups hang for 20 s: long after the fifth's are done.
+        .mx_yaml("query_timeout_ms: 10000");
+    for (i, secret) in BUSY_SECRETS.iter().enumerate() {
+        builder = builder.key_in_project(&format!("busy{i}"), secret, "test", &format!("busy{i}"));
+    }
+    let gw = builder.start();
+    wait_resolver(&gw, "trusted");
+    for (p, secret) in BUSY_SECRETS.iter().enumerate() {
+        let names: Vec<String> = (0..100)
+            .map(|i| format!("n{i}.blackhole{p}x{i}.test"))
+            .collect();
+        assert_eq!(post_batch(&gw, secret, &names).status, 200);
+    }
+    let held = gw.metric("drg_mx_lookups_in_flight").unwrap();
+    assert!(held >= 200.0, "the busy projects hold {held} slots");
+    for i in 0..20 {
+        let r = record(&gw, FIFTH_SECRET, &format!("company{i}.fifth.test"));
+        assert_eq!(
+            r["mx_provider_label"], "Google Workspace",
+            "company{i}: {r}"
+        );
+    }
+}
+
+/// One project's timeouts under a zone leave that zone alone for that project only; a second
+/// project's make it everyone's. Before, the first project's switched it off for everyone.
+#[test]
+fn a_zones_slowness_is_judged_from_more_than_one_project() {
+    let dns = DnsServer::start(companies_under("mixed.test", 4));
+    let gw = Gateway::builder()
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .key_in_project("other", OTHER_SECRET, "test", "other")
+        .key_in_project("third", THIRD_SECRET, "test", "third")
+        .mx_yaml("query_timeout_ms: 300")
+        .start();
+    wait_resolver(&gw, "trusted");
+    let label = |secret: &str, name: &str| record(&gw, secret, name)["mx_provider_label"].clone();
+    // Waits until the lookup under the silent name has timed out (its slot given back).
+    let timed_out = |secret: &str, name: &str| {
+        let _ = record(&gw, secret, name);
+        wait_until(Duration::from_secs(10), || {
+            gw.metric("drg_mx_lookups_in_flight") == Some(0.0)
+        });
+    };
+    timed_out(TEST_SECRET, "blackhole1.mixed.test");
+    assert_eq!(
+        label(TEST_SECRET, "company0.mixed.test"),
+        Value::Null,
+        "the zone is left alone for the project whose lookup timed out"
+    );
+    assert_eq!(
+        label(OTHER_SECRET, "company1.mixed.test"),
+        "Google Workspace",
+        "one project's timeouts do not switch the zone off for another"
+    );
+    timed_out(OTHER_SECRET, "blackhole2.mixed.test");
+    assert_eq!(
+        label(THIRD_SECRET, "company2.mixed.test"),
+        Value::Null,
+        "two projects' timeouts switch it off for everyone"
+    );
 }

@@ -283,6 +283,12 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
         "/app/../v1/check/user@example.com",
         "/V1/check/user@example.com",
         "/v1;x/check/user@example.com",
+        // Read as `/v1/` by a backend that trims segments, strips NULs or control
+        // characters, reads a C string, or NFKC-normalises (full-width `／ｖ１／`).
+        "/v1%20/check/user@example.com",
+        "/v1%09/check/user@example.com",
+        "/v1%00/check/user@example.com",
+        "/%EF%BD%96%EF%BC%91/check/user@example.com",
     ] {
         let r = get(&gw, respelt, None, &[]);
         assert_eq!(

@@ -112,16 +112,16 @@ impl Gateway {
             return ApiError::Internal("batch without a principal".into()).into();
         };
         if let Err(e) = batch::check_content_type(&session.req_header().headers) {
-            return e.into();
+            return self.refused_body(&key, e.into(), ctx);
         }
         let limit = self.batch.max_body_bytes;
         let body = match self.read_body(session, ctx, limit, self.h2_body_wait).await {
             Ok(body) => body,
-            Err(e) => return e.into(),
+            Err(e) => return self.refused_body(&key, e.into(), ctx),
         };
         let items = match batch::parse(&body, self.batch.max_names) {
             Ok(items) => items,
-            Err(e) => return e.into(),
+            Err(e) => return self.refused_body(&key, e.into(), ctx),
         };
         let now = self.shared.clock.now();
         let calls = items.len() as u64;
