@@ -360,3 +360,47 @@ fn the_bootstrap_is_refreshed_from_its_url_and_a_bad_download_is_refused() {
     assert!(gw.log().contains("was not taken"), "{}", gw.log());
     assert_eq!(gw.metric("drg_rdap_bootstrap_tlds"), Some(1.0));
 }
+
+/// A registry that sends its answer's header and the first byte of its body, then nothing: the
+/// fetch's read timeout fires while the body is read. Each connection is held until the gateway
+/// closes it.
+fn stalling_registry() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/rdap+json\r\n\
+                            Content-Length: 1000\r\n\r\n{";
+                let _ = reader.get_mut().write_all(head.as_bytes());
+                // Until the gateway gives up and closes the connection.
+                let _ = reader.read_to_end(&mut Vec::new());
+            });
+        }
+    });
+    addr
+}
+
+/// A registry whose answer's body stops coming is a timeout, not a transport failure: ureq hands
+/// its timeout to the body's reader wrapped in an `io::Error`, which was counted as `transport`.
+#[test]
+fn a_read_timeout_is_counted_as_a_timeout() {
+    let addr = stalling_registry();
+    let gw = Gateway::builder()
+        .rdap_yaml(&format!("servers: {{com: \"http://{addr}/rdap/\"}}"))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("timeout_ms: 300")
+        .start();
+    let r = explain(&gw, "stalls.com");
+    assert!(r["evidence"].get("registered").is_none(), "{r}");
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_rdap_errors_total{kind=\"timeout\"}") == Some(1.0)
+    });
+    assert_eq!(gw.metric("drg_rdap_errors_total{kind=\"transport\"}"), None);
+}
