@@ -5,6 +5,12 @@
 //! A request never waits for a registry beyond `budget_ms` (0 by default: never). A miss is
 //! queued for its project ([`super::queue`]); the workers, threads of their own since ureq
 //! blocks, fetch in turn, paced per server.
+//!
+//! An age reaches a project's answers by that project's own lookups, never by another's: a
+//! project's first lookup of a name is answered as a miss is (no age, at once), even when
+//! another project's lookup had it fetched already (nothing is fetched again), and its next
+//! lookups have it. So every project is answered the same way for the same asks, and an answer
+//! never shows which names other projects looked up.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,6 +65,10 @@ pub struct Rdap {
     stopping: AtomicBool,
     counters: Counters,
     fetcher: Fetcher,
+    /// Which projects asked for which registrable domain (a keyed hash of the pair): bounded,
+    /// in memory only; a pair it forgot is one more answer without the age.
+    asked: quick_cache::sync::Cache<u64, ()>,
+    asked_keys: foldhash::fast::RandomState,
 }
 
 fn unix_now() -> u64 {
@@ -107,6 +117,8 @@ impl Rdap {
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
             fetcher: Fetcher::new(config.timeout, config.max_body_bytes, config.max_redirects),
+            asked: quick_cache::sync::Cache::new(config.cache_entries.saturating_mul(4).max(1_024)),
+            asked_keys: foldhash::fast::RandomState::default(),
             config: config.clone(),
         }
     }
@@ -197,12 +209,31 @@ impl Rdap {
         }
     }
 
+    /// Whether `project` asked for `registrable` before; notes that it has now.
+    fn asked_before(&self, registrable: &str, project: &str) -> bool {
+        use std::hash::BuildHasher;
+        let pair = self.asked_keys.hash_one((registrable, project));
+        if self.asked.get(&pair).is_some() {
+            return true;
+        }
+        self.asked.insert(pair, ());
+        false
+    }
+
     /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
-    /// background fetch on `project`'s line.
+    /// background fetch on `project`'s line. A project's first lookup of a name is a miss even
+    /// when the cache holds it (another project's lookup had it fetched): the answer does not
+    /// depend on who else asked.
     pub fn age(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
         let registrable = name.registrable()?;
         let now = unix_now();
+        let first = !self.asked_before(registrable, project);
         if let Some(known) = self.cached(registrable, now, project) {
+            if first && known.is_some() {
+                // As if fetched for this lookup: nothing is queued, the next lookup has it.
+                self.counters.misses.fetch_add(1, Relaxed);
+                return None;
+            }
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
@@ -227,6 +258,9 @@ impl Rdap {
             return self.age(name, project);
         }
         let registrable = name.registrable()?;
+        // A lookup that may wait is answered what the fetch it would wait for gives: the
+        // cache's age at once, whoever had it fetched.
+        self.asked_before(registrable, project);
         if let Some(known) = self.cached(registrable, unix_now(), project) {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
