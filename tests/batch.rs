@@ -409,7 +409,9 @@ fn refused_bodies_count_against_the_keys_rate_not_the_month() {
         .account_rate(5, 30)
         .start();
     let huge = json!({ "domains": ["a".repeat(2_000)] }).to_string();
-    let bad: [(&[(&str, &str)], &[u8]); 4] = [
+    // Each: extra headers, body.
+    type Sent<'a> = (&'a [(&'a str, &'a str)], &'a [u8]);
+    let bad: [Sent; 4] = [
         (&[], b"{not json"),
         (&[], b""),
         (
