@@ -8,7 +8,7 @@ use crate::common;
 use crate::dns;
 
 use common::*;
-use dns::{black_hole, DnsServer, Lie, Zone};
+use dns::{DnsServer, Lie, Zone};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -58,8 +58,14 @@ fn a_resolver_that_lies_or_is_silent_condemns_no_company() {
         let s = DnsServer::lying(lie);
         servers.push((what, s.addr, Some(s)));
     }
-    servers.push(("silent", black_hole(), None));
-    for (what, addr, _server) in &servers {
+    let silent = CountingBlackHole::start();
+    servers.push(("silent", silent.addr, None));
+    for (what, addr, server) in &servers {
+        // The canary questions the server got so far (every check asks gmail.com's MX first).
+        let asked = || match server {
+            Some(s) => s.count("gmail.com", hickory_proto::rr::RecordType::MX),
+            None => silent.questions(),
+        };
         let gw = gateway(*addr);
         let state = if *what == "silent" {
             "silent"
@@ -119,8 +125,11 @@ fn a_resolver_that_lies_or_is_silent_condemns_no_company() {
         } else {
             "the DNS resolver is not trusted"
         };
-        // One WARN for the state, not one per check or per lookup.
-        std::thread::sleep(Duration::from_millis(1_500));
+        // One WARN for the state, not one per check or per lookup: after two more checks (a
+        // fixed wait could end before any under load, and the test pass unchecked).
+        let from = asked();
+        let more = if server.is_some() { 2 } else { 8 };
+        wait_until(Duration::from_secs(20), || asked() >= from + more);
         assert_eq!(gw.log().matches(warning).count(), 1, "{what}: {}", gw.log());
     }
 }
@@ -426,4 +435,31 @@ fn a_zones_slowness_is_judged_from_more_than_one_project() {
         Value::Null,
         "two projects' timeouts switch it off for everyone"
     );
+}
+
+/// A nameserver that never answers, counting the datagrams it got (resends included: a silent
+/// check sends at least one per canary).
+struct CountingBlackHole {
+    addr: std::net::SocketAddr,
+    got: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingBlackHole {
+    fn start() -> CountingBlackHole {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = got.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while socket.recv_from(&mut buf).is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        CountingBlackHole { addr, got }
+    }
+
+    fn questions(&self) -> usize {
+        self.got.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
