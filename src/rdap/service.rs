@@ -117,7 +117,7 @@ impl Rdap {
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
             fetcher: Fetcher::new(config.timeout, config.max_body_bytes, config.max_redirects),
-            asked: quick_cache::sync::Cache::new(config.cache_entries.saturating_mul(4).max(1_024)),
+            asked: quick_cache::sync::Cache::new(config.cache_entries.max(1_024)),
             asked_keys: foldhash::fast::RandomState::default(),
             config: config.clone(),
         }
