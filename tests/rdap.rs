@@ -442,3 +442,42 @@ fn an_age_reaches_a_project_by_its_own_lookups_never_by_anothers() {
     assert_eq!(again["risk_score"], 40, "{again}");
     assert_eq!(server.asked("shared-age.com"), 1);
 }
+
+/// `?explain=true` says what the registry did when an answer has no age: its fetch is on its
+/// way (`queued`), failed (`failed`, a timeout here) or was refused (`refused`, a 403 here).
+/// Before, all three looked like a registry never asked.
+#[test]
+fn explain_says_when_the_registry_failed_or_refused() {
+    let stalling = stalling_registry();
+    let server = RdapServer::start(HashMap::from([
+        ("forbidden.net", Reply::Raw(403, vec![], String::new())),
+        ("answered.net", Reply::Registered(9_000)),
+    ]));
+    let gw = Gateway::builder()
+        .rdap_yaml(&format!(
+            "servers: {{com: \"http://{stalling}/rdap/\", net: \"{}\"}}",
+            server.base()
+        ))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .rdap_yaml("timeout_ms: 300")
+        .start();
+    let registry = |name: &str| explain(&gw, name)["evidence"]["registry"].clone();
+    assert_eq!(
+        registry("stalls.com"),
+        serde_json::json!({"status": "queued"})
+    );
+    wait_until(Duration::from_secs(10), || {
+        registry("stalls.com") == serde_json::json!({"status": "failed", "kind": "timeout"})
+    });
+    let _ = registry("forbidden.net");
+    wait_until(Duration::from_secs(10), || {
+        registry("forbidden.net") == serde_json::json!({"status": "refused", "kind": "status"})
+    });
+    // A registry that answered: the age, and no note.
+    let _ = registry("answered.net");
+    wait_until(Duration::from_secs(10), || {
+        explain(&gw, "answered.net")["evidence"]["age_days"] == 9_000
+    });
+    assert_eq!(registry("answered.net"), serde_json::Value::Null);
+}

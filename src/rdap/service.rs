@@ -52,6 +52,27 @@ struct Counters {
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// The registry's part of `?explain=true` when it gave no age: `failed` (a timeout, a
+/// connection that broke, an answer too large or not RDAP: `kind` says which), `refused` (it
+/// answered 429, 503 or another refusing status past the retries: `kind`), or `queued` (a fetch
+/// is on its way; the lookup did not wait for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryNote {
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+}
+
+impl RegistryNote {
+    fn of_failure(kind: &'static str) -> Self {
+        let refused = matches!(kind, "rate_limited" | "unavailable" | "status");
+        RegistryNote {
+            status: if refused { "refused" } else { "failed" },
+            kind: Some(kind),
+        }
+    }
+}
+
 /// Domain ages for the lookups (see the module's documentation).
 pub struct Rdap {
     config: RdapConfig,
@@ -206,6 +227,27 @@ impl Rdap {
             }
             _ if fresh => Some(None),
             _ => None,
+        }
+    }
+
+    /// What `?explain=true` says of the registry when the answer has no age for `name`: the
+    /// last fetch failed or was refused (and why), or a fetch is on its way; `None` when the
+    /// registry answered (a date, none to give, not known) or was never asked.
+    pub fn registry_note(&self, name: &DomainName) -> Option<RegistryNote> {
+        let registrable = name.registrable()?;
+        match self.cache.entry(registrable) {
+            Some(Entry {
+                known: Known::Failed(kind),
+                expires,
+            }) if expires > unix_now() => Some(RegistryNote::of_failure(kind)),
+            Some(Entry {
+                known: Known::Registered(_) | Known::Undated | Known::NotFound,
+                ..
+            }) => None,
+            _ => self.lock().is_busy(registrable).then_some(RegistryNote {
+                status: "queued",
+                kind: None,
+            }),
         }
     }
 
@@ -381,7 +423,7 @@ impl Rdap {
             Ok(Fetched::Found(Registration::On(day))) => (Known::Registered(*day), now + ttl),
             Ok(Fetched::Found(Registration::Undated)) => (Known::Undated, now + ttl),
             Ok(Fetched::NotFound) => (Known::NotFound, now + c.negative_ttl.as_secs()),
-            Err(_) => (Known::Failed, now + c.failure_ttl.as_secs()),
+            Err(e) => (Known::Failed(e.kind()), now + c.failure_ttl.as_secs()),
         };
         match &result {
             Ok(Fetched::Found(_)) => self.counters.found.fetch_add(1, Relaxed),
