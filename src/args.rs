@@ -8,8 +8,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "domain-risk-gateway", about, disable_version_flag = true)]
 pub struct Cli {
-    /// Print the version, the git commit and the dataset version of the configured data (the
-    /// shipped data with the packaged config), then exit.
+    /// Print the version, the git commit and where the configured data lives (the shipped data
+    /// with the packaged config; the data is not read: `check-config` prints its dataset
+    /// version), then exit.
     #[arg(short = 'V', long, global = true)]
     pub version: bool,
     /// Config file (Pingora server keys plus a `gateway:` section).

@@ -12,7 +12,8 @@ use pingora::services::listening::Service;
 use pingora::services::ServiceHandle;
 
 use crate::config::Settings;
-use crate::edge::middleware::{Mount, NoHost, WithDomainRisk};
+use crate::edge::middleware::{NoHost, WithDomainRisk};
+use crate::edge::mount::Mount;
 use crate::ops::lifecycle::DrainingShutdown;
 use crate::server::Wired;
 

@@ -171,7 +171,7 @@ fn each_threshold_arrives_once_signed_and_is_retried_after_a_500() {
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 10);
     wait_until(Duration::from_secs(20), || receiver.accepted().len() == 2);
     // Nothing more comes (every later call of the month is past both thresholds).
-    std::thread::sleep(Duration::from_millis(2_500));
+    after_passes(&gw, 3);
     let all = receiver.deliveries();
     assert_eq!(all.len(), 3, "one 500, then each alert once: {all:?}");
     let mut accepted = receiver.accepted();
@@ -241,7 +241,8 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     let b = start(dir_b);
     let receiver = Receiver::start(format!("127.0.0.1:{port}").parse().unwrap(), vec![]);
     wait_until(Duration::from_secs(30), || receiver.accepted().len() >= 2);
-    std::thread::sleep(Duration::from_millis(3_000));
+    after_passes(&a, 3);
+    after_passes(&b, 3);
     let mut accepted = receiver.accepted();
     accepted.sort();
     assert_eq!(accepted, [50, 100], "{:?}", receiver.deliveries());
@@ -252,7 +253,7 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     assert_eq!(sent, 2.0);
     // Further calls (refused over the month) bring no new alert.
     assert_eq!(a.conn_as(Some(KEY)).get(LOOKUP).unwrap().status, 429);
-    std::thread::sleep(Duration::from_millis(1_500));
+    after_passes(&a, 2);
     assert_eq!(receiver.deliveries().len(), 2);
 }
 
@@ -319,7 +320,7 @@ fn an_alert_whose_outbox_write_failed_is_delivered_once_when_the_outbox_recovers
     for _ in 0..2 {
         assert_eq!(c.get(LOOKUP).unwrap().status, 200);
     }
-    std::thread::sleep(Duration::from_millis(2_500));
+    after_passes(&gw, 3);
     let all = receiver.deliveries();
     assert_eq!(all.len(), 1, "once: {all:?}");
     assert_eq!(all[0].json()["month_count"], 5, "the crossing call's count");
@@ -365,7 +366,7 @@ fn a_restart_offers_again_a_threshold_the_outbox_never_got_even_on_a_refused_cal
     // The month is used up: the next call is refused, and still offers what the outbox lacks.
     assert_eq!(gw.conn_as(Some(KEY)).get(LOOKUP).unwrap().status, 429);
     wait_until(Duration::from_secs(20), || receiver.accepted() == [50, 100]);
-    std::thread::sleep(Duration::from_millis(2_000));
+    after_passes(&gw, 2);
     let all = receiver.deliveries();
     assert_eq!(all.len(), 2, "each once: {all:?}");
     assert_eq!(all[1].json()["month_count"], 10);
@@ -625,7 +626,7 @@ fn a_name_that_resolves_to_loopback_passes_the_config_and_is_refused_when_sent()
         Some(2.0)
     );
     // Given up at once: a later pass (every second) tries nothing more.
-    std::thread::sleep(Duration::from_millis(1_500));
+    after_passes(&gw, 2);
     assert_eq!(
         gw.metric("drg_quota_alerts_attempt_errors_total"),
         Some(2.0)
@@ -712,4 +713,13 @@ fn with_allow_private_the_gateways_own_admin_listener_stays_refused_when_sent() 
         "{lines:?}"
     );
     assert!(!log.contains(SECRET), "{log}");
+}
+
+/// Waits until `gw`'s alerts service has run `n` more passes: what it would still do after what
+/// the test did (a repeat, a retry), it has had the time to do. A fixed wait said nothing of it
+/// under load, where a pass can come late and the wait pass with no pass at all.
+fn after_passes(gw: &Gateway, n: u32) {
+    let passes = || gw.metric("drg_quota_alerts_passes_total").unwrap_or(0.0);
+    let from = passes();
+    wait_until(Duration::from_secs(30), || passes() >= from + f64::from(n));
 }

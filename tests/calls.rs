@@ -661,7 +661,8 @@ fn calls_in_flight_at_a_stop_are_stored() {
         let mut c = Conn::open(addr).unwrap();
         c.get("/v1/check/late.example").unwrap().status
     });
-    thread::sleep(Duration::from_millis(200));
+    // In flight once the backend has it (a fixed wait could signal before it even arrived).
+    wait_until(Duration::from_secs(10), || upstream.requests().len() == 1);
     gw.signal("TERM");
     assert_eq!(slow.join().unwrap(), 200);
     assert!(gw.wait_exit(Duration::from_secs(20)), "{}", gw.log());

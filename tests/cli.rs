@@ -31,6 +31,8 @@ fn shipped_config_and_data_are_valid() {
     let (ok, out, err) = run(&["check-config", "-c", &conf]);
     assert!(ok, "{err}");
     assert!(out.contains(": ok;"), "{out}");
+    // It builds the table, and names its dataset version (`--version` does not).
+    assert!(out.contains(": dataset g1-"), "{out}");
     // The compiled free-provider list is large enough to matter.
     let free = std::fs::read_to_string(format!("{root}/data/free_providers.txt")).unwrap();
     let entries = free
@@ -343,4 +345,40 @@ fn key_new_append_replaces_the_file_whole_keeping_its_mode_whatever_the_umask() 
     let (ok, out, err) = run(&["check-config", "-c", &conf]);
     assert!(ok, "{err}");
     assert!(out.contains("2 keys"), "{out}");
+}
+
+/// `--version` reads the config, never the data: a data file that blocks every reader (a FIFO
+/// nobody writes) does not hold it up. Before, it built the whole table to print its dataset
+/// version (3M names: seconds and gigabytes), and here it hung. `check-config` prints the
+/// dataset version instead.
+#[test]
+fn version_reads_the_config_never_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "");
+    let fifo = dir.path().join("data/disposable.txt");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut child = Command::new(BIN)
+        .args(["--version", "-c", &conf])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("--version read the data (it blocks on the FIFO)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("domain-risk-gateway "), "{out}");
+    assert!(lines[1].starts_with("data in "), "{out}");
+    assert!(lines[1].contains(&conf), "{out}");
 }

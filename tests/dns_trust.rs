@@ -1,13 +1,14 @@
 //! Evidence the gateway can vouch for, against real DNS servers on loopback: resolvers that lie
 //! in each common way condemn no company (the table answers alone, and says why on the admin
 //! listener), an honest one still finds names that do not exist, and one project's names under
-//! silent zones never take another project's MX evidence.
+//! silent zones never take another project's MX evidence (nor four busy projects a fifth's; a
+//! zone is switched off for everyone only once two projects' lookups timed out under it).
 
 use crate::common;
 use crate::dns;
 
 use common::*;
-use dns::{black_hole, DnsServer, Lie, Zone};
+use dns::{DnsServer, Lie, Zone};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -57,8 +58,14 @@ fn a_resolver_that_lies_or_is_silent_condemns_no_company() {
         let s = DnsServer::lying(lie);
         servers.push((what, s.addr, Some(s)));
     }
-    servers.push(("silent", black_hole(), None));
-    for (what, addr, _server) in &servers {
+    let silent = CountingBlackHole::start();
+    servers.push(("silent", silent.addr, None));
+    for (what, addr, server) in &servers {
+        // The canary questions the server got so far (every check asks gmail.com's MX first).
+        let asked = || match server {
+            Some(s) => s.count("gmail.com", hickory_proto::rr::RecordType::MX),
+            None => silent.questions(),
+        };
         let gw = gateway(*addr);
         let state = if *what == "silent" {
             "silent"
@@ -118,8 +125,11 @@ fn a_resolver_that_lies_or_is_silent_condemns_no_company() {
         } else {
             "the DNS resolver is not trusted"
         };
-        // One WARN for the state, not one per check or per lookup.
-        std::thread::sleep(Duration::from_millis(1_500));
+        // One WARN for the state, not one per check or per lookup: after two more checks (a
+        // fixed wait could end before any under load, and the test pass unchecked).
+        let from = asked();
+        let more = if server.is_some() { 2 } else { 8 };
+        wait_until(Duration::from_secs(20), || asked() >= from + more);
         assert_eq!(gw.log().matches(warning).count(), 1, "{what}: {}", gw.log());
     }
 }
@@ -328,4 +338,128 @@ fn one_projects_silent_names_leave_other_projects_their_mx_evidence() {
     assert!(gw.metric("drg_mx_lookups_refused_total").unwrap() >= 900.0);
     // A zone that timed out is its own problem: MX evidence stays on for everyone.
     assert_eq!(gw.metric("drg_mx_breaker_open"), Some(0.0));
+}
+
+const BUSY_SECRETS: [&str; 4] = [
+    "drg_busy_project_one_key_0123456789abcdefghijk",
+    "drg_busy_project_two_key_0123456789abcdefghijk",
+    "drg_busy_project_three_key_0123456789abcdefghi",
+    "drg_busy_project_four_key_0123456789abcdefghij",
+];
+const FIFTH_SECRET: &str = "drg_fifth_project_key_0123456789abcdefghijklm";
+const THIRD_SECRET: &str = "drg_third_project_key_0123456789abcdefghijklm";
+
+/// `n` names under `zone`'s subdomains, each with a Google Workspace MX.
+fn companies_under(zone: &str, n: usize) -> HashMap<String, Zone> {
+    (0..n)
+        .map(|i| {
+            let zone_of_name = Zone {
+                mx: vec![(10, "aspmx.l.google.com".to_owned())],
+                a: None,
+                ttl: 300,
+            };
+            (format!("company{i}.{zone}"), zone_of_name)
+        })
+        .collect()
+}
+
+/// With the shipped limits (256 slots, 64 a project), four projects whose batches hang under
+/// silent zones used to hold every slot, and a fifth got no MX evidence at all; the shares are
+/// now fair over the projects asking, and a project that holds slots leaves some free.
+#[test]
+fn four_busy_projects_leave_a_fifth_its_mx_evidence() {
+    let dns = DnsServer::start(companies_under("fifth.test", 20));
+    let mut builder = Gateway::builder()
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .key_in_project("fifth", FIFTH_SECRET, "test", "fifth")
+        // The busy projects' lookups hang for 20 s: long after the fifth's are done.
+        .mx_yaml("query_timeout_ms: 10000");
+    for (i, secret) in BUSY_SECRETS.iter().enumerate() {
+        builder = builder.key_in_project(&format!("busy{i}"), secret, "test", &format!("busy{i}"));
+    }
+    let gw = builder.start();
+    wait_resolver(&gw, "trusted");
+    for (p, secret) in BUSY_SECRETS.iter().enumerate() {
+        let names: Vec<String> = (0..100)
+            .map(|i| format!("n{i}.blackhole{p}x{i}.test"))
+            .collect();
+        assert_eq!(post_batch(&gw, secret, &names).status, 200);
+    }
+    let held = gw.metric("drg_mx_lookups_in_flight").unwrap();
+    assert!(held >= 200.0, "the busy projects hold {held} slots");
+    for i in 0..20 {
+        let r = record(&gw, FIFTH_SECRET, &format!("company{i}.fifth.test"));
+        assert_eq!(
+            r["mx_provider_label"], "Google Workspace",
+            "company{i}: {r}"
+        );
+    }
+}
+
+/// One project's timeouts under a zone leave that zone alone for that project only; a second
+/// project's make it everyone's. Before, the first project's switched it off for everyone.
+#[test]
+fn a_zones_slowness_is_judged_from_more_than_one_project() {
+    let dns = DnsServer::start(companies_under("mixed.test", 4));
+    let gw = Gateway::builder()
+        .dns(dns.addr)
+        .data("mx_providers.csv", &dns::shipped_providers())
+        .key_in_project("other", OTHER_SECRET, "test", "other")
+        .key_in_project("third", THIRD_SECRET, "test", "third")
+        .mx_yaml("query_timeout_ms: 300")
+        .start();
+    wait_resolver(&gw, "trusted");
+    let label = |secret: &str, name: &str| record(&gw, secret, name)["mx_provider_label"].clone();
+    // Waits until the lookup under the silent name has timed out (its slot given back).
+    let timed_out = |secret: &str, name: &str| {
+        let _ = record(&gw, secret, name);
+        wait_until(Duration::from_secs(10), || {
+            gw.metric("drg_mx_lookups_in_flight") == Some(0.0)
+        });
+    };
+    timed_out(TEST_SECRET, "blackhole1.mixed.test");
+    assert_eq!(
+        label(TEST_SECRET, "company0.mixed.test"),
+        Value::Null,
+        "the zone is left alone for the project whose lookup timed out"
+    );
+    assert_eq!(
+        label(OTHER_SECRET, "company1.mixed.test"),
+        "Google Workspace",
+        "one project's timeouts do not switch the zone off for another"
+    );
+    timed_out(OTHER_SECRET, "blackhole2.mixed.test");
+    assert_eq!(
+        label(THIRD_SECRET, "company2.mixed.test"),
+        Value::Null,
+        "two projects' timeouts switch it off for everyone"
+    );
+}
+
+/// A nameserver that never answers, counting the datagrams it got (resends included: a silent
+/// check sends at least one per canary).
+struct CountingBlackHole {
+    addr: std::net::SocketAddr,
+    got: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingBlackHole {
+    fn start() -> CountingBlackHole {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = got.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while socket.recv_from(&mut buf).is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        CountingBlackHole { addr, got }
+    }
+
+    fn questions(&self) -> usize {
+        self.got.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -283,6 +283,12 @@ fn the_hosts_routes_reach_its_backend_untouched_and_v1_is_the_gateways() {
         "/app/../v1/check/user@example.com",
         "/V1/check/user@example.com",
         "/v1;x/check/user@example.com",
+        // Read as `/v1/` by a backend that trims segments, strips NULs or control
+        // characters, reads a C string, or NFKC-normalises (full-width `／ｖ１／`).
+        "/v1%20/check/user@example.com",
+        "/v1%09/check/user@example.com",
+        "/v1%00/check/user@example.com",
+        "/%EF%BD%96%EF%BC%91/check/user@example.com",
     ] {
         let r = get(&gw, respelt, None, &[]);
         assert_eq!(
@@ -321,10 +327,14 @@ fn a_data_reload_shows_in_the_host_without_a_failed_request() {
     assert_eq!(r.json()["reason"], "safe");
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Each client's answers so far: the reload comes once they are all under way, and the stop
+    // once each had an answer begun after the reload showed (fixed waits did not say either).
+    let answered: Arc<Vec<AtomicUsize>> = Arc::new((0..4).map(|_| AtomicUsize::new(0)).collect());
     let addr = gw.addr;
     let clients: Vec<_> = (0..4)
-        .map(|_| {
+        .map(|i| {
             let stop = stop.clone();
+            let answered = answered.clone();
             thread::spawn(move || {
                 let mut c = common::Conn::open_as(addr, Some(TEST_SECRET)).unwrap();
                 let mut statuses = BTreeMap::new();
@@ -335,12 +345,14 @@ fn a_data_reload_shows_in_the_host_without_a_failed_request() {
                     reasons.push(r.json()["reason"].as_str().unwrap().to_owned());
                     let h = c.get("/host/health").unwrap();
                     *statuses.entry(h.status).or_insert(0usize) += 1;
+                    answered[i].fetch_add(1, Ordering::SeqCst);
                 }
                 (statuses, reasons)
             })
         })
         .collect();
-    thread::sleep(Duration::from_millis(300));
+    let counts = || -> Vec<usize> { answered.iter().map(|a| a.load(Ordering::SeqCst)).collect() };
+    common::wait_until(Duration::from_secs(10), || counts().iter().all(|n| *n >= 5));
     write_atomic(
         &gw.data_path("disposable.txt"),
         "planted-dispo.com\nfresh-dispo.com\n",
@@ -354,7 +366,13 @@ fn a_data_reload_shows_in_the_host_without_a_failed_request() {
         );
         thread::sleep(Duration::from_millis(50));
     }
-    thread::sleep(Duration::from_millis(300));
+    let shown = counts();
+    common::wait_until(Duration::from_secs(10), || {
+        counts()
+            .iter()
+            .zip(&shown)
+            .all(|(now, then)| *now >= then + 2)
+    });
     stop.store(true, Ordering::SeqCst);
     let mut statuses = BTreeMap::new();
     let mut last_reasons = Vec::new();
@@ -397,7 +415,8 @@ fn sigterm_drains_the_hosts_requests_and_keeps_the_gateways_counts() {
             .unwrap();
         read_response(&mut BufReader::new(stream))
     });
-    thread::sleep(Duration::from_millis(200));
+    // In flight once the host's backend has it (a fixed wait could signal before it arrived).
+    common::wait_until(Duration::from_secs(10), || backend.seen().len() == 1);
     gw.signal("TERM");
     // Draining (`drain_seconds`): the gateway's readiness says so while requests still come in.
     let deadline = Instant::now() + Duration::from_secs(5);

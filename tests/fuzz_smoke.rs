@@ -17,6 +17,8 @@ mod check_target;
 mod config;
 #[path = "../fuzz/checks/keys.rs"]
 mod keys;
+#[path = "../fuzz/checks/mount.rs"]
+mod mount;
 #[path = "../fuzz/checks/name.rs"]
 mod name;
 #[path = "../fuzz/checks/origin.rs"]
@@ -145,6 +147,7 @@ smoke!(
     check_target,
     config,
     keys,
+    mount,
     name,
     origin,
     quota_state,

@@ -31,6 +31,7 @@ mod free_evidence;
 mod fuzz_smoke;
 mod gcra;
 mod h2_bodies;
+mod harness;
 mod hostile;
 mod keys_api;
 mod keys_shared;

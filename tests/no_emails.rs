@@ -184,6 +184,8 @@ struct Restartable {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    /// The accept loop, which drops the listener when it ends.
+    accepting: thread::JoinHandle<()>,
 }
 
 impl Restartable {
@@ -194,7 +196,7 @@ impl Restartable {
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
         let (s, c) = (stop.clone(), conns.clone());
-        thread::spawn(move || {
+        let accepting = thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((stream, _)) => {
@@ -206,7 +208,12 @@ impl Restartable {
                 }
             }
         });
-        Restartable { addr, stop, conns }
+        Restartable {
+            addr,
+            stop,
+            conns,
+            accepting,
+        }
     }
 
     /// Closes every connection it holds, at once (the listener stays).
@@ -222,8 +229,9 @@ impl Restartable {
         for c in self.conns.lock().unwrap().drain(..) {
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
-        // The accept loop notices within a few milliseconds and drops the listener.
-        thread::sleep(Duration::from_millis(100));
+        // The accept loop notices within a few milliseconds and drops the listener: the port
+        // is free once it has ended (a fixed wait did not say so under load).
+        self.accepting.join().unwrap();
         self.addr
     }
 }

@@ -360,3 +360,124 @@ fn the_bootstrap_is_refreshed_from_its_url_and_a_bad_download_is_refused() {
     assert!(gw.log().contains("was not taken"), "{}", gw.log());
     assert_eq!(gw.metric("drg_rdap_bootstrap_tlds"), Some(1.0));
 }
+
+/// A registry that sends its answer's header and the first byte of its body, then nothing: the
+/// fetch's read timeout fires while the body is read. Each connection is held until the gateway
+/// closes it.
+fn stalling_registry() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/rdap+json\r\n\
+                            Content-Length: 1000\r\n\r\n{";
+                let _ = reader.get_mut().write_all(head.as_bytes());
+                // Until the gateway gives up and closes the connection.
+                let _ = reader.read_to_end(&mut Vec::new());
+            });
+        }
+    });
+    addr
+}
+
+/// A registry whose answer's body stops coming is a timeout, not a transport failure: ureq hands
+/// its timeout to the body's reader wrapped in an `io::Error`, which was counted as `transport`.
+#[test]
+fn a_read_timeout_is_counted_as_a_timeout() {
+    let addr = stalling_registry();
+    let gw = Gateway::builder()
+        .rdap_yaml(&format!("servers: {{com: \"http://{addr}/rdap/\"}}"))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("timeout_ms: 300")
+        .start();
+    let r = explain(&gw, "stalls.com");
+    assert!(r["evidence"].get("registered").is_none(), "{r}");
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_rdap_errors_total{kind=\"timeout\"}") == Some(1.0)
+    });
+    assert_eq!(gw.metric("drg_rdap_errors_total{kind=\"transport\"}"), None);
+}
+
+const OTHER_SECRET: &str = "drg_other_project_key_0123456789abcdefghijklm";
+
+fn explain_as(gw: &Gateway, secret: &str, name: &str) -> serde_json::Value {
+    let r = Conn::open_as(gw.addr, Some(secret))
+        .unwrap()
+        .get(&format!("/v1/public/domain/{name}?explain=true"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{name}");
+    r.json()
+}
+
+/// Every project is answered the same for the same asks: its first lookup of a name has no age
+/// (a lookup never waits by default), its next ones have it, whether or not another project's
+/// lookup had it fetched already. Before, a project's first lookup showed the age as soon as
+/// another project had asked: answers differed by who else asked, and showed that they had.
+#[test]
+fn an_age_reaches_a_project_by_its_own_lookups_never_by_anothers() {
+    let server = RdapServer::start(HashMap::from([("shared-age.com", Reply::Registered(3))]));
+    let gw = gateway(&server, &[])
+        .key_in_project("other", OTHER_SECRET, "test", "other")
+        .start();
+    let first = explain_as(&gw, TEST_SECRET, "shared-age.com");
+    assert!(first["evidence"].get("registered").is_none(), "{first}");
+    assert_eq!(first["risk_score"], 20, "{first}");
+    wait_until(Duration::from_secs(10), || {
+        explain_as(&gw, TEST_SECRET, "shared-age.com")["risk_score"] == 40
+    });
+    // The other project's first lookup: answered as the first project's was.
+    let theirs = explain_as(&gw, OTHER_SECRET, "www.shared-age.com");
+    assert!(theirs["evidence"].get("registered").is_none(), "{theirs}");
+    assert_eq!(theirs["risk_score"], 20, "{theirs}");
+    // Its next: the age, from the cache (the registry was asked once).
+    let again = explain_as(&gw, OTHER_SECRET, "shared-age.com");
+    assert_eq!(again["evidence"]["age_days"], 3, "{again}");
+    assert_eq!(again["risk_score"], 40, "{again}");
+    assert_eq!(server.asked("shared-age.com"), 1);
+}
+
+/// `?explain=true` says what the registry did when an answer has no age: its fetch is on its
+/// way (`queued`), failed (`failed`, a timeout here) or was refused (`refused`, a 403 here).
+/// Before, all three looked like a registry never asked.
+#[test]
+fn explain_says_when_the_registry_failed_or_refused() {
+    let stalling = stalling_registry();
+    let server = RdapServer::start(HashMap::from([
+        ("forbidden.net", Reply::Raw(403, vec![], String::new())),
+        ("answered.net", Reply::Registered(9_000)),
+    ]));
+    let gw = Gateway::builder()
+        .rdap_yaml(&format!(
+            "servers: {{com: \"http://{stalling}/rdap/\", net: \"{}\"}}",
+            server.base()
+        ))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .rdap_yaml("timeout_ms: 300")
+        .start();
+    let registry = |name: &str| explain(&gw, name)["evidence"]["registry"].clone();
+    assert_eq!(
+        registry("stalls.com"),
+        serde_json::json!({"status": "queued"})
+    );
+    wait_until(Duration::from_secs(10), || {
+        registry("stalls.com") == serde_json::json!({"status": "failed", "kind": "timeout"})
+    });
+    let _ = registry("forbidden.net");
+    wait_until(Duration::from_secs(10), || {
+        registry("forbidden.net") == serde_json::json!({"status": "refused", "kind": "status"})
+    });
+    // A registry that answered: the age, and no note.
+    let _ = registry("answered.net");
+    wait_until(Duration::from_secs(10), || {
+        explain(&gw, "answered.net")["evidence"]["age_days"] == 9_000
+    });
+    assert_eq!(registry("answered.net"), serde_json::Value::Null);
+}

@@ -30,6 +30,8 @@ struct Scripted {
     addr: SocketAddr,
     heads: Arc<Mutex<Vec<String>>>,
     connections: Arc<AtomicUsize>,
+    /// Scripts' late parts written so far (see [`LATER`]).
+    late_sent: Arc<AtomicUsize>,
 }
 
 impl Scripted {
@@ -47,18 +49,19 @@ impl Scripted {
         let addr = listener.local_addr().unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
-        let (h, c) = (heads.clone(), connections.clone());
+        let late_sent = Arc::new(AtomicUsize::new(0));
+        let (h, c, l) = (heads.clone(), connections.clone(), late_sent.clone());
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 c.fetch_add(1, Ordering::SeqCst);
-                let (h, tls) = (h.clone(), tls.clone());
+                let (h, l, tls) = (h.clone(), l.clone(), tls.clone());
                 thread::spawn(move || match tls {
                     Some(tls) => {
                         if let Ok(stream) = tls.accept(stream) {
-                            serve(stream, h, answer);
+                            serve(stream, (h, l), answer);
                         }
                     }
-                    None => serve(stream, h, answer),
+                    None => serve(stream, (h, l), answer),
                 });
             }
         });
@@ -66,6 +69,7 @@ impl Scripted {
             addr,
             heads,
             connections,
+            late_sent,
         }
     }
 
@@ -76,7 +80,7 @@ impl Scripted {
 
 fn serve<S: Read + Write>(
     stream: S,
-    heads: Arc<Mutex<Vec<String>>>,
+    (heads, late_sent): (Arc<Mutex<Vec<String>>>, Arc<AtomicUsize>),
     answer: fn(&str, usize) -> Option<Vec<u8>>,
 ) {
     let mut reader = BufReader::new(stream);
@@ -112,9 +116,10 @@ fn serve<S: Read + Write>(
         }
         if let Some(later) = later {
             thread::sleep(Duration::from_millis(100));
-            if reader.get_mut().write_all(later).is_err() {
+            if reader.get_mut().write_all(later).is_err() || reader.get_mut().flush().is_err() {
                 return;
             }
+            late_sent.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -516,9 +521,9 @@ fn a_connection_with_bytes_beyond_its_answer_is_never_reused() {
             assert_eq!(r.status, 200, "{mode} {case}");
             assert_eq!(r.json()["checked"], format!("/v1/check/{case}@example.com"));
             if case == "late" {
-                // Let the forged bytes reach the idle connection first.
-                wait_until(WAIT, || up.heads().len() == 1);
-                thread::sleep(Duration::from_millis(300));
+                // The forged bytes are on the idle connection first (written: a fixed wait
+                // could end before the backend's thread wrote them, under load).
+                wait_until(WAIT, || up.late_sent.load(Ordering::SeqCst) == 1);
             }
             for i in 0..3 {
                 let r = c.get(&format!("/v1/check/next{i}%40example.com")).unwrap();

@@ -118,8 +118,13 @@ fn api_made_keys_follow_their_operators_decision_also_after_a_restart() {
     send(&gw, "POST", "/v1/keys", &made, &[], Some(b"{}")).assert_error(401, "unauthorized");
     // Another enabled operator key of the project (here its browser key) does not keep it on:
     // it follows the key that made it (lineage), and comes back with it.
+    // Once the change is loaded (a fixed wait could look before the reload, and pass).
+    let reloads = || gw.metric("drg_reloads_total{result=\"ok\",source=\"keys\"}");
+    let before = reloads().unwrap_or(0.0);
     rewrite_keys(&gw, &keys_yaml(Some("    disabled: true\n"), false, ""));
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(Duration::from_secs(10), || {
+        reloads().unwrap_or(0.0) > before
+    });
     assert_eq!(get(&gw, LOOKUP, &made), 401);
     rewrite_keys(&gw, &keys_yaml(Some(""), false, ""));
     wait_until(Duration::from_secs(5), || get(&gw, LOOKUP, &made) == 200);

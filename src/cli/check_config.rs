@@ -23,12 +23,13 @@ pub fn check_config(conf: &Path) -> Result<String, CommandError> {
         None => String::new(),
     };
     Ok(format!(
-        "{}: ok; listen {}{tls}; upstream {}; {} keys; data {}: {}",
+        "{}: ok; listen {}{tls}; upstream {}; {} keys; data {}: dataset {}, {}",
         conf.display(),
         settings.gateway.listen,
         settings.gateway.upstream.address,
         keys.len(),
         settings.gateway.data.dir.display(),
+        table.version().as_str(),
         summary(&table)
     ))
 }

@@ -85,6 +85,11 @@ pub struct Gateway {
     h2_body_wait: Duration,
     /// Per key, the account routes' rate (`gateway.access.account_rate`).
     account_rate: crate::access::rate::KeyedLimiter,
+    /// The account routes' rate, also the refused batch bodies' when the plan has none.
+    account_rate_config: crate::access::rate::RateConfig,
+    /// Per key, the batch bodies refused before their names could be counted (malformed,
+    /// empty, slow, wrong media type, too large): at the plan's rate, else `account_rate`.
+    refused_bodies: crate::access::rate::Limiter,
     /// `POST /v1/public/domains` (`gateway.batch`).
     batch: crate::edge::config::BatchConfig,
 }
@@ -163,6 +168,8 @@ impl Gateway {
             relay: None,
             h2_body_wait: config.limits.header_timeout,
             account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
+            refused_bodies: crate::access::rate::Limiter::default(),
+            account_rate_config: config.access.account_rate,
             batch: config.batch.clone(),
         }
     }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use percent_encoding::percent_decode_str;
 use pingora::cache::key::HashBinary;
 use pingora::cache::{
     CacheKey, CacheMeta, ForcedFreshness, HitHandler, PurgeAction, RespCacheable,
@@ -20,97 +19,7 @@ use pingora::protocols::Digest;
 use pingora::proxy::{FailToProxy, ProxyWarnLogContext, PurgeStatus, RangeType};
 
 use super::gateway::{Gateway, RequestCtx};
-
-/// Which requests are the gateway's: everything (the standalone gateway), or those whose path
-/// starts with one of the mounted prefixes (`/v1/` by default when embedded).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Mount {
-    All,
-    Prefixes(Vec<String>),
-}
-
-impl Mount {
-    /// Whether a request for `path` (as received: not decoded, not normalised) is ours. A path
-    /// that a backend could read as a mounted one (`//v1/`, `/%76%31/`, `/x/../v1/`, `/V1/`,
-    /// `/v1;x/`) is ours too, and answered by the gateway's router (`404`): a host whose own
-    /// backend also serves `/v1/` never forwards a spelling of it around the gateway.
-    pub(crate) fn claims(&self, path: &str) -> bool {
-        let prefixes = match self {
-            Mount::All => return true,
-            Mount::Prefixes(prefixes) => prefixes,
-        };
-        if prefixes.iter().any(|p| claims_prefix(p, path)) {
-            return true;
-        }
-        // A mount with an upper-case letter matches its lower-case spellings too.
-        let mixed_case = || {
-            prefixes
-                .iter()
-                .any(|p| p.bytes().any(|b| b.is_ascii_uppercase()))
-        };
-        if !may_be_respelt(path) && !mixed_case() {
-            return false;
-        }
-        let normal = normalise(path);
-        prefixes
-            .iter()
-            .any(|p| claims_prefix(&p.to_ascii_lowercase(), &normal))
-    }
-}
-
-/// Whether some backend could read `path` as another path: it holds an escape, an empty, dot or
-/// parameter segment, a backslash or an upper-case letter.
-fn may_be_respelt(path: &str) -> bool {
-    path.bytes()
-        .any(|b| matches!(b, b'%' | b'\\' | b';' | b'A'..=b'Z'))
-        || path.contains("//")
-        || path.contains("/.")
-}
-
-/// `path` as the most lenient backend would read it: percent-decoded (twice, for a
-/// double-encoded one), backslashes as slashes, lower case, segment parameters (`;x`) dropped,
-/// empty and `.` segments removed and `..` applied.
-fn normalise(path: &str) -> String {
-    let mut text = path.to_owned();
-    for _ in 0..2 {
-        let decoded = percent_decode_str(&text).decode_utf8_lossy().into_owned();
-        if decoded == text {
-            break;
-        }
-        text = decoded;
-    }
-    let text = text.replace('\\', "/").to_ascii_lowercase();
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in text.split('/') {
-        let segment = segment.split(';').next().unwrap_or_default();
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s => segments.push(s),
-        }
-    }
-    let mut out = String::with_capacity(text.len() + 1);
-    for s in &segments {
-        out.push('/');
-        out.push_str(s);
-    }
-    if text.ends_with('/') || out.is_empty() {
-        out.push('/');
-    }
-    out
-}
-
-/// `/v1/` claims `/v1/...` and `/v1` itself; `/dashboard` claims `/dashboard` and `/dashboard/...`
-/// but not `/dashboards`.
-fn claims_prefix(prefix: &str, path: &str) -> bool {
-    let bare = prefix.trim_end_matches('/');
-    match path.strip_prefix(bare) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
-}
+use super::mount::Mount;
 
 /// The host's `ProxyHttp` with the domain-risk routes mounted in front of it.
 ///
@@ -598,65 +507,5 @@ impl ProxyHttp for NoHost {
             ErrorType::InternalError,
             "no host proxy behind the standalone gateway",
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_prefix_claims_its_path_and_below_never_a_longer_name() {
-        let mount = Mount::Prefixes(vec!["/v1/".into(), "/dashboard".into()]);
-        for ours in [
-            "/v1/",
-            "/v1",
-            "/v1/public/domain/a.com",
-            "/dashboard",
-            "/dashboard/app.js",
-        ] {
-            assert!(mount.claims(ours), "{ours}");
-        }
-        for host in [
-            "/",
-            "/v1x",
-            "/v10/a",
-            "/dashboards",
-            "/app/v1/",
-            "",
-            "/app%2Fv1",
-            "/x/v1/..",
-        ] {
-            assert!(!mount.claims(host), "{host}");
-        }
-        assert!(Mount::All.claims(""));
-    }
-
-    #[test]
-    fn every_spelling_a_backend_could_read_as_mounted_is_claimed() {
-        let mount = Mount::Prefixes(vec!["/v1/".into(), "/Dashboard".into()]);
-        for respelt in [
-            "//v1/check/a@b.com",
-            "/%76%31/check/a",
-            "/%2576%2531/check/a",
-            "/app/../v1/check/a",
-            "/./v1/usage",
-            "/%2e%2e/v1/usage",
-            "/V1/usage",
-            "/v1;jsessionid=x/check/a",
-            "\\v1\\check\\a",
-            "/app/%2e%2e/v1",
-            "/dashboard/",
-        ] {
-            assert!(mount.claims(respelt), "{respelt}");
-        }
-    }
-
-    #[test]
-    fn normalising_resolves_dots_escapes_and_case() {
-        assert_eq!(normalise("/A/./b/../C//d/"), "/a/c/d/");
-        assert_eq!(normalise("/../../x"), "/x");
-        assert_eq!(normalise("/%2F%2e%2E/v1"), "/v1");
-        assert_eq!(normalise(""), "/");
     }
 }

@@ -12,6 +12,7 @@ pub mod framing;
 pub mod gateway;
 pub mod http;
 pub mod middleware;
+pub mod mount;
 pub mod openapi;
 pub mod route;
 pub mod tls;

@@ -6,4 +6,5 @@ pub mod config;
 pub mod neighbourhood;
 pub mod resolver;
 pub mod shares;
+pub mod slow_zones;
 pub mod trust;

@@ -7,8 +7,9 @@
 //! Slots are few (`max_inflight`) so that names under a slow or silent nameserver, which an
 //! attacker can mint by the thousand, cannot pile up tasks and sockets: past the bound a request
 //! is answered at once with what a timeout would give (nothing known, fail open). Each project
-//! holds at most its share of them ([`Shares`]), and a zone that timed out is left alone for a
-//! while, so one caller's names never take the others' evidence.
+//! holds at most its fair share of them ([`Shares`]), and a zone that timed out is left alone
+//! for a while (for the project whose lookup timed out; for everyone once a second project's
+//! did: [`ZoneTimeouts`]), so one caller's names never take the others' evidence.
 //!
 //! What DNS says is believed only from a resolver the canaries vouch for ([`crate::mx::trust`]):
 //! that a name has no mail is never concluded from a failure, a timeout, an unchecked or
@@ -37,6 +38,7 @@ use crate::infra::breaker::Breaker;
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::shares::{ShareSlot, Shares};
+use crate::mx::slow_zones::ZoneTimeouts;
 use crate::mx::trust::{self, CanaryAnswer, Trust, TrustState};
 use crate::ops::metrics::MxStats;
 
@@ -148,8 +150,8 @@ pub struct MxResolver {
     /// waits for their verdict).
     checked: watch::Sender<bool>,
     shares: Arc<Shares>,
-    /// Registrable domains whose lookups timed out, until when they are left alone.
-    slow_zones: Cache<Box<str>, Instant>,
+    /// Registrable domains whose lookups timed out: which projects', until when.
+    slow_zones: Cache<Box<str>, ZoneTimeouts>,
     /// Whether a TLD exists, as this resolver shows it, until when.
     tlds: Cache<Box<str>, (bool, Instant)>,
     /// The second resolver that must confirm an NXDOMAIN (`mx.confirm_servers`), if any.
@@ -280,6 +282,7 @@ impl MxResolver {
             checked: watch::Sender::new(false),
             shares: Arc::new(Shares::new(
                 config.max_inflight_per_project.clamp(1, max_inflight),
+                max_inflight,
             )),
             slow_zones: Cache::new(4_096),
             tlds: Cache::new(1_024),
@@ -486,10 +489,9 @@ impl MxResolver {
             return (self.unknown.clone(), CacheState::Off);
         }
         let zone = zone_of(name);
-        if zone
-            .as_deref()
-            .is_some_and(|z| self.slow_zones.get(z).is_some_and(|t| t > Instant::now()))
-        {
+        if zone.as_deref().is_some_and(|z| {
+            (self.slow_zones.get(z)).is_some_and(|t| t.skips(project, Instant::now()))
+        }) {
             self.misses.fetch_add(1, Ordering::Relaxed);
             return (self.unknown.clone(), CacheState::SlowZone);
         }
@@ -546,9 +548,17 @@ impl MxResolver {
         };
         let (evidence, ttl, timed_out) = self.resolve_and_teach(name).await;
         if let (true, Some(zone)) = (timed_out, zone) {
-            // The next names under it are answered at once, unknown, for a while.
-            self.slow_zones
-                .insert(zone, Instant::now() + self.failure_ttl.max(SLOW_ZONE_MIN));
+            // The project's next names under it are answered at once, unknown, for a while;
+            // everyone's once another project's timed out there too. A lost update between two
+            // timeouts ending at once costs one more lookup, never a wrong answer.
+            let now = Instant::now();
+            let mut timeouts = self.slow_zones.get(&zone).unwrap_or_default();
+            timeouts.timed_out(
+                slot.1.project(),
+                now,
+                now + self.failure_ttl.max(SLOW_ZONE_MIN),
+            );
+            self.slow_zones.insert(zone, timeouts);
         }
         let evidence = Arc::new(evidence);
         // Stored before the flight ends, so a request never finds neither.
@@ -975,7 +985,8 @@ mod tests {
     async fn past_max_inflight_lookups_are_refused_at_once_and_counted() {
         let (r, _sink) = silent(2, 100);
         assert_eq!(r.evidence("a.example", "p").await.1, CacheState::OverBudget);
-        assert_eq!(r.evidence("b.example", "p").await.1, CacheState::OverBudget);
+        // Another project's (a project holding a slot leaves one free for the others).
+        assert_eq!(r.evidence("b.example", "q").await.1, CacheState::OverBudget);
         // Both go on in the background, each holding its slot: a third name is refused.
         let (e, state) = r.evidence("c.example", "p").await;
         assert_eq!((state, &*e), (CacheState::Refused, &MxEvidence::Unknown));

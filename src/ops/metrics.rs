@@ -692,6 +692,11 @@ fn alert_families(f: &mut Families, a: &AlertStats) {
         "Quota alerts waiting for delivery, for their Redis claim, or for the outbox (held after a failed write).",
         a.pending as f64,
     );
+    f.counter(
+        "drg_quota_alerts_passes_total",
+        "Passes of the quota alerts service (each takes in, claims, delivers what is due and counts what waits; about one a second).",
+        a.passes,
+    );
 }
 
 /// The MX resolver's load and cache.
@@ -918,6 +923,8 @@ pub struct AlertStats {
     pub dropped: u64,
     /// Waiting in the outbox, and held for it after a failed write.
     pub pending: u64,
+    /// The service's passes since start.
+    pub passes: u64,
 }
 
 /// What the MX neighbourhood index holds and decided.

@@ -20,8 +20,9 @@ pub enum Known {
     Undated,
     /// The registry does not know it (404).
     NotFound,
-    /// The last fetch failed: not asked again before the entry expires.
-    Failed,
+    /// The last fetch failed, for this reason (`FetchError::kind`): not asked again before
+    /// the entry expires.
+    Failed(&'static str),
 }
 
 /// A cached fact and when it stops being believed (Unix seconds).
@@ -117,7 +118,7 @@ impl AgeCache {
                 Known::Registered(day) => ("registered", Some(day)),
                 Known::Undated => ("undated", None),
                 Known::NotFound => ("not_found", None),
-                Known::Failed => continue,
+                Known::Failed(_) => continue,
             };
             let line = Line {
                 d: name.to_string(),
@@ -169,7 +170,7 @@ mod tests {
         let entry = |known, expires| Entry { known, expires };
         cache.insert("young.com", entry(Known::Registered(20_700), 2_000));
         cache.insert("gone.com", entry(Known::NotFound, 2_000));
-        cache.insert("failed.com", entry(Known::Failed, 2_000));
+        cache.insert("failed.com", entry(Known::Failed("timeout"), 2_000));
         cache.insert("old.com", entry(Known::Undated, 500));
         assert_eq!(cache.save(&path, now).unwrap(), 2);
         let mut text = std::fs::read_to_string(&path).unwrap();

@@ -174,7 +174,17 @@ fn transport(e: ureq::Error) -> FetchError {
     }
 }
 
+/// An I/O error of the body's reader. ureq hands its own errors (its timeout, when the answer's
+/// body does not come in time) to the reader wrapped in an `io::Error` of kind `Other`: they are
+/// unwrapped, so a read timeout counts as `timeout`, not `transport`.
 fn transport_io(e: &std::io::Error) -> FetchError {
+    if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>()) {
+        return match inner {
+            ureq::Error::Timeout(_) => FetchError::Timeout,
+            ureq::Error::Io(io) => transport_io(io),
+            other => FetchError::Transport(other.to_string()),
+        };
+    }
     match e.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => FetchError::Timeout,
         _ => FetchError::Transport(e.to_string()),

@@ -104,6 +104,11 @@ impl Queue {
         self.waiting
     }
 
+    /// Whether `name` is waiting or being fetched.
+    pub fn is_busy(&self, name: &str) -> bool {
+        self.busy.contains(name)
+    }
+
     /// Queues `job` unless its name is busy or a bound is reached. A name waiting on another
     /// project's line moves to this project's (when it has room).
     pub fn offer(&mut self, job: Job) -> Offer {

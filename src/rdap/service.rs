@@ -5,6 +5,12 @@
 //! A request never waits for a registry beyond `budget_ms` (0 by default: never). A miss is
 //! queued for its project ([`super::queue`]); the workers, threads of their own since ureq
 //! blocks, fetch in turn, paced per server.
+//!
+//! An age reaches a project's answers by that project's own lookups, never by another's: a
+//! project's first lookup of a name is answered as a miss is (no age, at once), even when
+//! another project's lookup had it fetched already (nothing is fetched again), and its next
+//! lookups have it. So every project is answered the same way for the same asks, and an answer
+//! never shows which names other projects looked up.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,6 +52,27 @@ struct Counters {
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// The registry's part of `?explain=true` when it gave no age: `failed` (a timeout, a
+/// connection that broke, an answer too large or not RDAP: `kind` says which), `refused` (it
+/// answered 429, 503 or another refusing status past the retries: `kind`), or `queued` (a fetch
+/// is on its way; the lookup did not wait for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryNote {
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+}
+
+impl RegistryNote {
+    fn of_failure(kind: &'static str) -> Self {
+        let refused = matches!(kind, "rate_limited" | "unavailable" | "status");
+        RegistryNote {
+            status: if refused { "refused" } else { "failed" },
+            kind: Some(kind),
+        }
+    }
+}
+
 /// Domain ages for the lookups (see the module's documentation).
 pub struct Rdap {
     config: RdapConfig,
@@ -59,6 +86,10 @@ pub struct Rdap {
     stopping: AtomicBool,
     counters: Counters,
     fetcher: Fetcher,
+    /// Which projects asked for which registrable domain (a keyed hash of the pair): bounded,
+    /// in memory only; a pair it forgot is one more answer without the age.
+    asked: quick_cache::sync::Cache<u64, ()>,
+    asked_keys: foldhash::fast::RandomState,
 }
 
 fn unix_now() -> u64 {
@@ -107,6 +138,8 @@ impl Rdap {
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
             fetcher: Fetcher::new(config.timeout, config.max_body_bytes, config.max_redirects),
+            asked: quick_cache::sync::Cache::new(config.cache_entries.max(1_024)),
+            asked_keys: foldhash::fast::RandomState::default(),
             config: config.clone(),
         }
     }
@@ -197,12 +230,52 @@ impl Rdap {
         }
     }
 
+    /// What `?explain=true` says of the registry when the answer has no age for `name`: the
+    /// last fetch failed or was refused (and why), or a fetch is on its way; `None` when the
+    /// registry answered (a date, none to give, not known) or was never asked.
+    pub fn registry_note(&self, name: &DomainName) -> Option<RegistryNote> {
+        let registrable = name.registrable()?;
+        match self.cache.entry(registrable) {
+            Some(Entry {
+                known: Known::Failed(kind),
+                expires,
+            }) if expires > unix_now() => Some(RegistryNote::of_failure(kind)),
+            Some(Entry {
+                known: Known::Registered(_) | Known::Undated | Known::NotFound,
+                ..
+            }) => None,
+            _ => self.lock().is_busy(registrable).then_some(RegistryNote {
+                status: "queued",
+                kind: None,
+            }),
+        }
+    }
+
+    /// Whether `project` asked for `registrable` before; notes that it has now.
+    fn asked_before(&self, registrable: &str, project: &str) -> bool {
+        use std::hash::BuildHasher;
+        let pair = self.asked_keys.hash_one((registrable, project));
+        if self.asked.get(&pair).is_some() {
+            return true;
+        }
+        self.asked.insert(pair, ());
+        false
+    }
+
     /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
-    /// background fetch on `project`'s line.
+    /// background fetch on `project`'s line. A project's first lookup of a name is a miss even
+    /// when the cache holds it (another project's lookup had it fetched): the answer does not
+    /// depend on who else asked.
     pub fn age(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
         let registrable = name.registrable()?;
         let now = unix_now();
+        let first = !self.asked_before(registrable, project);
         if let Some(known) = self.cached(registrable, now, project) {
+            if first && known.is_some() {
+                // As if fetched for this lookup: nothing is queued, the next lookup has it.
+                self.counters.misses.fetch_add(1, Relaxed);
+                return None;
+            }
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
@@ -227,6 +300,9 @@ impl Rdap {
             return self.age(name, project);
         }
         let registrable = name.registrable()?;
+        // A lookup that may wait is answered what the fetch it would wait for gives: the
+        // cache's age at once, whoever had it fetched.
+        self.asked_before(registrable, project);
         if let Some(known) = self.cached(registrable, unix_now(), project) {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
@@ -347,7 +423,7 @@ impl Rdap {
             Ok(Fetched::Found(Registration::On(day))) => (Known::Registered(*day), now + ttl),
             Ok(Fetched::Found(Registration::Undated)) => (Known::Undated, now + ttl),
             Ok(Fetched::NotFound) => (Known::NotFound, now + c.negative_ttl.as_secs()),
-            Err(_) => (Known::Failed, now + c.failure_ttl.as_secs()),
+            Err(e) => (Known::Failed(e.kind()), now + c.failure_ttl.as_secs()),
         };
         match &result {
             Ok(Fetched::Found(_)) => self.counters.found.fetch_add(1, Relaxed),

@@ -22,15 +22,59 @@ pub fn bearer(secret: &str) -> String {
     format!("Bearer {secret}")
 }
 
-/// A free loopback port (bound then released: the OS does not hand it out again at once), for a
-/// server the test starts on it (which retries should the port be taken meanwhile). Never as an
-/// address where nothing listens: another process may take it; use [`DeadPort`] for that.
+/// A free loopback port, for a server the test starts on it (which retries should the port be
+/// taken meanwhile). Never as an address where nothing listens: use [`DeadPort`] for that.
+///
+/// Not the old bind-to-0-and-release: the kernel hands such a port out again (to another
+/// test's `bind(0)`, or as an outgoing connection's source port) before the server binds it,
+/// and with tests four at a time that happened. Ports come from below the kernel's ephemeral
+/// range, where nothing is handed out unasked; each is taken once per process (a counter from
+/// a per-process start), held for the process's life by a lock on a file, so test processes
+/// side by side (another checkout's) never pick the same one, and checked free (TCP and UDP)
+/// when picked.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let (low, high) = unassigned_ports();
+    let dir = std::env::temp_dir().join("drg-test-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let span = u32::from(high - low);
+    let mut next = NEXT.lock().unwrap();
+    for _ in 0..span {
+        let start = u32::from(next.unwrap_or(low + (std::process::id() % span) as u16) - low);
+        let port = low + ((start + 1) % span) as u16;
+        *next = Some(port);
+        let lock = std::fs::File::create(dir.join(port.to_string())).unwrap();
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            HELD.lock().unwrap().push(lock);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
+}
+
+/// Ports no one is handed unasked: from 10,000 to the kernel's ephemeral range's start
+/// (`net.ipv4.ip_local_port_range`, 32768 by default).
+fn unassigned_ports() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    assert!(
+        ephemeral_low > 11_000,
+        "the ephemeral range starts at {ephemeral_low}: no room below it for test ports"
+    );
+    (10_000, ephemeral_low)
+}
+
+/// The start of the kernel's ephemeral port range (for tests of [`free_port`]).
+pub fn ephemeral_ports_start() -> u16 {
+    unassigned_ports().1
 }
 
 /// Builds a gateway's config folder and starts the binary on it.

@@ -164,6 +164,36 @@ impl Gateway {
         }
     }
 
+    /// A batch whose body was refused before its names could be counted (wrong media type,
+    /// too large, slow, empty, malformed, too many names): nothing is counted in the month,
+    /// but each takes one call of a per-key rate in this process (the plan's, else
+    /// `access.account_rate`), so a key that sends only bad bodies is told `429` like one
+    /// that sends good ones too fast. Without it such bodies were free of every limit.
+    pub(super) fn refused_body(
+        &self,
+        key: &KeyEntry,
+        refusal: Answer,
+        ctx: &mut RequestCtx,
+    ) -> Answer {
+        let rate = key.rate.unwrap_or(self.account_rate_config);
+        let standing = self.refused_bodies.check(&key.id, rate);
+        let crate::access::rate::RateDecision::Limited { .. } = standing.decision else {
+            return refusal;
+        };
+        if key.mode == crate::access::plan::PlanMode::Shadow {
+            // Shadow mode refuses nothing: the answer says what enforce mode would have done.
+            ctx.would_reject = Some(Limit::Rate);
+            self.shared.metrics.would_reject(Denial::RateLimited);
+            return refusal;
+        }
+        self.shared.metrics.deny(Denial::RateLimited);
+        ctx.decision = Some("rate_limited");
+        ApiError::RateLimited {
+            retry_after: standing.decision.retry_after_secs(),
+        }
+        .into()
+    }
+
     /// An account route: rate-limited per key, the month read without counting.
     async fn account_call(
         &self,

@@ -38,7 +38,18 @@ type MxInputs = (Option<Arc<MxEvidence>>, Option<Finding>);
 struct Explained<'a> {
     #[serde(flatten)]
     record: &'a RiskRecord<'a>,
+    evidence: WithRegistry<'a>,
+}
+
+/// The evidence, and what the registry said when it gave no age (failed, refused, queued):
+/// without it an answer missing its age could not tell a registry that failed from one not
+/// asked.
+#[derive(Serialize)]
+struct WithRegistry<'a> {
+    #[serde(flatten)]
     evidence: Evidence<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registry: Option<crate::rdap::service::RegistryNote>,
 }
 
 impl Gateway {
@@ -112,16 +123,16 @@ impl Gateway {
             return ApiError::Internal("batch without a principal".into()).into();
         };
         if let Err(e) = batch::check_content_type(&session.req_header().headers) {
-            return e.into();
+            return self.refused_body(&key, e.into(), ctx);
         }
         let limit = self.batch.max_body_bytes;
         let body = match self.read_body(session, ctx, limit, self.h2_body_wait).await {
             Ok(body) => body,
-            Err(e) => return e.into(),
+            Err(e) => return self.refused_body(&key, e.into(), ctx),
         };
         let items = match batch::parse(&body, self.batch.max_names) {
             Ok(items) => items,
-            Err(e) => return e.into(),
+            Err(e) => return self.refused_body(&key, e.into(), ctx),
         };
         let now = self.shared.clock.now();
         let calls = items.len() as u64;
@@ -224,14 +235,20 @@ impl Gateway {
             reason: verdict.record.reason,
         });
         if explain {
+            let registry = (self.shared.rdap.as_ref())
+                .filter(|_| verdict.age.is_none())
+                .and_then(|r| r.registry_note(name));
             let body = Explained {
                 record: &verdict.record,
-                evidence: crate::domain::evidence::evidence(
-                    table,
-                    name,
-                    &verdict,
-                    evidence.as_deref(),
-                ),
+                evidence: WithRegistry {
+                    evidence: crate::domain::evidence::evidence(
+                        table,
+                        name,
+                        &verdict,
+                        evidence.as_deref(),
+                    ),
+                    registry,
+                },
             };
             // Plain structs of strings, numbers and lists: always serialise.
             let _ = serde_json::to_writer(&mut *out, &body);

@@ -91,6 +91,9 @@ pub struct Counters {
     pub pending: AtomicU64,
     /// Alerts the service holds for the outbox (a failed write): pending too.
     pub held: AtomicU64,
+    /// The service's passes (take in, claim, deliver, count) since start: that a pass ran after
+    /// an event is how a test (or an operator) knows the service looked since.
+    pub passes: AtomicU64,
 }
 
 /// The request path's side: notices thresholds and hands them to the service.
@@ -170,6 +173,7 @@ impl Alerts {
             refused: n(&c.refused),
             dropped: n(&c.dropped),
             pending: n(&c.pending) + n(&c.held),
+            passes: n(&c.passes),
         }
     }
 }

@@ -276,6 +276,7 @@ impl BackgroundService for AlertService {
             self.confirm_claims().await;
             while self.deliver_due().await {}
             self.refresh_pending(&held).await;
+            self.counters.passes.fetch_add(1, Ordering::Relaxed);
             if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
                 last_prune = Some(tokio::time::Instant::now());
                 self.prune().await;
