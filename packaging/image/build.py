@@ -99,6 +99,11 @@ class Layer:
         return self.buf.getvalue()
 
 
+def debian_packages(sbom):
+    """The Debian packages an SBOM names (`pkg:deb/debian/<name>@...`)."""
+    return sorted({c["name"] for c in sbom["components"] if c["purl"].startswith("pkg:deb/")})
+
+
 def build(args):
     revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip() or "unknown"
@@ -114,6 +119,18 @@ def build(args):
     for lib in libraries(args.binary):
         real = os.path.realpath(lib)
         layer.file(lib.lstrip("/"), Path(real).read_bytes(), 0o755)
+    # What scanners read: the SBOM (crates and Debian packages), and a dpkg record of each
+    # Debian package a copied library came from (`var/lib/dpkg/status.d/`, as distroless images
+    # carry them), so that glibc's version is seen.
+    sbom = Path(tempfile.mkdtemp(prefix="drg-sbom-")) / "sbom.cdx.json"
+    subprocess.run([sys.executable, str(ROOT / "packaging" / "sbom.py"), str(args.binary), str(sbom)],
+                   check=True, cwd=ROOT)
+    layer.file("usr/share/doc/domain-risk-gateway/sbom.cdx.json", sbom.read_bytes())
+    for package in debian_packages(json.loads(sbom.read_text())):
+        record = subprocess.run(["dpkg-query", "-s", package], capture_output=True, text=True,
+                                check=True).stdout
+        layer.file(f"var/lib/dpkg/status.d/{package}", record.encode())
+    shutil.rmtree(sbom.parent, ignore_errors=True)
     layer.file("etc/ssl/certs/ca-certificates.crt", Path("/etc/ssl/certs/ca-certificates.crt").read_bytes())
     layer.file("etc/passwd", f"root:x:0:0:root:/:/nonexistent\n{USER}:x:{UID}:{GID}::/{STATE_DIR}:/nonexistent\n".encode())
     layer.file("etc/group", f"root:x:0:\n{USER}:x:{GID}:\n".encode())
@@ -290,6 +307,17 @@ def check(args):
             sys.exit(f"image check: no answer from the unpacked image ({body!r}):\n{output}")
         if health.returncode != 0:
             sys.exit(f"image check: its health check failed: {health.stdout}{health.stderr}")
+        sbom = json.loads((root / "usr/share/doc/domain-risk-gateway/sbom.cdx.json").read_text())
+        packages = debian_packages(sbom)
+        crates = sum(1 for c in sbom["components"] if c["purl"].startswith("pkg:cargo/"))
+        if "libc6" not in packages or crates < 100:
+            sys.exit(f"image check: the SBOM names {crates} crates and {packages}")
+        for package in packages:
+            record = (root / "var/lib/dpkg/status.d" / package).read_text()
+            if f"Package: {package}" not in record or "Version: " not in record:
+                sys.exit(f"image check: no dpkg record of {package}")
+        print(f"image check: SBOM with {crates} crates and Debian packages {', '.join(packages)} "
+              f"(each with its dpkg record)")
         state = list((root / STATE_DIR).iterdir())
         if not state:
             sys.exit("image check: nothing written to the state volume")
