@@ -386,3 +386,43 @@ fn a_flushed_redis_gets_the_keys_back_and_they_never_stop_working() {
         wait_until(WITHIN, || lookup(gw, &child_secret) == 401);
     }
 }
+
+/// A key revoked on one gateway that comes back in Redis (a gateway that had not polled since
+/// the revocation put its last known keys back after a flush) is revoked again by the gateway
+/// that revoked it, at its next poll: a flush cannot bring a revoked key back for good.
+#[test]
+fn a_revoked_key_that_comes_back_in_redis_is_revoked_again() {
+    let redis = RedisServer::start(false);
+    let (a, b) = (builder(&redis).start(), builder(&redis).start());
+    let (id, secret) = made_by(&a, SERVER, "revoked, then put back");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    let mut c = redis.client().get_connection().unwrap();
+    let row: String = redis::cmd("HGET")
+        .arg("keys:{keys}:rows")
+        .arg(&id)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(revoke(&a, SERVER, &id).status, 204);
+    wait_until(WITHIN, || lookup(&b, &secret) == 401);
+    // What a stale gateway's restore writes: the row, the project's set, a new version.
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("keys:{keys}:rows")
+        .arg(&id)
+        .arg(&row)
+        .cmd("SADD")
+        .arg("keys:{keys}:project:acme")
+        .arg(&id)
+        .cmd("INCR")
+        .arg("keys:{keys}:version")
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    wait_until(WITHIN, || {
+        !hash_text(&redis, "keys:{keys}:rows").contains(&id)
+    });
+    for gw in [&a, &b] {
+        wait_until(WITHIN, || lookup(gw, &secret) == 401);
+    }
+    assert!(a.log().contains("came back in Redis"), "{}", a.log());
+}

@@ -57,7 +57,14 @@ pub struct Shared {
     up_gauge: Option<prometheus::Gauge>,
     /// Last uses sent to Redis, so that unchanged ones are not sent again.
     saved: std::sync::Mutex<HashMap<Arc<str>, u64>>,
+    /// Keys this gateway revoked in Redis lately, (project, id) -> when: one that comes back
+    /// (put back by a gateway that had not seen the revocation when Redis lost its data) is
+    /// revoked again at the next poll.
+    revoked_lately: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
 }
+
+/// How long a revocation is remembered against a key coming back.
+const REVOKED_MEMORY: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 /// The cache file (in the managed file's place) and the pending file, beside `managed`.
 pub fn paths(managed: &std::path::Path) -> (PathBuf, PathBuf) {
@@ -76,6 +83,7 @@ impl Shared {
             reachable: AtomicBool::new(true),
             up_gauge: None,
             saved: std::sync::Mutex::default(),
+            revoked_lately: std::sync::Mutex::default(),
         }
     }
 
@@ -106,6 +114,31 @@ impl Shared {
                 self.pending.display()
             );
         }
+    }
+
+    /// Remembers that Redis has the revocation of `id` of `project`.
+    fn remember_revoked(&self, project: &str, id: &str) {
+        let mut lately = self
+            .revoked_lately
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        lately.retain(|_, at| at.elapsed() < REVOKED_MEMORY);
+        lately.insert(
+            (project.to_owned(), id.to_owned()),
+            std::time::Instant::now(),
+        );
+    }
+
+    /// The rows of `rows` this gateway revoked lately, as (project, id).
+    fn came_back(&self, rows: &[crate::access::managed::ManagedKey]) -> Vec<(String, String)> {
+        let lately = self
+            .revoked_lately
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        rows.iter()
+            .map(|r| (r.project.clone(), r.id.clone()))
+            .filter(|pair| lately.contains_key(pair))
+            .collect()
     }
 
     /// Called while publishing (publishing lock held): keys whose maker is gone (an operator key
@@ -218,6 +251,9 @@ impl KeysApi {
         match revoked {
             Ok(n) => {
                 shared.up();
+                if n > 0 {
+                    shared.remember_revoked(&project, id);
+                }
                 // Also when Redis had it no more (revoked elsewhere): the cache follows.
                 if let Err(e) = self.change_locally(move |f| Ok(strip(f))).await {
                     log::warn!("keys API: a revocation is not in the cache yet: {e}");
@@ -316,6 +352,17 @@ impl KeysApi {
             log::warn!("keys: shared key '{id}' is not a key's row; left out");
         }
         let (rows, stamp) = (snapshot.rows, snapshot.stamp);
+        let back = shared.came_back(&rows);
+        for (project, id) in &back {
+            log::warn!(
+                "keys: a key this gateway revoked came back in Redis (put back by a gateway that \
+                 had not seen the revocation when Redis lost its data): revoked again"
+            );
+            if let Err(e) = shared.store.revoke(project, id).await {
+                return shared.down(&e);
+            }
+        }
+        let back: Vec<String> = back.into_iter().map(|(_, id)| id).collect();
         let path = shared.pending.clone();
         let written = self
             .change_locally(move |file| {
@@ -326,6 +373,7 @@ impl KeysApi {
                 // Without the list of revocations Redis lacks, the rows read could bring one
                 // back: an unreadable list leaves the cache as it is.
                 pending::read(&path)?.strip(&mut next);
+                managed::without_descendants(&mut next, &back);
                 let changed = file.keys != next.keys;
                 file.keys = next.keys;
                 Ok(changed)
@@ -388,6 +436,7 @@ impl KeysApi {
         };
         for r in list {
             let n = shared.store.revoke(&r.project, &r.id).await?;
+            shared.remember_revoked(&r.project, &r.id);
             log::info!(
                 "keys: a revocation kept during the outage reached Redis ({n} keys of project \
                  '{}')",
