@@ -426,3 +426,26 @@ fn a_revoked_key_that_comes_back_in_redis_is_revoked_again() {
     }
     assert!(a.log().contains("came back in Redis"), "{}", a.log());
 }
+
+/// A gateway started after Redis lost its data (flushed while it was stopped) knows the data
+/// set its cache was read from, and puts its keys back instead of emptying its cache.
+#[test]
+fn a_gateway_started_after_a_flush_puts_its_keys_back() {
+    let redis = RedisServer::start(false);
+    let a = builder(&redis).start();
+    let (id, secret) = made_by(&a, SERVER, "kept across a flush and a restart");
+    // The cache has the key (and the data set it was read from) before the stop.
+    let cache = a.dir.path().join("state/keys.redis-cache.json");
+    wait_until(WITHIN, || {
+        std::fs::read_to_string(&cache).is_ok_and(|c| c.contains(&id) && c.contains("redis_epoch"))
+    });
+    let dir = a.stop();
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let a = builder(&redis).in_dir(dir).start();
+    wait_until(WITHIN, || {
+        hash_text(&redis, "keys:{keys}:rows").contains(&id)
+    });
+    assert_eq!(lookup(&a, &secret), 200);
+    assert!(a.log().contains("lost its data set"), "{}", a.log());
+}

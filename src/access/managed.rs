@@ -37,6 +37,11 @@ pub struct ManagedFile {
     /// restart. Left out of the file while empty, so older gateways still read it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub first_seen: BTreeMap<String, String>,
+    /// With the keys on Redis (this file is then the cache of them): the data set (Redis's
+    /// epoch) they were read from, so that a gateway started after Redis lost its data still
+    /// knows to put them back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_epoch: Option<String>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,

@@ -337,7 +337,15 @@ impl KeysApi {
         }
         // The data set this gateway read is gone (FLUSHALL, eviction, another Redis): what it
         // knew goes back before anything is read, so the keys in service do not die with it.
-        if let Some(old) = seen.as_ref() {
+        // Just after a start, what it read is the cache's (written with its epoch).
+        let known = match seen.as_ref() {
+            Some(s) => Some(s.clone()),
+            None => self
+                .cached_epoch()
+                .await
+                .map(|epoch| Stamp { epoch, version: 0 }),
+        };
+        if let Some(old) = known.as_ref() {
             if stamp.as_ref().is_none_or(|s| s.epoch != old.epoch) {
                 if let Err(e) = self.restore_lost(old, stamp.as_ref()).await {
                     return shared.down(&e);
@@ -364,6 +372,7 @@ impl KeysApi {
         }
         let back: Vec<String> = back.into_iter().map(|(_, id)| id).collect();
         let path = shared.pending.clone();
+        let stamp_epoch = stamp.epoch.clone();
         let written = self
             .change_locally(move |file| {
                 let mut next = ManagedFile {
@@ -374,8 +383,10 @@ impl KeysApi {
                 // back: an unreadable list leaves the cache as it is.
                 pending::read(&path)?.strip(&mut next);
                 managed::without_descendants(&mut next, &back);
-                let changed = file.keys != next.keys;
+                let epoch = Some(stamp_epoch);
+                let changed = file.keys != next.keys || file.redis_epoch != epoch;
                 file.keys = next.keys;
+                file.redis_epoch = epoch;
                 Ok(changed)
             })
             .await;
@@ -383,6 +394,16 @@ impl KeysApi {
             Ok(()) => *seen = Some(stamp),
             Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
         }
+    }
+
+    /// The epoch the cache's keys were read from, if it says (a cache from before the epoch
+    /// was kept says nothing).
+    async fn cached_epoch(self: &Arc<Self>) -> Option<String> {
+        let cache = self.file.clone();
+        tokio::task::spawn_blocking(move || managed::read(&cache).ok()?.redis_epoch)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Puts this gateway's last known keys (its cache, less the revocations Redis lacks) back
