@@ -449,3 +449,54 @@ fn a_gateway_started_after_a_flush_puts_its_keys_back() {
     assert_eq!(lookup(&a, &secret), 200);
     assert!(a.log().contains("lost its data set"), "{}", a.log());
 }
+
+/// No lock is held across a Redis call in the keys API: while Redis stalls, four projects'
+/// makes each wait out their own call budget (1 s) side by side, not one after another (about
+/// 4 s before, queued behind one async lock; the poll queued there too).
+#[test]
+fn slow_key_calls_of_one_project_do_not_queue_anothers() {
+    const OTHERS: [(&str, &str); 3] = [
+        (
+            "beta",
+            "drg_beta_server_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+        ),
+        (
+            "gamma",
+            "drg_gamma_server_key_ccccccccccccccccccccccccccccccccccc",
+        ),
+        (
+            "delta",
+            "drg_delta_server_key_ddddddddddddddddddddddddddddddddddd",
+        ),
+    ];
+    let redis = RedisServer::start(false);
+    let mut b = builder(&redis);
+    for (project, secret) in OTHERS {
+        b = b.key_in_project(project, secret, "team", project);
+    }
+    let gw = b.start();
+    // Each project's connection to Redis is up (a key made), then Redis stalls.
+    made_by(&gw, SERVER, "first");
+    for (_, secret) in OTHERS {
+        made_by(&gw, secret, "first");
+    }
+    redis.pause();
+    let started = std::time::Instant::now();
+    let secrets: Vec<&str> = std::iter::once(SERVER)
+        .chain(OTHERS.iter().map(|(_, s)| *s))
+        .collect();
+    std::thread::scope(|scope| {
+        for secret in &secrets {
+            let gw = &gw;
+            scope.spawn(move || {
+                create(gw, secret, "while Redis stalls").assert_error(503, "service_unavailable");
+            });
+        }
+    });
+    let took = started.elapsed();
+    redis.resume();
+    assert!(
+        took < Duration::from_millis(3_000),
+        "four projects' makes took {took:?}: queued one after another"
+    );
+}

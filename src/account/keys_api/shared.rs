@@ -22,10 +22,12 @@
 //!   eviction, another Redis) gets this gateway's last known keys back (less the revocations
 //!   Redis lacks) before anything is read, so no key in service dies with it.
 //!
-//! One async lock (`seen`) orders every Redis change and read of this gateway with the cache
-//! writes that follow them: a read of Redis from before a revocation is never written after it
-//! (a revoked key never comes back, not even for a poll). Files are written under the
-//! publishing lock, on blocking threads.
+//! No lock is held across a Redis call: one project's slow key call never queues another's.
+//! A change made here (a key made or revoked) bumps `generation` as it reaches the cache, under
+//! the publishing lock; a poll writes what it read only if no change reached the cache since it
+//! began (else the next poll reads again). So a read of Redis from before a revocation is never
+//! written after it (a revoked key never comes back, not even for a poll). Files are written
+//! under the publishing lock, on blocking threads.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,9 +50,10 @@ pub struct Shared {
     store: SharedKeys,
     /// This gateway's revocations Redis does not have yet.
     pending: PathBuf,
-    /// The stamp of the rows in the cache (`None` until the first read since the start); held
-    /// across each Redis change or read and the cache write after it (see the module).
-    seen: tokio::sync::Mutex<Option<Stamp>>,
+    /// The stamp of the rows in the cache (`None` until the first read since the start).
+    seen: std::sync::Mutex<Option<Stamp>>,
+    /// Bumped by every change made here as it reaches the cache (see the module).
+    generation: std::sync::atomic::AtomicU64,
     /// Whether the last call reached Redis (the log says each change once).
     reachable: AtomicBool,
     /// `drg_keys_shared_store_up`, following `reachable`.
@@ -79,7 +82,8 @@ impl Shared {
         Shared {
             store,
             pending,
-            seen: tokio::sync::Mutex::new(None),
+            seen: std::sync::Mutex::new(None),
+            generation: std::sync::atomic::AtomicU64::new(0),
             reachable: AtomicBool::new(true),
             up_gauge: None,
             saved: std::sync::Mutex::default(),
@@ -170,7 +174,6 @@ impl KeysApi {
         let shared = self.shared();
         let mut row = Self::new_row(caller, new, secret);
         let operator = self.operator_count(&caller.project);
-        let _seen = shared.seen.lock().await;
         // A clash of 48 random bits is rare; a few draws make a refusal for it unheard of.
         for _ in 0..8 {
             row.id = match new_id() {
@@ -239,7 +242,6 @@ impl KeysApi {
     pub(super) async fn revoke_shared(self: &Arc<Self>, caller: &KeyEntry, id: &str) -> Answer {
         let shared = self.shared();
         let project = caller.project.to_string();
-        let _seen = shared.seen.lock().await;
         let revoked = shared.store.revoke(&project, id).await;
         let strip = {
             let (project, id) = (project.clone(), id.to_owned());
@@ -305,14 +307,33 @@ impl KeysApi {
         self: &Arc<Self>,
         change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
     ) -> Result<(), LocalError> {
+        self.locally(None, change).await.map(|_| ())
+    }
+
+    /// `change` to the cache under the publishing lock. `if_at`: a poll's write, made only if
+    /// no change reached the cache since the poll began (at that generation); otherwise the
+    /// change is this gateway's own and bumps the generation. Whether it was made.
+    async fn locally(
+        self: &Arc<Self>,
+        if_at: Option<u64>,
+        change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
+    ) -> Result<bool, LocalError> {
         let api = self.clone();
         tokio::task::spawn_blocking(move || {
             let _publishing = api.publishing();
+            let generation = &api.shared().generation;
+            match if_at {
+                Some(at) if generation.load(Ordering::SeqCst) != at => return Ok(false),
+                Some(_) => {}
+                None => {
+                    generation.fetch_add(1, Ordering::SeqCst);
+                }
+            }
             let written = managed::update(&api.file, |file: &mut ManagedFile| {
                 change(file).map(|changed| (changed, ()))
             });
             api.publish();
-            written
+            written.map(|()| true)
         })
         .await
         .map_err(|e| LocalError::Task(e.to_string()))?
@@ -323,7 +344,12 @@ impl KeysApi {
     /// known keys stay).
     pub async fn sync_shared(self: &Arc<Self>) {
         let shared = self.shared();
-        let mut seen = shared.seen.lock().await;
+        let at = shared.generation.load(Ordering::SeqCst);
+        let seen = shared
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if let Err(e) = self.flush_pending().await {
             return shared.down(&e);
         }
@@ -332,7 +358,7 @@ impl KeysApi {
             Err(e) => return shared.down(&e),
         };
         shared.up();
-        if stamp.is_some() && stamp == *seen {
+        if stamp.is_some() && stamp == seen {
             return;
         }
         // The data set this gateway read is gone (FLUSHALL, eviction, another Redis): what it
@@ -374,7 +400,7 @@ impl KeysApi {
         let path = shared.pending.clone();
         let stamp_epoch = stamp.epoch.clone();
         let written = self
-            .change_locally(move |file| {
+            .locally(Some(at), move |file| {
                 let mut next = ManagedFile {
                     keys: rows,
                     ..ManagedFile::default()
@@ -391,7 +417,9 @@ impl KeysApi {
             })
             .await;
         match written {
-            Ok(()) => *seen = Some(stamp),
+            Ok(true) => *shared.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(stamp),
+            // A change made here meanwhile: the next poll reads again.
+            Ok(false) => {}
             Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
         }
     }
