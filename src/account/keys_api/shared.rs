@@ -386,17 +386,10 @@ impl KeysApi {
             log::warn!("keys: shared key '{id}' is not a key's row; left out");
         }
         let (rows, stamp) = (snapshot.rows, snapshot.stamp);
-        let back = shared.came_back(&rows);
-        for (project, id) in &back {
-            log::warn!(
-                "keys: a key this gateway revoked came back in Redis (put back by a gateway that \
-                 had not seen the revocation when Redis lost its data): revoked again"
-            );
-            if let Err(e) = shared.store.revoke(project, id).await {
-                return shared.down(&e);
-            }
-        }
-        let back: Vec<String> = back.into_iter().map(|(_, id)| id).collect();
+        let back = match self.revoke_came_back(&rows).await {
+            Ok(back) => back,
+            Err(e) => return shared.down(&e),
+        };
         let path = shared.pending.clone();
         let stamp_epoch = stamp.epoch.clone();
         let written = self
@@ -422,6 +415,24 @@ impl KeysApi {
             Ok(false) => {}
             Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
         }
+    }
+
+    /// Revokes again the keys of `rows` this gateway revoked lately (put back by a gateway that
+    /// had not seen the revocation when Redis lost its data); their ids.
+    async fn revoke_came_back(
+        &self,
+        rows: &[crate::access::managed::ManagedKey],
+    ) -> Result<Vec<String>, SharedKeysError> {
+        let shared = self.shared();
+        let back = shared.came_back(rows);
+        for (project, id) in &back {
+            log::warn!(
+                "keys: a key this gateway revoked came back in Redis (put back by a gateway that \
+                 had not seen the revocation when Redis lost its data): revoked again"
+            );
+            shared.store.revoke(project, id).await?;
+        }
+        Ok(back.into_iter().map(|(_, id)| id).collect())
     }
 
     /// The epoch the cache's keys were read from, if it says (a cache from before the epoch
