@@ -330,11 +330,12 @@ fn a_revocation_reaches_the_other_gateway_while_redis_is_out_of_memory() {
     let r = revoke(&a, SERVER, &id);
     assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(lookup(&a, &secret), 401);
-    // Within a few polls (200 ms each), on a loaded machine: before, 15 s and more.
+    // Within a few polls (200 ms each), on a loaded machine (the whole suite runs four tests
+    // at a time): the reported failure was 15 s and more.
     let revoked = std::time::Instant::now();
     wait_until(WITHIN, || lookup(&b, &secret) == 401);
     assert!(
-        revoked.elapsed() < Duration::from_secs(3),
+        revoked.elapsed() < Duration::from_secs(6),
         "B took {:?}:\n{}",
         revoked.elapsed(),
         b.log()
