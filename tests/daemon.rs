@@ -154,6 +154,9 @@ impl Load {
                             }
                             Err(_) => conn = None,
                         }
+                        // Steady load, not a flood: the suite runs four tests at a time on two
+                        // cores, and an unpaced loop starved the others' deadlines.
+                        thread::sleep(Duration::from_millis(2));
                     }
                 })
             })
