@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """The gateway's software bill of materials (CycloneDX 1.5, JSON): every crate linked into the
-binary (the resolved graph of its normal dependencies for Linux, with licence, purl and the
-checksum Cargo.lock pins) and every system library the binary loads (as `ldd` names them), with
+binary (as the binary's own embedded list names them, with licence, purl and the checksum
+Cargo.lock pins) and every system library the binary loads (as `ldd` names them), with
 the Debian package and version that installed it. Shipped in the Debian package and the image
-(docs/deploy.md "Supply chain"); reproducible: its timestamp is the commit's.
+(docs/deploy.md "Supply chain"); reproducible: its timestamp is the commit's. The crates are
+the ones the binary says it links: the dependency list `cargo auditable` embedded in it (its
+`.dep-v0` section, which `cargo audit bin` and image scanners read), so a binary built without it
+gets no SBOM.
 
     packaging/sbom.py target/release/domain-risk-gateway OUT.json
+    packaging/sbom.py --audit BINARY     the crates BINARY's embedded list names, a line each
+                                         (exits 1 when the binary carries none)
 """
 
 import datetime
@@ -13,7 +18,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import tomllib
+import zlib
 import uuid
 from pathlib import Path
 
@@ -41,6 +48,30 @@ def crates():
                 seen.add(dep["pkg"])
                 todo.append(dep["pkg"])
     return packages[root], sorted((packages[i] for i in seen), key=lambda p: (p["name"], p["version"]))
+
+
+def audit_data(binary):
+    """The dependency list `cargo auditable` linked into BINARY: its `.dep-v0` section, zlib-
+    compressed JSON ({"packages": [{"name", "version", "source", "kind"?, "root"?, ...}]}), or
+    None when the binary carries none (built by a plain `cargo build`)."""
+    with tempfile.TemporaryDirectory(prefix="drg-audit-") as tmp:
+        section, scratch = Path(tmp, "dep-v0"), Path(tmp, "copy")
+        dumped = subprocess.run(["objcopy", "--dump-section", f".dep-v0={section}", str(binary), str(scratch)],
+                                capture_output=True, text=True)
+        if dumped.returncode != 0 or not section.exists():
+            return None
+        return json.loads(zlib.decompress(section.read_bytes()))
+
+
+def linked_crates(binary):
+    """(name, version) of every crate the binary's embedded list names as linked at run time (the
+    build-only ones, such as build scripts' dependencies, are not in the binary), without the
+    gateway itself."""
+    data = audit_data(binary)
+    if data is None:
+        sys.exit(f"sbom: {binary} carries no dependency list (.dep-v0): build it with `cargo auditable`")
+    return sorted((p["name"], p["version"]) for p in data["packages"]
+                  if p.get("kind", "runtime") == "runtime" and not p.get("root"))
 
 
 def crate_component(p):
@@ -78,10 +109,21 @@ def system_libraries(binary):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--audit":
+        for name, version in linked_crates(Path(sys.argv[2])):
+            print(f"{name} {version}")
+        return
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     binary, dest = Path(sys.argv[1]), Path(sys.argv[2])
     root, linked = crates()
+    # The document describes this binary: the crates its own embedded list names (what is linked
+    # into it; proc-macros and build-only crates are not), each found in the lock's graph.
+    embedded = set(linked_crates(binary))
+    unknown = embedded - {(p["name"], p["version"]) for p in linked}
+    if unknown:
+        sys.exit(f"sbom: {binary} embeds crates this checkout's Cargo.lock does not link: {sorted(unknown)[:10]}")
+    linked = [p for p in linked if (p["name"], p["version"]) in embedded]
     lock = tomllib.loads((ROOT / "Cargo.lock").read_text())
     sums = {(p["name"], p["version"]): p.get("checksum") for p in lock["package"]}
     components = []

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the system packages the build and the tests need, when missing (Debian/Ubuntu).
-# Sourced by scripts/run and scripts/test; safe to run again.
+# Installs the system packages the build and the tests need, when missing (Debian/Ubuntu), and
+# cargo-auditable. Sourced by scripts/run, scripts/test, scripts/package and scripts/image; safe
+# to run again.
 set -euo pipefail
 
 need=()
@@ -21,3 +22,10 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (rustup) first" >&2; exit 1; }
+# cargo-auditable, pinned: every build of the binary the scripts make (scripts/run, scripts/test,
+# scripts/package, scripts/image) goes through `cargo auditable`, which links the binary's
+# dependency list into it for `cargo audit bin` and image scanners (docs/deploy.md "Supply chain").
+CARGO_AUDITABLE_VERSION=0.7.7
+if ! cargo install --list 2>/dev/null | grep -qx "cargo-auditable v$CARGO_AUDITABLE_VERSION:"; then
+  cargo install --locked --quiet cargo-auditable --version "$CARGO_AUDITABLE_VERSION"
+fi

@@ -267,16 +267,16 @@ impl Settings {
 
     /// Parses and validates config text; `path` names it in errors and anchors relative paths.
     pub fn from_yaml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
-        let doc: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Syntax {
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
                 path: path.to_owned(),
                 message: e.to_string(),
             })?;
         let mut problems = Vec::new();
-        let empty = serde_yaml_ng::Mapping::new();
+        let empty = serde_yaml::Mapping::new();
         let top = match &doc {
-            serde_yaml_ng::Value::Mapping(m) => m,
-            serde_yaml_ng::Value::Null => &empty,
+            serde_yaml::Value::Mapping(m) => m,
+            serde_yaml::Value::Null => &empty,
             _ => {
                 problems.push("the file must be a mapping of keys to values".to_owned());
                 &empty
@@ -289,7 +289,7 @@ impl Settings {
         let section = top
             .get("gateway")
             .cloned()
-            .unwrap_or(serde_yaml_ng::Value::Null);
+            .unwrap_or(serde_yaml::Value::Null);
         let gateway = parse_gateway(section, &mut problems);
         if let Some(g) = &gateway {
             problems.extend(g.problems());
@@ -354,12 +354,9 @@ impl Settings {
     }
 }
 
-fn parse_gateway(
-    section: serde_yaml_ng::Value,
-    problems: &mut Vec<String>,
-) -> Option<GatewayConfig> {
+fn parse_gateway(section: serde_yaml::Value, problems: &mut Vec<String>) -> Option<GatewayConfig> {
     let section = match section {
-        serde_yaml_ng::Value::Null => serde_yaml_ng::Value::Mapping(Default::default()),
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
         other => other,
     };
     let mut unknown = Vec::new();
@@ -390,7 +387,7 @@ fn parse_gateway(
 /// Pingora's own server keys (an empty file: its defaults), with our retry default.
 fn parse_server(
     text: &str,
-    top: &serde_yaml_ng::Mapping,
+    top: &serde_yaml::Mapping,
     problems: &mut Vec<String>,
 ) -> Option<ServerConf> {
     let yaml = if top.is_empty() {
@@ -418,7 +415,7 @@ fn parse_server(
 fn place_runtime_files(
     server: &mut ServerConf,
     gateway: &mut GatewayConfig,
-    top: &serde_yaml_ng::Mapping,
+    top: &serde_yaml::Mapping,
     base: &Path,
 ) -> Option<PathBuf> {
     let runtime = base.join(gateway.runtime_dir.take().unwrap_or_else(|| {
@@ -441,9 +438,9 @@ fn place_runtime_files(
     in_runtime_dir.then_some(runtime)
 }
 
-fn unknown_server_keys(top: &serde_yaml_ng::Mapping) -> Vec<String> {
-    let known: BTreeSet<String> = match serde_yaml_ng::to_value(ServerConf::default()) {
-        Ok(serde_yaml_ng::Value::Mapping(m)) => m
+fn unknown_server_keys(top: &serde_yaml::Mapping) -> Vec<String> {
+    let known: BTreeSet<String> = match serde_yaml::to_value(ServerConf::default()) {
+        Ok(serde_yaml::Value::Mapping(m)) => m
             .keys()
             .filter_map(|k| k.as_str().map(str::to_owned))
             .collect(),

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Builds the container image as an OCI image layout and archive, with no daemon and no base
-image: one layer holding the binary, exactly the shared libraries it links (as `ldd` names them),
-the CA certificates, the shipped data, config and (empty) keys file, a passwd entry for the
-service user and the state folder it owns. Reproducible: fixed file times (the commit's), owners
-and gzip header.
+image: one layer holding the binary, exactly the shared libraries it links (as `ldd` names them)
+with their Debian packages' dpkg records, the SBOM, the CA certificates, the shipped data, config
+and (empty) keys file, a passwd entry for the service user and the state folder it owns.
+
+The root file system is staged in a folder; GNU tar makes the layer (sorted, numeric owners, file
+times the commit's) and umoci writes the image around it (blobs, config, manifest, index), so the
+same commit gives the same image digest.
 
     packaging/image/build.py --binary PATH --config FILE --tag NAME:TAG --out DIR
     packaging/image/build.py --check DIR     unpack the layer and run the image's own command in
@@ -36,13 +39,20 @@ CONF_DIR = "etc/domain-risk-gateway"
 DATA_DIR = "usr/share/domain-risk-gateway/data"
 STATE_DIR = "var/lib/domain-risk-gateway"
 PUBLIC_PORT, ADMIN_PORT = 8080, 9180
+# What an image's health check runs (Docker's HEALTHCHECK is not part of an OCI image config, so
+# the compose file and `docker run --health-cmd` carry it): the binary asking its own public
+# listener for /healthz (the image has no shell and no curl).
+HEALTH = ["/usr/bin/domain-risk-gateway", "-c", f"/{CONF_DIR}/gateway.yaml", "health"]
+
+
+def run(*args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, check=True, **kw).stdout
 
 
 def libraries(binary):
     """The shared libraries `binary` loads, with the dynamic loader: (path in the image, file)."""
-    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
     libs = []
-    for line in out.splitlines():
+    for line in run("ldd", str(binary)).splitlines():
         line = line.strip()
         if "=>" in line:
             path = line.split("=>")[1].split("(")[0].strip()
@@ -56,47 +66,28 @@ def libraries(binary):
     return libs
 
 
-class Layer:
-    """A deterministic tar of the image's root file system."""
+class Rootfs:
+    """The image's root file system, staged in a folder (modes set here, never the umask's)."""
 
-    def __init__(self, mtime):
-        self.buf = io.BytesIO()
-        self.tar = tarfile.open(fileobj=self.buf, mode="w", format=tarfile.PAX_FORMAT)
-        self.mtime = mtime
-        self.dirs = set()
+    def __init__(self, path):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        self.path = path
 
-    def _info(self, name, kind, mode, uid=0, gid=0):
-        info = tarfile.TarInfo(name)
-        info.type, info.mode, info.uid, info.gid, info.mtime = kind, mode, uid, gid, self.mtime
-        info.uname = info.gname = ""
-        return info
-
-    def dir(self, name, mode=0o755, uid=0, gid=0):
-        parts = name.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            d = "/".join(parts[:i])
-            if d in self.dirs:
-                continue
-            self.dirs.add(d)
-            last = i == len(parts)
-            self.tar.addfile(self._info(d, tarfile.DIRTYPE, mode if last else 0o755,
-                                        uid if last else 0, gid if last else 0))
+    def dir(self, name, mode=0o755):
+        d = self.path
+        for part in name.strip("/").split("/"):
+            d = d / part
+            if not d.exists():
+                d.mkdir()
+                d.chmod(0o755)
+        d.chmod(mode)
 
     def file(self, name, data, mode=0o644):
         self.dir(os.path.dirname(name))
-        info = self._info(name, tarfile.REGTYPE, mode)
-        info.size = len(data)
-        self.tar.addfile(info, io.BytesIO(data))
-
-    def symlink(self, name, target):
-        self.dir(os.path.dirname(name))
-        info = self._info(name, tarfile.SYMTYPE, 0o777)
-        info.linkname = target
-        self.tar.addfile(info)
-
-    def close(self):
-        self.tar.close()
-        return self.buf.getvalue()
+        f = self.path / name
+        f.write_bytes(data)
+        f.chmod(mode)
 
 
 def debian_packages(sbom):
@@ -104,136 +95,106 @@ def debian_packages(sbom):
     return sorted({c["name"] for c in sbom["components"] if c["purl"].startswith("pkg:deb/")})
 
 
-def build(args):
-    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True).stdout.strip() or "unknown"
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or subprocess.run(
-        ["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or 0)
-    created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    name, tag = args.tag.rsplit(":", 1)
-    version = tag
-
-    layer = Layer(epoch)
-    layer.dir("tmp", 0o1777)
-    layer.file("usr/bin/domain-risk-gateway", Path(args.binary).read_bytes(), 0o755)
+def stage(args, rootfs):
+    """Everything the image holds, in the staging folder."""
+    rootfs.dir("tmp", 0o1777)
+    rootfs.file("usr/bin/domain-risk-gateway", Path(args.binary).read_bytes(), 0o755)
     for lib in libraries(args.binary):
-        real = os.path.realpath(lib)
-        layer.file(lib.lstrip("/"), Path(real).read_bytes(), 0o755)
+        rootfs.file(lib.lstrip("/"), Path(os.path.realpath(lib)).read_bytes(), 0o755)
     # What scanners read: the SBOM (crates and Debian packages), and a dpkg record of each
     # Debian package a copied library came from (`var/lib/dpkg/status.d/`, as distroless images
     # carry them), so that glibc's version is seen.
     sbom = Path(tempfile.mkdtemp(prefix="drg-sbom-")) / "sbom.cdx.json"
     subprocess.run([sys.executable, str(ROOT / "packaging" / "sbom.py"), str(args.binary), str(sbom)],
                    check=True, cwd=ROOT)
-    layer.file("usr/share/doc/domain-risk-gateway/sbom.cdx.json", sbom.read_bytes())
+    rootfs.file("usr/share/doc/domain-risk-gateway/sbom.cdx.json", sbom.read_bytes())
     for package in debian_packages(json.loads(sbom.read_text())):
-        record = subprocess.run(["dpkg-query", "-s", package], capture_output=True, text=True,
-                                check=True).stdout
-        layer.file(f"var/lib/dpkg/status.d/{package}", record.encode())
+        rootfs.file(f"var/lib/dpkg/status.d/{package}", run("dpkg-query", "-s", package).encode())
     shutil.rmtree(sbom.parent, ignore_errors=True)
-    layer.file("etc/ssl/certs/ca-certificates.crt", Path("/etc/ssl/certs/ca-certificates.crt").read_bytes())
-    layer.file("etc/passwd", f"root:x:0:0:root:/:/nonexistent\n{USER}:x:{UID}:{GID}::/{STATE_DIR}:/nonexistent\n".encode())
-    layer.file("etc/group", f"root:x:0:\n{USER}:x:{GID}:\n".encode())
-    layer.file("etc/nsswitch.conf", b"hosts: files dns\n")
-    layer.file("etc/hosts", b"127.0.0.1 localhost\n::1 localhost\n")
-    layer.file(f"{CONF_DIR}/gateway.yaml", Path(args.config).read_bytes())
-    layer.file(f"{CONF_DIR}/keys.yaml", (ROOT / "packaging" / "deb" / "keys.yaml").read_bytes())
+    rootfs.file("etc/ssl/certs/ca-certificates.crt", Path("/etc/ssl/certs/ca-certificates.crt").read_bytes())
+    rootfs.file("etc/passwd", f"root:x:0:0:root:/:/nonexistent\n{USER}:x:{UID}:{GID}::/{STATE_DIR}:/nonexistent\n".encode())
+    rootfs.file("etc/group", f"root:x:0:\n{USER}:x:{GID}:\n".encode())
+    rootfs.file("etc/nsswitch.conf", b"hosts: files dns\n")
+    rootfs.file("etc/hosts", b"127.0.0.1 localhost\n::1 localhost\n")
+    rootfs.file(f"{CONF_DIR}/gateway.yaml", Path(args.config).read_bytes())
+    rootfs.file(f"{CONF_DIR}/keys.yaml", (ROOT / "packaging" / "deb" / "keys.yaml").read_bytes())
     data = ROOT / "data"
     for path in sorted(data.rglob("*")):
         rel = path.relative_to(data).as_posix()
         if path.is_dir():
-            layer.dir(f"{DATA_DIR}/{rel}")
+            rootfs.dir(f"{DATA_DIR}/{rel}")
         else:
-            layer.file(f"{DATA_DIR}/{rel}", path.read_bytes())
+            rootfs.file(f"{DATA_DIR}/{rel}", path.read_bytes())
     for man in args.assets or []:
         man = Path(man)
         if man.name == "domain-risk-gateway.1":
-            layer.file("usr/share/man/man1/domain-risk-gateway.1", man.read_bytes())
+            rootfs.file("usr/share/man/man1/domain-risk-gateway.1", man.read_bytes())
     for name in ("alerts.yml", "grafana-dashboard.json"):
-        layer.file(f"usr/share/domain-risk-gateway/monitoring/{name}",
-                   (ROOT / "packaging" / "monitoring" / name).read_bytes())
-    layer.dir(STATE_DIR, 0o700, UID, GID)
-    tar = layer.close()
+        rootfs.file(f"usr/share/domain-risk-gateway/monitoring/{name}",
+                    (ROOT / "packaging" / "monitoring" / name).read_bytes())
+    rootfs.dir(STATE_DIR, 0o700)
 
-    gz = io.BytesIO()
-    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, compresslevel=9, filename="") as f:
-        f.write(tar)
-    gz = gz.getvalue()
+
+def layer_tar(rootfs, dest, epoch):
+    """The layer, by GNU tar: names sorted, every time the commit's, owned by root except the
+    state folder (the service user's, so that a new named volume takes that owner)."""
+    common = ["--format=posix", "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
+              f"--mtime=@{epoch}", "--numeric-owner", "-C", str(rootfs.path)]
+    top = sorted(p.name for p in rootfs.path.iterdir())
+    run("tar", "--create", "--file", str(dest), "--sort=name", "--owner=0", "--group=0",
+        f"--exclude=./{STATE_DIR}", f"--exclude={STATE_DIR}", *common, *top)
+    run("tar", "--append", "--file", str(dest), "--no-recursion", f"--owner={UID}", f"--group={GID}",
+        *common, STATE_DIR)
+
+
+def build(args):
+    revision = run("git", "rev-parse", "HEAD", cwd=ROOT).strip() or "unknown"
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct", cwd=ROOT).strip() or 0)
+    created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    name, tag = args.tag.rsplit(":", 1)
     out = Path(args.out)
+    rootfs = Rootfs(out / "rootfs")
+    stage(args, rootfs)
+    layer = out / "layer.tar"
+    layer_tar(rootfs, layer, epoch)
+
     shutil.rmtree(out / "oci", ignore_errors=True)
-    blobs = out / "oci" / "blobs" / "sha256"
-    blobs.mkdir(parents=True)
-
-    def blob(data):
-        digest = hashlib.sha256(data).hexdigest()
-        (blobs / digest).write_bytes(data)
-        return {"digest": f"sha256:{digest}", "size": len(data)}
-
-    layer_desc = blob(gz)
+    image = f"{out / 'oci'}:{tag}"
     labels = {
         "org.opencontainers.image.title": "domain-risk-gateway",
         "org.opencontainers.image.description": "Pingora gateway for domain-risk lookups, guarding an email-check backend",
-        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.version": tag,
         "org.opencontainers.image.revision": revision,
         "org.opencontainers.image.licenses": "Apache-2.0",
         "org.opencontainers.image.source": args.source,
         "org.opencontainers.image.created": created,
     }
-    config = {
-        "created": created,
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "User": f"{UID}:{GID}",
-            "Env": ["PATH=/usr/bin", "RUST_LOG=info"],
-            "Entrypoint": ["/usr/bin/domain-risk-gateway", "-c", f"/{CONF_DIR}/gateway.yaml"],
-            "Cmd": ["serve"],
-            "WorkingDir": f"/{STATE_DIR}",
-            "ExposedPorts": {f"{PUBLIC_PORT}/tcp": {}, f"{ADMIN_PORT}/tcp": {}},
-            "Volumes": {f"/{STATE_DIR}": {}},
-            "StopSignal": "SIGTERM",
-            "Labels": labels,
-            # Docker's and Podman's health check (they read it from the image config): the
-            # public listener's /healthz, asked by the binary itself (the image has no curl).
-            "Healthcheck": {
-                "Test": ["CMD", "/usr/bin/domain-risk-gateway", "-c", f"/{CONF_DIR}/gateway.yaml", "health"],
-                "Interval": 10_000_000_000, "Timeout": 3_000_000_000, "Retries": 3,
-                "StartPeriod": 10_000_000_000,
-            },
-        },
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(tar).hexdigest()}"]},
-        "history": [{"created": created, "created_by": "packaging/image/build.py"}],
-    }
-    config_desc = blob(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config_desc},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **layer_desc}],
-        "annotations": labels,
-    }
-    manifest_desc = blob(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest_desc,
-                       "annotations": {"org.opencontainers.image.ref.name": tag,
-                                       "io.containerd.image.name": f"{name}:{tag}"}}],
-    }
-    (out / "oci" / "index.json").write_text(json.dumps(index, sort_keys=True, indent=1) + "\n")
-    (out / "oci" / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}\n')
-    archive = out / f"domain-risk-gateway-{version}.oci.tar"
-    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as t:
-        for path in sorted((out / "oci").rglob("*")):
-            info = t.gettarinfo(path, path.relative_to(out / "oci").as_posix())
-            info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
-            if path.is_file():
-                with open(path, "rb") as f:
-                    t.addfile(info, f)
-            else:
-                t.addfile(info)
-    print(f"image {name}:{tag}: layer {len(gz) / 1e6:.1f} MB compressed, {len(tar) / 1e6:.1f} MB unpacked, "
-          f"manifest {manifest_desc['digest'][:19]}")
+    run("umoci", "init", "--layout", str(out / "oci"))
+    run("umoci", "new", "--image", image)
+    run("umoci", "raw", "add-layer", "--image", image, "--history.created", created,
+        "--history.created_by", "scripts/image (packaging/image/build.py)", str(layer))
+    config = ["umoci", "config", "--image", image, "--no-history", "--created", created,
+              "--architecture", "amd64", "--os", "linux", "--config.user", f"{UID}:{GID}",
+              "--config.env", "PATH=/usr/bin", "--config.env", "RUST_LOG=info",
+              "--config.cmd", "serve", "--config.workingdir", f"/{STATE_DIR}",
+              "--config.exposedports", f"{PUBLIC_PORT}/tcp", "--config.exposedports", f"{ADMIN_PORT}/tcp",
+              "--config.volume", f"/{STATE_DIR}", "--config.stopsignal", "SIGTERM"]
+    for word in ["/usr/bin/domain-risk-gateway", "-c", f"/{CONF_DIR}/gateway.yaml"]:
+        config += ["--config.entrypoint", word]
+    for key, value in labels.items():
+        config += ["--config.label", f"{key}={value}", "--manifest.annotation", f"{key}={value}"]
+    run(*config)
+    run("umoci", "gc", "--layout", str(out / "oci"))
+    os.remove(layer)
+    shutil.rmtree(rootfs.path)
+
+    archive = out / f"domain-risk-gateway-{tag}.oci.tar"
+    run("tar", "--create", "--file", str(archive), "--sort=name", "--format=posix",
+        "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime", f"--mtime=@{epoch}",
+        "--owner=0", "--group=0", "--numeric-owner", "-C", str(out / "oci"), "blobs", "index.json", "oci-layout")
+    index = json.loads((out / "oci" / "index.json").read_text())
+    manifest = index["manifests"][0]
+    print(f"image {name}:{tag}: manifest {manifest['digest'][:19]} (umoci {run('umoci', '--version').split()[-1]})")
     print(f"  {out / 'oci'} (OCI layout), {archive} (`podman load -i` / `skopeo copy oci-archive:...`)")
 
 
@@ -297,7 +258,7 @@ def check(args):
                     break
                 except OSError:
                     time.sleep(0.2)
-            health = subprocess.run(chroot + config["Healthcheck"]["Test"][1:], env=env,
+            health = subprocess.run(chroot + HEALTH, env=env,
                                     capture_output=True, text=True)
         finally:
             proc.terminate()
@@ -318,6 +279,13 @@ def check(args):
                 sys.exit(f"image check: no dpkg record of {package}")
         print(f"image check: SBOM with {crates} crates and Debian packages {', '.join(packages)} "
               f"(each with its dpkg record)")
+        # The binary's own dependency list (cargo auditable), as `cargo audit bin` and scanners
+        # read it from the layer; the SBOM names the same crates (packaging/sbom.py checks that).
+        audited = run(sys.executable, str(ROOT / "packaging" / "sbom.py"), "--audit",
+                      str(root / "usr/bin/domain-risk-gateway")).splitlines()
+        if len(audited) != crates:
+            sys.exit(f"image check: the binary lists {len(audited)} crates, the SBOM {crates}")
+        print(f"image check: the binary lists its {len(audited)} crates (cargo auditable)")
         state = list((root / STATE_DIR).iterdir())
         if not state:
             sys.exit("image check: nothing written to the state volume")

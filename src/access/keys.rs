@@ -452,7 +452,7 @@ pub fn parse_keys<P: AsPlan>(
     };
     // A document that is empty or only comments is `None`, like a missing `keys:` entry.
     let file: Option<KeysFile> =
-        serde_yaml_ng::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
+        serde_yaml::from_str(text).map_err(|e| fail(vec![e.to_string()]))?;
     let Some((rows, project_rows)) = file.and_then(|f| Some((f.keys?, f.projects))) else {
         return Err(fail(vec![NO_KEYS_LIST.to_owned()]));
     };

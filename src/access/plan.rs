@@ -262,7 +262,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn parse(yaml: &str) -> Result<BTreeMap<String, PlanConfig>, String> {
-        serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())
+        serde_yaml::from_str(yaml).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -306,7 +306,7 @@ mod tests {
             (1, Duration::from_secs(2 * HOUR))
         );
         // Written back the way it was read.
-        let yaml = serde_yaml_ng::to_string(&plans).unwrap();
+        let yaml = serde_yaml::to_string(&plans).unwrap();
         assert_eq!(parse(&yaml).unwrap(), plans);
     }
 
@@ -377,7 +377,7 @@ mod tests {
         let free = plans["free"].resolve("free");
         assert_eq!((free.rate, free.mode), (None, PlanMode::Enforce));
         assert!(parse("{ pro: { monthly_limit: 1, mode: loud } }").is_err());
-        let yaml = serde_yaml_ng::to_string(&plans).unwrap();
+        let yaml = serde_yaml::to_string(&plans).unwrap();
         assert_eq!(parse(&yaml).unwrap(), plans);
     }
 }

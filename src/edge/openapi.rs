@@ -12,14 +12,14 @@ pub const YAML: &str = include_str!("openapi.yaml");
 #[derive(Debug, thiserror::Error)]
 pub enum OpenApiError {
     #[error("the embedded OpenAPI document is not valid YAML: {0}")]
-    Yaml(#[from] serde_yaml_ng::Error),
+    Yaml(#[from] serde_yaml::Error),
     #[error("the embedded OpenAPI document does not convert to JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
 
 /// The document rendered as compact JSON.
 pub fn json() -> Result<Bytes, OpenApiError> {
-    let value: serde_json::Value = serde_yaml_ng::from_str(YAML)?;
+    let value: serde_json::Value = serde_yaml::from_str(YAML)?;
     Ok(Bytes::from(serde_json::to_vec(&value)?))
 }
 

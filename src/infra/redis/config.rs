@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn durations_keep_their_millisecond_keys() {
-        let c: RedisConfig = serde_yaml_ng::from_str(
+        let c: RedisConfig = serde_yaml::from_str(
             "call_timeout_ms: 20\nbreaker_open_ms: 300\nsync_interval_ms: 40\nbatch_max: 5\n",
         )
         .unwrap();
@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(c.sync_every(), Duration::from_millis(40));
         assert!(c.problems().is_empty(), "{:?}", c.problems());
         let bad: RedisConfig =
-            serde_yaml_ng::from_str("call_timeout_ms: 0\nsync_interval_ms: 10\nbatch_max: 0\n")
+            serde_yaml::from_str("call_timeout_ms: 0\nsync_interval_ms: 10\nbatch_max: 0\n")
                 .unwrap();
         assert_eq!(
             bad.problems(),
@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn each_mode_needs_its_own_keys_and_only_those() {
         let problems = |yaml: &str| {
-            serde_yaml_ng::from_str::<RedisConfig>(yaml)
+            serde_yaml::from_str::<RedisConfig>(yaml)
                 .unwrap()
                 .problems()
         };
@@ -320,8 +320,8 @@ mod tests {
         let bad = problems("mode: cluster\nnodes: [http://x]\n");
         assert_eq!(bad.len(), 1, "{bad:?}");
         assert!(bad[0].starts_with("gateway.quota.redis.nodes: "), "{bad:?}");
-        assert!(serde_yaml_ng::from_str::<RedisConfig>("mode: galaxy\n").is_err());
-        let c: RedisConfig = serde_yaml_ng::from_str(
+        assert!(serde_yaml::from_str::<RedisConfig>("mode: galaxy\n").is_err());
+        let c: RedisConfig = serde_yaml::from_str(
             "mode: sentinel\nsentinel: {master_name: q, nodes: [redis://a]}\n",
         )
         .unwrap();

@@ -113,7 +113,7 @@ mod tests {
     fn off_by_default_and_bad_values_are_named() {
         let c = TracingConfig::default();
         assert!(c.problems().is_empty());
-        let bad: TracingConfig = serde_yaml_ng::from_str(
+        let bad: TracingConfig = serde_yaml::from_str(
             "{ otlp_endpoint: 'grpc://x', sample_ratio: 1.5, service_name: ' ', headers: { 'a b': x }, queue_size: 0, export_timeout_ms: 1 }",
         )
         .unwrap();
@@ -128,6 +128,6 @@ mod tests {
         ] {
             assert!(p.contains(needle), "{needle}: {p}");
         }
-        assert!(serde_yaml_ng::from_str::<TracingConfig>("{ endpoint: x }").is_err());
+        assert!(serde_yaml::from_str::<TracingConfig>("{ endpoint: x }").is_err());
     }
 }

@@ -192,7 +192,7 @@ mod tests {
     use super::*;
 
     fn config(yaml: &str) -> AlertsConfig {
-        serde_yaml_ng::from_str(yaml).unwrap()
+        serde_yaml::from_str(yaml).unwrap()
     }
 
     #[test]
@@ -216,7 +216,7 @@ mod tests {
             assert!(p.contains(needle), "{needle}: {p}");
         }
         assert!(
-            serde_yaml_ng::from_str::<AlertsConfig>("{ url: x, secret_file: s, when: 1 }").is_err()
+            serde_yaml::from_str::<AlertsConfig>("{ url: x, secret_file: s, when: 1 }").is_err()
         );
         let mut many = config("{ url: 'https://hooks.example/drg', secret_file: s }");
         many.thresholds = (1..=33).collect();
@@ -294,11 +294,9 @@ mod tests {
         let p = c.problems(&own);
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(
-            serde_yaml_ng::from_str::<AlertsConfig>(
-                "{ url: x, secret_file: s, allow_private: true }"
-            )
-            .unwrap()
-            .allow_private
+            serde_yaml::from_str::<AlertsConfig>("{ url: x, secret_file: s, allow_private: true }")
+                .unwrap()
+                .allow_private
         );
     }
 
