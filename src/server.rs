@@ -324,7 +324,19 @@ fn parts(
                 &["store"],
             )?
             .with_label_values(&["redis"]);
-        keys_api = keys_api.with_shared(shared::Shared::new(store, pending).with_gauge(up));
+        let restores = shared
+            .metrics
+            .counter_vec(
+                "drg_keys_shared_store_restores_total",
+                "Times this gateway found the shared key store's data set lost (flushed, evicted, another Redis) and put the API-made keys it knew back.",
+                &["store"],
+            )?
+            .with_label_values(&["redis"]);
+        keys_api = keys_api.with_shared(
+            shared::Shared::new(store, pending)
+                .with_gauge(up)
+                .with_restores(restores),
+        );
     }
     let keys_api = Arc::new(keys_api);
     let (lines, dropped) = shared.metrics.access_log_counters();

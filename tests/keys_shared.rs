@@ -381,6 +381,11 @@ fn a_flushed_redis_gets_the_keys_back_and_they_never_stop_working() {
         "{}",
         a.log()
     );
+    let restores = |gw: &Gateway| {
+        gw.metric("drg_keys_shared_store_restores_total{store=\"redis\"}")
+            .unwrap_or(0.0)
+    };
+    assert!(restores(&a) + restores(&b) >= 1.0, "no restore counted");
     // Revoking the restored maker takes its child on both gateways.
     assert_eq!(revoke(&b, SERVER, &kept).status, 204);
     for gw in [&a, &b] {

@@ -58,6 +58,8 @@ pub struct Shared {
     reachable: AtomicBool,
     /// `drg_keys_shared_store_up`, following `reachable`.
     up_gauge: Option<prometheus::Gauge>,
+    /// `drg_keys_shared_store_restores_total`: data sets found lost and keys put back.
+    restores: Option<prometheus::IntCounter>,
     /// Last uses sent to Redis, so that unchanged ones are not sent again.
     saved: std::sync::Mutex<HashMap<Arc<str>, u64>>,
     /// Keys this gateway revoked in Redis lately, (project, id) -> when: one that comes back
@@ -86,6 +88,7 @@ impl Shared {
             generation: std::sync::atomic::AtomicU64::new(0),
             reachable: AtomicBool::new(true),
             up_gauge: None,
+            restores: None,
             saved: std::sync::Mutex::default(),
             revoked_lately: std::sync::Mutex::default(),
         }
@@ -95,6 +98,12 @@ impl Shared {
     pub fn with_gauge(mut self, gauge: prometheus::Gauge) -> Self {
         gauge.set(1.0);
         self.up_gauge = Some(gauge);
+        self
+    }
+
+    /// Counts each lost data set this gateway put its keys back into.
+    pub fn with_restores(mut self, counter: prometheus::IntCounter) -> Self {
+        self.restores = Some(counter);
         self
     }
 
@@ -471,6 +480,9 @@ impl KeysApi {
             Err(_) => return Ok(()),
         };
         let back = shared.store.restore(&rows).await?;
+        if let Some(c) = &shared.restores {
+            c.inc();
+        }
         log::warn!(
             "keys: the shared key store lost its data set (epoch {} -> {}: flushed, evicted or \
              another Redis); {back} of the {} API-made keys this gateway knew put back",

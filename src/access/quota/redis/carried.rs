@@ -1,9 +1,11 @@
 //! The calls this gateway counted while Redis was unreachable or slow, and has not got into
-//! Redis yet, kept in a state file beside the quota's (`quota.redis-carried.<pid>.json`, one per
-//! process): a restart sends them instead of forgetting them, the embedded store's crash-safety
-//! for the Redis store's local part. Written by the background sync whenever such calls exist
-//! (every `reconcile_interval_ms`, so a `kill -9` loses at most that much), removed once there
-//! are none. The file of a process that is gone (stopped, upgraded, killed) is adopted by the
+//! Redis yet, and the calls Redis counts for it that it has not served (its leases' unused part,
+//! give-backs not sent yet), kept in a state file beside the quota's
+//! (`quota.redis-carried.<pid>.json`, one per process): a restart sends the first and gives back
+//! the second instead of forgetting them, the embedded store's crash-safety for the Redis
+//! store's local part. Written by the background sync whenever there are any (every
+//! `reconcile_interval_ms`, so a `kill -9` misses at most the calls of that interval), removed
+//! once there are none. The file of a process that is gone (stopped, upgraded, killed) is adopted by the
 //! next gateway of that state folder to look: at its start and at each sync, so the new process
 //! of a graceful upgrade takes what the old one left at its end. Batches whose reply never came
 //! keep their ids, so Redis still applies each once.
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::slots::{Batch, Slot};
+use super::slots::{Batch, Carried, Slot};
 use super::RedisStore;
 use crate::access::quota::Month;
 
@@ -24,9 +26,16 @@ struct Entry {
     month: String,
     /// Counted here, never sent.
     calls: u64,
+    /// Counted in Redis for this process and never served (a lease's unused part): given back.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    returned: u64,
     /// Sent under an id whose reply never came: `[id, calls, returned]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     unsure: Vec<[u64; 3]>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 const PREFIX: &str = "quota.redis-carried.";
@@ -57,12 +66,17 @@ fn alive(pid: u32) -> bool {
 }
 
 fn entry_of(slot: &Slot) -> Option<Entry> {
-    let (calls, unsure) = slot.tally().carried();
-    (calls > 0 || !unsure.is_empty()).then(|| Entry {
+    let carried = slot.tally().carried();
+    (!carried.is_empty()).then(|| Entry {
         key: slot.key_id().to_owned(),
         month: slot.month.label(),
-        calls,
-        unsure: unsure.iter().map(|b| [b.id, b.calls, b.returned]).collect(),
+        calls: carried.calls,
+        returned: carried.returned,
+        unsure: carried
+            .unsure
+            .iter()
+            .map(|b| [b.id, b.calls, b.returned])
+            .collect(),
     })
 }
 
@@ -124,7 +138,7 @@ impl RedisStore {
                 return 0;
             }
         };
-        let mut total = 0;
+        let (mut total, mut returned) = (0, 0);
         for e in entries {
             let Some(month) = Month::parse_label(&e.month) else {
                 continue;
@@ -139,15 +153,18 @@ impl RedisStore {
                 })
                 .collect();
             total += e.calls + unsure.iter().map(|b| b.calls).sum::<u64>();
-            self.slots
-                .get(&e.key, month)
-                .tally()
-                .restore(e.calls, unsure);
+            returned += e.returned;
+            self.slots.get(&e.key, month).tally().restore(Carried {
+                calls: e.calls,
+                returned: e.returned,
+                unsure,
+            });
         }
-        if total > 0 {
+        if total > 0 || returned > 0 {
             log::info!(
                 "quota store: {total} calls counted before the restart and not yet in Redis are \
-                 sent with the next sync ({})",
+                 sent, and {returned} leased calls never served are given back, with the next \
+                 sync ({})",
                 path.display()
             );
         }
@@ -160,18 +177,32 @@ impl RedisStore {
             return;
         };
         let entries: Vec<Entry> = slots.iter().filter_map(|s| entry_of(s)).collect();
+        let body = if entries.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&entries).unwrap_or_default()
+        };
+        let mut written = self
+            .carried_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *written == body {
+            return;
+        }
         if let Some(folder) = path.parent() {
             let _ = std::fs::create_dir_all(folder);
         }
-        let done = if entries.is_empty() {
+        let done = if body.is_empty() {
             match std::fs::remove_file(path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
                 _ => Ok(()),
             }
         } else {
-            let body = serde_json::to_vec(&entries).unwrap_or_default();
             crate::infra::fsutil::write_atomic(path, 0o600, &body)
         };
+        if done.is_ok() {
+            *written = body;
+        }
         if let Err(e) = done {
             log::error!(
                 "quota store: carried calls not kept in {}: {e}",
@@ -199,6 +230,7 @@ mod tests {
             key: "k".into(),
             month: "2026-11".into(),
             calls: 5,
+            returned: 0,
             unsure: vec![[7, 2, 0]],
         };
         let text = serde_json::to_string(&[&e]).unwrap();

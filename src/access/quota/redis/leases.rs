@@ -24,7 +24,7 @@ impl Lease {
         Some(self.left)
     }
 
-    #[cfg(test)]
+    /// Reserved calls not used yet.
     pub fn left(&self) -> u64 {
         self.left
     }

@@ -88,6 +88,9 @@ pub struct RedisStore {
     eviction_policy: std::sync::Mutex<Option<Box<str>>>,
     /// Where calls Redis lacks are kept across restarts ([`carried`]).
     carried_file: Option<std::path::PathBuf>,
+    /// What the carried-calls file holds now (empty: no file), so an unchanged one is not
+    /// written again.
+    carried_written: std::sync::Mutex<Vec<u8>>,
     /// When a failed probe last looked into a slow link.
     diagnosed: std::sync::Mutex<Option<Instant>>,
     /// Month counts found missing in Redis and set back (flushed, evicted).
@@ -132,6 +135,7 @@ impl RedisStore {
             local_rates: Default::default(),
             eviction_policy: std::sync::Mutex::new(None),
             carried_file: None,
+            carried_written: std::sync::Mutex::default(),
             diagnosed: std::sync::Mutex::new(None),
             restored: AtomicU64::new(0),
         })

@@ -155,16 +155,23 @@ impl Tally {
         carry
     }
 
-    /// What Redis may lack and no call is carrying now: calls never sent, and batches whose
-    /// reply never came (for the carried-calls file).
-    pub fn carried(&self) -> (u64, Vec<Batch>) {
-        (self.pending, self.unsure.clone())
+    /// What Redis may lack and no call is carrying now (for the carried-calls file): calls
+    /// never sent, calls Redis counts that were never served (the lease's unused part, and
+    /// give-backs not sent yet), and batches whose reply never came.
+    pub fn carried(&self) -> Carried {
+        Carried {
+            calls: self.pending,
+            returned: self.unused + self.lease.left(),
+            unsure: self.unsure.clone(),
+        }
     }
 
-    /// Takes back what a previous run carried (the carried-calls file) for the next sync.
-    pub fn restore(&mut self, calls: u64, unsure: Vec<Batch>) {
-        self.pending += calls;
-        self.unsure.extend(unsure);
+    /// Takes back what a process that is gone carried (its carried-calls file) for the next
+    /// sync: its calls are sent, its unused lease given back.
+    pub fn restore(&mut self, carried: Carried) {
+        self.pending += carried.calls;
+        self.unused += carried.returned;
+        self.unsure.extend(carried.unsure);
     }
 
     /// Redis answered the call: everything it carried is applied. `marked`: the call left a
@@ -198,6 +205,23 @@ impl Tally {
             self.pending += carry.calls;
             self.unused += carry.returned;
         }
+    }
+}
+
+/// What one key and month owes Redis, as the carried-calls file keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// Counted here, never sent.
+    pub calls: u64,
+    /// Counted in Redis, never served: to give back.
+    pub returned: u64,
+    /// Sent, reply never came.
+    pub unsure: Vec<Batch>,
+}
+
+impl Carried {
+    pub fn is_empty(&self) -> bool {
+        self.calls == 0 && self.returned == 0 && self.unsure.is_empty()
     }
 }
 
