@@ -144,6 +144,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
             shared: shared.clone(),
             downstream: downstream.clone(),
             upstream: gateway.upstream.address.clone(),
+            keys_api: Some(parts.keys_api.clone()),
         };
         admin_service(admin, listen)
     });

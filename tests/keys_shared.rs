@@ -386,6 +386,13 @@ fn a_flushed_redis_gets_the_keys_back_and_they_never_stop_working() {
             .unwrap_or(0.0)
     };
     assert!(restores(&a) + restores(&b) >= 1.0, "no restore counted");
+    let told = |gw: &Gateway| gw.admin_get("/readyz").json()["keys_store"]["restores"].as_u64();
+    assert!(
+        told(&a).unwrap_or(0) + told(&b).unwrap_or(0) >= 1,
+        "{:?} {:?}",
+        told(&a),
+        told(&b)
+    );
     // Revoking the restored maker takes its child on both gateways.
     assert_eq!(revoke(&b, SERVER, &kept).status, 204);
     for gw in [&a, &b] {

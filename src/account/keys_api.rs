@@ -300,6 +300,12 @@ impl KeysApi {
         self
     }
 
+    /// The shared key store's state for the admin `/readyz` (absent on the embedded store):
+    /// whether it answers, and how often its data set was found lost and the keys put back.
+    pub fn shared_status(&self) -> Option<serde_json::Value> {
+        self.shared.as_ref().map(shared::Shared::status)
+    }
+
     /// The managed file.
     pub fn file(&self) -> &std::path::Path {
         &self.file

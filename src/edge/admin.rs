@@ -21,6 +21,7 @@ pub struct Admin {
     pub shared: Shared,
     pub downstream: Arc<DownstreamStats>,
     pub upstream: String,
+    pub keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
 }
 
 #[derive(Serialize)]
@@ -37,6 +38,10 @@ struct Readiness {
     #[serde(skip_serializing_if = "Option::is_none")]
     managed_keys_problem: Option<String>,
     quota: serde_json::Value,
+    /// The shared key store (with `quota.store: redis`): up, and data sets found lost and put
+    /// back (`restores`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keys_store: Option<serde_json::Value>,
     upstream: String,
     connections: DownstreamCounts,
     /// MX evidence: what the canaries say of the resolver, and whether evidence is on (absent
@@ -137,6 +142,7 @@ impl ServeHttp for Admin {
                         .managed_problem()
                         .map(str::to_owned),
                     quota: self.shared.quota.status(),
+                    keys_store: self.keys_api.as_ref().and_then(|k| k.shared_status()),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),
                     mx: self.shared.mx.as_ref().map(|mx| {

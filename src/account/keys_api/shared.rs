@@ -101,6 +101,15 @@ impl Shared {
         self
     }
 
+    /// For the admin `/readyz`: `{"store":"redis","up":..,"restores":..}`.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "store": "redis",
+            "up": self.reachable.load(Ordering::Relaxed),
+            "restores": self.restores.as_ref().map_or(0, prometheus::IntCounter::get),
+        })
+    }
+
     /// Counts each lost data set this gateway put its keys back into.
     pub fn with_restores(mut self, counter: prometheus::IntCounter) -> Self {
         self.restores = Some(counter);
