@@ -178,6 +178,34 @@ fn builder(w: &World, dns: &DnsServer) -> GatewayBuilder {
         .data("disposable.txt", &w.listed.join("\n"))
 }
 
+/// A company seen for the first time on its own host: the answer waits for its MX and its
+/// host's addresses, not for the reverse DNS of a network no listed neighbour shares (vouched
+/// for in the background). Its reverse DNS never answers here: the answer used to run out of
+/// the budget (300 ms) waiting for it, and came back without MX evidence.
+#[test]
+fn a_first_answer_does_not_wait_for_reverse_dns_that_cannot_judge() {
+    let mut w = World::new();
+    w.host("mx.newco.test", [192, 0, 2, 77]);
+    w.ptr
+        .insert(Ipv4Addr::new(192, 0, 2, 77), "rdns.blackhole.test".into());
+    w.mx("newco.test", &["mx.newco.test"]);
+    let dns = w.dns();
+    let gw = Gateway::builder().dns(dns.addr).start();
+    let r = record(&gw, "newco.test");
+    assert_eq!(
+        (r["reason"].as_str(), r["is_corporate_email"].as_bool()),
+        (Some("safe"), Some(true)),
+        "{r}"
+    );
+    // Asked in the background meanwhile, once.
+    wait_until(Duration::from_secs(5), || {
+        dns.count(
+            "77.2.0.192.in-addr.arpa",
+            hickory_proto::rr::RecordType::PTR,
+        ) >= 1
+    });
+}
+
 fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
     let r = gw.get(&format!("/v1/public/domain/{domain}?explain=true"));
     assert_eq!(r.status, 200, "{domain}");

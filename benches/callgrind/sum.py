@@ -1,6 +1,13 @@
-import glob, re, sys
+"""Instructions per request from callgrind's dumps (one file per thread and dump).
+
+    sum.py DIR N [NAMES BASE]
+NAMES: the dumps' names in order, comma-separated (default lookup,unauth,top,lookup0,check);
+BASE: the one-request dump subtracted from each (default lookup0)."""
+import glob, sys
 d = sys.argv[1]; n = int(sys.argv[2])
-names = {1: "lookup", 2: "unauth", 3: "top", 4: "lookup0", 5: "check"}
+order = (sys.argv[3] if len(sys.argv) > 3 else "lookup,unauth,top,lookup0,check").split(",")
+base_name = sys.argv[4] if len(sys.argv) > 4 else "lookup0"
+names = {k + 1: name for k, name in enumerate(order)}
 res = {}
 for k, name in names.items():
     per = {}
@@ -10,10 +17,10 @@ for k, name in names.items():
             if line.startswith("summary:") or line.startswith("totals:"):
                 per[tid] = int(line.split()[1]); break
     res[name] = per
-base = res["lookup0"]
-for name in ("lookup", "unauth", "top", "check"):
+base = res[base_name]
+for name in order:
     per = res[name]
-    if not per:  # /v1/check is measured only with an upstream
+    if name == base_name or not per:  # /v1/check is measured only with an upstream
         continue
     tot = sum(per.values()); btot = sum(base.values())
     top = max(per, key=per.get)

@@ -789,7 +789,9 @@ def mix_runs(args):
     s.procs.append(dns)
     admin = free_port()
     s.write_gateway(extra=f"  admin: {{ listen: '127.0.0.1:{admin}' }}\n",
-                    mx=f"{{ servers: ['{dns_addr}'], neighbourhood: {{ enabled: {args.neighbourhood == 'on'} }} }}".lower())
+                    mx=(f"{{ servers: ['{dns_addr}'], neighbourhood: {{ enabled: {args.neighbourhood == 'on'}"
+                        + ("" if args.learn_per_second is None else f", learn_per_second: {args.learn_per_second}")
+                        + " } }").lower())
     auth = (f"Authorization: Bearer {KEY}",)
     runs = {"gateway": [], "floor": []}
     try:
@@ -967,6 +969,8 @@ def main():
     ap.add_argument("--rdap", choices=["on", "off"], default="on",
                     help="the gateway's RDAP domain-age lookups (on as shipped, with no registry to ask)")
     ap.add_argument("--seed", type=int, default=42, help="mix: the stream's seed")
+    ap.add_argument("--learn-per-second", type=int, default=None,
+                    help="mix: mx.neighbourhood.learn_per_second (default: the gateway's; 0: no bound)")
     ap.add_argument("--neighbourhood", choices=["on", "off"], default="on",
                     help="mix: the MX neighbourhood (on as shipped: listed names resolved in the background)")
     ap.add_argument("--dns-latency-ms", type=int, default=20, help="mix: the loopback DNS server's latency")

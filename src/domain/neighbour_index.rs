@@ -510,6 +510,11 @@ impl NeighbourhoodIndex {
         best.map(|(k, c, _)| (k, c))
     }
 
+    /// Whether `key` (`kind:value`) has a listed neighbour: the only keys that can judge.
+    pub fn has_listed(&self, key: &str) -> bool {
+        self.keys.get(key).is_some_and(|c| c.listed > 0)
+    }
+
     /// What the index says of `domain` (a registrable domain): the key that judges it, if one
     /// does. `None` for a listed domain (the lists have spoken) or one never taught.
     pub fn finding(&self, domain: &str) -> Option<Finding> {

@@ -112,6 +112,11 @@ pub struct NeighbourhoodConfig {
     pub queue: usize,
     /// Background resolutions of listed names at once.
     pub concurrency: usize,
+    /// Background resolutions of listed names started per second at most, after a first
+    /// `queue` at once (0: no bound). Learning is sampled, not lost: a name not resolved now is
+    /// queued again the next time it is asked, and a cluster teaches through any of its names;
+    /// the bound keeps a stream of listed names from spending the workers' core on DNS.
+    pub learn_per_second: u32,
     #[serde(rename = "save_interval_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub save_interval: Duration,
@@ -139,6 +144,7 @@ impl Default for NeighbourhoodConfig {
             snapshot: None,
             queue: 4096,
             concurrency: 8,
+            learn_per_second: 100,
             save_interval: Duration::from_secs(60),
             share_interval: Duration::from_millis(2_000),
             verdict_hold: Duration::from_secs(3_600),

@@ -83,9 +83,32 @@ type Flight = watch::Receiver<Option<Arc<MxEvidence>>>;
 struct HostFacts {
     state: HostState,
     nets: Arc<[String]>,
-    /// Reverse DNS was asked for the networks (a cached entry without them does not serve a
-    /// lookup that wants them).
+    /// Reverse DNS was asked for every network (a cached entry without them does not serve a
+    /// lookup that wants them all).
     with_networks: bool,
+}
+
+/// The hosts that can take mail, with their networks (`facts` in `hosts`' order).
+fn usable_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostNetworks> {
+    hosts
+        .iter()
+        .zip(facts)
+        .filter(|(_, f)| f.state == HostState::Usable)
+        .map(|(h, f)| (h.host.clone(), f.nets.to_vec()))
+        .collect()
+}
+
+/// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
+/// trip, after the addresses' own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nets {
+    /// None (no neighbourhood).
+    None,
+    /// Only those where the neighbourhood has listed neighbours: the only ones whose key can
+    /// judge now. A request waits for these; the rest are vouched for in the background.
+    Listed,
+    /// All (learning in the background, `mx-snapshot`).
+    All,
 }
 
 /// SipHash (std's `RandomState`), since the names are the client's choice.
@@ -546,7 +569,7 @@ impl MxResolver {
             resolver: self,
             name,
         };
-        let (evidence, ttl, timed_out) = self.resolve_and_teach(name).await;
+        let (evidence, ttl, timed_out, incomplete) = self.resolve_and_teach(name, false).await;
         if let (true, Some(zone)) = (timed_out, zone) {
             // The project's next names under it are answered at once, unknown, for a while;
             // everyone's once another project's timed out there too. A lost update between two
@@ -563,24 +586,40 @@ impl MxResolver {
         let evidence = Arc::new(evidence);
         // Stored before the flight ends, so a request never finds neither.
         self.store(name, evidence.clone(), ttl);
+        // The networks this answer did not wait for: vouched for and taught off the request's
+        // path, from the hosts just cached (no second MX query).
+        if let (true, Some(n)) = (incomplete, &self.neighbourhood) {
+            n.complete_later(name);
+        }
         let _ = tx.send(Some(evidence));
         drop(slot);
     }
     /// Resolves `name` within the lookup deadline and teaches the neighbourhood index what was
     /// found (before the answer is cached or sent, so the first request sees it learned). That
     /// a name has no mail is kept only from a trusted resolver; the flag says it timed out.
-    async fn resolve_and_teach(&self, name: &str) -> (MxEvidence, Duration, bool) {
-        let want_networks = self.neighbourhood.is_some();
-        let asked =
-            tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, want_networks));
+    /// The last flag: networks were left to vouch for in the background
+    /// ([`Neighbourhood::complete_later`], once the answer is cached).
+    async fn resolve_and_teach(
+        &self,
+        name: &str,
+        background: bool,
+    ) -> (MxEvidence, Duration, bool, bool) {
+        let nets = match (&self.neighbourhood, background) {
+            (None, _) => Nets::None,
+            (Some(_), true) => Nets::All,
+            (Some(_), false) => Nets::Listed,
+        };
+        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, nets));
         match asked.await {
-            Ok((evidence, _, _, _))
+            Ok((evidence, _, _, _, _))
                 if evidence.is_undeliverable() && !self.believes_negatives().await =>
             {
-                (MxEvidence::Unknown, self.failure_ttl, false)
+                (MxEvidence::Unknown, self.failure_ttl, false, false)
             }
-            Ok((MxEvidence::Unknown, ttl, _, unanswered)) => (MxEvidence::Unknown, ttl, unanswered),
-            Ok((evidence, ttl, hosts, _)) => {
+            Ok((MxEvidence::Unknown, ttl, _, unanswered, _)) => {
+                (MxEvidence::Unknown, ttl, unanswered, false)
+            }
+            Ok((evidence, ttl, hosts, _, complete)) => {
                 // A set-up whose hosts cannot take mail is remembered with no key: it teaches
                 // nothing, and is not resolved again and again to learn that.
                 let taught = matches!(
@@ -590,12 +629,12 @@ impl MxResolver {
                 if let (Some(n), true) = (&self.neighbourhood, taught) {
                     n.learn(name, &hosts);
                 }
-                (evidence, ttl, false)
+                (evidence, ttl, false, taught && !complete)
             }
             Err(_) => {
                 log::debug!("MX lookup of {name} overran its deadline");
                 self.note_answer(false);
-                (MxEvidence::Unknown, self.failure_ttl, true)
+                (MxEvidence::Unknown, self.failure_ttl, true, false)
             }
         }
     }
@@ -611,7 +650,9 @@ impl MxResolver {
     }
 
     /// Resolves `name` for the neighbourhood index in the background (a listed name the table
-    /// answered): waits for a slot rather than refusing, fills the cache, teaches the index.
+    /// answered, or a name a request was answered for without all its networks): waits for a
+    /// slot rather than refusing, fills the cache, teaches the index. A name whose MX hosts
+    /// are cached is not asked again (one MX query per TTL): only its hosts' networks are.
     pub async fn learn(&self, name: &str) {
         if self.evidence_off() || self.neighbourhood.is_none() {
             return;
@@ -619,55 +660,72 @@ impl MxResolver {
         let Ok(_slot) = self.slots.clone().acquire_owned().await else {
             return;
         };
-        let (evidence, ttl, _) = self.resolve_and_teach(name).await;
+        if let Some(cached) = self.cached(name).filter(|e| !e.hosts().is_empty()) {
+            self.teach_networks(name, cached.hosts()).await;
+            return;
+        }
+        let (evidence, ttl, ..) = self.resolve_and_teach(name, true).await;
         self.store(name, Arc::new(evidence), ttl);
+    }
+
+    /// Vouches for every network of `hosts` (the MX hosts of `name`, cached) and teaches them.
+    async fn teach_networks(&self, name: &str, hosts: &[MxHost]) {
+        let Some(n) = &self.neighbourhood else { return };
+        let facts = futures_util::future::join_all(
+            hosts
+                .iter()
+                .take(MAX_HOSTS)
+                .map(|h| self.host_facts_of(&h.host, Nets::All)),
+        )
+        .await;
+        let usable = usable_hosts(hosts, facts);
+        if !usable.is_empty() {
+            n.learn(name, &usable);
+        }
     }
 
     /// What `mx-snapshot` records of `name`: its MX hosts (most preferred first) with their
     /// networks; an empty list when DNS says it has none; `None` when DNS did not answer.
     pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
-        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, true));
+        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, Nets::All));
         match asked.await {
             Ok((MxEvidence::Unknown, ..)) | Err(_) => None,
-            Ok((_, _, hosts, _)) => Some(hosts),
+            Ok((_, _, hosts, _, _)) => Some(hosts),
         }
     }
 
     /// MX evidence of `name` and the hosts that can take mail with their networks (asked only
-    /// `want_networks`); the flag says no server answered the MX query. The first
+    /// as `nets` says); the flags say no server answered the MX query, and every network was
+    /// vouched for (complete: nothing left to teach in the background). The first
     /// [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of no more hosts than that,
     /// none of which can take mail, is [`MxEvidence::UnusableHosts`]; a host that does not
     /// resolve to a usable address teaches the neighbourhood nothing (anyone can name one).
     async fn resolve_full(
         &self,
         name: &str,
-        want_networks: bool,
-    ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool) {
+        nets: Nets,
+    ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool, bool) {
         let (evidence, ttl, unanswered) = self.resolve(name).await;
         let hosts = evidence.hosts();
         let facts = futures_util::future::join_all(
             hosts
                 .iter()
                 .take(MAX_HOSTS)
-                .map(|h| self.host_facts_of(&h.host, want_networks)),
+                .map(|h| self.host_facts_of(&h.host, nets)),
         )
         .await;
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
-        let usable: Vec<HostNetworks> = hosts
-            .iter()
-            .zip(facts)
-            .filter(|(_, f)| f.state == HostState::Usable)
-            .map(|(h, f)| (h.host.clone(), f.nets.to_vec()))
-            .collect();
+        let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
+        let usable = usable_hosts(hosts, facts);
         match MxEvidence::unusable(hosts, &states) {
-            Some(unusable) => (unusable, ttl, Vec::new(), unanswered),
-            None => (evidence, ttl, usable, unanswered),
+            Some(unusable) => (unusable, ttl, Vec::new(), unanswered, true),
+            None => (evidence, ttl, usable, unanswered, complete),
         }
     }
 
     /// [`host_facts`](Self::host_facts), except for a host of a recognised shared service (the
     /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked.
-    async fn host_facts_of(&self, host: &str, want_networks: bool) -> HostFacts {
+    async fn host_facts_of(&self, host: &str, nets: Nets) -> HostFacts {
         if self
             .neighbourhood
             .as_ref()
@@ -676,18 +734,18 @@ impl MxResolver {
             return HostFacts {
                 state: HostState::Usable,
                 nets: Arc::from([]),
-                with_networks: want_networks,
+                with_networks: true,
             };
         }
-        self.host_facts(host, want_networks).await
+        self.host_facts(host, nets).await
     }
 
-    /// What DNS says of `host`'s addresses (A and AAAA) and, `with_networks`, the networks
+    /// What DNS says of `host`'s addresses (A and AAAA) and, as `want` says, the networks
     /// (IPv4 /24, IPv6 /48) of those that reverse DNS vouches for; cached per host. That a
     /// host does not exist or has no address is believed only from a trusted resolver.
-    async fn host_facts(&self, host: &str, with_networks: bool) -> HostFacts {
+    async fn host_facts(&self, host: &str, want: Nets) -> HostFacts {
         if let Some((facts, expires)) = self.host_facts.get(host) {
-            if expires > Instant::now() && (facts.with_networks || !with_networks) {
+            if expires > Instant::now() && (facts.with_networks || want != Nets::All) {
                 return facts;
             }
         }
@@ -695,7 +753,7 @@ impl MxResolver {
             return HostFacts {
                 state: HostState::Unusable(HostProblem::NotAHostName),
                 nets: Arc::from([]),
-                with_networks,
+                with_networks: true,
             };
         }
         let fqdn = format!("{host}.");
@@ -734,23 +792,11 @@ impl MxResolver {
             HostState::Unusable(HostProblem::NoAddress)
         };
         let state = HostState::of_addresses(&ips, empty);
-        let mut nets: Vec<String> = Vec::new();
-        if with_networks && state == HostState::Usable {
-            for ip in ips.into_iter().take(MAX_ADDRESSES) {
-                let net = network(ip);
-                if nets.contains(&net)
-                    || nets.len() >= MAX_NETS_PER_HOST
-                    || HostProblem::of_address(ip).is_some()
-                {
-                    continue;
-                }
-                // An A record points anywhere its owner likes; the network counts only when
-                // the address's owner names this host's domain in its reverse DNS.
-                if self.vouches(ip, host).await {
-                    nets.push(net);
-                }
-            }
-        }
+        let (nets, with_networks) = if state == HostState::Usable {
+            self.vouched_networks(host, ips, want).await
+        } else {
+            (Vec::new(), want != Nets::None)
+        };
         let ttl = if state == HostState::Unknown {
             self.failure_ttl
         } else {
@@ -764,6 +810,47 @@ impl MxResolver {
         self.host_facts
             .insert(host.into(), (facts.clone(), Instant::now() + ttl));
         facts
+    }
+
+    /// The networks of `ips` (`host`'s addresses) that reverse DNS vouches for, as `want` asks,
+    /// and whether every one was asked (none skipped for having no listed neighbour).
+    async fn vouched_networks(
+        &self,
+        host: &str,
+        ips: Vec<IpAddr>,
+        want: Nets,
+    ) -> (Vec<String>, bool) {
+        let mut nets: Vec<String> = Vec::new();
+        if want == Nets::None {
+            return (nets, false);
+        }
+        let mut complete = true;
+        for ip in ips.into_iter().take(MAX_ADDRESSES) {
+            let net = network(ip);
+            if nets.contains(&net)
+                || nets.len() >= MAX_NETS_PER_HOST
+                || HostProblem::of_address(ip).is_some()
+            {
+                continue;
+            }
+            // A request waits for reverse DNS only where the network's key could judge now;
+            // the others are vouched for in the background (`complete_later`).
+            if want == Nets::Listed
+                && !self
+                    .neighbourhood
+                    .as_ref()
+                    .is_some_and(|n| n.network_has_listed(&net))
+            {
+                complete = false;
+                continue;
+            }
+            // An A record points anywhere its owner likes; the network counts only when the
+            // address's owner names this host's domain in its reverse DNS.
+            if self.vouches(ip, host).await {
+                nets.push(net);
+            }
+        }
+        (nets, complete)
     }
 
     /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a

@@ -6,7 +6,8 @@
 //! An honest server also answers what any resolver on the internet would: the gateway's
 //! canary names (gmail.com, outlook.com, yahoo.com, icloud.com) have MX records, every TLD has
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
-//! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent.
+//! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent; nor
+//! is the reverse query of an address whose PTR name has one.
 //! Mail hosts exist, as on the internet: an MX host that no zone names gets an address
 //! ([`MAIL_HOST_ADDRESS`]) unless a label of it starts with `ghost` or `nothere`, the names a
 //! test gives hosts that do not exist.
@@ -221,6 +222,14 @@ impl DnsServer {
                 let reverse = (query.query_type() == RecordType::PTR)
                     .then(|| reverse_v4(&name))
                     .flatten();
+                // Reverse DNS whose name has a `blackhole` label is never answered either: an
+                // address owner's silent nameservers.
+                if reverse
+                    .and_then(|ip| ptr.get(&ip))
+                    .is_some_and(|t| t.split('.').any(|l| l.starts_with("blackhole")))
+                {
+                    continue;
+                }
                 match (lie, zones.get(&name)) {
                     (Some(Lie::NxDomain | Lie::NxDomainButCanaries), _) => {
                         response.metadata.response_code = ResponseCode::NXDomain;

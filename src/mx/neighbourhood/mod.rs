@@ -194,18 +194,38 @@ impl Neighbourhood {
         if self.read().knows(domain) {
             return;
         }
+        self.enqueue(domain);
+    }
+
+    /// Queues `name` for the teacher unless it is queued or being resolved; a full queue
+    /// drops it (counted).
+    fn enqueue(&self, name: &str) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.contains(domain) {
+        if pending.contains(name) {
             return;
         }
-        match self.queue.try_send(domain.into()) {
+        match self.queue.try_send(name.into()) {
             Ok(()) => {
-                pending.insert(domain.into());
+                pending.insert(name.into());
             }
             Err(_) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether the network key `net` (`192.0.2.0/24`) has a listed neighbour: only then can it
+    /// judge, and is a request's reverse DNS for it worth waiting for.
+    pub fn network_has_listed(&self, net: &str) -> bool {
+        self.read()
+            .has_listed(&format!("{}:{net}", KeyKind::Network.as_str()))
+    }
+
+    /// `name` was answered without the networks whose key could not judge yet: queue it for
+    /// a background lookup that vouches for them all and teaches them (the teacher's pace and
+    /// queue bound apply; a full queue drops it, the next miss queues it again).
+    pub fn complete_later(&self, name: &str) {
+        self.enqueue(name);
     }
 
     /// The background resolution of `domain` ended.

@@ -18,6 +18,37 @@ use crate::ops::periodic::Ticks;
 /// Pages of other gateways' batches read per share interval (bounds one round's work).
 const PULL_PAGES: usize = 20;
 
+/// A token bucket: `rate` a second, `burst` at once; a rate of 0 never waits.
+struct Pace {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(rate: u32, burst: usize) -> Self {
+        let burst = burst.max(1) as f64;
+        Pace {
+            rate: f64::from(rate),
+            burst,
+            tokens: burst,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes one token: how long to wait for it first, if at all.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        if self.rate <= 0.0 {
+            return None;
+        }
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst) - 1.0;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.rate))
+    }
+}
+
 /// The service (see the module documentation).
 pub struct MxService {
     resolver: Arc<MxResolver>,
@@ -38,12 +69,14 @@ impl MxService {
         }
     }
 
-    /// Resolves queued listed names, `concurrency` at once, until shutdown.
+    /// Resolves queued listed names, `concurrency` at once and at most `learn_per_second`
+    /// (after a first `queue` at once), until shutdown.
     fn start_teacher(&self, nb: &Arc<Neighbourhood>, mut shutdown: ShutdownWatch) {
         let Some(mut rx) = nb.take_queue() else {
             return;
         };
         let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
+        let mut pace = Pace::new(nb.config.learn_per_second, nb.config.queue);
         let (resolver, nb) = (self.resolver.clone(), nb.clone());
         tokio::spawn(async move {
             loop {
@@ -52,6 +85,12 @@ impl MxService {
                     _ = shutdown.changed() => None,
                 };
                 let Some(name) = name else { break };
+                if let Some(wait) = pace.take(Instant::now()) {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                }
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     break;
                 };
@@ -161,5 +200,25 @@ impl BackgroundService for MxService {
             }
             Self::save(nb).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_lets_a_burst_through_then_the_rate() {
+        let start = Instant::now();
+        let mut pace = Pace::new(10, 3);
+        for _ in 0..3 {
+            assert_eq!(pace.take(start), None);
+        }
+        let wait = pace.take(start).unwrap();
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
+        // A second later: ten more.
+        let later = start + Duration::from_secs(1);
+        assert_eq!(pace.take(later), None);
+        assert!(Pace::new(0, 1).take(start).is_none());
     }
 }
