@@ -19,15 +19,13 @@ use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
 use domain_risk_gateway::internals::access::quota::consume;
 use domain_risk_gateway::internals::access::quota::local::LocalStore;
 use domain_risk_gateway::internals::access::{decide, Credentials};
-use domain_risk_gateway::internals::domain::mail::{MxEvidence, MxHost};
-use domain_risk_gateway::internals::domain::providers::ProviderTable;
-use domain_risk_gateway::internals::domain::{
-    classify, DomainName, DomainTable, ListKind, Scores, TableBuilder,
-};
 use domain_risk_gateway::internals::mx::config::MxConfig;
 use domain_risk_gateway::internals::mx::resolver::{CacheState, MxResolver};
 use domain_risk_gateway::internals::ops::access_log::{format_line, Entry};
 use domain_risk_gateway::internals::ops::metrics::{Metrics, RouteClass};
+use drg_domain::mail::{MxEvidence, MxHost};
+use drg_domain::providers::ProviderTable;
+use drg_domain::{classify, DomainName, DomainTable, ListKind, Scores, TableBuilder};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -89,7 +87,7 @@ fn build(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, text| {
             b.iter(|| {
                 let mut builder = TableBuilder::with_capacity(n);
-                domain_risk_gateway::internals::domain::sources::add_domain_list(
+                drg_domain::sources::add_domain_list(
                     &mut builder,
                     text,
                     "bench",
@@ -274,9 +272,9 @@ fn operations(c: &mut Criterion) {
 /// uncontended lock), for a name already counted and for a flood of new names (each one takes
 /// over the smallest counter); and of one Space-Saving update on its own.
 fn top_flags(c: &mut Criterion) {
-    use domain_risk_gateway::internals::domain::heavy_hitters::{Label, SpaceSaving};
-    use domain_risk_gateway::internals::domain::Reason;
     use domain_risk_gateway::internals::live_top::LiveTop;
+    use drg_domain::heavy_hitters::{Label, SpaceSaving};
+    use drg_domain::Reason;
     let label = Label {
         reason: Reason::Disposable,
         score: 100,
@@ -388,7 +386,7 @@ fn typos(c: &mut Criterion) {
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter(|l| !l.is_empty())
         .collect();
-    let index = domain_risk_gateway::internals::domain::typos::TypoIndex::build(providers);
+    let index = drg_domain::typos::TypoIndex::build(providers);
     let mut g = c.benchmark_group("typos");
     g.throughput(Throughput::Elements(1));
     for name in [

@@ -19,8 +19,8 @@ pub mod cli;
 pub mod config;
 #[path = "data/mod.rs"]
 pub mod data;
-#[path = "domain/mod.rs"]
-pub mod domain;
+/// The pure domain logic, its own crate (`crates/domain`).
+pub use drg_domain as domain;
 #[path = "edge/mod.rs"]
 pub mod edge;
 #[path = "infra/mod.rs"]

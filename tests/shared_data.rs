@@ -4,10 +4,8 @@
 
 use std::path::Path;
 
-use domain_risk_gateway::internals::domain::sources::add_domain_list;
-use domain_risk_gateway::internals::domain::{
-    classify, DomainName, ListKind, Reason, Scores, TableBuilder,
-};
+use drg_domain::sources::add_domain_list;
+use drg_domain::{classify, DomainName, ListKind, Reason, Scores, TableBuilder};
 
 /// A file of the repository, by its path from the crate root.
 fn read(file: &str) -> String {

@@ -11,12 +11,10 @@ use std::time::Duration;
 
 use domain_risk_gateway::internals::config::Settings;
 use domain_risk_gateway::internals::data::files::summary;
-use domain_risk_gateway::internals::domain::table::{
+use drg_domain::table::{
     BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
-use domain_risk_gateway::internals::domain::{
-    classify, DomainName, DomainTable, Reason, RiskRecord,
-};
+use drg_domain::{classify, DomainName, DomainTable, Reason, RiskRecord};
 
 const BLOCKLIST: &str = "community/disposable-email-domains/disposable_email_blocklist.conf";
 const BROAD_FREE: &str = "community/free-email-domains/free_email_domains.txt";

@@ -1,6 +1,6 @@
 //! Fuzzes the `/v1/check/{target}` screen: its output becomes the upstream request line.
 
-use domain_risk_gateway::internals::domain::target::screen_target;
+use drg_domain::target::screen_target;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -1,7 +1,7 @@
 //! Fuzzes the domain-name parser: hostile path segments and table entries reach it.
 
-use domain_risk_gateway::internals::domain::name::MAX_NAME_LEN;
-use domain_risk_gateway::internals::domain::DomainName;
+use drg_domain::name::MAX_NAME_LEN;
+use drg_domain::DomainName;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

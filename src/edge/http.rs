@@ -12,6 +12,13 @@ use pingora::proxy::Session;
 
 use crate::answer::{Answer, JSON};
 
+/// The `X-Dataset-Version` header of `version` (its shared bytes; checked, a dozen ASCII
+/// characters).
+pub fn dataset_header(version: &crate::domain::table::DatasetVersion) -> HeaderValue {
+    HeaderValue::from_maybe_shared(version.header_bytes().clone())
+        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
 /// Builds the response header of an answer.
 pub fn response_header(answer: &Answer) -> pingora::Result<ResponseHeader> {
     header_of(

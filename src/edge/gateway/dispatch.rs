@@ -30,7 +30,9 @@ impl Gateway {
     ) -> Option<Answer> {
         let answer = self.answer(session, ctx).await;
         if ctx.dataset.is_none() {
-            ctx.dataset = Some(self.shared.table.load().version().header().clone());
+            ctx.dataset = Some(crate::edge::http::dataset_header(
+                self.shared.table.load().version(),
+            ));
         }
         answer
     }

@@ -86,7 +86,7 @@ impl Gateway {
         drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
-        ctx.dataset = Some(table.version().header().clone());
+        ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
         // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
         let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
         let (suggestion, verdict) = self.classify_and_record(
@@ -154,7 +154,7 @@ impl Gateway {
         let mut inputs = self.mx_inputs_batch(&names, &key.project).await.into_iter();
         drop(span);
         let table = self.shared.table.load();
-        ctx.dataset = Some(table.version().header().clone());
+        ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
         let mut results = Results::with_capacity(items.len());
         for item in &items {
             match item {

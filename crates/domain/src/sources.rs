@@ -317,8 +317,8 @@ fn csv_message(e: &csv::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::scores::Scores;
-    use crate::domain::table::TableRule;
+    use crate::scores::Scores;
+    use crate::table::TableRule;
     use proptest::prelude::*;
 
     fn n(s: &str) -> DomainName {
@@ -360,7 +360,7 @@ mod tests {
     }
 
     /// Everything a table answers for `names` and says of itself, to compare two tables.
-    fn answers(t: &crate::domain::DomainTable, names: &[DomainName]) -> Vec<String> {
+    fn answers(t: &crate::DomainTable, names: &[DomainName]) -> Vec<String> {
         let mut out: Vec<String> = names
             .iter()
             .map(|name| {

@@ -206,12 +206,12 @@ impl Evidence<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::classify::classify;
-    use crate::domain::mail::MxHost;
-    use crate::domain::providers::ProviderTable;
-    use crate::domain::scores::Scores;
-    use crate::domain::sources::{add_domain_list, add_records};
-    use crate::domain::{table::Origin, TableBuilder};
+    use crate::classify::classify;
+    use crate::mail::MxHost;
+    use crate::providers::ProviderTable;
+    use crate::scores::Scores;
+    use crate::sources::{add_domain_list, add_records};
+    use crate::{table::Origin, TableBuilder};
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()
@@ -219,7 +219,7 @@ mod tests {
 
     fn table() -> DomainTable {
         let mut b = TableBuilder::new();
-        let builtin = b.source(crate::domain::sources::BUILTIN_SOURCE);
+        let builtin = b.source(crate::sources::BUILTIN_SOURCE);
         b.add_from(
             &n("mailinator.com"),
             ListKind::Disposable,

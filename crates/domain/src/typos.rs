@@ -317,7 +317,7 @@ mod tests {
     /// suggestion counts as ambiguous, not wrong; a wrong one is more than one edit away.
     #[test]
     fn precision_and_recall_over_the_shipped_curated_list() {
-        let shipped: Vec<&str> = include_str!("../../data/free_providers.txt")
+        let shipped: Vec<&str> = include_str!("../../../data/free_providers.txt")
             .lines()
             .map(|l| l.split('#').next().unwrap_or_default().trim())
             .filter(|l| !l.is_empty())

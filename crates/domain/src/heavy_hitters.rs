@@ -404,8 +404,8 @@ pub fn ranking(table: &DomainTable, tallies: &[Tally<'_>]) -> TopDomains {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Scores;
-    use crate::domain::{
+    use crate::Scores;
+    use crate::{
         table::{ExplicitRecord, ListKind},
         TableBuilder,
     };

@@ -17,7 +17,7 @@
 //! the evidence of `?explain=true`; and the table carries its [`DatasetVersion`] (generation and
 //! content hash), which every answer shows as `X-Dataset-Version`.
 
-use http::HeaderValue;
+use bytes::Bytes;
 
 use super::name::DomainName;
 use super::name_index::NameIndex;
@@ -395,26 +395,25 @@ pub struct DatasetVersion {
     /// 24 bits of the content hash (six hex digits: enough to tell versions apart at a glance).
     pub hash: u32,
     /// Rendered once per build, so that answers copy a header value and format nothing.
-    header: HeaderValue,
+    text: Bytes,
 }
 
 impl DatasetVersion {
     pub(super) fn new(generation: u64, hash: u32) -> Self {
-        let text = format!("g{generation}-{hash:06x}");
         DatasetVersion {
             generation,
             hash,
-            header: HeaderValue::from_str(&text).expect("ASCII digits and letters"),
+            text: Bytes::from(format!("g{generation}-{hash:06x}")),
         }
     }
 
-    /// The value of the `X-Dataset-Version` header.
-    pub fn header(&self) -> &HeaderValue {
-        &self.header
+    /// The value of the `X-Dataset-Version` header (ASCII letters, digits and `-`), shared.
+    pub fn header_bytes(&self) -> &Bytes {
+        &self.text
     }
 
     pub fn as_str(&self) -> &str {
-        self.header.to_str().unwrap_or_default()
+        std::str::from_utf8(&self.text).unwrap_or_default()
     }
 }
 
@@ -435,7 +434,7 @@ pub const BLOCKLIST_UNDER_BROAD: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::builder::{DuplicateRecord, TableBuilder};
+    use crate::builder::{DuplicateRecord, TableBuilder};
 
     fn n(s: &str) -> DomainName {
         DomainName::parse(s).unwrap()
@@ -506,8 +505,8 @@ mod tests {
         next.succeed(&a);
         assert_eq!(next.version().generation, 2);
         assert_eq!(
-            next.version().header(),
-            &format!("g2-{:06x}", other.version().hash)
+            next.version().as_str(),
+            format!("g2-{:06x}", other.version().hash)
         );
     }
 

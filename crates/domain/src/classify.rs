@@ -304,9 +304,9 @@ fn classify_table<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::mail::MxHost;
-    use crate::domain::record::RiskScore;
-    use crate::domain::{
+    use crate::mail::MxHost;
+    use crate::record::RiskScore;
+    use crate::{
         table::{ExplicitRecord, ListKind},
         TableBuilder,
     };
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn mx_evidence_only_decides_what_the_table_leaves_open() {
-        use crate::domain::providers::ProviderTable;
+        use crate::providers::ProviderTable;
         let mut b = TableBuilder::new();
         b.add(&n("mailinator.com"), ListKind::Disposable);
         b.add(&n("gmail.com"), ListKind::FreeProvider);
@@ -456,7 +456,7 @@ mod tests {
     /// A table with the providers the MX rules need, an allowlisted free provider and an
     /// allowlisted name.
     fn mx_table() -> DomainTable {
-        use crate::domain::providers::ProviderTable;
+        use crate::providers::ProviderTable;
         let mut b = TableBuilder::new();
         b.add(&n("126.com"), ListKind::Allow);
         b.add(&n("126.com"), ListKind::FreeProvider);
@@ -663,7 +663,7 @@ mod tests {
 
     #[test]
     fn age_only_modifies_a_score_and_keeps_an_established_domain_from_its_neighbours() {
-        use crate::domain::neighbour_index::{Finding, KeyKind};
+        use crate::neighbour_index::{Finding, KeyKind};
         let mut b = TableBuilder::new();
         b.add(&n("mailinator.com"), ListKind::Disposable);
         b.add(&n("gmail.com"), ListKind::FreeProvider);
