@@ -1,0 +1,246 @@
+//! What DNS says of a domain's MX hosts: their addresses (usable or why not) and the networks
+//! reverse DNS vouches for, cached per host; a request waits only for the networks that can judge.
+
+use super::*;
+
+/// What DNS said of one MX host: whether it can take mail, and the networks of its addresses
+/// that reverse DNS vouches for (asked only for the neighbourhood).
+#[derive(Clone)]
+pub(super) struct HostFacts {
+    state: HostState,
+    nets: Arc<[String]>,
+    /// Reverse DNS was asked for every network (a cached entry without them does not serve a
+    /// lookup that wants them all).
+    with_networks: bool,
+}
+
+/// The hosts that can take mail, with their networks (`facts` in `hosts`' order).
+pub(super) fn usable_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostNetworks> {
+    hosts
+        .iter()
+        .zip(facts)
+        .filter(|(_, f)| f.state == HostState::Usable)
+        .map(|(h, f)| (h.host.clone(), f.nets.to_vec()))
+        .collect()
+}
+
+/// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
+/// trip, after the addresses' own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Nets {
+    /// None (no neighbourhood).
+    None,
+    /// Only those where the neighbourhood has listed neighbours: the only ones whose key can
+    /// judge now. A request waits for these; the rest are vouched for in the background.
+    Listed,
+    /// All (learning in the background, `mx-snapshot`).
+    All,
+}
+
+/// Addresses of one MX host (and PTR names of one address) considered at most.
+pub(super) const MAX_ADDRESSES: usize = 4;
+
+impl MxResolver {
+    /// MX evidence of `name` and the hosts that can take mail with their networks (asked only
+    /// as `nets` says); the flags say no server answered the MX query, and every network was
+    /// vouched for (complete: nothing left to teach in the background). The first
+    /// [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of no more hosts than that,
+    /// none of which can take mail, is [`MxEvidence::UnusableHosts`]; a host that does not
+    /// resolve to a usable address teaches the neighbourhood nothing (anyone can name one).
+    pub(super) async fn resolve_full(
+        &self,
+        name: &str,
+        nets: Nets,
+    ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool, bool) {
+        let (evidence, ttl, unanswered) = self.resolve(name).await;
+        let hosts = evidence.hosts();
+        let facts = futures_util::future::join_all(
+            hosts
+                .iter()
+                .take(MAX_HOSTS)
+                .map(|h| self.host_facts_of(&h.host, nets)),
+        )
+        .await;
+        let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
+        let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
+        let usable = usable_hosts(hosts, facts);
+        match MxEvidence::unusable(hosts, &states) {
+            Some(unusable) => (unusable, ttl, Vec::new(), unanswered, true),
+            None => (evidence, ttl, usable, unanswered, complete),
+        }
+    }
+
+    /// [`host_facts`](Self::host_facts), except for a host of a recognised shared service (the
+    /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked.
+    pub(super) async fn host_facts_of(&self, host: &str, nets: Nets) -> HostFacts {
+        if self
+            .neighbourhood
+            .as_ref()
+            .is_some_and(|n| n.is_shared_service(host))
+        {
+            return HostFacts {
+                state: HostState::Usable,
+                nets: Arc::from([]),
+                with_networks: true,
+            };
+        }
+        self.host_facts(host, nets).await
+    }
+
+    /// What DNS says of `host`'s addresses (A and AAAA) and, as `want` says, the networks
+    /// (IPv4 /24, IPv6 /48) of those that reverse DNS vouches for; cached per host. That a
+    /// host does not exist or has no address is believed only from a trusted resolver.
+    pub(super) async fn host_facts(&self, host: &str, want: Nets) -> HostFacts {
+        if let Some((facts, expires)) = self.host_facts.get(host) {
+            if expires > Instant::now() && (facts.with_networks || want != Nets::All) {
+                return facts;
+            }
+        }
+        if !host.contains('.') || host.parse::<IpAddr>().is_ok() {
+            return HostFacts {
+                state: HostState::Unusable(HostProblem::NotAHostName),
+                nets: Arc::from([]),
+                with_networks: true,
+            };
+        }
+        let fqdn = format!("{host}.");
+        let (a, aaaa) = tokio::join!(
+            self.dns.lookup(fqdn.as_str(), RecordType::A),
+            self.dns.lookup(fqdn.as_str(), RecordType::AAAA)
+        );
+        let mut ttl = self.max_ttl;
+        let (mut failed, mut nx) = (false, false);
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for answer in [a, aaaa] {
+            match answer {
+                Ok(l) => {
+                    ttl = ttl.min(l.valid_until().saturating_duration_since(Instant::now()));
+                    ips.extend(l.answers().iter().filter_map(|r| match &r.data {
+                        RData::A(a) => Some(IpAddr::V4(a.0)),
+                        RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                        _ => None,
+                    }));
+                }
+                Err(e) if is_negative(&e) => {
+                    nx |= e.is_nx_domain();
+                    ttl = ttl.min(negative_ttl(&e));
+                }
+                Err(_) => failed = true,
+            }
+        }
+        let unbelieved = failed
+            || !self.trust().believes_negatives()
+            || (nx && ips.is_empty() && !self.confirmed_absent(&fqdn, RecordType::A).await);
+        let empty = if unbelieved {
+            HostState::Unknown
+        } else if nx {
+            HostState::Unusable(HostProblem::NoSuchHost)
+        } else {
+            HostState::Unusable(HostProblem::NoAddress)
+        };
+        let state = HostState::of_addresses(&ips, empty);
+        let (nets, with_networks) = if state == HostState::Usable {
+            self.vouched_networks(host, ips, want).await
+        } else {
+            (Vec::new(), want != Nets::None)
+        };
+        let ttl = if state == HostState::Unknown {
+            self.failure_ttl
+        } else {
+            self.clamp(ttl, self.max_ttl)
+        };
+        let facts = HostFacts {
+            state,
+            nets: nets.into(),
+            with_networks,
+        };
+        self.host_facts
+            .insert(host.into(), (facts.clone(), Instant::now() + ttl));
+        facts
+    }
+
+    /// The networks of `ips` (`host`'s addresses) that reverse DNS vouches for, as `want` asks,
+    /// and whether every one was asked (none skipped for having no listed neighbour).
+    pub(super) async fn vouched_networks(
+        &self,
+        host: &str,
+        ips: Vec<IpAddr>,
+        want: Nets,
+    ) -> (Vec<String>, bool) {
+        let mut nets: Vec<String> = Vec::new();
+        if want == Nets::None {
+            return (nets, false);
+        }
+        let mut complete = true;
+        for ip in ips.into_iter().take(MAX_ADDRESSES) {
+            let net = network(ip);
+            if nets.contains(&net)
+                || nets.len() >= MAX_NETS_PER_HOST
+                || HostProblem::of_address(ip).is_some()
+            {
+                continue;
+            }
+            // A request waits for reverse DNS only where the network's key could judge now;
+            // the others are vouched for in the background (`complete_later`).
+            if want == Nets::Listed
+                && !self
+                    .neighbourhood
+                    .as_ref()
+                    .is_some_and(|n| n.network_has_listed(&net))
+            {
+                complete = false;
+                continue;
+            }
+            // An A record points anywhere its owner likes; the network counts only when the
+            // address's owner names this host's domain in its reverse DNS.
+            if self.vouches(ip, host).await {
+                nets.push(net);
+            }
+        }
+        (nets, complete)
+    }
+
+    /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a
+    /// name under `host`'s registrable domain whose own addresses include `ip`. The PTR record
+    /// belongs to whoever owns the address, not to whoever points an A record at it.
+    pub(super) async fn vouches(&self, ip: IpAddr, host: &str) -> bool {
+        let Ok(ptr) = self.dns.reverse_lookup(ip).await else {
+            return false;
+        };
+        let names: Vec<String> = ptr
+            .answers()
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::PTR(p) => Some(p.0.to_ascii().trim_end_matches('.').to_ascii_lowercase()),
+                _ => None,
+            })
+            .take(MAX_ADDRESSES)
+            .collect();
+        if names.iter().any(|n| n == host) {
+            return true;
+        }
+        let zone = zone_of(host);
+        for name in names {
+            if zone.is_none() || zone_of(&name) != zone {
+                continue;
+            }
+            let kind = if ip.is_ipv4() {
+                RecordType::A
+            } else {
+                RecordType::AAAA
+            };
+            let Ok(forward) = self.dns.lookup(format!("{name}.").as_str(), kind).await else {
+                continue;
+            };
+            let confirmed = forward.answers().iter().any(|r| match &r.data {
+                RData::A(a) => IpAddr::V4(a.0) == ip,
+                RData::AAAA(a) => IpAddr::V6(a.0) == ip,
+                _ => false,
+            });
+            if confirmed {
+                return true;
+            }
+        }
+        false
+    }
+}
