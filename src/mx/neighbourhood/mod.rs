@@ -214,6 +214,14 @@ impl Neighbourhood {
         }
     }
 
+    /// Whether the index knows `name`'s registrable domain.
+    pub fn knows_name(&self, name: &str) -> bool {
+        DomainName::parse(name)
+            .ok()
+            .and_then(|n| n.registrable().map(|d| self.read().knows(d)))
+            .unwrap_or(false)
+    }
+
     /// Whether the network key `net` (`192.0.2.0/24`) has a listed neighbour: only then can it
     /// judge, and is a request's reverse DNS for it worth waiting for.
     pub fn network_has_listed(&self, net: &str) -> bool {

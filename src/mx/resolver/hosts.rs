@@ -12,6 +12,9 @@ pub(super) struct HostFacts {
     /// Reverse DNS was asked for every network (a cached entry without them does not serve a
     /// lookup that wants them all).
     with_networks: bool,
+    /// The networks a request did not ask for (no listed neighbour then): a cached entry
+    /// serves a request only while none of them has gained one.
+    skipped: Arc<[String]>,
 }
 
 /// The hosts that can take mail, with their networks (`facts` in `hosts`' order).
@@ -82,6 +85,7 @@ impl MxResolver {
                 state: HostState::Usable,
                 nets: Arc::from([]),
                 with_networks: true,
+                skipped: Arc::from([]),
             };
         }
         self.host_facts(host, nets).await
@@ -92,7 +96,7 @@ impl MxResolver {
     /// host does not exist or has no address is believed only from a trusted resolver.
     pub(super) async fn host_facts(&self, host: &str, want: Nets) -> HostFacts {
         if let Some((facts, expires)) = self.host_facts.get(host) {
-            if expires > Instant::now() && (facts.with_networks || want != Nets::All) {
+            if expires > Instant::now() && self.serves(&facts, want) {
                 return facts;
             }
         }
@@ -101,6 +105,7 @@ impl MxResolver {
                 state: HostState::Unusable(HostProblem::NotAHostName),
                 nets: Arc::from([]),
                 with_networks: true,
+                skipped: Arc::from([]),
             };
         }
         let fqdn = format!("{host}.");
@@ -139,11 +144,12 @@ impl MxResolver {
             HostState::Unusable(HostProblem::NoAddress)
         };
         let state = HostState::of_addresses(&ips, empty);
-        let (nets, with_networks) = if state == HostState::Usable {
+        let (nets, skipped) = if state == HostState::Usable {
             self.vouched_networks(host, ips, want).await
         } else {
-            (Vec::new(), want != Nets::None)
+            (Vec::new(), Vec::new())
         };
+        let with_networks = want != Nets::None && skipped.is_empty();
         let ttl = if state == HostState::Unknown {
             self.failure_ttl
         } else {
@@ -153,25 +159,41 @@ impl MxResolver {
             state,
             nets: nets.into(),
             with_networks,
+            skipped: skipped.into(),
         };
         self.host_facts
             .insert(host.into(), (facts.clone(), Instant::now() + ttl));
         facts
     }
 
+    /// Whether cached `facts` serve a lookup that wants `want`: all networks need an entry
+    /// that asked for all; a request's, one none of whose skipped networks has gained a listed
+    /// neighbour since.
+    fn serves(&self, facts: &HostFacts, want: Nets) -> bool {
+        match want {
+            _ if facts.with_networks => true,
+            Nets::None => true,
+            Nets::All => false,
+            Nets::Listed => !facts.skipped.iter().any(|net| {
+                self.neighbourhood
+                    .as_ref()
+                    .is_some_and(|n| n.network_has_listed(net))
+            }),
+        }
+    }
+
     /// The networks of `ips` (`host`'s addresses) that reverse DNS vouches for, as `want` asks,
-    /// and whether every one was asked (none skipped for having no listed neighbour).
+    /// and those not asked for (no listed neighbour: a request's lookup skips them).
     pub(super) async fn vouched_networks(
         &self,
         host: &str,
         ips: Vec<IpAddr>,
         want: Nets,
-    ) -> (Vec<String>, bool) {
-        let mut nets: Vec<String> = Vec::new();
+    ) -> (Vec<String>, Vec<String>) {
+        let (mut nets, mut skipped): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
         if want == Nets::None {
-            return (nets, false);
+            return (nets, skipped);
         }
-        let mut complete = true;
         for ip in ips.into_iter().take(MAX_ADDRESSES) {
             let net = network(ip);
             if nets.contains(&net)
@@ -188,7 +210,9 @@ impl MxResolver {
                     .as_ref()
                     .is_some_and(|n| n.network_has_listed(&net))
             {
-                complete = false;
+                if !skipped.contains(&net) {
+                    skipped.push(net);
+                }
                 continue;
             }
             // An A record points anywhere its owner likes; the network counts only when the
@@ -197,7 +221,7 @@ impl MxResolver {
                 nets.push(net);
             }
         }
-        (nets, complete)
+        (nets, skipped)
     }
 
     /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a

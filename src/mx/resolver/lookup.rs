@@ -167,7 +167,11 @@ impl MxResolver {
                     MxEvidence::Hosts(_) | MxEvidence::UnusableHosts(_)
                 );
                 if let (Some(n), true) = (&self.neighbourhood, taught) {
-                    n.learn(name, &hosts);
+                    // An answer without all its networks teaches a domain the index does not
+                    // know yet; one it knows keeps its full keys until the background pass.
+                    if complete || !n.knows_name(name) {
+                        n.learn(name, &hosts);
+                    }
                 }
                 (evidence, ttl, false, taught && !complete)
             }

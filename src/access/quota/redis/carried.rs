@@ -9,6 +9,12 @@
 //! next gateway of that state folder to look: at its start and at each sync, so the new process
 //! of a graceful upgrade takes what the old one left at its end. Batches whose reply never came
 //! keep their ids, so Redis still applies each once.
+//!
+//! A file is named by its process's pid and a random tag (`quota.redis-carried.<pid>-<tag>.json`):
+//! a container's gateway runs as pid 1 after every restart, and a file of pid 1 that is not this
+//! process's own is a previous incarnation's, to adopt. An adopter claims a file by renaming it
+//! (`...json.claimed.<its pid>`) before reading it, so two gateways on one folder never both take
+//! it; a claim whose claimer is gone is adopted in turn.
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +45,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 const PREFIX: &str = "quota.redis-carried.";
+const CLAIMED: &str = ".json.claimed.";
 
 /// The folder the files live in: the quota's `state_file`'s.
 pub fn folder_of(state_file: &Path) -> PathBuf {
@@ -47,10 +54,16 @@ pub fn folder_of(state_file: &Path) -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-/// The pid a carried-calls file name belongs to.
+/// The pid a carried-calls file name belongs to: its writer's (`<pid>-<tag>.json`, or
+/// `<pid>.json` as releases before the tag wrote it), or its claimer's (`...json.claimed.<pid>`).
 fn pid_of(name: &str) -> Option<u32> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(".json")?
+    let rest = name.strip_prefix(PREFIX)?;
+    if let Some((_, claimer)) = rest.split_once(CLAIMED) {
+        return claimer.parse().ok();
+    }
+    let stem = rest.strip_suffix(".json")?;
+    stem.split_once('-')
+        .map_or(stem, |(pid, _)| pid)
         .parse()
         .ok()
 }
@@ -63,6 +76,13 @@ fn alive(pid: u32) -> bool {
     // SAFETY: kill(2) with signal 0 sends nothing: it only checks that the process exists.
     let sent = unsafe { libc::kill(pid, 0) } == 0;
     sent || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether the file at `path` (of process `pid`) is to adopt: not this process's own (`own`,
+/// pid `me`), and its pid is gone, or is this process's (a previous incarnation's: a container
+/// restarted as pid 1 again).
+fn adoptable(own: &Path, me: u32, path: &Path, pid: u32, alive: impl Fn(u32) -> bool) -> bool {
+    path != own && (pid == me || !alive(pid))
 }
 
 fn entry_of(slot: &Slot) -> Option<Entry> {
@@ -83,13 +103,23 @@ fn entry_of(slot: &Slot) -> Option<Entry> {
 impl RedisStore {
     /// Keeps the carried calls in `folder` (see the module documentation).
     pub fn with_carried_folder(mut self, folder: PathBuf) -> Self {
-        self.carried_file = Some(folder.join(format!("{PREFIX}{}.json", std::process::id())));
+        let mut tag = [0u8; 4];
+        // Without randomness the tag is the time: it only has to differ from a previous
+        // incarnation's under the same pid.
+        if getrandom::fill(&mut tag).is_err() {
+            tag = (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()))
+            .to_le_bytes();
+        }
+        let name = format!("{PREFIX}{}-{}.json", std::process::id(), hex::encode(tag));
+        self.carried_file = Some(folder.join(name));
         self
     }
 
     /// Adopts the files of processes that are gone: their calls join the slots for the next
-    /// sync to send, and the files go. How many calls.
-    pub fn adopt_carried(&self) -> u64 {
+    /// sync to send, and the files go. How many files.
+    pub fn adopt_carried(&self) -> usize {
         let Some(own) = &self.carried_file else {
             return 0;
         };
@@ -97,21 +127,36 @@ impl RedisStore {
         let Ok(dir) = std::fs::read_dir(folder) else {
             return 0;
         };
-        let mut total = 0;
+        let mut taken = Vec::new();
+        let me = std::process::id();
         for entry in dir.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(pid_of) else {
+            let path = entry.path();
+            let Some(pid) = entry.file_name().to_str().and_then(pid_of) else {
                 continue;
             };
-            if pid == std::process::id() || alive(pid) {
+            if !adoptable(own, me, &path, pid, alive) {
                 continue;
             }
-            let path = entry.path();
-            total += self.load_carried(&path);
-            // Taken into memory: this process's own file keeps them from now on.
-            let _ = std::fs::remove_file(&path);
+            // Claimed first: a gateway whose rename fails left it to another.
+            let Some(file) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let base = file.split_once(".claimed.").map_or(file, |(b, _)| b);
+            let claimed = path.with_file_name(format!("{base}.claimed.{me}"));
+            if std::fs::rename(&path, &claimed).is_err() {
+                continue;
+            }
+            self.load_carried(&claimed);
+            taken.push(claimed);
         }
-        total
+        if !taken.is_empty() {
+            // Kept in this process's own file before the claimed ones go.
+            self.save_carried(&self.slots.all());
+        }
+        for claimed in &taken {
+            let _ = std::fs::remove_file(claimed);
+        }
+        taken.len()
     }
 
     /// Takes the calls in `path` into the slots; how many calls. A file that does not parse
@@ -186,7 +231,8 @@ impl RedisStore {
             .carried_written
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if *written == body {
+        // Unchanged and still there (an operator may have removed it): nothing to write.
+        if *written == body && (body.is_empty() || path.exists()) {
             return;
         }
         if let Some(folder) = path.parent() {
@@ -219,9 +265,39 @@ mod tests {
     #[test]
     fn file_names_name_their_process() {
         assert_eq!(pid_of("quota.redis-carried.4242.json"), Some(4242));
+        assert_eq!(pid_of("quota.redis-carried.4242-0a1b2c3d.json"), Some(4242));
+        assert_eq!(
+            pid_of("quota.redis-carried.4242-0a1b2c3d.json.claimed.77"),
+            Some(77)
+        );
         assert_eq!(pid_of("quota.redis-carried.json"), None);
         assert_eq!(pid_of("quota.counters"), None);
         assert!(alive(std::process::id()));
+    }
+
+    #[test]
+    fn a_previous_incarnations_file_under_the_same_pid_is_adopted() {
+        let own = Path::new("/s/quota.redis-carried.1-aaaa.json");
+        let alive = |pid: u32| pid == 1 || pid == 7;
+        // A container's gateway is pid 1 after every restart: another tag is the last one's.
+        let before = Path::new("/s/quota.redis-carried.1-bbbb.json");
+        assert!(adoptable(own, 1, before, 1, alive));
+        assert!(!adoptable(own, 1, own, 1, alive));
+        // Another live process's file waits; a gone one's is adopted.
+        assert!(!adoptable(
+            own,
+            1,
+            Path::new("/s/quota.redis-carried.7-cccc.json"),
+            7,
+            alive
+        ));
+        assert!(adoptable(
+            own,
+            1,
+            Path::new("/s/quota.redis-carried.9-dddd.json"),
+            9,
+            alive
+        ));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! A lease is counted in Redis when it is granted, so admitting from it never overshoots the
 //! limit (and keeps working while Redis is down); what is not used within the sync interval is
-//! given back.
+//! given back. A killed gateway's unused part is given back by its successor from the last
+//! sync's snapshot (`carried.rs`), which may return up to a lease too many (docs/scaling.md).
 
 use std::time::{Duration, Instant};
 
