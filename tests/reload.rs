@@ -6,7 +6,7 @@ use crate::common;
 use common::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -57,7 +57,7 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
         .start();
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicUsize::new(0));
-    let failed = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(Mutex::new(Vec::<String>::new()));
     let clients: Vec<_> = (0..4)
         .map(|i| {
             let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
@@ -71,14 +71,16 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
                 };
                 let deadline = Instant::now() + Duration::from_secs(20);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match conn.get(path) {
-                        Ok(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
-                        Ok(_) | Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            conn = Conn::open(addr).unwrap();
-                            0
+                    let failure = match conn.get(path) {
+                        Ok(r) if r.status == 200 => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            continue;
                         }
+                        Ok(r) => format!("{path}: {} {}", r.status, String::from_utf8_lossy(&r.body)),
+                        Err(e) => format!("{path}: {e}"),
                     };
+                    failed.lock().unwrap().push(failure);
+                    conn = Conn::open(addr).unwrap();
                 }
             })
         })
@@ -107,11 +109,9 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
     for c in clients {
         c.join().unwrap();
     }
-    assert_eq!(
-        failed.load(Ordering::Relaxed),
-        0,
-        "failed requests during reloads"
-    );
+    eprintln!("requests answered: {}", ok.load(Ordering::Relaxed));
+    let failed = failed.lock().unwrap();
+    assert!(failed.is_empty(), "failed requests during reloads: {failed:?}");
     assert!(
         ok.load(Ordering::Relaxed) > 100,
         "too few requests to mean anything"

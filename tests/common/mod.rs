@@ -822,11 +822,16 @@ impl Response {
     }
 }
 
-/// One client connection, reused across requests (keep-alive).
+/// One client connection, reused across requests (keep-alive). Like any HTTP client, it opens a
+/// new connection after an answer that said `Connection: close` (the per-connection request
+/// limit ends a long-lived client's connection that way; a load loop must not count it a failure).
 pub struct Conn {
     reader: BufReader<TcpStream>,
     /// Sent as `Authorization: Bearer ...` unless a request sets its own.
     secret: Option<String>,
+    addr: SocketAddr,
+    /// The last answer said `Connection: close`: the next request goes on a new connection.
+    server_closed: bool,
 }
 
 impl Conn {
@@ -842,6 +847,8 @@ impl Conn {
         Ok(Conn {
             reader: BufReader::new(stream),
             secret: secret.map(str::to_owned),
+            addr,
+            server_closed: false,
         })
     }
 
@@ -866,8 +873,15 @@ impl Conn {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str("\r\n");
+        if self.server_closed {
+            *self = Conn::open_as(self.addr, self.secret.as_deref())?;
+        }
         self.reader.get_mut().write_all(req.as_bytes())?;
-        read_response(&mut self.reader)
+        let response = read_response(&mut self.reader)?;
+        self.server_closed = response
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        Ok(response)
     }
 
     /// Whether the server closed this connection (reads EOF without blocking long).
