@@ -90,6 +90,8 @@ pub struct GatewayConfig {
     pub tracing: crate::ops::trace::config::TracingConfig,
     /// `POST /v1/public/domains`: lookups in batches.
     pub batch: BatchConfig,
+    /// Verdict changes: watched projects told when a domain they looked up changes verdict.
+    pub changes: crate::changes::ChangesConfig,
 }
 
 impl Default for GatewayConfig {
@@ -116,6 +118,7 @@ impl Default for GatewayConfig {
             tls: None,
             tracing: Default::default(),
             batch: BatchConfig::default(),
+            changes: crate::changes::ChangesConfig::default(),
         }
     }
 }
@@ -492,6 +495,7 @@ impl GatewayConfig {
         }
         self.mx.neighbourhood.resolve_paths(base, &state_file);
         self.rdap.resolve_paths(base, &self.data.dir, &state_file);
+        self.changes.resolve_paths(base);
         if let Some(alerts) = &mut self.quota.alerts {
             alerts.resolve_paths(base);
             alerts.outbox_file = Some(alerts.outbox_path(&state_file));
@@ -545,6 +549,13 @@ impl GatewayConfig {
         out.extend(self.access_log.problems());
         out.extend(self.top_domains.problems());
         out.extend(self.calls.problems());
+        out.extend(self.changes.problems(&self.own_listeners()));
+        if self.changes.enabled() && !self.calls.enabled {
+            out.push(
+                "gateway.changes: watching verdicts needs the call logs (gateway.calls.enabled: true)"
+                    .to_owned(),
+            );
+        }
         out.extend(self.tracing.problems());
         out.extend(self.data.source_problems());
         out.extend(self.keys_api.problems());

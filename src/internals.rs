@@ -3,7 +3,7 @@
 //!
 //! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
 //! listener's side and the Pingora glue), `account`, `access`, `upstream`, `domain` (pure), `mx`,
-//! `rdap`, `live_top`, `data`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
+//! `rdap`, `live_top`, `data`, `changes`, `ops`, `infra`; `state` and `answer` are shared by all; `config` composes
 //! the parts' configuration; `server` wires everything; `cli` holds the subcommands. Declared
 //! here with their files in `src/` so that the crate's root holds the API alone.
 
@@ -13,6 +13,8 @@ pub mod access;
 pub mod account;
 #[path = "answer.rs"]
 pub mod answer;
+#[path = "changes/mod.rs"]
+pub mod changes;
 #[path = "cli/mod.rs"]
 pub mod cli;
 #[path = "config.rs"]

@@ -55,6 +55,6 @@ pub mod internals;
 
 // The crate's own code names the parts from the root (`crate::domain::...`).
 pub(crate) use internals::{
-    access, account, answer, config, data, domain, edge, infra, live_top, mx, ops, rdap, server,
-    state, upstream,
+    access, account, answer, changes, config, data, domain, edge, infra, live_top, mx, ops, rdap,
+    server, state, upstream,
 };

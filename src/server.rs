@@ -130,10 +130,12 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
     if let Some((_, writer)) = &mut parts.calls {
         writer.settle_with(in_flight.clone(), settle);
     }
+    let changes = verdict_changes(gateway, &shared, &mut parts, &mut services)?;
     let app = Gateway::new(shared.clone(), gateway)
         .with_relay(&gateway.upstream, server)
         .with_access_log(parts.access_log.clone())
         .with_calls(parts.calls.as_ref().map(|(c, _)| c.clone()))
+        .with_changes(changes)
         .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
         .with_keys_api(Some(parts.keys_api.clone()));
     let downstream = Arc::new(DownstreamStats::default());
@@ -159,6 +161,53 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
         services,
         admin,
     })
+}
+
+/// Verdict changes (`gateway.changes`, when a plan is watched): the store, the call writer's
+/// observer and the service; the handle `GET /v1/changes` reads.
+fn verdict_changes(
+    gateway: &GatewayConfig,
+    shared: &Shared,
+    parts: &mut Parts,
+    services: &mut Vec<BoxedService>,
+) -> Result<Option<crate::changes::ChangesApi>, StartError> {
+    use crate::changes::{embedded::EmbeddedChanges, redis::RedisChanges, ChangeStore, Counters};
+    let config = &gateway.changes;
+    let Some((_, writer)) = parts.calls.as_mut().filter(|_| config.enabled()) else {
+        return Ok(None);
+    };
+    let store: Arc<dyn ChangeStore> = match gateway.quota.store {
+        QuotaStoreKind::Local => Arc::new(EmbeddedChanges::new(
+            config.file_path(&gateway.quota.state_file),
+        )?),
+        QuotaStoreKind::Redis => Arc::new(RedisChanges::new(&gateway.quota.redis)?),
+    };
+    let counters = Arc::new(Counters::register(&shared.metrics)?);
+    let judge = crate::changes::judge::Judge {
+        table: shared.table.clone(),
+        mx: shared.mx.clone(),
+        rdap: shared.rdap.clone(),
+    };
+    let (watch, service) = crate::changes::service::build(
+        config,
+        store.clone(),
+        judge,
+        shared.keys.clone(),
+        &gateway.own_listeners(),
+        counters.clone(),
+    )?;
+    writer.observed_by(Arc::new(watch));
+    services.push(Box::new(background_service("verdict changes", service)) as BoxedService);
+    log::info!(
+        "verdict changes: watching the plans {:?}{}",
+        config.watch_days.keys().collect::<Vec<_>>(),
+        if config.webhook.is_some() {
+            ", sent by webhook"
+        } else {
+            ""
+        }
+    );
+    Ok(Some(crate::changes::ChangesApi { store, counters }))
 }
 
 /// After the server stopped: the access log's last lines written, the last spans exported.

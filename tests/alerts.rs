@@ -7,140 +7,30 @@
 
 use crate::common;
 use crate::redis_server;
+use crate::webhook::{Delivery, Receiver};
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use hmac::{Hmac, Mac};
 use redis_server::RedisServer;
-use sha2::Sha256;
 
 const KEY: &str = "drg_alerts_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const LOOKUP: &str = "/v1/public/domain/example.org";
 const SECRET: &str = "a-webhook-secret-of-some-length";
 
-/// One request the receiver got, and what it answered.
-#[derive(Debug, Clone)]
-struct Delivery {
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    answered: u16,
-}
-
-impl Delivery {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-/// A webhook receiver: answers each request with the next status of `script`, then 200.
-struct Receiver {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Delivery>>>,
-}
-
-impl Receiver {
-    fn start(addr: SocketAddr, script: Vec<u16>) -> Receiver {
-        let listener = TcpListener::bind(addr).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<Delivery>>> = Arc::default();
-        let script = Arc::new(Mutex::new(script));
-        let record = seen.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let (record, script) = (record.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, &record, &script));
-            }
-        });
-        Receiver { addr, seen }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/hooks/drg", self.addr)
-    }
-
-    fn deliveries(&self) -> Vec<Delivery> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// Thresholds of the alerts answered 2xx, in arrival order.
-    fn accepted(&self) -> Vec<u64> {
-        self.deliveries()
-            .iter()
-            .filter(|d| d.answered == 200)
-            .map(|d| d.json()["threshold"].as_u64().unwrap())
-            .collect()
-    }
-}
-
-fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, script: &Mutex<Vec<u16>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut out = stream;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        assert!(line.starts_with("POST /hooks/drg HTTP/1.1"), "{line}");
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            reader.read_line(&mut h).unwrap();
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            let (k, v) = h.split_once(':').unwrap();
-            headers.push((k.trim().to_owned(), v.trim().to_owned()));
-        }
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .map(|(_, v)| v.parse().unwrap())
-            .expect("a Content-Length");
-        let mut body = vec![0; len];
-        reader.read_exact(&mut body).unwrap();
-        let status = {
-            let mut s = script.lock().unwrap();
-            if s.is_empty() {
-                200
-            } else {
-                s.remove(0)
-            }
-        };
-        record.lock().unwrap().push(Delivery {
-            headers,
-            body,
-            answered: status,
-        });
-        let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
-        if out.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
+/// Thresholds of the alerts answered 2xx, in arrival order.
+fn accepted(receiver: &Receiver) -> Vec<u64> {
+    receiver
+        .deliveries()
+        .iter()
+        .filter(|d| d.answered == 200)
+        .map(|d| d.json()["threshold"].as_u64().unwrap())
+        .collect()
 }
 
 fn signature_ok(d: &Delivery) -> bool {
-    let Some(sig) = d
-        .header("x-signature")
-        .and_then(|s| s.strip_prefix("sha256="))
-    else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(&d.body);
-    mac.verify_slice(&hex::decode(sig).unwrap()).is_ok()
+    d.signed_with(SECRET)
 }
 
 /// Alerts to `url` at 50% and 100% of a `limit` of project acme; `allow_private` for a receiver on
@@ -169,12 +59,12 @@ fn each_threshold_arrives_once_signed_and_is_retried_after_a_500() {
     let mut c = gw.conn_as(Some(KEY));
     let statuses: Vec<u16> = (0..12).map(|_| c.get(LOOKUP).unwrap().status).collect();
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 10);
-    wait_until(Duration::from_secs(20), || receiver.accepted().len() == 2);
+    wait_until(Duration::from_secs(20), || accepted(&receiver).len() == 2);
     // Nothing more comes (every later call of the month is past both thresholds).
     after_passes(&gw, 3);
     let all = receiver.deliveries();
     assert_eq!(all.len(), 3, "one 500, then each alert once: {all:?}");
-    let mut accepted = receiver.accepted();
+    let mut accepted = accepted(&receiver);
     accepted.sort();
     assert_eq!(accepted, [50, 100]);
     assert!(all.iter().all(signature_ok), "signed: {all:?}");
@@ -240,10 +130,10 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     let a = start(dir_a);
     let b = start(dir_b);
     let receiver = Receiver::start(format!("127.0.0.1:{port}").parse().unwrap(), vec![]);
-    wait_until(Duration::from_secs(30), || receiver.accepted().len() >= 2);
+    wait_until(Duration::from_secs(30), || accepted(&receiver).len() >= 2);
     after_passes(&a, 3);
     after_passes(&b, 3);
-    let mut accepted = receiver.accepted();
+    let mut accepted = accepted(&receiver);
     accepted.sort();
     assert_eq!(accepted, [50, 100], "{:?}", receiver.deliveries());
     assert_eq!(receiver.deliveries().len(), 2);
@@ -315,7 +205,7 @@ fn an_alert_whose_outbox_write_failed_is_delivered_once_when_the_outbox_recovers
     assert!(receiver.deliveries().is_empty());
     lock.release();
     // The outbox writable again: recorded and delivered, without another call.
-    wait_until(Duration::from_secs(20), || receiver.accepted() == [50]);
+    wait_until(Duration::from_secs(20), || accepted(&receiver) == [50]);
     // More calls over 50% bring no repeat.
     for _ in 0..2 {
         assert_eq!(c.get(LOOKUP).unwrap().status, 200);
@@ -349,7 +239,7 @@ fn a_restart_offers_again_a_threshold_the_outbox_never_got_even_on_a_refused_cal
     for _ in 0..5 {
         assert_eq!(c.get(LOOKUP).unwrap().status, 200);
     }
-    wait_until(Duration::from_secs(10), || receiver.accepted() == [50]);
+    wait_until(Duration::from_secs(10), || accepted(&receiver) == [50]);
     // The call that crosses 100% meets a locked outbox, and the gateway stops before it is free.
     let outbox = outbox_of(gw.dir.path());
     let lock = WriteLock::take(&outbox);
@@ -365,7 +255,7 @@ fn a_restart_offers_again_a_threshold_the_outbox_never_got_even_on_a_refused_cal
     let gw = start(dir);
     // The month is used up: the next call is refused, and still offers what the outbox lacks.
     assert_eq!(gw.conn_as(Some(KEY)).get(LOOKUP).unwrap().status, 429);
-    wait_until(Duration::from_secs(20), || receiver.accepted() == [50, 100]);
+    wait_until(Duration::from_secs(20), || accepted(&receiver) == [50, 100]);
     after_passes(&gw, 2);
     let all = receiver.deliveries();
     assert_eq!(all.len(), 2, "each once: {all:?}");

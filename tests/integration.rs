@@ -13,12 +13,15 @@ mod rdap_server;
 mod redis_server;
 #[path = "common/slow_proxy.rs"]
 mod slow_proxy;
+#[path = "common/webhook.rs"]
+mod webhook;
 
 mod access;
 mod access_log;
 mod alerts;
 mod batch;
 mod calls;
+mod changes;
 mod check;
 mod cli;
 mod daemon;

@@ -76,7 +76,9 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
                             ok.fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
-                        Ok(r) => format!("{path}: {} {}", r.status, String::from_utf8_lossy(&r.body)),
+                        Ok(r) => {
+                            format!("{path}: {} {}", r.status, String::from_utf8_lossy(&r.body))
+                        }
                         Err(e) => format!("{path}: {e}"),
                     };
                     failed.lock().unwrap().push(failure);
@@ -111,7 +113,10 @@ fn reload_under_load_fails_no_request_and_shows_new_data_within_2s() {
     }
     eprintln!("requests answered: {}", ok.load(Ordering::Relaxed));
     let failed = failed.lock().unwrap();
-    assert!(failed.is_empty(), "failed requests during reloads: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "failed requests during reloads: {failed:?}"
+    );
     assert!(
         ok.load(Ordering::Relaxed) > 100,
         "too few requests to mean anything"

@@ -101,8 +101,9 @@ pub fn check(data: &[u8]) {
         Err(RouteError::MethodNotAllowed { allow }) => {
             assert!(!allow.split(", ").any(|m| m == method.as_str()), "{allow}");
         }
-        // A query is read only by the four routes that take one: the domain route and the batch
-        // (`explain`), top-domains (`limit`) and logs (`limit`, `cursor`).
+        // A query is read only by the five routes that take one: the domain route and the batch
+        // (`explain`), top-domains (`limit`), logs (`limit`, `cursor`) and changes (`limit`,
+        // `cursor`, `since`).
         Err(RouteError::BadQuery(of, why)) => {
             let want = if of == QueryOf::Batch {
                 Method::POST
@@ -134,6 +135,7 @@ pub fn check(data: &[u8]) {
                 }
                 QueryOf::TopDomains => assert_eq!(path, "/v1/public/top-domains"),
                 QueryOf::Logs => assert_eq!(path, "/v1/logs"),
+                QueryOf::Changes => assert_eq!(path, "/v1/changes"),
             }
         }
         Err(RouteError::NotFound) => {}

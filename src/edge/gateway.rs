@@ -73,6 +73,8 @@ pub struct Gateway {
     access_log: Option<AccessLog>,
     /// `None` when call logs are off (`gateway.calls.enabled: false`).
     calls: Option<Calls>,
+    /// `GET /v1/changes` (`None`: off).
+    changes: Option<crate::changes::ChangesApi>,
     /// Flag counts of the live top-domains; `None` when off (the table's fixed ranking).
     top_live: Option<Arc<crate::live_top::LiveTop>>,
     /// `/v1/keys`; its routes answer 404 when `None` or `keys_api.enabled` is false.
@@ -145,6 +147,8 @@ struct PendingCall {
     domain: Box<str>,
     /// `None` for a check whose answer has not (yet) given a readable verdict.
     verdict: Option<Verdict>,
+    /// A lookup answered from the table (not a relayed check).
+    lookup: bool,
 }
 
 impl Gateway {
@@ -163,6 +167,7 @@ impl Gateway {
                 .ok(),
             access_log: None,
             calls: None,
+            changes: None,
             top_live: None,
             keys_api: None,
             relay: None,
@@ -198,6 +203,12 @@ impl Gateway {
     /// those routes answer 404).
     pub fn with_calls(mut self, calls: Option<Calls>) -> Self {
         self.calls = calls;
+        self
+    }
+
+    /// Answers `GET /v1/changes` (`None`: verdict changes off, the route answers 404).
+    pub fn with_changes(mut self, changes: Option<crate::changes::ChangesApi>) -> Self {
+        self.changes = changes;
         self
     }
 

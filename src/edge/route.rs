@@ -33,6 +33,14 @@ pub enum Route<'a> {
     },
     /// `GET /v1/stats`: the project's calls per day (not counted).
     Stats,
+    /// `GET /v1/changes[?since=T&cursor=C&limit=N]`: the project's verdict changes after id
+    /// `cursor` (0: from the first kept), made at or after `since` (unix seconds), oldest first
+    /// (not counted).
+    Changes {
+        after: u64,
+        since: i64,
+        limit: usize,
+    },
     /// `/v1/keys[/{id}]`: the project's keys (not counted).
     Keys(KeysCall<'a>),
     /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
@@ -102,6 +110,7 @@ pub enum QueryOf {
     Batch,
     TopDomains,
     Logs,
+    Changes,
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
@@ -109,6 +118,9 @@ pub const DEFAULT_TOP_LIMIT: usize = crate::domain::top::DEFAULT_LIMIT;
 /// Default and largest `limit` of `/v1/logs`.
 pub const DEFAULT_LOGS_LIMIT: usize = 50;
 pub const MAX_LOGS_LIMIT: usize = 100;
+/// Default and largest `limit` of `/v1/changes`.
+pub const DEFAULT_CHANGES_LIMIT: usize = 100;
+pub const MAX_CHANGES_LIMIT: usize = 1_000;
 /// Longest `cursor` of `/v1/logs` (the cursors the gateway gives are far shorter).
 pub const MAX_CURSOR_LEN: usize = 128;
 
@@ -166,6 +178,12 @@ pub fn route<'a>(
                 limit: DEFAULT_LOGS_LIMIT,
             },
             "/v1/stats" => Route::Stats,
+            "/v1/changes" if method == Method::GET => changes(query)?,
+            "/v1/changes" => Route::Changes {
+                after: 0,
+                since: i64::MIN,
+                limit: DEFAULT_CHANGES_LIMIT,
+            },
             "/v1/openapi.json" => Route::OpenApi,
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
@@ -258,6 +276,41 @@ fn logs(query: Option<&str>) -> Result<Route<'_>, RouteError> {
     Ok(Route::Logs { cursor, limit })
 }
 
+/// `/v1/changes`: `limit` 1..=1000 (default 100); `cursor` a change id (digits); `since` an
+/// RFC 3339 time.
+fn changes(query: Option<&str>) -> Result<Route<'_>, RouteError> {
+    let bad = |msg: &str| RouteError::BadQuery(QueryOf::Changes, msg.to_owned());
+    let limit = limit(
+        query,
+        QueryOf::Changes,
+        DEFAULT_CHANGES_LIMIT,
+        MAX_CHANGES_LIMIT,
+    )?;
+    let after = match query_param(query, "cursor") {
+        None => 0,
+        Some(c) if c.is_empty() => 0,
+        Some(c) => c
+            .parse::<u64>()
+            .ok()
+            .filter(|_| c.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                bad("cursor is not one this API gave (use next_cursor of the previous page)")
+            })?,
+    };
+    let since = match query_param(query, "since") {
+        None => i64::MIN,
+        Some(s) if s.is_empty() => i64::MIN,
+        Some(s) => chrono::DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.timestamp())
+            .map_err(|_| bad("since must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z"))?,
+    };
+    Ok(Route::Changes {
+        after,
+        since,
+        limit,
+    })
+}
+
 /// The metrics class of a routing result.
 pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
     match routed {
@@ -272,6 +325,9 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
         Ok(Route::Usage) => RouteClass::Usage,
         Ok(Route::Logs { .. }) | Err(RouteError::BadQuery(QueryOf::Logs, _)) => RouteClass::Logs,
         Ok(Route::Stats) => RouteClass::Stats,
+        Ok(Route::Changes { .. }) | Err(RouteError::BadQuery(QueryOf::Changes, _)) => {
+            RouteClass::Changes
+        }
         Ok(Route::Keys(_)) => RouteClass::Keys,
         Ok(Route::OpenApi) => RouteClass::OpenApi,
         Ok(Route::Preflight) => RouteClass::Preflight,
@@ -434,6 +490,38 @@ mod tests {
             ),
             Ok(Route::Preflight)
         );
+    }
+
+    #[test]
+    fn changes_queries() {
+        assert_eq!(
+            get("/v1/changes", None),
+            Ok(Route::Changes {
+                after: 0,
+                since: i64::MIN,
+                limit: DEFAULT_CHANGES_LIMIT
+            })
+        );
+        assert_eq!(
+            get(
+                "/v1/changes",
+                Some("cursor=17&since=2026-11-01T00:00:00Z&limit=1000")
+            ),
+            Ok(Route::Changes {
+                after: 17,
+                since: 1_793_491_200,
+                limit: 1_000
+            })
+        );
+        for q in ["cursor=-1", "cursor=1e3", "since=yesterday", "limit=1001"] {
+            assert!(
+                matches!(
+                    get("/v1/changes", Some(q)),
+                    Err(RouteError::BadQuery(QueryOf::Changes, _))
+                ),
+                "{q}"
+            );
+        }
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub enum RouteClass {
     Usage,
     Logs,
     Stats,
+    /// `GET /v1/changes`.
+    Changes,
     Keys,
     OpenApi,
     Preflight,
@@ -63,7 +65,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 15] = [
+    pub const ALL: [RouteClass; 16] = [
         RouteClass::Domain,
         RouteClass::Batch,
         RouteClass::TopDomains,
@@ -71,6 +73,7 @@ impl RouteClass {
         RouteClass::Usage,
         RouteClass::Logs,
         RouteClass::Stats,
+        RouteClass::Changes,
         RouteClass::Keys,
         RouteClass::OpenApi,
         RouteClass::Preflight,
@@ -90,6 +93,7 @@ impl RouteClass {
             RouteClass::Usage => "usage",
             RouteClass::Logs => "logs",
             RouteClass::Stats => "stats",
+            RouteClass::Changes => "changes",
             RouteClass::Keys => "keys",
             RouteClass::OpenApi => "openapi",
             RouteClass::Preflight => "preflight",

@@ -704,6 +704,7 @@ mod tests {
                 risk_score: 50,
                 reason,
             }),
+            lookup: true,
             at: at.parse().unwrap(),
             queued: None,
         }

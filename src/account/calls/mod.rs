@@ -102,6 +102,9 @@ pub struct Call {
     /// `None`: a `/v1/check` answer without a readable score and reason; counted in the
     /// stats, not logged.
     pub verdict: Option<Verdict>,
+    /// Answered by the gateway itself (a lookup), not relayed (`/v1/check`): only these are
+    /// watched for verdict changes, since only these verdicts the gateway can judge again.
+    pub lookup: bool,
     pub at: DateTime<Utc>,
     /// The project's count of calls waiting for the writer (its share of the queue): counted
     /// when the call is queued, given back when the writer takes it. `None`: not shared.
@@ -376,12 +379,19 @@ pub fn open(
         batch_interval: config.batch_interval,
         sweep_interval: config.sweep_interval,
         settle: None,
+        observer: None,
     };
     (calls, writer)
 }
 
 /// Calls taken off the queue between two chances for a worker to have the core.
 const DRAIN_PIECE: usize = 2_048;
+
+/// What else wants each tick's calls (verdict changes watch the lookups): told on the writer's
+/// thread, before the calls are stored; must not wait.
+pub trait CallObserver: Send + Sync {
+    fn observe(&self, calls: &[Call]);
+}
 
 /// Takes the waiting calls every interval and stores them in batches; sweeps expired entries.
 pub struct CallWriter {
@@ -394,9 +404,15 @@ pub struct CallWriter {
     sweep_interval: Duration,
     /// The requests in flight at shutdown, and how long the last drain waits for them.
     settle: Option<(InFlight, Duration)>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl CallWriter {
+    /// `observer` is told each tick's calls before they are stored.
+    pub fn observed_by(&mut self, observer: Arc<dyn CallObserver>) {
+        self.observer = Some(observer);
+    }
+
     /// The last drain waits (at most `within`) until the requests in flight at shutdown are
     /// answered, as the quota's last sync does: their calls reach the logs and stats too.
     pub fn settle_with(&mut self, in_flight: InFlight, within: Duration) {
@@ -452,6 +468,9 @@ impl CallWriter {
         }
         if calls.is_empty() {
             return;
+        }
+        if let Some(observer) = &self.observer {
+            observer.observe(&calls);
         }
         let written = self.store.write_all(calls).await;
         self.metrics.written.inc_by(written.stored);
@@ -773,6 +792,7 @@ mod tests {
                     retention: Duration::from_secs(60),
                     email_domain: "a.com".into(),
                     verdict: reason.map(|r| Verdict { risk_score: 1, reason: Reason::ALL[r] }),
+                    lookup: true,
                     at: DateTime::from_timestamp(midnight + offset, 0).unwrap(),
                     queued: None,
                 })
@@ -791,6 +811,7 @@ mod tests {
                 risk_score: 1,
                 reason,
             }),
+            lookup: true,
             at: at.parse().unwrap(),
             queued: None,
         };

@@ -81,7 +81,11 @@ impl Gateway {
     ) -> Result<(), Answer> {
         if matches!(
             route,
-            Route::Usage | Route::Logs { .. } | Route::Stats | Route::Keys(_)
+            Route::Usage
+                | Route::Logs { .. }
+                | Route::Stats
+                | Route::Changes { .. }
+                | Route::Keys(_)
         ) {
             return self.account_call(key, now, ctx).await;
         }
@@ -259,6 +263,7 @@ fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
     match route {
         Route::Logs { .. } => Some("GET /v1/logs"),
         Route::Stats => Some("GET /v1/stats"),
+        Route::Changes { .. } => Some("GET /v1/changes"),
         Route::Keys(KeysCall::List) => Some("GET /v1/keys"),
         Route::Keys(KeysCall::Create) => Some("POST /v1/keys"),
         Route::Keys(KeysCall::Revoke { .. }) => Some("DELETE /v1/keys/{id}"),

@@ -79,6 +79,11 @@ impl Gateway {
                 )
             }
             Route::Stats => Some(self.account(ctx, AccountRoute::Stats).await),
+            Route::Changes {
+                after,
+                since,
+                limit,
+            } => Some(self.changes_page(ctx, after, since, limit).await),
             Route::Keys(KeysCall::List) => Some(self.keys(ctx, Ok(KeysOp::List)).await),
             Route::Keys(KeysCall::Revoke { id }) => {
                 let op = decode(id).map(|id| KeysOp::Revoke(id.into_owned()));
@@ -99,6 +104,7 @@ impl Gateway {
                         ctx.call = Some(PendingCall {
                             domain: target.domain.as_str().into(),
                             verdict: None,
+                            lookup: false,
                         });
                     }
                     ctx.upstream_path = Some(target.upstream_path());
@@ -156,6 +162,10 @@ impl Gateway {
         if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
             return Err(ApiError::NotFound.into());
         }
+        // Verdict changes off (no plan watched): as if the route did not exist.
+        if matches!(route, Route::Changes { .. }) && self.changes.is_none() {
+            return Err(ApiError::NotFound.into());
+        }
         Ok(route)
     }
 
@@ -203,6 +213,14 @@ impl Gateway {
         };
         let key = ctx.principal.as_ref().map(|p| &p.key);
         account.answer(route, key, ctx.usage.as_ref()).await
+    }
+
+    /// `GET /v1/changes` for the caller's project.
+    async fn changes_page(&self, ctx: &RequestCtx, after: u64, since: i64, limit: usize) -> Answer {
+        match (&self.changes, &ctx.principal) {
+            (Some(changes), Some(p)) => changes.page(&p.key.project, after, since, limit).await,
+            _ => ApiError::NotFound.into(),
+        }
     }
 
     fn top_domains(&self, limit: usize) -> Answer {

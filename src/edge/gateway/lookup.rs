@@ -102,6 +102,7 @@ impl Gateway {
         ctx.call = verdict.map(|v| PendingCall {
             domain: name.into_boxed_str(),
             verdict: Some(v),
+            lookup: true,
         });
         let answer = Answer::raw(StatusCode::OK, body_bytes(body));
         match suggestion {
@@ -176,6 +177,7 @@ impl Gateway {
                     ctx.batch_calls.extend(verdict.map(|v| PendingCall {
                         domain: name.as_str().into(),
                         verdict: Some(v),
+                        lookup: true,
                     }));
                 }
                 Item::Invalid { sent, detail } => {

@@ -36,6 +36,7 @@ impl Gateway {
                 retention,
                 email_domain: call.domain,
                 verdict: call.verdict,
+                lookup: call.lookup,
                 at,
                 queued: Some(p.key.queued_calls().clone()),
             });

@@ -265,6 +265,12 @@ impl MxResolver {
         self.neighbourhood.as_ref()
     }
 
+    /// The cached evidence of `name`, if live: no query, no counter (verdict changes judge
+    /// watched names from what the cache holds).
+    pub fn peek(&self, name: &str) -> Option<Arc<MxEvidence>> {
+        self.cached(name)
+    }
+
     fn cached(&self, name: &str) -> Option<Arc<MxEvidence>> {
         self.cache
             .get(name)

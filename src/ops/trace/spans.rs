@@ -86,6 +86,7 @@ fn name(route: RouteClass) -> &'static str {
         RouteClass::Usage => "GET /v1/usage",
         RouteClass::Logs => "GET /v1/logs",
         RouteClass::Stats => "GET /v1/stats",
+        RouteClass::Changes => "GET /v1/changes",
         RouteClass::Keys => "/v1/keys",
         RouteClass::OpenApi => "GET /v1/openapi.json",
         RouteClass::Preflight => "OPTIONS /v1/*",

@@ -76,14 +76,7 @@ impl AlertsConfig {
     pub fn problems(&self, listeners: &[Listener]) -> Vec<String> {
         let at = "gateway.quota.alerts";
         let mut out = Vec::new();
-        let scheme_ok = self.url.starts_with("http://") || self.url.starts_with("https://");
-        match self.url.parse::<http::Uri>() {
-            Ok(uri) if scheme_ok => out.extend(self.destination_problem(&uri, listeners)),
-            _ => out.push(format!(
-                "{at}.url: '{}' is not an http:// or https:// URL",
-                self.url
-            )),
-        }
+        out.extend(url_problem(at, &self.url, &self.policy(listeners)));
         if self.thresholds.is_empty() {
             out.push(format!("{at}.thresholds: at least one is needed"));
         }
@@ -136,17 +129,7 @@ impl AlertsConfig {
     /// judged now; a name is only resolved, and its addresses judged, when an alert is sent.
     /// Names the host only: the path or query may hold a token.
     pub fn destination_problem(&self, uri: &http::Uri, listeners: &[Listener]) -> Option<String> {
-        let host = uri.host().unwrap_or_default();
-        let https = uri.scheme_str() == Some("https");
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let is_local = super::resolve::this_host_has;
-        let refused = self
-            .policy(listeners)
-            .check_host(host, port, &is_local)
-            .err()?;
-        Some(format!(
-            "gateway.quota.alerts.url: host '{host}': {refused}"
-        ))
+        host_problem("gateway.quota.alerts", uri, &self.policy(listeners))
     }
 
     /// Makes the relative paths relative to `base` (the config file's directory).
@@ -169,22 +152,45 @@ impl AlertsConfig {
 
     /// The secret: the file's first line, trimmed.
     pub fn read_secret(&self) -> Result<Vec<u8>, String> {
-        let text = std::fs::read_to_string(&self.secret_file).map_err(|e| {
-            format!(
-                "gateway.quota.alerts.secret_file {}: {e}",
-                self.secret_file.display()
-            )
-        })?;
-        let secret = text.lines().next().unwrap_or("").trim();
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(format!(
-                "gateway.quota.alerts.secret_file {}: the secret (first line) has {} bytes, at least {MIN_SECRET_BYTES} are needed",
-                self.secret_file.display(),
-                secret.len()
-            ));
-        }
-        Ok(secret.as_bytes().to_vec())
+        read_secret_file("gateway.quota.alerts.secret_file", &self.secret_file)
     }
+}
+
+/// The problem of a webhook `url` configured at `at` (`{at}.url`): not http(s), or a host
+/// `policy` refuses. Shared by every signed webhook (quota alerts, verdict changes).
+pub fn url_problem(at: &str, url: &str, policy: &Policy) -> Option<String> {
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    match url.parse::<http::Uri>() {
+        Ok(uri) if scheme_ok => host_problem(at, &uri, policy),
+        _ => Some(format!(
+            "{at}.url: '{url}' is not an http:// or https:// URL"
+        )),
+    }
+}
+
+/// The problem of `uri`'s host under `policy`, if any.
+fn host_problem(at: &str, uri: &http::Uri, policy: &Policy) -> Option<String> {
+    let host = uri.host().unwrap_or_default();
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let is_local = super::resolve::this_host_has;
+    let refused = policy.check_host(host, port, &is_local).err()?;
+    Some(format!("{at}.url: host '{host}': {refused}"))
+}
+
+/// A webhook secret: the first line of `path`, trimmed, at least [`MIN_SECRET_BYTES`]; errors
+/// name the key `at` and the file.
+pub fn read_secret_file(at: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{at} {shown}: {e}"))?;
+    let secret = text.lines().next().unwrap_or("").trim();
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "{at} {shown}: the secret (first line) has {} bytes, at least {MIN_SECRET_BYTES} are needed",
+            secret.len()
+        ));
+    }
+    Ok(secret.as_bytes().to_vec())
 }
 
 #[cfg(test)]

@@ -56,12 +56,13 @@ pub fn agent(timeout: Duration, policy: Policy) -> ureq::Agent {
     )
 }
 
-/// POSTs `body`; `Ok` on a 2xx answer, else why not (the guard's refusal, the status, or the
-/// transport error).
+/// POSTs `body` with its fixed id (`(header, value)`: `X-Alert-Id` for an alert,
+/// `X-Change-Id` for verdict changes); `Ok` on a 2xx answer, else why not (the guard's refusal,
+/// the status, or the transport error).
 pub fn post(
     agent: &ureq::Agent,
     url: &str,
-    id: &str,
+    (id_header, id): (&str, &str),
     body: &str,
     secret: &[u8],
 ) -> Result<(), AttemptError> {
@@ -69,7 +70,7 @@ pub fn post(
         .post(url)
         .header("Content-Type", "application/json")
         .header("X-Signature", signature(secret, body.as_bytes()))
-        .header("X-Alert-Id", id)
+        .header(id_header, id)
         .send(body)
         .map_err(attempt_error)?;
     let status = response.status().as_u16();
@@ -139,7 +140,7 @@ mod tests {
         let refused = |policy: Policy, url: &str| match post(
             &agent(Duration::from_secs(2), policy),
             url,
-            "id",
+            ("X-Alert-Id", "id"),
             "{}",
             b"k",
         ) {
@@ -172,7 +173,14 @@ mod tests {
         };
         let receiver = answer_once();
         let url = format!("http://127.0.0.1:{}/h", receiver.port());
-        post(&agent(Duration::from_secs(2), open), &url, "id", "{}", b"k").unwrap();
+        post(
+            &agent(Duration::from_secs(2), open),
+            &url,
+            ("X-Alert-Id", "id"),
+            "{}",
+            b"k",
+        )
+        .unwrap();
     }
 
     #[test]

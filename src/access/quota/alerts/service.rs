@@ -184,10 +184,11 @@ impl AlertService {
             self.secret.clone(),
         );
         let (id, body) = (row.id.clone(), row.body.clone());
-        let result =
-            tokio::task::spawn_blocking(move || deliver::post(&agent, &url, &id, &body, &secret))
-                .await
-                .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
+        let result = tokio::task::spawn_blocking(move || {
+            deliver::post(&agent, &url, ("X-Alert-Id", &id), &body, &secret)
+        })
+        .await
+        .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
         let what = format!(
             "project {} month {} threshold {}%",
             row.project, row.month, row.threshold

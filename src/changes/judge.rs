@@ -1,0 +1,114 @@
+//! Judging a watched domain again, off the request path: the same verdict function as a lookup
+//! (`verdict_of`), on the table now in service and the evidence the gateway already holds (MX
+//! evidence in the resolver's cache, the neighbourhood's finding, the registry's date), never a
+//! new DNS query. A name the table leaves open whose MX evidence is not at hand is not judged:
+//! the gateway answers from what it knows and never condemns on an absence.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::Told;
+use crate::domain::age::AgeRule;
+use crate::domain::classify::{verdict_of, wants_mx, Signals, Verdict};
+use crate::domain::mail::MxEvidence;
+use crate::domain::table::DomainTable;
+use crate::domain::{DomainName, TableRule};
+use crate::mx::resolver::MxResolver;
+use crate::rdap::service::Rdap;
+
+/// What a verdict rests on, for how soon its change is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The table alone (lists, records, the absence from them): recorded at once.
+    Table,
+    /// DNS evidence (MX, the neighbourhood) or the domain's age: recorded once it held for
+    /// `stable_seconds`.
+    Evidence,
+}
+
+/// A domain judged again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub told: Told,
+    pub basis: Basis,
+    /// What decided it, as a change names it.
+    pub rule: &'static str,
+    pub dataset_version: String,
+}
+
+/// The parts a judgement reads.
+pub struct Judge {
+    pub table: Arc<ArcSwap<DomainTable>>,
+    pub mx: Option<Arc<MxResolver>>,
+    pub rdap: Option<Arc<Rdap>>,
+}
+
+impl Judge {
+    /// `name`'s verdict now for `project` (`None`: it cannot be judged from what is held).
+    pub fn judge(&self, name: &str, project: &str) -> Option<Judged> {
+        let name = DomainName::parse(name).ok()?;
+        let table = self.table.load();
+        let found = table.lookup(&name);
+        let open = found.rule == TableRule::Unknown;
+        let evidence: Option<Arc<MxEvidence>> = match &self.mx {
+            Some(mx) if wants_mx(&found) => Some(mx.peek(name.as_str())?),
+            _ => None,
+        };
+        let finding = match (evidence.as_deref(), &self.mx) {
+            (Some(MxEvidence::Hosts(_)), Some(mx)) => {
+                mx.neighbourhood().and_then(|nb| nb.finding(&name))
+            }
+            _ => None,
+        };
+        let (age, rule) = match &self.rdap {
+            Some(r) if open => (r.age(&name, project), r.age_rule()),
+            Some(r) => (None, r.age_rule()),
+            None => (None, AgeRule::OFF),
+        };
+        let signals = Signals {
+            mx: evidence.as_deref(),
+            neighbourhood: finding,
+            age,
+        };
+        let v = verdict_of(&table, &name, found, signals, rule);
+        Some(Judged {
+            told: Told {
+                reason: v.record.reason,
+                score: v.record.risk_score,
+            },
+            basis: basis(&v),
+            rule: rule_name(&v),
+            dataset_version: table.version().as_str().to_owned(),
+        })
+    }
+}
+
+fn basis(v: &Verdict<'_>) -> Basis {
+    if v.mx_decided || v.neighbourhood.is_some() || v.young.is_some() || v.established {
+        Basis::Evidence
+    } else {
+        Basis::Table
+    }
+}
+
+/// The rule a change names: the table's, else the evidence that decided.
+pub fn rule_name(v: &Verdict<'_>) -> &'static str {
+    if v.neighbourhood.is_some() {
+        return "mx_neighbourhood";
+    }
+    if v.young.is_some() {
+        return "young_domain";
+    }
+    if v.mx_decided {
+        return "mx";
+    }
+    match v.rule {
+        TableRule::Allowlist { .. } => "allowlist",
+        TableRule::Record(_) => "record",
+        TableRule::FreeProvider { .. } => "free_provider",
+        TableRule::Blocklist { .. } => "blocklist",
+        TableRule::Relay { .. } => "relay",
+        TableRule::Unknown => "unlisted",
+    }
+}

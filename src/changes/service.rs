@@ -1,0 +1,407 @@
+//! The verdict-change service, one background loop: takes in the watched lookups the call
+//! writer passed on, judges the watched domains again (a pass after every table reload and
+//! every `pass_interval`, at most `reclassify_per_second`), records each change once, and sends
+//! each project's changes (one message per project and `send_interval`, under its lease).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use super::judge::{Basis, Judge};
+use super::store::{ChangeStore, Proposed, Recorded};
+use super::{ChangesConfig, Counters, Seen, Told, Watch, CHANNEL};
+use crate::access::keys::KeyStore;
+use crate::access::quota::alerts::deliver::{self, AttemptError};
+use crate::access::quota::alerts::destination::Listener;
+
+/// How often the loop looks at its work.
+const TICK: Duration = Duration::from_millis(100);
+/// Evidence-based changes waiting to prove stable, at most (beyond, new ones wait for a pass
+/// with room).
+const MAX_CANDIDATES: usize = 100_000;
+/// How often watched domains past their days and old changes are forgotten.
+const SWEEP_EVERY: Duration = Duration::from_secs(3_600);
+
+/// Where messages go: the receiver, its secret and the client.
+pub struct Webhook {
+    pub url: String,
+    pub secret: Vec<u8>,
+    pub agent: ureq::Agent,
+    pub max_attempts: u32,
+    pub timeout: Duration,
+}
+
+/// The service (a Pingora background service).
+pub struct ChangesService {
+    config: ChangesConfig,
+    store: Arc<dyn ChangeStore>,
+    judge: Judge,
+    keys: Arc<ArcSwap<KeyStore>>,
+    rx: Mutex<Option<tokio::sync::mpsc::Receiver<Vec<Seen>>>>,
+    counters: Arc<Counters>,
+    webhook: Option<Arc<Webhook>>,
+    /// This gateway's name in the sender leases.
+    holder: String,
+}
+
+/// Builds the call writer's side and the service.
+pub fn build(
+    config: &ChangesConfig,
+    store: Arc<dyn ChangeStore>,
+    judge: Judge,
+    keys: Arc<ArcSwap<KeyStore>>,
+    listeners: &[Listener],
+    counters: Arc<Counters>,
+) -> Result<(Watch, ChangesService), String> {
+    let webhook = match &config.webhook {
+        Some(hook) => Some(Arc::new(Webhook {
+            url: hook.url.clone(),
+            secret: hook.read_secret()?,
+            agent: deliver::agent(hook.timeout, hook.policy(listeners)),
+            max_attempts: hook.max_attempts,
+            timeout: hook.timeout,
+        })),
+        None => None,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL);
+    let watch = Watch {
+        tx,
+        counters: counters.clone(),
+    };
+    let holder = format!(
+        "{:016x}{:016x}",
+        getrandom::u64().unwrap_or_default(),
+        getrandom::u64().unwrap_or_default()
+    );
+    let service = ChangesService {
+        config: config.clone(),
+        store,
+        judge,
+        keys,
+        rx: Mutex::new(Some(rx)),
+        counters,
+        webhook,
+        holder,
+    };
+    Ok((watch, service))
+}
+
+/// A pass over every project's watched domains.
+struct Pass {
+    projects: Vec<String>,
+    at: usize,
+    cursor: String,
+}
+
+/// A project's delivery: when it may be tried again, after how many failed attempts.
+#[derive(Default)]
+struct Delivery {
+    attempts: u32,
+    next: Option<Instant>,
+}
+
+/// The loop's state.
+#[derive(Default)]
+struct Loop {
+    pass: Option<Pass>,
+    /// A reload came during a pass: another pass follows it.
+    again: bool,
+    generation: Option<u64>,
+    last_pass: Option<Instant>,
+    /// (project, domain) -> the evidence-based verdict found, and since when.
+    candidates: HashMap<(String, String), (Told, Instant)>,
+    deliveries: HashMap<String, Delivery>,
+    last_send: Option<Instant>,
+    last_sweep: Option<Instant>,
+}
+
+impl ChangesService {
+    async fn intake(&self, rx: &mut tokio::sync::mpsc::Receiver<Vec<Seen>>) {
+        let keys = self.keys.load();
+        let plans: HashMap<&str, &str> = keys.entries().map(|k| (&*k.project, &*k.plan)).collect();
+        let mut batch = Vec::new();
+        while let Ok(seen) = rx.try_recv() {
+            batch.extend(seen.into_iter().filter(|s| {
+                plans
+                    .get(&*s.project)
+                    .is_some_and(|plan| self.config.watch_for(plan).is_some())
+            }));
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len() as u64;
+        match self
+            .store
+            .watch(batch, self.config.max_watched_per_project)
+            .await
+        {
+            Ok(refused) => {
+                Counters::add(&self.counters.watched, n - refused);
+                Counters::add(&self.counters.not_watched_full, refused);
+            }
+            Err(e) => {
+                Counters::add(&self.counters.store_errors, 1);
+                log::warn!("verdict changes: {e} ({n} lookups not watched)");
+            }
+        }
+    }
+
+    /// Starts a pass when the table was reloaded or the interval is up.
+    async fn maybe_start_pass(&self, st: &mut Loop) {
+        let generation = self.judge.table.load().version().generation;
+        let reloaded = st.generation.is_some_and(|g| g != generation);
+        st.generation = Some(generation);
+        if st.pass.is_some() {
+            st.again |= reloaded;
+            return;
+        }
+        let due = st
+            .last_pass
+            .is_none_or(|t| t.elapsed() >= self.config.pass_interval);
+        if !(reloaded || st.again || due) {
+            return;
+        }
+        match self.store.projects().await {
+            Ok(projects) => {
+                st.again = false;
+                st.last_pass = Some(Instant::now());
+                st.pass = Some(Pass {
+                    projects,
+                    at: 0,
+                    cursor: String::new(),
+                });
+            }
+            Err(e) => {
+                Counters::add(&self.counters.store_errors, 1);
+                log::warn!("verdict changes: {e} (pass put off)");
+            }
+        }
+    }
+
+    /// Judges up to one tick's share of watched domains.
+    async fn step_pass(&self, st: &mut Loop) {
+        let per_tick = (u64::from(self.config.reclassify_per_second) * TICK.as_millis() as u64
+            / 1_000)
+            .max(1) as usize;
+        let mut left = per_tick;
+        while left > 0 {
+            let Some(pass) = st.pass.as_mut() else { return };
+            let Some(project) = pass.projects.get(pass.at).cloned() else {
+                st.pass = None;
+                Counters::add(&self.counters.passes, 1);
+                return;
+            };
+            let (page, next) = match self.store.scan(&project, &pass.cursor, left).await {
+                Ok(p) => p,
+                Err(e) => {
+                    Counters::add(&self.counters.store_errors, 1);
+                    log::warn!("verdict changes: {e} (pass stopped)");
+                    st.pass = None;
+                    return;
+                }
+            };
+            left = left.saturating_sub(page.len().max(1));
+            match next {
+                Some(c) => pass.cursor = c,
+                None => {
+                    pass.at += 1;
+                    pass.cursor.clear();
+                }
+            }
+            for (domain, told) in page {
+                self.judge_one(st, &project, domain, told).await;
+            }
+        }
+    }
+
+    async fn judge_one(&self, st: &mut Loop, project: &str, domain: String, told: Told) {
+        Counters::add(&self.counters.judged, 1);
+        let Some(now) = self.judge.judge(&domain, project) else {
+            return;
+        };
+        let key = (project.to_owned(), domain);
+        if !now.told.differs(told) {
+            st.candidates.remove(&key);
+            return;
+        }
+        if now.basis == Basis::Evidence && !self.config.stable.is_zero() {
+            match st.candidates.get(&key) {
+                Some((to, since)) if *to == now.told && since.elapsed() >= self.config.stable => {}
+                Some((to, _)) if *to == now.told => return,
+                _ => {
+                    if st.candidates.len() < MAX_CANDIDATES || st.candidates.contains_key(&key) {
+                        st.candidates.insert(key, (now.told, Instant::now()));
+                    }
+                    return;
+                }
+            }
+        }
+        st.candidates.remove(&key);
+        let proposed = Proposed {
+            domain: key.1,
+            from: told,
+            to: now.told,
+            rule: now.rule.to_owned(),
+            at: chrono::Utc::now().timestamp(),
+            dataset_version: now.dataset_version,
+        };
+        let quiet = Duration::from_secs(u64::from(self.config.quiet_hours) * 3_600);
+        match self.store.record(project, &proposed, quiet).await {
+            Ok(Recorded::New(_)) => Counters::add(&self.counters.recorded, 1),
+            Ok(Recorded::Withdrawn) => Counters::add(&self.counters.withdrawn, 1),
+            Ok(Recorded::Stale) => {}
+            Err(e) => {
+                Counters::add(&self.counters.store_errors, 1);
+                log::warn!("verdict changes: {e} (a change not recorded; the next pass finds it)");
+            }
+        }
+    }
+}
+
+impl ChangesService {
+    /// Every `send_interval`: each project with unsent changes gets one message, if this
+    /// gateway holds its lease and its backoff is over.
+    async fn send_due(&self, st: &mut Loop) {
+        let Some(hook) = self.webhook.clone() else {
+            return;
+        };
+        if st
+            .last_send
+            .is_some_and(|t| t.elapsed() < self.config.send_interval)
+        {
+            return;
+        }
+        st.last_send = Some(Instant::now());
+        let projects = match self.store.projects().await {
+            Ok(p) => p,
+            Err(e) => {
+                Counters::add(&self.counters.store_errors, 1);
+                log::warn!("verdict changes: {e} (sending put off)");
+                return;
+            }
+        };
+        for project in projects {
+            let d = st.deliveries.entry(project.clone()).or_default();
+            if d.next.is_some_and(|n| Instant::now() < n) {
+                continue;
+            }
+            if let Err(e) = self.send_one(&hook, &project, d).await {
+                Counters::add(&self.counters.store_errors, 1);
+                log::warn!("verdict changes of project {project}: {e}");
+            }
+        }
+    }
+
+    async fn send_one(
+        &self,
+        hook: &Arc<Webhook>,
+        project: &str,
+        d: &mut Delivery,
+    ) -> Result<(), super::ChangesError> {
+        let sent = self.store.sent_upto(project).await?;
+        let pending = self.store.pending(project, sent).await?;
+        if pending.total == 0 {
+            return Ok(());
+        }
+        let ttl = hook.timeout * 2 + self.config.send_interval;
+        if !self.store.lease(project, &self.holder, ttl).await? {
+            return Ok(());
+        }
+        let n = self.config.max_per_message as usize;
+        let first = self.store.list(project, sent, i64::MIN, n).await?;
+        let message = super::message::build(project, &first, &pending);
+        let id = message.id();
+        let body = serde_json::to_string(&message).unwrap_or_default();
+        let h = hook.clone();
+        let (url, id2) = (h.url.clone(), id.clone());
+        let outcome = tokio::task::spawn_blocking(move || {
+            deliver::post(&h.agent, &url, ("X-Change-Id", &id2), &body, &h.secret)
+        })
+        .await
+        .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
+        match outcome {
+            Ok(()) => {
+                self.store.mark_sent(project, pending.last_id).await?;
+                Counters::add(&self.counters.messages_sent, 1);
+                *d = Delivery::default();
+                log::info!(
+                    "verdict changes: project {project} told of {} change(s) ({id})",
+                    pending.total
+                );
+            }
+            Err(e) => {
+                Counters::add(&self.counters.attempt_errors, 1);
+                d.attempts += 1;
+                let refused = matches!(e, AttemptError::Refused(_));
+                if refused || d.attempts >= hook.max_attempts {
+                    // Given up: the changes stay readable through `GET /v1/changes`.
+                    self.store.mark_sent(project, pending.last_id).await?;
+                    Counters::add(&self.counters.messages_failed, 1);
+                    log::warn!(
+                        "verdict changes: message {id} of project {project} given up after {} attempt(s): {e}",
+                        d.attempts
+                    );
+                    *d = Delivery::default();
+                } else {
+                    d.next = Some(Instant::now() + deliver::backoff(d.attempts - 1));
+                    log::warn!(
+                        "verdict changes: message {id} of project {project}: attempt {} failed: {e}",
+                        d.attempts
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn sweep(&self, st: &mut Loop) {
+        if st.last_sweep.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        st.last_sweep = Some(Instant::now());
+        let now = chrono::Utc::now().timestamp();
+        let keys = self.keys.load();
+        let mut cutoffs: Vec<(String, i64)> = Vec::new();
+        for k in keys.entries() {
+            let days = self.config.watch_for(&k.plan).unwrap_or_default();
+            let cutoff = now - i64::try_from(days.as_secs()).unwrap_or(0);
+            if !cutoffs.iter().any(|(p, _)| **p == *k.project) {
+                cutoffs.push((k.project.to_string(), cutoff));
+            }
+        }
+        let longest = self.config.watch_days.values().max().copied().unwrap_or(0);
+        let other = now - i64::from(longest) * 86_400;
+        let before = now - i64::from(self.config.keep_days) * 86_400;
+        if let Err(e) = self.store.sweep(&cutoffs, other, before).await {
+            Counters::add(&self.counters.store_errors, 1);
+            log::warn!("verdict changes: {e} (sweep)");
+        }
+        st.candidates
+            .retain(|_, (_, since)| since.elapsed() < Duration::from_secs(7 * 86_400));
+    }
+}
+
+#[async_trait]
+impl BackgroundService for ChangesService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(mut rx) = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let mut st = Loop::default();
+        let mut ticks = crate::ops::periodic::Ticks::new(TICK);
+        while ticks.next(&mut shutdown).await.is_some() {
+            self.intake(&mut rx).await;
+            self.maybe_start_pass(&mut st).await;
+            self.step_pass(&mut st).await;
+            self.send_due(&mut st).await;
+            self.sweep(&mut st).await;
+        }
+        self.intake(&mut rx).await;
+    }
+}

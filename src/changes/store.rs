@@ -1,0 +1,115 @@
+//! What the verdict changes keep, and the two places they keep it: the embedded SQLite file
+//! (`embedded.rs`, one gateway or several on one host) and Redis (`redis.rs`, with
+//! `quota.store: redis`: several gateways, one record of each change and one sender a project).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Change, Seen, Told};
+
+/// Why the change store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangesError {
+    #[error("changes store {path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("changes store (redis): {0}")]
+    Redis(#[from] ::redis::RedisError),
+    #[error("changes store: {0}")]
+    Other(String),
+}
+
+/// A change a pass found, to record if the project was still told `from`.
+#[derive(Debug, Clone)]
+pub struct Proposed {
+    pub domain: String,
+    pub from: Told,
+    pub to: Told,
+    pub rule: String,
+    /// Unix seconds.
+    pub at: i64,
+    pub dataset_version: String,
+}
+
+/// What recording a proposed change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Recorded under this id.
+    New(u64),
+    /// A change back to what an undelivered change of the last `quiet_hours` came from: that
+    /// change is withdrawn, nothing is sent.
+    Withdrawn,
+    /// The project was told something else meanwhile (another gateway recorded it, or it
+    /// looked the domain up again): nothing to record.
+    Stale,
+}
+
+/// The changes not yet sent of a project: how many, the last id, and counts per transition
+/// (`from->to`), for a summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub total: u64,
+    pub last_id: u64,
+    pub transitions: BTreeMap<String, u64>,
+}
+
+/// One page of a project's watched domains and where the next starts (`None`: the last).
+pub type ScanPage = (Vec<(String, Told)>, Option<String>);
+
+#[async_trait]
+pub trait ChangeStore: Send + Sync {
+    /// Keeps what each project was told of each domain and when it asked; a project's new
+    /// domains only while it watches fewer than `cap`. Returns the domains refused for the cap.
+    async fn watch(&self, seen: Vec<Seen>, cap: u32) -> Result<u64, ChangesError>;
+    /// The projects with watched domains or changes.
+    async fn projects(&self) -> Result<Vec<String>, ChangesError>;
+    /// Up to `n` of `project`'s watched domains from `cursor` (`""`: the first).
+    async fn scan(&self, project: &str, cursor: &str, n: usize) -> Result<ScanPage, ChangesError>;
+    /// Records `change` if `project` was still told `change.from` (then it is told
+    /// `change.to`), or withdraws the undelivered change it reverses (within `quiet`).
+    async fn record(
+        &self,
+        project: &str,
+        change: &Proposed,
+        quiet: Duration,
+    ) -> Result<Recorded, ChangesError>;
+    /// `project`'s changes after id `after`, made at or after `since` (unix seconds), oldest
+    /// first, `n` at most.
+    async fn list(
+        &self,
+        project: &str,
+        after: u64,
+        since: i64,
+        n: usize,
+    ) -> Result<Vec<Change>, ChangesError>;
+    /// The last change id `project` was sent (0: none).
+    async fn sent_upto(&self, project: &str) -> Result<u64, ChangesError>;
+    /// The changes of `project` after id `after`.
+    async fn pending(&self, project: &str, after: u64) -> Result<Pending, ChangesError>;
+    /// `project` was sent every change up to `upto` (never moves back).
+    async fn mark_sent(&self, project: &str, upto: u64) -> Result<(), ChangesError>;
+    /// Whether `holder` may send `project`'s changes for `ttl` (held or taken; one holder
+    /// at a time across gateways).
+    async fn lease(&self, project: &str, holder: &str, ttl: Duration)
+        -> Result<bool, ChangesError>;
+    /// Forgets watched domains not looked up since their project's cutoff (`cutoffs`, unix
+    /// seconds; any other project's: `other`) and changes made before `changes_before`.
+    async fn sweep(
+        &self,
+        cutoffs: &[(String, i64)],
+        other: i64,
+        changes_before: i64,
+    ) -> Result<u64, ChangesError>;
+}
+
+/// `at` (unix seconds) as RFC 3339, UTC, seconds.
+pub fn rfc3339(at: i64) -> String {
+    chrono::DateTime::from_timestamp(at, 0)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

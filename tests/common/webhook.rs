@@ -1,0 +1,123 @@
+//! A webhook receiver on loopback for the tests of signed POSTs (quota alerts, verdict
+//! changes): records each request and answers it with the next status of a script, then 200.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// One request the receiver got, and what it answered.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub answered: u16,
+}
+
+impl Delivery {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// Whether `X-Signature` is `sha256=` and the HMAC-SHA256 of the body under `secret`.
+    pub fn signed_with(&self, secret: &str) -> bool {
+        let Some(sig) = self
+            .header("x-signature")
+            .and_then(|s| s.strip_prefix("sha256="))
+        else {
+            return false;
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(&self.body);
+        mac.verify_slice(&hex::decode(sig).unwrap_or_default())
+            .is_ok()
+    }
+}
+
+/// A webhook receiver: answers each request with the next status of `script`, then 200.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Delivery>>>,
+}
+
+impl Receiver {
+    pub fn start(addr: SocketAddr, script: Vec<u16>) -> Receiver {
+        let listener = TcpListener::bind(addr).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let script = Arc::new(Mutex::new(script));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (record, script) = (record.clone(), script.clone());
+                std::thread::spawn(move || serve(stream, &record, &script));
+            }
+        });
+        Receiver { addr, seen }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hooks/drg", self.addr)
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, script: &Mutex<Vec<u16>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        assert!(line.starts_with("POST /hooks/drg HTTP/1.1"), "{line}");
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h).unwrap();
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').unwrap();
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| v.parse().unwrap())
+            .expect("a Content-Length");
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        let status = {
+            let mut s = script.lock().unwrap();
+            if s.is_empty() {
+                200
+            } else {
+                s.remove(0)
+            }
+        };
+        record.lock().unwrap().push(Delivery {
+            headers,
+            body,
+            answered: status,
+        });
+        let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
