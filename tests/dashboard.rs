@@ -41,6 +41,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         .rdap_yaml("allow_plain_http: true")
         .rdap_yaml("budget_ms: 3000")
         .plan("pro", 100)
+        .gateway_yaml("changes: { watch_days: { pro: 30 }, stable_seconds: 0 }")
         .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
         .key_in_project("server", SERVER, "pro", "acme")
         .key_entry(
@@ -67,6 +68,18 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
     wait_until(Duration::from_secs(5), || {
         let r = c.get("/v1/logs?limit=100").unwrap();
         r.json()["items"].as_array().map_or(0, Vec::len) == 25
+    });
+    // A list refresh makes one of the looked-up names a throwaway: the page lists the change.
+    wait_until(Duration::from_secs(5), || {
+        gw.metric("drg_changes_total{event=\"watched\"}") >= Some(25.0)
+    });
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        "mailinator.com\nthrowaway.example\nsite1.example.org\n",
+    );
+    wait_until(Duration::from_secs(10), || {
+        let r = c.get("/v1/changes").unwrap();
+        r.json()["changes"].as_array().map_or(0, Vec::len) == 1
     });
 
     // The files need no key and cost nothing.
@@ -122,7 +135,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
     let spent = report["month_count_after"].as_u64().unwrap()
         - report["month_count_before"].as_u64().unwrap();
     assert_eq!(spent, 6, "{report}");
-    let panels = ["usage", "chart", "calls", "keys", "lookup", "top"];
+    let panels = ["usage", "chart", "calls", "changes", "keys", "lookup", "top"];
     let names = [
         "dashboard-desktop",
         "dashboard-mobile",

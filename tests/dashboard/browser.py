@@ -190,6 +190,13 @@ def main():
         assert "3 days ago" in age[0].text and "score is raised" in age[0].text, age[0].text
         assert "40" in text_of(driver, "#lookup-result"), text_of(driver, "#lookup-result")
 
+        # Verdict changes: the one the list refresh made, as /v1/changes has it.
+        change = api("/v1/changes")[1]["changes"][0]
+        rows = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#changes-table .change-row"))
+        assert len(rows) == 1, [r.text for r in rows]
+        assert change["domain"] in rows[0].text and "Disposable" in rows[0].text, rows[0].text
+        assert "Safe" in rows[0].text and change["rule"] in rows[0].text, rows[0].text
+
         # Top flagged domains, as the API ranks them.
         top = api("/v1/public/top-domains")[1]
         ranked = top["domains"]
@@ -197,7 +204,7 @@ def main():
         assert len(items) == len(ranked), (len(items), len(ranked))
         assert ranked[0]["domain"] in items[0].text, (ranked[0], items[0].text)
 
-        for panel in ("panel-usage", "panel-chart", "panel-calls", "panel-keys", "panel-lookup", "panel-top"):
+        for panel in ("panel-usage", "panel-chart", "panel-calls", "panel-changes", "panel-keys", "panel-lookup", "panel-top"):
             section_shot(driver, panel, f"{panel}-desktop")
 
         # A new browser key: its secret shown once, then revoked (the API refuses it from then on).
@@ -247,7 +254,7 @@ def main():
         driver.find_element(By.ID, "lookup-input").send_keys("throwaway.example")
         driver.find_element(By.ID, "lookup-go").click()
         wait(driver, lambda d: "disposable" in text_of(d, "#lookup-result").lower())
-        for panel in ("panel-usage", "panel-chart", "panel-calls", "panel-keys", "panel-lookup", "panel-top"):
+        for panel in ("panel-usage", "panel-chart", "panel-calls", "panel-changes", "panel-keys", "panel-lookup", "panel-top"):
             section_shot(driver, panel, f"{panel}-mobile")
         errors = console_errors(driver)
         assert not errors, errors

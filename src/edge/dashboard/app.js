@@ -298,6 +298,30 @@ function loadCalls(cursor, page) {
     .finally(() => setPager());
 }
 
+/* ---------- verdict changes ---------- */
+const CHANGES_SHOWN = 20;
+
+function renderChanges(data) {
+  if (!isObj(data) || !Array.isArray(data.changes)) throw badShape('list of changes');
+  // Oldest first from the API: the newest are shown first.
+  const rows = data.changes.filter(isObj).slice(-CHANGES_SHOWN).reverse().map((c) => row([
+    { node: timeCell(c.changed_at, '–') },
+    { text: c.domain, className: 'domain' },
+    { text: `${reasonText(c.from)} (${text(c.score_from, '–')})`, className: `reason reason-${REASONS[c.from] ? c.from : 'other'}` },
+    { text: `${reasonText(c.to)} (${text(c.score_to, '–')})`, className: `reason reason-${REASONS[c.to] ? c.to : 'other'}` },
+    { text: text(c.rule, '–') },
+  ], 'change-row'));
+  $('changes-table').tBodies[0].replaceChildren(...rows);
+  $('changes-empty').textContent = 'No looked-up domain changed verdict in the last 7 days.';
+  $('changes-empty').hidden = rows.length > 0;
+}
+
+function loadChanges() {
+  const since = new Date(Date.now() - 7 * 86400000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  return runPanel('panel-changes', async () =>
+    renderChanges(await api(`/v1/changes?limit=1000&since=${encodeURIComponent(since)}`, { off: 'Verdict changes are not watched on this gateway.' })));
+}
+
 /* ---------- keys ---------- */
 function hideSecret() {
   for (const id of ['new-key-secret', 'new-key-id', 'new-key-note', 'new-key-copy-status']) $(id).textContent = '';
@@ -569,7 +593,7 @@ const loadTop = () => runPanel('panel-top', async () => renderTop(await api('/v1
 // Drops everything the last session showed (API data, a secret) before another key signs in.
 function clearDashboard() {
   hideSecret();
-  for (const id of ['calls-table', 'keys-table', 'chart-table']) $(id).tBodies[0].replaceChildren();
+  for (const id of ['calls-table', 'changes-table', 'keys-table', 'chart-table']) $(id).tBodies[0].replaceChildren();
   for (const id of ['chart', 'top-list', 'lookup-result']) $(id).replaceChildren();
   for (const id of ['usage-plan', 'usage-text', 'usage-reset', 'usage-percent', 'chart-totals']) $(id).textContent = '–';
   for (const id of ['chart-from', 'chart-max', 'chart-to', 'keys-status']) $(id).textContent = '';
@@ -577,6 +601,7 @@ function clearDashboard() {
   $('usage-fill').setAttribute('width', '0');
   $('lookup-input').value = '';
   $('calls-empty').hidden = true;
+  $('changes-empty').hidden = true;
   state.calls = { page: 1, next: null };
   state.chartDays = [];
   setPager();
@@ -610,6 +635,7 @@ function openDashboard(usage, moveFocus) {
   void runPanel('panel-usage', async () => renderUsage(usage));
   void loadChart();
   void loadCalls('', 1);
+  void loadChanges();
   void loadKeys();
   void loadTop();
 }
@@ -655,6 +681,7 @@ function refreshAll() {
   void loadUsage();
   void loadChart();
   void loadCalls('', 1);
+  void loadChanges();
   void loadKeys();
 }
 
