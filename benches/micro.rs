@@ -402,8 +402,97 @@ fn typos(c: &mut Criterion) {
     g.finish();
 }
 
+/// Verdict changes off the request path: judging watched names again (a pass: the store's
+/// pages and `Judge::judge` on each, nothing changed) and recording changes, on the embedded
+/// store. The watch itself costs the lookup nothing: the call writer hands its calls over.
+fn reclassification(c: &mut Criterion) {
+    use arc_swap::ArcSwap;
+    use domain_risk_gateway::internals::changes::embedded::EmbeddedChanges;
+    use domain_risk_gateway::internals::changes::judge::Judge;
+    use domain_risk_gateway::internals::changes::store::{ChangeStore, Proposed};
+    use domain_risk_gateway::internals::changes::{Seen, Told};
+    use drg_domain::Reason;
+    const WATCHED: usize = 10_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedChanges::new(dir.path().join("changes.sqlite3")).unwrap();
+    let judge = Judge {
+        table: Arc::new(ArcSwap::from_pointee(table(100_000))),
+        mx: None,
+        rdap: None,
+    };
+    // Half of them on the list (disposable), half not (safe), told what they are now.
+    let seen: Vec<Seen> = (0..WATCHED)
+        .map(|i| {
+            let domain = if i % 2 == 0 {
+                format!("d{i}.com")
+            } else {
+                format!("ok{i}.example")
+            };
+            let told = judge.judge(&domain, "p").unwrap().told;
+            Seen {
+                project: "p".into(),
+                domain: domain.into(),
+                told,
+                at: 1,
+            }
+        })
+        .collect();
+    rt.block_on(store.watch(seen, 1_000_000)).unwrap();
+    let mut g = c.benchmark_group("changes");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(WATCHED as u64));
+    g.bench_function("pass_10k_watched", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut cursor = String::new();
+                let mut changed = 0;
+                loop {
+                    let (page, next) = store.scan("p", &cursor, 200).await.unwrap();
+                    for (domain, told) in page {
+                        let now = judge.judge(&domain, "p").unwrap();
+                        changed += usize::from(now.told.differs(told));
+                    }
+                    match next {
+                        Some(c) => cursor = c,
+                        None => break changed,
+                    }
+                }
+            })
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+    let mut flip = false;
+    let safe = judge.judge("ok1.example", "p").unwrap().told;
+    let dispo = Told {
+        reason: Reason::Disposable,
+        score: 100,
+    };
+    g.bench_function("record_one_change", |b| {
+        b.iter(|| {
+            let (from, to) = if flip { (dispo, safe) } else { (safe, dispo) };
+            flip = !flip;
+            let change = Proposed {
+                domain: "ok1.example".into(),
+                from,
+                to,
+                rule: "blocklist".into(),
+                at: 1,
+                dataset_version: "g1-000000".into(),
+            };
+            rt.block_on(store.record("p", &change, Duration::ZERO))
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    reclassification,
     typos,
     hot_path,
     top_flags,

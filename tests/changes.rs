@@ -252,6 +252,17 @@ fn two_gateways_on_one_redis_record_and_send_each_change_once() {
         );
         assert!(domains(&changes(gw, OTHER, "").json()).is_empty());
     }
+    // Redis gone: lookups are answered as ever (their watch waits), the poll route says so.
+    let mut redis = redis;
+    redis.kill();
+    assert_eq!(lookup(&a, ACME, "later.example")["reason"], "safe");
+    let r = changes(&a, ACME, "");
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error"], "internal_error");
+    wait_until(Duration::from_secs(10), || {
+        a.metric("drg_changes_total{event=\"store_errors\"}") >= Some(2.0)
+    });
+    assert_eq!(lookup(&b, ACME, "later.example")["reason"], "safe");
 }
 
 #[test]

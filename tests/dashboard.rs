@@ -135,7 +135,9 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
     let spent = report["month_count_after"].as_u64().unwrap()
         - report["month_count_before"].as_u64().unwrap();
     assert_eq!(spent, 6, "{report}");
-    let panels = ["usage", "chart", "calls", "changes", "keys", "lookup", "top"];
+    let panels = [
+        "usage", "chart", "calls", "changes", "keys", "lookup", "top",
+    ];
     let names = [
         "dashboard-desktop",
         "dashboard-mobile",

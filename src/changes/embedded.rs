@@ -226,23 +226,20 @@ impl ChangeStore for EmbeddedChanges {
                 )
                 .optional()?
                 .unwrap_or(0);
-            // The undelivered change this one reverses, if recent: withdrawn, both unsent.
-            let reversed: Option<i64> = tx
+            // The domain's last change, if this one reverses it while it is unsent and recent:
+            // withdrawn, and neither is sent.
+            let last: Option<(i64, String, i64, i64)> = tx
                 .query_row(
-                    "SELECT id FROM changes WHERE project = ?1 AND domain = ?2 AND id > ?3
-                     AND changed_at >= ?4 AND from_reason = ?5 AND from_score = ?6
-                     ORDER BY id DESC LIMIT 1",
-                    params![
-                        project,
-                        ch.domain,
-                        sent,
-                        ch.at.saturating_sub(quiet),
-                        ch.to.reason.as_str(),
-                        ch.to.score
-                    ],
-                    |r| r.get(0),
+                    "SELECT id, from_reason, from_score, changed_at FROM changes
+                     WHERE project = ?1 AND domain = ?2 ORDER BY id DESC LIMIT 1",
+                    params![project, ch.domain],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
                 .optional()?;
+            let reversed = last.and_then(|(id, reason, score, at)| {
+                let back = told(reason, score) == Some(ch.to);
+                (id > sent && at >= ch.at.saturating_sub(quiet) && back).then_some(id)
+            });
             let outcome = if let Some(id) = reversed {
                 tx.execute("DELETE FROM changes WHERE id = ?1", params![id])?;
                 Recorded::Withdrawn

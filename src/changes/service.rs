@@ -118,10 +118,29 @@ struct Loop {
     deliveries: HashMap<String, Delivery>,
     last_send: Option<Instant>,
     last_sweep: Option<Instant>,
+    /// The last store failure logged at WARN (a store that is down is logged every
+    /// `WARN_EVERY`, counted every time).
+    last_warn: Option<Instant>,
+}
+
+/// A failing store is logged at WARN at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+impl Loop {
+    /// Counts a store failure and logs it, at WARN at most every [`WARN_EVERY`].
+    fn failed(&mut self, counters: &Counters, e: &dyn std::fmt::Display, what: &str) {
+        Counters::add(&counters.store_errors, 1);
+        if self.last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            self.last_warn = Some(Instant::now());
+            log::warn!("verdict changes: {e} ({what})");
+        } else {
+            log::debug!("verdict changes: {e} ({what})");
+        }
+    }
 }
 
 impl ChangesService {
-    async fn intake(&self, rx: &mut tokio::sync::mpsc::Receiver<Vec<Seen>>) {
+    async fn intake(&self, st: &mut Loop, rx: &mut tokio::sync::mpsc::Receiver<Vec<Seen>>) {
         let keys = self.keys.load();
         let plans: HashMap<&str, &str> = keys.entries().map(|k| (&*k.project, &*k.plan)).collect();
         let mut batch = Vec::new();
@@ -145,10 +164,7 @@ impl ChangesService {
                 Counters::add(&self.counters.watched, n - refused);
                 Counters::add(&self.counters.not_watched_full, refused);
             }
-            Err(e) => {
-                Counters::add(&self.counters.store_errors, 1);
-                log::warn!("verdict changes: {e} ({n} lookups not watched)");
-            }
+            Err(e) => st.failed(&self.counters, &e, &format!("{n} lookups not watched")),
         }
     }
 
@@ -178,8 +194,13 @@ impl ChangesService {
                 });
             }
             Err(e) => {
-                Counters::add(&self.counters.store_errors, 1);
-                log::warn!("verdict changes: {e} (pass put off)");
+                // Tried again in a few seconds, not at every tick.
+                let retry = self
+                    .config
+                    .pass_interval
+                    .saturating_sub(Duration::from_secs(5));
+                st.last_pass = Instant::now().checked_sub(retry);
+                st.failed(&self.counters, &e, "pass put off");
             }
         }
     }
@@ -200,8 +221,7 @@ impl ChangesService {
             let (page, next) = match self.store.scan(&project, &pass.cursor, left).await {
                 Ok(p) => p,
                 Err(e) => {
-                    Counters::add(&self.counters.store_errors, 1);
-                    log::warn!("verdict changes: {e} (pass stopped)");
+                    st.failed(&self.counters, &e, "pass stopped; the next one starts over");
                     st.pass = None;
                     return;
                 }
@@ -256,10 +276,11 @@ impl ChangesService {
             Ok(Recorded::New(_)) => Counters::add(&self.counters.recorded, 1),
             Ok(Recorded::Withdrawn) => Counters::add(&self.counters.withdrawn, 1),
             Ok(Recorded::Stale) => {}
-            Err(e) => {
-                Counters::add(&self.counters.store_errors, 1);
-                log::warn!("verdict changes: {e} (a change not recorded; the next pass finds it)");
-            }
+            Err(e) => st.failed(
+                &self.counters,
+                &e,
+                "a change not recorded; the next pass finds it",
+            ),
         }
     }
 }
@@ -281,19 +302,19 @@ impl ChangesService {
         let projects = match self.store.projects().await {
             Ok(p) => p,
             Err(e) => {
-                Counters::add(&self.counters.store_errors, 1);
-                log::warn!("verdict changes: {e} (sending put off)");
+                st.failed(&self.counters, &e, "sending put off");
                 return;
             }
         };
         for project in projects {
-            let d = st.deliveries.entry(project.clone()).or_default();
-            if d.next.is_some_and(|n| Instant::now() < n) {
-                continue;
+            let mut d = st.deliveries.remove(&project).unwrap_or_default();
+            if d.next.is_none_or(|n| Instant::now() >= n) {
+                if let Err(e) = self.send_one(&hook, &project, &mut d).await {
+                    st.failed(&self.counters, &e, &format!("sending project {project}'s"));
+                }
             }
-            if let Err(e) = self.send_one(&hook, &project, d).await {
-                Counters::add(&self.counters.store_errors, 1);
-                log::warn!("verdict changes of project {project}: {e}");
+            if d.attempts > 0 {
+                st.deliveries.insert(project, d);
             }
         }
     }
@@ -379,8 +400,7 @@ impl ChangesService {
         let other = now - i64::from(longest) * 86_400;
         let before = now - i64::from(self.config.keep_days) * 86_400;
         if let Err(e) = self.store.sweep(&cutoffs, other, before).await {
-            Counters::add(&self.counters.store_errors, 1);
-            log::warn!("verdict changes: {e} (sweep)");
+            st.failed(&self.counters, &e, "sweep");
         }
         st.candidates
             .retain(|_, (_, since)| since.elapsed() < Duration::from_secs(7 * 86_400));
@@ -396,12 +416,12 @@ impl BackgroundService for ChangesService {
         let mut st = Loop::default();
         let mut ticks = crate::ops::periodic::Ticks::new(TICK);
         while ticks.next(&mut shutdown).await.is_some() {
-            self.intake(&mut rx).await;
+            self.intake(&mut st, &mut rx).await;
             self.maybe_start_pass(&mut st).await;
             self.step_pass(&mut st).await;
             self.send_due(&mut st).await;
             self.sweep(&mut st).await;
         }
-        self.intake(&mut rx).await;
+        self.intake(&mut st, &mut rx).await;
     }
 }
