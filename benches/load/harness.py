@@ -491,6 +491,11 @@ COST_VARIANTS = [
     # of the run's quota store: SQLite in state/, or Redis with --quota redis).
     ("calls", "the baseline + call logs on (the default)",
      "  admin: { listen: null, metrics: false }\n  calls: { enabled: true }\n"),
+    # Verdict changes: `calls` + every lookup's project watched (the call writer hands each
+    # tick's lookups to the changes service): against `calls`, the watch's cost.
+    ("changes", "`calls` + verdict changes watching the key's plan",
+     "  admin: { listen: null, metrics: false }\n  calls: { enabled: true }\n"
+     "  changes: { watch_days: { unlimited: 30 } }\n"),
     # Tracing: the baseline + OpenTelemetry spans to a collector on loopback that takes every
     # batch ({sink}: a sink started by the harness), at two sample ratios; and to a collector
     # that is down (a port nobody listens on), where every export fails.
