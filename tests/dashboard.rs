@@ -71,7 +71,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
     });
     // A list refresh makes one of the looked-up names a throwaway: the page lists the change.
     wait_until(Duration::from_secs(5), || {
-        gw.metric("drg_changes_total{event=\"watched\"}") >= Some(25.0)
+        gw.metric("drg_changes_total{event=\"watched\"}") >= Some(21.0)
     });
     write_atomic(
         &gw.data_path("disposable.txt"),

@@ -19,6 +19,8 @@ pub mod redis;
 pub mod service;
 pub mod store;
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use prometheus::IntCounter;
@@ -131,7 +133,7 @@ impl Counters {
     pub fn register(metrics: &crate::ops::metrics::Metrics) -> Result<Counters, prometheus::Error> {
         let vec = metrics.counter_vec(
             "drg_changes_total",
-            "Verdict changes, by event: watched (lookups kept), not_watched_full (a project at max_watched_per_project), dropped (lookups the service could not take in), judged, recorded, withdrawn (a change reversed before it was sent), messages_sent, messages_failed (given up), attempt_errors, store_errors, passes.",
+            "Verdict changes, by event: watched (lookups written to the store: one per project, domain and hour unless the verdict changed), not_watched_full (a project at max_watched_per_project), dropped (lookups the service could not take in), judged, recorded, withdrawn (a change reversed before it was sent), messages_sent, messages_failed (given up), attempt_errors, store_errors, passes.",
             &["event"],
         )?;
         Ok(Counters::of(&vec))
@@ -174,25 +176,35 @@ pub struct Watch {
 
 impl CallObserver for Watch {
     fn observe(&self, calls: &[Call]) {
-        let seen: Vec<Seen> = calls
-            .iter()
-            .filter(|c| c.lookup)
-            .filter_map(|c| {
-                let v = c.verdict?;
-                Some(Seen {
-                    project: c.project.clone(),
-                    domain: c.email_domain.clone(),
-                    told: Told {
-                        reason: v.reason,
-                        score: v.risk_score,
-                    },
-                    at: c.at.timestamp(),
-                })
-            })
-            .collect();
+        // One entry per (project, domain) a tick, the last answer's: a busy name looked up
+        // thousands of times a tick is one write, not thousands.
+        let mut seen: HashMap<(&str, &str), Seen> = HashMap::new();
+        for c in calls.iter().filter(|c| c.lookup) {
+            let Some(v) = c.verdict else { continue };
+            let told = Told {
+                reason: v.reason,
+                score: v.risk_score,
+            };
+            let at = c.at.timestamp();
+            match seen.entry((&c.project, &c.email_domain)) {
+                Entry::Occupied(mut e) => {
+                    let s = e.get_mut();
+                    (s.told, s.at) = (told, at.max(s.at));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(Seen {
+                        project: c.project.clone(),
+                        domain: c.email_domain.clone(),
+                        told,
+                        at,
+                    });
+                }
+            }
+        }
         if seen.is_empty() {
             return;
         }
+        let seen: Vec<Seen> = seen.into_values().collect();
         let n = seen.len() as u64;
         if self.tx.try_send(seen).is_err() {
             Counters::add(&self.counters.dropped, n);

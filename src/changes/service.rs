@@ -121,7 +121,13 @@ struct Loop {
     /// The last store failure logged at WARN (a store that is down is logged every
     /// `WARN_EVERY`, counted every time).
     last_warn: Option<Instant>,
+    /// What the store was last given per (project, domain), and in which hour: a lookup that
+    /// tells the store nothing new (the same verdict, the same hour) is not written again.
+    written: HashMap<(Arc<str>, Box<str>), (Told, i64)>,
 }
+
+/// Entries of [`Loop::written`] at most; full, it starts over (a write more per name).
+const MAX_WRITTEN: usize = 200_000;
 
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
@@ -141,15 +147,27 @@ impl Loop {
 
 impl ChangesService {
     async fn intake(&self, st: &mut Loop, rx: &mut tokio::sync::mpsc::Receiver<Vec<Seen>>) {
+        // Most ticks bring nothing: no key map is made for them.
+        let Ok(first) = rx.try_recv() else {
+            return;
+        };
         let keys = self.keys.load();
         let plans: HashMap<&str, &str> = keys.entries().map(|k| (&*k.project, &*k.plan)).collect();
         let mut batch = Vec::new();
-        while let Ok(seen) = rx.try_recv() {
-            batch.extend(seen.into_iter().filter(|s| {
-                plans
+        if st.written.len() > MAX_WRITTEN {
+            st.written.clear();
+        }
+        for seen in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            for s in seen {
+                let watched = plans
                     .get(&*s.project)
-                    .is_some_and(|plan| self.config.watch_for(plan).is_some())
-            }));
+                    .is_some_and(|plan| self.config.watch_for(plan).is_some());
+                let hour = s.at / 3_600;
+                let key = (s.project.clone(), s.domain.clone());
+                if watched && st.written.insert(key, (s.told, hour)) != Some((s.told, hour)) {
+                    batch.push(s);
+                }
+            }
         }
         if batch.is_empty() {
             return;
