@@ -292,14 +292,13 @@ fn changes(query: Option<&str>) -> Result<Route<'_>, RouteError> {
         Some(c) => c
             .parse::<u64>()
             .ok()
-            .filter(|_| c.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|_| c.len() <= 20 && c.bytes().all(|b| b.is_ascii_digit()))
             .ok_or_else(|| {
                 bad("cursor is not one this API gave (use next_cursor of the previous page)")
             })?,
     };
     let since = match query_param(query, "since") {
         None => i64::MIN,
-        Some(s) if s.is_empty() => i64::MIN,
         Some(s) => chrono::DateTime::parse_from_rfc3339(&s)
             .map(|t| t.timestamp())
             .map_err(|_| bad("since must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z"))?,
@@ -513,7 +512,14 @@ mod tests {
                 limit: 1_000
             })
         );
-        for q in ["cursor=-1", "cursor=1e3", "since=yesterday", "limit=1001"] {
+        for q in [
+            "cursor=-1",
+            "cursor=1e3",
+            "since=yesterday",
+            "since=",
+            "limit=1001",
+            "cursor=000000000000000000001",
+        ] {
             assert!(
                 matches!(
                     get("/v1/changes", Some(q)),
