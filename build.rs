@@ -1,10 +1,8 @@
-//! Build script: stamps the git commit into the binary for `drg_build_info` and `--version`
-//! ("unknown" when built outside a git checkout, e.g. from a source archive), and renders the
-//! command line's definition (`src/args.rs`) as the man page and the bash, zsh and fish
-//! completions, into `<target>/<profile>/assets/` where the Debian package and the image take them.
+//! Build script: renders the command line's definition (`src/args.rs`) as the man page and the
+//! bash, zsh and fish completions, into `<target>/<profile>/assets/` where the Debian package and
+//! the image take them. (The commit stamp is `crates/gateway/build.rs`'s.)
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use clap::CommandFactory;
 
@@ -13,7 +11,6 @@ use clap::CommandFactory;
 mod args;
 
 fn main() {
-    git_hash();
     if let Err(e) = assets() {
         panic!("man page and completions: {e}");
     }
@@ -45,32 +42,4 @@ fn assets() -> std::io::Result<()> {
         std::fs::write(dir.join(file), text)?;
     }
     Ok(())
-}
-
-/// `DRG_GIT_HASH`: the commit the build is made from.
-fn git_hash() {
-    let hash = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
-        .unwrap_or_else(|| "unknown".to_owned());
-    println!("cargo:rustc-env=DRG_GIT_HASH={hash}");
-    // Rebuild when HEAD moves; a path that does not exist would make every build rerun this.
-    let git = Path::new(".git");
-    for file in ["HEAD", "packed-refs"] {
-        if git.join(file).exists() {
-            println!("cargo:rerun-if-changed=.git/{file}");
-        }
-    }
-    if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
-        if let Some(reference) = head.trim().strip_prefix("ref: ") {
-            if git.join(reference).exists() {
-                println!("cargo:rerun-if-changed=.git/{reference}");
-            }
-        }
-    }
 }

@@ -14,18 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use domain_risk_gateway::internals::access::keys::{key_entry_yaml, parse_keys};
-use domain_risk_gateway::internals::access::origin::{Origin, OriginPattern};
-use domain_risk_gateway::internals::access::quota::consume;
-use domain_risk_gateway::internals::access::quota::local::LocalStore;
-use domain_risk_gateway::internals::access::{decide, Credentials};
-use domain_risk_gateway::internals::mx::config::MxConfig;
-use domain_risk_gateway::internals::mx::resolver::{CacheState, MxResolver};
-use domain_risk_gateway::internals::ops::access_log::{format_line, Entry};
-use domain_risk_gateway::internals::ops::metrics::{Metrics, RouteClass};
 use drg_domain::mail::{MxEvidence, MxHost};
 use drg_domain::providers::ProviderTable;
 use drg_domain::{classify, DomainName, DomainTable, ListKind, Scores, TableBuilder};
+use drg_gateway::access::keys::{key_entry_yaml, parse_keys};
+use drg_gateway::access::origin::{Origin, OriginPattern};
+use drg_gateway::access::quota::consume;
+use drg_gateway::access::quota::local::LocalStore;
+use drg_gateway::access::{decide, Credentials};
+use drg_gateway::mx::config::MxConfig;
+use drg_gateway::mx::resolver::{CacheState, MxResolver};
+use drg_gateway::ops::access_log::{format_line, Entry};
+use drg_gateway::ops::metrics::{Metrics, RouteClass};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -272,9 +272,9 @@ fn operations(c: &mut Criterion) {
 /// uncontended lock), for a name already counted and for a flood of new names (each one takes
 /// over the smallest counter); and of one Space-Saving update on its own.
 fn top_flags(c: &mut Criterion) {
-    use domain_risk_gateway::internals::live_top::LiveTop;
     use drg_domain::heavy_hitters::{Label, SpaceSaving};
     use drg_domain::Reason;
+    use drg_gateway::live_top::LiveTop;
     let label = Label {
         reason: Reason::Disposable,
         score: 100,
@@ -308,8 +308,8 @@ fn top_flags(c: &mut Criterion) {
 /// plus the dataset version, `Vary` and both RateLimit headers).
 fn hot_path(c: &mut Criterion) {
     use bytes::Bytes;
-    use domain_risk_gateway::internals::answer::{Answer, ApiError};
-    use domain_risk_gateway::internals::edge::http::response_header;
+    use drg_gateway::answer::{Answer, ApiError};
+    use drg_gateway::edge::http::response_header;
     use http::{HeaderName, HeaderValue, StatusCode};
     let t = table(10_000);
     let listed = DomainName::parse("d42.com").unwrap();
@@ -407,11 +407,11 @@ fn typos(c: &mut Criterion) {
 /// store. The watch itself costs the lookup nothing: the call writer hands its calls over.
 fn reclassification(c: &mut Criterion) {
     use arc_swap::ArcSwap;
-    use domain_risk_gateway::internals::changes::embedded::EmbeddedChanges;
-    use domain_risk_gateway::internals::changes::judge::Judge;
-    use domain_risk_gateway::internals::changes::store::{ChangeStore, Proposed};
-    use domain_risk_gateway::internals::changes::{Seen, Told};
     use drg_domain::Reason;
+    use drg_gateway::changes::embedded::EmbeddedChanges;
+    use drg_gateway::changes::judge::Judge;
+    use drg_gateway::changes::store::{ChangeStore, Proposed};
+    use drg_gateway::changes::{Seen, Told};
     const WATCHED: usize = 10_000;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, Criterion, Throughput};
-use domain_risk_gateway::internals::mx::config::{MxConfig, NeighbourhoodConfig};
-use domain_risk_gateway::internals::mx::neighbourhood::Neighbourhood;
-use domain_risk_gateway::internals::mx::resolver::MxResolver;
 use drg_domain::classify::classify_match;
 use drg_domain::mail::{MxEvidence, MxHost};
 use drg_domain::neighbour_index::{NeighbourhoodIndex, NeighbourhoodRule};
 use drg_domain::providers::ProviderTable;
 use drg_domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
+use drg_gateway::mx::config::{MxConfig, NeighbourhoodConfig};
+use drg_gateway::mx::neighbourhood::Neighbourhood;
+use drg_gateway::mx::resolver::MxResolver;
 
 /// Counts live heap bytes, for the memory figure.
 struct Counting;

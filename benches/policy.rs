@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use criterion::{criterion_group, Criterion};
-use domain_risk_gateway::internals::access::quota::local::LocalStore;
-use domain_risk_gateway::internals::access::quota::redis::{RedisConfig, RedisStore};
-use domain_risk_gateway::internals::access::quota::{consume, Clock, QuotaStore, SystemClock};
-use domain_risk_gateway::internals::access::rate::RateConfig;
+use drg_gateway::access::quota::local::LocalStore;
+use drg_gateway::access::quota::redis::{RedisConfig, RedisStore};
+use drg_gateway::access::quota::{consume, Clock, QuotaStore, SystemClock};
+use drg_gateway::access::rate::RateConfig;
 
 const RATE: RateConfig = RateConfig {
     per_second: 1_000_000,

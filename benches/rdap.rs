@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
-use domain_risk_gateway::internals::rdap::config::RdapConfig;
-use domain_risk_gateway::internals::rdap::service::Rdap;
 use drg_domain::age::{AgeRule, DomainAge};
 use drg_domain::classify::{apply_age, classify};
 use drg_domain::{DomainName, Scores, TableBuilder};
+use drg_gateway::rdap::config::RdapConfig;
+use drg_gateway::rdap::service::Rdap;
 
 /// Cached names in the bench's cache.
 const CACHED: usize = 100_000;

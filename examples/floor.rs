@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use async_trait::async_trait;
 use bytes::Bytes;
 use clap::Parser;
-use domain_risk_gateway::internals::config::Settings;
+use drg_gateway::config::Settings;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use pingora::apps::HttpServerOptions;
 use pingora::http::ResponseHeader;
@@ -32,8 +32,7 @@ use pingora::services::listening::Service;
 
 /// The gateway's allocator: the floor must not differ from it by malloc.
 #[global_allocator]
-static GLOBAL: domain_risk_gateway::internals::infra::alloc::Allocator =
-    domain_risk_gateway::internals::infra::alloc::Allocator;
+static GLOBAL: drg_gateway::infra::alloc::Allocator = drg_gateway::infra::alloc::Allocator;
 
 #[derive(Parser)]
 #[command(about = "Bare Pingora floor for the load harness")]
@@ -159,9 +158,7 @@ fn main() -> ExitCode {
     }
     for addr in &args.proxy {
         let relay = Relay {
-            peer: domain_risk_gateway::internals::upstream::peer::http_peer(
-                &settings.gateway.upstream,
-            ),
+            peer: drg_gateway::upstream::peer::http_peer(&settings.gateway.upstream),
         };
         server.add_service(service(&server, "proxy", addr, relay, limit));
     }

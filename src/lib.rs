@@ -41,20 +41,10 @@
 //!
 //! `docs/embedding.md` covers what the host provides, which config keys apply, what it costs
 //! and the stability promise: the items at this crate's root follow semver.
-//! `examples/embed.rs` is a complete host.
+//! `examples/embed.rs` is a complete host. The gateway itself is the workspace's `drg-gateway`
+//! crate (its modules are not part of this API and follow no promise).
 //!
 //! [`ProxyHttp`]: pingora::proxy::ProxyHttp
 
-mod embed;
-
-pub use edge::middleware::{Ctx, WithDomainRisk};
-pub use embed::{install_logger, Builder, Config, DomainRisk, Error, Finish};
-
-#[doc(hidden)]
-pub mod internals;
-
-// The crate's own code names the parts from the root (`crate::domain::...`).
-pub(crate) use internals::{
-    access, account, answer, changes, config, data, domain, edge, infra, live_top, mx, ops, rdap,
-    server, state, upstream,
-};
+pub use drg_gateway::edge::middleware::{Ctx, WithDomainRisk};
+pub use drg_gateway::embed::{install_logger, Builder, Config, DomainRisk, Error, Finish};

@@ -9,9 +9,8 @@ use args::{Cli, Command, KeyCommand};
 
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
-static GLOBAL: domain_risk_gateway::internals::infra::alloc::Allocator =
-    domain_risk_gateway::internals::infra::alloc::Allocator;
-use domain_risk_gateway::internals::cli;
+static GLOBAL: drg_gateway::infra::alloc::Allocator = drg_gateway::infra::alloc::Allocator;
+use drg_gateway::cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -380,10 +380,7 @@ fn embedded_logs_and_stats() {
     // sweep deletes the entries (the stats of yesterday stay in the chart).
     let gw = builder()
         .upstream(upstream.addr)
-        .env(
-            domain_risk_gateway::internals::server::CLOCK_START_ENV,
-            &shifted_clock(25),
-        )
+        .env(drg_gateway::server::CLOCK_START_ENV, &shifted_clock(25))
         .in_dir(dir)
         .start();
     assert_eq!(log_count(&gw, TEST_SECRET), 0);
@@ -568,7 +565,7 @@ fn redis_logs_and_stats() {
             .redis(&redis.url(), "fail_open")
             .upstream(upstream.addr);
         if let Some(c) = clock {
-            b = b.env(domain_risk_gateway::internals::server::CLOCK_START_ENV, &c);
+            b = b.env(drg_gateway::server::CLOCK_START_ENV, &c);
         }
         b.start()
     };

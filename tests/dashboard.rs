@@ -27,7 +27,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
             "{tool} is missing: scripts/test installs Debian's chromium and chromium-driver"
         );
     }
-    let origins = domain_risk_gateway::internals::access::keys::EntryExtras {
+    let origins = drg_gateway::access::keys::EntryExtras {
         project: Some("acme"),
         ..Default::default()
     };
@@ -44,15 +44,13 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         .gateway_yaml("changes: { watch_days: { pro: 30 }, stable_seconds: 0 }")
         .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
         .key_in_project("server", SERVER, "pro", "acme")
-        .key_entry(
-            &domain_risk_gateway::internals::access::keys::key_entry_yaml_with(
-                "web",
-                BROWSER,
-                "pro",
-                &["https://app.example.com".to_owned()],
-                &origins,
-            ),
-        )
+        .key_entry(&drg_gateway::access::keys::key_entry_yaml_with(
+            "web",
+            BROWSER,
+            "pro",
+            &["https://app.example.com".to_owned()],
+            &origins,
+        ))
         .start();
     // 25 lookups (a page of 20 and one more), some of them flagged.
     let mut c = gw.conn_as(Some(SERVER));

@@ -148,7 +148,7 @@ fn metrics_count_requests_denials_upstream_errors_and_reloads() {
     assert_eq!(all["drg_quota_breaker_open"], 0.0);
     let build = format!(
         r#"drg_build_info{{git_hash="{}",version="{}"}}"#,
-        env!("DRG_GIT_HASH"),
+        drg_gateway::cli::GIT_HASH,
         env!("CARGO_PKG_VERSION")
     );
     assert_eq!(all.get(&build), Some(&1.0), "{text}");

@@ -17,7 +17,7 @@ fn openapi_document_is_served_without_a_key_and_not_counted() {
         );
         assert_eq!(r.header("vary"), Some("Origin"));
         let expected: serde_json::Value =
-            serde_yaml::from_str(domain_risk_gateway::internals::edge::openapi::YAML).unwrap();
+            serde_yaml::from_str(drg_gateway::edge::openapi::YAML).unwrap();
         assert_eq!(r.json(), expected);
         assert_eq!(r.json()["openapi"], "3.1.0");
     }

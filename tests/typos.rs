@@ -11,8 +11,8 @@ use std::path::Path;
 
 use common::*;
 use dns::{DnsServer, Zone};
-use domain_risk_gateway::internals::config::Settings;
 use drg_domain::{classify, DomainName};
+use drg_gateway::config::Settings;
 
 /// A browser key (with origins), as a signup form holds.
 const BROWSER: &str = "drg_browser_key_for_typo_tests_0123456789abcdefgh";

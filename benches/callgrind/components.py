@@ -9,7 +9,7 @@ import glob
 import re
 import sys
 
-GATEWAY = ("domain_risk_gateway::internals::", "domain_risk_gateway::")
+GATEWAY = ("drg_gateway::", "domain_risk_gateway::")
 SPLIT = ("mx", "access", "account", "edge", "data", "domain")
 
 

@@ -4,10 +4,8 @@
 //!
 //! Input layout: the Content-Type value, a NUL, then the body.
 
-use domain_risk_gateway::internals::edge::batch::{
-    check_content_type, parse, push_invalid, Item, Results,
-};
 use drg_domain::DomainName;
+use drg_gateway::edge::batch::{check_content_type, parse, push_invalid, Item, Results};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue};
 

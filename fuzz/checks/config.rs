@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use domain_risk_gateway::internals::config::Settings;
+use drg_gateway::config::Settings;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -4,7 +4,7 @@
 //!
 //! Input layout: the request path's bytes (UTF-8).
 
-use domain_risk_gateway::internals::edge::mount::{claims_prefix, readings, Mount};
+use drg_gateway::edge::mount::{claims_prefix, readings, Mount};
 
 /// Spellings of the leading `/v1` that some backend reads as `/v1`.
 const RESPELLINGS: &[&str] = &[

@@ -1,7 +1,7 @@
 //! Fuzzes the quota state-file parser: a corrupt file must be refused, never crash the start.
 
-use domain_risk_gateway::internals::access::quota::local::legacy::parse_state;
-use domain_risk_gateway::internals::access::quota::Month;
+use drg_gateway::access::quota::local::legacy::parse_state;
+use drg_gateway::access::quota::Month;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -4,13 +4,13 @@
 //!
 //! Input layout: method bytes, a NUL, then the request target (path, `?`, query).
 
-use domain_risk_gateway::internals::edge::route::{
-    route, KeysCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH, MAX_CURSOR_LEN,
-    MAX_LOGS_LIMIT,
-};
 use drg_domain::target::screen_target;
 use drg_domain::top::MAX_TOP;
 use drg_domain::DomainName;
+use drg_gateway::edge::route::{
+    route, KeysCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH, MAX_CURSOR_LEN,
+    MAX_LOGS_LIMIT,
+};
 use http::Method;
 
 /// The value of the first `name` parameter of a query, as the router reads it: names and values

@@ -19,7 +19,7 @@ pub use lookup::lookup;
 pub use mx_snapshot::{mx_snapshot, SnapshotOptions};
 pub use serve::serve;
 pub use serve::ServeMode;
-pub use version::version;
+pub use version::{version, GIT_HASH};
 
 use crate::config::Settings;
 

@@ -8,6 +8,10 @@ use std::path::Path;
 
 use crate::config::Settings;
 
+/// The commit the gateway was built from (`build.rs`; "unknown" outside a git checkout), as
+/// `--version` and `drg_build_info` show it.
+pub const GIT_HASH: &str = env!("DRG_GIT_HASH");
+
 /// Where the Debian package and the container image put the config: read when the given config
 /// (by default `conf/gateway.yaml`, a checkout's) is not there.
 const PACKAGED_CONF: &str = "/etc/domain-risk-gateway/gateway.yaml";
@@ -17,7 +21,7 @@ pub fn version(conf: &Path) -> String {
     let head = format!(
         "domain-risk-gateway {} (commit {})",
         env!("CARGO_PKG_VERSION"),
-        env!("DRG_GIT_HASH")
+        GIT_HASH
     );
     let conf = if conf.exists() {
         conf

@@ -1,0 +1,37 @@
+//! The domain-risk gateway's parts, as a crate of the workspace: the binary, the embedding API
+//! (the `domain-risk-gateway` package's root), the tests, benchmarks and fuzz targets use them.
+//! **Not a stable API**: anything here may change in any release; embedders use
+//! `domain-risk-gateway`'s root.
+//!
+//! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
+//! listener's side and the Pingora glue), `account`, `access`, `upstream`, `changes`, `mx`,
+//! `rdap`, `live_top`, `data`, `ops`, `infra`; `domain` (pure: the `drg-domain` crate); `state`
+//! and `answer` are shared by all; `config` composes the parts' configuration; `server` wires
+//! everything; `embed` is the embedding API; `cli` holds the subcommands.
+
+// Its docs link private items freely: they are for the next engineer, not a public API.
+#![allow(rustdoc::private_intra_doc_links)]
+
+pub mod access;
+pub mod account;
+pub mod answer;
+pub mod changes;
+pub mod cli;
+pub mod config;
+pub mod data;
+/// The pure domain logic, its own crate (`crates/domain`).
+pub use drg_domain as domain;
+pub mod edge;
+pub mod embed;
+pub mod infra;
+pub mod live_top;
+pub mod mx;
+pub mod ops;
+pub mod rdap;
+pub mod server;
+pub mod state;
+pub mod upstream;
+
+// The embedding API's names at the root too, where the parts' docs link them.
+pub use edge::middleware::{Ctx, WithDomainRisk};
+pub use embed::{install_logger, Builder, Config, DomainRisk, Error, Finish};
