@@ -58,6 +58,7 @@ impl Config {
     /// Reads and checks a config file.
     ///
     /// ```no_run
+    /// # extern crate drg_gateway as domain_risk_gateway; // the API's crate re-exports these
     /// let config = domain_risk_gateway::Config::load("conf/gateway.yaml")?;
     /// # Ok::<(), domain_risk_gateway::Error>(())
     /// ```
@@ -71,6 +72,7 @@ impl Config {
     /// `path`'s folder.
     ///
     /// ```
+    /// # extern crate drg_gateway as domain_risk_gateway; // the API's crate re-exports these
     /// let yaml = "gateway:\n  mx:\n    enabled: false\n  data:\n    dir: /nowhere\n";
     /// let config = domain_risk_gateway::Config::from_yaml(yaml, "/etc/host/gateway.yaml")?;
     /// # Ok::<(), domain_risk_gateway::Error>(())
@@ -130,6 +132,7 @@ impl Builder {
 /// wrapper that mounts its routes in front of a host's [`ProxyHttp`].
 ///
 /// ```no_run
+/// # extern crate drg_gateway as domain_risk_gateway; // the API's crate re-exports these
 /// use pingora::prelude::*;
 /// use pingora::server::RunArgs;
 /// use domain_risk_gateway::{Config, DomainRisk};
