@@ -113,6 +113,8 @@ struct Parts {
         crate::live_top::keeper::Keeper,
     )>,
     keys_api: Arc<crate::account::keys_api::KeysApi>,
+    /// The shared key store (with the Redis quota store), which its poll keeps.
+    shared_keys: Option<Arc<crate::account::keys_api::shared::Shared>>,
     access_log: Option<crate::ops::access_log::AccessLog>,
     access_log_service: crate::ops::access_log::AccessLogService,
 }
@@ -362,6 +364,7 @@ fn parts(
         keys_source.publish_lock.clone(),
         &shared.metrics,
     )?;
+    let mut shared_keys = None;
     if gateway.quota.store == QuotaStoreKind::Redis {
         use crate::account::keys_api::shared;
         let store = crate::access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
@@ -382,11 +385,13 @@ fn parts(
                 &["store"],
             )?
             .with_label_values(&["redis"]);
-        keys_api = keys_api.with_shared(
+        let store = Arc::new(
             shared::Shared::new(store, pending)
                 .with_gauge(up)
                 .with_restores(restores),
         );
+        shared_keys = Some(store.clone());
+        keys_api = keys_api.with_shared(store);
     }
     let keys_api = Arc::new(keys_api);
     let (lines, dropped) = shared.metrics.access_log_counters();
@@ -396,6 +401,7 @@ fn parts(
         calls,
         top_live,
         keys_api,
+        shared_keys,
         access_log,
         access_log_service,
     })
@@ -467,10 +473,10 @@ fn background_services(
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
     // The shared store's keys are polled also with the keys API off: they keep working.
-    if gateway.quota.store == QuotaStoreKind::Redis {
+    if let Some(store) = parts.shared_keys.clone() {
         services.push(boxed(
             "shared keys",
-            crate::account::keys_api::sync::KeysSync(parts.keys_api.clone()),
+            crate::account::keys_api::sync::KeysSync(parts.keys_api.clone(), store),
         ));
     }
     if gateway.keys_api.enabled {

@@ -28,6 +28,7 @@ use crate::account::config::KeysApiConfig;
 use crate::answer::Answer;
 
 pub mod shared;
+mod store;
 pub mod sync;
 
 /// A `/v1/keys` request, its id decoded and its body read.
@@ -49,8 +50,9 @@ pub struct KeysApi {
     publishing: Arc<std::sync::Mutex<()>>,
     created: IntCounter,
     revoked: IntCounter,
-    /// With the Redis quota store: the shared store (then `file` is its cache).
-    shared: Option<shared::Shared>,
+    /// Where the API-made keys are kept: the managed file, or the shared Redis store (then
+    /// `file` is its cache).
+    store: Box<dyn store::KeysStore>,
 }
 
 /// One key as `/v1/keys` shows it (field names are the ones existing clients read).
@@ -290,20 +292,20 @@ impl KeysApi {
             publishing,
             created: changes.with_label_values(&["created"]),
             revoked: changes.with_label_values(&["revoked"]),
-            shared: None,
+            store: Box::new(store::FileKeys),
         })
     }
 
     /// Keeps the API-made keys on the shared Redis store (`file` is then its cache).
-    pub fn with_shared(mut self, shared: shared::Shared) -> Self {
-        self.shared = Some(shared);
+    pub fn with_shared(mut self, shared: Arc<shared::Shared>) -> Self {
+        self.store = Box::new(shared);
         self
     }
 
     /// The shared key store's state for the admin `/readyz` (absent on the embedded store):
     /// whether it answers, and how often its data set was found lost and the keys put back.
     pub fn shared_status(&self) -> Option<serde_json::Value> {
-        self.shared.as_ref().map(shared::Shared::status)
+        self.store.status()
     }
 
     /// The managed file.
@@ -336,20 +338,7 @@ impl KeysApi {
             Ok(s) => s,
             Err(e) => return crate::answer::ApiError::Internal(e.to_string()).into(),
         };
-        if self.shared.is_some() {
-            return self.create_shared(&caller, new, &secret).await;
-        }
-        let api = self.clone();
-        let made = tokio::task::spawn_blocking(move || {
-            api.create_blocking(&caller, new, &secret)
-                .map(|k| (k, secret))
-        })
-        .await;
-        match made {
-            Ok(Ok((key, secret))) => self.created(&key, &secret),
-            Ok(Err(refused)) => refused.answer(),
-            Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
-        }
+        self.store.create(self, caller, new, secret).await
     }
 
     /// The `201` of a key made, its secret in it (shown this once).
@@ -457,18 +446,7 @@ impl KeysApi {
         if id_problem(&id).is_some() {
             return Refused::NotFound.answer();
         }
-        if self.shared.is_some() {
-            return self.revoke_shared(&caller, &id).await;
-        }
-        let api = self.clone();
-        match tokio::task::spawn_blocking(move || api.revoke_blocking(&caller, &id)).await {
-            Ok(Ok(())) => {
-                self.revoked.inc();
-                Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
-            }
-            Ok(Err(refused)) => refused.answer(),
-            Err(e) => crate::answer::ApiError::Internal(e.to_string()).into(),
-        }
+        self.store.revoke(self, caller, id).await
     }
 
     /// Why `id` is not an API-made key of the caller's project to revoke: an operator key of
@@ -523,10 +501,7 @@ impl KeysApi {
         for w in &merged.warnings {
             log::warn!("{}: {w}", self.file.display());
         }
-        if let Some(shared) = &self.shared {
-            // Keys whose maker is gone are revoked in Redis too (the cache only follows it).
-            shared.queue_orphans(&file, &merged.revoked);
-        }
+        self.store.published(&file, &merged.revoked);
         let mut next = merged.store;
         next.set_managed_problem(problem);
         next.carry_last_used(&current);
@@ -560,11 +535,7 @@ impl pingora::services::background::BackgroundService for LastUsedSaver {
 
 impl LastUsedSaver {
     async fn save(&self) {
-        if self.0.shared.is_some() {
-            return self.0.save_last_used_shared().await;
-        }
-        let api = self.0.clone();
-        let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;
+        self.0.store.save_last_used(&self.0).await;
     }
 }
 

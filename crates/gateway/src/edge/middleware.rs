@@ -79,6 +79,23 @@ macro_rules! either {
     };
 }
 
+/// The phases only a host has (its cache, ranges, purges, connection reuse), handed to it as they
+/// are with its own context: one line each, the callback's signature with `ctx mut` or `ctx ref`
+/// where the context goes.
+macro_rules! host_only {
+    ($(fn $name:ident($($a:ident: $at:ty),* ; ctx $m:ident $(, $b:ident: $bt:ty)*) $(-> $ret:ty)?;)*) => {
+        $(
+            fn $name(&self, $($a: $at,)* ctx: host_only!(@ctx $m), $($b: $bt),*) $(-> $ret)? {
+                self.host.$name($($a,)* host_only!(@host ctx $m), $($b),*)
+            }
+        )*
+    };
+    (@ctx mut) => { &mut Self::CTX };
+    (@ctx ref) => { &Self::CTX };
+    (@host $ctx:ident mut) => { &mut $ctx.host };
+    (@host $ctx:ident ref) => { &$ctx.host };
+}
+
 #[async_trait]
 impl<H> ProxyHttp for WithDomainRisk<H>
 where
@@ -144,15 +161,6 @@ where
             .request_cache_filter(session, host))
     }
 
-    fn cache_key_callback(&self, session: &Session, ctx: &mut Self::CTX) -> Result<CacheKey> {
-        // Only called when the request filter enabled the cache, which ours never do.
-        self.host.cache_key_callback(session, &mut ctx.host)
-    }
-
-    fn cache_miss(&self, session: &mut Session, ctx: &mut Self::CTX) {
-        self.host.cache_miss(session, &mut ctx.host)
-    }
-
     async fn cache_hit_filter(
         &self,
         session: &mut Session,
@@ -175,44 +183,6 @@ where
             .host
             .proxy_upstream_filter(session, host)
             .await)
-    }
-
-    fn response_cache_filter(
-        &self,
-        session: &Session,
-        resp: &ResponseHeader,
-        ctx: &mut Self::CTX,
-    ) -> Result<RespCacheable> {
-        self.host
-            .response_cache_filter(session, resp, &mut ctx.host)
-    }
-
-    fn cache_vary_filter(
-        &self,
-        meta: &CacheMeta,
-        ctx: &mut Self::CTX,
-        req: &RequestHeader,
-    ) -> Option<HashBinary> {
-        self.host.cache_vary_filter(meta, &mut ctx.host, req)
-    }
-
-    fn cache_not_modified_filter(
-        &self,
-        session: &Session,
-        resp: &ResponseHeader,
-        ctx: &mut Self::CTX,
-    ) -> Result<bool> {
-        self.host
-            .cache_not_modified_filter(session, resp, &mut ctx.host)
-    }
-
-    fn range_header_filter(
-        &self,
-        session: &mut Session,
-        resp: &mut ResponseHeader,
-        ctx: &mut Self::CTX,
-    ) -> RangeType {
-        self.host.range_header_filter(session, resp, &mut ctx.host)
     }
 
     async fn upstream_peer(
@@ -361,24 +331,6 @@ where
         self.host.logging(session, e, &mut ctx.host).await;
     }
 
-    fn persist_connection_context(
-        &self,
-        session: &Session,
-        ctx: &Self::CTX,
-    ) -> Option<Box<dyn Any + Send + Sync>> {
-        self.host.persist_connection_context(session, &ctx.host)
-    }
-
-    fn on_connection_reuse(
-        &self,
-        session: &mut Session,
-        ctx: &mut Self::CTX,
-        prev_ctx: Box<dyn Any + Send + Sync>,
-    ) {
-        self.host
-            .on_connection_reuse(session, &mut ctx.host, prev_ctx)
-    }
-
     fn suppress_error_log(&self, session: &Session, ctx: &Self::CTX, error: &Error) -> bool {
         match &ctx.ours {
             Some(ours) => self.gateway.suppress_error_log(session, ours, error),
@@ -453,15 +405,6 @@ where
         )
     }
 
-    fn should_serve_stale(
-        &self,
-        session: &mut Session,
-        ctx: &mut Self::CTX,
-        error: Option<&Error>,
-    ) -> bool {
-        self.host.should_serve_stale(session, &mut ctx.host, error)
-    }
-
     fn request_summary(&self, session: &Session, ctx: &Self::CTX) -> String {
         match &ctx.ours {
             Some(ours) => self.gateway.request_summary(session, ours),
@@ -473,19 +416,29 @@ where
         ctx.ours.is_none() && self.host.is_purge(session, &ctx.host)
     }
 
-    fn purge_action(&self, session: &Session, ctx: &Self::CTX) -> PurgeAction {
-        self.host.purge_action(session, &ctx.host)
-    }
-
-    fn purge_response_filter(
-        &self,
-        session: &Session,
-        ctx: &mut Self::CTX,
-        purge_status: PurgeStatus,
-        purge_response: &mut std::borrow::Cow<'static, ResponseHeader>,
-    ) -> Result<()> {
-        self.host
-            .purge_response_filter(session, &mut ctx.host, purge_status, purge_response)
+    // Only reached when the host's own phases turned its cache on, which the gateway's never
+    // do; and the host's connection reuse.
+    host_only! {
+        fn cache_key_callback(session: &Session; ctx mut) -> Result<CacheKey>;
+        fn cache_miss(session: &mut Session; ctx mut);
+        fn response_cache_filter(session: &Session, resp: &ResponseHeader; ctx mut)
+            -> Result<RespCacheable>;
+        fn cache_vary_filter(meta: &CacheMeta; ctx mut, req: &RequestHeader) -> Option<HashBinary>;
+        fn cache_not_modified_filter(session: &Session, resp: &ResponseHeader; ctx mut)
+            -> Result<bool>;
+        fn range_header_filter(session: &mut Session, resp: &mut ResponseHeader; ctx mut)
+            -> RangeType;
+        fn should_serve_stale(session: &mut Session; ctx mut, error: Option<&Error>) -> bool;
+        fn purge_action(session: &Session; ctx ref) -> PurgeAction;
+        fn purge_response_filter(
+            session: &Session;
+            ctx mut,
+            purge_status: PurgeStatus,
+            purge_response: &mut std::borrow::Cow<'static, ResponseHeader>
+        ) -> Result<()>;
+        fn persist_connection_context(session: &Session; ctx ref)
+            -> Option<Box<dyn Any + Send + Sync>>;
+        fn on_connection_reuse(session: &mut Session; ctx mut, prev_ctx: Box<dyn Any + Send + Sync>);
     }
 }
 

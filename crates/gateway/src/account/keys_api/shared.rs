@@ -177,19 +177,14 @@ fn now() -> String {
 }
 
 impl KeysApi {
-    fn shared(&self) -> &Shared {
-        // Only called on the paths that checked `self.shared` first.
-        self.shared.as_ref().expect("the shared store")
-    }
-
     /// `POST /v1/keys` on the shared store.
     pub(super) async fn create_shared(
         self: &Arc<Self>,
+        shared: &Arc<Shared>,
         caller: &KeyEntry,
         new: NewKey,
         secret: &str,
     ) -> Answer {
-        let shared = self.shared();
         let mut row = Self::new_row(caller, new, secret);
         let operator = self.operator_count(&caller.project);
         // A clash of 48 random bits is rare; a few draws make a refusal for it unheard of.
@@ -206,7 +201,7 @@ impl KeysApi {
                     shared.up();
                     let made = row.clone();
                     let local = self
-                        .change_locally(move |file| {
+                        .change_locally(shared, move |file| {
                             file.keys.retain(|k| k.id != made.id);
                             file.keys.push(made);
                             Ok(true)
@@ -228,7 +223,7 @@ impl KeysApi {
                 Ok(Made::IdTaken) => continue,
                 Err(e) => {
                     shared.down(&e);
-                    self.undo_create(&row.project, &row.id).await;
+                    self.undo_create(shared, &row.project, &row.id).await;
                     return Refused::Unavailable.answer();
                 }
             }
@@ -239,12 +234,12 @@ impl KeysApi {
     /// A make whose reply did not come may run once Redis reads it: its id is queued as a
     /// revocation (the pending file, sent at the next poll that reaches Redis), so the key is
     /// removed if it was made, before it is ever used (nobody was shown its secret).
-    async fn undo_create(self: &Arc<Self>, project: &str, id: &str) {
-        let path = self.shared().pending.clone();
+    async fn undo_create(self: &Arc<Self>, shared: &Arc<Shared>, project: &str, id: &str) {
+        let path = shared.pending.clone();
         let (project, id) = (project.to_owned(), id.to_owned());
         // Under the publishing lock, as every other writer of the pending file.
         let queued = self
-            .change_locally(move |_| {
+            .change_locally(shared, move |_| {
                 let mut p = pending::read(&path)?;
                 p.add(&project, &id, &now());
                 pending::write(&path, &p)?;
@@ -257,8 +252,12 @@ impl KeysApi {
     }
 
     /// `DELETE /v1/keys/{id}` on the shared store.
-    pub(super) async fn revoke_shared(self: &Arc<Self>, caller: &KeyEntry, id: &str) -> Answer {
-        let shared = self.shared();
+    pub(super) async fn revoke_shared(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        caller: &KeyEntry,
+        id: &str,
+    ) -> Answer {
         let project = caller.project.to_string();
         let revoked = shared.store.revoke(&project, id).await;
         let strip = {
@@ -275,7 +274,7 @@ impl KeysApi {
                     shared.remember_revoked(&project, id);
                 }
                 // Also when Redis had it no more (revoked elsewhere): the cache follows.
-                if let Err(e) = self.change_locally(move |f| Ok(strip(f))).await {
+                if let Err(e) = self.change_locally(shared, move |f| Ok(strip(f))).await {
                     log::warn!("keys API: a revocation is not in the cache yet: {e}");
                 }
                 if n == 0 {
@@ -298,7 +297,7 @@ impl KeysApi {
                 let id_owned = id.to_owned();
                 // Kept first: the revocation is in the file before the key leaves the cache.
                 let queued = self
-                    .change_locally(move |file| {
+                    .change_locally(shared, move |file| {
                         let mut p = pending::read(&path)?;
                         p.add(&project, &id_owned, &now());
                         pending::write(&path, &p)?;
@@ -323,9 +322,10 @@ impl KeysApi {
     /// as it was), under the publishing lock on a blocking thread; then publishes.
     async fn change_locally(
         self: &Arc<Self>,
+        shared: &Arc<Shared>,
         change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
     ) -> Result<(), LocalError> {
-        self.locally(None, change).await.map(|_| ())
+        self.locally(shared, None, change).await.map(|_| ())
     }
 
     /// `change` to the cache under the publishing lock. `if_at`: a poll's write, made only if
@@ -333,13 +333,14 @@ impl KeysApi {
     /// change is this gateway's own and bumps the generation. Whether it was made.
     async fn locally(
         self: &Arc<Self>,
+        shared: &Arc<Shared>,
         if_at: Option<u64>,
         change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
     ) -> Result<bool, LocalError> {
-        let api = self.clone();
+        let (api, shared) = (self.clone(), shared.clone());
         tokio::task::spawn_blocking(move || {
             let _publishing = api.publishing();
-            let generation = &api.shared().generation;
+            let generation = &shared.generation;
             match if_at {
                 Some(at) if generation.load(Ordering::SeqCst) != at => return Ok(false),
                 Some(_) => {}
@@ -360,15 +361,14 @@ impl KeysApi {
     /// One poll: revocations kept during an outage sent to Redis, then the rows read again if
     /// they changed, written to the cache and published. Quiet while Redis is away (the last
     /// known keys stay).
-    pub async fn sync_shared(self: &Arc<Self>) {
-        let shared = self.shared();
+    pub async fn sync_shared(self: &Arc<Self>, shared: &Arc<Shared>) {
         let at = shared.generation.load(Ordering::SeqCst);
         let seen = shared
             .seen
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Err(e) = self.flush_pending().await {
+        if let Err(e) = self.flush_pending(shared).await {
             return shared.down(&e);
         }
         let stamp = match shared.store.stamp().await {
@@ -391,7 +391,7 @@ impl KeysApi {
         };
         if let Some(old) = known.as_ref() {
             if stamp.as_ref().is_none_or(|s| s.epoch != old.epoch) {
-                if let Err(e) = self.restore_lost(old, stamp.as_ref()).await {
+                if let Err(e) = self.restore_lost(shared, old, stamp.as_ref()).await {
                     return shared.down(&e);
                 }
             }
@@ -404,14 +404,14 @@ impl KeysApi {
             log::warn!("keys: shared key '{id}' is not a key's row; left out");
         }
         let (rows, stamp) = (snapshot.rows, snapshot.stamp);
-        let back = match self.revoke_came_back(&rows).await {
+        let back = match self.revoke_came_back(shared, &rows).await {
             Ok(back) => back,
             Err(e) => return shared.down(&e),
         };
         let path = shared.pending.clone();
         let stamp_epoch = stamp.epoch.clone();
         let written = self
-            .locally(Some(at), move |file| {
+            .locally(shared, Some(at), move |file| {
                 let mut next = ManagedFile {
                     keys: rows,
                     ..ManagedFile::default()
@@ -439,9 +439,9 @@ impl KeysApi {
     /// had not seen the revocation when Redis lost its data); their ids.
     async fn revoke_came_back(
         &self,
+        shared: &Shared,
         rows: &[crate::access::managed::ManagedKey],
     ) -> Result<Vec<String>, SharedKeysError> {
-        let shared = self.shared();
         let back = shared.came_back(rows);
         for (project, id) in &back {
             log::warn!(
@@ -467,10 +467,10 @@ impl KeysApi {
     /// into a store that lost the data set `old` (now `now`, or none), and says so.
     async fn restore_lost(
         self: &Arc<Self>,
+        shared: &Arc<Shared>,
         old: &Stamp,
         now: Option<&Stamp>,
     ) -> Result<(), SharedKeysError> {
-        let shared = self.shared();
         let (cache, pending_path) = (self.file.clone(), shared.pending.clone());
         let known = tokio::task::spawn_blocking(move || {
             let mut file = managed::read(&cache).map_err(|e| e.to_string())?;
@@ -503,8 +503,7 @@ impl KeysApi {
     }
 
     /// Sends the pending revocations to Redis, each dropped from the file once Redis has it.
-    async fn flush_pending(self: &Arc<Self>) -> Result<(), SharedKeysError> {
-        let shared = self.shared();
+    async fn flush_pending(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), SharedKeysError> {
         let path = shared.pending.clone();
         let read = tokio::task::spawn_blocking(move || pending::read(&path)).await;
         let list = match read {
@@ -541,8 +540,7 @@ impl KeysApi {
     }
 
     /// Saves the last use of API-made keys to Redis (those that moved since the last save).
-    pub(super) async fn save_last_used_shared(&self) {
-        let shared = self.shared();
+    pub(super) async fn save_last_used_shared(&self, shared: &Shared) {
         let moved: Vec<(Arc<str>, u64)> = {
             let saved = shared.saved.lock().unwrap_or_else(|p| p.into_inner());
             self.keys

@@ -6,19 +6,20 @@
 
 use std::sync::Arc;
 
+use super::shared::Shared;
 use super::KeysApi;
 
-/// Polls the shared key store (the gateway's keys API with the Redis quota store).
-pub struct KeysSync(pub Arc<KeysApi>);
+/// Polls the shared key store (the gateway's keys API with the Redis quota store, and that store).
+pub struct KeysSync(pub Arc<KeysApi>, pub Arc<Shared>);
 
 #[async_trait::async_trait]
 impl pingora::services::background::BackgroundService for KeysSync {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         // At once at the start: the cache may be older than Redis.
-        self.0.sync_shared().await;
+        self.0.sync_shared(&self.1).await;
         let mut ticks = crate::ops::periodic::Ticks::new(self.0.config.shared_poll);
         while ticks.next(&mut shutdown).await.is_some() {
-            self.0.sync_shared().await;
+            self.0.sync_shared(&self.1).await;
         }
     }
 }
