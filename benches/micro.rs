@@ -432,7 +432,7 @@ fn reclassification(c: &mut Criterion) {
             } else {
                 format!("ok{i}.example")
             };
-            let told = judge.judge(&domain, "p").unwrap().told;
+            let told = judge.judge(&domain).unwrap().told;
             Seen {
                 project: "p".into(),
                 domain: domain.into(),
@@ -453,7 +453,7 @@ fn reclassification(c: &mut Criterion) {
                 loop {
                     let (page, next) = store.scan("p", &cursor, 200).await.unwrap();
                     for (domain, told) in page {
-                        let now = judge.judge(&domain, "p").unwrap();
+                        let now = judge.judge(&domain).unwrap();
                         changed += usize::from(now.told.differs(told));
                     }
                     match next {
@@ -466,7 +466,7 @@ fn reclassification(c: &mut Criterion) {
     });
     g.throughput(Throughput::Elements(1));
     let mut flip = false;
-    let safe = judge.judge("ok1.example", "p").unwrap().told;
+    let safe = judge.judge("ok1.example").unwrap().told;
     let dispo = Told {
         reason: Reason::Disposable,
         score: 100,
@@ -483,8 +483,7 @@ fn reclassification(c: &mut Criterion) {
                 at: 1,
                 dataset_version: "g1-000000".into(),
             };
-            rt.block_on(store.record("p", &change, Duration::ZERO))
-                .unwrap()
+            rt.block_on(store.record("p", &change)).unwrap()
         })
     });
     g.finish();

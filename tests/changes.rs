@@ -331,3 +331,43 @@ fn a_list_change_of_thousands_of_names_is_one_summary() {
     }
     assert_eq!(seen, 3_000);
 }
+
+#[test]
+fn a_young_domain_keeps_its_verdict_across_a_reload_and_a_listed_one_is_told() {
+    // A registry on loopback that knows one young domain: its answer (safe, score raised) rests
+    // on the date; a pass must judge it from the cached date, never without it.
+    let registry = crate::rdap_server::RdapServer::start(std::collections::HashMap::from([(
+        "young-shop.com",
+        crate::rdap_server::Reply::Registered(3),
+    )]));
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = watching(Gateway::builder(), &receiver.url(), &dir)
+        .rdap_yaml(&format!("servers: {{com: \"{}\"}}", registry.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("budget_ms: 3000")
+        .data("disposable.txt", OLD_LIST)
+        .in_dir(dir)
+        .start();
+    let young = lookup(&gw, ACME, "young-shop.com");
+    assert_eq!(
+        (young["reason"].as_str(), young["risk_score"].as_u64()),
+        (Some("safe"), Some(40))
+    );
+    assert_eq!(lookup(&gw, ACME, "foo-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 2.0);
+    let before = passes(&gw);
+    write_atomic(&gw.data_path("disposable.txt"), NEW_LIST);
+    pass_after(&gw, before);
+    wait_until(Duration::from_secs(10), || {
+        !receiver.deliveries().is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let all = receiver.deliveries();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(domains(&all[0].json()), ["foo-dispo.example"]);
+    assert_eq!(
+        domains(&changes(&gw, ACME, "").json()),
+        ["foo-dispo.example"]
+    );
+}

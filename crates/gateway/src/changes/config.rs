@@ -36,8 +36,8 @@ pub struct ChangesConfig {
     #[serde(rename = "stable_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub stable: Duration,
-    /// A change back to what the project was told, within this many hours of an undelivered
-    /// change, withdraws that change instead of sending two.
+    /// A domain's changes in one message that end where they began, within this many hours,
+    /// are left out of it (a flip and its flip back; `GET /v1/changes` keeps both).
     pub quiet_hours: u32,
     /// A project's changes are gathered this long into one message, in milliseconds.
     #[serde(rename = "send_interval_ms")]

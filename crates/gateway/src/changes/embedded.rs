@@ -193,14 +193,8 @@ impl ChangeStore for EmbeddedChanges {
         .await
     }
 
-    async fn record(
-        &self,
-        project: &str,
-        change: &Proposed,
-        quiet: Duration,
-    ) -> Result<Recorded, ChangesError> {
+    async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError> {
         let (project, ch) = (project.to_owned(), change.clone());
-        let quiet = i64::try_from(quiet.as_secs()).unwrap_or(i64::MAX);
         self.with(move |c| {
             let tx = c.transaction()?;
             let updated = tx.execute(
@@ -218,51 +212,24 @@ impl ChangeStore for EmbeddedChanges {
             if updated == 0 {
                 return Ok(Recorded::Stale);
             }
-            let sent: i64 = tx
-                .query_row(
-                    "SELECT upto FROM sent WHERE project = ?1",
-                    params![project],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .unwrap_or(0);
-            // The domain's last change, if this one reverses it while it is unsent and recent:
-            // withdrawn, and neither is sent.
-            let last: Option<(i64, String, i64, i64)> = tx
-                .query_row(
-                    "SELECT id, from_reason, from_score, changed_at FROM changes
-                     WHERE project = ?1 AND domain = ?2 ORDER BY id DESC LIMIT 1",
-                    params![project, ch.domain],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
-            let reversed = last.and_then(|(id, reason, score, at)| {
-                let back = told(reason, score) == Some(ch.to);
-                (id > sent && at >= ch.at.saturating_sub(quiet) && back).then_some(id)
-            });
-            let outcome = if let Some(id) = reversed {
-                tx.execute("DELETE FROM changes WHERE id = ?1", params![id])?;
-                Recorded::Withdrawn
-            } else {
-                tx.execute(
-                    "INSERT INTO changes (project, domain, from_reason, from_score, to_reason,
-                     to_score, rule, changed_at, dataset) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-                    params![
-                        project,
-                        ch.domain,
-                        ch.from.reason.as_str(),
-                        ch.from.score,
-                        ch.to.reason.as_str(),
-                        ch.to.score,
-                        ch.rule,
-                        ch.at,
-                        ch.dataset_version
-                    ],
-                )?;
-                Recorded::New(u64::try_from(tx.last_insert_rowid()).unwrap_or(0))
-            };
+            tx.execute(
+                "INSERT INTO changes (project, domain, from_reason, from_score, to_reason,
+                 to_score, rule, changed_at, dataset) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                params![
+                    project,
+                    ch.domain,
+                    ch.from.reason.as_str(),
+                    ch.from.score,
+                    ch.to.reason.as_str(),
+                    ch.to.score,
+                    ch.rule,
+                    ch.at,
+                    ch.dataset_version
+                ],
+            )?;
+            let id = u64::try_from(tx.last_insert_rowid()).unwrap_or(0);
             tx.commit()?;
-            Ok(outcome)
+            Ok(Recorded::New(id))
         })
         .await
     }
@@ -425,7 +392,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_change_is_recorded_once_withdrawn_when_reversed_and_capped_watching() {
+    async fn a_change_is_recorded_once_and_kept_when_reversed_and_watching_is_capped() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedChanges::new(dir.path().join("c.sqlite3")).unwrap();
         let safe = Told {
@@ -451,35 +418,35 @@ mod tests {
         let (page, next) = store.scan("p", "", 10).await.unwrap();
         assert_eq!(page.len(), 2);
         assert_eq!(next, None);
-        let quiet = Duration::from_secs(86_400);
         let first = store
-            .record("p", &proposed("a.com", safe, dispo, 2_000), quiet)
+            .record("p", &proposed("a.com", safe, dispo, 2_000))
             .await
             .unwrap();
         assert_eq!(first, Recorded::New(1));
         // A second gateway's pass proposes the same change: stale.
         let again = store
-            .record("p", &proposed("a.com", safe, dispo, 2_001), quiet)
+            .record("p", &proposed("a.com", safe, dispo, 2_001))
             .await
             .unwrap();
         assert_eq!(again, Recorded::Stale);
-        // Back within the quiet hours, before it was sent: withdrawn.
+        // Back, before it was sent: recorded too (a poller may have read the first; the
+        // webhook leaves out what cancels out).
         let back = store
-            .record("p", &proposed("a.com", dispo, safe, 3_000), quiet)
+            .record("p", &proposed("a.com", dispo, safe, 3_000))
             .await
             .unwrap();
-        assert_eq!(back, Recorded::Withdrawn);
-        assert!(store.list("p", 0, 0, 10).await.unwrap().is_empty());
+        assert_eq!(back, Recorded::New(2));
+        assert_eq!(store.list("p", 0, 0, 10).await.unwrap().len(), 2);
         let b = store
-            .record("p", &proposed("b.com", safe, dispo, 4_000), quiet)
+            .record("p", &proposed("b.com", safe, dispo, 4_000))
             .await
             .unwrap();
         let Recorded::New(id) = b else {
             panic!("{b:?}")
         };
         let pending = store.pending("p", 0).await.unwrap();
-        assert_eq!((pending.total, pending.last_id), (1, id));
-        assert_eq!(pending.transitions["safe->disposable"], 1);
+        assert_eq!((pending.total, pending.last_id), (3, id));
+        assert_eq!(pending.transitions["safe->disposable"], 2);
         store.mark_sent("p", id).await.unwrap();
         store.mark_sent("p", 0).await.unwrap();
         assert_eq!(store.sent_upto("p").await.unwrap(), id, "never moves back");

@@ -1,8 +1,9 @@
 //! Judging a watched domain again, off the request path: the same verdict function as a lookup
 //! (`verdict_of`), on the table now in service and the evidence the gateway already holds (MX
-//! evidence in the resolver's cache, the neighbourhood's finding, the registry's date), never a
-//! new DNS query. A name the table leaves open whose MX evidence is not at hand is not judged:
-//! the gateway answers from what it knows and never condemns on an absence.
+//! evidence in the resolver's cache, the neighbourhood's finding, the registry's date as cached),
+//! never a new DNS or RDAP query. A name the table leaves open whose MX evidence or age is not
+//! at hand is not judged: a missing piece must not pass for a change (a young domain's raised
+//! score would drop, an established one's neighbours would condemn it).
 
 use std::sync::Arc;
 
@@ -45,8 +46,8 @@ pub struct Judge {
 }
 
 impl Judge {
-    /// `name`'s verdict now for `project` (`None`: it cannot be judged from what is held).
-    pub fn judge(&self, name: &str, project: &str) -> Option<Judged> {
+    /// `name`'s verdict now (`None`: it cannot be judged from what is held).
+    pub fn judge(&self, name: &str) -> Option<Judged> {
         let name = DomainName::parse(name).ok()?;
         let table = self.table.load();
         let found = table.lookup(&name);
@@ -62,7 +63,8 @@ impl Judge {
             _ => None,
         };
         let (age, rule) = match &self.rdap {
-            Some(r) if open => (r.age(&name, project), r.age_rule()),
+            // Unknown here while the cache knows nothing: not judged.
+            Some(r) if open => (r.known_age(&name)?, r.age_rule()),
             Some(r) => (None, r.age_rule()),
             None => (None, AgeRule::OFF),
         };
@@ -77,7 +79,8 @@ impl Judge {
                 reason: v.record.reason,
                 score: v.record.risk_score,
             },
-            basis: basis(&v),
+            // A name the table leaves open rests on evidence either way (its absence too).
+            basis: if open { Basis::Evidence } else { basis(&v) },
             rule: rule_name(&v),
             dataset_version: table.version().as_str().to_owned(),
         })

@@ -6,10 +6,11 @@
 //! domains it asked about and what it was told (`store.rs`: SQLite embedded, `redis.rs`
 //! shared). The service (`service.rs`) judges the watched domains again after every table
 //! reload and every `pass_interval` (`judge.rs`: the table and the evidence the gateway holds,
-//! never a new DNS query), records each change of reason or score band once (a
-//! compare-and-set on what the project was told, so two gateways never record one twice), and
-//! sends each project's changes in one signed message per `send_interval` (`message.rs`: a
-//! summary when there are more than `max_per_message`), under a per-project sender lease.
+//! never a new DNS or RDAP query), records each change of reason or score band once (a
+//! compare-and-set on what the project was told, so two gateways never record one twice; a
+//! recorded change is kept, a poller may have read it), and sends each project's changes in one
+//! signed message per `send_interval` (`message.rs`: a summary when there are more than
+//! `max_per_message`; a flip and its flip back left out), under a per-project sender lease.
 
 pub mod config;
 pub mod embedded;
@@ -133,7 +134,7 @@ impl Counters {
     pub fn register(metrics: &crate::ops::metrics::Metrics) -> Result<Counters, prometheus::Error> {
         let vec = metrics.counter_vec(
             "drg_changes_total",
-            "Verdict changes, by event: watched (lookups written to the store: one per project, domain and hour unless the verdict changed), not_watched_full (a project at max_watched_per_project), dropped (lookups the service could not take in), judged, recorded, withdrawn (a change reversed before it was sent), messages_sent, messages_failed (given up), attempt_errors, store_errors, passes.",
+            "Verdict changes, by event: watched (lookups written to the store: one per project, domain and hour unless the verdict changed), not_watched_full (a project at max_watched_per_project), dropped (lookups the service could not take in), judged, recorded, withdrawn (changes left out of a message because they cancel out), messages_sent, messages_failed (given up), attempt_errors, store_errors, passes.",
             &["event"],
         )?;
         Ok(Counters::of(&vec))

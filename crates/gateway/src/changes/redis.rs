@@ -2,8 +2,7 @@
 //! its changes and its sent mark, for every gateway. Per project (all keys share its
 //! `{<project>}` hash tag, so every script touches one slot): `chg:{p}:w` (domain ->
 //! `reason|score|seen_at`), `chg:{p}:log` (a sorted set of the changes' JSON by id),
-//! `chg:{p}:seq`, `chg:{p}:last` (domain -> the last change's `id|at|from`, to withdraw a
-//! reversed one), `chg:{p}:sent` and `chg:{p}:lease`; and the set `chg:projects`. Recording is
+//! `chg:{p}:seq`, `chg:{p}:sent` and `chg:{p}:lease`; and the set `chg:projects`. Recording is
 //! one script: the compare-and-set on what the project was told and the append happen together,
 //! so two gateways judging the same reload record each change once.
 
@@ -36,23 +35,8 @@ local b = a and string.find(cur, '|', a + 1, true)
 if not b then return -1 end
 if string.sub(cur, 1, b - 1) ~= ARGV[2] then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. string.sub(cur, b))
-local last = redis.call('HGET', KEYS[4], ARGV[1])
-local sent = tonumber(redis.call('GET', KEYS[5]) or '0')
-if last then
-  local x = string.find(last, '|', 1, true)
-  local y = string.find(last, '|', x + 1, true)
-  local id = tonumber(string.sub(last, 1, x - 1))
-  local at = tonumber(string.sub(last, x + 1, y - 1))
-  if id > sent and at >= tonumber(ARGV[4]) - tonumber(ARGV[5])
-      and string.sub(last, y + 1) == ARGV[3] then
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], id, id)
-    redis.call('HDEL', KEYS[4], ARGV[1])
-    return 0
-  end
-end
 local id = redis.call('INCR', KEYS[3])
-redis.call('ZADD', KEYS[2], id, '{"id":' .. id .. ',' .. ARGV[6])
-redis.call('HSET', KEYS[4], ARGV[1], id .. '|' .. ARGV[4] .. '|' .. ARGV[2])
+redis.call('ZADD', KEYS[2], id, '{"id":' .. id .. ',' .. ARGV[4])
 return id
 "#;
 
@@ -224,28 +208,20 @@ impl ChangeStore for RedisChanges {
         Ok((page, (next != 0).then(|| next.to_string())))
     }
 
-    async fn record(
-        &self,
-        project: &str,
-        change: &Proposed,
-        quiet: Duration,
-    ) -> Result<Recorded, ChangesError> {
+    async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError> {
         let mut link = self.link().await?;
         let mut call = self.record.prepare_invoke();
-        for part in ["w", "log", "seq", "last", "sent"] {
+        for part in ["w", "log", "seq"] {
             call.key(key(project, part));
         }
         call.arg(&change.domain)
             .arg(change.from.encode())
             .arg(change.to.encode())
-            .arg(change.at)
-            .arg(quiet.as_secs())
             .arg(json_rest(change));
         let id: i64 = call.invoke_async(&mut link).await?;
-        Ok(match id {
-            i64::MIN..=-1 => Recorded::Stale,
-            0 => Recorded::Withdrawn,
-            id => Recorded::New(id as u64),
+        Ok(match u64::try_from(id) {
+            Ok(id) if id > 0 => Recorded::New(id),
+            _ => Recorded::Stale,
         })
     }
 
@@ -339,7 +315,7 @@ impl RedisChanges {
         changes_before: i64,
     ) -> Result<u64, ChangesError> {
         let mut link = self.link().await?;
-        let (w, last) = (key(project, "w"), key(project, "last"));
+        let w = key(project, "w");
         let mut n = 0;
         let mut cursor = 0u64;
         loop {
@@ -361,15 +337,9 @@ impl RedisChanges {
                 .map(|(d, _)| d)
                 .collect();
             if !old.is_empty() {
-                let _: () = redis::pipe()
-                    .cmd("HDEL")
+                let _: () = redis::cmd("HDEL")
                     .arg(&w)
                     .arg(&old)
-                    .ignore()
-                    .cmd("HDEL")
-                    .arg(&last)
-                    .arg(&old)
-                    .ignore()
                     .query_async(&mut link)
                     .await?;
                 n += old.len() as u64;

@@ -98,11 +98,22 @@ struct Pass {
     cursor: String,
 }
 
-/// A project's delivery: when it may be tried again, after how many failed attempts.
+/// A project's delivery: the message on its way (retried with the same id and bytes), when it
+/// may be tried again, after how many failed attempts.
 #[derive(Default)]
 struct Delivery {
     attempts: u32,
     next: Option<Instant>,
+    message: Option<Outgoing>,
+}
+
+/// A message made once and sent until delivered or given up.
+struct Outgoing {
+    id: String,
+    body: String,
+    /// The last change id it covers: the sent mark once it is delivered.
+    last_id: u64,
+    total: u64,
 }
 
 /// The loop's state.
@@ -173,6 +184,11 @@ impl ChangesService {
             return;
         }
         let n = batch.len() as u64;
+        // Forgotten again if the write fails: the next lookup of each name writes it.
+        let keys: Vec<(Arc<str>, Box<str>)> = batch
+            .iter()
+            .map(|s| (s.project.clone(), s.domain.clone()))
+            .collect();
         match self
             .store
             .watch(batch, self.config.max_watched_per_project)
@@ -182,7 +198,12 @@ impl ChangesService {
                 Counters::add(&self.counters.watched, n - refused);
                 Counters::add(&self.counters.not_watched_full, refused);
             }
-            Err(e) => st.failed(&self.counters, &e, &format!("{n} lookups not watched")),
+            Err(e) => {
+                for k in &keys {
+                    st.written.remove(k);
+                }
+                st.failed(&self.counters, &e, &format!("{n} lookups not watched"));
+            }
         }
     }
 
@@ -260,7 +281,7 @@ impl ChangesService {
 
     async fn judge_one(&self, st: &mut Loop, project: &str, domain: String, told: Told) {
         Counters::add(&self.counters.judged, 1);
-        let Some(now) = self.judge.judge(&domain, project) else {
+        let Some(now) = self.judge.judge(&domain) else {
             return;
         };
         let key = (project.to_owned(), domain);
@@ -289,10 +310,8 @@ impl ChangesService {
             at: chrono::Utc::now().timestamp(),
             dataset_version: now.dataset_version,
         };
-        let quiet = Duration::from_secs(u64::from(self.config.quiet_hours) * 3_600);
-        match self.store.record(project, &proposed, quiet).await {
+        match self.store.record(project, &proposed).await {
             Ok(Recorded::New(_)) => Counters::add(&self.counters.recorded, 1),
-            Ok(Recorded::Withdrawn) => Counters::add(&self.counters.withdrawn, 1),
             Ok(Recorded::Stale) => {}
             Err(e) => st.failed(
                 &self.counters,
@@ -343,36 +362,34 @@ impl ChangesService {
         project: &str,
         d: &mut Delivery,
     ) -> Result<(), super::ChangesError> {
-        let sent = self.store.sent_upto(project).await?;
-        let pending = self.store.pending(project, sent).await?;
-        if pending.total == 0 {
-            return Ok(());
-        }
         let ttl = hook.timeout * 2 + self.config.send_interval;
+        let message = match d.message.take() {
+            Some(m) => m,
+            None => match self.next_message(project).await? {
+                Some(m) => m,
+                None => return Ok(()),
+            },
+        };
         if !self.store.lease(project, &self.holder, ttl).await? {
+            d.message = Some(message);
             return Ok(());
         }
-        let n = self.config.max_per_message as usize;
-        let first = self.store.list(project, sent, i64::MIN, n).await?;
-        let message = super::message::build(project, &first, &pending);
-        let id = message.id();
-        let body = serde_json::to_string(&message).unwrap_or_default();
+        let (last_id, total, id) = (message.last_id, message.total, message.id.clone());
         let h = hook.clone();
-        let (url, id2) = (h.url.clone(), id.clone());
+        let (url, sending) = (h.url.clone(), message.id.clone());
+        let body = message.body.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            deliver::post(&h.agent, &url, ("X-Change-Id", &id2), &body, &h.secret)
+            deliver::post(&h.agent, &url, ("X-Change-Id", &sending), &body, &h.secret)
         })
         .await
         .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
+        d.message = Some(message);
         match outcome {
             Ok(()) => {
-                self.store.mark_sent(project, pending.last_id).await?;
+                self.store.mark_sent(project, last_id).await?;
                 Counters::add(&self.counters.messages_sent, 1);
                 *d = Delivery::default();
-                log::info!(
-                    "verdict changes: project {project} told of {} change(s) ({id})",
-                    pending.total
-                );
+                log::info!("verdict changes: project {project} told of {total} change(s) ({id})");
             }
             Err(e) => {
                 Counters::add(&self.counters.attempt_errors, 1);
@@ -380,7 +397,7 @@ impl ChangesService {
                 let refused = matches!(e, AttemptError::Refused(_));
                 if refused || d.attempts >= hook.max_attempts {
                     // Given up: the changes stay readable through `GET /v1/changes`.
-                    self.store.mark_sent(project, pending.last_id).await?;
+                    self.store.mark_sent(project, last_id).await?;
                     Counters::add(&self.counters.messages_failed, 1);
                     log::warn!(
                         "verdict changes: message {id} of project {project} given up after {} attempt(s): {e}",
@@ -397,6 +414,29 @@ impl ChangesService {
             }
         }
         Ok(())
+    }
+
+    /// The next message of `project`'s unsent changes, if any: made once, then kept for its
+    /// retries.
+    async fn next_message(&self, project: &str) -> Result<Option<Outgoing>, super::ChangesError> {
+        let sent = self.store.sent_upto(project).await?;
+        let pending = self.store.pending(project, sent).await?;
+        if pending.total == 0 {
+            return Ok(None);
+        }
+        let n = self.config.max_per_message as usize;
+        let mut first = self.store.list(project, sent, i64::MIN, n).await?;
+        // Only what `pending` counted: a change recorded in between waits for the next one.
+        first.retain(|c| c.id <= pending.last_id);
+        let quiet = i64::from(self.config.quiet_hours) * 3_600;
+        let message = super::message::build(project, &first, &pending, quiet);
+        Counters::add(&self.counters.withdrawn, message.cancelled);
+        Ok(Some(Outgoing {
+            id: message.id(),
+            body: serde_json::to_string(&message).unwrap_or_default(),
+            last_id: pending.last_id,
+            total: pending.total,
+        }))
     }
 
     async fn sweep(&self, st: &mut Loop) {

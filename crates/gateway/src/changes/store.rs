@@ -40,9 +40,6 @@ pub struct Proposed {
 pub enum Recorded {
     /// Recorded under this id.
     New(u64),
-    /// A change back to what an undelivered change of the last `quiet_hours` came from: that
-    /// change is withdrawn, nothing is sent.
-    Withdrawn,
     /// The project was told something else meanwhile (another gateway recorded it, or it
     /// looked the domain up again): nothing to record.
     Stale,
@@ -70,13 +67,8 @@ pub trait ChangeStore: Send + Sync {
     /// Up to `n` of `project`'s watched domains from `cursor` (`""`: the first).
     async fn scan(&self, project: &str, cursor: &str, n: usize) -> Result<ScanPage, ChangesError>;
     /// Records `change` if `project` was still told `change.from` (then it is told
-    /// `change.to`), or withdraws the undelivered change it reverses (within `quiet`).
-    async fn record(
-        &self,
-        project: &str,
-        change: &Proposed,
-        quiet: Duration,
-    ) -> Result<Recorded, ChangesError>;
+    /// `change.to`). A recorded change is never removed but by age: a poller may have read it.
+    async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError>;
     /// `project`'s changes after id `after`, made at or after `since` (unix seconds), oldest
     /// first, `n` at most.
     async fn list(

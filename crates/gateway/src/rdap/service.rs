@@ -262,6 +262,21 @@ impl Rdap {
         false
     }
 
+    /// What the cache knows of `name`'s age, with no side effect (nothing queued, no project
+    /// marked as having asked, no counter): `None` when it knows nothing (never asked, or a
+    /// failure), `Some(None)` when the registry gave no date, `Some(Some(age))` when it did.
+    /// Verdict changes judge watched names with it.
+    pub fn known_age(&self, name: &DomainName) -> Option<Option<DomainAge>> {
+        let registrable = name.registrable()?;
+        let now = unix_now();
+        let entry = self.cache.entry(registrable)?;
+        match entry.known {
+            Known::Registered(day) => Some(Some(DomainAge::on(day, today(now)))),
+            _ if entry.expires > now => Some(None),
+            _ => None,
+        }
+    }
+
     /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
     /// background fetch on `project`'s line. A project's first lookup of a name is a miss even
     /// when the cache holds it (another project's lookup had it fetched): the answer does not
