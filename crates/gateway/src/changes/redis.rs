@@ -104,21 +104,24 @@ impl RedisChanges {
         let log = key(project, "log");
         let mut from = after;
         loop {
-            let page: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            // With the scores: the next page starts after the last id read, also when a whole
+            // page is members this version cannot read (skipped, never read again forever).
+            let page: Vec<(String, u64)> = redis::cmd("ZRANGEBYSCORE")
                 .arg(&log)
                 .arg(format!("({from}"))
                 .arg("+inf")
+                .arg("WITHSCORES")
                 .arg("LIMIT")
                 .arg(0)
                 .arg(STEP)
                 .query_async(&mut link)
                 .await?;
             let full = page.len() == STEP;
-            for member in page {
+            for (member, id) in page {
+                from = from.max(id);
                 let Ok(change) = serde_json::from_str::<Change>(&member) else {
                     continue;
                 };
-                from = from.max(change.id);
                 if !each(change) {
                     return Ok(());
                 }

@@ -405,7 +405,11 @@ impl ChangesService {
                     );
                     *d = Delivery::default();
                 } else {
-                    d.next = Some(Instant::now() + deliver::backoff(d.attempts - 1));
+                    let wait = deliver::backoff(d.attempts - 1);
+                    d.next = Some(Instant::now() + wait);
+                    // The lease is kept through the wait: another gateway does not retry at
+                    // once with its own count (the backoff holds across gateways).
+                    self.store.lease(project, &self.holder, wait + ttl).await?;
                     log::warn!(
                         "verdict changes: message {id} of project {project}: attempt {} failed: {e}",
                         d.attempts
