@@ -1,7 +1,7 @@
 //! A DNS server on loopback for the load harness's `mix` scenario (`benches/load/run --only
 //! mix`): the tests' own server (`tests/common/dns.rs`), its zones read from a file, every answer
 //! sent `--delay-ms` after its query came in (a real resolver's latency), and the MX queries it
-//! received written as JSON every second, so the harness can tell how many queries the gateway
+//! received (and the totals of each type) written as JSON every second, so the harness can tell how many queries the gateway
 //! sent per distinct name.
 //!
 //! ```text
@@ -31,6 +31,10 @@ struct Args {
     /// Written every second: `{"mx_queries": {name: count}}`.
     #[arg(long)]
     counts: std::path::PathBuf,
+    /// MX answers without their hosts' addresses in the additional section (a resolver that
+    /// sends minimal answers: the gateway asks the addresses in a second round trip).
+    #[arg(long)]
+    no_glue: bool,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,10 +55,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let server = dns::DnsServer::start_slow(zones, Duration::from_millis(args.delay_ms));
+    server.set_glue(!args.no_glue);
     println!("listening {}", server.addr);
     loop {
         std::thread::sleep(Duration::from_secs(1));
-        let counts = serde_json::json!({ "mx_queries": server.counts(RecordType::MX) });
+        let total = |t| server.counts(t).values().sum::<usize>();
+        let counts = serde_json::json!({
+            "mx_queries": server.counts(RecordType::MX),
+            "totals": {
+                "MX": total(RecordType::MX), "A": total(RecordType::A),
+                "AAAA": total(RecordType::AAAA), "PTR": total(RecordType::PTR),
+            },
+        });
         let tmp = args.counts.with_extension("tmp");
         std::fs::write(&tmp, counts.to_string())?;
         std::fs::rename(&tmp, &args.counts)?;

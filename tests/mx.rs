@@ -285,6 +285,60 @@ fn a_silent_dns_server_costs_at_most_the_budget_and_fails_open() {
 }
 
 #[test]
+fn an_own_hosts_address_in_the_mx_answer_saves_a_round_trip_and_never_condemns() {
+    // Every answer leaves 400 ms after its question: one round trip takes at least 400 ms,
+    // two take at least 800.
+    let rtt = Duration::from_millis(400);
+    let own = |host: &str| Zone {
+        mx: vec![(10, host.to_owned())],
+        a: None,
+        ttl: 300,
+    };
+    let mut z = zones();
+    // Its own host, whose address the MX answer carries (the server adds what it knows).
+    z.insert("glued.test".into(), own("mail.glued.test"));
+    z.insert("minimal.test".into(), own("mail.minimal.test"));
+    // Another domain's host: the address the answer carries for it is not believed.
+    z.insert("elsewhere.test".into(), own("mail.thirdparty.test"));
+    // Its own host on loopback: the glue shows no usable address, so the host is asked.
+    z.insert("loop-glued.test".into(), own("mail.loop-glued.test"));
+    z.insert(
+        "mail.loop-glued.test".into(),
+        Zone {
+            mx: vec![],
+            a: Some(Ipv4Addr::LOCALHOST),
+            ttl: 300,
+        },
+    );
+    let server = DnsServer::start_slow(z, rtt);
+    let gw = Gateway::builder()
+        .dns(server.addr)
+        .mx_yaml("budget_ms: 5000")
+        .mx_yaml("query_timeout_ms: 5000")
+        .start();
+    let timed = |name: &str| {
+        let started = Instant::now();
+        let r = record(&gw, name);
+        (r, started.elapsed())
+    };
+    let (r, took) = timed("glued.test");
+    assert_eq!(r["reason"], "safe");
+    assert_eq!(r["is_corporate_email"], true);
+    assert!(took >= rtt && took < 2 * rtt, "one round trip: {took:?}");
+    let (r, took) = timed("elsewhere.test");
+    assert_eq!(r["is_corporate_email"], true);
+    assert!(took >= 2 * rtt, "the host's address asked: {took:?}");
+    let (r, took) = timed("loop-glued.test");
+    assert_eq!(r["reason"], "undeliverable");
+    assert!(took >= 2 * rtt, "the host's address asked: {took:?}");
+    // A resolver that sends minimal answers: the address is asked, as before.
+    server.set_glue(false);
+    let (r, took) = timed("minimal.test");
+    assert_eq!(r["is_corporate_email"], true);
+    assert!(took >= 2 * rtt, "the host's address asked: {took:?}");
+}
+
+#[test]
 fn lookup_shows_the_mx_evidence() {
     let server = DnsServer::start(zones());
     let dir = tempfile::tempdir().unwrap();

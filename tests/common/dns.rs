@@ -8,6 +8,9 @@
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
 //! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent; nor
 //! is the reverse query of an address whose PTR name has one.
+//! An MX answer carries the addresses of its hosts that the server knows in its additional
+//! section, as RFC 1035 (3.3.9) has servers do; [`DnsServer::set_glue`] turns that off (a
+//! resolver that sends minimal answers).
 //! Mail hosts exist, as on the internet: an MX host that no zone names gets an address
 //! ([`MAIL_HOST_ADDRESS`]) unless a label of it starts with `ghost` or `nothere`, the names a
 //! test gives hosts that do not exist.
@@ -15,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -93,6 +97,7 @@ pub struct DnsServer {
     queries: Arc<Mutex<HashMap<(String, RecordType), usize>>>,
     held: Arc<Mutex<Held>>,
     lie: Arc<Mutex<Option<Lie>>>,
+    glue: Arc<AtomicBool>,
 }
 
 /// Questions received and not answered yet (slow mode). A DNS client resends an unanswered
@@ -172,6 +177,8 @@ impl DnsServer {
         let queries = Arc::new(Mutex::new(HashMap::new()));
         let counted = queries.clone();
         let held = Arc::new(Mutex::new(Held::default()));
+        let glue = Arc::new(AtomicBool::new(true));
+        let glued = glue.clone();
         // Answers wait in arrival order, so one thread sending each at its time keeps them all.
         type Due = (Instant, Vec<u8>, SocketAddr, (String, RecordType));
         let (later, due) = mpsc::channel::<Due>();
@@ -297,6 +304,23 @@ impl DnsServer {
                         if answers.is_empty() {
                             response.add_authority(soa(&name, zone.ttl));
                         }
+                        if query.query_type() == RecordType::MX && glued.load(Ordering::Relaxed) {
+                            for (_, host) in &zone.mx {
+                                let host = host.trim_end_matches('.').to_ascii_lowercase();
+                                let Some(ip) = zones.get(&host).and_then(|z| z.a) else {
+                                    continue;
+                                };
+                                let Ok(owner) = Name::from_str(&format!("{host}.")) else {
+                                    continue;
+                                };
+                                let ttl = zones[&host].ttl;
+                                response.add_additional(Record::from_rdata(
+                                    owner,
+                                    ttl,
+                                    RData::A(A(ip)),
+                                ));
+                            }
+                        }
                         response.add_answers(answers);
                     }
                 }
@@ -320,7 +344,14 @@ impl DnsServer {
             queries,
             held,
             lie: lying,
+            glue,
         }
+    }
+
+    /// Whether MX answers carry their hosts' addresses (on at start).
+    #[allow(dead_code)]
+    pub fn set_glue(&self, on: bool) {
+        self.glue.store(on, Ordering::Relaxed);
     }
 
     /// From now on, tells `lie` for every question (`None`: honest again).

@@ -47,6 +47,65 @@ pub(super) fn negative_ttl(e: &NetError) -> Duration {
     }
 }
 
+/// Addresses of a domain's own MX hosts that the MX answer carried in its additional section
+/// (RFC 1035 3.3.9: a server adds the exchange's A records when it has them), so a request need
+/// not wait a second round trip for them. Kept only for a host under the queried name's own
+/// registrable domain: whoever answers for that domain answers for the host anyway, so the
+/// glue says nothing its owner could not say with an A record; of any other host, what a
+/// server adds is not believed. Glue only ever shows a host usable: a host whose glue shows
+/// no usable address is asked (A and AAAA) as before, so "cannot take mail" still rests on the
+/// answers to its own questions.
+#[derive(Default)]
+pub(super) struct Glue(Vec<(Box<str>, Vec<IpAddr>, Duration)>);
+
+impl Glue {
+    /// The glue of `hosts` (the MX hosts of `name`) in `additionals`.
+    fn of(name: &str, hosts: &[MxHost], additionals: &[Record]) -> Glue {
+        let zone = zone_of(name);
+        let mut out: Vec<(Box<str>, Vec<IpAddr>, Duration)> = Vec::new();
+        if zone.is_none() || additionals.is_empty() {
+            return Glue(out);
+        }
+        for record in additionals {
+            let ip = match &record.data {
+                RData::A(a) => IpAddr::V4(a.0),
+                RData::AAAA(a) => IpAddr::V6(a.0),
+                _ => continue,
+            };
+            let owner = record.name.to_ascii();
+            let owner = owner.trim_end_matches('.');
+            let Some(host) = hosts
+                .iter()
+                .take(MAX_HOSTS)
+                .find(|h| h.host.eq_ignore_ascii_case(owner))
+            else {
+                continue;
+            };
+            if zone_of(&host.host) != zone {
+                continue;
+            }
+            let ttl = Duration::from_secs(u64::from(record.ttl));
+            match out.iter_mut().find(|(h, ..)| *h == host.host) {
+                Some((_, ips, t)) if ips.len() < MAX_ADDRESSES => {
+                    ips.push(ip);
+                    *t = (*t).min(ttl);
+                }
+                Some(_) => {}
+                None => out.push((host.host.clone(), vec![ip], ttl)),
+            }
+        }
+        Glue(out)
+    }
+
+    /// The glued addresses of `host`, with their TTL.
+    pub(super) fn of_host(&self, host: &str) -> Option<(&[IpAddr], Duration)> {
+        self.0
+            .iter()
+            .find(|(h, ..)| &**h == host)
+            .map(|(_, ips, ttl)| (ips.as_slice(), *ttl))
+    }
+}
+
 impl MxResolver {
     pub(super) fn clamp(&self, ttl: Duration, max: Duration) -> Duration {
         ttl.clamp(self.min_ttl, max.max(self.min_ttl))
@@ -56,12 +115,14 @@ impl MxResolver {
     /// means for one name: MX hosts are evidence; NXDOMAIN is evidence only under a TLD this
     /// resolver shows to exist; NODATA for MX, A and AAAA alike is "no mail host"; SERVFAIL,
     /// REFUSED, a timeout or anything else is nothing known (cached for `failure_ttl`). The
-    /// flag says no server answered the MX query.
-    pub(super) async fn resolve(&self, name: &str) -> (MxEvidence, Duration, bool) {
+    /// flag says no server answered the MX query; the glue is what the answer's additional
+    /// section gave of the name's own hosts (see [`Glue`]).
+    pub(super) async fn resolve(&self, name: &str) -> (MxEvidence, Duration, bool, Glue) {
         let fqdn = format!("{name}.");
         let answer = self.dns.mx_lookup(fqdn.as_str()).await;
         let answered = matches!(&answer, Ok(_) | Err(NetError::Dns(_)));
         self.note_answer(answered);
+        let mut glue = Glue::default();
         let (evidence, ttl) = match answer {
             Ok(lookup) => {
                 let ttl = lookup
@@ -84,6 +145,7 @@ impl MxResolver {
                     })
                     .collect();
                 hosts.sort_by(|a, b| a.preference.cmp(&b.preference).then(a.host.cmp(&b.host)));
+                glue = Glue::of(name, &hosts, lookup.additionals());
                 let evidence = if hosts.len() == 1 && hosts[0].host.is_empty() {
                     MxEvidence::NullMx
                 } else if hosts.is_empty() {
@@ -120,7 +182,7 @@ impl MxResolver {
                 (MxEvidence::Unknown, self.failure_ttl)
             }
         };
-        (evidence, ttl, !answered)
+        (evidence, ttl, !answered, glue)
     }
 
     /// What an NXDOMAIN for `name` is worth: `NoDomain` only when the second resolver (if any)
@@ -175,5 +237,65 @@ impl MxResolver {
         };
         self.tlds.insert(tld.into(), (exists, Instant::now() + ttl));
         exists
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_resolver::proto::rr::rdata::{A, AAAA};
+    use hickory_resolver::proto::rr::Name;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn host(h: &str) -> MxHost {
+        MxHost {
+            preference: 10,
+            host: h.into(),
+        }
+    }
+
+    fn a(owner: &str, ip: [u8; 4], ttl: u32) -> Record {
+        let ip = Ipv4Addr::from(ip);
+        Record::from_rdata(Name::from_ascii(owner).unwrap(), ttl, RData::A(A(ip)))
+    }
+
+    #[test]
+    fn glue_is_kept_for_the_names_own_hosts_only() {
+        let hosts = [host("mail.acme.test"), host("mx.thirdparty.test")];
+        let v6 = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+        let additionals = [
+            a("MAIL.acme.test.", [192, 0, 2, 10], 300),
+            Record::from_rdata(
+                Name::from_ascii("mail.acme.test.").unwrap(),
+                60,
+                RData::AAAA(AAAA(v6)),
+            ),
+            // Another domain's host: what the answer says of it is not believed.
+            a("mx.thirdparty.test.", [127, 0, 0, 1], 300),
+            // A name that is no MX host of the answer.
+            a("www.acme.test.", [192, 0, 2, 11], 300),
+        ];
+        let glue = Glue::of("sub.acme.test", &hosts, &additionals);
+        let (ips, ttl) = glue.of_host("mail.acme.test").unwrap();
+        assert_eq!(
+            ips,
+            [IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)), IpAddr::V6(v6)]
+        );
+        assert_eq!(ttl, Duration::from_secs(60));
+        assert!(glue.of_host("mx.thirdparty.test").is_none());
+        assert!(glue.of_host("www.acme.test").is_none());
+        // At most MAX_ADDRESSES addresses a host.
+        let many: Vec<Record> = (0..10)
+            .map(|i| a("mail.acme.test.", [192, 0, 2, i], 300))
+            .collect();
+        let glue = Glue::of("acme.test", &hosts, &many);
+        assert_eq!(
+            glue.of_host("mail.acme.test").unwrap().0.len(),
+            MAX_ADDRESSES
+        );
+        // A name with no registrable domain keeps nothing.
+        assert!(Glue::of("test", &hosts, &additionals)
+            .of_host("mail.acme.test")
+            .is_none());
     }
 }

@@ -15,6 +15,22 @@ pub(super) struct HostFacts {
     /// The networks a request did not ask for (no listed neighbour then): a cached entry
     /// serves a request only while none of them has gained one.
     skipped: Arc<[String]>,
+    /// The usable host's addresses, when both its A and AAAA questions were answered: a
+    /// lookup wanting more networks asks reverse DNS of these, not the addresses again.
+    addresses: Option<Arc<[IpAddr]>>,
+}
+
+impl HostFacts {
+    /// A host that is asked nothing: usable with no key (a shared service), or not a host name.
+    fn settled(state: HostState) -> HostFacts {
+        HostFacts {
+            state,
+            nets: Arc::from([]),
+            with_networks: true,
+            skipped: Arc::from([]),
+            addresses: None,
+        }
+    }
 }
 
 /// The hosts that can take mail, with their networks (`facts` in `hosts`' order).
@@ -55,13 +71,13 @@ impl MxResolver {
         name: &str,
         nets: Nets,
     ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool, bool) {
-        let (evidence, ttl, unanswered) = self.resolve(name).await;
+        let (evidence, ttl, unanswered, glue) = self.resolve(name).await;
         let hosts = evidence.hosts();
         let facts = futures_util::future::join_all(
             hosts
                 .iter()
                 .take(MAX_HOSTS)
-                .map(|h| self.host_facts_of(&h.host, nets)),
+                .map(|h| self.host_facts_of(&h.host, nets, glue.of_host(&h.host))),
         )
         .await;
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
@@ -74,39 +90,88 @@ impl MxResolver {
     }
 
     /// [`host_facts`](Self::host_facts), except for a host of a recognised shared service (the
-    /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked.
-    pub(super) async fn host_facts_of(&self, host: &str, nets: Nets) -> HostFacts {
+    /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked; and
+    /// a host whose glue (the MX answer's additional section) shows a usable address, taken
+    /// from it with no question.
+    pub(super) async fn host_facts_of(
+        &self,
+        host: &str,
+        nets: Nets,
+        glue: Option<(&[IpAddr], Duration)>,
+    ) -> HostFacts {
         if self
             .neighbourhood
             .as_ref()
             .is_some_and(|n| n.is_shared_service(host))
         {
-            return HostFacts {
-                state: HostState::Usable,
-                nets: Arc::from([]),
-                with_networks: true,
-                skipped: Arc::from([]),
-            };
+            return HostFacts::settled(HostState::Usable);
+        }
+        if let Some((ips, ttl)) = glue {
+            if HostState::of_addresses(ips, HostState::Unknown) == HostState::Usable {
+                return self.glued_facts(host, ips, ttl, nets).await;
+            }
         }
         self.host_facts(host, nets).await
+    }
+
+    /// The facts of a host whose glue shows a usable address: its AAAA (or A) not asked, so
+    /// the networks are those of the glue and the entry never serves a lookup wanting them all
+    /// (the background pass asks the addresses themselves).
+    async fn glued_facts(
+        &self,
+        host: &str,
+        ips: &[IpAddr],
+        ttl: Duration,
+        want: Nets,
+    ) -> HostFacts {
+        if let Some((facts, expires)) = self.host_facts.get(host) {
+            if expires > Instant::now() && self.serves(&facts, want) {
+                return facts;
+            }
+        }
+        let (nets, skipped) = self.vouched_networks(host, ips.to_vec(), want).await;
+        let facts = HostFacts {
+            state: HostState::Usable,
+            nets: nets.into(),
+            with_networks: false,
+            skipped: skipped.into(),
+            addresses: None,
+        };
+        let ttl = self.clamp(ttl, self.max_ttl);
+        self.host_facts
+            .insert(host.into(), (facts.clone(), Instant::now() + ttl));
+        facts
     }
 
     /// What DNS says of `host`'s addresses (A and AAAA) and, as `want` says, the networks
     /// (IPv4 /24, IPv6 /48) of those that reverse DNS vouches for; cached per host. That a
     /// host does not exist or has no address is believed only from a trusted resolver.
     pub(super) async fn host_facts(&self, host: &str, want: Nets) -> HostFacts {
+        let mut known = None;
         if let Some((facts, expires)) = self.host_facts.get(host) {
-            if expires > Instant::now() && self.serves(&facts, want) {
-                return facts;
+            if expires > Instant::now() {
+                if self.serves(&facts, want) {
+                    return facts;
+                }
+                known = facts.addresses.clone().map(|ips| (ips, expires));
             }
         }
-        if !host.contains('.') || host.parse::<IpAddr>().is_ok() {
-            return HostFacts {
-                state: HostState::Unusable(HostProblem::NotAHostName),
-                nets: Arc::from([]),
-                with_networks: true,
-                skipped: Arc::from([]),
+        if let Some((ips, expires)) = known {
+            // Its addresses are known (and still valid): only the networks are asked.
+            let (nets, skipped) = self.vouched_networks(host, ips.to_vec(), want).await;
+            let facts = HostFacts {
+                state: HostState::Usable,
+                nets: nets.into(),
+                with_networks: want != Nets::None && skipped.is_empty(),
+                skipped: skipped.into(),
+                addresses: Some(ips),
             };
+            self.host_facts
+                .insert(host.into(), (facts.clone(), expires));
+            return facts;
+        }
+        if !host.contains('.') || host.parse::<IpAddr>().is_ok() {
+            return HostFacts::settled(HostState::Unusable(HostProblem::NotAHostName));
         }
         let fqdn = format!("{host}.");
         let (a, aaaa) = tokio::join!(
@@ -144,6 +209,7 @@ impl MxResolver {
             HostState::Unusable(HostProblem::NoAddress)
         };
         let state = HostState::of_addresses(&ips, empty);
+        let addresses = (state == HostState::Usable && !failed).then(|| Arc::from(ips.clone()));
         let (nets, skipped) = if state == HostState::Usable {
             self.vouched_networks(host, ips, want).await
         } else {
@@ -160,6 +226,7 @@ impl MxResolver {
             nets: nets.into(),
             with_networks,
             skipped: skipped.into(),
+            addresses,
         };
         self.host_facts
             .insert(host.into(), (facts.clone(), Instant::now() + ttl));

@@ -209,7 +209,7 @@ impl MxResolver {
             hosts
                 .iter()
                 .take(MAX_HOSTS)
-                .map(|h| self.host_facts_of(&h.host, Nets::All)),
+                .map(|h| self.host_facts_of(&h.host, Nets::All, None)),
         )
         .await;
         let usable = usable_hosts(hosts, facts);

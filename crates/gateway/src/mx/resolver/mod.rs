@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
-use hickory_resolver::proto::rr::{RData, RecordType};
+use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use hickory_resolver::TokioResolver;
 use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
@@ -53,7 +53,7 @@ use crate::ops::metrics::MxStats;
 
 use canaries::RECHECK_SPACING;
 use dns::{is_negative, name_servers, negative_ttl, set_options, zone_of};
-use hosts::{usable_hosts, HostFacts, Nets};
+use hosts::{usable_hosts, HostFacts, Nets, MAX_ADDRESSES};
 
 /// How a lookup was answered (shown by `lookup`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
