@@ -608,6 +608,32 @@ fn redis_logs_and_stats() {
     assert_eq!(today_stats(&gw, TEST_SECRET), stats);
 }
 
+/// On Redis a project's log keeps about `max_per_project` entries (trimmed once a batch of the
+/// writer, in the batch's pipeline), while its day counts keep every call.
+#[test]
+fn redis_log_is_trimmed_to_about_max_per_project() {
+    let redis = RedisServer::start(false);
+    let gw = Gateway::builder()
+        .redis(&redis.url(), "fail_open")
+        .gateway_yaml("calls: { batch_interval_ms: 20, max_per_project: 100 }")
+        .start();
+    for round in 0..10 {
+        let names: Vec<String> = (0..100).map(|i| format!("t{round}-{i}.example")).collect();
+        let r = common::post_batch(&gw, TEST_SECRET, &names);
+        assert_eq!(r.status, 200, "{}", text(&r));
+    }
+    wait_until(WAIT, || today_stats(&gw, TEST_SECRET).0 == 1000);
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "XLEN", "calls:{test}:log"])
+        .output()
+        .unwrap();
+    let len: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // `MAXLEN ~` trims whole nodes of the stream (100 entries by default): never below the
+    // bound, at most a node above it.
+    assert!((100..=200).contains(&len), "{len} entries");
+    assert_eq!(log_count(&gw, TEST_SECRET), len as usize);
+}
+
 /// A project past its share of the writer's queue loses its own calls only: a big batch of one
 /// project leaves another project's calls their place.
 #[test]

@@ -600,7 +600,7 @@ def batch_runs(args):
     single = runs[("lookup", "gateway")]
     floor = runs[("lookup", "floor")]
     lines = ["## Batch lookups", "",
-             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}: "
              f"wrk -t1 -c{args.connections} -d{args.duration}s after a 1 s warm-up, a fresh gateway process for each "
              f"measurement, {args.rounds} rounds in a rotated order, medians; "
              f"the gateway on its shipped defaults (call logs, metrics, live top-domains on), {args.entries} listed "
@@ -666,7 +666,7 @@ def embed_runs(args):
     finally:
         s.stop()
     lines = ["## Embedded", "",
-             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}: "
              f"wrk -t1 -c{args.connections} -d{args.duration}s after a 1 s warm-up, a fresh process for each "
              f"gateway measurement, {args.rounds} rounds in a rotated order, medians; the standalone gateway and "
              f"`examples/embed.rs` (a host proxy with the routes mounted under `/v1/`, the system allocator) on one "
@@ -686,17 +686,31 @@ def embed_runs(args):
     replace_section(args.results, "Embedded", "\n".join(lines))
 
 
+def stamp():
+    """When and from which commit a section's figures come (`-dirty`: with uncommitted changes)."""
+    def git(*cmd):
+        return subprocess.run(["git", "-C", str(ROOT), *cmd], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, commit {commit}{dirty}"
+
+
+RESULTS_TITLE = "# Benchmark results"
+RESULTS_INTRO = ("Newest first: each section is the newest run of its scenario, with the command, date and "
+                 "commit that made it.")
+
+
 def replace_section(results, title, section):
-    """Prints `section` and puts it in place of the `## title` section of the results file: first
-    after the sections a full run writes (the newest figures first)."""
+    """Prints `section` and puts it in place of the `## title` section of the results file, on
+    top (the newest figures first)."""
     print(section)
     path = Path(results)
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    text = re.sub(rf"\n## {re.escape(title)}\n.*?(?=\n## |\Z)", "", text, flags=re.S)
-    generated = ("Upstream connections", "Reload storm", "Memory")
-    at = next((m.start() for m in re.finditer(r"\n## ([^\n]*)\n", text)
-               if not m.group(1).startswith(generated)), len(text))
-    path.write_text(text[:at].rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n" + text[at:])
+    text = path.read_text() if path.exists() else ""
+    text = re.sub(rf"\n## {re.escape(title)}\n.*?(?=\n## |\Z)", "", "\n" + text, flags=re.S)
+    first = re.search(r"\n## ", text)
+    rest = text[first.start():].strip("\n") if first else ""
+    path.write_text("\n\n".join(x for x in (RESULTS_TITLE, RESULTS_INTRO, section.strip("\n"), rest) if x)
+                    + "\n")
 
 
 # The `mix` scenario: traffic as users send it. Shares of the stream, and the requests in each
@@ -838,7 +852,7 @@ def mix_runs(args):
     ratio = med(g, "rps") / med(f, "rps")
     paired = statistics.median(a["rps"] / b["rps"] for a, b in zip(g, f))
     lines = ["## Realistic mix (`--only mix`)", "",
-             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}: "
              f"wrk -t1 -c{args.connections} -d{args.duration}s, {args.rounds} rounds, medians; pinning: {pin_note()}. "
              f"A seeded stream (seed {args.seed}) of lookups: 55% free providers, 30% company domains "
              f"({args.mix_repeat:.0%} of them seen before), 10% listed throwaways, 5% invalid names; MX on, "
@@ -913,7 +927,7 @@ def feature_costs(args):
         s.stop()
     base = runs["baseline"]
     lines = ["## Feature costs", "",
-             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: "
+             f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}: "
              f"the lookup scenario (wrk -t1 -c{args.connections} -d{args.duration}s) on gateways that differ only by "
              f"the feature, {args.rounds} rotating rounds (a fresh gateway process for each measurement, after a 1 s warm-up), "
              f"medians; ratio = req/s against the baseline of the same run. "
@@ -1235,9 +1249,13 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
 
     haproxy_version = version(["haproxy", "-v"]) if shutil.which("haproxy") else "HAProxy not installed"
     lines = [
-        "# Benchmark results",
+        RESULTS_TITLE,
         "",
-        f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC.",
+        RESULTS_INTRO,
+        "",
+        "## The gateway, nginx, the floor and HAProxy (full run)",
+        "",
+        f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}.",
         "",
         f"- machine: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
         f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {haproxy_version}; "
@@ -1303,7 +1321,8 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
               "", "![throughput and p99 per scenario](results.svg)", ""]
     # Keep the sections other runs wrote (the feature costs, the hand-written ones after Memory).
     old = Path(args.results).read_text() if Path(args.results).exists() else ""
-    kept = re.findall(r"\n## (?!Reload storm\n|Memory\n|Upstream connections)[^\n]*\n.*?(?=\n## |\Z)", old, flags=re.S)
+    kept = re.findall(r"\n## (?!Reload storm\n|Memory\n|Upstream connections|The gateway, nginx, the floor)"
+                      r"[^\n]*\n.*?(?=\n## |\Z)", old, flags=re.S)
     for section in kept:
         lines.append(section.strip("\n") + "\n")
     Path(args.results).write_text("\n".join(lines))

@@ -1,7 +1,7 @@
 //! The shared call store on Redis (with `quota.store: redis`): several gateways, one log.
 //!
-//! Per project, a stream `calls:{<project>}:log` (one entry per logged call, `XADD ... MAXLEN ~`
-//! trims it to about `max_per_project`; the stream ids are the paging positions, and new entries
+//! Per project, a stream `calls:{<project>}:log` (one entry per logged call; `XTRIM ... MAXLEN ~`
+//! after each batch trims it to about `max_per_project`; the stream ids are the paging positions, and new entries
 //! always get larger ones) and a hash per UTC day `calls:{<project>}:day:<YYYY-MM-DD>` with
 //! `total` and `blocked` (expiring after the chart's days). Every command names one key, and all
 //! keys of a project share the `{<project>}` hash tag, so the layout is cluster-safe.
@@ -100,18 +100,16 @@ impl CallStore for RedisCallStore {
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
         // One pipeline per project: all its keys share the `{project}` tag, so on a cluster a
         // pipeline goes to one master (redis-rs refuses a pipeline spanning slots).
-        let mut pipes: BTreeMap<&str, (redis::Pipeline, Duration)> = BTreeMap::new();
+        let mut pipes: BTreeMap<&str, (redis::Pipeline, Duration, String)> = BTreeMap::new();
         for call in &calls {
-            let (pipe, retention) = pipes
+            let (pipe, retention, key) = pipes
                 .entry(&call.project)
-                .or_insert_with(|| (redis::pipe(), Duration::ZERO));
+                .or_insert_with(|| (redis::pipe(), Duration::ZERO, log_key(&call.project)));
             *retention = (*retention).max(call.retention);
             let Some(v) = call.verdict else { continue };
+            // Trimmed once a batch (below, in the same pipeline), not on every entry.
             pipe.cmd("XADD")
-                .arg(log_key(&call.project))
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(self.max_per_project)
+                .arg(&*key)
                 .arg("*")
                 .arg("d")
                 .arg(&*call.email_domain)
@@ -126,7 +124,7 @@ impl CallStore for RedisCallStore {
         let keep = (u64::from(STATS_KEPT_DAYS) + 1) * 86_400;
         let daily = daily_counts(&calls);
         for (project, day, total, blocked) in &daily {
-            let Some((pipe, _)) = pipes.get_mut(&**project) else {
+            let Some((pipe, ..)) = pipes.get_mut(&**project) else {
                 continue;
             };
             let key = day_key(project, *day);
@@ -146,10 +144,16 @@ impl CallStore for RedisCallStore {
         }
         let mut link = self.link().await?;
         let mut first_error = None;
-        for (project, (mut pipe, retention)) in pipes {
+        for (_, (mut pipe, retention, key)) in pipes {
+            pipe.cmd("XTRIM")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.max_per_project)
+                .ignore();
             // A project that stops calling loses its whole log once its retention has passed.
             pipe.cmd("PEXPIRE")
-                .arg(log_key(project))
+                .arg(&key)
                 .arg(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX / 2))
                 .ignore();
             if let Err(e) = pipe.query_async::<()>(&mut link).await {

@@ -157,18 +157,7 @@ impl MxResolver {
             }
         }
         if let Some((ips, expires)) = known {
-            // Its addresses are known (and still valid): only the networks are asked.
-            let (nets, skipped) = self.vouched_networks(host, ips.to_vec(), want).await;
-            let facts = HostFacts {
-                state: HostState::Usable,
-                nets: nets.into(),
-                with_networks: want != Nets::None && skipped.is_empty(),
-                skipped: skipped.into(),
-                addresses: Some(ips),
-            };
-            self.host_facts
-                .insert(host.into(), (facts.clone(), expires));
-            return facts;
+            return self.networks_of_known(host, ips, expires, want).await;
         }
         if !host.contains('.') || host.parse::<IpAddr>().is_ok() {
             return HostFacts::settled(HostState::Unusable(HostProblem::NotAHostName));
@@ -230,6 +219,28 @@ impl MxResolver {
         };
         self.host_facts
             .insert(host.into(), (facts.clone(), Instant::now() + ttl));
+        facts
+    }
+
+    /// The facts of a usable host whose addresses are known (and still valid until `expires`):
+    /// only the networks `want` asks for are asked.
+    async fn networks_of_known(
+        &self,
+        host: &str,
+        ips: Arc<[IpAddr]>,
+        expires: Instant,
+        want: Nets,
+    ) -> HostFacts {
+        let (nets, skipped) = self.vouched_networks(host, ips.to_vec(), want).await;
+        let facts = HostFacts {
+            state: HostState::Usable,
+            nets: nets.into(),
+            with_networks: want != Nets::None && skipped.is_empty(),
+            skipped: skipped.into(),
+            addresses: Some(ips),
+        };
+        self.host_facts
+            .insert(host.into(), (facts.clone(), expires));
         facts
     }
 
