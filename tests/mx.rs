@@ -339,6 +339,28 @@ fn an_own_hosts_address_in_the_mx_answer_saves_a_round_trip_and_never_condemns()
 }
 
 #[test]
+fn an_answer_too_big_for_udp_is_asked_again_over_tcp() {
+    let mut z = zones();
+    z.insert(
+        "big.test".into(),
+        Zone {
+            mx: vec![(1, "aspmx.l.google.com".into())],
+            a: None,
+            ttl: 300,
+        },
+    );
+    let server = DnsServer::start(z);
+    let gw = Gateway::builder()
+        .dns(server.addr)
+        .data("mx_providers.csv", &providers())
+        .start();
+    let r = record(&gw, "big.test");
+    assert_eq!(r["mx_provider_label"], "Google Workspace", "{r}");
+    assert_eq!(r["is_corporate_email"], true);
+    assert_eq!(server.count("big.test", RecordType::MX), 1);
+}
+
+#[test]
 fn lookup_shows_the_mx_evidence() {
     let server = DnsServer::start(zones());
     let dir = tempfile::tempdir().unwrap();

@@ -8,6 +8,8 @@
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
 //! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent; nor
 //! is the reverse query of an address whose PTR name has one.
+//! An answer for a name with a label `big` comes truncated over UDP and whole over TCP on the
+//! same port, as a resolver sends an answer too big for a datagram.
 //! An MX answer carries the addresses of its hosts that the server knows in its additional
 //! section, as RFC 1035 (3.3.9) has servers do; [`DnsServer::set_glue`] turns that off (a
 //! resolver that sends minimal answers).
@@ -23,7 +25,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Message, OpCode, ResponseCode};
+use hickory_proto::op::{Message, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, MX, PTR, SOA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
@@ -172,6 +174,7 @@ impl DnsServer {
         }
         address_mail_hosts(&mut zones);
         let addr = socket.local_addr().unwrap();
+        serve_tcp(addr, zones.clone());
         let lying = Arc::new(Mutex::new(lie));
         let lies = lying.clone();
         let queries = Arc::new(Mutex::new(HashMap::new()));
@@ -198,17 +201,9 @@ impl DnsServer {
                 let Ok((n, peer)) = socket.recv_from(&mut buf) else {
                     return;
                 };
-                let Ok(request) = Message::from_vec(&buf[..n]) else {
+                let Some((request, query, name)) = question_of(&buf[..n]) else {
                     continue;
                 };
-                let Some(query) = request.queries.first().cloned() else {
-                    continue;
-                };
-                let name = query
-                    .name()
-                    .to_ascii()
-                    .trim_end_matches('.')
-                    .to_ascii_lowercase();
                 *counted
                     .lock()
                     .unwrap()
@@ -324,6 +319,13 @@ impl DnsServer {
                         response.add_answers(answers);
                     }
                 }
+                // A name with a label `big` is too big for UDP: the answer comes truncated and
+                // empty, and whole over TCP (`serve_tcp`).
+                if name.split('.').any(|l| l.starts_with("big")) {
+                    response.metadata.truncation = true;
+                    response.answers.clear();
+                    response.additionals.clear();
+                }
                 let answer = response.to_vec().unwrap();
                 // The canaries (the gateway's check of its resolver) and the TLDs are
                 // answered at once: a slow server is slow for names, not taken for a dead one.
@@ -385,6 +387,70 @@ impl DnsServer {
             .get(&(name.to_owned(), rtype))
             .unwrap_or(&0)
     }
+}
+
+/// A request, its first question and the question's name (lower case, no trailing dot).
+fn question_of(bytes: &[u8]) -> Option<(Message, Query, String)> {
+    let request = Message::from_vec(bytes).ok()?;
+    let query = request.queries.first().cloned()?;
+    let name = query
+        .name()
+        .to_ascii()
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    Some((request, query, name))
+}
+
+/// DNS over TCP on the server's port: the MX records of the zones, for the truncated answers'
+/// second try (one question per connection, as a client asks after a truncated answer).
+fn serve_tcp(addr: SocketAddr, zones: HashMap<String, Zone>) {
+    use std::io::{Read, Write};
+    let Ok(listener) = std::net::TcpListener::bind(addr) else {
+        return;
+    };
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut len = [0u8; 2];
+            if stream.read_exact(&mut len).is_err() {
+                continue;
+            }
+            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if stream.read_exact(&mut buf).is_err() {
+                continue;
+            }
+            let Some((request, query, name)) = question_of(&buf) else {
+                continue;
+            };
+            let mut response = Message::response(request.metadata.id, OpCode::Query);
+            response.metadata.recursion_available = true;
+            response.add_query(query.clone());
+            match zones.get(&name) {
+                Some(zone) if query.query_type() == RecordType::MX => {
+                    for (pref, host) in &zone.mx {
+                        let exchange = Name::from_str(&format!("{}.", host.trim_end_matches('.')))
+                            .unwrap_or_else(|_| Name::root());
+                        response.add_answer(Record::from_rdata(
+                            query.name().clone(),
+                            zone.ttl,
+                            RData::MX(MX::new(*pref, exchange)),
+                        ));
+                    }
+                }
+                Some(zone) => {
+                    response.add_authority(soa(&name, zone.ttl));
+                }
+                None => {
+                    response.metadata.response_code = ResponseCode::NXDomain;
+                    response.add_authority(soa(&name, 5));
+                }
+            }
+            let answer = response.to_vec().unwrap();
+            let mut out = (answer.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(&answer);
+            let _ = stream.write_all(&out);
+        }
+    });
 }
 
 fn soa(zone: &str, minimum: u32) -> Record {

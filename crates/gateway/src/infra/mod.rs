@@ -1,8 +1,9 @@
-//! Connections and files shared by the parts: the Redis link, outgoing HTTP's TLS and atomic file
-//! replacement; the process's allocator.
+//! Connections and files shared by the parts: the Redis link, the DNS client, outgoing HTTP's TLS
+//! and atomic file replacement; the process's allocator.
 
 pub mod alloc;
 pub mod breaker;
+pub mod dns;
 pub mod fsutil;
 pub mod http;
 pub mod priority;

@@ -64,9 +64,11 @@ return n
 "#;
 
 /// Everything at one version: KEYS rows, last-use hash, version, epoch; ARGV an epoch to set
-/// if none is. Replies {epoch, version, rows as field/value pairs, last uses as pairs}.
+/// if none is. Replies {epoch, version, rows as field/value pairs, last uses as pairs}. It
+/// writes only when the epoch is missing: a Redis over `maxmemory` refuses a script's first
+/// write, and a poll must still read (a revocation reaches every gateway while Redis is full).
 pub const READ: &str = r#"
-redis.call('SET', KEYS[4], ARGV[1], 'NX')
+if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('SET', KEYS[4], ARGV[1]) end
 return {redis.call('GET', KEYS[4]), redis.call('GET', KEYS[3]) or '0',
         redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 "#;

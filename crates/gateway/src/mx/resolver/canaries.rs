@@ -51,7 +51,7 @@ impl MxResolver {
         let wait = self.query_timeout.min(CANARY_TIMEOUT);
         let answers = futures_util::future::join_all(self.canaries.iter().map(|c| async move {
             let fqdn = format!("{}.", c.trim_end_matches('.'));
-            match tokio::time::timeout(wait, self.dns.mx_lookup(fqdn.as_str())).await {
+            match tokio::time::timeout(wait, self.dns.query(fqdn.as_str(), RecordType::MX)).await {
                 Ok(Ok(l))
                     if l.answers()
                         .iter()
@@ -60,8 +60,8 @@ impl MxResolver {
                     CanaryAnswer::Mail
                 }
                 Ok(Ok(_)) => CanaryAnswer::Negative,
-                Ok(Err(e)) if is_negative(&e) => CanaryAnswer::Negative,
-                Ok(Err(NetError::Dns(_))) => CanaryAnswer::Failed,
+                Ok(Err(e)) if e.is_negative() => CanaryAnswer::Negative,
+                Ok(Err(e)) if e.answered() => CanaryAnswer::Failed,
                 Ok(Err(_)) | Err(_) => CanaryAnswer::Silent,
             }
         }))

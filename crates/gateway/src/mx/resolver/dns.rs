@@ -3,27 +3,30 @@
 
 use super::*;
 
-/// The resolver configuration of `servers` (`ip:port` each).
-pub(super) fn name_servers(servers: &[String]) -> Result<ResolverConfig, MxSetupError> {
-    let mut out = Vec::new();
-    for s in servers {
-        let addr: SocketAddr = s.parse().map_err(|_| MxSetupError::BadServer(s.clone()))?;
-        let mut ns = NameServerConfig::udp_and_tcp(addr.ip());
-        for c in &mut ns.connections {
-            c.port = addr.port();
-        }
-        out.push(ns);
-    }
-    Ok(ResolverConfig::from_name_servers(out))
+/// The addresses of `servers` (`ip:port` each).
+pub(super) fn name_servers(servers: &[String]) -> Result<Vec<SocketAddr>, MxSetupError> {
+    servers
+        .iter()
+        .map(|s| s.parse().map_err(|_| MxSetupError::BadServer(s.clone())))
+        .collect()
 }
 
-/// The options of every resolver the gateway builds.
-pub(super) fn set_options(opts: &mut ResolverOpts, config: &MxConfig) {
-    opts.timeout = config.query_timeout;
-    opts.attempts = 1;
-    opts.ndots = 0;
-    // Our cache is the one that counts: it holds the classified evidence, not raw records.
-    opts.cache_size = 0;
+/// The system's resolvers (`/etc/resolv.conf`), read with hickory's parser.
+pub(super) fn system_servers() -> Result<Vec<SocketAddr>, String> {
+    let (config, _) =
+        hickory_resolver::system_conf::read_system_conf().map_err(|e| e.to_string())?;
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for ns in config.name_servers() {
+        let port = ns.connections.first().map_or(53, |c| c.port);
+        let addr = SocketAddr::new(ns.ip, port);
+        if !out.contains(&addr) {
+            out.push(addr);
+        }
+    }
+    if out.is_empty() {
+        return Err("no nameserver".into());
+    }
+    Ok(out)
 }
 
 /// The registrable domain a name's lookups are slow under (a silent zone's names share it).
@@ -31,20 +34,6 @@ pub(super) fn zone_of(name: &str) -> Option<Box<str>> {
     DomainName::parse(name)
         .ok()
         .and_then(|n| n.registrable().map(Box::from))
-}
-
-pub(super) fn is_negative(e: &NetError) -> bool {
-    e.is_nx_domain() || e.is_no_records_found()
-}
-
-/// The negative-caching TTL the server gave (SOA minimum), or zero (then clamped to the minimum).
-pub(super) fn negative_ttl(e: &NetError) -> Duration {
-    match e {
-        NetError::Dns(DnsError::NoRecordsFound(nr)) => {
-            Duration::from_secs(u64::from(nr.negative_ttl.unwrap_or(0)))
-        }
-        _ => Duration::ZERO,
-    }
 }
 
 /// Addresses of a domain's own MX hosts that the MX answer carried in its additional section
@@ -119,8 +108,8 @@ impl MxResolver {
     /// section gave of the name's own hosts (see [`Glue`]).
     pub(super) async fn resolve(&self, name: &str) -> (MxEvidence, Duration, bool, Glue) {
         let fqdn = format!("{name}.");
-        let answer = self.dns.mx_lookup(fqdn.as_str()).await;
-        let answered = matches!(&answer, Ok(_) | Err(NetError::Dns(_)));
+        let answer = self.dns.query(fqdn.as_str(), RecordType::MX).await;
+        let answered = answer.as_ref().map_or_else(QueryError::answered, |_| true);
         self.note_answer(answered);
         let mut glue = Glue::default();
         let (evidence, ttl) = match answer {
@@ -156,11 +145,11 @@ impl MxResolver {
                 (evidence, self.clamp(ttl, self.max_ttl))
             }
             Err(e) if e.is_nx_domain() => self.no_domain(name, &fqdn, &e).await,
-            Err(e) if e.is_no_records_found() => {
-                let neg = negative_ttl(&e);
+            Err(e) if e.is_negative() => {
+                let neg = e.negative_ttl();
                 let (a, aaaa) = tokio::join!(
-                    self.dns.lookup(fqdn.as_str(), RecordType::A),
-                    self.dns.lookup(fqdn.as_str(), RecordType::AAAA)
+                    self.dns.query(fqdn.as_str(), RecordType::A),
+                    self.dns.query(fqdn.as_str(), RecordType::AAAA)
                 );
                 match (a, aaaa) {
                     (Ok(l), _) | (_, Ok(l)) => {
@@ -170,7 +159,7 @@ impl MxResolver {
                             self.clamp(ttl.min(neg), self.max_ttl),
                         )
                     }
-                    (Err(a), Err(b)) if is_negative(&a) && is_negative(&b) => (
+                    (Err(a), Err(b)) if a.is_negative() && b.is_negative() => (
                         MxEvidence::NoMailHost,
                         self.clamp(neg, self.negative_max_ttl),
                     ),
@@ -191,7 +180,7 @@ impl MxResolver {
         &self,
         name: &str,
         fqdn: &str,
-        e: &NetError,
+        e: &QueryError,
     ) -> (MxEvidence, Duration) {
         if !self.confirmed_absent(fqdn, RecordType::MX).await {
             log::debug!("MX lookup of {name}: NXDOMAIN not confirmed by the second resolver");
@@ -199,7 +188,7 @@ impl MxResolver {
         } else if self.tld_exists(name).await {
             (
                 MxEvidence::NoDomain,
-                self.clamp(negative_ttl(e), self.negative_max_ttl),
+                self.clamp(e.negative_ttl(), self.negative_max_ttl),
             )
         } else {
             log::debug!("MX lookup of {name}: NXDOMAIN under a TLD the resolver does not show");
@@ -213,7 +202,7 @@ impl MxResolver {
         let Some(confirm) = &self.confirm else {
             return true;
         };
-        matches!(confirm.lookup(fqdn, rtype).await, Err(e) if e.is_nx_domain())
+        matches!(confirm.query(fqdn, rtype).await, Err(e) if e.is_nx_domain())
     }
 
     /// Whether the TLD of `name` exists as this resolver shows it: its SOA record comes back.
@@ -227,7 +216,7 @@ impl MxResolver {
         }
         let fqdn = format!("{tld}.");
         let exists = matches!(
-            self.dns.lookup(fqdn.as_str(), RecordType::SOA).await,
+            self.dns.query(fqdn.as_str(), RecordType::SOA).await,
             Ok(l) if l.answers().iter().any(|r| matches!(r.data, RData::SOA(_)))
         );
         let ttl = if exists {

@@ -164,8 +164,8 @@ impl MxResolver {
         }
         let fqdn = format!("{host}.");
         let (a, aaaa) = tokio::join!(
-            self.dns.lookup(fqdn.as_str(), RecordType::A),
-            self.dns.lookup(fqdn.as_str(), RecordType::AAAA)
+            self.dns.query(fqdn.as_str(), RecordType::A),
+            self.dns.query(fqdn.as_str(), RecordType::AAAA)
         );
         let mut ttl = self.max_ttl;
         let (mut failed, mut nx) = (false, false);
@@ -180,9 +180,9 @@ impl MxResolver {
                         _ => None,
                     }));
                 }
-                Err(e) if is_negative(&e) => {
+                Err(e) if e.is_negative() => {
                     nx |= e.is_nx_domain();
-                    ttl = ttl.min(negative_ttl(&e));
+                    ttl = ttl.min(e.negative_ttl());
                 }
                 Err(_) => failed = true,
             }
@@ -306,7 +306,7 @@ impl MxResolver {
     /// name under `host`'s registrable domain whose own addresses include `ip`. The PTR record
     /// belongs to whoever owns the address, not to whoever points an A record at it.
     pub(super) async fn vouches(&self, ip: IpAddr, host: &str) -> bool {
-        let Ok(ptr) = self.dns.reverse_lookup(ip).await else {
+        let Ok(ptr) = self.dns.reverse(ip).await else {
             return false;
         };
         let names: Vec<String> = ptr
@@ -331,7 +331,7 @@ impl MxResolver {
             } else {
                 RecordType::AAAA
             };
-            let Ok(forward) = self.dns.lookup(format!("{name}.").as_str(), kind).await else {
+            let Ok(forward) = self.dns.query(format!("{name}.").as_str(), kind).await else {
                 continue;
             };
             let confirmed = forward.answers().iter().any(|r| match &r.data {

@@ -31,11 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
-use hickory_resolver::TokioResolver;
 use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -44,6 +40,7 @@ use crate::domain::mail::{HostProblem, HostState, MxEvidence, MxHost};
 use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
 use crate::domain::DomainName;
 use crate::infra::breaker::Breaker;
+use crate::infra::dns::{DnsClient, QueryError};
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::shares::{ShareSlot, Shares};
@@ -52,7 +49,7 @@ use crate::mx::trust::{self, CanaryAnswer, Trust, TrustState};
 use crate::ops::metrics::MxStats;
 
 use canaries::RECHECK_SPACING;
-use dns::{is_negative, name_servers, negative_ttl, set_options, zone_of};
+use dns::{name_servers, system_servers, zone_of};
 use hosts::{usable_hosts, HostFacts, Nets, MAX_ADDRESSES};
 
 /// How a lookup was answered (shown by `lookup`).
@@ -120,7 +117,7 @@ struct HotCounter(AtomicU64);
 
 /// Resolver plus cache. Cheap to share (`Arc`).
 pub struct MxResolver {
-    dns: TokioResolver,
+    dns: DnsClient,
     /// S3-FIFO eviction (`quick_cache`): storing a name into a full cache costs O(1) amortised,
     /// whatever its size, and a flood of one-off names cannot push out the names asked often.
     /// Expiry is checked on read; an expired entry waits for its refresh or its eviction.
@@ -150,7 +147,7 @@ pub struct MxResolver {
     /// Whether a TLD exists, as this resolver shows it, until when.
     tlds: Cache<Box<str>, (bool, Instant)>,
     /// The second resolver that must confirm an NXDOMAIN (`mx.confirm_servers`), if any.
-    confirm: Option<TokioResolver>,
+    confirm: Option<DnsClient>,
     /// What DNS says of MX hosts' addresses, and their networks (shared by many domains: a
     /// small cache answers most).
     host_facts: Cache<Box<str>, (HostFacts, Instant)>,
@@ -177,37 +174,27 @@ pub enum MxSetupError {
 
 impl MxResolver {
     pub fn new(config: &MxConfig) -> Result<Self, MxSetupError> {
-        let provider = TokioRuntimeProvider::default();
-        let mut no_system_servers = false;
-        let mut builder = if config.servers.is_empty() {
-            match TokioResolver::builder(provider.clone()) {
-                Ok(b) => b,
+        let servers = if config.servers.is_empty() {
+            match system_servers() {
+                Ok(servers) => servers,
                 // An offline or minimal machine: start with evidence off, not refuse to start.
                 Err(e) => {
                     log::warn!("MX lookups: no system DNS configuration ({e}); MX evidence is off");
-                    no_system_servers = true;
-                    TokioResolver::builder_with_config(
-                        ResolverConfig::from_name_servers(Vec::new()),
-                        provider.clone(),
-                    )
+                    Vec::new()
                 }
             }
         } else {
-            TokioResolver::builder_with_config(name_servers(&config.servers)?, provider.clone())
+            name_servers(&config.servers)?
         };
-        set_options(builder.options_mut(), config);
-        let dns = builder
-            .build()
-            .map_err(|e| MxSetupError::System(e.to_string()))?;
+        let no_system_servers = servers.is_empty();
+        let dns = DnsClient::new(servers, config.query_timeout);
         let confirm = if config.confirm_servers.is_empty() {
             None
         } else {
-            let mut b = TokioResolver::builder_with_config(
+            Some(DnsClient::new(
                 name_servers(&config.confirm_servers)?,
-                provider,
-            );
-            set_options(b.options_mut(), config);
-            Some(b.build().map_err(|e| MxSetupError::System(e.to_string()))?)
+                config.query_timeout,
+            ))
         };
         let max_inflight = config.max_inflight.max(1);
         let trust = if no_system_servers {

@@ -1,0 +1,541 @@
+//! A lean DNS client for the few questions the gateway asks its resolvers (MX, A, AAAA, PTR,
+//! SOA): one message a question over a few long-lived UDP sockets per server, answers matched
+//! by id, question and source, TCP when an answer comes truncated.
+//!
+//! A general resolver opens a socket for every question, follows referrals and keeps a cache of
+//! records; the gateway keeps its own cache of what the records mean and asks recursive
+//! resolvers only, so each question here costs one send and one receive. Every socket is bound
+//! to a port the system picks at random and connected to its server (the kernel drops
+//! datagrams from any other source); a socket is replaced by a fresh one after
+//! [`QUERIES_PER_SOCKET`] questions, and every question carries a random id, so an answer
+//! forged from off the path must guess both.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hickory_resolver::proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_resolver::proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::sync::oneshot;
+
+/// Sockets kept open per server.
+const SOCKETS_PER_SERVER: usize = 4;
+/// Questions a socket carries before a fresh one (a new random port) takes its place.
+pub const QUERIES_PER_SOCKET: usize = 1024;
+/// The largest UDP answer asked for (EDNS): the size DNS flag day 2020 settled on.
+const UDP_PAYLOAD: u16 = 1232;
+/// How often an idle receiver looks whether its socket was retired with nothing pending.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Why a question got no records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The name does not exist (NXDOMAIN); the SOA's negative TTL, seconds.
+    #[error("no such name")]
+    NxDomain { negative_ttl: u32 },
+    /// The name exists with no record of the type asked (NODATA); the negative TTL.
+    #[error("no record of that type")]
+    NoData { negative_ttl: u32 },
+    /// A server answered, with nothing usable: another response code (SERVFAIL, REFUSED...),
+    /// a message that does not parse or does not answer the question, a CNAME chain it did
+    /// not finish.
+    #[error("the server's answer was no answer: {0}")]
+    Failed(String),
+    /// No server answered in time (or the question could not be sent).
+    #[error("no answer: {0}")]
+    NoAnswer(String),
+}
+
+impl QueryError {
+    pub fn is_nx_domain(&self) -> bool {
+        matches!(self, QueryError::NxDomain { .. })
+    }
+
+    /// NXDOMAIN or NODATA: the server says there is nothing.
+    pub fn is_negative(&self) -> bool {
+        matches!(
+            self,
+            QueryError::NxDomain { .. } | QueryError::NoData { .. }
+        )
+    }
+
+    /// The negative answer's TTL (zero for anything else).
+    pub fn negative_ttl(&self) -> Duration {
+        match self {
+            QueryError::NxDomain { negative_ttl } | QueryError::NoData { negative_ttl } => {
+                Duration::from_secs(u64::from(*negative_ttl))
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// A server answered (whatever it said).
+    pub fn answered(&self) -> bool {
+        !matches!(self, QueryError::NoAnswer(_))
+    }
+}
+
+/// The records that answer a question (those of the type asked, for the name or the end of
+/// its CNAME chain), the answer's additional section, and how long they hold.
+#[derive(Debug)]
+pub struct Answer {
+    records: Vec<Record>,
+    additionals: Vec<Record>,
+    valid_until: Instant,
+}
+
+impl Answer {
+    pub fn answers(&self) -> &[Record] {
+        &self.records
+    }
+
+    pub fn additionals(&self) -> &[Record] {
+        &self.additionals
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+}
+
+/// One UDP socket to one server, with the questions waiting on it.
+struct Channel {
+    socket: UdpSocket,
+    pending: Mutex<HashMap<u16, oneshot::Sender<Vec<u8>>>>,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+struct Server {
+    addr: SocketAddr,
+    /// (socket, questions it carried).
+    channels: Mutex<Vec<(Arc<Channel>, usize)>>,
+    next: AtomicUsize,
+}
+
+/// The client: its servers (asked in turn, the next one when a server fails to answer) and
+/// the time one server has to answer.
+pub struct DnsClient {
+    servers: Vec<Server>,
+    timeout: Duration,
+    next: AtomicUsize,
+}
+
+impl DnsClient {
+    pub fn new(servers: Vec<SocketAddr>, timeout: Duration) -> DnsClient {
+        DnsClient {
+            servers: servers
+                .into_iter()
+                .map(|addr| Server {
+                    addr,
+                    channels: Mutex::new(Vec::new()),
+                    next: AtomicUsize::new(0),
+                })
+                .collect(),
+            timeout,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn has_servers(&self) -> bool {
+        !self.servers.is_empty()
+    }
+
+    /// The records of `rtype` for `name` (a fully qualified name, trailing dot or not). A
+    /// server that does not answer, or answers SERVFAIL or the like, leaves the question to
+    /// the next; NXDOMAIN and NODATA are answers.
+    pub async fn query(&self, name: &str, rtype: RecordType) -> Result<Answer, QueryError> {
+        let qname = Name::from_ascii(name).map_err(|e| QueryError::NoAnswer(e.to_string()))?;
+        let n = self.servers.len();
+        if n == 0 {
+            return Err(QueryError::NoAnswer("no DNS server".into()));
+        }
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut last = QueryError::NoAnswer("not asked".into());
+        for k in 0..n {
+            let server = &self.servers[(first + k) % n];
+            match self.ask(server, &qname, rtype).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) if e.is_negative() => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// The PTR names of `ip`.
+    pub async fn reverse(&self, ip: IpAddr) -> Result<Answer, QueryError> {
+        self.query(&Name::from(ip).to_ascii(), RecordType::PTR)
+            .await
+    }
+
+    async fn ask(
+        &self,
+        server: &Server,
+        qname: &Name,
+        rtype: RecordType,
+    ) -> Result<Answer, QueryError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let channel = server
+            .channel()
+            .await
+            .map_err(|e| QueryError::NoAnswer(format!("{}: {e}", server.addr)))?;
+        let (id, rx) = channel.register();
+        let _pending = Pending(&channel, id);
+        let question = question(id, qname, rtype)?;
+        channel
+            .socket
+            .send(&question)
+            .await
+            .map_err(|e| QueryError::NoAnswer(format!("{}: {e}", server.addr)))?;
+        // A datagram lost on the way is sent again once, half-way through the time allowed.
+        let mut rx = rx;
+        let halfway = tokio::time::Instant::now() + self.timeout / 2;
+        let first = tokio::time::timeout_at(halfway, &mut rx).await;
+        let answered = match first {
+            Ok(answer) => Ok(answer),
+            Err(_) => {
+                let _ = channel.socket.send(&question).await;
+                tokio::time::timeout_at(deadline, rx).await
+            }
+        };
+        let Ok(Ok(bytes)) = answered else {
+            return Err(QueryError::NoAnswer(format!("{}: timed out", server.addr)));
+        };
+        let mut response = parse(&bytes, id, qname, rtype)?;
+        if response.metadata.truncation {
+            let bytes = tokio::time::timeout_at(deadline, over_tcp(server.addr, &question))
+                .await
+                .map_err(|_| QueryError::NoAnswer(format!("{}: TCP timed out", server.addr)))?
+                .map_err(|e| QueryError::NoAnswer(format!("{}: TCP: {e}", server.addr)))?;
+            response = parse(&bytes, id, qname, rtype)?;
+        }
+        classify(response, qname, rtype)
+    }
+}
+
+/// Takes a question out of its channel's waiting list however its wait ends.
+struct Pending<'c>(&'c Arc<Channel>, u16);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.lock().remove(&self.1);
+    }
+}
+
+impl Channel {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, oneshot::Sender<Vec<u8>>>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A random id no question on this socket waits with, and the receiver of its answer.
+    fn register(&self) -> (u16, oneshot::Receiver<Vec<u8>>) {
+        let (tx, rx) = oneshot::channel();
+        let mut pending = self.lock();
+        let id = loop {
+            let id = rand::random::<u16>();
+            if !pending.contains_key(&id) {
+                break id;
+            }
+        };
+        pending.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Hands each datagram to the question waiting with its id, until the socket is retired
+    /// and nothing waits on it any more.
+    async fn receive(self: Arc<Self>) {
+        let mut buf = vec![0u8; 65_535];
+        loop {
+            match tokio::time::timeout(IDLE_CHECK, self.socket.recv(&mut buf)).await {
+                Ok(Ok(n)) if n >= 2 => {
+                    let id = u16::from_be_bytes([buf[0], buf[1]]);
+                    if let Some(tx) = self.lock().remove(&id) {
+                        let _ = tx.send(buf[..n].to_vec());
+                    }
+                }
+                // A refused datagram (ICMP) or a runt: the question times out.
+                Ok(_) => {}
+                Err(_) => {}
+            }
+            if self.retired.load(Ordering::Relaxed) && self.lock().is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+impl Server {
+    /// The next socket in turn (made when missing, replaced when it carried its share).
+    async fn channel(&self) -> std::io::Result<Arc<Channel>> {
+        let slot = self.next.fetch_add(1, Ordering::Relaxed) % SOCKETS_PER_SERVER;
+        {
+            let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((channel, used)) = channels.get_mut(slot) {
+                if *used < QUERIES_PER_SOCKET {
+                    *used += 1;
+                    return Ok(channel.clone());
+                }
+            }
+        }
+        let bind: SocketAddr = if self.addr.is_ipv4() {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = UdpSocket::bind(bind).await?;
+        socket.connect(self.addr).await?;
+        let channel = Arc::new(Channel {
+            socket,
+            pending: Mutex::new(HashMap::new()),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        });
+        tokio::spawn(channel.clone().receive());
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if slot < channels.len() {
+            let (old, _) = std::mem::replace(&mut channels[slot], (channel.clone(), 1));
+            old.retired.store(true, Ordering::Relaxed);
+        } else {
+            channels.push((channel.clone(), 1));
+        }
+        Ok(channel)
+    }
+}
+
+/// The wire form of one recursive question (EDNS, 1232 bytes).
+fn question(id: u16, qname: &Name, rtype: RecordType) -> Result<Vec<u8>, QueryError> {
+    let mut message = Message::query();
+    message.metadata.id = id;
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(qname.clone(), rtype));
+    let mut edns = Edns::new();
+    edns.set_max_payload(UDP_PAYLOAD);
+    message.set_edns(edns);
+    message
+        .to_vec()
+        .map_err(|e| QueryError::NoAnswer(e.to_string()))
+}
+
+/// The response to question `id`, or why it is none.
+fn parse(bytes: &[u8], id: u16, qname: &Name, rtype: RecordType) -> Result<Message, QueryError> {
+    let message = Message::from_vec(bytes).map_err(|e| QueryError::Failed(e.to_string()))?;
+    // Names compare without regard to case.
+    let asked = message.queries.len() == 1
+        && message.queries[0].name() == qname
+        && message.queries[0].query_type() == rtype
+        && message.queries[0].query_class() == DNSClass::IN;
+    if message.metadata.id != id
+        || message.metadata.message_type != MessageType::Response
+        || message.metadata.op_code != OpCode::Query
+        || !asked
+    {
+        return Err(QueryError::Failed("an answer to another question".into()));
+    }
+    Ok(message)
+}
+
+/// What a response says of the question: its records, or the negative answer, or nothing.
+fn classify(mut message: Message, qname: &Name, rtype: RecordType) -> Result<Answer, QueryError> {
+    let negative_ttl = || {
+        message
+            .authorities
+            .iter()
+            .find_map(|r| match &r.data {
+                RData::SOA(soa) => Some(r.ttl.min(soa.minimum)),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    match message.metadata.response_code {
+        ResponseCode::NoError => {}
+        ResponseCode::NXDomain => {
+            return Err(QueryError::NxDomain {
+                negative_ttl: negative_ttl(),
+            })
+        }
+        code => return Err(QueryError::Failed(code.to_string())),
+    }
+    // The name, then each CNAME target in the answer.
+    let mut names = vec![qname.clone()];
+    let mut ttl = u32::MAX;
+    while let Some((target, t)) = message.answers.iter().find_map(|r| match &r.data {
+        RData::CNAME(c) if rtype != RecordType::CNAME && names.last() == Some(&r.name) => {
+            Some((c.0.clone(), r.ttl))
+        }
+        _ => None,
+    }) {
+        if names.contains(&target) || names.len() > 8 {
+            return Err(QueryError::Failed("a CNAME loop".into()));
+        }
+        ttl = ttl.min(t);
+        names.push(target);
+    }
+    let records: Vec<Record> = std::mem::take(&mut message.answers)
+        .into_iter()
+        .filter(|r| r.record_type() == rtype && names.contains(&r.name))
+        .collect();
+    if records.is_empty() {
+        if names.len() > 1 {
+            // The resolver stopped half-way down a chain: that is not "no record".
+            return Err(QueryError::Failed("an unfinished CNAME chain".into()));
+        }
+        return Err(QueryError::NoData {
+            negative_ttl: negative_ttl(),
+        });
+    }
+    let ttl = records.iter().map(|r| r.ttl).fold(ttl, u32::min);
+    Ok(Answer {
+        records,
+        additionals: std::mem::take(&mut message.additionals),
+        valid_until: Instant::now() + Duration::from_secs(u64::from(ttl)),
+    })
+}
+
+/// Asks `question` over TCP (a truncated UDP answer): a connection for the one question.
+async fn over_tcp(server: SocketAddr, question: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut stream = TcpStream::connect(server).await?;
+    let len = u16::try_from(question.len()).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(question.len() + 2);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(question);
+    stream.write_all(&out).await?;
+    let len = stream.read_u16().await?;
+    let mut answer = vec![0u8; usize::from(len)];
+    stream.read_exact(&mut answer).await?;
+    Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_resolver::proto::rr::rdata::{A, CNAME, SOA};
+    use std::net::Ipv4Addr;
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+
+    fn response(id: u16, q: &str, rtype: RecordType) -> Message {
+        let mut m = Message::response(id, OpCode::Query);
+        m.add_query(Query::query(name(q), rtype));
+        m
+    }
+
+    fn a(owner: &str, ip: [u8; 4], ttl: u32) -> Record {
+        Record::from_rdata(name(owner), ttl, RData::A(A(Ipv4Addr::from(ip))))
+    }
+
+    fn soa(zone: &str, ttl: u32, minimum: u32) -> Record {
+        let soa = SOA::new(name("ns.x."), name("h.x."), 1, 60, 60, 60, minimum);
+        Record::from_rdata(name(zone), ttl, RData::SOA(soa))
+    }
+
+    #[test]
+    fn an_answer_to_another_question_is_refused() {
+        let q = name("Mail.Example.com.");
+        let ok = response(7, "mail.example.COM.", RecordType::A)
+            .to_vec()
+            .unwrap();
+        assert!(
+            parse(&ok, 7, &q, RecordType::A).is_ok(),
+            "names compare without case"
+        );
+        let wrong_id = response(8, "mail.example.com.", RecordType::A)
+            .to_vec()
+            .unwrap();
+        let wrong_type = response(7, "mail.example.com.", RecordType::AAAA)
+            .to_vec()
+            .unwrap();
+        let wrong_name = response(7, "evil.example.com.", RecordType::A)
+            .to_vec()
+            .unwrap();
+        let mut not_a_response = response(7, "mail.example.com.", RecordType::A);
+        not_a_response.metadata.message_type = MessageType::Query;
+        for bytes in [
+            wrong_id,
+            wrong_type,
+            wrong_name,
+            not_a_response.to_vec().unwrap(),
+        ] {
+            assert!(matches!(
+                parse(&bytes, 7, &q, RecordType::A),
+                Err(QueryError::Failed(_))
+            ));
+        }
+        assert!(matches!(
+            parse(b"\x00\x07junk", 7, &q, RecordType::A),
+            Err(QueryError::Failed(_))
+        ));
+    }
+
+    #[test]
+    fn records_negatives_and_failures_are_told_apart() {
+        let q = name("mail.example.com.");
+        // Records of the type asked, for the name or the end of its CNAME chain; others dropped.
+        let mut m = response(1, "mail.example.com.", RecordType::A);
+        m.add_answer(Record::from_rdata(
+            name("mail.example.com."),
+            30,
+            RData::CNAME(CNAME(name("mx.host.net."))),
+        ));
+        m.add_answer(a("mx.host.net.", [192, 0, 2, 1], 300));
+        m.add_answer(a("unrelated.example.org.", [127, 0, 0, 1], 300));
+        m.add_additional(a("other.example.com.", [192, 0, 2, 9], 300));
+        let answer = classify(m, &q, RecordType::A).unwrap();
+        assert_eq!(answer.answers().len(), 1);
+        assert_eq!(answer.answers()[0].name, name("mx.host.net."));
+        assert_eq!(answer.additionals().len(), 1);
+        // The chain's shortest TTL.
+        let left = answer.valid_until() - Instant::now();
+        assert!(
+            left <= Duration::from_secs(30) && left > Duration::from_secs(25),
+            "{left:?}"
+        );
+
+        // NXDOMAIN and NODATA, with the SOA's negative TTL (the smaller of its TTL and minimum).
+        let mut m = response(1, "mail.example.com.", RecordType::A);
+        m.metadata.response_code = ResponseCode::NXDomain;
+        m.add_authority(soa("example.com.", 600, 120));
+        assert_eq!(
+            classify(m, &q, RecordType::A).unwrap_err(),
+            QueryError::NxDomain { negative_ttl: 120 }
+        );
+        let mut m = response(1, "mail.example.com.", RecordType::A);
+        m.add_authority(soa("example.com.", 60, 900));
+        let e = classify(m, &q, RecordType::A).unwrap_err();
+        assert_eq!(e, QueryError::NoData { negative_ttl: 60 });
+        assert!(e.is_negative() && e.answered() && !e.is_nx_domain());
+        assert_eq!(e.negative_ttl(), Duration::from_secs(60));
+
+        // A chain the resolver did not finish is no "no record"; SERVFAIL is no answer either.
+        let mut m = response(1, "mail.example.com.", RecordType::A);
+        m.add_answer(Record::from_rdata(
+            name("mail.example.com."),
+            30,
+            RData::CNAME(CNAME(name("mx.host.net."))),
+        ));
+        let e = classify(m, &q, RecordType::A).unwrap_err();
+        assert!(
+            matches!(e, QueryError::Failed(_)) && !e.is_negative(),
+            "{e:?}"
+        );
+        let mut m = response(1, "mail.example.com.", RecordType::A);
+        m.metadata.response_code = ResponseCode::ServFail;
+        let e = classify(m, &q, RecordType::A).unwrap_err();
+        assert!(matches!(e, QueryError::Failed(_)) && e.answered() && !e.is_negative());
+        assert!(!QueryError::NoAnswer("timed out".into()).answered());
+    }
+
+    #[test]
+    fn a_question_asks_for_recursion_with_edns() {
+        let bytes = question(0x1234, &name("example.com."), RecordType::MX).unwrap();
+        let m = Message::from_vec(&bytes).unwrap();
+        assert_eq!(m.metadata.id, 0x1234);
+        assert!(m.metadata.recursion_desired);
+        assert_eq!(m.queries[0].query_type(), RecordType::MX);
+        assert_eq!(m.max_payload(), UDP_PAYLOAD);
+    }
+}
