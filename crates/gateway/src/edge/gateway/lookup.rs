@@ -22,7 +22,7 @@ use crate::domain::classify::{verdict_of, wants_mx, Signals};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
-use crate::domain::table::DomainTable;
+use crate::domain::table::{DomainTable, TableMatch};
 use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::batch::{self, Item, Results};
 use crate::mx::neighbourhood::Neighbourhood;
@@ -68,20 +68,41 @@ impl Gateway {
         // The route needs a key, so the principal is there.
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
         let project_name = project.as_deref().unwrap_or("");
+        // A name the table decides alone (listed, a curated free provider: most of a signup
+        // stream) wants no DNS and no age: one table lookup answers it.
+        let table = self.shared.table.load();
+        let found = table.lookup(&name);
+        if !wants_mx(&found) && found.rule != TableRule::Unknown {
+            self.learn_if_listed(&name, &found);
+            ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
+            let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
+            let (suggestion, verdict) = self.classify_and_record(
+                (&table, found),
+                &name,
+                ((None, None), None),
+                project_name,
+                explain,
+                &mut body,
+            );
+            let suggestion = suggestion.and_then(|p| HeaderValue::from_str(p).ok());
+            return lookup_answer(name, suggestion, verdict, body, ctx);
+        }
+        let (wants, open) = (wants_mx(&found), found.rule == TableRule::Unknown);
+        self.learn_if_listed(&name, &found);
+        // Not held across the DNS wait.
+        drop(table);
         // The age is read (or, within its budget, waited for) while DNS is asked.
         let (inputs, mut age) = futures_util::join!(
-            self.mx_inputs(&name, project_name),
-            self.age_of(&name, project_name)
+            self.mx_inputs(&name, wants, project_name),
+            self.age_of(&name, open, project_name)
         );
         // Neighbours alone never flip an established domain: a name they would flag waits,
         // within its own budget, for the age the cache does not hold yet.
-        if let (Some(_), None, Some(rdap)) = (&inputs.1, age, &self.shared.rdap) {
+        if let (Some(_), None, Some(rdap), true) = (&inputs.1, age, &self.shared.rdap, open) {
             // Only a name the table leaves open is judged by its neighbours.
-            if self.shared.table.load().lookup(&name).rule == TableRule::Unknown {
-                age = rdap
-                    .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
-                    .await;
-            }
+            age = rdap
+                .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
+                .await;
         }
         drop(span);
         let table = self.shared.table.load();
@@ -90,7 +111,7 @@ impl Gateway {
         // A record is ~140-190 bytes: one allocation instead of a growing buffer's four.
         let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
         let (suggestion, verdict) = self.classify_and_record(
-            &table,
+            (&table, table.lookup(&name)),
             &name,
             (inputs, age),
             project.as_deref().unwrap_or(""),
@@ -98,17 +119,7 @@ impl Gateway {
             &mut body,
         );
         let suggestion = suggestion.and_then(|p| HeaderValue::from_str(p).ok());
-        // The name itself is logged (moved, not copied: the record's `domain` is this name).
-        ctx.call = verdict.map(|v| PendingCall {
-            domain: name.into_boxed_str(),
-            verdict: Some(v),
-            lookup: true,
-        });
-        let answer = Answer::raw(StatusCode::OK, body_bytes(body));
-        match suggestion {
-            Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
-            None => answer,
-        }
+        lookup_answer(name, suggestion, verdict, body, ctx)
     }
 
     /// `POST /v1/public/domains`: the body read (bounded in size and time) and parsed, every
@@ -161,13 +172,14 @@ impl Gateway {
             match item {
                 Item::Valid(name) => {
                     let mx = inputs.next().unwrap_or_default();
+                    let found = table.lookup(name);
                     // A batch never waits for RDAP: what the cache knows, misses queued.
                     let age = (self.shared.rdap.as_ref())
-                        .filter(|_| table.lookup(name).rule == TableRule::Unknown)
+                        .filter(|_| found.rule == TableRule::Unknown)
                         .and_then(|r| r.age(name, &key.project));
                     let out = results.entry();
                     let (_, verdict) = self.classify_and_record(
-                        &table,
+                        (&table, found),
                         name,
                         (mx, age),
                         &key.project,
@@ -195,7 +207,7 @@ impl Gateway {
     /// verdict to log for the name (call logs on).
     fn classify_and_record<'t>(
         &self,
-        table: &'t DomainTable,
+        (table, found): (&'t DomainTable, TableMatch<'t>),
         name: &'t DomainName,
         ((evidence, finding), age): (MxInputs, Option<DomainAge>),
         project: &str,
@@ -212,7 +224,7 @@ impl Gateway {
             neighbourhood: finding,
             age,
         };
-        let verdict = verdict_of(table, name, table.lookup(name), signals, age_rule);
+        let verdict = verdict_of(table, name, found, signals, age_rule);
         if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), self.neighbourhood())
         {
             // What the gateway inferred, with the domain's age in hand (young or not yet
@@ -260,15 +272,10 @@ impl Gateway {
         (verdict.did_you_mean, call)
     }
 
-    /// The age of `name`'s registrable domain, for names no list decides: from the cache, or
-    /// within `rdap.budget_ms` (a miss is fetched in the background).
-    async fn age_of(&self, name: &DomainName, project: &str) -> Option<DomainAge> {
-        let rdap = self.shared.rdap.as_ref()?;
-        let table = self.shared.table.load();
-        if table.lookup(name).rule != TableRule::Unknown {
-            return None;
-        }
-        drop(table);
+    /// The age of `name`'s registrable domain, for names no list decides (`open`): from the
+    /// cache, or within `rdap.budget_ms` (a miss is fetched in the background).
+    async fn age_of(&self, name: &DomainName, open: bool, project: &str) -> Option<DomainAge> {
+        let rdap = self.shared.rdap.as_ref().filter(|_| open)?;
         rdap.age_within(name, project).await
     }
 
@@ -276,16 +283,11 @@ impl Gateway {
         self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood())
     }
 
-    /// The MX inputs of `name` (evidence for names the table leaves open); a listed name is
-    /// queued for the index to learn its MX in the background. The table guard is not held
-    /// across the DNS wait.
-    async fn mx_inputs(&self, name: &DomainName, project: &str) -> MxInputs {
-        let Some(mx) = &self.shared.mx else {
+    /// The MX inputs of `name`, when it `wants` them (the table leaves it open).
+    async fn mx_inputs(&self, name: &DomainName, wants: bool, project: &str) -> MxInputs {
+        let Some(mx) = self.shared.mx.as_ref().filter(|_| wants) else {
             return (None, None);
         };
-        if !self.consider(std::slice::from_ref(&name))[0] {
-            return (None, None);
-        }
         let evidence = mx.evidence(name.as_str(), project).await.0;
         (Some(evidence.clone()), self.finding(name, &evidence))
     }
@@ -332,22 +334,27 @@ impl Gateway {
     /// for the neighbourhood index to learn (not while offline: nothing could be resolved).
     fn consider(&self, names: &[&DomainName]) -> Vec<bool> {
         let table = self.shared.table.load();
-        let learn = self
-            .shared
-            .mx
-            .as_ref()
-            .filter(|mx| !mx.evidence_off())
-            .and_then(|mx| mx.neighbourhood());
         names
             .iter()
             .map(|name| {
                 let found = table.lookup(name);
-                if let (Some(nb), TableRule::Blocklist { .. }) = (learn, &found.rule) {
-                    nb.consider_listed(name);
-                }
+                self.learn_if_listed(name, &found);
                 wants_mx(&found)
             })
             .collect()
+    }
+
+    /// A listed name is queued for the neighbourhood index to learn its MX in the background
+    /// (not while offline: nothing could be resolved).
+    fn learn_if_listed(&self, name: &DomainName, found: &TableMatch<'_>) {
+        if let TableRule::Blocklist { .. } = found.rule {
+            let learn = (self.shared.mx.as_ref())
+                .filter(|mx| !mx.evidence_off())
+                .and_then(|mx| mx.neighbourhood());
+            if let Some(nb) = learn {
+                nb.consider_listed(name);
+            }
+        }
     }
 
     /// What the neighbourhood index finds for a name whose MX hosts are known.
@@ -356,5 +363,26 @@ impl Gateway {
             (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name),
             _ => None,
         }
+    }
+}
+
+/// A lookup's answer: the record's bytes, the typo hint, and the call to log (the name itself
+/// is logged, moved, not copied: the record's `domain` is this name).
+fn lookup_answer(
+    name: DomainName,
+    suggestion: Option<HeaderValue>,
+    verdict: Option<Verdict>,
+    body: Vec<u8>,
+    ctx: &mut RequestCtx,
+) -> Answer {
+    ctx.call = verdict.map(|v| PendingCall {
+        domain: name.into_boxed_str(),
+        verdict: Some(v),
+        lookup: true,
+    });
+    let answer = Answer::raw(StatusCode::OK, body_bytes(body));
+    match suggestion {
+        Some(p) => answer.with_header(X_DID_YOU_MEAN, p),
+        None => answer,
     }
 }
