@@ -691,8 +691,15 @@ def stamp():
     def git(*cmd):
         return subprocess.run(["git", "-C", str(ROOT), *cmd], capture_output=True, text=True).stdout.strip()
     commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
-    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-    return f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, commit {commit}{dirty}"
+    # Changes to the code measured (not to results, docs or the harness's state files).
+    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "crates", "src",
+                            "examples", "Cargo.toml", "Cargo.lock", "build.rs") else ""
+    made = f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, commit {commit}{dirty}"
+    if os.environ.get("DRG_BIN"):
+        # Another build than the tree's: say which (its --version carries its commit).
+        out = (subprocess.run([str(BIN), "--version"], capture_output=True, text=True).stdout.strip().splitlines() or [""])[0]
+        made += f", gateway binary `{BIN}` ({out or '?'})"
+    return made
 
 
 RESULTS_TITLE = "# Benchmark results"
