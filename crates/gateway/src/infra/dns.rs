@@ -186,11 +186,12 @@ impl DnsClient {
         let (id, rx) = channel.register();
         let _pending = Pending(&channel, id);
         let question = question(id, qname, rtype)?;
-        channel
-            .socket
-            .send(&question)
-            .await
-            .map_err(|e| QueryError::NoAnswer(format!("{}: {e}", server.addr)))?;
+        if let Err(e) = channel.socket.send(&question).await {
+            // A socket that cannot send (its runtime gone, the route lost) is replaced before
+            // the next question rather than failing a question in four for a thousand.
+            server.retire(&channel);
+            return Err(QueryError::NoAnswer(format!("{}: {e}", server.addr)));
+        }
         // A datagram lost on the way is sent again once, half-way through the time allowed.
         let mut rx = rx;
         let halfway = tokio::time::Instant::now() + self.timeout / 2;
@@ -269,6 +270,16 @@ impl Channel {
 }
 
 impl Server {
+    /// Marks `channel` used up: the next question on its slot gets a fresh socket.
+    fn retire(&self, channel: &Arc<Channel>) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        for (c, used) in channels.iter_mut() {
+            if Arc::ptr_eq(c, channel) {
+                *used = QUERIES_PER_SOCKET;
+            }
+        }
+    }
+
     /// The next socket in turn (made when missing, replaced when it carried its share).
     async fn channel(&self) -> std::io::Result<Arc<Channel>> {
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % SOCKETS_PER_SERVER;
