@@ -1,8 +1,8 @@
 //! The shared call store on Redis (with `quota.store: redis`): several gateways, one log.
 //!
-//! Per project, a stream `calls:{<project>}:log` (one entry per logged call; `XTRIM ... MAXLEN ~`
-//! after each batch trims it to about `max_per_project`; the stream ids are the paging positions, and new entries
-//! always get larger ones) and a hash per UTC day `calls:{<project>}:day:<YYYY-MM-DD>` with
+//! Per project, a stream `calls:{<project>}:log` (one entry per logged call, appended by a
+//! script that trims it to about `max_per_project` once a batch; the stream ids are the paging
+//! positions, and new entries always get larger ones) and a hash per UTC day `calls:{<project>}:day:<YYYY-MM-DD>` with
 //! `total` and `blocked` (expiring after the chart's days). Every command names one key, and all
 //! keys of a project share the `{<project>}` hash tag, so the layout is cluster-safe.
 
@@ -22,6 +22,22 @@ use crate::infra::redis::{stream_id_after, RedisLink};
 const SWEEP_STEP: usize = 256;
 /// Steps of one project's sweep per run (the rest waits for the next run).
 const SWEEP_STEPS: usize = 64;
+
+/// Appends calls to a project's log: KEYS the log; ARGV its approximate length bound, its
+/// retention (ms), then each call's domain, score, reason and time (ms). Trims the log and sets
+/// its expiry once for all. Sent with `EVAL` (a few hundred bytes a batch), so a Redis that lost
+/// its script cache (a restart, a failover) never refuses it.
+const APPEND: &str = r#"
+for i = 3, #ARGV, 4 do
+  redis.call('XADD', KEYS[1], '*', 'd', ARGV[i], 's', ARGV[i + 1], 'r', ARGV[i + 2], 't', ARGV[i + 3])
+end
+redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
+/// Calls appended by one script call at most (its arguments stay well within Redis's limits).
+const CALLS_PER_SCRIPT: usize = 1000;
 
 /// The Redis call store.
 pub struct RedisCallStore {
@@ -98,64 +114,65 @@ fn item((id, fields): Entry) -> Option<LogItem> {
 #[async_trait]
 impl CallStore for RedisCallStore {
     async fn write(&self, calls: Vec<Call>) -> Result<(), CallsError> {
-        // One pipeline per project: all its keys share the `{project}` tag, so on a cluster a
-        // pipeline goes to one master (redis-rs refuses a pipeline spanning slots).
-        let mut pipes: BTreeMap<&str, (redis::Pipeline, Duration, String)> = BTreeMap::new();
+        // Per project: its calls with a verdict, and the longest retention among its calls.
+        let mut projects: BTreeMap<&str, (Vec<&Call>, Duration)> = BTreeMap::new();
         for call in &calls {
-            let (pipe, retention, key) = pipes
-                .entry(&call.project)
-                .or_insert_with(|| (redis::pipe(), Duration::ZERO, log_key(&call.project)));
+            let (logged, retention) = projects.entry(&call.project).or_default();
             *retention = (*retention).max(call.retention);
-            let Some(v) = call.verdict else { continue };
-            // Trimmed once a batch (below, in the same pipeline), not on every entry.
-            pipe.cmd("XADD")
-                .arg(&*key)
-                .arg("*")
-                .arg("d")
-                .arg(&*call.email_domain)
-                .arg("s")
-                .arg(v.risk_score)
-                .arg("r")
-                .arg(v.reason.as_str())
-                .arg("t")
-                .arg(call.at.timestamp_millis())
-                .ignore();
+            if call.verdict.is_some() {
+                logged.push(call);
+            }
         }
         let keep = (u64::from(STATS_KEPT_DAYS) + 1) * 86_400;
         let daily = daily_counts(&calls);
-        for (project, day, total, blocked) in &daily {
-            let Some((pipe, ..)) = pipes.get_mut(&**project) else {
-                continue;
-            };
-            let key = day_key(project, *day);
-            pipe.cmd("HINCRBY")
-                .arg(&key)
-                .arg("total")
-                .arg(*total)
-                .ignore();
-            if *blocked > 0 {
-                pipe.cmd("HINCRBY")
-                    .arg(&key)
-                    .arg("blocked")
-                    .arg(*blocked)
-                    .ignore();
-            }
-            pipe.cmd("EXPIRE").arg(&key).arg(keep).ignore();
-        }
         let mut link = self.link().await?;
         let mut first_error = None;
-        for (_, (mut pipe, retention, key)) in pipes {
-            pipe.cmd("XTRIM")
-                .arg(&key)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(self.max_per_project)
-                .ignore();
+        // One pipeline per project: all its keys share the `{project}` tag, so on a cluster a
+        // pipeline goes to one master (redis-rs refuses a pipeline spanning slots).
+        for (project, (logged, retention)) in &projects {
+            let mut pipe = redis::pipe();
+            let key = log_key(project);
             // A project that stops calling loses its whole log once its retention has passed.
-            pipe.cmd("PEXPIRE")
-                .arg(&key)
-                .arg(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX / 2))
-                .ignore();
+            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX / 2);
+            // The entries go in a script call or a few (one reply each, not one an entry);
+            // each call trims the log and sets its expiry, so one runs with no entry too.
+            let chunks: Vec<&[&Call]> = if logged.is_empty() {
+                vec![&[]]
+            } else {
+                logged.chunks(CALLS_PER_SCRIPT).collect()
+            };
+            for chunk in chunks {
+                pipe.cmd("EVAL")
+                    .arg(APPEND)
+                    .arg(1)
+                    .arg(&key)
+                    .arg(self.max_per_project)
+                    .arg(retention_ms);
+                for call in chunk {
+                    let Some(v) = call.verdict else { continue };
+                    pipe.arg(&*call.email_domain)
+                        .arg(v.risk_score)
+                        .arg(v.reason.as_str())
+                        .arg(call.at.timestamp_millis());
+                }
+                pipe.ignore();
+            }
+            for (_, day, total, blocked) in daily.iter().filter(|d| &*d.0 == *project) {
+                let key = day_key(project, *day);
+                pipe.cmd("HINCRBY")
+                    .arg(&key)
+                    .arg("total")
+                    .arg(*total)
+                    .ignore();
+                if *blocked > 0 {
+                    pipe.cmd("HINCRBY")
+                        .arg(&key)
+                        .arg("blocked")
+                        .arg(*blocked)
+                        .ignore();
+                }
+                pipe.cmd("EXPIRE").arg(&key).arg(keep).ignore();
+            }
             if let Err(e) = pipe.query_async::<()>(&mut link).await {
                 first_error.get_or_insert(e);
             }
