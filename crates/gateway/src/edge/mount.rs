@@ -58,9 +58,10 @@ fn may_be_respelt(path: &str) -> bool {
 
 /// `path` as lenient backends would read it, normalised ([`segments`]): percent-decoded and
 /// NFKC-normalised until neither changes anything (a full-width `／ｖ１／` is `/v1/`, a
-/// full-width `％７６` an escape), lower case, then either with every space and control
-/// character dropped (a backend that trims segments or strips NULs) or cut at the first NUL (a
-/// backend that reads the path as a C string).
+/// full-width `％７６` an escape), lower case, whole or cut at the first NUL (a backend that
+/// reads the path as a C string), then with every space and control character dropped
+/// ([`stripped`]) or dropped from its names only ([`trimmed_names`]). A respelt prefix
+/// (`/v1%20/`) is read as the plain one under the same reading of the rest.
 pub fn readings(path: &str) -> Vec<String> {
     let mut text = path.to_owned();
     // Each round undoes one layer; three cover an escape inside a compatibility form inside an
@@ -77,13 +78,40 @@ pub fn readings(path: &str) -> Vec<String> {
         text = folded;
     }
     let text = text.replace('\\', "/").to_lowercase();
-    let stripped: String = text
-        .chars()
+    let mut out = Vec::with_capacity(4);
+    let cut = text.find('\0').map(|at| &text[..at]);
+    for text in std::iter::once(text.as_str()).chain(cut) {
+        for reading in [segments(&stripped(text)), segments(&trimmed_names(text))] {
+            if !out.contains(&reading) {
+                out.push(reading);
+            }
+        }
+    }
+    out
+}
+
+/// `text` without its spaces and control characters (a backend that strips them before it
+/// resolves dots: `.\x7f.` is `..`).
+fn stripped(text: &str) -> String {
+    text.chars()
         .filter(|c| !c.is_control() && !c.is_whitespace())
-        .collect();
-    let mut out = vec![segments(&stripped)];
-    if let Some(cut) = text.find('\0') {
-        out.push(segments(&text[..cut]));
+        .collect()
+}
+
+/// `text` with spaces and control characters dropped from its names only (a backend that trims
+/// each name after it resolves dots): a segment that would turn empty or into a dot segment is
+/// kept as it is, so the path keeps the shape it has read as sent, and `/v1 /` under it is `/v1/`.
+fn trimmed_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, segment) in text.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        let name = stripped(segment);
+        match name.split(';').next().unwrap_or_default() {
+            "" | "." | ".." => out.push_str(segment),
+            _ => out.push_str(&name),
+        }
     }
     out
 }
@@ -178,6 +206,9 @@ mod tests {
             "/v1%0d%0a/usage",
             "/v1%00/usage",
             "/v1%00.php",
+            "/v1%20/%00/app//../../x/usage",
+            "/v1%20/app//.%7F./..%00/x/usage",
+            "/v1%20/%20/..",
             "/v%001/usage",
             "/v%201/a",
             "/v1%C2%A0/usage",
