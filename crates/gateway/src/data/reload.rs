@@ -122,6 +122,19 @@ fn fingerprint(files: &[PathBuf], previous: &[Option<FileState>]) -> Fingerprint
         .collect()
 }
 
+/// Polls `files` against `seen`: `None` when their contents are as `seen` says, and then `seen`
+/// takes the fresh states (their later `taken` lets metadata that has settled since be trusted:
+/// kept, a file written just before the gateway started stayed "racy" and was hashed again on
+/// every tick, for good); else the new fingerprint, `seen` as it was.
+fn poll(files: &[PathBuf], seen: &mut Fingerprint) -> Option<Fingerprint> {
+    let now = fingerprint(files, seen);
+    if now == *seen {
+        *seen = now;
+        return None;
+    }
+    Some(now)
+}
+
 fn file_state(path: &Path, previous: Option<&FileState>) -> Option<FileState> {
     let taken = SystemTime::now();
     let metadata = std::fs::metadata(path).ok()?;
@@ -369,10 +382,11 @@ impl<S: Reloadable> BackgroundService for Reloader<S> {
             let current = self.target.load_full();
             let replaced = !std::ptr::eq(ours.as_ptr(), Arc::as_ptr(&current));
             drop(current);
-            let now = fingerprint(&files, &seen);
-            if !hangup && !replaced && now == seen {
-                continue;
-            }
+            let now = match poll(&files, &mut seen) {
+                None if !hangup && !replaced => continue,
+                None => seen.clone(),
+                Some(now) => now,
+            };
             if hangup {
                 log::info!("{}: SIGHUP, reloading", self.source.name());
             }
@@ -463,6 +477,28 @@ mod tests {
         };
         assert!(!old.meta.racy(old.taken));
         assert!(old.meta.racy(SystemTime::now()));
+    }
+
+    #[test]
+    fn a_file_that_settles_is_trusted_by_its_metadata_and_not_hashed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disposable.txt");
+        std::fs::write(&path, "a.com\n").unwrap();
+        let files = [path];
+        // Written just now: its metadata cannot vouch for its content yet.
+        let mut seen = fingerprint(&files, &[]);
+        let first = seen[0].clone().unwrap();
+        assert!(first.meta.racy(first.taken));
+        std::thread::sleep(Duration::from_millis(3_100));
+        assert!(poll(&files, &mut seen).is_none(), "unchanged");
+        assert!(poll(&files, &mut seen).is_none(), "unchanged");
+        // The polls' later states are kept: the settled file is trusted from now on.
+        let settled = seen[0].clone().unwrap();
+        assert!(settled.taken > first.taken);
+        assert!(!settled.meta.racy(settled.taken));
+        std::fs::write(&files[0], "b.com\n").unwrap();
+        let changed = poll(&files, &mut seen).expect("a write is seen");
+        assert_ne!(changed, seen);
     }
 
     #[test]

@@ -53,8 +53,10 @@ impl<H> WithDomainRisk<H> {
 /// The per-request context of [`WithDomainRisk`]: the host's own context, and the gateway's
 /// for a request it claimed.
 pub struct Ctx<C> {
-    /// `Some` once the request is known to be the gateway's (its path is mounted).
-    ours: Option<RequestCtx>,
+    /// `Some` once the request is known to be the gateway's (its path is mounted). Boxed: the
+    /// context lives in Pingora's request future, which is moved a few times a request, and a
+    /// pointer moves cheaper than the context's 400 bytes.
+    ours: Option<Box<RequestCtx>>,
     /// The host's context, made by the host's `new_ctx` for every request.
     pub host: C,
 }
@@ -107,7 +109,7 @@ where
     fn new_ctx(&self) -> Self::CTX {
         Ctx {
             // The standalone gateway claims every request before its path is looked at.
-            ours: (*self.mount == Mount::All).then(|| self.gateway.new_ctx()),
+            ours: (*self.mount == Mount::All).then(|| Box::new(self.gateway.new_ctx())),
             host: self.host.new_ctx(),
         }
     }
@@ -119,7 +121,7 @@ where
 
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
         if ctx.ours.is_none() && self.mount.claims(session.req_header().uri.path()) {
-            ctx.ours = Some(self.gateway.new_ctx());
+            ctx.ours = Some(Box::new(self.gateway.new_ctx()));
         }
         either!(
             self,
