@@ -135,7 +135,8 @@ fn batched_counting_on_the_cluster_never_overshoots_and_settles_exactly() {
             512,
             "{counts:?}"
         );
-        // Never over the limit; unused leases may refuse up to gateways x batch_max early.
+        // Never over the limit; unused leases may refuse up to gateways x 1.5 x batch_max early
+        // (the hammer's calls past the limit use them up here).
         assert!((280..=300).contains(&ok), "{p}: {ok} successes");
         // Once unused leases are given back, the cluster holds exactly the admitted calls.
         wait_until(Duration::from_secs(5), || {

@@ -81,7 +81,8 @@ fn batched_counting_never_overshoots_and_settles_to_the_exact_count() {
         "{counts:?}"
     );
     // Leases are counted before use: never over the limit; unused leases can refuse up to
-    // gateways x batch_max = 20 calls early until they are given back.
+    // gateways x 1.5 x batch_max = 30 calls early until they are given back (the hammer's
+    // calls past the limit use them up here).
     assert!((280..=300).contains(&ok), "{ok} successes");
     // Once the unused leases are returned, Redis holds exactly the admitted calls.
     wait_until(Duration::from_secs(10), || {

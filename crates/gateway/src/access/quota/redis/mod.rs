@@ -585,7 +585,7 @@ impl Drop for CarryGuard<'_> {
 
 #[async_trait]
 impl QuotaStore for RedisStore {
-    /// A call a lease covers, with more than a quarter of the lease left, is answered here
+    /// A call a lease covers, with more than half of the lease left, is answered here
     /// without a future; anything else (a refill to ask, no lease, a batch) goes to
     /// `consume_n`.
     fn consume_now(
