@@ -265,7 +265,10 @@ fn answer_all(stream: TcpStream) {
 #[test]
 fn a_backend_restart_logs_no_error() {
     for mode in ["relay", "proxy"] {
-        let mut backend = Restartable::start("127.0.0.1:0".parse().unwrap());
+        // A port below the ephemeral range: one from `bind(0)`, free while the backend
+        // restarts, was taken meanwhile as another socket's source port (EADDRINUSE in CI).
+        let port = free_port();
+        let mut backend = Restartable::start(format!("127.0.0.1:{port}").parse().unwrap());
         let gw = Gateway::builder()
             .upstream(backend.addr)
             .upstream_yaml(&format!("mode: {mode}"))
