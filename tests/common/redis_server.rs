@@ -134,12 +134,21 @@ impl RedisServer {
         ))
     }
 
-    /// The pid of the redis-server answering on our port, if one does.
+    /// The pid of the redis-server answering on our port, if one does and has its data loaded.
     fn answering_pid(&self) -> Option<u32> {
         let mut c = self
             .client()
             .get_connection_with_timeout(Duration::from_secs(1))
             .ok()?;
+        // INFO answers while an AOF or RDB file is still being loaded, when every other command
+        // is refused with LOADING: ready means loaded (a Sentinel has no such section).
+        let persistence: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut c)
+            .unwrap_or_default();
+        if persistence.lines().any(|l| l.trim() == "loading:1") {
+            return None;
+        }
         let info: String = redis::cmd("INFO").arg("server").query(&mut c).ok()?;
         info.lines()
             .find_map(|l| l.strip_prefix("process_id:"))
