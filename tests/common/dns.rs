@@ -119,12 +119,13 @@ impl DnsServer {
     /// Like `start`, on `addr` (a port a test kept for a server that comes up late).
     #[allow(dead_code)]
     pub fn start_at(zones: HashMap<String, Zone>, addr: SocketAddr) -> DnsServer {
-        DnsServer::serve(UdpSocket::bind(addr).unwrap(), zones, Duration::ZERO)
+        let tcp = std::net::TcpListener::bind(addr).ok();
+        DnsServer::serve((UdpSocket::bind(addr).unwrap(), tcp), zones, Duration::ZERO)
     }
 
     /// Like `start`, but each answer leaves `delay` after its query came in: a slow nameserver.
     pub fn start_slow(zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
-        DnsServer::serve(UdpSocket::bind("127.0.0.1:0").unwrap(), zones, delay)
+        DnsServer::serve(loopback_sockets(), zones, delay)
     }
 
     /// Like `start`, with reverse DNS: `ptr` maps an address to the name its PTR record gives.
@@ -133,20 +134,14 @@ impl DnsServer {
         zones: HashMap<String, Zone>,
         ptr: HashMap<Ipv4Addr, String>,
     ) -> DnsServer {
-        DnsServer::serve_all(
-            UdpSocket::bind("127.0.0.1:0").unwrap(),
-            zones,
-            ptr,
-            Duration::ZERO,
-            None,
-        )
+        DnsServer::serve_all(loopback_sockets(), zones, ptr, Duration::ZERO, None)
     }
 
     /// A server that tells `lie` for every question.
     #[allow(dead_code)]
     pub fn lying(lie: Lie) -> DnsServer {
         DnsServer::serve_all(
-            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            loopback_sockets(),
             HashMap::new(),
             HashMap::new(),
             Duration::ZERO,
@@ -154,12 +149,12 @@ impl DnsServer {
         )
     }
 
-    fn serve(socket: UdpSocket, zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
+    fn serve(socket: Sockets, zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
         DnsServer::serve_all(socket, zones, HashMap::new(), delay, None)
     }
 
     fn serve_all(
-        socket: UdpSocket,
+        (socket, tcp): Sockets,
         mut zones: HashMap<String, Zone>,
         ptr: HashMap<Ipv4Addr, String>,
         delay: Duration,
@@ -174,7 +169,9 @@ impl DnsServer {
         }
         address_mail_hosts(&mut zones);
         let addr = socket.local_addr().unwrap();
-        serve_tcp(addr, zones.clone());
+        if let Some(listener) = tcp {
+            serve_tcp(listener, zones.clone());
+        }
         let lying = Arc::new(Mutex::new(lie));
         let lies = lying.clone();
         let queries = Arc::new(Mutex::new(HashMap::new()));
@@ -403,11 +400,8 @@ fn question_of(bytes: &[u8]) -> Option<(Message, Query, String)> {
 
 /// DNS over TCP on the server's port: the MX records of the zones, for the truncated answers'
 /// second try (one question per connection, as a client asks after a truncated answer).
-fn serve_tcp(addr: SocketAddr, zones: HashMap<String, Zone>) {
+fn serve_tcp(listener: std::net::TcpListener, zones: HashMap<String, Zone>) {
     use std::io::{Read, Write};
-    let Ok(listener) = std::net::TcpListener::bind(addr) else {
-        return;
-    };
     thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
@@ -489,6 +483,22 @@ fn reverse_v4(name: &str) -> Option<Ipv4Addr> {
     }
     octets.reverse();
     Some(Ipv4Addr::new(octets[0], octets[1], octets[2], octets[3]))
+}
+
+/// A server's UDP socket and a TCP listener on the same loopback port.
+type Sockets = (UdpSocket, Option<std::net::TcpListener>);
+
+/// A UDP socket and a TCP listener on one port: the TCP port is taken first, then UDP on its
+/// number. Binding UDP alone and TCP on its number later lost the TCP side now and then (the
+/// number was some other connection's source port), and with it every answer too big for UDP.
+fn loopback_sockets() -> Sockets {
+    for _ in 0..100 {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Ok(udp) = UdpSocket::bind(tcp.local_addr().unwrap()) {
+            return (udp, Some(tcp));
+        }
+    }
+    panic!("no loopback port free for both UDP and TCP in 100 tries");
 }
 
 /// A UDP socket that reads queries and never answers.
