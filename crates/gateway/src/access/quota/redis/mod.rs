@@ -15,6 +15,7 @@
 
 pub mod carried;
 mod leases;
+mod links;
 mod probe;
 pub mod rate;
 mod script;
@@ -71,6 +72,8 @@ impl From<redis::RedisError> for Failure {
 pub struct RedisStore {
     /// Made on first use, inside a runtime (the link spawns its driver task there).
     link: tokio::sync::OnceCell<RedisLink>,
+    /// On a single server: a link per single-threaded runtime's thread instead ([`links`]).
+    thread_links: links::ThreadLinks,
     script: redis::Script,
     config: RedisConfig,
     /// The gateway's quota clock (for the expiry of keys the background sync writes).
@@ -118,6 +121,7 @@ impl RedisStore {
         getrandom::fill(&mut seed).map_err(|e| QuotaError(format!("random call ids: {e}")))?;
         Ok(RedisStore {
             link: tokio::sync::OnceCell::new(),
+            thread_links: links::ThreadLinks::default(),
             script: script::script(),
             breaker: Breaker::new(
                 config.breaker_failures,
@@ -172,15 +176,26 @@ impl RedisStore {
     }
 
     /// The shared connection (multiplexed, reconnecting), without waiting for a connection.
+    /// On a single server, called on a worker's thread (a single-threaded runtime), the
+    /// thread's own link: a lease refill is then one more socket in the worker's event loop,
+    /// not a wakeup of the thread that made the shared link (measured: 21 wakeups a thousand
+    /// lookups, each preempting the worker on its core).
     async fn connection(&self) -> Result<RedisLink, Failure> {
+        let failure = |e: redis::RedisError| Failure {
+            why: e.to_string(),
+            maybe_ran: false,
+        };
+        if self.config.mode == RedisMode::Single && links::ThreadLinks::wanted_here() {
+            return self
+                .thread_links
+                .get_or_make(|| RedisLink::connect_lazy(&self.config))
+                .map_err(failure);
+        }
         self.link
             .get_or_try_init(|| async { RedisLink::connect_lazy(&self.config) })
             .await
             .cloned()
-            .map_err(|e| Failure {
-                why: e.to_string(),
-                maybe_ran: false,
-            })
+            .map_err(failure)
     }
 
     /// Runs the script for `carry` on `slot` under the call budget.
