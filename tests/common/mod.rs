@@ -34,28 +34,52 @@ pub fn bearer(secret: &str) -> String {
 /// when picked.
 pub fn free_port() -> u16 {
     static NEXT: Mutex<Option<u16>> = Mutex::new(None);
-    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
     let (low, high) = unassigned_ports();
-    let dir = std::env::temp_dir().join("drg-test-ports");
-    std::fs::create_dir_all(&dir).unwrap();
     let span = u32::from(high - low);
     let mut next = NEXT.lock().unwrap();
     for _ in 0..span {
         let start = u32::from(next.unwrap_or(low + (std::process::id() % span) as u16) - low);
         let port = low + ((start + 1) % span) as u16;
         *next = Some(port);
-        let lock = std::fs::File::create(dir.join(port.to_string())).unwrap();
-        if lock.try_lock().is_err() {
-            continue;
-        }
-        let tcp = TcpListener::bind(("127.0.0.1", port));
-        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
-        if tcp.is_ok() && udp.is_ok() {
-            HELD.lock().unwrap().push(lock);
+        if reserve(port) {
             return port;
         }
     }
     panic!("no free loopback port in {low}..{high}");
+}
+
+/// A free port `p` whose `p + offset` is kept too (a Redis Cluster node's bus port), both below
+/// the ephemeral range.
+pub fn free_port_pair(offset: u16) -> u16 {
+    let (low, high) = unassigned_ports();
+    let span = u32::from(high - offset - low);
+    let start = std::process::id() % span;
+    for i in 0..span {
+        let p = low + ((start + i) % span) as u16;
+        if reserve(p) && reserve(p + offset) {
+            return p;
+        }
+    }
+    panic!("no free pair of loopback ports {offset} apart in {low}..{high}");
+}
+
+/// Keeps `port` for this test process if no test process holds it and it is free to bind
+/// (TCP and UDP): a lock file in the temporary folder, held until the process ends.
+pub fn reserve(port: u16) -> bool {
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("drg-test-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = std::fs::File::create(dir.join(port.to_string())).unwrap();
+    if lock.try_lock().is_err() {
+        return false;
+    }
+    let tcp = TcpListener::bind(("127.0.0.1", port));
+    let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+    if tcp.is_ok() && udp.is_ok() {
+        HELD.lock().unwrap().push(lock);
+        return true;
+    }
+    false
 }
 
 /// Ports no one is handed unasked: from 10,000 to the kernel's ephemeral range's start

@@ -258,15 +258,11 @@ fn cluster_support() -> Result<(), String> {
     }
 }
 
-/// A free port for a cluster node: its bus listens 10000 above it, which must be a port too
-/// (and should that one be taken, the launch fails as "in use" and another is tried).
+/// A free port for a cluster node whose bus port, 10000 above it, is kept too: a bus port
+/// taken unkept was a port `free_port` had handed to another test (whose backend, restarted
+/// on its port, found it in use: EADDRINUSE in CI).
 fn cluster_port() -> u16 {
-    loop {
-        let p = crate::common::free_port();
-        if p <= 55_535 {
-            return p;
-        }
-    }
+    crate::common::free_port_pair(10_000)
 }
 
 /// Redis Cluster on loopback: three masters (no replicas), every slot assigned.
