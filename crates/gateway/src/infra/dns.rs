@@ -9,17 +9,27 @@
 //! datagrams from any other source); a socket is replaced by a fresh one after
 //! [`QUERIES_PER_SOCKET`] questions, and every question carries a random id, so an answer
 //! forged from off the path must guess both.
+//!
+//! A thread that runs a single-threaded runtime (a Pingora worker, a background service) asks
+//! over sockets of its own, read by a task on that thread: an answer then wakes only the thread
+//! that waits for it. Shared sockets were read on the thread that made them (the MX service's,
+//! which asks first), which woke for every answer a worker waited on and woke the worker in
+//! turn, both on the workers' core.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use hickory_resolver::proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_resolver::proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use thread_local::ThreadLocal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
 /// Sockets kept open per server.
@@ -109,11 +119,29 @@ struct Channel {
     retired: std::sync::atomic::AtomicBool,
 }
 
+/// Sockets in turn: (socket, questions it carried).
+type Channels = Vec<(Arc<Channel>, usize)>;
+
 struct Server {
     addr: SocketAddr,
-    /// (socket, questions it carried).
-    channels: Mutex<Vec<(Arc<Channel>, usize)>>,
+    /// The sockets of threads that run no single-threaded runtime (a work-stealing one).
+    shared: Mutex<Channels>,
+    /// Each single-threaded runtime's thread's own sockets.
+    own: ThreadLocal<RefCell<OwnChannels>>,
     next: AtomicUsize,
+}
+
+/// A thread's own sockets, with the thread they belong to: `ThreadLocal` hands a finished
+/// thread's slot to a new thread, whose runtime never read those sockets.
+struct OwnChannels {
+    thread: ThreadId,
+    channels: Channels,
+}
+
+/// Whether the calling thread runs a single-threaded runtime, whose tasks (a socket's reader
+/// among them) never leave it.
+fn single_threaded_here() -> bool {
+    Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
 }
 
 /// The client: its servers (asked in turn, the next one when a server fails to answer) and
@@ -131,7 +159,8 @@ impl DnsClient {
                 .into_iter()
                 .map(|addr| Server {
                     addr,
-                    channels: Mutex::new(Vec::new()),
+                    shared: Mutex::new(Vec::new()),
+                    own: ThreadLocal::new(),
                     next: AtomicUsize::new(0),
                 })
                 .collect(),
@@ -270,27 +299,52 @@ impl Channel {
 }
 
 impl Server {
+    /// The calling thread's sockets: its own on a single-threaded runtime, else the shared
+    /// ones.
+    fn with_channels<R>(&self, f: impl FnOnce(&mut Channels) -> R) -> R {
+        if !single_threaded_here() {
+            return f(&mut self.shared.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        let here = std::thread::current().id();
+        let cell = self.own.get_or(|| {
+            RefCell::new(OwnChannels {
+                thread: here,
+                channels: Vec::new(),
+            })
+        });
+        let mut own = cell.borrow_mut();
+        if own.thread != here {
+            // A finished thread's sockets: their reader ended with its runtime.
+            retire_all(&own.channels);
+            own.channels.clear();
+            own.thread = here;
+        }
+        f(&mut own.channels)
+    }
+
     /// Marks `channel` used up: the next question on its slot gets a fresh socket.
     fn retire(&self, channel: &Arc<Channel>) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        for (c, used) in channels.iter_mut() {
-            if Arc::ptr_eq(c, channel) {
-                *used = QUERIES_PER_SOCKET;
+        self.with_channels(|channels| {
+            for (c, used) in channels.iter_mut() {
+                if Arc::ptr_eq(c, channel) {
+                    *used = QUERIES_PER_SOCKET;
+                }
             }
-        }
+        });
     }
 
     /// The next socket in turn (made when missing, replaced when it carried its share).
     async fn channel(&self) -> std::io::Result<Arc<Channel>> {
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % SOCKETS_PER_SERVER;
-        {
-            let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((channel, used)) = channels.get_mut(slot) {
-                if *used < QUERIES_PER_SOCKET {
-                    *used += 1;
-                    return Ok(channel.clone());
-                }
+        let ready = self.with_channels(|channels| match channels.get_mut(slot) {
+            Some((channel, used)) if *used < QUERIES_PER_SOCKET => {
+                *used += 1;
+                Some(channel.clone())
             }
+            _ => None,
+        });
+        if let Some(channel) = ready {
+            return Ok(channel);
         }
         let bind: SocketAddr = if self.addr.is_ipv4() {
             (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
@@ -304,15 +358,34 @@ impl Server {
             pending: Mutex::new(HashMap::new()),
             retired: std::sync::atomic::AtomicBool::new(false),
         });
+        // Read on this runtime: on a single-threaded one, this thread.
         tokio::spawn(channel.clone().receive());
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if slot < channels.len() {
-            let (old, _) = std::mem::replace(&mut channels[slot], (channel.clone(), 1));
-            old.retired.store(true, Ordering::Relaxed);
-        } else {
-            channels.push((channel.clone(), 1));
-        }
+        self.with_channels(|channels| {
+            if slot < channels.len() {
+                let (old, _) = std::mem::replace(&mut channels[slot], (channel.clone(), 1));
+                old.retired.store(true, Ordering::Relaxed);
+            } else {
+                channels.push((channel.clone(), 1));
+            }
+        });
         Ok(channel)
+    }
+}
+
+impl Drop for Server {
+    /// Lets every socket's reader end (once nothing waits on it), wherever it runs: a reader
+    /// holds its socket, and would otherwise keep it open for the process's life.
+    fn drop(&mut self) {
+        retire_all(self.shared.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for own in self.own.iter_mut() {
+            retire_all(&own.get_mut().channels);
+        }
+    }
+}
+
+fn retire_all(channels: &Channels) {
+    for (c, _) in channels {
+        c.retired.store(true, Ordering::Relaxed);
     }
 }
 
@@ -538,6 +611,106 @@ mod tests {
         let e = classify(m, &q, RecordType::A).unwrap_err();
         assert!(matches!(e, QueryError::Failed(_)) && e.answered() && !e.is_negative());
         assert!(!QueryError::NoAnswer("timed out".into()).answered());
+    }
+
+    /// A DNS server on loopback answering every question with one A record.
+    fn answering_server() -> SocketAddr {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let Ok(q) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                let asked = q.queries[0].name().to_ascii();
+                let mut m = response(q.metadata.id, &asked, RecordType::A);
+                m.add_answer(a(&asked, [192, 0, 2, 1], 60));
+                let _ = socket.send_to(&m.to_vec().unwrap(), from);
+            }
+        });
+        addr
+    }
+
+    /// On a single-threaded runtime of its own, asks `client` once and returns the local
+    /// addresses of the sockets this thread asks over.
+    fn ask_on_own_runtime(client: &DnsClient) -> Vec<SocketAddr> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let answer = client.query("a.example.", RecordType::A).await.unwrap();
+            assert_eq!(answer.answers().len(), 1);
+            client.servers[0].with_channels(|channels| {
+                channels
+                    .iter()
+                    .map(|(c, _)| c.socket.local_addr().unwrap())
+                    .collect()
+            })
+        })
+    }
+
+    #[test]
+    fn each_single_threaded_runtime_asks_over_sockets_of_its_own() {
+        let client = Arc::new(DnsClient::new(
+            vec![answering_server()],
+            Duration::from_secs(2),
+        ));
+        let on_thread = |c: &Arc<DnsClient>| {
+            let c = c.clone();
+            std::thread::spawn(move || ask_on_own_runtime(&c))
+        };
+        let (one, two) = (on_thread(&client), on_thread(&client));
+        let (one, two) = (one.join().unwrap(), two.join().unwrap());
+        assert_eq!((one.len(), two.len()), (1, 1), "{one:?} {two:?}");
+        assert_ne!(one, two, "two threads, one socket");
+        assert!(client.servers[0].shared.lock().unwrap().is_empty());
+        // Threads that start after those ended may be given their slots: the finished
+        // threads' sockets, whose reader ended with their runtime, are not asked over.
+        for _ in 0..3 {
+            let again = on_thread(&client).join().unwrap();
+            assert_eq!(again.len(), 1);
+            assert!(!one.contains(&again[0]) && !two.contains(&again[0]));
+        }
+    }
+
+    #[test]
+    fn a_work_stealing_runtime_shares_its_sockets_and_a_dropped_client_closes_them() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = Arc::new(DnsClient::new(
+            vec![answering_server()],
+            Duration::from_secs(2),
+        ));
+        for _ in 0..SOCKETS_PER_SERVER {
+            // Asked from a worker of the work-stealing runtime.
+            let c = client.clone();
+            let asked = rt.spawn(async move {
+                c.query("b.example.", RecordType::A)
+                    .await
+                    .map(|a| a.answers().len())
+            });
+            assert_eq!(rt.block_on(asked).unwrap(), Ok(1));
+        }
+        let sockets: Vec<std::sync::Weak<Channel>> = client.servers[0]
+            .shared
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(c, _)| Arc::downgrade(c))
+            .collect();
+        assert_eq!(sockets.len(), SOCKETS_PER_SERVER);
+        drop(Arc::into_inner(client).expect("the only handle left"));
+        // Each reader sees its socket retired within its idle check, and lets it go.
+        let deadline = Instant::now() + IDLE_CHECK * 3;
+        while sockets.iter().any(|w| w.strong_count() > 0) {
+            assert!(Instant::now() < deadline, "a socket outlived its client");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
