@@ -223,14 +223,21 @@ impl BackgroundService for MxService {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_pace_lets_a_burst_through_then_the_rate() {
-        let start = Instant::now();
-        let mut pace = Pace::new(10, 3);
-        for _ in 0..3 {
+    /// A pace of `rate` a second whose burst of `burst` was just spent at `start`: what the
+    /// next name waits.
+    fn past_the_burst(rate: u32, burst: usize, start: Instant) -> (Pace, Duration) {
+        let mut pace = Pace::new(rate, burst);
+        for _ in 0..burst {
             assert_eq!(pace.take(start), None);
         }
         let wait = pace.take(start).unwrap();
+        (pace, wait)
+    }
+
+    #[test]
+    fn the_pace_lets_a_burst_through_then_the_rate() {
+        let start = Instant::now();
+        let (mut pace, wait) = past_the_burst(10, 3, start);
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
         // A second later: ten more.
         let later = start + Duration::from_secs(1);
@@ -241,12 +248,8 @@ mod tests {
     #[test]
     fn past_the_burst_names_pass_in_groups_at_the_rate() {
         let start = Instant::now();
-        let mut pace = Pace::new(100, 50);
-        for _ in 0..50 {
-            assert_eq!(pace.take(start), None);
-        }
         // Short of a token: wait for a group of ten (100 a second, 100 ms), take the first...
-        let wait = pace.take(start).unwrap();
+        let (mut pace, wait) = past_the_burst(100, 50, start);
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
         // ...and the other nine pass at once, then the next waits a group's time again.
         let now = start + wait;
