@@ -594,17 +594,56 @@ fn concurrent_calls_ask_for_one_lease_at_a_time() {
     }
 }
 
+/// A link to `redis` that holds every byte `delay` each way.
+fn slow_link_to(redis: &RedisServer, delay: Duration) -> crate::slow_proxy::SlowProxy {
+    let target: std::net::SocketAddr = redis.url()["redis://".len()..]
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    crate::slow_proxy::SlowProxy::start(target, delay)
+}
+
+/// Batched counting behind a link of 15 ms each way, leases of 10: concurrent calls use a lease
+/// up before the next one comes back, wait for it, and the metrics say how many waited and for
+/// how long (what tells an operator that `batch_max` lasts less than a round trip).
+#[test]
+fn calls_that_wait_for_the_next_lease_are_counted_with_their_wait() {
+    let redis = RedisServer::start(false);
+    let proxy = slow_link_to(&redis, Duration::from_millis(15));
+    let gw = Gateway::builder()
+        .plan("shared", 100_000)
+        .key("k", SECRET, "shared", &[])
+        .quota_section(&format!(
+            "quota: {{ store: redis, state_file: state/quota.counters, redis: {{ url: \"redis://{}/\", \
+             sync_interval_ms: 60000, batch_max: 10, call_timeout_ms: 1000, connect_timeout_ms: 1000 }} }}",
+            proxy.addr
+        ))
+        .start();
+    assert_eq!(gw.metric("drg_quota_lease_waits_total"), Some(0.0));
+    let counts = hammer(&[gw.addr], SECRET, LOOKUP, 16, 10);
+    assert_eq!(counts.get(&200).copied().unwrap_or(0), 160, "{counts:?}");
+    let waits = gw.metric("drg_quota_lease_waits_total").unwrap();
+    let waited = gw.metric("drg_quota_lease_wait_seconds_total").unwrap();
+    // 160 calls from 16 at once, 10 a lease: most calls find the lease gone (135 to 141 of
+    // them in four runs).
+    assert!(waits >= 80.0, "{waits} calls waited");
+    // Each waited for (most of) a round trip of 30 ms through the link.
+    assert!(
+        waited / waits > 0.005 && waited / waits < 1.0,
+        "{waited} s over {waits} waits"
+    );
+    // The local store has no leases: no such metric.
+    let local = Gateway::builder().start();
+    assert_eq!(local.metric("drg_quota_lease_waits_total"), None);
+}
+
 /// Redis behind a slow link (300 ms each way) with the shipped budgets (connect 200 ms, calls
 /// 50 ms): every call skips Redis. Two gateways used to say only that Redis was unreachable; each
 /// now says Redis answers, slower than the budgets, with the times it measured.
 #[test]
 fn a_slow_link_to_redis_is_named_with_what_was_measured() {
     let redis = RedisServer::start(false);
-    let target: std::net::SocketAddr = redis.url()["redis://".len()..]
-        .trim_end_matches('/')
-        .parse()
-        .unwrap();
-    let proxy = crate::slow_proxy::SlowProxy::start(target, Duration::from_millis(300));
+    let proxy = slow_link_to(&redis, Duration::from_millis(300));
     let start = || {
         Gateway::builder()
             .plan("shared", 1_000)

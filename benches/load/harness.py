@@ -181,7 +181,8 @@ gateway:
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
         wait_port(self.redis_port)
-        batch = ", sync_interval_ms: 100, batch_max: 100" if self.args.quota == "redis-batched" else ""
+        batch = (f", sync_interval_ms: 100, batch_max: {getattr(self.args, 'batch_max', 100)}"
+                 if self.args.quota == "redis-batched" else "")
         return (f"{{ store: redis, redis: {{ url: 'redis://127.0.0.1:{self.redis_port}/', "
                 f"call_timeout_ms: 100{batch} }} }}")
 
@@ -987,6 +988,8 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
     ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs, batch, embed or bigtable")
+    ap.add_argument("--batch-max", type=int, default=100,
+                    help="--quota redis-batched: the lease size (quota.redis.batch_max)")
     ap.add_argument("--quota", default="local", choices=["local", "redis", "redis-batched"],
                     help="the gateway's quota store (redis-server is started by the harness)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
@@ -1268,7 +1271,9 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {haproxy_version}; "
         f"{version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
-        f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}; {args.rounds} rounds, every "
+        f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}"
+        + (f" (leases of {args.batch_max}, given back every 100 ms)" if args.quota == "redis-batched" else "")
+        + f"; {args.rounds} rounds, every "
         f"server once per round in an order rotated each round, medians shown",
         f"- gateway /v1/check: `gateway.upstream.mode: {getattr(args, 'upstream_mode', None) or 'relay'}`" + ('' if getattr(args, 'upstream_mode', None) else ' (the default)'),
         f"- pinning: {pin_note()}",

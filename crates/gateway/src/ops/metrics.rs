@@ -615,6 +615,16 @@ fn quota_families(f: &mut Families, quota: &serde_json::Value) {
             "Month counts found missing in Redis (flushed, evicted) and set back to what this gateway had seen.",
             quota["counts_restored"].as_u64().unwrap_or(0),
         );
+        f.counter(
+            "drg_quota_lease_waits_total",
+            "Calls that found their key's lease used up and waited for the next (batched counting): many mean batch_max lasts less than a round trip to Redis at the key's rate.",
+            quota["lease_waits"].as_u64().unwrap_or(0),
+        );
+        f.counter_f64(
+            "drg_quota_lease_wait_seconds_total",
+            "Time calls spent waiting for their key's next lease (batched counting).",
+            quota["lease_waited_us"].as_u64().unwrap_or(0) as f64 / 1e6,
+        );
     }
     // Known only once a probe read it (the Redis store): absent until then.
     if let Some(policy) = quota["eviction_policy"].as_str() {
@@ -857,6 +867,13 @@ impl Families {
 
     fn counter(&mut self, name: &str, help: &str, value: u64) {
         if let Ok(c) = IntCounter::new(name, help) {
+            c.inc_by(value);
+            self.0.extend(c.collect());
+        }
+    }
+
+    fn counter_f64(&mut self, name: &str, help: &str, value: f64) {
+        if let Ok(c) = prometheus::Counter::new(name, help) {
             c.inc_by(value);
             self.0.extend(c.collect());
         }

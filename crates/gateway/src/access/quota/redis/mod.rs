@@ -98,6 +98,11 @@ pub struct RedisStore {
     diagnosed: std::sync::Mutex<Option<Instant>>,
     /// Month counts found missing in Redis and set back (flushed, evicted).
     restored: AtomicU64,
+    /// Calls that found their key's lease used up with the next one on its way, and the
+    /// microseconds they waited for it: a lease that lasts less than a round trip to Redis
+    /// (`batch_max` too small for the key's rate) shows here.
+    lease_waits: AtomicU64,
+    lease_waited_us: AtomicU64,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -142,6 +147,8 @@ impl RedisStore {
             carried_written: std::sync::Mutex::default(),
             diagnosed: std::sync::Mutex::new(None),
             restored: AtomicU64::new(0),
+            lease_waits: AtomicU64::new(0),
+            lease_waited_us: AtomicU64::new(0),
         })
     }
 
@@ -271,8 +278,6 @@ impl RedisStore {
         Ok(reply)
     }
 
-    /// Runs one script call carrying what `slot` owes, and books the outcome in the slot. Should
-    /// the caller go away mid-call, what it carried is booked as unsettled.
     /// The lease ran dry with the next one on its way: waits for it (at most a call's budget)
     /// rather than each call going to Redis the exact way meanwhile. Looked at again once
     /// registered, so an end in between is not missed.
@@ -284,7 +289,11 @@ impl RedisStore {
         tokio::pin!(ended);
         ended.as_mut().enable();
         if slot.tally().lease.awaited() {
+            let started = Instant::now();
             let _ = tokio::time::timeout(self.config.call_timeout, ended).await;
+            let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.lease_waits.fetch_add(1, Ordering::Relaxed);
+            self.lease_waited_us.fetch_add(waited, Ordering::Relaxed);
         }
     }
 
@@ -798,6 +807,8 @@ impl QuotaStore for RedisStore {
             "refusing_calls": self.refusing(),
             "eviction_policy": self.eviction_policy(),
             "counts_restored": self.restored.load(Ordering::Relaxed),
+            "lease_waits": self.lease_waits.load(Ordering::Relaxed),
+            "lease_waited_us": self.lease_waited_us.load(Ordering::Relaxed),
             "on_eviction_policy": self.config.on_eviction_policy,
         })
     }
