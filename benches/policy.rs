@@ -65,7 +65,7 @@ fn policy(c: &mut Criterion) {
     pair(
         c,
         "redis",
-        Arc::new(RedisStore::new(&config, clock).unwrap()),
+        RedisStore::new(&config, clock).unwrap().shared(),
     );
 }
 

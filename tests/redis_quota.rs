@@ -603,6 +603,20 @@ fn slow_link_to(redis: &RedisServer, delay: Duration) -> crate::slow_proxy::Slow
     crate::slow_proxy::SlowProxy::start(target, delay)
 }
 
+/// A gateway counting a plan of 100,000 in leases of 10 through `proxy`, with budgets of
+/// `budget_ms` for Redis calls and connections.
+fn leases_of_10_behind(proxy: &crate::slow_proxy::SlowProxy, budget_ms: u64) -> Gateway {
+    Gateway::builder()
+        .plan("shared", 100_000)
+        .key("k", SECRET, "shared", &[])
+        .quota_section(&format!(
+            "quota: {{ store: redis, state_file: state/quota.counters, redis: {{ url: \"redis://{}/\", \
+             sync_interval_ms: 60000, batch_max: 10, call_timeout_ms: {budget_ms}, connect_timeout_ms: {budget_ms} }} }}",
+            proxy.addr
+        ))
+        .start()
+}
+
 /// Batched counting behind a link of 15 ms each way, leases of 10: concurrent calls use a lease
 /// up before the next one comes back, wait for it, and the metrics say how many waited and for
 /// how long (what tells an operator that `batch_max` lasts less than a round trip).
@@ -610,15 +624,7 @@ fn slow_link_to(redis: &RedisServer, delay: Duration) -> crate::slow_proxy::Slow
 fn calls_that_wait_for_the_next_lease_are_counted_with_their_wait() {
     let redis = RedisServer::start(false);
     let proxy = slow_link_to(&redis, Duration::from_millis(15));
-    let gw = Gateway::builder()
-        .plan("shared", 100_000)
-        .key("k", SECRET, "shared", &[])
-        .quota_section(&format!(
-            "quota: {{ store: redis, state_file: state/quota.counters, redis: {{ url: \"redis://{}/\", \
-             sync_interval_ms: 60000, batch_max: 10, call_timeout_ms: 1000, connect_timeout_ms: 1000 }} }}",
-            proxy.addr
-        ))
-        .start();
+    let gw = leases_of_10_behind(&proxy, 1000);
     assert_eq!(gw.metric("drg_quota_lease_waits_total"), Some(0.0));
     let counts = hammer(&[gw.addr], SECRET, LOOKUP, 16, 10);
     assert_eq!(counts.get(&200).copied().unwrap_or(0), 160, "{counts:?}");
@@ -635,6 +641,45 @@ fn calls_that_wait_for_the_next_lease_are_counted_with_their_wait() {
     // The local store has no leases: no such metric.
     let local = Gateway::builder().start();
     assert_eq!(local.metric("drg_quota_lease_waits_total"), None);
+}
+
+/// The call that finds its key's lease half used asks for the next one and answers at once: it
+/// does not wait out the round trip (a link of 400 ms each way here). Only a call that finds
+/// the lease empty, with the next one on its way, waits for it; and the lease it brings is
+/// counted in Redis once.
+#[test]
+fn the_call_that_asks_for_the_next_lease_does_not_wait_for_it() {
+    let redis = RedisServer::start(false);
+    let proxy = slow_link_to(&redis, Duration::from_millis(400));
+    let gw = leases_of_10_behind(&proxy, 5000);
+    // The first call takes a lease of 10 through the link (its round trip is this call's).
+    assert_eq!(status(&gw, LOOKUP), 200);
+    assert_eq!(redis.int(&["GET", &month_key()]), Some(10));
+    // Nine more from the lease: the fifth of them (5 left) asks for the next lease.
+    let started = std::time::Instant::now();
+    for _ in 0..9 {
+        assert_eq!(status(&gw, LOOKUP), 200);
+    }
+    let took = started.elapsed();
+    // Had that call waited for its refill, these nine would take a round trip (800 ms).
+    assert!(
+        took < Duration::from_millis(400),
+        "9 calls from the lease took {took:?}"
+    );
+    // The refill reaches Redis (20 reserved); its grant comes back 400 ms later. None waited.
+    wait_until(Duration::from_secs(5), || {
+        redis.int(&["GET", &month_key()]) == Some(20)
+    });
+    assert_eq!(gw.metric("drg_quota_lease_waits_total"), Some(0.0));
+    // Ten more. The first finds the lease empty with the grant still on the link back: it
+    // alone waits. The second lease serves the ten, its fifth asking for a third (in Redis once).
+    for _ in 0..10 {
+        assert_eq!(status(&gw, LOOKUP), 200);
+    }
+    assert_eq!(gw.metric("drg_quota_lease_waits_total"), Some(1.0));
+    wait_until(Duration::from_secs(5), || {
+        redis.int(&["GET", &month_key()]) == Some(30)
+    });
 }
 
 /// Redis behind a slow link (300 ms each way) with the shipped budgets (connect 200 ms, calls

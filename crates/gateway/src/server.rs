@@ -534,7 +534,7 @@ fn quota_store(
                 crate::access::quota::redis::carried::folder_of(&config.state_file),
             );
             store.adopt_carried();
-            let store = Arc::new(store);
+            let store = store.shared();
             log::info!("quota store: {}", config.redis.describe(redacted));
             let service = Reconciler {
                 store: store.clone(),

