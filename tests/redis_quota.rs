@@ -641,6 +641,27 @@ fn calls_that_wait_for_the_next_lease_are_counted_with_their_wait() {
     // The local store has no leases: no such metric.
     let local = Gateway::builder().start();
     assert_eq!(local.metric("drg_quota_lease_waits_total"), None);
+    // And the log tells the operator, once, within a window of ten syncs (2.5 s here).
+    let told = "waited for their key's next lease";
+    wait_until(Duration::from_secs(10), || gw.log().contains(told));
+    let line = gw
+        .log()
+        .lines()
+        .find(|l| l.contains(told))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("batch_max (10)") && line.contains("us on average"),
+        "{line}"
+    );
+    assert!(!line.contains(SECRET) && !line.contains("q:{k}"), "{line}");
+    hammer(&[gw.addr], SECRET, LOOKUP, 16, 10);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        gw.log().matches(told).count(),
+        1,
+        "at most every ten minutes"
+    );
 }
 
 /// The call that finds its key's lease half used asks for the next one and answers at once: it

@@ -82,6 +82,74 @@ impl Lease {
     }
 }
 
+/// Watches the share of leased calls that waited for their key's next lease, window by window,
+/// to tell the operator when `batch_max` is too small for the keys' rates (a few per cent of
+/// waits at high rates cost 5-10% of a worker's throughput and its tail, `benches/RESULTS.md`).
+#[derive(Debug)]
+pub struct WaitWatch {
+    since: Instant,
+    /// The running totals at `since`: calls that waited, the microseconds they waited, calls
+    /// leased.
+    at_since: (u64, u64, u64),
+    warned: Option<Instant>,
+}
+
+/// A window in which too many leased calls waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyWaits {
+    pub waits: u64,
+    pub leased: u64,
+    pub mean_wait_us: u64,
+}
+
+impl WaitWatch {
+    /// At most one warning this often.
+    pub const QUIET: Duration = Duration::from_secs(600);
+    /// Fewer leased calls than this in a window say nothing.
+    pub const MIN_CALLS: u64 = 100;
+
+    pub fn new(now: Instant) -> Self {
+        WaitWatch {
+            since: now,
+            at_since: (0, 0, 0),
+            warned: None,
+        }
+    }
+
+    /// Given the running totals (calls that waited, microseconds waited, calls leased): once
+    /// `window` has passed, whether more than 5% of the window's leased calls waited (and no
+    /// warning was given within [`Self::QUIET`]); then a new window starts.
+    pub fn check(
+        &mut self,
+        now: Instant,
+        totals: (u64, u64, u64),
+        window: Duration,
+    ) -> Option<TooManyWaits> {
+        if now.saturating_duration_since(self.since) < window {
+            return None;
+        }
+        let (waits, waited_us, leased) = (
+            totals.0.saturating_sub(self.at_since.0),
+            totals.1.saturating_sub(self.at_since.1),
+            totals.2.saturating_sub(self.at_since.2),
+        );
+        self.since = now;
+        self.at_since = totals;
+        let quiet = self
+            .warned
+            .is_some_and(|w| now.saturating_duration_since(w) < Self::QUIET);
+        if leased < Self::MIN_CALLS || waits * 20 <= leased || quiet {
+            return None;
+        }
+        self.warned = Some(now);
+        Some(TooManyWaits {
+            waits,
+            leased,
+            mean_wait_us: waited_us / waits.max(1),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +168,35 @@ mod tests {
         assert!(l.start_request());
         assert!(!l.wants_refill(100), "one request at a time");
         assert!(!Lease::default().wants_refill(1));
+    }
+
+    #[test]
+    fn too_many_waits_are_told_once_a_window_at_most_every_ten_minutes() {
+        let t0 = Instant::now();
+        let w = Duration::from_secs(1);
+        let mut watch = WaitWatch::new(t0);
+        // Within the window: nothing yet.
+        assert_eq!(watch.check(t0 + w / 2, (500, 50_000, 1_000), w), None);
+        // 50% of 1,000 waited, 100 us each.
+        let told = watch.check(t0 + w, (500, 50_000, 1_000), w);
+        assert_eq!(
+            told,
+            Some(TooManyWaits {
+                waits: 500,
+                leased: 1_000,
+                mean_wait_us: 100
+            })
+        );
+        // The same again in the next window: quiet for ten minutes.
+        assert_eq!(watch.check(t0 + 2 * w, (1_000, 100_000, 2_000), w), None);
+        // 5% exactly, or too few calls: nothing to say.
+        let later = t0 + WaitWatch::QUIET + 3 * w;
+        assert_eq!(watch.check(later, (1_050, 100_000, 3_000), w), None);
+        assert_eq!(watch.check(later + w, (1_099, 100_000, 3_090), w), None);
+        // Ten minutes on, 10% of a window's calls: told again.
+        assert!(watch
+            .check(later + 2 * w, (1_199, 110_000, 4_090), w)
+            .is_some());
     }
 
     #[test]

@@ -105,6 +105,10 @@ pub struct RedisStore {
     /// (`batch_max` too small for the key's rate) shows here.
     lease_waits: AtomicU64,
     lease_waited_us: AtomicU64,
+    /// Calls served from leases (granted into them, or the call that took a lease's first).
+    leased_calls: AtomicU64,
+    /// Tells the operator when many leased calls wait (`batch_max` too small for the rates).
+    wait_watch: std::sync::Mutex<leases::WaitWatch>,
     /// This store, once shared ([`RedisStore::shared`]): a refill runs as a task of its own
     /// holding it, so the call that asked answers at once instead of waiting out the round trip.
     me: Weak<RedisStore>,
@@ -157,6 +161,8 @@ impl RedisStore {
             restored: AtomicU64::new(0),
             lease_waits: AtomicU64::new(0),
             lease_waited_us: AtomicU64::new(0),
+            leased_calls: AtomicU64::new(0),
+            wait_watch: std::sync::Mutex::new(leases::WaitWatch::new(Instant::now())),
             me: Weak::new(),
             refills: AtomicUsize::new(0),
         })
@@ -385,6 +391,37 @@ impl RedisStore {
         }
     }
 
+    /// Warns (at most every ten minutes) when over 5% of the leased calls of the last window
+    /// (ten syncs, 1 to 60 s) waited for their key's next lease.
+    fn tell_lease_waits(&self) {
+        let totals = (
+            self.lease_waits.load(Ordering::Relaxed),
+            self.lease_waited_us.load(Ordering::Relaxed),
+            self.leased_calls.load(Ordering::Relaxed),
+        );
+        let window = (self.config.sync_every() * 10).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        );
+        let told = self
+            .wait_watch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .check(Instant::now(), totals, window);
+        if let Some(t) = told {
+            log::warn!(
+                "quota store: {} of {} calls served from leases in the last {:.1} s waited for \
+                 their key's next lease, {} us on average: batch_max ({}) lasts less than a \
+                 lease's round trip at these rates; raise it (docs/scaling.md, Sizing batch_max)",
+                t.waits,
+                t.leased,
+                window.as_secs_f64(),
+                t.mean_wait_us,
+                self.config.batch_max
+            );
+        }
+    }
+
     /// Waits (at most a call's budget and a little) for the refills running on their own.
     async fn refills_settled(&self) {
         let deadline = Instant::now() + self.config.call_timeout * 2;
@@ -416,6 +453,9 @@ impl RedisStore {
                 let granted = to.granted(reply.outcome, carry.want);
                 if granted > 0 {
                     tally.lease.grant(granted, Instant::now());
+                    let own = u64::from(to == LeaseTo::CallFirst);
+                    self.leased_calls
+                        .fetch_add(granted + own, Ordering::Relaxed);
                 }
             }
             tally.lease.end_request();
@@ -557,6 +597,8 @@ impl RedisStore {
         }
         if shutting_down {
             self.refills_settled().await;
+        } else if self.config.batched() {
+            self.tell_lease_waits();
         }
         let slots = self.slots.all();
         // Leases serve while Redis is down: keep them then (except at shutdown).
