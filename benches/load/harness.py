@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -127,7 +128,7 @@ class Setup:
         self.up_status_port = free_port()
         self.procs = []
         self.gateways = []
-        self.floor = self.haproxy = self.upstream = None
+        self.floor = self.haproxy = self.upstream = self.redis = None
         self.haproxy_skipped = None
 
     def write_gateway(self, name="gateway.yaml", port=None, extra="", mx="{ enabled: false }"):
@@ -180,6 +181,7 @@ gateway:
                               "--save", "", "--dir", str(OUT / "redis")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
+        self.redis = p
         wait_port(self.redis_port)
         batch = (f", sync_interval_ms: 100, batch_max: {getattr(self.args, 'batch_max', 1000)}"
                  if self.args.quota == "redis-batched" else "")
@@ -446,6 +448,8 @@ backend check
             sig = signal.SIGQUIT
             if p in self.gateways or p is self.floor:
                 sig = signal.SIGINT
+            elif p is self.redis:
+                sig = signal.SIGTERM  # redis-server ignores SIGQUIT (every Redis run waited 10 s)
             elif p is self.haproxy:
                 sig = signal.SIGUSR1  # HAProxy's soft stop
             stop_process(p, sig)
@@ -458,7 +462,9 @@ def stop_process(p, sig=signal.SIGINT):
     try:
         p.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        print(f"warning: pid {p.pid} did not stop within 10 s of {sig.name}; killed", file=sys.stderr)
+        command = " ".join(str(a) for a in p.args)
+        print(f"warning: pid {p.pid} ({command[:100]}) did not stop within 10 s of {sig.name}; killed",
+              file=sys.stderr)
         p.kill()
         p.wait()
 
@@ -663,7 +669,8 @@ def embed_runs(args):
                 runs[(name, who)].append(r)
                 print(f"round {rnd + 1} {name:10} {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
-                      f"  errors {r['socket_errors'] + r['non2xx']}", flush=True)
+                      f"  errors {r['socket_errors'] + r['non2xx']}  wrk cpu {r['client_cpu_share']:.0%}",
+                      flush=True)
     finally:
         s.stop()
     lines = ["## Embedded", "",
@@ -847,7 +854,8 @@ def mix_runs(args):
                 extra = (f"  mx hits {r['mx_hit_ratio']:.1%}  422s {r['invalid_share']:.1%}"
                          if who == "gateway" else "")
                 print(f"round {rnd + 1} mix {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
-                      f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req{extra}", flush=True)
+                      f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req{extra}"
+                      f"  wrk cpu {r['client_cpu_share']:.0%}", flush=True)
         time.sleep(1.5)  # the DNS server writes its counts every second
         dns_counts = json.loads(counts.read_text())
         queried = {n: c for n, c in dns_counts["mx_queries"].items() if n in companies}
@@ -870,12 +878,15 @@ def mix_runs(args):
                 if args.dns_glue == "on" else "its MX answers minimal (no additional section: `--dns-glue off`)")
              + f"; one gateway for all rounds (its MX cache kept), a fresh slice of the stream per "
              f"round; the floor answers a lookup's bytes to every path.", "",
-             "| server | req/s | p50 us | p99 us | cpu us/req | MX cache hits | 422s |",
-             "|---|---:|---:|---:|---:|---:|---:|",
+             "| server | req/s | p50 us | p99 us | cpu us/req | wrk cpu | MX cache hits | 422s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|",
              f"| gateway | {med(g, 'rps'):.0f} | {med(g, 'p50_us'):.0f} | {med(g, 'p99_us'):.0f} | "
-             f"{med(g, 'cpu_us_per_req'):.2f} | {med(g, 'mx_hit_ratio'):.1%} | {med(g, 'invalid_share'):.1%} |",
+             f"{med(g, 'cpu_us_per_req'):.2f} | {med(g, 'client_cpu_share'):.0%} | {med(g, 'mx_hit_ratio'):.1%} | "
+             f"{med(g, 'invalid_share'):.1%} |",
              f"| floor | {med(f, 'rps'):.0f} | {med(f, 'p50_us'):.0f} | {med(f, 'p99_us'):.0f} | "
-             f"{med(f, 'cpu_us_per_req'):.2f} | | |", "",
+             f"{med(f, 'cpu_us_per_req'):.2f} | {med(f, 'client_cpu_share'):.0%} | | |", "",
+             "wrk cpu: the load generator's own CPU over a round, a share of its one core (near 100%: the "
+             "client set the pace).", "",
              f"Throughput **{ratio:.2f}x** the floor (paired by round {paired:.2f}x; goal >= 0.7x). "
              f"DNS: {sum(queried.values())} MX queries for {len(queried)} distinct company names, "
              f"**{per_name:.2f} per name** (most for one name: {most}; goal: 1 per TTL, concurrent lookups of "
@@ -962,10 +973,16 @@ def wrk(url, args, headers=(), script=None):
            "-s", str(script or ROOT / "benches" / "load" / "report.lua")]
     for h in headers:
         cmd += ["-H", h]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=args.duration + 30).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = [l for l in out.splitlines() if l.startswith("{")][-1]
     r = json.loads(line)
     r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    # wrk's own CPU over the run, as a share of its one core: near 100%, the client, not the
+    # server, set the pace (and a slower server leaves wrk idle, waking it for each answer).
+    spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    r["client_cpu_share"] = spent / max(r["duration_us"] / 1e6, 1e-9)
     return r
 
 
@@ -1115,7 +1132,8 @@ def main():
                     conns = f"  upstream conns {r['upstream_conns']}" if "upstream_conns" in r else ""
                     print(f"round {rnd + 1} {name:16} {who:8} {r['rps']:>10.0f} req/s  p50 {r['p50_us']:>6} us"
                           f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
-                          f"  errors {r['socket_errors']}{conns}", flush=True)
+                          f"  errors {r['socket_errors']}{conns}  wrk cpu {r['client_cpu_share']:.0%}",
+                          flush=True)
         storm = None
         if not only or "reload_storm" in only:
             storm = reload_storm(s, args, G + lookup, auth)
