@@ -580,9 +580,9 @@ fn redis_logs_and_stats() {
         thread_nice(&gw)
     );
     pages_without_gaps_or_repeats(&gw);
-    // Stream ids are `<ms>-<n>`, n counting entries of the same millisecond of this project's
-    // own stream.
-    ids_and_cursors_are_per_project(&gw, |id| id.ends_with("-0"));
+    // A call is `<ms>-<n>/<i>`: its chunk's stream id, n counting entries of the same
+    // millisecond of this project's own stream, then its place in the chunk.
+    ids_and_cursors_are_per_project(&gw, |id| id.ends_with("-0/0"));
     let stats = stats_and_checks_add_up(&gw);
     let logged = log_count(&gw, TEST_SECRET);
     // A second gateway on the same Redis sees the same logs and stats.
@@ -608,8 +608,19 @@ fn redis_logs_and_stats() {
     assert_eq!(today_stats(&gw, TEST_SECRET), stats);
 }
 
-/// On Redis a project's log keeps about `max_per_project` entries (trimmed once a batch of the
-/// writer, in the batch's pipeline), while its day counts keep every call.
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "redis-cli {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// On Redis a project's log keeps at least `max_per_project` calls and at most a chunk more
+/// (whole oldest chunks go, trimmed once a batch of the writer by the script that appends it),
+/// while its day counts keep every call. Its count of calls agrees with the log.
 #[test]
 fn redis_log_is_trimmed_to_about_max_per_project() {
     let redis = RedisServer::start(false);
@@ -623,15 +634,78 @@ fn redis_log_is_trimmed_to_about_max_per_project() {
         assert_eq!(r.status, 200, "{}", text(&r));
     }
     wait_until(WAIT, || today_stats(&gw, TEST_SECRET).0 == 1000);
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port.to_string(), "XLEN", "calls:{test}:log"])
-        .output()
+    let logged = log_count(&gw, TEST_SECRET);
+    assert!((100..200).contains(&logged), "{logged} calls kept");
+    let kept: usize = redis_cli(&redis, &["GET", "calls:{test}:kept"])
+        .parse()
         .unwrap();
-    let len: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    // `MAXLEN ~` trims whole nodes of the stream (100 entries by default): never below the
-    // bound, at most a node above it.
-    assert!((100..=200).contains(&len), "{len} entries");
-    assert_eq!(log_count(&gw, TEST_SECRET), len as usize);
+    assert_eq!(kept, logged);
+    // Chunks, not an entry a call.
+    let entries: usize = redis_cli(&redis, &["XLEN", "calls:{test}:log"])
+        .parse()
+        .unwrap();
+    assert!((1..=logged / 2).contains(&entries), "{entries} entries");
+    // The newest calls are the ones kept.
+    let newest = all_logs(&gw, TEST_SECRET, 100, || {});
+    assert!(newest[0]["email_domain"]
+        .as_str()
+        .unwrap()
+        .starts_with("t9-"));
+}
+
+/// A log written by an earlier build (an entry a call: `d`, `s`, `r`, `t`) stays readable beside
+/// the chunks written after it, and pages run across both.
+#[test]
+fn redis_entries_of_earlier_builds_stay_readable() {
+    let redis = RedisServer::start(false);
+    let now_ms = chrono::Utc::now().timestamp_millis().to_string();
+    for (i, name) in ["old-a.example", "old-b.example"].iter().enumerate() {
+        let id = format!("{}-{i}", chrono::Utc::now().timestamp_millis() - 5_000);
+        redis_cli(
+            &redis,
+            &[
+                "XADD",
+                "calls:{test}:log",
+                &id,
+                "d",
+                name,
+                "s",
+                "95",
+                "r",
+                "disposable",
+                "t",
+                &now_ms,
+            ],
+        );
+    }
+    let gw = Gateway::builder()
+        .redis(&redis.url(), "fail_open")
+        .gateway_yaml("calls: { batch_interval_ms: 20 }")
+        .start();
+    let names: Vec<String> = (0..5).map(|i| format!("new{i}.example")).collect();
+    lookups(&gw, names);
+    wait_until(WAIT, || log_count(&gw, TEST_SECRET) == 7);
+    let items = all_logs(&gw, TEST_SECRET, 2, || {});
+    let domains: Vec<&str> = items
+        .iter()
+        .map(|i| i["email_domain"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        domains,
+        [
+            "new4.example",
+            "new3.example",
+            "new2.example",
+            "new1.example",
+            "new0.example",
+            "old-b.example",
+            "old-a.example"
+        ]
+    );
+    assert_eq!(items[6]["reason"], "disposable");
+    let ids: std::collections::HashSet<&str> =
+        items.iter().map(|i| i["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 7);
 }
 
 /// A project past its share of the writer's queue loses its own calls only: a big batch of one

@@ -26,10 +26,10 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use super::chunk::{decode, encode, Stored};
 use super::{
-    daily_counts, Call, CallStore, CallsError, DayCount, LogItem, Page, Verdict, Written, MAX_BATCH,
+    daily_counts, Call, CallStore, CallsError, DayCount, LogItem, Page, Written, MAX_BATCH,
 };
-use crate::domain::Reason;
 
 /// The schema version this build writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 1;
@@ -106,46 +106,6 @@ const BATCH_STATEMENTS: [&str; 9] = [
     OLDEST_CHUNK,
     DELETE_CHUNK,
 ];
-
-/// One log entry as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stored {
-    at_ms: i64,
-    verdict: Verdict,
-    domain: String,
-}
-
-/// Appends an entry: created_at (ms, i64 LE), score, reason (index in [`Reason::ALL`]), domain
-/// length (a domain has at most 253 bytes; longer is cut) and bytes.
-fn encode(out: &mut Vec<u8>, at_ms: i64, v: Verdict, domain: &str) {
-    let domain = &domain.as_bytes()[..domain.len().min(255)];
-    out.extend_from_slice(&at_ms.to_le_bytes());
-    out.push(v.risk_score);
-    out.push(Reason::ALL.iter().position(|r| *r == v.reason).unwrap_or(0) as u8);
-    out.push(domain.len() as u8);
-    out.extend_from_slice(domain);
-}
-
-/// The entries of a chunk, oldest first; `None` if the bytes are not a chunk.
-fn decode(mut data: &[u8]) -> Option<Vec<Stored>> {
-    let mut out = Vec::new();
-    while !data.is_empty() {
-        let (head, rest) = data.split_at_checked(11)?;
-        let at_ms = i64::from_le_bytes(head[..8].try_into().ok()?);
-        let reason = *Reason::ALL.get(usize::from(head[9]))?;
-        let (domain, rest) = rest.split_at_checked(usize::from(head[10]))?;
-        out.push(Stored {
-            at_ms,
-            verdict: Verdict {
-                risk_score: head[8],
-                reason,
-            },
-            domain: String::from_utf8(domain.to_vec()).ok()?,
-        });
-        data = rest;
-    }
-    Some(out)
-}
 
 /// The bytes of a chunk after its first `n` entries, and the newest `created_at` among them;
 /// `None` if the bytes are not a chunk.
@@ -731,33 +691,6 @@ mod tests {
             suffix_after(&data[..data.len() - 1], 1).is_none(),
             "a cut entry"
         );
-    }
-
-    #[test]
-    fn chunks_round_trip_and_refuse_garbage() {
-        let mut data = Vec::new();
-        let v = Verdict {
-            risk_score: 95,
-            reason: Reason::RoleAccount,
-        };
-        encode(&mut data, -5, v, "a.example");
-        encode(&mut data, 1_732_290_000_000, v, "");
-        let back = decode(&data).unwrap();
-        assert_eq!(back.len(), 2);
-        assert_eq!(
-            back[0],
-            Stored {
-                at_ms: -5,
-                verdict: v,
-                domain: "a.example".into()
-            }
-        );
-        assert_eq!(back[1].domain, "");
-        assert_eq!(decode(&data[..data.len() - 1]), None);
-        assert_eq!(decode(&[0; 10]), None);
-        let mut bad_reason = data.clone();
-        bad_reason[9] = 9;
-        assert_eq!(decode(&bad_reason), None);
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 //! per-day hashes (`redis.rs`, with `quota.store: redis`). Only domains are ever stored, never an
 //! email's local part.
 
+mod chunk;
 pub mod config;
 pub mod embedded;
 pub mod redis;
