@@ -1,8 +1,9 @@
 """Where a scenario's instructions go: callgrind's self cost per function, over every thread,
 grouped by component (the crate, or the gateway's own module), per request.
 
-    components.py DIR DUMP BASE N [TOP]   DUMP, BASE: dump numbers (`cg.<pid>.<number>-<thread>`);
-                                          TOP: also list that many functions
+    components.py DIR DUMP BASE N [TOP [BASE_REQUESTS]]
+DUMP, BASE: dump numbers (`cg.<pid>.<number>-<thread>`); TOP: also list that many functions;
+BASE_REQUESTS: the requests in the base dump (default 1; 0 for an idle stretch).
 """
 import collections
 import glob
@@ -70,8 +71,9 @@ def costs(d, number):
 def main():
     d, dump, base, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     top = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    base_requests = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     run, idle = costs(d, dump), costs(d, base)
-    per_fn = {f: (c - idle.get(f, 0)) / (n - 1) for f, c in run.items()}
+    per_fn = {f: (c - idle.get(f, 0)) / (n - base_requests) for f, c in run.items()}
     total = sum(per_fn.values())
     groups = collections.Counter()
     for f, c in per_fn.items():

@@ -1,12 +1,14 @@
 """Instructions per request from callgrind's dumps (one file per thread and dump).
 
-    sum.py DIR N [NAMES BASE]
+    sum.py DIR N [NAMES BASE [BASE_REQUESTS]]
 NAMES: the dumps' names in order, comma-separated (default lookup,unauth,top,lookup0,check);
-BASE: the one-request dump subtracted from each (default lookup0)."""
+BASE: the dump subtracted from each (default lookup0, one request); BASE_REQUESTS: the requests
+in it (default 1; 0 for an idle stretch)."""
 import glob, sys
 d = sys.argv[1]; n = int(sys.argv[2])
 order = (sys.argv[3] if len(sys.argv) > 3 else "lookup,unauth,top,lookup0,check").split(",")
 base_name = sys.argv[4] if len(sys.argv) > 4 else "lookup0"
+base_requests = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 names = {k + 1: name for k, name in enumerate(order)}
 res = {}
 for k, name in names.items():
@@ -24,4 +26,4 @@ for name in order:
         continue
     tot = sum(per.values()); btot = sum(base.values())
     top = max(per, key=per.get)
-    print(f"{name:8} all threads {(tot - btot) / (n - 1):9.0f} instr/req   worker thread {top}: {(per[top] - base.get(top, 0)) / (n - 1):9.0f}   (idle-ish base all {btot}, per-thread {base.get(top,0)})")
+    print(f"{name:8} all threads {(tot - btot) / (n - base_requests):9.0f} instr/req   worker thread {top}: {(per[top] - base.get(top, 0)) / (n - base_requests):9.0f}   (idle-ish base all {btot}, per-thread {base.get(top,0)})")
