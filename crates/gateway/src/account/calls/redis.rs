@@ -34,8 +34,10 @@ const SWEEP_STEPS: usize = 64;
 const CALLS_PER_CHUNK: usize = 128;
 /// Chunks appended by one script call at most (its arguments stay well within Redis's limits).
 const CHUNKS_PER_SCRIPT: usize = 16;
-/// Entries read per step of a page.
-const PAGE_STEP: usize = 4;
+/// Entries read by a page's first step: a busy project's few chunks hold a page.
+const PAGE_FIRST_STEP: usize = 4;
+/// Entries read by a later step at most: a quiet project's chunks hold a call or two each.
+const PAGE_STEP_MAX: usize = 64;
 
 /// The calls of a stream entry and the newest one's time: a chunk's `n` and `m`; an entry of
 /// earlier builds is one call at its `t`.
@@ -346,16 +348,17 @@ impl CallStore for RedisCallStore {
         let since = since.timestamp_millis();
         let mut link = self.link().await?;
         let mut items = Vec::with_capacity(limit.min(64));
+        let mut step = PAGE_FIRST_STEP;
         loop {
             let entries: Vec<Entry> = redis::cmd("XREVRANGE")
                 .arg(log_key(project))
                 .arg(&end)
                 .arg("-")
                 .arg("COUNT")
-                .arg(PAGE_STEP)
+                .arg(step)
                 .query_async(&mut link)
                 .await?;
-            let last = entries.len() < PAGE_STEP;
+            let last = entries.len() < step;
             for (id, fields) in entries {
                 end = format!("({id}");
                 let Some(calls) = calls_of(&fields) else {
@@ -388,6 +391,9 @@ impl CallStore for RedisCallStore {
             if last {
                 return Ok(Some(Page::of(items, false)));
             }
+            // At least a call an entry: what the page still wants (and one more, which tells
+            // whether more follow) is as many entries at most.
+            step = (limit + 1 - items.len()).clamp(1, PAGE_STEP_MAX);
         }
     }
 
