@@ -66,9 +66,11 @@ def main():
                "under machine load unlike wall-clock figures. N requests a scenario after a warm-up, over every "
                "thread of the process (the worker's alone beside it), against the bare Pingora floor answering "
                "the same bytes (the mix: against the floor's lookup, which answers every path of it). Under "
-               "valgrind a request takes ~50 times longer, so work paced by the clock (the neighbourhood's "
-               "learning at `learn_per_second`, the live top-domains' render every second) weighs ~50 times "
-               "more a request than at full speed: the worker's column is the request path's own.", "",
+               "valgrind a second holds ~800 of the mix's requests, not the load harness's ~70,000, so work "
+               "paced by the clock would weigh ~100 times more a request than at full speed: the mix's base "
+               "is an idle stretch as long as its run, and its top-domains ranking is rendered every 60 s "
+               "(the mix before 2026-11-26 counted both: 1.94x where this way counts 1.81x, the same "
+               "build). The worker's column is the request path's own.", "",
                "| scenario | gateway, all threads | gateway, worker | floor | gateway / floor | limit (`--check`) |",
                "|---|---:|---:|---:|---:|---:|", *rows, ""]
     if comp.exists():
