@@ -1,6 +1,6 @@
-//! The compact form of a batch's log entries of one project, shared by both call stores: a row
-//! of SQLite's `chunks`, an entry of a Redis stream. One stored thing per call cost either store
-//! more work per call than the lookup itself.
+//! The compact forms of a batch's log entries of one project: binary for a row of SQLite's
+//! `chunks`, a line of text a call for an entry of a Redis stream. One stored thing per call cost
+//! either store more work per call than the lookup itself.
 
 use super::Verdict;
 use crate::domain::Reason;
@@ -49,9 +49,77 @@ pub fn decode(mut data: &[u8]) -> Option<Vec<Stored>> {
     Some(out)
 }
 
+/// Appends an entry as a line of text, `<ms> <score> <reason> <domain>`: Redis's form, which
+/// `XRANGE` shows as it is and an earlier build reading every field as UTF-8 can read past. A
+/// space or a control character in the domain (the gateway accepts none) becomes `?`, so that
+/// a line stays one entry.
+pub fn encode_line(out: &mut String, at_ms: i64, v: Verdict, domain: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "{at_ms} {} {} ", v.risk_score, v.reason.as_str());
+    out.extend(domain.chars().map(|c| {
+        if c.is_whitespace() || c.is_control() {
+            '?'
+        } else {
+            c
+        }
+    }));
+    out.push('\n');
+}
+
+/// The entries of a text chunk ([`encode_line`]), oldest first; `None` if it is not one.
+pub fn decode_lines(text: &[u8]) -> Option<Vec<Stored>> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.lines()
+        .map(|line| {
+            let mut parts = line.splitn(4, ' ');
+            let at_ms = parts.next()?.parse().ok()?;
+            let risk_score = parts.next()?.parse().ok().filter(|s| *s <= 100)?;
+            let reason = parts.next()?.parse::<Reason>().ok()?;
+            let domain = parts.next().filter(|d| !d.is_empty())?.to_owned();
+            Some(Stored {
+                at_ms,
+                verdict: Verdict { risk_score, reason },
+                domain,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A role account's verdict, as a line shows it.
+    const ROLE: Verdict = Verdict {
+        risk_score: 40,
+        reason: Reason::RoleAccount,
+    };
+
+    #[test]
+    fn text_chunks_round_trip_and_refuse_garbage() {
+        let (v, mut text) = (ROLE, String::new());
+        encode_line(&mut text, 7, v, "a.example");
+        encode_line(&mut text, -1, v, "b c\nd.example");
+        assert_eq!(
+            text,
+            "7 40 role_account a.example\n-1 40 role_account b?c?d.example\n"
+        );
+        let back = decode_lines(text.as_bytes()).unwrap();
+        assert_eq!((back[0].at_ms, back[0].domain.as_str()), (7, "a.example"));
+        assert_eq!(back[1].domain, "b?c?d.example");
+        assert_eq!(back[1].verdict, v);
+        for bad in [
+            "7 101 safe a.example",
+            "7 5 nope a.example",
+            "x 5 safe a.example",
+            "7 5 safe ",
+            "7 5 safe",
+        ] {
+            assert_eq!(decode_lines(bad.as_bytes()), None, "{bad}");
+        }
+        assert_eq!(decode_lines(b"\xff"), None);
+        assert_eq!(decode_lines(b"").unwrap(), vec![]);
+    }
 
     #[test]
     fn chunks_round_trip_and_refuse_garbage() {

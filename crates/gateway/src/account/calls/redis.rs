@@ -1,12 +1,14 @@
 //! The shared call store on Redis (with `quota.store: redis`): several gateways, one log.
 //!
 //! Per project, a stream `calls:{<project>}:log` whose entries are chunks of up to
-//! [`CALLS_PER_CHUNK`] calls (`n` the calls, `m` the newest call's time in ms, `c` their compact
-//! form, as SQLite's chunks), and `calls:{<project>}:kept`, the calls the stream holds. A batch's
-//! chunks are appended by one script, which also drops whole oldest chunks while the rest still
-//! holds `max_per_project` calls. A call is `<stream id>/<index>`, the paging position; new
-//! chunks always get larger ids. An entry a call each, as earlier builds wrote (fields `d`, `s`,
-//! `r`, `t`), is read as a chunk of one. Per UTC day a hash
+//! [`CALLS_PER_CHUNK`] calls (`n` the calls, `t` the newest call's time in ms, `c` a line of
+//! text a call: time, score, reason, domain), and `calls:{<project>}:kept`, the calls the stream
+//! holds. A batch's chunks are appended by one script, which also drops whole oldest chunks
+//! while the rest still holds `max_per_project` calls. A call is `<stream id>/<index>`, the
+//! paging position; new chunks always get larger ids. An entry a call each, as earlier builds
+//! wrote (fields `d`, `s`, `r`, `t`), is read as a chunk of one; and an earlier build sharing the
+//! Redis during an upgrade reads a chunk as an entry it skips (text, with the `t` its sweep
+//! reads), not as an error. Per UTC day a hash
 //! `calls:{<project>}:day:<YYYY-MM-DD>` with `total` and `blocked` (expiring after the chart's
 //! days). Every command names keys of one project only, and all share the `{<project>}` hash
 //! tag, so the layout is cluster-safe.
@@ -30,7 +32,7 @@ const SWEEP_STEP: usize = 256;
 const SWEEP_STEPS: usize = 64;
 /// Calls in one stream entry at most. An entry a call cost Redis 1.4-1.8 us of script time a
 /// call (1,000 calls appended and trimmed in 1.43-1.82 ms, `INFO commandstats`); chunks of 128,
-/// ~0.28 us, trimming included.
+/// 0.26-0.31 us, trimming included.
 const CALLS_PER_CHUNK: usize = 128;
 /// Chunks appended by one script call at most (its arguments stay well within Redis's limits).
 const CHUNKS_PER_SCRIPT: usize = 16;
@@ -38,35 +40,50 @@ const CHUNKS_PER_SCRIPT: usize = 16;
 const PAGE_FIRST_STEP: usize = 4;
 /// Entries read by a later step at most: a quiet project's chunks hold a call or two each.
 const PAGE_STEP_MAX: usize = 64;
+/// Entries a page reads at most: entries that hold no call of ours (written by something else)
+/// would otherwise keep it reading.
+const PAGE_SCAN_MAX: usize = 4096;
 
-/// The calls of a stream entry and the newest one's time: a chunk's `n` and `m`; an entry of
-/// earlier builds is one call at its `t`.
+/// The calls of a stream entry and its newest call's time (`t`): a chunk's `n` (a whole number
+/// up to 128), an entry of earlier builds one call. Anything else is no call of ours, at time 0.
 const ENTRY_CALLS: &str = r#"
 local function calls_of(f)
-  local n, m, t = nil, nil, nil
+  local n, t, d = nil, nil, false
   for j = 1, #f, 2 do
-    if f[j] == 'n' then n = tonumber(f[j + 1]) elseif f[j] == 'm' then m = tonumber(f[j + 1])
-    elseif f[j] == 't' then t = tonumber(f[j + 1]) end
+    if f[j] == 'n' then n = f[j + 1] elseif f[j] == 't' then t = tonumber(f[j + 1])
+    elseif f[j] == 'd' then d = true end
   end
-  if n then return n, m or 0 end
-  return 1, t or 0
+  if t == nil or t ~= t or t == math.huge or t == -math.huge then return 0, 0 end
+  if n then
+    if string.match(n, '^%d%d?%d?$') and tonumber(n) <= 128 then return tonumber(n), t end
+    return 0, 0
+  end
+  if d then return 1, t end
+  return 0, 0
 end
 "#;
 
 /// Appends chunks to a project's log: KEYS the log and its count of calls; ARGV the calls kept
-/// at least, the retention (ms), then each chunk's calls, newest time (ms) and bytes. Then drops
-/// whole oldest chunks while the rest still holds the calls to keep, and sets both keys' expiry.
-/// A log gone (expired, evicted, flushed) restarts the count; a count that claims more than the
-/// log holds is corrected when the log runs out. Sent with `EVAL`, so a Redis that lost its
+/// at least, the retention (ms), then each chunk's calls, newest time (ms) and encoded calls.
+/// Then drops whole oldest chunks while the rest still holds the calls to keep, and sets both
+/// keys' expiry. A log gone (expired, evicted, flushed) restarts the count; a log without one
+/// (written by an earlier build, an entry a call; or its count evicted alone) starts from its
+/// length, exact for the former and at most low for the latter; a count that claims more than
+/// the log holds is corrected when the log runs out. Sent with `EVAL`, so a Redis that lost its
 /// script cache (a restart, a failover) never refuses it.
 const APPEND: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+elseif redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], redis.call('XLEN', KEYS[1]))
+end
 local added = 0
 for i = 3, #ARGV, 3 do
-  redis.call('XADD', KEYS[1], '*', 'n', ARGV[i], 'm', ARGV[i + 1], 'c', ARGV[i + 2])
+  redis.call('XADD', KEYS[1], '*', 'n', ARGV[i], 't', ARGV[i + 1], 'c', ARGV[i + 2])
   added = added + tonumber(ARGV[i])
 end
 local kept = redis.call('INCRBY', KEYS[2], added)
+if kept < 0 then kept = 0 end
 local keep = tonumber(ARGV[1])
 while kept > keep do
   local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 32)
@@ -96,8 +113,8 @@ local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[2])
 local cutoff = tonumber(ARGV[1])
 local gone, calls = {}, 0
 for _, e in ipairs(oldest) do
-  local n, m = calls_of(e[2])
-  if m >= cutoff then break end
+  local n, t = calls_of(e[2])
+  if t >= cutoff then break end
   gone[#gone + 1] = e[1]
   calls = calls + n
 end
@@ -156,16 +173,13 @@ fn day_key(project: &str, day: NaiveDate) -> String {
     format!("calls:{{{project}}}:day:{}", day.format("%Y-%m-%d"))
 }
 
-/// A stream id `<ms>-<seq>`, as Redis makes them.
+/// A stream id `<ms>-<seq>`, as Redis makes them (each part a `u64`).
 fn is_stream_id(s: &str) -> bool {
-    s.split_once('-').is_some_and(|(ms, seq)| {
-        !ms.is_empty()
-            && !seq.is_empty()
-            && ms.len() <= 20
-            && seq.len() <= 20
-            && ms.bytes().all(|b| b.is_ascii_digit())
-            && seq.bytes().all(|b| b.is_ascii_digit())
-    })
+    let part = |p: &str| {
+        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u64>().is_ok()
+    };
+    s.split_once('-')
+        .is_some_and(|(ms, seq)| part(ms) && part(seq))
 }
 
 /// A page position: a call of a chunk (`<stream id>/<index>`), or an entry of earlier builds
@@ -185,7 +199,18 @@ impl<'a> Position<'a> {
             }
             None => (s, None),
         };
-        is_stream_id(entry).then_some(Position { entry, index })
+        // `0-0` is before every entry: nothing is older than it (and Redis refuses `(0-0`).
+        (is_stream_id(entry) && !(index.is_none() && entry == "0-0"))
+            .then_some(Position { entry, index })
+    }
+
+    /// Where `XREVRANGE` starts for the page after this position: the entry of a chunk's call
+    /// is read again (its older calls), an entry of earlier builds is passed.
+    fn range_end(&self) -> String {
+        match self.index {
+            Some(_) => self.entry.to_owned(),
+            None => format!("({}", self.entry),
+        }
     }
 }
 
@@ -206,8 +231,8 @@ fn text_field<'a>(fields: &'a [Vec<u8>], name: &str) -> Option<&'a str> {
 /// The calls of an entry, oldest first: a chunk's, or the one call of an entry of earlier
 /// builds. `None`: not an entry of ours (skipped).
 fn calls_of(fields: &[Vec<u8>]) -> Option<Vec<Stored>> {
-    if let Some(data) = field(fields, "c") {
-        return chunk::decode(data);
+    if let Some(text) = field(fields, "c") {
+        return chunk::decode_lines(text);
     }
     Some(vec![Stored {
         at_ms: text_field(fields, "t")?.parse().ok()?,
@@ -232,21 +257,24 @@ fn item(id: String, call: Stored) -> Option<LogItem> {
     })
 }
 
-/// A project's logged calls of a batch as chunks: (calls, newest time in ms, bytes).
-fn chunks_of(logged: &[&Call]) -> Vec<(usize, i64, Vec<u8>)> {
+/// A project's logged calls of a batch as chunks: (calls, newest time in ms, encoded calls).
+fn chunks_of(logged: &[&Call]) -> Vec<(usize, i64, String)> {
     logged
         .chunks(CALLS_PER_CHUNK)
         .map(|calls| {
-            let mut data = Vec::with_capacity(calls.len() * 32);
+            // Text, not the binary form of SQLite's chunks: an earlier build reading the stream
+            // during an upgrade reads every field as UTF-8, and skips an entry it cannot use
+            // where a binary one failed its whole page.
+            let mut text = String::with_capacity(calls.len() * 40);
             let (mut n, mut newest) = (0, i64::MIN);
             for call in calls {
                 let Some(v) = call.verdict else { continue };
                 let at = call.at.timestamp_millis();
                 newest = newest.max(at);
-                chunk::encode(&mut data, at, v, &call.email_domain);
+                chunk::encode_line(&mut text, at, v, &call.email_domain);
                 n += 1;
             }
-            (n, newest, data)
+            (n, newest, text)
         })
         .collect()
 }
@@ -277,7 +305,7 @@ impl CallStore for RedisCallStore {
             // The chunks go in a script call or a few (one reply each, not one a chunk); each
             // call trims the log and sets its expiry, so one runs with no chunk too.
             let chunks = chunks_of(logged);
-            let scripts: Vec<&[(usize, i64, Vec<u8>)]> = if chunks.is_empty() {
+            let scripts: Vec<&[(usize, i64, String)]> = if chunks.is_empty() {
                 vec![&[]]
             } else {
                 chunks.chunks(CHUNKS_PER_SCRIPT).collect()
@@ -291,7 +319,7 @@ impl CallStore for RedisCallStore {
                     .arg(self.max_per_project)
                     .arg(retention_ms);
                 for (n, newest, data) in script {
-                    pipe.arg(*n).arg(*newest).arg(data.as_slice());
+                    pipe.arg(*n).arg(*newest).arg(data);
                 }
                 pipe.ignore();
             }
@@ -335,20 +363,14 @@ impl CallStore for RedisCallStore {
                 None => return Ok(None),
             },
         };
-        // The entry of a chunk's position is read again (its older calls); an entry of earlier
-        // builds is passed.
-        let mut end = match &position {
-            None => "+".to_owned(),
-            Some(Position {
-                entry,
-                index: Some(_),
-            }) => (*entry).to_owned(),
-            Some(Position { entry, index: None }) => format!("({entry}"),
-        };
+        let mut end = position
+            .as_ref()
+            .map_or("+".to_owned(), Position::range_end);
         let since = since.timestamp_millis();
         let mut link = self.link().await?;
         let mut items = Vec::with_capacity(limit.min(64));
         let mut step = PAGE_FIRST_STEP;
+        let mut scanned = 0;
         loop {
             let entries: Vec<Entry> = redis::cmd("XREVRANGE")
                 .arg(log_key(project))
@@ -359,6 +381,7 @@ impl CallStore for RedisCallStore {
                 .query_async(&mut link)
                 .await?;
             let last = entries.len() < step;
+            scanned += entries.len();
             for (id, fields) in entries {
                 end = format!("({id}");
                 let Some(calls) = calls_of(&fields) else {
@@ -390,6 +413,11 @@ impl CallStore for RedisCallStore {
             }
             if last {
                 return Ok(Some(Page::of(items, false)));
+            }
+            if scanned >= PAGE_SCAN_MAX {
+                // The next page goes on from the last call shown (none: the log ends here).
+                let more = !items.is_empty();
+                return Ok(Some(Page::of(items, more)));
             }
             // At least a call an entry: what the page still wants (and one more, which tells
             // whether more follow) is as many entries at most.
@@ -442,10 +470,12 @@ impl CallStore for RedisCallStore {
     ) -> Result<u64, CallsError> {
         let mut link = self.link().await?;
         let mut deleted = 0;
-        for (project, cutoff) in cutoffs {
+        let mut first_error = None;
+        // A project whose sweep fails (its count not a number, say) leaves the others theirs.
+        'projects: for (project, cutoff) in cutoffs {
             let (key, kept) = (log_key(project), kept_key(project));
             for _ in 0..SWEEP_STEPS {
-                let (calls, more): (u64, u8) = redis::cmd("EVAL")
+                let step: Result<(u64, u8), _> = redis::cmd("EVAL")
                     .arg(&self.sweep)
                     .arg(2)
                     .arg(&key)
@@ -453,12 +483,23 @@ impl CallStore for RedisCallStore {
                     .arg(cutoff.timestamp_millis())
                     .arg(SWEEP_STEP)
                     .query_async(&mut link)
-                    .await?;
-                deleted += calls;
-                if more == 0 {
-                    break;
+                    .await;
+                match step {
+                    Ok((calls, more)) => {
+                        deleted += calls;
+                        if more == 0 {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        continue 'projects;
+                    }
                 }
             }
+        }
+        if let Some(e) = first_error {
+            return Err(e.into());
         }
         Ok(deleted)
     }
@@ -497,9 +538,12 @@ mod tests {
             "/1",
             "5-7/1234567",
             "x-1/0",
+            "0-0",
+            "18446744073709551616-0",
         ] {
             assert_eq!(Position::parse(bad), None, "{bad}");
         }
+        assert!(Position::parse("0-0/3").is_some());
     }
 
     #[test]
@@ -526,9 +570,25 @@ mod tests {
         ] {
             assert_eq!(calls_of(&bad), None);
         }
-        let mut c = fields(&[("n", "1"), ("m", "7")]);
-        c.extend([b"c".to_vec(), vec![0; 10]]);
-        assert_eq!(calls_of(&c), None, "a cut chunk");
+        let chunk = |c: &str| fields(&[("n", "1"), ("t", "7"), ("c", c)]);
+        assert_eq!(calls_of(&chunk("7 5 safe")), None, "a cut line");
+        let call = Call {
+            project: "p".into(),
+            retention: Duration::from_secs(60),
+            email_domain: "b.example".into(),
+            verdict: Some(super::super::Verdict {
+                risk_score: 10,
+                reason: Reason::Safe,
+            }),
+            lookup: true,
+            at: DateTime::from_timestamp_millis(9).unwrap(),
+            queued: None,
+        };
+        let (n, newest, text) = chunks_of(&[&call, &call]).remove(0);
+        assert_eq!((n, newest), (2, 9));
+        let back = calls_of(&chunk(&text)).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!((back[1].at_ms, back[1].domain.as_str()), (9, "b.example"));
     }
 
     #[test]
