@@ -27,6 +27,10 @@ pub enum Command {
         /// Listen on this ip:port instead of the configured `gateway.listen`.
         #[arg(long)]
         listen: Option<String>,
+        /// The admin listener on this ip:port or unix:/path instead of the configured
+        /// `gateway.admin.listen` (a second gateway on the same config needs its own).
+        #[arg(long)]
+        admin_listen: Option<String>,
         /// Take the listening sockets over from the running gateway (same config): start this,
         /// then send SIGQUIT to the old process (with --daemon, this process sends it itself,
         /// once built, to the gateway `pid_file` names).

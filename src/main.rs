@@ -25,17 +25,23 @@ fn main() -> ExitCode {
     }
     let serve = Command::Serve {
         listen: None,
+        admin_listen: None,
         upgrade: false,
         daemon: false,
     };
     let result = match cli.command.unwrap_or(serve) {
         Command::Serve {
             listen,
+            admin_listen,
             upgrade,
             daemon,
         } => {
             let mode = cli::ServeMode { upgrade, daemon };
-            cli::serve(&cli.conf, listen.as_deref(), mode).map(|()| None)
+            let over = cli::ListenOverride {
+                listen: listen.as_deref(),
+                admin: admin_listen.as_deref(),
+            };
+            cli::serve(&cli.conf, over, mode).map(|()| None)
         }
         Command::CheckConfig => cli::check_config(&cli.conf).map(Some),
         Command::Health => cli::health(&cli.conf).map(Some),

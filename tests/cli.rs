@@ -382,3 +382,135 @@ fn version_reads_the_config_never_the_data() {
     assert!(lines[1].starts_with("data in "), "{out}");
     assert!(lines[1].contains(&conf), "{out}");
 }
+
+/// Runs the binary, killing it after `within` (a serve that started would never return).
+fn run_within(args: &[&str], within: std::time::Duration) -> (bool, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("`{}` still runs after {within:?}", args.join(" "));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.success(), err)
+}
+
+#[test]
+fn serve_exits_when_an_address_is_taken_and_names_the_flag_that_moves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = std::net::TcpListener::bind(("127.0.0.1", free_port())).unwrap();
+    let taken = held.local_addr().unwrap().to_string();
+    let free = format!("127.0.0.1:{}", free_port());
+    let conf = write_conf(
+        dir.path(),
+        &format!(
+            "    builtin_disposable: false\n  mx:\n    enabled: false\n  admin:\n    listen: {taken}\n"
+        ),
+    );
+    std::fs::write(dir.path().join("keys.yaml"), "keys: []\n").unwrap();
+    // Pingora alone retries a taken address, then loses that listener and serves on without it:
+    // each start must end, refused, within seconds.
+    let refused = |listen: &str, admin: Option<&str>| {
+        let mut args = vec!["serve", "-c", &conf, "--listen", listen];
+        args.extend(admin.map(|a| ["--admin-listen", a]).into_iter().flatten());
+        let (ok, err) = run_within(&args, std::time::Duration::from_secs(10));
+        assert!(!ok, "{err}");
+        err
+    };
+    let err = refused(&taken, Some(&free));
+    let public = format!("cannot listen on {taken} (gateway.listen): Address already in use");
+    assert!(
+        err.contains(&public) && err.contains("with --listen"),
+        "{err}"
+    );
+    let err = refused(&free, None);
+    let admin = format!("cannot listen on {taken} (gateway.admin.listen)");
+    assert!(
+        err.contains(&admin) && err.contains("with --admin-listen"),
+        "{err}"
+    );
+    // The flag is checked like the key: never the public port, and a listener address.
+    let err = refused(&free, Some(&free));
+    let expected = format!("--admin-listen {free}: gateway.admin.listen: must differ");
+    assert!(err.contains(&expected), "{err}");
+    let err = refused(&free, Some("nowhere"));
+    assert!(
+        err.contains("'nowhere' is not ip:port or unix:/path"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_gateway_on_one_config_runs_beside_the_first_with_its_own_listeners() {
+    let first = Gateway::builder().start();
+    let conf = first.conf.to_str().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    // The first's admin socket answers: a second would have taken its path over (Pingora removes
+    // a socket file before binding), leaving the first without an admin listener.
+    let within = std::time::Duration::from_secs(10);
+    let (ok, err) = run_within(&["serve", "-c", conf, "--listen", &listen], within);
+    assert!(!ok);
+    let sock = first.dir.path().join("admin.sock");
+    let expected = format!(
+        "cannot listen on unix:{} (gateway.admin.listen)",
+        sock.display()
+    );
+    assert!(err.contains(&expected), "{err}");
+    let second_sock = first.dir.path().join("second.sock");
+    let admin = format!("unix:{}", second_sock.display());
+    let log = first.dir.path().join("second.log");
+    let second = Command::new(BIN)
+        .args([
+            "-c",
+            conf,
+            "serve",
+            "--listen",
+            &listen,
+            "--admin-listen",
+            &admin,
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let second = KillOnDrop(second);
+    let addr: std::net::SocketAddr = listen.parse().unwrap();
+    let answered = |path: &str| {
+        let mut conn = Conn::open(addr).ok()?;
+        conn.get(path).ok().map(|r| r.status)
+    };
+    wait_until(std::time::Duration::from_secs(20), || {
+        answered("/healthz") == Some(200)
+    });
+    let from_second = std::os::unix::net::UnixStream::connect(&second_sock);
+    assert!(
+        from_second.is_ok(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    drop(second);
+    assert_eq!(first.admin_get("/readyz").status, 200);
+    assert_eq!(first.get("/healthz").status, 200);
+}
+
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -330,30 +330,46 @@ impl Settings {
             .is_ok_and(|a| a.ip().is_loopback())
     }
 
-    /// Replaces the listen address (`serve --listen`), validating it.
-    pub fn override_listen(&mut self, listen: &str) -> Result<(), ConfigError> {
-        if let Err(e) = listen.parse::<SocketAddr>() {
-            return Err(ConfigError::Invalid {
-                path: self.source.clone(),
-                problems: vec![format!(
+    /// Replaces the listen addresses given on the command line (`serve --listen`,
+    /// `--admin-listen`), validating them as the config's own.
+    pub fn override_listeners(&mut self, over: ListenOverride<'_>) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        if let Some(listen) = over.listen {
+            match listen.parse::<SocketAddr>() {
+                Ok(_) => self.gateway.listen = listen.to_owned(),
+                Err(e) => problems.push(format!(
                     "--listen: '{listen}' is not an ip:port address ({e})"
-                )],
-            });
+                )),
+            }
         }
-        self.gateway.listen = listen.to_owned();
-        // The alerts' URL was checked against the configured listener, not this one.
-        let listeners = self.gateway.own_listeners();
-        let problem = self.gateway.quota.alerts.as_ref().and_then(|a| {
-            let uri = a.url.parse::<http::Uri>().ok()?;
-            a.destination_problem(&uri, &listeners)
-        });
-        if let Some(problem) = problem {
-            return Err(ConfigError::Invalid {
+        if let Some(admin) = over.admin {
+            self.gateway.admin.listen = Some(admin.to_owned());
+        }
+        if over.listen.is_some() || over.admin.is_some() {
+            let flags = over_flags(over);
+            problems.extend(
+                (self
+                    .gateway
+                    .admin
+                    .problems(&self.gateway.listen)
+                    .into_iter())
+                .map(|p| format!("{flags}: {p}")),
+            );
+            // The alerts' URL was checked against the configured listeners, not these.
+            let listeners = self.gateway.own_listeners();
+            let problem = self.gateway.quota.alerts.as_ref().and_then(|a| {
+                let uri = a.url.parse::<http::Uri>().ok()?;
+                a.destination_problem(&uri, &listeners)
+            });
+            problems.extend(problem.map(|p| format!("{flags}: {p}")));
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(ConfigError::Invalid {
                 path: self.source.clone(),
-                problems: vec![format!("--listen {listen}: {problem}")],
-            });
+                problems,
+            }),
         }
-        Ok(())
     }
 }
 
@@ -574,6 +590,27 @@ impl GatewayConfig {
         );
         out
     }
+}
+
+/// Listen addresses given on the command line, over the config's (`serve --listen`,
+/// `--admin-listen`): how a second gateway runs beside the first on the same config.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ListenOverride<'a> {
+    /// The public listener, `ip:port`.
+    pub listen: Option<&'a str>,
+    /// The admin listener, `ip:port` or `unix:/path`.
+    pub admin: Option<&'a str>,
+}
+
+/// The flags an override came from, to name them in its problems.
+fn over_flags(over: ListenOverride<'_>) -> String {
+    let listen = over.listen.map(|l| format!("--listen {l}"));
+    let admin = over.admin.map(|a| format!("--admin-listen {a}"));
+    [listen, admin]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

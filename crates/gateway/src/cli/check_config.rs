@@ -8,7 +8,7 @@ use crate::server::keys_source;
 
 /// Validates the config, data and keys without serving; the summary on success.
 pub fn check_config(conf: &Path) -> Result<String, CommandError> {
-    let settings = settings(conf, None)?;
+    let settings = settings(conf, Default::default())?;
     let table = settings.gateway.data_sources().build()?;
     let keys = keys_source(&settings).load()?;
     // The alerts' secret is read at start: a missing or short one stops it, so it is checked here.

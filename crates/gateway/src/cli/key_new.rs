@@ -15,7 +15,7 @@ pub fn key_new(
     project: Option<&str>,
     append: bool,
 ) -> Result<String, CommandError> {
-    let settings = settings(conf, None)?;
+    let settings = settings(conf, Default::default())?;
     let secret = generate_secret()?;
     let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let extras = EntryExtras {

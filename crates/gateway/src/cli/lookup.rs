@@ -30,7 +30,7 @@ fn neighbourhood(mx: &MxConfig, table: Arc<ArcSwap<DomainTable>>) -> Option<Arc<
 
 /// `lookup <domain>`: the record, the rule that decided it and the MX evidence, without a server.
 pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
-    let settings = settings(conf, None)?;
+    let settings = settings(conf, Default::default())?;
     let shared = Arc::new(ArcSwap::from_pointee(
         settings.gateway.data_sources().build()?,
     ));

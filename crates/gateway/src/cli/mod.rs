@@ -8,6 +8,7 @@ mod lookup;
 mod mx_snapshot;
 mod ready;
 mod serve;
+mod taken;
 mod version;
 
 use std::path::Path;
@@ -21,16 +22,15 @@ pub use serve::serve;
 pub use serve::ServeMode;
 pub use version::{version, GIT_HASH};
 
+pub use crate::config::ListenOverride;
 use crate::config::Settings;
 
 /// A boxed error for command results: each carries its own context.
 pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Loads settings, applying `--listen`.
-fn settings(conf: &Path, listen: Option<&str>) -> Result<Settings, CommandError> {
+/// Loads settings, applying `--listen` and `--admin-listen`.
+fn settings(conf: &Path, over: ListenOverride<'_>) -> Result<Settings, CommandError> {
     let mut settings = Settings::load(conf)?;
-    if let Some(listen) = listen {
-        settings.override_listen(listen)?;
-    }
+    settings.override_listeners(over)?;
     Ok(settings)
 }

@@ -40,7 +40,7 @@ struct Tally {
 
 /// `mx-snapshot`: see the module documentation. Returns the summary line.
 pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<String, CommandError> {
-    let settings = settings(conf, None)?;
+    let settings = settings(conf, Default::default())?;
     let table = settings.gateway.data_sources().build()?;
     let done = already_done(out)?;
     let mut names: Vec<String> = table

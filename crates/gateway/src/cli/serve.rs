@@ -9,12 +9,12 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::ServiceHandle;
 
-use super::{settings, CommandError};
+use super::{settings, CommandError, ListenOverride};
 use crate::config::Settings;
 
 /// Builds the first table and key set (bad ones stop the start), then serves until signalled.
-pub fn serve(conf: &Path, listen: Option<&str>, mode: ServeMode) -> Result<(), CommandError> {
-    run(settings(conf, listen)?, mode)
+pub fn serve(conf: &Path, over: ListenOverride<'_>, mode: ServeMode) -> Result<(), CommandError> {
+    run(settings(conf, over)?, mode)
 }
 
 /// How `serve` starts.
@@ -64,6 +64,11 @@ fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
     };
     if let Some(dir) = &runtime_dir {
         crate::config::ensure_private_dir(dir)?;
+    }
+    if !mode.upgrade {
+        // After the checks of the config's files, which name what to fix first; an upgrade
+        // takes these very sockets over.
+        super::taken::refuse_taken(&gateway)?;
     }
     let mut server = Server::new_with_opt_and_conf(opt, server_conf);
     // As a service, so that the listeners wait for the sockets of an upgrade.
