@@ -347,14 +347,8 @@ impl Settings {
         }
         if over.listen.is_some() || over.admin.is_some() {
             let flags = over_flags(over);
-            problems.extend(
-                (self
-                    .gateway
-                    .admin
-                    .problems(&self.gateway.listen)
-                    .into_iter())
-                .map(|p| format!("{flags}: {p}")),
-            );
+            let admin = self.gateway.admin.problems(&self.gateway.listen);
+            problems.extend(admin.into_iter().map(|p| format!("{flags}: {p}")));
             // The alerts' URL was checked against the configured listeners, not these.
             let listeners = self.gateway.own_listeners();
             let problem = self.gateway.quota.alerts.as_ref().and_then(|a| {

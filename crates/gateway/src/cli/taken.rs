@@ -4,22 +4,37 @@
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 
-use super::CommandError;
 use crate::config::GatewayConfig;
 
-/// An error naming the first listener whose address is taken, the key it comes from and the
-/// flag that moves it.
-pub fn refuse_taken(gateway: &GatewayConfig) -> Result<(), CommandError> {
+/// A listener's address another process holds.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot listen on {address} ({key}): {why}. Another gateway on this config? \
+     Give this one its own address with {flag}"
+)]
+pub struct AddressTaken {
+    address: String,
+    /// The config key the address comes from.
+    key: &'static str,
+    /// The `serve` flag that replaces it.
+    flag: &'static str,
+    why: String,
+}
+
+/// The first listener whose address is taken, if one is: the key it comes from and the flag
+/// that moves it.
+pub fn refuse_taken(gateway: &GatewayConfig) -> Result<(), AddressTaken> {
     let public = ("gateway.listen", "--listen", gateway.listen.as_str());
-    let admin =
-        (gateway.admin.listen.as_deref()).map(|a| ("gateway.admin.listen", "--admin-listen", a));
+    let admin = gateway.admin.listen.as_deref();
+    let admin = admin.map(|a| ("gateway.admin.listen", "--admin-listen", a));
     for (key, flag, address) in std::iter::once(public).chain(admin) {
         if let Some(why) = taken(address) {
-            return Err(format!(
-                "cannot listen on {address} ({key}): {why}. Another gateway on this config? \
-                 Give this one its own address with {flag}"
-            )
-            .into());
+            return Err(AddressTaken {
+                address: address.to_owned(),
+                key,
+                flag,
+                why,
+            });
         }
     }
     Ok(())
