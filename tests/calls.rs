@@ -251,6 +251,10 @@ fn stats_and_checks_add_up(gw: &Gateway) -> (u64, u64) {
         gw,
         ["a.dispo.example", "fine.example", "dispo.example"].map(String::from),
     );
+    // A call is logged once answered, on the thread that answered: the last lookup's could
+    // follow a check answered on another connection (and thread) meanwhile, and the log's order
+    // below is the order calls were logged in.
+    wait_until(WAIT, || log_count(gw, TEST_SECRET) == logged0 + 3);
     let mut c = gw.conn();
     for target in [
         format!("{LOCAL}@dispo.example"),
