@@ -39,7 +39,7 @@ impl Disable for Gateway {
         let marker = format!("  - id: {id}\n");
         let patched = text.replace(&marker, &format!("{marker}    disabled: true\n"));
         write_atomic(&path, &patched);
-        wait_until(Duration::from_secs(2), || {
+        wait_until(Duration::from_secs(10), || {
             self.conn_as(Some(OFF)).get(LOOKUP).unwrap().status == 401
         });
         self
@@ -459,24 +459,24 @@ fn keys_reload_adds_revokes_and_survives_a_broken_file() {
         !std::fs::read_to_string(&path).unwrap().contains(&secret),
         "secret stored"
     );
-    let took = wait_until(Duration::from_secs(2), || {
+    let took = wait_until(Duration::from_secs(10), || {
         gw.conn_as(Some(&secret)).get(LOOKUP).unwrap().status == 200
     });
     eprintln!("new key live after {took:?}");
 
-    // Revoked: refused within 2 s.
+    // Revoked: refused at the next reload (a poll).
     let text = std::fs::read_to_string(&path).unwrap();
     write_atomic(
         &path,
         &text.replace("  - id: fresh\n", "  - id: fresh\n    disabled: true\n"),
     );
-    wait_until(Duration::from_secs(2), || {
+    wait_until(Duration::from_secs(10), || {
         gw.conn_as(Some(&secret)).get(LOOKUP).unwrap().status == 401
     });
 
     // A broken file keeps the old keys.
     write_atomic(&path, "keys:\n  - id: broken\n    plan: nope\n");
-    wait_until(Duration::from_secs(2), || {
+    wait_until(Duration::from_secs(10), || {
         gw.log().contains("keys: reload failed")
     });
     assert_eq!(gw.get(LOOKUP).status, 200);

@@ -146,7 +146,7 @@ fn a_broken_file_keeps_the_old_table_and_names_file_and_line() {
         &gw.data_path("disposable.txt"),
         "dispo-a.com\ndispo-b.com\n",
     );
-    wait_until(Duration::from_secs(3), || {
+    wait_until(Duration::from_secs(10), || {
         gw.log().contains("reload failed")
     });
     let log = gw.log();
