@@ -320,7 +320,7 @@ fn mx_resolver(
     if !gateway.mx.enabled {
         return Ok(None);
     }
-    let mut resolver = MxResolver::new(&gateway.mx)?;
+    let mut resolver = MxResolver::new(&gateway.mx)?.with_providers(table.clone());
     let config = &gateway.mx.neighbourhood;
     if config.enabled {
         let sharing = gateway.quota.store == QuotaStoreKind::Redis;

@@ -43,8 +43,8 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let index = neighbourhood(mx, shared);
-        let mut resolver = MxResolver::new(mx)?;
+        let index = neighbourhood(mx, shared.clone());
+        let mut resolver = MxResolver::new(mx)?.with_providers(shared.clone());
         if let Some(index) = &index {
             resolver = resolver.with_neighbourhood(index.clone());
         }

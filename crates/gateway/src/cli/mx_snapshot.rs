@@ -61,7 +61,10 @@ pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<Str
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let resolver = Arc::new(MxResolver::new(&settings.gateway.mx)?);
+    // Hosts of shared services (the table's mail providers) give no key: their addresses are
+    // not asked.
+    let table = Arc::new(arc_swap::ArcSwap::from_pointee(table));
+    let resolver = Arc::new(MxResolver::new(&settings.gateway.mx)?.with_providers(table.clone()));
     // A lying resolver would write every listed name without keys, and a rerun skips names
     // already written: the canaries must vouch for it first, as in `serve`.
     let trust = runtime.block_on(resolver.check_canaries());
@@ -75,7 +78,7 @@ pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<Str
     }
     let started = Instant::now();
     let total = names.len();
-    let tally = runtime.block_on(run(resolver, &table, names, file, opts))?;
+    let tally = runtime.block_on(run(resolver, &table.load(), names, file, opts))?;
     let secs = started.elapsed().as_secs_f64().max(0.001);
     Ok(format!(
         "mx-snapshot: {} names resolved in {:.1} s ({:.0}/s), {} with MX keys, {} not answered \

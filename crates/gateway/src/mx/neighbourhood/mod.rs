@@ -168,17 +168,6 @@ impl Neighbourhood {
         }
     }
 
-    /// Whether `host` is run by a recognised mailbox provider, security gateway, forwarder or
-    /// consumer service: it gives no key ([`keys_of`]), so its addresses and networks need not
-    /// be asked (and such a host exists).
-    pub fn is_shared_service(&self, host: &str) -> bool {
-        self.table
-            .load()
-            .providers()
-            .kind_of(host)
-            .is_some_and(|k| k != crate::domain::mail::ProviderKind::Disposable)
-    }
-
     /// Counts a verdict the index decided (for metrics).
     pub fn count_verdict(&self, kind: KeyKind) {
         self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);

@@ -90,7 +90,7 @@ impl MxResolver {
     }
 
     /// [`host_facts`](Self::host_facts), except for a host of a recognised shared service (the
-    /// neighbourhood's table knows them): it exists and gives no key, so nothing is asked; and
+    /// table's mail providers know them): it exists and gives no key, so nothing is asked; and
     /// a host whose glue (the MX answer's additional section) shows a usable address, taken
     /// from it with no question.
     pub(super) async fn host_facts_of(
@@ -99,11 +99,7 @@ impl MxResolver {
         nets: Nets,
         glue: Option<(&[IpAddr], Duration)>,
     ) -> HostFacts {
-        if self
-            .neighbourhood
-            .as_ref()
-            .is_some_and(|n| n.is_shared_service(host))
-        {
+        if self.is_shared_service(host) {
             return HostFacts::settled(HostState::Usable);
         }
         if let Some((ips, ttl)) = glue {

@@ -31,13 +31,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::domain::mail::{HostProblem, HostState, MxEvidence, MxHost};
+use crate::domain::mail::{HostProblem, HostState, MxEvidence, MxHost, ProviderKind};
 use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
+use crate::domain::table::DomainTable;
 use crate::domain::DomainName;
 use crate::infra::breaker::Breaker;
 use crate::infra::dns::{DnsClient, QueryError};
@@ -152,6 +154,9 @@ pub struct MxResolver {
     /// small cache answers most).
     host_facts: Cache<Box<str>, (HostFacts, Instant)>,
     neighbourhood: Option<Arc<Neighbourhood>>,
+    /// The domain table, whose mail providers name the hosts of shared services: such a host
+    /// exists, so its addresses are not asked (with the neighbourhood on or off).
+    table: Option<Arc<ArcSwap<DomainTable>>>,
     misses: AtomicU64,
     refused: AtomicU64,
     /// The fail-open answer, shared so that refusing or timing out allocates nothing.
@@ -230,6 +235,7 @@ impl MxResolver {
             tlds: Cache::new(1_024),
             host_facts: Cache::new((config.cache_entries / 8).clamp(64, 20_000)),
             neighbourhood: None,
+            table: None,
             misses: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             unknown: Arc::new(MxEvidence::Unknown),
@@ -245,6 +251,26 @@ impl MxResolver {
     pub fn with_neighbourhood(mut self, neighbourhood: Arc<Neighbourhood>) -> Self {
         self.neighbourhood = Some(neighbourhood);
         self
+    }
+
+    /// Knows the hosts of recognised shared services (Google, Microsoft, the forwarders) by
+    /// `table`'s mail providers, as reloads change them: their addresses are never asked.
+    pub fn with_providers(mut self, table: Arc<ArcSwap<DomainTable>>) -> Self {
+        self.table = Some(table);
+        self
+    }
+
+    /// Whether `host` is run by a recognised mailbox provider, security gateway, forwarder or
+    /// consumer service: such a host exists and gives no neighbourhood key
+    /// ([`crate::domain::neighbour_index::keys_of`]), so its addresses and networks need not be
+    /// asked. Without the table (a resolver made alone), every host is asked.
+    fn is_shared_service(&self, host: &str) -> bool {
+        self.table.as_ref().is_some_and(|t| {
+            t.load()
+                .providers()
+                .kind_of(host)
+                .is_some_and(|k| k != ProviderKind::Disposable)
+        })
     }
 
     /// The neighbourhood index, when it is on.
