@@ -429,28 +429,38 @@ fn lookup_shows_the_mx_evidence() {
     std::fs::write(dir.path().join("data/mx_providers.csv"), providers()).unwrap();
     std::fs::write(dir.path().join("keys.yaml"), "keys: []\n").unwrap();
     let conf = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &conf,
-        format!(
-            "gateway:\n  data: {{ dir: data, builtin_disposable: false }}\n  mx: {{ servers: [\"{}\"] }}\n",
-            server.addr
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["-c", conf.to_str().unwrap(), "lookup", "workspace.test"])
-        .output()
+    // `lookup <domain>` on a config whose `mx:` section adds `extra`: its output.
+    let lookup = |extra: &str, domain: &str| {
+        std::fs::write(
+            &conf,
+            format!(
+                "gateway:\n  data: {{ dir: data, builtin_disposable: false }}\n  mx: {{ servers: [\"{}\"]{extra} }}\n",
+                server.addr
+            ),
+        )
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        run_ok(&["-c", conf.to_str().unwrap(), "lookup", domain])
+    };
+    let text = lookup("", "workspace.test");
     assert!(text.contains("\"is_corporate_email\": true"), "{text}");
     assert!(text.contains("1 aspmx.l.google.com"), "{text}");
     assert!(text.contains("provider: Google Workspace (Mailbox), host aspmx.l.google.com matched suffix aspmx.l.google.com"), "{text}");
     assert!(text.contains("(Miss)"), "{text}");
+    // With the neighbourhood off, the command knows a shared service's host as `serve` does: a
+    // company on Microsoft 365 costs its MX query alone.
+    let text = lookup(", neighbourhood: { enabled: false }", "m365.test");
+    assert!(
+        text.contains("\"mx_provider_label\": \"Microsoft 365\""),
+        "{text}"
+    );
+    assert_eq!(server.count("m365.test", RecordType::MX), 1, "{text}");
+    for rtype in [RecordType::A, RecordType::AAAA] {
+        assert_eq!(
+            server.count("m365-test.mail.protection.outlook.com", rtype),
+            0,
+            "{rtype}: {text}"
+        );
+    }
 }
 
 #[test]

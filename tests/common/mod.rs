@@ -458,6 +458,18 @@ impl GatewayBuilder {
     }
 }
 
+/// Runs the binary with `args` (a command other than `serve`) and returns what it printed; a
+/// non-zero exit fails the test with its standard error.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The gateway binary's `serve` on `conf`, listening on `listen`.
 pub fn serve_command(conf: &str, listen: &str) -> Command {
     let mut command = Command::new(BIN);
