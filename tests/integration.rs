@@ -47,6 +47,7 @@ mod openapi;
 mod policy;
 mod projects;
 mod quota_crash;
+mod quota_namespaces;
 mod rdap;
 mod readme;
 mod redis_cluster;

@@ -468,7 +468,7 @@ fn carried_files(state: &std::path::Path) -> String {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with("quota.redis-carried.")
+                .starts_with("quota.carried.")
         })
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect()
@@ -515,7 +515,9 @@ fn a_killed_gateways_unused_lease_is_given_back_by_the_next() {
         "{}",
         next.log()
     );
-    wait_until(Duration::from_secs(5), || carried_files(&state).is_empty());
+    wait_until(Duration::from_secs(5), || {
+        !carried_files(&state).contains("returned")
+    });
     // Given back once: the next call leases anew from 5.
     assert_eq!(status(&next, LOOKUP), 200);
     assert_eq!(redis.int(&["GET", &month_key()]), Some(55));
@@ -558,6 +560,54 @@ fn a_flushed_month_count_is_set_back_to_what_the_gateway_saw() {
     assert_eq!(other.metric("drg_quota_counts_restored_total"), Some(0.0));
     // The count keeps its expiry (the end of the month, not forever).
     assert!(redis.int(&["TTL", &month_key()]).unwrap() > 0);
+}
+
+/// A count restored after a flush took the first caller's last-seen value (20 when another
+/// gateway had seen 60), and a gateway restarted against a Redis that had lost its data had no
+/// last-seen value at all (the month restarted from the outage's calls). Each reading now
+/// carries the epoch of the count it was read in, a reading from before the loss raises the
+/// restored count to it, and each gateway keeps its readings in its state folder.
+#[test]
+fn a_month_restored_after_a_lost_redis_reads_the_highest_count_any_gateway_had_seen() {
+    let redis = RedisServer::start(false);
+    let builder = || {
+        Gateway::builder()
+            .plan("shared", 1_000)
+            .key("k", SECRET, "shared", &[])
+            .redis(&redis.url(), "fail_open")
+    };
+    let (a, b) = (builder().start(), builder().start());
+    for (g, calls) in [(&a, 20), (&b, 40)] {
+        for _ in 0..calls {
+            assert_eq!(status(g, LOOKUP), 200);
+        }
+    }
+    let count = || redis.int(&["GET", &month_key()]);
+    let flush = || {
+        let mut c = redis.client().get_connection().unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    };
+    assert_eq!(count(), Some(60));
+    flush();
+    // A, which saw 20, calls first; B, which saw 60, raises the count to what it saw.
+    assert_eq!(status(&a, LOOKUP), 200);
+    assert_eq!(count(), Some(21));
+    assert_eq!(status(&b, LOOKUP), 200);
+    assert_eq!(count(), Some(62), "{}", b.log());
+    assert!(b.log().contains("set back to the 60 calls"), "{}", b.log());
+    // Both restart against a Redis that lost everything: their readings come from the folder.
+    let (dir_a, dir_b) = (a.stop(), b.stop());
+    flush();
+    let a = builder().in_dir(dir_a).start();
+    assert_eq!(status(&a, LOOKUP), 200);
+    assert_eq!(count(), Some(22), "{}", a.log());
+    let b = builder().in_dir(dir_b).start();
+    assert_eq!(status(&b, LOOKUP), 200);
+    assert_eq!(count(), Some(64), "{}", b.log());
+    for g in [&a, &b] {
+        let usage = g.conn_as(Some(SECRET)).get("/v1/usage").unwrap().json();
+        assert_eq!(usage["month_count"], 64, "{usage}");
+    }
 }
 
 /// Batched counting under concurrent calls: a lease is asked once per need (the grant and the

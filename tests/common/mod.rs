@@ -783,13 +783,35 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
             }
         }
     }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|target| inodes.iter().any(|i| target.to_str() == Some(i)))
+    // The process itself, or one it started (`unshare --fork` runs the gateway as its child).
+    std::iter::once(pid).chain(descendants(pid)).any(|pid| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.iter().any(|i| target.to_str() == Some(i)))
+        })
     })
+}
+
+/// The processes `pid` started, and theirs (Linux `/proc/<pid>/task/*/children`).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in text.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                next.push(child);
+            }
+        }
+    }
+    found
 }
 
 /// The first value of header `name` (case-insensitive).

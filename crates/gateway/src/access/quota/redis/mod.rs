@@ -91,11 +91,8 @@ pub struct RedisStore {
     local_rates: crate::access::rate::Limiter,
     /// Redis's `maxmemory-policy`, as the probe last read it.
     eviction_policy: std::sync::Mutex<Option<Box<str>>>,
-    /// Where calls Redis lacks are kept across restarts ([`carried`]).
-    carried_file: Option<std::path::PathBuf>,
-    /// What the carried-calls file holds now (empty: no file), so an unchanged one is not
-    /// written again.
-    carried_written: std::sync::Mutex<Vec<u8>>,
+    /// Where calls Redis lacks, and the counts read, are kept across restarts ([`carried`]).
+    carried: Option<carried::OwnFile>,
     /// When a failed probe last looked into a slow link.
     diagnosed: std::sync::Mutex<Option<Instant>>,
     /// Month counts found missing in Redis and set back (flushed, evicted).
@@ -155,8 +152,7 @@ impl RedisStore {
             give_back_script: rate::give_back_script(),
             local_rates: Default::default(),
             eviction_policy: std::sync::Mutex::new(None),
-            carried_file: None,
-            carried_written: std::sync::Mutex::default(),
+            carried: None,
             diagnosed: std::sync::Mutex::new(None),
             restored: AtomicU64::new(0),
             lease_waits: AtomicU64::new(0),
@@ -469,7 +465,7 @@ impl RedisStore {
                 };
                 let marked = reply.outcome != Outcome::RanBefore
                     && carry.delta() + i64::try_from(own).unwrap_or(i64::MAX) != 0;
-                tally.settled(&carry, reply.used, marked);
+                tally.settled(&carry, reply.used, marked, reply.epoch);
                 drop(tally);
                 self.succeeded();
                 if carry.calls > 0 {
@@ -632,7 +628,7 @@ impl RedisStore {
                 }
             }
         }
-        self.save_carried(&slots);
+        self.save_carried(&slots, shutting_down);
         // What a process gone meanwhile left (the old one of an upgrade, at its end).
         self.adopt_carried();
         slots.iter().map(|s| s.tally().local_calls()).sum()
@@ -812,23 +808,29 @@ impl QuotaStore for RedisStore {
             let read = async {
                 let mut conn = self.connection().await?;
                 let get = async {
-                    let shared = redis::cmd("GET")
+                    // The count with its era (`script.rs`): a reading knows its epoch.
+                    let (shared, era) = redis::cmd("MGET")
                         .arg(&slot.count_key)
-                        .query_async::<Option<u64>>(&mut conn)
+                        .arg(format!("{}e", slot.marker_prefix))
+                        .query_async::<(Option<u64>, Option<String>)>(&mut conn)
                         .await?;
+                    let epoch = era
+                        .as_deref()
+                        .and_then(|e| e.split_once(' '))
+                        .and_then(|(epoch, _)| epoch.parse().ok())
+                        .unwrap_or(0);
                     match shared {
                         // Before this month's first call, the count may still be untagged.
-                        None if self.legacy_names() => {
-                            redis::cmd("GET")
-                                .arg(&slot.legacy_count_key)
-                                .query_async::<Option<u64>>(&mut conn)
-                                .await
-                        }
-                        shared => Ok(shared),
+                        None if self.legacy_names() => redis::cmd("GET")
+                            .arg(&slot.legacy_count_key)
+                            .query_async::<Option<u64>>(&mut conn)
+                            .await
+                            .map(|n| n.map(|n| (n, 0))),
+                        shared => Ok(shared.map(|n| (n, epoch))),
                     }
                 };
                 match tokio::time::timeout(self.config.call_timeout, get).await {
-                    Ok(Ok(v)) => Ok(v.unwrap_or(0)),
+                    Ok(Ok(v)) => Ok(v),
                     Ok(Err(e)) => Err(Failure::from(e)),
                     Err(_) => Err(Failure {
                         why: "timed out".into(),
@@ -849,10 +851,13 @@ impl QuotaStore for RedisStore {
         };
         let mut tally = slot.tally();
         let used = match shared {
-            Some(n) => {
+            Some(Some((n, epoch))) => {
                 tally.known = n;
+                tally.epoch = epoch;
                 n + tally.local_calls()
             }
+            // Missing (a new month, or lost): what was seen stays the floor to restore.
+            Some(None) => tally.local_calls(),
             None if self.config.failure_policy == FailurePolicy::FailClosed => {
                 return Err(unreachable_closed())
             }

@@ -15,7 +15,13 @@
 //! A count that is missing while the calling gateway has seen it above zero this month was
 //! flushed or evicted (a count only grows, or shrinks by leases given back, and lives until its
 //! month's end): it is set back to what the gateway saw before the call is counted, and the reply
-//! says so. What other gateways counted since their last call is lost; nothing is counted twice.
+//! says so. Each count has an era (`...:op:e`, `"<epoch> <taken>"`): the epoch names this life of
+//! the count (the id of the call that made it) and `taken` the highest pre-loss count put back
+//! into it. Every gateway sends the epoch its last-seen count was read in; one whose reading is
+//! from an earlier epoch, and higher than `taken`, raises the count by the difference. So a count
+//! lost and restored ends at the highest value any gateway had seen before the loss, plus the
+//! calls since, whichever gateway called first; nothing is counted twice. What other gateways
+//! counted after their last reading and before the loss is lost.
 //!
 //! Upgrade from names without the tag: on a single server (or Sentinel) the first call of a month
 //! on a key whose tagged count does not exist yet adopts the untagged one (`q:<key_id>:<month>`),
@@ -28,15 +34,16 @@ use super::slots::{Carry, Slot};
 /// KEYS: the count, the marker prefix, optionally the count's untagged name. ARGV: limit, ttl
 /// (seconds, relative so that clock skew with Redis does not matter), want (0: add only; 1: one
 /// call; more: a lease of that many, else one call; -n: a batch of n calls, all or none, which
-/// answers as a lease), this call's id, its carried delta, the count this gateway last saw (the
-/// floor of a count found missing), the number of batches, the batches (id, delta), then ids
-/// whose markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran
-/// before), count after the call, batches whose call had run, calls put back into a count
-/// found missing}.
+/// answers as a lease), this call's id (also the epoch of a count it makes), its carried delta,
+/// the count this gateway last saw (the floor of a count found missing), the number of batches,
+/// the epoch that count was read in (0: unknown), the batches (id, delta), then ids whose
+/// markers can go. Returns {outcome (0 not counted, 1 one call, 2 the lease, 3 ran before),
+/// count after the call, batches whose call had run, calls put back into a count found missing
+/// or raised to (0: none), the count's epoch}.
 const CONSUME: &str = r#"
 local count, op = KEYS[1], KEYS[2]
 local ttl = ARGV[2]
-local add, late, i = 0, 0, 8
+local add, late, i = 0, 0, 9
 for _ = 1, tonumber(ARGV[7]) do
   local marker, delta = op .. ARGV[i], tonumber(ARGV[i + 1])
   local before = redis.call('GET', marker)
@@ -57,11 +64,26 @@ if not stored and KEYS[3] then
     redis.call('DEL', KEYS[3])
   end
 end
+local era, floor, seen_in = op .. 'e', tonumber(ARGV[6]), ARGV[8]
+local epoch, taken
+local held = redis.call('GET', era)
+if held then epoch, taken = string.match(held, '^(%S+) (%d+)$') end
 local restored = 0
-if not stored and tonumber(ARGV[6]) > 0 then
-  restored = tonumber(ARGV[6])
-  redis.call('SET', count, restored, 'EX', ttl)
-  stored = tostring(restored)
+if not stored then
+  epoch, taken = ARGV[4], 0
+  if floor > 0 then
+    restored, taken = floor, floor
+    redis.call('SET', count, floor, 'EX', ttl)
+    stored = tostring(floor)
+  end
+  redis.call('SET', era, epoch .. ' ' .. taken, 'EX', ttl)
+elseif not epoch then
+  epoch = ARGV[4]
+  redis.call('SET', era, epoch .. ' ' .. stored, 'EX', ttl)
+elseif seen_in ~= '0' and seen_in ~= epoch and floor > tonumber(taken) then
+  restored = floor
+  stored = tostring(redis.call('INCRBY', count, floor - tonumber(taken)))
+  redis.call('SET', era, epoch .. ' ' .. floor, 'KEEPTTL')
 end
 local used = tonumber(stored or '0')
 local limit, want, mine = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[5])
@@ -84,7 +106,7 @@ if #ARGV >= i then
   redis.call('DEL', unpack(done))
 end
 if not stored then redis.call('EXPIRE', count, ttl) end
-return {outcome, used, late, restored}
+return {outcome, used, late, restored, epoch}
 "#;
 
 pub fn script() -> Script {
@@ -113,13 +135,16 @@ pub struct Reply {
     /// Carried batches whose call had run after all (their reply was lost).
     pub late: u64,
     /// The count was missing (flushed, evicted) and was set back to this, what this gateway
-    /// had seen; 0 when it was there.
+    /// had seen, or was raised to it (a reading from before the loss above what the restore
+    /// took); 0 when neither.
     pub restored: u64,
+    /// The count's epoch: which life of it `used` was read in.
+    pub epoch: u64,
 }
 
 impl redis::FromRedisValue for Reply {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        let (outcome, used, late, restored): (u8, i64, u64, u64) =
+        let (outcome, used, late, restored, epoch): (u8, i64, u64, u64, u64) =
             redis::FromRedisValue::from_redis_value(v)?;
         Ok(Reply {
             outcome: match outcome {
@@ -132,6 +157,7 @@ impl redis::FromRedisValue for Reply {
             used: used.max(0) as u64,
             late,
             restored,
+            epoch,
         })
     }
 }
@@ -147,7 +173,7 @@ fn keys(slot: &Slot, legacy: bool) -> Vec<&str> {
 
 /// The script's arguments for `carry`.
 fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
-    let mut args = Vec::with_capacity(7 + 2 * carry.unsure.len() + carry.applied.len());
+    let mut args = Vec::with_capacity(8 + 2 * carry.unsure.len() + carry.applied.len());
     args.extend(limit.to_redis_args());
     args.extend(ttl_seconds.to_redis_args());
     if carry.exact {
@@ -159,6 +185,7 @@ fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
     args.extend(carry.delta().to_redis_args());
     args.extend(carry.floor.to_redis_args());
     args.extend(carry.unsure.len().to_redis_args());
+    args.extend(carry.floor_epoch.to_redis_args());
     for batch in &carry.unsure {
         args.extend(batch.id.to_redis_args());
         args.extend(batch.delta().to_redis_args());

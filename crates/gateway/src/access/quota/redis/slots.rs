@@ -56,6 +56,9 @@ pub struct Carry {
     /// The shared count this gateway last saw: what a count found missing (flushed, evicted)
     /// is set back to.
     pub floor: u64,
+    /// The epoch `floor` was read in (0: unknown): a reading from an earlier life of the count
+    /// may raise it (`script.rs`).
+    pub floor_epoch: u64,
 }
 
 impl Carry {
@@ -85,6 +88,8 @@ impl Carry {
 pub struct Tally {
     /// The shared count last seen (what fail-open admission starts from).
     pub known: u64,
+    /// The epoch of the count `known` was read in (0: unknown).
+    pub epoch: u64,
     /// Calls counted locally (Redis unreachable), not yet sent.
     pending: u64,
     /// Unused leased calls to give back, not yet sent.
@@ -150,6 +155,7 @@ impl Tally {
             unsure: self.unsure.drain(..n).collect(),
             applied: std::mem::take(&mut self.applied),
             floor: self.known,
+            floor_epoch: self.epoch,
         };
         self.in_flight += carry.local_calls();
         carry
@@ -163,22 +169,37 @@ impl Tally {
             calls: self.pending,
             returned: self.unused + self.lease.left(),
             unsure: self.unsure.clone(),
+            seen: self.known,
+            epoch: self.epoch,
         }
     }
 
     /// Takes back what a process that is gone carried (its carried-calls file) for the next
-    /// sync: its calls are sent, its unused lease given back.
+    /// sync: its calls are sent, its unused lease given back; a higher count it had seen
+    /// becomes the floor (what a count lost in Redis is set back or raised to).
     pub fn restore(&mut self, carried: Carried) {
         self.pending += carried.calls;
         self.unused += carried.returned;
         self.unsure.extend(carried.unsure);
+        self.saw(carried.seen, carried.epoch);
+    }
+
+    /// Another reading of the count (a gone process's file): kept if higher than what this
+    /// gateway saw, with its epoch.
+    pub fn saw(&mut self, used: u64, epoch: u64) {
+        if used > self.known {
+            self.known = used;
+            self.epoch = epoch;
+        }
     }
 
     /// Redis answered the call: everything it carried is applied. `marked`: the call left a
-    /// marker under its id (it added something), which Redis may now drop.
-    pub fn settled(&mut self, carry: &Carry, used: u64, marked: bool) {
+    /// marker under its id (it added something), which Redis may now drop. `epoch`: the
+    /// count's, which `used` was read in.
+    pub fn settled(&mut self, carry: &Carry, used: u64, marked: bool, epoch: u64) {
         self.in_flight -= carry.local_calls();
         self.known = used;
+        self.epoch = epoch;
         if marked {
             self.applied.push(carry.id);
         }
@@ -217,9 +238,14 @@ pub struct Carried {
     pub returned: u64,
     /// Sent, reply never came.
     pub unsure: Vec<Batch>,
+    /// The shared count this gateway last saw, and its epoch: the floor a count lost in Redis
+    /// is put back to after a restart.
+    pub seen: u64,
+    pub epoch: u64,
 }
 
 impl Carried {
+    /// Owes Redis nothing (what was seen aside).
     pub fn is_empty(&self) -> bool {
         self.calls == 0 && self.returned == 0 && self.unsure.is_empty()
     }
@@ -438,7 +464,7 @@ mod tests {
         // Once synced and let go, they go too.
         let b = slots.get("b", march);
         let carry = b.tally().carry(1, 0);
-        b.tally().settled(&carry, 1, true);
+        b.tally().settled(&carry, 1, true, 1);
         drop((b, held));
         assert_eq!(slots.maintain(april_1st + PRUNE_AFTER), 2);
         assert_eq!(slots.all().len(), 1);
@@ -490,7 +516,7 @@ mod tests {
         // Until Redis has them, carried calls still count here.
         assert_eq!(t.local_calls(), 2);
         assert_eq!(t.count_locally(12), Err(12));
-        t.settled(&c, 20, true);
+        t.settled(&c, 20, true, 1);
         assert_eq!(t.known, 20);
         assert_eq!(t.local_calls(), 0);
         // The answered call's id is forgotten by Redis with the next call.
@@ -537,7 +563,7 @@ mod tests {
             [1, 2]
         );
         assert_eq!(third.calls, 0);
-        t.settled(&third, 3, false);
+        t.settled(&third, 3, false, 1);
         assert!(
             t.carry(4, 1).applied.is_empty(),
             "no marker, nothing to drop"
@@ -567,7 +593,7 @@ mod tests {
         }
         let c = t.carry(1_000, 0);
         assert_eq!(c.unsure.len(), MAX_CARRIED_BATCHES);
-        t.settled(&c, 0, false);
+        t.settled(&c, 0, false, 1);
         assert_eq!(t.carry(1_001, 0).unsure.len(), 5);
     }
 }
