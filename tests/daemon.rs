@@ -1,7 +1,9 @@
 //! `serve --daemon` as the Debian unit runs it: the call store's SQLite file belongs to the
 //! process that serves (its POSIX locks held there, no row lost across upgrades, an outside
 //! reader and `kill -9`), the parent returns only once the listener accepts, and an upgrade with
-//! nothing to take over exits non-zero.
+//! nothing to take over exits non-zero. Run as `$(...)` would (stdout and stderr pipes read to
+//! their end), it leaves both once it serves and still shows a failed start; it narrows the
+//! caller's umask, never widens it.
 
 use crate::common;
 
@@ -354,4 +356,152 @@ fn the_daemon_parent_returns_once_the_listeners_accept() {
     wait_until(Duration::from_secs(20), || {
         !alive(second.0) && !alive(first.0)
     });
+}
+
+/// What `serve --daemon` left its caller: its exit status, then what came on stderr once both
+/// pipes ended, or `None` if they were still open after `within`.
+struct Piped {
+    status: ExitStatus,
+    stderr: Option<String>,
+}
+
+/// `serve --daemon` on `folder` as `out=$(...)` runs it: stdout and stderr are pipes, each read
+/// to its end by a thread of its own.
+fn serve_piped(folder: &Folder, env: &[(&str, &str)], within: Duration) -> Piped {
+    use std::io::Read;
+    let mut child = Command::new(BIN)
+        .arg("-c")
+        .arg(folder.conf())
+        .args(["serve", "--daemon"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+    let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+    for (which, mut pipe) in [("stdout", out), ("stderr", err)] {
+        let tx = tx.clone();
+        // Left running if the pipe never ends: it ends with the daemon, killed by the test.
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            let _ = tx.send((which, text));
+        });
+    }
+    let status = child.wait().unwrap();
+    let deadline = Instant::now() + within;
+    let mut stderr = None;
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(("stderr", text)) => stderr = Some(text),
+            Ok(_) => {}
+            Err(_) => {
+                return Piped {
+                    status,
+                    stderr: None,
+                }
+            }
+        }
+    }
+    Piped { status, stderr }
+}
+
+/// Where descriptor `fd` of `pid` points (`/dev/null`, `pipe:[...]`, a path).
+fn fd_target(pid: u32, fd: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|e| e.to_string())
+}
+
+#[test]
+fn the_daemon_leaves_its_callers_pipes_once_it_serves() {
+    let folder = Folder::new();
+    let started = Instant::now();
+    let piped = serve_piped(&folder, &[], Duration::from_secs(10));
+    let took = started.elapsed();
+    // Killed when the test ends, however it ends.
+    let daemon = Daemon(folder.pid());
+    assert!(
+        piped.status.success(),
+        "{}: {:?}",
+        piped.status,
+        piped.stderr
+    );
+    let fds: Vec<String> = (0..3).map(|fd| fd_target(daemon.0, fd)).collect();
+    eprintln!(
+        "serve --daemon with piped stdout and stderr: both ended after {took:?}; the daemon's \
+         stdin, stdout, stderr: {fds:?}"
+    );
+    assert!(
+        piped.stderr.is_some(),
+        "the daemon (pid {}) still holds its caller's stdout or stderr 10 s after its parent \
+         exited (its descriptors 0-2: {fds:?})",
+        daemon.0
+    );
+    assert_eq!(fds, ["/dev/null"; 3]);
+    let r = Conn::open(folder.addr).unwrap().get(LOOKUP).unwrap();
+    assert_eq!(r.status, 200);
+    // SAFETY: kill(2) to the daemon named by its pid file.
+    unsafe { libc::kill(daemon.0 as libc::pid_t, libc::SIGTERM) };
+    wait_until(Duration::from_secs(20), || !alive(daemon.0));
+}
+
+#[test]
+fn a_daemon_that_cannot_start_says_why_on_its_callers_stderr() {
+    let folder = Folder::new();
+    // check-config passes it; the start fails (the quota clock cannot be read).
+    let broken = [("DOMAIN_RISK_GATEWAY_CLOCK_START", "not a time")];
+    let piped = serve_piped(&folder, &broken, Duration::from_secs(10));
+    let stderr = piped.stderr.expect("the pipes ended");
+    eprintln!(
+        "serve --daemon that cannot start: {}, stderr:\n{stderr}",
+        piped.status
+    );
+    assert!(!piped.status.success());
+    assert!(stderr.contains("is not RFC 3339"), "{stderr}");
+    assert!(stderr.contains("stopped before serving"), "{stderr}");
+    assert!(Conn::open(folder.addr).is_err(), "something serves");
+}
+
+#[test]
+fn the_daemon_narrows_its_callers_umask_and_never_widens_it() {
+    use std::os::unix::process::CommandExt;
+    let folder = Folder::new();
+    let umask_of = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_owned()
+    };
+    let mut seen = Vec::new();
+    for (caller, expected) in [(0o077, "0077"), (0o022, "0027")] {
+        let mut command = Command::new(BIN);
+        command
+            .arg("-c")
+            .arg(folder.conf())
+            .args(["serve", "--daemon"]);
+        // SAFETY: umask(2) only, between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(caller);
+                Ok(())
+            })
+        };
+        let (status, _) = folder.run_command(command, &[]);
+        assert!(status.success(), "{status}:\n{}", folder.log());
+        let daemon = Daemon(folder.pid());
+        let umask = umask_of(daemon.0);
+        seen.push(format!("{caller:04o} -> {umask}"));
+        assert_eq!(
+            umask, expected,
+            "the daemon's umask, its caller's {caller:04o}"
+        );
+        // SAFETY: kill(2) to the daemon named by its pid file.
+        unsafe { libc::kill(daemon.0 as libc::pid_t, libc::SIGTERM) };
+        wait_until(Duration::from_secs(20), || !alive(daemon.0));
+    }
+    eprintln!("the daemon's umask from its caller's: {seen:?}");
 }

@@ -60,6 +60,7 @@ mod service;
 mod shared_data;
 mod shipped_data;
 mod sources;
+mod state_files;
 mod tenancy;
 mod tls;
 mod top_evidence;

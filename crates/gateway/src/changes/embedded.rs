@@ -35,12 +35,16 @@ pub struct EmbeddedChanges {
 }
 
 impl EmbeddedChanges {
-    /// Checks the file's folder can be made; the file itself is opened at first use.
+    /// Makes the file's folder, and the file if missing (empty, mode 0600: it holds every
+    /// project's lookups, and SQLite would create it with the umask's mode); SQLite opens it at
+    /// first use.
     pub fn new(path: PathBuf) -> Result<Self, ChangesError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| ChangesError::Other(format!("{}: {e}", dir.display())))?;
         }
+        crate::infra::fsutil::create_private(&path)
+            .map_err(|e| ChangesError::Other(format!("{}: {e}", path.display())))?;
         Ok(EmbeddedChanges {
             path,
             conn: Arc::default(),

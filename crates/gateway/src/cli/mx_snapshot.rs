@@ -102,7 +102,10 @@ fn already_done(out: &Path) -> Result<HashSet<String>, CommandError> {
     })
 }
 
+/// Opens the snapshot for appending, created 0600 if missing: it lands in the state folder, whose
+/// files are the service user's alone.
 fn open_out(out: &Path, fresh: bool) -> Result<std::fs::File, CommandError> {
+    crate::infra::fsutil::create_private(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

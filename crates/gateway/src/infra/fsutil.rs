@@ -1,5 +1,6 @@
-//! Replacing a file in one step, and locking one: the single home of the temp-file, fsync,
-//! rename, fsync-the-folder sequence every state and config file the gateway writes goes through.
+//! Replacing a file in one step, creating one private, and locking one: the single home of the
+//! temp-file, fsync, rename, fsync-the-folder sequence every state and config file the gateway
+//! writes goes through, and of the 0600 creation of the files SQLite fills.
 //!
 //! A reader (a reloader, another gateway, a successor during an upgrade) sees the old file or
 //! the new one, never half of one, and a crash or power loss leaves one of the two whole: the
@@ -77,6 +78,24 @@ fn keep_owner(path: &Path, tmp: &File) {
     }
 }
 
+/// Creates `path` empty, mode 0600 exactly (not narrowed by the umask), unless something is
+/// there already (left as it is). For a file another library then opens and fills in its own way
+/// (SQLite): made here first, it is private from its first byte, whatever the umask; SQLite
+/// gives a database's `-wal` and `-shm` files the database file's mode.
+pub fn create_private(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => file.set_permissions(Permissions::from_mode(0o600)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The permission bits of `path`, `None` when it does not exist (or cannot be read).
 pub fn mode_of(path: &Path) -> Option<u32> {
     std::fs::metadata(path)
@@ -128,6 +147,21 @@ mod tests {
         assert!(matches!(e, ReplaceError::Fill("no")));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn create_private_makes_a_0600_file_and_leaves_an_existing_one_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        create_private(&path).unwrap();
+        assert_eq!(mode_of(&path), Some(0o600));
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        std::fs::write(&path, "kept").unwrap();
+        std::fs::set_permissions(&path, Permissions::from_mode(0o640)).unwrap();
+        create_private(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept");
+        assert_eq!(mode_of(&path), Some(0o640));
+        assert!(create_private(&dir.path().join("none/db")).is_err());
     }
 
     #[test]

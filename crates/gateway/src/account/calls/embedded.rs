@@ -15,8 +15,6 @@
 //! the request path instead of preempting it (the blocking pool's threads cannot be lowered:
 //! they serve other work too); reads on the blocking pool.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,15 +163,10 @@ impl EmbeddedStore {
         }
         // Created before SQLite opens it, so it is private from the first byte (SQLite gives
         // its -wal and -shm files the same mode).
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|source| CallsError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
+        crate::infra::fsutil::create_private(path).map_err(|source| CallsError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         let writer = connect(path).map_err(err)?;
         let version: i64 = writer
             .query_row("PRAGMA user_version", [], |r| r.get(0))

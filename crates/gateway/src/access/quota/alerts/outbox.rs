@@ -108,15 +108,7 @@ impl Outbox {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         // Created 0600 before SQLite opens it; its -wal and -shm files take the same mode.
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(io)?;
-        }
+        crate::infra::fsutil::create_private(path).map_err(io)?;
         let sql = |source| OutboxError::Sqlite {
             path: path.to_owned(),
             source,
