@@ -1,15 +1,21 @@
-//! The detection benchmark: a labelled world of throwaway clusters, real users' domains that
-//! must not be flagged, unusable mail set-ups and planting attacks, served by DNS and RDAP
-//! servers on loopback, looked up through the real gateway binary; prints one table.
+//! The detection benchmark: a labelled world generated from published facts and a seed
+//! (throwaway clusters, real users' domains that must not be flagged, unusable mail set-ups,
+//! planting attacks), served by DNS and RDAP servers on loopback, looked up through the real
+//! gateway binary on GET and on the batch route; prints the tables, then the goals missed.
 //!
 //! ```text
-//! benches/detection/run              # the full world (20 cases a class), release build
-//! benches/detection/run -- --slice   # 8 cases a class
-//! benches/detection/run -- --no-rdap # without domain age (what RDAP buys)
-//! benches/detection/run -- --cases   # every case's answers after the table
+//! benches/detection/run                      # seeds 1, 2, 3; RDAP on, off, failing; release
+//! benches/detection/run -- --seed 7          # one seed (repeat for more)
+//! benches/detection/run -- --rdap failing    # one condition (repeat for more)
+//! benches/detection/run -- --slice           # the test command's slice of each world
+//! benches/detection/run -- --no-one-project  # without the one-project deployment
+//! benches/detection/run -- --jobs 6          # runs at once (default: all)
+//! benches/detection/run -- --cases           # every case's answers after the tables
+//! benches/detection/run -- --world           # what each world holds, without running it
+//! DETECTION_EXPLAIN='<class>' benches/detection/run ...  # why: explained answers, on stderr
 //! ```
-//! The gate itself is `tests/detection.rs`; results with their commit go in
-//! `benches/RESULTS-detection.md`.
+//! The gate is `tests/detection.rs`; results with their commit go in
+//! `benches/RESULTS-detection.md`; the sources of every distribution in `PROVENANCE.md`.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -18,41 +24,172 @@ mod common;
 mod dns;
 #[path = "../../tests/common/rdap.rs"]
 mod rdap_server;
+
+mod attacks;
+mod broken;
+mod client;
+mod facts;
+mod goals;
+mod legit;
+mod report;
+mod rng;
 mod runner;
+mod suite;
+mod throwaway;
 mod world;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use runner::Rdap;
+use world::Size;
+
+/// The command line's plan (see the module documentation).
+fn plan(args: &[String]) -> (suite::Plan, bool) {
+    let values = |flag: &str| -> Vec<String> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .collect()
+    };
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let mut seeds: Vec<u64> = values("--seed")
+        .iter()
+        .map(|s| s.parse().expect("--seed N"))
+        .collect();
+    if seeds.is_empty() {
+        seeds = vec![1, 2, 3];
+    }
+    let mut conditions: Vec<Rdap> = values("--rdap")
+        .iter()
+        .map(|s| match s.as_str() {
+            "on" => Rdap::On,
+            "off" => Rdap::Off,
+            "failing" => Rdap::Failing,
+            other => panic!("--rdap on|off|failing, not {other}"),
+        })
+        .collect();
+    if conditions.is_empty() {
+        conditions = Rdap::ALL.to_vec();
+    }
+    let slice = has("--slice");
+    let one_project = !has("--no-one-project");
+    let runs = seeds.len() * conditions.len() * 2 * (1 + usize::from(one_project));
+    let jobs = values("--jobs")
+        .first()
+        .map_or(runs, |j| j.parse().expect("--jobs N"));
+    let plan = suite::Plan {
+        seeds,
+        size: if slice { Size::SLICE } else { Size::FULL },
+        conditions,
+        one_project,
+        jobs,
+        settle: Duration::from_secs(if slice { 20 } else { 120 }),
+        outage: Duration::from_secs(if slice { 10 } else { 30 }),
+    };
+    (plan, has("--cases"))
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // `cargo bench` passes `--bench`; the only flag of ours is `--slice`.
-    let n = if args.iter().any(|a| a == "--slice") {
-        8
-    } else {
-        20
-    };
+    let (plan, cases) = plan(&args);
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let world = world::World::build(n);
     let started = Instant::now();
-    let options = runner::Options {
-        rdap: !args.iter().any(|a| a == "--no-rdap"),
+    let worlds = suite::worlds(&plan, repo);
+    if args.iter().any(|a| a == "--world") {
+        describe(&worlds);
+        return;
+    }
+    let (runs, failed) = suite::run(&plan, &worlds, repo);
+    let report = report::Report {
+        worlds: &worlds,
+        runs,
     };
-    let report = runner::run(&world, repo, options);
+    for f in &failed {
+        println!("RUN FAILED: {}", f.chars().take(2000).collect::<String>());
+    }
+    let w = &worlds[0];
     println!(
-        "detection benchmark: {} cases, {} attacks, {n} a class, RDAP {}, {:.1} s\n",
-        world.cases.len(),
-        world.attacks.len() + 1,
-        if options.rdap { "on" } else { "off" },
+        "detection benchmark: seeds {:?}, {} world; seed {}: {} cases, {} listed, {} attacks; {} runs, {:.0} s\n",
+        plan.seeds,
+        if plan.size.big_host { "full" } else { "slice" },
+        w.seed,
+        w.cases.len(),
+        w.listed.len(),
+        w.attacks.len(),
+        report.runs.len(),
         started.elapsed().as_secs_f64()
     );
-    print!("{}", report.table());
-    if args.iter().any(|a| a == "--cases") {
-        for o in &report.outcomes {
+    print!("{}", report.tables());
+    let mut misses = goals::misses(&report);
+    misses.extend(failed.iter().map(|f| format!("a run did not finish: {f}")));
+    println!("Goals (tests/detection.rs): {} missed.", misses.len());
+    for m in &misses {
+        println!("- {}", m.chars().take(400).collect::<String>());
+    }
+    if cases {
+        print_cases(&report);
+    }
+}
+
+/// What each world holds: cases by class, listed names, the past, and the names RDAP is asked
+/// for during the run, by registry.
+fn describe(worlds: &[world::World]) {
+    for w in worlds {
+        let mut classes: Vec<(&str, usize)> = Vec::new();
+        for c in &w.cases {
+            match classes.iter_mut().find(|(k, _)| *k == c.class) {
+                Some((_, n)) => *n += 1,
+                None => classes.push((c.class, 1)),
+            }
+        }
+        let past: std::collections::HashSet<&String> = w.past.iter().collect();
+        let mut asked: std::collections::BTreeMap<&str, usize> = Default::default();
+        for l in w.early.iter().chain(&w.arrivals) {
+            let tld = l.domain.rsplit('.').next().unwrap_or("");
+            if w.registered.contains_key(&l.domain) && !past.contains(&l.domain) {
+                *asked.entry(w.registries[tld].as_str()).or_default() += 1;
+            }
+        }
+        let mut asked: Vec<(&str, usize)> = asked.into_iter().collect();
+        asked.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        println!(
+            "seed {}: {} cases {:?}; {} listed; the past {} lookups ({} ages cached); {} zones; RDAP asked during the run for {} names, by registry {:?}",
+            w.seed,
+            w.cases.len(),
+            classes,
+            w.listed.len(),
+            w.early.len() + w.listing.len() - w.cases.iter().filter(|c| c.arrival == world::Arrival::Before).count(),
+            w.past.iter().filter(|n| w.registered.contains_key(*n)).count(),
+            w.zones.len(),
+            asked.iter().map(|(_, n)| n).sum::<usize>(),
+            &asked[..asked.len().min(8)]
+        );
+    }
+}
+
+/// Every case's answers, run by run.
+fn print_cases(report: &report::Report) {
+    for run in report.runs.iter().filter(|r| !r.spec.one_project) {
+        let world = report.worlds.iter().find(|w| w.seed == run.seed).unwrap();
+        println!(
+            "\n## seed {}, RDAP {}, {}",
+            run.seed,
+            run.spec.rdap.label(),
+            run.spec.route.label()
+        );
+        for o in &run.outcomes {
+            let c = &world.cases[o.case];
             println!(
-                "{:<40} {:<32} {:<14} first {} {} settled {} {}",
-                o.domain,
-                o.class,
-                o.expect.as_str(),
+                "{:<32} {:<46} {:<13} {:<15} {:<7} first {} {} settled {} {}",
+                c.domain,
+                c.class,
+                c.expect.as_str(),
+                c.bucket.map_or("", |b| b.label()),
+                if c.arrival == world::Arrival::Before {
+                    "before"
+                } else {
+                    ""
+                },
                 o.first.reason,
                 o.first.score,
                 o.settled.reason,

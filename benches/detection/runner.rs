@@ -1,21 +1,31 @@
-//! Runs the detection benchmark's world against the real gateway binary: a DNS server and an
-//! RDAP server on loopback hold the world, the gateway is started on the shipped data (its
-//! provider, free, relay and allow lists) with the world's blocklist, one key per project, and
-//! the traffic goes through it in order. Then the table: per class, cases, flagged, correct,
-//! recall or false-positive rate, on the first answer and on the answer once evidence settled;
-//! for each attack the planted listed domains needed to flag one victim; what reached
-//! top-domains.
+//! Runs one deployment of the detection world against the real gateway binary: a DNS server
+//! and an RDAP server on loopback hold the world (registries paced as shipped; in the failing
+//! condition some of them throttle, fail or hang for the first part of the run), the gateway
+//! runs on the shipped data with the world's blocklist and one key per project, and the
+//! traffic goes through it open-loop, phase by phase:
+//!
+//! 1. the past and the throwaways that arrive before their host is known;
+//! 2. the listed names (learned in the background; waited for) and the rest of the past;
+//! 3. the signups: every other case (their *first* answer);
+//! 4. the missing MX hosts, asked while the DNS server gives minimal answers;
+//! 5. settling: until no name waits for RDAP (at most `settle`) and every listed name is
+//!    learned; then every case again by the same project (its *settled* answer);
+//! 6. the planting attacks, then one project's repeated lookups for top-domains.
+//!
+//! A one-project deployment runs phases 1, 2, 5 (the wait) and 6's attacks only, every lookup
+//! from one project. Every lookup goes on GET or every one on the batch route.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{Conn, Gateway};
+use super::client::{self, Answer, Route};
+use super::facts;
+use super::world::{Attack, Bucket, Lookup, World, ATTACKER, PROJECTS, SOLO};
+use crate::common::Gateway;
 use crate::dns::DnsServer;
-use crate::rdap_server::{RdapServer, Reply};
-
-use super::world::{Expect, World, ATTACKER, PROJECTS};
+use crate::rdap_server::{Outage, RdapServer, Reply};
 
 /// The shipped data files the benchmark's gateway reads beside the world's blocklist.
 const SHIPPED: [&str; 5] = [
@@ -26,112 +36,249 @@ const SHIPPED: [&str; 5] = [
     "free_exclusions.txt",
 ];
 
-/// What a lookup answered: `reason` and `risk_score`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub reason: String,
-    pub score: u64,
+/// Threads sending one deployment's lookups.
+const WORKERS: usize = 32;
+
+/// Domain age in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rdap {
+    /// As shipped: every registry answers, paced one request a second.
+    On,
+    /// `rdap.enabled: false`.
+    Off,
+    /// As shipped, while the busiest registries misbehave for the first part of the run
+    /// (`Spec::outage`): Verisign's `.com` answers 429 (`Retry-After: 10`), its `.net` and
+    /// PIR's `.org` 503, CentralNic's TLDs hang past the gateway's timeout.
+    Failing,
 }
 
-impl Answer {
-    pub fn flagged(&self) -> bool {
-        self.reason != "safe"
-    }
+impl Rdap {
+    pub const ALL: [Rdap; 3] = [Rdap::On, Rdap::Off, Rdap::Failing];
 
-    fn matches(&self, expect: Expect) -> bool {
-        match expect {
-            Expect::Disposable => self.reason == "disposable",
-            Expect::Undeliverable => self.reason == "undeliverable",
-            Expect::NotFlagged => !self.flagged(),
+    pub fn label(self) -> &'static str {
+        match self {
+            Rdap::On => "on",
+            Rdap::Off => "off",
+            Rdap::Failing => "failing",
         }
     }
+}
+
+/// One deployment's run.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub rdap: Rdap,
+    pub route: Route,
+    /// All traffic from one project (the attacks only) instead of several.
+    pub one_project: bool,
+    /// The longest the settling waits for RDAP.
+    pub settle: Duration,
+    /// How long the failing registries misbehave, from the start.
+    pub outage: Duration,
 }
 
 /// One case's answers.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub domain: String,
-    pub class: &'static str,
-    pub expect: Expect,
+    pub case: usize,
     /// The answer the signup got.
     pub first: Answer,
-    /// The answer once the gateway had its evidence (RDAP fetched, the neighbourhood learned).
+    /// The answer once the gateway had its evidence (RDAP fetched or the wait's bound, the
+    /// neighbourhood learned).
     pub settled: Answer,
 }
 
 /// One attack's result: the planted listed domains after which a victim was first flagged
-/// (by the victims' project or the attacker's own), if any was.
+/// (by the victims' project or the attacker's), if any was, and which victim's bucket.
 #[derive(Debug, Clone)]
 pub struct AttackOutcome {
     pub class: &'static str,
     pub needed: Option<usize>,
     pub tried: usize,
-    pub victims: usize,
+    pub victim: Option<Bucket>,
 }
 
-/// Everything the run found.
-pub struct Report {
+/// What the registries did by the end of the settling.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RdapNote {
+    pub found: f64,
+    pub errors: f64,
+    /// Names still waiting when the settling stopped.
+    pub queued: f64,
+    /// Misses not queued (the queue or a project's share full).
+    pub queue_full: f64,
+    /// Ages the cache held at start, of the past's ages written to its file.
+    pub past_loaded: f64,
+    pub past: usize,
+    pub settle_secs: f64,
+}
+
+/// Everything one deployment's run found.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub spec: Spec,
+    pub seed: u64,
     pub outcomes: Vec<Outcome>,
     pub attacks: Vec<AttackOutcome>,
-    /// Pushed names that reached top-domains, of those pushed.
+    /// Pushed names that reached top-domains, and whether the listed control did.
     pub pushed_ranked: Vec<String>,
-    pub pushed: usize,
-    /// The listed control reached top-domains (the ranking was rendered).
     pub control_ranked: bool,
+    pub rdap: RdapNote,
+    pub secs: f64,
+    /// Seconds since the gateway was ready at the end of each phase (the first: its start).
+    pub phases: Vec<(&'static str, f64)>,
 }
 
-fn secret(project: &str) -> String {
-    format!("drg_bench_{project}_key_0123456789abcdefghijklmnopqrstu")
-}
-
-/// The gateway, its servers and a keep-alive connection per project.
+/// The gateway and its servers.
 struct Bench {
     gw: Gateway,
-    conns: HashMap<&'static str, Conn>,
-    _dns: DnsServer,
+    dns: DnsServer,
     _rdap: RdapServer,
+    route: Route,
 }
 
-/// How the benchmark's gateway runs besides the world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Options {
-    /// Domain age from the loopback RDAP server (as shipped); off: what the model does
-    /// without it (`--no-rdap`).
-    pub rdap: bool,
-}
+/// Gateways starting at once: many starting together on a small machine miss their
+/// readiness deadline.
+const STARTS_AT_ONCE: usize = 3;
 
-impl Default for Options {
-    fn default() -> Self {
-        Options { rdap: true }
+/// A turn to start a gateway (see [`STARTS_AT_ONCE`]), given back when dropped.
+struct Starting;
+
+static STARTS: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+impl Starting {
+    fn take() -> Starting {
+        let mut n = STARTS.0.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= STARTS_AT_ONCE {
+            n = STARTS.1.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        Starting
     }
 }
 
+impl Drop for Starting {
+    fn drop(&mut self) {
+        *STARTS.0.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        STARTS.1.notify_one();
+    }
+}
+
+/// The RDAP cache's state file, written before the gateway starts with the past's ages.
+const PAST_FILE: &str = "state/rdap_past.jsonl";
+
+/// A gateway folder whose RDAP cache file holds the ages of the names of the world's past (a
+/// deployment that has run for a while fetched them then), in the cache's line format.
+fn past_ages(world: &World) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a folder");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let today = (now / 86_400) as i64;
+    let mut text = String::new();
+    for name in &world.past {
+        if let Some(days) = world.registered.get(name) {
+            let line = serde_json::json!({
+                "d": name,
+                "k": "registered",
+                "r": today - days,
+                "e": now + 6 * 86_400,
+            });
+            text.push_str(&line.to_string());
+            text.push('\n');
+        }
+    }
+    let path = dir.path().join(PAST_FILE);
+    std::fs::create_dir_all(path.parent().expect("a folder")).expect("state folder");
+    std::fs::write(path, text).expect("the past's ages");
+    dir
+}
+
+/// Where a registry's base URL is served on the loopback server: its host and path under it.
+fn local_base(rdap: &RdapServer, base: &str) -> String {
+    format!(
+        "http://{}/{}",
+        rdap.addr,
+        base.trim_start_matches("https://")
+    )
+}
+
+/// The outages of the failing condition, by the bases the world's TLDs use.
+fn outages(world: &World, until: Duration) -> Vec<Outage> {
+    let mut out = Vec::new();
+    for base in world.registries.values() {
+        let prefix = format!("/{}", base.trim_start_matches("https://"));
+        let reply = if base.contains("rdap.verisign.com/com/") {
+            Reply::Raw(
+                429,
+                vec![("Retry-After".into(), "10".into())],
+                String::new(),
+            )
+        } else if base.contains("rdap.verisign.com/net/") || base.contains("publicinterestregistry")
+        {
+            Reply::Raw(503, vec![], String::new())
+        } else if base.contains("centralnic") {
+            Reply::Slow(
+                Duration::from_secs(8),
+                Box::new(Reply::Raw(504, vec![], String::new())),
+            )
+        } else {
+            continue;
+        };
+        out.push(Outage {
+            prefix,
+            from: Duration::ZERO,
+            until,
+            reply,
+        });
+    }
+    out
+}
+
 impl Bench {
-    fn start(world: &World, repo: &Path, options: Options) -> Bench {
-        let dns = DnsServer::start_with_ptr(world.zones.clone(), world.ptr.clone());
+    fn start(world: &World, repo: &Path, spec: &Spec) -> Bench {
+        let dns = DnsServer::start_world(
+            world.zones.clone(),
+            world.ptr.clone(),
+            world.records.clone(),
+        );
         let replies: HashMap<&str, Reply> = world
             .registered
             .iter()
             .map(|(d, days)| (d.as_str(), Reply::Registered(*days)))
             .collect();
-        let rdap = RdapServer::start(replies);
-        let servers: Vec<String> = world
-            .tlds()
-            .iter()
-            .map(|t| format!("{t}: \"{}\"", rdap.base()))
-            .collect();
+        let failing = if spec.rdap == Rdap::Failing {
+            outages(world, spec.outage)
+        } else {
+            Vec::new()
+        };
+        let rdap = RdapServer::start_with_outages(replies, failing);
         let mut b = Gateway::builder().dns(dns.addr);
-        b = if options.rdap {
+        b = if spec.rdap == Rdap::Off {
+            b.rdap_yaml("enabled: false")
+        } else {
+            b = b
+                .in_dir(past_ages(world))
+                .rdap_yaml(&format!("state_file: {PAST_FILE}"));
+            let servers: Vec<String> = world
+                .registries
+                .iter()
+                .map(|(tld, base)| format!("\"{tld}\": \"{}\"", local_base(&rdap, base)))
+                .collect();
+            // Only the world's registries (the gateway's data folder has no bootstrap file):
+            // a TLD whose registry runs no RDAP is not asked, as with the shipped bootstrap.
             b.rdap_yaml(&format!("servers: {{{}}}", servers.join(", ")))
                 .rdap_yaml("allow_plain_http: true")
-                .rdap_yaml("min_interval_ms: 1")
-        } else {
-            b.rdap_yaml("enabled: false")
         };
         b = b
-            // The benchmark judges verdicts, not latency: DNS answers on loopback in time.
+            // DNS on loopback answers at once: the benchmark judges verdicts, not latency,
+            // and a loaded machine must not turn a slow answer into a verdict.
             .mx_yaml("budget_ms: 2000")
-            .mx_yaml("min_ttl_seconds: 300")
+            .mx_yaml("query_timeout_ms: 2000")
+            .mx_yaml("min_ttl_seconds: 60")
+            .mx_yaml("failure_ttl_seconds: 30")
             .gateway_yaml("top_domains:")
             .gateway_yaml("  state_file: state/top_domains.json")
             .gateway_yaml("  render_interval_ms: 50")
@@ -141,10 +288,16 @@ impl Bench {
                 .unwrap_or_else(|e| panic!("data/{file}: {e}"));
             b = b.data(file, &text);
         }
-        for project in PROJECTS.iter().chain([&ATTACKER]) {
-            b = b.key_in_project(project, &secret(project), "test", project);
+        let projects: Vec<&str> = if spec.one_project {
+            vec![SOLO]
+        } else {
+            PROJECTS.iter().copied().chain([ATTACKER]).collect()
+        };
+        for project in projects {
+            b = b.key_in_project(project, &client::secret(project), "test", project);
         }
         // `DRG_BIN`: another build of the gateway (a before-and-after comparison).
+        let _turn = Starting::take();
         let gw = match std::env::var("DRG_BIN") {
             Ok(bin) => b.start_with(|conf, listen| {
                 let mut command = std::process::Command::new(&bin);
@@ -155,140 +308,289 @@ impl Bench {
         };
         Bench {
             gw,
-            conns: HashMap::new(),
-            _dns: dns,
+            dns,
             _rdap: rdap,
+            route: spec.route,
         }
     }
 
-    /// `project` looks up `domain`.
-    fn lookup(&mut self, project: &'static str, domain: &str) -> Answer {
-        let path = format!("/v1/public/domain/{domain}");
-        for _ in 0..3 {
-            let addr = self.gw.addr;
-            let conn = self
-                .conns
-                .entry(project)
-                .or_insert_with(|| Conn::open_as(addr, Some(&secret(project))).unwrap());
-            match conn.get(&path) {
-                Ok(r) if r.status == 200 => {
-                    let v = r.json();
-                    return Answer {
-                        reason: v["reason"].as_str().unwrap_or("?").to_owned(),
-                        score: v["risk_score"].as_u64().unwrap_or(0),
-                    };
-                }
-                Ok(r) => panic!(
-                    "{domain}: {} {}",
-                    r.status,
-                    String::from_utf8_lossy(&r.body)
-                ),
-                // A closed keep-alive connection: open another.
-                Err(_) => {
-                    self.conns.remove(project);
-                }
-            }
+    fn addr(&self) -> SocketAddr {
+        self.gw.addr
+    }
+
+    /// Sends `lookups` open-loop at `per_second`; their answers in order.
+    fn phase(&self, lookups: &[(&'static str, String)], per_second: f64) -> Vec<Answer> {
+        let every = Duration::from_millis(facts::BATCH_EVERY_MS);
+        let requests = client::schedule(lookups, per_second, self.route, every);
+        client::drive(self.addr(), self.route, requests, lookups.len(), WORKERS)
+    }
+
+    /// `project` asks `names` at once (one request on the batch route, one each on GET).
+    fn ask(&self, project: &str, names: &[String]) -> Vec<Answer> {
+        let items: Vec<(usize, String)> = names.iter().cloned().enumerate().collect();
+        match self.route {
+            Route::Batch => client::ask(self.addr(), Route::Batch, project, &items),
+            Route::Get => items
+                .iter()
+                .flat_map(|i| {
+                    client::ask(self.addr(), Route::Get, project, std::slice::from_ref(i))
+                })
+                .collect(),
         }
-        panic!("{domain}: no answer");
     }
 
-    fn taught(&self) -> f64 {
-        self.gw
-            .metric("drg_mx_neighbourhood_taught_total")
-            .unwrap_or(0.0)
+    fn metric(&self, sample: &str) -> Option<f64> {
+        self.gw.metric(sample)
     }
 
-    /// Waits until the neighbourhood was taught `at_least` times (the background learning of
-    /// listed names), at most `within`.
-    fn wait_taught(&self, at_least: f64, within: Duration) {
+    fn taught(&self) -> Option<f64> {
+        self.metric("drg_mx_neighbourhood_taught_total")
+    }
+
+    /// Waits until the neighbourhood was taught `at_least` times, or its count stood still for
+    /// `quiet` (what the gateway teaches is its own business: a planted name on a host that does
+    /// not resolve may teach nothing), at most `within`.
+    fn wait_taught(&self, at_least: f64, quiet: Duration, within: Duration) {
         let deadline = Instant::now() + within;
-        while self.taught() < at_least && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+        let (mut last, mut since) = (self.taught(), Instant::now());
+        loop {
+            let now = self.taught();
+            match now {
+                Some(t) if t >= at_least => return,
+                None => {
+                    std::thread::sleep(quiet);
+                    return;
+                }
+                _ if Instant::now() >= deadline => return,
+                _ if now != last => (last, since) = (now, Instant::now()),
+                _ if since.elapsed() >= quiet => return,
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Waits until the RDAP queue is empty (every asked age fetched), at most `within`.
-    fn wait_rdap(&self, within: Duration) {
-        if self.gw.metric("drg_rdap_queued").is_none() {
-            return;
-        }
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.gw.metric("drg_rdap_queued") == Some(0.0) {
-                // The last names taken may still be in flight: a loopback fetch takes about
-                // a millisecond.
-                std::thread::sleep(Duration::from_millis(100));
-                return;
+    /// Waits until no name waits for RDAP, at most `within`; what the registries did.
+    fn settle(&self, within: Duration, past: (f64, usize)) -> RdapNote {
+        let started = Instant::now();
+        if self.metric("drg_rdap_queued").is_some() {
+            while started.elapsed() < within && self.metric("drg_rdap_queued") != Some(0.0) {
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // The last names taken may still be in flight: a loopback fetch takes about a
+            // millisecond, a hanging one the gateway's timeout.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let m = |s: &str| self.metric(s).unwrap_or(0.0);
+        RdapNote {
+            found: m("drg_rdap_fetches_total{outcome=\"found\"}"),
+            errors: m("drg_rdap_fetches_total{outcome=\"error\"}"),
+            queued: m("drg_rdap_queued"),
+            queue_full: m("drg_rdap_queue_full_total"),
+            settle_secs: started.elapsed().as_secs_f64(),
+            past_loaded: past.0,
+            past: past.1,
         }
     }
 }
 
-/// Runs `world` against the gateway binary (the shipped data files read from `repo`).
-pub fn run(world: &World, repo: &Path, options: Options) -> Report {
-    let mut bench = Bench::start(world, repo, options);
-    // History: listed names (learned in the background) and the companies seen before.
-    let start = bench.taught();
-    for (domain, project) in &world.history {
-        let _ = bench.lookup(project, domain);
+/// The lookups of a traffic phase, each from its project (or `SOLO`).
+fn lookups(traffic: &[Lookup], one_project: bool) -> Vec<(&'static str, String)> {
+    traffic
+        .iter()
+        .map(|l| (if one_project { SOLO } else { l.project }, l.domain.clone()))
+        .collect()
+}
+
+/// Runs `world` in the deployment `spec` against the gateway binary (the shipped data files
+/// read from `repo`). A run that fails says why, with the end of the gateway's log.
+pub fn run(world: &World, repo: &Path, spec: Spec) -> Run {
+    let started = Instant::now();
+    let bench = Bench::start(world, repo, &spec);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        phases(&bench, world, spec, started)
+    }));
+    ran.unwrap_or_else(|e| {
+        let why = e
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| e.downcast_ref::<&str>().copied())
+            .unwrap_or("panicked")
+            .to_owned();
+        let log = bench.gw.log();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!("{why}\nthe gateway's log ends:\n{}", tail.join("\n"))
+    })
+}
+
+/// The phases of [`run`] (see the module documentation).
+fn phases(bench: &Bench, world: &World, spec: Spec, started: Instant) -> Run {
+    let mut phases = vec![("start", started.elapsed().as_secs_f64())];
+    let t = Instant::now();
+    let past = (
+        bench.metric("drg_rdap_cache_entries").unwrap_or(0.0),
+        world
+            .past
+            .iter()
+            .filter(|n| world.registered.contains_key(*n))
+            .count(),
+    );
+    let mut first: HashMap<usize, Answer> = HashMap::new();
+    let early = lookups(&world.early, spec.one_project);
+    let answers = bench.phase(&early, facts::HISTORY_PER_SECOND);
+    note(&world.early, answers, &mut first);
+    let before = bench.taught().unwrap_or(0.0);
+    let listing = lookups(&world.listing, spec.one_project);
+    let _ = bench.phase(&listing, facts::HISTORY_PER_SECOND);
+    let listed = world.listing.len() as f64;
+    bench.wait_taught(
+        before + listed,
+        Duration::from_secs(2),
+        Duration::from_secs(90),
+    );
+    phases.push(("the past", t.elapsed().as_secs_f64()));
+    if !spec.one_project {
+        let arrivals = lookups(&world.arrivals, false);
+        let answers = bench.phase(&arrivals, facts::ARRIVALS_PER_SECOND);
+        note(&world.arrivals, answers, &mut first);
+        minimal(bench, world, &mut first);
     }
-    bench.wait_taught(start + world.history.len() as f64, Duration::from_secs(30));
-    let firsts: Vec<Answer> = world
-        .cases
-        .iter()
-        .map(|c| bench.lookup(c.project, &c.domain))
-        .collect();
-    bench.wait_rdap(Duration::from_secs(10));
-    let outcomes = world
-        .cases
-        .iter()
-        .zip(firsts)
-        .map(|(c, first)| Outcome {
-            domain: c.domain.clone(),
-            class: c.class,
-            expect: c.expect,
-            settled: bench.lookup(c.project, &c.domain),
-            first,
-        })
-        .collect();
+    phases.push(("signups", t.elapsed().as_secs_f64()));
+    let rdap = bench.settle(spec.settle, past);
+    let outcomes = if spec.one_project {
+        Vec::new()
+    } else {
+        settled(bench, world, first)
+    };
+    phases.push(("settled", t.elapsed().as_secs_f64()));
+    explain(bench, world);
+    let attacker = if spec.one_project { SOLO } else { ATTACKER };
+    let victims_project = if spec.one_project { SOLO } else { PROJECTS[0] };
     let attacks = world
         .attacks
         .iter()
-        .map(|a| attack(&mut bench, a))
+        .map(|a| attack(bench, a, attacker, victims_project))
         .collect();
-    let (pushed_ranked, control_ranked) = top_push(&mut bench, world);
-    Report {
+    phases.push(("attacks", t.elapsed().as_secs_f64()));
+    let (pushed_ranked, control_ranked) = if spec.one_project {
+        (Vec::new(), true)
+    } else {
+        top_push(bench, world)
+    };
+    phases.push(("top-domains", t.elapsed().as_secs_f64()));
+    Run {
+        phases,
+        spec,
+        seed: world.seed,
         outcomes,
         attacks,
         pushed_ranked,
-        pushed: world.pushed.len(),
         control_ranked,
+        rdap,
+        secs: started.elapsed().as_secs_f64(),
     }
 }
 
-/// Plants the attack's listed domains one at a time; after each, every victim is looked up by
-/// its own project and by the attacker's.
-fn attack(bench: &mut Bench, a: &super::world::Attack) -> AttackOutcome {
-    let victim_project = PROJECTS[0];
-    for v in &a.victims {
-        let _ = bench.lookup(victim_project, v);
+/// `DETECTION_EXPLAIN=<class>`: the neighbourhood listing and the explained answers of the
+/// class's first four cases, on stderr (a look at why).
+fn explain(bench: &Bench, world: &World) {
+    let Ok(class) = std::env::var("DETECTION_EXPLAIN") else {
+        return;
+    };
+    let r = bench.gw.admin_get("/mx/neighbourhoods");
+    eprintln!("neighbourhoods: {}", String::from_utf8_lossy(&r.body));
+    for c in world.cases.iter().filter(|c| c.class == class).take(4) {
+        let path = format!("/v1/public/domain/{}?explain=true", c.domain);
+        let r = crate::common::send(
+            &bench.gw,
+            "GET",
+            &path,
+            Some(&client::secret(c.project)),
+            &[],
+            None,
+        );
+        eprintln!(
+            "{} {:?}: {}",
+            c.domain,
+            c.bucket,
+            String::from_utf8_lossy(&r.body)
+        );
     }
-    bench.wait_rdap(Duration::from_secs(10));
+}
+
+/// Keeps the answers of the cases among `traffic`.
+fn note(traffic: &[Lookup], answers: Vec<Answer>, into: &mut HashMap<usize, Answer>) {
+    for (l, a) in traffic.iter().zip(answers) {
+        if let Some(c) = l.case {
+            into.entry(c).or_insert(a);
+        }
+    }
+}
+
+/// The missing MX hosts' first answers, asked while the DNS server gives minimal answers.
+fn minimal(bench: &Bench, world: &World, first: &mut HashMap<usize, Answer>) {
+    bench.dns.set_glue(false);
+    for c in world.minimal_cases() {
+        let case = &world.cases[c];
+        let a = bench.ask(case.project, std::slice::from_ref(&case.domain));
+        first.insert(c, a.into_iter().next().expect("one answer"));
+    }
+    bench.dns.set_glue(true);
+}
+
+/// Every case asked again by its project (the minimal-answer ones with minimal answers).
+fn settled(bench: &Bench, world: &World, mut first: HashMap<usize, Answer>) -> Vec<Outcome> {
+    let (minimal, rest): (Vec<usize>, Vec<usize>) =
+        (0..world.cases.len()).partition(|&c| world.cases[c].minimal);
+    let again: Vec<(&'static str, String)> = rest
+        .iter()
+        .map(|&c| (world.cases[c].project, world.cases[c].domain.clone()))
+        .collect();
+    let mut answers: HashMap<usize, Answer> = rest
+        .iter()
+        .copied()
+        .zip(bench.phase(&again, 4.0 * facts::ARRIVALS_PER_SECOND))
+        .collect();
+    bench.dns.set_glue(false);
+    for c in minimal {
+        let case = &world.cases[c];
+        let a = bench.ask(case.project, std::slice::from_ref(&case.domain));
+        answers.insert(c, a.into_iter().next().expect("one answer"));
+    }
+    bench.dns.set_glue(true);
+    (0..world.cases.len())
+        .map(|c| Outcome {
+            case: c,
+            first: first
+                .remove(&c)
+                .unwrap_or_else(|| panic!("case {c} was never asked")),
+            settled: answers.remove(&c).expect("asked again"),
+        })
+        .collect()
+}
+
+/// Plants the attack's listed domains one at a time; after each, the victims are looked up by
+/// their own project and by the attacker's.
+fn attack(bench: &Bench, a: &Attack, attacker: &str, victims_project: &str) -> AttackOutcome {
+    let victims: Vec<String> = a.victims.iter().map(|(d, _)| d.clone()).collect();
     for (k, planted) in a.planted.iter().enumerate() {
-        let before = bench.taught();
-        let _ = bench.lookup(ATTACKER, planted);
-        bench.wait_taught(before + 1.0, Duration::from_secs(5));
-        for v in &a.victims {
-            for project in [victim_project, ATTACKER] {
-                if bench.lookup(project, v).flagged() {
-                    return AttackOutcome {
-                        class: a.class,
-                        needed: Some(k + 1),
-                        tried: k + 1,
-                        victims: a.victims.len(),
-                    };
-                }
+        let before = bench.taught().unwrap_or(0.0);
+        let _ = bench.ask(attacker, std::slice::from_ref(planted));
+        bench.wait_taught(
+            before + 1.0,
+            Duration::from_millis(300),
+            Duration::from_secs(3),
+        );
+        for project in [victims_project, attacker] {
+            let answers = bench.ask(project, &victims);
+            if let Some(i) = answers.iter().position(Answer::flagged) {
+                return AttackOutcome {
+                    class: a.class,
+                    needed: Some(k + 1),
+                    tried: k + 1,
+                    victim: Some(a.victims[i].1),
+                };
             }
         }
     }
@@ -296,23 +598,26 @@ fn attack(bench: &mut Bench, a: &super::world::Attack) -> AttackOutcome {
         class: a.class,
         needed: None,
         tried: a.planted.len(),
-        victims: a.victims.len(),
+        victim: None,
     }
 }
 
 /// The attacker looks each pushed name up 12 times, and the listed control as often; once the
-/// control is ranked, which pushed names are too.
-fn top_push(bench: &mut Bench, world: &World) -> (Vec<String>, bool) {
+/// control is ranked (or 10 s passed), which pushed names are too.
+fn top_push(bench: &Bench, world: &World) -> (Vec<String>, bool) {
+    let names: Vec<String> = world
+        .pushed
+        .iter()
+        .chain([&world.pushed_control])
+        .cloned()
+        .collect();
     for _ in 0..12 {
-        for d in world.pushed.iter().chain([&world.pushed_control]) {
-            let _ = bench.lookup(ATTACKER, d);
-        }
+        let _ = bench.ask(ATTACKER, &names);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = bench.gw.get("/v1/public/top-domains?limit=1000");
-        let v = r.json();
-        let ranked: Vec<String> = v["domains"]
+        let ranked: Vec<String> = r.json()["domains"]
             .as_array()
             .map(|a| {
                 a.iter()
@@ -331,128 +636,5 @@ fn top_push(bench: &mut Bench, world: &World) -> (Vec<String>, bool) {
             return (pushed, control);
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One class's row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Row {
-    pub class: &'static str,
-    pub expect: Expect,
-    pub cases: usize,
-    pub flagged: usize,
-    pub correct: usize,
-    pub settled_flagged: usize,
-    pub settled_correct: usize,
-}
-
-impl Report {
-    /// The rows, in the order classes first appear.
-    pub fn rows(&self) -> Vec<Row> {
-        let mut rows: Vec<Row> = Vec::new();
-        for o in &self.outcomes {
-            let i = match rows.iter().position(|r| r.class == o.class) {
-                Some(i) => i,
-                None => {
-                    rows.push(Row {
-                        class: o.class,
-                        expect: o.expect,
-                        cases: 0,
-                        flagged: 0,
-                        correct: 0,
-                        settled_flagged: 0,
-                        settled_correct: 0,
-                    });
-                    rows.len() - 1
-                }
-            };
-            let r = &mut rows[i];
-            r.cases += 1;
-            r.flagged += usize::from(o.first.flagged());
-            r.correct += usize::from(o.first.matches(o.expect));
-            r.settled_flagged += usize::from(o.settled.flagged());
-            r.settled_correct += usize::from(o.settled.matches(o.expect));
-        }
-        rows
-    }
-
-    /// Precision and recall over every case (first answers): a flag is right when the case
-    /// expects one, recall counts the right reason.
-    pub fn totals(&self) -> (f64, f64) {
-        let flagged: Vec<&Outcome> = self.outcomes.iter().filter(|o| o.first.flagged()).collect();
-        let right = flagged
-            .iter()
-            .filter(|o| o.expect != Expect::NotFlagged)
-            .count();
-        let positives = self
-            .outcomes
-            .iter()
-            .filter(|o| o.expect != Expect::NotFlagged);
-        let found = positives
-            .clone()
-            .filter(|o| o.first.matches(o.expect))
-            .count();
-        let precision = right as f64 / flagged.len().max(1) as f64;
-        let recall = found as f64 / positives.count().max(1) as f64;
-        (precision, recall)
-    }
-
-    /// The table, as Markdown.
-    pub fn table(&self) -> String {
-        let pct = |a: usize, b: usize| format!("{:.0}%", 100.0 * a as f64 / b.max(1) as f64);
-        let mut out = String::from(
-            "| class | expected | cases | flagged | correct | recall / FP rate | settled: flagged | settled: recall / FP rate |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for r in self.rows() {
-            let (rate, settled) = match r.expect {
-                Expect::NotFlagged => (
-                    format!("FP {}", pct(r.flagged, r.cases)),
-                    format!("FP {}", pct(r.settled_flagged, r.cases)),
-                ),
-                _ => (
-                    format!("recall {}", pct(r.correct, r.cases)),
-                    format!("recall {}", pct(r.settled_correct, r.cases)),
-                ),
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.class,
-                r.expect.as_str(),
-                r.cases,
-                r.flagged,
-                r.correct,
-                rate,
-                r.settled_flagged,
-                settled
-            );
-        }
-        let (precision, recall) = self.totals();
-        let _ = writeln!(
-            out,
-            "\nAll cases, first answers: precision {:.1}%, recall {:.1}%.\n",
-            100.0 * precision,
-            100.0 * recall
-        );
-        out.push_str("| attack (one project) | victims | planted listed domains to flag one victim |\n|---|---:|---|\n");
-        for a in &self.attacks {
-            let needed = match a.needed {
-                Some(k) => k.to_string(),
-                None => format!("none flagged after {}", a.tried),
-            };
-            let _ = writeln!(out, "| {} | {} | {} |", a.class, a.victims, needed);
-        }
-        let _ = writeln!(
-            out,
-            "| attack: repeated lookups for top-domains | {} names x 12 | {} reached top-domains{} |",
-            self.pushed,
-            self.pushed_ranked.len(),
-            if self.control_ranked {
-                ""
-            } else {
-                " (the listed control was not ranked either)"
-            }
-        );
-        out
     }
 }

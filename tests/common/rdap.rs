@@ -1,6 +1,8 @@
 //! A real RDAP server on loopback for tests and the detection benchmark: HTTP/1.1 answering
 //! RFC 9083 domain objects from a map (registered N days ago), 404s, 429s with `Retry-After`,
-//! slow answers and redirects; every request recorded.
+//! slow answers and redirects; every request recorded. Outages ([`Outage`]): for a while
+//! after the server starts, the requests under one path (one registry's base URL) get another
+//! answer (a 429, a 503, an answer slower than any client waits).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -23,6 +25,16 @@ pub enum Reply {
     LaterOnce(u16, u64, Box<Reply>),
 }
 
+/// For `from..until` after the server started, every request whose path starts with
+/// `prefix` is answered `reply` instead.
+#[derive(Clone)]
+pub struct Outage {
+    pub prefix: String,
+    pub from: Duration,
+    pub until: Duration,
+    pub reply: Reply,
+}
+
 /// A loopback RDAP server: `GET /domain/<name>` answered from a map, every request recorded
 /// (name, when) in arrival order.
 pub struct RdapServer {
@@ -33,6 +45,13 @@ pub struct RdapServer {
 
 impl RdapServer {
     pub fn start(replies: HashMap<&str, Reply>) -> RdapServer {
+        RdapServer::start_with_outages(replies, Vec::new())
+    }
+
+    /// Like `start`, with `outages` (timed from now).
+    pub fn start_with_outages(replies: HashMap<&str, Reply>, outages: Vec<Outage>) -> RdapServer {
+        let started = Instant::now();
+        let outages = Arc::new(outages);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -46,6 +65,7 @@ impl RdapServer {
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (log, replies) = (log.clone(), served.clone());
+                let outages = outages.clone();
                 thread::spawn(move || {
                     let mut reader = BufReader::new(stream);
                     let mut line = String::new();
@@ -61,7 +81,13 @@ impl RdapServer {
                     let path = line.split(' ').nth(1).unwrap_or("").to_owned();
                     let name = path.rsplit('/').next().unwrap_or("").to_owned();
                     log.lock().unwrap().push((name.clone(), Instant::now()));
-                    let reply = {
+                    let since = started.elapsed();
+                    let outage = outages.iter().find(|o| {
+                        path.starts_with(&o.prefix) && o.from <= since && since < o.until
+                    });
+                    let reply = if let Some(o) = outage {
+                        o.reply.clone()
+                    } else {
                         let mut map = replies.lock().unwrap();
                         match map.get(&name).cloned() {
                             Some(Reply::LaterOnce(status, secs, then)) => {

@@ -1,0 +1,135 @@
+//! The planting attacks of the detection world: listed domains whose DNS the attacker controls
+//! (it registered them and got them listed), planted one at a time on the victims' own hosts,
+//! on a third party's host where the victims get their mail, on made-up hosts under that third
+//! party's name, and on the attacker's own servers in a hosting provider's /24 beside the
+//! victims'; four victims each, one of every age bucket. And the names one project pushes at
+//! top-domains.
+
+use super::facts;
+use super::world::{Attack, Bucket, World, MAX_PLANTED, PROJECTS};
+
+impl World {
+    /// The four attacks.
+    pub(super) fn attacks(&mut self) {
+        // 1. The victims' own hosts.
+        let mut own = Vec::new();
+        let victims = self.victims(|w| {
+            let hosts = w.own_host_in(None);
+            own.push(hosts[0].clone());
+            hosts
+        });
+        let planted = self.plant(|_, k| own[k % own.len()].clone());
+        self.push_attack("attack: victims' own hosts", planted, victims);
+        // 2. A third party's real host, where the victims get their mail.
+        let hoster = self.own_host_in(None);
+        let victims = self.victims(|_| hoster.clone());
+        let planted = self.plant(|_, _| hoster[0].clone());
+        self.push_attack("attack: a third party's host", planted, victims);
+        // 3. Made-up hosts under that third party's name (they do not resolve).
+        let hoster = self.own_host_in(None);
+        let parent = hoster[0].trim_start_matches("mail.").to_owned();
+        let victims = self.victims(|_| hoster.clone());
+        let planted = self.plant(|w, _| {
+            let label = w.fresh_name("x");
+            format!("{}.{parent}", label.trim_end_matches(".x"))
+        });
+        self.push_attack(
+            "attack: made-up hosts, third party's name",
+            planted,
+            victims,
+        );
+        // 4. The attacker's servers in a hosting provider's /24 (reverse DNS naming each).
+        let net = self.net24();
+        let provider = self.fresh_name("net");
+        let mut n = 0;
+        let mut server = |w: &mut World| {
+            n += 1;
+            let host = format!("srv{n}.{provider}");
+            let ip = w.ip_in(net);
+            w.host(&host, ip, Some(&host));
+            vec![host]
+        };
+        let victims = self.victims(&mut server);
+        let planted = self.plant(|w, _| server(w)[0].clone());
+        self.push_attack("attack: a hosting provider's /24", planted, victims);
+    }
+
+    fn push_attack(
+        &mut self,
+        class: &'static str,
+        planted: Vec<String>,
+        victims: Vec<(String, Bucket)>,
+    ) {
+        self.attacks.push(Attack {
+            class,
+            planted,
+            victims,
+        });
+    }
+
+    /// Four victims, one of each age bucket, each on `hosts(world)`; looked up by the victims'
+    /// project in the past (so their ages are known by the attack).
+    fn victims(
+        &mut self,
+        mut hosts: impl FnMut(&mut World) -> Vec<String>,
+    ) -> Vec<(String, Bucket)> {
+        Bucket::ALL
+            .iter()
+            .map(|&bucket| {
+                let tld = self.company_tld(bucket);
+                let d = self.fresh_name(&tld);
+                let days = self.age_in(bucket, facts::company_age);
+                let on = hosts(self);
+                self.domain(&d, &on, "mx ~all", days);
+                self.early_lookup(&d, PROJECTS[0]);
+                (d, bucket)
+            })
+            .collect()
+    }
+
+    /// `MAX_PLANTED` listed domains, the k-th with MX `host(world, k)` (listed, not looked up
+    /// yet).
+    fn plant(&mut self, mut host: impl FnMut(&mut World, usize) -> String) -> Vec<String> {
+        (0..MAX_PLANTED)
+            .map(|k| {
+                let d = self.throwaway_name();
+                let on = host(self, k);
+                let days = facts::listing_age(&mut self.rng) as i64;
+                self.domain(&d, &[on], "mx -all", days);
+                self.listed.push(d.clone());
+                d
+            })
+            .collect()
+    }
+
+    /// What one project pushes at top-domains: unlisted names on a throwaway host (judged by
+    /// inference), young companies, names with no mail host; and a listed control.
+    pub(super) fn top_push(&mut self) {
+        let host = self
+            .listed
+            .first()
+            .and_then(|d| self.zones.get(d))
+            .and_then(|z| z.mx.first())
+            .map(|(_, h)| h.clone())
+            .expect("a listed domain with an MX host");
+        for _ in 0..4 {
+            let d = self.throwaway_name();
+            let days = facts::unlisted_age(&mut self.rng) as i64;
+            self.domain(&d, std::slice::from_ref(&host), "mx -all", days);
+            self.pushed.push(d);
+            let tld = self.company_tld(Bucket::Young);
+            let d = self.fresh_name(&tld);
+            let days = self.age_in(Bucket::Young, facts::company_age);
+            let own = self.own_host_in(None);
+            self.domain(&d, &own, "mx ~all", days);
+            self.pushed.push(d);
+            let d = self.throwaway_name();
+            self.no_mail(&d, days);
+            self.pushed.push(d);
+        }
+        let control = self.throwaway_name();
+        self.domain(&control, &[host], "mx -all", 100);
+        self.listed.push(control.clone());
+        self.pushed_control = control;
+    }
+}

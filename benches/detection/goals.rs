@@ -1,0 +1,157 @@
+//! The goals of issue 66 the detection gate holds the model to, over every seed of a report:
+//! recall on unlisted throwaways in every age bucket (settled 90%, first 80% of those that
+//! arrive after their host is known; 50% both for the /24 shape) with RDAP on and failing;
+//! and in every condition, on GET and on the batch route: no must-not-flag case flagged, no
+//! attack flagging a victim with 20 planted domains from one project (several projects), GET
+//! and batch agreeing on every case, unusable set-ups and missing hosts with minimal answers
+//! `undeliverable` 100%, nothing pushed onto top-domains by one project.
+
+use super::broken::{MINIMAL, UNUSABLE};
+use super::client::Route;
+use super::report::{Count, Report, Which, FLOOR_CONDITIONS};
+use super::runner::Rdap;
+use super::world::{Arrival, Bucket, Expect, Shape};
+
+/// Planted listed domains from one project that must flag no victim.
+pub const PLANTED: usize = 20;
+
+/// Recall floors: settled, and first (of throwaways arriving after their host is known).
+fn floors(shape: Shape) -> (f64, f64) {
+    match shape {
+        Shape::Network => (0.5, 0.5),
+        _ => (0.9, 0.8),
+    }
+}
+
+/// Every goal the report misses, said in a line each (none: every goal met).
+pub fn misses(report: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for rdap in Rdap::ALL {
+        if !report.runs.iter().any(|r| r.spec.rdap == rdap) {
+            continue;
+        }
+        for route in [Route::Get, Route::Batch] {
+            if FLOOR_CONDITIONS.contains(&rdap) {
+                recall(report, rdap, route, &mut out);
+            }
+            classes(report, rdap, route, &mut out);
+        }
+        attacks(report, rdap, &mut out);
+        for which in [Which::First, Which::Settled] {
+            for (class, cases) in report.disagreements(rdap, which) {
+                out.push(format!(
+                    "RDAP {}: GET and batch disagree on the {which:?} answer of {} {class} cases: {}",
+                    rdap.label(),
+                    cases.len(),
+                    cases.join("; ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn recall(report: &Report, rdap: Rdap, route: Route, out: &mut Vec<String>) {
+    for shape in Shape::ALL {
+        let (settled, first) = floors(shape);
+        for bucket in Bucket::ALL {
+            let checks = [
+                (Which::Settled, None, settled),
+                (Which::First, Some(Arrival::After), first),
+            ];
+            for (which, arrival, floor) in checks {
+                let c = report.recall(rdap, route, which, shape, Some(bucket), arrival);
+                if c.rate() < floor {
+                    out.push(format!(
+                        "RDAP {} {}: {} {} recall, {}: {}/{} < {floor}",
+                        rdap.label(),
+                        route.label(),
+                        shape.label(),
+                        bucket.label(),
+                        which_label(which),
+                        c.hit,
+                        c.of
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn which_label(which: Which) -> &'static str {
+    match which {
+        Which::First => "first (arrived after its host was known)",
+        Which::Settled => "settled",
+    }
+}
+
+fn classes(report: &Report, rdap: Rdap, route: Route, out: &mut Vec<String>) {
+    for which in [Which::First, Which::Settled] {
+        let flagged = report.count(
+            rdap,
+            route,
+            which,
+            |c| c.expect == Expect::NotFlagged,
+            |_, a| a.flagged(),
+        );
+        if flagged.hit > 0 {
+            out.push(format!(
+                "RDAP {} {}: must-not-flag cases flagged on the {which:?} answer: {} of {}",
+                rdap.label(),
+                route.label(),
+                flagged.hit,
+                flagged.of
+            ));
+        }
+        for class in [UNUSABLE, MINIMAL] {
+            let c: Count = report.count(
+                rdap,
+                route,
+                which,
+                |c| c.class == class,
+                |_, a| a.reason == "undeliverable",
+            );
+            if c.hit < c.of {
+                out.push(format!(
+                    "RDAP {} {}: {class} undeliverable on the {which:?} answer: {}/{}",
+                    rdap.label(),
+                    route.label(),
+                    c.hit,
+                    c.of
+                ));
+            }
+        }
+    }
+}
+
+fn attacks(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
+    for run in report
+        .runs
+        .iter()
+        .filter(|r| r.spec.rdap == rdap && !r.spec.one_project)
+    {
+        for a in &run.attacks {
+            if a.needed.is_some_and(|k| k <= PLANTED) || a.tried < PLANTED {
+                out.push(format!(
+                    "RDAP {} {} seed {}: {} flagged a victim ({:?}) after {:?} planted",
+                    rdap.label(),
+                    run.spec.route.label(),
+                    run.seed,
+                    a.class,
+                    a.victim,
+                    a.needed
+                ));
+            }
+        }
+        if !run.pushed_ranked.is_empty() || !run.control_ranked {
+            out.push(format!(
+                "RDAP {} {} seed {}: one project put {:?} on top-domains (listed control ranked: {})",
+                rdap.label(),
+                run.spec.route.label(),
+                run.seed,
+                run.pushed_ranked,
+                run.control_ranked
+            ));
+        }
+    }
+}
