@@ -437,7 +437,7 @@ fn reclassification(c: &mut Criterion) {
                 project: "p".into(),
                 domain: domain.into(),
                 told,
-                at: 1,
+                at_ms: 1_000,
             }
         })
         .collect();
@@ -480,7 +480,7 @@ fn reclassification(c: &mut Criterion) {
                 from,
                 to,
                 rule: "blocklist".into(),
-                at: 1,
+                at_ms: 1_000,
                 dataset_version: "g1-000000".into(),
             };
             rt.block_on(store.record("p", &change)).unwrap()

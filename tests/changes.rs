@@ -2,7 +2,8 @@
 //! looks names up, a list reload makes two of them disposable, and the receiver gets one signed
 //! message naming exactly those two, once, across a restart and across two gateways on one
 //! Redis; `GET /v1/changes` lists them for that project and nothing for another; a change of
-//! thousands of names comes as one summary.
+//! thousands of names comes as one summary. Ids never repeat, not even after Redis lost its
+//! data; a receiver that never answers one project's messages does not hold up another's.
 
 use crate::common;
 use crate::redis_server::RedisServer;
@@ -32,6 +33,17 @@ fn watching_with(
     dir: &tempfile::TempDir,
     extra: &str,
 ) -> GatewayBuilder {
+    watching_hook(builder, url, dir, extra, 1_000)
+}
+
+/// [`watching_with`], each attempt to deliver given `timeout_ms`.
+fn watching_hook(
+    builder: GatewayBuilder,
+    url: &str,
+    dir: &tempfile::TempDir,
+    extra: &str,
+    timeout_ms: u64,
+) -> GatewayBuilder {
     std::fs::write(dir.path().join("changes.secret"), format!("{SECRET}\n")).unwrap();
     builder
         .plan_yaml("pro", "{ monthly_limit: 1000000 }")
@@ -39,7 +51,7 @@ fn watching_with(
         .key_in_project("o", OTHER, "pro", "other")
         .gateway_yaml(&format!(
             "changes: {{ watch_days: {{ pro: 30 }}, {extra}, stable_seconds: 0, \
-             webhook: {{ url: '{url}', allow_private: true, secret_file: changes.secret, timeout_ms: 1000 }} }}"
+             webhook: {{ url: '{url}', allow_private: true, secret_file: changes.secret, timeout_ms: {timeout_ms} }} }}"
         ))
 }
 
@@ -379,4 +391,122 @@ fn a_young_domain_keeps_its_verdict_across_a_reload_and_a_listed_one_is_told() {
         domains(&changes(&gw, ACME, "").json()),
         ["foo-dispo.example"]
     );
+}
+
+/// The ids of the changes a message or page names, oldest first.
+fn ids(v: &Value) -> Vec<u64> {
+    v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn ids_never_repeat_after_redis_loses_its_data_and_an_old_cursor_misses_nothing() {
+    let redis = RedisServer::start(false);
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = watching(Gateway::builder(), &receiver.url(), &dir)
+        .data("disposable.txt", OLD_LIST)
+        .redis(&redis.url(), "fail_open")
+        .in_dir(dir)
+        .start();
+    assert_eq!(lookup(&gw, ACME, "foo-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 1.0);
+    let list = format!("{OLD_LIST}foo-dispo.example\n");
+    write_atomic(&gw.data_path("disposable.txt"), &list);
+    wait_until(Duration::from_secs(20), || {
+        !receiver.deliveries().is_empty()
+    });
+    let page = changes(&gw, ACME, "").json();
+    assert_eq!(domains(&page), ["foo-dispo.example"]);
+    let before = ids(&page)[0];
+    let first = receiver.deliveries()[0].clone();
+    assert_eq!(ids(&first.json()), [before]);
+
+    // Redis loses everything: the sequence, the log, the sent mark, the watched names.
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(lookup(&gw, ACME, "bar-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 2.0);
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{list}bar-dispo.example\n"),
+    );
+    wait_until(Duration::from_secs(20), || receiver.deliveries().len() >= 2);
+    let page = changes(&gw, ACME, "").json();
+    assert_eq!(domains(&page), ["bar-dispo.example"]);
+    let after = ids(&page)[0];
+    assert!(
+        after > before,
+        "the id after the flush ({after}) repeats or precedes the one before it ({before})"
+    );
+    // A poller holding the cursor from before the flush gets the new change.
+    let held = changes(&gw, ACME, &format!("?cursor={before}")).json();
+    assert_eq!(domains(&held), ["bar-dispo.example"], "{held}");
+    // The receiver gets it once, under a new id and a new `X-Change-Id`.
+    let all = receiver.deliveries();
+    assert_eq!(all.len(), 2, "{all:?}");
+    let second = all[1].json();
+    assert_eq!(domains(&second), ["bar-dispo.example"]);
+    assert_eq!(ids(&second), [after]);
+    assert_ne!(first.header("x-change-id"), all[1].header("x-change-id"));
+    assert!(all[1].signed_with(SECRET));
+}
+
+#[test]
+fn a_receiver_that_never_answers_one_project_does_not_hold_up_another() {
+    let redis = RedisServer::start(false);
+    // acme's messages are read and never answered; other's are answered at once.
+    let receiver = Receiver::start_hanging_for("127.0.0.1:0".parse().unwrap(), "acme");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = watching_hook(
+        Gateway::builder(),
+        &receiver.url(),
+        &dir,
+        "send_interval_ms: 100",
+        30_000,
+    )
+    .data("disposable.txt", OLD_LIST)
+    .redis(&redis.url(), "fail_open")
+    .in_dir(dir)
+    .start();
+    assert_eq!(lookup(&gw, ACME, "foo-dispo.example")["reason"], "safe");
+    assert_eq!(lookup(&gw, OTHER, "bar-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 2.0);
+    let arrived = |project: &str| {
+        receiver
+            .deliveries()
+            .iter()
+            .find(|d| d.json()["project"] == project)
+            .map(|d| d.at)
+    };
+    // acme's change: how long a change takes from the list to the receiver, here.
+    let list = format!("{OLD_LIST}foo-dispo.example\n");
+    let reloaded = std::time::Instant::now();
+    write_atomic(&gw.data_path("disposable.txt"), &list);
+    wait_until(Duration::from_secs(20), || arrived("acme").is_some());
+    let usual = arrived("acme").unwrap() - reloaded;
+    // other's, while acme's message waits for an answer that never comes.
+    let reloaded = std::time::Instant::now();
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{list}bar-dispo.example\n"),
+    );
+    wait_until(Duration::from_secs(60), || arrived("other").is_some());
+    let held_up = arrived("other").unwrap() - reloaded;
+    eprintln!("a change reached the receiver in {usual:?}; beside a hung one, in {held_up:?}");
+    assert!(
+        held_up < usual + Duration::from_secs(1),
+        "other's message took {held_up:?}, a change usually {usual:?}"
+    );
+    let other = receiver
+        .deliveries()
+        .into_iter()
+        .find(|d| d.json()["project"] == "other")
+        .unwrap();
+    assert_eq!(domains(&other.json()), ["bar-dispo.example"]);
+    assert_eq!(other.answered, 200);
 }

@@ -1,9 +1,11 @@
 //! A webhook receiver on loopback for the tests of signed POSTs (quota alerts, verdict
-//! changes): records each request and answers it with the next status of a script, then 200.
+//! changes): records each request and answers it with the next status of a script, then 200;
+//! or, for one project's messages, never answers (a receiver that hangs).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -13,7 +15,10 @@ use sha2::Sha256;
 pub struct Delivery {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The status answered; 0: none (the receiver hangs on it).
     pub answered: u16,
+    /// When the request was read whole.
+    pub at: Instant,
 }
 
 impl Delivery {
@@ -49,18 +54,38 @@ pub struct Receiver {
     seen: Arc<Mutex<Vec<Delivery>>>,
 }
 
+/// How the receiver answers: the script's statuses, and the project whose messages it never
+/// answers (reads them, records them, keeps the connection open).
+struct Answers {
+    script: Mutex<Vec<u16>>,
+    hang_for: Option<String>,
+}
+
 impl Receiver {
     pub fn start(addr: SocketAddr, script: Vec<u16>) -> Receiver {
+        Receiver::start_with(addr, script, None)
+    }
+
+    /// A receiver that accepts `project`'s messages and never answers them (every other
+    /// project's it answers 200).
+    pub fn start_hanging_for(addr: SocketAddr, project: &str) -> Receiver {
+        Receiver::start_with(addr, vec![], Some(project.to_owned()))
+    }
+
+    fn start_with(addr: SocketAddr, script: Vec<u16>, hang_for: Option<String>) -> Receiver {
         let listener = TcpListener::bind(addr).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Delivery>>> = Arc::default();
-        let script = Arc::new(Mutex::new(script));
+        let answers = Arc::new(Answers {
+            script: Mutex::new(script),
+            hang_for,
+        });
         let record = seen.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (record, script) = (record.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, &record, &script));
+                let (record, answers) = (record.clone(), answers.clone());
+                std::thread::spawn(move || serve(stream, &record, &answers));
             }
         });
         Receiver { addr, seen }
@@ -75,7 +100,7 @@ impl Receiver {
     }
 }
 
-fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, script: &Mutex<Vec<u16>>) {
+fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, answers: &Answers) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     loop {
@@ -102,8 +127,23 @@ fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, script: &Mu
             .expect("a Content-Length");
         let mut body = vec![0; len];
         reader.read_exact(&mut body).unwrap();
+        let project = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["project"].as_str().map(str::to_owned));
+        if project.is_some() && project == answers.hang_for {
+            record.lock().unwrap().push(Delivery {
+                headers,
+                body,
+                answered: 0,
+                at: Instant::now(),
+            });
+            // Never answered: the connection stays open until the gateway gives up on it.
+            loop {
+                std::thread::sleep(Duration::from_secs(3_600));
+            }
+        }
         let status = {
-            let mut s = script.lock().unwrap();
+            let mut s = answers.script.lock().unwrap();
             if s.is_empty() {
                 200
             } else {
@@ -114,6 +154,7 @@ fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, script: &Mu
             headers,
             body,
             answered: status,
+            at: Instant::now(),
         });
         let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
         if out.write_all(reply.as_bytes()).is_err() {

@@ -1,22 +1,27 @@
 //! The embedded change store: one SQLite file beside the quota state (`changes.sqlite3`),
 //! opened at first use (after a daemon's fork), written with `synchronous=FULL` so that a
 //! recorded change and a sent mark survive a crash. Gateways sharing the file (an upgrade)
-//! share its rows, its compare-and-set and its sender lease.
+//! share its rows, its compare-and-set and its sender lease. Ids are given as on Redis
+//! (`store.rs`), by the gateway's clock: a file deleted and made again starts after every id
+//! the old one gave.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::store::{rfc3339, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage};
+use super::store::{
+    now_us, rfc3339, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage,
+};
 use super::{Change, Seen, Told};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS watched (
   project TEXT NOT NULL, domain TEXT NOT NULL, reason TEXT NOT NULL, score INTEGER NOT NULL,
-  seen_at INTEGER NOT NULL, PRIMARY KEY (project, domain)) WITHOUT ROWID;
+  seen_at INTEGER NOT NULL, told_ms INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (project, domain)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changes (
   id INTEGER PRIMARY KEY AUTOINCREMENT, project TEXT NOT NULL, domain TEXT NOT NULL,
   from_reason TEXT NOT NULL, from_score INTEGER NOT NULL, to_reason TEXT NOT NULL,
@@ -27,6 +32,30 @@ CREATE TABLE IF NOT EXISTS sent (project TEXT PRIMARY KEY, upto INTEGER NOT NULL
 CREATE TABLE IF NOT EXISTS lease (project TEXT PRIMARY KEY, holder TEXT NOT NULL,
   until_ms INTEGER NOT NULL);
 ";
+
+/// Since when (unix ms) a project was told what `watched` says, so that a lookup older than
+/// that (another gateway's late tick) does not overwrite it. A file of an earlier build gets
+/// the column, each row told at its last lookup.
+const TOLD_AT: &str = "
+ALTER TABLE watched ADD COLUMN told_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE watched SET told_ms = seen_at * 1000;
+";
+
+/// Creates the tables, and the column earlier builds' files lack (looked for under the write
+/// lock: two gateways opening one file add it once).
+fn migrate(c: &mut Connection) -> rusqlite::Result<()> {
+    c.execute_batch(SCHEMA)?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let has: bool = tx.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('watched') WHERE name = 'told_ms'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        tx.execute_batch(TOLD_AT)?;
+    }
+    tx.commit()
+}
 
 /// The SQLite change store.
 pub struct EmbeddedChanges {
@@ -65,11 +94,11 @@ impl EmbeddedChanges {
         tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
             if guard.is_none() {
-                let c = Connection::open(&path)?;
+                let mut c = Connection::open(&path)?;
                 c.busy_timeout(Duration::from_secs(5))?;
                 c.pragma_update(None, "journal_mode", "WAL")?;
                 c.pragma_update(None, "synchronous", "FULL")?;
-                c.execute_batch(SCHEMA)?;
+                migrate(&mut c)?;
                 *guard = Some(c);
             }
             f(guard.as_mut().expect("opened above"))
@@ -121,9 +150,15 @@ impl ChangeStore for EmbeddedChanges {
                     tx.prepare_cached("SELECT 1 FROM watched WHERE project = ?1 AND domain = ?2")?;
                 let mut count =
                     tx.prepare_cached("SELECT COUNT(*) FROM watched WHERE project = ?1")?;
+                // Forwards in time only: an older lookup leaves what the project was told since.
                 let mut upsert = tx.prepare_cached(
-                    "INSERT INTO watched VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (project, domain)
-                     DO UPDATE SET reason = excluded.reason, score = excluded.score,
+                    "INSERT INTO watched (project, domain, reason, score, seen_at, told_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (project, domain) DO UPDATE SET
+                     reason = CASE WHEN excluded.told_ms >= told_ms THEN excluded.reason
+                       ELSE reason END,
+                     score = CASE WHEN excluded.told_ms >= told_ms THEN excluded.score
+                       ELSE score END,
+                     told_ms = MAX(told_ms, excluded.told_ms),
                      seen_at = MAX(seen_at, excluded.seen_at)",
                 )?;
                 let mut counts: std::collections::HashMap<Arc<str>, u32> = Default::default();
@@ -151,7 +186,8 @@ impl ChangeStore for EmbeddedChanges {
                         &*s.domain,
                         s.told.reason.as_str(),
                         s.told.score,
-                        s.at
+                        s.at(),
+                        s.at_ms
                     ])?;
                 }
             }
@@ -202,24 +238,34 @@ impl ChangeStore for EmbeddedChanges {
         self.with(move |c| {
             let tx = c.transaction()?;
             let updated = tx.execute(
-                "UPDATE watched SET reason = ?3, score = ?4 WHERE project = ?1 AND domain = ?2
-                 AND reason = ?5 AND score = ?6",
+                "UPDATE watched SET reason = ?3, score = ?4, told_ms = MAX(told_ms, ?7)
+                 WHERE project = ?1 AND domain = ?2 AND reason = ?5 AND score = ?6",
                 params![
                     project,
                     ch.domain,
                     ch.to.reason.as_str(),
                     ch.to.score,
                     ch.from.reason.as_str(),
-                    ch.from.score
+                    ch.from.score,
+                    ch.at_ms
                 ],
             )?;
             if updated == 0 {
                 return Ok(Recorded::Stale);
             }
+            // The time, or one past the largest id this file ever gave (`sqlite_sequence`
+            // keeps it, also once its row is swept).
+            let last: i64 = tx.query_row(
+                "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'changes'",
+                [],
+                |r| r.get(0),
+            )?;
+            let id = now_us().max(last.saturating_add(1));
             tx.execute(
-                "INSERT INTO changes (project, domain, from_reason, from_score, to_reason,
-                 to_score, rule, changed_at, dataset) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                "INSERT INTO changes (id, project, domain, from_reason, from_score, to_reason,
+                 to_score, rule, changed_at, dataset) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
                 params![
+                    id,
                     project,
                     ch.domain,
                     ch.from.reason.as_str(),
@@ -227,13 +273,12 @@ impl ChangeStore for EmbeddedChanges {
                     ch.to.reason.as_str(),
                     ch.to.score,
                     ch.rule,
-                    ch.at,
+                    ch.at(),
                     ch.dataset_version
                 ],
             )?;
-            let id = u64::try_from(tx.last_insert_rowid()).unwrap_or(0);
             tx.commit()?;
-            Ok(Recorded::New(id))
+            Ok(Recorded::New(u64::try_from(id).unwrap_or(0)))
         })
         .await
     }
@@ -278,15 +323,16 @@ impl ChangeStore for EmbeddedChanges {
         .await
     }
 
-    async fn pending(&self, project: &str, after: u64) -> Result<Pending, ChangesError> {
+    async fn pending(&self, project: &str, after: u64, upto: u64) -> Result<Pending, ChangesError> {
         let project = project.to_owned();
         self.with(move |c| {
             let mut q = c.prepare_cached(
                 "SELECT from_reason, to_reason, COUNT(*), MAX(id) FROM changes
-                 WHERE project = ?1 AND id > ?2 GROUP BY from_reason, to_reason",
+                 WHERE project = ?1 AND id > ?2 AND id <= ?3 GROUP BY from_reason, to_reason",
             )?;
             let after = i64::try_from(after).unwrap_or(i64::MAX);
-            let rows = q.query_map(params![project, after], |r| {
+            let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+            let rows = q.query_map(params![project, after, upto], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
@@ -380,7 +426,7 @@ mod tests {
             project: project.into(),
             domain: domain.into(),
             told: Told { reason, score },
-            at: 1_000,
+            at_ms: 1_000_000,
         }
     }
 
@@ -390,7 +436,7 @@ mod tests {
             from,
             to,
             rule: "blocklist".into(),
-            at,
+            at_ms: at * 1_000,
             dataset_version: "g2-abcdef".into(),
         }
     }
@@ -422,11 +468,18 @@ mod tests {
         let (page, next) = store.scan("p", "", 10).await.unwrap();
         assert_eq!(page.len(), 2);
         assert_eq!(next, None);
+        let before = u64::try_from(now_us()).unwrap();
         let first = store
             .record("p", &proposed("a.com", safe, dispo, 2_000))
             .await
             .unwrap();
-        assert_eq!(first, Recorded::New(1));
+        let Recorded::New(first) = first else {
+            panic!("{first:?}")
+        };
+        assert!(
+            first >= before,
+            "an id is the time in microseconds: {first}"
+        );
         // A second gateway's pass proposes the same change: stale.
         let again = store
             .record("p", &proposed("a.com", safe, dispo, 2_001))
@@ -439,7 +492,7 @@ mod tests {
             .record("p", &proposed("a.com", dispo, safe, 3_000))
             .await
             .unwrap();
-        assert_eq!(back, Recorded::New(2));
+        assert!(matches!(back, Recorded::New(id) if id > first), "{back:?}");
         assert_eq!(store.list("p", 0, 0, 10).await.unwrap().len(), 2);
         let b = store
             .record("p", &proposed("b.com", safe, dispo, 4_000))
@@ -448,9 +501,11 @@ mod tests {
         let Recorded::New(id) = b else {
             panic!("{b:?}")
         };
-        let pending = store.pending("p", 0).await.unwrap();
+        let pending = store.pending("p", 0, u64::MAX).await.unwrap();
         assert_eq!((pending.total, pending.last_id), (3, id));
         assert_eq!(pending.transitions["safe->disposable"], 2);
+        let upto_first = store.pending("p", 0, first).await.unwrap();
+        assert_eq!((upto_first.total, upto_first.last_id), (1, first));
         store.mark_sent("p", id).await.unwrap();
         store.mark_sent("p", 0).await.unwrap();
         assert_eq!(store.sent_upto("p").await.unwrap(), id, "never moves back");
@@ -467,5 +522,62 @@ mod tests {
             .await
             .unwrap());
         assert_eq!(store.sweep(&[], 1_001, 0).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn ids_go_on_after_the_file_is_lost_and_an_older_lookup_never_overwrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite3");
+        let (safe, dispo) = (
+            Told {
+                reason: Reason::Safe,
+                score: 10,
+            },
+            Told {
+                reason: Reason::Disposable,
+                score: 100,
+            },
+        );
+        let store = EmbeddedChanges::new(path.clone()).unwrap();
+        store
+            .watch(vec![seen("p", "a.com", Reason::Safe, 10)], 10)
+            .await
+            .unwrap();
+        let Ok(Recorded::New(old)) = store
+            .record("p", &proposed("a.com", safe, dispo, 5_000))
+            .await
+        else {
+            panic!("not recorded")
+        };
+        // A lookup answered before the change (another gateway's late tick) leaves it; a later
+        // one is what the project was told last.
+        let mut late = seen("p", "a.com", Reason::Safe, 10);
+        late.at_ms = 4_999_000;
+        store.watch(vec![late.clone()], 10).await.unwrap();
+        assert_eq!(store.scan("p", "", 10).await.unwrap().0[0].1, dispo);
+        late.at_ms = 5_001_000;
+        store.watch(vec![late], 10).await.unwrap();
+        assert_eq!(store.scan("p", "", 10).await.unwrap().0[0].1, safe);
+        store.mark_sent("p", old).await.unwrap();
+        drop(store);
+
+        // The file is lost: a new one gives ids after the old ones, its sent mark is gone.
+        for f in ["c.sqlite3", "c.sqlite3-wal", "c.sqlite3-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        let store = EmbeddedChanges::new(path).unwrap();
+        store
+            .watch(vec![seen("p", "a.com", Reason::Safe, 10)], 10)
+            .await
+            .unwrap();
+        let Ok(Recorded::New(new)) = store
+            .record("p", &proposed("a.com", safe, dispo, 6_000))
+            .await
+        else {
+            panic!("not recorded")
+        };
+        assert!(new > old, "{new} after {old}");
+        assert_eq!(store.sent_upto("p").await.unwrap(), 0);
+        assert_eq!(store.list("p", old, 0, 10).await.unwrap()[0].id, new);
     }
 }

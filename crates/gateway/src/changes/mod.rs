@@ -8,11 +8,14 @@
 //! reload and every `pass_interval` (`judge.rs`: the table and the evidence the gateway holds,
 //! never a new DNS or RDAP query), records each change of reason or score band once (a
 //! compare-and-set on what the project was told, so two gateways never record one twice; a
-//! recorded change is kept, a poller may have read it), and sends each project's changes in one
-//! signed message per `send_interval` (`message.rs`: a summary when there are more than
-//! `max_per_message`; a flip and its flip back left out), under a per-project sender lease.
+//! recorded change is kept, a poller may have read it; its id never repeats, `store.rs`), and
+//! sends each project's changes in one signed message per `send_interval` (`message.rs`: a
+//! summary when there are more than `max_per_message`; a flip and its flip back left out),
+//! under a per-project sender lease, each project's delivery a task of its own
+//! (`delivery.rs`): a receiver that never answers one project holds up no other.
 
 pub mod config;
+pub mod delivery;
 pub mod embedded;
 pub mod judge;
 pub mod message;
@@ -84,8 +87,15 @@ pub struct Seen {
     pub project: Arc<str>,
     pub domain: Box<str>,
     pub told: Told,
+    /// When it was answered, unix milliseconds: what orders two gateways' ticks.
+    pub at_ms: i64,
+}
+
+impl Seen {
     /// Unix seconds.
-    pub at: i64,
+    pub fn at(&self) -> i64 {
+        self.at_ms.div_euclid(1_000)
+    }
 }
 
 /// A watched domain, as a pass reads it.
@@ -99,7 +109,8 @@ pub struct Watched {
 /// One change of verdict, as `GET /v1/changes` and the webhook show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
-    /// Increasing per project: the paging position and the receiver's deduplication key.
+    /// Increasing per project and never repeating (the microsecond it was recorded at, see
+    /// `store.rs`): the paging position and the receiver's deduplication key.
     pub id: u64,
     pub domain: String,
     pub from: Reason,
@@ -186,18 +197,18 @@ impl CallObserver for Watch {
                 reason: v.reason,
                 score: v.risk_score,
             };
-            let at = c.at.timestamp();
+            let at_ms = c.at.timestamp_millis();
             match seen.entry((&c.project, &c.email_domain)) {
                 Entry::Occupied(mut e) => {
                     let s = e.get_mut();
-                    (s.told, s.at) = (told, at.max(s.at));
+                    (s.told, s.at_ms) = (told, at_ms.max(s.at_ms));
                 }
                 Entry::Vacant(e) => {
                     e.insert(Seen {
                         project: c.project.clone(),
                         domain: c.email_domain.clone(),
                         told,
-                        at,
+                        at_ms,
                     });
                 }
             }

@@ -1,10 +1,13 @@
 //! The shared change store on Redis (with `quota.store: redis`): what each project was told,
 //! its changes and its sent mark, for every gateway. Per project (all keys share its
 //! `{<project>}` hash tag, so every script touches one slot): `chg:{p}:w` (domain ->
-//! `reason|score|seen_at`), `chg:{p}:log` (a sorted set of the changes' JSON by id),
-//! `chg:{p}:seq`, `chg:{p}:sent` and `chg:{p}:lease`; and the set `chg:projects`. Recording is
-//! one script: the compare-and-set on what the project was told and the append happen together,
-//! so two gateways judging the same reload record each change once.
+//! `reason|score|told_at|seen_at`: what it was told and since when, in unix milliseconds, and
+//! its last lookup, in seconds; earlier builds wrote `reason|score|seen_at`), `chg:{p}:log` (a
+//! sorted set of the changes' JSON by id), `chg:{p}:seq` (the last id), `chg:{p}:sent` and
+//! `chg:{p}:lease`; and the set `chg:projects`. Recording is one script: the compare-and-set on
+//! what the project was told, the new id and the append happen together, so two gateways
+//! judging the same reload record each change once. Ids come from Redis's clock (`store.rs`),
+//! so a `FLUSHALL` never makes one repeat.
 
 use std::time::Duration;
 
@@ -19,24 +22,62 @@ const PROJECTS: &str = "chg:projects";
 /// Entries read per step when paging a project's log or hash.
 const STEP: usize = 1_000;
 
-const WATCH: &str = r#"
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+/// Splits a watched value into `reason|score`, since when it was told (unix ms) and its last
+/// lookup (unix s); a value of an earlier build (`reason|score|seen_at`) was told at its lookup.
+const FIELDS: &str = r#"
+local function fields(v)
+  local f = {}
+  for part in string.gmatch(v, '[^|]+') do f[#f + 1] = part end
+  if #f < 3 then return nil end
+  local seen = tonumber(f[#f]) or 0
+  local told_at = seen * 1000
+  if #f >= 4 then told_at = tonumber(f[3]) or told_at end
+  return f[1] .. '|' .. f[2], told_at, seen
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+"#;
+
+/// KEYS: the watched hash. ARGV: the domain, `reason|score` answered, when (unix ms), the cap.
+/// What the project was told moves only forwards in time: a lookup older than it (another
+/// gateway's late tick) only counts as a lookup. Microseconds and milliseconds since 1970 are
+/// exact in Lua's doubles; they are written with `%d` (`tostring` rounds to 14 digits).
+const WATCH: &str = r#"
+local told, at = ARGV[2], tonumber(ARGV[3])
+local seen = math.floor(at / 1000)
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur then
+  local was, was_at, was_seen = fields(cur)
+  if was and at < was_at then told, at = was, was_at end
+  if was and was_seen > seen then seen = was_seen end
+elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], told .. '|' .. string.format('%d', at) .. '|' .. string.format('%d', seen))
 return 1
 "#;
 
+/// KEYS: the watched hash, the log, the sequence, the sent mark. ARGV: the domain, `from` and
+/// `to` (`reason|score`), the change's JSON after its id, when it was found (unix ms). Returns
+/// the new id, or -1 when the project was no longer told `from`. The id is Redis's clock in
+/// microseconds, or the last id plus one when that is not larger; a sequence that is missing (a
+/// project's first change, or Redis lost its data) takes the sent mark with it.
 const RECORD: &str = r#"
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return -1 end
-local a = string.find(cur, '|', 1, true)
-local b = a and string.find(cur, '|', a + 1, true)
-if not b then return -1 end
-if string.sub(cur, 1, b - 1) ~= ARGV[2] then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. string.sub(cur, b))
-local id = redis.call('INCR', KEYS[3])
-redis.call('ZADD', KEYS[2], id, '{"id":' .. id .. ',' .. ARGV[4])
+local was, told_at, seen = fields(cur)
+if was ~= ARGV[2] then return -1 end
+told_at = math.max(told_at, tonumber(ARGV[5]))
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. string.format('%d', told_at) .. '|' .. string.format('%d', seen))
+local t = redis.call('TIME')
+local id = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('GET', KEYS[3]) or '')
+if not last then
+  redis.call('DEL', KEYS[4])
+elseif last >= id then
+  id = last + 1
+end
+local text = string.format('%d', id)
+redis.call('SET', KEYS[3], text)
+redis.call('ZADD', KEYS[2], text, '{"id":' .. text .. ',' .. ARGV[4])
 return id
 "#;
 
@@ -77,8 +118,8 @@ impl RedisChanges {
         Ok(RedisChanges {
             config: config.clone(),
             link: tokio::sync::OnceCell::new(),
-            watch: redis::Script::new(WATCH),
-            record: redis::Script::new(RECORD),
+            watch: redis::Script::new(&format!("{FIELDS}{WATCH}")),
+            record: redis::Script::new(&format!("{FIELDS}{RECORD}")),
             mark_sent: redis::Script::new(MARK_SENT),
             lease: redis::Script::new(LEASE),
         })
@@ -119,7 +160,7 @@ impl RedisChanges {
             let full = page.len() == STEP;
             for (member, id) in page {
                 from = from.max(id);
-                let Ok(change) = serde_json::from_str::<Change>(&member) else {
+                let Some(change) = change_of(&member, id) else {
                     continue;
                 };
                 if !each(change) {
@@ -133,6 +174,14 @@ impl RedisChanges {
     }
 }
 
+/// A change of the log, its id taken from its score: an earlier build wrote the member's id
+/// with Lua's `tostring`, which rounds an id of 16 digits (`1.7800000000000e+15`).
+fn change_of(member: &str, id: u64) -> Option<Change> {
+    let mut json: serde_json::Value = serde_json::from_str(member).ok()?;
+    json.as_object_mut()?.insert("id".into(), id.into());
+    serde_json::from_value(json).ok()
+}
+
 /// The change's JSON after `{"id":N,` (the script puts the id in front).
 fn json_rest(ch: &Proposed) -> String {
     let rest = serde_json::json!({
@@ -142,7 +191,7 @@ fn json_rest(ch: &Proposed) -> String {
         "score_from": ch.from.score,
         "score_to": ch.to.score,
         "rule": ch.rule,
-        "changed_at": rfc3339(ch.at),
+        "changed_at": rfc3339(ch.at()),
         "dataset_version": ch.dataset_version,
     })
     .to_string();
@@ -165,7 +214,8 @@ impl ChangeStore for RedisChanges {
             }
             let mut call = self.watch.key(key(&s.project, "w"));
             call.arg(&*s.domain)
-                .arg(format!("{}|{}", s.told.encode(), s.at))
+                .arg(s.told.encode())
+                .arg(s.at_ms)
                 .arg(cap);
             pipe.invoke_script(&call);
         }
@@ -214,13 +264,14 @@ impl ChangeStore for RedisChanges {
     async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError> {
         let mut link = self.link().await?;
         let mut call = self.record.prepare_invoke();
-        for part in ["w", "log", "seq"] {
+        for part in ["w", "log", "seq", "sent"] {
             call.key(key(project, part));
         }
         call.arg(&change.domain)
             .arg(change.from.encode())
             .arg(change.to.encode())
-            .arg(json_rest(change));
+            .arg(json_rest(change))
+            .arg(change.at_ms);
         let id: i64 = call.invoke_async(&mut link).await?;
         Ok(match u64::try_from(id) {
             Ok(id) if id > 0 => Recorded::New(id),
@@ -255,9 +306,12 @@ impl ChangeStore for RedisChanges {
         Ok(v.unwrap_or(0))
     }
 
-    async fn pending(&self, project: &str, after: u64) -> Result<Pending, ChangesError> {
+    async fn pending(&self, project: &str, after: u64, upto: u64) -> Result<Pending, ChangesError> {
         let mut p = Pending::default();
         self.each_change(project, after, |c| {
+            if c.id > upto {
+                return false;
+            }
             p.total += 1;
             p.last_id = p.last_id.max(c.id);
             *p.transitions

@@ -1,7 +1,8 @@
 //! The verdict-change service, one background loop: takes in the watched lookups the call
 //! writer passed on, judges the watched domains again (a pass after every table reload and
-//! every `pass_interval`, at most `reclassify_per_second`), records each change once, and sends
-//! each project's changes (one message per project and `send_interval`, under its lease).
+//! every `pass_interval`, at most `reclassify_per_second`), records each change once, and
+//! starts each project's delivery (one message per project and `send_interval`, under its
+//! lease), which runs as a task of its own (`delivery.rs`): the loop never waits on a receiver.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,11 +13,12 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
+use super::delivery::{Courier, Deliveries, Webhook};
 use super::judge::{Basis, Judge};
 use super::store::{ChangeStore, Proposed, Recorded};
 use super::{ChangesConfig, Counters, Seen, Told, Watch, CHANNEL};
 use crate::access::keys::KeyStore;
-use crate::access::quota::alerts::deliver::{self, AttemptError};
+use crate::access::quota::alerts::deliver;
 use crate::access::quota::alerts::destination::Listener;
 
 /// How often the loop looks at its work.
@@ -26,15 +28,8 @@ const TICK: Duration = Duration::from_millis(100);
 const MAX_CANDIDATES: usize = 100_000;
 /// How often watched domains past their days and old changes are forgotten.
 const SWEEP_EVERY: Duration = Duration::from_secs(3_600);
-
-/// Where messages go: the receiver, its secret and the client.
-pub struct Webhook {
-    pub url: String,
-    pub secret: Vec<u8>,
-    pub agent: ureq::Agent,
-    pub max_attempts: u32,
-    pub timeout: Duration,
-}
+/// At shutdown, deliveries posting get this long to finish and record their sent marks.
+const DRAIN: Duration = Duration::from_secs(2);
 
 /// The service (a Pingora background service).
 pub struct ChangesService {
@@ -44,9 +39,8 @@ pub struct ChangesService {
     keys: Arc<ArcSwap<KeyStore>>,
     rx: Mutex<Option<tokio::sync::mpsc::Receiver<Vec<Seen>>>>,
     counters: Arc<Counters>,
-    webhook: Option<Arc<Webhook>>,
-    /// This gateway's name in the sender leases.
-    holder: String,
+    /// What the deliveries need (`None`: no webhook), handed to them at the start.
+    courier: Mutex<Option<Courier>>,
 }
 
 /// Builds the call writer's side and the service.
@@ -58,14 +52,27 @@ pub fn build(
     listeners: &[Listener],
     counters: Arc<Counters>,
 ) -> Result<(Watch, ChangesService), String> {
-    let webhook = match &config.webhook {
-        Some(hook) => Some(Arc::new(Webhook {
-            url: hook.url.clone(),
-            secret: hook.read_secret()?,
-            agent: deliver::agent(hook.timeout, hook.policy(listeners)),
-            max_attempts: hook.max_attempts,
-            timeout: hook.timeout,
-        })),
+    let holder = format!(
+        "{:016x}{:016x}",
+        getrandom::u64().unwrap_or_default(),
+        getrandom::u64().unwrap_or_default()
+    );
+    let courier = match &config.webhook {
+        Some(hook) => Some(Courier {
+            store: store.clone(),
+            hook: Webhook {
+                url: hook.url.clone(),
+                secret: hook.read_secret()?,
+                agent: deliver::agent(hook.timeout, hook.policy(listeners)),
+                max_attempts: hook.max_attempts,
+                timeout: hook.timeout,
+            },
+            counters: counters.clone(),
+            holder,
+            send_interval: config.send_interval,
+            max_per_message: config.max_per_message,
+            quiet: i64::from(config.quiet_hours) * 3_600,
+        }),
         None => None,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL);
@@ -73,11 +80,6 @@ pub fn build(
         tx,
         counters: counters.clone(),
     };
-    let holder = format!(
-        "{:016x}{:016x}",
-        getrandom::u64().unwrap_or_default(),
-        getrandom::u64().unwrap_or_default()
-    );
     let service = ChangesService {
         config: config.clone(),
         store,
@@ -85,8 +87,7 @@ pub fn build(
         keys,
         rx: Mutex::new(Some(rx)),
         counters,
-        webhook,
-        holder,
+        courier: Mutex::new(courier),
     };
     Ok((watch, service))
 }
@@ -96,24 +97,6 @@ struct Pass {
     projects: Vec<String>,
     at: usize,
     cursor: String,
-}
-
-/// A project's delivery: the message on its way (retried with the same id and bytes), when it
-/// may be tried again, after how many failed attempts.
-#[derive(Default)]
-struct Delivery {
-    attempts: u32,
-    next: Option<Instant>,
-    message: Option<Outgoing>,
-}
-
-/// A message made once and sent until delivered or given up.
-struct Outgoing {
-    id: String,
-    body: String,
-    /// The last change id it covers: the sent mark once it is delivered.
-    last_id: u64,
-    total: u64,
 }
 
 /// The loop's state.
@@ -126,7 +109,8 @@ struct Loop {
     last_pass: Option<Instant>,
     /// (project, domain) -> the evidence-based verdict found, and since when.
     candidates: HashMap<(String, String), (Told, Instant)>,
-    deliveries: HashMap<String, Delivery>,
+    /// Each project's delivery (`None`: no webhook).
+    deliveries: Option<Deliveries>,
     last_send: Option<Instant>,
     last_sweep: Option<Instant>,
     /// The last store failure logged at WARN (a store that is down is logged every
@@ -173,7 +157,7 @@ impl ChangesService {
                 let watched = plans
                     .get(&*s.project)
                     .is_some_and(|plan| self.config.watch_for(plan).is_some());
-                let hour = s.at / 3_600;
+                let hour = s.at() / 3_600;
                 let key = (s.project.clone(), s.domain.clone());
                 if watched && st.written.insert(key, (s.told, hour)) != Some((s.told, hour)) {
                     batch.push(s);
@@ -307,7 +291,7 @@ impl ChangesService {
             from: told,
             to: now.told,
             rule: now.rule.to_owned(),
-            at: chrono::Utc::now().timestamp(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
             dataset_version: now.dataset_version,
         };
         match self.store.record(project, &proposed).await {
@@ -323,124 +307,29 @@ impl ChangesService {
 }
 
 impl ChangesService {
-    /// Every `send_interval`: each project with unsent changes gets one message, if this
-    /// gateway holds its lease and its backoff is over.
+    /// Every `send_interval`: each project's delivery is started (one message if it has unsent
+    /// changes, this gateway holds its lease and its backoff is over), unless one still runs.
     async fn send_due(&self, st: &mut Loop) {
-        let Some(hook) = self.webhook.clone() else {
+        let Some(deliveries) = st.deliveries.as_mut() else {
             return;
         };
-        if st
-            .last_send
-            .is_some_and(|t| t.elapsed() < self.config.send_interval)
-        {
+        let failed = deliveries.reap();
+        let interval = deliveries.send_interval();
+        for (project, e) in failed {
+            st.failed(&self.counters, &e, &format!("sending project {project}'s"));
+        }
+        if st.last_send.is_some_and(|t| t.elapsed() < interval) {
             return;
         }
         st.last_send = Some(Instant::now());
-        let projects = match self.store.projects().await {
-            Ok(p) => p,
-            Err(e) => {
-                st.failed(&self.counters, &e, "sending put off");
-                return;
-            }
-        };
-        for project in projects {
-            let mut d = st.deliveries.remove(&project).unwrap_or_default();
-            if d.next.is_none_or(|n| Instant::now() >= n) {
-                if let Err(e) = self.send_one(&hook, &project, &mut d).await {
-                    st.failed(&self.counters, &e, &format!("sending project {project}'s"));
+        match self.store.projects().await {
+            Ok(projects) => {
+                if let Some(d) = st.deliveries.as_mut() {
+                    d.start(projects);
                 }
             }
-            if d.attempts > 0 {
-                st.deliveries.insert(project, d);
-            }
+            Err(e) => st.failed(&self.counters, &e, "sending put off"),
         }
-    }
-
-    async fn send_one(
-        &self,
-        hook: &Arc<Webhook>,
-        project: &str,
-        d: &mut Delivery,
-    ) -> Result<(), super::ChangesError> {
-        let ttl = hook.timeout * 2 + self.config.send_interval;
-        let message = match d.message.take() {
-            Some(m) => m,
-            None => match self.next_message(project).await? {
-                Some(m) => m,
-                None => return Ok(()),
-            },
-        };
-        if !self.store.lease(project, &self.holder, ttl).await? {
-            d.message = Some(message);
-            return Ok(());
-        }
-        let (last_id, total, id) = (message.last_id, message.total, message.id.clone());
-        let h = hook.clone();
-        let (url, sending) = (h.url.clone(), message.id.clone());
-        let body = message.body.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
-            deliver::post(&h.agent, &url, ("X-Change-Id", &sending), &body, &h.secret)
-        })
-        .await
-        .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
-        d.message = Some(message);
-        match outcome {
-            Ok(()) => {
-                self.store.mark_sent(project, last_id).await?;
-                Counters::add(&self.counters.messages_sent, 1);
-                *d = Delivery::default();
-                log::info!("verdict changes: project {project} told of {total} change(s) ({id})");
-            }
-            Err(e) => {
-                Counters::add(&self.counters.attempt_errors, 1);
-                d.attempts += 1;
-                let refused = matches!(e, AttemptError::Refused(_));
-                if refused || d.attempts >= hook.max_attempts {
-                    // Given up: the changes stay readable through `GET /v1/changes`.
-                    self.store.mark_sent(project, last_id).await?;
-                    Counters::add(&self.counters.messages_failed, 1);
-                    log::warn!(
-                        "verdict changes: message {id} of project {project} given up after {} attempt(s): {e}",
-                        d.attempts
-                    );
-                    *d = Delivery::default();
-                } else {
-                    let wait = deliver::backoff(d.attempts - 1);
-                    d.next = Some(Instant::now() + wait);
-                    // The lease is kept through the wait: another gateway does not retry at
-                    // once with its own count (the backoff holds across gateways).
-                    self.store.lease(project, &self.holder, wait + ttl).await?;
-                    log::warn!(
-                        "verdict changes: message {id} of project {project}: attempt {} failed: {e}",
-                        d.attempts
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The next message of `project`'s unsent changes, if any: made once, then kept for its
-    /// retries.
-    async fn next_message(&self, project: &str) -> Result<Option<Outgoing>, super::ChangesError> {
-        let sent = self.store.sent_upto(project).await?;
-        let pending = self.store.pending(project, sent).await?;
-        if pending.total == 0 {
-            return Ok(None);
-        }
-        let n = self.config.max_per_message as usize;
-        let mut first = self.store.list(project, sent, i64::MIN, n).await?;
-        // Only what `pending` counted: a change recorded in between waits for the next one.
-        first.retain(|c| c.id <= pending.last_id);
-        let quiet = i64::from(self.config.quiet_hours) * 3_600;
-        let message = super::message::build(project, &first, &pending, quiet);
-        Counters::add(&self.counters.withdrawn, message.cancelled);
-        Ok(Some(Outgoing {
-            id: message.id(),
-            body: serde_json::to_string(&message).unwrap_or_default(),
-            last_id: pending.last_id,
-            total: pending.total,
-        }))
     }
 
     async fn sweep(&self, st: &mut Loop) {
@@ -475,7 +364,15 @@ impl BackgroundService for ChangesService {
         let Some(mut rx) = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
-        let mut st = Loop::default();
+        let courier = self
+            .courier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let mut st = Loop {
+            deliveries: courier.map(Deliveries::new),
+            ..Loop::default()
+        };
         let mut ticks = crate::ops::periodic::Ticks::new(TICK);
         while ticks.next(&mut shutdown).await.is_some() {
             self.intake(&mut st, &mut rx).await;
@@ -485,5 +382,10 @@ impl BackgroundService for ChangesService {
             self.sweep(&mut st).await;
         }
         self.intake(&mut st, &mut rx).await;
+        if let Some(mut deliveries) = st.deliveries.take() {
+            for (project, e) in deliveries.finish(DRAIN).await {
+                st.failed(&self.counters, &e, &format!("sending project {project}'s"));
+            }
+        }
     }
 }

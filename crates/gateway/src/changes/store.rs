@@ -1,6 +1,13 @@
 //! What the verdict changes keep, and the two places they keep it: the embedded SQLite file
 //! (`embedded.rs`, one gateway or several on one host) and Redis (`redis.rs`, with
 //! `quota.store: redis`: several gateways, one record of each change and one sender a project).
+//!
+//! A change's id is the microsecond it was recorded at (since 1970, UTC, by the store's clock:
+//! Redis's `TIME`, or the gateway's for the file), or the project's previous id plus one when
+//! that is not larger. So ids increase and never repeat, also when the store lost its data (a
+//! `FLUSHALL`, a deleted file): the sequence starts again from the time, after every id given
+//! before, and a cursor or sent mark from before the loss hides nothing after it. They fit in a
+//! JSON number exactly (below 2^53, until the year 2255).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +30,11 @@ pub enum ChangesError {
     Other(String),
 }
 
+/// Now, in microseconds since 1970: the embedded store's floor for a new id.
+pub fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
 /// A change a pass found, to record if the project was still told `from`.
 #[derive(Debug, Clone)]
 pub struct Proposed {
@@ -30,9 +42,17 @@ pub struct Proposed {
     pub from: Told,
     pub to: Told,
     pub rule: String,
-    /// Unix seconds.
-    pub at: i64,
+    /// When it was found, unix milliseconds: the project is told `to` from then on (a lookup
+    /// answered before it no longer overwrites what it was told).
+    pub at_ms: i64,
     pub dataset_version: String,
+}
+
+impl Proposed {
+    /// Unix seconds, as `changed_at` shows it.
+    pub fn at(&self) -> i64 {
+        self.at_ms.div_euclid(1_000)
+    }
 }
 
 /// What recording a proposed change did.
@@ -60,14 +80,17 @@ pub type ScanPage = (Vec<(String, Told)>, Option<String>);
 #[async_trait]
 pub trait ChangeStore: Send + Sync {
     /// Keeps what each project was told of each domain and when it asked; a project's new
-    /// domains only while it watches fewer than `cap`. Returns the domains refused for the cap.
+    /// domains only while it watches fewer than `cap`. Only forwards in time: a lookup older
+    /// than what the project was last told (a late tick of another gateway, or a change
+    /// recorded since) leaves that standing. Returns the domains refused for the cap.
     async fn watch(&self, seen: Vec<Seen>, cap: u32) -> Result<u64, ChangesError>;
     /// The projects with watched domains or changes.
     async fn projects(&self) -> Result<Vec<String>, ChangesError>;
     /// Up to `n` of `project`'s watched domains from `cursor` (`""`: the first).
     async fn scan(&self, project: &str, cursor: &str, n: usize) -> Result<ScanPage, ChangesError>;
     /// Records `change` if `project` was still told `change.from` (then it is told
-    /// `change.to`). A recorded change is never removed but by age: a poller may have read it.
+    /// `change.to`), under a new id (see the module's documentation). A recorded change is
+    /// never removed but by age: a poller may have read it.
     async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError>;
     /// `project`'s changes after id `after`, made at or after `since` (unix seconds), oldest
     /// first, `n` at most.
@@ -80,9 +103,10 @@ pub trait ChangeStore: Send + Sync {
     ) -> Result<Vec<Change>, ChangesError>;
     /// The last change id `project` was sent (0: none).
     async fn sent_upto(&self, project: &str) -> Result<u64, ChangesError>;
-    /// The changes of `project` after id `after`.
-    async fn pending(&self, project: &str, after: u64) -> Result<Pending, ChangesError>;
-    /// `project` was sent every change up to `upto` (never moves back).
+    /// The changes of `project` with ids in `after..=upto` (exclusive of `after`).
+    async fn pending(&self, project: &str, after: u64, upto: u64) -> Result<Pending, ChangesError>;
+    /// `project` was sent every change up to `upto` (never moves back; a store that lost its
+    /// sequence lost this mark with it).
     async fn mark_sent(&self, project: &str, upto: u64) -> Result<(), ChangesError>;
     /// Whether `holder` may send `project`'s changes for `ttl` (held or taken; one holder
     /// at a time across gateways).
