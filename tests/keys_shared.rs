@@ -3,13 +3,15 @@
 //! included; `max_keys` holds across them; a restart keeps the keys; with Redis stopped the
 //! last known keys work, making is refused, and a revocation is in force at once on the gateway
 //! that took it and on the others once Redis is back; a make whose reply never came (a paused
-//! Redis) leaves no key behind, so its 503 "nothing was changed" holds.
+//! Redis) leaves no key behind, so its 503 "nothing was changed" holds; a revoked key never
+//! comes back on any gateway, whatever the order of stops, flushes, failovers and restarts (the
+//! three orders a review found, each of which brought it back before: see each test).
 
 use crate::common;
 use crate::keys_api::{create, lookup, made_by, race_creates, revoke};
 use crate::redis_server;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use redis_server::RedisServer;
@@ -23,12 +25,22 @@ const WITHIN: Duration = Duration::from_secs(20);
 /// Project `acme` on `team` (6 keys) holds two operator keys; its own state folder, the
 /// quota (and so the keys) on `redis`.
 fn builder(redis: &RedisServer) -> GatewayBuilder {
+    polling(redis, 200)
+}
+
+/// [`builder`] with a poll of the shared store every `ms`.
+fn polling(redis: &RedisServer, ms: u64) -> GatewayBuilder {
+    acme()
+        .redis(&redis.url(), "fail_open")
+        .gateway_yaml(&format!("keys_api: {{ shared_poll_ms: {ms} }}"))
+}
+
+/// Project `acme` on `team` (6 keys) with its two operator keys, the quota store still to set.
+fn acme() -> GatewayBuilder {
     Gateway::builder()
         .plan_yaml("team", "{ monthly_limit: 1000, max_keys: 6 }")
         .key_in_project("server", SERVER, "team", "acme")
         .key_in_project("other", OTHER, "team", "acme")
-        .redis(&redis.url(), "fail_open")
-        .gateway_yaml("keys_api: { shared_poll_ms: 200 }")
 }
 
 fn listed(gw: &Gateway) -> Vec<Value> {
@@ -400,44 +412,58 @@ fn a_flushed_redis_gets_the_keys_back_and_they_never_stop_working() {
     }
 }
 
-/// A key revoked on one gateway that comes back in Redis (a gateway that had not polled since
-/// the revocation put its last known keys back after a flush) is revoked again by the gateway
-/// that revoked it, at its next poll: a flush cannot bring a revoked key back for good.
+/// A key revoked on one gateway that comes back in Redis (put back as a gateway of an earlier
+/// release that had not polled since the revocation does after a flush) is left out by every
+/// gateway that reads it (its tombstone is in Redis) and revoked again by the first to read it.
+/// Back without its tombstone (Redis lost the revocation, and the version did not go back), it is
+/// left out by the gateways that hold the tombstone, which treat it as a loss and publish it
+/// again.
 #[test]
 fn a_revoked_key_that_comes_back_in_redis_is_revoked_again() {
     let redis = RedisServer::start(false);
     let (a, b) = (builder(&redis).start(), builder(&redis).start());
     let (id, secret) = made_by(&a, SERVER, "revoked, then put back");
     wait_until(WITHIN, || lookup(&b, &secret) == 200);
-    let mut c = redis.client().get_connection().unwrap();
+    let c = std::cell::RefCell::new(redis.client().get_connection().unwrap());
     let row: String = redis::cmd("HGET")
         .arg("keys:{keys}:rows")
         .arg(&id)
-        .query(&mut c)
+        .query(&mut *c.borrow_mut())
         .unwrap();
     assert_eq!(revoke(&a, SERVER, &id).status, 204);
     wait_until(WITHIN, || lookup(&b, &secret) == 401);
-    // What a stale gateway's restore writes: the row, the project's set, a new version.
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg("keys:{keys}:rows")
-        .arg(&id)
-        .arg(&row)
-        .cmd("SADD")
-        .arg("keys:{keys}:project:acme")
-        .arg(&id)
-        .cmd("INCR")
-        .arg("keys:{keys}:version")
-        .ignore()
-        .query(&mut c)
-        .unwrap();
-    wait_until(WITHIN, || {
-        !hash_text(&redis, "keys:{keys}:rows").contains(&id)
-    });
-    for gw in [&a, &b] {
-        wait_until(WITHIN, || lookup(gw, &secret) == 401);
+    // What a stale gateway's restore writes: the row, the project's set, a new version; then
+    // the same with the tombstone lost too (Redis lost the revocation, the gateways kept it).
+    let put_back = |forget: bool| {
+        let mut p = redis::pipe();
+        p.cmd("HSET")
+            .arg("keys:{keys}:rows")
+            .arg(&id)
+            .arg(&row)
+            .cmd("SADD")
+            .arg("keys:{keys}:project:acme")
+            .arg(&id)
+            .cmd("INCR")
+            .arg("keys:{keys}:version");
+        if forget {
+            p.cmd("HDEL").arg("keys:{keys}:revoked").arg(&id);
+        }
+        let _: () = p.query(&mut *c.borrow_mut()).unwrap();
+    };
+    for (forget, said) in [
+        (false, "came back in Redis"),
+        (true, "without their revocation"),
+    ] {
+        put_back(forget);
+        wait_until(WITHIN, || !hash_text(&redis, ROWS).contains(&id));
+        refused_everywhere(&[&a, &b], &[&secret]);
+        assert!(
+            a.log().contains(said) || b.log().contains(said),
+            "{said}: {}",
+            a.log()
+        );
     }
-    assert!(a.log().contains("came back in Redis"), "{}", a.log());
+    assert!(hash_text(&redis, "keys:{keys}:revoked").contains(&id));
 }
 
 /// A gateway started after Redis lost its data (flushed while it was stopped) knows the data
@@ -512,4 +538,261 @@ fn slow_key_calls_of_one_project_do_not_queue_anothers() {
         took < Duration::from_millis(3_000),
         "four projects' makes took {took:?}: queued one after another"
     );
+}
+
+fn flushall(redis: &RedisServer) {
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+}
+
+const ROWS: &str = "keys:{keys}:rows";
+
+/// Starts `first`, then `second` once `first` has read the store (and so named its data set):
+/// then a data set lost is named anew by `second` (before, a gateway named every data set it
+/// was first to read alike, and the others then missed the loss).
+fn named_by_first(
+    first: GatewayBuilder,
+    second: GatewayBuilder,
+    redis: &RedisServer,
+) -> (Gateway, Gateway) {
+    let first = first.start();
+    wait_until(WITHIN, || {
+        redis.info_args(&["GET", EPOCH]).is_some_and(|e| e != "Nil")
+    });
+    (first, second.start())
+}
+
+const EPOCH: &str = "keys:{keys}:epoch";
+
+/// SIGKILL: nothing is flushed or saved at a stop. Hands back its folder.
+fn kill_hard(mut gw: Gateway) -> tempfile::TempDir {
+    gw.signal("KILL");
+    assert!(gw.wait_exit(Duration::from_secs(15)));
+    std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap())
+}
+
+/// Waits until `gw` logs `text`.
+fn logged(gw: &Gateway, text: &str) {
+    let deadline = Instant::now() + WITHIN;
+    while !gw.log().contains(text) {
+        assert!(Instant::now() < deadline, "no {text:?} in:\n{}", gw.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until each of `secrets` answers 401 on every one of `gws`, then checks that they stay
+/// so for a few polls (a key put back by a restore comes back within one).
+fn refused_everywhere(gws: &[&Gateway], secrets: &[&str]) {
+    let statuses = || {
+        let each = |s: &&str| gws.iter().map(|g| lookup(g, s)).collect::<Vec<_>>();
+        secrets.iter().map(each).collect::<Vec<_>>()
+    };
+    let refused = vec![vec![401; gws.len()]; secrets.len()];
+    let deadline = Instant::now() + WITHIN;
+    while statuses() != refused {
+        assert!(
+            Instant::now() < deadline,
+            "revoked keys still answer {:?} (a key's status on each gateway) after {WITHIN:?}",
+            statuses()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let until = Instant::now() + Duration::from_millis(1_200);
+    while Instant::now() < until {
+        assert_eq!(statuses(), refused, "a revoked key came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn epoch(redis: &RedisServer) -> Option<String> {
+    let mut c = redis.client().get_connection().unwrap();
+    redis::cmd("GET").arg(EPOCH).query(&mut c).unwrap()
+}
+
+/// After a `FLUSHALL`, the gateway that named the lost data set (the first to read it) names
+/// the new one too, polling first. Before, it gave it the same name: the other gateway took the
+/// new data set for the old, put nothing back and never published what it held (keys only it
+/// knew were lost).
+#[test]
+fn a_gateway_that_named_the_lost_data_set_names_the_new_one_anew() {
+    let redis = RedisServer::start(false);
+    let (a, b) = named_by_first(polling(&redis, 200), polling(&redis, 2_000), &redis);
+    let named = epoch(&redis);
+    flushall(&redis);
+    logged(&a, "lost its data set");
+    logged(&b, "lost its data set");
+    assert_ne!(epoch(&redis), named);
+}
+
+/// Order 1 of the revocation review: B is away during a `FLUSHALL`, A puts the keys back and a
+/// key K is revoked on A, A restarts, then B returns and puts back what its cache held. Before,
+/// K came back for good (B restored it; A had forgotten its revocation with its restart).
+#[test]
+fn a_gateway_away_during_a_flush_does_not_bring_back_a_key_revoked_meanwhile() {
+    let redis = RedisServer::start(false);
+    let (b, a) = named_by_first(builder(&redis), builder(&redis), &redis);
+    let (id, secret) = made_by(&a, SERVER, "revoked while B is away");
+    let (_, child_secret) = made_by(&a, &secret, "made by it");
+    wait_until(WITHIN, || lookup(&b, &child_secret) == 200);
+    // B's cache holds both keys when it stops (killed: nothing is written at a stop).
+    let b_dir = kill_hard(b);
+    flushall(&redis);
+    // A puts its keys back, then K is revoked there.
+    wait_until(WITHIN, || hash_text(&redis, ROWS).contains(&id));
+    assert_eq!(revoke(&a, SERVER, &id).status, 204);
+    let a = builder(&redis).in_dir(kill_hard(a)).start();
+    let b = builder(&redis).in_dir(b_dir).start();
+    // B finds the data set it read gone and puts back what it knew, less the revocations.
+    logged(&b, "lost its data set");
+    refused_everywhere(&[&a, &b], &[&secret, &child_secret]);
+    assert!(!hash_text(&redis, ROWS).contains(&id));
+}
+
+/// Order 1 after the hour the revoking gateway used to remember its revocations for (in
+/// memory): the same order with A running all along, its record of K's revocation dated two
+/// hours back, in Redis and in its cache. A revocation is kept for as long as a key could be
+/// put back, not an hour.
+#[test]
+fn a_revocation_older_than_an_hour_still_holds_against_a_gateway_that_was_away() {
+    let redis = RedisServer::start(false);
+    let (b, a) = named_by_first(builder(&redis), builder(&redis), &redis);
+    let (id, secret) = made_by(&a, SERVER, "revoked two hours before B returns");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    let b_dir = kill_hard(b);
+    flushall(&redis);
+    wait_until(WITHIN, || hash_text(&redis, ROWS).contains(&id));
+    assert_eq!(revoke(&a, SERVER, &id).status, 204);
+    // A has read its own revocation back (its cache is at Redis's version): nothing rewrites
+    // the records until B returns.
+    let cache = a.dir.path().join("state/keys.redis-cache.json");
+    wait_until(WITHIN, || {
+        let version = redis.int(&["GET", "keys:{keys}:version"]);
+        cached(&cache)["redis_version"].as_i64() == version && tombstone_at(&cache, &id).is_some()
+    });
+    backdate(&redis, &cache, &id, 7_200);
+    let b = builder(&redis).in_dir(b_dir).start();
+    logged(&b, "lost its data set");
+    refused_everywhere(&[&a, &b], &[&secret]);
+}
+
+fn cached(cache: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(cache).unwrap_or_default()).unwrap_or_default()
+}
+
+/// When the cache's record of `id`'s revocation says it was made (unix seconds).
+fn tombstone_at(cache: &std::path::Path, id: &str) -> Option<i64> {
+    cached(cache)["revoked"]
+        .as_array()?
+        .iter()
+        .find(|t| t["id"] == id)?["at"]
+        .as_i64()
+}
+
+/// Dates the revocation of `id` `secs` back, in Redis and in a gateway's cache.
+fn backdate(redis: &RedisServer, cache: &std::path::Path, id: &str, secs: i64) {
+    let mut c = redis.client().get_connection().unwrap();
+    let key = "keys:{keys}:revoked";
+    let text: String = redis::cmd("HGET").arg(key).arg(id).query(&mut c).unwrap();
+    let mut t: Value = serde_json::from_str(&text).unwrap();
+    t["at"] = (t["at"].as_i64().unwrap() - secs).into();
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg(id)
+        .arg(t.to_string())
+        .query(&mut c)
+        .unwrap();
+    let mut file = cached(cache);
+    for t in file["revoked"].as_array_mut().unwrap() {
+        if t["id"] == id {
+            t["at"] = (t["at"].as_i64().unwrap() - secs).into();
+        }
+    }
+    write_atomic(cache, &serde_json::to_string_pretty(&file).unwrap());
+    assert!(tombstone_at(cache, id).unwrap() < now_unix() - secs + 60);
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Order 2: a `DELETE` in the poll window right after a `FLUSHALL` (polls of a second, so the
+/// window is wide) finds nothing in Redis. Before, it answered 404, was not remembered, and the
+/// other gateway's restore brought the key back for good. Now the gateway that knew the key
+/// records its revocation in Redis: 204, and no restore puts it back.
+#[test]
+fn a_revocation_right_after_a_flush_is_kept_against_every_restore() {
+    let redis = RedisServer::start(false);
+    let (b, a) = named_by_first(polling(&redis, 1_000), polling(&redis, 1_000), &redis);
+    let (id, secret) = made_by(&a, SERVER, "revoked right after a flush");
+    let (_, child_secret) = made_by(&a, &secret, "made by it");
+    wait_until(WITHIN, || lookup(&b, &child_secret) == 200);
+    flushall(&redis);
+    let r = revoke(&a, SERVER, &id);
+    for gw in [&a, &b] {
+        logged(gw, "lost its data set");
+    }
+    refused_everywhere(&[&a, &b], &[&secret, &child_secret]);
+    // Checked last: what became of the key is the point (before, also the answer was 404).
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// Order 3: a Sentinel failover to a replica that missed the revocation, while the revoking
+/// gateway is down (killed). The replica stops replicating (pointed at a port nobody listens on,
+/// it keeps its data: a replica drops it only when a new master's sync arrives; Sentinel leaves
+/// it so for `failover-timeout`, 5 s here), the key is revoked on the master, and Sentinel
+/// promotes the replica: its version is lower than the one the gateways read, in the same
+/// epoch. Before, that was an ordinary change: the key came back on both gateways for good.
+#[test]
+fn a_failover_to_a_replica_that_missed_a_revocation_does_not_bring_the_key_back() {
+    let deployment = redis_server::RedisSentinel::start(1);
+    let sentinels: String = deployment
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("\n          - {u}"))
+        .collect();
+    let start = |dir: Option<tempfile::TempDir>| {
+        let mut b = acme()
+            .redis_with(
+                &deployment.servers[0].url(),
+                "fail_open",
+                &format!(
+                    "mode: sentinel, sentinel:\n        master_name: {}\n        nodes:{sentinels}",
+                    deployment.name
+                ),
+            )
+            .gateway_yaml("keys_api: { shared_poll_ms: 200 }");
+        if let Some(dir) = dir {
+            b = b.in_dir(dir);
+        }
+        b.start()
+    };
+    let (a, b) = (start(None), start(None));
+    let (id, secret) = made_by(&a, SERVER, "revoked on the master alone");
+    wait_until(WITHIN, || lookup(&b, &secret) == 200);
+    let master = deployment.master_port();
+    let (replica, old_master) = match &deployment.servers[..] {
+        [x, y] if x.port == master => (y, x),
+        [x, y] => (x, y),
+        _ => unreachable!(),
+    };
+    wait_until(WITHIN, || hash_text(replica, ROWS).contains(&id));
+    let nowhere = free_port().to_string();
+    assert!(replica
+        .info_args(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .is_some());
+    assert_eq!(revoke(&a, SERVER, &id).status, 204);
+    wait_until(WITHIN, || lookup(&b, &secret) == 401);
+    assert!(!hash_text(old_master, ROWS).contains(&id));
+    assert!(
+        hash_text(replica, ROWS).contains(&id),
+        "the replica missed the revocation"
+    );
+    let a_dir = kill_hard(a);
+    deployment.failover();
+    assert_eq!(deployment.master_port(), replica.port);
+    let a = start(Some(a_dir));
+    refused_everywhere(&[&a, &b], &[&secret]);
 }

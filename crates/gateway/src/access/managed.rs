@@ -42,9 +42,34 @@ pub struct ManagedFile {
     /// knows to put them back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis_epoch: Option<String>,
+    /// With the keys on Redis: the version of that data set they were read at, so that a
+    /// gateway started after Redis went back to an older state (a failover to a replica that
+    /// lagged) knows it lost changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_version: Option<u64>,
+    /// With the keys on Redis: when (unix seconds) the keys were last known to match Redis's.
+    /// Keys known longer ago than a revocation is kept are never put back into Redis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_read_at: Option<u64>,
+    /// With the keys on Redis: the revocations this gateway knows of (its own, and those of
+    /// keys it knew), kept so that no key it or another gateway put back after Redis lost its
+    /// data comes back (see `access::shared_keys::tombstones`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<Tombstone>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// A key revoked for good, remembered beyond its row (a tombstone): with the keys on Redis, in
+/// Redis and in every gateway's cache that knew the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub id: String,
+    pub project: String,
+    /// When it was revoked (unix seconds); it is kept for
+    /// `access::shared_keys::tombstones::LIFETIME` after that.
+    pub at: u64,
 }
 
 /// One API-made key.

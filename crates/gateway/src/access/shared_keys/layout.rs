@@ -7,8 +7,12 @@ pub const ROWS: &str = "keys:{keys}:rows";
 pub const USED: &str = "keys:{keys}:used";
 /// Counter: bumped by every change of the rows (made, revoked).
 pub const VERSION: &str = "keys:{keys}:version";
-/// The data set's name, set once by the first gateway to read it.
+/// The data set's name, set by the first gateway to read it (and named anew by a gateway that
+/// finds the data set went back to an older state).
 pub const EPOCH: &str = "keys:{keys}:epoch";
+/// Hash: key id -> its tombstone, `{"project":..,"at":unix seconds}`: every revocation, kept for
+/// [`super::tombstones::LIFETIME_SECS`] (see [`super::tombstones`]).
+pub const REVOKED: &str = "keys:{keys}:revoked";
 
 /// Set: the ids of a project's API-made keys (what `max_keys` counts, what revoking walks).
 pub fn project(project: &str) -> String {
@@ -25,6 +29,7 @@ mod tests {
             super::USED,
             super::VERSION,
             super::EPOCH,
+            super::REVOKED,
             &super::project("acme"),
         ] {
             assert_eq!(tag(k), "{keys}", "{k}");

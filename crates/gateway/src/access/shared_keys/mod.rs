@@ -4,27 +4,29 @@
 //! their lineage.
 //!
 //! Layout (see [`layout`]): one hash of rows (key id -> the managed file's row as JSON,
-//! hashed secret only), one set of ids per project, one hash of last uses, a version counter
-//! bumped by every change, and an epoch naming the data set (a Redis emptied or replaced gets a
-//! new one, so a gateway never mistakes its version 1 for an old one). Every name carries the
-//! one hash tag `{keys}`: the scripts that count, add and revoke touch several of them at once,
-//! which Redis Cluster allows only within one slot. API keys are few and rarely change, so one
-//! slot holds them easily.
+//! hashed secret only), one set of ids per project, one hash of last uses, one hash of
+//! tombstones (every revocation, see [`tombstones`]), a version counter moved by every change,
+//! and an epoch naming the data set (a Redis emptied or replaced gets a new one, so a gateway
+//! never mistakes its version 1 for an old one). Every name carries the one hash tag `{keys}`:
+//! the scripts that count, add and revoke touch several of them at once, which Redis Cluster
+//! allows only within one slot. API keys are few and rarely change, so one slot holds them
+//! easily.
 //!
 //! Gateways poll the version and epoch (one `MGET`), and read everything at one version when
 //! they moved (see `account::keys_api::shared`). This module is the I/O only; what to do with
-//! the rows (the cache file, pending revocations, publishing) is the keys API's.
+//! the rows (the cache file, pending revocations, tombstones, publishing) is the keys API's.
 
 use std::time::Duration;
 
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::redis::RedisLink;
 
-use super::managed::ManagedKey;
+use super::managed::{ManagedKey, Tombstone};
 
 pub mod layout;
 pub mod pending;
 mod script;
+pub mod tombstones;
 
 /// Why the shared store did not answer (each one: treat Redis as away).
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,8 @@ pub enum SharedKeysError {
     TimedOut(u128),
     #[error("redis: a row is not JSON: {0}")]
     Row(#[from] serde_json::Error),
+    #[error("no random numbers for a new epoch: {0}")]
+    Random(#[from] getrandom::Error),
 }
 
 /// Which data set, at which change: two equal stamps read the same keys.
@@ -52,6 +56,26 @@ pub struct Snapshot {
     pub rows: Vec<ManagedKey>,
     /// Rows that are not a managed key's JSON (left out, for a warning).
     pub unreadable: Vec<String>,
+    /// The tombstones of the rows read and of the ids the reader knew.
+    pub revoked: Vec<Tombstone>,
+}
+
+/// What putting keys back came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// Rows put back.
+    pub restored: u64,
+    /// Rows a tombstone revoked, removed (with what they made).
+    pub removed: u64,
+    /// The data set's new name, when asked for one.
+    pub epoch: Option<String>,
+}
+
+/// A tombstone as Redis keeps it (the id is its field).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored<'a> {
+    project: std::borrow::Cow<'a, str>,
+    at: u64,
 }
 
 /// What making a key came to.
@@ -68,8 +92,6 @@ pub enum Made {
 pub struct SharedKeys {
     link: tokio::sync::OnceCell<RedisLink>,
     config: RedisConfig,
-    /// This process's proposal of an epoch, taken if the store has none yet.
-    epoch: String,
     create: redis::Script,
     revoke: redis::Script,
     read: redis::Script,
@@ -86,12 +108,9 @@ impl SharedKeys {
     pub fn new(config: &RedisConfig) -> Result<Self, getrandom::Error> {
         let mut config = config.clone();
         config.call_timeout = config.call_timeout.max(MIN_CALL_BUDGET);
-        let mut b = [0u8; 8];
-        getrandom::fill(&mut b)?;
         Ok(SharedKeys {
             link: tokio::sync::OnceCell::new(),
             config,
-            epoch: hex::encode(b),
             create: redis::Script::new(script::CREATE),
             revoke: redis::Script::new(script::REVOKE),
             read: redis::Script::new(script::READ),
@@ -134,36 +153,74 @@ impl SharedKeys {
         }))
     }
 
-    /// Every row at one stamp.
-    pub async fn read(&self) -> Result<Snapshot, SharedKeysError> {
+    /// Every row at one stamp, with the tombstones of the rows and of the ids in `known` (the
+    /// keys the reader knew). A store without an epoch gets a new one, never one named before:
+    /// the name of a data set lost is never the name of the next.
+    pub async fn read(&self, known: &[&str]) -> Result<Snapshot, SharedKeysError> {
+        let epoch = new_epoch()?;
         let mut link = self.link().await?;
         let mut call = self.read.prepare_invoke();
         call.key(layout::ROWS)
             .key(layout::USED)
             .key(layout::VERSION)
             .key(layout::EPOCH)
-            .arg(&self.epoch);
-        let (epoch, version, rows, used): (String, u64, Vec<String>, Vec<String>) =
+            .key(layout::REVOKED)
+            .arg(epoch);
+        for id in known {
+            call.arg(*id);
+        }
+        type Reply = (String, u64, Vec<String>, Vec<String>, Vec<String>);
+        let (epoch, version, rows, used, revoked): Reply =
             self.timed(call.invoke_async(&mut link)).await?;
-        Ok(snapshot(Stamp { epoch, version }, &rows, &used))
+        let mut s = snapshot(Stamp { epoch, version }, &rows, &used);
+        s.revoked = tombstones_of(&revoked);
+        Ok(s)
     }
 
-    /// Puts `rows` back (a gateway's last known keys, after the store lost its data set); rows
-    /// still there stay as they are. How many came back.
-    pub async fn restore(&self, rows: &[ManagedKey]) -> Result<u64, SharedKeysError> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
+    /// After the store lost data: publishes `revoked` (a tombstone there stays), removes every
+    /// row a tombstone revokes (with what it made), then puts `rows` back (a gateway's last
+    /// known keys) less those revoked; rows still there stay as they are. `anew`: the data set
+    /// gets a new epoch, so that every other gateway sees the loss too (a store gone back to an
+    /// older state keeps its epoch).
+    pub async fn restore(
+        &self,
+        rows: &[ManagedKey],
+        revoked: &[Tombstone],
+        anew: bool,
+    ) -> Result<Restored, SharedKeysError> {
+        let epoch = if anew { new_epoch()? } else { String::new() };
         let mut link = self.link().await?;
         let mut call = self.restore.prepare_invoke();
-        call.key(layout::ROWS).key(layout::VERSION);
-        for row in rows {
-            call.key(layout::project(&row.project));
+        call.key(layout::ROWS)
+            .key(layout::USED)
+            .key(layout::VERSION)
+            .key(layout::REVOKED)
+            .key(layout::EPOCH);
+        let projects: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .map(|r| r.project.as_str())
+            .chain(revoked.iter().map(|t| t.project.as_str()))
+            .collect();
+        for p in projects {
+            call.key(layout::project(p));
+        }
+        call.arg(tombstones::now_unix())
+            .arg(step())
+            .arg(tombstones::LIFETIME_SECS)
+            .arg(&epoch)
+            .arg(revoked.len());
+        for t in revoked {
+            call.arg(&t.id).arg(stored_tombstone(t)?);
         }
         for row in rows {
             call.arg(&row.id).arg(serde_json::to_string(&stored(row))?);
         }
-        self.timed(call.invoke_async(&mut link)).await
+        let (restored, removed): (u64, u64) = self.timed(call.invoke_async(&mut link)).await?;
+        Ok(Restored {
+            restored,
+            removed,
+            epoch: anew.then_some(epoch),
+        })
     }
 
     /// Adds `row` unless its project holds `max` keys with the operator's `operator` ones.
@@ -179,10 +236,12 @@ impl SharedKeys {
         call.key(layout::ROWS)
             .key(layout::project(&row.project))
             .key(layout::VERSION)
+            .key(layout::REVOKED)
             .arg(&row.id)
             .arg(json)
             .arg(operator)
-            .arg(max);
+            .arg(max)
+            .arg(step());
         let reply: i64 = self.timed(call.invoke_async(&mut link)).await?;
         Ok(match reply {
             -1 => Made::IdTaken,
@@ -191,16 +250,31 @@ impl SharedKeys {
         })
     }
 
-    /// Revokes the API-made key `id` of `project` and every key it made, recursively; how
-    /// many keys went (0: none of the project has this id).
-    pub async fn revoke(&self, project: &str, id: &str) -> Result<u64, SharedKeysError> {
+    /// Revokes the API-made key `id` of `project` and every key it made, recursively, each
+    /// kept as a tombstone; so are the ids in `known` (the key's lineage as the caller knows
+    /// it), also those Redis has no row of (it may have lost them). The ids of the rows that
+    /// went (none: the project has no row `id`).
+    pub async fn revoke(
+        &self,
+        project: &str,
+        id: &str,
+        known: &[String],
+    ) -> Result<Vec<String>, SharedKeysError> {
         let mut link = self.link().await?;
         let mut call = self.revoke.prepare_invoke();
         call.key(layout::ROWS)
             .key(layout::USED)
             .key(layout::VERSION)
             .key(layout::project(project))
-            .arg(id);
+            .key(layout::REVOKED)
+            .arg(id)
+            .arg(project)
+            .arg(tombstones::now_unix())
+            .arg(step())
+            .arg(tombstones::LIFETIME_SECS);
+        for k in known {
+            call.arg(k);
+        }
         self.timed(call.invoke_async(&mut link)).await
     }
 
@@ -219,6 +293,50 @@ impl SharedKeys {
         let _: i64 = self.timed(call.invoke_async(&mut link)).await?;
         Ok(())
     }
+}
+
+/// A fresh name for a data set (64 random bits).
+fn new_epoch() -> Result<String, getrandom::Error> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b)?;
+    Ok(hex::encode(b))
+}
+
+/// How far a change moves the version: drawn at random (1 to 2^20), so that two histories of one
+/// data set almost never meet at one version (see [`script`]). No random numbers: 1.
+fn step() -> u64 {
+    let mut b = [0u8; 4];
+    match getrandom::fill(&mut b) {
+        Ok(()) => u64::from(u32::from_le_bytes(b) >> 12) + 1,
+        Err(_) => 1,
+    }
+}
+
+/// A tombstone's value in Redis.
+fn stored_tombstone(t: &Tombstone) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&Stored {
+        project: std::borrow::Cow::Borrowed(&t.project),
+        at: t.at,
+    })
+}
+
+/// The tombstones of a reply's id/value pairs (one an id, each; a value not understood is
+/// left out: it revokes nothing this gateway could check).
+fn tombstones_of(pairs: &[String]) -> Vec<Tombstone> {
+    let mut out: Vec<Tombstone> = Vec::new();
+    for p in pairs.chunks_exact(2) {
+        if let Ok(s) = serde_json::from_str::<Stored>(&p[1]) {
+            tombstones::add(
+                &mut out,
+                Tombstone {
+                    id: p[0].clone(),
+                    project: s.project.into_owned(),
+                    at: s.at,
+                },
+            );
+        }
+    }
+    out
 }
 
 /// A row as stored: the last use lives in its own hash (saved often, and no change of the keys).
@@ -251,6 +369,7 @@ fn snapshot(stamp: Stamp, rows: &[String], used: &[String]) -> Snapshot {
         stamp,
         rows: out,
         unreadable,
+        revoked: Vec::new(),
     }
 }
 
@@ -272,6 +391,35 @@ mod tests {
             created_by: Some("server".into()),
             unknown: Default::default(),
         }
+    }
+
+    #[test]
+    fn tombstones_are_read_from_id_value_pairs_and_steps_stay_in_range() {
+        let pairs = [
+            "key_a",
+            r#"{"project":"acme","at":5}"#,
+            "key_b",
+            "not json",
+            "key_a",
+            r#"{"project":"other","at":9}"#,
+        ]
+        .map(String::from);
+        let t = tombstones_of(&pairs);
+        let a = Tombstone {
+            id: "key_a".into(),
+            project: "acme".into(),
+            at: 5,
+        };
+        assert_eq!(t.len(), 1, "once each");
+        assert_eq!(t[0], a, "the first wins");
+        assert_eq!(
+            stored_tombstone(&a).unwrap(),
+            r#"{"project":"acme","at":5}"#
+        );
+        for _ in 0..1_000 {
+            assert!((1..=1 << 20).contains(&step()));
+        }
+        assert_ne!(new_epoch().unwrap(), new_epoch().unwrap());
     }
 
     #[test]

@@ -12,15 +12,18 @@
 //!   did not come (a paused or slow Redis) may still run later: its id is kept in the pending
 //!   file as a revocation, so the key (whose secret nobody was shown) is removed as soon as
 //!   Redis answers, and the 503 stays true.
-//! - Revoking is one script that removes the key and every key it made, recursively. With
-//!   Redis away, a key this gateway knows is revoked here at once and kept in the pending file
-//!   (`keys.redis-pending.json`, see [`crate::access::shared_keys::pending`]) until Redis has it:
-//!   `202` says so. An id this gateway does not know is `503`: it cannot tell whose it is.
+//! - Revoking is one script that removes the key and every key it made, recursively, and keeps
+//!   each as a tombstone in Redis ([`crate::access::shared_keys::tombstones`]); this gateway
+//!   keeps them in its cache too (`revoked`). The key's lineage as this gateway's cache knows it
+//!   is tombstoned with it also when Redis has no row of it (a Redis flushed a moment ago):
+//!   `204`, not a `404` that would leave the key to the next restore. With Redis away, a key
+//!   this gateway knows is revoked here at once (tombstoned in the cache) and kept in the
+//!   pending file (`keys.redis-pending.json`, see [`crate::access::shared_keys::pending`]) until
+//!   Redis has it: `202` says so. An id this gateway does not know is `503`: it cannot tell
+//!   whose it is.
 //! - Every change made here is written to the cache and published at once; other gateways see
-//!   it within a poll ([`super::sync`]).
-//! - A store that lost the data set this gateway read (its epoch gone or changed: `FLUSHALL`,
-//!   eviction, another Redis) gets this gateway's last known keys back (less the revocations
-//!   Redis lacks) before anything is read, so no key in service dies with it.
+//!   it within a poll ([`super::sync`], which also puts keys back into a store that lost them,
+//!   less every tombstone any gateway holds).
 //!
 //! No lock is held across a Redis call: one project's slow key call never queues another's.
 //! A change made here (a key made or revoked) bumps `generation` as it reaches the cache, under
@@ -31,7 +34,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -40,36 +43,33 @@ use serde::Serialize;
 
 use super::{new_id, KeysApi, NewKey, Refused};
 use crate::access::keys::{KeyEntry, KeyOrigin};
-use crate::access::managed::{self, ManagedFile};
-use crate::access::shared_keys::pending::{self, Pending};
+use crate::access::managed::{self, ManagedFile, Tombstone};
+use crate::access::shared_keys::pending;
+use crate::access::shared_keys::tombstones::{self, now_unix};
 use crate::access::shared_keys::{Made, SharedKeys, SharedKeysError, Stamp};
 use crate::answer::{Answer, ApiError};
 
 /// The keys API's part on the shared store.
 pub struct Shared {
-    store: SharedKeys,
+    pub(super) store: SharedKeys,
     /// This gateway's revocations Redis does not have yet.
-    pending: PathBuf,
+    pub(super) pending: PathBuf,
     /// The stamp of the rows in the cache (`None` until the first read since the start).
     seen: std::sync::Mutex<Option<Stamp>>,
     /// Bumped by every change made here as it reaches the cache (see the module).
-    generation: std::sync::atomic::AtomicU64,
+    pub(super) generation: AtomicU64,
     /// Whether the last call reached Redis (the log says each change once).
     reachable: AtomicBool,
     /// `drg_keys_shared_store_up`, following `reachable`.
     up_gauge: Option<prometheus::Gauge>,
     /// `drg_keys_shared_store_restores_total`: data sets found lost and keys put back.
-    restores: Option<prometheus::IntCounter>,
+    pub(super) restores: Option<prometheus::IntCounter>,
     /// Last uses sent to Redis, so that unchanged ones are not sent again.
     saved: std::sync::Mutex<HashMap<Arc<str>, u64>>,
-    /// Keys this gateway revoked in Redis lately, (project, id) -> when: one that comes back
-    /// (put back by a gateway that had not seen the revocation when Redis lost its data) is
-    /// revoked again at the next poll.
-    revoked_lately: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
+    /// When this process last recorded in the cache that its keys match Redis's (unix
+    /// seconds; see [`tombstones::fresh_enough`]).
+    pub(super) confirmed: AtomicU64,
 }
-
-/// How long a revocation is remembered against a key coming back.
-const REVOKED_MEMORY: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 /// The cache file (in the managed file's place) and the pending file, beside `managed`.
 pub fn paths(managed: &std::path::Path) -> (PathBuf, PathBuf) {
@@ -90,7 +90,7 @@ impl Shared {
             up_gauge: None,
             restores: None,
             saved: std::sync::Mutex::default(),
-            revoked_lately: std::sync::Mutex::default(),
+            confirmed: AtomicU64::new(0),
         }
     }
 
@@ -116,7 +116,16 @@ impl Shared {
         self
     }
 
-    fn up(&self) {
+    /// The stamp of the rows in the cache, if read since the start.
+    pub(super) fn seen(&self) -> Option<Stamp> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn set_seen(&self, stamp: Stamp) {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(stamp);
+    }
+
+    pub(super) fn up(&self) {
         if let Some(g) = &self.up_gauge {
             g.set(1.0);
         }
@@ -125,7 +134,7 @@ impl Shared {
         }
     }
 
-    fn down(&self, e: &SharedKeysError) {
+    pub(super) fn down(&self, e: &SharedKeysError) {
         if let Some(g) = &self.up_gauge {
             g.set(0.0);
         }
@@ -136,31 +145,6 @@ impl Shared {
                 self.pending.display()
             );
         }
-    }
-
-    /// Remembers that Redis has the revocation of `id` of `project`.
-    fn remember_revoked(&self, project: &str, id: &str) {
-        let mut lately = self
-            .revoked_lately
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        lately.retain(|_, at| at.elapsed() < REVOKED_MEMORY);
-        lately.insert(
-            (project.to_owned(), id.to_owned()),
-            std::time::Instant::now(),
-        );
-    }
-
-    /// The rows of `rows` this gateway revoked lately, as (project, id).
-    fn came_back(&self, rows: &[crate::access::managed::ManagedKey]) -> Vec<(String, String)> {
-        let lately = self
-            .revoked_lately
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        rows.iter()
-            .map(|r| (r.project.clone(), r.id.clone()))
-            .filter(|pair| lately.contains_key(pair))
-            .collect()
     }
 
     /// Called while publishing (publishing lock held): keys whose maker is gone (an operator key
@@ -259,68 +243,89 @@ impl KeysApi {
         id: &str,
     ) -> Answer {
         let project = caller.project.to_string();
-        let revoked = shared.store.revoke(&project, id).await;
-        let strip = {
-            let (project, id) = (project.clone(), id.to_owned());
-            move |file: &mut ManagedFile| {
-                let ours = file.keys.iter().any(|k| k.id == id && k.project == project);
-                ours && managed::without_descendants(file, &[id]) > 0
-            }
-        };
-        match revoked {
-            Ok(n) => {
+        // The key's lineage as this gateway knows it: tombstoned also when Redis has no row of
+        // it (flushed a moment ago), so that no restore brings it back.
+        let known = self.known_lineage(&project, id).await;
+        match shared.store.revoke(&project, id, &known).await {
+            Ok(removed) => {
                 shared.up();
-                if n > 0 {
-                    shared.remember_revoked(&project, id);
+                let mut gone = known;
+                for r in removed {
+                    if !gone.contains(&r) {
+                        gone.push(r);
+                    }
                 }
-                // Also when Redis had it no more (revoked elsewhere): the cache follows.
-                if let Err(e) = self.change_locally(shared, move |f| Ok(strip(f))).await {
-                    log::warn!("keys API: a revocation is not in the cache yet: {e}");
-                }
-                if n == 0 {
+                if gone.is_empty() {
                     return self.not_revocable(caller, id).answer();
+                }
+                // Also when Redis had it no more (revoked elsewhere, or lost): the cache follows.
+                let change = forget(project, id.to_owned(), gone);
+                if let Err(e) = self.change_locally(shared, move |f| Ok(change(f))).await {
+                    log::warn!("keys API: a revocation is not in the cache yet: {e}");
                 }
                 self.revoked.inc();
                 Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
             }
             Err(e) => {
                 shared.down(&e);
-                let known = self
-                    .keys
-                    .load()
-                    .by_id(id)
-                    .is_some_and(|k| k.project == caller.project && k.source == KeyOrigin::Api);
-                if !known {
-                    return Refused::Unavailable.answer();
-                }
-                let path = shared.pending.clone();
-                let id_owned = id.to_owned();
-                // Kept first: the revocation is in the file before the key leaves the cache.
-                let queued = self
-                    .change_locally(shared, move |file| {
-                        let mut p = pending::read(&path)?;
-                        p.add(&project, &id_owned, &now());
-                        pending::write(&path, &p)?;
-                        Ok(strip(file))
-                    })
-                    .await;
-                match queued {
-                    Ok(()) => {
-                        self.revoked.inc();
-                        pending_answer(id)
-                    }
-                    Err(e) => {
-                        log::error!("keys API: a revocation could not be kept for Redis: {e}");
-                        Refused::Unavailable.answer()
-                    }
-                }
+                self.revoke_while_away(shared, project, id, known).await
             }
+        }
+    }
+
+    /// A revocation while Redis is away: in force here at once, kept in the pending file until
+    /// Redis has it (`202`); an id this gateway does not know (`known` empty) is `503`.
+    async fn revoke_while_away(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        project: String,
+        id: &str,
+        known: Vec<String>,
+    ) -> Answer {
+        if known.is_empty() {
+            return Refused::Unavailable.answer();
+        }
+        let path = shared.pending.clone();
+        let id_owned = id.to_owned();
+        let change = forget(project.clone(), id.to_owned(), known);
+        // Kept first: the revocation is in the file before the key leaves the cache.
+        let queued = self
+            .change_locally(shared, move |file| {
+                let mut p = pending::read(&path)?;
+                p.add(&project, &id_owned, &now());
+                pending::write(&path, &p)?;
+                Ok(change(file))
+            })
+            .await;
+        match queued {
+            Ok(()) => {
+                self.revoked.inc();
+                pending_answer(id)
+            }
+            Err(e) => {
+                log::error!("keys API: a revocation could not be kept for Redis: {e}");
+                Refused::Unavailable.answer()
+            }
+        }
+    }
+
+    /// `id` of `project` and what it made, as this gateway's cache knows them (empty: it does
+    /// not know the key, or cannot read its cache).
+    async fn known_lineage(self: &Arc<Self>, project: &str, id: &str) -> Vec<String> {
+        let (cache, project, id) = (self.file.clone(), project.to_owned(), id.to_owned());
+        match tokio::task::spawn_blocking(move || managed::read(&cache)).await {
+            Ok(Ok(file)) => tombstones::lineage(&file.keys, &project, &id),
+            Ok(Err(e)) => {
+                log::warn!("keys API: {e}");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
         }
     }
 
     /// `change` to the cache (it says whether it changed anything; its error leaves the cache
     /// as it was), under the publishing lock on a blocking thread; then publishes.
-    async fn change_locally(
+    pub(super) async fn change_locally(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         change: impl FnOnce(&mut ManagedFile) -> Result<bool, LocalError> + Send + 'static,
@@ -331,7 +336,7 @@ impl KeysApi {
     /// `change` to the cache under the publishing lock. `if_at`: a poll's write, made only if
     /// no change reached the cache since the poll began (at that generation); otherwise the
     /// change is this gateway's own and bumps the generation. Whether it was made.
-    async fn locally(
+    pub(super) async fn locally(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         if_at: Option<u64>,
@@ -356,187 +361,6 @@ impl KeysApi {
         })
         .await
         .map_err(|e| LocalError::Task(e.to_string()))?
-    }
-
-    /// One poll: revocations kept during an outage sent to Redis, then the rows read again if
-    /// they changed, written to the cache and published. Quiet while Redis is away (the last
-    /// known keys stay).
-    pub async fn sync_shared(self: &Arc<Self>, shared: &Arc<Shared>) {
-        let at = shared.generation.load(Ordering::SeqCst);
-        let seen = shared
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Err(e) = self.flush_pending(shared).await {
-            return shared.down(&e);
-        }
-        let stamp = match shared.store.stamp().await {
-            Ok(s) => s,
-            Err(e) => return shared.down(&e),
-        };
-        shared.up();
-        if stamp.is_some() && stamp == seen {
-            return;
-        }
-        // The data set this gateway read is gone (FLUSHALL, eviction, another Redis): what it
-        // knew goes back before anything is read, so the keys in service do not die with it.
-        // Just after a start, what it read is the cache's (written with its epoch).
-        let known = match seen.as_ref() {
-            Some(s) => Some(s.clone()),
-            None => self
-                .cached_epoch()
-                .await
-                .map(|epoch| Stamp { epoch, version: 0 }),
-        };
-        if let Some(old) = known.as_ref() {
-            if stamp.as_ref().is_none_or(|s| s.epoch != old.epoch) {
-                if let Err(e) = self.restore_lost(shared, old, stamp.as_ref()).await {
-                    return shared.down(&e);
-                }
-            }
-        }
-        let snapshot = match shared.store.read().await {
-            Ok(s) => s,
-            Err(e) => return shared.down(&e),
-        };
-        for id in &snapshot.unreadable {
-            log::warn!("keys: shared key '{id}' is not a key's row; left out");
-        }
-        let (rows, stamp) = (snapshot.rows, snapshot.stamp);
-        let back = match self.revoke_came_back(shared, &rows).await {
-            Ok(back) => back,
-            Err(e) => return shared.down(&e),
-        };
-        let path = shared.pending.clone();
-        let stamp_epoch = stamp.epoch.clone();
-        let written = self
-            .locally(shared, Some(at), move |file| {
-                let mut next = ManagedFile {
-                    keys: rows,
-                    ..ManagedFile::default()
-                };
-                // Without the list of revocations Redis lacks, the rows read could bring one
-                // back: an unreadable list leaves the cache as it is.
-                pending::read(&path)?.strip(&mut next);
-                managed::without_descendants(&mut next, &back);
-                let epoch = Some(stamp_epoch);
-                let changed = file.keys != next.keys || file.redis_epoch != epoch;
-                file.keys = next.keys;
-                file.redis_epoch = epoch;
-                Ok(changed)
-            })
-            .await;
-        match written {
-            Ok(true) => *shared.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(stamp),
-            // A change made here meanwhile: the next poll reads again.
-            Ok(false) => {}
-            Err(e) => log::error!("keys: the shared keys not written to the cache: {e}"),
-        }
-    }
-
-    /// Revokes again the keys of `rows` this gateway revoked lately (put back by a gateway that
-    /// had not seen the revocation when Redis lost its data); their ids.
-    async fn revoke_came_back(
-        &self,
-        shared: &Shared,
-        rows: &[crate::access::managed::ManagedKey],
-    ) -> Result<Vec<String>, SharedKeysError> {
-        let back = shared.came_back(rows);
-        for (project, id) in &back {
-            log::warn!(
-                "keys: a key this gateway revoked came back in Redis (put back by a gateway that \
-                 had not seen the revocation when Redis lost its data): revoked again"
-            );
-            shared.store.revoke(project, id).await?;
-        }
-        Ok(back.into_iter().map(|(_, id)| id).collect())
-    }
-
-    /// The epoch the cache's keys were read from, if it says (a cache from before the epoch
-    /// was kept says nothing).
-    async fn cached_epoch(self: &Arc<Self>) -> Option<String> {
-        let cache = self.file.clone();
-        tokio::task::spawn_blocking(move || managed::read(&cache).ok()?.redis_epoch)
-            .await
-            .ok()
-            .flatten()
-    }
-
-    /// Puts this gateway's last known keys (its cache, less the revocations Redis lacks) back
-    /// into a store that lost the data set `old` (now `now`, or none), and says so.
-    async fn restore_lost(
-        self: &Arc<Self>,
-        shared: &Arc<Shared>,
-        old: &Stamp,
-        now: Option<&Stamp>,
-    ) -> Result<(), SharedKeysError> {
-        let (cache, pending_path) = (self.file.clone(), shared.pending.clone());
-        let known = tokio::task::spawn_blocking(move || {
-            let mut file = managed::read(&cache).map_err(|e| e.to_string())?;
-            pending::read(&pending_path)
-                .map_err(|e| e.to_string())?
-                .strip(&mut file);
-            Ok::<_, String>(file.keys)
-        })
-        .await;
-        let rows = match known {
-            Ok(Ok(rows)) => rows,
-            Ok(Err(e)) => {
-                log::error!("keys: the shared key store lost its keys and this gateway's cache is unreadable ({e}): nothing restored");
-                return Ok(());
-            }
-            Err(_) => return Ok(()),
-        };
-        let back = shared.store.restore(&rows).await?;
-        if let Some(c) = &shared.restores {
-            c.inc();
-        }
-        log::warn!(
-            "keys: the shared key store lost its data set (epoch {} -> {}: flushed, evicted or \
-             another Redis); {back} of the {} API-made keys this gateway knew put back",
-            old.epoch,
-            now.map_or("none", |s| s.epoch.as_str()),
-            rows.len()
-        );
-        Ok(())
-    }
-
-    /// Sends the pending revocations to Redis, each dropped from the file once Redis has it.
-    async fn flush_pending(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), SharedKeysError> {
-        let path = shared.pending.clone();
-        let read = tokio::task::spawn_blocking(move || pending::read(&path)).await;
-        let list = match read {
-            Ok(Ok(p)) => p.revocations,
-            Ok(Err(e)) => {
-                log::error!("keys: {e}; its revocations wait until it is readable");
-                return Ok(());
-            }
-            Err(_) => return Ok(()),
-        };
-        for r in list {
-            let n = shared.store.revoke(&r.project, &r.id).await?;
-            shared.remember_revoked(&r.project, &r.id);
-            log::info!(
-                "keys: a revocation kept during the outage reached Redis ({n} keys of project \
-                 '{}')",
-                r.project
-            );
-            let path = shared.pending.clone();
-            let api = self.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                let _publishing = api.publishing();
-                let done = pending::read(&path).and_then(|mut p: Pending| {
-                    p.remove(&r.project, &r.id);
-                    pending::write(&path, &p)
-                });
-                if let Err(e) = done {
-                    log::error!("keys: {e}");
-                }
-            })
-            .await;
-        }
-        Ok(())
     }
 
     /// Saves the last use of API-made keys to Redis (those that moved since the last save).
@@ -571,6 +395,30 @@ pub enum LocalError {
     Pending(#[from] pending::PendingError),
     #[error("blocking task: {0}")]
     Task(String),
+}
+
+/// A revocation in the cache: `id`'s tree leaves the rows, and `ids` (what went) are kept as
+/// tombstones of `project`. Whether anything changed.
+fn forget(
+    project: String,
+    id: String,
+    ids: Vec<String>,
+) -> impl FnOnce(&mut ManagedFile) -> bool + Send + 'static {
+    move |file| {
+        let at = now_unix();
+        let ours = file.keys.iter().any(|k| k.id == id && k.project == project);
+        let mut changed = ours && managed::without_descendants(file, &[id]) > 0;
+        for id in ids {
+            let t = Tombstone {
+                id,
+                project: project.clone(),
+                at,
+            };
+            changed |= tombstones::add(&mut file.revoked, t);
+        }
+        tombstones::prune(&mut file.revoked, at);
+        changed
+    }
 }
 
 /// The `202` of a revocation kept for Redis: in force on this gateway, on the others once
