@@ -41,8 +41,9 @@ fn plan() -> suite::Plan {
         conditions: runner::Rdap::ALL.to_vec(),
         one_project: false,
         jobs: 18,
-        settle: Duration::from_secs(20),
-        outage: Duration::from_secs(10),
+        settle: Duration::from_secs(15),
+        outage: Duration::from_secs(8),
+        planted: goals::PLANTED + 1,
     }
 }
 

@@ -83,8 +83,13 @@ fn plan(args: &[String]) -> (suite::Plan, bool) {
         conditions,
         one_project,
         jobs,
-        settle: Duration::from_secs(if slice { 20 } else { 120 }),
-        outage: Duration::from_secs(if slice { 10 } else { 30 }),
+        settle: Duration::from_secs(if slice { 15 } else { 120 }),
+        outage: Duration::from_secs(if slice { 8 } else { 30 }),
+        planted: if slice {
+            goals::PLANTED + 1
+        } else {
+            world::MAX_PLANTED
+        },
     };
     (plan, has("--cases"))
 }

@@ -75,6 +75,8 @@ pub struct Spec {
     pub settle: Duration,
     /// How long the failing registries misbehave, from the start.
     pub outage: Duration,
+    /// Listed domains each attack plants at most.
+    pub planted: usize,
 }
 
 /// One case's answers.
@@ -139,7 +141,7 @@ struct Bench {
 
 /// Gateways starting at once: many starting together on a small machine miss their
 /// readiness deadline.
-const STARTS_AT_ONCE: usize = 3;
+const STARTS_AT_ONCE: usize = 6;
 
 /// A turn to start a gateway (see [`STARTS_AT_ONCE`]), given back when dropped.
 struct Starting;
@@ -325,17 +327,26 @@ impl Bench {
         client::drive(self.addr(), self.route, requests, lookups.len(), WORKERS)
     }
 
-    /// `project` asks `names` at once (one request on the batch route, one each on GET).
+    /// `project` asks `names` at once (one request on the batch route, one each on GET, side
+    /// by side).
     fn ask(&self, project: &str, names: &[String]) -> Vec<Answer> {
         let items: Vec<(usize, String)> = names.iter().cloned().enumerate().collect();
         match self.route {
             Route::Batch => client::ask(self.addr(), Route::Batch, project, &items),
-            Route::Get => items
-                .iter()
-                .flat_map(|i| {
-                    client::ask(self.addr(), Route::Get, project, std::slice::from_ref(i))
-                })
-                .collect(),
+            Route::Get => std::thread::scope(|s| {
+                let asked: Vec<_> = items
+                    .iter()
+                    .map(|i| {
+                        s.spawn(|| {
+                            client::ask(self.addr(), Route::Get, project, std::slice::from_ref(i))
+                        })
+                    })
+                    .collect();
+                asked
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("a lookup thread"))
+                    .collect()
+            }),
         }
     }
 
@@ -467,11 +478,13 @@ fn phases(bench: &Bench, world: &World, spec: Spec, started: Instant) -> Run {
     explain(bench, world);
     let attacker = if spec.one_project { SOLO } else { ATTACKER };
     let victims_project = if spec.one_project { SOLO } else { PROJECTS[0] };
-    let attacks = world
-        .attacks
-        .iter()
-        .map(|a| attack(bench, a, attacker, victims_project))
-        .collect();
+    let attacks = attack_all(
+        bench,
+        &world.attacks,
+        attacker,
+        victims_project,
+        spec.planted,
+    );
     phases.push(("attacks", t.elapsed().as_secs_f64()));
     let (pushed_ranked, control_ranked) = if spec.one_project {
         (Vec::new(), true)
@@ -570,40 +583,62 @@ fn settled(bench: &Bench, world: &World, mut first: HashMap<usize, Answer>) -> V
         .collect()
 }
 
-/// Plants the attack's listed domains one at a time; after each, the victims are looked up by
-/// their own project and by the attacker's.
-fn attack(bench: &Bench, a: &Attack, attacker: &str, victims_project: &str) -> AttackOutcome {
-    let victims: Vec<String> = a.victims.iter().map(|(d, _)| d.clone()).collect();
-    for (k, planted) in a.planted.iter().enumerate() {
+/// Plants the attacks' listed domains one at a time, the k-th of every attack together (they
+/// aim at separate hosts and networks); after each round, every victim of an attack still
+/// going is looked up by its own project and by the attacker's.
+fn attack_all(
+    bench: &Bench,
+    attacks: &[Attack],
+    attacker: &str,
+    victims_project: &str,
+    most: usize,
+) -> Vec<AttackOutcome> {
+    let mut out: Vec<AttackOutcome> = attacks
+        .iter()
+        .map(|a| AttackOutcome {
+            class: a.class,
+            needed: None,
+            tried: 0,
+            victim: None,
+        })
+        .collect();
+    for k in 0..most {
+        let going: Vec<usize> = (0..attacks.len())
+            .filter(|&i| out[i].needed.is_none() && k < attacks[i].planted.len())
+            .collect();
+        if going.is_empty() {
+            break;
+        }
+        let planted: Vec<String> = going
+            .iter()
+            .map(|&i| attacks[i].planted[k].clone())
+            .collect();
         let before = bench.taught().unwrap_or(0.0);
-        let _ = bench.ask(attacker, std::slice::from_ref(planted));
-        bench.wait_taught(
-            before + 1.0,
-            Duration::from_millis(300),
-            Duration::from_secs(3),
-        );
+        let _ = bench.ask(attacker, &planted);
+        let quiet = Duration::from_millis(150);
+        bench.wait_taught(before + planted.len() as f64, quiet, Duration::from_secs(3));
+        let victims: Vec<(usize, &(String, Bucket))> = going
+            .iter()
+            .flat_map(|&i| attacks[i].victims.iter().map(move |v| (i, v)))
+            .collect();
+        let names: Vec<String> = victims.iter().map(|(_, (d, _))| d.clone()).collect();
+        for &i in &going {
+            out[i].tried = k + 1;
+        }
         for project in [victims_project, attacker] {
-            let answers = bench.ask(project, &victims);
-            if let Some(i) = answers.iter().position(Answer::flagged) {
-                return AttackOutcome {
-                    class: a.class,
-                    needed: Some(k + 1),
-                    tried: k + 1,
-                    victim: Some(a.victims[i].1),
-                };
+            for ((i, (_, bucket)), answer) in victims.iter().zip(bench.ask(project, &names)) {
+                if answer.flagged() && out[*i].needed.is_none() {
+                    out[*i].needed = Some(k + 1);
+                    out[*i].victim = Some(*bucket);
+                }
             }
         }
     }
-    AttackOutcome {
-        class: a.class,
-        needed: None,
-        tried: a.planted.len(),
-        victim: None,
-    }
+    out
 }
 
-/// The attacker looks each pushed name up 12 times, and the listed control as often; once the
-/// control is ranked (or 10 s passed), which pushed names are too.
+/// The attacker looks each pushed name up 12 times, and the listed control as often (the twelve
+/// rounds side by side); once the control is ranked (or 10 s passed), which pushed names are.
 fn top_push(bench: &Bench, world: &World) -> (Vec<String>, bool) {
     let names: Vec<String> = world
         .pushed
@@ -611,9 +646,12 @@ fn top_push(bench: &Bench, world: &World) -> (Vec<String>, bool) {
         .chain([&world.pushed_control])
         .cloned()
         .collect();
-    for _ in 0..12 {
-        let _ = bench.ask(ATTACKER, &names);
-    }
+    // Twelve rounds at once: an attacker does not wait for its answers.
+    std::thread::scope(|s| {
+        for _ in 0..12 {
+            s.spawn(|| bench.ask(ATTACKER, &names));
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = bench.gw.get("/v1/public/top-domains?limit=1000");

@@ -22,6 +22,8 @@ pub struct Plan {
     pub jobs: usize,
     pub settle: Duration,
     pub outage: Duration,
+    /// Listed domains each attack plants at most.
+    pub planted: usize,
 }
 
 /// The worlds of `plan`'s seeds.
@@ -50,6 +52,7 @@ pub fn run(plan: &Plan, worlds: &[World], repo: &Path) -> (Vec<Run>, Vec<String>
                         one_project,
                         settle: plan.settle,
                         outage: plan.outage,
+                        planted: plan.planted,
                     };
                     todo.push((w, spec));
                 }
