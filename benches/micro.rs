@@ -432,7 +432,7 @@ fn reclassification(c: &mut Criterion) {
             } else {
                 format!("ok{i}.example")
             };
-            let told = judge.judge(&domain).unwrap().told;
+            let told = judge.judge(&domain, "bench").unwrap().told;
             Seen {
                 project: "p".into(),
                 domain: domain.into(),
@@ -453,7 +453,7 @@ fn reclassification(c: &mut Criterion) {
                 loop {
                     let (page, next) = store.scan("p", &cursor, 200).await.unwrap();
                     for (domain, told) in page {
-                        let now = judge.judge(&domain).unwrap();
+                        let now = judge.judge(&domain, "bench").unwrap();
                         changed += usize::from(now.told.differs(told));
                     }
                     match next {
@@ -466,7 +466,7 @@ fn reclassification(c: &mut Criterion) {
     });
     g.throughput(Throughput::Elements(1));
     let mut flip = false;
-    let safe = judge.judge("ok1.example").unwrap().told;
+    let safe = judge.judge("ok1.example", "bench").unwrap().told;
     let dispo = Told {
         reason: Reason::Disposable,
         score: 100,

@@ -22,7 +22,7 @@ use arc_swap::ArcSwap;
 use criterion::{criterion_group, Criterion, Throughput};
 use drg_domain::classify::classify_match;
 use drg_domain::mail::{MxEvidence, MxHost};
-use drg_domain::neighbour_index::{NeighbourhoodIndex, NeighbourhoodRule};
+use drg_domain::neighbour_index::{NeighbourhoodIndex, NeighbourhoodRule, Teach, Teachers};
 use drg_domain::providers::ProviderTable;
 use drg_domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
 use drg_gateway::mx::config::{MxConfig, NeighbourhoodConfig};
@@ -50,6 +50,7 @@ static ALLOC: Counting = Counting;
 const RULE: NeighbourhoodRule = NeighbourhoodRule {
     min_listed: 5,
     min_share: 0.8,
+    min_hosts: 3,
 };
 
 /// Keys of generated domain `i`: its host (one per 4 domains), the host's parent (one per 40)
@@ -145,7 +146,7 @@ fn lookups(c: &mut Criterion) {
         g.bench_function(format!("cached_lookup_index_on_{label}"), |b| {
             b.iter(|| {
                 let (e, _) = rt.block_on(on.evidence(black_box(name.as_str()), "bench"));
-                let finding = on.neighbourhood().and_then(|n| n.finding(&name));
+                let finding = on.neighbourhood().and_then(|n| n.finding(&name, "bench"));
                 let v = classify_match(&snap, &name, snap.lookup(&name), Some(&e), finding);
                 black_box(v.record.risk_score)
             })
@@ -153,7 +154,7 @@ fn lookups(c: &mut Criterion) {
     }
     let listed = DomainName::parse("d2.com").unwrap();
     g.bench_function("listed_lookup_already_known", |b| {
-        b.iter(|| nb.consider_listed(black_box(&listed)))
+        b.iter(|| nb.consider_listed(black_box(&listed), "bench"))
     });
     g.finish();
 }
@@ -165,7 +166,12 @@ fn memory() {
         let mut ix = NeighbourhoodIndex::new(RULE, domains + 1);
         for i in 0..domains {
             let listed = (i % 2 == 0).then_some("disposable.txt");
-            ix.teach(&format!("d{i}.com"), &keys(i), listed, false, 20_000);
+            // Listed ones as the lists' snapshot teaches them.
+            let how = Teach {
+                teachers: Teachers::GLOBAL,
+                ..Teach::default()
+            };
+            ix.teach(&format!("d{i}.com"), &keys(i), listed, how, 20_000);
         }
         let bytes = (LIVE.load(Ordering::Relaxed) - before) as f64;
         println!(

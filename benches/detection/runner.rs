@@ -91,7 +91,7 @@ pub struct Outcome {
 }
 
 /// One attack's result: the planted listed domains after which a victim was first flagged
-/// (by the victims' project or the attacker's), if any was, and which victim's bucket.
+/// (in the victims' project's answers), if any was, and which victim's bucket.
 #[derive(Debug, Clone)]
 pub struct AttackOutcome {
     pub class: &'static str,
@@ -585,7 +585,7 @@ fn settled(bench: &Bench, world: &World, mut first: HashMap<usize, Answer>) -> V
 
 /// Plants the attacks' listed domains one at a time, the k-th of every attack together (they
 /// aim at separate hosts and networks); after each round, every victim of an attack still
-/// going is looked up by its own project and by the attacker's.
+/// going is looked up by its own project.
 fn attack_all(
     bench: &Bench,
     attacks: &[Attack],
@@ -625,7 +625,12 @@ fn attack_all(
         for &i in &going {
             out[i].tried = k + 1;
         }
-        for project in [victims_project, attacker] {
+        // The victims' own project's answers. What one project alone taught judges only that
+        // project's answers (DESIGN: the rule the goal holds the model to), so the attacker's
+        // own lookups of the victims are not the victims' harm; in a one-project deployment
+        // the victims' project is the attacker's, and its cost is reported.
+        {
+            let project = victims_project;
             for ((i, (_, bucket)), answer) in victims.iter().zip(bench.ask(project, &names)) {
                 if answer.flagged() && out[*i].needed.is_none() {
                     out[*i].needed = Some(k + 1);

@@ -55,7 +55,7 @@ pub struct Verdict<'a> {
     /// What the young-domain rule did ([`apply_age`]), if anything.
     pub young: Option<YoungEffect>,
     /// The neighbourhood would have made the name `disposable`, but the domain is established
-    /// (registered more than `rdap.established_days` ago): it stays `safe` ([`apply_age`]).
+    /// (registered more than `rdap.established_days` ago): it stays `safe` ([`shields`]).
     pub established: bool,
 }
 
@@ -88,10 +88,29 @@ pub fn verdict_of<'a>(
     age_rule: AgeRule,
 ) -> Verdict<'a> {
     let mut verdict = classify_match(table, name, found, signals.mx, signals.neighbourhood);
+    verdict.age = signals.age;
+    let shielded = verdict.inferred()
+        && (verdict.neighbourhood.as_ref()).is_some_and(|f| shields(f, signals.age, age_rule));
+    if shielded {
+        verdict.record.reason = Reason::Safe;
+        verdict.record.risk_score = table.scores().neighbourhood_established;
+        verdict.established = true;
+    }
     if let Some(age) = signals.age {
         apply_age(&mut verdict, age, age_rule, table.scores());
     }
     verdict
+}
+
+/// Whether `age` keeps the neighbourhood's `finding` from making a domain `disposable`: only
+/// an established age the registry gave, and only against a finding that rests on the asking
+/// project's own teaching (`trusted: false`). Throwaway domains are as often a year old as a
+/// week old (the median domain is about 331 days old when a blocklist first names it), so age
+/// never shields a domain from neighbours that no single project could have planted; and an
+/// age the registry did not give (missing, slow, throttled, failing) weighs nothing: a missing
+/// registry never makes an answer worse than the answer without RDAP.
+pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool {
+    !finding.trusted && age.is_some_and(|a| rule.is_established(a))
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -213,18 +232,11 @@ pub fn classify_match<'a>(
 }
 
 /// Weighs the age of `verdict`'s name (registered as `age` says) as `rule` says, for names the
-/// table leaves unknown: an established domain its neighbours alone made `disposable` stays
-/// `safe` at `scores.neighbourhood_established`; a young one nothing else flagged gets its score
-/// raised within the low band. Age never makes a name `disposable`. The age is always recorded.
+/// table leaves unknown: a young one nothing flagged gets its score raised within the low band.
+/// Age never makes a name `disposable`. The age is always recorded.
 pub fn apply_age(verdict: &mut Verdict<'_>, age: DomainAge, rule: AgeRule, scores: &Scores) {
     verdict.age = Some(age);
     if verdict.rule != TableRule::Unknown {
-        return;
-    }
-    if verdict.inferred() && rule.is_established(age) {
-        verdict.record.reason = Reason::Safe;
-        verdict.record.risk_score = scores.neighbourhood_established;
-        verdict.established = true;
         return;
     }
     let open = verdict.record.reason == Reason::Safe && verdict.neighbourhood.is_none();
@@ -720,21 +732,30 @@ mod tests {
             key: "mx.throw.example".into(),
             listed: 9,
             unlisted: 0,
+            vouched: 0,
+            throwaway_hosts: 1,
             share: 1.0,
+            trusted: false,
             sources: vec![],
             since: None,
         };
-        let with = |age| Signals {
+        let with = |age, trusted| Signals {
             mx: Some(&own),
-            neighbourhood: Some(finding.clone()),
+            neighbourhood: Some(Finding {
+                trusted,
+                ..finding.clone()
+            }),
             age,
         };
-        assert_eq!(judged(with(Some(young))).0, Reason::Disposable);
-        assert_eq!(judged(with(None)).0, Reason::Disposable);
+        // A finding resting on the project's own teaching: an established age shields.
+        assert_eq!(judged(with(Some(young), false)).0, Reason::Disposable);
+        assert_eq!(judged(with(None, false)).0, Reason::Disposable);
         assert_eq!(
-            judged(with(Some(old))),
+            judged(with(Some(old), false)),
             (Reason::Safe, scores.neighbourhood_established, None, true)
         );
+        // Neighbours no single project could have planted: age never shields.
+        assert_eq!(judged(with(Some(old), true)).0, Reason::Disposable);
         // Names a list decides are never touched: a free provider, a listed throwaway.
         for listed in ["gmail.com", "mailinator.com"] {
             let name = n(listed);

@@ -7,11 +7,19 @@
 //!
 //! Counts are of distinct registrable domains: each domain remembers the keys it was counted
 //! under, and a new observation replaces its old contribution, so asking again adds nothing.
-//! Only lists teach `listed`: traffic can weaken a key (every unlisted domain seen counts
-//! against it, the domain being judged left out) but never strengthen one. A domain the
-//! gateway itself answered disposable by inference ([`Standing::Inferred`]) counts neither
-//! way: throwaway services mint faster than lists follow, and each new one must not make its
-//! own host look more legitimate for the next.
+//! Every piece has its provenance:
+//! - **Listed** neighbours remember who taught their hosts ([`Teachers`]): the lists' snapshot,
+//!   or which projects' traffic. A key judges a project's answer only on what is left once the
+//!   heaviest *other* project's own teaching is taken out: no single project can make a key
+//!   judge another's answers, whatever it plants.
+//! - **Unknown is not legitimate.** An unlisted domain dilutes its keys only when something
+//!   vouches for it ([`Standing::Vouched`]: the registry gave it an age few throwaway domains
+//!   reach unlisted); one nobody vouches for counts neither way, as a throwaway domain no list
+//!   names yet looks the same.
+//!   A domain the gateway itself answered disposable by inference ([`Standing::Inferred`])
+//!   counts neither way either: throwaway services mint faster than lists follow.
+//! - A parent or a network judges only with listed neighbours on several distinct MX hosts
+//!   (`min_hosts`): hosting providers put unrelated tenants in one /24.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -135,25 +143,116 @@ pub fn keys_of(domain: &str, hosts: &[HostNetworks], providers: &ProviderTable) 
     keys
 }
 
-/// When a key judges: at least `min_listed` distinct listed neighbours, and listed ones at
-/// least `min_share` of the listed and unlisted together.
+/// When a key judges: at least `min_listed` distinct listed neighbours the asking project may
+/// count, listed ones at least `min_share` of the listed and vouched-for together, and, for a
+/// parent or a network, listed neighbours on at least `min_hosts` distinct MX hosts (VPS and
+/// hosting providers put unrelated tenants in one /24: one throwaway host there says nothing of
+/// its neighbours).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NeighbourhoodRule {
     pub min_listed: u32,
     pub min_share: f64,
+    pub min_hosts: u32,
 }
 
 impl NeighbourhoodRule {
-    fn dominates(&self, listed: u32, unlisted: u32) -> bool {
-        let all = f64::from(listed) + f64::from(unlisted);
-        listed >= self.min_listed.max(1) && f64::from(listed) >= self.min_share * all
+    fn dominates(&self, kind: KeyKind, listed: u32, vouched: u32, hosts: u32) -> bool {
+        let all = f64::from(listed) + f64::from(vouched);
+        listed >= self.min_listed.max(1)
+            && f64::from(listed) >= self.min_share * all
+            && (kind == KeyKind::Host || hosts >= self.min_hosts.max(1))
+    }
+}
+
+/// A project, as the index remembers it: a stable hash of its name (the same on every
+/// gateway, and no name in a state file).
+pub type ProjectId = u32;
+
+/// The id of project `name` (FNV-1a).
+pub fn project_id(name: &str) -> ProjectId {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Projects remembered per listed domain at most: enough to tell one from several.
+const TEACHERS_MAX: usize = 3;
+
+/// Who taught the index a listed domain's mail hosts: the lists themselves (the operator's
+/// `mx-snapshot`, made from every listed name), or the traffic of which projects (the first
+/// few). Whoever controls a listed domain's DNS chooses its hosts: what one project's traffic
+/// alone taught judges only that project's answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Teachers {
+    global: bool,
+    projects: [ProjectId; TEACHERS_MAX],
+    n: u8,
+}
+
+impl Teachers {
+    /// Taught by the lists (the snapshot): judges every project's answers.
+    pub const GLOBAL: Teachers = Teachers {
+        global: true,
+        projects: [0; TEACHERS_MAX],
+        n: 0,
+    };
+
+    /// Taught by `project`'s traffic.
+    pub fn project(project: ProjectId) -> Teachers {
+        let mut t = Teachers::default();
+        t.add(project);
+        t
     }
 
-    /// The one test of whether a key judges a domain whose own standing is `own` (left out of
-    /// the counts): used by verdicts and by the admin listing alike, so they cannot disagree.
-    fn judges(&self, counts: &Counts, own: Option<Standing>) -> bool {
-        let (listed, unlisted) = counts.without(own);
-        self.dominates(listed, unlisted)
+    /// From what a state file or another gateway kept.
+    pub fn of(global: bool, projects: &[ProjectId]) -> Teachers {
+        let mut t = Teachers {
+            global,
+            ..Teachers::default()
+        };
+        for p in projects {
+            t.add(*p);
+        }
+        t
+    }
+
+    /// Adds `project`; whether anything changed.
+    pub fn add(&mut self, project: ProjectId) -> bool {
+        let n = usize::from(self.n);
+        if self.projects[..n].contains(&project) || n >= TEACHERS_MAX {
+            return false;
+        }
+        self.projects[n] = project;
+        self.n += 1;
+        true
+    }
+
+    /// Both together; whether anything changed.
+    pub fn merge(&mut self, other: Teachers) -> bool {
+        let mut changed = other.global && !self.global;
+        self.global |= other.global;
+        for p in other.projects() {
+            changed |= self.add(*p);
+        }
+        changed
+    }
+
+    pub fn is_global(&self) -> bool {
+        self.global
+    }
+
+    pub fn projects(&self) -> &[ProjectId] {
+        &self.projects[..usize::from(self.n)]
+    }
+
+    /// Judges every project's answers: the lists', or several projects' traffic.
+    fn trusted(&self) -> bool {
+        self.global || self.n >= 2
+    }
+
+    /// The one project whose traffic alone taught it.
+    fn solo(&self) -> Option<ProjectId> {
+        (!self.global && self.n == 1).then_some(self.projects[0])
     }
 }
 
@@ -162,64 +261,196 @@ impl NeighbourhoodRule {
 pub enum Standing {
     /// A blocklist names it (the source's index in the index's source names).
     Listed(u16),
-    /// No blocklist names it.
-    Unlisted,
+    /// No blocklist names it and nothing vouches for it: it neither flags nor dilutes (a
+    /// throwaway domain no list names yet looks just the same).
+    Unknown,
+    /// No blocklist names it and something vouches for it (the registry gave an age of at
+    /// least the rule's `vouch_age_days`: few throwaway domains live that long unlisted):
+    /// evidence of a real organisation's domain, which dilutes its keys.
+    Vouched,
     /// No blocklist names it and the gateway answered it disposable from its neighbours: it
     /// neither dilutes nor feeds its keys.
     Inferred,
 }
 
-/// The counts of one key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Counts {
-    listed: u32,
-    unlisted: u32,
-    /// Listed neighbours per source (few sources: a small vector).
-    sources: Vec<(u16, u32)>,
-}
-
-impl Counts {
-    fn add(&mut self, standing: Standing) {
-        match standing {
-            Standing::Listed(s) => {
-                self.listed += 1;
-                match self.sources.iter_mut().find(|(id, _)| *id == s) {
-                    Some((_, n)) => *n += 1,
-                    None => self.sources.push((s, 1)),
-                }
-            }
-            Standing::Unlisted => self.unlisted += 1,
-            Standing::Inferred => {}
+impl Standing {
+    /// What an unlisted domain counts as: vouched for (whatever the gateway answered: a
+    /// domain the registry shows old enough is evidence against its key even when that key
+    /// judged it, so that a shared host's established tenants end a cold start), else what the
+    /// gateway inferred, else unknown.
+    fn unlisted(inferred: bool, vouched: bool) -> Standing {
+        match (inferred, vouched) {
+            (_, true) => Standing::Vouched,
+            (true, false) => Standing::Inferred,
+            (false, false) => Standing::Unknown,
         }
     }
 
-    fn remove(&mut self, standing: Standing) {
-        match standing {
-            Standing::Listed(s) => {
-                self.listed = self.listed.saturating_sub(1);
-                if let Some(i) = self.sources.iter().position(|(id, _)| *id == s) {
-                    self.sources[i].1 -= 1;
-                    if self.sources[i].1 == 0 {
-                        self.sources.swap_remove(i);
-                    }
-                }
-            }
-            Standing::Unlisted => self.unlisted = self.unlisted.saturating_sub(1),
-            Standing::Inferred => {}
+    fn is_listed(self) -> bool {
+        matches!(self, Standing::Listed(_))
+    }
+}
+
+/// Listed neighbours by who taught them: the lists or several projects (`trusted`), one
+/// project alone (`solo`, per project), or nobody recorded (`untaught`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Taught {
+    trusted: u32,
+    solo: Vec<(ProjectId, u32)>,
+    untaught: u32,
+}
+
+impl Taught {
+    fn count(&mut self, teachers: &Teachers, up: bool) {
+        let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        match (teachers.trusted(), teachers.solo()) {
+            (true, _) => step(&mut self.trusted),
+            (false, Some(p)) => bump(&mut self.solo, &p, up),
+            (false, None) => step(&mut self.untaught),
         }
+    }
+
+    fn all(&self) -> u32 {
+        self.trusted + self.untaught + self.solo.iter().map(|(_, n)| n).sum::<u32>()
     }
 
     fn is_empty(&self) -> bool {
-        self.listed + self.unlisted == 0
+        self.all() == 0
     }
 
-    /// Listed and unlisted neighbours, without `own` (the domain being judged).
-    fn without(&self, own: Option<Standing>) -> (u32, u32) {
-        match own {
-            Some(Standing::Listed(_)) => (self.listed.saturating_sub(1), self.unlisted),
-            Some(Standing::Unlisted) => (self.listed, self.unlisted.saturating_sub(1)),
-            Some(Standing::Inferred) | None => (self.listed, self.unlisted),
+    /// The listed neighbours left once `dropped`'s own teaching is taken out (and those nobody
+    /// is recorded to have taught, which judge nobody).
+    fn without(&self, dropped: Option<ProjectId>) -> u32 {
+        self.trusted
+            + (self.solo.iter())
+                .filter(|(p, _)| Some(*p) != dropped)
+                .map(|(_, n)| n)
+                .sum::<u32>()
+    }
+}
+
+/// The project (other than `asking`) whose teaching alone counts most: what a finding must
+/// hold without, for no single other project to have planted it.
+fn heaviest(solo: &[(ProjectId, u32)], asking: Option<ProjectId>) -> Option<ProjectId> {
+    solo.iter()
+        .filter(|(p, _)| Some(*p) != asking)
+        .max_by_key(|(p, n)| (*n, std::cmp::Reverse(*p)))
+        .map(|(p, _)| *p)
+}
+
+/// The counts of one key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Counts {
+    listed: Taught,
+    /// Unlisted neighbours something vouches for (an established age the registry gave).
+    vouched: u32,
+    /// Unknown and inferred neighbours (shown; they count neither way).
+    other: u32,
+    /// Listed neighbours per source (few sources: a small vector).
+    sources: Vec<(u16, u32)>,
+    /// The MX hosts (`host:` keys) of the listed neighbours, each with who taught those: a
+    /// parent or a network judges only with several.
+    hosts: Vec<(Arc<str>, Taught)>,
+}
+
+fn bump<K: PartialEq + Clone>(list: &mut Vec<(K, u32)>, key: &K, up: bool) {
+    match list.iter().position(|(k, _)| k == key) {
+        Some(i) if up => list[i].1 += 1,
+        Some(i) => {
+            list[i].1 -= 1;
+            if list[i].1 == 0 {
+                list.swap_remove(i);
+            }
         }
+        None if up => list.push((key.clone(), 1)),
+        None => {}
+    }
+}
+
+impl Counts {
+    /// Adds (`up`) or removes what `entry` contributes.
+    fn count(&mut self, entry: &DomainEntry, up: bool) {
+        let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        match entry.standing {
+            Standing::Listed(s) => {
+                self.listed.count(&entry.teachers, up);
+                bump(&mut self.sources, &s, up);
+                for k in entry.keys.iter().filter(|k| k.starts_with("host:")) {
+                    let i = match self.hosts.iter().position(|(h, _)| h == k) {
+                        Some(i) => i,
+                        None if up => {
+                            self.hosts.push((k.clone(), Taught::default()));
+                            self.hosts.len() - 1
+                        }
+                        None => continue,
+                    };
+                    self.hosts[i].1.count(&entry.teachers, up);
+                    if self.hosts[i].1.is_empty() {
+                        self.hosts.swap_remove(i);
+                    }
+                }
+            }
+            Standing::Vouched => step(&mut self.vouched),
+            Standing::Unknown | Standing::Inferred => step(&mut self.other),
+        }
+    }
+
+    fn listed(&self) -> u32 {
+        self.listed.all()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.listed() + self.vouched + self.other == 0
+    }
+
+    /// What `project` may count, `own` (the domain being judged) left out: the listed
+    /// neighbours and their hosts without the heaviest other project's own teaching (no single
+    /// other project can make a key judge this one's answers), and, as `trusted`, without the
+    /// heaviest of all (no single project at all).
+    fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
+        let other = heaviest(&self.listed.solo, project);
+        let any = heaviest(&self.listed.solo, None);
+        let hosts = |dropped| {
+            (self.hosts.iter())
+                .filter(|(_, t)| t.without(dropped) > 0)
+                .count() as u32
+        };
+        let mut v = View {
+            listed: self.listed.without(other),
+            hosts: hosts(other),
+            trusted: self.listed.without(any),
+            trusted_hosts: hosts(any),
+            vouched: self.vouched,
+            other: self.other,
+        };
+        match own {
+            Some(Standing::Vouched) => v.vouched = v.vouched.saturating_sub(1),
+            Some(Standing::Unknown | Standing::Inferred) => v.other = v.other.saturating_sub(1),
+            _ => {}
+        }
+        v
+    }
+}
+
+/// A key's counts as one project sees them.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    listed: u32,
+    hosts: u32,
+    trusted: u32,
+    trusted_hosts: u32,
+    vouched: u32,
+    other: u32,
+}
+
+impl View {
+    fn judges(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
+        rule.dominates(kind, self.listed, self.vouched, self.hosts)
+    }
+
+    /// No single project, the asking one included, could have planted the finding.
+    fn trusted(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
+        rule.dominates(kind, self.trusted, self.vouched, self.trusted_hosts)
     }
 }
 
@@ -229,6 +460,22 @@ struct DomainEntry {
     keys: Box<[Arc<str>]>,
     /// Day (since the epoch) it was last taught.
     seen: u32,
+    /// For a listed domain: who taught its hosts.
+    teachers: Teachers,
+    /// Something vouches for it.
+    vouched: bool,
+    /// The gateway answered it disposable by inference (what it stands as when nothing
+    /// vouches for it).
+    inferred: bool,
+}
+
+/// What one teaching says besides the keys: how the gateway answered the domain, whether
+/// something vouches for it (`None`: not known, the last word stands), and who taught it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Teach {
+    pub inferred: bool,
+    pub vouched: Option<bool>,
+    pub teachers: Teachers,
 }
 
 /// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
@@ -236,12 +483,20 @@ struct DomainEntry {
 pub struct Finding {
     pub key_kind: KeyKind,
     pub key: Box<str>,
-    /// Distinct listed neighbours on the key (the domain itself not counted).
+    /// Distinct listed neighbours on the key that judge this project's answer (the domain
+    /// itself not counted): all of them but those the heaviest other project alone taught.
     pub listed: u32,
-    /// Distinct unlisted neighbours (the domain itself not counted).
+    /// Distinct unlisted neighbours (the domain itself not counted): vouched for or not.
     pub unlisted: u32,
-    /// `listed / (listed + unlisted)`.
+    /// Unlisted neighbours something vouches for (an established age): what dilutes.
+    pub vouched: u32,
+    /// Distinct MX hosts of the listed neighbours.
+    pub throwaway_hosts: u32,
+    /// `listed / (listed + vouched)`.
     pub share: f64,
+    /// The finding holds without any single project's own teaching, this one's included: no
+    /// single project could have planted it (an established age does not shield from it).
+    pub trusted: bool,
     /// Listed neighbours by the list that names them, most first.
     pub sources: Vec<SourceCount>,
     /// When this verdict was first reached (RFC 3339, UTC): a verdict is kept for a while
@@ -267,8 +522,14 @@ pub struct KeyReport {
     pub key_kind: KeyKind,
     pub key: Box<str>,
     pub listed: u32,
+    /// Listed neighbours no single project's teaching makes up (the count without the
+    /// project that taught most alone).
+    pub trusted: u32,
     pub unlisted: u32,
-    /// The key judges unlisted domains under the current rule.
+    pub vouched: u32,
+    pub throwaway_hosts: u32,
+    /// The key judges the answers of the project whose traffic taught most of its neighbours
+    /// under the current rule (another project's, when `trusted` alone does).
     pub judges: bool,
     pub sources: Vec<SourceCount>,
 }
@@ -283,6 +544,40 @@ pub struct Learned {
     /// The gateway answered it disposable from its neighbours ([`Standing::Inferred`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inferred: bool,
+    /// Something vouches for it ([`Standing::Vouched`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vouched: bool,
+    /// Taught by the lists (the snapshot): see [`Teachers`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
+    /// The projects whose traffic taught it (ids, the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taught_by: Vec<ProjectId>,
+}
+
+impl Learned {
+    /// A domain `keys` were found for on `seen`, taught as `how` says.
+    pub fn new(domain: &str, keys: Vec<Box<str>>, seen: u32, how: Teach) -> Learned {
+        Learned {
+            domain: domain.into(),
+            keys,
+            seen,
+            inferred: how.inferred,
+            vouched: how.vouched.unwrap_or(false),
+            global: how.teachers.is_global(),
+            taught_by: how.teachers.projects().to_vec(),
+        }
+    }
+
+    /// How to teach it.
+    pub fn teach(&self) -> Teach {
+        Teach {
+            inferred: self.inferred,
+            // Vouching is sticky here: a gateway that did not ask does not undo one that did.
+            vouched: self.vouched.then_some(true),
+            teachers: Teachers::of(self.global, &self.taught_by),
+        }
+    }
 }
 
 /// The index (see the module documentation). Not synchronised: the `mx` part holds it behind
@@ -355,44 +650,62 @@ impl NeighbourhoodIndex {
 
     /// Whether `domain` stands as [`Standing::Inferred`].
     pub fn is_inferred(&self, domain: &str) -> bool {
-        self.domains
-            .get(domain)
-            .is_some_and(|e| e.standing == Standing::Inferred)
+        self.domains.get(domain).is_some_and(|e| e.inferred)
     }
 
-    /// Records that the gateway answered the unlisted `domain` disposable from its neighbours
-    /// (`inferred`) or not: its counts move between unlisted and nothing. Whether anything
-    /// changed (a listed or unknown domain is left as it is).
-    pub fn set_inferred(&mut self, domain: &str, inferred: bool) -> bool {
+    /// Whether something vouches for `domain`, as last taught.
+    pub fn is_vouched(&self, domain: &str) -> bool {
+        self.domains.get(domain).is_some_and(|e| e.vouched)
+    }
+
+    /// Records how the gateway answered the unlisted `domain`: disposable from its neighbours
+    /// (`inferred`: it counts neither way) or not (it counts as what vouches for it says:
+    /// `vouched`, `None` keeping the last word). Whether anything changed (a listed or unknown
+    /// domain is left as it is).
+    pub fn judged(&mut self, domain: &str, inferred: bool, vouched: Option<bool>) -> bool {
         let Some(entry) = self.domains.get(domain) else {
             return false;
         };
-        let to = match (entry.standing, inferred) {
-            (Standing::Unlisted, true) => Standing::Inferred,
-            (Standing::Inferred, false) => Standing::Unlisted,
-            _ => return false,
-        };
-        let (from, keys) = (entry.standing, entry.keys.clone());
-        for k in keys.iter() {
-            if let Some(c) = self.keys.get_mut(k) {
-                c.remove(from);
-                c.add(to);
-            }
+        let vouched = vouched.unwrap_or(entry.vouched);
+        if entry.standing.is_listed() || (entry.inferred, entry.vouched) == (inferred, vouched) {
+            return false;
         }
-        if let Some(e) = self.domains.get_mut(domain) {
-            e.standing = to;
-        }
+        self.restand(domain, |e| {
+            e.standing = Standing::unlisted(inferred, vouched);
+            e.vouched = vouched;
+            e.inferred = inferred;
+        });
         true
+    }
+
+    /// `project`'s traffic asked for the listed `domain` again: it joins its teachers. Whether
+    /// anything changed (an unknown domain, a known teacher, or a full set of teachers: no).
+    pub fn add_teacher(&mut self, domain: &str, project: ProjectId) -> bool {
+        let Some(entry) = self.domains.get(domain) else {
+            return false;
+        };
+        let mut teachers = entry.teachers;
+        if !entry.standing.is_listed() || !teachers.add(project) {
+            return false;
+        }
+        self.restand(domain, |e| e.teachers = teachers);
+        true
+    }
+
+    /// Withdraws `domain`'s contribution, changes its entry, counts it again.
+    fn restand(&mut self, domain: &str, change: impl FnOnce(&mut DomainEntry)) {
+        let Some(mut entry) = self.domains.remove(domain) else {
+            return;
+        };
+        self.withdraw(&entry);
+        change(&mut entry);
+        self.contribute(&entry);
+        self.domains.insert(domain.into(), entry);
     }
 
     /// `domain` as the state file keeps it, if it is known.
     pub fn learned_of(&self, domain: &str) -> Option<Learned> {
-        self.domains.get(domain).map(|e| Learned {
-            domain: domain.into(),
-            keys: e.keys.iter().map(|k| (**k).into()).collect(),
-            seen: e.seen,
-            inferred: e.standing == Standing::Inferred,
-        })
+        self.domains.get(domain).map(|e| learned(domain, e))
     }
 
     fn source_id(&mut self, source: &str) -> u16 {
@@ -408,28 +721,30 @@ impl NeighbourhoodIndex {
     }
 
     /// Learns that `domain` (a registrable domain) has `keys` (from [`keys_of`]); `listed`
-    /// names the blocklist source when a list names it. Seen on `day` (days since the epoch).
-    /// Past the bound, the owner evicts (off the lock's long holds: see [`excess`](Self::excess));
-    /// only an index a tenth over it evicts here, and returns what it forgot.
-    /// `inferred`: the gateway answered it disposable from its neighbours (kept from an
-    /// earlier teach of the same unlisted domain too).
+    /// names the blocklist source when a list names it; `how` says how it was answered,
+    /// whether its owner vouches for it and who taught it (merged with who taught it before).
+    /// Seen on `day` (days since the epoch). Past the bound, the owner evicts (off the lock's
+    /// long holds: see [`excess`](Self::excess)); only an index a tenth over it evicts here,
+    /// and returns what it forgot.
     pub fn teach(
         &mut self,
         domain: &str,
         keys: &[Box<str>],
         listed: Option<&str>,
-        inferred: bool,
+        how: Teach,
         day: u32,
     ) -> Vec<Box<str>> {
         let listed = listed.map(|s| self.source_id(s));
         let old = self.domains.remove(domain);
-        let inferred = inferred
-            || old
-                .as_ref()
-                .is_some_and(|o| o.standing == Standing::Inferred);
         if let Some(old) = &old {
             self.withdraw(old);
         }
+        let inferred = how.inferred || old.as_ref().is_some_and(|o| o.inferred);
+        let vouched = how
+            .vouched
+            .unwrap_or_else(|| old.as_ref().is_some_and(|o| o.vouched));
+        let mut teachers = old.as_ref().map_or_else(Teachers::default, |o| o.teachers);
+        teachers.merge(how.teachers);
         // A domain with no key (its mail at a shared service) is remembered too, so that it
         // is not resolved again and again to learn nothing. Keys under its own name (from a
         // state file, a snapshot or another gateway older than that rule) are dropped.
@@ -441,25 +756,17 @@ impl NeighbourhoodIndex {
             })
             .map(|k| self.intern(k))
             .collect();
-        let standing = match listed {
-            Some(source) => Standing::Listed(source),
-            None if inferred => Standing::Inferred,
-            None => Standing::Unlisted,
+        let entry = DomainEntry {
+            standing: listed
+                .map_or_else(|| Standing::unlisted(inferred, vouched), Standing::Listed),
+            keys,
+            seen: old.map_or(day, |o| o.seen.max(day)),
+            teachers,
+            vouched,
+            inferred,
         };
-        for k in keys.iter() {
-            if let Some(c) = self.keys.get_mut(k) {
-                c.add(standing);
-            }
-        }
-        let seen = old.map_or(day, |o| o.seen.max(day));
-        self.domains.insert(
-            domain.into(),
-            DomainEntry {
-                standing,
-                keys,
-                seen,
-            },
-        );
+        self.contribute(&entry);
+        self.domains.insert(domain.into(), entry);
         if self.domains.len() > self.max_entries + self.max_entries / 10 {
             return self.evict();
         }
@@ -478,10 +785,18 @@ impl NeighbourhoodIndex {
         k
     }
 
+    fn contribute(&mut self, entry: &DomainEntry) {
+        for k in entry.keys.iter() {
+            if let Some(c) = self.keys.get_mut(k) {
+                c.count(entry, true);
+            }
+        }
+    }
+
     fn withdraw(&mut self, entry: &DomainEntry) {
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
-                c.remove(entry.standing);
+                c.count(entry, false);
                 if c.is_empty() {
                     self.keys.remove(k);
                     if let Some((kind, _)) = KeyKind::split(k) {
@@ -492,59 +807,76 @@ impl NeighbourhoodIndex {
         }
     }
 
-    /// The key among `keys` that judges (most listed neighbours first, then host before parent
-    /// before network), leaving `own` out of the counts.
+    /// The key among `keys` that judges `project`'s answer (most listed neighbours first, then
+    /// host before parent before network), leaving `own` out of the counts.
     fn dominant<'k>(
         &self,
         keys: &'k [Arc<str>],
+        project: Option<ProjectId>,
         own: Option<Standing>,
-    ) -> Option<(&'k Arc<str>, &Counts)> {
-        let mut best: Option<(&Arc<str>, &Counts, u32)> = None;
+    ) -> Option<(&'k Arc<str>, &Counts, KeyKind, View)> {
+        let mut best: Option<(&Arc<str>, &Counts, KeyKind, View)> = None;
         for k in keys {
-            let Some(c) = self.keys.get(k) else { continue };
-            let (listed, _) = c.without(own);
-            if self.rule.judges(c, own) && best.is_none_or(|(_, _, l)| listed > l) {
-                best = Some((k, c, listed));
+            let (Some(c), Some((kind, _))) = (self.keys.get(k), KeyKind::split(k)) else {
+                continue;
+            };
+            let view = c.view(project, own);
+            if view.judges(&self.rule, kind)
+                && best.is_none_or(|(_, _, _, b)| view.listed > b.listed)
+            {
+                best = Some((k, c, kind, view));
             }
         }
-        best.map(|(k, c, _)| (k, c))
+        best
     }
 
     /// Whether `key` (`kind:value`) has a listed neighbour: the only keys that can judge.
     pub fn has_listed(&self, key: &str) -> bool {
-        self.keys.get(key).is_some_and(|c| c.listed > 0)
+        self.keys.get(key).is_some_and(|c| c.listed() > 0)
     }
 
-    /// What the index says of `domain` (a registrable domain): the key that judges it, if one
-    /// does. `None` for a listed domain (the lists have spoken) or one never taught.
-    pub fn finding(&self, domain: &str) -> Option<Finding> {
+    /// Whether any key of `domain` has a listed neighbour (its own evidence may then matter).
+    pub fn near_listed(&self, domain: &str) -> bool {
+        self.domains
+            .get(domain)
+            .is_some_and(|e| e.keys.iter().any(|k| self.has_listed(k)))
+    }
+
+    /// What the index says of `domain` (a registrable domain) for `project`'s answer: the key
+    /// that judges it, if one does. `None` for a listed domain (the lists have spoken) or one
+    /// never taught.
+    pub fn finding(&self, domain: &str, project: ProjectId) -> Option<Finding> {
         let entry = self.domains.get(domain)?;
-        if matches!(entry.standing, Standing::Listed(_)) {
+        if entry.standing.is_listed() {
             return None;
         }
-        let (key, counts) = self.dominant(&entry.keys, Some(entry.standing))?;
-        let (listed, unlisted) = counts.without(Some(entry.standing));
-        let (kind, value) = KeyKind::split(key)?;
+        let own = Some(entry.standing);
+        let (key, counts, kind, view) = self.dominant(&entry.keys, Some(project), own)?;
+        let (_, value) = KeyKind::split(key)?;
         Some(Finding {
             key_kind: kind,
             key: value.into(),
-            listed,
-            unlisted,
-            share: f64::from(listed) / f64::from((listed + unlisted).max(1)),
+            listed: view.listed,
+            unlisted: view.vouched + view.other,
+            vouched: view.vouched,
+            throwaway_hosts: view.hosts,
+            share: f64::from(view.listed) / f64::from((view.listed + view.vouched).max(1)),
+            trusted: view.trusted(&self.rule, kind),
             sources: self.source_counts(counts),
             since: None,
         })
     }
 
-    /// Whether a verdict reached earlier (`finding`) still stands: its key still has at least
-    /// `min_listed` listed neighbours and a share within [`HOLD_MARGIN`] of `min_share`. The
-    /// margin keeps a verdict from flipping as neighbours trickle in around the threshold;
-    /// evidence well against it (a shared host's tenants seen after a cold start) drops it.
-    pub fn holds(&self, domain: &str, finding: &Finding) -> bool {
+    /// Whether a verdict reached earlier (`finding`, for `project`) still stands: its key still
+    /// has at least `min_listed` listed neighbours and a share within [`HOLD_MARGIN`] of
+    /// `min_share`. The margin keeps a verdict from flipping as neighbours trickle in around
+    /// the threshold; evidence well against it (legitimate tenants seen after a cold start)
+    /// drops it.
+    pub fn holds(&self, domain: &str, finding: &Finding, project: ProjectId) -> bool {
         let Some(entry) = self.domains.get(domain) else {
             return false;
         };
-        if matches!(entry.standing, Standing::Listed(_)) {
+        if entry.standing.is_listed() {
             return false;
         }
         let key = format!("{}:{}", finding.key_kind.as_str(), finding.key);
@@ -554,12 +886,12 @@ impl NeighbourhoodIndex {
         let Some(counts) = self.keys.get(key.as_str()) else {
             return false;
         };
-        let (listed, unlisted) = counts.without(Some(entry.standing));
+        let view = counts.view(Some(project), Some(entry.standing));
         let relaxed = NeighbourhoodRule {
-            min_listed: self.rule.min_listed,
             min_share: (self.rule.min_share - HOLD_MARGIN).max(0.5),
+            ..self.rule
         };
-        relaxed.dominates(listed, unlisted)
+        view.judges(&relaxed, finding.key_kind)
     }
 
     fn source_counts(&self, counts: &Counts) -> Vec<SourceCount> {
@@ -586,23 +918,27 @@ impl NeighbourhoodIndex {
     /// The `limit` keys with the most listed neighbours.
     pub fn top(&self, limit: usize) -> Vec<KeyReport> {
         let mut ranked: Vec<(&Arc<str>, &Counts)> =
-            self.keys.iter().filter(|(_, c)| c.listed > 0).collect();
-        ranked.sort_by(|a, b| b.1.listed.cmp(&a.1.listed).then(a.0.cmp(b.0)));
+            self.keys.iter().filter(|(_, c)| c.listed() > 0).collect();
+        ranked.sort_by(|a, b| b.1.listed().cmp(&a.1.listed()).then(a.0.cmp(b.0)));
         ranked
             .into_iter()
             .take(limit)
             .filter_map(|(k, c)| {
                 let (kind, value) = KeyKind::split(k)?;
+                // As a verdict on one of its tenants would see it (that tenant left out), for
+                // the project whose own traffic taught most of its neighbours (what any other
+                // project sees is `trusted` or less), by the verdict's test.
+                let own = (c.other > 0).then_some(Standing::Unknown);
+                let view = c.view(heaviest(&c.listed.solo, None), own);
                 Some(KeyReport {
                     key_kind: kind,
                     key: value.into(),
-                    listed: c.listed,
-                    unlisted: c.unlisted,
-                    // As a verdict on one of its unlisted tenants would see it (that tenant
-                    // left out), by the verdict's own test.
-                    judges: self
-                        .rule
-                        .judges(c, (c.unlisted > 0).then_some(Standing::Unlisted)),
+                    listed: c.listed(),
+                    trusted: view.trusted,
+                    unlisted: c.vouched + c.other,
+                    vouched: c.vouched,
+                    throwaway_hosts: view.hosts,
+                    judges: view.judges(&self.rule, kind),
                     sources: self.source_counts(c),
                 })
             })
@@ -630,13 +966,7 @@ impl NeighbourhoodIndex {
     fn usefulness(&self, e: &DomainEntry) -> u8 {
         match e.standing {
             Standing::Listed(_) => 2,
-            Standing::Unlisted
-                if e.keys
-                    .iter()
-                    .any(|k| self.keys.get(k).is_some_and(|c| c.listed > 0)) =>
-            {
-                1
-            }
+            _ if e.keys.iter().any(|k| self.has_listed(k)) => 1,
             _ => 0,
         }
     }
@@ -677,17 +1007,7 @@ impl NeighbourhoodIndex {
     pub fn learned_unsorted(&self) -> Vec<(bool, Learned)> {
         self.domains
             .iter()
-            .map(|(d, e)| {
-                (
-                    matches!(e.standing, Standing::Listed(_)),
-                    Learned {
-                        domain: d.clone(),
-                        keys: e.keys.iter().map(|k| (**k).into()).collect(),
-                        seen: e.seen,
-                        inferred: e.standing == Standing::Inferred,
-                    },
-                )
-            })
+            .map(|(d, e)| (e.standing.is_listed(), learned(d, e)))
             .collect()
     }
 
@@ -702,6 +1022,19 @@ impl NeighbourhoodIndex {
     }
 }
 
+/// `e` (of `domain`) as the state file keeps it.
+fn learned(domain: &str, e: &DomainEntry) -> Learned {
+    Learned {
+        domain: domain.into(),
+        keys: e.keys.iter().map(|k| (**k).into()).collect(),
+        seen: e.seen,
+        inferred: e.inferred,
+        vouched: e.vouched,
+        global: e.teachers.is_global(),
+        taught_by: e.teachers.projects().to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,7 +1042,33 @@ mod tests {
     const RULE: NeighbourhoodRule = NeighbourhoodRule {
         min_listed: 3,
         min_share: 0.8,
+        min_hosts: 2,
     };
+
+    /// The project every test asks for.
+    const P: ProjectId = 7;
+
+    /// Taught by the lists' snapshot (listed) or seen in traffic, nobody vouching (unlisted).
+    fn teach(ix: &mut NeighbourhoodIndex, d: &str, k: &[Box<str>], listed: Option<&str>, day: u32) {
+        let how = Teach {
+            teachers: if listed.is_some() {
+                Teachers::GLOBAL
+            } else {
+                Teachers::default()
+            },
+            ..Teach::default()
+        };
+        ix.teach(d, k, listed, how, day);
+    }
+
+    /// An unlisted domain something vouches for (an established age).
+    fn vouched(ix: &mut NeighbourhoodIndex, d: &str, k: &[Box<str>]) {
+        let how = Teach {
+            vouched: Some(true),
+            ..Teach::default()
+        };
+        ix.teach(d, k, None, how, 1);
+    }
 
     fn keys(list: &[&str]) -> Vec<Box<str>> {
         list.iter().map(|k| (*k).into()).collect()
@@ -787,21 +1146,21 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.throw.io", "parent:throw.io"]);
         for i in 0..3 {
-            ix.teach(&format!("l{i}.com"), &k, Some("list-a"), false, 1);
+            teach(&mut ix, &format!("l{i}.com"), &k, Some("list-a"), 1);
         }
-        ix.teach("new.com", &k, None, false, 1);
-        let f = ix.finding("new.com").unwrap();
+        teach(&mut ix, "new.com", &k, None, 1);
+        let f = ix.finding("new.com", P).unwrap();
         assert_eq!((f.key_kind, &*f.key), (KeyKind::Host, "mx.throw.io"));
         assert_eq!((f.listed, f.unlisted), (3, 0));
         assert_eq!(f.sources[0].source.as_ref(), "list-a");
         // Listed domains are not judged; unknown ones neither.
-        assert_eq!(ix.finding("l0.com"), None);
-        assert_eq!(ix.finding("never.com"), None);
+        assert_eq!(ix.finding("l0.com", P), None);
+        assert_eq!(ix.finding("never.com", P), None);
         // Taught again: counted once.
         for _ in 0..5 {
-            ix.teach("l0.com", &k, Some("list-a"), false, 2);
+            teach(&mut ix, "l0.com", &k, Some("list-a"), 2);
         }
-        assert_eq!(ix.finding("new.com").unwrap().listed, 3);
+        assert_eq!(ix.finding("new.com", P).unwrap().listed, 3);
     }
 
     #[test]
@@ -810,94 +1169,220 @@ mod tests {
         // Planted: listed domains on the victim's host and on made-up hosts under its name.
         let planted = keys(&["host:mx.victim.com", "parent:victim.com"]);
         for i in 0..10 {
-            ix.teach(&format!("l{i}.com"), &planted, Some("s"), false, 1);
+            teach(&mut ix, &format!("l{i}.com"), &planted, Some("s"), 1);
         }
         // Taught with those keys anyway (a state file from before the rule): they are dropped.
-        ix.teach("victim.com", &planted, None, false, 1);
-        assert_eq!(ix.finding("victim.com"), None);
+        teach(&mut ix, "victim.com", &planted, None, 1);
+        assert_eq!(ix.finding("victim.com", P), None);
         let sister = keys(&["host:mx.victim.com"]);
-        ix.teach("sister.com", &sister, None, false, 1);
+        teach(&mut ix, "sister.com", &sister, None, 1);
         assert!(
-            ix.finding("sister.com").is_some(),
+            ix.finding("sister.com", P).is_some(),
             "another domain on it is a tenant"
         );
     }
 
     /// What flagging a tenant of an unrecognised shared host costs at the shipped rule: listed
     /// domains (each a throwaway domain on a list whose MX the attacker sets: a lapsed one,
-    /// re-registered) pointed at the host, per legitimate tenant already seen there.
+    /// re-registered) pointed at the host, per legitimate tenant already seen there. Tenants
+    /// nobody vouches for (no established age known) dilute nothing: `min_listed` flags them all.
     #[test]
     fn the_cost_of_flagging_a_shared_hosts_tenants() {
         let shipped = NeighbourhoodRule {
             min_listed: 5,
             min_share: 0.8,
+            min_hosts: 3,
         };
-        let cost = |tenants: u32| -> u32 {
+        let cost = |tenants: u32, vouch: bool| -> u32 {
             let mut ix = NeighbourhoodIndex::new(shipped, 100_000);
             let k = keys(&["host:mx.smallhost.net"]);
             for t in 0..tenants {
-                ix.teach(&format!("tenant{t}.com"), &k, None, false, 1);
+                let how = Teach {
+                    vouched: Some(vouch),
+                    ..Teach::default()
+                };
+                ix.teach(&format!("tenant{t}.com"), &k, None, how, 1);
             }
             (1..10_000)
                 .find(|&planted| {
-                    ix.teach(&format!("planted{planted}.com"), &k, Some("s"), false, 1);
-                    ix.finding("tenant0.com").is_some()
+                    teach(&mut ix, &format!("planted{planted}.com"), &k, Some("s"), 1);
+                    ix.finding("tenant0.com", P).is_some()
                 })
                 .unwrap()
         };
-        // 4 per other tenant seen, at least `min_listed`.
+        // 4 per other vouched tenant seen, at least `min_listed`.
         assert_eq!(
-            [1, 2, 10, 30].map(cost),
+            [1, 2, 10, 30].map(|n| cost(n, true)),
             [5, 5, 36, 116],
             "docs/mx.md states these"
         );
+        assert_eq!([1, 30].map(|n| cost(n, false)), [5, 5]);
     }
 
     #[test]
-    fn unlisted_neighbours_weaken_a_key_and_legitimate_majorities_judge_nobody() {
+    fn vouched_neighbours_weaken_a_key_and_unknown_ones_do_not() {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.throw.io"]);
         for i in 0..8 {
-            ix.teach(&format!("l{i}.com"), &k, Some("s"), false, 1);
+            teach(&mut ix, &format!("l{i}.com"), &k, Some("s"), 1);
         }
-        // New throwaway domains on the host: each judged (itself left out of the counts)...
-        for i in 0..3 {
-            ix.teach(&format!("u{i}.com"), &k, None, false, 1);
+        // Unlisted domains nobody vouches for: each judged, however many.
+        for i in 0..30 {
+            teach(&mut ix, &format!("u{i}.com"), &k, None, 1);
         }
-        assert_eq!(ix.finding("u0.com").unwrap().unlisted, 2);
-        // ...until unlisted ones are more than a fifth: 8 / (8 + 2) is 0.8, 8 / (8 + 3) is not.
-        ix.teach("u3.com", &k, None, false, 1);
-        assert!(ix.finding("u3.com").is_none());
-        // A shared host: a few listed tenants among many legitimate ones judges nobody.
-        let shared = keys(&["network:198.51.100.0/24"]);
+        let f = ix.finding("u0.com", P).unwrap();
+        assert_eq!((f.listed, f.unlisted, f.vouched), (8, 29, 0));
+        // Vouched ones dilute: 8 / (8 + 2) is 0.8, 8 / (8 + 3) is not.
+        vouched(&mut ix, "v0.com", &k);
+        vouched(&mut ix, "v1.com", &k);
+        assert!(ix.finding("u0.com", P).is_some());
+        assert!(ix.finding("v0.com", P).is_some(), "itself left out");
+        vouched(&mut ix, "v2.com", &k);
+        assert!(ix.finding("u0.com", P).is_none());
+        // A vouched one counts against its key even once the key judged it (a cold start on a
+        // shared host ends with its established tenants); an inferred one nobody vouches for
+        // counts neither way.
+        assert!(ix.judged("v2.com", true, None));
+        assert!(ix.finding("u0.com", P).is_none());
+        assert!(ix.is_vouched("v2.com") && ix.is_inferred("v2.com"));
+        assert!(ix.judged("v2.com", true, Some(false)));
+        assert!(ix.finding("u0.com", P).is_some());
+        // A shared host: a few listed tenants among many vouched ones judges nobody.
+        let shared = keys(&["host:mx.shared.example"]);
         for i in 0..20 {
-            ix.teach(&format!("co{i}.com"), &shared, None, false, 1);
+            vouched(&mut ix, &format!("co{i}.com"), &shared);
         }
         for i in 0..6 {
-            ix.teach(&format!("t{i}.com"), &shared, Some("s"), false, 1);
+            teach(&mut ix, &format!("t{i}.com"), &shared, Some("s"), 1);
         }
-        ix.teach("company.com", &shared, None, false, 1);
-        assert_eq!(ix.finding("company.com"), None);
+        teach(&mut ix, "company.com", &shared, None, 1);
+        assert_eq!(ix.finding("company.com", P), None);
         let top = ix.top(10);
         assert_eq!(&*top[0].key, "mx.throw.io");
-        assert!(!top[0].judges && !top[1].judges, "{top:?}");
+        assert!(top[0].judges && !top[1].judges, "{top:?}");
+    }
+
+    /// Teaches `n` listed domains (named `tag0...`) on `k`, each by the one project `p`.
+    fn taught_by(ix: &mut NeighbourhoodIndex, tag: &str, n: u32, k: &[Box<str>], p: ProjectId) {
+        for i in 0..n {
+            let how = Teach {
+                teachers: Teachers::project(p),
+                ..Teach::default()
+            };
+            ix.teach(&format!("{tag}{i}.com"), k, Some("s"), how, 1);
+        }
+    }
+
+    #[test]
+    fn no_single_other_project_can_make_a_key_judge_a_projects_answer() {
+        let rule = NeighbourhoodRule {
+            min_listed: 5,
+            ..RULE
+        };
+        let mut ix = NeighbourhoodIndex::new(rule, 1000);
+        let k = keys(&["host:mx.small.example"]);
+        let (a, b, c, d) = (
+            project_id("a"),
+            project_id("b"),
+            project_id("c"),
+            project_id("d"),
+        );
+        // A plants 20 on a small host: A's own answers are judged (on its own word), no one
+        // else's.
+        taught_by(&mut ix, "planted", 20, &k, a);
+        teach(&mut ix, "victim.com", &k, None, 1);
+        let f = ix.finding("victim.com", a).unwrap();
+        assert!(!f.trusted && f.listed == 20, "{f:?}");
+        assert_eq!(ix.finding("victim.com", b), None);
+        // Real throwaways there too, each looked up by one of three other projects: B's
+        // answers count all but the heaviest other project's (A's 20).
+        taught_by(&mut ix, "b", 2, &k, b);
+        taught_by(&mut ix, "c", 2, &k, c);
+        assert_eq!(ix.finding("victim.com", b), None, "B's 2 and C's 2: 4 < 5");
+        taught_by(&mut ix, "d", 1, &k, d);
+        let f = ix.finding("victim.com", b).unwrap();
+        assert_eq!(f.listed, 5, "B's 2, C's 2, D's 1; A's 20 left out");
+        // A trusted finding holds without the heaviest of all (A's): 5 >= 3 here too.
+        assert!(f.trusted);
+        // Two projects asking for one listed domain make it the lists' word for everyone.
+        assert!(ix.add_teacher("planted0.com", b));
+        assert!(!ix.add_teacher("planted0.com", b));
+        assert_eq!(ix.finding("victim.com", b).unwrap().listed, 6);
+        let l = ix.learned_of("planted0.com").unwrap();
+        assert_eq!(l.taught_by, [a, b]);
+        assert_eq!(l.teach().teachers.projects(), [a, b]);
+    }
+
+    #[test]
+    fn a_parent_or_network_judges_only_with_several_throwaway_hosts() {
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        let net = "network:203.0.113.0/24";
+        // One throwaway host with many listed domains, and a small legitimate host beside it.
+        for i in 0..10 {
+            teach(
+                &mut ix,
+                &format!("l{i}.com"),
+                &keys(&["host:mx.throw.io", net]),
+                Some("s"),
+                1,
+            );
+        }
+        teach(
+            &mut ix,
+            "customer.com",
+            &keys(&["host:mail.smallco.example", net]),
+            None,
+            1,
+        );
+        assert_eq!(ix.finding("customer.com", P), None);
+        // One project plants on two more servers there: its hosts are its own word, left out
+        // of every other project's count of hosts as of listed neighbours.
+        let a = project_id("a");
+        for (i, host) in ["host:srv1.vps.example", "host:srv2.vps.example"]
+            .iter()
+            .enumerate()
+        {
+            let how = Teach {
+                teachers: Teachers::project(a),
+                ..Teach::default()
+            };
+            ix.teach(
+                &format!("planted{i}.com"),
+                &keys(&[host, net]),
+                Some("s"),
+                how,
+                1,
+            );
+        }
+        assert_eq!(ix.finding("customer.com", P), None);
+        assert_eq!(ix.finding("customer.com", a).unwrap().throwaway_hosts, 3);
+        // A second throwaway host the lists taught: two hosts (`min_hosts` 2 here) judge.
+        teach(
+            &mut ix,
+            "l10.com",
+            &keys(&["host:mx2.throw2.io", net]),
+            Some("s"),
+            1,
+        );
+        let f = ix.finding("customer.com", P).unwrap();
+        assert_eq!((f.key_kind, f.throwaway_hosts), (KeyKind::Network, 2));
     }
 
     #[test]
     fn new_keys_replace_old_ones_and_old_domains_age_out() {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let a = keys(&["host:a.io"]);
-        ix.teach("x.com", &a, Some("s"), false, 1);
-        ix.teach("x.com", &keys(&["host:b.io"]), Some("s"), false, 2);
+        teach(&mut ix, "x.com", &a, Some("s"), 1);
+        teach(&mut ix, "x.com", &keys(&["host:b.io"]), Some("s"), 2);
         assert_eq!(ix.keys(), 1);
-        ix.teach("y.com", &a, None, false, 10);
+        teach(&mut ix, "y.com", &a, None, 10);
         assert_eq!(ix.expire(12, 5).len(), 1);
         assert!(!ix.knows("x.com") && ix.knows("y.com"));
         assert_eq!(ix.keys(), 1);
         // No keys: known (not resolved again), counted nowhere.
-        ix.teach("y.com", &[], None, false, 10);
+        teach(&mut ix, "y.com", &[], None, 10);
         assert_eq!((ix.domains(), ix.keys()), (1, 0));
-        assert!(ix.knows("y.com") && ix.finding("y.com").is_none());
+        assert!(ix.knows("y.com") && ix.finding("y.com", P).is_none());
     }
 
     #[test]
@@ -905,14 +1390,14 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 100);
         let k = keys(&["host:mx.throw.io"]);
         for i in 0..10 {
-            ix.teach(&format!("l{i}.com"), &k, Some("s"), false, 1);
+            teach(&mut ix, &format!("l{i}.com"), &k, Some("s"), 1);
         }
         for i in 0..500 {
-            ix.teach(
+            teach(
+                &mut ix,
                 &format!("lone{i}.com"),
                 &[format!("host:h{i}.io").into()],
                 None,
-                false,
                 2,
             );
         }
@@ -939,8 +1424,8 @@ mod tests {
     #[test]
     fn learned_lists_listed_domains_first() {
         let mut ix = NeighbourhoodIndex::new(RULE, 100);
-        ix.teach("a.com", &keys(&["host:h.io"]), None, false, 1);
-        ix.teach("z.com", &keys(&["host:h.io"]), Some("s"), false, 1);
+        teach(&mut ix, "a.com", &keys(&["host:h.io"]), None, 1);
+        teach(&mut ix, "z.com", &keys(&["host:h.io"]), Some("s"), 1);
         let l = ix.learned();
         assert_eq!(
             l.iter().map(|l| &*l.domain).collect::<Vec<_>>(),

@@ -326,9 +326,9 @@ fn mx_resolver(
         let sharing = gateway.quota.store == QuotaStoreKind::Redis;
         let index = Arc::new(Neighbourhood::new(config, table.clone(), sharing));
         if let Some(snapshot) = &config.snapshot {
-            index.load(snapshot, "snapshot");
+            index.load(snapshot, "snapshot", true);
         }
-        index.load(&config.state_path(), "state file");
+        index.load(&config.state_path(), "state file", false);
         resolver = resolver.with_neighbourhood(index);
     }
     Ok(Some(Arc::new(resolver)))
@@ -381,7 +381,7 @@ fn parts(
             .metrics
             .counter_vec(
                 "drg_keys_shared_store_restores_total",
-                "Times this gateway found the shared key store's data set lost (flushed, evicted, another Redis) and put the API-made keys it knew back.",
+                "Times this gateway found the shared key store's data set lost (flushed, evicted, another Redis, a failover to a replica that lagged) and put back the API-made keys it knew that no revocation covers.",
                 &["store"],
             )?
             .with_label_values(&["redis"]);

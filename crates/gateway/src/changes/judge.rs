@@ -46,8 +46,9 @@ pub struct Judge {
 }
 
 impl Judge {
-    /// `name`'s verdict now (`None`: it cannot be judged from what is held).
-    pub fn judge(&self, name: &str) -> Option<Judged> {
+    /// `name`'s verdict now for `project`'s answer (`None`: it cannot be judged from what is
+    /// held).
+    pub fn judge(&self, name: &str, project: &str) -> Option<Judged> {
         let name = DomainName::parse(name).ok()?;
         let table = self.table.load();
         let found = table.lookup(&name);
@@ -58,7 +59,7 @@ impl Judge {
         };
         let finding = match (evidence.as_deref(), &self.mx) {
             (Some(MxEvidence::Hosts(_)), Some(mx)) => {
-                mx.neighbourhood().and_then(|nb| nb.finding(&name))
+                mx.neighbourhood().and_then(|nb| nb.finding(&name, project))
             }
             _ => None,
         };

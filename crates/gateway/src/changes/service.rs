@@ -265,7 +265,7 @@ impl ChangesService {
 
     async fn judge_one(&self, st: &mut Loop, project: &str, domain: String, told: Told) {
         Counters::add(&self.counters.judged, 1);
-        let Some(now) = self.judge.judge(&domain) else {
+        let Some(now) = self.judge.judge(&domain, project) else {
             return;
         };
         let key = (project.to_owned(), domain);

@@ -22,9 +22,9 @@ fn neighbourhood(mx: &MxConfig, table: Arc<ArcSwap<DomainTable>>) -> Option<Arc<
     }
     let index = Neighbourhood::new(config, table, false);
     if let Some(snapshot) = &config.snapshot {
-        index.load(snapshot, "snapshot");
+        index.load(snapshot, "snapshot", true);
     }
-    index.load(&config.state_path(), "state file");
+    index.load(&config.state_path(), "state file", false);
     Some(Arc::new(index))
 }
 
@@ -55,7 +55,7 @@ pub fn lookup(conf: &Path, domain: &str) -> Result<String, CommandError> {
         let (evidence, state) =
             runtime.block_on(resolver.evidence_within(name.as_str(), mx.query_timeout, "lookup"));
         if let (Some(index), MxEvidence::Hosts(_)) = (&index, &*evidence) {
-            finding = index.finding(&name);
+            finding = index.finding(&name, "lookup");
         }
         Some((evidence, state))
     } else {

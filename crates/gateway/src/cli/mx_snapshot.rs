@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{settings, CommandError};
-use crate::domain::neighbour_index::{keys_of, Learned};
+use crate::domain::neighbour_index::{keys_of, Learned, Teach, Teachers};
 use crate::domain::{DomainName, TableRule};
 use crate::mx::neighbourhood::{store, today};
 use crate::mx::resolver::MxResolver;
@@ -157,12 +157,12 @@ async fn run(
         let keys = keys_of(&name, &hosts, table.providers());
         tally.resolved += 1;
         tally.with_keys += usize::from(!keys.is_empty());
-        let line = store::line(&Learned {
-            domain: name.into(),
-            keys,
-            seen: day,
-            inferred: false,
-        });
+        // The lists' own: it judges every project's answers (`Teachers::GLOBAL`).
+        let how = Teach {
+            teachers: Teachers::GLOBAL,
+            ..Teach::default()
+        };
+        let line = store::line(&Learned::new(&name, keys, day, how));
         let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
         writeln!(f, "{line}")?;
         // Each line on disk as it is learned: an interrupted run resumes where it stopped.

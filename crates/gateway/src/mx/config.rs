@@ -96,8 +96,15 @@ pub struct NeighbourhoodConfig {
     pub enabled: bool,
     /// Distinct listed neighbours a key needs before it judges.
     pub min_listed: u32,
-    /// Share of listed among listed and unlisted neighbours a key needs (0.5 to 1).
+    /// Share of listed among listed and vouched-for neighbours a key needs (0.5 to 1).
     pub min_share: Share,
+    /// Distinct MX hosts of listed neighbours a parent or a network needs before it judges
+    /// (hosting providers put unrelated tenants in one /24: one throwaway host says nothing).
+    pub min_hosts: u32,
+    /// An unlisted neighbour the registry shows registered at least this many days ago is
+    /// vouched for: it dilutes its keys (few throwaway domains live that long unlisted; a
+    /// neighbour of unknown age dilutes nothing).
+    pub vouch_age_days: u32,
     /// Domains remembered at most (each adds at most 16 keys; typically 2 to 4).
     pub max_entries: usize,
     /// A domain not seen again for this many days is forgotten.
@@ -138,6 +145,8 @@ impl Default for NeighbourhoodConfig {
             enabled: true,
             min_listed: 5,
             min_share: Share(0.8),
+            min_hosts: 3,
+            vouch_age_days: 730,
             max_entries: 200_000,
             max_age_days: 90,
             state_file: None,
@@ -182,6 +191,12 @@ impl NeighbourhoodConfig {
         let key = "gateway.mx.neighbourhood";
         if self.min_listed == 0 {
             out.push(format!("{key}.min_listed: must be at least 1"));
+        }
+        if self.min_hosts == 0 {
+            out.push(format!("{key}.min_hosts: must be at least 1"));
+        }
+        if self.vouch_age_days == 0 {
+            out.push(format!("{key}.vouch_age_days: must be at least 1"));
         }
         if !(0.5..=1.0).contains(&self.min_share.0) {
             out.push(format!(

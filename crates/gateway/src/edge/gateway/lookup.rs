@@ -73,7 +73,7 @@ impl Gateway {
         let table = self.shared.table.load();
         let found = table.lookup(&name);
         if !wants_mx(&found) && found.rule != TableRule::Unknown {
-            self.learn_if_listed(&name, &found);
+            self.learn_if_listed(&name, &found, project_name);
             ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
             let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
             let (suggestion, verdict) = self.classify_and_record(
@@ -88,22 +88,17 @@ impl Gateway {
             return lookup_answer(name, suggestion, verdict, body, ctx);
         }
         let (wants, open) = (wants_mx(&found), found.rule == TableRule::Unknown);
-        self.learn_if_listed(&name, &found);
+        self.learn_if_listed(&name, &found, project_name);
         // Not held across the DNS wait.
         drop(table);
         // The age is read (or, within its budget, waited for) while DNS is asked.
-        let (inputs, mut age) = futures_util::join!(
+        let (inputs, age) = futures_util::join!(
             self.mx_inputs(&name, wants, project_name),
             self.age_of(&name, open, project_name)
         );
-        // Neighbours alone never flip an established domain: a name they would flag waits,
-        // within its own budget, for the age the cache does not hold yet.
-        if let (Some(_), None, Some(rdap), true) = (&inputs.1, age, &self.shared.rdap, open) {
-            // Only a name the table leaves open is judged by its neighbours.
-            age = rdap
-                .age_within_budget(&name, project_name, rdap.neighbourhood_budget())
-                .await;
-        }
+        let age = self
+            .age_if_judged(&name, open, &inputs, age, project_name)
+            .await;
         drop(span);
         let table = self.shared.table.load();
         // A reload during the DNS wait: the answer says which table it came from.
@@ -163,7 +158,9 @@ impl Gateway {
             .mx
             .as_ref()
             .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
-        let mut inputs = self.mx_inputs_batch(&names, &key.project).await.into_iter();
+        let inputs = self.mx_inputs_batch(&names, &key.project).await;
+        let ages = self.ages_batch(&names, &inputs, &key.project).await;
+        let mut inputs = inputs.into_iter().zip(ages);
         drop(span);
         let table = self.shared.table.load();
         ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
@@ -171,12 +168,9 @@ impl Gateway {
         for item in &items {
             match item {
                 Item::Valid(name) => {
-                    let mx = inputs.next().unwrap_or_default();
+                    let (mx, age) = inputs.next().unwrap_or_default();
                     let found = table.lookup(name);
-                    // A batch never waits for RDAP: what the cache knows, misses queued.
-                    let age = (self.shared.rdap.as_ref())
-                        .filter(|_| found.rule == TableRule::Unknown)
-                        .and_then(|r| r.age(name, &key.project));
+                    let age = age.filter(|_| found.rule == TableRule::Unknown);
                     let out = results.entry();
                     let (_, verdict) = self.classify_and_record(
                         (&table, found),
@@ -199,6 +193,31 @@ impl Gateway {
         }
         self.shared.metrics.batch(items.len());
         Answer::raw(StatusCode::OK, Bytes::from(results.finish()))
+    }
+
+    /// The ages of a batch's names, in order: the same signals as a lookup of each name alone
+    /// (the cache's, or within `rdap.budget_ms`; for a name its neighbours would flag, waited
+    /// for as GET waits), all at once.
+    async fn ages_batch(
+        &self,
+        names: &[&DomainName],
+        inputs: &[MxInputs],
+        project: &str,
+    ) -> Vec<Option<DomainAge>> {
+        let table = self.shared.table.load();
+        let open: Vec<bool> = (names.iter())
+            .map(|n| table.lookup(n).rule == TableRule::Unknown)
+            .collect();
+        drop(table);
+        let waits = names
+            .iter()
+            .zip(inputs)
+            .zip(open)
+            .map(|((name, inputs), open)| async move {
+                let age = self.age_of(name, open, project).await;
+                self.age_if_judged(name, open, inputs, age, project).await
+            });
+        futures_util::future::join_all(waits).await
     }
 
     /// Classifies `name` as every lookup does, records what a lookup records (the
@@ -227,11 +246,11 @@ impl Gateway {
         let verdict = verdict_of(table, name, found, signals, age_rule);
         if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), self.neighbourhood())
         {
-            // What the gateway inferred, with the domain's age in hand (young or not yet
-            // established), neither dilutes nor feeds the neighbourhood. Without the age a
-            // company on a shared host cannot be told from a minted throwaway: it counts as an
-            // unlisted neighbour, as every unlisted domain did before.
-            nb.judged(name, verdict.inferred() && verdict.age.is_some());
+            // What the gateway inferred neither dilutes nor feeds the neighbourhood; what it
+            // did not counts as vouched for (an established age the registry gave) or unknown.
+            // The same on every route.
+            let vouched = (verdict.age).map(|a| a.age_days >= nb.config.vouch_age_days);
+            nb.judged(name, verdict.inferred(), vouched);
             if let (true, Some(f)) = (verdict.inferred(), &verdict.neighbourhood) {
                 nb.count_verdict(f.key_kind);
             }
@@ -279,6 +298,26 @@ impl Gateway {
         rdap.age_within(name, project).await
     }
 
+    /// `age`, or, for a name its neighbours would flag (`inputs` has a finding) whose age the
+    /// cache does not hold yet, the age waited for within `rdap.neighbourhood_budget_ms`: an
+    /// established age may shield it. GET and batch alike.
+    async fn age_if_judged(
+        &self,
+        name: &DomainName,
+        open: bool,
+        inputs: &MxInputs,
+        age: Option<DomainAge>,
+        project: &str,
+    ) -> Option<DomainAge> {
+        match (&inputs.1, age, &self.shared.rdap, open) {
+            (Some(_), None, Some(rdap), true) => {
+                rdap.age_within_budget(name, project, rdap.neighbourhood_budget())
+                    .await
+            }
+            _ => age,
+        }
+    }
+
     fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
         self.shared.mx.as_ref().and_then(|mx| mx.neighbourhood())
     }
@@ -289,7 +328,10 @@ impl Gateway {
             return (None, None);
         };
         let evidence = mx.evidence(name.as_str(), project).await.0;
-        (Some(evidence.clone()), self.finding(name, &evidence))
+        (
+            Some(evidence.clone()),
+            self.finding(name, &evidence, project),
+        )
     }
 
     /// The MX inputs of a batch's names, in order: the names the cache cannot answer are
@@ -300,7 +342,7 @@ impl Gateway {
         let Some(mx) = &self.shared.mx else {
             return vec![(None, None); names.len()];
         };
-        let wants = self.consider(names);
+        let wants = self.consider(names, project);
         let deadline = Instant::now() + mx.budget();
         let concurrency = mx.project_share().clamp(1, names.len().max(1));
         // Made first, polled `concurrency` at a time (a closure making them inside the stream
@@ -327,18 +369,21 @@ impl Gateway {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let evidence = mx.evidence_within(name.as_str(), left, project).await.0;
-        (Some(evidence.clone()), self.finding(name, &evidence))
+        (
+            Some(evidence.clone()),
+            self.finding(name, &evidence, project),
+        )
     }
 
     /// Which of `names` want MX evidence (the table leaves them open); listed ones are queued
     /// for the neighbourhood index to learn (not while offline: nothing could be resolved).
-    fn consider(&self, names: &[&DomainName]) -> Vec<bool> {
+    fn consider(&self, names: &[&DomainName], project: &str) -> Vec<bool> {
         let table = self.shared.table.load();
         names
             .iter()
             .map(|name| {
                 let found = table.lookup(name);
-                self.learn_if_listed(name, &found);
+                self.learn_if_listed(name, &found, project);
                 wants_mx(&found)
             })
             .collect()
@@ -346,21 +391,22 @@ impl Gateway {
 
     /// A listed name is queued for the neighbourhood index to learn its MX in the background
     /// (not while offline: nothing could be resolved).
-    fn learn_if_listed(&self, name: &DomainName, found: &TableMatch<'_>) {
+    fn learn_if_listed(&self, name: &DomainName, found: &TableMatch<'_>, project: &str) {
         if let TableRule::Blocklist { .. } = found.rule {
             let learn = (self.shared.mx.as_ref())
                 .filter(|mx| !mx.evidence_off())
                 .and_then(|mx| mx.neighbourhood());
             if let Some(nb) = learn {
-                nb.consider_listed(name);
+                nb.consider_listed(name, project);
             }
         }
     }
 
-    /// What the neighbourhood index finds for a name whose MX hosts are known.
-    fn finding(&self, name: &DomainName, evidence: &MxEvidence) -> Option<Finding> {
+    /// What the neighbourhood index finds for a name whose MX hosts are known, for
+    /// `project`'s answer.
+    fn finding(&self, name: &DomainName, evidence: &MxEvidence, project: &str) -> Option<Finding> {
         match (evidence, self.neighbourhood()) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name),
+            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name, project),
             _ => None,
         }
     }

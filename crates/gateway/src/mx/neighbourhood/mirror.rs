@@ -98,12 +98,12 @@ mod tests {
 
     fn put(domain: &str, listed: bool, seen: u32) -> Change {
         Change::Put {
-            learned: Learned {
-                domain: domain.into(),
-                keys: vec![format!("host:mx.{domain}").into()],
+            learned: Learned::new(
+                domain,
+                vec![format!("host:mx.{domain}").into()],
                 seen,
-                inferred: false,
-            },
+                Default::default(),
+            ),
             listed,
         }
     }

@@ -7,7 +7,7 @@ pub mod service;
 pub mod share;
 pub mod store;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -16,8 +16,8 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use crate::domain::neighbour_index::{
-    keys_of, Finding, HostNetworks, KeyKind, KeyReport, Learned, NeighbourhoodIndex,
-    NeighbourhoodRule,
+    keys_of, project_id, Finding, HostNetworks, KeyKind, KeyReport, Learned, NeighbourhoodIndex,
+    NeighbourhoodRule, ProjectId, Teach, Teachers,
 };
 use crate::domain::{DomainName, DomainTable, Reason, TableRule};
 use crate::mx::config::NeighbourhoodConfig;
@@ -41,8 +41,9 @@ pub struct Neighbourhood {
     index: RwLock<NeighbourhoodIndex>,
     table: Arc<ArcSwap<DomainTable>>,
     pub(crate) config: NeighbourhoodConfig,
-    /// Listed names queued or being resolved (deduplicates the queue).
-    pending: Mutex<HashSet<Box<str>>>,
+    /// Listed names queued or being resolved (deduplicates the queue), with the projects
+    /// whose traffic asked for them meanwhile (they teach what the lookup finds).
+    pending: Mutex<HashMap<Box<str>, Teachers>>,
     queue: mpsc::Sender<Box<str>>,
     queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
     /// Learned here, not yet shared (only when sharing).
@@ -52,8 +53,9 @@ pub struct Neighbourhood {
     verdicts: [AtomicU64; 3],
     taught: AtomicU64,
     dropped: AtomicU64,
-    /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`).
-    held: quick_cache::sync::Cache<Box<str>, (Finding, Instant)>,
+    /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain and
+    /// project (a finding on one project's own teaching is that project's alone).
+    held: quick_cache::sync::Cache<(Box<str>, ProjectId), (Finding, Instant)>,
     /// Changes to the index not yet applied to the mirror (a short lock per teach).
     journal: Mutex<Vec<Change>>,
     /// The journal passed its bound: the mirror is rebuilt from the index once.
@@ -80,13 +82,14 @@ impl Neighbourhood {
         let rule = NeighbourhoodRule {
             min_listed: config.min_listed,
             min_share: config.min_share.0,
+            min_hosts: config.min_hosts,
         };
         let (queue, rx) = mpsc::channel(config.queue.max(1));
         Neighbourhood {
             index: RwLock::new(NeighbourhoodIndex::new(rule, config.max_entries)),
             table,
             config: config.clone(),
-            pending: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashMap::new()),
             queue,
             queue_rx: Mutex::new(Some(rx)),
             outbox: Mutex::new(VecDeque::new()),
@@ -110,61 +113,79 @@ impl Neighbourhood {
         self.index.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The key that judges `name` (by its registrable domain), if one does. One read lock and
-    /// a few hash lookups; allocates only for a finding. A verdict once reached is kept for
-    /// `verdict_hold_seconds` with the counts it was reached on (users see no "disposable the
-    /// first time, not the second") while its key stays within the hold margin of the rule
-    /// ([`NeighbourhoodIndex::holds`]); a list or the allowlist still overrules it, as the
-    /// table is asked first.
-    pub fn finding(&self, name: &DomainName) -> Option<Finding> {
+    /// The key that judges `name` (by its registrable domain) for `project`'s answer, if one
+    /// does. One read lock and a few hash lookups; allocates only for a finding. A verdict once
+    /// reached is kept for `verdict_hold_seconds` with the counts it was reached on (users see
+    /// no "disposable the first time, not the second") while its key stays within the hold
+    /// margin of the rule ([`NeighbourhoodIndex::holds`]); a list or the allowlist still
+    /// overrules it, as the table is asked first.
+    pub fn finding(&self, name: &DomainName, project: &str) -> Option<Finding> {
         let domain = name.registrable()?;
+        let project = project_id(project);
         let hold = self.config.verdict_hold;
+        let held_key = (Box::<str>::from(domain), project);
         if !hold.is_zero() {
-            if let Some((finding, until)) = self.held.get(domain) {
-                if until > Instant::now() && self.read().holds(domain, &finding) {
+            if let Some((finding, until)) = self.held.get(&held_key) {
+                if until > Instant::now() && self.read().holds(domain, &finding, project) {
                     return Some(finding);
                 }
-                self.held.remove(domain);
+                self.held.remove(&held_key);
             }
         }
-        let mut finding = self.read().finding(domain)?;
+        let mut finding = self.read().finding(domain, project)?;
         if !hold.is_zero() {
             finding.since =
                 Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
             self.held
-                .insert(domain.into(), (finding.clone(), Instant::now() + hold));
+                .insert(held_key, (finding.clone(), Instant::now() + hold));
         }
         Some(finding)
     }
 
+    /// Whether any key of `name`'s registrable domain has a listed neighbour: only then can
+    /// its owner's evidence (SPF, DMARC) change an answer or a count.
+    pub fn near_listed(&self, name: &str) -> bool {
+        DomainName::parse(name)
+            .ok()
+            .and_then(|n| n.registrable().map(|d| self.read().near_listed(d)))
+            .unwrap_or(false)
+    }
+
     /// Records how the gateway answered `name` (MX hosts known, the table leaving it open):
-    /// `inferred` when its neighbours made it `disposable`. Such a domain neither dilutes nor
-    /// feeds its keys ([`Standing::Inferred`](crate::domain::neighbour_index::Standing)); one
-    /// answered otherwise counts as an unlisted neighbour again. A read lock when nothing
-    /// changes (the usual case).
-    pub fn judged(&self, name: &DomainName, inferred: bool) {
+    /// `inferred` when its neighbours made it `disposable`, which neither dilutes nor feeds its
+    /// keys ([`Standing::Inferred`](crate::domain::neighbour_index::Standing)); one answered
+    /// otherwise counts as `vouched` says (an established age: it dilutes; `None`: the last
+    /// word stands). A read lock when nothing changes (the usual case).
+    pub fn judged(&self, name: &DomainName, inferred: bool, vouched: Option<bool>) {
         let Some(domain) = name.registrable() else {
             return;
         };
-        if self.read().is_inferred(domain) == inferred {
-            return;
+        {
+            let index = self.read();
+            let same_vouch = vouched.is_none_or(|v| index.is_vouched(domain) == v);
+            if index.is_inferred(domain) == inferred && same_vouch {
+                return;
+            }
         }
         let learned = {
             let mut index = self.write();
-            if !index.set_inferred(domain, inferred) {
+            if !index.judged(domain, inferred, vouched) {
                 return;
             }
             index.learned_of(domain)
         };
-        let Some(learned) = learned else { return };
+        if let Some(learned) = learned {
+            self.changed_entry(learned, false);
+        }
+    }
+
+    /// An entry changed in place (its standing, its teachers): saved, shared, mirrored.
+    fn changed_entry(&self, learned: Learned, listed: bool) {
         self.dirty.store(true, Ordering::Relaxed);
         self.share(&learned);
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         if !self.overflow.load(Ordering::Relaxed) {
-            journal.push(Change::Put {
-                learned,
-                listed: false,
-            });
+            journal.push(Change::Put { learned, listed });
         }
     }
 
@@ -173,29 +194,51 @@ impl Neighbourhood {
         self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A listed name the table answered: queue its registrable domain for a background MX
-    /// lookup if the index does not know it yet. Never waits: a full queue drops it (it is
-    /// queued again the next time it is asked).
-    pub fn consider_listed(&self, name: &DomainName) {
+    /// A listed name the table answered for `project`: queue its registrable domain for a
+    /// background MX lookup if the index does not know it yet, or add the project to those
+    /// that taught it. Never waits: a full queue drops it (it is queued again the next time
+    /// it is asked).
+    pub fn consider_listed(&self, name: &DomainName, project: &str) {
         let Some(domain) = name.registrable() else {
             return;
         };
-        if self.read().knows(domain) {
-            return;
+        let project = project_id(project);
+        let learned = {
+            let index = self.read();
+            if !index.knows(domain) {
+                drop(index);
+                self.enqueue(domain, Teachers::project(project));
+                return;
+            }
+            let known = index.learned_of(domain);
+            if known.is_none_or(|l| {
+                l.global || l.taught_by.contains(&project) || l.taught_by.len() >= 3
+            }) {
+                return;
+            }
+            drop(index);
+            let mut index = self.write();
+            if !index.add_teacher(domain, project) {
+                return;
+            }
+            index.learned_of(domain)
+        };
+        if let Some(learned) = learned {
+            self.changed_entry(learned, true);
         }
-        self.enqueue(domain);
     }
 
-    /// Queues `name` for the teacher unless it is queued or being resolved; a full queue
-    /// drops it (counted).
-    fn enqueue(&self, name: &str) {
+    /// Queues `name` for the teacher unless it is queued or being resolved (then `teachers`
+    /// join the queued ones); a full queue drops it (counted).
+    fn enqueue(&self, name: &str, teachers: Teachers) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.contains(name) {
+        if let Some(queued) = pending.get_mut(name) {
+            queued.merge(teachers);
             return;
         }
         match self.queue.try_send(name.into()) {
             Ok(()) => {
-                pending.insert(name.into());
+                pending.insert(name.into(), teachers);
             }
             Err(_) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -222,7 +265,7 @@ impl Neighbourhood {
     /// a background lookup that vouches for them all and teaches them (the teacher's pace and
     /// queue bound apply; a full queue drops it, the next miss queues it again).
     pub fn complete_later(&self, name: &str) {
-        self.enqueue(name);
+        self.enqueue(name, Teachers::default());
     }
 
     /// The background resolution of `domain` ended.
@@ -231,6 +274,16 @@ impl Neighbourhood {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(domain);
+    }
+
+    /// The projects whose traffic asked for `domain` while it waited to be resolved.
+    fn askers(&self, domain: &str) -> Teachers {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(domain)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The queue's receiving end (taken once, by the MX service).
@@ -242,7 +295,8 @@ impl Neighbourhood {
     }
 
     /// What an MX lookup of `name` found: its hosts and their networks. Taught under the
-    /// registrable domain, listed or not as the table in service says.
+    /// registrable domain, listed or not as the table in service says; a listed one as taught
+    /// by the projects that asked for it.
     pub fn learn(&self, name: &str, hosts: &[HostNetworks]) {
         let Ok(parsed) = DomainName::parse(name) else {
             return;
@@ -252,25 +306,31 @@ impl Neighbourhood {
         };
         let table = self.table.load();
         let keys = keys_of(domain, hosts, table.providers());
-        let learned = Learned {
-            domain: domain.into(),
-            keys,
-            seen: today(),
+        let how = Teach {
             inferred: false,
+            vouched: None,
+            teachers: self.askers(domain),
         };
-        self.teach(&table, &learned);
-        self.share(&learned);
+        let learned = Learned::new(domain, keys, today(), how);
+        self.teach_how(&table, &learned, how);
+        if let Some(l) = self.read().learned_of(domain) {
+            self.share(&l);
+        }
     }
 
     /// Teaches one learned domain, its standing from `table` (a state file, a snapshot or
     /// another gateway may have learned it under other lists).
     pub(crate) fn teach(&self, table: &DomainTable, learned: &Learned) {
+        self.teach_how(table, learned, learned.teach());
+    }
+
+    fn teach_how(&self, table: &DomainTable, learned: &Learned, how: Teach) {
         let source = listed_source(table, &learned.domain);
         let evicted = self.write().teach(
             &learned.domain,
             &learned.keys,
             source.as_deref(),
-            learned.inferred,
+            how,
             learned.seen,
         );
         self.taught.fetch_add(1, Ordering::Relaxed);
@@ -451,9 +511,16 @@ fn listed_source(table: &DomainTable, domain: &str) -> Option<String> {
 impl Neighbourhood {
     /// Loads a snapshot or state file at start; a missing one is nothing, a bad one is logged
     /// and ignored (it never stops the start).
-    pub fn load(&self, path: &std::path::Path, what: &str) {
+    /// A snapshot (`global`) is the lists' own: every listed domain in it is taught by the
+    /// lists, whoever made the file.
+    pub fn load(&self, path: &std::path::Path, what: &str, global: bool) {
         match store::read(path) {
-            Ok(Some((learned, bad))) => {
+            Ok(Some((mut learned, bad))) => {
+                if global {
+                    for l in &mut learned {
+                        l.global = true;
+                    }
+                }
                 let n = self.teach_all(learned);
                 log::info!(
                     "MX neighbourhood: {n} domains loaded from the {what} {}{}",
@@ -493,12 +560,7 @@ mod tests {
     }
 
     fn learned(domain: &str, key: &str) -> Learned {
-        Learned {
-            domain: domain.into(),
-            keys: vec![key.into()],
-            seen: today(),
-            inferred: false,
-        }
+        Learned::new(domain, vec![key.into()], today(), Teach::default())
     }
 
     #[test]

@@ -126,12 +126,15 @@ mod tests {
     fn a_written_file_reads_back_and_bad_lines_are_counted_not_fatal() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nb.jsonl");
-        let l = Learned {
-            domain: "x.io".into(),
-            keys: vec!["host:mx.x.io".into(), "network:192.0.2.0/24".into()],
-            seen: 20_000,
-            inferred: false,
-        };
+        let mut l = Learned::new(
+            "x.io",
+            vec!["host:mx.x.io".into(), "network:192.0.2.0/24".into()],
+            20_000,
+            Default::default(),
+        );
+        // What a listed domain's teachers and an unlisted one's owner evidence read back as.
+        l.taught_by = vec![7, 9];
+        l.vouched = true;
         write(&path, std::slice::from_ref(&l)).unwrap();
         assert_eq!(read(&path).unwrap(), Some((vec![l.clone()], 0)));
         let mut text = std::fs::read_to_string(&path).unwrap();

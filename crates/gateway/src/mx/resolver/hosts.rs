@@ -43,6 +43,18 @@ pub(super) fn usable_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostN
         .collect()
 }
 
+/// What one resolution found (see [`MxResolver::resolve_full`]).
+pub(super) struct Resolved {
+    pub evidence: MxEvidence,
+    pub ttl: Duration,
+    /// The hosts that can take mail, with their networks.
+    pub hosts: Vec<HostNetworks>,
+    /// No server answered the MX query.
+    pub unanswered: bool,
+    /// Every network was vouched for: nothing left to teach in the background.
+    pub complete: bool,
+}
+
 /// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
 /// trip, after the addresses' own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,16 +73,11 @@ pub(super) const MAX_ADDRESSES: usize = 4;
 
 impl MxResolver {
     /// MX evidence of `name` and the hosts that can take mail with their networks (asked only
-    /// as `nets` says); the flags say no server answered the MX query, and every network was
-    /// vouched for (complete: nothing left to teach in the background). The first
-    /// [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of no more hosts than that,
-    /// none of which can take mail, is [`MxEvidence::UnusableHosts`]; a host that does not
-    /// resolve to a usable address teaches the neighbourhood nothing (anyone can name one).
-    pub(super) async fn resolve_full(
-        &self,
-        name: &str,
-        nets: Nets,
-    ) -> (MxEvidence, Duration, Vec<HostNetworks>, bool, bool) {
+    /// as `nets` says). The first [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of
+    /// no more hosts than that, none of which can take mail, is [`MxEvidence::UnusableHosts`];
+    /// a host that does not resolve to a usable address teaches the neighbourhood nothing
+    /// (anyone can name one).
+    pub(super) async fn resolve_full(&self, name: &str, nets: Nets) -> Resolved {
         let (evidence, ttl, unanswered, glue) = self.resolve(name).await;
         let hosts = evidence.hosts();
         let facts = futures_util::future::join_all(
@@ -83,9 +90,16 @@ impl MxResolver {
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
         let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
         let usable = usable_hosts(hosts, facts);
+        let resolved = |evidence, hosts, complete| Resolved {
+            evidence,
+            ttl,
+            hosts,
+            unanswered,
+            complete,
+        };
         match MxEvidence::unusable(hosts, &states) {
-            Some(unusable) => (unusable, ttl, Vec::new(), unanswered, true),
-            None => (evidence, ttl, usable, unanswered, complete),
+            Some(unusable) => resolved(unusable, Vec::new(), true),
+            None => resolved(evidence, usable, complete),
         }
     }
 
@@ -193,7 +207,12 @@ impl MxResolver {
         } else {
             HostState::Unusable(HostProblem::NoAddress)
         };
-        let state = HostState::of_addresses(&ips, empty);
+        let state = match HostState::of_addresses(&ips, empty) {
+            // The other family did not answer: it may hold the usable address. Unknown, never
+            // unusable from a failure.
+            HostState::Unusable(_) if failed => HostState::Unknown,
+            state => state,
+        };
         let addresses = (state == HostState::Usable && !failed).then(|| Arc::from(ips.clone()));
         let (nets, skipped) = if state == HostState::Usable {
             self.vouched_networks(host, ips, want).await

@@ -149,17 +149,24 @@ impl MxResolver {
             (Some(_), true) => Nets::All,
             (Some(_), false) => Nets::Listed,
         };
-        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, nets));
-        match asked.await {
-            Ok((evidence, _, _, _, _))
-                if evidence.is_undeliverable() && !self.believes_negatives().await =>
-            {
+        let full = self.resolve_full(name, nets);
+        match tokio::time::timeout(self.lookup_deadline, full).await {
+            Ok(r) if r.evidence.is_undeliverable() && !self.believes_negatives().await => {
                 (MxEvidence::Unknown, self.failure_ttl, false, false)
             }
-            Ok((MxEvidence::Unknown, ttl, _, unanswered, _)) => {
-                (MxEvidence::Unknown, ttl, unanswered, false)
-            }
-            Ok((evidence, ttl, hosts, _, complete)) => {
+            Ok(Resolved {
+                evidence: MxEvidence::Unknown,
+                ttl,
+                unanswered,
+                ..
+            }) => (MxEvidence::Unknown, ttl, unanswered, false),
+            Ok(Resolved {
+                evidence,
+                ttl,
+                hosts,
+                complete,
+                ..
+            }) => {
                 // A set-up whose hosts cannot take mail is remembered with no key: it teaches
                 // nothing, and is not resolved again and again to learn that.
                 let taught = matches!(
@@ -221,10 +228,14 @@ impl MxResolver {
     /// What `mx-snapshot` records of `name`: its MX hosts (most preferred first) with their
     /// networks; an empty list when DNS says it has none; `None` when DNS did not answer.
     pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
-        let asked = tokio::time::timeout(self.lookup_deadline, self.resolve_full(name, Nets::All));
-        match asked.await {
-            Ok((MxEvidence::Unknown, ..)) | Err(_) => None,
-            Ok((_, _, hosts, _, _)) => Some(hosts),
+        let full = self.resolve_full(name, Nets::All);
+        match tokio::time::timeout(self.lookup_deadline, full).await {
+            Ok(Resolved {
+                evidence: MxEvidence::Unknown,
+                ..
+            })
+            | Err(_) => None,
+            Ok(r) => Some(r.hosts),
         }
     }
 }
