@@ -3,7 +3,7 @@
 //! gateway whose cache still held it) is subtracted by any tombstone any gateway holds, so a
 //! revoked key never comes back, whatever the order of stops, flushes, failovers and restarts.
 //!
-//! A tombstone is kept for [`LIFETIME`] after its revocation; a gateway whose cache was last in
+//! A tombstone is kept for [`LIFETIME_SECS`] after its revocation; a gateway whose cache was last in
 //! step with Redis longer ago than that puts nothing back ([`fresh_enough`]), so every key a
 //! restore could bring back is covered by a tombstone still kept.
 
