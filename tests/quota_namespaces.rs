@@ -79,7 +79,9 @@ fn carried(state: &Path) -> (usize, u64) {
         files += 1;
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
         let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        for e in body["entries"].as_array().into_iter().flatten() {
+        // This release's `{"entries": [...]}`, or earlier releases' bare list.
+        let entries = body.get("entries").unwrap_or(&body);
+        for e in entries.as_array().into_iter().flatten() {
             calls += e["calls"].as_u64().unwrap_or(0);
             for u in e["unsure"].as_array().into_iter().flatten() {
                 calls += u[1].as_u64().unwrap_or(0);
