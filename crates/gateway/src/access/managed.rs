@@ -514,3 +514,22 @@ impl From<ManagedError> for KeysError {
         }
     }
 }
+
+/// A managed key for unit tests: `id` of `project`, made by `by` (one fixture for every module
+/// that tests rows).
+#[cfg(test)]
+pub(crate) fn test_key(id: &str, project: &str, by: Option<&str>) -> ManagedKey {
+    ManagedKey {
+        id: id.into(),
+        project: project.into(),
+        plan: "free".into(),
+        label: None,
+        sha256: "ab".repeat(32),
+        prefix: "drg_x".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        last_used: None,
+        origins: vec![],
+        created_by: by.map(Into::into),
+        unknown: Default::default(),
+    }
+}

@@ -379,17 +379,8 @@ mod tests {
 
     fn row(id: &str) -> ManagedKey {
         ManagedKey {
-            id: id.into(),
-            project: "acme".into(),
-            plan: "free".into(),
-            label: None,
-            sha256: "ab".repeat(32),
-            prefix: "drg_x".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
             last_used: Some(7),
-            origins: vec![],
-            created_by: Some("server".into()),
-            unknown: Default::default(),
+            ..crate::access::managed::test_key(id, "acme", Some("server"))
         }
     }
 

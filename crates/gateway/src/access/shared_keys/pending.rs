@@ -166,23 +166,7 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::managed::ManagedKey;
-
-    fn key(id: &str, project: &str, by: Option<&str>) -> ManagedKey {
-        ManagedKey {
-            id: id.into(),
-            project: project.into(),
-            plan: "free".into(),
-            label: None,
-            sha256: "ab".repeat(32),
-            prefix: "drg_x".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-            last_used: None,
-            origins: vec![],
-            created_by: by.map(Into::into),
-            unknown: Default::default(),
-        }
-    }
+    use crate::access::managed::test_key as key;
 
     #[test]
     fn a_pending_revocation_takes_its_key_and_what_it_made_and_only_in_its_project() {

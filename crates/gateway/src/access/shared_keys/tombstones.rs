@@ -111,21 +111,7 @@ pub fn fresh_enough(read_at: Option<u64>, now: u64) -> bool {
 mod tests {
     use super::*;
 
-    fn key(id: &str, project: &str, by: Option<&str>) -> ManagedKey {
-        ManagedKey {
-            id: id.into(),
-            project: project.into(),
-            plan: "free".into(),
-            label: None,
-            sha256: "ab".repeat(32),
-            prefix: "drg_x".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-            last_used: None,
-            origins: vec![],
-            created_by: by.map(Into::into),
-            unknown: Default::default(),
-        }
-    }
+    use crate::access::managed::test_key as key;
 
     fn stone(id: &str, project: &str, at: u64) -> Tombstone {
         Tombstone {
