@@ -1,5 +1,5 @@
 """Load harness: domain-risk-gateway side by side with nginx, the bare Pingora floor
-(examples/floor.rs) and HAProxy, alternating runs of wrk.
+(examples/floor.rs), HAProxy and nginx + Lua (benches/load/lua/), alternating runs of wrk.
 
 Writes benches/RESULTS.md and benches/results.svg. Only loopback addresses are used; each wrk run
 lasts --duration seconds. See benches/load/run for the entry point.
@@ -34,7 +34,14 @@ KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
 # HAProxy's quota check: a second key with a small limit, to see its 429 before measuring.
 LIMITED_KEY = "drg_bench_limited_0123456789abcdefghijklmnopqrs"
 LIMITED_CALLS = 3
+# A browser key: authorised from BROWSER_ORIGIN only (403 from any other origin).
+BROWSER_KEY = "drg_bench_browser_0123456789abcdefghijklmnopqrs"
+BROWSER_ORIGIN = "https://app.bench.example"
 LISTED = "d4242.com"
+# The Lua peer: nginx + the Lua module (Debian packages libnginx-mod-http-lua, which brings the
+# NDK module, lua-resty-core and lua-resty-lrucache), config template and module in LUA_DIR.
+LUA_DIR = ROOT / "benches" / "load" / "lua"
+NGINX_MODULES = Path("/usr/lib/nginx/modules")
 UPSTREAM_BODY = '{"checked":true}'
 # Core pinning (on unless --no-pin): the servers under test on their own core(s), wrk and the
 # backends (the /v1/check upstream, Redis) on another, so the servers' threads and the load
@@ -128,8 +135,8 @@ class Setup:
         self.up_status_port = free_port()
         self.procs = []
         self.gateways = []
-        self.floor = self.haproxy = self.upstream = self.redis = None
-        self.haproxy_skipped = None
+        self.floor = self.haproxy = self.lua = self.upstream = self.redis = None
+        self.haproxy_skipped = self.lua_skipped = None
 
     def write_gateway(self, name="gateway.yaml", port=None, extra="", mx="{ enabled: false }"):
         """A gateway config; `extra` lines go at the end of its `gateway:` section; `mx` is its
@@ -144,8 +151,14 @@ class Setup:
         # The shipped mail providers: a company on Google Workspace or Microsoft 365 is known by
         # its MX host, as on a gateway in service (no address asked).
         shutil.copy(ROOT / "data" / "mx_providers.csv", OUT / "data")
+        # The bench key (a server key, no quota in sight), a key limited to LIMITED_CALLS calls a
+        # month and a browser key with one authorised origin: the last two give the gateway's
+        # 429 and 403 (status, headers, body) that the Lua peer is checked against.
         (OUT / "keys.yaml").write_text(
-            f"keys:\n  - id: bench\n    sha256: {sha256(KEY)}\n    plan: unlimited\n")
+            f"keys:\n  - id: bench\n    sha256: {sha256(KEY)}\n    plan: unlimited\n"
+            f"  - id: limited\n    sha256: {sha256(LIMITED_KEY)}\n    plan: limited\n"
+            f"  - id: browser\n    sha256: {sha256(BROWSER_KEY)}\n    plan: unlimited\n"
+            f"    origins: [{BROWSER_ORIGIN}]\n")
         (OUT / name).write_text(f"""version: 1
 threads: {self.args.workers}
 work_stealing: {str(self.args.work_stealing).lower()}
@@ -160,7 +173,7 @@ gateway:
   upstream: {{ address: "127.0.0.1:{self.up_port}"{self.upstream_mode_yaml()} }}
   data: {{ dir: data, builtin_disposable: false }}
   reload: {{ poll_interval_ms: 100, build_priority: {self.args.build_priority} }}
-  access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000 }} }}
+  access: {{ keys_file: keys.yaml, plans: {{ unlimited: 1000000000000, limited: {LIMITED_CALLS} }} }}
   quota: {self.quota_yaml()}
   mx: {mx}
   rdap: {{ enabled: {str(self.args.rdap == "on").lower()}, bootstrap_file: no-bootstrap.json }}
@@ -215,6 +228,24 @@ gateway:
         time.sleep(1.5)
         self.top_body = get("/v1/public/top-domains")
         self.unauth_body = get(f"/v1/public/domain/{LISTED}", auth=False)
+
+    def refusals(self):
+        """The gateway's refusals with their headers (after `bodies()`, whose top-domains body
+        they leave as it is: only LISTED is looked up), for the Lua peer's check: a wrong key
+        (401), the browser key from another origin (403) and from its own, the limited key's
+        calls up to its 429."""
+        url = f"http://127.0.0.1:{self.gw_port}/v1/public/domain/{LISTED}"
+        self.refused = {
+            "wrong key": fetch_full(url, ("Authorization: Bearer drg_not_a_key",)),
+            "other origin": fetch_full(url, (f"Authorization: Bearer {BROWSER_KEY}",
+                                             "Origin: https://elsewhere.example")),
+            "no origin": fetch_full(url, (f"Authorization: Bearer {BROWSER_KEY}",)),
+            "own origin": fetch_full(url, (f"Authorization: Bearer {BROWSER_KEY}",
+                                           f"Origin: {BROWSER_ORIGIN}")),
+        }
+        for i in range(LIMITED_CALLS + 1):
+            self.refused[f"limited key, call {i + 1}"] = fetch_full(
+                url, (f"Authorization: Bearer {LIMITED_KEY}",))
 
     def write_nginx(self):
         def q(s):
@@ -433,6 +464,56 @@ backend check
             print(f"warning: HAProxy {self.haproxy_skipped}: HAProxy skipped", file=sys.stderr)
             return
         self.haproxy = p
+
+    def write_lua(self):
+        """The Lua peer's config (benches/load/lua/nginx.conf.in filled in) and its keys: the
+        gateway's three keys by SHA-256, with their ids, plans' monthly limits and origins. The
+        domain lists are the gateway's own files (OUT/data); top-domains the body it answered."""
+        d = OUT / "lua"
+        d.mkdir(exist_ok=True)
+        self.lua_port = free_port()
+        keys = [(KEY, "bench", 1_000_000_000_000, "-"), (LIMITED_KEY, "limited", LIMITED_CALLS, "-"),
+                (BROWSER_KEY, "browser", 1_000_000_000_000, BROWSER_ORIGIN)]
+        (d / "keys.tsv").write_text("".join(f"{sha256(k)}\t{i}\t{i}\t{n}\t{o}\n" for k, i, n, o in keys))
+        (d / "top.json").write_text(self.top_body)
+        conf = (LUA_DIR / "nginx.conf.in").read_text()
+        for name, value in {"MODULES": NGINX_MODULES, "WORKERS": self.args.workers, "OUT": d,
+                            "LUA": LUA_DIR, "DATA": OUT / "data", "UPSTREAM_PORT": self.up_port,
+                            "PORT": self.lua_port, "DATASET_VERSION": f"lua-{self.args.entries}"}.items():
+            conf = conf.replace(f"@{name}@", str(value))
+        (d / "nginx.conf").write_text(conf)
+
+    def start_lua(self):
+        """Starts the Lua peer when nginx's Lua module is installed and its config checks; else
+        says why and skips it (as HAProxy)."""
+        def skip(why):
+            self.lua_skipped = why
+            print(f"warning: Lua peer {why}: Lua peer skipped", file=sys.stderr)
+        module = NGINX_MODULES / "ngx_http_lua_module.so"
+        if not module.exists():
+            return skip(f"not available: {module} is missing (Debian package `libnginx-mod-http-lua`)")
+        self.write_lua()
+        conf = OUT / "lua" / "nginx.conf"
+        def first_error(text):
+            lines = [l for l in text.splitlines() if "[emerg]" in l or "[error]" in l or "[alert]" in l]
+            return " ".join(lines[0].split())[:300] if lines else None
+        # `nginx -t` checks the config, not init_by_lua (a module that fails there stops the start).
+        check = subprocess.run(["nginx", "-t", "-q", "-p", str(OUT / "lua"), "-c", str(conf)],
+                               capture_output=True, text=True)
+        failed = first_error(check.stdout + check.stderr)
+        if check.returncode != 0 or failed:
+            return skip(f"config check failed: {failed or ' '.join((check.stdout + check.stderr).split())[:300]}")
+        log = open(OUT / "lua" / "nginx.log", "w")
+        p = subprocess.Popen(PIN["server"] + ["nginx", "-p", str(OUT / "lua"), "-c", str(conf)],
+                             stdout=log, stderr=log)
+        self.procs.append(p)
+        try:
+            wait_port(self.lua_port, proc=p)
+        except RuntimeError:
+            errors = (OUT / "lua" / "error.log").read_text() if (OUT / "lua" / "error.log").exists() else ""
+            return skip(f"did not start: {first_error(errors) or 'see benches/out/lua/error.log'}")
+        time.sleep(0.3)
+        self.lua = p
 
     def start_nginx(self):
         log = open(OUT / "nginx.log", "w")
@@ -993,7 +1074,7 @@ def measure(url, pids, args, headers=(), script=None):
     return r
 
 
-SERVERS = ("gateway", "nginx", "floor", "haproxy")
+SERVERS = ("gateway", "nginx", "floor", "haproxy", "lua")
 
 
 def main():
@@ -1016,6 +1097,7 @@ def main():
                          "next core (taskset); on by default, --no-pin to switch off")
     ap.add_argument("--no-floor", action="store_true", help="leave out the bare Pingora floor")
     ap.add_argument("--no-haproxy", action="store_true", help="leave out HAProxy")
+    ap.add_argument("--no-lua", action="store_true", help="leave out the Lua peer (nginx + Lua)")
     ap.add_argument("--storm-interval-ms", type=int, default=500,
                     help="reload storm: the table file is replaced this often; a build that sees its file "
                          "change while it runs is discarded, so shorter than a build publishes nothing")
@@ -1062,6 +1144,8 @@ def main():
         s.start_upstream()
         gw_start = s.start_gateway()
         s.bodies()
+        if not args.no_lua:
+            s.refusals()
         s.write_nginx()
         s.start_nginx()
         if args.no_floor:
@@ -1075,45 +1159,55 @@ def main():
             s.haproxy_skipped = "left out (--no-haproxy)"
         else:
             s.start_haproxy()
+        if args.no_lua:
+            s.lua_skipped = "left out (--no-lua)"
+        else:
+            s.start_lua()
         auth = (f"Authorization: Bearer {KEY}",)
         G = f"http://127.0.0.1:{s.gw_port}"
         N = f"http://127.0.0.1:{s.nginx_port}"
         H = f"http://127.0.0.1:{getattr(s, 'haproxy_port', 0)}"
+        Lu = f"http://127.0.0.1:{getattr(s, 'lua_port', 0)}"
         F = {k: f"http://127.0.0.1:{p}" for k, p in getattr(s, "floor_ports", {}).items()}
         lookup = f"/v1/public/domain/{LISTED}"
         check = "/v1/check/user%40example.com"
-        # Per scenario, per server: (url, headers, expected status, expected body). HAProxy always
-        # does the job (key map, stick-table count, body map); the floor answers the same bytes
+        # Per scenario, per server: (url, headers, expected status, expected body). HAProxy and
+        # the Lua peer always do the job (key, count, table); the floor answers the same bytes
         # with no logic; nginx as described.
         scenarios = [
             ("lookup", "lookup of a listed domain (auth, origin, quota on) vs nginx `return 200` of the same body",
              {"gateway": (G + lookup, auth), "nginx": (N + "/static/lookup", ()),
-              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth)},
+              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth),
+              "lua": (Lu + lookup, auth)},
              (200, s.lookup_body)),
             ("lookup_same_job", "the same lookup vs nginx doing the job: `map` of the table to bodies + `map` on the key",
              {"gateway": (G + lookup, auth), "nginx": (N + lookup, auth),
-              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth)},
+              "floor": (F.get("lookup", "") + lookup, ()), "haproxy": (H + lookup, auth),
+              "lua": (Lu + lookup, auth)},
              (200, s.lookup_body)),
             ("unauthorized", "rejected request (401, connection kept) vs nginx `return 401`",
              {"gateway": (G + lookup, ()), "nginx": (N + "/static/unauthorized", ()),
-              "floor": (F.get("unauthorized", "") + lookup, ()), "haproxy": (H + lookup, ())},
+              "floor": (F.get("unauthorized", "") + lookup, ()), "haproxy": (H + lookup, ()),
+              "lua": (Lu + lookup, ())},
              (401, s.unauth_body)),
             ("top_domains", "/v1/public/top-domains (100 entries) vs nginx serving the same body from a file (too long for `return`)",
              {"gateway": (G + "/v1/public/top-domains", auth), "nginx": (N + "/static/top", ()),
               "floor": (F.get("top", "") + "/v1/public/top-domains", ()),
-              "haproxy": (H + "/v1/public/top-domains", auth)},
+              "haproxy": (H + "/v1/public/top-domains", auth), "lua": (Lu + "/v1/public/top-domains", auth)},
              (200, s.top_body)),
             ("check_proxied", "/v1/check proxied to a local upstream vs nginx `proxy_pass` (keepalive) to it; "
              "floor: a bare Pingora `ProxyHttp` to the same upstream",
              {"gateway": (G + check, auth), "nginx": (N + check, auth),
-              "floor": (F.get("proxy", "") + check, auth), "haproxy": (H + check, auth)},
+              "floor": (F.get("proxy", "") + check, auth), "haproxy": (H + check, auth),
+              "lua": (Lu + check, auth)},
              (200, UPSTREAM_BODY)),
         ]
         pids = {"gateway": lambda: [s.gw.pid],
                 "nginx": lambda: [s.nginx.pid] + children(s.nginx.pid),
                 "floor": lambda: [s.floor.pid],
-                "haproxy": lambda: [s.haproxy.pid] + children(s.haproxy.pid)}
-        present = [w for w in SERVERS if {"floor": s.floor, "haproxy": s.haproxy}.get(w, True)]
+                "haproxy": lambda: [s.haproxy.pid] + children(s.haproxy.pid),
+                "lua": lambda: [s.lua.pid] + children(s.lua.pid)}
+        present = [w for w in SERVERS if {"floor": s.floor, "haproxy": s.haproxy, "lua": s.lua}.get(w, True)]
         only = set(filter(None, args.only.split(",")))
         scenarios = [sc for sc in scenarios if not only or sc[0] in only]
         present = verify(s, scenarios, present)
@@ -1140,7 +1234,7 @@ def main():
         mem = memory(s, args, gw_start)
     finally:
         s.stop()
-    report(args, scenarios, runs, storm, mem, s.haproxy_skipped)
+    report(args, scenarios, runs, storm, mem, s.haproxy_skipped, s.lua_skipped)
 
 
 def fetch(url, headers=()):
@@ -1156,10 +1250,91 @@ def fetch(url, headers=()):
         return e.code, e.read().decode()
 
 
+def fetch_full(url, headers=()):
+    """(status, headers with lowercase names, body) of one GET."""
+    req = urllib.request.Request(url)
+    for h in headers:
+        name, value = h.split(": ", 1)
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read().decode()
+
+
+# The headers of the gateway's answers the Lua peer must send alike (the seconds to the month's
+# reset, `t=` and Retry-After, may differ by the second or two between the two requests).
+LUA_HEADERS = ("content-type", "www-authenticate", "retry-after", "ratelimit-policy", "ratelimit",
+               "vary", "access-control-allow-origin", "access-control-expose-headers", "allow")
+
+
+def same_answer(want, got, headers=LUA_HEADERS):
+    """None when `got` (status, headers, body) answers as `want` does, else how it differs."""
+    if (want[0], want[2]) != (got[0], got[2]):
+        return f"{got[0]} {got[2][:120]!r}, expected {want[0]} {want[2][:120]!r}"
+    for h in headers:
+        a, b = want[1].get(h), got[1].get(h)
+        if a is not None and b is not None and h in ("retry-after", "ratelimit"):
+            seconds = lambda v: re.findall(r"(?:^|;t=)(\d+)$", v)
+            sa, sb = seconds(a), seconds(b)
+            if sa and sb and abs(int(sa[0]) - int(sb[0])) <= 2:
+                a, b = a[:-len(sa[0])], b[:-len(sb[0])]
+        if a != b:
+            return f"header {h}: {b!r}, expected {a!r}"
+    return None
+
+
+def lua_problems(s):
+    """The Lua peer against the gateway beyond the scenarios: the refusals (status, headers,
+    body), lookups of each kind of name the lists answer (free provider, unlisted, invalid;
+    checked on both servers: none of them enters the gateway's top-domains), a subdomain of a
+    listed name (the gateway's `disposable_subdomain` score, 95: asking the gateway would put it
+    in its top-domains), and top-domains with a limit."""
+    L = f"http://127.0.0.1:{s.lua_port}"
+    G = f"http://127.0.0.1:{s.gw_port}"
+    lookup = f"/v1/public/domain/{LISTED}"
+    auth = (f"Authorization: Bearer {KEY}",)
+    asked = {
+        "wrong key": (lookup, ("Authorization: Bearer drg_not_a_key",)),
+        "other origin": (lookup, (f"Authorization: Bearer {BROWSER_KEY}", "Origin: https://elsewhere.example")),
+        "no origin": (lookup, (f"Authorization: Bearer {BROWSER_KEY}",)),
+        "own origin": (lookup, (f"Authorization: Bearer {BROWSER_KEY}", f"Origin: {BROWSER_ORIGIN}")),
+    }
+    for i in range(LIMITED_CALLS + 1):
+        asked[f"limited key, call {i + 1}"] = (lookup, (f"Authorization: Bearer {LIMITED_KEY}",))
+    problems = []
+    for what, (path, hdr) in asked.items():
+        wrong = same_answer(s.refused[what], fetch_full(L + path, hdr))
+        if wrong:
+            problems.append(f"{what}: {wrong}")
+    # The month's count of the bench key differs (the gateway served more calls): RateLimit's
+    # `r=` is left out of these.
+    same_but_count = tuple(h for h in LUA_HEADERS if h != "ratelimit")
+    names = ["gmail.com", "Mail.Gmail.COM.", "example.org", "a%20b.com", "u@x.com", "a%5Cb.com", ""]
+    names += [n for n in MIX_INVALID]
+    for name in names:
+        path = f"/v1/public/domain/{name}"
+        wrong = same_answer(fetch_full(G + path, auth), fetch_full(L + path, auth), same_but_count)
+        if wrong:
+            problems.append(f"{path}: {wrong}")
+    sub = f"x.{LISTED}"
+    want = s.lookup_body.replace(f'"{LISTED}"', f'"{sub}"').replace('"risk_score":100', '"risk_score":95')
+    got = fetch(L + f"/v1/public/domain/{sub}", auth)
+    if got != (200, want):
+        problems.append(f"{sub}: {got[0]} {got[1][:120]!r}, expected 200 {want[:120]!r}")
+    for path in ("/v1/public/top-domains?limit=2", "/v1/public/top-domains?limit=0"):
+        wrong = same_answer(fetch_full(G + path, auth), fetch_full(L + path, auth), same_but_count)
+        if wrong:
+            problems.append(f"{path}: {wrong}")
+    return problems
+
+
 def verify(s, scenarios, present):
-    """Every server's answer to every scenario (status and body) before measuring, and
-    HAProxy's key and quota handling. A wrong gateway, nginx or floor stops the run; a wrong
-    HAProxy is left out with the reason (its config is ours, the run should not die on it)."""
+    """Every server's answer to every scenario (status and body) before measuring, HAProxy's
+    key and quota handling, and the Lua peer's refusals and lookups against the gateway's
+    (`lua_problems`). A wrong gateway, nginx or floor stops the run; a wrong HAProxy or Lua peer
+    is left out with the reason (its config is ours, the run should not die on it)."""
     problems = {}
     for name, _, targets, (status, body) in scenarios:
         for who in present:
@@ -1179,13 +1354,17 @@ def verify(s, scenarios, present):
             problems.setdefault("haproxy", []).append(
                 f"a key limited to {LIMITED_CALLS} calls got {[g[0] for g in got]}, "
                 f"expected {[200] * LIMITED_CALLS + [429]}")
+    if "lua" in present:
+        problems.setdefault("lua", []).extend(lua_problems(s))
+        if not problems["lua"]:
+            del problems["lua"]
     for who, lines in problems.items():
         msg = f"{who} does not answer like the gateway:\n  " + "\n  ".join(lines)
-        if who != "haproxy":
+        if who not in ("haproxy", "lua"):
             raise RuntimeError(msg)
-        print(f"warning: {msg}\nHAProxy left out of this run", file=sys.stderr)
-        s.haproxy_skipped = "its answers did not match: " + "; ".join(lines)
-        present = [w for w in present if w != "haproxy"]
+        print(f"warning: {msg}\n{LABEL[who]} left out of this run", file=sys.stderr)
+        setattr(s, f"{who}_skipped", "its answers did not match: " + "; ".join(lines))
+        present = [w for w in present if w != who]
     print(f"checked: {', '.join(present)} answer every scenario with the gateway's status and body", flush=True)
     return present
 
@@ -1239,14 +1418,24 @@ def memory(s, args, gw_start):
     return {"rss_default_kib": rss_default, "rss_entries_kib": rss_n, "start_seconds": gw_start}
 
 
+def lua_module_version():
+    """The installed Debian package of nginx's Lua module, e.g. `libnginx-mod-http-lua 1:0.10.23-1`."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "libnginx-mod-http-lua"],
+                             capture_output=True, text=True)
+    except FileNotFoundError:
+        return None
+    return f"libnginx-mod-http-lua {out.stdout.strip()}" if out.returncode == 0 and out.stdout.strip() else None
+
+
 def med(rs, key):
     return statistics.median(r[key] for r in rs)
 
 
-LABEL = {"gateway": "gateway", "nginx": "nginx", "floor": "floor", "haproxy": "HAProxy"}
+LABEL = {"gateway": "gateway", "nginx": "nginx", "floor": "floor", "haproxy": "HAProxy", "lua": "Lua"}
 
 
-def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
+def report(args, scenarios, runs, storm, mem, haproxy_skipped=None, lua_skipped=None):
     cpu = ""
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
@@ -1265,6 +1454,7 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         for who, rs in runs[name].items():
             row[who] = {k: med(rs, k) for k in ("rps", "p50_us", "p99_us", "cpu_us_per_req")}
             row[who]["errors"] = sum(r["socket_errors"] for r in rs)
+            row[who]["runs"] = rs
             if rs and "upstream_conns" in rs[0]:
                 # The run that opened the most (the first, with an empty pool, as a rule).
                 worst = max(rs, key=lambda r: r["upstream_conns"])
@@ -1274,21 +1464,29 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
     def ratio(r, a, b):
         return f"**{r[a]['rps'] / r[b]['rps']:.2f}x**" if a in r and b in r else "n/a"
 
+    def paired(r, a, b):
+        """The ratio of medians, and the median over rounds of a/b in the same round."""
+        if a not in r or b not in r:
+            return "n/a"
+        by_round = statistics.median(x["rps"] / y["rps"] for x, y in zip(r[a]["runs"], r[b]["runs"]))
+        return f"{ratio(r, a, b)} (paired {by_round:.2f}x)"
+
     def each(r, key, fmt):
         return " / ".join(format(r[w][key], fmt) if w in r else "-" for w in SERVERS)
 
     haproxy_version = version(["haproxy", "-v"]) if shutil.which("haproxy") else "HAProxy not installed"
+    lua_version = "Lua module " + (lua_module_version() or "not installed")
     lines = [
         RESULTS_TITLE,
         "",
         RESULTS_INTRO,
         "",
-        "## The gateway, nginx, the floor and HAProxy (full run)",
+        "## The gateway, nginx, the floor, HAProxy and nginx + Lua (full run)",
         "",
         f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}.",
         "",
         f"- machine: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
-        f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {haproxy_version}; "
+        f"- versions: {version([str(BIN), '--version'])}; {version(['nginx', '-v'])}; {haproxy_version}; {lua_version}; "
         f"{version(['wrk', '-v'])}; {version(['rustc', '--version'])}",
         f"- load: wrk -t1 -c{args.connections} -d{args.duration}s on the same box; server workers/threads: {args.workers}"
         f" (Pingora work_stealing: {args.work_stealing}); quota store: {args.quota}"
@@ -1298,25 +1496,35 @@ def report(args, scenarios, runs, storm, mem, haproxy_skipped=None):
         f"- gateway /v1/check: `gateway.upstream.mode: {getattr(args, 'upstream_mode', None) or 'relay'}`" + ('' if getattr(args, 'upstream_mode', None) else ' (the default)'),
         f"- pinning: {pin_note()}",
         f"- table: {args.entries} generated disposable domains (`d<i>.com`); nginx's `map` and HAProxy's map hold the "
-        f"same {args.entries} bodies",
+        f"same {args.entries} bodies; the Lua peer reads the gateway's own list files",
         "- floor: the bare Pingora floor (`examples/floor.rs`, the same Pingora, server options, allocator and "
         "per-connection request limit as the gateway): a `ProxyHttp` answering the same bytes from `request_filter` "
         "with no logic, and a bare `ProxyHttp` proxy (keep-alive pool) to the same upstream",
         "- HAProxy: doing the job: key hashes in a map (401 otherwise), per-key count in a stick table (429 past "
         "the limit), the domain bodies in a map answered with `http-request return`, the proxy to the same upstream"
         + (f" (**not measured**: {haproxy_skipped})" if haproxy_skipped else ""),
+        "- Lua: nginx + Lua doing the job as a Kong plugin would (`benches/load/lua/`): the key's SHA-256 looked "
+        "up in a Lua table (401), its origins (403), a per-project monthly counter in a `lua_shared_dict` (429 and "
+        "the RateLimit headers), the domain lists read at start into Lua tables and each answer built as the "
+        "gateway's JSON (422 for an invalid name), top-domains from the gateway's body, `/v1/check` by "
+        "`proxy_pass` (keep-alive pool) after the same admission; it leaves out what the gateway does besides: "
+        "no count kept across restarts, no MX, RDAP or neighbourhood inference, no public suffix list or UTS-46 "
+        "mapping, no call log, metrics or hot reload of keys and table, top-domains a fixed body "
+        "(see docs/scaling.md)"
+        + (f" (**not measured**: {lua_skipped})" if lua_skipped else ""),
         "- cpu: server CPU time (user+sys from /proc) per request, microseconds; the /v1/check upstream is a "
         "separate nginx process whose CPU no server is charged",
         "",
-        "| scenario | gateway req/s | nginx req/s | floor req/s | HAProxy req/s | gateway/nginx | floor/nginx | "
-        "gateway/floor | gateway/HAProxy | p50 us (gw / nginx / floor / HAProxy) | p99 us (same order) | "
-        "cpu us/req (same order) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | gateway req/s | nginx req/s | floor req/s | HAProxy req/s | Lua req/s | gateway/nginx | "
+        "floor/nginx | gateway/floor | gateway/HAProxy | gateway/Lua | p50 us (gw / nginx / floor / HAProxy / Lua) | "
+        "p99 us (same order) | cpu us/req (same order) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         rps = " | ".join(f"{r[w]['rps']:.0f}" if w in r else "-" for w in SERVERS)
         lines.append(f"| {r['name']} | {rps} | {ratio(r, 'gateway', 'nginx')} | {ratio(r, 'floor', 'nginx')} | "
                      f"{ratio(r, 'gateway', 'floor')} | {ratio(r, 'gateway', 'haproxy')} | "
+                     f"{paired(r, 'gateway', 'lua')} | "
                      f"{each(r, 'p50_us', '.0f')} | {each(r, 'p99_us', '.0f')} | {each(r, 'cpu_us_per_req', '.2f')} |")
     lines += ["", "Scenarios:", ""] + [f"- `{r['name']}`: {r['desc']}" for r in rows]
     check = next((r for r in rows if r["name"] == "check_proxied"), None)
@@ -1368,7 +1576,7 @@ def svg(rows, path):
     panel_w = (w - 3 * pad) / 2
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
            f'<rect width="{w}" height="{h}" fill="white"/>']
-    colors = {"gateway": "#d35400", "nginx": "#2e86c1", "floor": "#7f8c8d", "haproxy": "#27ae60"}
+    colors = {"gateway": "#d35400", "nginx": "#2e86c1", "floor": "#7f8c8d", "haproxy": "#27ae60", "lua": "#8e44ad"}
     whos = [who for who in SERVERS if any(who in r for r in rows)]
     for pi, (title, key) in enumerate([("requests/s (higher is better)", "rps"),
                                        ("p99 latency, us (lower is better)", "p99_us")]):
@@ -1390,7 +1598,8 @@ def svg(rows, path):
                            if key == "rps" else
                            f'<text x="{bx + bw / 2:.1f}" y="{bottom - bh - 3:.1f}" text-anchor="middle" font-size="7">{r[who][key]:.0f}</text>')
             out.append(f'<text x="{x0 + i * gw + gw / 2:.1f}" y="{bottom + 14}" text-anchor="end" transform="rotate(-30 {x0 + i * gw + gw / 2:.1f} {bottom + 14})">{r["name"]}</text>')
-    names = {"gateway": "domain-risk-gateway", "nginx": "nginx", "floor": "bare Pingora floor", "haproxy": "HAProxy"}
+    names = {"gateway": "domain-risk-gateway", "nginx": "nginx", "floor": "bare Pingora floor", "haproxy": "HAProxy",
+             "lua": "nginx + Lua"}
     for k, who in enumerate(whos):
         x = pad + k * 180
         out.append(f'<rect x="{x}" y="{h - 22}" width="12" height="12" fill="{colors[who]}"/><text x="{x + 16}" y="{h - 12}">{names[who]}</text>')
