@@ -432,7 +432,7 @@ fn reclassification(c: &mut Criterion) {
             } else {
                 format!("ok{i}.example")
             };
-            let told = judge.judge(&domain, "bench").unwrap().told;
+            let told = judge.judge(&domain, "bench", None).unwrap().told;
             Seen {
                 project: "p".into(),
                 domain: domain.into(),
@@ -453,7 +453,7 @@ fn reclassification(c: &mut Criterion) {
                 loop {
                     let (page, next) = store.scan("p", &cursor, 200).await.unwrap();
                     for (domain, told) in page {
-                        let now = judge.judge(&domain, "bench").unwrap();
+                        let now = judge.judge(&domain, "bench", None).unwrap();
                         changed += usize::from(now.told.differs(told));
                     }
                     match next {
@@ -466,7 +466,7 @@ fn reclassification(c: &mut Criterion) {
     });
     g.throughput(Throughput::Elements(1));
     let mut flip = false;
-    let safe = judge.judge("ok1.example", "bench").unwrap().told;
+    let safe = judge.judge("ok1.example", "bench", None).unwrap().told;
     let dispo = Told {
         reason: Reason::Disposable,
         score: 100,
@@ -480,6 +480,7 @@ fn reclassification(c: &mut Criterion) {
                 from,
                 to,
                 rule: "blocklist".into(),
+                basis: "table",
                 at_ms: 1_000,
                 dataset_version: "g1-000000".into(),
             };

@@ -172,6 +172,7 @@ fn a_reload_tells_the_project_that_asked_once_signed_and_across_a_restart() {
         (Some("safe"), Some("disposable"))
     );
     assert_eq!(first["rule"], "blocklist");
+    assert_eq!(first["basis"], "table");
     assert_eq!(first["score_to"], 100);
     assert!(first["dataset_version"].as_str().unwrap().starts_with('g'));
 
@@ -509,4 +510,70 @@ fn a_receiver_that_never_answers_one_project_does_not_hold_up_another() {
         .unwrap();
     assert_eq!(domains(&other.json()), ["bar-dispo.example"]);
     assert_eq!(other.answered, 200);
+}
+
+/// A delisting is told: with MX lookups and RDAP on, a listed name is never dated (and resolved
+/// only when the neighbourhood learns from it), so once the list drops it its age is not held;
+/// it is judged with what is held (basis `table_only`) and recorded at once, while an open name whose evidence
+/// is held keeps its verdict (issue 66: before, a delisting was never recorded).
+#[test]
+fn a_delisting_is_recorded_judged_with_what_is_held() {
+    use crate::dns::{DnsServer, Zone};
+    let zone = |host: &str| Zone {
+        mx: vec![(10, host.to_owned())],
+        a: None,
+        ttl: 300,
+    };
+    let dns = DnsServer::start(std::collections::HashMap::from([
+        ("was-dispo.example".to_owned(), zone("mx.was-dispo.example")),
+        (
+            "stays-open.example".to_owned(),
+            zone("mx.stays-open.example"),
+        ),
+    ]));
+    let registry = crate::rdap_server::RdapServer::start(std::collections::HashMap::new());
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let listed = format!("{OLD_LIST}was-dispo.example\n");
+    let gw = watching(Gateway::builder(), &receiver.url(), &dir)
+        .dns(dns.addr)
+        .rdap_yaml(&format!("servers: {{example: \"{}\"}}", registry.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .data("disposable.txt", &listed)
+        .in_dir(dir)
+        .start();
+    assert_eq!(
+        lookup(&gw, ACME, "was-dispo.example")["reason"],
+        "disposable"
+    );
+    let open = lookup(&gw, ACME, "stays-open.example");
+    assert_eq!(open["reason"], "safe", "{open}");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 2.0);
+    // The first pass (at start) judged with the list that named it.
+    pass_after(&gw, 0.0);
+    let before = passes(&gw);
+    write_atomic(&gw.data_path("disposable.txt"), OLD_LIST);
+    pass_after(&gw, before);
+    wait_until(Duration::from_secs(10), || {
+        !domains(&changes(&gw, ACME, "").json()).is_empty()
+    });
+    let page = changes(&gw, ACME, "").json();
+    assert_eq!(domains(&page), ["was-dispo.example"], "{page}");
+    let change = &page["changes"][0];
+    assert_eq!(
+        (change["from"].as_str(), change["to"].as_str()),
+        (Some("disposable"), Some("safe")),
+        "{change}"
+    );
+    assert_eq!(change["rule"], "unlisted", "{change}");
+    assert_eq!(change["basis"], "table_only", "{change}");
+    // The webhook tells it too; the next lookup answers from the evidence it gathers.
+    wait_until(Duration::from_secs(10), || {
+        !receiver.deliveries().is_empty()
+    });
+    assert_eq!(
+        domains(&receiver.deliveries()[0].json()),
+        ["was-dispo.example"]
+    );
+    assert_eq!(lookup(&gw, ACME, "was-dispo.example")["reason"], "safe");
 }

@@ -479,3 +479,42 @@ fn max_inflight_must_allow_one_lookup() {
         "{err}"
     );
 }
+
+/// A mail host whose one address is private is unusable only when DNS answered both families:
+/// with its AAAA question failing (SERVFAIL), the usable address may be the one not heard, so
+/// the host is unknown and the domain is not `undeliverable` from a failure (issue 66).
+#[test]
+fn a_private_address_with_the_other_family_failing_is_not_undeliverable() {
+    let host = |a| Zone {
+        mx: vec![],
+        a: Some(a),
+        ttl: 300,
+    };
+    let mx = |h: &str| Zone {
+        mx: vec![(10, h.to_owned())],
+        a: None,
+        ttl: 300,
+    };
+    let private = Ipv4Addr::new(10, 1, 2, 3);
+    let zones = HashMap::from([
+        ("private-only.test".to_owned(), mx("mail.private-only.test")),
+        ("mail.private-only.test".to_owned(), host(private)),
+        (
+            "half-heard.test".to_owned(),
+            mx("mail.v6fail.half-heard.test"),
+        ),
+        ("mail.v6fail.half-heard.test".to_owned(), host(private)),
+    ]);
+    let server = DnsServer::start(zones);
+    // Minimal answers: the resolver asks each host's families itself.
+    server.set_glue(false);
+    let gw = Gateway::builder().dns(server.addr).start();
+    let both = record(&gw, "private-only.test");
+    assert_eq!(both["reason"], "undeliverable", "{both}");
+    let half = record(&gw, "half-heard.test");
+    assert_eq!(half["reason"], "safe", "{half}");
+    assert!(
+        server.count("mail.v6fail.half-heard.test", RecordType::AAAA) >= 1,
+        "the AAAA question was asked and failed"
+    );
+}

@@ -8,6 +8,8 @@
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
 //! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent; nor
 //! is the reverse query of an address whose PTR name has one.
+//! A name with a label `v6fail` answers its AAAA questions SERVFAIL (one address family
+//! failing, as a broken IPv6 delegation does), its other questions as usual.
 //! An answer for a name with a label `big` comes truncated over UDP and whole over TCP on the
 //! same port, as a resolver sends an answer too big for a datagram.
 //! An MX answer carries the addresses of its hosts that the server knows in its additional
@@ -308,7 +310,12 @@ impl DnsServer {
                 {
                     continue;
                 }
+                let v6fail = query.query_type() == RecordType::AAAA
+                    && name.split('.').any(|l| l.starts_with("v6fail"));
                 match (lie, zones.get(&name)) {
+                    (None, _) if v6fail => {
+                        response.metadata.response_code = ResponseCode::ServFail;
+                    }
                     (Some(Lie::NxDomain | Lie::NxDomainButCanaries), _) => {
                         response.metadata.response_code = ResponseCode::NXDomain;
                         response.add_authority(soa(&name, 5));

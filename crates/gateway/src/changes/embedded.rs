@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS changes (
   id INTEGER PRIMARY KEY AUTOINCREMENT, project TEXT NOT NULL, domain TEXT NOT NULL,
   from_reason TEXT NOT NULL, from_score INTEGER NOT NULL, to_reason TEXT NOT NULL,
   to_score INTEGER NOT NULL, rule TEXT NOT NULL, changed_at INTEGER NOT NULL,
-  dataset TEXT NOT NULL);
+  dataset TEXT NOT NULL, basis TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS changes_by_project ON changes (project, id);
 CREATE TABLE IF NOT EXISTS sent (project TEXT PRIMARY KEY, upto INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS lease (project TEXT PRIMARY KEY, holder TEXT NOT NULL,
@@ -41,18 +41,23 @@ ALTER TABLE watched ADD COLUMN told_ms INTEGER NOT NULL DEFAULT 0;
 UPDATE watched SET told_ms = seen_at * 1000;
 ";
 
-/// Creates the tables, and the column earlier builds' files lack (looked for under the write
+/// What a change rests on (`Change::basis`); an earlier build's rows get it from their rule.
+const BASIS: &str = "ALTER TABLE changes ADD COLUMN basis TEXT NOT NULL DEFAULT '';";
+
+/// Creates the tables, and the columns earlier builds' files lack (looked for under the write
 /// lock: two gateways opening one file add it once).
 fn migrate(c: &mut Connection) -> rusqlite::Result<()> {
     c.execute_batch(SCHEMA)?;
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let has: bool = tx.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('watched') WHERE name = 'told_ms'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has {
-        tx.execute_batch(TOLD_AT)?;
+    for (table, column, add) in [("watched", "told_ms", TOLD_AT), ("changes", "basis", BASIS)] {
+        let has: bool = tx.query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get(0),
+        )?;
+        if !has {
+            tx.execute_batch(add)?;
+        }
     }
     tx.commit()
 }
@@ -122,17 +127,21 @@ fn change_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Change>> {
     let (Some(from), Some(to)) = (from, to) else {
         return Ok(None);
     };
-    Ok(Some(Change {
-        id: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-        domain: r.get(1)?,
-        from: from.reason,
-        to: to.reason,
-        score_from: from.score,
-        score_to: to.score,
-        rule: r.get(6)?,
-        changed_at: rfc3339(r.get(7)?),
-        dataset_version: r.get(8)?,
-    }))
+    Ok(Some(
+        Change {
+            id: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+            domain: r.get(1)?,
+            from: from.reason,
+            to: to.reason,
+            score_from: from.score,
+            score_to: to.score,
+            rule: r.get(6)?,
+            basis: r.get(9)?,
+            changed_at: rfc3339(r.get(7)?),
+            dataset_version: r.get(8)?,
+        }
+        .with_basis(),
+    ))
 }
 
 fn now_ms() -> i64 {
@@ -263,7 +272,8 @@ impl ChangeStore for EmbeddedChanges {
             let id = now_us().max(last.saturating_add(1));
             tx.execute(
                 "INSERT INTO changes (id, project, domain, from_reason, from_score, to_reason,
-                 to_score, rule, changed_at, dataset) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                 to_score, rule, changed_at, dataset, basis)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
                 params![
                     id,
                     project,
@@ -274,7 +284,8 @@ impl ChangeStore for EmbeddedChanges {
                     ch.to.score,
                     ch.rule,
                     ch.at(),
-                    ch.dataset_version
+                    ch.dataset_version,
+                    ch.basis
                 ],
             )?;
             tx.commit()?;
@@ -294,7 +305,7 @@ impl ChangeStore for EmbeddedChanges {
         self.with(move |c| {
             let mut q = c.prepare_cached(
                 "SELECT id, domain, from_reason, from_score, to_reason, to_score, rule,
-                 changed_at, dataset FROM changes WHERE project = ?1 AND id > ?2
+                 changed_at, dataset, basis FROM changes WHERE project = ?1 AND id > ?2
                  AND changed_at >= ?3 ORDER BY id LIMIT ?4",
             )?;
             let after = i64::try_from(after).unwrap_or(i64::MAX);
@@ -436,6 +447,7 @@ mod tests {
             from,
             to,
             rule: "blocklist".into(),
+            basis: "table",
             at_ms: at * 1_000,
             dataset_version: "g2-abcdef".into(),
         }
@@ -579,5 +591,28 @@ mod tests {
         assert!(new > old, "{new} after {old}");
         assert_eq!(store.sent_upto("p").await.unwrap(), 0);
         assert_eq!(store.list("p", old, 0, 10).await.unwrap()[0].id, new);
+    }
+
+    /// A file an earlier build wrote (no `basis` column) opens, and its changes show the basis
+    /// their rule implies.
+    #[tokio::test]
+    async fn an_earlier_builds_changes_get_their_basis_from_their_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite3");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&SCHEMA.replace(", basis TEXT NOT NULL DEFAULT ''", ""))
+            .unwrap();
+        c.execute_batch(
+            "INSERT INTO changes (id, project, domain, from_reason, from_score, to_reason,
+             to_score, rule, changed_at, dataset) VALUES
+             (1, 'p', 'a.com', 'safe', 10, 'disposable', 100, 'blocklist', 5, 'g1-x'),
+             (2, 'p', 'b.com', 'safe', 10, 'disposable', 80, 'mx_neighbourhood', 5, 'g1-x');",
+        )
+        .unwrap();
+        drop(c);
+        let store = EmbeddedChanges::new(path).unwrap();
+        let listed = store.list("p", 0, 0, 10).await.unwrap();
+        let basis: Vec<&str> = listed.iter().map(|c| c.basis.as_str()).collect();
+        assert_eq!(basis, ["table", "evidence"]);
     }
 }

@@ -3,7 +3,10 @@
 //! evidence in the resolver's cache, the neighbourhood's finding, the registry's date as cached),
 //! never a new DNS or RDAP query. A name the table leaves open whose MX evidence or age is not
 //! at hand is not judged: a missing piece must not pass for a change (a young domain's raised
-//! score would drop, an established one's neighbours would condemn it).
+//! score would drop, an established one's neighbours would condemn it). One exception: a name
+//! the table *decided* before a reload and leaves open after it (a delisting) was told the
+//! lists' answer, which no longer holds, and no evidence was ever gathered for it (a listed name
+//! is never resolved nor dated); it is judged with what is held, basis [`Basis::TableOnly`].
 
 use std::sync::Arc;
 
@@ -26,6 +29,29 @@ pub enum Basis {
     /// DNS evidence (MX, the neighbourhood) or the domain's age: recorded once it held for
     /// `stable_seconds`.
     Evidence,
+    /// The table stopped deciding (a delisting) and the gateway held no MX evidence or age for
+    /// the name yet: the verdict a lookup without them gives, recorded at once. The project's
+    /// next lookup gathers them.
+    TableOnly,
+}
+
+impl Basis {
+    /// As a change shows it (`basis`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Table => "table",
+            Basis::Evidence => "evidence",
+            Basis::TableOnly => "table_only",
+        }
+    }
+
+    /// The basis of a change recorded before changes carried one, from its rule.
+    pub fn of_rule(rule: &str) -> Basis {
+        match rule {
+            "mx" | "mx_neighbourhood" | "young_domain" | "unlisted" => Basis::Evidence,
+            _ => Basis::Table,
+        }
+    }
 }
 
 /// A domain judged again.
@@ -47,14 +73,23 @@ pub struct Judge {
 
 impl Judge {
     /// `name`'s verdict now for `project`'s answer (`None`: it cannot be judged from what is
-    /// held).
-    pub fn judge(&self, name: &str, project: &str) -> Option<Judged> {
+    /// held). `before` is the table the previous pass judged with, when a reload came since.
+    pub fn judge(&self, name: &str, project: &str, before: Option<&DomainTable>) -> Option<Judged> {
         let name = DomainName::parse(name).ok()?;
         let table = self.table.load();
         let found = table.lookup(&name);
         let open = found.rule == TableRule::Unknown;
+        // Delisted: the lists decided it before (so it was never resolved nor dated) and no
+        // longer do.
+        let delisted = open && before.is_some_and(|b| !wants_mx(&b.lookup(&name)));
+        // Whether a piece the verdict wants is not held.
+        let mut missing = false;
         let evidence: Option<Arc<MxEvidence>> = match &self.mx {
-            Some(mx) if wants_mx(&found) => Some(mx.peek(name.as_str())?),
+            Some(mx) if wants_mx(&found) => {
+                let held = mx.peek(name.as_str());
+                missing |= held.is_none();
+                held
+            }
             _ => None,
         };
         let finding = match (evidence.as_deref(), &self.mx) {
@@ -64,11 +99,21 @@ impl Judge {
             _ => None,
         };
         let (age, rule) = match &self.rdap {
-            // Unknown here while the cache knows nothing: not judged.
-            Some(r) if open => (r.known_age(&name)?, r.age_rule()),
+            // Unknown here while the cache knows nothing: not judged (a delisted name: judged
+            // without it).
+            Some(r) if open => match r.known_age(&name) {
+                Some(age) => (age, r.age_rule()),
+                None => {
+                    missing = true;
+                    (None, r.age_rule())
+                }
+            },
             Some(r) => (None, r.age_rule()),
             None => (None, AgeRule::OFF),
         };
+        if missing && !delisted {
+            return None;
+        }
         let signals = Signals {
             mx: evidence.as_deref(),
             neighbourhood: finding,
@@ -80,8 +125,13 @@ impl Judge {
                 reason: v.record.reason,
                 score: v.record.risk_score,
             },
-            // A name the table leaves open rests on evidence either way (its absence too).
-            basis: if open { Basis::Evidence } else { basis(&v) },
+            // A name the table leaves open rests on evidence either way (its absence too),
+            // unless none was held.
+            basis: match (open, missing) {
+                (false, _) => basis(&v),
+                (true, true) => Basis::TableOnly,
+                (true, false) => Basis::Evidence,
+            },
             rule: rule_name(&v),
             dataset_version: table.version().as_str().to_owned(),
         })

@@ -105,6 +105,7 @@ mod tests {
             score_from: 10,
             score_to: 100,
             rule: "blocklist".into(),
+            basis: "table".into(),
             changed_at: "2026-11-25T00:00:00Z".into(),
             dataset_version: "g2-000001".into(),
         };
@@ -138,6 +139,7 @@ mod tests {
             score_from: if from == Reason::Safe { 20 } else { 100 },
             score_to: if to == Reason::Safe { 20 } else { 100 },
             rule: "blocklist".into(),
+            basis: "table".into(),
             changed_at: format!("2026-11-25T00:00:0{id}Z"),
             dataset_version: "g2-000001".into(),
         };

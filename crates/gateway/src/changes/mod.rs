@@ -119,10 +119,26 @@ pub struct Change {
     pub score_to: RiskScore,
     /// What decided the new verdict (`blocklist`, `record`, `mx`, `mx_neighbourhood`, ...).
     pub rule: String,
+    /// What it rests on: `table` (the lists), `evidence` (DNS, the neighbourhood, the age) or
+    /// `table_only` (the lists stopped deciding and no evidence was held yet: a delisting).
+    /// Empty in changes recorded before changes carried it (filled from `rule` when read).
+    #[serde(default)]
+    pub basis: String,
     /// RFC 3339, UTC, seconds.
     pub changed_at: String,
     /// The domain table's version that made the change (`X-Dataset-Version`).
     pub dataset_version: String,
+}
+
+impl Change {
+    /// The change, its `basis` filled from its rule when it was recorded before changes
+    /// carried one.
+    pub fn with_basis(mut self) -> Change {
+        if self.basis.is_empty() {
+            self.basis = judge::Basis::of_rule(&self.rule).as_str().to_owned();
+        }
+        self
+    }
 }
 
 /// Counters since start: `drg_changes_total{event=...}` on `/metrics`.

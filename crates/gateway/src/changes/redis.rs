@@ -179,7 +179,7 @@ impl RedisChanges {
 fn change_of(member: &str, id: u64) -> Option<Change> {
     let mut json: serde_json::Value = serde_json::from_str(member).ok()?;
     json.as_object_mut()?.insert("id".into(), id.into());
-    serde_json::from_value(json).ok()
+    serde_json::from_value(json).ok().map(Change::with_basis)
 }
 
 /// The change's JSON after `{"id":N,` (the script puts the id in front).
@@ -191,6 +191,7 @@ fn json_rest(ch: &Proposed) -> String {
         "score_from": ch.from.score,
         "score_to": ch.to.score,
         "rule": ch.rule,
+        "basis": ch.basis,
         "changed_at": rfc3339(ch.at()),
         "dataset_version": ch.dataset_version,
     })

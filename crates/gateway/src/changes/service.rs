@@ -20,6 +20,7 @@ use super::{ChangesConfig, Counters, Seen, Told, Watch, CHANNEL};
 use crate::access::keys::KeyStore;
 use crate::access::quota::alerts::deliver;
 use crate::access::quota::alerts::destination::Listener;
+use crate::domain::table::DomainTable;
 
 /// How often the loop looks at its work.
 const TICK: Duration = Duration::from_millis(100);
@@ -97,6 +98,10 @@ struct Pass {
     projects: Vec<String>,
     at: usize,
     cursor: String,
+    /// The table this pass judges with, and the one the last finished pass judged with (what
+    /// tells a delisting, `judge.rs`).
+    table: Arc<DomainTable>,
+    before: Option<Arc<DomainTable>>,
 }
 
 /// The loop's state.
@@ -106,6 +111,8 @@ struct Loop {
     /// A reload came during a pass: another pass follows it.
     again: bool,
     generation: Option<u64>,
+    /// The table the last finished pass judged with.
+    judged: Option<Arc<DomainTable>>,
     last_pass: Option<Instant>,
     /// (project, domain) -> the evidence-based verdict found, and since when.
     candidates: HashMap<(String, String), (Told, Instant)>,
@@ -214,6 +221,8 @@ impl ChangesService {
                     projects,
                     at: 0,
                     cursor: String::new(),
+                    table: self.judge.table.load_full(),
+                    before: st.judged.clone(),
                 });
             }
             Err(e) => {
@@ -237,7 +246,7 @@ impl ChangesService {
         while left > 0 {
             let Some(pass) = st.pass.as_mut() else { return };
             let Some(project) = pass.projects.get(pass.at).cloned() else {
-                st.pass = None;
+                st.judged = st.pass.take().map(|p| p.table);
                 Counters::add(&self.counters.passes, 1);
                 return;
             };
@@ -257,15 +266,24 @@ impl ChangesService {
                     pass.cursor.clear();
                 }
             }
+            let before = pass.before.clone();
             for (domain, told) in page {
-                self.judge_one(st, &project, domain, told).await;
+                self.judge_one(st, &project, domain, told, before.as_deref())
+                    .await;
             }
         }
     }
 
-    async fn judge_one(&self, st: &mut Loop, project: &str, domain: String, told: Told) {
+    async fn judge_one(
+        &self,
+        st: &mut Loop,
+        project: &str,
+        domain: String,
+        told: Told,
+        before: Option<&DomainTable>,
+    ) {
         Counters::add(&self.counters.judged, 1);
-        let Some(now) = self.judge.judge(&domain, project) else {
+        let Some(now) = self.judge.judge(&domain, project, before) else {
             return;
         };
         let key = (project.to_owned(), domain);
@@ -291,6 +309,7 @@ impl ChangesService {
             from: told,
             to: now.told,
             rule: now.rule.to_owned(),
+            basis: now.basis.as_str(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             dataset_version: now.dataset_version,
         };

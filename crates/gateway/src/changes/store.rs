@@ -42,6 +42,8 @@ pub struct Proposed {
     pub from: Told,
     pub to: Told,
     pub rule: String,
+    /// What the verdict rests on (`judge::Basis::as_str`).
+    pub basis: &'static str,
     /// When it was found, unix milliseconds: the project is told `to` from then on (a lookup
     /// answered before it no longer overwrites what it was told).
     pub at_ms: i64,
