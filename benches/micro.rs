@@ -211,6 +211,7 @@ fn access(c: &mut Criterion) {
                             origin: Some(b"https://app.example.com"),
                             referer: None,
                         },
+                        0,
                     )
                     .is_ok()
                 })

@@ -37,6 +37,7 @@ mod h2_bodies;
 mod harness;
 mod hostile;
 mod keys_api;
+mod keys_expiry;
 mod keys_shared;
 mod logging;
 mod metrics;

@@ -125,11 +125,13 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
         [
             "created_at",
             "created_by",
+            "expires_at",
             "id",
             "key_prefix",
             "label",
             "last_used_at",
             "origins",
+            "rotated_to",
             "source"
         ]
     );

@@ -84,6 +84,11 @@ pub fn check(data: &[u8]) {
                 assert_eq!(path.strip_prefix("/v1/keys/"), Some(id));
                 assert!(!id.is_empty() && !id.contains('/'), "{id}");
             }
+            KeysCall::Rotate { id } => {
+                assert_eq!(method, Method::POST);
+                assert_eq!(path, format!("/v1/keys/{id}/rotate"));
+                assert!(!id.is_empty() && !id.contains('/'), "{id}");
+            }
         },
         // The batch lookup takes a body, so it is a POST, and its `explain` is read as the
         // single lookup's.

@@ -77,6 +77,8 @@ pub enum ApiError {
     Unauthorized {
         invalid_token: bool,
     },
+    /// A key past its expiry; holds the detail naming when (`this API key expired at ...`).
+    KeyExpired(String),
     /// The key may not be used from this origin; holds `Origin: <value>`.
     Forbidden(String),
     /// A browser key (one with `origins`: its secret sits in web pages) on a route for server
@@ -126,7 +128,7 @@ impl ApiError {
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized { .. } | ApiError::KeyExpired(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => StatusCode::FORBIDDEN,
             ApiError::QuotaExceeded { .. }
             | ApiError::RateLimited { .. }
@@ -147,7 +149,7 @@ impl ApiError {
             ApiError::Validation(_) => "validation_error",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-            ApiError::Unauthorized { .. } => "unauthorized",
+            ApiError::Unauthorized { .. } | ApiError::KeyExpired(_) => "unauthorized",
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::RateLimited { .. } | ApiError::PlanRateLimited { .. } => "rate_limited",
@@ -170,6 +172,9 @@ impl ApiError {
             }
             ApiError::Unauthorized { .. } => {
                 "A valid API key is required: send Authorization: Bearer <key>."
+            }
+            ApiError::KeyExpired(_) => {
+                "This API key has expired: use the key that replaced it, or make a new one."
             }
             ApiError::Forbidden(_) => "This API key may not be used from this origin.",
             ApiError::ServerKeyOnly(_) => {
@@ -244,6 +249,7 @@ impl ApiError {
             | ApiError::PayloadTooLarge(d)
             | ApiError::UnsupportedMediaType(d)
             | ApiError::Forbidden(d)
+            | ApiError::KeyExpired(d)
             | ApiError::UpstreamUnavailable(d)
             | ApiError::UpstreamTimeout(d) => Some(d),
             ApiError::ServerKeyOnly(route) => Some(route),
@@ -273,6 +279,11 @@ impl From<ApiError> for Answer {
             ApiError::MethodNotAllowed { allow } => {
                 answer.with_header(ALLOW, HeaderValue::from_static(allow))
             }
+            // RFC 6750: an expired token is an invalid one.
+            ApiError::KeyExpired(_) => answer.with_header(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="domain-risk", error="invalid_token""#),
+            ),
             ApiError::Unauthorized { invalid_token } => answer.with_header(
                 WWW_AUTHENTICATE,
                 HeaderValue::from_static(if invalid_token {
@@ -319,6 +330,13 @@ mod tests {
         .into();
         assert_eq!(a.status, StatusCode::UNAUTHORIZED);
         assert!(a.headers[0].1.to_str().unwrap().contains("invalid_token"));
+        let a: Answer =
+            ApiError::KeyExpired("this API key expired at 2026-12-01T00:00:00Z".into()).into();
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+        assert!(a.headers[0].1.to_str().unwrap().contains("invalid_token"));
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["error"], "unauthorized");
+        assert_eq!(v["detail"], "this API key expired at 2026-12-01T00:00:00Z");
         let a: Answer = ApiError::QuotaExceeded {
             reset_at: "2026-12-01T00:00:00Z".into(),
             retry_after: 60,

@@ -362,6 +362,7 @@ fn parts(
         gateway.access.plans.clone(),
         gateway.keys_api.clone(),
         keys_source.publish_lock.clone(),
+        shared.clock.clone(),
         &shared.metrics,
     )?;
     let mut shared_keys = None;

@@ -95,6 +95,10 @@ pub struct KeyEntry {
     pub created_at: Option<Arc<str>>,
     /// The key that made it (API-made keys that record it).
     pub created_by: Option<Arc<str>>,
+    /// Unix seconds from which the key is refused (`401`, naming the time); none: never.
+    pub expires_at: Option<i64>,
+    /// The key that replaced it, if it was rotated (it works until `expires_at`).
+    pub rotated_to: Option<Arc<str>>,
     pub source: KeyOrigin,
     /// Unix seconds of the last authenticated call (0: none seen). Shared by the snapshots of a
     /// key across reloads (see [`KeyStore::carry_last_used`]).
@@ -117,6 +121,12 @@ impl KeyEntry {
         if self.last_used.load(Ordering::Relaxed) < unix {
             self.last_used.fetch_max(unix, Ordering::Relaxed);
         }
+    }
+
+    /// When the key expired, if it has at `now` (unix seconds): from that second on it is
+    /// refused.
+    pub fn expired_at(&self, now: i64) -> Option<i64> {
+        self.expires_at.filter(|at| *at <= now)
     }
 
     /// Unix seconds of the last call, if any.
@@ -156,6 +166,8 @@ impl KeyEntry {
             key_prefix: None,
             created_at: None,
             created_by: None,
+            expires_at: None,
+            rotated_to: None,
             source: KeyOrigin::Operator,
             last_used: Arc::default(),
             queued_calls: Default::default(),
@@ -507,6 +519,8 @@ pub fn parse_keys<P: AsPlan>(
                 key_prefix: row.prefix.map(Into::into),
                 created_at: row.created_at.map(Into::into),
                 created_by: None,
+                expires_at: None,
+                rotated_to: None,
                 source: KeyOrigin::Operator,
                 last_used: Arc::default(),
                 queued_calls: Default::default(),

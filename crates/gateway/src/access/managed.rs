@@ -98,6 +98,18 @@ pub struct ManagedKey {
     /// follow their project only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// When the key stops working (RFC 3339 UTC; none: never). Every gateway compares it with
+    /// its own clock at each call, so the moment needs no sync. Gateways released before it
+    /// keep it as an unknown field and do not enforce it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The lifetime it was made with (`expires_in_days`), given again to its successor when it
+    /// is rotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_days: Option<u32>,
+    /// The key that replaced it (`POST /v1/keys/{id}/rotate`); it works until `expires_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_to: Option<String>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
@@ -321,6 +333,12 @@ fn entry_of<P: AsPlan>(
     if origins.len() != row.origins.len() {
         return Err("an origin is not valid".to_owned());
     }
+    // A time that cannot be read is no reason to let the key live for ever: skipped.
+    let expires_at = match row.expires_at.as_deref().map(unix_of) {
+        None => None,
+        Some(Some(t)) => Some(t),
+        Some(None) => return Err("expires_at is not an RFC 3339 time".to_owned()),
+    };
     Ok(KeyEntry {
         id: row.id.as_str().into(),
         project: row.project.as_str().into(),
@@ -337,11 +355,20 @@ fn entry_of<P: AsPlan>(
         key_prefix: Some(row.prefix.as_str().into()),
         created_at: Some(row.created_at.as_str().into()),
         created_by: row.created_by.as_deref().map(Into::into),
+        expires_at,
+        rotated_to: row.rotated_to.as_deref().map(Into::into),
         source: KeyOrigin::Api,
         last_used: Arc::new(row.last_used.unwrap_or(0).into()),
         queued_calls: Default::default(),
         hash,
     })
+}
+
+/// Unix seconds of an RFC 3339 time.
+fn unix_of(rfc3339: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .map(|t| t.timestamp())
 }
 
 /// The keys store with the managed file merged in (see [`merge`]).
@@ -530,6 +557,9 @@ pub(crate) fn test_key(id: &str, project: &str, by: Option<&str>) -> ManagedKey 
         last_used: None,
         origins: vec![],
         created_by: by.map(Into::into),
+        expires_at: None,
+        expires_in_days: None,
+        rotated_to: None,
         unknown: Default::default(),
     }
 }

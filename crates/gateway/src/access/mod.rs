@@ -36,6 +36,9 @@ pub enum Rejection {
     MissingKey,
     /// Malformed, unknown or disabled key (401, `error="invalid_token"`).
     InvalidKey,
+    /// A key past its `expires_at` (401, naming when, unix seconds): its holder is told why,
+    /// since they hold the secret.
+    Expired { at: i64 },
     /// The key is not authorised for this origin (403); holds what the request said.
     Forbidden { origin: String },
 }
@@ -48,9 +51,11 @@ pub struct Credentials<'a> {
     pub referer: Option<&'a [u8]>,
 }
 
-/// Key, then origin: the access decision for one request.
-pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Rejection> {
-    decide_lazily(keys, creds.authorization, || (creds.origin, creds.referer))
+/// Key, then origin: the access decision for one request at `now` (unix seconds).
+pub fn decide(keys: &KeyStore, creds: Credentials<'_>, now: i64) -> Result<Principal, Rejection> {
+    decide_lazily(keys, creds.authorization, now, || {
+        (creds.origin, creds.referer)
+    })
 }
 
 /// [`decide`], the `Origin` and `Referer` headers looked up only for a key with origins (most
@@ -58,6 +63,7 @@ pub fn decide(keys: &KeyStore, creds: Credentials<'_>) -> Result<Principal, Reje
 pub fn decide_lazily<'a>(
     keys: &KeyStore,
     authorization: Option<&[u8]>,
+    now: i64,
     origin_and_referer: impl FnOnce() -> (Option<&'a [u8]>, Option<&'a [u8]>),
 ) -> Result<Principal, Rejection> {
     let header = authorization.ok_or(Rejection::MissingKey)?;
@@ -65,6 +71,10 @@ pub fn decide_lazily<'a>(
     let key = keys.find_bytes(token).ok_or(Rejection::InvalidKey)?;
     if key.disabled {
         return Err(Rejection::InvalidKey);
+    }
+    // Before the origin: an expired key is refused wherever it is sent from.
+    if let Some(at) = key.expired_at(now) {
+        return Err(Rejection::Expired { at });
     }
     let Some(patterns) = &key.origins else {
         return Ok(Principal {
@@ -143,6 +153,9 @@ mod tests {
         parse_keys(&yaml, "keys.yaml", &plans).unwrap()
     }
 
+    /// The time of the decisions (unix seconds).
+    const NOW: i64 = 1_790_000_000;
+
     fn creds<'a>(
         auth: Option<&'a str>,
         origin: Option<&'a str>,
@@ -158,9 +171,10 @@ mod tests {
     #[test]
     fn keys_are_required_well_formed_known_and_enabled() {
         let s = store();
-        let auth = |h: &str| decide(&s, creds(Some(h), None, None)).map(|p| p.key.id.to_string());
+        let auth =
+            |h: &str| decide(&s, creds(Some(h), None, None), NOW).map(|p| p.key.id.to_string());
         assert_eq!(
-            decide(&s, creds(None, None, None)).unwrap_err(),
+            decide(&s, creds(None, None, None), NOW).unwrap_err(),
             Rejection::MissingKey
         );
         assert_eq!(auth(&format!("Bearer {SERVER}")), Ok("server".into()));
@@ -183,7 +197,12 @@ mod tests {
     fn origins_are_checked_for_browser_keys_only() {
         let s = store();
         let web = format!("Bearer {WEB}");
-        let ok = decide(&s, creds(Some(&web), Some("https://app.example.com"), None)).unwrap();
+        let ok = decide(
+            &s,
+            creds(Some(&web), Some("https://app.example.com"), None),
+            NOW,
+        )
+        .unwrap();
         assert_eq!(
             ok.allowed_origin.as_deref(),
             Some("https://app.example.com")
@@ -191,6 +210,7 @@ mod tests {
         let via_referer = decide(
             &s,
             creds(Some(&web), None, Some("https://a.example.com/signup")),
+            NOW,
         )
         .unwrap();
         assert_eq!(
@@ -204,15 +224,59 @@ mod tests {
             (Some("https://example.com"), None, "https://example.com"),
         ] {
             assert_eq!(
-                decide(&s, creds(Some(&web), origin, referer)).unwrap_err(),
+                decide(&s, creds(Some(&web), origin, referer), NOW).unwrap_err(),
                 Rejection::Forbidden {
                     origin: shown.into()
                 }
             );
         }
         let server = format!("Bearer {SERVER}");
-        let any = decide(&s, creds(Some(&server), Some("https://evil.example"), None)).unwrap();
+        let any = decide(
+            &s,
+            creds(Some(&server), Some("https://evil.example"), None),
+            NOW,
+        )
+        .unwrap();
         assert_eq!(any.allowed_origin, None);
+    }
+
+    #[test]
+    fn a_key_is_refused_from_the_second_it_expires_whatever_its_origin() {
+        let mut s = store();
+        let mut web = (**s.find(WEB).unwrap()).clone();
+        web.expires_at = Some(NOW);
+        let mut server = (**s.find(SERVER).unwrap()).clone();
+        server.expires_at = Some(NOW + 1);
+        let mut fresh = KeyStore::default();
+        fresh.insert(web);
+        fresh.insert(server);
+        fresh.index_projects();
+        s = fresh;
+        let server = format!("Bearer {SERVER}");
+        let at = |now| decide(&s, creds(Some(&server), None, None), now).map(|p| p.key.id.clone());
+        assert_eq!(
+            at(NOW).unwrap().as_ref(),
+            "server",
+            "a second before it expires"
+        );
+        assert_eq!(at(NOW + 1).unwrap_err(), Rejection::Expired { at: NOW + 1 });
+        assert_eq!(
+            at(NOW + 1_000).unwrap_err(),
+            Rejection::Expired { at: NOW + 1 }
+        );
+        // Expired is said before the origin is judged: also from an origin it never had.
+        let web = format!("Bearer {WEB}");
+        for origin in ["https://app.example.com", "https://evil.example"] {
+            assert_eq!(
+                decide(&s, creds(Some(&web), Some(origin), None), NOW).unwrap_err(),
+                Rejection::Expired { at: NOW }
+            );
+        }
+        // An unknown secret stays unknown: nothing about any expiry.
+        assert_eq!(
+            decide(&s, creds(Some("Bearer drg_unknown"), None, None), NOW + 5).unwrap_err(),
+            Rejection::InvalidKey
+        );
     }
 
     /// The reading before it went byte-wise: the header as UTF-8, split at its first space, the

@@ -10,7 +10,8 @@ use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 use crate::access::quota::config::QuotaConfig;
 use crate::infra::units::{ms, secs};
 
-/// `GET/POST /v1/keys`, `DELETE /v1/keys/{id}`: projects listing, making and revoking keys.
+/// `GET/POST /v1/keys`, `DELETE /v1/keys/{id}`, `POST /v1/keys/{id}/rotate`: projects listing,
+/// making, revoking and rotating keys.
 #[serde_as]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -38,6 +39,9 @@ pub struct KeysApiConfig {
     #[serde(rename = "shared_poll_ms")]
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub shared_poll: Duration,
+    /// How long a rotated key keeps working beside its successor when the rotation names no
+    /// `overlap_hours`, in hours (0 to 720).
+    pub rotate_overlap_hours: u32,
 }
 
 impl Default for KeysApiConfig {
@@ -49,6 +53,7 @@ impl Default for KeysApiConfig {
             body_timeout: Duration::from_millis(5_000),
             last_used_flush: Duration::from_secs(60),
             shared_poll: Duration::from_millis(1_000),
+            rotate_overlap_hours: 24,
         }
     }
 }
@@ -89,6 +94,12 @@ impl KeysApiConfig {
             out.push(format!(
                 "gateway.keys_api.shared_poll_ms: {} is outside 100..=60000",
                 ms(self.shared_poll)
+            ));
+        }
+        if self.rotate_overlap_hours > 720 {
+            out.push(format!(
+                "gateway.keys_api.rotate_overlap_hours: {} is outside 0..=720",
+                self.rotate_overlap_hours
             ));
         }
         if self.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {

@@ -7,6 +7,10 @@
 //! swaps its key snapshot at once (a revoked key stops working on the next request); other
 //! gateways pick the change up through the keys reloader (a shared file) or their poll of
 //! Redis ([`sync`]).
+//!
+//! A key may be made to expire (`expires_in_days`) and be rotated ([`rotate`]): a successor
+//! made, the old key working for an overlap. Expiry is judged at each call on each gateway's
+//! clock from the row's `expires_at` ([`expiry`]), so it needs no sync.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,13 +24,18 @@ use serde::Serialize;
 
 use crate::access::keys::{
     generate_secret, hash_secret, id_problem, key_prefix, KeyEntry, KeyOrigin, KeyStore,
-    MAX_LABEL_LEN,
 };
 use crate::access::managed::{self, ManagedError, ManagedFile, ManagedKey};
 use crate::access::plan::PlanConfig;
+use crate::access::quota::Clock;
 use crate::account::config::KeysApiConfig;
 use crate::answer::Answer;
+use crate::infra::units::utc_seconds;
+use body::{parse_new_key, NewKey};
 
+pub mod body;
+pub mod expiry;
+mod rotate;
 pub mod shared;
 mod store;
 pub mod sync;
@@ -37,6 +46,11 @@ pub enum KeysOp {
     List,
     Create(Bytes),
     Revoke(String),
+    /// `POST /v1/keys/{id}/rotate`, with its (maybe empty) body.
+    Rotate {
+        id: String,
+        body: Bytes,
+    },
 }
 
 /// The keys API's state: the snapshot it swaps, the file it writes, its counters.
@@ -50,6 +64,10 @@ pub struct KeysApi {
     publishing: Arc<std::sync::Mutex<()>>,
     created: IntCounter,
     revoked: IntCounter,
+    rotated: IntCounter,
+    /// The gateway's clock (the one every call's expiry is judged on): when keys are made and
+    /// when they expire.
+    clock: Arc<dyn Clock>,
     /// Where the API-made keys are kept: the managed file, or the shared Redis store (then
     /// `file` is its cache).
     store: Box<dyn store::KeysStore>,
@@ -68,6 +86,10 @@ pub struct KeyItem<'a> {
     pub source: &'static str,
     /// The key that made it (API-made keys; revoking that key revokes this one).
     pub created_by: Option<&'a str>,
+    /// When it stops (or stopped) working, RFC 3339 UTC; `null`: never.
+    pub expires_at: Option<String>,
+    /// The key that replaced it (`POST /v1/keys/{id}/rotate`).
+    pub rotated_to: Option<&'a str>,
 }
 
 impl<'a> KeyItem<'a> {
@@ -84,13 +106,30 @@ impl<'a> KeyItem<'a> {
                 KeyOrigin::Api => "api",
             },
             created_by: k.created_by.as_deref(),
+            expires_at: k.expires_at.and_then(utc_seconds),
+            rotated_to: k.rotated_to.as_deref(),
+        }
+    }
+
+    /// An API-made key's row as listed (the key of a `201`).
+    fn of_row(key: &'a ManagedKey) -> Self {
+        KeyItem {
+            id: &key.id,
+            label: key.label.as_deref(),
+            key_prefix: Some(&key.prefix),
+            created_at: Some(&key.created_at),
+            last_used_at: None,
+            origins: &key.origins,
+            source: "api",
+            created_by: key.created_by.as_deref(),
+            expires_at: key.expires_at.clone(),
+            rotated_to: key.rotated_to.as_deref(),
         }
     }
 }
 
 fn rfc3339(unix: u64) -> Option<String> {
-    let t = chrono::DateTime::from_timestamp(i64::try_from(unix).ok()?, 0)?;
-    Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    utc_seconds(i64::try_from(unix).ok()?)
 }
 
 /// An error answer in the contract's shape, for the statuses only this API uses (409) or
@@ -120,6 +159,8 @@ enum Refused {
     },
     NotFound,
     Operator,
+    /// Rotating a key already rotated, or expired.
+    NotRotatable(expiry::NotRotatable),
     File(ManagedError),
     /// The shared store did not answer (Redis away): nothing was changed.
     Unavailable,
@@ -149,8 +190,20 @@ impl Refused {
             Refused::Operator => error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
-                "This key is managed by the operator (keys file); it cannot be deleted through the API.",
+                "This key is managed by the operator (keys file); it cannot be revoked or rotated through the API.",
                 None,
+            ),
+            Refused::NotRotatable(expiry::NotRotatable::Rotated { to }) => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "This key was rotated already; rotate its successor instead.",
+                Some(&format!("rotated_to: {to}")),
+            ),
+            Refused::NotRotatable(expiry::NotRotatable::Expired { at }) => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "This key has expired; make a new key instead.",
+                Some(&format!("expired at {at}")),
             ),
             Refused::File(e) => {
                 log::error!("keys API: {e}");
@@ -170,106 +223,6 @@ impl Refused {
     }
 }
 
-/// Origins a new key may name at most.
-pub const MAX_NEW_ORIGINS: usize = 20;
-
-/// What `POST /v1/keys` asks for.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct NewKey {
-    label: Option<String>,
-    /// Empty: a server key; else a browser key for these origin patterns (as written).
-    origins: Vec<String>,
-}
-
-/// What `POST /v1/keys` may send: an object with an optional `label` and optional `origins`.
-fn parse_new_key(body: &[u8]) -> Result<NewKey, Answer> {
-    let label = parse_label(body)?;
-    let origins = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Object(map)) => parse_origins(map.get("origins"))?,
-        // An empty body (no label either), checked by `parse_label`.
-        _ => Vec::new(),
-    };
-    Ok(NewKey { label, origins })
-}
-
-/// A `422 validation_error` saying what is wrong with the body.
-fn invalid(detail: String) -> Answer {
-    error(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "validation_error",
-        "The request is not valid.",
-        Some(&detail),
-    )
-}
-
-/// `origins`: absent, null or a list of up to [`MAX_NEW_ORIGINS`] origin patterns
-/// (`scheme://host[:port]`, host may start with `*.`), each checked as the keys file's are.
-fn parse_origins(value: Option<&serde_json::Value>) -> Result<Vec<String>, Answer> {
-    let list = match value {
-        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
-        Some(serde_json::Value::Array(list)) => list,
-        Some(_) => return Err(invalid("origins must be a list of strings".into())),
-    };
-    if list.len() > MAX_NEW_ORIGINS {
-        return Err(invalid(format!(
-            "origins has {} entries, at most {MAX_NEW_ORIGINS}",
-            list.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for item in list {
-        let serde_json::Value::String(s) = item else {
-            return Err(invalid("origins must be a list of strings".into()));
-        };
-        if crate::access::origin::OriginPattern::parse(s).is_err() {
-            return Err(invalid(format!(
-                "origin {:?} is not scheme://host[:port] (host may start with *.)",
-                s.chars().take(100).collect::<String>()
-            )));
-        }
-        let s = s.trim().to_owned();
-        if !out.contains(&s) {
-            out.push(s);
-        }
-    }
-    Ok(out)
-}
-
-/// The `label` of a `POST /v1/keys` body (the body must be a JSON object, or empty).
-fn parse_label(body: &[u8]) -> Result<Option<String>, Answer> {
-    let bad = |detail: &str| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "The request body must be a JSON object such as {\"label\": \"server\"}.",
-            Some(detail),
-        )
-    };
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| bad(&format!("not JSON: {e}")))?;
-    let serde_json::Value::Object(map) = value else {
-        return Err(bad("not a JSON object"));
-    };
-    match map.get("label") {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(s)) => {
-            if s.chars().count() > MAX_LABEL_LEN {
-                Err(invalid(format!(
-                    "label is longer than {MAX_LABEL_LEN} characters"
-                )))
-            } else if s.chars().any(char::is_control) {
-                Err(invalid("label must not contain control characters".into()))
-            } else {
-                Ok(Some(s.clone()))
-            }
-        }
-        Some(_) => Err(invalid("label must be a string".into())),
-    }
-}
-
 impl KeysApi {
     pub fn new(
         keys: Arc<ArcSwap<KeyStore>>,
@@ -277,11 +230,12 @@ impl KeysApi {
         plans: BTreeMap<String, PlanConfig>,
         config: KeysApiConfig,
         publishing: Arc<std::sync::Mutex<()>>,
+        clock: Arc<dyn Clock>,
         metrics: &crate::ops::metrics::Metrics,
     ) -> Result<Self, prometheus::Error> {
         let changes = metrics.counter_vec(
             "drg_keys_api_changes_total",
-            "Keys made (created) and revoked (revoked) through /v1/keys.",
+            "Keys made (created), revoked (revoked) and rotated (rotated) through /v1/keys.",
             &["action"],
         )?;
         Ok(KeysApi {
@@ -292,6 +246,8 @@ impl KeysApi {
             publishing,
             created: changes.with_label_values(&["created"]),
             revoked: changes.with_label_values(&["revoked"]),
+            rotated: changes.with_label_values(&["rotated"]),
+            clock,
             store: Box::new(store::FileKeys),
         })
     }
@@ -350,22 +306,18 @@ impl KeysApi {
             item: KeyItem<'a>,
             key: &'a str,
         }
-        let item = KeyItem {
-            id: &key.id,
-            label: key.label.as_deref(),
-            key_prefix: Some(&key.prefix),
-            created_at: Some(&key.created_at),
-            last_used_at: None,
-            origins: &key.origins,
-            source: "api",
-            created_by: key.created_by.as_deref(),
-        };
+        let item = KeyItem::of_row(key);
         Answer::json(StatusCode::CREATED, &Created { item, key: secret })
     }
 
-    /// A new key's row (its id still to be drawn), made by `caller`.
-    fn new_row(caller: &KeyEntry, new: NewKey, secret: &str) -> ManagedKey {
-        let NewKey { label, origins } = new;
+    /// A new key's row (its id still to be drawn), made by `caller` now.
+    fn new_row(&self, caller: &KeyEntry, new: NewKey, secret: &str) -> ManagedKey {
+        let NewKey {
+            label,
+            origins,
+            expires_in_days,
+        } = new;
+        let now = self.clock.now();
         ManagedKey {
             id: String::new(),
             project: caller.project.to_string(),
@@ -373,10 +325,13 @@ impl KeysApi {
             label,
             sha256: hex::encode(hash_secret(secret)),
             prefix: key_prefix(secret).to_owned(),
-            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            created_at: expiry::rfc3339(now),
             last_used: None,
             origins,
             created_by: Some(caller.id.to_string()),
+            expires_at: expires_in_days.map(|d| expiry::expires_after(now, d)),
+            expires_in_days,
+            rotated_to: None,
             unknown: Default::default(),
         }
     }
@@ -398,39 +353,47 @@ impl KeysApi {
         new: NewKey,
         secret: &str,
     ) -> Result<ManagedKey, Refused> {
-        let mut key = Self::new_row(caller, new, secret);
+        let mut key = self.new_row(caller, new, secret);
         let _publishing = self.publishing();
         managed::update(&self.file, |file: &mut ManagedFile| {
-            let current = self.keys.load();
-            // Operator keys from the snapshot, API-made ones from the file under the lock: the
-            // count is exact across gateways sharing the file.
-            let operator = self.operator_count(&caller.project);
-            let made = file
-                .keys
-                .iter()
-                .filter(|k| *k.project == *caller.project)
-                .count();
-            if operator + made >= caller.max_keys as usize {
+            if self.held(caller, file) >= caller.max_keys as usize {
                 return Err(Refused::Full {
                     max: caller.max_keys,
                 });
             }
-            let id = loop {
-                let id = new_id().map_err(|e| {
-                    Refused::File(ManagedError::Io {
-                        path: self.file.clone(),
-                        source: std::io::Error::other(e),
-                    })
-                })?;
-                if current.by_id(&id).is_none() && !file.keys.iter().any(|k| k.id == id) {
-                    break id;
-                }
-            };
-            key.id = id;
+            key.id = self.free_id(file)?;
             file.keys.push(key.clone());
             Ok((true, key))
         })
         .inspect(|_| self.publish())
+    }
+
+    /// The keys `caller`'s project holds, for `max_keys`: operator keys from the snapshot,
+    /// API-made ones from the file under the lock (so the count is exact across gateways
+    /// sharing the file), expired ones included until they are deleted.
+    fn held(&self, caller: &KeyEntry, file: &ManagedFile) -> usize {
+        let made = file
+            .keys
+            .iter()
+            .filter(|k| *k.project == *caller.project)
+            .count();
+        self.operator_count(&caller.project) + made
+    }
+
+    /// An id no key has, in the snapshot or `file` (read under the lock).
+    fn free_id(&self, file: &ManagedFile) -> Result<String, Refused> {
+        let current = self.keys.load();
+        loop {
+            let id = new_id().map_err(|e| {
+                Refused::File(ManagedError::Io {
+                    path: self.file.clone(),
+                    source: std::io::Error::other(e),
+                })
+            })?;
+            if current.by_id(&id).is_none() && !file.keys.iter().any(|k| k.id == id) {
+                return Ok(id);
+            }
+        }
     }
 
     /// `DELETE /v1/keys/{id}`: revokes an API-made key of the caller's project.
@@ -549,71 +512,6 @@ fn new_id() -> Result<String, getrandom::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origins_are_checked_as_the_keys_files_are() {
-        let ok = parse_new_key(
-            br#"{"label":"web","origins":["https://app.example.com"," https://*.example.org ","https://app.example.com"]}"#,
-        )
-        .unwrap();
-        assert_eq!(ok.label.as_deref(), Some("web"));
-        assert_eq!(
-            ok.origins,
-            ["https://app.example.com", "https://*.example.org"],
-            "trimmed, once each"
-        );
-        assert_eq!(parse_new_key(b"").unwrap(), NewKey::default());
-        for body in [
-            &br#"{"origins":"https://a.example"}"#[..],
-            br#"{"origins":[5]}"#,
-            br#"{"origins":["not an origin"]}"#,
-            br#"{"origins":["https://a.example/path"]}"#,
-        ] {
-            assert_eq!(
-                parse_new_key(body).unwrap_err().status,
-                422,
-                "{}",
-                String::from_utf8_lossy(body)
-            );
-        }
-        let many: Vec<String> = (0..=MAX_NEW_ORIGINS)
-            .map(|i| format!("\"https://a{i}.example\""))
-            .collect();
-        let body = format!(r#"{{"origins":[{}]}}"#, many.join(","));
-        assert_eq!(parse_new_key(body.as_bytes()).unwrap_err().status, 422);
-    }
-
-    #[test]
-    fn labels_are_bounded_and_bodies_must_be_json_objects() {
-        assert_eq!(parse_label(b"").ok(), Some(None));
-        assert_eq!(
-            parse_label(br#"{"label":"ci"}"#).ok(),
-            Some(Some("ci".into()))
-        );
-        assert_eq!(parse_label(br#"{"label":null,"x":1}"#).ok(), Some(None));
-        for (body, status) in [
-            (&b"{"[..], 400),
-            (b"[1]", 400),
-            (b"\"x\"", 400),
-            (br#"{"label":5}"#, 422),
-            (br#"{"label":"a\u0000b"}"#, 422),
-        ] {
-            let a = parse_label(body).unwrap_err();
-            assert_eq!(
-                a.status.as_u16(),
-                status,
-                "{}",
-                String::from_utf8_lossy(body)
-            );
-            let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-            assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
-            assert!(v.get("detail").is_some());
-        }
-        let long = format!(r#"{{"label":"{}"}}"#, "é".repeat(MAX_LABEL_LEN + 1));
-        assert_eq!(parse_label(long.as_bytes()).unwrap_err().status, 422);
-        let fits = format!(r#"{{"label":"{}"}}"#, "é".repeat(MAX_LABEL_LEN));
-        assert!(parse_label(fits.as_bytes()).is_ok());
-    }
 
     #[test]
     fn ids_are_valid_key_ids() {

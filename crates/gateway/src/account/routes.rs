@@ -70,6 +70,7 @@ impl Account<'_> {
                     KeysOp::List => api.list(&caller),
                     KeysOp::Create(body) => api.create(caller, body).await,
                     KeysOp::Revoke(id) => api.revoke(caller, id).await,
+                    KeysOp::Rotate { id, body } => api.rotate(caller, id, body).await,
                 }
             }
         }

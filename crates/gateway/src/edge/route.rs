@@ -64,11 +64,29 @@ pub enum KeysCall<'a> {
     Create,
     /// `DELETE /v1/keys/{id}`; the id is still percent-encoded.
     Revoke { id: &'a str },
+    /// `POST /v1/keys/{id}/rotate` (an optional small JSON body); the id is still
+    /// percent-encoded.
+    Rotate { id: &'a str },
 }
 
 /// The collection of a project's keys.
 pub const KEYS_PATH: &str = "/v1/keys";
 const KEYS_ITEM_PREFIX: &str = "/v1/keys/";
+const ROTATE_SUFFIX: &str = "/rotate";
+
+/// Whether `path` is a keys route that takes a body (`POST /v1/keys`, a rotation), whose limit
+/// is `keys_api.max_body_bytes`.
+pub fn takes_keys_body(path: &str) -> bool {
+    path == KEYS_PATH || rotated_id(path).is_some()
+}
+
+/// The id of `/v1/keys/{id}/rotate`, still percent-encoded.
+fn rotated_id(path: &str) -> Option<&str> {
+    let id = path
+        .strip_prefix(KEYS_ITEM_PREFIX)?
+        .strip_suffix(ROTATE_SUFFIX)?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
 
 /// `/v1/keys` and `/v1/keys/{id}`: the only routes with methods besides GET.
 fn keys_route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, RouteError> {
@@ -80,6 +98,13 @@ fn keys_route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, RouteErro
             _ => Err(RouteError::MethodNotAllowed {
                 allow: "GET, POST, OPTIONS",
             }),
+        };
+    }
+    if let Some(id) = rotated_id(path) {
+        // No preflight either: a server key's route.
+        return match *method {
+            Method::POST => Ok(Route::Keys(KeysCall::Rotate { id })),
+            _ => Err(RouteError::MethodNotAllowed { allow: "POST" }),
         };
     }
     match path.strip_prefix(KEYS_ITEM_PREFIX) {
@@ -670,7 +695,35 @@ mod tests {
             get("/v1/keys/k_1", None),
             Err(RouteError::MethodNotAllowed { allow: "DELETE" })
         );
-        for p in ["/v1/keys/", "/v1/keys/a/b", "/v1/keysx", "/v1/keys//"] {
+        assert_eq!(
+            route(&Method::POST, "/v1/keys/k_1/rotate", None),
+            Ok(Route::Keys(KeysCall::Rotate { id: "k_1" }))
+        );
+        for m in [Method::GET, Method::DELETE, Method::OPTIONS] {
+            assert_eq!(
+                route(&m, "/v1/keys/k_1/rotate", None),
+                Err(RouteError::MethodNotAllowed { allow: "POST" }),
+                "{m}"
+            );
+        }
+        assert!(takes_keys_body("/v1/keys") && takes_keys_body("/v1/keys/k_1/rotate"));
+        for p in [
+            "/v1/keys/k_1",
+            "/v1/keys//rotate",
+            "/v1/keys/a/b/rotate",
+            "/v1/public/domains",
+        ] {
+            assert!(!takes_keys_body(p), "{p}");
+        }
+        for p in [
+            "/v1/keys/",
+            "/v1/keys/a/b",
+            "/v1/keysx",
+            "/v1/keys//",
+            "/v1/keys//rotate",
+            "/v1/keys/a/b/rotate",
+            "/v1/keys/rotate/x",
+        ] {
             assert_eq!(
                 route(&Method::DELETE, p, None),
                 Err(RouteError::NotFound),

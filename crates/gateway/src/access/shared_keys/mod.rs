@@ -88,12 +88,27 @@ pub enum Made {
     IdTaken,
 }
 
+/// What rotating a key came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotated {
+    Rotated,
+    /// The project holds more than `max_keys` keys.
+    Full,
+    /// Another key has the new id: draw another.
+    IdTaken,
+    /// The old row changed since it was read (rotated elsewhere): read it again.
+    Changed,
+    /// The old row is gone (revoked meanwhile).
+    Gone,
+}
+
 /// The shared keys store on the quota's Redis.
 pub struct SharedKeys {
     link: tokio::sync::OnceCell<RedisLink>,
     config: RedisConfig,
     create: redis::Script,
     revoke: redis::Script,
+    rotate: redis::Script,
     read: redis::Script,
     save_used: redis::Script,
     restore: redis::Script,
@@ -113,6 +128,7 @@ impl SharedKeys {
             config,
             create: redis::Script::new(script::CREATE),
             revoke: redis::Script::new(script::REVOKE),
+            rotate: redis::Script::new(script::ROTATE),
             read: redis::Script::new(script::READ),
             save_used: redis::Script::new(script::SAVE_USED),
             restore: redis::Script::new(script::RESTORE),
@@ -247,6 +263,49 @@ impl SharedKeys {
             -1 => Made::IdTaken,
             0 => Made::Full,
             _ => Made::Made,
+        })
+    }
+
+    /// The row of `id` as stored (the exact JSON, for [`Self::rotate`] to compare), if any.
+    pub async fn row(&self, id: &str) -> Result<Option<String>, SharedKeysError> {
+        let mut link = self.link().await?;
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(layout::ROWS).arg(id);
+        self.timed(cmd.query_async(&mut link)).await
+    }
+
+    /// Rotates a key: `old` (its row as read, `expected`) becomes `rotated` and `new` is added,
+    /// in one script, only while the old row is still `expected` and the project holds at most
+    /// `max` keys with the operator's `operator` ones (the script `ROTATE`).
+    pub async fn rotate(
+        &self,
+        expected: &str,
+        rotated: &ManagedKey,
+        new: &ManagedKey,
+        operator: usize,
+        max: u32,
+    ) -> Result<Rotated, SharedKeysError> {
+        let mut link = self.link().await?;
+        let mut call = self.rotate.prepare_invoke();
+        call.key(layout::ROWS)
+            .key(layout::project(&new.project))
+            .key(layout::VERSION)
+            .key(layout::REVOKED)
+            .arg(&rotated.id)
+            .arg(expected)
+            .arg(serde_json::to_string(&stored(rotated))?)
+            .arg(&new.id)
+            .arg(serde_json::to_string(&stored(new))?)
+            .arg(operator)
+            .arg(max)
+            .arg(step());
+        let reply: i64 = self.timed(call.invoke_async(&mut link)).await?;
+        Ok(match reply {
+            -3 => Rotated::Gone,
+            -2 => Rotated::Changed,
+            -1 => Rotated::IdTaken,
+            0 => Rotated::Full,
+            _ => Rotated::Rotated,
         })
     }
 

@@ -40,6 +40,29 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return redis.call('INCRBY', KEYS[3], ARGV[5])
 "#;
 
+/// Rotates a key: KEYS rows, the project's set, version, tombstones; ARGV the old id, its row
+/// as the gateway read it, its row rotated (its overlap's `expires_at`, `rotated_to`), the new
+/// id, the new row, the operator's keys of the project, `max_keys`, the version's step.
+/// Replies `-3` (no such row: revoked meanwhile), `-2` (the row changed since it was read:
+/// rotated elsewhere; read again), `-1` (the new id is taken, or was once), `0` (the project
+/// holds more than `max_keys` keys: the old one leaves at its overlap's end, so the successor
+/// may take the project one over, not more) or the new version. The row is compared whole, as
+/// read: the gateway, not Lua, owns the row's JSON (a newer gateway's fields survive as they
+/// are), and two gateways rotating one key at once make one successor.
+pub const ROTATE: &str = r#"
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return -3 end
+if cur ~= ARGV[2] then return -2 end
+if redis.call('HEXISTS', KEYS[1], ARGV[4]) == 1 then return -1 end
+if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 1 then return -1 end
+local made = redis.call('SCARD', KEYS[2])
+if made + tonumber(ARGV[6]) > tonumber(ARGV[7]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
+redis.call('SADD', KEYS[2], ARGV[4])
+return redis.call('INCRBY', KEYS[3], ARGV[8])
+"#;
+
 /// Revokes a key of a project and every key it made, recursively, each kept as a tombstone:
 /// KEYS rows, last-use hash, version, the project's set, tombstones; ARGV id, project, now
 /// (unix seconds), the version's step, the tombstones' lifetime (seconds), then the ids the

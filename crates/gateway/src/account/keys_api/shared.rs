@@ -169,7 +169,7 @@ impl KeysApi {
         new: NewKey,
         secret: &str,
     ) -> Answer {
-        let mut row = Self::new_row(caller, new, secret);
+        let mut row = self.new_row(caller, new, secret);
         let operator = self.operator_count(&caller.project);
         // A clash of 48 random bits is rare; a few draws make a refusal for it unheard of.
         for _ in 0..8 {
@@ -218,7 +218,12 @@ impl KeysApi {
     /// A make whose reply did not come may run once Redis reads it: its id is queued as a
     /// revocation (the pending file, sent at the next poll that reaches Redis), so the key is
     /// removed if it was made, before it is ever used (nobody was shown its secret).
-    async fn undo_create(self: &Arc<Self>, shared: &Arc<Shared>, project: &str, id: &str) {
+    pub(super) async fn undo_create(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        project: &str,
+        id: &str,
+    ) {
         let path = shared.pending.clone();
         let (project, id) = (project.to_owned(), id.to_owned());
         // Under the publishing lock, as every other writer of the pending file.

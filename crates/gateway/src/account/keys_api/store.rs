@@ -8,13 +8,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http::StatusCode;
 
+use super::rotate::Rotation;
 use super::shared::Shared;
 use super::{KeysApi, NewKey};
 use crate::access::keys::KeyEntry;
 use crate::access::managed::ManagedFile;
 use crate::answer::{Answer, ApiError};
 
-/// The store behind `/v1/keys`: making and revoking a key, saving when keys were last used.
+/// The store behind `/v1/keys`: making, revoking and rotating a key, saving when keys were
+/// last used.
 #[async_trait]
 pub(super) trait KeysStore: Send + Sync {
     /// `POST /v1/keys`: `new` made in `caller`'s project, `secret` its secret.
@@ -27,6 +29,8 @@ pub(super) trait KeysStore: Send + Sync {
     ) -> Answer;
     /// `DELETE /v1/keys/{id}` (the id already checked for shape and self-revocation).
     async fn revoke(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, id: String) -> Answer;
+    /// `POST /v1/keys/{id}/rotate` (the id checked for shape, the body read).
+    async fn rotate(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, r: Rotation) -> Answer;
     /// Saves when the API-made keys were last used.
     async fn save_last_used(&self, api: &Arc<KeysApi>);
     /// A snapshot was published from `file`; `revoked`: keys whose maker is gone.
@@ -75,6 +79,21 @@ impl KeysStore for FileKeys {
         }
     }
 
+    async fn rotate(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, r: Rotation) -> Answer {
+        let worker = api.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            worker
+                .rotate_blocking(&caller, &r)
+                .map(|(new, old)| (new, old, r.secret))
+        })
+        .await;
+        match made {
+            Ok(Ok((new, old, secret))) => api.rotated_answer(&new, &secret, &old),
+            Ok(Err(refused)) => refused.answer(),
+            Err(e) => ApiError::Internal(e.to_string()).into(),
+        }
+    }
+
     async fn save_last_used(&self, api: &Arc<KeysApi>) {
         let api = api.clone();
         let _ = tokio::task::spawn_blocking(move || api.save_last_used()).await;
@@ -96,6 +115,10 @@ impl KeysStore for Arc<Shared> {
 
     async fn revoke(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, id: String) -> Answer {
         api.revoke_shared(self, &caller, &id).await
+    }
+
+    async fn rotate(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, r: Rotation) -> Answer {
+        api.rotate_shared(self, &caller, r).await
     }
 
     async fn save_last_used(&self, api: &Arc<KeysApi>) {

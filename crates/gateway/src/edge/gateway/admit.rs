@@ -34,9 +34,12 @@ impl Gateway {
             return Ok(());
         }
         let headers = &session.req_header().headers;
+        // Read before the key: its expiry is judged on this gateway's clock (no sync needed).
+        let now = self.shared.clock.now();
         let principal = match decide_lazily(
             &self.shared.keys.load(),
             headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+            now.timestamp(),
             || {
                 (
                     headers.get(ORIGIN).map(|v| v.as_bytes()),
@@ -64,7 +67,6 @@ impl Gateway {
                 return Err(ApiError::ServerKeyOnly(route).into());
             }
         }
-        let now = self.shared.clock.now();
         key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
         self.count(route, &key, now, ctx).await
     }
@@ -250,6 +252,13 @@ fn refusal(r: Rejection) -> (Denial, ApiError) {
                 invalid_token: true,
             },
         ),
+        Rejection::Expired { at } => (
+            Denial::Unauthorized,
+            ApiError::KeyExpired(format!(
+                "this API key expired at {}",
+                crate::infra::units::utc_seconds(at).unwrap_or_default()
+            )),
+        ),
         Rejection::Forbidden { origin } => (
             Denial::Forbidden,
             ApiError::Forbidden(format!("Origin: {origin}")),
@@ -267,6 +276,7 @@ fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
         Route::Keys(KeysCall::List) => Some("GET /v1/keys"),
         Route::Keys(KeysCall::Create) => Some("POST /v1/keys"),
         Route::Keys(KeysCall::Revoke { .. }) => Some("DELETE /v1/keys/{id}"),
+        Route::Keys(KeysCall::Rotate { .. }) => Some("POST /v1/keys/{id}/rotate"),
         _ => None,
     }
 }

@@ -84,15 +84,8 @@ impl Gateway {
                 since,
                 limit,
             } => Some(self.changes_page(ctx, after, since, limit).await),
-            Route::Keys(KeysCall::List) => Some(self.keys(ctx, Ok(KeysOp::List)).await),
-            Route::Keys(KeysCall::Revoke { id }) => {
-                let op = decode(id).map(|id| KeysOp::Revoke(id.into_owned()));
-                Some(self.keys(ctx, op).await)
-            }
-            Route::Keys(KeysCall::Create) => {
-                let body = self.new_key(session, ctx).await;
-                Some(self.keys(ctx, body.map(KeysOp::Create)).await)
-            }
+            // The call is made owned (it borrows the request's header) before a body is read.
+            Route::Keys(call) => Some(self.keys(keys_op(call), session, ctx).await),
             Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
             Route::Batch { explain } => Some(self.batch(session, ctx, explain).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
@@ -122,7 +115,7 @@ impl Gateway {
     async fn refuse_framing(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
         let path = session.req_header().uri.path();
         let body_limit = match &self.keys_api {
-            Some(api) if path == crate::edge::route::KEYS_PATH => api.config.max_body_bytes,
+            Some(api) if crate::edge::route::takes_keys_body(path) => api.config.max_body_bytes,
             // Switched off, the route answers 404 (after routing), as `/v1/keys` does.
             _ if path == crate::edge::route::BATCH_PATH => self.batch.max_body_bytes,
             _ => 0,
@@ -183,7 +176,7 @@ impl Gateway {
         Ok(body)
     }
 
-    /// A new key's `POST /v1/keys` body, read bounded in size and time.
+    /// The body of `POST /v1/keys` or of a rotation, read bounded in size and time.
     async fn new_key(
         &self,
         session: &mut Session,
@@ -196,8 +189,21 @@ impl Gateway {
         self.read_body(session, ctx, limit, wait).await
     }
 
-    /// A `/v1/keys` call, its id decoded and its body read (or why not).
-    async fn keys(&self, ctx: &RequestCtx, op: Result<KeysOp, ApiError>) -> Answer {
+    /// A `/v1/keys` call, its id decoded: the body of a make or a rotation read (bounded in size
+    /// and time), then answered.
+    async fn keys(
+        &self,
+        op: Result<KeysOp, ApiError>,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Answer {
+        let op = match op {
+            Ok(KeysOp::Create(_)) => self.new_key(session, ctx).await.map(KeysOp::Create),
+            Ok(KeysOp::Rotate { id, .. }) => {
+                (self.new_key(session, ctx).await).map(|body| KeysOp::Rotate { id, body })
+            }
+            other => other,
+        };
         match op {
             Ok(op) => self.account(ctx, AccountRoute::Keys(op)).await,
             Err(e) => e.into(),
@@ -248,6 +254,20 @@ impl Gateway {
         };
         Answer::raw(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(body))
     }
+}
+
+/// A `/v1/keys` call as the handler takes it: the id decoded, a body not read yet (empty).
+fn keys_op(call: KeysCall<'_>) -> Result<KeysOp, ApiError> {
+    let owned = |raw| decode(raw).map(std::borrow::Cow::into_owned);
+    Ok(match call {
+        KeysCall::List => KeysOp::List,
+        KeysCall::Create => KeysOp::Create(Bytes::new()),
+        KeysCall::Revoke { id } => KeysOp::Revoke(owned(id)?),
+        KeysCall::Rotate { id } => KeysOp::Rotate {
+            id: owned(id)?,
+            body: Bytes::new(),
+        },
+    })
 }
 
 pub(super) fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
