@@ -421,6 +421,9 @@ fn reclassification(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedChanges::new(dir.path().join("changes.sqlite3")).unwrap();
     let judge = Judge {
+        overrides: Default::default(),
+        reported_safe: Default::default(),
+        reports_min_projects: 3,
         table: Arc::new(ArcSwap::from_pointee(table(100_000))),
         mx: None,
         rdap: None,

@@ -67,6 +67,25 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// The projects' reports of wrong verdicts (`POST /v1/reports`): list them grouped by
+    /// domain, accept one (its domain written to the allow or block file with its provenance;
+    /// the gateways reload it) or reject one.
+    #[command(subcommand)]
+    Reports(ReportsCommand),
+}
+
+#[derive(Subcommand)]
+pub enum ReportsCommand {
+    /// Open reports grouped by domain, as JSON (with --all, decided ones too).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Accept the report (and every open report of the same domain and verdict): `safe` to
+    /// allowlist.txt, `disposable` to disposable.txt, with a comment naming the reports.
+    Accept { id: String },
+    /// Reject the report.
+    Reject { id: String },
 }
 
 #[derive(Subcommand)]

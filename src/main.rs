@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod args;
-use args::{Cli, Command, KeyCommand};
+use args::{Cli, Command, KeyCommand, ReportsCommand};
 
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
@@ -66,6 +66,14 @@ fn main() -> ExitCode {
             project,
             append,
         }) => cli::key_new(&cli.conf, &id, &plan, &origins, project.as_deref(), append).map(Some),
+        Command::Reports(what) => {
+            let action = match &what {
+                ReportsCommand::List { all } => cli::ReportsAction::List { all: *all },
+                ReportsCommand::Accept { id } => cli::ReportsAction::Accept(id),
+                ReportsCommand::Reject { id } => cli::ReportsAction::Reject(id),
+            };
+            cli::reports(&cli.conf, action).map(Some)
+        }
     };
     match result {
         Ok(output) => {

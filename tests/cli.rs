@@ -5,12 +5,7 @@ use common::*;
 use std::process::Command;
 
 fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    outcome(Command::new(BIN).args(args).output().unwrap())
 }
 
 fn write_conf(dir: &std::path::Path, gateway: &str) -> String {
@@ -299,11 +294,7 @@ fn run_with_umask(umask: &str, args: &[&str]) -> (bool, String, String) {
         .args(args)
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    outcome(out)
 }
 
 #[test]

@@ -654,3 +654,58 @@ fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked()
         "{ranked:?}"
     );
 }
+
+/// `POST /v1/reports` body of a `safe` report of `domain`, sent with `secret`.
+fn report_safe(gw: &Gateway, secret: &str, domain: &str) {
+    let body = serde_json::json!({"domain": domain, "verdict": "safe"}).to_string();
+    let r = send(
+        gw,
+        "POST",
+        "/v1/reports",
+        Some(secret),
+        &[],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// A domain several projects (`reports.min_projects`, 3) reported `safe` is never flagged by
+/// inference, for any project: a signal no single project can plant; one project reporting
+/// changes nothing, not even its own answer (issue 68).
+#[test]
+fn three_projects_reporting_safe_stop_an_inference_and_one_does_not() {
+    const THIRD: &str = "drg_third_project_key_0123456789abcdefghijklm";
+    let w = world();
+    let dns = w.dns();
+    let gw = builder(&w, &dns)
+        .key_in_project("third", THIRD, "test", "third")
+        .start();
+    teach(&gw, &w);
+    let (name, _, _) = &w.unlisted_throwaway[0];
+    assert_eq!(record(&gw, name)["reason"], "disposable");
+    report_safe(&gw, OTHER, name);
+    // Held by the poll within a second; still flagged, for the reporter too.
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(record(&gw, name)["reason"], "disposable");
+    let theirs = Conn::open_as(gw.addr, Some(OTHER))
+        .unwrap()
+        .get(&format!("/v1/public/domain/{name}"))
+        .unwrap()
+        .json();
+    assert_eq!(theirs["reason"], "disposable", "{theirs}");
+    report_safe(&gw, THIRD, name);
+    report_safe(&gw, THIRD, name);
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(record(&gw, name)["reason"], "disposable", "two projects");
+    report_safe(&gw, TEST_SECRET, name);
+    wait_until(Duration::from_secs(5), || {
+        record(&gw, name)["reason"] == "safe"
+    });
+    let r = record(&gw, name);
+    assert_eq!(r["evidence"]["reported_safe_by"], 3, "{r}");
+    // The other throwaways on the same host are still caught.
+    assert_eq!(
+        record(&gw, &w.unlisted_throwaway[1].0)["reason"],
+        "disposable"
+    );
+}

@@ -8,8 +8,8 @@ use drg_domain::target::screen_target;
 use drg_domain::top::MAX_TOP;
 use drg_domain::DomainName;
 use drg_gateway::edge::route::{
-    route, KeysCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH, MAX_CURSOR_LEN,
-    MAX_LOGS_LIMIT,
+    route, KeysCall, OverridesCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH,
+    MAX_CURSOR_LEN, MAX_LOGS_LIMIT, OVERRIDES_ITEM_PREFIX, OVERRIDES_PATH, REPORTS_PATH,
 };
 use http::Method;
 
@@ -90,6 +90,26 @@ pub fn check(data: &[u8]) {
                 assert!(!id.is_empty() && !id.contains('/'), "{id}");
             }
         },
+        // A project's overrides: listed with GET, each set with PUT and removed with DELETE.
+        Ok(Route::Overrides(call)) => match call {
+            OverridesCall::List { limit, .. } => {
+                assert_eq!((&method, path), (&Method::GET, OVERRIDES_PATH));
+                assert!((1..=1_000).contains(&limit), "{limit}");
+            }
+            OverridesCall::Put { domain } | OverridesCall::Delete { domain } => {
+                assert!(
+                    method == Method::PUT || method == Method::DELETE,
+                    "{method}"
+                );
+                assert_eq!(path.strip_prefix(OVERRIDES_ITEM_PREFIX), Some(domain));
+                assert!(!domain.is_empty() && !domain.contains('/'), "{domain}");
+            }
+        },
+        // A project's reports: listed with GET, sent with POST.
+        Ok(Route::Reports { post }) => {
+            assert_eq!(path, REPORTS_PATH);
+            assert_eq!(method, if post { Method::POST } else { Method::GET });
+        }
         // The batch lookup takes a body, so it is a POST, and its `explain` is read as the
         // single lookup's.
         Ok(Route::Batch { explain }) => {
@@ -141,6 +161,7 @@ pub fn check(data: &[u8]) {
                 QueryOf::TopDomains => assert_eq!(path, "/v1/public/top-domains"),
                 QueryOf::Logs => assert_eq!(path, "/v1/logs"),
                 QueryOf::Changes => assert_eq!(path, "/v1/changes"),
+                QueryOf::Overrides => assert_eq!(path, OVERRIDES_PATH),
             }
         }
         Err(RouteError::NotFound) => {}

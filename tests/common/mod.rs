@@ -14,6 +14,16 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_domain-risk-gateway");
 
+/// A finished command as `(success, stdout, stderr)`.
+#[allow(dead_code)]
+pub fn outcome(out: std::process::Output) -> (bool, String, String) {
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The secret of the server key every test gateway has (plan `test`, a large limit).
 pub const TEST_SECRET: &str = "drg_test_server_key_0123456789abcdefghijklmnopq";
 
@@ -833,6 +843,12 @@ pub struct Response {
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
         find_header(&self.headers, name)
+    }
+
+    /// The body as text (lossy), for messages.
+    #[allow(dead_code)]
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
     }
 
     pub fn json(&self) -> serde_json::Value {

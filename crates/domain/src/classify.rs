@@ -55,8 +55,11 @@ pub struct Verdict<'a> {
     /// What the young-domain rule did ([`apply_age`]), if anything.
     pub young: Option<YoungEffect>,
     /// The neighbourhood would have made the name `disposable`, but the domain is established
-    /// (registered more than `rdap.established_days` ago): it stays `safe` ([`shields`]).
+    /// (registered more than `rdap.established_days` ago, [`shields`]) or enough projects
+    /// reported it `safe` (`reported_safe`): it stays `safe`.
     pub established: bool,
+    /// Distinct projects that reported the domain `safe`, when enough did ([`Signals`]).
+    pub reported_safe: Option<u32>,
 }
 
 impl Verdict<'_> {
@@ -76,6 +79,10 @@ pub struct Signals<'e> {
     pub neighbourhood: Option<Finding>,
     /// When RDAP says the registrable domain was registered.
     pub age: Option<DomainAge>,
+    /// How many distinct projects reported the domain `safe`, when at least the operator's
+    /// `reports.min_projects` did: a signal no single project can plant, which keeps inference
+    /// from flagging it.
+    pub reported_safe: Option<u32>,
 }
 
 /// The one verdict function: the table's match for `name` and the `signals` beyond it, with
@@ -89,8 +96,10 @@ pub fn verdict_of<'a>(
 ) -> Verdict<'a> {
     let mut verdict = classify_match(table, name, found, signals.mx, signals.neighbourhood);
     verdict.age = signals.age;
+    verdict.reported_safe = signals.reported_safe;
     let shielded = verdict.inferred()
-        && (verdict.neighbourhood.as_ref()).is_some_and(|f| shields(f, signals.age, age_rule));
+        && (signals.reported_safe.is_some()
+            || (verdict.neighbourhood.as_ref()).is_some_and(|f| shields(f, signals.age, age_rule)));
     if shielded {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
@@ -310,6 +319,7 @@ fn classify_table<'a>(
         age: None,
         young: None,
         established: false,
+        reported_safe: None,
     }
 }
 
@@ -746,6 +756,7 @@ mod tests {
                 ..finding.clone()
             }),
             age,
+            reported_safe: None,
         };
         // A finding resting on the project's own teaching: an established age shields.
         assert_eq!(judged(with(Some(young), false)).0, Reason::Disposable);
@@ -756,6 +767,14 @@ mod tests {
         );
         // Neighbours no single project could have planted: age never shields.
         assert_eq!(judged(with(Some(old), true)).0, Reason::Disposable);
+        // Enough projects reporting the domain safe do, whatever the finding rests on.
+        for trusted in [false, true] {
+            let reported = Signals {
+                reported_safe: Some(3),
+                ..with(Some(young), trusted)
+            };
+            assert_eq!(judged(reported).0, Reason::Safe);
+        }
         // Names a list decides are never touched: a free provider, a listed throwaway.
         for listed in ["gmail.com", "mailinator.com"] {
             let name = n(listed);

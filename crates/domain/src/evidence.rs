@@ -33,6 +33,10 @@ pub enum Rule {
     MxNeighbourhood,
     /// Nothing matched: the default answer.
     Unknown,
+    /// The asking project's own `allow` (`/v1/overrides`), before every list and inference.
+    ProjectAllow,
+    /// The asking project's own `block`.
+    ProjectBlock,
 }
 
 impl Rule {
@@ -47,6 +51,8 @@ impl Rule {
             Rule::Mx => "mx",
             Rule::MxNeighbourhood => "mx_neighbourhood",
             Rule::Unknown => "unknown",
+            Rule::ProjectAllow => "project_allow",
+            Rule::ProjectBlock => "project_block",
         }
     }
 }
@@ -99,6 +105,10 @@ pub struct Evidence<'a> {
     /// Whole days since `registered`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_days: Option<u32>,
+    /// Distinct projects that reported the domain `safe`, when enough did to keep inference
+    /// from flagging it (`reports.min_projects`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_safe_by: Option<u32>,
     /// What the young-domain rule did: `raised` (the score, the reason left `safe`; age alone
     /// never flags).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +174,7 @@ pub fn evidence<'a>(
         age_days: verdict.age.map(|a| a.age_days),
         young_domain: verdict.young,
         established: verdict.established,
+        reported_safe_by: verdict.reported_safe,
     }
 }
 

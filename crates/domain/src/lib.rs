@@ -5,7 +5,7 @@
 //! Imports run one way (each module uses only those before it):
 //! `parallel` <- `name`, `name_index`, `mail`, `record`, `error`, `stats`, `age` <- `scores`,
 //! `top`, `providers`, `target`, `typos`, `neighbourhood` <- `table` <- `builder` <- `sources`,
-//! `classify` <- `evidence`, `heavy_hitters`.
+//! `classify` <- `evidence`, `heavy_hitters` <- `overrides`.
 
 pub mod age;
 pub mod builder;
@@ -17,6 +17,7 @@ pub mod mail;
 pub mod name;
 pub mod name_index;
 pub mod neighbour_index;
+pub mod overrides;
 pub mod parallel;
 pub mod providers;
 pub mod record;

@@ -303,6 +303,21 @@ impl From<ApiError> for Answer {
     }
 }
 
+/// An error answer in the contract's shape (`error`, `message`, `detail`) for a status or a
+/// message no [`ApiError`] has (a route's own 409, 503 with a reason).
+pub fn error_answer(status: StatusCode, code: &str, message: &str, detail: Option<&str>) -> Answer {
+    Answer::json(
+        status,
+        &ErrorBody {
+            error: code,
+            message,
+            detail,
+            reset_at: None,
+            remaining: None,
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,6 +92,8 @@ pub struct GatewayConfig {
     pub batch: BatchConfig,
     /// Verdict changes: watched projects told when a domain they looked up changes verdict.
     pub changes: crate::changes::ChangesConfig,
+    /// `/v1/reports`: projects telling the operator a verdict is wrong.
+    pub reports: crate::account::verdict_reports::ReportsConfig,
 }
 
 impl Default for GatewayConfig {
@@ -119,6 +121,7 @@ impl Default for GatewayConfig {
             tracing: Default::default(),
             batch: BatchConfig::default(),
             changes: crate::changes::ChangesConfig::default(),
+            reports: Default::default(),
         }
     }
 }
@@ -570,6 +573,7 @@ impl GatewayConfig {
         out.extend(self.data.source_problems());
         out.extend(self.keys_api.problems());
         out.extend(self.batch.problems());
+        out.extend(self.reports.problems());
         if secs(self.drain) > 300 {
             out.push(format!(
                 "gateway.drain_seconds: {} is outside 0..=300",

@@ -113,6 +113,10 @@ struct Parts {
         crate::live_top::keeper::Keeper,
     )>,
     keys_api: Arc<crate::account::keys_api::KeysApi>,
+    /// `/v1/overrides` and their store.
+    overrides: Arc<crate::account::overrides::Overrides>,
+    /// `/v1/reports` and their store.
+    reports: Arc<crate::account::verdict_reports::Reports>,
     /// The shared key store (with the Redis quota store), which its poll keeps.
     shared_keys: Option<Arc<crate::account::keys_api::shared::Shared>>,
     access_log: Option<crate::ops::access_log::AccessLog>,
@@ -139,7 +143,9 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
         .with_calls(parts.calls.as_ref().map(|(c, _)| c.clone()))
         .with_changes(changes)
         .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
-        .with_keys_api(Some(parts.keys_api.clone()));
+        .with_keys_api(Some(parts.keys_api.clone()))
+        .with_overrides(parts.overrides.clone())
+        .with_reports(parts.reports.clone());
     let downstream = Arc::new(DownstreamStats::default());
     let open = downstream.clone();
     in_flight.track(move || open.counts().open_connections);
@@ -149,6 +155,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
             downstream: downstream.clone(),
             upstream: gateway.upstream.address.clone(),
             keys_api: Some(parts.keys_api.clone()),
+            reports: Some(parts.reports.clone()),
         };
         admin_service(admin, listen)
     });
@@ -186,6 +193,9 @@ fn verdict_changes(
     };
     let counters = Arc::new(Counters::register(&shared.metrics)?);
     let judge = crate::changes::judge::Judge {
+        overrides: shared.overrides.clone(),
+        reported_safe: shared.reported_safe.clone(),
+        reports_min_projects: shared.reports_min_projects,
         table: shared.table.clone(),
         mx: shared.mx.clone(),
         rdap: shared.rdap.clone(),
@@ -307,6 +317,11 @@ fn shared_state(
         tracing: crate::ops::trace::Tracing::new(&gateway.tracing),
         draining: Draining::default(),
         metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
+        overrides: Arc::new(ArcSwap::from_pointee(
+            crate::domain::overrides::OverrideSet::default(),
+        )),
+        reported_safe: Arc::default(),
+        reports_min_projects: gateway.reports.min_projects,
     };
     Ok((shared, services))
 }
@@ -395,6 +410,7 @@ fn parts(
         keys_api = keys_api.with_shared(store);
     }
     let keys_api = Arc::new(keys_api);
+    let (overrides, reports) = project_records(gateway, shared);
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
         crate::ops::access_log::open(&gateway.access_log, lines, dropped)?;
@@ -402,10 +418,42 @@ fn parts(
         calls,
         top_live,
         keys_api,
+        overrides,
+        reports,
         shared_keys,
         access_log,
         access_log_service,
     })
+}
+
+/// `/v1/overrides` and `/v1/reports`: kept in the state folder, or on the quota's Redis with a
+/// copy there.
+fn project_records(
+    gateway: &GatewayConfig,
+    shared: &Shared,
+) -> (
+    Arc<crate::account::overrides::Overrides>,
+    Arc<crate::account::verdict_reports::Reports>,
+) {
+    let folder = gateway
+        .quota
+        .state_file
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    let overrides = crate::account::overrides::Overrides::open(
+        shared.overrides.clone(),
+        folder,
+        redis,
+        gateway.access.plans.clone(),
+    );
+    let reports = crate::account::verdict_reports::Reports::open(
+        gateway.reports.clone(),
+        shared.reported_safe.clone(),
+        folder,
+        redis,
+    );
+    (Arc::new(overrides), Arc::new(reports))
 }
 
 /// A public listener's service (not bound yet): `app` behind Pingora's HTTP options and the
@@ -486,6 +534,14 @@ fn background_services(
             crate::account::keys_api::LastUsedSaver(parts.keys_api),
         ));
     }
+    services.push(boxed(
+        "overrides",
+        crate::infra::records::replica::ReplicaSync(parts.overrides.replica.clone()),
+    ));
+    services.push(boxed(
+        "reports",
+        crate::infra::records::replica::ReplicaSync(parts.reports.replica.clone()),
+    ));
     services.push(boxed("access log", parts.access_log_service));
     if let Some((_, writer)) = parts.calls {
         services.push(boxed("call logs", writer));

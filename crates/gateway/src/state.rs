@@ -30,4 +30,21 @@ pub struct Shared {
     pub tracing: Option<Arc<crate::ops::trace::Tracing>>,
     pub draining: Draining,
     pub metrics: Arc<Metrics>,
+    /// Each project's own verdicts (`/v1/overrides`), which its lookups answer with first.
+    pub overrides: Arc<ArcSwap<crate::domain::overrides::OverrideSet>>,
+    /// Distinct projects that reported each domain `safe` (`/v1/reports`), and how many keep
+    /// inference from flagging it (`reports.min_projects`).
+    pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
+    pub reports_min_projects: u32,
+}
+
+impl Shared {
+    /// The projects that reported `name` safe, when enough did.
+    pub fn reported_safe(&self, name: &crate::domain::DomainName) -> Option<u32> {
+        crate::account::verdict_reports::grouped::reported_safe(
+            &self.reported_safe.load(),
+            name,
+            self.reports_min_projects,
+        )
+    }
 }

@@ -14,7 +14,7 @@
 //! reloader watches it like the keys file, so other gateways see a change within a poll.
 
 use std::collections::{BTreeMap, HashSet};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -217,18 +217,7 @@ impl Lock {
             .mode(0o700)
             .create(&dir)
             .map_err(io(&dir))?;
-        let mut name = path.as_os_str().to_owned();
-        name.push(".lock");
-        let lock_path = PathBuf::from(name);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io(&lock_path))?;
-        crate::infra::fsutil::lock_exclusive(&f).map_err(io(&lock_path))?;
+        let f = crate::infra::fsutil::lock_beside(path).map_err(|(p, e)| io(&p)(e))?;
         Ok(Lock { _file: f })
     }
 }

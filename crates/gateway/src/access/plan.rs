@@ -23,6 +23,18 @@ const DAY: u64 = 24 * HOUR;
 pub const MAX_LOG_RETENTION_HOURS: u64 = 10 * 366 * 24;
 /// The most keys a plan may allow per project.
 pub const MAX_MAX_KEYS: u32 = 10_000;
+/// The largest `max_overrides` a plan may give (`/v1/overrides`).
+pub const MAX_MAX_OVERRIDES: u32 = 100_000;
+
+/// `max_overrides` of a plan name, when the config does not say (`/v1/overrides`).
+pub fn default_max_overrides(name: &str) -> u32 {
+    match name {
+        "starter" => 100,
+        "pro" => 1_000,
+        "business" => 10_000,
+        _ => 10,
+    }
+}
 /// The highest `rate_per_second` and `burst` a plan may set.
 pub const MAX_RATE: u32 = 1_000_000;
 
@@ -74,6 +86,8 @@ pub struct PlanConfig {
     /// Calls allowed at once after a quiet spell; defaults to one second's worth.
     pub burst: Option<u32>,
     pub mode: Option<PlanMode>,
+    /// Overrides a project on this plan may hold (`/v1/overrides`).
+    pub max_overrides: Option<u32>,
 }
 
 impl PlanConfig {
@@ -86,7 +100,14 @@ impl PlanConfig {
             rate_per_second: None,
             burst: None,
             mode: None,
+            max_overrides: None,
         }
+    }
+
+    /// Overrides a project on this plan (named `name`) may hold.
+    pub fn max_overrides(&self, name: &str) -> u32 {
+        self.max_overrides
+            .unwrap_or_else(|| default_max_overrides(name))
     }
 
     /// Whether only the monthly limit is written (then it serialises in the short form).
@@ -101,6 +122,13 @@ impl PlanConfig {
             if !(1..=MAX_MAX_KEYS).contains(&n) {
                 out.push(format!(
                     "gateway.access.plans.{name}.max_keys: {n} is outside 1..={MAX_MAX_KEYS}"
+                ));
+            }
+        }
+        if let Some(n) = self.max_overrides {
+            if n > MAX_MAX_OVERRIDES {
+                out.push(format!(
+                    "gateway.access.plans.{name}.max_overrides: {n} is outside 0..={MAX_MAX_OVERRIDES}"
                 ));
             }
         }
@@ -186,6 +214,8 @@ struct LongForm {
     burst: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mode: Option<PlanMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_overrides: Option<u32>,
 }
 
 impl<'de> Deserialize<'de> for PlanConfig {
@@ -219,6 +249,7 @@ impl<'de> Deserialize<'de> for PlanConfig {
                     rate_per_second: long.rate_per_second,
                     burst: long.burst,
                     mode: long.mode,
+                    max_overrides: long.max_overrides,
                 })
             }
         }
@@ -238,6 +269,7 @@ impl Serialize for PlanConfig {
             rate_per_second: self.rate_per_second,
             burst: self.burst,
             mode: self.mode,
+            max_overrides: self.max_overrides,
         }
         .serialize(s)
     }

@@ -1,7 +1,10 @@
-//! A project's own data: the keys API and the call stores behind `/v1/logs` and `/v1/stats`.
+//! A project's own data: the keys API, its overrides, and the call stores behind `/v1/logs`
+//! and `/v1/stats`.
 
 pub mod calls;
 pub mod config;
 pub mod keys_api;
+pub mod overrides;
 pub mod reports;
 pub mod routes;
+pub mod verdict_reports;

@@ -66,6 +66,11 @@ pub struct Judged {
 
 /// The parts a judgement reads.
 pub struct Judge {
+    /// Each project's own verdicts: they decide first, as on a lookup.
+    pub overrides: Arc<ArcSwap<crate::domain::overrides::OverrideSet>>,
+    /// The projects' `safe` reports and how many keep inference off, as on a lookup.
+    pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
+    pub reports_min_projects: u32,
     pub table: Arc<ArcSwap<DomainTable>>,
     pub mx: Option<Arc<MxResolver>>,
     pub rdap: Option<Arc<Rdap>>,
@@ -77,6 +82,19 @@ impl Judge {
     pub fn judge(&self, name: &str, project: &str, before: Option<&DomainTable>) -> Option<Judged> {
         let name = DomainName::parse(name).ok()?;
         let table = self.table.load();
+        if let Some(o) = self.overrides.load().find(project, &name) {
+            let mut v = crate::domain::classify::classify(&table, &name, None);
+            o.verdict.apply(&mut v.record);
+            return Some(Judged {
+                told: Told {
+                    reason: v.record.reason,
+                    score: v.record.risk_score,
+                },
+                basis: Basis::Table,
+                rule: o.verdict.rule(),
+                dataset_version: table.version().as_str().to_owned(),
+            });
+        }
         let found = table.lookup(&name);
         let open = found.rule == TableRule::Unknown;
         // Delisted: the lists decided it before (so it was never resolved nor dated) and no
@@ -118,6 +136,11 @@ impl Judge {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
+            reported_safe: crate::account::verdict_reports::grouped::reported_safe(
+                &self.reported_safe.load(),
+                &name,
+                self.reports_min_projects,
+            ),
         };
         let v = verdict_of(&table, &name, found, signals, rule);
         Some(Judged {

@@ -22,6 +22,8 @@ pub struct Admin {
     pub downstream: Arc<DownstreamStats>,
     pub upstream: String,
     pub keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
+    /// The projects' reports (`GET /reports`).
+    pub reports: Option<Arc<crate::account::verdict_reports::Reports>>,
 }
 
 #[derive(Serialize)]
@@ -66,6 +68,20 @@ const NEIGHBOURHOODS_DEFAULT: usize = 50;
 const NEIGHBOURHOODS_MAX: usize = 1000;
 
 impl Admin {
+    /// `GET /reports[?all=true]`: the projects' reports grouped by domain, open ones first
+    /// (`all`: decided ones too), with how many distinct projects said what.
+    fn reports(&self, query: Option<&str>) -> (StatusCode, Vec<u8>) {
+        let all = query.is_some_and(|q| q.split('&').any(|kv| kv == "all=true"));
+        let Some(reports) = &self.reports else {
+            return (StatusCode::OK, br#"{"groups":[]}"#.to_vec());
+        };
+        let held = reports.replica.held();
+        let groups = crate::account::verdict_reports::grouped::groups(held.all(), !all);
+        let body =
+            serde_json::json!({ "min_projects": reports.config.min_projects, "groups": groups });
+        (StatusCode::OK, body.to_string().into_bytes())
+    }
+
     /// `GET /mx/neighbourhoods?limit=N`: what the MX neighbourhood index learned, the keys
     /// with the most listed neighbours first.
     fn neighbourhoods(&self, query: Option<&str>) -> (StatusCode, Vec<u8>) {
@@ -161,6 +177,7 @@ impl ServeHttp for Admin {
                 (code, serde_json::to_vec(&body).unwrap_or_default())
             }
             ("GET", "/mx/neighbourhoods") => self.neighbourhoods(header.uri.query()),
+            ("GET", "/reports") => self.reports(header.uri.query()),
             _ => (
                 StatusCode::NOT_FOUND,
                 br#"{"error":"not_found","message":"No such route.","detail":null}"#.to_vec(),

@@ -79,6 +79,10 @@ pub struct Gateway {
     top_live: Option<Arc<crate::live_top::LiveTop>>,
     /// `/v1/keys`; its routes answer 404 when `None` or `keys_api.enabled` is false.
     keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
+    /// `/v1/overrides`; its routes answer 404 when `None` (an embedding host without them).
+    overrides: Option<Arc<crate::account::overrides::Overrides>>,
+    /// `/v1/reports`; as `overrides`.
+    reports: Option<Arc<crate::account::verdict_reports::Reports>>,
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
     /// `None`: Pingora proxies it.
     relay: Option<crate::upstream::relay::Relay>,
@@ -170,6 +174,8 @@ impl Gateway {
             changes: None,
             top_live: None,
             keys_api: None,
+            overrides: None,
+            reports: None,
             relay: None,
             h2_body_wait: config.limits.header_timeout,
             account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
@@ -190,6 +196,18 @@ impl Gateway {
     /// Serves `/v1/keys` (`None`: those routes answer 404).
     pub fn with_keys_api(mut self, api: Option<Arc<crate::account::keys_api::KeysApi>>) -> Self {
         self.keys_api = api;
+        self
+    }
+
+    /// Serves `/v1/overrides` from `overrides`.
+    pub fn with_overrides(mut self, overrides: Arc<crate::account::overrides::Overrides>) -> Self {
+        self.overrides = Some(overrides);
+        self
+    }
+
+    /// Serves `/v1/reports` from `reports`.
+    pub fn with_reports(mut self, reports: Arc<crate::account::verdict_reports::Reports>) -> Self {
+        self.reports = Some(reports);
         self
     }
 

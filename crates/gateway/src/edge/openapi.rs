@@ -26,7 +26,7 @@ pub fn json() -> Result<Bytes, OpenApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::route::{route, KeysCall, Route};
+    use crate::edge::route::{route, KeysCall, OverridesCall, Route};
     use http::Method;
 
     fn document() -> serde_json::Value {
@@ -49,6 +49,9 @@ mod tests {
             Route::Keys(KeysCall::Revoke { .. }) => Some("/v1/keys/{id}"),
             Route::Keys(KeysCall::Rotate { .. }) => Some("/v1/keys/{id}/rotate"),
             Route::Keys(_) => Some("/v1/keys"),
+            Route::Overrides(OverridesCall::List { .. }) => Some("/v1/overrides"),
+            Route::Overrides(_) => Some("/v1/overrides/{domain}"),
+            Route::Reports { .. } => Some("/v1/reports"),
             Route::OpenApi => Some("/v1/openapi.json"),
             Route::Health => Some("/healthz"),
             Route::Ready => Some("/readyz"),
@@ -89,9 +92,11 @@ mod tests {
                     .any(|m| item[*m].is_object()),
                 "{template} has no operation"
             );
-            // Revoking and rotating a key need a server key, which browsers never hold: no
-            // preflight.
-            let server_only = template.starts_with("/v1/keys/");
+            // Revoking and rotating a key and the overrides need a server key, which browsers
+            // never hold: no preflight.
+            let server_only = template.starts_with("/v1/keys/")
+                || template.starts_with("/v1/overrides")
+                || template == "/v1/reports";
             if template.starts_with("/v1/") && !server_only {
                 assert_eq!(
                     route(&Method::OPTIONS, &concrete, None),
@@ -123,6 +128,12 @@ mod tests {
             Route::Keys(KeysCall::List),
             Route::Keys(KeysCall::Revoke { id: "" }),
             Route::Keys(KeysCall::Rotate { id: "" }),
+            Route::Overrides(OverridesCall::List {
+                cursor: None,
+                limit: 1,
+            }),
+            Route::Overrides(OverridesCall::Delete { domain: "" }),
+            Route::Reports { post: true },
             Route::OpenApi,
             Route::Health,
             Route::Ready,

@@ -43,6 +43,11 @@ pub enum Route<'a> {
     },
     /// `/v1/keys[/{id}]`: the project's keys (not counted).
     Keys(KeysCall<'a>),
+    /// `/v1/overrides[/{domain}]`: the project's own verdicts (not counted).
+    Overrides(OverridesCall<'a>),
+    /// `GET /v1/reports` (the project's reports) or `POST /v1/reports` (a small JSON body: a
+    /// new report), not counted.
+    Reports { post: bool },
     /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
     OpenApi,
     /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
@@ -67,6 +72,69 @@ pub enum KeysCall<'a> {
     /// `POST /v1/keys/{id}/rotate` (an optional small JSON body); the id is still
     /// percent-encoded.
     Rotate { id: &'a str },
+}
+
+/// What a `/v1/overrides` request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OverridesCall<'a> {
+    /// `GET /v1/overrides[?cursor=D&limit=N]`; the cursor is percent-decoded.
+    List {
+        cursor: Option<Cow<'a, str>>,
+        limit: usize,
+    },
+    /// `PUT /v1/overrides/{domain}` (a small JSON body); the name is still percent-encoded.
+    Put { domain: &'a str },
+    /// `DELETE /v1/overrides/{domain}`; the name is still percent-encoded.
+    Delete { domain: &'a str },
+}
+
+/// A project's reports to the operator.
+pub const REPORTS_PATH: &str = "/v1/reports";
+
+/// The collection of a project's overrides.
+pub const OVERRIDES_PATH: &str = "/v1/overrides";
+/// Where one override is: `PUT` and `DELETE` on `/v1/overrides/{domain}`.
+pub const OVERRIDES_ITEM_PREFIX: &str = "/v1/overrides/";
+
+/// `/v1/overrides` and `/v1/overrides/{domain}`. No preflight: they need a server key, which
+/// a browser never holds.
+fn overrides_route<'a>(
+    method: &Method,
+    path: &'a str,
+    query: Option<&'a str>,
+) -> Result<Route<'a>, RouteError> {
+    if path == OVERRIDES_PATH {
+        return match *method {
+            Method::GET => {
+                let limit = limit(
+                    query,
+                    QueryOf::Overrides,
+                    crate::account::overrides::DEFAULT_LIMIT,
+                    crate::account::overrides::MAX_LIMIT,
+                )?;
+                let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
+                if cursor.as_ref().is_some_and(|c| c.len() > 253) {
+                    return Err(RouteError::BadQuery(
+                        QueryOf::Overrides,
+                        "cursor is not one this API gave (use next_cursor of the previous page)"
+                            .into(),
+                    ));
+                }
+                Ok(Route::Overrides(OverridesCall::List { cursor, limit }))
+            }
+            _ => Err(RouteError::MethodNotAllowed { allow: "GET" }),
+        };
+    }
+    match path.strip_prefix(OVERRIDES_ITEM_PREFIX) {
+        Some(domain) if !domain.is_empty() && !domain.contains('/') => match *method {
+            Method::PUT => Ok(Route::Overrides(OverridesCall::Put { domain })),
+            Method::DELETE => Ok(Route::Overrides(OverridesCall::Delete { domain })),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "PUT, DELETE",
+            }),
+        },
+        _ => Err(RouteError::NotFound),
+    }
 }
 
 /// The collection of a project's keys.
@@ -136,6 +204,7 @@ pub enum QueryOf {
     TopDomains,
     Logs,
     Changes,
+    Overrides,
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
@@ -178,8 +247,21 @@ pub fn route<'a>(
     {
         return keys_route(method, path);
     }
+    if path.starts_with(OVERRIDES_PATH)
+        && (path.len() == OVERRIDES_PATH.len() || path[OVERRIDES_PATH.len()..].starts_with('/'))
+    {
+        return overrides_route(method, path, query);
+    }
     if path == BATCH_PATH {
         return batch_route(method, query);
+    }
+    // No preflight: a server key's route.
+    if path == REPORTS_PATH {
+        return match *method {
+            Method::GET => Ok(Route::Reports { post: false }),
+            Method::POST => Ok(Route::Reports { post: true }),
+            _ => Err(RouteError::MethodNotAllowed { allow: "GET, POST" }),
+        };
     }
     let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
         Route::Domain {
@@ -353,6 +435,10 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
             RouteClass::Changes
         }
         Ok(Route::Keys(_)) => RouteClass::Keys,
+        Ok(Route::Overrides(_)) | Err(RouteError::BadQuery(QueryOf::Overrides, _)) => {
+            RouteClass::Overrides
+        }
+        Ok(Route::Reports { .. }) => RouteClass::Reports,
         Ok(Route::OpenApi) => RouteClass::OpenApi,
         Ok(Route::Preflight) => RouteClass::Preflight,
         Ok(Route::Health) => RouteClass::Health,
@@ -371,6 +457,36 @@ mod tests {
         let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
         let query = query.map(|q| &*Box::leak(q.to_owned().into_boxed_str()));
         route(&Method::GET, path, query)
+    }
+
+    #[test]
+    fn overrides_are_listed_set_and_removed() {
+        assert_eq!(
+            get("/v1/overrides", Some("limit=5&cursor=a.com")),
+            Ok(Route::Overrides(OverridesCall::List {
+                cursor: Some("a.com".into()),
+                limit: 5
+            }))
+        );
+        assert_eq!(
+            route(&Method::PUT, "/v1/overrides/a.com", None),
+            Ok(Route::Overrides(OverridesCall::Put { domain: "a.com" }))
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/overrides/a.com", None),
+            Ok(Route::Overrides(OverridesCall::Delete { domain: "a.com" }))
+        );
+        assert!(matches!(
+            get("/v1/overrides", Some("limit=0")),
+            Err(RouteError::BadQuery(QueryOf::Overrides, _))
+        ));
+        assert!(matches!(
+            route(&Method::OPTIONS, "/v1/overrides/a.com", None),
+            Err(RouteError::MethodNotAllowed { .. })
+        ));
+        for p in ["/v1/overrides/", "/v1/overrides/a/b", "/v1/overridesx"] {
+            assert!(route(&Method::PUT, p, None).is_err(), "{p}");
+        }
     }
 
     #[test]

@@ -103,6 +103,27 @@ pub fn mode_of(path: &Path) -> Option<u32> {
         .map(|m| m.permissions().mode() & 0o7777)
 }
 
+/// Opens `<path>.lock` (created 0600 when missing) and takes its exclusive lock, waiting for
+/// it: held while the returned file is open. Gateways sharing a state folder serialise their
+/// read-modify-writes of `path` with it. On failure, the lock file's path with the error.
+pub fn lock_beside(path: &Path) -> Result<File, (std::path::PathBuf, io::Error)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = std::path::PathBuf::from(name);
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path);
+    match opened.and_then(|f| lock_exclusive(&f).map(|()| f)) {
+        Ok(f) => Ok(f),
+        Err(e) => Err((lock_path, e)),
+    }
+}
+
 /// Takes an exclusive lock on `file`, waiting for it (`flock`: released when the file is
 /// closed, and by the kernel if the process dies holding it). Retried when a signal
 /// interrupts the wait.

@@ -52,6 +52,10 @@ pub enum RouteClass {
     /// `GET /v1/changes`.
     Changes,
     Keys,
+    /// `/v1/overrides`.
+    Overrides,
+    /// `/v1/reports`.
+    Reports,
     OpenApi,
     Preflight,
     Health,
@@ -65,7 +69,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 16] = [
+    pub const ALL: [RouteClass; 18] = [
         RouteClass::Domain,
         RouteClass::Batch,
         RouteClass::TopDomains,
@@ -75,6 +79,8 @@ impl RouteClass {
         RouteClass::Stats,
         RouteClass::Changes,
         RouteClass::Keys,
+        RouteClass::Overrides,
+        RouteClass::Reports,
         RouteClass::OpenApi,
         RouteClass::Preflight,
         RouteClass::Health,
@@ -95,6 +101,8 @@ impl RouteClass {
             RouteClass::Stats => "stats",
             RouteClass::Changes => "changes",
             RouteClass::Keys => "keys",
+            RouteClass::Overrides => "overrides",
+            RouteClass::Reports => "reports",
             RouteClass::OpenApi => "openapi",
             RouteClass::Preflight => "preflight",
             RouteClass::Health => "health",

@@ -104,8 +104,7 @@ pub enum Rotated {
 
 /// The shared keys store on the quota's Redis.
 pub struct SharedKeys {
-    link: tokio::sync::OnceCell<RedisLink>,
-    config: RedisConfig,
+    link: crate::infra::redis::LazyLink,
     create: redis::Script,
     revoke: redis::Script,
     rotate: redis::Script,
@@ -121,11 +120,8 @@ const MIN_CALL_BUDGET: Duration = Duration::from_secs(1);
 impl SharedKeys {
     /// Nothing is sent before the first call: the gateway starts with Redis away.
     pub fn new(config: &RedisConfig) -> Result<Self, getrandom::Error> {
-        let mut config = config.clone();
-        config.call_timeout = config.call_timeout.max(MIN_CALL_BUDGET);
         Ok(SharedKeys {
-            link: tokio::sync::OnceCell::new(),
-            config,
+            link: crate::infra::redis::LazyLink::new(config, MIN_CALL_BUDGET),
             create: redis::Script::new(script::CREATE),
             revoke: redis::Script::new(script::REVOKE),
             rotate: redis::Script::new(script::ROTATE),
@@ -136,11 +132,7 @@ impl SharedKeys {
     }
 
     async fn link(&self) -> Result<RedisLink, SharedKeysError> {
-        Ok(self
-            .link
-            .get_or_try_init(|| async { RedisLink::connect_lazy(&self.config) })
-            .await?
-            .clone())
+        Ok(self.link.get().await?)
     }
 
     /// Runs `call` within the call budget.
@@ -148,12 +140,10 @@ impl SharedKeys {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, SharedKeysError> {
-        match tokio::time::timeout(self.config.call_timeout, call).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(SharedKeysError::TimedOut(
-                self.config.call_timeout.as_millis(),
-            )),
-        }
+        self.link.timed(call).await.map_err(|e| match e {
+            crate::infra::redis::LinkError::Redis(e) => SharedKeysError::Redis(e),
+            crate::infra::redis::LinkError::TimedOut(ms) => SharedKeysError::TimedOut(ms),
+        })
     }
 
     /// The stamp now (`None` epoch: nothing was ever read from this Redis).

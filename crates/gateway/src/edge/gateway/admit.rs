@@ -13,7 +13,7 @@ use crate::access::policy::{Limit, Refusal};
 use crate::access::quota::Usage;
 use crate::access::{decide_lazily, Rejection};
 use crate::answer::{Answer, ApiError};
-use crate::edge::route::{KeysCall, Route};
+use crate::edge::route::{KeysCall, OverridesCall, Route};
 use crate::ops::metrics::Denial;
 use crate::ops::trace::Kind;
 
@@ -88,6 +88,8 @@ impl Gateway {
                 | Route::Stats
                 | Route::Changes { .. }
                 | Route::Keys(_)
+                | Route::Overrides(_)
+                | Route::Reports { .. }
         ) {
             return self.account_call(key, now, ctx).await;
         }
@@ -276,6 +278,11 @@ fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
         Route::Keys(KeysCall::List) => Some("GET /v1/keys"),
         Route::Keys(KeysCall::Create) => Some("POST /v1/keys"),
         Route::Keys(KeysCall::Revoke { .. }) => Some("DELETE /v1/keys/{id}"),
+        Route::Overrides(OverridesCall::List { .. }) => Some("GET /v1/overrides"),
+        Route::Overrides(OverridesCall::Put { .. }) => Some("PUT /v1/overrides/{domain}"),
+        Route::Overrides(OverridesCall::Delete { .. }) => Some("DELETE /v1/overrides/{domain}"),
+        Route::Reports { post: false } => Some("GET /v1/reports"),
+        Route::Reports { post: true } => Some("POST /v1/reports"),
         Route::Keys(KeysCall::Rotate { .. }) => Some("POST /v1/keys/{id}/rotate"),
         _ => None,
     }

@@ -12,10 +12,11 @@ use pingora::prelude::*;
 
 use super::{Gateway, PendingCall, RequestCtx};
 use crate::account::keys_api::KeysOp;
+use crate::account::overrides::OverridesOp;
 use crate::account::routes::{Account, AccountRoute};
 use crate::answer::{Answer, ApiError};
 use crate::domain::target::screen_target;
-use crate::edge::route::{route, KeysCall, Route, RouteError};
+use crate::edge::route::{route, KeysCall, OverridesCall, Route, RouteError};
 use crate::edge::{bodies, cors};
 use crate::ops::lifecycle::Phase;
 
@@ -86,27 +87,35 @@ impl Gateway {
             } => Some(self.changes_page(ctx, after, since, limit).await),
             // The call is made owned (it borrows the request's header) before a body is read.
             Route::Keys(call) => Some(self.keys(keys_op(call), session, ctx).await),
+            // The call is made owned (it borrows the request's header) before the body is read.
+            Route::Overrides(call) => Some(self.overrides(overrides_op(call), session, ctx).await),
+            Route::Reports { post } => Some(self.reports(post, session, ctx).await),
             Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
             Route::Batch { explain } => Some(self.batch(session, ctx, explain).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
-            Route::Check { raw } => match decode(raw)
-                .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
-            {
-                Ok(target) => {
-                    if self.calls.is_some() {
-                        ctx.call = Some(PendingCall {
-                            domain: target.domain.as_str().into(),
-                            verdict: None,
-                            lookup: false,
-                        });
-                    }
-                    ctx.upstream_path = Some(target.upstream_path());
-                    ctx.request_id = Some(self.request_id(session));
-                    None
-                }
-                Err(e) => Some(e.into()),
-            },
+            Route::Check { raw } => self.check(raw, session, ctx),
         }
+    }
+
+    /// `/v1/check/{raw}`: the target screened (`422` when it is not an address or a domain),
+    /// then left to the proxy (`None`) with the path the upstream gets.
+    fn check(&self, raw: &str, session: &Session, ctx: &mut RequestCtx) -> Option<Answer> {
+        let target = match decode(raw)
+            .and_then(|t| screen_target(&t).map_err(|e| ApiError::Validation(e.to_string())))
+        {
+            Ok(target) => target,
+            Err(e) => return Some(e.into()),
+        };
+        if self.calls.is_some() {
+            ctx.call = Some(PendingCall {
+                domain: target.domain.as_str().into(),
+                verdict: None,
+                lookup: false,
+            });
+        }
+        ctx.upstream_path = Some(target.upstream_path());
+        ctx.request_id = Some(self.request_id(session));
+        None
     }
 
     /// Refuses request framing the API never accepts ([`bodies::refuse_framing`]). Only
@@ -116,6 +125,12 @@ impl Gateway {
         let path = session.req_header().uri.path();
         let body_limit = match &self.keys_api {
             Some(api) if crate::edge::route::takes_keys_body(path) => api.config.max_body_bytes,
+            _ if path.starts_with(crate::edge::route::OVERRIDES_ITEM_PREFIX) => {
+                crate::account::overrides::MAX_BODY_BYTES
+            }
+            _ if path == crate::edge::route::REPORTS_PATH => {
+                crate::account::verdict_reports::MAX_BODY_BYTES
+            }
             // Switched off, the route answers 404 (after routing), as `/v1/keys` does.
             _ if path == crate::edge::route::BATCH_PATH => self.batch.max_body_bytes,
             _ => 0,
@@ -221,6 +236,59 @@ impl Gateway {
         account.answer(route, key, ctx.usage.as_ref()).await
     }
 
+    /// A `/v1/overrides` call for the caller's project, a `PUT`'s body read (bounded in size
+    /// and time).
+    async fn overrides(
+        &self,
+        op: Result<OverridesOp, ApiError>,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Answer {
+        let (Some(api), Some(key)) = (
+            &self.overrides,
+            ctx.principal.as_ref().map(|p| p.key.clone()),
+        ) else {
+            return ApiError::NotFound.into();
+        };
+        let op = match op {
+            Ok(OverridesOp::Put { domain, .. }) => {
+                let limit = crate::account::overrides::MAX_BODY_BYTES;
+                let wait = self.h2_body_wait;
+                self.read_body(session, ctx, limit, wait)
+                    .await
+                    .map(|body| OverridesOp::Put { domain, body })
+            }
+            other => other,
+        };
+        match op {
+            Ok(op) => {
+                let now = self.shared.clock.now().timestamp();
+                api.answer(op, &key, now).await
+            }
+            Err(e) => e.into(),
+        }
+    }
+
+    /// `/v1/reports` for the caller's project: its reports, or (`post`) a new one, its body
+    /// read bounded in size and time.
+    async fn reports(&self, post: bool, session: &mut Session, ctx: &mut RequestCtx) -> Answer {
+        let (Some(api), Some(key)) = (&self.reports, ctx.principal.as_ref().map(|p| p.key.clone()))
+        else {
+            return ApiError::NotFound.into();
+        };
+        let body = if post {
+            let limit = crate::account::verdict_reports::MAX_BODY_BYTES;
+            match self.read_body(session, ctx, limit, self.h2_body_wait).await {
+                Ok(b) => Some(b),
+                Err(e) => return e.into(),
+            }
+        } else {
+            None
+        };
+        let now = self.shared.clock.now().timestamp();
+        api.answer(body, &key, now).await
+    }
+
     /// `GET /v1/changes` for the caller's project.
     async fn changes_page(&self, ctx: &RequestCtx, after: u64, since: i64, limit: usize) -> Answer {
         match (&self.changes, &ctx.principal) {
@@ -254,6 +322,25 @@ impl Gateway {
         };
         Answer::raw(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(body))
     }
+}
+
+/// A `/v1/overrides` call as the handler takes it: the name decoded, a `PUT`'s body not read
+/// yet (empty).
+fn overrides_op(call: OverridesCall<'_>) -> Result<OverridesOp, ApiError> {
+    let owned = |raw| decode(raw).map(std::borrow::Cow::into_owned);
+    Ok(match call {
+        OverridesCall::List { cursor, limit } => OverridesOp::List {
+            cursor: cursor.map(std::borrow::Cow::into_owned),
+            limit,
+        },
+        OverridesCall::Delete { domain } => OverridesOp::Delete {
+            domain: owned(domain)?,
+        },
+        OverridesCall::Put { domain } => OverridesOp::Put {
+            domain: owned(domain)?,
+            body: Bytes::new(),
+        },
+    })
 }
 
 /// A `/v1/keys` call as the handler takes it: the id decoded, a body not read yet (empty).

@@ -22,6 +22,7 @@ use crate::domain::classify::{verdict_of, wants_mx, Signals};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
+use crate::domain::overrides::{Override, OverrideVerdict};
 use crate::domain::table::{DomainTable, TableMatch};
 use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::batch::{self, Item, Results};
@@ -43,13 +44,15 @@ struct Explained<'a> {
 
 /// The evidence, and what the registry said when it gave no age (failed, refused, queued):
 /// without it an answer missing its age could not tell a registry that failed from one not
-/// asked.
+/// asked. With `rule: project_allow | project_block`, the project's override that decided.
 #[derive(Serialize)]
 struct WithRegistry<'a> {
     #[serde(flatten)]
     evidence: Evidence<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<crate::rdap::service::RegistryNote>,
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    project_override: Option<crate::account::overrides::Item<'a>>,
 }
 
 impl Gateway {
@@ -68,11 +71,15 @@ impl Gateway {
         // The route needs a key, so the principal is there.
         let project = ctx.principal.as_ref().map(|p| p.key.project.clone());
         let project_name = project.as_deref().unwrap_or("");
+        let over = self.override_of(project_name, &name);
         // A name the table decides alone (listed, a curated free provider: most of a signup
-        // stream) wants no DNS and no age: one table lookup answers it.
+        // stream), or the project blocked, wants no DNS and no age: one table lookup answers it.
         let table = self.shared.table.load();
         let found = table.lookup(&name);
-        if !wants_mx(&found) && found.rule != TableRule::Unknown {
+        let blocked = over
+            .as_ref()
+            .is_some_and(|o| o.verdict == OverrideVerdict::Block);
+        if blocked || (!wants_mx(&found) && found.rule != TableRule::Unknown) {
             self.learn_if_listed(&name, &found, project_name);
             ctx.dataset = Some(crate::edge::http::dataset_header(table.version()));
             let mut body = Vec::with_capacity(if explain { 1024 } else { 256 });
@@ -80,14 +87,18 @@ impl Gateway {
                 (&table, found),
                 &name,
                 ((None, None), None),
-                project_name,
+                (project_name, over.as_deref()),
                 explain,
                 &mut body,
             );
             let suggestion = suggestion.and_then(|p| HeaderValue::from_str(p).ok());
             return lookup_answer(name, suggestion, verdict, body, ctx);
         }
-        let (wants, open) = (wants_mx(&found), found.rule == TableRule::Unknown);
+        // An allowed name's age changes nothing: not asked.
+        let (wants, open) = (
+            wants_mx(&found),
+            found.rule == TableRule::Unknown && over.is_none(),
+        );
         self.learn_if_listed(&name, &found, project_name);
         // Not held across the DNS wait.
         drop(table);
@@ -109,7 +120,7 @@ impl Gateway {
             (&table, table.lookup(&name)),
             &name,
             (inputs, age),
-            project.as_deref().unwrap_or(""),
+            (project.as_deref().unwrap_or(""), over.as_deref()),
             explain,
             &mut body,
         );
@@ -158,8 +169,13 @@ impl Gateway {
             .mx
             .as_ref()
             .and_then(|_| self.child_span(ctx, "mx lookup", Kind::Internal));
-        let inputs = self.mx_inputs_batch(&names, &key.project).await;
-        let ages = self.ages_batch(&names, &inputs, &key.project).await;
+        let overrides = self.shared.overrides.load_full();
+        let over: Vec<Option<&Arc<Override>>> = (names.iter())
+            .map(|n| overrides.find(&key.project, n))
+            .collect();
+        let inputs = self.mx_inputs_batch(&names, &over, &key.project).await;
+        let ages = self.ages_batch(&names, &inputs, &over, &key.project).await;
+        let mut over = over.into_iter();
         let mut inputs = inputs.into_iter().zip(ages);
         drop(span);
         let table = self.shared.table.load();
@@ -171,12 +187,13 @@ impl Gateway {
                     let (mx, age) = inputs.next().unwrap_or_default();
                     let found = table.lookup(name);
                     let age = age.filter(|_| found.rule == TableRule::Unknown);
+                    let over = over.next().flatten().map(|o| &**o);
                     let out = results.entry();
                     let (_, verdict) = self.classify_and_record(
                         (&table, found),
                         name,
                         (mx, age),
-                        &key.project,
+                        (&key.project, over),
                         explain,
                         out,
                     );
@@ -202,11 +219,12 @@ impl Gateway {
         &self,
         names: &[&DomainName],
         inputs: &[MxInputs],
+        over: &[Option<&Arc<Override>>],
         project: &str,
     ) -> Vec<Option<DomainAge>> {
         let table = self.shared.table.load();
-        let open: Vec<bool> = (names.iter())
-            .map(|n| table.lookup(n).rule == TableRule::Unknown)
+        let open: Vec<bool> = (names.iter().zip(over))
+            .map(|(n, o)| o.is_none() && table.lookup(n).rule == TableRule::Unknown)
             .collect();
         drop(table);
         let waits = names
@@ -220,16 +238,17 @@ impl Gateway {
         futures_util::future::join_all(waits).await
     }
 
-    /// Classifies `name` as every lookup does, records what a lookup records (the
-    /// neighbourhood's verdict count, the live top-domains), writes its JSON (with the evidence
-    /// when `explain`) to `out`, and returns the provider it is likely a typo of and the
-    /// verdict to log for the name (call logs on).
+    /// Classifies `name` as every lookup does (the project's override, `over`, deciding
+    /// first), records what a lookup records (the neighbourhood's verdict count, the live
+    /// top-domains: never an overridden answer), writes its JSON (with the evidence when
+    /// `explain`) to `out`, and returns the provider it is likely a typo of and the verdict to
+    /// log for the name (call logs on).
     fn classify_and_record<'t>(
         &self,
         (table, found): (&'t DomainTable, TableMatch<'t>),
         name: &'t DomainName,
         ((evidence, finding), age): (MxInputs, Option<DomainAge>),
-        project: &str,
+        (project, over): (&str, Option<&Override>),
         explain: bool,
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
@@ -242,20 +261,28 @@ impl Gateway {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
+            reported_safe: self.shared.reported_safe(name),
         };
-        let verdict = verdict_of(table, name, found, signals, age_rule);
-        if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), self.neighbourhood())
-        {
+        let mut verdict = verdict_of(table, name, found, signals, age_rule);
+        if let Some(o) = over {
+            o.verdict.apply(&mut verdict.record);
+        }
+        let nb = self.neighbourhood().filter(|_| over.is_none());
+        if let (Some(MxEvidence::Hosts(_)), Some(nb)) = (evidence.as_deref(), nb) {
             // What the gateway inferred neither dilutes nor feeds the neighbourhood; what it
             // did not counts as vouched for (an established age the registry gave) or unknown.
             // The same on every route.
-            let vouched = (verdict.age).map(|a| a.age_days >= nb.config.vouch_age_days);
+            // Enough projects' `safe` reports vouch as an established age does.
+            let vouched = match verdict.reported_safe {
+                Some(_) => Some(true),
+                None => (verdict.age).map(|a| a.age_days >= nb.config.vouch_age_days),
+            };
             nb.judged(name, verdict.inferred(), vouched);
             if let (true, Some(f)) = (verdict.inferred(), &verdict.neighbourhood) {
                 nb.count_verdict(f.key_kind);
             }
         }
-        if let Some(live) = &self.top_live {
+        if let Some(live) = self.top_live.as_ref().filter(|_| over.is_none()) {
             live.record(
                 name,
                 &verdict.record,
@@ -271,16 +298,17 @@ impl Gateway {
             let registry = (self.shared.rdap.as_ref())
                 .filter(|_| verdict.age.is_none())
                 .and_then(|r| r.registry_note(name));
+            let mut why =
+                crate::domain::evidence::evidence(table, name, &verdict, evidence.as_deref());
+            if let Some(o) = over {
+                why.rule = o.verdict.evidence_rule();
+            }
             let body = Explained {
                 record: &verdict.record,
                 evidence: WithRegistry {
-                    evidence: crate::domain::evidence::evidence(
-                        table,
-                        name,
-                        &verdict,
-                        evidence.as_deref(),
-                    ),
+                    evidence: why,
                     registry,
+                    project_override: over.map(crate::account::overrides::Item::of),
                 },
             };
             // Plain structs of strings, numbers and lists: always serialise.
@@ -338,11 +366,16 @@ impl Gateway {
     /// resolved concurrently within the project's share of the slots
     /// (`mx.max_inflight_per_project`), all within one budget for the batch, never one after
     /// another; names past the share are answered from the table.
-    async fn mx_inputs_batch(&self, names: &[&DomainName], project: &str) -> Vec<MxInputs> {
+    async fn mx_inputs_batch(
+        &self,
+        names: &[&DomainName],
+        over: &[Option<&Arc<Override>>],
+        project: &str,
+    ) -> Vec<MxInputs> {
         let Some(mx) = &self.shared.mx else {
             return vec![(None, None); names.len()];
         };
-        let wants = self.consider(names, project);
+        let wants = self.consider(names, over, project);
         let deadline = Instant::now() + mx.budget();
         let concurrency = mx.project_share().clamp(1, names.len().max(1));
         // Made first, polled `concurrency` at a time (a closure making them inside the stream
@@ -375,18 +408,35 @@ impl Gateway {
         )
     }
 
-    /// Which of `names` want MX evidence (the table leaves them open); listed ones are queued
-    /// for the neighbourhood index to learn (not while offline: nothing could be resolved).
-    fn consider(&self, names: &[&DomainName], project: &str) -> Vec<bool> {
+    /// Which of `names` want MX evidence (the table leaves them open, the project did not
+    /// block them); listed ones are queued for the neighbourhood index to learn (not while
+    /// offline: nothing could be resolved).
+    fn consider(
+        &self,
+        names: &[&DomainName],
+        over: &[Option<&Arc<Override>>],
+        project: &str,
+    ) -> Vec<bool> {
         let table = self.shared.table.load();
         names
             .iter()
-            .map(|name| {
+            .zip(over)
+            .map(|(name, o)| {
                 let found = table.lookup(name);
                 self.learn_if_listed(name, &found, project);
-                wants_mx(&found)
+                let blocked = o.is_some_and(|o| o.verdict == OverrideVerdict::Block);
+                wants_mx(&found) && !blocked
             })
             .collect()
+    }
+
+    /// The override of `name` for `project`, if it set one (most projects have none: no walk).
+    fn override_of(&self, project: &str, name: &DomainName) -> Option<Arc<Override>> {
+        let set = self.shared.overrides.load();
+        if set.none_for(project) {
+            return None;
+        }
+        set.find(project, name).cloned()
     }
 
     /// A listed name is queued for the neighbourhood index to learn its MX in the background

@@ -94,6 +94,55 @@ impl RedisLink {
     }
 }
 
+/// A link made on its first use (the gateway starts with Redis away), and calls bounded by
+/// the config's `call_timeout`: what the stores of small shared state (keys, records) call
+/// through.
+pub struct LazyLink {
+    cell: tokio::sync::OnceCell<RedisLink>,
+    config: RedisConfig,
+}
+
+/// Why a call through a [`LazyLink`] did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("redis: {0}")]
+    Redis(#[from] RedisError),
+    #[error("redis: no answer within {0} ms")]
+    TimedOut(u128),
+}
+
+impl LazyLink {
+    /// Nothing is sent yet; each call gets at least `min_budget`.
+    pub fn new(config: &RedisConfig, min_budget: Duration) -> LazyLink {
+        let mut config = config.clone();
+        config.call_timeout = config.call_timeout.max(min_budget);
+        LazyLink {
+            cell: tokio::sync::OnceCell::new(),
+            config,
+        }
+    }
+
+    /// The link, made now if it was not.
+    pub async fn get(&self) -> RedisResult<RedisLink> {
+        Ok(self
+            .cell
+            .get_or_try_init(|| async { RedisLink::connect_lazy(&self.config) })
+            .await?
+            .clone())
+    }
+
+    /// Runs `call` within the call budget.
+    pub async fn timed<T>(
+        &self,
+        call: impl std::future::Future<Output = RedisResult<T>>,
+    ) -> Result<T, LinkError> {
+        match tokio::time::timeout(self.config.call_timeout, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(LinkError::TimedOut(self.config.call_timeout.as_millis())),
+        }
+    }
+}
+
 /// The current master of a Sentinel-watched deployment.
 #[derive(Clone)]
 struct Master {

@@ -88,6 +88,8 @@ fn name(route: RouteClass) -> &'static str {
         RouteClass::Stats => "GET /v1/stats",
         RouteClass::Changes => "GET /v1/changes",
         RouteClass::Keys => "/v1/keys",
+        RouteClass::Overrides => "/v1/overrides",
+        RouteClass::Reports => "/v1/reports",
         RouteClass::OpenApi => "GET /v1/openapi.json",
         RouteClass::Preflight => "OPTIONS /v1/*",
         RouteClass::Health => "GET /healthz",

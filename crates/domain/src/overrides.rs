@@ -1,0 +1,170 @@
+//! A project's own verdicts (`/v1/overrides`): `allow` or `block` for a name and its
+//! subdomains, for that project's answers only, before every list and every inference.
+//!
+//! An entry carries a stamp and may be a removal (`removed`): the gateway keeps them as records
+//! that merge last-writer-wins; this set is what one merge holds, as lookups read it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::name::DomainName;
+use crate::record::{Reason, RiskRecord};
+
+/// What a project says of a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideVerdict {
+    /// Answered `safe` (score 0), keeping `is_free_provider` and `mx_provider_label`.
+    Allow,
+    /// Answered `disposable` 100.
+    Block,
+}
+
+impl OverrideVerdict {
+    /// The rule `?explain=true` names.
+    pub fn rule(self) -> &'static str {
+        self.evidence_rule().as_str()
+    }
+
+    /// The rule as the evidence carries it.
+    pub fn evidence_rule(self) -> crate::evidence::Rule {
+        match self {
+            OverrideVerdict::Allow => crate::evidence::Rule::ProjectAllow,
+            OverrideVerdict::Block => crate::evidence::Rule::ProjectBlock,
+        }
+    }
+
+    /// `record` as this verdict answers it.
+    pub fn apply(self, record: &mut RiskRecord<'_>) {
+        match self {
+            OverrideVerdict::Allow => {
+                record.reason = Reason::Safe;
+                record.risk_score = 0;
+            }
+            OverrideVerdict::Block => {
+                record.reason = Reason::Disposable;
+                record.risk_score = 100;
+                record.is_corporate_email = false;
+            }
+        }
+    }
+}
+
+/// One project's word on one name (or its removal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Override {
+    pub project: String,
+    /// The canonical name; it covers its subdomains.
+    pub domain: String,
+    pub verdict: OverrideVerdict,
+    pub note: String,
+    /// The id of the key that set (or removed) it.
+    pub set_by: String,
+    /// Unix seconds.
+    pub set_at: i64,
+    /// Orders two writes of one name: microseconds of the writer's clock, made larger than
+    /// the stamp it replaced.
+    pub stamp: u64,
+    /// A removal, kept so that a store putting back older entries cannot revive it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
+/// Every project's overrides, as the request path reads them.
+#[derive(Debug, Default, Clone)]
+pub struct OverrideSet {
+    /// project -> name -> entry (removals included, never found).
+    by_project: HashMap<String, HashMap<String, Arc<Override>>>,
+}
+
+impl OverrideSet {
+    /// The set of `entries` (one a project and name: the merged records).
+    pub fn of(entries: impl IntoIterator<Item = Override>) -> OverrideSet {
+        let mut set = OverrideSet::default();
+        for e in entries {
+            (set.by_project.entry(e.project.clone()).or_default())
+                .insert(e.domain.clone(), Arc::new(e));
+        }
+        set
+    }
+
+    /// The override that decides `name` for `project`: the name's own, else its nearest
+    /// parent's (a name covers its subdomains).
+    pub fn find(&self, project: &str, name: &DomainName) -> Option<&Arc<Override>> {
+        let names = self.by_project.get(project)?;
+        let mut at = name.as_str();
+        loop {
+            if let Some(o) = names.get(at).filter(|o| !o.removed) {
+                return Some(o);
+            }
+            // A parent with a dot left (never a TLD alone).
+            match at.split_once('.') {
+                Some((_, rest)) if rest.contains('.') => at = rest,
+                _ => return None,
+            }
+        }
+    }
+
+    /// The entry held for exactly `domain` (a removal too).
+    pub fn get(&self, project: &str, domain: &str) -> Option<&Arc<Override>> {
+        self.by_project.get(project)?.get(domain)
+    }
+
+    /// Whether `project` never had an override (most projects: the lookup skips the walk).
+    pub fn none_for(&self, project: &str) -> bool {
+        self.by_project.get(project).is_none_or(HashMap::is_empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(project: &str, domain: &str, verdict: OverrideVerdict, stamp: u64) -> Override {
+        Override {
+            project: project.into(),
+            domain: domain.into(),
+            verdict,
+            note: String::new(),
+            set_by: "k1".into(),
+            set_at: 0,
+            stamp,
+            removed: false,
+        }
+    }
+
+    fn name(s: &str) -> DomainName {
+        DomainName::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_name_covers_its_subdomains_for_its_project_only() {
+        let set = OverrideSet::of([entry("a", "shop.example", OverrideVerdict::Allow, 1)]);
+        assert!(set.find("a", &name("shop.example")).is_some());
+        assert!(set.find("a", &name("eu.mail.shop.example")).is_some());
+        assert!(set.find("a", &name("other.example")).is_none());
+        assert!(set.find("a", &name("othershop.example")).is_none());
+        assert!(set.find("b", &name("shop.example")).is_none());
+        assert!(set.none_for("b") && !set.none_for("a"));
+    }
+
+    #[test]
+    fn verdicts_answer_as_documented() {
+        let mut r = RiskRecord {
+            domain: "x.com",
+            risk_score: 80,
+            reason: Reason::Disposable,
+            is_free_provider: true,
+            is_corporate_email: false,
+            mx_provider_label: Some("Gmail"),
+        };
+        OverrideVerdict::Allow.apply(&mut r);
+        assert_eq!((r.reason, r.risk_score), (Reason::Safe, 0));
+        assert!(r.is_free_provider);
+        assert_eq!(r.mx_provider_label, Some("Gmail"));
+        OverrideVerdict::Block.apply(&mut r);
+        assert_eq!((r.reason, r.risk_score), (Reason::Disposable, 100));
+    }
+}

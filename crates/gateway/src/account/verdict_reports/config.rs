@@ -1,0 +1,43 @@
+//! `gateway.reports`: how many projects saying `safe` keep inference from flagging a domain,
+//! and how many open reports a project may have.
+
+use serde::{Deserialize, Serialize};
+
+/// `gateway.reports`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReportsConfig {
+    /// Distinct projects whose open or accepted `safe` reports keep inference (the MX
+    /// neighbourhood) from flagging a domain (2 to 1000).
+    pub min_projects: u32,
+    /// Open reports a project may have at once (1 to 100000); more: `409`.
+    pub max_open_per_project: u32,
+}
+
+impl Default for ReportsConfig {
+    fn default() -> Self {
+        ReportsConfig {
+            min_projects: 3,
+            max_open_per_project: 100,
+        }
+    }
+}
+
+impl ReportsConfig {
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(2..=1_000).contains(&self.min_projects) {
+            out.push(format!(
+                "gateway.reports.min_projects: {} is outside 2..=1000 (one project alone must never decide for the others)",
+                self.min_projects
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_open_per_project) {
+            out.push(format!(
+                "gateway.reports.max_open_per_project: {} is outside 1..=100000",
+                self.max_open_per_project
+            ));
+        }
+        out
+    }
+}

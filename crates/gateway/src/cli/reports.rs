@@ -1,0 +1,62 @@
+//! `reports list | accept ID | reject ID`: the operator's view of the projects' reports, from
+//! the configured store (the state folder's `reports.json`, or the quota's Redis).
+
+use std::path::Path;
+
+use super::{settings, CommandError};
+use crate::access::quota::config::QuotaStoreKind;
+use crate::account::verdict_reports::{accept, grouped, Report};
+use crate::infra::records::file::FileRecords;
+use crate::infra::records::redis::RedisRecords;
+use crate::infra::records::{Merged, RecordStore};
+
+/// What the operator asked.
+pub enum ReportsAction<'a> {
+    /// Open reports grouped by domain (`all`: decided ones too), as JSON.
+    List {
+        all: bool,
+    },
+    Accept(&'a str),
+    Reject(&'a str),
+}
+
+pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, CommandError> {
+    let settings = settings(conf, Default::default())?;
+    let gateway = &settings.gateway;
+    let folder = gateway
+        .quota
+        .state_file
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store: Box<dyn RecordStore<Report>> = match gateway.quota.store {
+            QuotaStoreKind::Local => Box::new(FileRecords::new(folder.join("reports.json"))),
+            QuotaStoreKind::Redis => Box::new(RedisRecords::new(&gateway.quota.redis, "reports")),
+        };
+        let now = chrono::Utc::now().timestamp();
+        match action {
+            ReportsAction::List { all } => {
+                let held = Merged::of(store.read().await?);
+                let groups = grouped::groups(held.all(), !all);
+                Ok(serde_json::to_string_pretty(&groups)?)
+            }
+            ReportsAction::Accept(id) | ReportsAction::Reject(id) => {
+                let yes = matches!(action, ReportsAction::Accept(_));
+                let done = accept::decide(&*store, id, yes, &gateway.data.dir, now).await?;
+                let verb = if yes { "accepted" } else { "rejected" };
+                Ok(match done.file {
+                    Some(f) => format!(
+                        "{verb} {}; written to {} (the gateways reload it)",
+                        done.reports.join(", "),
+                        f.display()
+                    ),
+                    None => format!("{verb} {}", done.reports.join(", ")),
+                })
+            }
+        }
+    })
+}

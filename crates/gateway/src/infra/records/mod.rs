@@ -1,0 +1,180 @@
+//! Small per-project records every gateway of a deployment shares (a project's overrides, its
+//! reports): kept in a file of the state folder (`file.rs`) or on the shared Redis (`redis.rs`),
+//! read by a poll (`replica.rs`) that puts back what a Redis that lost its data no longer holds.
+//!
+//! Records merge last-writer-wins on their stamp, and a removal is a record too (`removed`), so
+//! that copies put back in any order agree on one set and no older copy revives a removal.
+
+pub mod file;
+pub mod redis;
+pub mod replica;
+
+use std::collections::HashMap;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// One record: whose, which, and when it was written. Its JSON carries `stamp` and `removed`
+/// (the Redis script reads them).
+pub trait Record: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
+    fn project(&self) -> &str;
+    /// The record's name within its project.
+    fn key(&self) -> &str;
+    /// Orders two writes of one record: microseconds, larger than the stamp it replaced.
+    fn stamp(&self) -> u64;
+    fn removed(&self) -> bool;
+    /// Who wrote it: breaks a tie between two stamps.
+    fn writer(&self) -> &str;
+
+    /// Whether `self` replaces `other` (the same project and key): every gateway picks the same.
+    fn newer_than(&self, other: &Self) -> bool {
+        (self.stamp(), self.removed(), self.writer())
+            > (other.stamp(), other.removed(), other.writer())
+    }
+}
+
+/// Why a store did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a records file: {source}")]
+    Format {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    #[error("redis: no answer within {0} ms")]
+    TimedOut(u128),
+    #[error("a record is not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// What a write came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// Written; `created`: no record of the key was in force before.
+    Done { created: bool },
+    /// The project holds as many records in force as it may.
+    Full,
+    /// The store holds a newer record of the key (another gateway's write won).
+    Stale,
+}
+
+/// The store's state as a poll sees it: changes when anything was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// The store holds this version of its data.
+    At(String),
+    /// The store lost its data (Redis flushed, evicted, replaced): what gateways hold goes back.
+    Lost,
+}
+
+/// A place records are kept.
+#[async_trait::async_trait]
+pub trait RecordStore<R: Record>: Send + Sync {
+    /// Writes `record` unless a newer one is held; a new record in force needs room under
+    /// `max_live` for its project.
+    async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError>;
+    /// The version of what is held.
+    async fn token(&self) -> Result<Token, RecordsError>;
+    /// Every record held, removals included.
+    async fn read(&self) -> Result<Vec<R>, RecordsError>;
+    /// Puts `records` back (each kept only where nothing newer is held; no bound).
+    async fn restore(&self, records: &[R]) -> Result<(), RecordsError>;
+}
+
+/// Records by project and key, the newest of each kept.
+#[derive(Debug, Clone)]
+pub struct Merged<R> {
+    by_key: HashMap<(String, String), R>,
+}
+
+impl<R> Default for Merged<R> {
+    fn default() -> Self {
+        Merged {
+            by_key: HashMap::new(),
+        }
+    }
+}
+
+impl<R: Record> Merged<R> {
+    pub fn of(records: impl IntoIterator<Item = R>) -> Merged<R> {
+        let mut m = Merged::default();
+        for r in records {
+            m.merge(r);
+        }
+        m
+    }
+
+    /// Takes `record` if it is newer than what is held of its key; whether it did.
+    pub fn merge(&mut self, record: R) -> bool {
+        let key = (record.project().to_owned(), record.key().to_owned());
+        match self.by_key.get(&key) {
+            Some(held) if !record.newer_than(held) => false,
+            _ => {
+                self.by_key.insert(key, record);
+                true
+            }
+        }
+    }
+
+    pub fn get(&self, project: &str, key: &str) -> Option<&R> {
+        self.by_key.get(&(project.to_owned(), key.to_owned()))
+    }
+
+    /// `project`'s records in force.
+    pub fn live<'a>(&'a self, project: &'a str) -> impl Iterator<Item = &'a R> + 'a {
+        self.by_key
+            .values()
+            .filter(move |r| r.project() == project && !r.removed())
+    }
+
+    /// Every record, removals included.
+    pub fn all(&self) -> impl Iterator<Item = &R> {
+        self.by_key.values()
+    }
+
+    /// Every record, by project and key (a file's order).
+    pub fn sorted(&self) -> Vec<R> {
+        let mut all: Vec<R> = self.by_key.values().cloned().collect();
+        all.sort_by(|a, b| (a.project(), a.key()).cmp(&(b.project(), b.key())));
+        all
+    }
+
+    /// Writes `record` as a store does: unless a newer one is held, and a new record in force
+    /// only within `max_live` for its project.
+    pub fn put(&mut self, record: &R, max_live: u32) -> Put {
+        let held = self.get(record.project(), record.key());
+        if held.is_some_and(|h| !record.newer_than(h)) {
+            return Put::Stale;
+        }
+        let was_live = held.is_some_and(|h| !h.removed());
+        if !record.removed()
+            && !was_live
+            && self.live(record.project()).count() >= max_live as usize
+        {
+            return Put::Full;
+        }
+        self.merge(record.clone());
+        Put::Done { created: !was_live }
+    }
+}
+
+/// A stamp for a write now: the microsecond, larger than `held` and than `last` (the last stamp
+/// this gateway gave, updated).
+pub fn next_stamp(last: &std::sync::atomic::AtomicU64, held: u64) -> u64 {
+    use std::sync::atomic::Ordering;
+    let now = u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0);
+    let want = now.max(held.saturating_add(1));
+    let prev = last
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+            Some(want.max(l.saturating_add(1)))
+        })
+        .unwrap_or(0);
+    want.max(prev.saturating_add(1))
+}

@@ -1,0 +1,268 @@
+//! Per-project overrides against the real binary: `PUT /v1/overrides/{domain}` changes that
+//! project's answers on GET and batch (a name covering its subdomains), never another
+//! project's, survives a restart; bounded by the plan, server keys only, not counted. On Redis
+//! with two gateways: a change made on one answers on the other within a second, and a
+//! `FLUSHALL` loses none of them (the gateways put them back).
+
+use crate::common;
+use crate::redis_server::RedisServer;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const ACME: &str = "drg_overrides_acme_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const OTHER: &str = "drg_overrides_other_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const WEB: &str = "drg_overrides_web_key_cccccccccccccccccccccccccccccccc";
+
+/// Projects `acme` (on `team`: 2 overrides at most) and `other`, and a browser key.
+fn builder() -> GatewayBuilder {
+    Gateway::builder()
+        .plan_yaml("team", "{ monthly_limit: 100000, max_overrides: 2 }")
+        .key_in_project("acme-server", ACME, "team", "acme")
+        .key_in_project("other-server", OTHER, "team", "other")
+        .key("web", WEB, "team", &["https://app.example.com"])
+        .data("disposable.txt", "mailinator.com\n")
+}
+
+fn put(gw: &Gateway, key: &str, domain: &str, body: Value) -> Response {
+    let body = body.to_string();
+    send(
+        gw,
+        "PUT",
+        &format!("/v1/overrides/{domain}"),
+        Some(key),
+        &[],
+        Some(body.as_bytes()),
+    )
+}
+
+fn delete(gw: &Gateway, key: &str, domain: &str) -> Response {
+    send(
+        gw,
+        "DELETE",
+        &format!("/v1/overrides/{domain}"),
+        Some(key),
+        &[],
+        None,
+    )
+}
+
+/// `(reason, risk_score)` of `name` for `key` on GET.
+fn answer(gw: &Gateway, key: &str, name: &str) -> (String, u64) {
+    let r = gw
+        .conn_as(Some(key))
+        .get(&format!("/v1/public/domain/{name}"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    (
+        v["reason"].as_str().unwrap().to_owned(),
+        v["risk_score"].as_u64().unwrap(),
+    )
+}
+
+/// `(reason, risk_score)` of each name for `key` on the batch route.
+fn batch(gw: &Gateway, key: &str, names: &[&str]) -> Vec<(String, u64)> {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let r = post_batch(gw, key, &names);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["reason"].as_str().unwrap().to_owned(),
+                v["risk_score"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn pair(reason: &str, score: u64) -> (String, u64) {
+    (reason.to_owned(), score)
+}
+
+#[test]
+fn an_override_changes_its_projects_answers_only_and_survives_a_restart() {
+    let gw = builder().start();
+    assert_eq!(answer(&gw, ACME, "shop.example").0, "safe");
+    let r = put(
+        &gw,
+        ACME,
+        "shop.example",
+        json!({"verdict": "block", "note": "chargebacks, ticket 4411"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let item = r.json();
+    assert_eq!(item["domain"], "shop.example");
+    assert_eq!(item["verdict"], "block");
+    assert_eq!(item["set_by"], "acme-server");
+    // Set again (a PUT replaces the whole override): 200.
+    let r = put(
+        &gw,
+        ACME,
+        "shop.example",
+        json!({"verdict": "block", "note": "chargebacks, ticket 4411"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A listed name allowed, keeping what the table says of it.
+    let r = put(
+        &gw,
+        ACME,
+        "mailinator.com",
+        json!({"verdict": "allow", "note": "our QA inbox"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let blocked = pair("disposable", 100);
+    let allowed = pair("safe", 0);
+    assert_eq!(answer(&gw, ACME, "shop.example"), blocked);
+    assert_eq!(answer(&gw, ACME, "eu.shop.example"), blocked, "subdomains");
+    assert_eq!(answer(&gw, ACME, "mailinator.com"), allowed);
+    assert_eq!(
+        batch(
+            &gw,
+            ACME,
+            &["shop.example", "mailinator.com", "eu.shop.example"]
+        ),
+        [blocked.clone(), allowed.clone(), blocked.clone()]
+    );
+    // Never another project's.
+    assert_eq!(answer(&gw, OTHER, "shop.example").0, "safe");
+    assert_eq!(answer(&gw, OTHER, "mailinator.com").0, "disposable");
+    assert_eq!(
+        batch(&gw, OTHER, &["shop.example", "mailinator.com"])
+            .iter()
+            .map(|p| p.0.as_str())
+            .collect::<Vec<_>>(),
+        ["safe", "disposable"]
+    );
+    // `?explain=true` names the rule, the note, who and when.
+    let r = gw
+        .conn_as(Some(ACME))
+        .get("/v1/public/domain/eu.shop.example?explain=true")
+        .unwrap();
+    let ev = &r.json()["evidence"];
+    assert_eq!(ev["rule"], "project_block", "{ev}");
+    assert_eq!(ev["override"]["domain"], "shop.example");
+    assert_eq!(ev["override"]["note"], "chargebacks, ticket 4411");
+    assert_eq!(ev["override"]["set_by"], "acme-server");
+    assert!(ev["override"]["set_at"].as_str().unwrap().ends_with('Z'));
+
+    // The plan's bound (2), a bad name, a bad body, a browser key.
+    let full = put(&gw, ACME, "third.example", json!({"verdict": "allow"}));
+    full.assert_error(409, "conflict");
+    assert!(full.text().contains("max_overrides: 2"));
+    put(&gw, ACME, "bad..name", json!({"verdict": "allow"})).assert_error(422, "validation_error");
+    put(&gw, ACME, "x.example", json!({"verdict": "maybe"})).assert_error(422, "validation_error");
+    put(
+        &gw,
+        ACME,
+        "x.example",
+        json!({"verdict": "allow", "extra": 1}),
+    )
+    .assert_error(422, "validation_error");
+    put(&gw, WEB, "x.example", json!({"verdict": "allow"})).assert_error(403, "forbidden");
+    let r = send(&gw, "GET", "/v1/overrides", Some(WEB), &[], None);
+    r.assert_error(403, "forbidden");
+
+    // The list, paged by name.
+    let page = send(&gw, "GET", "/v1/overrides?limit=1", Some(ACME), &[], None).json();
+    assert_eq!(page["items"][0]["domain"], "mailinator.com");
+    assert_eq!(page["next_cursor"], "mailinator.com");
+    let rest = send(
+        &gw,
+        "GET",
+        "/v1/overrides?cursor=mailinator.com",
+        Some(ACME),
+        &[],
+        None,
+    )
+    .json();
+    assert_eq!(rest["items"][0]["domain"], "shop.example");
+    assert_eq!(rest["next_cursor"], Value::Null);
+    let theirs = send(&gw, "GET", "/v1/overrides", Some(OTHER), &[], None).json();
+    assert_eq!(theirs["items"], json!([]));
+    // Not counted: the month holds the lookups only.
+    let usage = gw.conn_as(Some(ACME)).get("/v1/usage").unwrap().json();
+    let month = usage["month_count"].as_u64().unwrap();
+
+    // A restart keeps them.
+    let dir = gw.stop();
+    let gw = builder().in_dir(dir).start();
+    assert_eq!(answer(&gw, ACME, "shop.example"), blocked);
+    assert_eq!(answer(&gw, ACME, "mailinator.com"), allowed);
+    // Removed: 204, then 404; the answer is the table's again.
+    assert_eq!(delete(&gw, ACME, "shop.example").status, 204);
+    delete(&gw, ACME, "shop.example").assert_error(404, "not_found");
+    assert_eq!(answer(&gw, ACME, "shop.example").0, "safe");
+    assert_eq!(
+        put(&gw, ACME, "third.example", json!({"verdict": "allow"})).status,
+        201,
+        "room again"
+    );
+    let usage = gw.conn_as(Some(ACME)).get("/v1/usage").unwrap().json();
+    assert_eq!(usage["month_count"].as_u64().unwrap(), month + 3);
+    assert!(!gw.log().contains(ACME), "no key in the log");
+}
+
+#[test]
+fn on_redis_an_override_reaches_the_other_gateway_within_a_second_and_outlives_a_flush() {
+    let redis = RedisServer::start(false);
+    let on_redis = || builder().redis(&redis.url(), "fail_open");
+    let (a, b) = (on_redis().start(), on_redis().start());
+    assert_eq!(answer(&b, ACME, "shop.example").0, "safe");
+    let blocked = pair("disposable", 100);
+    let r = put(&a, ACME, "shop.example", json!({"verdict": "block"}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let set = Instant::now();
+    assert_eq!(
+        answer(&a, ACME, "shop.example"),
+        blocked,
+        "at once where set"
+    );
+    wait_until(Duration::from_secs(5), || {
+        batch(&b, ACME, &["shop.example"])[0] == blocked
+    });
+    let took = set.elapsed();
+    eprintln!("an override set on one gateway answered on the other after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(answer(&b, OTHER, "shop.example").0, "safe");
+    assert_eq!(
+        put(&b, ACME, "mailinator.com", json!({"verdict": "allow"})).status,
+        201
+    );
+    // The plan's bound holds across gateways.
+    put(&a, ACME, "third.example", json!({"verdict": "allow"})).assert_error(409, "conflict");
+
+    // Redis loses everything: the gateways put the overrides back, and a gateway started
+    // after the flush (with its own, empty state folder) gets them from Redis.
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    wait_until(Duration::from_secs(10), || {
+        let rows: i64 = redis::cmd("HLEN")
+            .arg("drg:{overrides}:rows")
+            .query(&mut c)
+            .unwrap();
+        rows == 2
+    });
+    let fresh = on_redis().start();
+    wait_until(Duration::from_secs(5), || {
+        answer(&fresh, ACME, "shop.example") == blocked
+    });
+    assert_eq!(answer(&fresh, ACME, "mailinator.com"), pair("safe", 0));
+    for gw in [&a, &b] {
+        assert_eq!(answer(gw, ACME, "shop.example"), blocked);
+    }
+    // A removal after the flush is not undone by what the others held.
+    assert_eq!(delete(&fresh, ACME, "shop.example").status, 204);
+    wait_until(Duration::from_secs(5), || {
+        [&a, &b]
+            .iter()
+            .all(|g| answer(g, ACME, "shop.example").0 == "safe")
+    });
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(answer(&a, ACME, "shop.example").0, "safe");
+}
