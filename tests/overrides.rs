@@ -19,7 +19,10 @@ const WEB: &str = "drg_overrides_web_key_cccccccccccccccccccccccccccccccc";
 /// Projects `acme` (on `team`: 2 overrides at most) and `other`, and a browser key.
 fn builder() -> GatewayBuilder {
     Gateway::builder()
-        .plan_yaml("team", "{ monthly_limit: 100000, max_overrides: 2 }")
+        .plan_yaml(
+            "team",
+            "{ monthly_limit: 100000, max_overrides: 2, max_keys: 5 }",
+        )
         .key_in_project("acme-server", ACME, "team", "acme")
         .key_in_project("other-server", OTHER, "team", "other")
         .key("web", WEB, "team", &["https://app.example.com"])
@@ -236,6 +239,8 @@ fn on_redis_an_override_reaches_the_other_gateway_within_a_second_and_outlives_a
     );
     // The plan's bound holds across gateways.
     put(&a, ACME, "third.example", json!({"verdict": "allow"})).assert_error(409, "conflict");
+    // One audit trail for the project across the gateways (a stream on Redis).
+    assert_eq!(actions(&b), ["override.set", "override.set"]);
 
     // Redis loses everything: the gateways put the overrides back, and a gateway started
     // after the flush (with its own, empty state folder) gets them from Redis.
@@ -265,4 +270,114 @@ fn on_redis_an_override_reaches_the_other_gateway_within_a_second_and_outlives_a
     });
     std::thread::sleep(Duration::from_millis(1_000));
     assert_eq!(answer(&a, ACME, "shop.example").0, "safe");
+    // After the flush the trail holds what came since (a Redis that lost its data lost the
+    // trail kept there).
+    assert_eq!(actions(&a), ["override.removed"]);
+}
+
+/// The actions of the project's audit trail as `gw` reads it, newest first.
+fn actions(gw: &Gateway) -> Vec<String> {
+    let trail = send(gw, "GET", "/v1/audit", Some(ACME), &[], None).json();
+    trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The audit trail lists every change made through the API (keys made, rotated and revoked,
+/// overrides set and removed, reports sent): who (the key id), what, when, newest first, for
+/// the project only; a browser key gets 403.
+#[test]
+fn the_audit_trail_lists_every_change_through_the_api() {
+    let gw = builder().start();
+    let made = send(
+        &gw,
+        "POST",
+        "/v1/keys",
+        Some(ACME),
+        &[],
+        Some(br#"{"label":"ci"}"#),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let rotated = send(
+        &gw,
+        "POST",
+        &format!("/v1/keys/{id}/rotate"),
+        Some(ACME),
+        &[],
+        Some(br#"{"overlap_hours":0}"#),
+    );
+    assert_eq!(rotated.status, 201, "{}", rotated.text());
+    let next = rotated.json()["id"].as_str().unwrap().to_owned();
+    let revoke = send(
+        &gw,
+        "DELETE",
+        &format!("/v1/keys/{next}"),
+        Some(ACME),
+        &[],
+        None,
+    );
+    assert_eq!(revoke.status, 204, "{}", revoke.text());
+    assert_eq!(
+        put(&gw, ACME, "shop.example", json!({"verdict": "block"})).status,
+        201
+    );
+    assert_eq!(delete(&gw, ACME, "shop.example").status, 204);
+    let body = json!({"domain": "shop.example", "verdict": "safe"}).to_string();
+    let sent = send(
+        &gw,
+        "POST",
+        "/v1/reports",
+        Some(ACME),
+        &[],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(sent.status, 202, "{}", sent.text());
+    // A refused change is not one.
+    put(&gw, ACME, "bad..name", json!({"verdict": "block"})).assert_error(422, "validation_error");
+
+    let trail = send(&gw, "GET", "/v1/audit", Some(ACME), &[], None);
+    assert_eq!(trail.status, 200, "{}", trail.text());
+    let items = trail.json()["items"].as_array().unwrap().clone();
+    let actions: Vec<(&str, &str)> = items
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["target"].as_str().unwrap()))
+        .collect();
+    let report_id = sent.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        actions,
+        [
+            ("report.sent", report_id.as_str()),
+            ("override.removed", "shop.example"),
+            ("override.set", "shop.example"),
+            ("key.revoked", next.as_str()),
+            ("key.rotated", id.as_str()),
+            ("key.created", id.as_str()),
+        ]
+    );
+    assert!(items.iter().all(|e| e["key_id"] == "acme-server"));
+    assert!(items[0]["at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(items[2]["detail"], "block");
+    assert_eq!(items[4]["detail"], format!("successor {next}"));
+    // Paged, newest first.
+    let first = send(&gw, "GET", "/v1/audit?limit=2", Some(ACME), &[], None).json();
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    let rest = send(
+        &gw,
+        "GET",
+        &format!("/v1/audit?limit=10&cursor={cursor}"),
+        Some(ACME),
+        &[],
+        None,
+    )
+    .json();
+    assert_eq!(rest["items"].as_array().unwrap().len(), 4);
+    assert_eq!(rest["items"][0]["action"], "override.set");
+    // Another project's trail, a browser key.
+    let theirs = send(&gw, "GET", "/v1/audit", Some(OTHER), &[], None).json();
+    assert_eq!(theirs["items"], json!([]));
+    send(&gw, "GET", "/v1/audit", Some(WEB), &[], None).assert_error(403, "forbidden");
 }

@@ -162,6 +162,7 @@ pub fn check(data: &[u8]) {
                 QueryOf::Logs => assert_eq!(path, "/v1/logs"),
                 QueryOf::Changes => assert_eq!(path, "/v1/changes"),
                 QueryOf::Overrides => assert_eq!(path, OVERRIDES_PATH),
+                QueryOf::Audit => assert_eq!(path, "/v1/audit"),
             }
         }
         Err(RouteError::NotFound) => {}

@@ -117,6 +117,8 @@ struct Parts {
     overrides: Arc<crate::account::overrides::Overrides>,
     /// `/v1/reports` and their store.
     reports: Arc<crate::account::verdict_reports::Reports>,
+    /// The audit trail.
+    audit: Arc<crate::account::audit::Audit>,
     /// The shared key store (with the Redis quota store), which its poll keeps.
     shared_keys: Option<Arc<crate::account::keys_api::shared::Shared>>,
     access_log: Option<crate::ops::access_log::AccessLog>,
@@ -145,7 +147,8 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
         .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
         .with_keys_api(Some(parts.keys_api.clone()))
         .with_overrides(parts.overrides.clone())
-        .with_reports(parts.reports.clone());
+        .with_reports(parts.reports.clone())
+        .with_audit(parts.audit.clone());
     let downstream = Arc::new(DownstreamStats::default());
     let open = downstream.clone();
     in_flight.track(move || open.counts().open_connections);
@@ -411,6 +414,7 @@ fn parts(
     }
     let keys_api = Arc::new(keys_api);
     let (overrides, reports) = project_records(gateway, shared);
+    let audit = audit_trail(gateway, shared)?;
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
         crate::ops::access_log::open(&gateway.access_log, lines, dropped)?;
@@ -420,10 +424,40 @@ fn parts(
         keys_api,
         overrides,
         reports,
+        audit,
         shared_keys,
         access_log,
         access_log_service,
     })
+}
+
+/// The audit trail: `audit.jsonl` in the state folder, or streams on the quota's Redis.
+fn audit_trail(
+    gateway: &GatewayConfig,
+    shared: &Shared,
+) -> Result<Arc<crate::account::audit::Audit>, StartError> {
+    let failures = shared
+        .metrics
+        .counter_vec(
+            "drg_audit_failures_total",
+            "Audit entries not written (the change they record stands; the log says why).",
+            &["store"],
+        )?
+        .with_label_values(&[if gateway.quota.store == QuotaStoreKind::Redis {
+            "redis"
+        } else {
+            "file"
+        }]);
+    Ok(Arc::new(crate::account::audit::Audit::open(
+        gateway
+            .quota
+            .state_file
+            .parent()
+            .unwrap_or(std::path::Path::new(".")),
+        (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis),
+        gateway.access.plans.clone(),
+        failures,
+    )))
 }
 
 /// `/v1/overrides` and `/v1/reports`: kept in the state folder, or on the quota's Redis with a

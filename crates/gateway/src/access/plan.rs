@@ -26,6 +26,11 @@ pub const MAX_MAX_KEYS: u32 = 10_000;
 /// The largest `max_overrides` a plan may give (`/v1/overrides`).
 pub const MAX_MAX_OVERRIDES: u32 = 100_000;
 
+/// How long a project's audit trail is kept when its plan does not say (`/v1/audit`).
+pub const DEFAULT_AUDIT_DAYS: u32 = 90;
+/// The longest a plan may keep it.
+pub const MAX_AUDIT_DAYS: u32 = 3_660;
+
 /// `max_overrides` of a plan name, when the config does not say (`/v1/overrides`).
 pub fn default_max_overrides(name: &str) -> u32 {
     match name {
@@ -88,6 +93,8 @@ pub struct PlanConfig {
     pub mode: Option<PlanMode>,
     /// Overrides a project on this plan may hold (`/v1/overrides`).
     pub max_overrides: Option<u32>,
+    /// Days the project's audit trail is kept (`/v1/audit`).
+    pub audit_retention_days: Option<u32>,
 }
 
 impl PlanConfig {
@@ -101,7 +108,13 @@ impl PlanConfig {
             burst: None,
             mode: None,
             max_overrides: None,
+            audit_retention_days: None,
         }
+    }
+
+    /// Days the audit trail of a project on this plan is kept.
+    pub fn audit_retention_days(&self) -> u32 {
+        self.audit_retention_days.unwrap_or(DEFAULT_AUDIT_DAYS)
     }
 
     /// Overrides a project on this plan (named `name`) may hold.
@@ -129,6 +142,13 @@ impl PlanConfig {
             if n > MAX_MAX_OVERRIDES {
                 out.push(format!(
                     "gateway.access.plans.{name}.max_overrides: {n} is outside 0..={MAX_MAX_OVERRIDES}"
+                ));
+            }
+        }
+        if let Some(d) = self.audit_retention_days {
+            if !(1..=MAX_AUDIT_DAYS).contains(&d) {
+                out.push(format!(
+                    "gateway.access.plans.{name}.audit_retention_days: {d} is outside 1..={MAX_AUDIT_DAYS}"
                 ));
             }
         }
@@ -216,6 +236,8 @@ struct LongForm {
     mode: Option<PlanMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_overrides: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    audit_retention_days: Option<u32>,
 }
 
 impl<'de> Deserialize<'de> for PlanConfig {
@@ -250,6 +272,7 @@ impl<'de> Deserialize<'de> for PlanConfig {
                     burst: long.burst,
                     mode: long.mode,
                     max_overrides: long.max_overrides,
+                    audit_retention_days: long.audit_retention_days,
                 })
             }
         }
@@ -270,6 +293,7 @@ impl Serialize for PlanConfig {
             burst: self.burst,
             mode: self.mode,
             max_overrides: self.max_overrides,
+            audit_retention_days: self.audit_retention_days,
         }
         .serialize(s)
     }

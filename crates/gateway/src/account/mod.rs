@@ -1,6 +1,7 @@
 //! A project's own data: the keys API, its overrides, and the call stores behind `/v1/logs`
 //! and `/v1/stats`.
 
+pub mod audit;
 pub mod calls;
 pub mod config;
 pub mod keys_api;

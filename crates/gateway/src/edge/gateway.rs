@@ -83,6 +83,8 @@ pub struct Gateway {
     overrides: Option<Arc<crate::account::overrides::Overrides>>,
     /// `/v1/reports`; as `overrides`.
     reports: Option<Arc<crate::account::verdict_reports::Reports>>,
+    /// The audit trail (`GET /v1/audit`, and what the changing routes append); as `overrides`.
+    audit: Option<Arc<crate::account::audit::Audit>>,
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
     /// `None`: Pingora proxies it.
     relay: Option<crate::upstream::relay::Relay>,
@@ -176,6 +178,7 @@ impl Gateway {
             keys_api: None,
             overrides: None,
             reports: None,
+            audit: None,
             relay: None,
             h2_body_wait: config.limits.header_timeout,
             account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
@@ -202,6 +205,12 @@ impl Gateway {
     /// Serves `/v1/overrides` from `overrides`.
     pub fn with_overrides(mut self, overrides: Arc<crate::account::overrides::Overrides>) -> Self {
         self.overrides = Some(overrides);
+        self
+    }
+
+    /// Keeps the audit trail in `audit` and serves `GET /v1/audit` from it.
+    pub fn with_audit(mut self, audit: Arc<crate::account::audit::Audit>) -> Self {
+        self.audit = Some(audit);
         self
     }
 

@@ -52,6 +52,7 @@ mod tests {
             Route::Overrides(OverridesCall::List { .. }) => Some("/v1/overrides"),
             Route::Overrides(_) => Some("/v1/overrides/{domain}"),
             Route::Reports { .. } => Some("/v1/reports"),
+            Route::Audit { .. } => Some("/v1/audit"),
             Route::OpenApi => Some("/v1/openapi.json"),
             Route::Health => Some("/healthz"),
             Route::Ready => Some("/readyz"),
@@ -134,6 +135,10 @@ mod tests {
             }),
             Route::Overrides(OverridesCall::Delete { domain: "" }),
             Route::Reports { post: true },
+            Route::Audit {
+                cursor: None,
+                limit: 1,
+            },
             Route::OpenApi,
             Route::Health,
             Route::Ready,

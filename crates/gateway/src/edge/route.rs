@@ -48,6 +48,12 @@ pub enum Route<'a> {
     /// `GET /v1/reports` (the project's reports) or `POST /v1/reports` (a small JSON body: a
     /// new report), not counted.
     Reports { post: bool },
+    /// `GET /v1/audit[?cursor=C&limit=N]`: the project's audit trail, newest first (not
+    /// counted); the cursor is percent-decoded, still opaque.
+    Audit {
+        cursor: Option<Cow<'a, str>>,
+        limit: usize,
+    },
     /// `GET /v1/openapi.json`: the contract, no key needed, not counted.
     OpenApi,
     /// `OPTIONS /v1/...` on a known route: CORS preflight, no key needed.
@@ -205,6 +211,7 @@ pub enum QueryOf {
     Logs,
     Changes,
     Overrides,
+    Audit,
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
@@ -285,6 +292,7 @@ pub fn route<'a>(
                 limit: DEFAULT_LOGS_LIMIT,
             },
             "/v1/stats" => Route::Stats,
+            "/v1/audit" => audit(method, query)?,
             "/v1/changes" if method == Method::GET => changes(query)?,
             "/v1/changes" => Route::Changes {
                 after: 0,
@@ -417,6 +425,21 @@ fn changes(query: Option<&str>) -> Result<Route<'_>, RouteError> {
     })
 }
 
+/// `/v1/audit[?cursor=&limit=]` (only a GET reads the query: other methods get their 405).
+fn audit<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, RouteError> {
+    use crate::account::audit::{DEFAULT_LIMIT, MAX_LIMIT};
+    if method != Method::GET {
+        return Ok(Route::Audit {
+            cursor: None,
+            limit: DEFAULT_LIMIT,
+        });
+    }
+    Ok(Route::Audit {
+        cursor: query_param(query, "cursor").filter(|c| !c.is_empty() && c.len() <= 64),
+        limit: limit(query, QueryOf::Audit, DEFAULT_LIMIT, MAX_LIMIT)?,
+    })
+}
+
 /// The metrics class of a routing result.
 pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
     match routed {
@@ -439,6 +462,7 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
             RouteClass::Overrides
         }
         Ok(Route::Reports { .. }) => RouteClass::Reports,
+        Ok(Route::Audit { .. }) | Err(RouteError::BadQuery(QueryOf::Audit, _)) => RouteClass::Audit,
         Ok(Route::OpenApi) => RouteClass::OpenApi,
         Ok(Route::Preflight) => RouteClass::Preflight,
         Ok(Route::Health) => RouteClass::Health,

@@ -56,6 +56,8 @@ pub enum RouteClass {
     Overrides,
     /// `/v1/reports`.
     Reports,
+    /// `GET /v1/audit`.
+    Audit,
     OpenApi,
     Preflight,
     Health,
@@ -69,7 +71,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 18] = [
+    pub const ALL: [RouteClass; 19] = [
         RouteClass::Domain,
         RouteClass::Batch,
         RouteClass::TopDomains,
@@ -81,6 +83,7 @@ impl RouteClass {
         RouteClass::Keys,
         RouteClass::Overrides,
         RouteClass::Reports,
+        RouteClass::Audit,
         RouteClass::OpenApi,
         RouteClass::Preflight,
         RouteClass::Health,
@@ -103,6 +106,7 @@ impl RouteClass {
             RouteClass::Keys => "keys",
             RouteClass::Overrides => "overrides",
             RouteClass::Reports => "reports",
+            RouteClass::Audit => "audit",
             RouteClass::OpenApi => "openapi",
             RouteClass::Preflight => "preflight",
             RouteClass::Health => "health",

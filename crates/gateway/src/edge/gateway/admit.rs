@@ -90,6 +90,7 @@ impl Gateway {
                 | Route::Keys(_)
                 | Route::Overrides(_)
                 | Route::Reports { .. }
+                | Route::Audit { .. }
         ) {
             return self.account_call(key, now, ctx).await;
         }
@@ -283,6 +284,7 @@ fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
         Route::Overrides(OverridesCall::Delete { .. }) => Some("DELETE /v1/overrides/{domain}"),
         Route::Reports { post: false } => Some("GET /v1/reports"),
         Route::Reports { post: true } => Some("POST /v1/reports"),
+        Route::Audit { .. } => Some("GET /v1/audit"),
         Route::Keys(KeysCall::Rotate { .. }) => Some("POST /v1/keys/{id}/rotate"),
         _ => None,
     }

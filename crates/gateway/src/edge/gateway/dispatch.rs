@@ -11,6 +11,7 @@ use percent_encoding::percent_decode_str;
 use pingora::prelude::*;
 
 use super::{Gateway, PendingCall, RequestCtx};
+use crate::account::audit::Change;
 use crate::account::keys_api::KeysOp;
 use crate::account::overrides::OverridesOp;
 use crate::account::routes::{Account, AccountRoute};
@@ -90,6 +91,12 @@ impl Gateway {
             // The call is made owned (it borrows the request's header) before the body is read.
             Route::Overrides(call) => Some(self.overrides(overrides_op(call), session, ctx).await),
             Route::Reports { post } => Some(self.reports(post, session, ctx).await),
+            Route::Audit { cursor, limit } => Some(match (&self.audit, &ctx.principal) {
+                (Some(audit), Some(p)) => {
+                    audit.page(&p.key.project, cursor.as_deref(), limit).await
+                }
+                _ => ApiError::NotFound.into(),
+            }),
             Route::Domain { raw, explain } => Some(self.domain(raw, explain, ctx).await),
             Route::Batch { explain } => Some(self.batch(session, ctx, explain).await),
             Route::TopDomains { limit } => Some(self.top_domains(limit)),
@@ -219,10 +226,45 @@ impl Gateway {
             }
             other => other,
         };
-        match op {
-            Ok(op) => self.account(ctx, AccountRoute::Keys(op)).await,
-            Err(e) => e.into(),
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return e.into(),
+        };
+        let target = match &op {
+            KeysOp::Revoke(id) | KeysOp::Rotate { id, .. } => id.clone(),
+            _ => String::new(),
+        };
+        let change = match &op {
+            KeysOp::Create(_) => Some(Change::KeyCreated),
+            KeysOp::Revoke(_) => Some(Change::KeyRevoked(&target)),
+            KeysOp::Rotate { .. } => Some(Change::KeyRotated(&target)),
+            KeysOp::List => None,
+        };
+        let answer = self.account(ctx, AccountRoute::Keys(op)).await;
+        self.audited(ctx, change, answer).await
+    }
+
+    /// `answer`, the `change` it made recorded in the project's audit trail first (when the
+    /// answer says it was made).
+    async fn audited(
+        &self,
+        ctx: &RequestCtx,
+        change: Option<Change<'_>>,
+        answer: Answer,
+    ) -> Answer {
+        let (Some(audit), Some(change), Some(p)) = (&self.audit, change, &ctx.principal) else {
+            return answer;
+        };
+        let at = self
+            .shared
+            .clock
+            .now()
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        if let Some(mut entry) = crate::account::audit::entry_of(change, &answer, &p.key.id, at) {
+            entry.project = p.key.project.to_string();
+            audit.record(&p.key.plan, entry).await;
         }
+        answer
     }
 
     /// An account route, answered by [`crate::account::routes`] for the caller's key.
@@ -260,13 +302,22 @@ impl Gateway {
             }
             other => other,
         };
-        match op {
-            Ok(op) => {
-                let now = self.shared.clock.now().timestamp();
-                api.answer(op, &key, now).await
-            }
-            Err(e) => e.into(),
-        }
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return e.into(),
+        };
+        let domain = match &op {
+            OverridesOp::Put { domain, .. } | OverridesOp::Delete { domain } => domain.clone(),
+            OverridesOp::List { .. } => String::new(),
+        };
+        let change = match &op {
+            OverridesOp::Put { .. } => Some(Change::OverrideSet(&domain)),
+            OverridesOp::Delete { .. } => Some(Change::OverrideRemoved(&domain)),
+            OverridesOp::List { .. } => None,
+        };
+        let now = self.shared.clock.now().timestamp();
+        let answer = api.answer(op, &key, now).await;
+        self.audited(ctx, change, answer).await
     }
 
     /// `/v1/reports` for the caller's project: its reports, or (`post`) a new one, its body
@@ -286,7 +337,9 @@ impl Gateway {
             None
         };
         let now = self.shared.clock.now().timestamp();
-        api.answer(body, &key, now).await
+        let answer = api.answer(body, &key, now).await;
+        self.audited(ctx, post.then_some(Change::ReportSent), answer)
+            .await
     }
 
     /// `GET /v1/changes` for the caller's project.

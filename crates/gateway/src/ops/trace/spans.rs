@@ -90,6 +90,7 @@ fn name(route: RouteClass) -> &'static str {
         RouteClass::Keys => "/v1/keys",
         RouteClass::Overrides => "/v1/overrides",
         RouteClass::Reports => "/v1/reports",
+        RouteClass::Audit => "/v1/audit",
         RouteClass::OpenApi => "GET /v1/openapi.json",
         RouteClass::Preflight => "OPTIONS /v1/*",
         RouteClass::Health => "GET /healthz",
