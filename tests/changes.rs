@@ -158,6 +158,7 @@ fn a_reload_tells_the_project_that_asked_once_signed_and_across_a_restart() {
     assert_eq!(all[0].body, all[1].body);
     assert_eq!(all[0].header("x-change-id"), all[1].header("x-change-id"));
     assert!(all.iter().all(|d| d.signed_with(SECRET)), "signed");
+    receiver_code_accepts_fresh_and_refuses_replayed(&all[1], &dir_of(&gw));
     let message = all[1].json();
     assert_eq!(message["project"], "acme");
     assert_eq!(
@@ -222,6 +223,58 @@ fn a_reload_tells_the_project_that_asked_once_signed_and_across_a_restart() {
     );
     assert_eq!(domains(&changes(&gw, ACME, "").json()).len(), 2);
     assert!(!gw.log().contains(SECRET), "the secret is never logged");
+}
+
+/// The gateway's folder (where the test wrote the secret file).
+fn dir_of(gw: &Gateway) -> std::path::PathBuf {
+    gw.dir.path().to_owned()
+}
+
+/// The documented receiver code (`examples/webhook-receiver/verify.py`) accepts `delivery` as
+/// it came, and refuses it replayed six minutes later or with its body changed.
+fn receiver_code_accepts_fresh_and_refuses_replayed(
+    delivery: &crate::webhook::Delivery,
+    dir: &std::path::Path,
+) {
+    let header = delivery.header("webhook-signature").unwrap().to_owned();
+    let t: i64 = header
+        .split(',')
+        .find_map(|p| p.strip_prefix("t="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let verify = |body: &[u8], now: i64| {
+        let mut child = std::process::Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/webhook-receiver/verify.py"
+            ))
+            .arg("--secret-file")
+            .arg(dir.join("changes.secret"))
+            .arg("--header")
+            .arg(&header)
+            .arg("--now")
+            .arg(now.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(body).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, why) = verify(&delivery.body, t + 2);
+    assert!(ok, "{why}");
+    let (ok, why) = verify(&delivery.body, t + 360);
+    assert!(!ok && why.starts_with("stale"), "{why}");
+    let mut changed = delivery.body.clone();
+    changed.extend_from_slice(b" ");
+    let (ok, why) = verify(&changed, t + 2);
+    assert!(!ok && why.contains("does not match"), "{why}");
 }
 
 #[test]
