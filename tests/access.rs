@@ -218,7 +218,9 @@ fn quota_counts_every_passing_call_then_answers_429() {
     assert_eq!(usage["used"], 2);
     assert_eq!(usage["limit"], 3);
     assert_eq!(usage["plan"], "tiny");
-    assert_eq!(usage.as_object().unwrap().len(), 6, "{usage}");
+    // And which optional parts are on (tests/dashboard.rs checks them against the routes).
+    assert!(usage["features"].is_object(), "{usage}");
+    assert_eq!(usage.as_object().unwrap().len(), 7, "{usage}");
     let reset_at = usage["reset_at"].as_str().unwrap().to_owned();
     assert!(reset_at.ends_with("-01T00:00:00Z"), "{reset_at}");
     assert_eq!(c.get("/v1/public/top-domains").unwrap().status, 200);

@@ -1,8 +1,11 @@
 //! The browser dashboard against the real binary, in a real headless Chromium (Debian's
 //! `chromium` and `chromium-driver`, Selenium from PyPI pointed at /usr/bin/chromedriver):
 //! tests/dashboard/browser.py signs in, checks each panel against the API's own answers, pages
-//! through calls, makes and revokes a key, looks a domain up, and takes the screenshots. Here:
-//! the set-up, what the page's files are served with, and what the page cost the month.
+//! through calls, makes, rotates and revokes a key, sets and removes an override, sends a
+//! report, looks a domain up, and takes the screenshots; then signs in to a second gateway on
+//! the shipped defaults, where the page must not ask for what is off. Here: the set-up, that
+//! `features` of `/v1/usage` says which routes answer, what the page's files are served with,
+//! and what the page cost the month.
 
 use crate::common;
 
@@ -17,6 +20,40 @@ const BROWSER: &str = "drg_dash_browser_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 fn selenium() -> PathBuf {
     python_venv("selenium-venv", &["selenium==4.45.0"], "import selenium")
+}
+
+/// The routes behind each part `features` of `/v1/usage` names.
+const PARTS: [(&str, &[&str]); 7] = [
+    ("logs", &["/v1/logs", "/v1/stats"]),
+    ("changes", &["/v1/changes"]),
+    ("keys", &["/v1/keys"]),
+    ("overrides", &["/v1/overrides"]),
+    ("reports", &["/v1/reports"]),
+    ("webhooks", &["/v1/webhooks"]),
+    ("audit", &["/v1/audit"]),
+];
+
+/// `features` of `/v1/usage` says exactly which parts' routes answer (the page asks only for
+/// those): a part is on when its routes answer anything but 404. Returns the features.
+fn features_match_routes(gw: &Gateway) -> serde_json::Value {
+    let mut c = gw.conn_as(Some(SERVER));
+    let features = c.get("/v1/usage").unwrap().json()["features"].clone();
+    assert_eq!(
+        features.as_object().map(|f| f.len()),
+        Some(PARTS.len()),
+        "{features}"
+    );
+    for (part, routes) in PARTS {
+        for route in routes {
+            let status = c.get(route).unwrap().status;
+            assert_eq!(
+                features[part].as_bool(),
+                Some(status != 404),
+                "{part}: GET {route} answered {status}, features say {features}"
+            );
+        }
+    }
+    features
 }
 
 #[test]
@@ -80,6 +117,16 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         r.json()["changes"].as_array().map_or(0, Vec::len) == 1
     });
 
+    // The same project on a gateway of the shipped defaults: verdict changes off.
+    let shipped = Gateway::builder()
+        .plan("pro", 100)
+        .key_in_project("server", SERVER, "pro", "acme")
+        .start();
+    let on = features_match_routes(&gw);
+    let defaults = features_match_routes(&shipped);
+    assert_eq!(on["changes"], true);
+    assert_eq!(defaults["changes"], false);
+
     // The files need no key and cost nothing.
     let month = |c: &mut Conn| c.get("/v1/usage").unwrap().json()["month_count"].as_u64();
     let before = month(&mut c);
@@ -113,6 +160,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         .arg(format!("http://{}", gw.addr))
         .args([SERVER, BROWSER])
         .arg(&shots)
+        .arg(format!("http://{}", shipped.addr))
         .output()
         .unwrap();
     assert!(
@@ -128,13 +176,24 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
             .unwrap(),
     )
     .unwrap();
-    // Counted: one top-domains call per opening of the dashboard (two), its three lookups, and
-    // the script's own top-domains call; usage, stats, logs and keys are not counted.
+    // Counted: one top-domains call per opening of the dashboard (two, and one more when parts
+    // the gateway does not serve were checked against stand-ins), its three lookups, the
+    // script's own top-domains call and its three lookups of the overridden domain; usage,
+    // stats, logs, keys, overrides and reports are not counted.
+    let faked = report["faked"].as_array().unwrap().len();
     let spent = report["month_count_after"].as_u64().unwrap()
         - report["month_count_before"].as_u64().unwrap();
-    assert_eq!(spent, 6, "{report}");
+    assert_eq!(spent, 9 + u64::from(faked > 0), "{report}");
     let panels = [
-        "usage", "chart", "calls", "changes", "keys", "lookup", "top",
+        "usage",
+        "chart",
+        "calls",
+        "changes",
+        "keys",
+        "lookup",
+        "top",
+        "overrides",
+        "reports",
     ];
     let names = [
         "dashboard-desktop",
@@ -147,7 +206,9 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         panels
             .iter()
             .flat_map(|p| ["desktop", "mobile"].map(|w| format!("panel-{p}-{w}"))),
-    );
+    )
+    // Checked against the gateway or against their stand-ins: either way, drawn.
+    .chain(["webhooks", "audit"].map(|p| format!("panel-{p}-desktop")));
     for name in names {
         let png = shots.join(format!("{name}.png"));
         assert!(

@@ -11,9 +11,32 @@ use crate::access::quota::Usage;
 use crate::account::calls::{self, Calls, DayCount, LogItem};
 use crate::answer::{Answer, ApiError};
 
+/// Which of the optional parts this gateway has on, in `GET /v1/usage`: a part that is off
+/// answers `404` on its routes, and a client (the dashboard) that asks only for what is on logs
+/// no failed call. What the gateway serves, not what the calling key may do (a browser key is
+/// still refused the server-key routes).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Features {
+    /// `/v1/logs` and `/v1/stats`.
+    pub logs: bool,
+    /// `/v1/changes`.
+    pub changes: bool,
+    /// `/v1/keys`.
+    pub keys: bool,
+    /// `/v1/overrides`.
+    pub overrides: bool,
+    /// `/v1/reports`.
+    pub reports: bool,
+    /// `/v1/webhooks`.
+    pub webhooks: bool,
+    /// `/v1/audit`.
+    pub audit: bool,
+}
+
 /// `GET /v1/usage`: the caller's project month. `month_count` and `monthly_limit` are the names
 /// existing clients read; `used` and `limit` stay as aliases for callers of the first version.
-pub fn usage(plan: &str, u: &Usage) -> Answer {
+/// `features` says which optional routes are on, so that a client asks only for those.
+pub fn usage(plan: &str, u: &Usage, features: Features) -> Answer {
     #[derive(Serialize)]
     struct UsageBody<'a> {
         month_count: u64,
@@ -22,6 +45,7 @@ pub fn usage(plan: &str, u: &Usage) -> Answer {
         plan: &'a str,
         used: u64,
         limit: u64,
+        features: Features,
     }
     Answer::json(
         StatusCode::OK,
@@ -32,6 +56,7 @@ pub fn usage(plan: &str, u: &Usage) -> Answer {
             plan,
             used: u.used,
             limit: u.limit,
+            features,
         },
     )
 }

@@ -8,7 +8,7 @@ use crate::access::keys::KeyEntry;
 use crate::access::quota::{Clock, Usage};
 use crate::account::calls::Calls;
 use crate::account::keys_api::{KeysApi, KeysOp};
-use crate::account::reports;
+use crate::account::reports::{self, Features};
 use crate::answer::{Answer, ApiError};
 
 /// An account route, as the edge routed it.
@@ -29,6 +29,8 @@ pub struct Account<'a> {
     pub calls: Option<&'a Calls>,
     /// `/v1/keys`.
     pub keys_api: Option<&'a Arc<KeysApi>>,
+    /// What is on, for `/v1/usage`.
+    pub features: Features,
     pub clock: &'a dyn Clock,
 }
 
@@ -43,7 +45,7 @@ impl Account<'_> {
     ) -> Answer {
         match route {
             AccountRoute::Usage => match (key, usage) {
-                (Some(key), Some(u)) => reports::usage(&key.plan, u),
+                (Some(key), Some(u)) => reports::usage(&key.plan, u, self.features),
                 _ => ApiError::Internal("usage without a principal".into()).into(),
             },
             // `GET /v1/logs`: a page of the project's calls, newest first, within its retention.

@@ -6,6 +6,8 @@
 
 const KEY_NAME = 'drg.key';
 const CALLS_PER_PAGE = 20;
+const OVERRIDES_PER_PAGE = 50;
+const AUDIT_PER_PAGE = 20;
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const CHART_W = 600;
 const CHART_H = 200;
@@ -17,8 +19,9 @@ const BROWSER_KEY_TEXT = 'This is a browser key: it may only look up domains fro
 const TOKEN_RE = /^[A-Za-z0-9\-._~+/=]{1,256}$/;
 
 // What the page remembers between calls. `session` changes on every sign-in and sign-out, so an
-// answer that arrives for an older session is dropped instead of drawn.
-const state = { session: 0, calls: { page: 1, next: null }, chartDays: [], chartActive: -1 };
+// answer that arrives for an older session is dropped instead of drawn. `features` is what
+// /v1/usage says this gateway has on; `pages` the position of each list read by cursor.
+const state = { session: 0, features: {}, pages: {}, chartDays: [], chartActive: -1 };
 
 /* ---------- small DOM helpers ---------- */
 const $ = (id) => document.getElementById(id);
@@ -42,13 +45,39 @@ const text = (v, fallback = '–') => (v === null || v === undefined || v === ''
 // Counts from the API should be non-negative integers; anything else is shown as 0.
 const count = (v) => (Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
+// An RFC 3339 value as "YYYY-MM-DD HH:MM:SS" (UTC); what is not a time is shown as it came.
+function utcText(iso) {
+  const t = new Date(iso);
+  return Number.isNaN(t.getTime()) ? String(iso) : t.toISOString().slice(0, 19).replace('T', ' ');
+}
+
 // A <time> element for an RFC 3339 value, shown as "YYYY-MM-DD HH:MM:SS" in UTC.
 function timeCell(iso, fallback) {
   if (typeof iso !== 'string' || iso === '') return document.createTextNode(fallback);
-  const t = new Date(iso);
-  const node = el('time', '', Number.isNaN(t.getTime()) ? iso : t.toISOString().slice(0, 19).replace('T', ' '));
+  const node = el('time', '', utcText(iso));
   node.setAttribute('datetime', iso);
   return node;
+}
+
+// A button that acts on one row: what it acts on is in its data attributes, and its label says
+// which row (several "Remove" buttons must not sound alike to a screen reader).
+function rowButton(className, label, ariaLabel, data) {
+  const button = el('button', className, label);
+  button.type = 'button';
+  button.setAttribute('aria-label', ariaLabel);
+  Object.assign(button.dataset, data);
+  return button;
+}
+
+// The domain of what was typed: of an email address only its domain (a local part never leaves
+// the page).
+function domainOf(value) {
+  const name = value.trim();
+  return name.includes('@') ? name.slice(name.lastIndexOf('@') + 1) : name;
+}
+
+function panelError(panelId, message) {
+  $(panelId).querySelector('.panel-error').textContent = message;
 }
 
 // A table row of cells {text} or {node}, each with an optional className.
@@ -88,12 +117,13 @@ function retryText(header) {
 }
 
 // The error body {error, message, detail} as a sentence for people.
-function errorText(res, body, method) {
+function errorText(res, body, method, path) {
   if (res.status === 401) return INVALID_KEY_TEXT;
   let said = typeof body.message === 'string' && body.message ? body.message : `The gateway answered with status ${res.status}.`;
   if (typeof body.detail === 'string' && body.detail) said += ` (${body.detail})`;
-  // A 403 on anything but a revocation is the key's origins; on DELETE it is an operator key.
-  if (res.status === 403 && method !== 'DELETE') return BROWSER_KEY_TEXT + (typeof body.detail === 'string' && body.detail ? ` (${body.detail})` : '');
+  // A 403 on anything but a revocation or a rotation is the key's origins; on those it is an
+  // operator key.
+  if (res.status === 403 && method !== 'DELETE' && !path.endsWith('/rotate')) return BROWSER_KEY_TEXT + (typeof body.detail === 'string' && body.detail ? ` (${body.detail})` : '');
   if (res.status === 429) return said + retryText(res.headers.get('Retry-After'));
   return said;
 }
@@ -121,7 +151,7 @@ async function api(path, { method = 'GET', json, off } = {}) {
   }
   if (session !== state.session) throw new ApiError(0, 'stale', '');
   if (res.status === 404 && off) throw new ApiError(404, 'not_found', off);
-  if (!res.ok) throw new ApiError(res.status, isObj(body) ? String(body.error) : '', errorText(res, isObj(body) ? body : {}, method));
+  if (!res.ok) throw new ApiError(res.status, isObj(body) ? String(body.error) : '', errorText(res, isObj(body) ? body : {}, method, path));
   if (res.status !== 204 && !isObj(body)) throw new ApiError(res.status, 'bad_answer', 'The gateway answered something this page cannot read.');
   return body;
 }
@@ -149,6 +179,84 @@ async function runPanel(panelId, work) {
     section.setAttribute('aria-busy', 'false');
     loading.hidden = true;
   }
+}
+
+/* ---------- what is on ---------- */
+// The optional parts this gateway has on (`features` of /v1/usage). A part that is off is neither
+// shown nor asked for: its routes would answer 404, which the browser logs as a failed call.
+const on = (feature) => isObj(state.features) && state.features[feature] === true;
+
+function showFeatures() {
+  for (const section of document.querySelectorAll('[data-feature]')) section.hidden = !on(section.dataset.feature);
+}
+
+/* ---------- lists read page by page (calls, overrides, audit) ---------- */
+function setPager(name, busy = false) {
+  const p = state.pages[name] || { page: 1, next: null };
+  $(`${name}-next`).disabled = busy || !p.next;
+  $(`${name}-first`).disabled = busy || p.page <= 1;
+}
+
+// Page `page` of list `name` from `path`, `cursor` being the previous page's next_cursor ('' for
+// the first page), drawn by `render(data, page)`.
+function loadPage(name, path, limit, cursor, page, render, off) {
+  setPager(name, true); // no second click while a page is on its way
+  const query = `limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+  return runPanel(`panel-${name}`, async () => {
+    const data = await api(`${path}?${query}`, { off });
+    render(data, page);
+    state.pages[name] = { page, next: typeof data.next_cursor === 'string' && data.next_cursor ? data.next_cursor : null };
+    $(`${name}-page`).textContent = `Page ${page}`;
+  }).finally(() => setPager(name));
+}
+
+function wirePager(name, load) {
+  $(`${name}-next`).addEventListener('click', () => {
+    const p = state.pages[name];
+    if (p && p.next) void load(p.next, p.page + 1);
+  });
+  $(`${name}-first`).addEventListener('click', () => void load('', 1));
+}
+
+// A change through the API is written to the audit trail: show it there.
+function afterChange() {
+  if (on('audit')) void loadAudit('', 1);
+}
+
+// A panel's form sent: `problem` (what is missing, said instead of calling), else `call()` with
+// the button disabled; once it answered, the form is emptied, `reload(answer)` reads the panel's
+// list again and `said(answer)` goes to its status line.
+async function submitPanel({ panel, button, form, status, problem, call, reload, said }) {
+  $(status).textContent = '';
+  if (problem) {
+    panelError(panel, problem);
+    return;
+  }
+  $(button).disabled = true;
+  let answer = null;
+  await runPanel(panel, async () => { answer = await call(); });
+  $(button).disabled = false;
+  if (!isObj(answer)) return;
+  $(form).reset();
+  await reload(answer);
+  $(status).textContent = said(answer);
+  afterChange();
+}
+
+// A row's thing removed once `question` is confirmed: `path` deleted, the list read again by
+// `reload()`, and `said` in the panel's status line.
+async function removeConfirmed({ question, panel, status, path, reload, said }) {
+  if (!window.confirm(question)) return;
+  $(status).textContent = '';
+  let removed = false;
+  await runPanel(panel, async () => {
+    await api(path, { method: 'DELETE' });
+    removed = true;
+  });
+  if (!removed) return;
+  await reload();
+  $(status).textContent = said;
+  afterChange();
 }
 
 /* ---------- month (usage) ---------- */
@@ -280,23 +388,10 @@ function renderCalls(data, page) {
   $('calls-table').tBodies[0].replaceChildren(...rows);
   $('calls-empty').textContent = page > 1 ? 'No older calls.' : 'No calls recorded yet (answered lookups and checks show up here).';
   $('calls-empty').hidden = rows.length > 0;
-  state.calls = { page, next: typeof data.next_cursor === 'string' && data.next_cursor ? data.next_cursor : null };
-  $('calls-page').textContent = `Page ${page}`;
 }
 
-function setPager(busy = false) {
-  $('calls-next').disabled = busy || !state.calls.next;
-  $('calls-first').disabled = busy || state.calls.page <= 1;
-}
-
-// `cursor` is the previous page's next_cursor ('' for the newest page).
-function loadCalls(cursor, page) {
-  setPager(true); // no second click while a page is on its way
-  const query = `limit=${CALLS_PER_PAGE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
-  return runPanel('panel-calls', async () =>
-    renderCalls(await api(`/v1/logs?${query}`, { off: 'Call logs are turned off on this gateway.' }), page))
-    .finally(() => setPager());
-}
+const loadCalls = (cursor, page) =>
+  loadPage('calls', '/v1/logs', CALLS_PER_PAGE, cursor, page, renderCalls, 'Call logs are turned off on this gateway.');
 
 /* ---------- verdict changes ---------- */
 const CHANGES_SHOWN = 20;
@@ -322,10 +417,46 @@ function loadChanges() {
     renderChanges(await api(`/v1/changes?limit=1000&since=${encodeURIComponent(since)}`, { off: 'Verdict changes are not watched on this gateway.' })));
 }
 
+/* ---------- secrets shown once (a new key, a new webhook) ---------- */
+// `prefix` names the box: `${prefix}-result` holds `-id`, `-secret`, `-copy`, `-copy-status`.
+function hideSecret(prefix) {
+  for (const part of ['secret', 'id', 'note', 'previous', 'copy-status']) {
+    const node = $(`${prefix}-${part}`);
+    if (node) node.textContent = '';
+  }
+  $(`${prefix}-result`).hidden = true;
+}
+
+function revealSecret(prefix, id, secret) {
+  $(`${prefix}-id`).textContent = text(id, '');
+  $(`${prefix}-secret`).textContent = secret;
+  $(`${prefix}-result`).hidden = false;
+  $(`${prefix}-copy`).focus();
+}
+
+async function copySecret(prefix) {
+  const status = $(`${prefix}-copy-status`);
+  const secret = $(`${prefix}-secret`).textContent;
+  if (!secret) return;
+  try {
+    if (!navigator.clipboard) throw new Error('no clipboard');
+    await navigator.clipboard.writeText(secret);
+    status.textContent = 'Copied to the clipboard.';
+  } catch {
+    // No clipboard access (permissions, older browser): select the text for a manual copy.
+    window.getSelection().selectAllChildren($(`${prefix}-secret`));
+    status.textContent = 'The secret is selected: press Ctrl+C (or ⌘C) to copy it.';
+  }
+}
+
 /* ---------- keys ---------- */
-function hideSecret() {
-  for (const id of ['new-key-secret', 'new-key-id', 'new-key-note', 'new-key-copy-status']) $(id).textContent = '';
-  $('new-key-result').hidden = true;
+// When the key stops working ("never"), said to be over when it is, and its successor if rotated.
+function expiryCell(k) {
+  const cell = el('span');
+  cell.append(timeCell(k.expires_at, 'never'));
+  if (typeof k.expires_at === 'string' && Date.parse(k.expires_at) <= Date.now()) cell.append(' (expired)');
+  if (typeof k.rotated_to === 'string' && k.rotated_to) cell.append(el('span', 'hint block', `rotated to ${k.rotated_to}`));
+  return cell;
 }
 
 function renderKeys(data) {
@@ -337,6 +468,8 @@ function renderKeys(data) {
     // The prefix is the secret's first characters: it tells which row is the key in use.
     const isMine = typeof k.key_prefix === 'string' && k.key_prefix.length >= 8 && mine.startsWith(k.key_prefix);
     const source = typeof k.source === 'string' && k.source ? k.source : 'not reported';
+    const actions = el('span', 'actions');
+    actions.append(keyButton('key-rotate secondary', 'Rotate', id, source === 'operator'), keyButton('key-revoke danger', 'Revoke', id, source === 'operator'));
     const tr = row([
       { text: isMine ? `${id} (this key)` : id, className: 'mono' },
       { text: text(k.label, 'none') },
@@ -344,8 +477,9 @@ function renderKeys(data) {
       { text: origins },
       { node: timeCell(k.created_at, 'unknown') },
       { node: timeCell(k.last_used_at, 'never') },
+      { node: expiryCell(k) },
       { text: source },
-      { node: revokeButton(id, source === 'operator') },
+      { node: actions },
     ], 'key-row');
     tr.setAttribute('data-key-id', id);
     return tr;
@@ -354,11 +488,8 @@ function renderKeys(data) {
   if (!rows.length) $('keys-status').textContent = 'This project has no keys listed.';
 }
 
-function revokeButton(id, operator) {
-  const button = el('button', 'key-revoke danger', 'Revoke');
-  button.type = 'button';
-  button.setAttribute('aria-label', `Revoke key ${id}`);
-  button.dataset.keyId = id;
+function keyButton(className, label, id, operator) {
+  const button = rowButton(className, label, `${label} key ${id}`, { keyId: id });
   // The API refuses operator keys (403); when the list says which they are, don't offer it.
   if (operator) Object.assign(button, { disabled: true, title: 'Keys of the operator\'s keys file are changed in that file.' });
   return button;
@@ -366,24 +497,33 @@ function revokeButton(id, operator) {
 
 // The secret of a key just made stays up through the refresh that follows its creation only.
 function loadKeys(keepSecret = false) {
-  if (!keepSecret) hideSecret();
+  if (!keepSecret) hideSecret('new-key');
   $('keys-status').textContent = '';
   return runPanel('panel-keys', async () =>
     renderKeys(await api('/v1/keys', { off: 'The keys API is turned off on this gateway.' })));
 }
 
-async function revokeKey(id) {
-  if (!window.confirm(`Revoke key ${id}? Calls with it will get 401.`)) return;
+const revokeKey = (id) => removeConfirmed({
+  question: `Revoke key ${id}? Calls with it will get 401.`,
+  panel: 'panel-keys',
+  status: 'keys-status',
+  path: `/v1/keys/${encodeURIComponent(id)}`,
+  reload: () => loadKeys(),
+  said: `Key ${id} was revoked.`,
+});
+
+// POSTs `body` to `path` (a new key, a rotation): the answer, with its secret, or null when the
+// panel said what went wrong.
+async function makeKey(path, body) {
+  hideSecret('new-key');
   $('keys-status').textContent = '';
-  let revoked = false;
+  let made = null;
   await runPanel('panel-keys', async () => {
-    await api(`/v1/keys/${encodeURIComponent(id)}`, { method: 'DELETE' });
-    revoked = true;
+    const answer = await api(path, { method: 'POST', json: body });
+    if (typeof answer.key !== 'string' || !answer.key) throw badShape('secret');
+    made = answer;
   });
-  if (revoked) {
-    await loadKeys();
-    $('keys-status').textContent = `Key ${id} was revoked.`;
-  }
+  return made;
 }
 
 async function createKey(event) {
@@ -391,48 +531,219 @@ async function createKey(event) {
   const button = $('new-key-create');
   const label = $('new-key-label').value.trim();
   const origins = $('new-key-origins').value.split('\n').map((s) => s.trim()).filter(Boolean);
-  hideSecret();
-  $('keys-status').textContent = '';
   const body = { label: label || null };
   if (origins.length) body.origins = origins;
   button.disabled = true;
-  let made = null;
-  await runPanel('panel-keys', async () => {
-    made = await api('/v1/keys', { method: 'POST', json: body });
-    if (typeof made.key !== 'string' || !made.key) throw badShape('secret');
-  });
+  const made = await makeKey('/v1/keys', body);
   button.disabled = false;
-  if (!made || typeof made.key !== 'string') return;
-  showSecret(made, origins);
-  $('new-key-form').reset();
-  await loadKeys(true);
-}
-
-function showSecret(made, askedOrigins) {
-  $('new-key-id').textContent = text(made.id, '');
-  $('new-key-secret').textContent = made.key;
+  if (!made) return;
+  revealSecret('new-key', made.id, made.key);
   const gotOrigins = Array.isArray(made.origins) && made.origins.length > 0;
-  $('new-key-note').textContent = askedOrigins.length && !gotOrigins
+  $('new-key-note').textContent = origins.length && !gotOrigins
     ? 'Note: the gateway made a server key (no origins): it does not set origins through this API. Ask the operator for a browser key.'
     : '';
-  $('new-key-result').hidden = false;
-  $('new-key-copy').focus();
+  $('new-key-form').reset();
+  await loadKeys(true);
+  afterChange();
 }
 
-async function copySecret() {
-  const status = $('new-key-copy-status');
-  const secret = $('new-key-secret').textContent;
-  if (!secret) return;
-  try {
-    if (!navigator.clipboard) throw new Error('no clipboard');
-    await navigator.clipboard.writeText(secret);
-    status.textContent = 'Copied to the clipboard.';
-  } catch {
-    // No clipboard access (permissions, older browser): select the text for a manual copy.
-    window.getSelection().selectAllChildren($('new-key-secret'));
-    status.textContent = 'The key is selected: press Ctrl+C (or ⌘C) to copy it.';
-  }
+// A successor in the key's place (its secret shown once); the old key works until the overlap the
+// gateway sets (`keys_api.rotate_overlap_hours`) is over.
+async function rotateKey(id) {
+  if (!window.confirm(`Rotate key ${id}? A new key takes its place; ${id} keeps working for an overlap, then gets 401.`)) return;
+  const made = await makeKey(`/v1/keys/${encodeURIComponent(id)}/rotate`, {});
+  if (!made) return;
+  revealSecret('new-key', made.id, made.key);
+  const previous = isObj(made.previous) ? made.previous : {};
+  const until = typeof previous.expires_at === 'string' ? `until ${utcText(previous.expires_at)} UTC` : 'for now';
+  $('new-key-previous').textContent = `It replaces key ${text(previous.id, id)}, which keeps working ${until}: switch your clients over before then.`;
+  await loadKeys(true);
+  afterChange();
 }
+
+/* ---------- overrides ---------- */
+const OVERRIDE_VERDICTS = { allow: 'Allow (safe, 0)', block: 'Block (disposable, 100)' };
+
+function renderOverrides(data, page) {
+  if (!isObj(data) || !Array.isArray(data.items)) throw badShape('list of overrides');
+  const rows = data.items.filter(isObj).map((o) => {
+    const domain = text(o.domain, '');
+    const tr = row([
+      { text: domain, className: 'domain' },
+      { text: OVERRIDE_VERDICTS[o.verdict] || text(o.verdict), className: o.verdict === 'block' ? 'reason-disposable' : '' },
+      { text: text(o.note, 'none') },
+      { text: o.set_by, className: 'mono' },
+      { node: timeCell(o.set_at, '–') },
+      { node: rowButton('override-remove danger', 'Remove', `Remove the override of ${domain}`, { domain }) },
+    ], 'override-row');
+    tr.setAttribute('data-domain', domain);
+    return tr;
+  });
+  $('overrides-table').tBodies[0].replaceChildren(...rows);
+  $('overrides-empty').textContent = page > 1 ? 'No more overrides.' : 'No overrides: every lookup answers from the lists.';
+  $('overrides-empty').hidden = rows.length > 0;
+}
+
+const loadOverrides = (cursor, page) =>
+  loadPage('overrides', '/v1/overrides', OVERRIDES_PER_PAGE, cursor, page, renderOverrides, 'Overrides are turned off on this gateway.');
+
+function setOverride(event) {
+  event.preventDefault();
+  const domain = domainOf($('override-domain').value);
+  const verdict = $('override-verdict').value === 'block' ? 'block' : 'allow';
+  return submitPanel({
+    panel: 'panel-overrides',
+    button: 'override-set',
+    form: 'override-form',
+    status: 'overrides-status',
+    problem: domain ? '' : 'Type the domain to set an override for.',
+    call: () => api(`/v1/overrides/${encodeURIComponent(domain)}`, { method: 'PUT', json: { verdict, note: $('override-note').value.trim() } }),
+    reload: () => loadOverrides('', 1),
+    said: (set) => `${text(set.domain, domain)} now answers ${verdict === 'block' ? 'disposable (100)' : 'safe (0)'} for this project.`,
+  });
+}
+
+const removeOverride = (domain) => removeConfirmed({
+  question: `Remove the override of ${domain}? Its lookups answer from the lists again.`,
+  panel: 'panel-overrides',
+  status: 'overrides-status',
+  path: `/v1/overrides/${encodeURIComponent(domain)}`,
+  reload: () => loadOverrides('', 1),
+  said: `The override of ${domain} was removed.`,
+});
+
+/* ---------- reports ---------- */
+const REPORT_STATES = { open: 'Open: waiting for the operator', accepted: 'Accepted', rejected: 'Rejected' };
+
+function renderReports(data) {
+  if (!isObj(data) || !Array.isArray(data.items)) throw badShape('list of reports');
+  const rows = data.items.filter(isObj).map((r) => {
+    const tr = row([
+      { node: timeCell(r.reported_at, '–') },
+      { text: r.domain, className: 'domain' },
+      { text: reasonText(r.verdict), className: `reason reason-${REASONS[r.verdict] ? r.verdict : 'other'}` },
+      { text: text(r.note, 'none') },
+      { text: REPORT_STATES[r.status] || text(r.status), className: `report-state state-${REPORT_STATES[r.status] ? r.status : 'other'}` },
+      { node: timeCell(r.decided_at, 'not yet') },
+    ], 'report-row');
+    tr.setAttribute('data-report-id', text(r.id, ''));
+    return tr;
+  });
+  $('reports-table').tBodies[0].replaceChildren(...rows);
+  $('reports-empty').textContent = 'No reports sent yet.';
+  $('reports-empty').hidden = rows.length > 0;
+}
+
+const loadReports = () => runPanel('panel-reports', async () =>
+  renderReports(await api('/v1/reports', { off: 'Reports are turned off on this gateway.' })));
+
+function sendReport(event) {
+  event.preventDefault();
+  const domain = domainOf($('report-domain').value);
+  const verdict = $('report-verdict').value === 'disposable' ? 'disposable' : 'safe';
+  return submitPanel({
+    panel: 'panel-reports',
+    button: 'report-send',
+    form: 'report-form',
+    status: 'reports-status',
+    problem: domain ? '' : 'Type the domain whose verdict is wrong.',
+    call: () => api('/v1/reports', { method: 'POST', json: { domain, verdict, note: $('report-note').value.trim() } }),
+    reload: () => loadReports(),
+    said: (sent) => `Report sent: the operator will see that ${text(sent.domain, domain)} should be ${verdict}.`,
+  });
+}
+
+/* ---------- webhooks ---------- */
+const WEBHOOK_EVENTS = { 'verdict.changed': 'verdict changes', 'quota.threshold': 'quota thresholds' };
+
+function renderWebhooks(data) {
+  if (!isObj(data) || !Array.isArray(data.items)) throw badShape('list of webhooks');
+  const rows = data.items.filter(isObj).map((w) => {
+    const id = text(w.id, '');
+    const events = Array.isArray(w.events) ? w.events.map((e) => WEBHOOK_EVENTS[e] || String(e)).join(', ') : '–';
+    const tr = row([
+      { text: id, className: 'mono' },
+      { text: w.url, className: 'mono' },
+      { text: events || 'none' },
+      { node: timeCell(w.created_at, 'unknown') },
+      { node: rowButton('webhook-remove danger', 'Remove', `Remove webhook ${id}`, { webhookId: id, url: text(w.url, '') }) },
+    ], 'webhook-row');
+    tr.setAttribute('data-webhook-id', id);
+    return tr;
+  });
+  $('webhooks-table').tBodies[0].replaceChildren(...rows);
+  $('webhooks-empty').textContent = 'No webhooks: nothing is sent.';
+  $('webhooks-empty').hidden = rows.length > 0;
+}
+
+// The secret of a webhook just made stays up through the refresh that follows only.
+function loadWebhooks(keepSecret = false) {
+  if (!keepSecret) hideSecret('webhook');
+  return runPanel('panel-webhooks', async () =>
+    renderWebhooks(await api('/v1/webhooks', { off: 'Webhooks are turned off on this gateway.' })));
+}
+
+function createWebhook(event) {
+  event.preventDefault();
+  const url = $('webhook-url').value.trim();
+  const events = [...$('webhook-form').querySelectorAll('input[type=checkbox]:checked')].map((box) => box.value);
+  hideSecret('webhook');
+  return submitPanel({
+    panel: 'panel-webhooks',
+    button: 'webhook-create',
+    form: 'webhook-form',
+    status: 'webhooks-status',
+    problem: !url ? 'Type the URL the events are sent to.' : events.length ? '' : 'Choose at least one event.',
+    call: async () => {
+      const made = await api('/v1/webhooks', { method: 'POST', json: { url, events } });
+      if (typeof made.secret !== 'string' || !made.secret) throw badShape('secret');
+      return made;
+    },
+    // The secret shown once, and kept up through this reload of the list only.
+    reload: (made) => {
+      revealSecret('webhook', made.id, made.secret);
+      return loadWebhooks(true);
+    },
+    said: () => '',
+  });
+}
+
+const removeWebhook = (id, url) => removeConfirmed({
+  question: `Remove webhook ${id}? Events stop going to ${url}.`,
+  panel: 'panel-webhooks',
+  status: 'webhooks-status',
+  path: `/v1/webhooks/${encodeURIComponent(id)}`,
+  reload: () => loadWebhooks(),
+  said: `Webhook ${id} was removed.`,
+});
+
+/* ---------- audit trail ---------- */
+const ACTIONS = {
+  'key.created': 'Key created', 'key.revoked': 'Key revoked', 'key.rotated': 'Key rotated',
+  'override.set': 'Override set', 'override.removed': 'Override removed', 'report.sent': 'Report sent',
+  'webhook.created': 'Webhook created', 'webhook.removed': 'Webhook removed',
+};
+
+function renderAudit(data, page) {
+  if (!isObj(data) || !Array.isArray(data.items)) throw badShape('audit trail');
+  const rows = data.items.filter(isObj).map((a) => {
+    const tr = row([
+      { node: timeCell(a.at, '–') },
+      { text: a.key_id, className: 'mono' },
+      { text: ACTIONS[a.action] || text(a.action) },
+      { text: a.target, className: 'mono' },
+      { text: text(a.detail, '') },
+    ], 'audit-row');
+    tr.setAttribute('data-action', text(a.action, ''));
+    return tr;
+  });
+  $('audit-table').tBodies[0].replaceChildren(...rows);
+  $('audit-empty').textContent = page > 1 ? 'No older entries.' : 'Nothing changed through the API yet.';
+  $('audit-empty').hidden = rows.length > 0;
+}
+
+const loadAudit = (cursor, page) =>
+  loadPage('audit', '/v1/audit', AUDIT_PER_PAGE, cursor, page, renderAudit, 'The audit trail is turned off on this gateway.');
 
 /* ---------- lookup ---------- */
 const KNOWN_EVIDENCE = new Set(['rule', 'matched', 'via_parent', 'source', 'line', 'mx', 'mx_provider', 'neighbourhood', 'service', 'did_you_mean', 'registered', 'age_days', 'young_domain', 'established']);
@@ -557,12 +868,11 @@ function renderLookup(rec) {
 
 async function lookup(event) {
   event.preventDefault();
-  let name = $('lookup-input').value.trim();
   // Only the domain of an address is sent: a local part never leaves the page.
-  if (name.includes('@')) name = name.slice(name.lastIndexOf('@') + 1);
+  const name = domainOf($('lookup-input').value);
   $('lookup-result').replaceChildren();
   if (!name) {
-    $('panel-lookup').querySelector('.panel-error').textContent = 'Type a domain (or an email address) to look up.';
+    panelError('panel-lookup', 'Type a domain (or an email address) to look up.');
     return;
   }
   const button = $('lookup-go');
@@ -591,20 +901,28 @@ const loadTop = () => runPanel('panel-top', async () => renderTop(await api('/v1
 
 /* ---------- views and session ---------- */
 // Drops everything the last session showed (API data, a secret) before another key signs in.
+const PAGED = ['calls', 'overrides', 'audit'];
+
 function clearDashboard() {
-  hideSecret();
-  for (const id of ['calls-table', 'changes-table', 'keys-table', 'chart-table']) $(id).tBodies[0].replaceChildren();
+  hideSecret('new-key');
+  hideSecret('webhook');
+  for (const id of ['calls-table', 'changes-table', 'keys-table', 'chart-table', 'overrides-table', 'reports-table', 'webhooks-table', 'audit-table']) $(id).tBodies[0].replaceChildren();
   for (const id of ['chart', 'top-list', 'lookup-result']) $(id).replaceChildren();
   for (const id of ['usage-plan', 'usage-text', 'usage-reset', 'usage-percent', 'chart-totals']) $(id).textContent = '–';
-  for (const id of ['chart-from', 'chart-max', 'chart-to', 'keys-status']) $(id).textContent = '';
+  for (const id of ['chart-from', 'chart-max', 'chart-to', 'keys-status', 'overrides-status', 'reports-status', 'webhooks-status']) $(id).textContent = '';
   for (const box of document.querySelectorAll('.panel-error')) box.textContent = '';
+  for (const box of document.querySelectorAll('.panel .hint[id$="-empty"]')) box.hidden = true;
+  for (const form of ['new-key-form', 'override-form', 'report-form', 'webhook-form']) $(form).reset();
   $('usage-fill').setAttribute('width', '0');
   $('lookup-input').value = '';
-  $('calls-empty').hidden = true;
-  $('changes-empty').hidden = true;
-  state.calls = { page: 1, next: null };
+  state.features = {};
+  showFeatures();
+  state.pages = {};
+  for (const name of PAGED) {
+    setPager(name);
+    $(`${name}-page`).textContent = 'Page 1';
+  }
   state.chartDays = [];
-  setPager();
   hideDay();
 }
 
@@ -624,19 +942,35 @@ function signOut(message) {
   showSignIn(message);
 }
 
-// The month comes from the sign-in check itself; every other panel is asked once, here.
+// The panels of optional parts, each asked only when its part is on.
+const OPTIONAL_PANELS = [
+  ['logs', () => loadChart()],
+  ['logs', () => loadCalls('', 1)],
+  ['changes', () => loadChanges()],
+  ['keys', () => loadKeys()],
+  ['overrides', () => loadOverrides('', 1)],
+  ['reports', () => loadReports()],
+  ['webhooks', () => loadWebhooks()],
+  ['audit', () => loadAudit('', 1)],
+];
+
+function loadOptionalPanels() {
+  for (const [feature, load] of OPTIONAL_PANELS) if (on(feature)) void load();
+}
+
+// The month and what is on come from the sign-in check itself; every other panel is asked once,
+// here.
 function openDashboard(usage, moveFocus) {
   state.session += 1;
   clearDashboard();
+  state.features = isObj(usage) && isObj(usage.features) ? usage.features : {};
+  showFeatures();
   $('view-sign-in').hidden = true;
   $('view-dashboard').hidden = false;
   $('session-actions').hidden = false;
   if (moveFocus) $('main').focus();
   void runPanel('panel-usage', async () => renderUsage(usage));
-  void loadChart();
-  void loadCalls('', 1);
-  void loadChanges();
-  void loadKeys();
+  loadOptionalPanels();
   void loadTop();
 }
 
@@ -679,26 +1013,37 @@ function onSignIn(event) {
 function refreshAll() {
   if (!getKey()) { signOut(''); return; }
   void loadUsage();
-  void loadChart();
-  void loadCalls('', 1);
-  void loadChanges();
-  void loadKeys();
+  loadOptionalPanels();
+}
+
+// Rows are redrawn on every load: one listener on the table serves the buttons of every row.
+function onRowButton(tableId, selector, act) {
+  $(tableId).addEventListener('click', (e) => {
+    const button = e.target instanceof Element ? e.target.closest(selector) : null;
+    if (button && !button.disabled) void act(button);
+  });
 }
 
 function init() {
   $('sign-in-form').addEventListener('submit', onSignIn);
   $('sign-out').addEventListener('click', () => signOut(''));
   $('refresh').addEventListener('click', refreshAll);
-  $('calls-next').addEventListener('click', () => { if (state.calls.next) void loadCalls(state.calls.next, state.calls.page + 1); });
-  $('calls-first').addEventListener('click', () => void loadCalls('', 1));
+  wirePager('calls', loadCalls);
+  wirePager('overrides', loadOverrides);
+  wirePager('audit', loadAudit);
   $('new-key-form').addEventListener('submit', (e) => void createKey(e));
-  $('new-key-copy').addEventListener('click', () => void copySecret());
-  $('keys-table').addEventListener('click', (e) => {
-    const button = e.target instanceof Element ? e.target.closest('.key-revoke') : null;
-    if (button && !button.disabled) void revokeKey(button.dataset.keyId);
-  });
+  $('new-key-copy').addEventListener('click', () => void copySecret('new-key'));
+  onRowButton('keys-table', '.key-revoke', (b) => revokeKey(b.dataset.keyId));
+  onRowButton('keys-table', '.key-rotate', (b) => rotateKey(b.dataset.keyId));
+  $('override-form').addEventListener('submit', (e) => void setOverride(e));
+  onRowButton('overrides-table', '.override-remove', (b) => removeOverride(b.dataset.domain));
+  $('report-form').addEventListener('submit', (e) => void sendReport(e));
+  $('webhook-form').addEventListener('submit', (e) => void createWebhook(e));
+  $('webhook-copy').addEventListener('click', () => void copySecret('webhook'));
+  onRowButton('webhooks-table', '.webhook-remove', (b) => removeWebhook(b.dataset.webhookId, b.dataset.url));
   $('lookup-form').addEventListener('submit', (e) => void lookup(e));
   $('new-key-origins').placeholder = 'https://app.example.com';
+  $('webhook-url').placeholder = 'https://hooks.example.com/drg';
   wireChart();
 
   const key = getKey();

@@ -14,6 +14,7 @@ use super::{Gateway, PendingCall, RequestCtx};
 use crate::account::audit::Change;
 use crate::account::keys_api::KeysOp;
 use crate::account::overrides::OverridesOp;
+use crate::account::reports::Features;
 use crate::account::routes::{Account, AccountRoute};
 use crate::answer::{Answer, ApiError};
 use crate::domain::target::screen_target;
@@ -184,6 +185,23 @@ impl Gateway {
         Ok(route)
     }
 
+    /// The optional parts that are on, told in `/v1/usage`: each is what keeps its routes from
+    /// answering 404 here (`available`) and in their handlers, so that a client reading it asks
+    /// only for routes that answer.
+    fn features(&self) -> Features {
+        Features {
+            logs: self.calls.is_some(),
+            changes: self.changes.is_some(),
+            keys: self.keys_api.as_ref().is_some_and(|a| a.config.enabled),
+            overrides: self.overrides.is_some(),
+            reports: self.reports.is_some(),
+            // `/v1/webhooks` is not served yet: its route 404s (tests/dashboard.rs checks every
+            // part here against its routes).
+            webhooks: false,
+            audit: self.audit.is_some(),
+        }
+    }
+
     /// Reads a request body of at most `limit` bytes within `wait` ([`bodies::read`]): once
     /// read, the connection may be reused.
     pub(super) async fn read_body(
@@ -272,6 +290,7 @@ impl Gateway {
         let account = Account {
             calls: self.calls.as_ref(),
             keys_api: self.keys_api.as_ref(),
+            features: self.features(),
             clock: &*self.shared.clock,
         };
         let key = ctx.principal.as_ref().map(|p| &p.key);
