@@ -434,8 +434,15 @@ fn audit<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, Route
             limit: DEFAULT_LIMIT,
         });
     }
+    let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
+    if cursor.as_ref().is_some_and(|c| c.len() > 64) {
+        return Err(RouteError::BadQuery(
+            QueryOf::Audit,
+            "cursor is not one this API gave (use next_cursor of the previous page)".into(),
+        ));
+    }
     Ok(Route::Audit {
-        cursor: query_param(query, "cursor").filter(|c| !c.is_empty() && c.len() <= 64),
+        cursor,
         limit: limit(query, QueryOf::Audit, DEFAULT_LIMIT, MAX_LIMIT)?,
     })
 }
