@@ -584,10 +584,8 @@ impl Learned {
 /// a lock.
 #[derive(Debug)]
 pub struct NeighbourhoodIndex {
-    // Keyed by names callers choose: aHash with per-process random keys (resistant to
-    // collisions built without them), not SipHash, which cost ~200 instructions a mix lookup.
-    keys: HashMap<Arc<str>, Counts, ahash::RandomState>,
-    domains: HashMap<Box<str>, DomainEntry, ahash::RandomState>,
+    keys: HashMap<Arc<str>, Counts>,
+    domains: HashMap<Box<str>, DomainEntry>,
     sources: Vec<Box<str>>,
     rule: NeighbourhoodRule,
     max_entries: usize,
@@ -600,8 +598,8 @@ impl NeighbourhoodIndex {
     /// An empty index remembering at most `max_entries` domains.
     pub fn new(rule: NeighbourhoodRule, max_entries: usize) -> Self {
         NeighbourhoodIndex {
-            keys: HashMap::default(),
-            domains: HashMap::default(),
+            keys: HashMap::new(),
+            domains: HashMap::new(),
             sources: Vec::new(),
             rule,
             max_entries: max_entries.max(1),

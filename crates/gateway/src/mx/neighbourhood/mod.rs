@@ -43,8 +43,7 @@ pub struct Neighbourhood {
     pub(crate) config: NeighbourhoodConfig,
     /// Listed names queued or being resolved (deduplicates the queue), with the projects
     /// whose traffic asked for them meanwhile (they teach what the lookup finds).
-    /// Keyed by names callers choose: aHash, randomly keyed (see `mx::resolver`'s cache).
-    pending: Mutex<HashMap<Box<str>, Teachers, ahash::RandomState>>,
+    pending: Mutex<HashMap<Box<str>, Teachers>>,
     queue: mpsc::Sender<Box<str>>,
     queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
     /// Learned here, not yet shared (only when sharing).
@@ -90,7 +89,7 @@ impl Neighbourhood {
             index: RwLock::new(NeighbourhoodIndex::new(rule, config.max_entries)),
             table,
             config: config.clone(),
-            pending: Mutex::new(HashMap::default()),
+            pending: Mutex::new(HashMap::new()),
             queue,
             queue_rx: Mutex::new(Some(rx)),
             outbox: Mutex::new(VecDeque::new()),
