@@ -72,18 +72,19 @@ def main():
         s.stop()
     floor = runs["floor"]
     med = statistics.median
-    print(f"\nlookup, quota {a.quota}, {a.rounds} rounds of {a.duration} s, medians; floor "
-          f"{med(r['rps'] for r in floor):.0f} req/s, p99 {med(r['p99_us'] for r in floor):.0f} us, "
-          f"cpu {med(r['cpu_us_per_req'] for r in floor):.2f} us/req\n")
+    print(f"\nlookup, quota {a.quota}, {a.rounds} rounds of {a.duration} s, medians (range over the "
+          f"rounds); floor {h.spread(r['rps'] for r in floor)} req/s, p99 {h.spread(r['p99_us'] for r in floor)} us, "
+          f"cpu {h.spread((r['cpu_us_per_req'] for r in floor), '.2f')} us/req\n")
     print("| build | req/s | gateway/floor, paired by round | p99 us | p99 / floor's | cpu us/req | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for n in names[:-1]:
         rs = runs[n]
-        paired = med(r["rps"] / f["rps"] for r, f in zip(rs, floor))
-        p99 = med(r["p99_us"] / f["p99_us"] for r, f in zip(rs, floor))
+        paired = [r["rps"] / f["rps"] for r, f in zip(rs, floor)]
+        p99 = [r["p99_us"] / f["p99_us"] for r, f in zip(rs, floor)]
         errors = sum(r["socket_errors"] + r["non2xx"] for r in rs)
-        print(f"| `{n}` | {med(r['rps'] for r in rs):.0f} | **{paired:.3f}x** | {med(r['p99_us'] for r in rs):.0f} "
-              f"| {p99:.2f}x | {med(r['cpu_us_per_req'] for r in rs):.2f} | {errors} |")
+        print(f"| `{n}` | {h.spread(r['rps'] for r in rs)} | **{med(paired):.3f}x** ({min(paired):.3f}-{max(paired):.3f}) "
+              f"| {h.spread(r['p99_us'] for r in rs)} | {h.spread(p99, '.2f')} "
+              f"| {h.spread((r['cpu_us_per_req'] for r in rs), '.2f')} | {errors} |")
 
 
 if __name__ == "__main__":

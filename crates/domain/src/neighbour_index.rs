@@ -584,8 +584,10 @@ impl Learned {
 /// a lock.
 #[derive(Debug)]
 pub struct NeighbourhoodIndex {
-    keys: HashMap<Arc<str>, Counts>,
-    domains: HashMap<Box<str>, DomainEntry>,
+    // Keyed by names callers choose: aHash with per-process random keys (resistant to
+    // collisions built without them), not SipHash, which cost ~200 instructions a mix lookup.
+    keys: HashMap<Arc<str>, Counts, ahash::RandomState>,
+    domains: HashMap<Box<str>, DomainEntry, ahash::RandomState>,
     sources: Vec<Box<str>>,
     rule: NeighbourhoodRule,
     max_entries: usize,
@@ -598,8 +600,8 @@ impl NeighbourhoodIndex {
     /// An empty index remembering at most `max_entries` domains.
     pub fn new(rule: NeighbourhoodRule, max_entries: usize) -> Self {
         NeighbourhoodIndex {
-            keys: HashMap::new(),
-            domains: HashMap::new(),
+            keys: HashMap::default(),
+            domains: HashMap::default(),
             sources: Vec::new(),
             rule,
             max_entries: max_entries.max(1),

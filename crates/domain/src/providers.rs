@@ -196,7 +196,9 @@ impl ProviderTable {
             if let Some(&row) = self.suffixes.get(rest) {
                 best = Some(best.map_or(row, |b| b.min(row)));
             }
-            match rest.find('.') {
+            // A byte search: `str::find` with a `char` ran its generic searcher (~25
+            // instructions a dot, a survey of a company's MX hosts asks a dozen).
+            match memchr::memchr(b'.', rest.as_bytes()) {
                 Some(dot) => rest = &rest[dot + 1..],
                 None => break,
             }

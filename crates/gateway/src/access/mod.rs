@@ -15,11 +15,13 @@ pub mod quota;
 pub mod rate;
 pub mod shared_keys;
 pub mod source;
+pub mod token_memo;
 
 use std::sync::Arc;
 
 use keys::{KeyEntry, KeyStore, MAX_TOKEN_LEN};
 use origin::Origin;
+use token_memo::TokenMemo;
 
 /// A caller that passed the key and origin checks.
 #[derive(Debug, Clone)]
@@ -66,14 +68,34 @@ pub fn decide_lazily<'a>(
     now: i64,
     origin_and_referer: impl FnOnce() -> (Option<&'a [u8]>, Option<&'a [u8]>),
 ) -> Result<Principal, Rejection> {
+    decide_remembering(keys, None, authorization, || now, origin_and_referer)
+}
+
+/// [`decide_lazily`], the token's digest taken from its connection's `memo` when that
+/// connection sent the same `Authorization` header before ([`TokenMemo`]): the same decision,
+/// without reading and hashing the token again. `now` is asked once a key is found.
+pub fn decide_remembering<'a>(
+    keys: &KeyStore,
+    memo: Option<&TokenMemo>,
+    authorization: Option<&[u8]>,
+    now: impl FnOnce() -> i64,
+    origin_and_referer: impl FnOnce() -> (Option<&'a [u8]>, Option<&'a [u8]>),
+) -> Result<Principal, Rejection> {
     let header = authorization.ok_or(Rejection::MissingKey)?;
-    let token = bearer_token(header).ok_or(Rejection::InvalidKey)?;
-    let key = keys.find_bytes(token).ok_or(Rejection::InvalidKey)?;
+    let key = match memo {
+        Some(memo) => keys.find_hash(
+            &memo
+                .digest(header, bearer_token)
+                .ok_or(Rejection::InvalidKey)?,
+        ),
+        None => keys.find_bytes(bearer_token(header).ok_or(Rejection::InvalidKey)?),
+    }
+    .ok_or(Rejection::InvalidKey)?;
     if key.disabled {
         return Err(Rejection::InvalidKey);
     }
     // Before the origin: an expired key is refused wherever it is sent from.
-    if let Some(at) = key.expired_at(now) {
+    if let Some(at) = key.expired_at(now()) {
         return Err(Rejection::Expired { at });
     }
     let Some(patterns) = &key.origins else {
@@ -277,6 +299,59 @@ mod tests {
             decide(&s, creds(Some("Bearer drg_unknown"), None, None), NOW + 5).unwrap_err(),
             Rejection::InvalidKey
         );
+    }
+
+    #[test]
+    fn a_remembered_token_is_decided_on_each_requests_snapshot() {
+        let memo = TokenMemo::default();
+        let s = store();
+        let server = format!("Bearer {SERVER}");
+        let web = format!("Bearer {WEB}");
+        let off = format!("Bearer {OFF}");
+        let remembering = |keys: &KeyStore, auth: &str, origin: Option<&'static str>, now| {
+            decide_remembering(
+                keys,
+                Some(&memo),
+                Some(auth.as_bytes()),
+                || now,
+                || (origin.map(str::as_bytes), None),
+            )
+        };
+        // The same answers as without the memo, token after token on one connection.
+        for (auth, origin) in [
+            (&server, None),
+            (&server, None),
+            (&web, Some("https://app.example.com")),
+            (&web, Some("https://evil.example")),
+            (&off, None),
+            (&server, None),
+        ] {
+            assert_eq!(
+                remembering(&s, auth, origin, NOW).map(|p| p.key.id.clone()),
+                decide_lazily(&s, Some(auth.as_bytes()), NOW, || (
+                    origin.map(str::as_bytes),
+                    None
+                ))
+                .map(|p| p.key.id.clone()),
+                "{auth} {origin:?}"
+            );
+        }
+        // The key gone from a newer snapshot (revoked), then expired in another: the token
+        // remembered is refused as a fresh one would be.
+        assert_eq!(
+            remembering(&KeyStore::default(), &server, None, NOW).unwrap_err(),
+            Rejection::InvalidKey
+        );
+        let mut expiring = (**s.find(SERVER).unwrap()).clone();
+        expiring.expires_at = Some(NOW);
+        let mut later = KeyStore::default();
+        later.insert(expiring);
+        later.index_projects();
+        assert_eq!(
+            remembering(&later, &server, None, NOW).unwrap_err(),
+            Rejection::Expired { at: NOW }
+        );
+        assert!(remembering(&later, &server, None, NOW - 1).is_ok());
     }
 
     /// The reading before it went byte-wise: the header as UTF-8, split at its first space, the

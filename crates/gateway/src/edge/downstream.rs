@@ -32,6 +32,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::access::token_memo::TokenMemo;
 use crate::edge::config::LimitsConfig;
 use crate::ops::connections::DownstreamStats;
 use crate::ops::logging::CLIENT;
@@ -223,6 +224,9 @@ pub struct LimitedStream {
     /// byte, and counted against its own limits (before, bytes pipelined in the same read as
     /// the previous header were never counted).
     carry: Vec<u8>,
+    /// The bearer token this connection last presented and its digest: a keep-alive
+    /// connection's every request hashed the same token again.
+    tokens: TokenMemo,
 }
 
 impl fmt::Debug for LimitedStream {
@@ -258,9 +262,18 @@ impl LimitedStream {
             polled_with: None,
             replacing: None,
             carry: Vec::new(),
+            tokens: TokenMemo::default(),
             limits,
             stats,
         }
+    }
+
+    /// The token memo of the connection a session reads from, when it is one of ours (an
+    /// HTTP/1 stream wrapped by [`ConnectionLimited`]; HTTP/2 and a host's own listeners have
+    /// none, and hash every token).
+    pub fn token_memo(session: &pingora::protocols::http::ServerSession) -> Option<&TokenMemo> {
+        let stream = session.stream()?.as_any().downcast_ref::<LimitedStream>()?;
+        Some(&stream.tokens)
     }
 
     /// Follows the header through the bytes just read.

@@ -46,15 +46,31 @@ struct Line {
     e: u64,
 }
 
+/// A cache of `capacity` entries (as `Cache::new` sizes it) with a randomly keyed aHash.
+pub(super) fn caller_keyed_cache<K: Eq + std::hash::Hash, V: Clone>(
+    capacity: usize,
+) -> quick_cache::sync::Cache<K, V, quick_cache::UnitWeighter, ahash::RandomState> {
+    quick_cache::sync::Cache::with(
+        capacity,
+        capacity as u64,
+        quick_cache::UnitWeighter,
+        ahash::RandomState::new(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    )
+}
+
 /// The cache.
 pub struct AgeCache {
-    entries: quick_cache::sync::Cache<Box<str>, Entry>,
+    /// Keyed by names callers choose: aHash with per-process random keys (resistant to
+    /// collisions built without them), ~4 times cheaper than SipHash on a name.
+    entries:
+        quick_cache::sync::Cache<Box<str>, Entry, quick_cache::UnitWeighter, ahash::RandomState>,
 }
 
 impl AgeCache {
     pub fn new(capacity: usize) -> Self {
         AgeCache {
-            entries: quick_cache::sync::Cache::new(capacity.max(1)),
+            entries: caller_keyed_cache(capacity.max(1)),
         }
     }
 

@@ -88,7 +88,7 @@ pub struct Rdap {
     fetcher: Fetcher,
     /// Which projects asked for which registrable domain (a keyed hash of the pair): bounded,
     /// in memory only; a pair it forgot is one more answer without the age.
-    asked: quick_cache::sync::Cache<u64, ()>,
+    asked: quick_cache::sync::Cache<u64, (), quick_cache::UnitWeighter, ahash::RandomState>,
     asked_keys: foldhash::fast::RandomState,
 }
 
@@ -138,7 +138,7 @@ impl Rdap {
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
             fetcher: Fetcher::new(config.timeout, config.max_body_bytes, config.max_redirects),
-            asked: quick_cache::sync::Cache::new(config.cache_entries.max(1_024)),
+            asked: super::cache::caller_keyed_cache(config.cache_entries.max(1_024)),
             asked_keys: foldhash::fast::RandomState::default(),
             config: config.clone(),
         }

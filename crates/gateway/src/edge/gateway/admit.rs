@@ -11,7 +11,7 @@ use super::{Gateway, RequestCtx};
 use crate::access::keys::KeyEntry;
 use crate::access::policy::{Limit, Refusal};
 use crate::access::quota::Usage;
-use crate::access::{decide_lazily, Rejection};
+use crate::access::{decide_remembering, Rejection};
 use crate::answer::{Answer, ApiError};
 use crate::edge::route::{KeysCall, OverridesCall, Route};
 use crate::ops::metrics::Denial;
@@ -34,12 +34,14 @@ impl Gateway {
             return Ok(());
         }
         let headers = &session.req_header().headers;
-        // Read before the key: its expiry is judged on this gateway's clock (no sync needed).
-        let now = self.shared.clock.now();
-        let principal = match decide_lazily(
+        // Read once a key is found, before its expiry is judged on this gateway's clock (no
+        // sync needed): a request without a key reads none.
+        let mut read = None;
+        let principal = match decide_remembering(
             &self.shared.keys.load(),
+            crate::edge::downstream::LimitedStream::token_memo(session),
             headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
-            now.timestamp(),
+            || read.insert(self.shared.clock.now()).timestamp(),
             || {
                 (
                     headers.get(ORIGIN).map(|v| v.as_bytes()),
@@ -58,17 +60,23 @@ impl Gateway {
                 return Err(error.into());
             }
         };
-        let key = principal.key.clone();
-        ctx.principal = Some(principal);
+        let now = read.unwrap_or_else(|| self.shared.clock.now());
         if let Some(route) = server_key_route(route) {
-            if key.origins.is_some() {
+            if principal.key.origins.is_some() {
+                ctx.principal = Some(principal);
                 self.shared.metrics.deny(Denial::Forbidden);
                 ctx.decision = Some("forbidden");
                 return Err(ApiError::ServerKeyOnly(route).into());
             }
         }
-        key.touch(u64::try_from(now.timestamp()).unwrap_or(0));
-        self.count(route, &key, now, ctx).await
+        principal
+            .key
+            .touch(u64::try_from(now.timestamp()).unwrap_or(0));
+        // The principal goes into the context once counted (nothing in between reads it
+        // there): a second handle on the key would be a count every worker bumps.
+        let counted = self.count(route, &principal.key, now, ctx).await;
+        ctx.principal = Some(principal);
+        counted
     }
 
     /// The quota's part of the decision: an account route is rate-limited per key and reads the

@@ -43,7 +43,8 @@ pub struct Neighbourhood {
     pub(crate) config: NeighbourhoodConfig,
     /// Listed names queued or being resolved (deduplicates the queue), with the projects
     /// whose traffic asked for them meanwhile (they teach what the lookup finds).
-    pending: Mutex<HashMap<Box<str>, Teachers>>,
+    /// Keyed by names callers choose: aHash, randomly keyed (see `mx::resolver`'s cache).
+    pending: Mutex<HashMap<Box<str>, Teachers, ahash::RandomState>>,
     queue: mpsc::Sender<Box<str>>,
     queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
     /// Learned here, not yet shared (only when sharing).
@@ -89,7 +90,7 @@ impl Neighbourhood {
             index: RwLock::new(NeighbourhoodIndex::new(rule, config.max_entries)),
             table,
             config: config.clone(),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::default()),
             queue,
             queue_rx: Mutex::new(Some(rx)),
             outbox: Mutex::new(VecDeque::new()),

@@ -24,8 +24,8 @@ mod dns;
 mod hosts;
 mod lookup;
 
+use ahash::RandomState;
 use std::collections::HashMap;
-use std::hash::RandomState;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -82,7 +82,8 @@ struct Cached {
 
 type Flight = watch::Receiver<Option<Arc<MxEvidence>>>;
 
-/// SipHash (std's `RandomState`), since the names are the client's choice.
+/// aHash with per-process random keys, since the names are the client's choice: resistant to
+/// collisions built without the keys, ~4 times cheaper than SipHash on a name.
 type EvidenceCache =
     Cache<Box<str>, Cached, UnitWeighter, RandomState, DefaultLifecycle<Box<str>, Cached>>;
 
@@ -124,7 +125,7 @@ pub struct MxResolver {
     /// whatever its size, and a flood of one-off names cannot push out the names asked often.
     /// Expiry is checked on read; an expired entry waits for its refresh or its eviction.
     cache: EvidenceCache,
-    inflight: Mutex<HashMap<Box<str>, Flight>>,
+    inflight: Mutex<HashMap<Box<str>, Flight, RandomState>>,
     slots: Arc<Semaphore>,
     max_inflight: usize,
     /// How long a lookup may hold its slot, whatever DNS does (MX, then A and AAAA).
@@ -211,7 +212,7 @@ impl MxResolver {
             dns,
             confirm,
             cache: evidence_cache(config.cache_entries),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::default()),
             slots: Arc::new(Semaphore::new(max_inflight)),
             max_inflight,
             lookup_deadline: config.query_timeout * 2,
