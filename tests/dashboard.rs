@@ -2,7 +2,7 @@
 //! `chromium` and `chromium-driver`, Selenium from PyPI pointed at /usr/bin/chromedriver):
 //! tests/dashboard/browser.py signs in, checks each panel against the API's own answers, pages
 //! through calls, makes, rotates and revokes a key, sets and removes an override, sends a
-//! report, looks a domain up, and takes the screenshots; then signs in to a second gateway on
+//! report, makes and removes a webhook, looks a domain up, and takes the screenshots; then signs in to a second gateway on
 //! the shipped defaults, where the page must not ask for what is off. Here: the set-up, that
 //! `features` of `/v1/usage` says which routes answer, what the page's files are served with,
 //! and what the page cost the month.
@@ -79,6 +79,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         .rdap_yaml("budget_ms: 3000")
         .plan("pro", 100)
         .gateway_yaml("changes: { watch_days: { pro: 30 }, stable_seconds: 0 }")
+        .gateway_yaml("webhooks: {}")
         .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
         .key_in_project("server", SERVER, "pro", "acme")
         .key_entry(&drg_gateway::access::keys::key_entry_yaml_with(
@@ -117,7 +118,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         r.json()["changes"].as_array().map_or(0, Vec::len) == 1
     });
 
-    // The same project on a gateway of the shipped defaults: verdict changes off.
+    // The same project on a gateway of the shipped defaults: verdict changes and webhooks off.
     let shipped = Gateway::builder()
         .plan("pro", 100)
         .key_in_project("server", SERVER, "pro", "acme")
@@ -126,6 +127,8 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
     let defaults = features_match_routes(&shipped);
     assert_eq!(on["changes"], true);
     assert_eq!(defaults["changes"], false);
+    assert_eq!(on["webhooks"], true);
+    assert_eq!(defaults["webhooks"], false);
 
     // The files need no key and cost nothing.
     let month = |c: &mut Conn| c.get("/v1/usage").unwrap().json()["month_count"].as_u64();

@@ -8,8 +8,9 @@ use drg_domain::target::screen_target;
 use drg_domain::top::MAX_TOP;
 use drg_domain::DomainName;
 use drg_gateway::edge::route::{
-    route, KeysCall, OverridesCall, QueryOf, Route, RouteError, BATCH_PATH, KEYS_PATH,
-    MAX_CURSOR_LEN, MAX_LOGS_LIMIT, OVERRIDES_ITEM_PREFIX, OVERRIDES_PATH, REPORTS_PATH,
+    route, KeysCall, OverridesCall, QueryOf, Route, RouteError, WebhooksCall, BATCH_PATH,
+    KEYS_PATH, MAX_CURSOR_LEN, MAX_LOGS_LIMIT, OVERRIDES_ITEM_PREFIX, OVERRIDES_PATH, REPORTS_PATH,
+    WEBHOOKS_ITEM_PREFIX, WEBHOOKS_PATH,
 };
 use http::Method;
 
@@ -105,6 +106,19 @@ pub fn check(data: &[u8]) {
                 assert!(!domain.is_empty() && !domain.contains('/'), "{domain}");
             }
         },
+        // A project's webhooks: listed with GET, made with POST, each removed with DELETE.
+        Ok(Route::Webhooks(call)) => match call {
+            WebhooksCall::List { limit, .. } => {
+                assert_eq!((&method, path), (&Method::GET, WEBHOOKS_PATH));
+                assert!((1..=1_000).contains(&limit), "{limit}");
+            }
+            WebhooksCall::Create => assert_eq!((&method, path), (&Method::POST, WEBHOOKS_PATH)),
+            WebhooksCall::Delete { id } => {
+                assert_eq!(method, Method::DELETE);
+                assert_eq!(path.strip_prefix(WEBHOOKS_ITEM_PREFIX), Some(id));
+                assert!(!id.is_empty() && !id.contains('/'), "{id}");
+            }
+        },
         // A project's reports: listed with GET, sent with POST.
         Ok(Route::Reports { post }) => {
             assert_eq!(path, REPORTS_PATH);
@@ -162,6 +176,7 @@ pub fn check(data: &[u8]) {
                 QueryOf::Logs => assert_eq!(path, "/v1/logs"),
                 QueryOf::Changes => assert_eq!(path, "/v1/changes"),
                 QueryOf::Overrides => assert_eq!(path, OVERRIDES_PATH),
+                QueryOf::Webhooks => assert_eq!(path, WEBHOOKS_PATH),
                 QueryOf::Audit => assert_eq!(path, "/v1/audit"),
             }
         }

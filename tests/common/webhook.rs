@@ -162,3 +162,32 @@ fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, answers: &A
         }
     }
 }
+
+/// How much a project whose messages `receiver` never answers (`acme`, see
+/// [`Receiver::start_hanging_for`]) holds up another's (`other`): `foo-dispo.example` (acme's)
+/// is added to the `disposable.txt` at `list` (which holds `base`), then `bar-dispo.example`
+/// (other's); returns how long acme's message took to arrive, and then other's beside it.
+pub fn held_up_beside_a_hung_project(
+    receiver: &Receiver,
+    list: &std::path::Path,
+    base: &str,
+) -> (Duration, Duration) {
+    let arrived = |project: &str| {
+        receiver
+            .deliveries()
+            .iter()
+            .find(|d| d.json()["project"] == project)
+            .map(|d| d.at)
+    };
+    let with_foo = format!("{base}foo-dispo.example\n");
+    let reloaded = Instant::now();
+    crate::common::write_atomic(list, &with_foo);
+    crate::common::wait_until(Duration::from_secs(20), || arrived("acme").is_some());
+    let usual = arrived("acme").unwrap() - reloaded;
+    let reloaded = Instant::now();
+    crate::common::write_atomic(list, &format!("{with_foo}bar-dispo.example\n"));
+    crate::common::wait_until(Duration::from_secs(60), || arrived("other").is_some());
+    let held_up = arrived("other").unwrap() - reloaded;
+    eprintln!("a change reached its receiver in {usual:?}; beside a hung one, in {held_up:?}");
+    (usual, held_up)
+}

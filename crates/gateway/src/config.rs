@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationSeconds};
 
 use crate::access::config::AccessConfig;
-use crate::access::quota::alerts::destination::Listener;
 use crate::access::quota::config::QuotaConfig;
 use crate::account::config::KeysApiConfig;
 use crate::data::config::{DataConfig, ReloadConfig};
@@ -23,6 +22,7 @@ use crate::infra::units::secs;
 use crate::mx::config::MxConfig;
 use crate::ops::config::{AccessLogConfig, AdminConfig};
 use crate::upstream::config::UpstreamConfig;
+use drg_webhook::guard::Listener;
 
 /// Everything the gateway needs to start.
 #[derive(Debug)]
@@ -94,6 +94,8 @@ pub struct GatewayConfig {
     pub changes: crate::changes::ChangesConfig,
     /// `/v1/reports`: projects telling the operator a verdict is wrong.
     pub reports: crate::account::verdict_reports::ReportsConfig,
+    /// `/v1/webhooks`: projects' own webhooks (absent: off, the routes answer 404).
+    pub webhooks: Option<crate::account::webhooks::WebhooksConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -122,6 +124,7 @@ impl Default for GatewayConfig {
             batch: BatchConfig::default(),
             changes: crate::changes::ChangesConfig::default(),
             reports: Default::default(),
+            webhooks: None,
         }
     }
 }
@@ -354,10 +357,12 @@ impl Settings {
             problems.extend(admin.into_iter().map(|p| format!("{flags}: {p}")));
             // The alerts' URL was checked against the configured listeners, not these.
             let listeners = self.gateway.own_listeners();
-            let problem = self.gateway.quota.alerts.as_ref().and_then(|a| {
-                let uri = a.url.parse::<http::Uri>().ok()?;
-                a.destination_problem(&uri, &listeners)
-            });
+            let problem = self
+                .gateway
+                .quota
+                .alerts
+                .as_ref()
+                .and_then(|a| a.destination_problem(&listeners));
             problems.extend(problem.map(|p| format!("{flags}: {p}")));
         }
         match problems.is_empty() {
@@ -574,6 +579,9 @@ impl GatewayConfig {
         out.extend(self.keys_api.problems());
         out.extend(self.batch.problems());
         out.extend(self.reports.problems());
+        if let Some(webhooks) = &self.webhooks {
+            out.extend(webhooks.problems(&self.own_listeners()));
+        }
         if secs(self.drain) > 300 {
             out.push(format!(
                 "gateway.drain_seconds: {} is outside 0..=300",

@@ -31,6 +31,7 @@ pub mod rdap;
 pub mod server;
 pub mod state;
 pub mod upstream;
+pub mod webhooks;
 
 // The embedding API's names at the root too, where the parts' docs link them.
 pub use edge::middleware::{Ctx, WithDomainRisk};

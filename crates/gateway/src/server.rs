@@ -117,6 +117,8 @@ struct Parts {
     overrides: Arc<crate::account::overrides::Overrides>,
     /// `/v1/reports` and their store.
     reports: Arc<crate::account::verdict_reports::Reports>,
+    /// `/v1/webhooks` (`gateway.webhooks`; `None`: off), over `Shared::webhooks`.
+    webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
     /// The audit trail.
     audit: Arc<crate::account::audit::Audit>,
     /// The shared key store (with the Redis quota store), which its poll keeps.
@@ -133,12 +135,36 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
     let in_flight = InFlight::default();
     let settle = settle_budget(server.grace_period_seconds);
     let gateway = &settings.gateway;
-    let (shared, mut services) = shared_state(gateway, table, keys, &in_flight, settle)?;
+    let mut services = Vec::new();
+    let webhooks = match crate::webhooks::build(gateway)? {
+        Some((webhooks, engine)) => {
+            services.push(Box::new(background_service("webhooks", engine)) as BoxedService);
+            Some(webhooks)
+        }
+        None => None,
+    };
+    let (shared, more) = shared_state(
+        gateway,
+        (table, keys),
+        &in_flight,
+        settle,
+        webhooks.as_ref(),
+    )?;
+    services.extend(more);
     let mut parts = parts(gateway, &shared, &keys_source)?;
     if let Some((_, writer)) = &mut parts.calls {
         writer.settle_with(in_flight.clone(), settle);
     }
-    let changes = verdict_changes(gateway, &shared, &mut parts, &mut services)?;
+    if let (Some(w), Some(api)) = (&webhooks, &parts.webhooks) {
+        w.with_projects(gateway, api.hooks());
+    }
+    let changes = verdict_changes(
+        gateway,
+        &shared,
+        &mut parts,
+        &mut services,
+        webhooks.as_ref(),
+    )?;
     let app = Gateway::new(shared.clone(), gateway)
         .with_relay(&gateway.upstream, server)
         .with_access_log(parts.access_log.clone())
@@ -147,6 +173,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
         .with_top_live(parts.top_live.as_ref().map(|(live, _)| live.clone()))
         .with_keys_api(Some(parts.keys_api.clone()))
         .with_overrides(parts.overrides.clone())
+        .with_webhooks(parts.webhooks.clone())
         .with_reports(parts.reports.clone())
         .with_audit(parts.audit.clone());
     let downstream = Arc::new(DownstreamStats::default());
@@ -175,6 +202,50 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
     })
 }
 
+/// Quota alerts: the operator's (`gateway.quota.alerts`) and, with `gateway.webhooks`, the
+/// projects' own (at the default thresholds when the operator set none).
+fn quota_alerts(
+    gateway: &GatewayConfig,
+    clock: &Arc<dyn Clock>,
+    webhooks: &crate::webhooks::Webhooks,
+    services: &mut Vec<BoxedService>,
+) -> Result<Option<Arc<crate::access::quota::alerts::Alerts>>, StartError> {
+    let config = match (&gateway.quota.alerts, &gateway.webhooks) {
+        (Some(config), _) => config.clone(),
+        (None, Some(_)) => crate::access::quota::alerts::config::AlertsConfig::default(),
+        (None, None) => return Ok(None),
+    };
+    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    let outbox = config.outbox_path(&gateway.quota.state_file);
+    let (alerts, service) = crate::access::quota::alerts::service::build(
+        &config,
+        outbox,
+        redis,
+        webhooks.producer(),
+        clock.now(),
+    )?;
+    let _ = webhooks.counts.alerts.set(service.counters());
+    // The host only: webhook URLs often carry a token in their path or query.
+    let host = config
+        .url
+        .as_ref()
+        .and_then(|u| u.parse::<http::Uri>().ok());
+    log::info!(
+        "quota alerts: to {}{} at {:?}% of the monthly limit",
+        host.as_ref()
+            .and_then(|u| u.host())
+            .unwrap_or("no operator receiver"),
+        if gateway.webhooks.is_some() {
+            " and the projects' webhooks"
+        } else {
+            ""
+        },
+        config.thresholds
+    );
+    services.push(Box::new(background_service("quota alerts", service)) as BoxedService);
+    Ok(Some(alerts))
+}
+
 /// Verdict changes (`gateway.changes`, when a plan is watched): the store, the call writer's
 /// observer and the service; the handle `GET /v1/changes` reads.
 fn verdict_changes(
@@ -182,6 +253,7 @@ fn verdict_changes(
     shared: &Shared,
     parts: &mut Parts,
     services: &mut Vec<BoxedService>,
+    webhooks: Option<&crate::webhooks::Webhooks>,
 ) -> Result<Option<crate::changes::ChangesApi>, StartError> {
     use crate::changes::{embedded::EmbeddedChanges, redis::RedisChanges, ChangeStore, Counters};
     let config = &gateway.changes;
@@ -195,6 +267,9 @@ fn verdict_changes(
         QuotaStoreKind::Redis => Arc::new(RedisChanges::new(&gateway.quota.redis)?),
     };
     let counters = Arc::new(Counters::register(&shared.metrics)?);
+    if let Some(w) = webhooks {
+        let _ = w.counts.changes.set(counters.clone());
+    }
     let judge = crate::changes::judge::Judge {
         overrides: shared.overrides.clone(),
         reported_safe: shared.reported_safe.clone(),
@@ -208,7 +283,7 @@ fn verdict_changes(
         store.clone(),
         judge,
         shared.keys.clone(),
-        &gateway.own_listeners(),
+        webhooks.map(crate::webhooks::Webhooks::producer),
         counters.clone(),
     )?;
     writer.observed_by(Arc::new(watch));
@@ -270,37 +345,16 @@ fn admin_service(admin: Admin, listen: &str) -> Service<Admin> {
 /// service that keeps it), the clock, the MX resolver, the metrics.
 fn shared_state(
     gateway: &GatewayConfig,
-    table: DomainTable,
-    keys: KeyStore,
+    (table, keys): (DomainTable, KeyStore),
     in_flight: &InFlight,
     settle: std::time::Duration,
+    webhooks: Option<&crate::webhooks::Webhooks>,
 ) -> Result<(Shared, Vec<BoxedService>), StartError> {
     let clock: Arc<dyn Clock> = Arc::new(clock()?);
     let (quota, quota_service) = quota_store(&gateway.quota, &clock, in_flight, settle)?;
     let mut services = vec![quota_service];
-    let alerts = match &gateway.quota.alerts {
-        Some(config) => {
-            let redis =
-                (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
-            let outbox = config.outbox_path(&gateway.quota.state_file);
-            let listeners = gateway.own_listeners();
-            let (alerts, service) = crate::access::quota::alerts::service::build(
-                config,
-                outbox,
-                redis,
-                &listeners,
-                clock.now(),
-            )?;
-            // The host only: webhook URLs often carry a token in their path or query.
-            let host = config.url.parse::<http::Uri>().ok();
-            log::info!(
-                "quota alerts: to {} at {:?}% of the monthly limit",
-                host.as_ref().and_then(|u| u.host()).unwrap_or("?"),
-                config.thresholds
-            );
-            services.push(Box::new(background_service("quota alerts", service)) as BoxedService);
-            Some(alerts)
-        }
+    let alerts = match webhooks {
+        Some(w) => quota_alerts(gateway, &clock, w, &mut services)?,
         None => None,
     };
     let table = Arc::new(ArcSwap::from_pointee(table));
@@ -325,6 +379,7 @@ fn shared_state(
         )),
         reported_safe: Arc::default(),
         reports_min_projects: gateway.reports.min_projects,
+        webhooks: project_hooks(gateway),
     };
     Ok((shared, services))
 }
@@ -424,6 +479,7 @@ fn parts(
         keys_api,
         overrides,
         reports,
+        webhooks: project_webhooks(gateway, shared),
         audit,
         shared_keys,
         access_log,
@@ -448,16 +504,26 @@ fn audit_trail(
         } else {
             "file"
         }]);
+    let (folder, redis) = records_home(gateway);
     Ok(Arc::new(crate::account::audit::Audit::open(
-        gateway
-            .quota
-            .state_file
-            .parent()
-            .unwrap_or(std::path::Path::new(".")),
-        (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis),
+        folder,
+        redis,
         gateway.access.plans.clone(),
         failures,
     )))
+}
+
+/// Where the projects' records (overrides, reports, webhooks, the audit trail) are kept, chosen
+/// once: the state folder, and with the Redis quota store Redis too.
+fn records_home(
+    gateway: &GatewayConfig,
+) -> (
+    &std::path::Path,
+    Option<&crate::infra::redis::config::RedisConfig>,
+) {
+    let folder = gateway.quota.state_file.parent();
+    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    (folder.unwrap_or(std::path::Path::new(".")), redis)
 }
 
 /// `/v1/overrides` and `/v1/reports`: kept in the state folder, or on the quota's Redis with a
@@ -469,12 +535,7 @@ fn project_records(
     Arc<crate::account::overrides::Overrides>,
     Arc<crate::account::verdict_reports::Reports>,
 ) {
-    let folder = gateway
-        .quota
-        .state_file
-        .parent()
-        .unwrap_or(std::path::Path::new("."));
-    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    let (folder, redis) = records_home(gateway);
     let overrides = crate::account::overrides::Overrides::open(
         shared.overrides.clone(),
         folder,
@@ -488,6 +549,32 @@ fn project_records(
         redis,
     );
     (Arc::new(overrides), Arc::new(reports))
+}
+
+/// The projects' webhooks (`gateway.webhooks`; `None`: off), kept as `/v1/overrides` are: what
+/// delivery reads (`Shared::webhooks`). Opened once: the one poll keeps every clone.
+fn project_hooks(gateway: &GatewayConfig) -> Option<crate::account::webhooks::ProjectHooks> {
+    let config = gateway.webhooks.as_ref()?;
+    let (folder, redis) = records_home(gateway);
+    log::info!(
+        "webhooks: projects may make their own (allow_private: {})",
+        config.allow_private
+    );
+    Some(crate::account::webhooks::ProjectHooks::open(folder, redis))
+}
+
+/// `/v1/webhooks` over the projects' webhooks `shared` holds (`None`: off).
+fn project_webhooks(
+    gateway: &GatewayConfig,
+    shared: &Shared,
+) -> Option<Arc<crate::account::webhooks::Webhooks>> {
+    let (config, hooks) = gateway.webhooks.as_ref().zip(shared.webhooks.clone())?;
+    Some(Arc::new(crate::account::webhooks::Webhooks::new(
+        hooks,
+        config,
+        &gateway.own_listeners(),
+        gateway.access.plans.clone(),
+    )))
 }
 
 /// A public listener's service (not bound yet): `app` behind Pingora's HTTP options and the
@@ -568,14 +655,7 @@ fn background_services(
             crate::account::keys_api::LastUsedSaver(parts.keys_api),
         ));
     }
-    services.push(boxed(
-        "overrides",
-        crate::infra::records::replica::ReplicaSync(parts.overrides.replica.clone()),
-    ));
-    services.push(boxed(
-        "reports",
-        crate::infra::records::replica::ReplicaSync(parts.reports.replica.clone()),
-    ));
+    services.extend(record_polls(&parts.overrides, &parts.reports, shared));
     services.push(boxed("access log", parts.access_log_service));
     if let Some((_, writer)) = parts.calls {
         services.push(boxed("call logs", writer));
@@ -600,6 +680,30 @@ fn background_services(
 }
 
 pub(crate) type BoxedService = Box<dyn ServiceWithDependents>;
+
+/// The polls of the projects' records: overrides, reports and (when on) webhooks.
+fn record_polls(
+    overrides: &crate::account::overrides::Overrides,
+    reports: &crate::account::verdict_reports::Reports,
+    shared: &Shared,
+) -> Vec<BoxedService> {
+    use crate::infra::records::replica::ReplicaSync;
+    let mut polls: Vec<BoxedService> = vec![
+        Box::new(background_service(
+            "overrides",
+            ReplicaSync(overrides.replica.clone()),
+        )),
+        Box::new(background_service(
+            "reports",
+            ReplicaSync(reports.replica.clone()),
+        )),
+    ];
+    if let Some(hooks) = &shared.webhooks {
+        let poll = ReplicaSync(hooks.replica().clone());
+        polls.push(Box::new(background_service("webhooks", poll)));
+    }
+    polls
+}
 
 /// The configured quota store and the background service that keeps it.
 fn quota_store(

@@ -36,6 +36,9 @@ pub struct Shared {
     /// inference from flagging it (`reports.min_projects`).
     pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
     pub reports_min_projects: u32,
+    /// Each project's own webhooks (`gateway.webhooks`; `None`: off): who is subscribed to an
+    /// event, and where and how one is sent.
+    pub webhooks: Option<crate::account::webhooks::ProjectHooks>,
 }
 
 impl Shared {

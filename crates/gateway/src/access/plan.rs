@@ -25,6 +25,11 @@ pub const MAX_LOG_RETENTION_HOURS: u64 = 10 * 366 * 24;
 pub const MAX_MAX_KEYS: u32 = 10_000;
 /// The largest `max_overrides` a plan may give (`/v1/overrides`).
 pub const MAX_MAX_OVERRIDES: u32 = 100_000;
+/// Webhooks a project may hold when its plan does not say (`/v1/webhooks`): whatever the plan's
+/// name, since each one is a destination the gateway posts to.
+pub const DEFAULT_MAX_WEBHOOKS: u32 = 5;
+/// The largest `max_webhooks` a plan may give.
+pub const MAX_MAX_WEBHOOKS: u32 = 1_000;
 
 /// How long a project's audit trail is kept when its plan does not say (`/v1/audit`).
 pub const DEFAULT_AUDIT_DAYS: u32 = 90;
@@ -93,6 +98,8 @@ pub struct PlanConfig {
     pub mode: Option<PlanMode>,
     /// Overrides a project on this plan may hold (`/v1/overrides`).
     pub max_overrides: Option<u32>,
+    /// Webhooks a project on this plan may hold (`/v1/webhooks`).
+    pub max_webhooks: Option<u32>,
     /// Days the project's audit trail is kept (`/v1/audit`).
     pub audit_retention_days: Option<u32>,
 }
@@ -108,6 +115,7 @@ impl PlanConfig {
             burst: None,
             mode: None,
             max_overrides: None,
+            max_webhooks: None,
             audit_retention_days: None,
         }
     }
@@ -121,6 +129,11 @@ impl PlanConfig {
     pub fn max_overrides(&self, name: &str) -> u32 {
         self.max_overrides
             .unwrap_or_else(|| default_max_overrides(name))
+    }
+
+    /// Webhooks a project on this plan may hold.
+    pub fn max_webhooks(&self) -> u32 {
+        self.max_webhooks.unwrap_or(DEFAULT_MAX_WEBHOOKS)
     }
 
     /// Whether only the monthly limit is written (then it serialises in the short form).
@@ -142,6 +155,13 @@ impl PlanConfig {
             if n > MAX_MAX_OVERRIDES {
                 out.push(format!(
                     "gateway.access.plans.{name}.max_overrides: {n} is outside 0..={MAX_MAX_OVERRIDES}"
+                ));
+            }
+        }
+        if let Some(n) = self.max_webhooks {
+            if n > MAX_MAX_WEBHOOKS {
+                out.push(format!(
+                    "gateway.access.plans.{name}.max_webhooks: {n} is outside 0..={MAX_MAX_WEBHOOKS}"
                 ));
             }
         }
@@ -237,6 +257,8 @@ struct LongForm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_overrides: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_webhooks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     audit_retention_days: Option<u32>,
 }
 
@@ -272,6 +294,7 @@ impl<'de> Deserialize<'de> for PlanConfig {
                     burst: long.burst,
                     mode: long.mode,
                     max_overrides: long.max_overrides,
+                    max_webhooks: long.max_webhooks,
                     audit_retention_days: long.audit_retention_days,
                 })
             }
@@ -293,6 +316,7 @@ impl Serialize for PlanConfig {
             burst: self.burst,
             mode: self.mode,
             max_overrides: self.max_overrides,
+            max_webhooks: self.max_webhooks,
             audit_retention_days: self.audit_retention_days,
         }
         .serialize(s)
@@ -435,5 +459,19 @@ mod tests {
         assert!(parse("{ pro: { monthly_limit: 1, mode: loud } }").is_err());
         let yaml = serde_yaml::to_string(&plans).unwrap();
         assert_eq!(parse(&yaml).unwrap(), plans);
+    }
+
+    #[test]
+    fn max_webhooks_is_five_unless_the_plan_says_and_is_bounded() {
+        let plans = parse("{ pro: { monthly_limit: 7, max_webhooks: 0 }, free: 100 }").unwrap();
+        assert_eq!(plans["pro"].max_webhooks(), 0);
+        assert_eq!(plans["free"].max_webhooks(), DEFAULT_MAX_WEBHOOKS);
+        let yaml = serde_yaml::to_string(&plans).unwrap();
+        assert_eq!(parse(&yaml).unwrap(), plans);
+        let many = PlanConfig {
+            max_webhooks: Some(MAX_MAX_WEBHOOKS + 1),
+            ..PlanConfig::limit(1)
+        };
+        assert!(many.problems("pro")[0].contains("gateway.access.plans.pro.max_webhooks: 1001"));
     }
 }

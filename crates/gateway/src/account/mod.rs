@@ -1,5 +1,5 @@
-//! A project's own data: the keys API, its overrides, and the call stores behind `/v1/logs`
-//! and `/v1/stats`.
+//! A project's own data: the keys API, its overrides and webhooks, and the call stores behind
+//! `/v1/logs` and `/v1/stats`.
 
 pub mod audit;
 pub mod calls;
@@ -9,3 +9,4 @@ pub mod overrides;
 pub mod reports;
 pub mod routes;
 pub mod verdict_reports;
+pub mod webhooks;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 
-use crate::access::quota::alerts::config::{read_secret_file, url_problem};
-use crate::access::quota::alerts::destination::{Listener, Policy};
+use drg_webhook::config::ReceiverConfig;
+use drg_webhook::guard::Listener;
 
 /// File name of the embedded store when `file` is not set: beside the quota state file.
 pub const DEFAULT_FILE_NAME: &str = "changes.sqlite3";
@@ -23,7 +23,7 @@ pub struct ChangesConfig {
     /// last lookup (1-400). A plan not named here is not watched.
     pub watch_days: BTreeMap<String, u32>,
     /// Where each project's changes are POSTed, signed; absent: only `GET /v1/changes`.
-    pub webhook: Option<WebhookConfig>,
+    pub webhook: Option<ReceiverConfig>,
     /// Watched domains judged again per second at most (off the request path).
     pub reclassify_per_second: u32,
     /// A full pass over the watched domains at least this often, in seconds (evidence
@@ -73,38 +73,6 @@ impl Default for ChangesConfig {
     }
 }
 
-/// The receiver of the changes' messages: as the quota alerts' (`gateway.quota.alerts`), signed
-/// with HMAC-SHA256, retried with backoff, sent only where the destination guard allows.
-#[serde_as]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookConfig {
-    /// `http://` or `https://`.
-    pub url: String,
-    /// Let the receiver be on loopback or a private network (link-local addresses and the
-    /// gateway's own listeners stay refused). Default `false`.
-    #[serde(default)]
-    pub allow_private: bool,
-    /// A file holding the HMAC-SHA256 secret (its first line, at least 16 bytes). Relative to
-    /// the config file.
-    pub secret_file: PathBuf,
-    /// One attempt's budget, connection included, in milliseconds.
-    #[serde(rename = "timeout_ms", default = "default_timeout")]
-    #[serde_as(as = "DurationMilliSeconds<u64>")]
-    pub timeout: Duration,
-    /// Attempts per message before it is given up (its changes stay in `GET /v1/changes`).
-    #[serde(default = "default_attempts")]
-    pub max_attempts: u32,
-}
-
-fn default_timeout() -> Duration {
-    Duration::from_millis(5_000)
-}
-
-fn default_attempts() -> u32 {
-    12
-}
-
 impl ChangesConfig {
     /// Whether any plan is watched.
     pub fn enabled(&self) -> bool {
@@ -150,7 +118,7 @@ impl ChangesConfig {
         );
         range("keep_days", self.keep_days.into(), 1, 400);
         if let Some(hook) = &self.webhook {
-            out.extend(hook.problems(listeners));
+            out.extend(hook.problems("gateway.changes.webhook", listeners));
         }
         out
     }
@@ -158,7 +126,7 @@ impl ChangesConfig {
     /// Makes relative paths relative to `base` (the config file's folder).
     pub fn resolve_paths(&mut self, base: &Path) {
         if let Some(hook) = &mut self.webhook {
-            hook.secret_file = base.join(&hook.secret_file);
+            hook.resolve_paths(base);
         }
         if let Some(f) = &mut self.file {
             *f = base.join(&*f);
@@ -180,38 +148,6 @@ impl ChangesConfig {
         self.watch_days
             .get(plan)
             .map(|d| Duration::from_secs(u64::from(*d) * 86_400))
-    }
-}
-
-impl WebhookConfig {
-    fn problems(&self, listeners: &[Listener]) -> Vec<String> {
-        let at = "gateway.changes.webhook";
-        let mut out = Vec::new();
-        out.extend(url_problem(at, &self.url, &self.policy(listeners)));
-        let ms = crate::infra::units::ms(self.timeout);
-        if !(100..=60_000).contains(&ms) {
-            out.push(format!("{at}.timeout_ms: {ms} is outside 100..=60000"));
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            out.push(format!(
-                "{at}.max_attempts: {} is outside 1..=100",
-                self.max_attempts
-            ));
-        }
-        out
-    }
-
-    /// Where messages may go: as for quota alerts.
-    pub fn policy(&self, listeners: &[Listener]) -> Policy {
-        Policy {
-            allow_private: self.allow_private,
-            listeners: listeners.to_vec(),
-        }
-    }
-
-    /// The secret: the file's first line, trimmed, at least 16 bytes.
-    pub fn read_secret(&self) -> Result<Vec<u8>, String> {
-        read_secret_file("gateway.changes.webhook.secret_file", &self.secret_file)
     }
 }
 

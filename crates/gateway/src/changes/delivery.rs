@@ -1,37 +1,34 @@
-//! Each project's messages, delivered by a task of its own off the service's loop (one at a
-//! time a project, [`AT_ONCE`] at most in all): a receiver that never answers one project's
-//! messages holds up that project alone, not the intake, the passes or another project's
-//! messages. A message is made from the store once the project's sender lease is taken, never
-//! kept across a backoff: what another gateway delivered meanwhile is not sent again.
+//! Each project's messages, made by a task of its own off the service's loop (one at a time a
+//! project, [`AT_ONCE`] at most in all) and handed to the webhook engine, one per destination
+//! (the operator's `gateway.changes.webhook`, the project's own webhooks for
+//! `verdict.changed`), which delivers them, retried across restarts. A message is made from the
+//! store once the project's sender lease is taken: what another gateway handed over meanwhile is
+//! not made again, and a message made twice (a crash between the hand-over and the sent mark)
+//! has the same key and is delivered once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use drg_webhook::{Message, Sender};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::store::ChangeStore;
 use super::{ChangesError, Counters};
-use crate::access::quota::alerts::deliver::{self, AttemptError};
+use crate::access::quota::alerts::service::Subscribers;
 
-/// Deliveries running at once at most: each holds a blocking thread while it posts (up to
-/// `timeout_ms`); beyond, a project's delivery waits for a slot.
+/// Hand-overs running at once at most (each a few store calls and one outbox write).
 pub const AT_ONCE: usize = 16;
+/// The topic of the changes' messages.
+pub const TOPIC: &str = "verdict.changed";
 
-/// Where messages go: the receiver, its secret and the client.
-pub struct Webhook {
-    pub url: String,
-    pub secret: Vec<u8>,
-    pub agent: ureq::Agent,
-    pub max_attempts: u32,
-    pub timeout: Duration,
-}
-
-/// What every delivery needs, shared by the tasks.
+/// What every hand-over needs, shared by the tasks.
 pub struct Courier {
     pub store: Arc<dyn ChangeStore>,
-    pub hook: Webhook,
+    /// The webhook engine, and who receives a project's messages.
+    pub sender: Sender,
+    pub subscribers: Arc<dyn Subscribers>,
     pub counters: Arc<Counters>,
     /// This gateway's name in the sender leases.
     pub holder: String,
@@ -41,26 +38,15 @@ pub struct Courier {
     pub quiet: i64,
 }
 
-/// A project's delivery between attempts: how many failed, when it may be tried again, and the
-/// last id the failed message covered (a retry covers the same changes, so it carries the same
-/// `X-Change-Id` and bytes unless another gateway sent some of them meanwhile).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Delivery {
-    attempts: u32,
-    next: Option<Instant>,
-    upto: Option<u64>,
-}
+/// A hand-over's end: its project and what went wrong with the store.
+type Finished = (String, Result<(), ChangesError>);
 
-/// A delivery's end: its project, its state for the next attempt, what went wrong with the store.
-type Finished = (String, Delivery, Result<(), ChangesError>);
-
-/// The deliveries of every project: those running and those waiting for their next attempt.
+/// The hand-overs of every project that run.
 pub struct Deliveries {
     courier: Arc<Courier>,
     slots: Arc<Semaphore>,
-    waiting: HashMap<String, Delivery>,
     running: JoinSet<Finished>,
-    /// The projects whose delivery runs, and its task.
+    /// The projects whose hand-over runs, and its task.
     busy: HashMap<String, tokio::task::Id>,
 }
 
@@ -69,7 +55,6 @@ impl Deliveries {
         Deliveries {
             courier: Arc::new(courier),
             slots: Arc::new(Semaphore::new(AT_ONCE)),
-            waiting: HashMap::new(),
             running: JoinSet::new(),
             busy: HashMap::new(),
         }
@@ -79,35 +64,27 @@ impl Deliveries {
         self.courier.send_interval
     }
 
-    /// Starts a delivery for each of `projects` that has none running and is not waiting out a
-    /// backoff.
+    /// Starts a hand-over for each of `projects` that has none running.
     pub fn start(&mut self, projects: Vec<String>) {
-        let now = Instant::now();
         for project in projects {
             if self.busy.contains_key(&project) {
                 continue;
             }
-            let d = self.waiting.get(&project).copied().unwrap_or_default();
-            if d.next.is_some_and(|n| now < n) {
-                continue;
-            }
-            self.waiting.remove(&project);
             let (courier, slots) = (self.courier.clone(), self.slots.clone());
             let name = project.clone();
             let task = self.running.spawn(async move {
-                let mut d = d;
                 // Closed at shutdown: what has not started by then is not started.
                 let outcome = match slots.acquire_owned().await {
-                    Ok(_slot) => courier.send_one(&name, &mut d).await,
+                    Ok(_slot) => courier.send_one(&name).await,
                     Err(_) => Ok(()),
                 };
-                (name, d, outcome)
+                (name, outcome)
             });
             self.busy.insert(project, task.id());
         }
     }
 
-    /// Takes in the deliveries that ended; returns the store failures among them.
+    /// Takes in the hand-overs that ended; returns the store failures among them.
     pub fn reap(&mut self) -> Vec<(String, ChangesError)> {
         let mut failed = Vec::new();
         while let Some(done) = self.running.try_join_next() {
@@ -116,9 +93,8 @@ impl Deliveries {
         failed
     }
 
-    /// At shutdown: no delivery starts any more; those posting get up to `within` to finish
-    /// (and record their sent marks), then are dropped (another gateway, or the next start,
-    /// sends their changes again: receivers deduplicate on the ids).
+    /// At shutdown: no hand-over starts any more; those running get up to `within` to finish,
+    /// then are dropped (the next start, or another gateway, makes their message again).
     pub async fn finish(&mut self, within: Duration) -> Vec<(String, ChangesError)> {
         self.slots.close();
         let mut failed = Vec::new();
@@ -136,19 +112,16 @@ impl Deliveries {
         done: Result<Finished, tokio::task::JoinError>,
         failed: &mut Vec<(String, ChangesError)>,
     ) {
-        let (project, d, outcome) = match done {
+        let (project, outcome) = match done {
             Ok(done) => done,
             // A task that panicked or was stopped: its project is free again.
             Err(e) => {
-                log::warn!("verdict changes: a delivery ended early: {e}");
+                log::warn!("verdict changes: a hand-over ended early: {e}");
                 self.busy.retain(|_, task| *task != e.id());
                 return;
             }
         };
         self.busy.remove(&project);
-        if d.attempts > 0 {
-            self.waiting.insert(project.clone(), d);
-        }
         if let Err(e) = outcome {
             failed.push((project, e));
         }
@@ -156,9 +129,10 @@ impl Deliveries {
 }
 
 impl Courier {
-    /// One attempt for `project`: under its lease, a message made from the store now.
-    async fn send_one(&self, project: &str, d: &mut Delivery) -> Result<(), ChangesError> {
-        let ttl = self.hook.timeout * 2 + self.send_interval;
+    /// One hand-over for `project`: under its lease, a message made from the store now, handed
+    /// to the engine for each destination, then the sent mark moved past it.
+    async fn send_one(&self, project: &str) -> Result<(), ChangesError> {
+        let ttl = self.send_interval * 2 + Duration::from_secs(10);
         // Nothing unsent: no lease taken (a write per project and interval otherwise).
         let sent = self.store.sent_upto(project).await?;
         if self
@@ -167,96 +141,46 @@ impl Courier {
             .await?
             .is_empty()
         {
-            *d = Delivery::default();
             return Ok(());
         }
         if !self.store.lease(project, &self.holder, ttl).await? {
             return Ok(());
         }
         // Made after the lease was taken: the sent mark another gateway left is seen.
-        let Some(message) = self.message(project, d.upto).await? else {
-            *d = Delivery::default();
+        let Some(message) = self.message(project).await? else {
             return Ok(());
         };
-        if d.attempts == 0 {
-            Counters::add(&self.counters.withdrawn, message.cancelled);
-        }
-        let outcome = self.post(&message).await;
-        self.settle(project, d, &message, outcome, ttl).await
-    }
-
-    /// Records what an attempt did: delivered or given up (the sent mark moves), or failed (the
-    /// next attempt after the backoff, the lease kept through it).
-    async fn settle(
-        &self,
-        project: &str,
-        d: &mut Delivery,
-        message: &Outgoing,
-        outcome: Result<(), AttemptError>,
-        ttl: Duration,
-    ) -> Result<(), ChangesError> {
-        let id = &message.id;
-        match outcome {
-            Ok(()) => {
-                self.store.mark_sent(project, message.last_id).await?;
-                Counters::add(&self.counters.messages_sent, 1);
-                *d = Delivery::default();
-                let total = message.total;
-                log::info!("verdict changes: project {project} told of {total} change(s) ({id})");
-            }
-            Err(e) => {
-                Counters::add(&self.counters.attempt_errors, 1);
-                d.attempts += 1;
-                let refused = matches!(e, AttemptError::Refused(_));
-                if refused || d.attempts >= self.hook.max_attempts {
-                    // Given up: the changes stay readable through `GET /v1/changes`.
-                    self.store.mark_sent(project, message.last_id).await?;
-                    Counters::add(&self.counters.messages_failed, 1);
-                    log::warn!(
-                        "verdict changes: message {id} of project {project} given up after {} attempt(s): {e}",
-                        d.attempts
-                    );
-                    *d = Delivery::default();
-                } else {
-                    let wait = deliver::backoff(d.attempts - 1);
-                    d.next = Some(Instant::now() + wait);
-                    d.upto = Some(message.last_id);
-                    // The lease is kept through the wait: another gateway does not retry at
-                    // once with its own count (the backoff holds across gateways).
-                    self.store.lease(project, &self.holder, wait + ttl).await?;
-                    log::warn!(
-                        "verdict changes: message {id} of project {project}: attempt {} failed: {e}",
-                        d.attempts
-                    );
-                }
-            }
-        }
+        Counters::add(&self.counters.withdrawn, message.cancelled);
+        let messages: Vec<Message> = self
+            .subscribers
+            .destinations(project, TOPIC)
+            .into_iter()
+            .map(|destination| Message {
+                key: format!("{TOPIC}:{project}:{}:{destination}", message.id),
+                topic: TOPIC.to_owned(),
+                label: "verdict changes message".to_owned(),
+                // One project's messages in order; another project's beside them.
+                lane: format!("{destination}|{project}"),
+                destination,
+                id_header: "X-Change-Id".to_owned(),
+                id: message.id.clone(),
+                body: message.body.clone(),
+            })
+            .collect();
+        self.sender
+            .send(messages)
+            .await
+            .map_err(|e| ChangesError::Other(e.to_string()))?;
+        self.store.mark_sent(project, message.last_id).await?;
+        let (id, total) = (&message.id, message.total);
+        log::info!("verdict changes: project {project}: {total} change(s) handed over ({id})");
         Ok(())
     }
 
-    /// The POST, on a blocking thread (ureq).
-    async fn post(&self, message: &Outgoing) -> Result<(), AttemptError> {
-        let hook = &self.hook;
-        let (agent, url, secret) = (hook.agent.clone(), hook.url.clone(), hook.secret.clone());
-        let (id, body) = (message.id.clone(), message.body.clone());
-        tokio::task::spawn_blocking(move || {
-            deliver::post(&agent, &url, ("X-Change-Id", &id), &body, &secret)
-        })
-        .await
-        .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())))
-    }
-
-    /// The message of `project`'s unsent changes up to `upto` (all of them: `None`), if any.
-    async fn message(
-        &self,
-        project: &str,
-        upto: Option<u64>,
-    ) -> Result<Option<Outgoing>, ChangesError> {
+    /// The message of `project`'s unsent changes, if any.
+    async fn message(&self, project: &str) -> Result<Option<Outgoing>, ChangesError> {
         let sent = self.store.sent_upto(project).await?;
-        let pending = self
-            .store
-            .pending(project, sent, upto.unwrap_or(u64::MAX))
-            .await?;
+        let pending = self.store.pending(project, sent, u64::MAX).await?;
         if pending.total == 0 {
             return Ok(None);
         }
@@ -279,7 +203,7 @@ impl Courier {
 struct Outgoing {
     id: String,
     body: String,
-    /// The last change id it covers: the sent mark once it is delivered or given up.
+    /// The last change id it covers: the sent mark once it is handed over.
     last_id: u64,
     total: u64,
     /// Changes left out because they cancel out (counted at a message's first attempt).

@@ -13,13 +13,12 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::delivery::{Courier, Deliveries, Webhook};
+use super::delivery::{Courier, Deliveries};
 use super::judge::{Basis, Judge};
 use super::store::{ChangeStore, Proposed, Recorded};
 use super::{ChangesConfig, Counters, Seen, Told, Watch, CHANNEL};
 use crate::access::keys::KeyStore;
-use crate::access::quota::alerts::deliver;
-use crate::access::quota::alerts::destination::Listener;
+use crate::access::quota::alerts::service::Subscribers;
 use crate::domain::table::DomainTable;
 
 /// How often the loop looks at its work.
@@ -44,13 +43,14 @@ pub struct ChangesService {
     courier: Mutex<Option<Courier>>,
 }
 
-/// Builds the call writer's side and the service.
+/// Builds the call writer's side and the service; `webhooks`: the engine and who receives a
+/// project's changes (`None`: nobody is told, the changes are read through `/v1/changes`).
 pub fn build(
     config: &ChangesConfig,
     store: Arc<dyn ChangeStore>,
     judge: Judge,
     keys: Arc<ArcSwap<KeyStore>>,
-    listeners: &[Listener],
+    webhooks: Option<(drg_webhook::Sender, Arc<dyn Subscribers>)>,
     counters: Arc<Counters>,
 ) -> Result<(Watch, ChangesService), String> {
     let holder = format!(
@@ -58,24 +58,16 @@ pub fn build(
         getrandom::u64().unwrap_or_default(),
         getrandom::u64().unwrap_or_default()
     );
-    let courier = match &config.webhook {
-        Some(hook) => Some(Courier {
-            store: store.clone(),
-            hook: Webhook {
-                url: hook.url.clone(),
-                secret: hook.read_secret()?,
-                agent: deliver::agent(hook.timeout, hook.policy(listeners)),
-                max_attempts: hook.max_attempts,
-                timeout: hook.timeout,
-            },
-            counters: counters.clone(),
-            holder,
-            send_interval: config.send_interval,
-            max_per_message: config.max_per_message,
-            quiet: i64::from(config.quiet_hours) * 3_600,
-        }),
-        None => None,
-    };
+    let courier = webhooks.map(|(sender, subscribers)| Courier {
+        store: store.clone(),
+        sender,
+        subscribers,
+        counters: counters.clone(),
+        holder,
+        send_interval: config.send_interval,
+        max_per_message: config.max_per_message,
+        quiet: i64::from(config.quiet_hours) * 3_600,
+    });
     let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL);
     let watch = Watch {
         tx,

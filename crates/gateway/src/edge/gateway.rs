@@ -81,6 +81,8 @@ pub struct Gateway {
     keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
     /// `/v1/overrides`; its routes answer 404 when `None` (an embedding host without them).
     overrides: Option<Arc<crate::account::overrides::Overrides>>,
+    /// `/v1/webhooks`; its routes answer 404 when `None` (`gateway.webhooks` unset).
+    webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
     /// `/v1/reports`; as `overrides`.
     reports: Option<Arc<crate::account::verdict_reports::Reports>>,
     /// The audit trail (`GET /v1/audit`, and what the changing routes append); as `overrides`.
@@ -177,6 +179,7 @@ impl Gateway {
             top_live: None,
             keys_api: None,
             overrides: None,
+            webhooks: None,
             reports: None,
             audit: None,
             relay: None,
@@ -205,6 +208,15 @@ impl Gateway {
     /// Serves `/v1/overrides` from `overrides`.
     pub fn with_overrides(mut self, overrides: Arc<crate::account::overrides::Overrides>) -> Self {
         self.overrides = Some(overrides);
+        self
+    }
+
+    /// Serves `/v1/webhooks` from `webhooks` (`None`: those routes answer 404).
+    pub fn with_webhooks(
+        mut self,
+        webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
+    ) -> Self {
+        self.webhooks = webhooks;
         self
     }
 

@@ -26,7 +26,7 @@ pub fn json() -> Result<Bytes, OpenApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::route::{route, KeysCall, OverridesCall, Route};
+    use crate::edge::route::{route, KeysCall, OverridesCall, Route, WebhooksCall};
     use http::Method;
 
     fn document() -> serde_json::Value {
@@ -51,6 +51,8 @@ mod tests {
             Route::Keys(_) => Some("/v1/keys"),
             Route::Overrides(OverridesCall::List { .. }) => Some("/v1/overrides"),
             Route::Overrides(_) => Some("/v1/overrides/{domain}"),
+            Route::Webhooks(WebhooksCall::Delete { .. }) => Some("/v1/webhooks/{id}"),
+            Route::Webhooks(_) => Some("/v1/webhooks"),
             Route::Reports { .. } => Some("/v1/reports"),
             Route::Audit { .. } => Some("/v1/audit"),
             Route::OpenApi => Some("/v1/openapi.json"),
@@ -93,10 +95,11 @@ mod tests {
                     .any(|m| item[*m].is_object()),
                 "{template} has no operation"
             );
-            // Revoking and rotating a key and the overrides need a server key, which browsers
-            // never hold: no preflight.
+            // Revoking and rotating a key, the overrides and the webhooks need a server key,
+            // which browsers never hold: no preflight.
             let server_only = template.starts_with("/v1/keys/")
                 || template.starts_with("/v1/overrides")
+                || template.starts_with("/v1/webhooks")
                 || template == "/v1/reports";
             if template.starts_with("/v1/") && !server_only {
                 assert_eq!(
@@ -134,6 +137,8 @@ mod tests {
                 limit: 1,
             }),
             Route::Overrides(OverridesCall::Delete { domain: "" }),
+            Route::Webhooks(WebhooksCall::Create),
+            Route::Webhooks(WebhooksCall::Delete { id: "" }),
             Route::Reports { post: true },
             Route::Audit {
                 cursor: None,

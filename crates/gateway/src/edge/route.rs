@@ -45,6 +45,8 @@ pub enum Route<'a> {
     Keys(KeysCall<'a>),
     /// `/v1/overrides[/{domain}]`: the project's own verdicts (not counted).
     Overrides(OverridesCall<'a>),
+    /// `/v1/webhooks[/{id}]`: the project's own webhooks (not counted).
+    Webhooks(WebhooksCall<'a>),
     /// `GET /v1/reports` (the project's reports) or `POST /v1/reports` (a small JSON body: a
     /// new report), not counted.
     Reports { post: bool },
@@ -92,6 +94,64 @@ pub enum OverridesCall<'a> {
     Put { domain: &'a str },
     /// `DELETE /v1/overrides/{domain}`; the name is still percent-encoded.
     Delete { domain: &'a str },
+}
+
+/// What a `/v1/webhooks` request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhooksCall<'a> {
+    /// `GET /v1/webhooks[?cursor=ID&limit=N]`; the cursor is percent-decoded.
+    List {
+        cursor: Option<Cow<'a, str>>,
+        limit: usize,
+    },
+    /// `POST /v1/webhooks` (a small JSON body).
+    Create,
+    /// `DELETE /v1/webhooks/{id}`; the id is still percent-encoded.
+    Delete { id: &'a str },
+}
+
+/// The collection of a project's webhooks: `GET` and `POST`.
+pub const WEBHOOKS_PATH: &str = "/v1/webhooks";
+/// Where one webhook is: `DELETE` on `/v1/webhooks/{id}`.
+pub const WEBHOOKS_ITEM_PREFIX: &str = "/v1/webhooks/";
+
+/// `/v1/webhooks` and `/v1/webhooks/{id}`. No preflight: they need a server key, which a
+/// browser never holds.
+fn webhooks_route<'a>(
+    method: &Method,
+    path: &'a str,
+    query: Option<&'a str>,
+) -> Result<Route<'a>, RouteError> {
+    if path == WEBHOOKS_PATH {
+        return match *method {
+            Method::GET => {
+                let limit = limit(
+                    query,
+                    QueryOf::Webhooks,
+                    crate::account::webhooks::api::DEFAULT_LIMIT,
+                    crate::account::webhooks::api::MAX_LIMIT,
+                )?;
+                let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
+                if cursor.as_ref().is_some_and(|c| c.len() > 64) {
+                    return Err(RouteError::BadQuery(
+                        QueryOf::Webhooks,
+                        "cursor is not one this API gave (use next_cursor of the previous page)"
+                            .into(),
+                    ));
+                }
+                Ok(Route::Webhooks(WebhooksCall::List { cursor, limit }))
+            }
+            Method::POST => Ok(Route::Webhooks(WebhooksCall::Create)),
+            _ => Err(RouteError::MethodNotAllowed { allow: "GET, POST" }),
+        };
+    }
+    match path.strip_prefix(WEBHOOKS_ITEM_PREFIX) {
+        Some(id) if !id.is_empty() && !id.contains('/') => match *method {
+            Method::DELETE => Ok(Route::Webhooks(WebhooksCall::Delete { id })),
+            _ => Err(RouteError::MethodNotAllowed { allow: "DELETE" }),
+        },
+        _ => Err(RouteError::NotFound),
+    }
 }
 
 /// A project's reports to the operator.
@@ -211,6 +271,7 @@ pub enum QueryOf {
     Logs,
     Changes,
     Overrides,
+    Webhooks,
     Audit,
 }
 
@@ -258,6 +319,11 @@ pub fn route<'a>(
         && (path.len() == OVERRIDES_PATH.len() || path[OVERRIDES_PATH.len()..].starts_with('/'))
     {
         return overrides_route(method, path, query);
+    }
+    if path.starts_with(WEBHOOKS_PATH)
+        && (path.len() == WEBHOOKS_PATH.len() || path[WEBHOOKS_PATH.len()..].starts_with('/'))
+    {
+        return webhooks_route(method, path, query);
     }
     if path == BATCH_PATH {
         return batch_route(method, query);
@@ -468,6 +534,9 @@ pub fn class_of(routed: &Result<Route<'_>, RouteError>) -> RouteClass {
         Ok(Route::Overrides(_)) | Err(RouteError::BadQuery(QueryOf::Overrides, _)) => {
             RouteClass::Overrides
         }
+        Ok(Route::Webhooks(_)) | Err(RouteError::BadQuery(QueryOf::Webhooks, _)) => {
+            RouteClass::Webhooks
+        }
         Ok(Route::Reports { .. }) => RouteClass::Reports,
         Ok(Route::Audit { .. }) | Err(RouteError::BadQuery(QueryOf::Audit, _)) => RouteClass::Audit,
         Ok(Route::OpenApi) => RouteClass::OpenApi,
@@ -517,6 +586,49 @@ mod tests {
         ));
         for p in ["/v1/overrides/", "/v1/overrides/a/b", "/v1/overridesx"] {
             assert!(route(&Method::PUT, p, None).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn webhooks_are_listed_made_and_removed() {
+        assert_eq!(
+            get("/v1/webhooks", Some("limit=5&cursor=wh_1")),
+            Ok(Route::Webhooks(WebhooksCall::List {
+                cursor: Some("wh_1".into()),
+                limit: 5
+            }))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1/webhooks", None),
+            Ok(Route::Webhooks(WebhooksCall::Create))
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/v1/webhooks/wh_1", None),
+            Ok(Route::Webhooks(WebhooksCall::Delete { id: "wh_1" }))
+        );
+        assert!(matches!(
+            get("/v1/webhooks", Some("limit=1001")),
+            Err(RouteError::BadQuery(QueryOf::Webhooks, _))
+        ));
+        for (method, path) in [
+            (Method::OPTIONS, "/v1/webhooks"),
+            (Method::PUT, "/v1/webhooks"),
+            (Method::GET, "/v1/webhooks/wh_1"),
+        ] {
+            assert!(
+                matches!(
+                    route(&method, path, None),
+                    Err(RouteError::MethodNotAllowed { .. })
+                ),
+                "{method} {path}"
+            );
+        }
+        for p in ["/v1/webhooks/", "/v1/webhooks/a/b", "/v1/webhooksx"] {
+            assert_eq!(
+                route(&Method::DELETE, p, None),
+                Err(RouteError::NotFound),
+                "{p}"
+            );
         }
     }
 

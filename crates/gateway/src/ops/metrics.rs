@@ -54,6 +54,8 @@ pub enum RouteClass {
     Keys,
     /// `/v1/overrides`.
     Overrides,
+    /// `/v1/webhooks`.
+    Webhooks,
     /// `/v1/reports`.
     Reports,
     /// `GET /v1/audit`.
@@ -71,7 +73,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 19] = [
+    pub const ALL: [RouteClass; 20] = [
         RouteClass::Domain,
         RouteClass::Batch,
         RouteClass::TopDomains,
@@ -82,6 +84,7 @@ impl RouteClass {
         RouteClass::Changes,
         RouteClass::Keys,
         RouteClass::Overrides,
+        RouteClass::Webhooks,
         RouteClass::Reports,
         RouteClass::Audit,
         RouteClass::OpenApi,
@@ -105,6 +108,7 @@ impl RouteClass {
             RouteClass::Changes => "changes",
             RouteClass::Keys => "keys",
             RouteClass::Overrides => "overrides",
+            RouteClass::Webhooks => "webhooks",
             RouteClass::Reports => "reports",
             RouteClass::Audit => "audit",
             RouteClass::OpenApi => "openapi",

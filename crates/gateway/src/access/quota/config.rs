@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
 use crate::access::quota::alerts::config::AlertsConfig;
-use crate::access::quota::alerts::destination::Listener;
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::units::ms;
+use drg_webhook::guard::Listener;
 
 /// The quota store.
 #[serde_as]

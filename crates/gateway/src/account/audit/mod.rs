@@ -38,7 +38,8 @@ pub struct Entry {
     pub action: String,
     /// What it changed: a key id, a domain, a report or webhook id.
     pub target: String,
-    /// More, when there is more to say (an override's verdict, a rotation's successor).
+    /// More, when there is more to say (an override's verdict, a rotation's successor, a
+    /// webhook's host).
     #[serde(default)]
     pub detail: String,
 }
@@ -173,12 +174,10 @@ pub fn entry_of(what: Change<'_>, answer: &Answer, key_id: &str, at: String) -> 
         }
         Change::WebhookCreated if ok => {
             let b = body()?;
+            // The host only: a webhook URL's path or query may hold a token.
             let url = b["url"].as_str().unwrap_or_default();
-            (
-                "webhook.created",
-                b["id"].as_str()?.to_owned(),
-                url.to_owned(),
-            )
+            let host = crate::account::webhooks::body::host_of(url).unwrap_or_default();
+            ("webhook.created", b["id"].as_str()?.to_owned(), host)
         }
         Change::WebhookRemoved(id) if ok => ("webhook.removed", id.to_owned(), String::new()),
         _ => return None,
@@ -209,3 +208,38 @@ pub enum Change<'a> {
 
 /// The trail, shared by the routes that append to it.
 pub type SharedAudit = Arc<Audit>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_webhook_made_is_recorded_with_its_host_only() {
+        let body = serde_json::json!({
+            "id": "wh_0123456789abcdef",
+            "url": "https://hooks.example.com/in/T0K3N?sig=s3cret",
+            "secret": "whsec_00",
+        });
+        let made = Answer::json(StatusCode::CREATED, &body);
+        let e = entry_of(Change::WebhookCreated, &made, "server", "t".into()).unwrap();
+        assert_eq!(
+            (e.action.as_str(), e.target.as_str(), e.detail.as_str()),
+            (
+                "webhook.created",
+                "wh_0123456789abcdef",
+                "hooks.example.com"
+            )
+        );
+        let refused = Answer::from(ApiError::Validation("url".into()));
+        assert_eq!(
+            entry_of(Change::WebhookCreated, &refused, "server", "t".into()),
+            None
+        );
+        let gone = Answer::raw(StatusCode::NO_CONTENT, bytes::Bytes::new());
+        let e = entry_of(Change::WebhookRemoved("wh_1"), &gone, "server", "t".into()).unwrap();
+        assert_eq!(
+            (e.action.as_str(), e.target.as_str()),
+            ("webhook.removed", "wh_1")
+        );
+    }
+}

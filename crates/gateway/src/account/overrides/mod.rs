@@ -22,25 +22,9 @@ use crate::answer::{error_answer, Answer, ApiError};
 use crate::domain::overrides::{Override, OverrideSet, OverrideVerdict};
 use crate::domain::DomainName;
 use crate::infra::records::replica::Replica;
-use crate::infra::records::{Put, Record};
+use crate::infra::records::Put;
 
-impl Record for Override {
-    fn project(&self) -> &str {
-        &self.project
-    }
-    fn key(&self) -> &str {
-        &self.domain
-    }
-    fn stamp(&self) -> u64 {
-        self.stamp
-    }
-    fn removed(&self) -> bool {
-        self.removed
-    }
-    fn writer(&self) -> &str {
-        &self.set_by
-    }
-}
+crate::record_fields!(Override, key: domain, writer: set_by);
 
 /// Longest `note`, in characters.
 pub const MAX_NOTE_CHARS: usize = 500;

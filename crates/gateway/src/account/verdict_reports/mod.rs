@@ -27,7 +27,7 @@ use crate::access::keys::KeyEntry;
 use crate::answer::{error_answer, Answer, ApiError};
 use crate::domain::DomainName;
 use crate::infra::records::replica::Replica;
-use crate::infra::records::{Merged, Put, Record};
+use crate::infra::records::{Merged, Put};
 pub use config::ReportsConfig;
 
 /// Longest `note`, in characters.
@@ -74,23 +74,7 @@ pub struct Report {
     pub removed: bool,
 }
 
-impl Record for Report {
-    fn project(&self) -> &str {
-        &self.project
-    }
-    fn key(&self) -> &str {
-        &self.id
-    }
-    fn stamp(&self) -> u64 {
-        self.stamp
-    }
-    fn removed(&self) -> bool {
-        self.removed
-    }
-    fn writer(&self) -> &str {
-        &self.reported_by
-    }
-}
+crate::record_fields!(Report, key: id, writer: reported_by);
 
 /// A report as the API shows it.
 #[derive(Debug, Serialize)]

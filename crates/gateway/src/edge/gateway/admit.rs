@@ -13,7 +13,7 @@ use crate::access::policy::{Limit, Refusal};
 use crate::access::quota::Usage;
 use crate::access::{decide_remembering, Rejection};
 use crate::answer::{Answer, ApiError};
-use crate::edge::route::{KeysCall, OverridesCall, Route};
+use crate::edge::route::{KeysCall, OverridesCall, Route, WebhooksCall};
 use crate::ops::metrics::Denial;
 use crate::ops::trace::Kind;
 
@@ -97,6 +97,7 @@ impl Gateway {
                 | Route::Changes { .. }
                 | Route::Keys(_)
                 | Route::Overrides(_)
+                | Route::Webhooks(_)
                 | Route::Reports { .. }
                 | Route::Audit { .. }
         ) {
@@ -290,6 +291,9 @@ fn server_key_route(route: &Route<'_>) -> Option<&'static str> {
         Route::Overrides(OverridesCall::List { .. }) => Some("GET /v1/overrides"),
         Route::Overrides(OverridesCall::Put { .. }) => Some("PUT /v1/overrides/{domain}"),
         Route::Overrides(OverridesCall::Delete { .. }) => Some("DELETE /v1/overrides/{domain}"),
+        Route::Webhooks(WebhooksCall::List { .. }) => Some("GET /v1/webhooks"),
+        Route::Webhooks(WebhooksCall::Create) => Some("POST /v1/webhooks"),
+        Route::Webhooks(WebhooksCall::Delete { .. }) => Some("DELETE /v1/webhooks/{id}"),
         Route::Reports { post: false } => Some("GET /v1/reports"),
         Route::Reports { post: true } => Some("POST /v1/reports"),
         Route::Audit { .. } => Some("GET /v1/audit"),

@@ -16,9 +16,10 @@ use crate::account::keys_api::KeysOp;
 use crate::account::overrides::OverridesOp;
 use crate::account::reports::Features;
 use crate::account::routes::{Account, AccountRoute};
+use crate::account::webhooks::WebhooksOp;
 use crate::answer::{Answer, ApiError};
 use crate::domain::target::screen_target;
-use crate::edge::route::{route, KeysCall, OverridesCall, Route, RouteError};
+use crate::edge::route::{route, KeysCall, OverridesCall, Route, RouteError, WebhooksCall};
 use crate::edge::{bodies, cors};
 use crate::ops::lifecycle::Phase;
 
@@ -91,6 +92,7 @@ impl Gateway {
             Route::Keys(call) => Some(self.keys(keys_op(call), session, ctx).await),
             // The call is made owned (it borrows the request's header) before the body is read.
             Route::Overrides(call) => Some(self.overrides(overrides_op(call), session, ctx).await),
+            Route::Webhooks(call) => Some(self.webhooks(webhooks_op(call), session, ctx).await),
             Route::Reports { post } => Some(self.reports(post, session, ctx).await),
             Route::Audit { cursor, limit } => Some(match (&self.audit, &ctx.principal) {
                 (Some(audit), Some(p)) => {
@@ -136,6 +138,10 @@ impl Gateway {
             _ if path.starts_with(crate::edge::route::OVERRIDES_ITEM_PREFIX) => {
                 crate::account::overrides::MAX_BODY_BYTES
             }
+            // Also while off: the route's 404 comes after routing, as `/v1/keys`' does.
+            _ if path == crate::edge::route::WEBHOOKS_PATH => {
+                crate::account::webhooks::api::MAX_BODY_BYTES
+            }
             _ if path == crate::edge::route::REPORTS_PATH => {
                 crate::account::verdict_reports::MAX_BODY_BYTES
             }
@@ -178,6 +184,10 @@ impl Gateway {
         if matches!(route, Route::Logs { .. } | Route::Stats) && self.calls.is_none() {
             return Err(ApiError::NotFound.into());
         }
+        // `gateway.webhooks` unset: as if the routes did not exist.
+        if matches!(route, Route::Webhooks(_)) && self.webhooks.is_none() {
+            return Err(ApiError::NotFound.into());
+        }
         // Verdict changes off (no plan watched): as if the route did not exist.
         if matches!(route, Route::Changes { .. }) && self.changes.is_none() {
             return Err(ApiError::NotFound.into());
@@ -195,9 +205,7 @@ impl Gateway {
             keys: self.keys_api.as_ref().is_some_and(|a| a.config.enabled),
             overrides: self.overrides.is_some(),
             reports: self.reports.is_some(),
-            // `/v1/webhooks` is not served yet: its route 404s (tests/dashboard.rs checks every
-            // part here against its routes).
-            webhooks: false,
+            webhooks: self.webhooks.is_some(),
             audit: self.audit.is_some(),
         }
     }
@@ -339,6 +347,46 @@ impl Gateway {
         self.audited(ctx, change, answer).await
     }
 
+    /// A `/v1/webhooks` call for the caller's project, a `POST`'s body read (bounded in size
+    /// and time).
+    async fn webhooks(
+        &self,
+        op: Result<WebhooksOp, ApiError>,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Answer {
+        let (Some(api), Some(key)) = (
+            &self.webhooks,
+            ctx.principal.as_ref().map(|p| p.key.clone()),
+        ) else {
+            return ApiError::NotFound.into();
+        };
+        let op = match op {
+            Ok(WebhooksOp::Create(_)) => {
+                let limit = crate::account::webhooks::api::MAX_BODY_BYTES;
+                let wait = self.h2_body_wait;
+                (self.read_body(session, ctx, limit, wait).await).map(WebhooksOp::Create)
+            }
+            other => other,
+        };
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return e.into(),
+        };
+        let id = match &op {
+            WebhooksOp::Delete { id } => id.clone(),
+            _ => String::new(),
+        };
+        let change = match &op {
+            WebhooksOp::Create(_) => Some(Change::WebhookCreated),
+            WebhooksOp::Delete { .. } => Some(Change::WebhookRemoved(&id)),
+            WebhooksOp::List { .. } => None,
+        };
+        let now = self.shared.clock.now().timestamp();
+        let answer = api.answer(op, &key, now).await;
+        self.audited(ctx, change, answer).await
+    }
+
     /// `/v1/reports` for the caller's project: its reports, or (`post`) a new one, its body
     /// read bounded in size and time.
     async fn reports(&self, post: bool, session: &mut Session, ctx: &mut RequestCtx) -> Answer {
@@ -411,6 +459,21 @@ fn overrides_op(call: OverridesCall<'_>) -> Result<OverridesOp, ApiError> {
         OverridesCall::Put { domain } => OverridesOp::Put {
             domain: owned(domain)?,
             body: Bytes::new(),
+        },
+    })
+}
+
+/// A `/v1/webhooks` call as the handler takes it: the id decoded, a `POST`'s body not read yet
+/// (empty).
+fn webhooks_op(call: WebhooksCall<'_>) -> Result<WebhooksOp, ApiError> {
+    Ok(match call {
+        WebhooksCall::List { cursor, limit } => WebhooksOp::List {
+            cursor: cursor.map(std::borrow::Cow::into_owned),
+            limit,
+        },
+        WebhooksCall::Create => WebhooksOp::Create(Bytes::new()),
+        WebhooksCall::Delete { id } => WebhooksOp::Delete {
+            id: decode(id)?.into_owned(),
         },
     })
 }

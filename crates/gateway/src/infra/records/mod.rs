@@ -33,6 +33,31 @@ pub trait Record: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     }
 }
 
+/// Implements [`Record`] for a struct with `project: String`, `stamp: u64`, `removed: bool`
+/// and the two named fields: its key within the project, and who wrote it.
+#[macro_export]
+macro_rules! record_fields {
+    ($ty:ty, key: $key:ident, writer: $writer:ident) => {
+        impl $crate::infra::records::Record for $ty {
+            fn project(&self) -> &str {
+                &self.project
+            }
+            fn key(&self) -> &str {
+                &self.$key
+            }
+            fn stamp(&self) -> u64 {
+                self.stamp
+            }
+            fn removed(&self) -> bool {
+                self.removed
+            }
+            fn writer(&self) -> &str {
+                &self.$writer
+            }
+        }
+    };
+}
+
 /// Why a store did not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordsError {

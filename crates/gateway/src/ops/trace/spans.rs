@@ -89,6 +89,7 @@ fn name(route: RouteClass) -> &'static str {
         RouteClass::Changes => "GET /v1/changes",
         RouteClass::Keys => "/v1/keys",
         RouteClass::Overrides => "/v1/overrides",
+        RouteClass::Webhooks => "/v1/webhooks",
         RouteClass::Reports => "/v1/reports",
         RouteClass::Audit => "/v1/audit",
         RouteClass::OpenApi => "GET /v1/openapi.json",

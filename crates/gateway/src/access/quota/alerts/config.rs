@@ -6,10 +6,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
-use super::destination::{Listener, Policy};
+use drg_webhook::config::{delivery_problems, read_secret_file, url_problem};
+use drg_webhook::guard::{Listener, Policy};
+
 use super::marks::MAX_THRESHOLDS;
 
-/// Where alerts go, how they are signed, when they fire and how hard delivery tries.
+/// Where alerts go, how they are signed, when they fire and how hard delivery tries. Without
+/// `url` they go only to the projects' own webhooks (`gateway.webhooks`).
 ///
 /// Where they may go: the URL's host and, when an alert is sent, every address its name resolves
 /// to must be public. Loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), carrier-grade NAT
@@ -23,15 +26,17 @@ use super::marks::MAX_THRESHOLDS;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AlertsConfig {
-    /// The receiver: `http://` or `https://`.
-    pub url: String,
+    /// The operator's receiver: `http://` or `https://` (with `secret_file`).
+    #[serde(default)]
+    pub url: Option<String>,
     /// Let the receiver be on loopback or a private network (see above); link-local addresses
     /// and the gateway's own listeners stay refused. Default `false`.
     #[serde(default)]
     pub allow_private: bool,
     /// A file holding the HMAC-SHA256 secret (its first line, at least 16 bytes). Relative to
     /// the config file.
-    pub secret_file: PathBuf,
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
     /// Percentages of the monthly limit, each alerted once per project and month.
     #[serde(default = "default_thresholds")]
     pub thresholds: Vec<u32>,
@@ -67,8 +72,21 @@ fn default_max_pending() -> u32 {
     10_000
 }
 
-/// The shortest secret accepted, in bytes.
-pub const MIN_SECRET_BYTES: usize = 16;
+impl Default for AlertsConfig {
+    /// Alerts for the projects' own webhooks only, at the default thresholds.
+    fn default() -> AlertsConfig {
+        AlertsConfig {
+            url: None,
+            allow_private: false,
+            secret_file: None,
+            thresholds: default_thresholds(),
+            timeout: default_timeout(),
+            max_attempts: default_attempts(),
+            outbox_file: None,
+            max_pending: default_max_pending(),
+        }
+    }
+}
 
 impl AlertsConfig {
     /// Problems of `gateway.quota.alerts`, each naming its key (the secret file is read at
@@ -76,7 +94,12 @@ impl AlertsConfig {
     pub fn problems(&self, listeners: &[Listener]) -> Vec<String> {
         let at = "gateway.quota.alerts";
         let mut out = Vec::new();
-        out.extend(url_problem(at, &self.url, &self.policy(listeners)));
+        match (&self.url, &self.secret_file) {
+            (Some(url), Some(_)) => out.extend(url_problem(at, url, &self.policy(listeners))),
+            (Some(_), None) => out.push(format!("{at}.secret_file: needed with url")),
+            (None, Some(_)) => out.push(format!("{at}.url: needed with secret_file")),
+            (None, None) => {}
+        }
         if self.thresholds.is_empty() {
             out.push(format!("{at}.thresholds: at least one is needed"));
         }
@@ -98,16 +121,7 @@ impl AlertsConfig {
                 self.thresholds
             ));
         }
-        let ms = crate::infra::units::ms(self.timeout);
-        if !(100..=60_000).contains(&ms) {
-            out.push(format!("{at}.timeout_ms: {ms} is outside 100..=60000"));
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            out.push(format!(
-                "{at}.max_attempts: {} is outside 1..=100",
-                self.max_attempts
-            ));
-        }
+        out.extend(delivery_problems(at, self.timeout, self.max_attempts));
         if !(1..=1_000_000).contains(&self.max_pending) {
             out.push(format!(
                 "{at}.max_pending: {} is outside 1..=1000000",
@@ -125,16 +139,18 @@ impl AlertsConfig {
         }
     }
 
-    /// Why the URL's host may not receive alerts, if it may not: an address (in any spelling) is
-    /// judged now; a name is only resolved, and its addresses judged, when an alert is sent.
-    /// Names the host only: the path or query may hold a token.
-    pub fn destination_problem(&self, uri: &http::Uri, listeners: &[Listener]) -> Option<String> {
-        host_problem("gateway.quota.alerts", uri, &self.policy(listeners))
+    /// Why the URL may not receive alerts, if it may not (checked again against listeners the
+    /// command line gave).
+    pub fn destination_problem(&self, listeners: &[Listener]) -> Option<String> {
+        let url = self.url.as_ref()?;
+        url_problem("gateway.quota.alerts", url, &self.policy(listeners))
     }
 
     /// Makes the relative paths relative to `base` (the config file's directory).
     pub fn resolve_paths(&mut self, base: &Path) {
-        self.secret_file = base.join(&self.secret_file);
+        if let Some(p) = &mut self.secret_file {
+            *p = base.join(&*p);
+        }
         if let Some(p) = &mut self.outbox_file {
             *p = base.join(&*p);
         }
@@ -150,47 +166,13 @@ impl AlertsConfig {
         })
     }
 
-    /// The secret: the file's first line, trimmed.
-    pub fn read_secret(&self) -> Result<Vec<u8>, String> {
-        read_secret_file("gateway.quota.alerts.secret_file", &self.secret_file)
+    /// The operator's receiver's secret (`None`: no `url`): the file's first line, trimmed.
+    pub fn read_secret(&self) -> Result<Option<Vec<u8>>, String> {
+        self.secret_file
+            .as_ref()
+            .map(|p| read_secret_file("gateway.quota.alerts.secret_file", p))
+            .transpose()
     }
-}
-
-/// The problem of a webhook `url` configured at `at` (`{at}.url`): not http(s), or a host
-/// `policy` refuses. Shared by every signed webhook (quota alerts, verdict changes).
-pub fn url_problem(at: &str, url: &str, policy: &Policy) -> Option<String> {
-    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-    match url.parse::<http::Uri>() {
-        Ok(uri) if scheme_ok => host_problem(at, &uri, policy),
-        _ => Some(format!(
-            "{at}.url: '{url}' is not an http:// or https:// URL"
-        )),
-    }
-}
-
-/// The problem of `uri`'s host under `policy`, if any.
-fn host_problem(at: &str, uri: &http::Uri, policy: &Policy) -> Option<String> {
-    let host = uri.host().unwrap_or_default();
-    let https = uri.scheme_str() == Some("https");
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let is_local = super::resolve::this_host_has;
-    let refused = policy.check_host(host, port, &is_local).err()?;
-    Some(format!("{at}.url: host '{host}': {refused}"))
-}
-
-/// A webhook secret: the first line of `path`, trimmed, at least [`MIN_SECRET_BYTES`]; errors
-/// name the key `at` and the file.
-pub fn read_secret_file(at: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{at} {shown}: {e}"))?;
-    let secret = text.lines().next().unwrap_or("").trim();
-    if secret.len() < MIN_SECRET_BYTES {
-        return Err(format!(
-            "{at} {shown}: the secret (first line) has {} bytes, at least {MIN_SECRET_BYTES} are needed",
-            secret.len()
-        ));
-    }
-    Ok(secret.as_bytes().to_vec())
 }
 
 #[cfg(test)]
@@ -235,6 +217,10 @@ mod tests {
         );
         many.thresholds.pop();
         assert!(many.problems(&[]).is_empty());
+        // Without a receiver: alerts for the projects' webhooks only; a half receiver is wrong.
+        assert!(config("{ thresholds: [50] }").problems(&[]).is_empty());
+        let half = config("{ url: 'https://hooks.example/drg' }").problems(&[]);
+        assert_eq!(half, ["gateway.quota.alerts.secret_file: needed with url"]);
     }
 
     #[test]
@@ -245,7 +231,7 @@ mod tests {
         ];
         let problems = |url: &str, private: bool| {
             let mut c = config("{ url: x, secret_file: s }");
-            (c.url, c.allow_private) = (url.to_owned(), private);
+            (c.url, c.allow_private) = (Some(url.to_owned()), private);
             c.problems(&own).join("\n")
         };
         for (url, private, needle) in [

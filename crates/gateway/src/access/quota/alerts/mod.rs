@@ -1,6 +1,6 @@
-//! Quota alerts: a signed POST to the operator's URL when a project's month reaches a threshold
-//! (80, 90, 100% by default), once per (project, month, threshold) across every gateway, never on
-//! the request path.
+//! Quota alerts: a signed POST to the operator's URL and to the project's own webhooks when a
+//! project's month reaches a threshold (80, 90, 100% by default), once per (project, month,
+//! threshold) across every gateway, never on the request path.
 //!
 //! The request path only notices ([`Alerts::observe`], for every counted call and every call the
 //! month refuses): below the lowest threshold a call costs one multiplication; above it a lookup
@@ -8,9 +8,9 @@
 //! outbox does not have and that is not already on its way goes on a bounded channel. The service
 //! (`service.rs`) claims it (the outbox's unique row on this host, and with the Redis quota store
 //! a `SET` only the first gateway wins, `claim.rs`), keeps it in the outbox (`outbox.rs`, on disk,
-//! so a restart neither drops nor repeats it) and delivers it signed, retrying with backoff
-//! (`deliver.rs`), only where the destination guard allows (`destination/`, checked on the
-//! configured URL and again on every address its host resolves to when sending, `resolve.rs`).
+//! so a restart neither drops nor repeats it) and hands it to the webhook engine (`drg-webhook`:
+//! one message per destination, delivered signed, retried with backoff across restarts, only
+//! where the destination guard allows).
 //!
 //! An alert cannot be lost between the call and the outbox: it counts as handed over only once
 //! the service confirms the outbox has its row. A failed write is counted and tried again after a
@@ -20,13 +20,10 @@
 
 pub mod claim;
 pub mod config;
-pub mod deliver;
-pub mod destination;
 pub mod held;
 pub mod ledger;
 pub mod marks;
 pub mod outbox;
-pub mod resolve;
 pub mod service;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,10 +14,12 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 pub enum State {
     /// Recorded here; Redis has not confirmed the claim yet (shared quota store only).
     Claiming,
-    /// Claimed; to deliver.
+    /// Claimed; to hand to the webhook engine.
     Pending,
+    /// In the webhook engine's outbox (which delivers it).
+    Handed,
+    /// Delivered or given up by a version that delivered alerts itself.
     Sent,
-    /// Given up after `max_attempts`.
     Failed,
     /// Another gateway claimed it first.
     Elsewhere,
@@ -28,6 +30,7 @@ impl State {
         match self {
             State::Claiming => "claiming",
             State::Pending => "pending",
+            State::Handed => "handed",
             State::Sent => "sent",
             State::Failed => "failed",
             State::Elsewhere => "elsewhere",
@@ -325,7 +328,7 @@ impl Outbox {
     pub fn prune(&self, month: &str) -> Result<usize, OutboxError> {
         self.conn()?
             .execute(
-                "DELETE FROM alerts WHERE month < ?1 AND state IN ('sent', 'failed', 'elsewhere')",
+                "DELETE FROM alerts WHERE month < ?1 AND state IN ('handed', 'sent', 'failed', 'elsewhere')",
                 params![month],
             )
             .map_err(|e| self.sql(e))

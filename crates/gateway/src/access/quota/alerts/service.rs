@@ -1,6 +1,7 @@
 //! The alerts' background service: takes what the request path noticed into the outbox (claimed
-//! on this host, and on Redis when the quota store is shared; `intake.rs`), then delivers what is
-//! due, every second and as soon as something new arrives. At shutdown what is still on the
+//! on this host, and on Redis when the quota store is shared; `intake.rs`), then hands each
+//! claimed alert to the webhook engine, one message per destination (the operator's URL, the
+//! project's webhooks for `quota.threshold`), every second and as soon as something new arrives. At shutdown what is still on the
 //! channel, or held after a failed write, goes into the outbox if it can, for the next start to
 //! deliver; what cannot is offered again after the start by the project's next call.
 
@@ -17,14 +18,14 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::mpsc::Receiver;
 
+use drg_webhook::{Message, Sender};
+
 use super::claim::RedisClaims;
 use super::config::AlertsConfig;
-use super::deliver::AttemptError;
-use super::destination::Listener;
 use super::held::Held;
 use super::ledger::Ledger;
 use super::outbox::{Outbox, OutboxError, Row, State};
-use super::{deliver, Alert, Alerts, Counters, CHANNEL};
+use super::{Alert, Alerts, Counters, CHANNEL};
 use crate::access::quota::Month;
 use crate::infra::redis::config::RedisConfig;
 
@@ -32,6 +33,8 @@ use crate::infra::redis::config::RedisConfig;
 const PER_PASS: usize = 16;
 /// How often due alerts are looked for without news.
 const TICK: Duration = Duration::from_secs(1);
+/// The topic of an alert's messages.
+pub const TOPIC: &str = "quota.threshold";
 /// How often settled alerts of past months are forgotten.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
 /// Alerts held for the outbox at most (past it, one is left to its project's next call).
@@ -46,31 +49,37 @@ enum RunError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// Who receives a project's messages of a topic: the webhook destinations, as the engine's
+/// directory names them (the operator's receiver, the project's own webhooks).
+pub trait Subscribers: Send + Sync {
+    fn destinations(&self, project: &str, topic: &str) -> Vec<String>;
+}
+
 /// The service (see the module documentation).
 pub struct AlertService {
     config: AlertsConfig,
-    secret: Vec<u8>,
     outbox: Arc<Mutex<Outbox>>,
     rx: tokio::sync::Mutex<Receiver<Alert>>,
     claims: Option<RedisClaims>,
-    agent: ureq::Agent,
+    /// The webhook engine, and who receives what.
+    sender: Sender,
+    subscribers: Arc<dyn Subscribers>,
     counters: Arc<Counters>,
     /// What the request path knows of the outbox: told when a row is there, or is not coming.
     ledger: Arc<Ledger>,
 }
 
-/// The request side and the service of `config`: the secret read and the outbox opened now, so
-/// that a bad one stops the start. `redis`: the shared quota store's, to claim on; `listeners`:
-/// the gateway's own, never a receiver; `now`: the quota clock's, whose month's alerts the
+/// The request side and the service of `config`: the outbox opened now, so that a bad one stops
+/// the start. `redis`: the shared quota store's, to claim on; `sender`, `subscribers`: the
+/// webhook engine and who receives what; `now`: the quota clock's, whose month's alerts the
 /// outbox holds already are known to the request path from the start.
 pub fn build(
     config: &AlertsConfig,
     outbox_path: PathBuf,
     redis: Option<&RedisConfig>,
-    listeners: &[Listener],
+    (sender, subscribers): (Sender, Arc<dyn Subscribers>),
     now: DateTime<Utc>,
 ) -> Result<(Arc<Alerts>, AlertService), String> {
-    let secret = config.read_secret()?;
     let mut outbox = Outbox::open(&outbox_path).map_err(|e| e.to_string())?;
     let ledger = Arc::new(Ledger::new(config.thresholds.clone()));
     let month = Month::containing(now);
@@ -85,11 +94,11 @@ pub fn build(
     let (alerts, rx) = Alerts::with_ledger(ledger.clone(), counters.clone());
     let service = AlertService {
         config: config.clone(),
-        secret,
         outbox: Arc::new(Mutex::new(outbox)),
         rx: tokio::sync::Mutex::new(rx),
         claims: redis.map(RedisClaims::new),
-        agent: deliver::agent(config.timeout, config.policy(listeners)),
+        sender,
+        subscribers,
         counters,
         ledger,
     };
@@ -110,6 +119,11 @@ fn now_ms() -> i64 {
 }
 
 impl AlertService {
+    /// Its counters (the webhook engine's outcomes of its messages are added to them).
+    pub fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
     /// Runs `f` on the outbox off the async threads (SQLite waits for the disk).
     async fn run<T: Send + 'static>(
         &self,
@@ -161,9 +175,10 @@ impl AlertService {
         }
     }
 
-    /// Delivers what is due; returns whether a full pass was taken (more may be due).
-    async fn deliver_due(&self) -> bool {
-        let lease = self.config.timeout + Duration::from_secs(10);
+    /// Hands what is claimed to the webhook engine; returns whether a full pass was taken (more
+    /// may be due).
+    async fn hand_over_due(&self) -> bool {
+        let lease = Duration::from_secs(30);
         let Some(rows) = self
             .with(move |o| o.take_due(now_ms(), lease, PER_PASS))
             .await
@@ -172,73 +187,57 @@ impl AlertService {
         };
         let full = rows.len() == PER_PASS;
         for row in rows {
-            self.attempt(row).await;
+            self.hand_over(row).await;
         }
         full
     }
 
-    async fn attempt(&self, row: Row) {
-        let (agent, url, secret) = (
-            self.agent.clone(),
-            self.config.url.clone(),
-            self.secret.clone(),
-        );
-        let (id, body) = (row.id.clone(), row.body.clone());
-        let result = tokio::task::spawn_blocking(move || {
-            deliver::post(&agent, &url, ("X-Alert-Id", &id), &body, &secret)
-        })
-        .await
-        .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
-        let what = format!(
-            "project {} month {} threshold {}%",
-            row.project, row.month, row.threshold
-        );
-        match result {
-            Ok(()) => {
-                self.counters.sent.fetch_add(1, Ordering::Relaxed);
-                log::info!("quota alert sent: {what}");
-                self.with(move |o| o.set_state(&row, State::Sent)).await;
+    /// One message per destination, keyed by the alert and the destination: handed over again
+    /// after a crash, each is still delivered once.
+    async fn hand_over(&self, row: Row) {
+        let messages: Vec<Message> = self
+            .subscribers
+            .destinations(&row.project, TOPIC)
+            .into_iter()
+            .map(|destination| Message {
+                key: format!(
+                    "{TOPIC}:{}:{}:{}:{destination}",
+                    row.project, row.month, row.threshold
+                ),
+                topic: TOPIC.to_owned(),
+                label: "quota alert".to_owned(),
+                // One project's alerts in order; another project's beside them.
+                lane: format!("{destination}|{}", row.project),
+                destination,
+                id_header: "X-Alert-Id".to_owned(),
+                id: row.id.clone(),
+                body: row.body.clone(),
+            })
+            .collect();
+        match self.sender.send(messages).await {
+            Ok(_) => {
+                self.with(move |o| o.set_state(&row, State::Handed)).await;
             }
-            Err(e) => self.failed(row, &what, e).await,
+            Err(e) => {
+                log::error!("quota alerts: {e}; handed over again in a second");
+                let next = now_ms() + 1_000;
+                let e = e.to_string();
+                self.with(move |o| o.attempt_failed(&row, next, false, &e))
+                    .await;
+            }
         }
-    }
-
-    /// Records a failed attempt: retried after a backoff, given up after `max_attempts`, or at
-    /// once when the destination was refused (logged once, without the URL's path or query).
-    async fn failed(&self, row: Row, what: &str, e: AttemptError) {
-        self.counters.attempt_errors.fetch_add(1, Ordering::Relaxed);
-        let refused = matches!(e, AttemptError::Refused(_));
-        let give_up = refused || row.attempts + 1 >= self.config.max_attempts;
-        if refused {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            log::error!("quota alert refused, given up: {what}: {e}");
-        } else if give_up {
-            log::error!(
-                "quota alert given up after {} attempts: {what}: {e}",
-                row.attempts + 1
-            );
-        } else {
-            log::warn!(
-                "quota alert attempt {} failed: {what}: {e}",
-                row.attempts + 1
-            );
-        }
-        if give_up {
-            self.counters.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        let wait = deliver::backoff(row.attempts);
-        let next = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
-        let e = e.to_string();
-        self.with(move |o| o.attempt_failed(&row, next, give_up, &e))
-            .await;
     }
 
     async fn refresh_pending(&self, held: &Held) {
         self.counters
             .held
             .store(held.len() as u64, Ordering::Relaxed);
+        let handed = match self.sender.waiting(TOPIC).await {
+            Ok(n) => n,
+            Err(e) => return log::error!("{e}"),
+        };
         if let Some(n) = self.with(|o| o.waiting()).await {
-            self.counters.pending.store(n, Ordering::Relaxed);
+            self.counters.pending.store(n + handed, Ordering::Relaxed);
         }
     }
 
@@ -275,7 +274,7 @@ impl BackgroundService for AlertService {
             self.retry_held(&mut held).await;
             self.ledger.fold();
             self.confirm_claims().await;
-            while self.deliver_due().await {}
+            while self.hand_over_due().await {}
             self.refresh_pending(&held).await;
             self.counters.passes.fetch_add(1, Ordering::Relaxed);
             if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {

@@ -91,10 +91,7 @@ fn allow_private_opens_private_ranges_only() {
     ] {
         assert!(check(&open, ok_with_switch).is_ok(), "{ok_with_switch}");
         let e = check(&closed, ok_with_switch).unwrap_err().to_string();
-        assert!(
-            e.contains("needs gateway.quota.alerts.allow_private: true"),
-            "{e}"
-        );
+        assert!(e.contains("needs allow_private: true"), "{e}");
     }
     for never in [
         "169.254.169.254:80",
@@ -112,7 +109,7 @@ fn allow_private_opens_private_ranges_only() {
         .to_string();
     assert_eq!(
         e,
-        "::ffff:127.0.0.1 carries the IPv4 address 127.0.0.1, which is loopback: a receiver there needs gateway.quota.alerts.allow_private: true"
+        "::ffff:127.0.0.1 carries the IPv4 address 127.0.0.1, which is loopback: a receiver there needs allow_private: true"
     );
 }
 

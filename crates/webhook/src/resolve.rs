@@ -1,4 +1,4 @@
-//! The guard at send time: the alert client's resolver. It resolves the receiver's host as ureq
+//! The guard at send time: the webhook client's resolver. It resolves the receiver's host as ureq
 //! would, checks every address with the [`Policy`], and hands ureq only the addresses that
 //! passed, so the connection goes to one of them (ureq does not resolve again) and a name cannot
 //! be re-pointed at a refused address after `check-config` (DNS rebinding).
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::NextTimeout;
 
-use super::destination::{Policy, Refused};
+use crate::guard::{Policy, Refused};
 
 /// Whether `ip` is one of this host's addresses: binding a socket to it succeeds only then (no
 /// packet is sent). Asked only for an address on a port of a listener bound to every address.
@@ -22,7 +22,7 @@ pub fn this_host_has(ip: IpAddr) -> bool {
 
 /// Every address a receiver's host resolved to was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no address of '{host}' may receive alerts: {}", list(.refused))]
+#[error("no address of '{host}' may receive webhooks: {}", list(.refused))]
 pub struct Unreachable {
     pub host: String,
     pub refused: Vec<Refused>,
@@ -33,7 +33,7 @@ fn list(refused: &[Refused]) -> String {
     texts.join("; ")
 }
 
-/// The resolver of the alerts' ureq agent (see the module documentation).
+/// The resolver of the webhook client's ureq agent (see the module documentation).
 #[derive(Debug)]
 pub struct GuardedResolver {
     pub policy: Arc<Policy>,

@@ -1,10 +1,10 @@
-//! Where a quota alert may go: the guard that keeps signed POSTs off loopback, private networks,
+//! Where a webhook may go: the guard that keeps signed POSTs off loopback, private networks,
 //! cloud metadata services and the gateway's own listeners, judged on IP addresses (pure: the
 //! caller resolves names and says which addresses are this host's).
 //!
 //! The same [`Policy`] judges the URL's host when the configuration is checked (an address in any
 //! spelling; a name passes, it is not resolved then) and every address the name resolves to when
-//! an alert is sent (`resolve.rs`), so a DNS answer cannot route around the first check.
+//! a message is sent (`resolve.rs`), so a DNS answer cannot route around the first check.
 
 pub mod host;
 
@@ -195,13 +195,13 @@ fn judged_text(addr: &IpAddr, j: &Judged) -> String {
 
 fn hint(range: Range) -> &'static str {
     if range.allowed_private() {
-        ": a receiver there needs gateway.quota.alerts.allow_private: true"
+        ": a receiver there needs allow_private: true"
     } else {
         ": never a receiver, even with allow_private"
     }
 }
 
-/// What may receive alerts: public addresses; with `allow_private` also loopback, private and
+/// What may receive webhooks: public addresses; with `allow_private` also loopback, private and
 /// reserved ranges ([`Range::allowed_private`]); never one of `listeners`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Policy {
@@ -234,7 +234,7 @@ impl Policy {
     }
 
     /// Judges a URL's host and port as configured: an address in any spelling is checked, a name
-    /// passes (its addresses are checked when an alert is sent; nothing is resolved here).
+    /// passes (its addresses are checked when a message is sent; nothing is resolved here).
     pub fn check_host(
         &self,
         host: &str,

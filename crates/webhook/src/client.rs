@@ -1,25 +1,19 @@
-//! One delivery attempt: the payload POSTed as JSON, signed with HMAC-SHA256 over the send's
-//! time and the body (`Webhook-Signature: t=<unix>,v1=<hex of HMAC(secret, "<t>.<body>")>`, the
-//! scheme receivers know from the big payment APIs: a receiver refuses an old `t`, so a captured
-//! message cannot be replayed later), and, for receivers written before it, over the body alone
-//! (`X-Signature: sha256=<hex>`); with the alert's fixed id (`X-Alert-Id`) so that a receiver
-//! can drop the rare repeat (a crash between its answer and our record of it). Blocking: run off
-//! the async threads. The agent connects only to addresses the destination guard let through
-//! (`resolve.rs`).
+//! One delivery attempt: the payload POSTed as JSON, signed (`sign.rs`), with the message's
+//! fixed id (`X-Alert-Id`, `X-Change-Id`) so that a receiver can drop the rare repeat (a crash
+//! between its answer and our record of it). Blocking: run off the async threads. The agent
+//! connects only to addresses the destination guard let through (`resolve.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-use super::destination::Policy;
-use super::resolve::{GuardedResolver, Unreachable};
+use crate::guard::Policy;
+use crate::resolve::{GuardedResolver, Unreachable};
+use crate::sign::{signature, timed_signature};
 
 /// Why an attempt did not deliver.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptError {
-    /// The guard refused every address of the receiver's host: final for the alert (another
+    /// The guard refused every address of the receiver's host: final for the message (another
     /// attempt would ask the same policy, and a name that turns private is no passing failure).
     #[error("{0}")]
     Refused(Unreachable),
@@ -28,31 +22,19 @@ pub enum AttemptError {
     Failed(String),
 }
 
-/// `sha256=<hex>` of `body` under `secret`.
-pub fn signature(secret: &[u8], body: &[u8]) -> String {
-    // HMAC takes a key of any length.
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// `t=<unix>,v1=<hex>`: HMAC-SHA256 under `secret` of `<unix>.<body>` (the `Webhook-Signature`
-/// header).
-pub fn timed_signature(secret: &[u8], unix: i64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(unix.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={unix},v1={}", hex::encode(mac.finalize().into_bytes()))
-}
-
 /// The HTTP client for the receiver: `timeout` for the whole attempt, no redirects (a signed
-/// alert goes where it was configured to), TLS through the system's OpenSSL and trust store;
+/// message goes where it was configured to), TLS through the system's OpenSSL and trust store;
 /// names resolved and judged by `policy`. No proxy, not even from the environment: through one,
 /// the gateway could not tell where the alert goes.
 pub fn agent(timeout: Duration, policy: Policy) -> ureq::Agent {
     let config = ureq::Agent::config_builder()
-        .tls_config(crate::infra::http::system_tls())
+        .tls_config(
+            // The system's OpenSSL (the one the gateway builds for Pingora) and trust store.
+            ureq::tls::TlsConfig::builder()
+                .provider(ureq::tls::TlsProvider::NativeTls)
+                .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+                .build(),
+        )
         .timeout_global(Some(timeout))
         .max_redirects(0)
         .proxy(None)
@@ -119,30 +101,7 @@ pub fn backoff(attempts: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::quota::alerts::destination::Listener;
-
-    #[test]
-    fn the_signature_is_rfc_4231s() {
-        // RFC 4231 test case 2.
-        assert_eq!(
-            signature(b"Jefe", b"what do ya want for nothing?"),
-            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
-    }
-
-    #[test]
-    fn the_timed_signature_covers_the_time_and_the_body() {
-        let sig = timed_signature(b"s3cret", 1_795_000_000, b"{}");
-        let (t, v1) = sig.split_once(',').unwrap();
-        assert_eq!(t, "t=1795000000");
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cret").unwrap();
-        mac.update(b"1795000000.{}");
-        assert_eq!(
-            v1,
-            format!("v1={}", hex::encode(mac.finalize().into_bytes()))
-        );
-        assert_ne!(sig, timed_signature(b"s3cret", 1_795_000_001, b"{}"));
-    }
+    use crate::guard::Listener;
 
     /// A receiver on loopback that answers one request `204`.
     fn answer_once() -> std::net::SocketAddr {

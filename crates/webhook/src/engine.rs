@@ -1,0 +1,279 @@
+//! The deliverer: takes the due head of each lane from the outbox, a lane at a time and
+//! [`AT_ONCE`] at most in all, posts it on a blocking thread and settles it (sent; retried after
+//! the backoff; given up after the destination's `max_attempts` or at once when the guard
+//! refused the receiver; dropped when the destination is gone). A receiver that never answers
+//! holds one slot and its own lane, never another lane's message. What producers hand over
+//! wakes it at once; retries are looked for every [`TICK`].
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::client::{self, AttemptError};
+use crate::outbox::{Outbox, OutboxError, Row, State};
+use crate::{Directory, Message, Observer, Outcome, MAX_TIMEOUT};
+
+/// Attempts running at once at most: each holds a blocking thread while it posts.
+pub const AT_ONCE: usize = 16;
+/// How often due retries are looked for.
+pub const TICK: Duration = Duration::from_millis(250);
+/// At shutdown, attempts posting get this long to finish and be settled.
+pub const DRAIN: Duration = Duration::from_secs(2);
+/// Settled messages are kept this long (for an operator reading the file), then forgotten.
+const KEEP: Duration = Duration::from_secs(7 * 86_400);
+const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    #[error("webhook outbox: task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The outbox, shared by the deliverer and the producers; SQLite waits for the disk, so every
+/// use runs on a blocking thread.
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Outbox>>);
+
+impl Shared {
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Outbox) -> Result<T, OutboxError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let outbox = self.0.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut guard = outbox.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut guard)
+        })
+        .await;
+        Ok(done??)
+    }
+}
+
+/// The producers' handle: hands messages to the outbox and wakes the deliverer.
+#[derive(Clone)]
+pub struct Sender {
+    outbox: Shared,
+    wake: Arc<Notify>,
+}
+
+impl Sender {
+    /// Hands `messages` over (one transaction); returns how many were new. Once this returns
+    /// `Ok`, they are on disk.
+    pub async fn send(&self, messages: Vec<Message>) -> Result<usize, EngineError> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let new = self
+            .outbox
+            .run(move |o| o.enqueue(&messages, now_ms()))
+            .await?;
+        self.wake.notify_one();
+        Ok(new)
+    }
+
+    /// Messages of `topic` not yet settled.
+    pub async fn waiting(&self, topic: &str) -> Result<u64, EngineError> {
+        let topic = topic.to_owned();
+        self.outbox.run(move |o| o.waiting(&topic)).await
+    }
+}
+
+/// The deliverer (see the module documentation).
+pub struct Engine {
+    outbox: Shared,
+    directory: Arc<dyn Directory>,
+    observer: Arc<dyn Observer>,
+    wake: Arc<Notify>,
+}
+
+/// Opens the outbox at `path` (a bad one stops the start) and makes the deliverer and the
+/// producers' handle.
+pub fn open(
+    path: &Path,
+    directory: Arc<dyn Directory>,
+    observer: Arc<dyn Observer>,
+) -> Result<(Engine, Sender), OutboxError> {
+    let outbox = Shared(Arc::new(Mutex::new(Outbox::open(path)?)));
+    let wake = Arc::new(Notify::new());
+    let sender = Sender {
+        outbox: outbox.clone(),
+        wake: wake.clone(),
+    };
+    let engine = Engine {
+        outbox,
+        directory,
+        observer,
+        wake,
+    };
+    Ok((engine, sender))
+}
+
+/// What an attempt's end writes to the outbox.
+enum Write {
+    Settle(State, Option<String>),
+    /// Due again at (ms), with the error.
+    Retry(i64, String),
+}
+
+/// An attempt's end: the message as taken, and what the post did (`None`: not tried, the
+/// destination is gone).
+type Attempted = (Row, Option<(u32, Result<(), AttemptError>)>);
+
+impl Engine {
+    /// Delivers until `shutdown` turns true (or its sender is dropped), then gives the attempts
+    /// posting two seconds to finish; one cut short is tried again after its lease.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
+        let mut running: JoinSet<Attempted> = JoinSet::new();
+        let mut busy: HashSet<String> = HashSet::new();
+        let mut last_prune: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.wake.notified() => {}
+                Some(done) = running.join_next(), if !running.is_empty() => {
+                    self.settle(done, &mut busy).await;
+                }
+                _ = shutdown.changed() => break,
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            while let Some(done) = running.try_join_next() {
+                self.settle(done, &mut busy).await;
+            }
+            self.start_due(&mut running, &mut busy).await;
+            if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                last_prune = Some(tokio::time::Instant::now());
+                self.prune().await;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + DRAIN;
+        while let Ok(Some(done)) = tokio::time::timeout_at(deadline, running.join_next()).await {
+            self.settle(done, &mut busy).await;
+        }
+        running.abort_all();
+    }
+
+    /// Starts an attempt for each due lane head, as slots allow.
+    async fn start_due(&self, running: &mut JoinSet<Attempted>, busy: &mut HashSet<String>) {
+        let free = AT_ONCE.saturating_sub(running.len());
+        if free == 0 {
+            return;
+        }
+        let taken = busy.clone();
+        let lease = MAX_TIMEOUT + Duration::from_secs(10);
+        let rows = match self
+            .outbox
+            .run(move |o| o.take_due(now_ms(), lease, free, &|lane| taken.contains(lane)))
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                log::error!("{e}");
+                return;
+            }
+        };
+        for row in rows {
+            busy.insert(row.message.lane.clone());
+            let target = self.directory.target(&row.message.destination);
+            running.spawn(async move {
+                let Some(target) = target else {
+                    return (row, None);
+                };
+                let m = row.message.clone();
+                let result = tokio::task::spawn_blocking(move || {
+                    client::post(
+                        &target.agent,
+                        &target.url,
+                        (&m.id_header, &m.id),
+                        &m.body,
+                        &target.secret,
+                    )
+                })
+                .await
+                .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
+                (row, Some((target.max_attempts, result)))
+            });
+        }
+    }
+
+    /// Records what an attempt did and tells the observer.
+    async fn settle(
+        &self,
+        done: Result<Attempted, tokio::task::JoinError>,
+        busy: &mut HashSet<String>,
+    ) {
+        let (row, attempt) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                // Its lane stays taken until its lease ends; the next start tries it again.
+                log::warn!("webhooks: an attempt ended early: {e}");
+                return;
+            }
+        };
+        busy.remove(&row.message.lane);
+        let m = &row.message;
+        // The lane names the destination and the project; never the URL (it may hold a token).
+        let (label, what) = (&m.label, format!("{} for {}", m.id, m.lane));
+        let n = row.attempts + 1;
+        let (outcome, write) = match attempt {
+            None => {
+                log::info!("{label} dropped: {what}: the destination is gone");
+                (Outcome::Dropped, Write::Settle(State::Dropped, None))
+            }
+            Some((_, Ok(()))) => {
+                log::info!("{label} sent: {what}");
+                (Outcome::Sent, Write::Settle(State::Sent, None))
+            }
+            Some((_, Err(e @ AttemptError::Refused(_)))) => {
+                log::error!("{label} refused, given up: {what}: {e}");
+                let failed = Write::Settle(State::Failed, Some(e.to_string()));
+                (Outcome::Refused, failed)
+            }
+            Some((max_attempts, Err(e))) if n >= max_attempts => {
+                log::error!("{label} given up after {n} attempts: {what}: {e}");
+                let failed = Write::Settle(State::Failed, Some(e.to_string()));
+                (Outcome::GivenUp, failed)
+            }
+            Some((_, Err(e))) => {
+                log::warn!("{label} attempt {n} failed: {what}: {e}");
+                let wait = client::backoff(row.attempts);
+                let next = now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
+                (Outcome::Retrying, Write::Retry(next, e.to_string()))
+            }
+        };
+        self.observer.observe(m, outcome);
+        let key = m.key.clone();
+        let written = self
+            .outbox
+            .run(move |o| match write {
+                Write::Settle(state, error) => o.settle(&key, state, now_ms(), error.as_deref()),
+                Write::Retry(next, error) => o.retry_at(&key, next, &error),
+            })
+            .await;
+        if let Err(e) = written {
+            // The lease ends and the message is tried again: a repeat, which receivers drop
+            // by its id.
+            log::error!("{e} (settling {what})");
+        }
+    }
+
+    async fn prune(&self) {
+        let before = now_ms() - i64::try_from(KEEP.as_millis()).unwrap_or(0);
+        match self.outbox.run(move |o| o.prune(before)).await {
+            Ok(n) if n > 0 => log::info!("webhooks: forgot {n} settled messages"),
+            Ok(_) => {}
+            Err(e) => log::error!("{e}"),
+        }
+    }
+}

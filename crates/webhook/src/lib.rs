@@ -1,0 +1,88 @@
+//! The signed-webhook engine. It owns where a webhook may go (the destination guard, `guard`,
+//! judged on the configured URL and again on every address when sending, `resolve`), how it is
+//! signed (`sign`), one durable outbox (`outbox`) and one deliverer (`engine`): quota alerts,
+//! verdict changes and each project's own webhooks hand their messages to it, and it delivers
+//! them with retries that survive a restart, a lane at a time (a slow receiver holds up its own
+//! lane only).
+//!
+//! It must never import a gateway part, Pingora or a store: producers say what to send
+//! ([`Message`]) and the gateway says where a destination is ([`Directory`]).
+
+pub mod client;
+pub mod config;
+pub mod engine;
+pub mod guard;
+pub mod outbox;
+pub mod resolve;
+pub mod sign;
+
+use std::time::Duration;
+
+pub use engine::{Engine, Sender};
+
+/// One message to deliver, as a producer hands it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Unique in the outbox: a message handed over twice (after a crash) is delivered once.
+    pub key: String,
+    /// What it tells: `quota.threshold`, `verdict.changed` (counted by it).
+    pub topic: String,
+    /// What the logs call it: `quota alert`, `verdict changes message`.
+    pub label: String,
+    /// Where it goes, as the [`Directory`] knows it (read again at each attempt: a destination
+    /// removed meanwhile drops it).
+    pub destination: String,
+    /// Messages of a lane go in order, one at a time; lanes go side by side.
+    pub lane: String,
+    /// The header carrying its fixed id (`X-Alert-Id`, `X-Change-Id`): receivers drop repeats.
+    pub id_header: String,
+    pub id: String,
+    /// The JSON body, fixed at the hand-over (every attempt signs and sends the same bytes).
+    pub body: String,
+}
+
+/// Where a destination is, when a message to it is tried.
+#[derive(Clone)]
+pub struct Target {
+    pub url: String,
+    pub secret: Vec<u8>,
+    /// The client: its timeout and its guard's policy (`client::agent`).
+    pub agent: ureq::Agent,
+    pub max_attempts: u32,
+}
+
+/// The destinations: the operator's configured receivers and the projects' own webhooks.
+pub trait Directory: Send + Sync {
+    /// `None`: the destination is gone, and its messages are dropped.
+    fn target(&self, destination: &str) -> Option<Target>;
+}
+
+/// What became of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Sent,
+    /// Failed; tried again after the backoff.
+    Retrying,
+    /// Failed for the last time (`max_attempts`).
+    GivenUp,
+    /// The guard refused every address of the receiver: given up at once.
+    Refused,
+    /// The destination was gone.
+    Dropped,
+}
+
+/// Told of every attempt's outcome (the producers' counters).
+pub trait Observer: Send + Sync {
+    fn observe(&self, message: &Message, outcome: Outcome);
+}
+
+/// An observer that counts nothing.
+pub struct Unobserved;
+
+impl Observer for Unobserved {
+    fn observe(&self, _: &Message, _: Outcome) {}
+}
+
+/// An attempt's budget is at most this (`config::delivery_problems`); a message is leased for
+/// it and some, so no other deliverer tries it meanwhile.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);

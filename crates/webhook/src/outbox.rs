@@ -1,0 +1,376 @@
+//! The outbox: every message handed to the engine, in one SQLite file (`webhooks.sqlite` in the
+//! state folder), with where its delivery stands. Written with `synchronous=FULL`: a message
+//! the outbox took survives a crash, and the next start delivers it. Its key makes a hand-over
+//! idempotent (a producer that crashed before it recorded the hand-over hands it again).
+//! Messages of one lane go in order, one at a time, across every gateway sharing the file (the
+//! head of a lane is leased while it is tried).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags};
+
+use crate::Message;
+
+/// Where a message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Sent,
+    /// Given up: `max_attempts` failed, or the guard refused the receiver.
+    Failed,
+    /// Its destination is gone (a project's webhook removed) before it was sent.
+    Dropped,
+}
+
+impl State {
+    pub fn text(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Sent => "sent",
+            State::Failed => "failed",
+            State::Dropped => "dropped",
+        }
+    }
+}
+
+/// One message taken for an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub message: Message,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error("webhook outbox {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("webhook outbox {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+  key TEXT PRIMARY KEY,
+  topic TEXT NOT NULL,
+  label TEXT NOT NULL,
+  destination TEXT NOT NULL,
+  lane TEXT NOT NULL,
+  id_header TEXT NOT NULL,
+  id TEXT NOT NULL,
+  body TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_at INTEGER NOT NULL,
+  lease_until INTEGER NOT NULL DEFAULT 0,
+  settled_at INTEGER,
+  last_error TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS messages_lane ON messages (state, lane, seq);
+CREATE INDEX IF NOT EXISTS messages_settled ON messages (state, settled_at);
+";
+
+/// The head of every lane with pending messages: due, and not leased by another deliverer.
+const HEADS: &str = "
+SELECT key, topic, destination, lane, id_header, id, body, attempts, next_at, lease_until, label
+FROM messages m
+WHERE state = 'pending' AND seq = (
+  SELECT MIN(seq) FROM messages o WHERE o.state = 'pending' AND o.lane = m.lane)
+";
+
+/// The outbox file, open.
+pub struct Outbox {
+    conn: std::cell::OnceCell<Connection>,
+    path: PathBuf,
+}
+
+/// Creates `path` private to the owner when missing (its `-wal` and `-shm` take the same mode).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o600)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A connection in WAL mode, every commit on disk before it returns, waiting up to five
+/// seconds for another writer.
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+impl Outbox {
+    /// Opens (or creates, private to the owner) the outbox at `path`, then closes the
+    /// connection: the process that serves opens its own at first use (a host may fork into a
+    /// daemon after this, and a connection carried across a fork holds none of its locks).
+    pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
+        let io = |source| OutboxError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        create_private(path).map_err(io)?;
+        let outbox = Outbox {
+            conn: std::cell::OnceCell::new(),
+            path: path.to_owned(),
+        };
+        outbox
+            .conn()?
+            .execute_batch(SCHEMA)
+            .map_err(|e| outbox.sql(e))?;
+        let mut outbox = outbox;
+        outbox.conn.take();
+        Ok(outbox)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> Result<&Connection, OutboxError> {
+        if let Some(conn) = self.conn.get() {
+            return Ok(conn);
+        }
+        let conn = connect(&self.path).map_err(|e| self.sql(e))?;
+        Ok(self.conn.get_or_init(|| conn))
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> OutboxError {
+        OutboxError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Takes `messages` in one transaction, due at `now_ms`; a key already here (pending or
+    /// settled) is left as it is. Returns how many were new.
+    pub fn enqueue(&mut self, messages: &[Message], now_ms: i64) -> Result<usize, OutboxError> {
+        self.conn()?;
+        let path = self.path.clone();
+        let sql = |source| OutboxError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let conn = self.conn.get_mut().expect("opened above");
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut seq: i64 = tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql)?;
+        let mut new = 0;
+        for m in messages {
+            seq += 1;
+            new += tx
+                .execute(
+                    "INSERT OR IGNORE INTO messages
+                     (key, topic, destination, lane, id_header, id, body, seq, state, next_at, label)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10)",
+                    params![
+                        m.key,
+                        m.topic,
+                        m.destination,
+                        m.lane,
+                        m.id_header,
+                        m.id,
+                        m.body,
+                        seq,
+                        now_ms,
+                        m.label
+                    ],
+                )
+                .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)?;
+        Ok(new)
+    }
+
+    /// Takes up to `limit` lane heads that are due and not leased, skipping the lanes in
+    /// `busy` (tried here already), leasing each until `now_ms + lease`: a deliverer that dies
+    /// mid-way leaves its message to the next after that.
+    pub fn take_due(
+        &mut self,
+        now_ms: i64,
+        lease: Duration,
+        limit: usize,
+        busy: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Row>, OutboxError> {
+        let until = now_ms + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        self.conn()?;
+        let path = self.path.clone();
+        let sql = |source| OutboxError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let conn = self.conn.get_mut().expect("opened above");
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut taken = Vec::new();
+        {
+            let mut stmt = tx.prepare_cached(HEADS).map_err(sql)?;
+            let mut rows = stmt.query([]).map_err(sql)?;
+            while let Some(r) = rows.next().map_err(sql)? {
+                let (next_at, lease_until): (i64, i64) =
+                    (r.get(8).map_err(sql)?, r.get(9).map_err(sql)?);
+                let lane: String = r.get(3).map_err(sql)?;
+                if next_at > now_ms || lease_until > now_ms || busy(&lane) {
+                    continue;
+                }
+                taken.push(Row {
+                    message: Message {
+                        key: r.get(0).map_err(sql)?,
+                        topic: r.get(1).map_err(sql)?,
+                        label: r.get(10).map_err(sql)?,
+                        destination: r.get(2).map_err(sql)?,
+                        lane,
+                        id_header: r.get(4).map_err(sql)?,
+                        id: r.get(5).map_err(sql)?,
+                        body: r.get(6).map_err(sql)?,
+                    },
+                    attempts: r.get(7).map_err(sql)?,
+                });
+                if taken.len() == limit {
+                    break;
+                }
+            }
+        }
+        for row in &taken {
+            tx.execute(
+                "UPDATE messages SET lease_until = ?2 WHERE key = ?1",
+                params![row.message.key, until],
+            )
+            .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)?;
+        Ok(taken)
+    }
+
+    /// Settles a message: sent, given up or dropped.
+    pub fn settle(
+        &self,
+        key: &str,
+        state: State,
+        now_ms: i64,
+        error: Option<&str>,
+    ) -> Result<(), OutboxError> {
+        self.conn()?
+            .execute(
+                "UPDATE messages SET state = ?2, settled_at = ?3, lease_until = 0,
+                 attempts = attempts + (?2 != 'dropped'), last_error = COALESCE(?4, last_error)
+                 WHERE key = ?1",
+                params![key, state.text(), now_ms, error],
+            )
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Books a failed attempt: the message is due again at `next_at_ms`.
+    pub fn retry_at(&self, key: &str, next_at_ms: i64, error: &str) -> Result<(), OutboxError> {
+        self.conn()?
+            .execute(
+                "UPDATE messages SET attempts = attempts + 1, next_at = ?2, lease_until = 0,
+                 last_error = ?3 WHERE key = ?1",
+                params![key, next_at_ms, error],
+            )
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Messages of `topic` not yet settled.
+    pub fn waiting(&self, topic: &str) -> Result<u64, OutboxError> {
+        self.conn()?
+            .query_row(
+                "SELECT COUNT(*) FROM messages WHERE state = 'pending' AND topic = ?1",
+                params![topic],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Forgets messages settled before `before_ms`; returns how many.
+    pub fn prune(&self, before_ms: i64) -> Result<usize, OutboxError> {
+        self.conn()?
+            .execute(
+                "DELETE FROM messages WHERE state != 'pending' AND settled_at < ?1",
+                params![before_ms],
+            )
+            .map_err(|e| self.sql(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(key: &str, lane: &str) -> Message {
+        Message {
+            key: key.into(),
+            topic: "t".into(),
+            label: "test message".into(),
+            destination: "d".into(),
+            lane: lane.into(),
+            id_header: "X-Id".into(),
+            id: key.into(),
+            body: "{}".into(),
+        }
+    }
+
+    fn keys(rows: &[Row]) -> Vec<&str> {
+        rows.iter().map(|r| &*r.message.key).collect()
+    }
+
+    #[test]
+    fn lanes_go_in_order_one_at_a_time_and_a_hand_over_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Outbox::open(&dir.path().join("w.sqlite")).unwrap();
+        let all = [message("a1", "a"), message("a2", "a"), message("b1", "b")];
+        assert_eq!(o.enqueue(&all, 0).unwrap(), 3);
+        assert_eq!(o.enqueue(&all[..1], 0).unwrap(), 0, "a key is taken once");
+        let lease = Duration::from_secs(60);
+        let none = |_: &str| false;
+        let first = o.take_due(10, lease, 10, &none).unwrap();
+        assert_eq!(keys(&first), ["a1", "b1"]);
+        // Leased: nothing more until they settle (a2 waits behind a1).
+        assert!(o.take_due(20, lease, 10, &none).unwrap().is_empty());
+        o.retry_at("a1", 1_000, "503").unwrap();
+        o.settle("b1", State::Sent, 30, None).unwrap();
+        // a1 backs off, and a2 waits behind it: order within a lane.
+        assert!(o.take_due(40, lease, 10, &none).unwrap().is_empty());
+        let again = o.take_due(1_000, lease, 10, &none).unwrap();
+        assert_eq!(keys(&again), ["a1"]);
+        assert_eq!(again[0].attempts, 1);
+        o.settle("a1", State::Sent, 1_001, None).unwrap();
+        let busy = |lane: &str| lane == "a";
+        assert!(o.take_due(1_002, lease, 10, &busy).unwrap().is_empty());
+        assert_eq!(keys(&o.take_due(1_002, lease, 10, &none).unwrap()), ["a2"]);
+        assert_eq!(o.waiting("t").unwrap(), 1);
+        assert_eq!(o.prune(1_001).unwrap(), 1, "b1 only");
+    }
+}
