@@ -217,8 +217,10 @@ fn one_projects_misses_never_delay_anothers() {
     assert_eq!(r.json()["evidence"]["age_days"], 400, "{:?}", r.json());
     let order = server.order();
     let planted = order.iter().position(|n| n == "planted-start.com").unwrap();
+    // At most the fetch in flight when it was asked, and one that started between reading the
+    // order and the request's arrival (a loaded machine): never the ~25 flood names still queued.
     assert!(
-        planted <= before + 1,
+        planted <= before + 2,
         "fetched {planted}th of {before}: {order:?}"
     );
 }

@@ -5,7 +5,7 @@
 //! Imports run one way (each module uses only those before it):
 //! `parallel` <- `name`, `name_index`, `mail`, `record`, `error`, `stats`, `age` <- `scores`,
 //! `top`, `providers`, `target`, `typos`, `neighbourhood` <- `table` <- `builder` <- `sources`,
-//! `classify` <- `evidence`, `heavy_hitters` <- `overrides`.
+//! `classify` <- `evidence`, `heavy_hitters`, `lww` <- `overrides`.
 
 pub mod age;
 pub mod builder;
@@ -13,6 +13,7 @@ pub mod classify;
 pub mod error;
 pub mod evidence;
 pub mod heavy_hitters;
+pub mod lww;
 pub mod mail;
 pub mod name;
 pub mod name_index;

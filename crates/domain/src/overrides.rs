@@ -72,6 +72,9 @@ pub struct Override {
     pub removed: bool,
 }
 
+// Kept as last-writer-wins records (the gateway's records engine), keyed by name.
+crate::record_fields!(Override, key: domain, writer: set_by);
+
 /// Every project's overrides, as the request path reads them.
 #[derive(Debug, Default, Clone)]
 pub struct OverrideSet {

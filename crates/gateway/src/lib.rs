@@ -5,8 +5,8 @@
 //!
 //! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
 //! listener's side and the Pingora glue), `account`, `access`, `upstream`, `changes`, `mx`,
-//! `rdap`, `live_top`, `data`, `ops`, `infra`; `domain` (pure: the `drg-domain` crate); `state`
-//! and `answer` are shared by all; `config` composes the parts' configuration; `server` wires
+//! `rdap`, `live_top`, `data`, `ops`; `infra` and `answer` (the `drg-base` crate) and `domain`
+//! (pure: the `drg-domain` crate); `state` is shared by all; `config` composes the parts' configuration; `server` wires
 //! everything; `embed` is the embedding API; `cli` holds the subcommands.
 
 // Its docs link private items freely: they are for the next engineer, not a public API.
@@ -14,7 +14,8 @@
 
 pub mod access;
 pub mod account;
-pub mod answer;
+/// Answers as values, in the base crate (`crates/base`).
+pub use drg_base::answer;
 pub mod changes;
 pub mod cli;
 pub mod config;
@@ -23,7 +24,8 @@ pub mod data;
 pub use drg_domain as domain;
 pub mod edge;
 pub mod embed;
-pub mod infra;
+/// Connections, files and shared records, in the base crate (`crates/base`).
+pub use drg_base::infra;
 pub mod live_top;
 pub mod mx;
 pub mod ops;

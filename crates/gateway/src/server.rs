@@ -35,6 +35,22 @@ use crate::ops::lifecycle::{settle_budget, Draining, InFlight};
 use crate::ops::metrics::Metrics;
 use crate::state::Shared;
 
+/// A part's [`drg_base::service::Service`], run as one of Pingora's background services: the
+/// parts know only the service contract, the host alone knows Pingora.
+pub(crate) struct Hosted<S>(pub S);
+
+#[async_trait::async_trait]
+impl<S: drg_base::service::Service> pingora::services::background::BackgroundService for Hosted<S> {
+    async fn start(&self, shutdown: pingora::server::ShutdownWatch) {
+        self.0.run(shutdown).await;
+    }
+}
+
+/// A part's service named `name`, ready for the server.
+pub(crate) fn hosted<S: drg_base::service::Service>(name: &str, service: S) -> BoxedService {
+    Box::new(background_service(name, Hosted(service)))
+}
+
 /// Why the server could not start; each error carries its own context.
 pub type StartError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -138,7 +154,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
     let mut services = Vec::new();
     let webhooks = match crate::webhooks::build(gateway)? {
         Some((webhooks, engine)) => {
-            services.push(Box::new(background_service("webhooks", engine)) as BoxedService);
+            services.push(hosted("webhooks", engine));
             Some(webhooks)
         }
         None => None,
@@ -242,7 +258,7 @@ fn quota_alerts(
         },
         config.thresholds
     );
-    services.push(Box::new(background_service("quota alerts", service)) as BoxedService);
+    services.push(hosted("quota alerts", service));
     Ok(Some(alerts))
 }
 
@@ -287,7 +303,7 @@ fn verdict_changes(
         counters.clone(),
     )?;
     writer.observed_by(Arc::new(watch));
-    services.push(Box::new(background_service("verdict changes", service)) as BoxedService);
+    services.push(hosted("verdict changes", service));
     log::info!(
         "verdict changes: watching the plans {:?}{}",
         config.watch_days.keys().collect::<Vec<_>>(),
@@ -614,14 +630,8 @@ fn background_services(
     (sources, keys_source): (DataSources, KeysSource),
     parts: Parts,
 ) -> Result<(), StartError> {
-    fn boxed<S: pingora::services::background::BackgroundService + Send + Sync + 'static>(
-        name: &str,
-        service: S,
-    ) -> BoxedService {
-        Box::new(background_service(name, service))
-    }
     let interval = gateway.reload.poll_interval;
-    services.push(boxed(
+    services.push(hosted(
         "data reload",
         Reloader::new(sources, shared.table.clone(), interval)
             .with_priority(gateway.reload.build_priority)
@@ -635,36 +645,36 @@ fn background_services(
             gateway.reload.max_shrink_percent,
             &shared.metrics,
         )?;
-        services.push(boxed("source fetch", fetcher));
+        services.push(hosted("source fetch", fetcher));
     }
-    services.push(boxed(
+    services.push(hosted(
         "keys reload",
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
     // The shared store's keys are polled also with the keys API off: they keep working.
     if let Some(store) = parts.shared_keys.clone() {
-        services.push(boxed(
+        services.push(hosted(
             "shared keys",
             crate::account::keys_api::sync::KeysSync(parts.keys_api.clone(), store),
         ));
     }
     if gateway.keys_api.enabled {
-        services.push(boxed(
+        services.push(hosted(
             "keys last use",
             crate::account::keys_api::LastUsedSaver(parts.keys_api),
         ));
     }
     services.extend(record_polls(&parts.overrides, &parts.reports, shared));
-    services.push(boxed("access log", parts.access_log_service));
+    services.push(hosted("access log", parts.access_log_service));
     if let Some((_, writer)) = parts.calls {
-        services.push(boxed("call logs", writer));
+        services.push(hosted("call logs", writer));
     }
     if let Some((_, keeper)) = parts.top_live {
-        services.push(boxed("top-domains", keeper));
+        services.push(hosted("top-domains", keeper));
     }
     if let Some(rdap) = &shared.rdap {
-        services.push(boxed(
+        services.push(hosted(
             "rdap",
             crate::rdap::service::RdapService(rdap.clone()),
         ));
@@ -674,7 +684,7 @@ fn background_services(
         let index = sharing
             .then(|| SharedIndex::new(&gateway.quota.redis, gateway.mx.neighbourhood.max_entries));
         let service = MxService::new(mx.clone(), gateway.mx.probe_interval, index);
-        services.push(boxed("mx", service));
+        services.push(hosted("mx", service));
     }
     Ok(())
 }
@@ -689,18 +699,12 @@ fn record_polls(
 ) -> Vec<BoxedService> {
     use crate::infra::records::replica::ReplicaSync;
     let mut polls: Vec<BoxedService> = vec![
-        Box::new(background_service(
-            "overrides",
-            ReplicaSync(overrides.replica.clone()),
-        )),
-        Box::new(background_service(
-            "reports",
-            ReplicaSync(reports.replica.clone()),
-        )),
+        hosted("overrides", ReplicaSync(overrides.replica.clone())),
+        hosted("reports", ReplicaSync(reports.replica.clone())),
     ];
     if let Some(hooks) = &shared.webhooks {
         let poll = ReplicaSync(hooks.replica().clone());
-        polls.push(Box::new(background_service("webhooks", poll)));
+        polls.push(hosted("webhooks", poll));
     }
     polls
 }
@@ -719,10 +723,7 @@ fn quota_store(
                 store: store.clone(),
                 interval: config.flush_interval,
             };
-            (
-                store,
-                Box::new(background_service("quota persistence", service)),
-            )
+            (store, hosted("quota persistence", service))
         }
         QuotaStoreKind::Redis => {
             let store = RedisStore::new(&config.redis, clock.clone())?.with_carried_folder(
@@ -738,10 +739,7 @@ fn quota_store(
                 in_flight: in_flight.clone(),
                 settle_within,
             };
-            (
-                store,
-                Box::new(background_service("quota reconcile", service)),
-            )
+            (store, hosted("quota reconcile", service))
         }
     })
 }

@@ -7,11 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use async_trait::async_trait;
 use drg_webhook::guard::Listener;
 use drg_webhook::{client, Directory, Engine, Message, Observer, Outcome, Sender, Target};
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 
 use crate::access::quota::alerts::service::{Subscribers, TOPIC as ALERTS};
 use crate::changes::delivery::TOPIC as CHANGES;
@@ -196,16 +193,6 @@ impl Webhooks {
     }
 }
 
-/// The engine as a background service.
-pub struct EngineService(Engine);
-
-#[async_trait]
-impl BackgroundService for EngineService {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        self.0.run(shutdown).await;
-    }
-}
-
 /// Whether anything sends webhooks: the operator's receivers or the projects' own.
 pub fn wanted(gateway: &GatewayConfig) -> bool {
     gateway.quota.alerts.is_some()
@@ -215,7 +202,7 @@ pub fn wanted(gateway: &GatewayConfig) -> bool {
 
 /// The engine of `gateway` (`None`: nothing sends webhooks): the operator's secrets read and the
 /// outbox opened now, so that a bad one stops the start.
-pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, EngineService)>, String> {
+pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, String> {
     if !wanted(gateway) {
         return Ok(None);
     }
@@ -255,5 +242,5 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, EngineService)
         destinations,
         counts,
     };
-    Ok(Some((webhooks, EngineService(engine))))
+    Ok(Some((webhooks, engine)))
 }

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use drg_base::service::{Service, Shutdown};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::client::{self, AttemptError};
@@ -132,7 +133,7 @@ type Attempted = (Row, Option<(u32, Result<(), AttemptError>)>);
 impl Engine {
     /// Delivers until `shutdown` turns true (or its sender is dropped), then gives the attempts
     /// posting two seconds to finish; one cut short is tried again after its lease.
-    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn deliver(&self, mut shutdown: Shutdown) {
         let mut running: JoinSet<Attempted> = JoinSet::new();
         let mut busy: HashSet<String> = HashSet::new();
         let mut last_prune: Option<tokio::time::Instant> = None;
@@ -275,5 +276,12 @@ impl Engine {
             Ok(_) => {}
             Err(e) => log::error!("{e}"),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl Service for Engine {
+    async fn run(&self, shutdown: Shutdown) {
+        self.deliver(shutdown).await;
     }
 }

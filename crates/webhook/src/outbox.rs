@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OpenFlags};
+use drg_base::infra::sqlite;
+use rusqlite::{params, Connection};
 
 use crate::Message;
 
@@ -92,32 +93,9 @@ pub struct Outbox {
     path: PathBuf,
 }
 
-/// Creates `path` private to the owner when missing (its `-wal` and `-shm` take the same mode).
-fn create_private(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o600)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// A connection in WAL mode, every commit on disk before it returns, waiting up to five
-/// seconds for another writer.
+/// A message handed over is a promise to deliver: on disk before the producer counts it.
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-    )?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    Ok(conn)
+    sqlite::connect(path, sqlite::Synchronous::Full)
 }
 
 impl Outbox {
@@ -132,7 +110,7 @@ impl Outbox {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        create_private(path).map_err(io)?;
+        drg_base::infra::fsutil::create_private(path).map_err(io)?;
         let outbox = Outbox {
             conn: std::cell::OnceCell::new(),
             path: path.to_owned(),

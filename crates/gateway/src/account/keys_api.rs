@@ -486,8 +486,8 @@ impl KeysApi {
 pub struct LastUsedSaver(pub Arc<KeysApi>);
 
 #[async_trait::async_trait]
-impl pingora::services::background::BackgroundService for LastUsedSaver {
-    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+impl drg_base::service::Service for LastUsedSaver {
+    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
         let mut ticks = crate::ops::periodic::Ticks::new(self.0.config.last_used_flush);
         while ticks.next(&mut shutdown).await.is_some() {
             self.save().await;

@@ -99,10 +99,8 @@ impl EmbeddedChanges {
         tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
             if guard.is_none() {
-                let mut c = Connection::open(&path)?;
-                c.busy_timeout(Duration::from_secs(5))?;
-                c.pragma_update(None, "journal_mode", "WAL")?;
-                c.pragma_update(None, "synchronous", "FULL")?;
+                let sync = crate::infra::sqlite::Synchronous::Full;
+                let mut c = crate::infra::sqlite::connect(&path, sync)?;
                 migrate(&mut c)?;
                 *guard = Some(c);
             }

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 
 use super::delivery::{Courier, Deliveries};
 use super::judge::{Basis, Judge};
@@ -370,8 +369,8 @@ impl ChangesService {
 }
 
 #[async_trait]
-impl BackgroundService for ChangesService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for ChangesService {
+    async fn run(&self, mut shutdown: Shutdown) {
         let Some(mut rx) = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };

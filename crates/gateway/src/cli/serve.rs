@@ -77,7 +77,10 @@ fn run(settings: Settings, mode: ServeMode) -> Result<(), CommandError> {
     let scheme = match tls {
         Some(tls) => {
             service.add_tls_with_settings(&gateway.listen, None, tls.settings);
-            server.add_service(background_service("tls reload", tls.reloader));
+            server.add_service(background_service(
+                "tls reload",
+                crate::server::Hosted(tls.reloader),
+            ));
             "https"
         }
         None => {

@@ -19,8 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use sha2::Digest;
 
 use crate::ops::metrics::{ReloadHook, ReloadOutcome};
@@ -365,8 +364,8 @@ fn lower_priority(priority: BuildPriority) {
 }
 
 #[async_trait]
-impl<S: Reloadable> BackgroundService for Reloader<S> {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl<S: Reloadable> Service for Reloader<S> {
+    async fn run(&self, mut shutdown: Shutdown) {
         let files = self.source.watched_files();
         let mut seen = fingerprint(&files, &[]);
         // The snapshot `seen` stands for. Another publisher (the keys API publishes the keys it

@@ -14,8 +14,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use prometheus::{GaugeVec, IntCounterVec};
 use serde::{Deserialize, Serialize};
 
@@ -424,8 +423,8 @@ impl Fetcher {
 }
 
 #[async_trait]
-impl BackgroundService for Fetcher {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for Fetcher {
+    async fn run(&self, mut shutdown: Shutdown) {
         // Every source is fetched right after start, then every `refresh` after its last try.
         let mut due: Vec<Instant> = vec![Instant::now(); self.sources.len()];
         loop {

@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use prometheus::{Gauge, IntCounterVec};
 
 use super::shared::SharedCounts;
@@ -398,8 +397,8 @@ impl Keeper {
 }
 
 #[async_trait]
-impl BackgroundService for Keeper {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for Keeper {
+    async fn run(&self, mut shutdown: Shutdown) {
         let mut ticks = Ticks::new(self.config.render_interval);
         let mut last_sync: Option<Instant> = None;
         let mut last_save = Instant::now();

@@ -24,9 +24,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drg_base::service::{Service, Shutdown};
 use percent_encoding::percent_decode_str;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use prometheus::IntCounter;
 use serde::{Serialize, Serializer};
 use tokio::signal::unix::{signal, SignalKind};
@@ -579,8 +578,8 @@ fn spawn(log: &AccessLog, writer: Writer) {
 }
 
 #[async_trait]
-impl BackgroundService for AccessLogService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for AccessLogService {
+    async fn run(&self, mut shutdown: Shutdown) {
         let writer = self.writer.lock().ok().and_then(|mut w| w.take());
         if let (Some(log), Some(writer)) = (&self.log, writer) {
             spawn(log, writer);

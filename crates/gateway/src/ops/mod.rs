@@ -7,7 +7,8 @@ pub mod connections;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
-pub mod periodic;
+/// The background services' loop, in the base crate.
+pub use drg_base::periodic;
 pub mod redact;
 pub mod request_ids;
 pub mod trace;

@@ -20,9 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
+use drg_base::service::{Service, Shutdown};
 use futures_util::FutureExt;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 
 use super::answer::Registration;
 use super::bootstrap::Bootstrap;
@@ -586,8 +585,8 @@ impl Rdap {
 pub struct RdapService(pub Arc<Rdap>);
 
 #[async_trait]
-impl BackgroundService for RdapService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for RdapService {
+    async fn run(&self, mut shutdown: Shutdown) {
         let rdap = &self.0;
         // Not joined at the end: a worker may be in a fetch for up to its timeout, and the
         // process is ending; the cache is saved first.

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use tokio::time::MissedTickBehavior;
 
 use super::local::LocalStore;
@@ -36,8 +35,8 @@ impl Persistence {
 }
 
 #[async_trait]
-impl BackgroundService for Persistence {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for Persistence {
+    async fn run(&self, mut shutdown: Shutdown) {
         let mut ticks = Ticks::new(self.interval);
         while ticks.next(&mut shutdown).await.is_some() {
             self.flush().await;
@@ -59,8 +58,8 @@ pub struct Reconciler {
 }
 
 #[async_trait]
-impl BackgroundService for Reconciler {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for Reconciler {
+    async fn run(&self, mut shutdown: Shutdown) {
         let mut ticks = Ticks::new(self.interval);
         let mut probes = tokio::time::interval(self.probe_interval);
         probes.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -17,12 +17,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::config::DbConfig;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::chunk::{decode, encode, Stored};
 use super::{
@@ -31,8 +30,6 @@ use super::{
 
 /// The schema version this build writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 1;
-/// How long a write waits for another gateway's transaction on the same file.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -266,17 +263,8 @@ fn writer_thread(mut conn: Connection) -> std::io::Result<std::sync::mpsc::Sende
 }
 
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    // WAL: readers and the writer do not block each other, across processes too. NORMAL sync:
-    // a power loss may take the last batches, never corrupts the file.
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // NORMAL: a power loss may take the last batches, never corrupts the file.
+    let conn = crate::infra::sqlite::connect(path, crate::infra::sqlite::Synchronous::Normal)?;
     // One plan per statement, whatever its values: without it SQLite compiles a statement again
     // whenever new values are bound to a parameter it compared while planning (the per-project id
     // query names its project twice), and a batch spent a fifth of its time in the parser.
@@ -651,7 +639,7 @@ mod tests {
     fn call(project: &str, domain: &str, at: &str, reason: Option<Reason>) -> Call {
         Call {
             project: project.into(),
-            retention: Duration::from_secs(3600),
+            retention: std::time::Duration::from_secs(3600),
             email_domain: domain.into(),
             verdict: reason.map(|reason| Verdict {
                 risk_score: 50,

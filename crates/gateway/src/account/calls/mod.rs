@@ -22,8 +22,7 @@ use async_trait::async_trait;
 use base64::Engine;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use crossbeam_queue::SegQueue;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use prometheus::IntCounter;
 use serde::Serialize;
 
@@ -510,8 +509,8 @@ impl CallWriter {
 }
 
 #[async_trait]
-impl BackgroundService for CallWriter {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for CallWriter {
+    async fn run(&self, mut shutdown: Shutdown) {
         // This service's own thread: taking a tick's calls off the queue (~20k at 100k calls a
         // second) waits for the workers' gaps like the writing does, unless the store's own
         // connection lives on this thread's runtime.

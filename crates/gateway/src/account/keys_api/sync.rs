@@ -28,8 +28,8 @@ use crate::access::shared_keys::{SharedKeysError, Snapshot, Stamp};
 pub struct KeysSync(pub Arc<KeysApi>, pub Arc<Shared>);
 
 #[async_trait::async_trait]
-impl pingora::services::background::BackgroundService for KeysSync {
-    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+impl drg_base::service::Service for KeysSync {
+    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
         // At once at the start: the cache may be older than Redis.
         self.0.sync_shared(&self.1).await;
         let mut ticks = crate::ops::periodic::Ticks::new(self.0.config.shared_poll);

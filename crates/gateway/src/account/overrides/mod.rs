@@ -24,8 +24,6 @@ use crate::domain::DomainName;
 use crate::infra::records::replica::Replica;
 use crate::infra::records::Put;
 
-crate::record_fields!(Override, key: domain, writer: set_by);
-
 /// Longest `note`, in characters.
 pub const MAX_NOTE_CHARS: usize = 500;
 /// Largest body of `PUT /v1/overrides/{domain}`.

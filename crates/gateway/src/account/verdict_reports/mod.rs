@@ -74,7 +74,7 @@ pub struct Report {
     pub removed: bool,
 }
 
-crate::record_fields!(Report, key: id, writer: reported_by);
+drg_domain::record_fields!(Report, key: id, writer: reported_by);
 
 /// A report as the API shows it.
 #[derive(Debug, Serialize)]

@@ -46,7 +46,7 @@ pub struct Hook {
     pub removed: bool,
 }
 
-crate::record_fields!(Hook, key: id, writer: created_by);
+drg_domain::record_fields!(Hook, key: id, writer: created_by);
 
 /// Where one webhook's messages go, and what they are signed with.
 #[derive(Clone, PartialEq, Eq)]

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use tokio::sync::Semaphore;
 
 use super::share::SharedIndex;
@@ -87,7 +86,7 @@ impl MxService {
 
     /// Resolves queued listed names, `concurrency` at once and at most `learn_per_second`
     /// (after a first `queue` at once), until shutdown.
-    fn start_teacher(&self, nb: &Arc<Neighbourhood>, mut shutdown: ShutdownWatch) {
+    fn start_teacher(&self, nb: &Arc<Neighbourhood>, mut shutdown: Shutdown) {
         let Some(mut rx) = nb.take_queue() else {
             return;
         };
@@ -177,8 +176,8 @@ impl MxService {
 }
 
 #[async_trait]
-impl BackgroundService for MxService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for MxService {
+    async fn run(&self, mut shutdown: Shutdown) {
         let nb = self.resolver.neighbourhood().cloned();
         if let Some(nb) = &nb {
             self.start_teacher(nb, shutdown.clone());

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 /// Where an alert stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,18 +336,9 @@ impl Outbox {
 }
 
 /// A connection to the outbox at `path`: WAL, and every write on disk before it returns.
+/// A claim is a promise to deliver: on disk before it counts.
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    // A claim is a promise to deliver: on disk before it counts.
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    Ok(conn)
+    crate::infra::sqlite::connect(path, crate::infra::sqlite::Synchronous::Full)
 }
 
 #[cfg(test)]

@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
+use drg_base::service::{Service, Shutdown};
 use tokio::sync::mpsc::Receiver;
 
 use drg_webhook::{Message, Sender};
@@ -252,8 +251,8 @@ impl AlertService {
 }
 
 #[async_trait]
-impl BackgroundService for AlertService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+impl Service for AlertService {
+    async fn run(&self, mut shutdown: Shutdown) {
         let mut rx = self.rx.lock().await;
         let mut held = Held::new(HELD_MAX);
         let mut tick = tokio::time::interval(TICK);

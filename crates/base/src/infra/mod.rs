@@ -10,4 +10,5 @@ pub mod http;
 pub mod priority;
 pub mod records;
 pub mod redis;
+pub mod sqlite;
 pub mod units;

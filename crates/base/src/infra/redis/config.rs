@@ -236,7 +236,7 @@ impl RedisConfig {
     }
 
     /// Replicas a counted call must reach before its reply is trusted (sentinel mode only).
-    pub(crate) fn wait_replicas(&self) -> u32 {
+    pub fn wait_replicas(&self) -> u32 {
         match self.mode {
             RedisMode::Sentinel => self.sentinel.wait_replicas,
             _ => 0,
@@ -253,7 +253,7 @@ impl RedisConfig {
         }
     }
 
-    pub(crate) fn batched(&self) -> bool {
+    pub fn batched(&self) -> bool {
         !self.sync_interval.is_zero()
     }
 }

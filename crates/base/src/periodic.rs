@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pingora::server::ShutdownWatch;
+use crate::service::Shutdown;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{interval, Interval, MissedTickBehavior};
 
@@ -43,7 +43,7 @@ impl Ticks {
     }
 
     /// The next wake-up, or `None` once the server shuts down.
-    pub async fn next(&mut self, shutdown: &mut ShutdownWatch) -> Option<Tick> {
+    pub async fn next(&mut self, shutdown: &mut Shutdown) -> Option<Tick> {
         if *shutdown.borrow() {
             return None;
         }

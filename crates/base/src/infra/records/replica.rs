@@ -175,10 +175,10 @@ impl<R: Record> Replica<R> {
 pub struct ReplicaSync<R: Record>(pub Arc<Replica<R>>);
 
 #[async_trait::async_trait]
-impl<R: Record> pingora::services::background::BackgroundService for ReplicaSync<R> {
-    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+impl<R: Record> crate::service::Service for ReplicaSync<R> {
+    async fn run(&self, mut shutdown: crate::service::Shutdown) {
         self.0.start().await;
-        let mut ticks = crate::ops::periodic::Ticks::new(POLL);
+        let mut ticks = crate::periodic::Ticks::new(POLL);
         while ticks.next(&mut shutdown).await.is_some() {
             self.0.sync().await;
         }

@@ -1,0 +1,72 @@
+//! SQLite opened one way for every file the gateway keeps (the call log, verdict changes, the
+//! alerts' ledger, the webhook outbox): WAL (readers and the writer do not block each other,
+//! across processes too), waiting up to five seconds for another writer, each connection used by
+//! one thread at a time; the file created private to the owner first (its `-wal` and `-shm` take
+//! its mode).
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+/// How long a statement waits for another writer's lock.
+pub const BUSY: Duration = Duration::from_secs(5);
+
+/// How much a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// On disk before the commit returns: what a promise rests on (a claimed alert, a change, a
+    /// message handed over).
+    Full,
+    /// A power loss may take the last commits, never corrupts the file (the call log).
+    Normal,
+}
+
+/// Opens `path` (created 0600 with its folder when missing); see [`connect`].
+pub fn open(path: &Path, synchronous: Synchronous) -> Result<Connection, OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    crate::infra::fsutil::create_private(path).map_err(io)?;
+    connect(path, synchronous).map_err(|source| OpenError::Sqlite {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// A connection to `path` in WAL mode, commits as `synchronous` says.
+pub fn connect(path: &Path, synchronous: Synchronous) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    let sync = match synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)?;
+    Ok(conn)
+}
+
+/// Why a file did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+}

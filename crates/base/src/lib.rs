@@ -1,0 +1,12 @@
+//! The base every part of the gateway stands on: connections and files (`infra`: the Redis
+//! link, the DNS client, outgoing HTTP's TLS, atomic and private files, SQLite opened one way,
+//! the small per-project records every gateway shares), answers as values (`answer`), the one
+//! background-service contract (`service`) and its loop (`periodic`).
+//!
+//! It must never import a gateway part or Pingora: the host runs each [`service::Service`] as
+//! one of Pingora's background services.
+
+pub mod answer;
+pub mod infra;
+pub mod periodic;
+pub mod service;
