@@ -14,7 +14,7 @@ use pingora::services::ServiceHandle;
 use crate::config::Settings;
 use crate::edge::middleware::{NoHost, WithDomainRisk};
 use crate::edge::mount::Mount;
-use crate::ops::lifecycle::DrainingShutdown;
+use crate::edge::signals::DrainingShutdown;
 use crate::server::Wired;
 
 /// Why a [`Config`] could not be loaded or a [`DomainRisk`] could not be built. The message

@@ -28,7 +28,8 @@ pub mod embed;
 pub use drg_base::infra;
 pub mod live_top;
 pub mod mx;
-pub mod ops;
+/// Metrics, logs, traces and the process's lifecycle, in their own crate (`crates/telemetry`).
+pub use drg_telemetry as ops;
 pub mod rdap;
 pub mod server;
 pub mod state;

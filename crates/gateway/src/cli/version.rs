@@ -8,9 +8,9 @@ use std::path::Path;
 
 use crate::config::Settings;
 
-/// The commit the gateway was built from (`build.rs`; "unknown" outside a git checkout), as
-/// `--version` and `drg_build_info` show it.
-pub const GIT_HASH: &str = env!("DRG_GIT_HASH");
+/// The commit the gateway was built from (the telemetry crate's `build.rs`; "unknown" outside a
+/// git checkout), as `--version` and `drg_build_info` show it.
+pub const GIT_HASH: &str = drg_telemetry::GIT_HASH;
 
 /// Where the Debian package and the container image put the config: read when the given config
 /// (by default `conf/gateway.yaml`, a checkout's) is not there.

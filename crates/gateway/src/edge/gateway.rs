@@ -31,7 +31,7 @@ use crate::config::GatewayConfig;
 use crate::edge::cors::{self, merge_vary, VARY_ORIGIN};
 use crate::edge::http::write;
 use crate::ops::access_log::{AccessLog, Entry};
-use crate::ops::metrics::{RouteClass, UpstreamError};
+use crate::ops::metrics::RouteClass;
 use crate::ops::request_ids::RequestIds;
 use crate::ops::trace::spans::{self, Finished};
 use crate::ops::trace::{Kind, Span};
@@ -491,7 +491,7 @@ impl Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        if let Some(kind) = UpstreamError::of(e) {
+        if let Some(kind) = crate::upstream::errors::kind_of(e) {
             self.shared.metrics.upstream_failed(kind);
         }
         if ctx.upstream_elapsed.is_none() {

@@ -15,4 +15,5 @@ pub mod middleware;
 pub mod mount;
 pub mod openapi;
 pub mod route;
+pub mod signals;
 pub mod tls;

@@ -57,7 +57,7 @@ impl RelayError {
     pub fn kind(&self) -> Option<UpstreamError> {
         match self {
             RelayError::Upstream(e) => {
-                Some(UpstreamError::of(e).unwrap_or(UpstreamError::BadResponse))
+                Some(crate::upstream::errors::kind_of(e).unwrap_or(UpstreamError::BadResponse))
             }
             RelayError::TooLarge { .. } | RelayError::Upgrade => Some(UpstreamError::BadResponse),
             RelayError::Request(_) => None,

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Counters of what the limits did, for readiness details and metrics.
 #[derive(Debug, Default)]
 pub struct DownstreamStats {
-    pub(crate) open: AtomicUsize,
-    pub(crate) refused: AtomicU64,
-    pub(crate) header_timeouts: AtomicU64,
-    pub(crate) header_too_large: AtomicU64,
-    pub(crate) idle_closed: AtomicU64,
+    pub open: AtomicUsize,
+    pub refused: AtomicU64,
+    pub header_timeouts: AtomicU64,
+    pub header_too_large: AtomicU64,
+    pub idle_closed: AtomicU64,
 }
 
 /// A snapshot of [`DownstreamStats`].

@@ -1,4 +1,4 @@
-//! Build script: stamps the git commit into the gateway for `drg_build_info` and `--version`
+//! Build script: stamps the git commit for `drg_build_info` and (through `drg_telemetry::GIT_HASH`) `--version`
 //! ("unknown" when built outside a git checkout, e.g. from a source archive).
 
 use std::path::Path;
@@ -21,7 +21,7 @@ fn git_hash() {
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=DRG_GIT_HASH={hash}");
     // Rebuild when HEAD moves; a path that does not exist would make every build rerun this.
-    // The workspace root's: this crate is `crates/gateway`.
+    // The workspace root's: this crate is `crates/telemetry`.
     let git = Path::new("../../.git");
     for file in ["HEAD", "packed-refs"] {
         if git.join(file).exists() {

@@ -95,7 +95,7 @@ impl TracingConfig {
                 self.queue_size
             ));
         }
-        let ms = crate::infra::units::ms(self.export_timeout);
+        let ms = drg_base::infra::units::ms(self.export_timeout);
         if !(100..=60_000).contains(&ms) {
             out.push(format!(
                 "{at}.export_timeout_ms: {ms} is outside 100..=60000"

@@ -3,7 +3,7 @@
 //! No target (it may be an email address), header value or secret is ever set.
 
 use super::{Kind, Span, Tracing};
-use crate::ops::metrics::RouteClass;
+use crate::metrics::RouteClass;
 
 /// What a finished request's span records: handed over by the edge, which knows the request.
 pub struct Finished<'a> {

@@ -23,7 +23,7 @@ pub struct UreqClient {
 impl UreqClient {
     pub fn new(timeout: Duration) -> Self {
         let agent = ureq::Agent::config_builder()
-            .tls_config(crate::infra::http::system_tls())
+            .tls_config(drg_base::infra::http::system_tls())
             .timeout_global(Some(timeout))
             // The exporter reads the status itself (it retries 429/502/503/504 only).
             .http_status_as_error(false)

@@ -9,7 +9,6 @@
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pingora::{Error, ErrorSource, ErrorType};
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 use prometheus::{
@@ -21,8 +20,8 @@ mod rdap;
 
 pub use rdap::RdapStats;
 
-use crate::ops::connections::DownstreamCounts;
-use crate::ops::logging::client_error_totals_by_category;
+use crate::connections::DownstreamCounts;
+use crate::logging::client_error_totals_by_category;
 
 /// Request latency buckets (seconds): local answers take tens of microseconds, proxied ones
 /// up to the upstream read timeout.
@@ -182,23 +181,6 @@ impl UpstreamError {
             UpstreamError::BadResponse => "bad_response",
         }
     }
-
-    /// The kind of an error Pingora reports while proxying; `None` when it is not the
-    /// upstream's (the client went away, or our own fault).
-    pub fn of(e: &Error) -> Option<Self> {
-        use ErrorType::*;
-        let upstream = e.esource() == &ErrorSource::Upstream;
-        Some(match e.etype() {
-            ConnectRefused => UpstreamError::ConnectRefused,
-            ConnectNoRoute | ConnectError | TLSHandshakeFailure | TLSHandshakeTimedout
-            | InvalidCert | HandshakeError => UpstreamError::ConnectError,
-            ConnectTimedout => UpstreamError::Timeout,
-            ReadTimedout | WriteTimedout if upstream => UpstreamError::Timeout,
-            ConnectionClosed | ReadError | WriteError if upstream => UpstreamError::Reset,
-            _ if upstream => UpstreamError::BadResponse,
-            _ => return None,
-        })
-    }
 }
 
 /// What became of reloads, as counted.
@@ -321,7 +303,7 @@ fn build_info(registry: &Registry) -> Result<(), prometheus::Error> {
         )?,
     )?;
     build
-        .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("DRG_GIT_HASH")])
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), crate::GIT_HASH])
         .set(1);
     Ok(())
 }
@@ -503,7 +485,7 @@ impl Metrics {
         )
     }
 
-    /// The hook a [`crate::data::reload::Reloader`] of `source` reports to. `source` was just loaded,
+    /// The hook a data reloader of `source` reports to. `source` was just loaded,
     /// so its last success is now.
     pub fn reload_hook(&self, source: &str) -> ReloadHook {
         let success = self.reload_success.with_label_values(&[source]);
@@ -550,7 +532,7 @@ pub struct Scrape {
     /// The managed file of API-made keys is read (false: unreadable, corrupt and set aside, or
     /// written by a newer gateway; the API-made keys are off).
     pub keys_managed_ok: bool,
-    /// [`crate::access::quota::QuotaStore::status`].
+    /// quota store's status.
     pub quota: serde_json::Value,
     /// `None` when MX lookups are disabled.
     pub mx: Option<MxStats>,
@@ -559,7 +541,7 @@ pub struct Scrape {
     /// `None` when quota alerts are off.
     pub alerts: Option<AlertStats>,
     /// `None` when tracing is off.
-    pub tracing: Option<crate::ops::trace::TraceStats>,
+    pub tracing: Option<crate::trace::TraceStats>,
     pub downstream: DownstreamCounts,
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
-use crate::infra::units::ms;
+use drg_base::infra::units::ms;
 use std::net::SocketAddr;
 
 /// The JSON access log (see docs/operations.md, "Access log").

@@ -10,7 +10,7 @@
 //! SIGUSR1 makes it reopen its file (logrotate's `create` mode); a failed reopen keeps the old
 //! file. Emails are never written whole: the local part is masked to its first two characters,
 //! in the target (percent-encoded at any depth or not) and in the free-text fields a client
-//! fills (`Origin`, `X-Request-Id`), by [`crate::ops::redact`].
+//! fills (`Origin`, `X-Request-Id`), by [`crate::redact`].
 
 use std::borrow::Cow;
 use std::fmt;
@@ -30,7 +30,7 @@ use prometheus::IntCounter;
 use serde::{Serialize, Serializer};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::ops::config::AccessLogConfig;
+use crate::config::AccessLogConfig;
 
 /// Longest target kept, in characters (a domain has at most 253; the check route allows 254).
 pub const MAX_TARGET_CHARS: usize = 256;
@@ -159,7 +159,7 @@ impl fmt::Display for Target<'_> {
         // decoding the routes do) is treated as an email: a domain route given an address must
         // not log it whole either. The mask comes before the cut, so a long local part cannot
         // pass for a domain.
-        let masked = crate::ops::redact::mask_address(&self.0);
+        let masked = crate::redact::mask_address(&self.0);
         f.write_str(truncate_chars(&masked, MAX_TARGET_CHARS))
     }
 }
@@ -186,8 +186,8 @@ fn truncate_bytes(s: &str, max: usize) -> &str {
 /// borrowed (no copy) when there is nothing to mask, as nearly always.
 fn client_text(bytes: &[u8], max: usize) -> Cow<'_, str> {
     let masked = match String::from_utf8_lossy(bytes) {
-        Cow::Borrowed(text) => crate::ops::redact::mask_emails(text),
-        Cow::Owned(text) => Cow::Owned(crate::ops::redact::mask_emails(&text).into_owned()),
+        Cow::Borrowed(text) => crate::redact::mask_emails(text),
+        Cow::Owned(text) => Cow::Owned(crate::redact::mask_emails(&text).into_owned()),
     };
     match masked {
         Cow::Borrowed(text) => Cow::Borrowed(truncate_bytes(text, max)),

@@ -11,7 +11,7 @@
 //! as before. [`client_error_totals`] gives the counts for the metrics.
 //!
 //! Every line, ours and Pingora's, is formatted once and passed through
-//! [`crate::ops::redact::mask_emails`], so no email address (a path, an `Origin`, a request dump in
+//! [`crate::redact::mask_emails`], so no email address (a path, an `Origin`, a request dump in
 //! a Pingora error) reaches the log whole. A few Pingora lines logged at ERROR for events that
 //! are normal in operation are written at the level they deserve ([`RELEVELLED`]).
 
@@ -528,7 +528,7 @@ impl GatewayLogger {
                 return;
             }
         }
-        let masked = crate::ops::redact::mask_emails(message);
+        let masked = crate::redact::mask_emails(message);
         self.inner.log(
             &Record::builder()
                 .level(level)
