@@ -19,18 +19,17 @@ pub use drg_base::answer;
 pub mod changes;
 pub mod cli;
 pub mod config;
-pub mod data;
 /// The pure domain logic, its own crate (`crates/domain`).
 pub use drg_domain as domain;
+/// The evidence parts (the table's inputs, MX, RDAP), in their own crate (`crates/evidence`).
+pub use drg_evidence::{data, mx, rdap};
 pub mod edge;
 pub mod embed;
 /// Connections, files and shared records, in the base crate (`crates/base`).
 pub use drg_base::infra;
 pub mod live_top;
-pub mod mx;
 /// Metrics, logs, traces and the process's lifecycle, in their own crate (`crates/telemetry`).
 pub use drg_telemetry as ops;
-pub mod rdap;
 pub mod server;
 pub mod state;
 pub mod upstream;

@@ -891,19 +891,7 @@ impl Families {
     }
 }
 
-/// What a finished rebuild came to, as told to a [`ReloadHook`] by `data::reload` (a raced build is redone, not
-/// reported).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReloadOutcome {
-    Published,
-    /// The build failed (or its thread could not run).
-    Failed,
-    /// Built, but the reloadable source's `accept` refused it.
-    Refused,
-}
-
-/// Told the outcome of every finished rebuild (e.g. to count them in the metrics).
-pub type ReloadHook = Box<dyn Fn(ReloadOutcome) + Send + Sync>;
+pub use drg_base::reload::{ReloadHook, ReloadOutcome};
 
 /// Counters of the MX resolver since it started, and its current load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

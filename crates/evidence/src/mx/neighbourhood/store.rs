@@ -11,8 +11,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::neighbour_index::{KeyKind, Learned};
-use crate::infra::fsutil::replace_with;
+use drg_base::infra::fsutil::replace_with;
+use drg_domain::neighbour_index::{KeyKind, Learned};
 
 /// The header's `format`.
 pub const FORMAT: &str = "drg-mx-neighbourhood";
@@ -112,9 +112,8 @@ pub fn write(path: &Path, learned: &[Learned]) -> std::io::Result<()> {
         w.flush()
     })
     .map_err(|e| match e {
-        crate::infra::fsutil::ReplaceError::Fill(e) | crate::infra::fsutil::ReplaceError::Io(e) => {
-            e
-        }
+        drg_base::infra::fsutil::ReplaceError::Fill(e)
+        | drg_base::infra::fsutil::ReplaceError::Io(e) => e,
     })
 }
 

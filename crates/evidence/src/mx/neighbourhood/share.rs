@@ -7,9 +7,9 @@
 //! One key: cluster-safe. Writes are bounded: one `XADD` per share interval and per
 //! [`BATCH`] domains.
 
-use crate::domain::neighbour_index::Learned;
-use crate::infra::redis::config::RedisConfig;
-use crate::infra::redis::{stream_id_after, RedisLink};
+use drg_base::infra::redis::config::RedisConfig;
+use drg_base::infra::redis::{stream_id_after, RedisLink};
+use drg_domain::neighbour_index::Learned;
 
 /// The stream's key.
 pub const KEY: &str = "drg:mx:neighbourhood";

@@ -2,5 +2,6 @@
 
 pub mod config;
 pub mod files;
-pub mod reload;
+/// The reloader, in the base crate.
+pub use drg_base::reload;
 pub mod sources;

@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::config::{DataConfig, SourceConfig, SourceKind};
 use crate::data::files::RECORDS_FILE;
-use crate::domain::sources::{add_domain_list, add_records};
-use crate::domain::{ListKind, SourceError, TableBuilder};
-use crate::ops::metrics::Metrics;
+use drg_domain::sources::{add_domain_list, add_records};
+use drg_domain::{ListKind, SourceError, TableBuilder};
+use drg_telemetry::metrics::Metrics;
 
 /// A download's body as text, refused past `max` bytes (announced or read: one byte past the
 /// limit tells a body that is too long without reading the rest).
@@ -141,7 +141,7 @@ pub struct Source {
 impl Source {
     pub fn new(config: SourceConfig, data: &DataConfig, max_shrink_percent: u32) -> Self {
         let agent = ureq::Agent::config_builder()
-            .tls_config(crate::infra::http::system_tls())
+            .tls_config(drg_base::infra::http::system_tls())
             .timeout_global(Some(config.timeout))
             .max_redirects(config.max_redirects)
             // Status codes are handled here (304 is the point of the exercise).
@@ -195,7 +195,7 @@ impl Source {
         if status != 200 {
             return Err(FetchError::Status(status));
         }
-        let header = |name: &str| crate::infra::http::header(&response, name);
+        let header = |name: &str| drg_base::infra::http::header(&response, name);
         let (etag, last_modified) = (header("etag"), header("last-modified"));
         let announced = header("content-length").and_then(|l| l.parse::<u64>().ok());
         let text = read_bounded(response, announced, self.config.max_bytes)?;
@@ -259,13 +259,15 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Replaces `path` with `content` in one step, mode 0600 (see [`crate::infra::fsutil`]): the reloader
+/// Replaces `path` with `content` in one step, mode 0600 (see [`drg_base::infra::fsutil`]): the reloader
 /// never sees half a file, and a crash leaves the old copy or the new one. The temporary name
 /// starts with '.', which no source name does, so it is no other source's file.
 fn write_atomic(path: &Path, content: &[u8]) -> Result<(), FetchError> {
-    crate::infra::fsutil::write_atomic(path, 0o600, content).map_err(|source| FetchError::Store {
-        path: path.to_owned(),
-        source,
+    drg_base::infra::fsutil::write_atomic(path, 0o600, content).map_err(|source| {
+        FetchError::Store {
+            path: path.to_owned(),
+            source,
+        }
     })
 }
 

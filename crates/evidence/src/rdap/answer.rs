@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::domain::age::{days_from_civil, DayNumber};
+use drg_domain::age::{days_from_civil, DayNumber};
 
 /// Registries older than this never registered a domain (`.com` opened in 1985).
 const EARLIEST: (i32, u32, u32) = (1985, 1, 1);

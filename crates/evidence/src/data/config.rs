@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 
-use crate::infra::units::{ms, secs};
+use drg_base::infra::units::{ms, secs};
 
 /// The data files (see docs/data.md for their formats).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::domain::neighbour_index::Learned;
+use drg_domain::neighbour_index::Learned;
 
 /// One change to the index, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]

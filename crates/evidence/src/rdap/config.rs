@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 
-use crate::infra::units::{ms, secs};
+use drg_base::infra::units::{ms, secs};
 
 /// IANA's RDAP bootstrap registry for domain names (RFC 9224), the `bootstrap_url` to set.
 pub const IANA_BOOTSTRAP_URL: &str = "https://data.iana.org/rdap/dns.json";

@@ -1,6 +1,6 @@
 //! The MX neighbourhood index at work: taught by every MX lookup (and, in the background, by
 //! the listed names the table answers), asked for each unlisted domain, kept in a state file
-//! and shared over Redis. The rule itself is pure, in [`crate::domain::neighbour_index`].
+//! and shared over Redis. The rule itself is pure, in [`drg_domain::neighbour_index`].
 
 pub mod mirror;
 pub mod service;
@@ -15,13 +15,13 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
-use crate::domain::neighbour_index::{
+use crate::mx::config::NeighbourhoodConfig;
+use drg_domain::neighbour_index::{
     keys_of, project_id, Finding, HostNetworks, KeyKind, KeyReport, Learned, NeighbourhoodIndex,
     NeighbourhoodRule, ProjectId, Teach, Teachers,
 };
-use crate::domain::{DomainName, DomainTable, Reason, TableRule};
-use crate::mx::config::NeighbourhoodConfig;
-use crate::ops::metrics::NeighbourhoodStats;
+use drg_domain::{DomainName, DomainTable, Reason, TableRule};
+use drg_telemetry::metrics::NeighbourhoodStats;
 use mirror::{Change, Mirror};
 
 /// What the gateway learned and has yet to send to the other gateways, at most (the oldest
@@ -40,7 +40,7 @@ pub fn today() -> u32 {
 pub struct Neighbourhood {
     index: RwLock<NeighbourhoodIndex>,
     table: Arc<ArcSwap<DomainTable>>,
-    pub(crate) config: NeighbourhoodConfig,
+    pub config: NeighbourhoodConfig,
     /// Listed names queued or being resolved (deduplicates the queue), with the projects
     /// whose traffic asked for them meanwhile (they teach what the lookup finds).
     /// Keyed by names callers choose: aHash, randomly keyed (see `mx::resolver`'s cache).
@@ -154,7 +154,7 @@ impl Neighbourhood {
 
     /// Records how the gateway answered `name` (MX hosts known, the table leaving it open):
     /// `inferred` when its neighbours made it `disposable`, which neither dilutes nor feeds its
-    /// keys ([`Standing::Inferred`](crate::domain::neighbour_index::Standing)); one answered
+    /// keys ([`Standing::Inferred`](drg_domain::neighbour_index::Standing)); one answered
     /// otherwise counts as `vouched` says (an established age: it dilutes; `None`: the last
     /// word stands). A read lock when nothing changes (the usual case).
     pub fn judged(&self, name: &DomainName, inferred: bool, vouched: Option<bool>) {
@@ -544,8 +544,8 @@ impl Neighbourhood {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::scores::Scores;
-    use crate::domain::{table::ListKind, TableBuilder};
+    use drg_domain::scores::Scores;
+    use drg_domain::{table::ListKind, TableBuilder};
 
     fn neighbourhood(max_entries: usize, listed: &[&str]) -> Neighbourhood {
         let mut b = TableBuilder::new();

@@ -29,10 +29,10 @@ use super::cache::{AgeCache, Entry, Known};
 use super::config::RdapConfig;
 use super::fetch::{FetchError, Fetched, Fetcher};
 use super::queue::{Job, Next, Offer, Queue};
-use crate::domain::age::{AgeRule, DayNumber, DomainAge};
-use crate::domain::DomainName;
-use crate::ops::metrics::RdapStats;
-use crate::ops::periodic::Ticks;
+use drg_domain::age::{AgeRule, DayNumber, DomainAge};
+use drg_domain::DomainName;
+use drg_telemetry::metrics::RdapStats;
+use drg_telemetry::periodic::Ticks;
 
 /// A name is asked at most this many times of a server that answers "later" (429, 503); then
 /// it is given up until `failure_ttl` ends.
@@ -514,7 +514,7 @@ impl Rdap {
     /// of the bootstrap in service; the copy is kept in the state folder. Blocking.
     fn refresh_bootstrap(&self, url: &str) -> Result<usize, String> {
         let agent = ureq::Agent::config_builder()
-            .tls_config(crate::infra::http::system_tls())
+            .tls_config(drg_base::infra::http::system_tls())
             .timeout_global(Some(self.config.timeout * 4))
             .max_redirects(2)
             .https_only(!self.config.allow_plain_http)
@@ -544,7 +544,7 @@ impl Rdap {
             ));
         }
         let path = Self::fetched_bootstrap_path(&self.config);
-        crate::infra::fsutil::write_atomic(&path, 0o600, text.as_bytes())
+        drg_base::infra::fsutil::write_atomic(&path, 0o600, text.as_bytes())
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let n = fresh.len();
         self.bootstrap

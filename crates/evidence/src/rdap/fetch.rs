@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::answer::{self, AnswerError, Registration};
 use super::bootstrap::Bootstrap;
 use super::queue::Job;
-use crate::domain::age::DayNumber;
+use drg_domain::age::DayNumber;
 
 /// What a server said of a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub struct Fetcher {
 impl Fetcher {
     pub fn new(timeout: Duration, max_body: u64, max_redirects: u32) -> Self {
         let agent = ureq::Agent::config_builder()
-            .tls_config(crate::infra::http::system_tls())
+            .tls_config(drg_base::infra::http::system_tls())
             .timeout_global(Some(timeout))
             // Followed here, each checked against the bootstrap.
             .max_redirects(0)
@@ -122,7 +122,7 @@ impl Fetcher {
                 .call()
                 .map_err(transport)?;
             let status = response.status().as_u16();
-            let header = |name: &str| crate::infra::http::header(&response, name);
+            let header = |name: &str| drg_base::infra::http::header(&response, name);
             match status {
                 200 => {
                     let announced = header("content-length").and_then(|l| l.parse::<u64>().ok());

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::age::DayNumber;
+use drg_domain::age::DayNumber;
 
 /// What is known of one registrable domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +146,7 @@ impl AgeCache {
             out.write_all(b"\n")?;
             lines += 1;
         }
-        crate::infra::fsutil::write_atomic(path, 0o600, &out)?;
+        drg_base::infra::fsutil::write_atomic(path, 0o600, &out)?;
         Ok(lines)
     }
 }
@@ -154,7 +154,7 @@ impl AgeCache {
 /// A state file's line, if it is sound: a domain name, a known kind, an unexpired time.
 fn parse_line(line: &str, now: u64) -> Option<(String, Entry)> {
     let line: Line = serde_json::from_str(line).ok()?;
-    let name = crate::domain::DomainName::parse(&line.d).ok()?;
+    let name = drg_domain::DomainName::parse(&line.d).ok()?;
     if name.as_str() != line.d || line.e <= now {
         return None;
     }

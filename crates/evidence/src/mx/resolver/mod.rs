@@ -37,18 +37,18 @@ use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{OptionsBuilder, UnitWeighter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::domain::mail::{HostProblem, HostState, MxEvidence, MxHost, ProviderKind};
-use crate::domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
-use crate::domain::table::DomainTable;
-use crate::domain::DomainName;
-use crate::infra::breaker::Breaker;
-use crate::infra::dns::{DnsClient, QueryError};
 use crate::mx::config::MxConfig;
 use crate::mx::neighbourhood::Neighbourhood;
 use crate::mx::shares::{ShareSlot, Shares};
 use crate::mx::slow_zones::ZoneTimeouts;
 use crate::mx::trust::{self, CanaryAnswer, Trust, TrustState};
-use crate::ops::metrics::MxStats;
+use drg_base::infra::breaker::Breaker;
+use drg_base::infra::dns::{DnsClient, QueryError};
+use drg_domain::mail::{HostProblem, HostState, MxEvidence, MxHost, ProviderKind};
+use drg_domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
+use drg_domain::table::DomainTable;
+use drg_domain::DomainName;
+use drg_telemetry::metrics::MxStats;
 
 use canaries::RECHECK_SPACING;
 use dns::{name_servers, system_servers, zone_of};
@@ -263,7 +263,7 @@ impl MxResolver {
 
     /// Whether `host` is run by a recognised mailbox provider, security gateway, forwarder or
     /// consumer service: such a host exists and gives no neighbourhood key
-    /// ([`crate::domain::neighbour_index::keys_of`]), so its addresses and networks need not be
+    /// ([`drg_domain::neighbour_index::keys_of`]), so its addresses and networks need not be
     /// asked. Without the table (a resolver made alone), every host is asked.
     fn is_shared_service(&self, host: &str) -> bool {
         self.table.as_ref().is_some_and(|t| {

@@ -11,16 +11,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::data::config::{DataConfig, SourceKind};
-use crate::domain::providers::ProviderTable;
-use crate::domain::sources::{
+use drg_domain::providers::ProviderTable;
+use drg_domain::sources::{
     add_domain_list_named, add_records_named, add_relay_list_named, BUILTIN_SOURCE,
 };
-use crate::domain::stats::TableStats;
-use crate::domain::table::{
+use drg_domain::stats::TableStats;
+use drg_domain::table::{
     ALLOW_OVER_BLOCKLIST, BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, BLOCKLIST_UNDER_BROAD,
     FREE_OVER_BLOCKLIST, NOT_FREE_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
-use crate::domain::{DomainName, DomainTable, ListKind, Scores, SourceError, TableBuilder};
+use drg_domain::{DomainName, DomainTable, ListKind, Scores, SourceError, TableBuilder};
 
 pub const DISPOSABLE_FILE: &str = "disposable.txt";
 pub const ALLOWLIST_FILE: &str = "allowlist.txt";
@@ -246,7 +246,7 @@ impl DataSources {
         let table = builder.build(self.scores);
         // The build's transient memory (the files' text, the parsed runs) goes back to the
         // system now rather than when the allocator next gets round to it.
-        crate::infra::alloc::release_free_memory();
+        drg_base::infra::alloc::release_free_memory();
         log::info!(
             "domain table built in {} ms; name index {:.1} MiB ({:.0} bytes a name)",
             started.elapsed().as_millis(),
@@ -278,7 +278,7 @@ fn build_threads() -> usize {
 /// Adds the `mailchecker` crate's list; returns how many of its entries were not hostnames.
 fn add_builtin_disposable(builder: &mut TableBuilder) -> usize {
     let mut skipped = 0;
-    let origin = crate::domain::table::Origin {
+    let origin = drg_domain::table::Origin {
         source: builder.source(BUILTIN_SOURCE),
         line: 0,
     };
@@ -495,7 +495,7 @@ mod tests {
         let free = |d: &str| {
             let m = table.lookup(&DomainName::parse(d).unwrap());
             (
-                matches!(m.rule, crate::domain::TableRule::Blocklist { .. }),
+                matches!(m.rule, drg_domain::TableRule::Blocklist { .. }),
                 m.is_free_provider,
             )
         };

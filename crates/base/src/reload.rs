@@ -17,13 +17,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::service::{Service, Shutdown};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use drg_base::service::{Service, Shutdown};
 use sha2::Digest;
 
-use crate::ops::metrics::{ReloadHook, ReloadOutcome};
-use crate::ops::periodic::{Tick, Ticks};
+use crate::periodic::{Tick, Ticks};
+
+/// What a finished rebuild came to, as told to a [`ReloadHook`] by the reloader (a raced build is redone, not
+/// reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    Published,
+    /// The build failed (or its thread could not run).
+    Failed,
+    /// Built, but the reloadable source's `accept` refused it.
+    Refused,
+}
+
+/// Told the outcome of every finished rebuild (e.g. to count them in the metrics).
+pub type ReloadHook = Box<dyn Fn(ReloadOutcome) + Send + Sync>;
 
 /// Something that can be rebuilt from files.
 pub trait Reloadable: Send + Sync + 'static {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::infra::units::{ms, secs};
+use drg_base::infra::units::{ms, secs};
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
 use std::net::SocketAddr;
@@ -292,7 +292,7 @@ impl MxConfig {
             );
         }
         for c in &self.canaries {
-            if crate::domain::DomainName::parse(c).is_err() {
+            if drg_domain::DomainName::parse(c).is_err() {
                 out.push(format!("gateway.mx.canaries: '{c}' is not a domain name"));
             }
         }

@@ -1,0 +1,10 @@
+//! The evidence a verdict rests on besides the name itself (the `drg-evidence` crate): the
+//! domain table's inputs and their reloads (`data`), MX evidence from live DNS (`mx`), domain age
+//! from the registries (`rdap`). Everything from outside is checked before it is believed.
+//!
+//! It must never import another gateway part or Pingora: the gateway re-exports `data`, `mx` and
+//! `rdap` under their old names and composes them.
+
+pub mod data;
+pub mod mx;
+pub mod rdap;
