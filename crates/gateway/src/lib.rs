@@ -12,7 +12,8 @@
 // Its docs link private items freely: they are for the next engineer, not a public API.
 #![allow(rustdoc::private_intra_doc_links)]
 
-pub mod access;
+/// Access control, in its own crate (`crates/access`).
+pub use drg_access as access;
 pub mod account;
 /// Answers as values, in the base crate (`crates/base`).
 pub use drg_base::answer;

@@ -1,0 +1,554 @@
+//! The gateway-managed keys file: keys made through `POST /v1/keys`, kept apart from the
+//! operator's keys file, which the gateway never writes.
+//!
+//! JSON, hashed secrets only, mode 0600. Gateways of different versions may share the file:
+//! `version` changes only for a change older gateways cannot read safely (a newer one makes
+//! them switch their API-made keys off, never touch the file); fields a gateway does not know
+//! are kept as they are when it rewrites the file, so adding one needs no new version.
+//!
+//! A key made through the API records the key that made it (`created_by`): it works only while
+//! that key does, so removing, disabling or revoking a key revokes every key it made, recursively.
+//! Every change is a read-modify-write under an exclusive
+//! `flock` on a lock file beside it, written to a temporary file and renamed over, so gateways
+//! sharing the file never lose each other's changes and readers never see half a file. The keys
+//! reloader watches it like the keys file, so other gateways see a change within a poll.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::{id_problem, KeyEntry, KeyOrigin, KeyStore, KeysError};
+use super::origin::OriginPattern;
+use super::plan::AsPlan;
+
+/// The file format's version (written, checked on read).
+const VERSION: u32 = 1;
+
+/// The whole managed file.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedFile {
+    pub version: u32,
+    pub keys: Vec<ManagedKey>,
+    /// When this gateway first saw each keys-file key that names no `created_at` (id ->
+    /// RFC 3339 UTC): `/v1/keys` lists that time, the same on every gateway and after a
+    /// restart. Left out of the file while empty, so older gateways still read it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub first_seen: BTreeMap<String, String>,
+    /// With the keys on Redis (this file is then the cache of them): the data set (Redis's
+    /// epoch) they were read from, so that a gateway started after Redis lost its data still
+    /// knows to put them back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_epoch: Option<String>,
+    /// With the keys on Redis: the version of that data set they were read at, so that a
+    /// gateway started after Redis went back to an older state (a failover to a replica that
+    /// lagged) knows it lost changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_version: Option<u64>,
+    /// With the keys on Redis: when (unix seconds) the keys were last known to match Redis's.
+    /// Keys known longer ago than a revocation is kept are never put back into Redis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_read_at: Option<u64>,
+    /// With the keys on Redis: the revocations this gateway knows of (its own, and those of
+    /// keys it knew), kept so that no key it or another gateway put back after Redis lost its
+    /// data comes back (see `access::shared_keys::tombstones`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<Tombstone>,
+    /// Fields of a newer gateway, kept as they are.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// A key revoked for good, remembered beyond its row (a tombstone): with the keys on Redis, in
+/// Redis and in every gateway's cache that knew the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub id: String,
+    pub project: String,
+    /// When it was revoked (unix seconds); it is kept for
+    /// `access::shared_keys::tombstones::LIFETIME` after that.
+    pub at: u64,
+}
+
+/// One API-made key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedKey {
+    pub id: String,
+    pub project: String,
+    /// The project's plan when the key was made: used only when no operator key names the
+    /// project any more (otherwise the operator's plan for the project wins).
+    pub plan: String,
+    #[serde(default)]
+    pub label: Option<String>,
+    /// SHA-256 of the secret, hex.
+    pub sha256: String,
+    /// The non-secret start of the secret.
+    pub prefix: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Unix seconds of the last call any gateway saw and saved (see [`save_last_used`]).
+    #[serde(default)]
+    pub last_used: Option<u64>,
+    /// Origins, as for operator keys; none: a server key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<String>,
+    /// The id of the key that made it (keys made before lineage was recorded have none: they
+    /// follow their project only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// When the key stops working (RFC 3339 UTC; none: never). Every gateway compares it with
+    /// its own clock at each call, so the moment needs no sync. Gateways released before it
+    /// keep it as an unknown field and do not enforce it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The lifetime it was made with (`expires_in_days`), given again to its successor when it
+    /// is rotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_days: Option<u32>,
+    /// The key that replaced it (`POST /v1/keys/{id}/rotate`); it works until `expires_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_to: Option<String>,
+    /// Fields of a newer gateway, kept as they are.
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// Why the managed file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a managed keys file: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error(
+        "{path}: written by a newer gateway (format version {found}; this one reads {VERSION}): \
+         upgrade this gateway"
+    )]
+    Newer { path: PathBuf, found: u32 },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ManagedError + '_ {
+    move |source| ManagedError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads the managed file; a missing file is an empty one.
+pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(ManagedFile {
+                version: VERSION,
+                ..ManagedFile::default()
+            })
+        }
+        Err(e) => return Err(io(path)(e)),
+    };
+    let file: ManagedFile = serde_json::from_slice(&text).map_err(|e| ManagedError::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    if file.version > VERSION {
+        return Err(ManagedError::Newer {
+            path: path.to_owned(),
+            found: file.version,
+        });
+    }
+    if file.version != VERSION {
+        return Err(ManagedError::Format {
+            path: path.to_owned(),
+            message: format!("version {} (this gateway reads {VERSION})", file.version),
+        });
+    }
+    Ok(file)
+}
+
+/// Applies `change` to the file under the exclusive lock and writes the result (unless
+/// `change` says nothing changed by returning `Ok((false, _))`). Blocking: call it off the
+/// request threads.
+pub fn update<T, E: From<ManagedError>>(
+    path: &Path,
+    change: impl FnOnce(&mut ManagedFile) -> Result<(bool, T), E>,
+) -> Result<T, E> {
+    let _lock = Lock::take(path)?;
+    let mut file = read(path)?;
+    let (changed, out) = change(&mut file)?;
+    if changed {
+        write(path, &file)?;
+    }
+    Ok(out)
+}
+
+/// Writes the file atomically with mode 0600 (see [`drg_base::infra::fsutil`]).
+fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
+    let mut body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    body.push(b'\n');
+    drg_base::infra::fsutil::write_atomic(path, 0o600, &body).map_err(io(path))
+}
+
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// An exclusive `flock` on `<file>.lock`, released on drop (and by the kernel if the process
+/// dies holding it).
+struct Lock {
+    _file: std::fs::File,
+}
+
+impl Lock {
+    fn take(path: &Path) -> Result<Lock, ManagedError> {
+        let dir = parent(path);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
+        let f = drg_base::infra::fsutil::lock_beside(path).map_err(|(p, e)| io(&p)(e))?;
+        Ok(Lock { _file: f })
+    }
+}
+
+/// Adds the keys of the managed file to a store of operator keys. A managed key is skipped,
+/// with a warning in the returned list, when its id or secret is an operator key's (the
+/// operator wins), when it is malformed, or when its plan no longer exists. Keys of a project
+/// the operator names take the operator's plan for it.
+///
+/// An API-made key follows its project: it works only while the keys file holds an enabled
+/// key of the project (so a project disabled in `projects:`, or whose operator keys were all
+/// disabled or removed, takes its API-made keys with it: they answer 401). Its stored plan is
+/// never a reason to keep it working.
+///
+/// An API-made key that names the key that made it (`created_by`) works only while that key is
+/// in the store and enabled, recursively: a disabled maker disables it; a maker that is gone
+/// revokes it (left out and listed in `revoked`; the serving gateway then removes it from the
+/// file: a revocation is for good).
+pub fn merge<P: AsPlan>(
+    mut store: KeyStore,
+    file: &ManagedFile,
+    plans: &BTreeMap<String, P>,
+) -> Merged {
+    let mut warnings = Vec::new();
+    let mut ids: HashSet<Arc<str>> = store.entries().map(|k| k.id.clone()).collect();
+    let mut hashes: HashSet<[u8; 32]> = HashSet::new();
+    let mut made: Vec<(KeyEntry, Option<&str>)> = Vec::new();
+    for row in &file.keys {
+        let at = format!("managed key '{}'", row.id);
+        let Some(hash) = decode_hash(&row.sha256) else {
+            warnings.push(format!("{at}: sha256 is not 64 hex digits; skipped"));
+            continue;
+        };
+        if let Some(p) = id_problem(&row.id).or_else(|| id_problem(&row.project)) {
+            warnings.push(format!("{at}: id or project {p}; skipped"));
+            continue;
+        }
+        if ids.contains(row.id.as_str()) {
+            warnings.push(format!(
+                "{at}: the id is also in the keys file, whose key wins; skipped"
+            ));
+            continue;
+        }
+        if store.find_hash(&hash).is_some() || !hashes.insert(hash) {
+            warnings.push(format!(
+                "{at}: its secret is also a key of the keys file, which wins; skipped"
+            ));
+            continue;
+        }
+        let entry = match entry_of(row, hash, &store, plans) {
+            Ok(entry) => entry,
+            Err(why) => {
+                warnings.push(format!("{at}: {why}; skipped"));
+                continue;
+            }
+        };
+        ids.insert(entry.id.clone());
+        made.push((entry, row.created_by.as_deref()));
+    }
+    let revoked = revoke_orphans(&store, &mut made);
+    for id in &revoked {
+        warnings.push(format!(
+            "managed key '{id}': the key that made it is gone (removed or revoked): revoked"
+        ));
+    }
+    for (entry, _) in made {
+        store.insert(entry);
+    }
+    store.index_projects();
+    Merged {
+        store,
+        warnings,
+        revoked,
+    }
+}
+
+/// The key in service for one row of the managed file (its plan and switch from the operator's
+/// keys of its project), or why it is skipped.
+fn entry_of<P: AsPlan>(
+    row: &ManagedKey,
+    hash: [u8; 32],
+    store: &KeyStore,
+    plans: &BTreeMap<String, P>,
+) -> Result<KeyEntry, String> {
+    let operator = store
+        .project_keys(&row.project)
+        .iter()
+        .filter(|k| k.source == KeyOrigin::Operator);
+    let project_enabled = operator.clone().any(|k| !k.disabled);
+    let plan_name = operator
+        .clone()
+        .next()
+        .map_or_else(|| row.plan.clone(), |k| k.plan.to_string());
+    let Some(plan) = plans.get(&plan_name).map(|p| p.resolve(&plan_name)) else {
+        return Err(format!("plan '{plan_name}' is not configured"));
+    };
+    let origins: Vec<OriginPattern> = row
+        .origins
+        .iter()
+        .filter_map(|o| OriginPattern::parse(o).ok())
+        .collect();
+    if origins.len() != row.origins.len() {
+        return Err("an origin is not valid".to_owned());
+    }
+    // A time that cannot be read is no reason to let the key live for ever: skipped.
+    let expires_at = match row.expires_at.as_deref().map(unix_of) {
+        None => None,
+        Some(Some(t)) => Some(t),
+        Some(None) => return Err("expires_at is not an RFC 3339 time".to_owned()),
+    };
+    Ok(KeyEntry {
+        id: row.id.as_str().into(),
+        project: row.project.as_str().into(),
+        plan: plan_name.into(),
+        monthly_limit: plan.monthly_limit,
+        max_keys: plan.max_keys,
+        log_retention: plan.log_retention,
+        rate: plan.rate,
+        mode: plan.mode,
+        origins: (!origins.is_empty()).then_some(origins),
+        origin_list: row.origins.clone(),
+        disabled: !project_enabled,
+        label: row.label.as_deref().map(Into::into),
+        key_prefix: Some(row.prefix.as_str().into()),
+        created_at: Some(row.created_at.as_str().into()),
+        created_by: row.created_by.as_deref().map(Into::into),
+        expires_at,
+        rotated_to: row.rotated_to.as_deref().map(Into::into),
+        source: KeyOrigin::Api,
+        last_used: Arc::new(row.last_used.unwrap_or(0).into()),
+        queued_calls: Default::default(),
+        hash,
+    })
+}
+
+/// Unix seconds of an RFC 3339 time.
+fn unix_of(rfc3339: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// The keys store with the managed file merged in (see [`merge`]).
+pub struct Merged {
+    pub store: KeyStore,
+    /// Keys skipped and why (for the log).
+    pub warnings: Vec<String>,
+    /// API-made keys whose maker is gone, recursively.
+    pub revoked: Vec<String>,
+}
+
+/// Follows each API-made key's maker (`created_by`), until nothing changes: a key whose maker is
+/// gone (removed from the keys file, revoked through the API, itself revoked) is taken out of
+/// `made` and returned, for good; a key whose maker is there but disabled (the key, or its
+/// project) is disabled with it, and comes back when its maker does. Recursively: what such a
+/// key made follows it.
+fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) -> Vec<String> {
+    let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
+    let mut revoked = Vec::new();
+    loop {
+        let present: BTreeMap<String, bool> = made
+            .iter()
+            .map(|(k, _)| (k.id.to_string(), !k.disabled))
+            .collect();
+        let enabled = |maker: &str| {
+            operator
+                .get(maker)
+                .copied()
+                .or_else(|| present.get(maker).copied())
+        };
+        let before = made.len();
+        let mut disabled_now = false;
+        made.retain_mut(|(k, by)| {
+            let Some(maker) = by else { return true };
+            match enabled(maker) {
+                None => {
+                    revoked.push(k.id.to_string());
+                    false
+                }
+                Some(false) if !k.disabled => {
+                    k.disabled = true;
+                    disabled_now = true;
+                    true
+                }
+                Some(_) => true,
+            }
+        });
+        if made.len() == before && !disabled_now {
+            return revoked;
+        }
+    }
+}
+
+/// Removes `revoked` keys from the file, and every key made by one of them, recursively (the
+/// serving gateway, after [`merge`] found them): a key once revoked never comes back, also if
+/// a key of the same id is added again.
+pub fn remove_revoked(path: &Path, revoked: &[String]) -> Result<usize, ManagedError> {
+    update(path, |file: &mut ManagedFile| {
+        let gone = without_descendants(file, revoked);
+        Ok::<_, ManagedError>((gone > 0, gone))
+    })
+}
+
+/// Removes the keys `ids` and every key they made, recursively, from `file`; how many.
+pub fn without_descendants(file: &mut ManagedFile, ids: &[String]) -> usize {
+    let mut gone: HashSet<String> = ids.iter().cloned().collect();
+    let before = file.keys.len();
+    loop {
+        let n = file.keys.len();
+        file.keys.retain(|k| {
+            let out =
+                gone.contains(&k.id) || k.created_by.as_ref().is_some_and(|by| gone.contains(by));
+            if out {
+                gone.insert(k.id.clone());
+            }
+            !out
+        });
+        if file.keys.len() == n {
+            return before - file.keys.len();
+        }
+    }
+}
+
+/// Gives the keys-file keys without a `created_at` the time a gateway first saw them: from the
+/// file's `first_seen`, and for keys not in it yet, now, recorded in the file under its lock
+/// (a time another gateway recorded meanwhile wins). Fills the times into `store`.
+pub fn fill_first_seen(path: &Path, store: &mut KeyStore, now: &str) -> Result<(), ManagedError> {
+    let unseen = |file: &ManagedFile, store: &KeyStore| -> Vec<String> {
+        store
+            .entries()
+            .filter(|k| k.source == KeyOrigin::Operator && k.created_at.is_none())
+            .filter(|k| !file.first_seen.contains_key(&*k.id))
+            .map(|k| k.id.to_string())
+            .collect()
+    };
+    let mut file = read(path)?;
+    if !unseen(&file, store).is_empty() {
+        file = update(path, |f: &mut ManagedFile| {
+            let ids = unseen(f, store);
+            for id in &ids {
+                f.first_seen.insert(id.clone(), now.to_owned());
+            }
+            Ok::<_, ManagedError>((!ids.is_empty(), f.clone()))
+        })?;
+    }
+    store.fill_created_at(&file.first_seen);
+    Ok(())
+}
+
+fn decode_hash(hex_text: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(hex_text).ok()?;
+    bytes.try_into().ok()
+}
+
+/// Writes the last-use times of API-made keys that moved on since the file says, keeping the
+/// later time where another gateway saved a later one. Returns how many keys were updated.
+pub fn save_last_used(path: &Path, store: &KeyStore) -> Result<usize, ManagedError> {
+    let seen: BTreeMap<&str, u64> = store
+        .entries()
+        .filter(|k| k.source == KeyOrigin::Api)
+        .filter_map(|k| k.last_used_at().map(|t| (&*k.id, t)))
+        .collect();
+    if seen.is_empty() {
+        return Ok(0);
+    }
+    // Skip the lock and the write when nothing moved (the common case on a quiet gateway).
+    let current = read(path)?;
+    let moved = |f: &ManagedFile| {
+        f.keys
+            .iter()
+            .filter(|k| {
+                seen.get(k.id.as_str())
+                    .is_some_and(|t| Some(*t) > k.last_used)
+            })
+            .count()
+    };
+    if moved(&current) == 0 {
+        return Ok(0);
+    }
+    update(path, |file: &mut ManagedFile| {
+        let mut n = 0;
+        for k in &mut file.keys {
+            if let Some(t) = seen.get(k.id.as_str()) {
+                if Some(*t) > k.last_used {
+                    k.last_used = Some(*t);
+                    n += 1;
+                }
+            }
+        }
+        Ok::<_, ManagedError>((n > 0, n))
+    })
+}
+
+impl From<ManagedError> for KeysError {
+    fn from(e: ManagedError) -> KeysError {
+        let (origin, problem) = match e {
+            ManagedError::Io { path, source } => (path, source.to_string()),
+            ManagedError::Format { path, message } => (path, message),
+            ManagedError::Newer { path, found } => (
+                path,
+                format!(
+                    "written by a newer gateway (format version {found}; this one reads \
+                     {VERSION}): upgrade this gateway"
+                ),
+            ),
+        };
+        KeysError {
+            origin: origin.display().to_string(),
+            problems: vec![problem],
+        }
+    }
+}
+
+/// A managed key for unit tests: `id` of `project`, made by `by` (one fixture for every module
+/// that tests rows).
+#[cfg(any(test, feature = "test-support"))]
+pub fn test_key(id: &str, project: &str, by: Option<&str>) -> ManagedKey {
+    ManagedKey {
+        id: id.into(),
+        project: project.into(),
+        plan: "free".into(),
+        label: None,
+        sha256: "ab".repeat(32),
+        prefix: "drg_x".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        last_used: None,
+        origins: vec![],
+        created_by: by.map(Into::into),
+        expires_at: None,
+        expires_in_days: None,
+        rotated_to: None,
+        unknown: Default::default(),
+    }
+}
