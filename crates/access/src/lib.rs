@@ -9,6 +9,9 @@
 //! [`Rejection`] out. The plan's limits are applied afterwards ([`policy::admit`]), through
 //! [`quota::QuotaStore`].
 
+// Its docs link private items freely: they are for the next engineer, not a public API.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod config;
 pub mod keys;
 pub mod managed;

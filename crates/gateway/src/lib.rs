@@ -14,10 +14,11 @@
 
 /// Access control, in its own crate (`crates/access`).
 pub use drg_access as access;
-pub mod account;
 /// Answers as values, in the base crate (`crates/base`).
 pub use drg_base::answer;
-pub mod changes;
+/// A project's own data, its verdict changes and the live top-domains, in their own crate
+/// (`crates/projects`).
+pub use drg_projects::{account, changes, live_top};
 pub mod cli;
 pub mod config;
 /// The pure domain logic, its own crate (`crates/domain`).
@@ -28,7 +29,6 @@ pub mod edge;
 pub mod embed;
 /// Connections, files and shared records, in the base crate (`crates/base`).
 pub use drg_base::infra;
-pub mod live_top;
 /// Metrics, logs, traces and the process's lifecycle, in their own crate (`crates/telemetry`).
 pub use drg_telemetry as ops;
 pub mod server;

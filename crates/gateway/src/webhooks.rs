@@ -10,9 +10,10 @@ use std::sync::{Arc, OnceLock};
 use drg_webhook::guard::Listener;
 use drg_webhook::{client, Directory, Engine, Message, Observer, Outcome, Sender, Target};
 
-use crate::access::quota::alerts::service::{Subscribers, TOPIC as ALERTS};
+use crate::access::quota::alerts::service::TOPIC as ALERTS;
 use crate::changes::delivery::TOPIC as CHANGES;
 use crate::config::GatewayConfig;
+use drg_webhook::Subscribers;
 
 /// The operator's receiver of quota alerts.
 pub const OPERATOR_ALERTS: &str = "operator:quota.threshold";

@@ -8,6 +8,9 @@
 //! It must never import a gateway part, Pingora or a store: producers say what to send
 //! ([`Message`]) and the gateway says where a destination is ([`Directory`]).
 
+// Its docs link private items freely: they are for the next engineer, not a public API.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod client;
 pub mod config;
 pub mod engine;
@@ -55,6 +58,12 @@ pub struct Target {
 pub trait Directory: Send + Sync {
     /// `None`: the destination is gone, and its messages are dropped.
     fn target(&self, destination: &str) -> Option<Target>;
+}
+
+/// Who receives a project's messages of a topic: the destinations, as the [`Directory`] names
+/// them (the operator's receiver, the project's own webhooks).
+pub trait Subscribers: Send + Sync {
+    fn destinations(&self, project: &str, topic: &str) -> Vec<String>;
 }
 
 /// What became of an attempt.

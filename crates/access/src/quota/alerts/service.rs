@@ -48,11 +48,7 @@ enum RunError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Who receives a project's messages of a topic: the webhook destinations, as the engine's
-/// directory names them (the operator's receiver, the project's own webhooks).
-pub trait Subscribers: Send + Sync {
-    fn destinations(&self, project: &str, topic: &str) -> Vec<String>;
-}
+use drg_webhook::Subscribers;
 
 /// The service (see the module documentation).
 pub struct AlertService {

@@ -1,0 +1,110 @@
+//! Configuration of the keys API (`/v1/keys`), its managed keys file and its poll of the
+//! shared store (with the Redis quota store).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_with::{serde_as, DurationMilliSeconds, DurationSeconds};
+
+use drg_access::quota::config::QuotaConfig;
+use drg_base::infra::units::{ms, secs};
+
+/// `GET/POST /v1/keys`, `DELETE /v1/keys/{id}`, `POST /v1/keys/{id}/rotate`: projects listing,
+/// making, revoking and rotating keys.
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KeysApiConfig {
+    /// Off: the routes answer 404 (keys made before keep working).
+    pub enabled: bool,
+    /// The gateway-managed file of API-made keys (hashed secrets, mode 0600). Relative to the
+    /// config file. Default: `keys.managed.json` in the folder of `quota.state_file` (the
+    /// state folder, writable under the shipped systemd unit, where the config folder is not).
+    /// Gateways that share keys share this file (it is locked for each change and watched).
+    pub file: Option<PathBuf>,
+    /// Largest `POST /v1/keys` body, in bytes (64 to 65536).
+    pub max_body_bytes: usize,
+    /// How long a `POST /v1/keys` body may take to arrive, in milliseconds (100 to 60000).
+    #[serde(rename = "body_timeout_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub body_timeout: Duration,
+    /// How often the last use of API-made keys is saved to the managed file, in seconds
+    /// (1 to 3600). Between saves it is kept in memory.
+    #[serde(rename = "last_used_flush_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub last_used_flush: Duration,
+    /// With the Redis quota store (API-made keys on the shared Redis): how often this gateway
+    /// asks Redis whether keys were made or revoked elsewhere, in milliseconds (100 to 60000).
+    #[serde(rename = "shared_poll_ms")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub shared_poll: Duration,
+    /// How long a rotated key keeps working beside its successor when the rotation names no
+    /// `overlap_hours`, in hours (0 to 720).
+    pub rotate_overlap_hours: u32,
+}
+
+impl Default for KeysApiConfig {
+    fn default() -> Self {
+        KeysApiConfig {
+            enabled: true,
+            file: None,
+            max_body_bytes: 4_096,
+            body_timeout: Duration::from_millis(5_000),
+            last_used_flush: Duration::from_secs(60),
+            shared_poll: Duration::from_millis(1_000),
+            rotate_overlap_hours: 24,
+        }
+    }
+}
+
+impl KeysApiConfig {
+    /// The managed file: `file`, or `keys.managed.json` beside the quota state file.
+    pub fn managed_file(&self, quota: &QuotaConfig) -> PathBuf {
+        self.file.clone().unwrap_or_else(|| {
+            quota
+                .state_file
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("keys.managed.json")
+        })
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !(64..=65_536).contains(&self.max_body_bytes) {
+            out.push(format!(
+                "gateway.keys_api.max_body_bytes: {} is outside 64..=65536",
+                self.max_body_bytes
+            ));
+        }
+        if !(100..=60_000).contains(&ms(self.body_timeout)) {
+            out.push(format!(
+                "gateway.keys_api.body_timeout_ms: {} is outside 100..=60000",
+                ms(self.body_timeout)
+            ));
+        }
+        if !(1..=3_600).contains(&secs(self.last_used_flush)) {
+            out.push(format!(
+                "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
+                secs(self.last_used_flush)
+            ));
+        }
+        if !(100..=60_000).contains(&ms(self.shared_poll)) {
+            out.push(format!(
+                "gateway.keys_api.shared_poll_ms: {} is outside 100..=60000",
+                ms(self.shared_poll)
+            ));
+        }
+        if self.rotate_overlap_hours > 720 {
+            out.push(format!(
+                "gateway.keys_api.rotate_overlap_hours: {} is outside 0..=720",
+                self.rotate_overlap_hours
+            ));
+        }
+        if self.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+            out.push("gateway.keys_api.file: empty".to_owned());
+        }
+        out
+    }
+}

@@ -1,0 +1,522 @@
+//! `/v1/keys`: a project lists its keys, makes new ones (the secret shown once) and revokes
+//! those it made, within its plan's `max_keys`.
+//!
+//! API-made keys live in the gateway-managed file ([`drg_access::managed`]), or with the
+//! Redis quota store on the shared Redis ([`shared`]), never in the operator's keys file;
+//! operator keys are listed but cannot be deleted here (403). After each change this gateway
+//! swaps its key snapshot at once (a revoked key stops working on the next request); other
+//! gateways pick the change up through the keys reloader (a shared file) or their poll of
+//! Redis ([`sync`]).
+//!
+//! A key may be made to expire (`expires_in_days`) and be rotated ([`rotate`]): a successor
+//! made, the old key working for an overlap. Expiry is judged at each call on each gateway's
+//! clock from the row's `expires_at` ([`expiry`]), so it needs no sync.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::StatusCode;
+use prometheus::IntCounter;
+use serde::Serialize;
+
+use crate::account::config::KeysApiConfig;
+use body::{parse_new_key, NewKey};
+use drg_access::keys::{
+    generate_secret, hash_secret, id_problem, key_prefix, KeyEntry, KeyOrigin, KeyStore,
+};
+use drg_access::managed::{self, ManagedError, ManagedFile, ManagedKey};
+use drg_access::plan::PlanConfig;
+use drg_access::quota::Clock;
+use drg_base::answer::Answer;
+use drg_base::infra::units::utc_seconds;
+
+pub mod body;
+pub mod expiry;
+mod rotate;
+pub mod shared;
+mod store;
+pub mod sync;
+
+/// A `/v1/keys` request, its id decoded and its body read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysOp {
+    List,
+    Create(Bytes),
+    Revoke(String),
+    /// `POST /v1/keys/{id}/rotate`, with its (maybe empty) body.
+    Rotate {
+        id: String,
+        body: Bytes,
+    },
+}
+
+/// The keys API's state: the snapshot it swaps, the file it writes, its counters.
+pub struct KeysApi {
+    keys: Arc<ArcSwap<KeyStore>>,
+    file: PathBuf,
+    plans: BTreeMap<String, PlanConfig>,
+    pub config: KeysApiConfig,
+    /// Shared with the keys reloader: a change is written and its snapshot stored under it, so
+    /// no snapshot read before a change is stored after it (a revoked key never comes back).
+    publishing: Arc<std::sync::Mutex<()>>,
+    created: IntCounter,
+    revoked: IntCounter,
+    rotated: IntCounter,
+    /// The gateway's clock (the one every call's expiry is judged on): when keys are made and
+    /// when they expire.
+    clock: Arc<dyn Clock>,
+    /// Where the API-made keys are kept: the managed file, or the shared Redis store (then
+    /// `file` is its cache).
+    store: Box<dyn store::KeysStore>,
+}
+
+/// One key as `/v1/keys` shows it (field names are the ones existing clients read).
+#[derive(Debug, Serialize)]
+pub struct KeyItem<'a> {
+    pub id: &'a str,
+    pub label: Option<&'a str>,
+    pub key_prefix: Option<&'a str>,
+    pub created_at: Option<&'a str>,
+    pub last_used_at: Option<String>,
+    pub origins: &'a [String],
+    /// `operator` (the keys file: revoked by editing it) or `api` (made through `/v1/keys`).
+    pub source: &'static str,
+    /// The key that made it (API-made keys; revoking that key revokes this one).
+    pub created_by: Option<&'a str>,
+    /// When it stops (or stopped) working, RFC 3339 UTC; `null`: never.
+    pub expires_at: Option<String>,
+    /// The key that replaced it (`POST /v1/keys/{id}/rotate`).
+    pub rotated_to: Option<&'a str>,
+}
+
+impl<'a> KeyItem<'a> {
+    fn of(k: &'a KeyEntry) -> Self {
+        KeyItem {
+            id: &k.id,
+            label: k.label.as_deref(),
+            key_prefix: k.key_prefix.as_deref(),
+            created_at: k.created_at.as_deref(),
+            last_used_at: k.last_used_at().and_then(rfc3339),
+            origins: &k.origin_list,
+            source: match k.source {
+                KeyOrigin::Operator => "operator",
+                KeyOrigin::Api => "api",
+            },
+            created_by: k.created_by.as_deref(),
+            expires_at: k.expires_at.and_then(utc_seconds),
+            rotated_to: k.rotated_to.as_deref(),
+        }
+    }
+
+    /// An API-made key's row as listed (the key of a `201`).
+    fn of_row(key: &'a ManagedKey) -> Self {
+        KeyItem {
+            id: &key.id,
+            label: key.label.as_deref(),
+            key_prefix: Some(&key.prefix),
+            created_at: Some(&key.created_at),
+            last_used_at: None,
+            origins: &key.origins,
+            source: "api",
+            created_by: key.created_by.as_deref(),
+            expires_at: key.expires_at.clone(),
+            rotated_to: key.rotated_to.as_deref(),
+        }
+    }
+}
+
+fn rfc3339(unix: u64) -> Option<String> {
+    utc_seconds(i64::try_from(unix).ok()?)
+}
+
+/// An error answer in the contract's shape, for the statuses only this API uses (409) or
+/// with its own message.
+fn error(status: StatusCode, code: &str, message: &str, detail: Option<&str>) -> Answer {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        error: &'a str,
+        message: &'a str,
+        detail: Option<&'a str>,
+    }
+    Answer::json(
+        status,
+        &Body {
+            error: code,
+            message,
+            detail,
+        },
+    )
+}
+
+/// Why a change could not be made (each is an answer).
+enum Refused {
+    /// The project holds `max_keys` keys already.
+    Full {
+        max: u32,
+    },
+    NotFound,
+    Operator,
+    /// Rotating a key already rotated, or expired.
+    NotRotatable(expiry::NotRotatable),
+    File(ManagedError),
+    /// The shared store did not answer (Redis away): nothing was changed.
+    Unavailable,
+}
+
+impl From<ManagedError> for Refused {
+    fn from(e: ManagedError) -> Self {
+        Refused::File(e)
+    }
+}
+
+impl Refused {
+    fn answer(self) -> Answer {
+        match self {
+            Refused::Full { max } => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "The project has as many keys as its plan allows; revoke one first.",
+                Some(&format!("max_keys: {max}")),
+            ),
+            Refused::NotFound => error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "No key with this id in the project.",
+                None,
+            ),
+            Refused::Operator => error(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "This key is managed by the operator (keys file); it cannot be revoked or rotated through the API.",
+                None,
+            ),
+            Refused::NotRotatable(expiry::NotRotatable::Rotated { to }) => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "This key was rotated already; rotate its successor instead.",
+                Some(&format!("rotated_to: {to}")),
+            ),
+            Refused::NotRotatable(expiry::NotRotatable::Expired { at }) => error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "This key has expired; make a new key instead.",
+                Some(&format!("expired at {at}")),
+            ),
+            Refused::File(e) => {
+                log::error!("keys API: {e}");
+                drg_base::answer::ApiError::Internal("the managed keys file".into()).into()
+            }
+            Refused::Unavailable => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "The shared key store is unreachable; nothing was changed. Try again shortly.",
+                Some("redis"),
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            ),
+        }
+    }
+}
+
+impl KeysApi {
+    pub fn new(
+        keys: Arc<ArcSwap<KeyStore>>,
+        file: PathBuf,
+        plans: BTreeMap<String, PlanConfig>,
+        config: KeysApiConfig,
+        publishing: Arc<std::sync::Mutex<()>>,
+        clock: Arc<dyn Clock>,
+        metrics: &drg_telemetry::metrics::Metrics,
+    ) -> Result<Self, prometheus::Error> {
+        let changes = metrics.counter_vec(
+            "drg_keys_api_changes_total",
+            "Keys made (created), revoked (revoked) and rotated (rotated) through /v1/keys.",
+            &["action"],
+        )?;
+        Ok(KeysApi {
+            keys,
+            file,
+            plans,
+            config,
+            publishing,
+            created: changes.with_label_values(&["created"]),
+            revoked: changes.with_label_values(&["revoked"]),
+            rotated: changes.with_label_values(&["rotated"]),
+            clock,
+            store: Box::new(store::FileKeys),
+        })
+    }
+
+    /// Keeps the API-made keys on the shared Redis store (`file` is then its cache).
+    pub fn with_shared(mut self, shared: Arc<shared::Shared>) -> Self {
+        self.store = Box::new(shared);
+        self
+    }
+
+    /// The shared key store's state for the admin `/readyz` (absent on the embedded store):
+    /// whether it answers, and how often its data set was found lost and the keys put back.
+    pub fn shared_status(&self) -> Option<serde_json::Value> {
+        self.store.status()
+    }
+
+    /// The managed file.
+    pub fn file(&self) -> &std::path::Path {
+        &self.file
+    }
+
+    /// `GET /v1/keys`: the caller's project's keys, by id.
+    pub fn list(&self, caller: &KeyEntry) -> Answer {
+        #[derive(Serialize)]
+        struct List<'a> {
+            items: Vec<KeyItem<'a>>,
+        }
+        let keys = self.keys.load();
+        let items = keys
+            .project_keys(&caller.project)
+            .iter()
+            .map(|k| KeyItem::of(k))
+            .collect();
+        Answer::json(StatusCode::OK, &List { items })
+    }
+
+    /// `POST /v1/keys`: a new key in the caller's project, its secret in this answer only.
+    pub async fn create(self: &Arc<Self>, caller: Arc<KeyEntry>, body: Bytes) -> Answer {
+        let new = match parse_new_key(&body) {
+            Ok(new) => new,
+            Err(a) => return a,
+        };
+        let secret = match generate_secret() {
+            Ok(s) => s,
+            Err(e) => return drg_base::answer::ApiError::Internal(e.to_string()).into(),
+        };
+        self.store.create(self, caller, new, secret).await
+    }
+
+    /// The `201` of a key made, its secret in it (shown this once).
+    fn created(&self, key: &ManagedKey, secret: &str) -> Answer {
+        self.created.inc();
+        #[derive(Serialize)]
+        struct Created<'a> {
+            #[serde(flatten)]
+            item: KeyItem<'a>,
+            key: &'a str,
+        }
+        let item = KeyItem::of_row(key);
+        Answer::json(StatusCode::CREATED, &Created { item, key: secret })
+    }
+
+    /// A new key's row (its id still to be drawn), made by `caller` now.
+    fn new_row(&self, caller: &KeyEntry, new: NewKey, secret: &str) -> ManagedKey {
+        let NewKey {
+            label,
+            origins,
+            expires_in_days,
+        } = new;
+        let now = self.clock.now();
+        ManagedKey {
+            id: String::new(),
+            project: caller.project.to_string(),
+            plan: caller.plan.to_string(),
+            label,
+            sha256: hex::encode(hash_secret(secret)),
+            prefix: key_prefix(secret).to_owned(),
+            created_at: expiry::rfc3339(now),
+            last_used: None,
+            origins,
+            created_by: Some(caller.id.to_string()),
+            expires_at: expires_in_days.map(|d| expiry::expires_after(now, d)),
+            expires_in_days,
+            rotated_to: None,
+            unknown: Default::default(),
+        }
+    }
+
+    /// The operator's keys of `project` in service (what `max_keys` counts besides the
+    /// API-made ones).
+    fn operator_count(&self, project: &str) -> usize {
+        self.keys
+            .load()
+            .project_keys(project)
+            .iter()
+            .filter(|k| k.source == KeyOrigin::Operator)
+            .count()
+    }
+
+    fn create_blocking(
+        &self,
+        caller: &KeyEntry,
+        new: NewKey,
+        secret: &str,
+    ) -> Result<ManagedKey, Refused> {
+        let mut key = self.new_row(caller, new, secret);
+        let _publishing = self.publishing();
+        managed::update(&self.file, |file: &mut ManagedFile| {
+            if self.held(caller, file) >= caller.max_keys as usize {
+                return Err(Refused::Full {
+                    max: caller.max_keys,
+                });
+            }
+            key.id = self.free_id(file)?;
+            file.keys.push(key.clone());
+            Ok((true, key))
+        })
+        .inspect(|_| self.publish())
+    }
+
+    /// The keys `caller`'s project holds, for `max_keys`: operator keys from the snapshot,
+    /// API-made ones from the file under the lock (so the count is exact across gateways
+    /// sharing the file), expired ones included until they are deleted.
+    fn held(&self, caller: &KeyEntry, file: &ManagedFile) -> usize {
+        let made = file
+            .keys
+            .iter()
+            .filter(|k| *k.project == *caller.project)
+            .count();
+        self.operator_count(&caller.project) + made
+    }
+
+    /// An id no key has, in the snapshot or `file` (read under the lock).
+    fn free_id(&self, file: &ManagedFile) -> Result<String, Refused> {
+        let current = self.keys.load();
+        loop {
+            let id = new_id().map_err(|e| {
+                Refused::File(ManagedError::Io {
+                    path: self.file.clone(),
+                    source: std::io::Error::other(e),
+                })
+            })?;
+            if current.by_id(&id).is_none() && !file.keys.iter().any(|k| k.id == id) {
+                return Ok(id);
+            }
+        }
+    }
+
+    /// `DELETE /v1/keys/{id}`: revokes an API-made key of the caller's project.
+    pub async fn revoke(self: &Arc<Self>, caller: Arc<KeyEntry>, id: String) -> Answer {
+        if *caller.id == *id {
+            return error(
+                StatusCode::CONFLICT,
+                "conflict",
+                "A key cannot revoke itself; use another key of the project.",
+                None,
+            );
+        }
+        if id_problem(&id).is_some() {
+            return Refused::NotFound.answer();
+        }
+        self.store.revoke(self, caller, id).await
+    }
+
+    /// Why `id` is not an API-made key of the caller's project to revoke: an operator key of
+    /// it is 403, anything else (another project's key, no such key) is 404 and says nothing
+    /// about other projects.
+    fn not_revocable(&self, caller: &KeyEntry, id: &str) -> Refused {
+        match self.keys.load().by_id(id) {
+            Some(k) if k.project == caller.project && k.source == KeyOrigin::Operator => {
+                Refused::Operator
+            }
+            _ => Refused::NotFound,
+        }
+    }
+
+    fn revoke_blocking(&self, caller: &KeyEntry, id: &str) -> Result<(), Refused> {
+        let _publishing = self.publishing();
+        managed::update(&self.file, |file: &mut ManagedFile| {
+            // The key and every key it made, recursively (all of the caller's project).
+            let ours = file
+                .keys
+                .iter()
+                .any(|k| k.id == id && *k.project == *caller.project);
+            if ours && managed::without_descendants(file, &[id.to_owned()]) > 0 {
+                return Ok((true, ()));
+            }
+            Err(self.not_revocable(caller, id))
+        })
+        .inspect(|_| self.publish())
+    }
+
+    /// The publishing lock (see the field). A poisoned one guards no data of its own.
+    fn publishing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.publishing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds the snapshot from the operator keys in service and the managed file, and swaps
+    /// it in at once; called with the publishing lock held, after the change was written. The
+    /// keys file is not re-read: a broken edit of it in progress must not stop a revocation
+    /// from taking effect.
+    fn publish(&self) {
+        // A file that cannot be read now switches the API-made keys off (fail closed), never
+        // leaves revoked ones working.
+        let (file, problem) = match managed::read(&self.file) {
+            Ok(f) => (f, None),
+            Err(e) => {
+                log::error!("keys API: {e}; API-made keys are off meanwhile");
+                (ManagedFile::default(), Some(e.to_string()))
+            }
+        };
+        let current = self.keys.load_full();
+        let merged = managed::merge(current.operator_keys(), &file, &self.plans);
+        for w in &merged.warnings {
+            log::warn!("{}: {w}", self.file.display());
+        }
+        self.store.published(&file, &merged.revoked);
+        let mut next = merged.store;
+        next.set_managed_problem(problem);
+        next.carry_last_used(&current);
+        self.keys.store(Arc::new(next));
+    }
+
+    /// Saves the last use of API-made keys to the managed file (see the periodic service).
+    pub fn save_last_used(&self) {
+        match managed::save_last_used(&self.file, &self.keys.load()) {
+            Ok(0) => {}
+            Ok(n) => log::debug!("keys API: saved the last use of {n} keys"),
+            Err(e) => log::warn!("keys API: could not save when keys were last used: {e}"),
+        }
+    }
+}
+
+/// Saves the last use of API-made keys every `keys_api.last_used_flush_seconds`, and once more
+/// at shutdown.
+pub struct LastUsedSaver(pub Arc<KeysApi>);
+
+#[async_trait::async_trait]
+impl drg_base::service::Service for LastUsedSaver {
+    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
+        let mut ticks = drg_telemetry::periodic::Ticks::new(self.0.config.last_used_flush);
+        while ticks.next(&mut shutdown).await.is_some() {
+            self.save().await;
+        }
+        self.save().await;
+    }
+}
+
+impl LastUsedSaver {
+    async fn save(&self) {
+        self.0.store.save_last_used(&self.0).await;
+    }
+}
+
+/// A new key id: `key_` and 12 random hex digits.
+fn new_id() -> Result<String, getrandom::Error> {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b)?;
+    Ok(format!("key_{}", hex::encode(b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_valid_key_ids() {
+        let id = new_id().unwrap();
+        assert!(id_problem(&id).is_none(), "{id}");
+        assert_ne!(id, new_id().unwrap());
+    }
+}

@@ -1,0 +1,260 @@
+//! `/v1/overrides`: a project's own verdicts. `PUT /v1/overrides/{domain}` sets `allow` or
+//! `block` for a name and its subdomains, `GET /v1/overrides` pages them, `DELETE` removes one;
+//! lookups of that project (GET and batch) answer with them before every list and inference.
+//!
+//! Kept as records ([`drg_base::infra::records`]): in `overrides.json` in the state folder or,
+//! with the Redis quota store, on Redis with a copy in the state folder; every gateway reads a
+//! change within a poll, and a Redis that lost its data (a `FLUSHALL`, a failover to a replica
+//! that lagged) gets back what it no longer holds. Server keys only, not counted, bounded by the
+//! plan's `max_overrides`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use drg_access::keys::KeyEntry;
+use drg_access::plan::PlanConfig;
+use drg_base::answer::{error_answer, Answer, ApiError};
+use drg_base::infra::records::replica::Replica;
+use drg_base::infra::records::Put;
+use drg_domain::overrides::{Override, OverrideSet, OverrideVerdict};
+use drg_domain::DomainName;
+
+/// Longest `note`, in characters.
+pub const MAX_NOTE_CHARS: usize = 500;
+/// Largest body of `PUT /v1/overrides/{domain}`.
+pub const MAX_BODY_BYTES: usize = 8_192;
+/// Default and largest `limit` of `GET /v1/overrides`.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1_000;
+
+/// A `/v1/overrides` request, its name decoded and its body read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OverridesOp {
+    List {
+        cursor: Option<String>,
+        limit: usize,
+    },
+    Put {
+        domain: String,
+        body: Bytes,
+    },
+    Delete {
+        domain: String,
+    },
+}
+
+/// One override as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct Item<'a> {
+    pub domain: &'a str,
+    pub verdict: OverrideVerdict,
+    pub note: &'a str,
+    /// The id of the key that set it.
+    pub set_by: &'a str,
+    /// RFC 3339, UTC.
+    pub set_at: String,
+}
+
+impl<'a> Item<'a> {
+    pub fn of(o: &'a Override) -> Item<'a> {
+        Item {
+            domain: &o.domain,
+            verdict: o.verdict,
+            note: &o.note,
+            set_by: &o.set_by,
+            set_at: rfc3339(o.set_at),
+        }
+    }
+}
+
+/// Unix seconds as RFC 3339 (UTC, seconds).
+pub fn rfc3339(unix: i64) -> String {
+    chrono::DateTime::from_timestamp(unix, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// What `PUT` takes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    verdict: OverrideVerdict,
+    #[serde(default)]
+    note: String,
+}
+
+/// The overrides: the records, the snapshot lookups read, the plans that bound them.
+pub struct Overrides {
+    pub replica: Arc<Replica<Override>>,
+    plans: BTreeMap<String, PlanConfig>,
+}
+
+impl Overrides {
+    /// Overrides kept in `folder` or on `redis`, published to `set` (what lookups read).
+    pub fn open(
+        set: Arc<ArcSwap<OverrideSet>>,
+        folder: &std::path::Path,
+        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
+        plans: BTreeMap<String, PlanConfig>,
+    ) -> Overrides {
+        let publish = Box::new(move |m: &drg_base::infra::records::Merged<Override>| {
+            set.store(Arc::new(OverrideSet::of(m.all().cloned())));
+        });
+        Overrides {
+            replica: Arc::new(Replica::open("overrides", folder, redis, publish)),
+            plans,
+        }
+    }
+
+    /// The answer to `op` for the caller's `key`, at `now` (unix seconds).
+    pub async fn answer(&self, op: OverridesOp, key: &KeyEntry, now: i64) -> Answer {
+        match op {
+            OverridesOp::List { cursor, limit } => self.list(key, cursor.as_deref(), limit),
+            OverridesOp::Put { domain, body } => match parse(&domain, Some(&body)) {
+                Ok((name, Some(b))) => self.write(key, name, Some(b), now).await,
+                Ok(_) => ApiError::Validation("a body is required".into()).into(),
+                Err(e) => e,
+            },
+            OverridesOp::Delete { domain } => match parse(&domain, None) {
+                Ok((name, _)) => self.write(key, name, None, now).await,
+                Err(e) => e,
+            },
+        }
+    }
+
+    fn list(&self, key: &KeyEntry, cursor: Option<&str>, limit: usize) -> Answer {
+        #[derive(Serialize)]
+        struct Page<'a> {
+            items: Vec<Item<'a>>,
+            next_cursor: Option<&'a str>,
+        }
+        let held = self.replica.held();
+        let mut live: Vec<&Override> = held.live(&key.project).collect();
+        live.sort_by(|a, b| a.domain.cmp(&b.domain));
+        let after: Vec<&Override> = live
+            .into_iter()
+            .filter(|o| cursor.is_none_or(|c| o.domain.as_str() > c))
+            .take(limit)
+            .collect();
+        let next_cursor = (after.len() == limit)
+            .then(|| after.last().map(|o| o.domain.as_str()))
+            .flatten();
+        Answer::json(
+            StatusCode::OK,
+            &Page {
+                items: after.iter().map(|o| Item::of(o)).collect(),
+                next_cursor,
+            },
+        )
+    }
+
+    /// Sets (`body`) or removes the override of `name`.
+    async fn write(
+        &self,
+        key: &KeyEntry,
+        name: DomainName,
+        body: Option<Body>,
+        now: i64,
+    ) -> Answer {
+        let held = self
+            .replica
+            .held()
+            .get(&key.project, name.as_str())
+            .cloned();
+        if body.is_none() && held.as_ref().is_none_or(|h| h.removed) {
+            return error_answer(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "No override of this name in the project.",
+                None,
+            );
+        }
+        let stamp = self.replica.stamp(held.as_ref().map_or(0, |h| h.stamp));
+        let (verdict, note) = match (&body, &held) {
+            (Some(b), _) => (b.verdict, b.note.clone()),
+            (None, Some(h)) => (h.verdict, h.note.clone()),
+            (None, None) => (OverrideVerdict::Allow, String::new()),
+        };
+        let entry = Override {
+            project: key.project.to_string(),
+            domain: name.as_str().to_owned(),
+            verdict,
+            note,
+            set_by: key.id.to_string(),
+            set_at: now,
+            stamp,
+            removed: body.is_none(),
+        };
+        let max = self
+            .plans
+            .get(&*key.plan)
+            .map_or(drg_access::plan::default_max_overrides(&key.plan), |p| {
+                p.max_overrides(&key.plan)
+            });
+        answer_of(self.replica.put(entry.clone(), max).await, &entry, max)
+    }
+}
+
+/// The answer to a write of `entry` (the project's bound `max`) that came to `put`.
+fn answer_of(
+    put: Result<Put, drg_base::infra::records::RecordsError>,
+    entry: &Override,
+    max: u32,
+) -> Answer {
+    match put {
+        Ok(Put::Done { .. }) if entry.removed => Answer::raw(StatusCode::NO_CONTENT, Bytes::new()),
+        Ok(Put::Done { created: true }) => Answer::json(StatusCode::CREATED, &Item::of(entry)),
+        Ok(Put::Done { created: false }) => Answer::json(StatusCode::OK, &Item::of(entry)),
+        Ok(Put::Full) => error_answer(
+            StatusCode::CONFLICT,
+            "conflict",
+            "The project has as many overrides as its plan allows; remove one first.",
+            Some(&format!("max_overrides: {max}")),
+        ),
+        Ok(Put::Stale) => error_answer(
+            StatusCode::CONFLICT,
+            "conflict",
+            "Another change to this override came first; read it and try again.",
+            None,
+        ),
+        Err(e) => {
+            log::warn!("overrides: {e}");
+            error_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "The override store is unreachable; nothing was changed. Try again shortly.",
+                None,
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            )
+        }
+    }
+}
+
+/// The name of the path (and the body of a `PUT`), or the 422 saying what is wrong.
+fn parse(domain: &str, body: Option<&[u8]>) -> Result<(DomainName, Option<Body>), Answer> {
+    let name =
+        DomainName::parse(domain).map_err(|e| Answer::from(ApiError::Validation(e.to_string())))?;
+    let Some(body) = body else {
+        return Ok((name, None));
+    };
+    let b: Body = serde_json::from_slice(body).map_err(|e| {
+        Answer::from(ApiError::Validation(format!(
+            "the body must be {{\"verdict\": \"allow\" | \"block\", \"note\": \"...\"}}: {e}"
+        )))
+    })?;
+    if b.note.chars().count() > MAX_NOTE_CHARS || b.note.chars().any(char::is_control) {
+        return Err(ApiError::Validation(format!(
+            "note: at most {MAX_NOTE_CHARS} characters, no control characters"
+        ))
+        .into());
+    }
+    Ok((name, Some(b)))
+}

@@ -1,0 +1,224 @@
+//! `POST /v1/reports`: a project tells the operator a verdict is wrong (`safe` or `disposable`),
+//! and `GET /v1/reports` shows it its reports and their state. The operator sees them grouped by
+//! domain (`grouped.rs`: the admin listener's `GET /reports`, `reports list`) and accepts or
+//! rejects them (`accept.rs`: `reports accept | reject`), accepting writing the domain to the
+//! allow or block file with its provenance. A domain several projects reported `safe` is never
+//! flagged by inference (`reports.min_projects`): a signal no single project can plant. The
+//! reporting project's own answer does not change until it sets an override or the operator
+//! accepts.
+//!
+//! Kept as records ([`drg_base::infra::records`]), like overrides: `reports.json` in the state
+//! folder or the quota's Redis with a copy there. A decided report is a removed record: it no
+//! longer counts against `reports.max_open_per_project`, and stays listed with its state.
+
+pub mod accept;
+pub mod config;
+pub mod grouped;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+pub use config::ReportsConfig;
+use drg_access::keys::KeyEntry;
+use drg_base::answer::{error_answer, Answer, ApiError};
+use drg_base::infra::records::replica::Replica;
+use drg_base::infra::records::{Merged, Put};
+use drg_domain::DomainName;
+
+/// Longest `note`, in characters.
+pub const MAX_NOTE_CHARS: usize = 500;
+/// Largest body of `POST /v1/reports`.
+pub const MAX_BODY_BYTES: usize = 8_192;
+
+/// What a project says the verdict should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Said {
+    Safe,
+    Disposable,
+}
+
+/// Where a report is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Open,
+    Accepted,
+    Rejected,
+}
+
+/// One report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub id: String,
+    pub project: String,
+    pub domain: String,
+    pub verdict: Said,
+    pub note: String,
+    /// The id of the key that sent it.
+    pub reported_by: String,
+    /// Unix seconds.
+    pub reported_at: i64,
+    pub status: Status,
+    /// Unix seconds, once decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<i64>,
+    pub stamp: u64,
+    /// Decided (no longer open): kept, listed, not counted against the open bound.
+    #[serde(default)]
+    pub removed: bool,
+}
+
+drg_domain::record_fields!(Report, key: id, writer: reported_by);
+
+/// A report as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct Item<'a> {
+    pub id: &'a str,
+    pub domain: &'a str,
+    pub verdict: Said,
+    pub note: &'a str,
+    pub reported_by: &'a str,
+    pub reported_at: String,
+    pub status: Status,
+    pub decided_at: Option<String>,
+}
+
+impl<'a> Item<'a> {
+    pub fn of(r: &'a Report) -> Item<'a> {
+        Item {
+            id: &r.id,
+            domain: &r.domain,
+            verdict: r.verdict,
+            note: &r.note,
+            reported_by: &r.reported_by,
+            reported_at: crate::account::overrides::rfc3339(r.reported_at),
+            status: r.status,
+            decided_at: r.decided_at.map(crate::account::overrides::rfc3339),
+        }
+    }
+}
+
+/// Distinct projects that reported each domain `safe` (open or accepted), as lookups read it.
+pub type SafeCounts = HashMap<String, u32>;
+
+/// The reports: their records, the counts lookups read.
+pub struct Reports {
+    pub replica: Arc<Replica<Report>>,
+    pub config: ReportsConfig,
+}
+
+/// What `POST /v1/reports` takes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    domain: String,
+    verdict: Said,
+    #[serde(default)]
+    note: String,
+}
+
+impl Reports {
+    /// Reports kept in `folder` or on `redis`; `counts` gets the safe counts of each new set.
+    pub fn open(
+        config: ReportsConfig,
+        counts: Arc<ArcSwap<SafeCounts>>,
+        folder: &std::path::Path,
+        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
+    ) -> Reports {
+        let publish = Box::new(move |m: &Merged<Report>| {
+            counts.store(Arc::new(grouped::safe_counts(m.all())));
+        });
+        Reports {
+            replica: Arc::new(Replica::open("reports", folder, redis, publish)),
+            config,
+        }
+    }
+
+    /// `POST /v1/reports` (`body`) or `GET /v1/reports` (`None`) for the caller's `key`.
+    pub async fn answer(&self, body: Option<Bytes>, key: &KeyEntry, now: i64) -> Answer {
+        match body {
+            None => self.list(key),
+            Some(body) => match parse(&body) {
+                Ok(b) => self.report(key, b, now).await,
+                Err(e) => e,
+            },
+        }
+    }
+
+    fn list(&self, key: &KeyEntry) -> Answer {
+        #[derive(Serialize)]
+        struct Page<'a> {
+            items: Vec<Item<'a>>,
+        }
+        let held = self.replica.held();
+        let mut mine: Vec<&Report> = held.all().filter(|r| r.project == *key.project).collect();
+        mine.sort_by(|a, b| (b.reported_at, &b.id).cmp(&(a.reported_at, &a.id)));
+        let items = mine.into_iter().take(1_000).map(Item::of).collect();
+        Answer::json(StatusCode::OK, &Page { items })
+    }
+
+    async fn report(&self, key: &KeyEntry, b: Body, now: i64) -> Answer {
+        let id = format!("r_{:016x}", getrandom::u64().unwrap_or_default());
+        let report = Report {
+            stamp: self.replica.stamp(0),
+            id,
+            project: key.project.to_string(),
+            domain: b.domain,
+            verdict: b.verdict,
+            note: b.note,
+            reported_by: key.id.to_string(),
+            reported_at: now,
+            status: Status::Open,
+            decided_at: None,
+            removed: false,
+        };
+        let max = self.config.max_open_per_project;
+        match self.replica.put(report.clone(), max).await {
+            Ok(Put::Done { .. }) => Answer::json(StatusCode::ACCEPTED, &Item::of(&report)),
+            Ok(Put::Full | Put::Stale) => error_answer(
+                StatusCode::CONFLICT,
+                "conflict",
+                "The project has as many open reports as the operator allows; wait for them to be decided.",
+                Some(&format!("max_open_per_project: {max}")),
+            ),
+            Err(e) => {
+                log::warn!("reports: {e}");
+                error_answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "service_unavailable",
+                    "The report store is unreachable; nothing was recorded. Try again shortly.",
+                    None,
+                )
+                .with_header(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("1"),
+                )
+            }
+        }
+    }
+}
+
+/// The body of a report, its domain canonical, or the 422 saying what is wrong.
+fn parse(body: &[u8]) -> Result<Body, Answer> {
+    let mut b: Body = serde_json::from_slice(body).map_err(|e| {
+        Answer::from(ApiError::Validation(format!(
+            "the body must be {{\"domain\": \"...\", \"verdict\": \"safe\" | \"disposable\", \"note\": \"...\"}}: {e}"
+        )))
+    })?;
+    let name = DomainName::parse(&b.domain)
+        .map_err(|e| Answer::from(ApiError::Validation(format!("domain: {e}"))))?;
+    b.domain = name.as_str().to_owned();
+    if b.note.chars().count() > MAX_NOTE_CHARS || b.note.chars().any(char::is_control) {
+        return Err(ApiError::Validation(format!(
+            "note: at most {MAX_NOTE_CHARS} characters, no control characters"
+        ))
+        .into());
+    }
+    Ok(b)
+}

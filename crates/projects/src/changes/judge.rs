@@ -1,0 +1,191 @@
+//! Judging a watched domain again, off the request path: the same verdict function as a lookup
+//! (`verdict_of`), on the table now in service and the evidence the gateway already holds (MX
+//! evidence in the resolver's cache, the neighbourhood's finding, the registry's date as cached),
+//! never a new DNS or RDAP query. A name the table leaves open whose MX evidence or age is not
+//! at hand is not judged: a missing piece must not pass for a change (a young domain's raised
+//! score would drop, an established one's neighbours would condemn it). One exception: a name
+//! the table *decided* before a reload and leaves open after it (a delisting) was told the
+//! lists' answer, which no longer holds, and no evidence was ever gathered for it (a listed name
+//! is never resolved nor dated); it is judged with what is held, basis [`Basis::TableOnly`].
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::Told;
+use drg_domain::age::AgeRule;
+use drg_domain::classify::{verdict_of, wants_mx, Signals, Verdict};
+use drg_domain::mail::MxEvidence;
+use drg_domain::table::DomainTable;
+use drg_domain::{DomainName, TableRule};
+use drg_evidence::mx::resolver::MxResolver;
+use drg_evidence::rdap::service::Rdap;
+
+/// What a verdict rests on, for how soon its change is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The table alone (lists, records, the absence from them): recorded at once.
+    Table,
+    /// DNS evidence (MX, the neighbourhood) or the domain's age: recorded once it held for
+    /// `stable_seconds`.
+    Evidence,
+    /// The table stopped deciding (a delisting) and the gateway held no MX evidence or age for
+    /// the name yet: the verdict a lookup without them gives, recorded at once. The project's
+    /// next lookup gathers them.
+    TableOnly,
+}
+
+impl Basis {
+    /// As a change shows it (`basis`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Table => "table",
+            Basis::Evidence => "evidence",
+            Basis::TableOnly => "table_only",
+        }
+    }
+
+    /// The basis of a change recorded before changes carried one, from its rule.
+    pub fn of_rule(rule: &str) -> Basis {
+        match rule {
+            "mx" | "mx_neighbourhood" | "young_domain" | "unlisted" => Basis::Evidence,
+            _ => Basis::Table,
+        }
+    }
+}
+
+/// A domain judged again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub told: Told,
+    pub basis: Basis,
+    /// What decided it, as a change names it.
+    pub rule: &'static str,
+    pub dataset_version: String,
+}
+
+/// The parts a judgement reads.
+pub struct Judge {
+    /// Each project's own verdicts: they decide first, as on a lookup.
+    pub overrides: Arc<ArcSwap<drg_domain::overrides::OverrideSet>>,
+    /// The projects' `safe` reports and how many keep inference off, as on a lookup.
+    pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
+    pub reports_min_projects: u32,
+    pub table: Arc<ArcSwap<DomainTable>>,
+    pub mx: Option<Arc<MxResolver>>,
+    pub rdap: Option<Arc<Rdap>>,
+}
+
+impl Judge {
+    /// `name`'s verdict now for `project`'s answer (`None`: it cannot be judged from what is
+    /// held). `before` is the table the previous pass judged with, when a reload came since.
+    pub fn judge(&self, name: &str, project: &str, before: Option<&DomainTable>) -> Option<Judged> {
+        let name = DomainName::parse(name).ok()?;
+        let table = self.table.load();
+        if let Some(o) = self.overrides.load().find(project, &name) {
+            let mut v = drg_domain::classify::classify(&table, &name, None);
+            o.verdict.apply(&mut v.record);
+            return Some(Judged {
+                told: Told {
+                    reason: v.record.reason,
+                    score: v.record.risk_score,
+                },
+                basis: Basis::Table,
+                rule: o.verdict.rule(),
+                dataset_version: table.version().as_str().to_owned(),
+            });
+        }
+        let found = table.lookup(&name);
+        let open = found.rule == TableRule::Unknown;
+        // Delisted: the lists decided it before (so it was never resolved nor dated) and no
+        // longer do.
+        let delisted = open && before.is_some_and(|b| !wants_mx(&b.lookup(&name)));
+        // Whether a piece the verdict wants is not held.
+        let mut missing = false;
+        let evidence: Option<Arc<MxEvidence>> = match &self.mx {
+            Some(mx) if wants_mx(&found) => {
+                let held = mx.peek(name.as_str());
+                missing |= held.is_none();
+                held
+            }
+            _ => None,
+        };
+        let finding = match (evidence.as_deref(), &self.mx) {
+            (Some(MxEvidence::Hosts(_)), Some(mx)) => {
+                mx.neighbourhood().and_then(|nb| nb.finding(&name, project))
+            }
+            _ => None,
+        };
+        let (age, rule) = match &self.rdap {
+            // Unknown here while the cache knows nothing: not judged (a delisted name: judged
+            // without it).
+            Some(r) if open => match r.known_age(&name) {
+                Some(age) => (age, r.age_rule()),
+                None => {
+                    missing = true;
+                    (None, r.age_rule())
+                }
+            },
+            Some(r) => (None, r.age_rule()),
+            None => (None, AgeRule::OFF),
+        };
+        if missing && !delisted {
+            return None;
+        }
+        let signals = Signals {
+            mx: evidence.as_deref(),
+            neighbourhood: finding,
+            age,
+            reported_safe: crate::account::verdict_reports::grouped::reported_safe(
+                &self.reported_safe.load(),
+                &name,
+                self.reports_min_projects,
+            ),
+        };
+        let v = verdict_of(&table, &name, found, signals, rule);
+        Some(Judged {
+            told: Told {
+                reason: v.record.reason,
+                score: v.record.risk_score,
+            },
+            // A name the table leaves open rests on evidence either way (its absence too),
+            // unless none was held.
+            basis: match (open, missing) {
+                (false, _) => basis(&v),
+                (true, true) => Basis::TableOnly,
+                (true, false) => Basis::Evidence,
+            },
+            rule: rule_name(&v),
+            dataset_version: table.version().as_str().to_owned(),
+        })
+    }
+}
+
+fn basis(v: &Verdict<'_>) -> Basis {
+    if v.mx_decided || v.neighbourhood.is_some() || v.young.is_some() || v.established {
+        Basis::Evidence
+    } else {
+        Basis::Table
+    }
+}
+
+/// The rule a change names: the table's, else the evidence that decided.
+pub fn rule_name(v: &Verdict<'_>) -> &'static str {
+    if v.neighbourhood.is_some() {
+        return "mx_neighbourhood";
+    }
+    if v.young.is_some() {
+        return "young_domain";
+    }
+    if v.mx_decided {
+        return "mx";
+    }
+    match v.rule {
+        TableRule::Allowlist { .. } => "allowlist",
+        TableRule::Record(_) => "record",
+        TableRule::FreeProvider { .. } => "free_provider",
+        TableRule::Blocklist { .. } => "blocklist",
+        TableRule::Relay { .. } => "relay",
+        TableRule::Unknown => "unlisted",
+    }
+}
