@@ -1,13 +1,13 @@
-//! The domain-risk gateway's parts, as a crate of the workspace: the binary, the embedding API
-//! (the `domain-risk-gateway` package's root), the tests, benchmarks and fuzz targets use them.
-//! **Not a stable API**: anything here may change in any release; embedders use
-//! `domain-risk-gateway`'s root.
+//! The host (the `drg-gateway` crate): the listener's side and the Pingora glue (`edge`), the
+//! `/v1/check` backend (`upstream`), the wiring (`server`), the configuration composed from the
+//! parts' own types (`config`), the embedding API (`embed`), the subcommands (`cli`), the shared
+//! state (`state`) and the webhook engine composed (`webhooks`). **Not a stable API**: embedders
+//! use `domain-risk-gateway`'s root.
 //!
-//! The parts (ARCHITECTURE.md has the map and the rules on who imports whom): `edge` (the
-//! listener's side and the Pingora glue), `account`, `access`, `upstream`, `changes`, `mx`,
-//! `rdap`, `live_top`, `data`, `ops`; `infra` and `answer` (the `drg-base` crate) and `domain`
-//! (pure: the `drg-domain` crate); `state` is shared by all; `config` composes the parts' configuration; `server` wires
-//! everything; `embed` is the embedding API; `cli` holds the subcommands.
+//! It owns everything that knows Pingora; the parts are crates below it (ARCHITECTURE.md draws
+//! the graph), re-exported here under their module names (`access`, `account`, `changes`,
+//! `live_top`, `data`, `mx`, `rdap`, `ops`, `infra`, `answer`, `domain`) so that tests,
+//! benchmarks and fuzz targets use one path. Nothing below may import it.
 
 // Its docs link private items freely: they are for the next engineer, not a public API.
 #![allow(rustdoc::private_intra_doc_links)]
