@@ -70,8 +70,9 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         publish_lock: Arc::default(),
         record_first_seen: false,
         set_aside: Arc::default(),
-        shared_pending: (settings.gateway.quota.store == QuotaStoreKind::Redis)
-            .then(|| shared_paths(&settings.gateway).1),
+        shared_pending: home(&settings.gateway)
+            .shared
+            .map(|_| shared_paths(&settings.gateway).1),
     }
 }
 
@@ -79,9 +80,9 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
 /// quota store the cache of the shared store's keys beside it (see
 /// [`crate::account::keys_api::shared`]).
 fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
-    match gateway.quota.store {
-        QuotaStoreKind::Local => gateway.keys_api.managed_file(&gateway.quota),
-        QuotaStoreKind::Redis => shared_paths(gateway).0,
+    match home(gateway).shared {
+        None => gateway.keys_api.managed_file(&gateway.quota),
+        Some(_) => shared_paths(gateway).0,
     }
 }
 
@@ -231,7 +232,7 @@ fn quota_alerts(
         (None, Some(_)) => crate::access::quota::alerts::config::AlertsConfig::default(),
         (None, None) => return Ok(None),
     };
-    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    let redis = home(gateway).shared;
     let outbox = config.outbox_path(&gateway.quota.state_file);
     let (alerts, service) = crate::access::quota::alerts::service::build(
         &config,
@@ -276,11 +277,11 @@ fn verdict_changes(
     let Some((_, writer)) = parts.calls.as_mut().filter(|_| config.enabled()) else {
         return Ok(None);
     };
-    let store: Arc<dyn ChangeStore> = match gateway.quota.store {
-        QuotaStoreKind::Local => Arc::new(EmbeddedChanges::new(
+    let store: Arc<dyn ChangeStore> = match home(gateway).shared {
+        None => Arc::new(EmbeddedChanges::new(
             config.file_path(&gateway.quota.state_file),
         )?),
-        QuotaStoreKind::Redis => Arc::new(RedisChanges::new(&gateway.quota.redis)?),
+        Some(redis) => Arc::new(RedisChanges::new(redis)?),
     };
     let counters = Arc::new(Counters::register(&shared.metrics)?);
     if let Some(w) = webhooks {
@@ -412,7 +413,7 @@ fn mx_resolver(
     let mut resolver = MxResolver::new(&gateway.mx)?.with_providers(table.clone());
     let config = &gateway.mx.neighbourhood;
     if config.enabled {
-        let sharing = gateway.quota.store == QuotaStoreKind::Redis;
+        let sharing = home(gateway).shared.is_some();
         let index = Arc::new(Neighbourhood::new(config, table.clone(), sharing));
         if let Some(snapshot) = &config.snapshot {
             index.load(snapshot, "snapshot", true);
@@ -439,7 +440,7 @@ fn parts(
     )?;
     let top_live = crate::live_top::keeper::Keeper::new(
         &gateway.top_domains,
-        (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis),
+        home(gateway).shared,
         shared.table.clone(),
         shared.clock.clone(),
         &shared.metrics,
@@ -455,7 +456,7 @@ fn parts(
         &shared.metrics,
     )?;
     let mut shared_keys = None;
-    if gateway.quota.store == QuotaStoreKind::Redis {
+    if home(gateway).shared.is_some() {
         use crate::account::keys_api::shared;
         let store = crate::access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
         let (_, pending) = shared_paths(gateway);
@@ -515,12 +516,15 @@ fn audit_trail(
             "Audit entries not written (the change they record stands; the log says why).",
             &["store"],
         )?
-        .with_label_values(&[if gateway.quota.store == QuotaStoreKind::Redis {
+        .with_label_values(&[if home(gateway).shared.is_some() {
             "redis"
         } else {
             "file"
         }]);
-    let (folder, redis) = records_home(gateway);
+    let Home {
+        folder,
+        shared: redis,
+    } = home(gateway);
     Ok(Arc::new(crate::account::audit::Audit::open(
         folder,
         redis,
@@ -529,17 +533,20 @@ fn audit_trail(
     )))
 }
 
-/// Where the projects' records (overrides, reports, webhooks, the audit trail) are kept, chosen
-/// once: the state folder, and with the Redis quota store Redis too.
-fn records_home(
-    gateway: &GatewayConfig,
-) -> (
-    &std::path::Path,
-    Option<&crate::infra::redis::config::RedisConfig>,
-) {
-    let folder = gateway.quota.state_file.parent();
-    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
-    (folder.unwrap_or(std::path::Path::new(".")), redis)
+/// Where this gateway keeps its state, and what it shares with the other gateways: the state
+/// folder (where `quota.state_file` is) and, with `quota.store: redis`, Redis. Chosen here once;
+/// every part is handed it.
+struct Home<'a> {
+    folder: &'a std::path::Path,
+    shared: Option<&'a crate::infra::redis::config::RedisConfig>,
+}
+
+fn home(gateway: &GatewayConfig) -> Home<'_> {
+    let redis = gateway.quota.store == QuotaStoreKind::Redis;
+    Home {
+        folder: (gateway.quota.state_file.parent()).unwrap_or(std::path::Path::new(".")),
+        shared: redis.then_some(&gateway.quota.redis),
+    }
 }
 
 /// `/v1/overrides` and `/v1/reports`: kept in the state folder, or on the quota's Redis with a
@@ -551,7 +558,10 @@ fn project_records(
     Arc<crate::account::overrides::Overrides>,
     Arc<crate::account::verdict_reports::Reports>,
 ) {
-    let (folder, redis) = records_home(gateway);
+    let Home {
+        folder,
+        shared: redis,
+    } = home(gateway);
     let overrides = crate::account::overrides::Overrides::open(
         shared.overrides.clone(),
         folder,
@@ -571,7 +581,10 @@ fn project_records(
 /// delivery reads (`Shared::webhooks`). Opened once: the one poll keeps every clone.
 fn project_hooks(gateway: &GatewayConfig) -> Option<crate::account::webhooks::ProjectHooks> {
     let config = gateway.webhooks.as_ref()?;
-    let (folder, redis) = records_home(gateway);
+    let Home {
+        folder,
+        shared: redis,
+    } = home(gateway);
     log::info!(
         "webhooks: projects may make their own (allow_private: {})",
         config.allow_private
@@ -680,7 +693,7 @@ fn background_services(
         ));
     }
     if let Some(mx) = &shared.mx {
-        let sharing = mx.neighbourhood().is_some() && gateway.quota.store == QuotaStoreKind::Redis;
+        let sharing = mx.neighbourhood().is_some() && home(gateway).shared.is_some();
         let index = sharing
             .then(|| SharedIndex::new(&gateway.quota.redis, gateway.mx.neighbourhood.max_entries));
         let service = MxService::new(mx.clone(), gateway.mx.probe_interval, index);
