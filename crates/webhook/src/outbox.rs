@@ -50,11 +50,8 @@ pub enum OutboxError {
         path: PathBuf,
         source: rusqlite::Error,
     },
-    #[error("webhook outbox {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("webhook outbox {0}")]
+    Open(#[from] sqlite::OpenError),
 }
 
 const SCHEMA: &str = "
@@ -103,25 +100,17 @@ impl Outbox {
     /// connection: the process that serves opens its own at first use (a host may fork into a
     /// daemon after this, and a connection carried across a fork holds none of its locks).
     pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
-        let io = |source| OutboxError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        drg_base::infra::fsutil::create_private(path).map_err(io)?;
-        let outbox = Outbox {
+        let conn = sqlite::open(path, sqlite::Synchronous::Full)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|source| OutboxError::Sqlite {
+                path: path.to_owned(),
+                source,
+            })?;
+        drop(conn);
+        Ok(Outbox {
             conn: std::cell::OnceCell::new(),
             path: path.to_owned(),
-        };
-        outbox
-            .conn()?
-            .execute_batch(SCHEMA)
-            .map_err(|e| outbox.sql(e))?;
-        let mut outbox = outbox;
-        outbox.conn.take();
-        Ok(outbox)
+        })
     }
 
     pub fn path(&self) -> &Path {

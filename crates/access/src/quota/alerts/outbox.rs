@@ -58,11 +58,8 @@ pub enum OutboxError {
         path: PathBuf,
         source: rusqlite::Error,
     },
-    #[error("quota alerts outbox {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("quota alerts outbox {0}")]
+    Open(#[from] drg_base::infra::sqlite::OpenError),
 }
 
 /// A row of `SELECT project, month, threshold, id, body, attempts`.
@@ -103,21 +100,13 @@ pub struct Outbox {
 impl Outbox {
     /// Opens (or creates, private to the owner) the outbox at `path`.
     pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
-        let io = |source| OutboxError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        // Created 0600 before SQLite opens it; its -wal and -shm files take the same mode.
-        drg_base::infra::fsutil::create_private(path).map_err(io)?;
-        let sql = |source| OutboxError::Sqlite {
-            path: path.to_owned(),
-            source,
-        };
-        let conn = connect(path).map_err(sql)?;
-        conn.execute_batch(SCHEMA).map_err(sql)?;
+        let sync = drg_base::infra::sqlite::Synchronous::Full;
+        let conn = drg_base::infra::sqlite::open(path, sync)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|source| OutboxError::Sqlite {
+                path: path.to_owned(),
+                source,
+            })?;
         // Closed here: the process that serves opens its own at first use (see `conn`).
         drop(conn);
         Ok(Outbox {
