@@ -8,6 +8,7 @@ need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)          # Pingora's zlib-ng
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v mold >/dev/null 2>&1 || need+=(mold)            # the linker (scripts/linker)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)    # TLS to the upstream
 for extra in "${DEPS_EXTRA[@]:-}"; do
   [ -n "$extra" ] || continue
