@@ -912,18 +912,26 @@ def mix_runs(args):
                         + ("" if args.learn_per_second is None else f", learn_per_second: {args.learn_per_second}")
                         + " } }").lower())
     auth = (f"Authorization: Bearer {KEY}",)
-    runs = {"gateway": [], "floor": []}
+    runs = {"gateway": [], "floor": [], "lua": []}
     try:
         s.start_with_floor()
+        if not args.no_lua:
+            # The Lua peer answers the same stream from the same table, without MX (it has none).
+            s.start_lua()
         wait_port(admin)
         floor_url = f"http://127.0.0.1:{s.floor_ports['lookup']}/"
+        servers = [("gateway", f"http://127.0.0.1:{s.gw_port}/"), ("floor", floor_url)]
+        if s.lua:
+            servers.append(("lua", f"http://127.0.0.1:{s.lua_port}/"))
+        pids = {"gateway": lambda: [s.gw.pid], "floor": lambda: [s.floor.pid],
+                "lua": lambda: [s.lua.pid] + children(s.lua.pid)}
         for rnd in range(args.rounds):
-            order = [("gateway", f"http://127.0.0.1:{s.gw_port}/"), ("floor", floor_url)]
-            for who, url in (order if rnd % 2 == 0 else order[::-1]):
-                script = mix_script(stream[rnd], f"{rnd}-{who}", auth=(who == "gateway"))
+            # Every server once a round, the order rotated each round.
+            order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
+            for who, url in order:
+                script = mix_script(stream[rnd], f"{rnd}-{who}", auth=(who != "floor"))
                 before = admin_metrics(admin) if who == "gateway" else {}
-                pid = s.gw.pid if who == "gateway" else s.floor.pid
-                r = measure(url, [pid], args, (), script)
+                r = measure(url, pids[who](), args, (), script)
                 if who == "gateway":
                     after = admin_metrics(admin)
                     d = lambda k: after.get(k, 0) - before.get(k, 0)
@@ -943,7 +951,7 @@ def mix_runs(args):
         totals = dns_counts.get("totals", {})
     finally:
         s.stop()
-    g, f = runs["gateway"], runs["floor"]
+    g, f, lu = runs["gateway"], runs["floor"], runs["lua"]
     per_name = sum(queried.values()) / max(len(queried), 1)
     most = max(queried.values(), default=0)
     ratio = med(g, "rps") / med(f, "rps")
@@ -953,6 +961,10 @@ def mix_runs(args):
     # waits for DNS once), each round against its own floor.
     p99_lines = [b["p99_us"] * 1.3 + args.dns_latency_ms * 1000 for b in f]
     p99_held = sum(a["p99_us"] <= line for a, line in zip(g, p99_lines))
+    if lu:
+        ratio_lua = med(g, "rps") / med(lu, "rps")
+        by_round_lua = [a["rps"] / b["rps"] for a, b in zip(g, lu)]
+        paired_lua = statistics.median(by_round_lua)
     lines = ["## Realistic mix (`--only mix`)", "",
              f"Made by `benches/load/run {' '.join(sys.argv[1:])}` on {stamp()}: "
              f"wrk -t1 -c{args.connections} -d{args.duration}s, {args.rounds} rounds, medians with their range "
@@ -971,7 +983,13 @@ def mix_runs(args):
              f"{spread((r['cpu_us_per_req'] for r in g), '.2f')} | {med(g, 'client_cpu_share'):.0%} | "
              f"{med(g, 'mx_hit_ratio'):.1%} | {med(g, 'invalid_share'):.1%} |",
              f"| floor | {spread(r['rps'] for r in f)} | {med(f, 'p50_us'):.0f} | {spread(r['p99_us'] for r in f)} | "
-             f"{spread((r['cpu_us_per_req'] for r in f), '.2f')} | {med(f, 'client_cpu_share'):.0%} | | |", "",
+             f"{spread((r['cpu_us_per_req'] for r in f), '.2f')} | {med(f, 'client_cpu_share'):.0%} | | |"]
+    if lu:
+        lines.append(
+            f"| Lua peer | {spread(r['rps'] for r in lu)} | {med(lu, 'p50_us'):.0f} | {spread(r['p99_us'] for r in lu)} | "
+            f"{spread((r['cpu_us_per_req'] for r in lu), '.2f')} | {med(lu, 'client_cpu_share'):.0%} | (no MX) | "
+            f"{med(lu, 'non2xx') / max(med(lu, 'requests'), 1):.1%} |")
+    lines += ["",
              "wrk cpu: the load generator's own CPU over a round, a share of its one core (near 100%: the "
              "client set the pace).", "",
              f"Throughput **{ratio:.2f}x** the floor (paired by round {paired:.2f}x, "
@@ -981,7 +999,11 @@ def mix_runs(args):
              f"DNS: {sum(queried.values())} MX queries for {len(queried)} distinct company names, "
              f"**{per_name:.2f} per name** (most for one name: {most}; goal: 1 per TTL, concurrent lookups of "
              f"a name coalesced). p99 {med(g, 'p99_us') / 1000:.1f} ms against a DNS latency of "
-             f"{args.dns_latency_ms} ms (a miss waits for DNS, up to mx.budget_ms). All queries the server "
+             f"{args.dns_latency_ms} ms (a miss waits for DNS, up to mx.budget_ms). "
+             + (f"Against the Lua peer (the same stream and table, no MX): **{ratio_lua:.2f}x** its req/s "
+                f"(paired by round {paired_lua:.2f}x, {min(by_round_lua):.2f}x-{max(by_round_lua):.2f}x). "
+                if lu else f"The Lua peer was not run ({s.lua_skipped or '--no-lua'}). ")
+             + "All queries the server "
              f"received: " + ", ".join(f"{t} {n}" for t, n in totals.items())
              + f" ({sum(totals.values()) / max(len(queried), 1):.2f} a distinct company name, the listed names "
              f"learned in the background counted too).", ""]
