@@ -100,13 +100,7 @@ impl Outbox {
     /// connection: the process that serves opens its own at first use (a host may fork into a
     /// daemon after this, and a connection carried across a fork holds none of its locks).
     pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
-        let conn = sqlite::open(path, sqlite::Synchronous::Full)?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|source| OutboxError::Sqlite {
-                path: path.to_owned(),
-                source,
-            })?;
-        drop(conn);
+        sqlite::prepare(path, sqlite::Synchronous::Full, SCHEMA)?;
         Ok(Outbox {
             conn: std::cell::OnceCell::new(),
             path: path.to_owned(),

@@ -38,6 +38,18 @@ pub fn open(path: &Path, synchronous: Synchronous) -> Result<Connection, OpenErr
     })
 }
 
+/// Opens `path` as [`open`] does, runs `schema` (idempotent statements), and closes it again: a
+/// store made before the process that serves exists (it may yet fork into a daemon, and a
+/// connection carried across a fork holds none of its locks) opens its own at first use.
+pub fn prepare(path: &Path, synchronous: Synchronous, schema: &str) -> Result<(), OpenError> {
+    let conn = open(path, synchronous)?;
+    conn.execute_batch(schema)
+        .map_err(|source| OpenError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
 /// A connection to `path` in WAL mode, commits as `synchronous` says.
 pub fn connect(path: &Path, synchronous: Synchronous) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(

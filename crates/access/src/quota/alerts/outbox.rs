@@ -100,15 +100,9 @@ pub struct Outbox {
 impl Outbox {
     /// Opens (or creates, private to the owner) the outbox at `path`.
     pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
+        // Closed again: the process that serves opens its own at first use (see `conn`).
         let sync = drg_base::infra::sqlite::Synchronous::Full;
-        let conn = drg_base::infra::sqlite::open(path, sync)?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|source| OutboxError::Sqlite {
-                path: path.to_owned(),
-                source,
-            })?;
-        // Closed here: the process that serves opens its own at first use (see `conn`).
-        drop(conn);
+        drg_base::infra::sqlite::prepare(path, sync, SCHEMA)?;
         Ok(Outbox {
             conn: std::cell::OnceCell::new(),
             path: path.to_owned(),
