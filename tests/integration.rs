@@ -19,6 +19,7 @@ mod webhook;
 mod access;
 mod access_log;
 mod alerts;
+mod answers;
 mod batch;
 mod calls;
 mod changes;

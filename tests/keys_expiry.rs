@@ -1,5 +1,6 @@
 //! Keys that expire, against the real binary: `expires_in_days` checked, listed and enforced on
-//! the gateway's clock (the keys a key made outlive its expiry: expiry is not revocation);
+//! the gateway's clock (a key never makes a key that outlives it; a key manages only itself and
+//! the keys it made, and a rotation hands them to the successor);
 //! `POST /v1/keys/{id}/rotate` makes a successor in the old key's place and keeps the old key
 //! working for the overlap, then `401` with a `detail` naming when; who may rotate what;
 //! `max_keys` one over while the old key is there; and on Redis with two gateways, a key
@@ -139,8 +140,16 @@ fn expires_in_days_is_checked_listed_and_enforced_on_the_gateways_clock() {
     assert_eq!(forever["expires_at"], Value::Null, "{forever}");
     assert_eq!(forever["rotated_to"], Value::Null, "{forever}");
     assert_eq!(lookup(&gw, secret), 200);
-    // A key it makes lives on its own: expiry is not revocation.
+    // A key it makes lives no longer than it (issue 79: a key never makes a key that
+    // outlives it): with no `expires_in_days` it inherits the end; asked for longer, 422.
     let (_, child) = made_by(&gw, secret, "child");
+    post(
+        &gw,
+        secret,
+        "/v1/keys",
+        Some(json!({"label": "longer", "expires_in_days": 2})),
+    )
+    .assert_error(422, "validation_error");
 
     // A day and a minute later (the same state folder): refused, with the time it expired.
     let dir = gw.stop();
@@ -156,7 +165,7 @@ fn expires_in_days_is_checked_listed_and_enforced_on_the_gateways_clock() {
             made["expires_at"].as_str().unwrap()
         )
     );
-    assert_eq!(lookup(&gw, &child), 200, "what it made still works");
+    assert_eq!(lookup(&gw, &child), 401, "what it made ended with it");
     assert_eq!(lookup(&gw, SERVER), 200);
     assert_eq!(
         item(&gw, id)["expires_at"],
@@ -165,7 +174,11 @@ fn expires_in_days_is_checked_listed_and_enforced_on_the_gateways_clock() {
     );
     // Deleted like any key.
     assert_eq!(revoke(&gw, SERVER, id).status, 204);
-    assert_eq!(lookup(&gw, &child), 401, "revocation takes what it made");
+    let listed = send(&gw, "GET", "/v1/keys", Some(SERVER), &[], None).json();
+    let ids: Vec<&str> = (listed["items"].as_array().unwrap().iter())
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&id), "revoked, with what it made: {ids:?}");
 }
 
 #[test]
@@ -314,7 +327,7 @@ fn only_the_projects_own_api_made_keys_are_rotated_and_max_keys_lets_one_success
         &[],
         None,
     );
-    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST, OPTIONS")));
 
     // At max_keys (4): the successor is allowed while the old key is there, once.
     post(&gw, SERVER, "/v1/keys", None).assert_error(409, "conflict");
@@ -407,4 +420,96 @@ fn two_gateways_rotating_one_key_at_once_make_one_successor() {
     // acme: 2 operator keys, the old one and its successor.
     assert_eq!(redis.int(&["SCARD", "keys:{keys}:project:acme"]), Some(2));
     assert_eq!(lookup(&b, &old_secret), 200, "in its overlap");
+}
+
+/// A key's lineage (issue 79): a 1-day child can neither rotate nor revoke its parent (`403`)
+/// nor make a key that outlives it; after a rotation, deleting the old key keeps the keys it
+/// made (handed to the successor). On the managed file, then on Redis.
+fn a_key_stays_inside_its_lineage(gw: &Gateway) {
+    let (parent, parent_secret) = made_by(gw, SERVER, "parent");
+    let r = post(
+        gw,
+        &parent_secret,
+        "/v1/keys",
+        Some(json!({"label": "a day", "expires_in_days": 1})),
+    );
+    let (child, child_secret) = successor(&r);
+    let child_end = r.json()["expires_at"].as_str().unwrap().to_owned();
+    // Up the lineage, or beside it: refused, nothing changed.
+    post(
+        gw,
+        &child_secret,
+        &format!("/v1/keys/{parent}/rotate"),
+        None,
+    )
+    .assert_error(403, "forbidden");
+    let del = send(
+        gw,
+        "DELETE",
+        &format!("/v1/keys/{parent}"),
+        Some(&child_secret),
+        &[],
+        None,
+    );
+    del.assert_error(403, "forbidden");
+    let (sibling, _) = made_by(gw, &parent_secret, "sibling");
+    post(
+        gw,
+        &child_secret,
+        &format!("/v1/keys/{sibling}/rotate"),
+        None,
+    )
+    .assert_error(403, "forbidden");
+    assert_eq!(lookup(gw, &parent_secret), 200);
+    // No key that outlives it: asked for longer, 422; asked for nothing, its own end.
+    post(
+        gw,
+        &child_secret,
+        "/v1/keys",
+        Some(json!({"expires_in_days": 3650})),
+    )
+    .assert_error(422, "validation_error");
+    let r = post(gw, &child_secret, "/v1/keys", Some(json!({"label": "g"})));
+    let (grandchild, _) = successor(&r);
+    assert_eq!(r.json()["expires_at"], child_end.as_str(), "inherited");
+    // Down the lineage: the parent manages what its child made.
+    assert_eq!(revoke(gw, &parent_secret, &grandchild).status, 204);
+
+    // A rotation hands the old key's children to the successor: deleting the old key after
+    // the overlap keeps them.
+    let r = post(
+        gw,
+        &parent_secret,
+        &format!("/v1/keys/{parent}/rotate"),
+        Some(json!({"overlap_hours": 0})),
+    );
+    let (next, next_secret) = successor(&r);
+    assert_eq!(item(gw, &child)["created_by"], next.as_str());
+    assert_eq!(revoke(gw, SERVER, &parent).status, 204);
+    assert_eq!(
+        lookup(gw, &child_secret),
+        200,
+        "the child outlives the old key"
+    );
+    assert_eq!(lookup(gw, &next_secret), 200);
+    // Revoking the successor takes them along, as it would have the old key.
+    assert_eq!(revoke(gw, SERVER, &next).status, 204);
+    assert_eq!(lookup(gw, &child_secret), 401);
+    let _ = sibling;
+}
+
+#[test]
+fn a_key_stays_inside_its_lineage_on_the_managed_file() {
+    a_key_stays_inside_its_lineage(&roomy().start());
+}
+
+/// [`builder`] with room for a lineage of keys.
+fn roomy() -> GatewayBuilder {
+    builder().plan_yaml("team", "{ monthly_limit: 1000, max_keys: 10 }")
+}
+
+#[test]
+fn a_key_stays_inside_its_lineage_on_redis() {
+    let redis = RedisServer::start(false);
+    a_key_stays_inside_its_lineage(&roomy().redis(&redis.url(), "fail_open").start());
 }

@@ -322,6 +322,18 @@ pub fn error_answer(status: StatusCode, code: &str, message: &str, detail: Optio
     )
 }
 
+/// `503 service_unavailable` with `Retry-After: 1`: the store of `what` (a sentence's subject,
+/// "The override store") did not answer, so nothing was changed; `detail` names it further.
+pub fn unavailable(what: &str, detail: Option<&str>) -> Answer {
+    error_answer(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        &format!("{what} is unreachable; nothing was changed. Try again shortly."),
+        detail,
+    )
+    .with_header(RETRY_AFTER, HeaderValue::from_static("1"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

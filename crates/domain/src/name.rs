@@ -52,6 +52,9 @@ pub enum NameError {
     SingleLabel,
     #[error("top-level label '{tld}' is numeric: IP addresses are not domains")]
     NumericTld { tld: String },
+    /// Only from [`DomainName::parse_owned`]: a name many owners' domains sit under.
+    #[error("'{name}' is a public suffix: it names many owners' domains, not one; name a domain under it")]
+    PublicSuffix { name: String },
 }
 
 impl DomainName {
@@ -63,6 +66,18 @@ impl DomainName {
             return Ok(DomainName::new(bare.into()));
         }
         Self::parse_mapped(input)
+    }
+
+    /// Parses a name one owner holds: as [`parse`](Self::parse), and not a public suffix
+    /// (`co.uk`, `github.io`), which no project may override or report for everyone under it.
+    pub fn parse_owned(input: &str) -> Result<Self, NameError> {
+        let name = Self::parse(input)?;
+        match name.registrable() {
+            Some(_) => Ok(name),
+            None => Err(NameError::PublicSuffix {
+                name: name.as_str().to_owned(),
+            }),
+        }
     }
 
     /// The canonical form of `input`, as [`parse`](Self::parse) makes it, borrowed from the input
@@ -318,6 +333,27 @@ mod tests {
         let long = format!("{}.com", vec!["a".repeat(60); 5].join("."));
         assert!(matches!(err(&long), TooLong { .. }));
         assert_eq!(err("xn--a.com"), Idna);
+    }
+
+    #[test]
+    fn an_owned_name_is_not_a_public_suffix() {
+        for suffix in ["co.uk", "github.io", "CO.UK."] {
+            assert!(
+                matches!(
+                    DomainName::parse_owned(suffix),
+                    Err(NameError::PublicSuffix { .. })
+                ),
+                "{suffix}"
+            );
+        }
+        for owned in [
+            "example.co.uk",
+            "me.github.io",
+            "example.com",
+            "a.b.example.com",
+        ] {
+            assert!(DomainName::parse_owned(owned).is_ok(), "{owned}");
+        }
     }
 
     #[test]

@@ -115,6 +115,28 @@ impl OverrideSet {
         self.by_project.get(project)?.get(domain)
     }
 
+    /// The (project, name) pairs whose entry differs between `self` and `newer`: set, changed
+    /// or removed since (what a watcher of verdicts judges again), in order.
+    pub fn moved(&self, newer: &OverrideSet) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut diff = |a: &OverrideSet, b: &OverrideSet| {
+            for (project, names) in &a.by_project {
+                for (name, o) in names {
+                    if b.get(project, name)
+                        .is_none_or(|other| other.stamp != o.stamp)
+                    {
+                        out.push((project.clone(), name.clone()));
+                    }
+                }
+            }
+        };
+        diff(newer, self);
+        diff(self, newer);
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Whether `project` never had an override (most projects: the lookup skips the walk).
     pub fn none_for(&self, project: &str) -> bool {
         self.by_project.get(project).is_none_or(HashMap::is_empty)
@@ -169,5 +191,27 @@ mod tests {
         assert_eq!(r.mx_provider_label, Some("Gmail"));
         OverrideVerdict::Block.apply(&mut r);
         assert_eq!((r.reason, r.risk_score), (Reason::Disposable, 100));
+    }
+
+    #[test]
+    fn what_moved_between_two_sets_is_named_once() {
+        use OverrideVerdict::*;
+        let before =
+            OverrideSet::of([entry("p", "a.com", Allow, 1), entry("p", "b.com", Block, 1)]);
+        let mut removed = entry("p", "a.com", Allow, 2);
+        removed.removed = true;
+        let after = OverrideSet::of([
+            removed,
+            entry("p", "b.com", Block, 1),
+            entry("q", "c.com", Block, 3),
+        ]);
+        assert_eq!(
+            before.moved(&after),
+            [
+                ("p".to_owned(), "a.com".to_owned()),
+                ("q".into(), "c.com".into())
+            ]
+        );
+        assert!(after.moved(&after.clone()).is_empty());
     }
 }

@@ -101,9 +101,37 @@ pub fn delivery_problems(at: &str, timeout: Duration, max_attempts: u32) -> Vec<
 pub fn url_problem(at: &str, url: &str, policy: &Policy) -> Option<String> {
     let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
     match url.parse::<http::Uri>() {
-        Ok(uri) if scheme_ok && uri.host().is_some() => host_problem(at, &uri, policy),
+        Ok(uri) if scheme_ok && uri.host().is_some() => {
+            authority_problem(at, &uri).or_else(|| host_problem(at, &uri, policy))
+        }
         _ => Some(format!(
             "{at}.url: '{url}' is not an http:// or https:// URL"
+        )),
+    }
+}
+
+/// What is wrong with `uri`'s authority besides its host: user info (`user:pass@`, which the
+/// client would send as credentials: a URL is no place for them, and its percent-encoding
+/// would have to be guessed), or a port outside 1-65535 (`:0`, `:99999`, `:` alone), which
+/// `http::Uri` keeps as text and the client would replace with the scheme's.
+fn authority_problem(at: &str, uri: &http::Uri) -> Option<String> {
+    let authority = uri.authority()?.as_str();
+    if authority.contains('@') {
+        return Some(format!(
+            "{at}.url: user info (user:password@) is not accepted: receivers authenticate a \
+             message by its signature"
+        ));
+    }
+    // After the host: `]` closes an IPv6 literal, else the first `:`.
+    let rest = match authority.rfind(']') {
+        Some(end) => &authority[end + 1..],
+        None => authority.find(':').map_or("", |i| &authority[i..]),
+    };
+    let port = rest.strip_prefix(':')?;
+    match port.parse::<u16>() {
+        Ok(p) if p >= 1 && port.bytes().all(|b| b.is_ascii_digit()) => None,
+        _ => Some(format!(
+            "{at}.url: port '{port}' is not one from 1 to 65535"
         )),
     }
 }

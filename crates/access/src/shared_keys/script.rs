@@ -48,7 +48,9 @@ return redis.call('INCRBY', KEYS[3], ARGV[5])
 /// holds more than `max_keys` keys: the old one leaves at its overlap's end, so the successor
 /// may take the project one over, not more) or the new version. The row is compared whole, as
 /// read: the gateway, not Lua, owns the row's JSON (a newer gateway's fields survive as they
-/// are), and two gateways rotating one key at once make one successor.
+/// are), and two gateways rotating one key at once make one successor. The keys the old key
+/// made are handed to the successor (their rows' `created_by`, as the gateway wrote it,
+/// compact JSON: replaced as text, the rest of each row kept byte for byte).
 pub const ROTATE: &str = r#"
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return -3 end
@@ -59,6 +61,16 @@ local made = redis.call('SCARD', KEYS[2])
 if made + tonumber(ARGV[6]) > tonumber(ARGV[7]) then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
+local made_by = '"created_by":"' .. ARGV[1] .. '"'
+local now_by = '"created_by":"' .. ARGV[4] .. '"'
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local row = redis.call('HGET', KEYS[1], id)
+  local s, e = nil, nil
+  if row and id ~= ARGV[4] then s, e = string.find(row, made_by, 1, true) end
+  if s then
+    redis.call('HSET', KEYS[1], id, string.sub(row, 1, s - 1) .. now_by .. string.sub(row, e + 1))
+  end
+end
 redis.call('SADD', KEYS[2], ARGV[4])
 return redis.call('INCRBY', KEYS[3], ARGV[8])
 "#;

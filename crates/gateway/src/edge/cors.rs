@@ -20,11 +20,7 @@ const EXPOSED_HEADERS: &str =
 /// The answer to a CORS preflight on `path`: any origin may ask; the key decides on the real
 /// request.
 pub fn preflight(path: &str, origin: Option<&HeaderValue>) -> Answer {
-    let methods = match path {
-        crate::edge::route::BATCH_PATH => "POST",
-        crate::edge::route::KEYS_PATH => "GET, POST",
-        _ => "GET",
-    };
+    let methods = preflight_methods(path);
     let mut answer = Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
         .with_header(
             ACCESS_CONTROL_ALLOW_METHODS,
@@ -39,6 +35,22 @@ pub fn preflight(path: &str, origin: Option<&HeaderValue>) -> Answer {
         answer = answer.with_header(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
     }
     answer
+}
+
+/// The methods a preflight on `path` allows: the route's own.
+fn preflight_methods(path: &str) -> &'static str {
+    use crate::edge::route::{
+        BATCH_PATH, KEYS_PATH, OVERRIDES_ITEM_PREFIX, REPORTS_PATH, WEBHOOKS_ITEM_PREFIX,
+        WEBHOOKS_PATH,
+    };
+    match path {
+        BATCH_PATH => "POST",
+        KEYS_PATH | WEBHOOKS_PATH | REPORTS_PATH => "GET, POST",
+        _ if path.ends_with("/rotate") && path.starts_with("/v1/keys/") => "POST",
+        _ if path.starts_with("/v1/keys/") || path.starts_with(WEBHOOKS_ITEM_PREFIX) => "DELETE",
+        _ if path.starts_with(OVERRIDES_ITEM_PREFIX) => "PUT, DELETE",
+        _ => "GET",
+    }
 }
 
 /// The headers of an answer to a browser key whose `origin` was allowed.

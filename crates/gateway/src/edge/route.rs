@@ -115,8 +115,8 @@ pub const WEBHOOKS_PATH: &str = "/v1/webhooks";
 /// Where one webhook is: `DELETE` on `/v1/webhooks/{id}`.
 pub const WEBHOOKS_ITEM_PREFIX: &str = "/v1/webhooks/";
 
-/// `/v1/webhooks` and `/v1/webhooks/{id}`. No preflight: they need a server key, which a
-/// browser never holds.
+/// `/v1/webhooks` and `/v1/webhooks/{id}`. Preflight answered as on every `/v1/` route (the
+/// dashboard's own page may ask; the server key decides on the real request).
 fn webhooks_route<'a>(
     method: &Method,
     path: &'a str,
@@ -142,13 +142,19 @@ fn webhooks_route<'a>(
                 Ok(Route::Webhooks(WebhooksCall::List { cursor, limit }))
             }
             Method::POST => Ok(Route::Webhooks(WebhooksCall::Create)),
-            _ => Err(RouteError::MethodNotAllowed { allow: "GET, POST" }),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "GET, POST, OPTIONS",
+            }),
         };
     }
     match path.strip_prefix(WEBHOOKS_ITEM_PREFIX) {
         Some(id) if !id.is_empty() && !id.contains('/') => match *method {
             Method::DELETE => Ok(Route::Webhooks(WebhooksCall::Delete { id })),
-            _ => Err(RouteError::MethodNotAllowed { allow: "DELETE" }),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "DELETE, OPTIONS",
+            }),
         },
         _ => Err(RouteError::NotFound),
     }
@@ -157,13 +163,24 @@ fn webhooks_route<'a>(
 /// A project's reports to the operator.
 pub const REPORTS_PATH: &str = "/v1/reports";
 
+/// `/v1/reports`: the project's reports (`GET`), a new one (`POST`), and their preflight.
+fn reports_route<'a>(method: &Method) -> Result<Route<'a>, RouteError> {
+    match *method {
+        Method::GET => Ok(Route::Reports { post: false }),
+        Method::POST => Ok(Route::Reports { post: true }),
+        Method::OPTIONS => Ok(Route::Preflight),
+        _ => Err(RouteError::MethodNotAllowed {
+            allow: "GET, POST, OPTIONS",
+        }),
+    }
+}
+
 /// The collection of a project's overrides.
 pub const OVERRIDES_PATH: &str = "/v1/overrides";
 /// Where one override is: `PUT` and `DELETE` on `/v1/overrides/{domain}`.
 pub const OVERRIDES_ITEM_PREFIX: &str = "/v1/overrides/";
 
-/// `/v1/overrides` and `/v1/overrides/{domain}`. No preflight: they need a server key, which
-/// a browser never holds.
+/// `/v1/overrides` and `/v1/overrides/{domain}`, with their preflight.
 fn overrides_route<'a>(
     method: &Method,
     path: &'a str,
@@ -188,15 +205,19 @@ fn overrides_route<'a>(
                 }
                 Ok(Route::Overrides(OverridesCall::List { cursor, limit }))
             }
-            _ => Err(RouteError::MethodNotAllowed { allow: "GET" }),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "GET, OPTIONS",
+            }),
         };
     }
     match path.strip_prefix(OVERRIDES_ITEM_PREFIX) {
         Some(domain) if !domain.is_empty() && !domain.contains('/') => match *method {
             Method::PUT => Ok(Route::Overrides(OverridesCall::Put { domain })),
             Method::DELETE => Ok(Route::Overrides(OverridesCall::Delete { domain })),
+            Method::OPTIONS => Ok(Route::Preflight),
             _ => Err(RouteError::MethodNotAllowed {
-                allow: "PUT, DELETE",
+                allow: "PUT, DELETE, OPTIONS",
             }),
         },
         _ => Err(RouteError::NotFound),
@@ -235,17 +256,21 @@ fn keys_route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, RouteErro
         };
     }
     if let Some(id) = rotated_id(path) {
-        // No preflight either: a server key's route.
         return match *method {
             Method::POST => Ok(Route::Keys(KeysCall::Rotate { id })),
-            _ => Err(RouteError::MethodNotAllowed { allow: "POST" }),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "POST, OPTIONS",
+            }),
         };
     }
     match path.strip_prefix(KEYS_ITEM_PREFIX) {
-        // No preflight: revoking needs a server key, which a browser never holds.
         Some(id) if !id.is_empty() && !id.contains('/') => match *method {
             Method::DELETE => Ok(Route::Keys(KeysCall::Revoke { id })),
-            _ => Err(RouteError::MethodNotAllowed { allow: "DELETE" }),
+            Method::OPTIONS => Ok(Route::Preflight),
+            _ => Err(RouteError::MethodNotAllowed {
+                allow: "DELETE, OPTIONS",
+            }),
         },
         _ => Err(RouteError::NotFound),
     }
@@ -328,13 +353,8 @@ pub fn route<'a>(
     if path == BATCH_PATH {
         return batch_route(method, query);
     }
-    // No preflight: a server key's route.
     if path == REPORTS_PATH {
-        return match *method {
-            Method::GET => Ok(Route::Reports { post: false }),
-            Method::POST => Ok(Route::Reports { post: true }),
-            _ => Err(RouteError::MethodNotAllowed { allow: "GET, POST" }),
-        };
+        return reports_route(method);
     }
     let route = if let Some(raw) = path.strip_prefix(DOMAIN_PREFIX) {
         Route::Domain {
@@ -501,7 +521,7 @@ fn audit<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, Route
         });
     }
     let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
-    if cursor.as_ref().is_some_and(|c| c.len() > 64) {
+    if cursor.as_ref().is_some_and(|c| !is_audit_cursor(c)) {
         return Err(RouteError::BadQuery(
             QueryOf::Audit,
             "cursor is not one this API gave (use next_cursor of the previous page)".into(),
@@ -511,6 +531,16 @@ fn audit<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, Route
         cursor,
         limit: limit(query, QueryOf::Audit, DEFAULT_LIMIT, MAX_LIMIT)?,
     })
+}
+
+/// Whether `c` is of the form the audit trail's cursors take: an entry's id, digits (the file
+/// store) or `digits-digits` (a Redis stream's).
+fn is_audit_cursor(c: &str) -> bool {
+    let digits = |s: &str| (1..=20).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    match c.split_once('-') {
+        Some((ms, seq)) => digits(ms) && digits(seq),
+        None => digits(c),
+    }
 }
 
 /// The metrics class of a routing result.
@@ -560,6 +590,28 @@ mod tests {
     }
 
     #[test]
+    fn an_audit_cursor_is_one_the_api_gave() {
+        for good in ["1732700000123456", "1732700000123-0"] {
+            assert!(matches!(
+                get("/v1/audit", Some(&format!("cursor={good}"))),
+                Ok(Route::Audit {
+                    cursor: Some(_),
+                    ..
+                })
+            ));
+        }
+        for bad in ["abc", "12-", "-1", "1-2-3", "1.5", &"9".repeat(21)] {
+            assert!(
+                matches!(
+                    get("/v1/audit", Some(&format!("cursor={bad}"))),
+                    Err(RouteError::BadQuery(QueryOf::Audit, _))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn overrides_are_listed_set_and_removed() {
         assert_eq!(
             get("/v1/overrides", Some("limit=5&cursor=a.com")),
@@ -580,10 +632,14 @@ mod tests {
             get("/v1/overrides", Some("limit=0")),
             Err(RouteError::BadQuery(QueryOf::Overrides, _))
         ));
-        assert!(matches!(
+        assert_eq!(
             route(&Method::OPTIONS, "/v1/overrides/a.com", None),
-            Err(RouteError::MethodNotAllowed { .. })
-        ));
+            Ok(Route::Preflight)
+        );
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/overrides", None),
+            Ok(Route::Preflight)
+        );
         for p in ["/v1/overrides/", "/v1/overrides/a/b", "/v1/overridesx"] {
             assert!(route(&Method::PUT, p, None).is_err(), "{p}");
         }
@@ -610,8 +666,19 @@ mod tests {
             get("/v1/webhooks", Some("limit=1001")),
             Err(RouteError::BadQuery(QueryOf::Webhooks, _))
         ));
+        for path in [
+            "/v1/webhooks",
+            "/v1/webhooks/wh_1",
+            "/v1/reports",
+            "/v1/keys/k1",
+        ] {
+            assert_eq!(route(&Method::OPTIONS, path, None), Ok(Route::Preflight));
+        }
+        assert_eq!(
+            route(&Method::OPTIONS, "/v1/keys/k1/rotate", None),
+            Ok(Route::Preflight)
+        );
         for (method, path) in [
-            (Method::OPTIONS, "/v1/webhooks"),
             (Method::PUT, "/v1/webhooks"),
             (Method::GET, "/v1/webhooks/wh_1"),
         ] {
@@ -942,7 +1009,7 @@ mod tests {
         );
         assert_eq!(
             route(&Method::OPTIONS, "/v1/keys/k_1", None),
-            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+            Ok(Route::Preflight)
         );
         assert_eq!(
             route(&Method::DELETE, "/v1/keys", None),
@@ -952,16 +1019,20 @@ mod tests {
         );
         assert_eq!(
             get("/v1/keys/k_1", None),
-            Err(RouteError::MethodNotAllowed { allow: "DELETE" })
+            Err(RouteError::MethodNotAllowed {
+                allow: "DELETE, OPTIONS"
+            })
         );
         assert_eq!(
             route(&Method::POST, "/v1/keys/k_1/rotate", None),
             Ok(Route::Keys(KeysCall::Rotate { id: "k_1" }))
         );
-        for m in [Method::GET, Method::DELETE, Method::OPTIONS] {
+        for m in [Method::GET, Method::DELETE, Method::PUT] {
             assert_eq!(
                 route(&m, "/v1/keys/k_1/rotate", None),
-                Err(RouteError::MethodNotAllowed { allow: "POST" }),
+                Err(RouteError::MethodNotAllowed {
+                    allow: "POST, OPTIONS"
+                }),
                 "{m}"
             );
         }

@@ -35,6 +35,7 @@ use drg_base::infra::units::utc_seconds;
 
 pub mod body;
 pub mod expiry;
+pub mod lineage;
 mod rotate;
 pub mod shared;
 mod store;
@@ -209,16 +210,9 @@ impl Refused {
                 log::error!("keys API: {e}");
                 drg_base::answer::ApiError::Internal("the managed keys file".into()).into()
             }
-            Refused::Unavailable => error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service_unavailable",
-                "The shared key store is unreachable; nothing was changed. Try again shortly.",
-                Some("redis"),
-            )
-            .with_header(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            ),
+            Refused::Unavailable => {
+                drg_base::answer::unavailable("The shared key store", Some("redis"))
+            }
         }
     }
 }
@@ -286,15 +280,88 @@ impl KeysApi {
 
     /// `POST /v1/keys`: a new key in the caller's project, its secret in this answer only.
     pub async fn create(self: &Arc<Self>, caller: Arc<KeyEntry>, body: Bytes) -> Answer {
-        let new = match parse_new_key(&body) {
+        let mut new = match parse_new_key(&body) {
             Ok(new) => new,
             Err(a) => return a,
         };
+        match self.lineage_end(&caller, new.expires_in_days) {
+            Ok(until) => new.until = until,
+            Err(refused) => return refused,
+        }
         let secret = match generate_secret() {
             Ok(s) => s,
             Err(e) => return drg_base::answer::ApiError::Internal(e.to_string()).into(),
         };
         self.store.create(self, caller, new, secret).await
+    }
+
+    /// When a key `caller` makes for `days` days ends (unix seconds; `None`: never): never after
+    /// the caller's lineage ends ([`lineage`]); asked for longer, `422`; a lineage that ended
+    /// makes no key (`403`).
+    fn lineage_end(&self, caller: &KeyEntry, days: Option<u32>) -> Result<Option<i64>, Answer> {
+        let keys = self.keys.load();
+        let end = lineage::earliest(caller.expires_at, lineage::end_of(&**keys, &caller.id));
+        let now = self.clock.now().timestamp();
+        lineage::new_key_end(now, days, end).map_err(|why| {
+            let at = |t: i64| utc_seconds(t).unwrap_or_default();
+            match why {
+                lineage::TooLong::Ended(t) => error(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "This key's lineage has expired: an expired key makes no keys.",
+                    Some(&format!("expired at {}", at(t))),
+                ),
+                lineage::TooLong::Outlives(t) => {
+                    drg_base::answer::ApiError::Validation(format!(
+                        "expires_in_days: this key's lineage ends at {}; a key it makes cannot outlive it (leave expires_in_days out to inherit that end)",
+                        at(t)
+                    ))
+                    .into()
+                }
+            }
+        })
+    }
+
+    /// Whether `caller` may rotate or revoke `id`: `None` if so (or if the store must say
+    /// whose `id` is), else the refusal. A key manages itself and the keys it made, recursively;
+    /// an operator key every API-made key of its project ([`lineage::manages`]). A key not in
+    /// this gateway's snapshot is no API-made key's to manage (`404`): only an operator key's
+    /// call goes on to the store.
+    fn outside_lineage(&self, caller: &KeyEntry, id: &str) -> Option<Answer> {
+        let keys = self.keys.load();
+        match keys.by_id(id) {
+            Some(t) if t.project == caller.project => (!lineage::manages(&**keys, caller, id))
+                .then(|| {
+                    error(
+                        StatusCode::FORBIDDEN,
+                        "forbidden",
+                        "A key may manage only itself and the keys it made (and theirs).",
+                        None,
+                    )
+                }),
+            _ if caller.source == KeyOrigin::Operator => None,
+            _ => Some(Refused::NotFound.answer()),
+        }
+    }
+
+    /// Caps `new`'s expiry at the end of its maker's lineage (a rotation's successor lives no
+    /// longer than the key that made its predecessor); a lineage that ended refuses it.
+    fn cap_successor(&self, new: &mut ManagedKey) -> Result<(), Refused> {
+        let keys = self.keys.load();
+        let Some(end) = (new.created_by.as_deref()).and_then(|m| lineage::end_of(&**keys, m))
+        else {
+            return Ok(());
+        };
+        let asked = (new.expires_at.as_deref())
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp());
+        let capped = lineage::earliest(asked, Some(end)).unwrap_or(end);
+        let at = utc_seconds(capped).unwrap_or_default();
+        if capped <= self.clock.now().timestamp() {
+            return Err(Refused::NotRotatable(expiry::NotRotatable::Expired { at }));
+        }
+        new.expires_at = Some(at);
+        Ok(())
     }
 
     /// The `201` of a key made, its secret in it (shown this once).
@@ -316,6 +383,7 @@ impl KeysApi {
             label,
             origins,
             expires_in_days,
+            until,
         } = new;
         let now = self.clock.now();
         ManagedKey {
@@ -329,7 +397,7 @@ impl KeysApi {
             last_used: None,
             origins,
             created_by: Some(caller.id.to_string()),
-            expires_at: expires_in_days.map(|d| expiry::expires_after(now, d)),
+            expires_at: until.and_then(utc_seconds),
             expires_in_days,
             rotated_to: None,
             unknown: Default::default(),
@@ -408,6 +476,9 @@ impl KeysApi {
         }
         if id_problem(&id).is_some() {
             return Refused::NotFound.answer();
+        }
+        if let Some(refused) = self.outside_lineage(&caller, &id) {
+            return refused;
         }
         self.store.revoke(self, caller, id).await
     }

@@ -48,6 +48,9 @@ pub struct Deliveries {
     running: JoinSet<Finished>,
     /// The projects whose hand-over runs, and its task.
     busy: HashMap<String, tokio::task::Id>,
+    /// Projects asked for at once while theirs ran ([`Deliveries::start_now`]): started again
+    /// as soon as it ends, so a change recorded meanwhile does not wait for the interval.
+    again: std::collections::HashSet<String>,
 }
 
 impl Deliveries {
@@ -57,6 +60,7 @@ impl Deliveries {
             slots: Arc::new(Semaphore::new(AT_ONCE)),
             running: JoinSet::new(),
             busy: HashMap::new(),
+            again: Default::default(),
         }
     }
 
@@ -84,12 +88,32 @@ impl Deliveries {
         }
     }
 
-    /// Takes in the hand-overs that ended; returns the store failures among them.
+    /// Starts a hand-over for each of `projects` now, and once more right after one that
+    /// runs already ends (what it made may predate the change that asks).
+    pub fn start_now(&mut self, projects: Vec<String>) {
+        for p in &projects {
+            if self.busy.contains_key(p) {
+                self.again.insert(p.clone());
+            }
+        }
+        self.start(projects);
+    }
+
+    /// Takes in the hand-overs that ended (starting those asked for again meanwhile); returns
+    /// the store failures among them.
     pub fn reap(&mut self) -> Vec<(String, ChangesError)> {
         let mut failed = Vec::new();
         while let Some(done) = self.running.try_join_next() {
             self.ended(done, &mut failed);
         }
+        let again: Vec<String> = (self.again.iter())
+            .filter(|p| !self.busy.contains_key(*p))
+            .cloned()
+            .collect();
+        for p in &again {
+            self.again.remove(p);
+        }
+        self.start(again);
         failed
     }
 

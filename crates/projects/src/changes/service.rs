@@ -3,6 +3,9 @@
 //! every `pass_interval`, at most `reclassify_per_second`), records each change once, and
 //! starts each project's delivery (one message per project and `send_interval`, under its
 //! lease), which runs as a task of its own (`delivery.rs`): the loop never waits on a receiver.
+//! A project's own override set or removed (on any gateway) is judged at the next tick for the
+//! watched names it covers, and that project's delivery starts at once: its own change moves
+//! its verdicts within a second, not at the next pass.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +20,7 @@ use super::judge::{Basis, Judge};
 use super::store::{ChangeStore, Proposed, Recorded};
 use super::{ChangesConfig, Counters, Seen, Told, Watch, CHANNEL};
 use drg_access::keys::KeyStore;
+use drg_domain::overrides::OverrideSet;
 use drg_domain::table::DomainTable;
 use drg_webhook::Subscribers;
 
@@ -117,6 +121,8 @@ struct Loop {
     /// What the store was last given per (project, domain), and in which hour: a lookup that
     /// tells the store nothing new (the same verdict, the same hour) is not written again.
     written: HashMap<(Arc<str>, Box<str>), (Told, i64)>,
+    /// The overrides the last tick saw (what a change of them is told against).
+    overrides: Option<Arc<OverrideSet>>,
 }
 
 /// Entries of [`Loop::written`] at most; full, it starts over (a write more per name).
@@ -259,38 +265,41 @@ impl ChangesService {
             }
             let before = pass.before.clone();
             for (domain, told) in page {
-                self.judge_one(st, &project, domain, told, before.as_deref())
+                self.judge_one(st, &project, domain, told, (before.as_deref(), false))
                     .await;
             }
         }
     }
 
+    /// Judges `domain` again for `project`; whether a change was recorded. `at_once`: the
+    /// project's own override moved it, so an evidence-based verdict is not held back to prove
+    /// stable (the evidence did not change; the project's word did).
     async fn judge_one(
         &self,
         st: &mut Loop,
         project: &str,
         domain: String,
         told: Told,
-        before: Option<&DomainTable>,
-    ) {
+        (before, at_once): (Option<&DomainTable>, bool),
+    ) -> bool {
         Counters::add(&self.counters.judged, 1);
         let Some(now) = self.judge.judge(&domain, project, before) else {
-            return;
+            return false;
         };
         let key = (project.to_owned(), domain);
         if !now.told.differs(told) {
             st.candidates.remove(&key);
-            return;
+            return false;
         }
-        if now.basis == Basis::Evidence && !self.config.stable.is_zero() {
+        if now.basis == Basis::Evidence && !self.config.stable.is_zero() && !at_once {
             match st.candidates.get(&key) {
                 Some((to, since)) if *to == now.told && since.elapsed() >= self.config.stable => {}
-                Some((to, _)) if *to == now.told => return,
+                Some((to, _)) if *to == now.told => return false,
                 _ => {
                     if st.candidates.len() < MAX_CANDIDATES || st.candidates.contains_key(&key) {
                         st.candidates.insert(key, (now.told, Instant::now()));
                     }
-                    return;
+                    return false;
                 }
             }
         }
@@ -305,13 +314,81 @@ impl ChangesService {
             dataset_version: now.dataset_version,
         };
         match self.store.record(project, &proposed).await {
-            Ok(Recorded::New(_)) => Counters::add(&self.counters.recorded, 1),
-            Ok(Recorded::Stale) => {}
-            Err(e) => st.failed(
-                &self.counters,
-                &e,
-                "a change not recorded; the next pass finds it",
-            ),
+            Ok(Recorded::New(_)) => {
+                Counters::add(&self.counters.recorded, 1);
+                true
+            }
+            Ok(Recorded::Stale) => false,
+            Err(e) => {
+                st.failed(
+                    &self.counters,
+                    &e,
+                    "a change not recorded; the next pass finds it",
+                );
+                false
+            }
+        }
+    }
+
+    /// The overrides moved since the last tick (a project set or removed one, here or on
+    /// another gateway): each project's watched names under a moved one are judged now, and
+    /// the projects with a change recorded have their delivery started without waiting for
+    /// the send interval (whichever gateway holds a project's lease sends it).
+    async fn overrides_moved(&self, st: &mut Loop) {
+        let now = self.judge.overrides.load_full();
+        let Some(before) = st.overrides.replace(now.clone()) else {
+            return;
+        };
+        if Arc::ptr_eq(&before, &now) {
+            return;
+        }
+        let mut by_project: HashMap<String, Vec<String>> = HashMap::new();
+        for (project, name) in before.moved(&now) {
+            by_project.entry(project).or_default().push(name);
+        }
+        let mut told = Vec::new();
+        for (project, names) in by_project {
+            if self.rejudge_under(st, &project, &names).await {
+                told.push(project);
+            }
+        }
+        if let (Some(d), false) = (st.deliveries.as_mut(), told.is_empty()) {
+            d.start_now(told);
+        }
+    }
+
+    /// Judges `project`'s watched names that `names` cover (each itself and its subdomains);
+    /// whether a change was recorded.
+    async fn rejudge_under(&self, st: &mut Loop, project: &str, names: &[String]) -> bool {
+        let covered = |d: &str| {
+            names.iter().any(|n| {
+                d == n
+                    || d.strip_suffix(n.as_str())
+                        .is_some_and(|head| head.ends_with('.'))
+            })
+        };
+        let (mut cursor, mut recorded) = (String::new(), false);
+        loop {
+            let (page, next) = match self.store.scan(project, &cursor, 1_000).await {
+                Ok(p) => p,
+                Err(e) => {
+                    st.failed(
+                        &self.counters,
+                        &e,
+                        "an override's change waits for the next pass",
+                    );
+                    return recorded;
+                }
+            };
+            for (domain, told) in page.into_iter().filter(|(d, _)| covered(d)) {
+                recorded |= self
+                    .judge_one(st, project, domain, told, (None, true))
+                    .await;
+            }
+            match next {
+                Some(c) => cursor = c,
+                None => return recorded,
+            }
         }
     }
 }
@@ -386,6 +463,7 @@ impl Service for ChangesService {
         let mut ticks = drg_telemetry::periodic::Ticks::new(TICK);
         while ticks.next(&mut shutdown).await.is_some() {
             self.intake(&mut st, &mut rx).await;
+            self.overrides_moved(&mut st).await;
             self.maybe_start_pass(&mut st).await;
             self.step_pass(&mut st).await;
             self.send_due(&mut st).await;

@@ -69,8 +69,9 @@ impl fmt::Display for Range {
 }
 
 /// The range an address falls in, and the IPv4 address it was judged by when it carries one
-/// (`::ffff:a.b.c.d`, `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:AABB:CCDD::`): those
-/// reach, or are translated to, the IPv4 address inside.
+/// (`::ffff:a.b.c.d`, `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:AABB:CCDD::`, Teredo
+/// `2001:0:<server>::<client, inverted>`, an ISATAP interface id `…:5efe:a.b.c.d`): those
+/// reach, or are translated or tunnelled to, the IPv4 address inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Judged {
     pub range: Range,
@@ -87,7 +88,8 @@ pub fn classify(ip: IpAddr) -> Option<Judged> {
                 inner: Some(v4),
             }),
             None => range_v6(v6).map(|range| Judged { range, inner: None }),
-        },
+        }
+        .or_else(|| tunnelled_v4(v6)),
     }
 }
 
@@ -123,6 +125,28 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
         [0x2002, hi, lo, ..] => Some(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))),
         _ => None,
     }
+}
+
+/// The first IPv4 address in a non-public range that a tunnelled IPv6 address carries: a
+/// Teredo address (`2001:0::/32`) names its server (bits 32-63) and its client (the last 32
+/// bits, inverted); an ISATAP interface id (`0000:5efe` or `0200:5efe`) its router's IPv4
+/// address. Judged after the address's own range, so each spelling of loopback is caught.
+fn tunnelled_v4(ip: Ipv6Addr) -> Option<Judged> {
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    let inner: Vec<Ipv4Addr> = match s {
+        [0x2001, 0, server_hi, server_lo, _, _, client_hi, client_lo] => {
+            vec![v4(!client_hi, !client_lo), v4(server_hi, server_lo)]
+        }
+        [_, _, _, _, 0 | 0x200, 0x5efe, hi, lo] => vec![v4(hi, lo)],
+        _ => return None,
+    };
+    inner.into_iter().find_map(|v4| {
+        range_v4(v4).map(|range| Judged {
+            range,
+            inner: Some(v4),
+        })
+    })
 }
 
 fn range_v6(ip: Ipv6Addr) -> Option<Range> {

@@ -68,6 +68,15 @@ fn ranges_of_ipv6_and_the_ipv4_inside() {
         ("::ffff:8.8.8.8", None),
         ("64:ff9b::8.8.8.8", None),
         ("2002:808:808::1", None),
+        // Teredo: the client 127.0.0.1 inverted (80ff:fffe), a public server; then a private
+        // server; then both public.
+        ("2001:0:808:808::80ff:fffe", Some(Range::Loopback)),
+        ("2001:0:a00:1::f7f7:f7f7", Some(Range::Private)),
+        ("2001:0:808:808::f7f7:f7f7", None),
+        // ISATAP interface ids carrying 127.0.0.1 and 169.254.169.254, then a public one.
+        ("2606:4700:1:2:0:5efe:7f00:1", Some(Range::Loopback)),
+        ("2606:4700:1:2:200:5efe:a9fe:a9fe", Some(Range::LinkLocal)),
+        ("2606:4700:1:2:0:5efe:808:808", None),
     ] {
         assert_eq!(range(ip), want, "{ip}");
     }

@@ -3,6 +3,13 @@
 //! epoch naming the data set, all under one hash tag (the write script touches several). A write
 //! is a script: kept only when its stamp is newer than the held record's, refused when a new
 //! record would pass the project's bound.
+//!
+//! **A write the gateway gave up on never lands later.** A paused or slow Redis may run a
+//! script after the gateway's call budget ran out and the caller was answered `503` ("nothing
+//! changed"). So a write first asks Redis its clock (`TIME`) and sends a deadline on that clock,
+//! half the budget ahead: the script refuses itself (`late`) once Redis's clock has passed it,
+//! and one that ran by its deadline has its reply back well within the budget. Restores (what
+//! a gateway puts back after a data loss) carry no deadline: they are idempotent.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -12,8 +19,15 @@ use crate::infra::redis::config::RedisConfig;
 use crate::infra::redis::{LazyLink, LinkError, RedisLink};
 
 /// KEYS: rows, live, version, epoch. ARGV: field, record JSON, stamp, removed (0/1), project,
-/// max (0: no bound), a new epoch. Returns `stale`, `full`, `created` or `updated`.
+/// max (0: no bound), a new epoch, a deadline in ms on Redis's clock (0: none). Returns `late`,
+/// `stale`, `full`, `created` or `updated`.
 const PUT: &str = r#"
+if tonumber(ARGV[8]) > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+    return 'late'
+  end
+end
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 local was_live = false
 if held then
@@ -74,8 +88,21 @@ impl<R: Record> RedisRecords<R> {
         })
     }
 
-    async fn write(&self, record: &R, max: u32) -> Result<String, RecordsError> {
+    /// A deadline half the call budget ahead on Redis's own clock (see the module).
+    async fn deadline(&self, link: &mut RedisLink) -> Result<u64, RecordsError> {
+        let (secs, micros): (u64, u64) = self.timed(::redis::cmd("TIME").query_async(link)).await?;
+        let half = u64::try_from(self.link.budget().as_millis() / 2).unwrap_or(u64::MAX);
+        Ok((secs * 1000 + micros / 1000).saturating_add(half.max(1)))
+    }
+
+    /// Runs the write script; `bounded`: with a deadline (an API write), else a restore.
+    async fn write(&self, record: &R, max: u32, bounded: bool) -> Result<String, RecordsError> {
         let mut link = self.link().await?;
+        let deadline = if bounded {
+            self.deadline(&mut link).await?
+        } else {
+            0
+        };
         let epoch = format!(
             "{:016x}{:016x}",
             getrandom::u64().unwrap_or_default(),
@@ -91,7 +118,8 @@ impl<R: Record> RedisRecords<R> {
             .arg(u8::from(record.removed()))
             .arg(record.project())
             .arg(max)
-            .arg(epoch);
+            .arg(epoch)
+            .arg(deadline);
         self.timed(call.invoke_async(&mut link)).await
     }
 }
@@ -103,7 +131,9 @@ impl<R: Record> RecordStore<R> for RedisRecords<R> {
         if !record.removed() && max_live == 0 {
             return Ok(Put::Full);
         }
-        Ok(match self.write(record, max_live).await?.as_str() {
+        Ok(match self.write(record, max_live, true).await?.as_str() {
+            // Redis ran it past its deadline, after this gateway gave up: nothing changed.
+            "late" => return Err(RecordsError::TimedOut(self.link.budget().as_millis())),
             "stale" => Put::Stale,
             "full" => Put::Full,
             "created" => Put::Done { created: true },
@@ -141,7 +171,7 @@ impl<R: Record> RecordStore<R> for RedisRecords<R> {
 
     async fn restore(&self, records: &[R]) -> Result<(), RecordsError> {
         for r in records {
-            self.write(r, 0).await?;
+            self.write(r, 0, false).await?;
         }
         Ok(())
     }

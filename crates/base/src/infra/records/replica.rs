@@ -40,6 +40,9 @@ pub struct Replica<R: Record> {
     /// With Redis: the state folder's copy.
     cache: Option<FileRecords<R>>,
     held: ArcSwap<Merged<R>>,
+    /// Held while the held set is replaced: a write's merge and a poll's swap never lose each
+    /// other's record (see [`Replica::update`]). Never held across an `.await`.
+    updating: std::sync::Mutex<()>,
     publish: Publish<R>,
     last_stamp: AtomicU64,
     sync: tokio::sync::Mutex<SyncState>,
@@ -71,6 +74,7 @@ impl<R: Record> Replica<R> {
             store,
             cache,
             held: ArcSwap::from_pointee(Merged::default()),
+            updating: std::sync::Mutex::new(()),
             publish,
             last_stamp: AtomicU64::new(0),
             sync: tokio::sync::Mutex::new(SyncState::default()),
@@ -92,23 +96,42 @@ impl<R: Record> Replica<R> {
     pub async fn put(&self, record: R, max_live: u32) -> Result<Put, RecordsError> {
         let put = self.store.put(&record, max_live).await?;
         if let Put::Done { .. } = put {
-            let mut m = Merged::clone(&self.held.load());
-            m.merge(record);
-            self.swap(m);
+            self.update(|m| {
+                m.merge(record);
+            });
         }
         Ok(put)
     }
 
-    fn swap(&self, m: Merged<R>) {
+    /// Changes the held set and publishes it, one change at a time: a write answered `2xx` is
+    /// held (a lookup, a list or a `DELETE` right after it sees it) whatever a poll that read
+    /// the store before it does next.
+    fn update(&self, change: impl FnOnce(&mut Merged<R>)) {
+        let _one = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = Merged::clone(&self.held.load());
+        change(&mut m);
         (self.publish)(&m);
         self.held.store(Arc::new(m));
+    }
+
+    /// Takes what a read of the store found, keeping what is held and newer (a write of this
+    /// gateway that landed after the read began): records merge last-writer-wins, so a read
+    /// from before a write never undoes it here.
+    fn take(&self, read: Merged<R>) {
+        self.update(|m| {
+            let mut read = read;
+            for r in m.all() {
+                read.merge(r.clone());
+            }
+            *m = read;
+        });
     }
 
     /// Loads what the state folder's copy holds (with Redis), then what the store holds.
     pub async fn start(&self) {
         if let Some(cache) = &self.cache {
             match cache.read_now() {
-                Ok(records) => self.swap(Merged::of(records)),
+                Ok(records) => self.take(Merged::of(records)),
                 Err(e) => log::warn!("{}: the local copy could not be read: {e}", self.kind),
             }
         }
@@ -153,7 +176,7 @@ impl<R: Record> Replica<R> {
                 log::warn!("{}: the local copy could not be written: {e}", self.kind);
             }
         }
-        self.swap(read);
+        self.take(read);
         // Lost: the restore gave the store an epoch; the next round reads it again.
         st.last = Some(token);
     }

@@ -131,6 +131,11 @@ impl LazyLink {
             .clone())
     }
 
+    /// How long one call may take.
+    pub fn budget(&self) -> Duration {
+        self.config.call_timeout
+    }
+
     /// Runs `call` within the call budget.
     pub async fn timed<T>(
         &self,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::ORIGIN;
-use http::StatusCode;
+use http::{Method, StatusCode};
 use percent_encoding::percent_decode_str;
 use pingora::prelude::*;
 
@@ -128,27 +128,18 @@ impl Gateway {
         None
     }
 
-    /// Refuses request framing the API never accepts ([`bodies::refuse_framing`]). Only
-    /// `POST /v1/keys` and a batch may carry a (small) body; other methods on their paths get
-    /// theirs (405) rather than a framing error, with the body left unread.
+    /// Refuses request framing the API never accepts ([`bodies::refuse_framing`]). Only the
+    /// methods that take a body may carry a (small) one: `POST /v1/keys` and a rotation, a
+    /// batch, `PUT /v1/overrides/{d}`, `POST /v1/webhooks` and `POST /v1/reports`; a `GET`,
+    /// `DELETE`, preflight or any other method with one is a `400`, as anywhere in the API.
     async fn refuse_framing(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
-        let path = session.req_header().uri.path();
-        let body_limit = match &self.keys_api {
-            Some(api) if crate::edge::route::takes_keys_body(path) => api.config.max_body_bytes,
-            _ if path.starts_with(crate::edge::route::OVERRIDES_ITEM_PREFIX) => {
-                crate::account::overrides::MAX_BODY_BYTES
-            }
-            // Also while off: the route's 404 comes after routing, as `/v1/keys`' does.
-            _ if path == crate::edge::route::WEBHOOKS_PATH => {
-                crate::account::webhooks::api::MAX_BODY_BYTES
-            }
-            _ if path == crate::edge::route::REPORTS_PATH => {
-                crate::account::verdict_reports::MAX_BODY_BYTES
-            }
-            // Switched off, the route answers 404 (after routing), as `/v1/keys` does.
-            _ if path == crate::edge::route::BATCH_PATH => self.batch.max_body_bytes,
-            _ => 0,
-        };
+        let header = session.req_header();
+        let body_limit = body_limit(
+            &header.method,
+            header.uri.path(),
+            self.keys_api.as_ref().map(|api| api.config.max_body_bytes),
+            self.batch.max_body_bytes,
+        );
         match bodies::refuse_framing(session, body_limit, self.h2_body_wait).await {
             // Unread until the handler reads it: if it never does, the connection cannot be
             // reused.
@@ -500,4 +491,52 @@ pub(super) fn decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, ApiError> {
     percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| ApiError::Validation("path is not valid UTF-8 after percent-decoding".into()))
+}
+
+/// The largest body `method` on `path` takes (0: none). Also while a route is off: its 404
+/// comes after routing, as `/v1/keys`' does.
+fn body_limit(method: &Method, path: &str, keys: Option<usize>, batch: usize) -> usize {
+    use crate::edge::route::{
+        takes_keys_body, BATCH_PATH, OVERRIDES_ITEM_PREFIX, REPORTS_PATH, WEBHOOKS_PATH,
+    };
+    match *method {
+        Method::POST if takes_keys_body(path) => keys.unwrap_or(0),
+        Method::PUT if path.starts_with(OVERRIDES_ITEM_PREFIX) => {
+            crate::account::overrides::MAX_BODY_BYTES
+        }
+        Method::POST if path == WEBHOOKS_PATH => crate::account::webhooks::api::MAX_BODY_BYTES,
+        Method::POST if path == REPORTS_PATH => crate::account::verdict_reports::MAX_BODY_BYTES,
+        Method::POST if path == BATCH_PATH => batch,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_methods_that_take_a_body_may_send_one() {
+        let limit = |m: Method, p: &str| body_limit(&m, p, Some(4096), 65_536);
+        assert_eq!(limit(Method::POST, "/v1/keys"), 4096);
+        assert_eq!(limit(Method::POST, "/v1/keys/k1/rotate"), 4096);
+        assert_eq!(limit(Method::POST, "/v1/public/domains"), 65_536);
+        assert!(limit(Method::PUT, "/v1/overrides/a.com") > 0);
+        assert!(limit(Method::POST, "/v1/webhooks") > 0);
+        assert!(limit(Method::POST, "/v1/reports") > 0);
+        for (m, p) in [
+            (Method::GET, "/v1/keys"),
+            (Method::GET, "/v1/webhooks"),
+            (Method::GET, "/v1/reports"),
+            (Method::GET, "/v1/overrides"),
+            (Method::DELETE, "/v1/overrides/a.com"),
+            (Method::DELETE, "/v1/webhooks/wh_1"),
+            (Method::DELETE, "/v1/keys/k1"),
+            (Method::OPTIONS, "/v1/webhooks"),
+            (Method::GET, "/v1/public/domain/a.com"),
+        ] {
+            assert_eq!(limit(m.clone(), p), 0, "{m} {p}");
+        }
+        assert_eq!(body_limit(&Method::POST, "/v1/keys", None, 1), 0);
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use drg_base::answer::{Answer, ApiError};
+use drg_base::answer::Answer;
 
 /// Default and largest `limit` of `GET /v1/audit`.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -131,9 +131,11 @@ impl Audit {
                     },
                 )
             }
+            // The store away (Redis down, the file unreadable): 503, as every route whose
+            // store is away answers, never a 500.
             Err(e) => {
                 log::warn!("audit: {e}");
-                ApiError::Internal(e.to_string()).into()
+                drg_base::answer::unavailable("The audit trail", None)
             }
         }
     }
@@ -230,7 +232,7 @@ mod tests {
                 "hooks.example.com"
             )
         );
-        let refused = Answer::from(ApiError::Validation("url".into()));
+        let refused = Answer::from(drg_base::answer::ApiError::Validation("url".into()));
         assert_eq!(
             entry_of(Change::WebhookCreated, &refused, "server", "t".into()),
             None

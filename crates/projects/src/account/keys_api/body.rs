@@ -21,8 +21,12 @@ pub struct NewKey {
     pub label: Option<String>,
     /// Empty: a server key; else a browser key for these origin patterns (as written).
     pub origins: Vec<String>,
-    /// The key expires this many days after it is made (none: never).
+    /// The key expires this many days after it is made (none: never, or when its maker's
+    /// lineage ends).
     pub expires_in_days: Option<u32>,
+    /// When it ends (unix seconds), as the maker's lineage allows: set by the keys API, never
+    /// read from the body.
+    pub until: Option<i64>,
 }
 
 /// What `POST /v1/keys` may send: an object with an optional `label`, `origins` and
@@ -35,6 +39,7 @@ pub fn parse_new_key(body: &[u8]) -> Result<NewKey, Answer> {
         label: parse_label(map.get("label"))?,
         origins: parse_origins(map.get("origins"))?,
         expires_in_days: parse_days(map.get("expires_in_days"))?,
+        until: None,
     })
 }
 
@@ -73,7 +78,12 @@ fn object(body: &[u8], example: &str) -> Result<Option<Map<String, Value>>, Answ
         )
     };
     match serde_json::from_slice(body) {
-        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(Value::Object(map)) => match repeated_key(body) {
+            // A key said twice is refused as the other routes' typed bodies refuse it: the
+            // last one winning silently would hide a client's mistake.
+            Some(k) => Err(invalid(format!("`{k}` is given more than once"))),
+            None => Ok(Some(map)),
+        },
         Ok(_) => Err(bad("not a JSON object")),
         Err(e) => Err(bad(&format!("not JSON: {e}"))),
     }
@@ -167,12 +177,56 @@ fn parse_days(value: Option<&Value>) -> Result<Option<u32>, Answer> {
     }
 }
 
+/// The first key an object's top level names twice, if any (`serde_json`'s map keeps the last).
+fn repeated_key(body: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                if !seen.insert(k.clone()) {
+                    return Ok(Some(k));
+                }
+            }
+            Ok(None)
+        }
+    }
+    serde_json::Deserializer::from_slice(body)
+        .deserialize_map(Keys)
+        .ok()
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn status(r: Result<impl std::fmt::Debug, Answer>) -> u16 {
         r.unwrap_err().status.as_u16()
+    }
+
+    #[test]
+    fn a_field_given_twice_is_refused() {
+        for body in [
+            &br#"{"expires_in_days": 1, "expires_in_days": 3650}"#[..],
+            br#"{"label": "a", "origins": [], "label": "b"}"#,
+        ] {
+            assert_eq!(status(parse_new_key(body)), 422);
+        }
+        assert_eq!(
+            status(parse_overlap(
+                br#"{"overlap_hours":1,"overlap_hours":0}"#,
+                24.0
+            )),
+            422
+        );
+        assert!(parse_new_key(br#"{"label": "a", "expires_in_days": 2}"#).is_ok());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! rotated. Time is passed in; nothing here reads a clock or a store.
 //!
 //! Expiry is not revocation: a key past its `expires_at` is refused (`401`), but it stays in
-//! the rows (listed, deletable) and the keys it made keep working. Only a `DELETE` (or the
-//! operator's keys file) revokes, with the lineage.
+//! the rows (listed, deletable). The keys it made expire no later (a key never makes one that
+//! outlives it: [`super::lineage`]), so nothing it made outlives it either. Only a `DELETE` (or
+//! the operator's keys file) revokes, with the lineage.
 
 use chrono::{DateTime, Utc};
 
@@ -92,6 +93,16 @@ pub fn rotated(old: &ManagedKey, to: &str, now: DateTime<Utc>, overlap_hours: f6
         expires_at: Some(rfc3339(earlier.unwrap_or(end))),
         rotated_to: Some(to.to_owned()),
         ..old.clone()
+    }
+}
+
+/// Hands the keys `old` made to `new` (a rotation: the successor takes the old key's place as
+/// their maker, so revoking the old key after its overlap keeps them).
+pub fn hand_children(keys: &mut [ManagedKey], old: &str, new: &str) {
+    for k in keys.iter_mut() {
+        if k.created_by.as_deref() == Some(old) && k.id != new {
+            k.created_by = Some(new.to_owned());
+        }
     }
 }
 

@@ -2,8 +2,11 @@
 //! secret shown once, and the old key kept working for an overlap (`overlap_hours`, default
 //! `keys_api.rotate_overlap_hours`), on the managed file or the shared Redis store.
 //!
-//! The rules are revocation's (an API-made key of the caller's project; an operator key is
-//! `403`, another project's or no key `404`), and a key may rotate itself. What the rows
+//! The rules are revocation's (an API-made key of the caller's lineage: itself or a key it
+//! made, recursively, any for an operator key; an operator key is `403`, another project's or
+//! no key `404`), and a key may rotate itself. The old key's children are handed to the
+//! successor, so deleting the old key after the overlap keeps them; the successor lives no
+//! longer than its maker's lineage. What the rows
 //! become is [`super::expiry`]'s. While the old key is in its overlap, the successor may take
 //! the project one key over `max_keys`; the old key counts until it is deleted, so a further
 //! rotation or make waits for that. On Redis a rotation is one script that compares the old
@@ -39,6 +42,9 @@ impl KeysApi {
     ) -> Answer {
         if id_problem(&id).is_some() {
             return Refused::NotFound.answer();
+        }
+        if let Some(refused) = self.outside_lineage(&caller, &id) {
+            return refused;
         }
         let default = f64::from(self.config.rotate_overlap_hours);
         let overlap_hours = match body::parse_overlap(&body, default) {
@@ -117,9 +123,11 @@ impl KeysApi {
                 });
             }
             let mut new = expiry::successor(old, &r.secret, now);
+            self.cap_successor(&mut new)?;
             new.id = self.free_id(file)?;
             let old = expiry::rotated(old, &new.id, now, r.overlap_hours);
             file.keys[at] = old.clone();
+            expiry::hand_children(&mut file.keys, &old.id, &new.id);
             file.keys.push(new.clone());
             Ok((true, (new, old)))
         })
@@ -154,6 +162,9 @@ impl KeysApi {
                 return Refused::NotRotatable(why).answer();
             }
             let mut new = expiry::successor(&old, &r.secret, now);
+            if let Err(refused) = self.cap_successor(&mut new) {
+                return refused.answer();
+            }
             new.id = match new_id() {
                 Ok(id) => id,
                 Err(e) => return ApiError::Internal(e.to_string()).into(),
@@ -222,6 +233,8 @@ impl KeysApi {
         let local = self
             .change_locally(shared, move |file| {
                 file.keys.retain(|k| k.id != o.id && k.id != n.id);
+                // As the script did in Redis.
+                expiry::hand_children(&mut file.keys, &o.id, &n.id);
                 file.keys.push(o);
                 file.keys.push(n);
                 Ok(true)

@@ -224,27 +224,21 @@ fn answer_of(
         ),
         Err(e) => {
             log::warn!("overrides: {e}");
-            error_answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service_unavailable",
-                "The override store is unreachable; nothing was changed. Try again shortly.",
-                None,
-            )
-            .with_header(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            )
+            drg_base::answer::unavailable("The override store", None)
         }
     }
 }
 
 /// The name of the path (and the body of a `PUT`), or the 422 saying what is wrong.
 fn parse(domain: &str, body: Option<&[u8]>) -> Result<(DomainName, Option<Body>), Answer> {
-    let name =
-        DomainName::parse(domain).map_err(|e| Answer::from(ApiError::Validation(e.to_string())))?;
+    let invalid =
+        |e: drg_domain::name::NameError| Answer::from(ApiError::Validation(e.to_string()));
+    // A public suffix is no name to set (it would cover every owner's domain under it); one set
+    // before that rule may still be removed.
     let Some(body) = body else {
-        return Ok((name, None));
+        return Ok((DomainName::parse(domain).map_err(invalid)?, None));
     };
+    let name = DomainName::parse_owned(domain).map_err(invalid)?;
     let b: Body = serde_json::from_slice(body).map_err(|e| {
         Answer::from(ApiError::Validation(format!(
             "the body must be {{\"verdict\": \"allow\" | \"block\", \"note\": \"...\"}}: {e}"

@@ -189,16 +189,7 @@ impl Reports {
             ),
             Err(e) => {
                 log::warn!("reports: {e}");
-                error_answer(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "service_unavailable",
-                    "The report store is unreachable; nothing was recorded. Try again shortly.",
-                    None,
-                )
-                .with_header(
-                    http::header::RETRY_AFTER,
-                    http::HeaderValue::from_static("1"),
-                )
+                drg_base::answer::unavailable("The report store", None)
             }
         }
     }
@@ -211,7 +202,7 @@ fn parse(body: &[u8]) -> Result<Body, Answer> {
             "the body must be {{\"domain\": \"...\", \"verdict\": \"safe\" | \"disposable\", \"note\": \"...\"}}: {e}"
         )))
     })?;
-    let name = DomainName::parse(&b.domain)
+    let name = DomainName::parse_owned(&b.domain)
         .map_err(|e| Answer::from(ApiError::Validation(format!("domain: {e}"))))?;
     b.domain = name.as_str().to_owned();
     if b.note.chars().count() > MAX_NOTE_CHARS || b.note.chars().any(char::is_control) {

@@ -231,16 +231,7 @@ fn stale() -> Answer {
 
 fn unavailable(e: &RecordsError) -> Answer {
     log::warn!("webhooks: {e}");
-    error_answer(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "service_unavailable",
-        "The webhook store is unreachable; nothing was changed. Try again shortly.",
-        None,
-    )
-    .with_header(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
-    )
+    drg_base::answer::unavailable("The webhook store", None)
 }
 
 #[cfg(test)]

@@ -166,6 +166,28 @@ mod tests {
         assert!(own.contains("gateway.listen"), "{own}");
         assert!(refused(&body("ftp://hooks.example.com/", events), false)
             .contains("not an http:// or https:// URL"));
+        let teredo = refused(&body("http://[2001:0:808:808::80ff:fffe]/h", events), false);
+        assert!(teredo.contains("127.0.0.1"), "{teredo}");
+        for port in ["0", "99999", "65536"] {
+            let url = format!("https://hooks.example.com:{port}/h");
+            let bad = refused(&body(&url, events), false);
+            assert!(bad.contains("not one from 1 to 65535"), "{url}: {bad}");
+        }
+        let v6_port = refused(&body("https://[2606:4700::1111]:0/h", events), false);
+        assert!(v6_port.contains("port '0'"), "{v6_port}");
+        for ok in [
+            "https://hooks.example.com:8443/h",
+            "https://[2606:4700::1111]:443/h",
+            "https://[2606:4700::1111]/h",
+        ] {
+            assert!(parse(&body(ok, events), &policy(false)).is_ok(), "{ok}");
+        }
+        let creds = refused(
+            &body("https://u%40x:p%3Aw@hooks.example.com/h", events),
+            false,
+        );
+        assert!(creds.contains("user info"), "{creds}");
+        assert!(!creds.contains("p%3Aw"), "{creds}");
         let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_BYTES));
         let too_long = refused(&body(&long, events), false);
         assert_eq!(too_long, format!("url: {} bytes; at most 2048", long.len()));

@@ -1,0 +1,421 @@
+//! What the API answers is what holds, against the real binary: a `DELETE` right after a write
+//! finds it (no `404` that leaves an override or a webhook in force), on the embedded store and
+//! on Redis; writes answered `503` while Redis is paused never take effect once it resumes, on
+//! either of two gateways, and the audit trail holds none of them; a project's own override
+//! reaches its webhook as a `verdict.changed` within seconds; and the contract's rules hold on
+//! every route (bodies, preflight, cursors, duplicate keys, public suffixes, webhook URLs, a
+//! store away is `503`).
+
+use crate::common;
+use crate::redis_server::RedisServer;
+use crate::webhook::Receiver;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const ACME: &str = "drg_answers_acme_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const OTHER: &str = "drg_answers_other_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+/// Cycles of each loop below (`DRG_ANSWER_CYCLES` runs the issue's 5,000): the race the issue
+/// measured came about once in 300 cycles on a release build.
+fn cycles(default: usize) -> usize {
+    std::env::var("DRG_ANSWER_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Projects `acme` and `other` on a plan of 3 overrides and 3 webhooks, webhooks on (loopback
+/// allowed), changes watched and handed over every 100 ms.
+fn builder() -> GatewayBuilder {
+    Gateway::builder()
+        .plan_yaml(
+            "team",
+            "{ monthly_limit: 1000000, max_overrides: 3, max_webhooks: 3, max_keys: 5 }",
+        )
+        .key_in_project("acme-server", ACME, "team", "acme")
+        .key_in_project("other-server", OTHER, "team", "other")
+        // The account routes' per-key rate off: the loops below are one key's thousands.
+        .account_rate(0, 1)
+        .data("disposable.txt", "mailinator.com\n")
+        .gateway_yaml("webhooks: { allow_private: true, timeout_ms: 30000 }")
+        .gateway_yaml(
+            "changes: { watch_days: { team: 30 }, send_interval_ms: 60000, stable_seconds: 3600 }",
+        )
+}
+
+/// Whether `f` held within `within`, polled.
+fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+fn json_send(gw: &Gateway, method: &str, path: &str, key: &str, body: &Value) -> Response {
+    let body = body.to_string();
+    send(gw, method, path, Some(key), &[], Some(body.as_bytes()))
+}
+
+fn bare(gw: &Gateway, method: &str, path: &str, key: &str) -> Response {
+    send(gw, method, path, Some(key), &[], None)
+}
+
+/// `PUT` → lookup → `DELETE` of an override `n` times: every `DELETE` answers `204`, and
+/// nothing is left in force (the list is empty and the name answers as the table says).
+fn override_cycles(gw: &Gateway, n: usize) {
+    let mut lookups = gw.conn_as(Some(ACME));
+    let mut refused = Vec::new();
+    for i in 0..n {
+        let name = format!("r{i}.example");
+        let path = format!("/v1/overrides/{name}");
+        let put = json_send(gw, "PUT", &path, ACME, &json!({"verdict": "block"}));
+        assert_eq!(put.status, 201, "cycle {i}: {}", put.text());
+        let r = lookups.get(&format!("/v1/public/domain/{name}")).unwrap();
+        assert_eq!(
+            r.json()["reason"],
+            "disposable",
+            "cycle {i}: in force at once"
+        );
+        let del = bare(gw, "DELETE", &path, ACME);
+        if del.status != 204 {
+            refused.push((i, del.status));
+        }
+    }
+    assert!(refused.is_empty(), "DELETEs not 204: {refused:?}");
+    let list = bare(gw, "GET", "/v1/overrides", ACME).json();
+    assert_eq!(list["items"], json!([]), "nothing left in force");
+    let r = lookups.get("/v1/public/domain/r0.example").unwrap();
+    assert_eq!(r.json()["reason"], "safe");
+}
+
+/// Create → `DELETE` of a webhook `n` times: every `DELETE` answers `204`, none is left (the
+/// plan's three slots stay free).
+fn webhook_cycles(gw: &Gateway, receiver: &str, n: usize) {
+    let body = json!({"url": receiver, "events": ["verdict.changed"]});
+    let mut refused = Vec::new();
+    for i in 0..n {
+        let made = json_send(gw, "POST", "/v1/webhooks", ACME, &body);
+        assert_eq!(made.status, 201, "cycle {i}: {}", made.text());
+        let id = made.json()["id"].as_str().unwrap().to_owned();
+        let del = bare(gw, "DELETE", &format!("/v1/webhooks/{id}"), ACME);
+        if del.status != 204 {
+            refused.push((i, del.status));
+        }
+    }
+    assert!(refused.is_empty(), "DELETEs not 204: {refused:?}");
+    let list = bare(gw, "GET", "/v1/webhooks", ACME).json();
+    assert_eq!(list["items"], json!([]), "nothing left");
+}
+
+#[test]
+fn a_delete_right_after_a_write_finds_it_on_the_embedded_store() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let gw = builder().start();
+    let started = Instant::now();
+    override_cycles(&gw, cycles(600));
+    webhook_cycles(&gw, &receiver.url(), cycles(600) * 2 / 5);
+    eprintln!("embedded store: cycles took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_delete_right_after_a_write_finds_it_on_redis() {
+    let redis = RedisServer::start(false);
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let gw = builder().redis(&redis.url(), "fail_open").start();
+    override_cycles(&gw, cycles(400));
+    webhook_cycles(&gw, &receiver.url(), cycles(400) * 2 / 5);
+}
+
+/// One write of each kind the issue names: an override set and one removed, a webhook made, a
+/// report filed.
+fn writes(gw: &Gateway, receiver: &str, i: usize) -> [Response; 4] {
+    [
+        json_send(
+            gw,
+            "PUT",
+            &format!("/v1/overrides/p{i}.example"),
+            ACME,
+            &json!({"verdict": "block"}),
+        ),
+        bare(gw, "DELETE", "/v1/overrides/kept.example", ACME),
+        json_send(
+            gw,
+            "POST",
+            "/v1/webhooks",
+            ACME,
+            &json!({"url": receiver, "events": ["quota.threshold"]}),
+        ),
+        json_send(
+            gw,
+            "POST",
+            "/v1/reports",
+            ACME,
+            &json!({"domain": format!("p{i}.example"), "verdict": "disposable"}),
+        ),
+    ]
+}
+
+#[test]
+fn a_503_while_redis_is_paused_never_takes_effect_later() {
+    let redis = RedisServer::start(false);
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let on_redis = || builder().redis(&redis.url(), "fail_open");
+    let (a, b) = (on_redis().start(), on_redis().start());
+    let kept = json_send(
+        &a,
+        "PUT",
+        "/v1/overrides/kept.example",
+        ACME,
+        &json!({"verdict": "block"}),
+    );
+    assert_eq!(kept.status, 201, "{}", kept.text());
+    let trail_before = bare(&a, "GET", "/v1/audit", ACME).json()["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(trail_before, 1);
+    // The other gateway holds it too before Redis stops.
+    wait_until(Duration::from_secs(5), || {
+        bare(&b, "GET", "/v1/overrides", ACME).json()["items"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1)
+    });
+
+    redis.pause();
+    // 50 rounds of the four writes, 200 in all, at once from both gateways.
+    let answers: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..50)
+            .map(|i| {
+                let (gw, url) = (if i % 2 == 0 { &a } else { &b }, receiver.url());
+                s.spawn(move || writes(gw, &url, i).map(|r| r.status))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    redis.resume();
+    assert_eq!(answers.len(), 200);
+    assert!(
+        answers.iter().all(|s| *s == 503),
+        "every write answered 503 while Redis was paused: {answers:?}"
+    );
+    // Whatever Redis still held in its sockets has run by now; the gateways have polled.
+    std::thread::sleep(Duration::from_secs(2));
+    for gw in [&a, &b] {
+        let overrides = bare(gw, "GET", "/v1/overrides", ACME).json();
+        let names: Vec<&str> = overrides["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["domain"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["kept.example"],
+            "no 503 write in force, none removed"
+        );
+        let hooks = bare(gw, "GET", "/v1/webhooks", ACME).json();
+        assert_eq!(hooks["items"], json!([]), "no webhook made");
+        let reports = bare(gw, "GET", "/v1/reports", ACME).json();
+        assert_eq!(reports["items"], json!([]), "no report filed");
+        let trail = bare(gw, "GET", "/v1/audit", ACME).json();
+        assert_eq!(
+            trail["items"].as_array().unwrap().len(),
+            1,
+            "the trail holds what took effect: {trail}"
+        );
+    }
+    // Redis back: writes take effect again.
+    let r = json_send(
+        &b,
+        "PUT",
+        "/v1/overrides/after.example",
+        ACME,
+        &json!({"verdict": "allow"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[test]
+fn an_override_on_a_watched_domain_reaches_the_projects_webhook_within_two_seconds() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let gw = builder().start();
+    let made = json_send(
+        &gw,
+        "POST",
+        "/v1/webhooks",
+        ACME,
+        &json!({"url": receiver.url(), "events": ["verdict.changed"]}),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    // Watched: looked up by the project (the call writer hands it to the changes service).
+    let r = gw
+        .conn_as(Some(ACME))
+        .get("/v1/public/domain/watched.example")
+        .unwrap();
+    assert_eq!(r.json()["reason"], "safe");
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_changes_total{event=\"watched\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    });
+    let set = Instant::now();
+    let put = json_send(
+        &gw,
+        "PUT",
+        "/v1/overrides/watched.example",
+        ACME,
+        &json!({"verdict": "block"}),
+    );
+    assert_eq!(put.status, 201, "{}", put.text());
+    let took = wait_until(Duration::from_secs(10), || {
+        receiver
+            .deliveries()
+            .iter()
+            .any(|d| d.json()["changes"].to_string().contains("watched.example"))
+    });
+    eprintln!("an override reached the project's webhook after {took:?}");
+    assert!(
+        set.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        set.elapsed()
+    );
+    let d = receiver.deliveries().pop().unwrap();
+    let change = &d.json()["changes"][0];
+    assert_eq!(change["domain"], "watched.example", "{change}");
+    assert_eq!(change["to"], "disposable", "{change}");
+    assert!(d.header("x-change-id").is_some());
+    // Removed: told again, as promptly.
+    let removed = Instant::now();
+    assert_eq!(
+        bare(&gw, "DELETE", "/v1/overrides/watched.example", ACME).status,
+        204
+    );
+    let told_twice = || {
+        receiver
+            .deliveries()
+            .iter()
+            .filter(|d| d.json()["changes"].to_string().contains("watched.example"))
+            .count()
+            >= 2
+    };
+    if !wait_for(Duration::from_secs(10), told_twice) {
+        let changes = bare(&gw, "GET", "/v1/changes", ACME).text();
+        panic!("the removal was not told: /v1/changes {changes}");
+    }
+    assert!(
+        removed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        removed.elapsed()
+    );
+}
+
+#[test]
+fn the_contracts_rules_hold_on_the_account_routes() {
+    let redis = RedisServer::start(false);
+    let gw = builder().start();
+    // A body where the method takes none: 400, on the new routes too.
+    for (method, path) in [
+        ("GET", "/v1/reports"),
+        ("GET", "/v1/webhooks"),
+        ("GET", "/v1/keys"),
+        ("GET", "/v1/overrides"),
+        ("GET", "/v1/audit"),
+        ("DELETE", "/v1/overrides/x.example"),
+        ("DELETE", "/v1/webhooks/wh_0123456789abcdef"),
+    ] {
+        let r = send(&gw, method, path, Some(ACME), &[], Some(b"{}"));
+        r.assert_error(400, "bad_request");
+    }
+    // Preflight on every account route: 204, the route's methods allowed.
+    for (path, methods) in [
+        ("/v1/overrides", "GET"),
+        ("/v1/overrides/x.example", "PUT, DELETE"),
+        ("/v1/webhooks", "GET, POST"),
+        ("/v1/webhooks/wh_1", "DELETE"),
+        ("/v1/reports", "GET, POST"),
+        ("/v1/keys/key_1", "DELETE"),
+        ("/v1/keys/key_1/rotate", "POST"),
+        ("/v1/audit", "GET"),
+    ] {
+        let r = send(
+            &gw,
+            "OPTIONS",
+            path,
+            None,
+            &[("Origin", "https://app.example.com")],
+            None,
+        );
+        assert_eq!(r.status, 204, "{path}: {}", r.text());
+        assert_eq!(
+            r.header("access-control-allow-methods"),
+            Some(methods),
+            "{path}"
+        );
+    }
+    // A cursor the audit trail never gave: 422, as the other routes refuse theirs.
+    bare(&gw, "GET", "/v1/audit?cursor=abc", ACME).assert_error(422, "validation_error");
+    // A field given twice.
+    let twice = br#"{"label": "ci", "expires_in_days": 1, "expires_in_days": 3650}"#;
+    send(&gw, "POST", "/v1/keys", Some(ACME), &[], Some(twice))
+        .assert_error(422, "validation_error");
+    // A public suffix is no name to override or report.
+    for suffix in ["co.uk", "github.io"] {
+        let r = json_send(
+            &gw,
+            "PUT",
+            &format!("/v1/overrides/{suffix}"),
+            ACME,
+            &json!({"verdict": "block"}),
+        );
+        r.assert_error(422, "validation_error");
+        assert!(r.text().contains("public suffix"), "{}", r.text());
+        let r = json_send(
+            &gw,
+            "POST",
+            "/v1/reports",
+            ACME,
+            &json!({"domain": suffix, "verdict": "safe"}),
+        );
+        r.assert_error(422, "validation_error");
+    }
+    // Webhook URLs parsed strictly.
+    for url in [
+        "https://hooks.example.com:0/h",
+        "https://hooks.example.com:99999/h",
+        // Teredo carrying 169.254.169.254 (inverted): the metadata service, even with
+        // allow_private.
+        "http://[2001:0:808:808::5601:5601]/h",
+        "https://user:pa%3Ass@hooks.example.com/h",
+    ] {
+        let r = json_send(
+            &gw,
+            "POST",
+            "/v1/webhooks",
+            ACME,
+            &json!({"url": url, "events": ["verdict.changed"]}),
+        );
+        r.assert_error(422, "validation_error");
+    }
+    assert_eq!(
+        bare(&gw, "GET", "/v1/webhooks", ACME).json()["items"],
+        json!([])
+    );
+
+    // A store away: 503 with Retry-After, never 500 (the audit trail on Redis, Redis gone).
+    let mut redis = redis;
+    let on_redis = builder().redis(&redis.url(), "fail_open").start();
+    redis.kill();
+    let r = bare(&on_redis, "GET", "/v1/audit", ACME);
+    r.assert_error(503, "service_unavailable");
+    assert!(r.header("retry-after").is_some());
+}
