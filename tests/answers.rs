@@ -419,3 +419,56 @@ fn the_contracts_rules_hold_on_the_account_routes() {
     r.assert_error(503, "service_unavailable");
     assert!(r.header("retry-after").is_some());
 }
+
+/// The guard knows every address the gateway talks to: a webhook to the configured upstream,
+/// Redis or OTLP collector is refused even with `allow_private` (the builder's), naming the
+/// setting; a receiver elsewhere on loopback is taken.
+#[test]
+fn a_webhook_to_the_gateways_own_backends_is_refused_even_with_allow_private() {
+    let redis = RedisServer::start(false);
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let otlp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (up, collector) = (upstream.local_addr().unwrap(), otlp.local_addr().unwrap());
+    let gw = builder()
+        .upstream(up)
+        .redis(&redis.url(), "fail_open")
+        .gateway_yaml(&format!(
+            "tracing: {{ otlp_endpoint: 'http://{collector}/v1/traces' }}"
+        ))
+        .start();
+    let redis_addr = redis
+        .url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    for (url, key) in [
+        (
+            format!("http://{up}/v1/check/x"),
+            "gateway.upstream.address",
+        ),
+        (format!("http://{redis_addr}/"), "gateway.quota.redis.url"),
+        (
+            format!("http://{collector}/v1/traces"),
+            "gateway.tracing.otlp_endpoint",
+        ),
+    ] {
+        let r = json_send(
+            &gw,
+            "POST",
+            "/v1/webhooks",
+            ACME,
+            &json!({"url": url, "events": ["verdict.changed"]}),
+        );
+        r.assert_error(422, "validation_error");
+        assert!(r.text().contains(key), "{url}: {}", r.text());
+    }
+    let fine = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let r = json_send(
+        &gw,
+        "POST",
+        "/v1/webhooks",
+        ACME,
+        &json!({"url": fine.url(), "events": ["verdict.changed"]}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+}

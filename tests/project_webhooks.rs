@@ -168,7 +168,11 @@ fn a_projects_webhook_gets_its_own_changes_and_alerts_signed_with_its_secret() {
             && operator.deliveries().len() >= 2
     });
     let acme = &of(&mine, "acme", "verdict.changed")[0];
-    assert!(acme.signed_with(&acme_secret) && !acme.signed_with(&other_secret));
+    assert!(acme.timed_signed_with(&acme_secret) && !acme.timed_signed_with(&other_secret));
+    // Projects' webhooks get the timestamped signature only (a captured message cannot be
+    // replayed later), and the id receivers dedupe on.
+    assert_eq!(acme.header("x-signature"), None);
+    assert_eq!(acme.header("webhook-id"), acme.header("x-change-id"));
     let message = acme.json();
     let names: Vec<&str> = message["changes"]
         .as_array()
@@ -178,7 +182,7 @@ fn a_projects_webhook_gets_its_own_changes_and_alerts_signed_with_its_secret() {
         .collect();
     assert_eq!(names, ["foo-dispo.example"]);
     let other = &of(&theirs, "other", "verdict.changed")[0];
-    assert!(other.signed_with(&other_secret));
+    assert!(other.timed_signed_with(&other_secret));
     assert!(
         of(&mine, "other", "verdict.changed").is_empty(),
         "never another project's"
@@ -186,7 +190,10 @@ fn a_projects_webhook_gets_its_own_changes_and_alerts_signed_with_its_secret() {
     assert!(of(&theirs, "acme", "verdict.changed").is_empty());
     // The operator's URL still gets every project's, with its own secret and the same id.
     let ops = operator.deliveries();
-    assert!(ops.iter().all(|d| d.signed_with(OPERATOR_SECRET)));
+    // The operator's receivers keep `X-Signature` beside it, for a release.
+    assert!(ops
+        .iter()
+        .all(|d| d.signed_with(OPERATOR_SECRET) && d.timed_signed_with(OPERATOR_SECRET)));
     assert!(ops
         .iter()
         .any(|d| d.header("x-change-id") == acme.header("x-change-id")));
@@ -202,8 +209,9 @@ fn a_projects_webhook_gets_its_own_changes_and_alerts_signed_with_its_secret() {
     });
     let alert = &of(&mine, "acme", "quota.threshold")[0];
     assert_eq!(alert.json()["threshold"], 80);
-    assert!(alert.signed_with(&acme_secret));
+    assert!(alert.timed_signed_with(&acme_secret));
     assert!(alert.header("x-alert-id").is_some());
+    assert_eq!(alert.header("webhook-id"), alert.header("x-alert-id"));
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         removed.deliveries().is_empty(),
@@ -232,4 +240,147 @@ fn a_project_receiver_that_never_answers_delays_another_projects_by_under_a_seco
         held_up < usual + Duration::from_secs(1),
         "other's message took {held_up:?}, a change usually {usual:?}"
     );
+}
+
+/// Four projects' twenty webhooks whose receivers never answer (each project at the plan's five)
+/// hold up neither another project's delivery nor the operator's receiver by a second: each
+/// project holds at most its share of the slots, and the operator's have slots of their own.
+#[test]
+fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_the_operator() {
+    const HUNG: [(&str, &str); 4] = [
+        (
+            "p1",
+            "drg_hooks_p1_key_11111111111111111111111111111111111111",
+        ),
+        (
+            "p2",
+            "drg_hooks_p2_key_22222222222222222222222222222222222222",
+        ),
+        (
+            "p3",
+            "drg_hooks_p3_key_33333333333333333333333333333333333333",
+        ),
+        (
+            "p4",
+            "drg_hooks_p4_key_44444444444444444444444444444444444444",
+        ),
+    ];
+    let operator = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let fine = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = builder(&dir, Some(&operator.url()));
+    for (p, key) in HUNG {
+        b = b.key_in_project(p, key, "pro", p);
+    }
+    let gw = b.in_dir(dir).start();
+    let hung: Vec<Receiver> = HUNG
+        .iter()
+        .map(|(p, _)| Receiver::start_hanging_for("127.0.0.1:0".parse().unwrap(), p))
+        .collect();
+    for ((p, key), receiver) in HUNG.iter().zip(&hung) {
+        for _ in 0..5 {
+            create(&gw, key, &receiver.url(), &["verdict.changed"]);
+        }
+        assert_eq!(
+            lookup(&gw, key, &format!("{p}-dispo.example"))["reason"],
+            "safe"
+        );
+    }
+    create(&gw, OTHER, &fine.url(), &["verdict.changed"]);
+    assert_eq!(lookup(&gw, OTHER, "bar-dispo.example")["reason"], "safe");
+    assert_eq!(lookup(&gw, OTHER, "baz-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 6.0);
+    let arrived = |r: &Receiver, name: &str| {
+        r.deliveries()
+            .iter()
+            .find(|d| d.json()["changes"].to_string().contains(name))
+            .map(|d| d.at)
+    };
+    // Alone, how long a change takes to reach other's receiver.
+    let reloaded = std::time::Instant::now();
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{OLD_LIST}bar-dispo.example\n"),
+    );
+    wait_until(Duration::from_secs(20), || {
+        arrived(&fine, "bar-dispo").is_some()
+    });
+    let usual = arrived(&fine, "bar-dispo").unwrap() - reloaded;
+    // The four projects' changes: twenty receivers hang; then other's change beside them.
+    let hung_names: String = HUNG
+        .iter()
+        .map(|(p, _)| format!("{p}-dispo.example\n"))
+        .collect();
+    let list = format!("{OLD_LIST}bar-dispo.example\n{hung_names}");
+    write_atomic(&gw.data_path("disposable.txt"), &list);
+    wait_until(Duration::from_secs(20), || {
+        hung.iter().map(|r| r.deliveries().len()).sum::<usize>() >= 8
+    });
+    let reloaded = std::time::Instant::now();
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{list}baz-dispo.example\n"),
+    );
+    wait_until(Duration::from_secs(40), || {
+        arrived(&fine, "baz-dispo").is_some() && arrived(&operator, "baz-dispo").is_some()
+    });
+    let (theirs, ops) = (
+        arrived(&fine, "baz-dispo").unwrap() - reloaded,
+        arrived(&operator, "baz-dispo").unwrap() - reloaded,
+    );
+    let held: usize = hung.iter().map(|r| r.deliveries().len()).sum();
+    eprintln!(
+        "alone {usual:?}; beside {held} hung attempts: other's {theirs:?}, the operator's {ops:?}"
+    );
+    assert!(
+        theirs < usual + Duration::from_secs(1),
+        "{theirs:?} against {usual:?}"
+    );
+    assert!(
+        ops < usual + Duration::from_secs(1),
+        "{ops:?} against {usual:?}"
+    );
+    assert!(
+        held <= 4 * 2,
+        "each project holds at most its share: {held} attempts in flight"
+    );
+}
+
+/// A delivery in flight when the gateway is killed (`kill -9`) is sent again within seconds of
+/// the restart (the restarted gateway sees the lease's holder gone), with the same
+/// `Webhook-Id`.
+#[test]
+fn a_delivery_in_flight_at_a_kill_9_is_sent_again_within_seconds_of_the_restart() {
+    let receiver = Receiver::start_hanging_first("127.0.0.1:0".parse().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = builder(&dir, None).in_dir(dir).start();
+    create(&gw, ACME, &receiver.url(), &["verdict.changed"]);
+    assert_eq!(lookup(&gw, ACME, "foo-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 1.0);
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{OLD_LIST}foo-dispo.example\n"),
+    );
+    wait_until(Duration::from_secs(20), || receiver.deliveries().len() == 1);
+    let first = receiver.deliveries()[0].clone();
+    assert_eq!(first.answered, 0, "in flight");
+    gw.signal("KILL");
+    assert!(gw.wait_exit(Duration::from_secs(15)));
+    let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
+    let dir2 = tempfile::tempdir().unwrap();
+    let restarted = std::time::Instant::now();
+    let _gw = builder(&dir2, None).in_dir(dir).start();
+    wait_until(Duration::from_secs(30), || receiver.deliveries().len() >= 2);
+    let took = receiver.deliveries()[1].at - restarted;
+    eprintln!("sent again {took:?} after the restart");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let again = &receiver.deliveries()[1];
+    assert_eq!(again.answered, 200);
+    assert!(first.header("webhook-id").is_some());
+    assert_eq!(
+        again.header("webhook-id"),
+        first.header("webhook-id"),
+        "the same id"
+    );
+    assert_eq!(again.body, first.body, "the same bytes");
 }

@@ -48,10 +48,31 @@ impl Delivery {
     }
 }
 
+impl Delivery {
+    /// Whether `Webhook-Signature` is `t=<unix>,v1=<hex>` of HMAC-SHA256 of `<t>.<body>` under
+    /// `secret`.
+    pub fn timed_signed_with(&self, secret: &str) -> bool {
+        let Some((t, v1)) = self
+            .header("webhook-signature")
+            .and_then(|s| s.split_once(','))
+            .and_then(|(t, v)| Some((t.strip_prefix("t=")?, v.strip_prefix("v1=")?)))
+        else {
+            return false;
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(t.as_bytes());
+        mac.update(b".");
+        mac.update(&self.body);
+        mac.verify_slice(&hex::decode(v1).unwrap_or_default())
+            .is_ok()
+    }
+}
+
 /// A webhook receiver: answers each request with the next status of `script`, then 200.
 pub struct Receiver {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Delivery>>>,
+    answers: Arc<Answers>,
 }
 
 /// How the receiver answers: the script's statuses, and the project whose messages it never
@@ -59,6 +80,8 @@ pub struct Receiver {
 struct Answers {
     script: Mutex<Vec<u16>>,
     hang_for: Option<String>,
+    /// Never answer the first request (whatever its project): a delivery in flight.
+    hang_first: std::sync::atomic::AtomicBool,
 }
 
 impl Receiver {
@@ -72,6 +95,16 @@ impl Receiver {
         Receiver::start_with(addr, vec![], Some(project.to_owned()))
     }
 
+    /// A receiver that never answers its first request and answers the others 200: a delivery
+    /// left in flight.
+    pub fn start_hanging_first(addr: SocketAddr) -> Receiver {
+        let r = Receiver::start_with(addr, vec![], None);
+        r.answers
+            .hang_first
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+
     fn start_with(addr: SocketAddr, script: Vec<u16>, hang_for: Option<String>) -> Receiver {
         let listener = TcpListener::bind(addr).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -79,8 +112,9 @@ impl Receiver {
         let answers = Arc::new(Answers {
             script: Mutex::new(script),
             hang_for,
+            hang_first: Default::default(),
         });
-        let record = seen.clone();
+        let (record, shared) = (seen.clone(), answers.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
@@ -88,7 +122,11 @@ impl Receiver {
                 std::thread::spawn(move || serve(stream, &record, &answers));
             }
         });
-        Receiver { addr, seen }
+        Receiver {
+            addr,
+            seen,
+            answers: shared,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -130,7 +168,10 @@ fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Delivery>>, answers: &A
         let project = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["project"].as_str().map(str::to_owned));
-        if project.is_some() && project == answers.hang_for {
+        let first = answers
+            .hang_first
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if first || (project.is_some() && project == answers.hang_for) {
             record.lock().unwrap().push(Delivery {
                 headers,
                 body,

@@ -601,7 +601,7 @@ fn project_webhooks(
     Some(Arc::new(crate::account::webhooks::Webhooks::new(
         hooks,
         config,
-        &gateway.own_listeners(),
+        &crate::webhooks::guarded(gateway),
         gateway.access.plans.clone(),
     )))
 }

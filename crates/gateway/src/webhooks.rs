@@ -4,6 +4,7 @@
 //! webhooks (`gateway.webhooks`, `/v1/webhooks`). Quota alerts and verdict changes hand their
 //! messages to it; the engine's outcomes feed their counters.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -62,11 +63,6 @@ pub struct Destinations {
     projects: OnceLock<Projects>,
 }
 
-/// A project webhook's destination name: `project:<project>:<id>` (ids hold no `:`).
-fn project_destination(project: &str, id: &str) -> String {
-    format!("project:{project}:{id}")
-}
-
 impl Destinations {
     /// Hands the projects' webhooks to the engine, posted to with `agent` and given up after
     /// `max_attempts`.
@@ -93,7 +89,7 @@ impl Directory for Destinations {
             OPERATOR_ALERTS => self.alerts.clone(),
             OPERATOR_CHANGES => self.changes.clone(),
             other => {
-                let (project, id) = other.strip_prefix("project:")?.rsplit_once(':')?;
+                let (project, id) = drg_webhook::project_of(other)?;
                 let p = self.projects.get()?;
                 let (url, secret) = p.hooks.target(project, id)?;
                 Some(Target {
@@ -101,6 +97,7 @@ impl Directory for Destinations {
                     secret,
                     agent: p.agent.clone(),
                     max_attempts: p.max_attempts,
+                    legacy_signature: false,
                 })
             }
         }
@@ -120,7 +117,7 @@ impl Subscribers for Destinations {
                 p.hooks
                     .subscribed(project, topic)
                     .iter()
-                    .map(|id| project_destination(project, id)),
+                    .map(|id| drg_webhook::project_destination(project, id)),
             );
         }
         out
@@ -183,7 +180,7 @@ impl Webhooks {
         let Some(config) = &gateway.webhooks else {
             return;
         };
-        let agent = client::agent(config.timeout, config.policy(&gateway.own_listeners()));
+        let agent = client::agent(config.timeout, config.policy(&guarded(gateway)));
         self.destinations
             .set_projects(Arc::new(hooks.clone()), agent, config.max_attempts);
     }
@@ -207,7 +204,7 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
     if !wanted(gateway) {
         return Ok(None);
     }
-    let listeners: Vec<Listener> = gateway.own_listeners();
+    let listeners: Vec<Listener> = guarded(gateway);
     let alerts = match &gateway.quota.alerts {
         Some(a) => match (&a.url, a.read_secret()?) {
             (Some(url), Some(secret)) => Some(Target {
@@ -215,6 +212,7 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
                 secret,
                 agent: client::agent(a.timeout, a.policy(&listeners)),
                 max_attempts: a.max_attempts,
+                legacy_signature: true,
             }),
             _ => None,
         },
@@ -226,6 +224,7 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
             secret: hook.read_secret("gateway.changes.webhook")?,
             agent: client::agent(hook.timeout, hook.policy(&listeners)),
             max_attempts: hook.max_attempts,
+            legacy_signature: true,
         }),
         None => None,
     };
@@ -244,4 +243,108 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
         counts,
     };
     Ok(Some((webhooks, engine)))
+}
+
+/// The gateway's listeners and every address it talks to (the `/v1/check` upstream, Redis,
+/// the OTLP collector, the DNS servers, RDAP servers named in config), which the webhook guard
+/// refuses as destinations even with `allow_private`: a project's webhook must never make the
+/// gateway post signed JSON, with a path the project chooses, to its own backends. Literal
+/// addresses and `localhost` are taken as written; a host name is resolved once, at start (a
+/// name that does not resolve then adds nothing; the receivers' own names are judged at each
+/// send).
+pub fn guarded(gateway: &GatewayConfig) -> Vec<Listener> {
+    let mut out = gateway.own_listeners();
+    let mut add = |key: &'static str, text: &str, default_port: u16| {
+        for addr in addresses(text, default_port) {
+            out.push(Listener { key, addr });
+        }
+    };
+    add("gateway.upstream.address", &gateway.upstream.address, 80);
+    let redis = &gateway.quota.redis;
+    if gateway.quota.store == crate::access::quota::config::QuotaStoreKind::Redis {
+        add("gateway.quota.redis.url", &redis.url, 6379);
+        for node in redis.nodes.iter().chain(&redis.sentinel.nodes) {
+            add("gateway.quota.redis.nodes", node, 6379);
+        }
+    }
+    if let Some(otlp) = &gateway.tracing.otlp_endpoint {
+        add("gateway.tracing.otlp_endpoint", otlp, 4318);
+    }
+    for server in gateway.mx.servers.iter().chain(&gateway.mx.confirm_servers) {
+        add("gateway.mx.servers", server, 53);
+    }
+    for url in gateway.rdap.servers.values() {
+        add("gateway.rdap.servers", url, 443);
+    }
+    out
+}
+
+/// The socket addresses of `text`: `ip:port`, `host:port`, or a URL (`redis://u:p@host:6379/0`,
+/// `https://rdap.example/`), its port or the scheme's (`default_port` when none is known).
+fn addresses(text: &str, default_port: u16) -> Vec<SocketAddr> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return vec![addr];
+    }
+    let Some((host, port)) = host_port(text, default_port) else {
+        return Vec::new();
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return vec![SocketAddr::new(ip, port)];
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return vec![
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port),
+        ];
+    }
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .map(Iterator::collect)
+        .unwrap_or_default()
+}
+
+/// The host (IPv6 without brackets) and port of a URL or `host:port`.
+fn host_port(text: &str, default_port: u16) -> Option<(String, u16)> {
+    let with_scheme = if text.contains("://") {
+        text.to_owned()
+    } else {
+        format!("tcp://{text}")
+    };
+    let uri = with_scheme.parse::<http::Uri>().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("https") => 443,
+        Some("http") => 80,
+        _ => default_port,
+    });
+    Some((host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_read_from_every_shape_config_uses() {
+        let a = |t: &str, p| addresses(t, p);
+        assert_eq!(a("127.0.0.1:9090", 80), ["127.0.0.1:9090".parse().unwrap()]);
+        assert_eq!(
+            a("redis://user:pw@127.0.0.1:6390/0", 6379),
+            ["127.0.0.1:6390".parse().unwrap()]
+        );
+        assert_eq!(
+            a("redis://10.0.0.5", 6379),
+            ["10.0.0.5:6379".parse().unwrap()]
+        );
+        assert_eq!(
+            a("http://[::1]:4318/v1/traces", 4318),
+            ["[::1]:4318".parse().unwrap()]
+        );
+        assert_eq!(
+            a("https://10.1.1.1/rdap/", 443),
+            ["10.1.1.1:443".parse().unwrap()]
+        );
+        assert_eq!(a("localhost:9090", 80).len(), 2);
+        assert!(a("not a url", 80).is_empty());
+    }
 }

@@ -1,6 +1,7 @@
 //! One delivery attempt: the payload POSTed as JSON, signed (`sign.rs`), with the message's
-//! fixed id (`X-Alert-Id`, `X-Change-Id`) so that a receiver can drop the rare repeat (a crash
-//! between its answer and our record of it). Blocking: run off the async threads. The agent
+//! fixed id (`Webhook-Id`, and `X-Alert-Id` / `X-Change-Id` as before) so that a receiver can
+//! drop a repeat: delivery is at least once (a crash between its answer and our record of it
+//! sends it again, with the same id). Blocking: run off the async threads. The agent
 //! connects only to addresses the destination guard let through (`resolve.rs`).
 
 use std::sync::Arc;
@@ -55,24 +56,29 @@ pub fn agent(timeout: Duration, policy: Policy) -> ureq::Agent {
 /// `X-Change-Id` for verdict changes); `Ok` on a 2xx answer, else why not (the guard's refusal,
 /// the status, or the transport error).
 pub fn post(
-    agent: &ureq::Agent,
-    url: &str,
+    target: &crate::Target,
     (id_header, id): (&str, &str),
     body: &str,
-    secret: &[u8],
 ) -> Result<(), AttemptError> {
-    let response = agent
-        .post(url)
+    let secret = &target.secret;
+    let mut request = target
+        .agent
+        .post(&target.url)
         .header("Content-Type", "application/json")
-        .header("X-Signature", signature(secret, body.as_bytes()))
         // Signed at each attempt: a retry is a new send, and its time is when it left.
         .header(
             "Webhook-Signature",
             timed_signature(secret, chrono::Utc::now().timestamp(), body.as_bytes()),
         )
-        .header(id_header, id)
-        .send(body)
-        .map_err(attempt_error)?;
+        // The one id receivers dedupe on, the same on every attempt and after a restart.
+        .header("Webhook-Id", id);
+    if !id_header.eq_ignore_ascii_case("webhook-id") {
+        request = request.header(id_header, id);
+    }
+    if target.legacy_signature {
+        request = request.header("X-Signature", signature(secret, body.as_bytes()));
+    }
+    let response = request.send(body).map_err(attempt_error)?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         Ok(())
@@ -128,12 +134,17 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
+        let target = |policy: Policy, url: &str| crate::Target {
+            url: url.to_owned(),
+            secret: b"k".to_vec(),
+            agent: agent(Duration::from_secs(2), policy),
+            max_attempts: 1,
+            legacy_signature: false,
+        };
         let refused = |policy: Policy, url: &str| match post(
-            &agent(Duration::from_secs(2), policy),
-            url,
+            &target(policy, url),
             ("X-Alert-Id", "id"),
             "{}",
-            b"k",
         ) {
             Err(AttemptError::Refused(why)) => why.to_string(),
             other => panic!("{url}: {other:?}"),
@@ -164,14 +175,7 @@ mod tests {
         };
         let receiver = answer_once();
         let url = format!("http://127.0.0.1:{}/h", receiver.port());
-        post(
-            &agent(Duration::from_secs(2), open),
-            &url,
-            ("X-Alert-Id", "id"),
-            "{}",
-            b"k",
-        )
-        .unwrap();
+        post(&target(open, &url), ("X-Alert-Id", "id"), "{}").unwrap();
     }
 
     #[test]

@@ -1,11 +1,21 @@
-//! The deliverer: takes the due head of each lane from the outbox, a lane at a time and
-//! [`AT_ONCE`] at most in all, posts it on a blocking thread and settles it (sent; retried after
-//! the backoff; given up after the destination's `max_attempts` or at once when the guard
-//! refused the receiver; dropped when the destination is gone). A receiver that never answers
-//! holds one slot and its own lane, never another lane's message. What producers hand over
-//! wakes it at once; retries are looked for every [`TICK`].
+//! The deliverer: takes the due head of each lane from the outbox, a lane at a time, posts it on
+//! a blocking thread and settles it (sent; retried after the backoff; given up after the
+//! destination's `max_attempts` or at once when the guard refused the receiver; dropped when the
+//! destination is gone). What producers hand over wakes it at once; retries are looked for
+//! every [`TICK`].
+//!
+//! **Slots are fair.** The operator's receivers (quota alerts, the changes webhook) have
+//! [`OPERATOR_SLOTS`] of their own; the projects' webhooks share [`PROJECT_SLOTS`], each project
+//! holding [`PER_PROJECT`] at most. So receivers that never answer hold their own lanes and at
+//! most their project's share: another project's message, and the operator's alert, go out
+//! beside them.
+//!
+//! **At least once, one id.** Every message carries its id as `Webhook-Id` on every attempt
+//! and after a restart; a lease names its holder (`holder.rs`), so a message in flight at a
+//! crash is taken again as soon as the restarted process (or another on the file) sees its
+//! holder gone, and only the holder settles it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,8 +28,15 @@ use crate::client::{self, AttemptError};
 use crate::outbox::{Outbox, OutboxError, Row, State};
 use crate::{Directory, Message, Observer, Outcome, MAX_TIMEOUT};
 
-/// Attempts running at once at most: each holds a blocking thread while it posts.
-pub const AT_ONCE: usize = 16;
+/// Attempts for the operator's receivers running at once at most (each holds a blocking thread
+/// while it posts).
+pub const OPERATOR_SLOTS: usize = 4;
+/// Attempts for the projects' webhooks running at once at most, all projects together.
+pub const PROJECT_SLOTS: usize = 28;
+/// Attempts for one project's webhooks running at once at most: its share.
+pub const PER_PROJECT: usize = 2;
+/// Attempts running at once at most.
+pub const AT_ONCE: usize = OPERATOR_SLOTS + PROJECT_SLOTS;
 /// How often due retries are looked for.
 pub const TICK: Duration = Duration::from_millis(250);
 /// At shutdown, attempts posting get this long to finish and be settled.
@@ -130,12 +147,62 @@ enum Write {
 /// destination is gone).
 type Attempted = (Row, Option<(u32, Result<(), AttemptError>)>);
 
+/// What runs: the lanes being tried and the slots each owner holds.
+#[derive(Default, Clone)]
+struct Slots {
+    lanes: HashSet<String>,
+    /// Attempts per owner: `None` the operator's receivers, else the project.
+    held: HashMap<Option<String>, usize>,
+}
+
+impl Slots {
+    fn owner(m: &Message) -> Option<String> {
+        crate::project_of(&m.destination).map(|(p, _)| p.to_owned())
+    }
+
+    /// Takes a slot for `m` if its lane is free and its owner has room.
+    fn admit(&mut self, m: &Message) -> bool {
+        let owner = Slots::owner(m);
+        let held = self.held.get(&owner).copied().unwrap_or(0);
+        let projects: usize = (self.held.iter())
+            .filter(|(o, _)| o.is_some())
+            .map(|(_, n)| n)
+            .sum();
+        let room = match owner {
+            None => held < OPERATOR_SLOTS,
+            Some(_) => held < PER_PROJECT && projects < PROJECT_SLOTS,
+        };
+        if !room || self.lanes.contains(&m.lane) {
+            return false;
+        }
+        self.lanes.insert(m.lane.clone());
+        *self.held.entry(owner).or_default() += 1;
+        true
+    }
+
+    /// Gives `m`'s slot back.
+    fn release(&mut self, m: &Message) {
+        self.lanes.remove(&m.lane);
+        let owner = Slots::owner(m);
+        if let Some(n) = self.held.get_mut(&owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.held.remove(&owner);
+            }
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.held.values().sum()
+    }
+}
+
 impl Engine {
     /// Delivers until `shutdown` turns true (or its sender is dropped), then gives the attempts
     /// posting two seconds to finish; one cut short is tried again after its lease.
     pub async fn deliver(&self, mut shutdown: Shutdown) {
         let mut running: JoinSet<Attempted> = JoinSet::new();
-        let mut busy: HashSet<String> = HashSet::new();
+        let mut busy = Slots::default();
         let mut last_prune: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
@@ -166,54 +233,59 @@ impl Engine {
     }
 
     /// Starts an attempt for each due lane head, as slots allow.
-    async fn start_due(&self, running: &mut JoinSet<Attempted>, busy: &mut HashSet<String>) {
-        let free = AT_ONCE.saturating_sub(running.len());
+    async fn start_due(&self, running: &mut JoinSet<Attempted>, busy: &mut Slots) {
+        let free = AT_ONCE.saturating_sub(busy.running());
         if free == 0 {
             return;
         }
-        let taken = busy.clone();
         let lease = MAX_TIMEOUT + Duration::from_secs(10);
-        let rows = match self
+        // The slots go to the blocking thread and back: admitted there, row by row (a round
+        // that failed leased nothing: the slots are as before it).
+        let before = busy.clone();
+        let mut slots = std::mem::take(busy);
+        let taken = self
             .outbox
-            .run(move |o| o.take_due(now_ms(), lease, free, &|lane| taken.contains(lane)))
-            .await
-        {
-            Ok(rows) => rows,
+            .run(move |o| {
+                let rows = o.take_due(now_ms(), lease, free, &mut |m| slots.admit(m));
+                Ok((rows, slots))
+            })
+            .await;
+        let rows = match taken {
+            Ok((Ok(rows), slots)) => {
+                *busy = slots;
+                rows
+            }
+            Ok((Err(e), _)) => {
+                *busy = before;
+                log::error!("{e}");
+                return;
+            }
             Err(e) => {
+                *busy = before;
                 log::error!("{e}");
                 return;
             }
         };
         for row in rows {
-            busy.insert(row.message.lane.clone());
             let target = self.directory.target(&row.message.destination);
             running.spawn(async move {
                 let Some(target) = target else {
                     return (row, None);
                 };
                 let m = row.message.clone();
+                let max_attempts = target.max_attempts;
                 let result = tokio::task::spawn_blocking(move || {
-                    client::post(
-                        &target.agent,
-                        &target.url,
-                        (&m.id_header, &m.id),
-                        &m.body,
-                        &target.secret,
-                    )
+                    client::post(&target, (&m.id_header, &m.id), &m.body)
                 })
                 .await
                 .unwrap_or_else(|e| Err(AttemptError::Failed(e.to_string())));
-                (row, Some((target.max_attempts, result)))
+                (row, Some((max_attempts, result)))
             });
         }
     }
 
     /// Records what an attempt did and tells the observer.
-    async fn settle(
-        &self,
-        done: Result<Attempted, tokio::task::JoinError>,
-        busy: &mut HashSet<String>,
-    ) {
+    async fn settle(&self, done: Result<Attempted, tokio::task::JoinError>, busy: &mut Slots) {
         let (row, attempt) = match done {
             Ok(done) => done,
             Err(e) => {
@@ -222,7 +294,7 @@ impl Engine {
                 return;
             }
         };
-        busy.remove(&row.message.lane);
+        busy.release(&row.message);
         let m = &row.message;
         // The lane names the destination and the project; never the URL (it may hold a token).
         let (label, what) = (&m.label, format!("{} for {}", m.id, m.lane));
@@ -262,10 +334,13 @@ impl Engine {
                 Write::Retry(next, error) => o.retry_at(&key, next, &error),
             })
             .await;
-        if let Err(e) = written {
+        match written {
+            Ok(true) => {}
+            // Its lease ran out and another deliverer took it: that one settles it.
+            Ok(false) => log::debug!("{label}: {what} was taken over; its holder settles it"),
             // The lease ends and the message is tried again: a repeat, which receivers drop
-            // by its id.
-            log::error!("{e} (settling {what})");
+            // by its `Webhook-Id`.
+            Err(e) => log::error!("{e} (settling {what})"),
         }
     }
 

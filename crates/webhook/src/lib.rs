@@ -15,6 +15,7 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod guard;
+pub mod holder;
 pub mod outbox;
 pub mod resolve;
 pub mod sign;
@@ -37,7 +38,8 @@ pub struct Message {
     pub destination: String,
     /// Messages of a lane go in order, one at a time; lanes go side by side.
     pub lane: String,
-    /// The header carrying its fixed id (`X-Alert-Id`, `X-Change-Id`): receivers drop repeats.
+    /// The header carrying its fixed id (`X-Alert-Id`, `X-Change-Id`); every message also
+    /// carries it as `Webhook-Id`, the one header receivers dedupe on.
     pub id_header: String,
     pub id: String,
     /// The JSON body, fixed at the hand-over (every attempt signs and sends the same bytes).
@@ -52,6 +54,21 @@ pub struct Target {
     /// The client: its timeout and its guard's policy (`client::agent`).
     pub agent: ureq::Agent,
     pub max_attempts: u32,
+    /// Also sign with the untimed `X-Signature` (the operator's receivers, for the release
+    /// their code may still read it); projects' webhooks get `Webhook-Signature` only, whose
+    /// time lets a receiver refuse a replayed capture.
+    pub legacy_signature: bool,
+}
+
+/// A project webhook's destination name: `project:<project>:<id>` (ids hold no `:`).
+pub fn project_destination(project: &str, id: &str) -> String {
+    format!("project:{project}:{id}")
+}
+
+/// The project and webhook id of a project webhook's `destination` (`None`: one of the
+/// operator's receivers).
+pub fn project_of(destination: &str) -> Option<(&str, &str)> {
+    destination.strip_prefix("project:")?.rsplit_once(':')
 }
 
 /// The destinations: the operator's configured receivers and the projects' own webhooks.

@@ -3,7 +3,8 @@
 //! the outbox took survives a crash, and the next start delivers it. Its key makes a hand-over
 //! idempotent (a producer that crashed before it recorded the hand-over hands it again).
 //! Messages of one lane go in order, one at a time, across every gateway sharing the file (the
-//! head of a lane is leased while it is tried).
+//! head of a lane is leased while it is tried). A lease names its holder (`holder.rs`): a gone
+//! holder's lease is taken again at once, and only the holder settles its message.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use drg_base::infra::sqlite;
 use rusqlite::{params, Connection};
 
+use crate::holder::Holder;
 use crate::Message;
 
 /// Where a message stands.
@@ -52,6 +54,11 @@ pub enum OutboxError {
     },
     #[error("webhook outbox {0}")]
     Open(#[from] sqlite::OpenError),
+    #[error("webhook outbox {path}: the lease holder's lock: {source}")]
+    Holder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 const SCHEMA: &str = "
@@ -70,7 +77,8 @@ CREATE TABLE IF NOT EXISTS messages (
   next_at INTEGER NOT NULL,
   lease_until INTEGER NOT NULL DEFAULT 0,
   settled_at INTEGER,
-  last_error TEXT
+  last_error TEXT,
+  holder TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS messages_lane ON messages (state, lane, seq);
 CREATE INDEX IF NOT EXISTS messages_settled ON messages (state, settled_at);
@@ -78,7 +86,8 @@ CREATE INDEX IF NOT EXISTS messages_settled ON messages (state, settled_at);
 
 /// The head of every lane with pending messages: due, and not leased by another deliverer.
 const HEADS: &str = "
-SELECT key, topic, destination, lane, id_header, id, body, attempts, next_at, lease_until, label
+SELECT key, topic, destination, lane, id_header, id, body, attempts, next_at, lease_until, label,
+  holder
 FROM messages m
 WHERE state = 'pending' AND seq = (
   SELECT MIN(seq) FROM messages o WHERE o.state = 'pending' AND o.lane = m.lane)
@@ -88,6 +97,7 @@ WHERE state = 'pending' AND seq = (
 pub struct Outbox {
     conn: std::cell::OnceCell<Connection>,
     path: PathBuf,
+    holder: Holder,
 }
 
 /// A message handed over is a promise to deliver: on disk before the producer counts it.
@@ -101,10 +111,37 @@ impl Outbox {
     /// daemon after this, and a connection carried across a fork holds none of its locks).
     pub fn open(path: &Path) -> Result<Outbox, OutboxError> {
         sqlite::prepare(path, sqlite::Synchronous::Full, SCHEMA)?;
-        Ok(Outbox {
+        let outbox = Outbox {
             conn: std::cell::OnceCell::new(),
             path: path.to_owned(),
-        })
+            holder: Holder::new(path),
+        };
+        outbox.add_holder_column()?;
+        Ok(outbox)
+    }
+
+    /// An outbox made before leases named their holder gets the column (its leases are then
+    /// judged by their time alone).
+    fn add_holder_column(&self) -> Result<(), OutboxError> {
+        let conn = connect(&self.path).map_err(|e| self.sql(e))?;
+        let has: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('messages') WHERE name = 'holder'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.sql(e))?;
+        if !has {
+            conn.execute_batch("ALTER TABLE messages ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(())
+    }
+
+    /// This deliverer's id in the leases.
+    pub fn holder(&self) -> &str {
+        self.holder.id()
     }
 
     pub fn path(&self) -> &Path {
@@ -171,18 +208,24 @@ impl Outbox {
         Ok(new)
     }
 
-    /// Takes up to `limit` lane heads that are due and not leased, skipping the lanes in
-    /// `busy` (tried here already), leasing each until `now_ms + lease`: a deliverer that dies
-    /// mid-way leaves its message to the next after that.
+    /// Takes up to `limit` lane heads that are due and not leased (or leased by a holder that
+    /// is gone), each only if `admit` lets it (the deliverer's lanes tried already, its slots),
+    /// leasing each to this holder until `now_ms + lease`: a deliverer that dies mid-way leaves
+    /// its message to the next, at once where the next can tell it is gone.
     pub fn take_due(
         &mut self,
         now_ms: i64,
         lease: Duration,
         limit: usize,
-        busy: &dyn Fn(&str) -> bool,
+        admit: &mut dyn FnMut(&Message) -> bool,
     ) -> Result<Vec<Row>, OutboxError> {
         let until = now_ms + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        self.holder.ensure().map_err(|source| OutboxError::Holder {
+            path: self.path.clone(),
+            source,
+        })?;
         self.conn()?;
+        let holder = &self.holder;
         let path = self.path.clone();
         let sql = |source| OutboxError::Sqlite {
             path: path.clone(),
@@ -199,21 +242,25 @@ impl Outbox {
             while let Some(r) = rows.next().map_err(sql)? {
                 let (next_at, lease_until): (i64, i64) =
                     (r.get(8).map_err(sql)?, r.get(9).map_err(sql)?);
-                let lane: String = r.get(3).map_err(sql)?;
-                if next_at > now_ms || lease_until > now_ms || busy(&lane) {
+                let leased_by: String = r.get(11).map_err(sql)?;
+                if next_at > now_ms || (lease_until > now_ms && !holder.is_gone(&leased_by)) {
+                    continue;
+                }
+                let message = Message {
+                    key: r.get(0).map_err(sql)?,
+                    topic: r.get(1).map_err(sql)?,
+                    label: r.get(10).map_err(sql)?,
+                    destination: r.get(2).map_err(sql)?,
+                    lane: r.get(3).map_err(sql)?,
+                    id_header: r.get(4).map_err(sql)?,
+                    id: r.get(5).map_err(sql)?,
+                    body: r.get(6).map_err(sql)?,
+                };
+                if !admit(&message) {
                     continue;
                 }
                 taken.push(Row {
-                    message: Message {
-                        key: r.get(0).map_err(sql)?,
-                        topic: r.get(1).map_err(sql)?,
-                        label: r.get(10).map_err(sql)?,
-                        destination: r.get(2).map_err(sql)?,
-                        lane,
-                        id_header: r.get(4).map_err(sql)?,
-                        id: r.get(5).map_err(sql)?,
-                        body: r.get(6).map_err(sql)?,
-                    },
+                    message,
                     attempts: r.get(7).map_err(sql)?,
                 });
                 if taken.len() == limit {
@@ -223,8 +270,8 @@ impl Outbox {
         }
         for row in &taken {
             tx.execute(
-                "UPDATE messages SET lease_until = ?2 WHERE key = ?1",
-                params![row.message.key, until],
+                "UPDATE messages SET lease_until = ?2, holder = ?3 WHERE key = ?1",
+                params![row.message.key, until, holder.id()],
             )
             .map_err(sql)?;
         }
@@ -232,34 +279,36 @@ impl Outbox {
         Ok(taken)
     }
 
-    /// Settles a message: sent, given up or dropped.
+    /// Settles a message (sent, given up or dropped) if this deliverer still holds its lease:
+    /// whether it did (another took it over: that one settles it).
     pub fn settle(
         &self,
         key: &str,
         state: State,
         now_ms: i64,
         error: Option<&str>,
-    ) -> Result<(), OutboxError> {
+    ) -> Result<bool, OutboxError> {
         self.conn()?
             .execute(
                 "UPDATE messages SET state = ?2, settled_at = ?3, lease_until = 0,
                  attempts = attempts + (?2 != 'dropped'), last_error = COALESCE(?4, last_error)
-                 WHERE key = ?1",
-                params![key, state.text(), now_ms, error],
+                 WHERE key = ?1 AND holder = ?5 AND state = 'pending'",
+                params![key, state.text(), now_ms, error, self.holder.id()],
             )
-            .map(drop)
+            .map(|n| n > 0)
             .map_err(|e| self.sql(e))
     }
 
-    /// Books a failed attempt: the message is due again at `next_at_ms`.
-    pub fn retry_at(&self, key: &str, next_at_ms: i64, error: &str) -> Result<(), OutboxError> {
+    /// Books a failed attempt if this deliverer still holds its lease: the message is due
+    /// again at `next_at_ms`. Whether it did.
+    pub fn retry_at(&self, key: &str, next_at_ms: i64, error: &str) -> Result<bool, OutboxError> {
         self.conn()?
             .execute(
                 "UPDATE messages SET attempts = attempts + 1, next_at = ?2, lease_until = 0,
-                 last_error = ?3 WHERE key = ?1",
-                params![key, next_at_ms, error],
+                 last_error = ?3 WHERE key = ?1 AND holder = ?4 AND state = 'pending'",
+                params![key, next_at_ms, error, self.holder.id()],
             )
-            .map(drop)
+            .map(|n| n > 0)
             .map_err(|e| self.sql(e))
     }
 
@@ -315,23 +364,66 @@ mod tests {
         assert_eq!(o.enqueue(&all, 0).unwrap(), 3);
         assert_eq!(o.enqueue(&all[..1], 0).unwrap(), 0, "a key is taken once");
         let lease = Duration::from_secs(60);
-        let none = |_: &str| false;
-        let first = o.take_due(10, lease, 10, &none).unwrap();
+        let mut all_in = |_: &Message| true;
+        let first = o.take_due(10, lease, 10, &mut all_in).unwrap();
         assert_eq!(keys(&first), ["a1", "b1"]);
         // Leased: nothing more until they settle (a2 waits behind a1).
-        assert!(o.take_due(20, lease, 10, &none).unwrap().is_empty());
+        assert!(o.take_due(20, lease, 10, &mut all_in).unwrap().is_empty());
         o.retry_at("a1", 1_000, "503").unwrap();
         o.settle("b1", State::Sent, 30, None).unwrap();
         // a1 backs off, and a2 waits behind it: order within a lane.
-        assert!(o.take_due(40, lease, 10, &none).unwrap().is_empty());
-        let again = o.take_due(1_000, lease, 10, &none).unwrap();
+        assert!(o.take_due(40, lease, 10, &mut all_in).unwrap().is_empty());
+        let again = o.take_due(1_000, lease, 10, &mut all_in).unwrap();
         assert_eq!(keys(&again), ["a1"]);
         assert_eq!(again[0].attempts, 1);
         o.settle("a1", State::Sent, 1_001, None).unwrap();
-        let busy = |lane: &str| lane == "a";
-        assert!(o.take_due(1_002, lease, 10, &busy).unwrap().is_empty());
-        assert_eq!(keys(&o.take_due(1_002, lease, 10, &none).unwrap()), ["a2"]);
+        let mut not_a = |m: &Message| m.lane != "a";
+        assert!(o.take_due(1_002, lease, 10, &mut not_a).unwrap().is_empty());
+        assert_eq!(
+            keys(&o.take_due(1_002, lease, 10, &mut all_in).unwrap()),
+            ["a2"]
+        );
         assert_eq!(o.waiting("t").unwrap(), 1);
         assert_eq!(o.prune(1_001).unwrap(), 1, "b1 only");
+    }
+
+    #[test]
+    fn a_gone_holders_lease_is_taken_at_once_and_only_the_holder_settles() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.sqlite");
+        let lease = Duration::from_secs(60);
+        let mut first = Outbox::open(&path).unwrap();
+        first.enqueue(&[message("m1", "a")], 0).unwrap();
+        let mut all_in = |_: &Message| true;
+        assert_eq!(
+            keys(&first.take_due(10, lease, 10, &mut all_in).unwrap()),
+            ["m1"]
+        );
+        // Another deliverer on the file: the lease is alive while its holder is.
+        let mut second = Outbox::open(&path).unwrap();
+        assert!(second
+            .take_due(20, lease, 10, &mut all_in)
+            .unwrap()
+            .is_empty());
+        // The first dies (its connection and lock go with it): taken again at once.
+        drop(first);
+        let again = second.take_due(30, lease, 10, &mut all_in).unwrap();
+        assert_eq!(keys(&again), ["m1"]);
+        assert_eq!(again[0].message.id, "m1", "the same id");
+        // A third that took it over settles; the second, no longer holding it, cannot.
+        let mut third = Outbox::open(&path).unwrap();
+        let (id, _) = (second.holder().to_owned(), ());
+        drop(second);
+        assert_eq!(
+            keys(&third.take_due(40, lease, 10, &mut all_in).unwrap()),
+            ["m1"]
+        );
+        assert!(third.settle("m1", State::Sent, 50, None).unwrap());
+        assert!(
+            !third.settle("m1", State::Failed, 60, None).unwrap(),
+            "settled once"
+        );
+        assert_ne!(id, third.holder());
+        assert_eq!(third.waiting("t").unwrap(), 0);
     }
 }

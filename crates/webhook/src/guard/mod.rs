@@ -167,7 +167,8 @@ fn range_v6(ip: Ipv6Addr) -> Option<Range> {
     })
 }
 
-/// One of the gateway's own listeners (`ip:port`; a Unix socket is no URL's).
+/// One of the gateway's own listeners (`ip:port`; a Unix socket is no URL's), or an address the
+/// gateway talks to (its upstream, Redis, ...): never a receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listener {
     /// Its configuration key, for messages: `gateway.listen`, `gateway.admin.listen`.
@@ -204,10 +205,18 @@ pub enum Refused {
     NotAHost(String),
     #[error("{}{}", judged_text(addr, judged), hint(judged.range))]
     Range { addr: IpAddr, judged: Judged },
-    #[error(
-        "{addr} is the gateway's own listener {key}: never a receiver, even with allow_private"
-    )]
+    #[error("{addr} is {}: never a receiver, even with allow_private", own(key))]
     OwnListener { addr: SocketAddr, key: &'static str },
+}
+
+/// What an address of the gateway's own is: a listener (`gateway.listen`), or what a setting
+/// points it at (`gateway.quota.redis.url`).
+fn own(key: &str) -> String {
+    if key.ends_with("listen") {
+        format!("the gateway's own listener {key}")
+    } else {
+        format!("where the gateway's {key} points")
+    }
 }
 
 fn judged_text(addr: &IpAddr, j: &Judged) -> String {
