@@ -504,7 +504,7 @@ fn parts(
     })
 }
 
-/// The audit trail: `audit.jsonl` in the state folder, or streams on the quota's Redis.
+/// The audit trail: `audit.sqlite` in the state folder, or streams on the quota's Redis.
 fn audit_trail(
     gateway: &GatewayConfig,
     shared: &Shared,

@@ -1,13 +1,13 @@
 //! `reports list | accept ID | reject ID`: the operator's view of the projects' reports, from
-//! the configured store (the state folder's `reports.json`, or the quota's Redis).
+//! the configured store (the state folder's `reports.records.sqlite`, or the quota's Redis).
 
 use std::path::Path;
 
 use super::{settings, CommandError};
 use crate::access::quota::config::QuotaStoreKind;
 use crate::account::verdict_reports::{accept, grouped, Report};
-use crate::infra::records::file::FileRecords;
 use crate::infra::records::redis::RedisRecords;
+use crate::infra::records::sqlite::SqliteRecords;
 use crate::infra::records::{Merged, RecordStore};
 
 /// What the operator asked.
@@ -34,7 +34,9 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
         .build()?;
     runtime.block_on(async {
         let store: Box<dyn RecordStore<Report>> = match gateway.quota.store {
-            QuotaStoreKind::Local => Box::new(FileRecords::new(folder.join("reports.json"))),
+            QuotaStoreKind::Local => {
+                Box::new(SqliteRecords::new(folder.join("reports.records.sqlite")))
+            }
             QuotaStoreKind::Redis => Box::new(RedisRecords::new(&gateway.quota.redis, "reports")),
         };
         let now = chrono::Utc::now().timestamp();

@@ -1,13 +1,17 @@
 //! Small per-project records every gateway of a deployment shares (a project's overrides, its
-//! reports): kept in a file of the state folder (`file.rs`) or on the shared Redis (`redis.rs`),
+//! reports): kept in a SQLite file of the state folder (`sqlite.rs`, a row a record) or on the
+//! shared Redis (`redis.rs`, with a JSON copy in the state folder, `file.rs`),
 //! read by a poll (`replica.rs`) that puts back what a Redis that lost its data no longer holds.
 //!
 //! Records merge last-writer-wins on their stamp, and a removal is a record too (`removed`), so
 //! that copies put back in any order agree on one set and no older copy revives a removal.
+//! Removals are bounded like the rest: a project keeps its newest [`tombstones_kept`] markers
+//! (at least [`MIN_TOMBSTONES`]), and a write costs the project's bound, not its history.
 
 pub mod file;
 pub mod redis;
 pub mod replica;
+pub mod sqlite;
 
 use std::collections::HashMap;
 
@@ -127,8 +131,24 @@ impl<R: Record> Merged<R> {
         all
     }
 
+    /// Drops `project`'s oldest removal markers beyond `keep` (what [`tombstones_kept`] allows).
+    pub fn compact(&mut self, project: &str, keep: usize) {
+        let mut gone: Vec<(u64, String)> = (self.by_key.values())
+            .filter(|r| r.project() == project && r.removed())
+            .map(|r| (r.stamp(), r.key().to_owned()))
+            .collect();
+        if gone.len() <= keep {
+            return;
+        }
+        gone.sort_unstable();
+        for (_, key) in &gone[..gone.len() - keep] {
+            self.by_key.remove(&(project.to_owned(), key.clone()));
+        }
+    }
+
     /// Writes `record` as a store does: unless a newer one is held, and a new record in force
-    /// only within `max_live` for its project.
+    /// only within `max_live` for its project (a removal marker kept only among the project's
+    /// newest [`tombstones_kept`]).
     pub fn put(&mut self, record: &R, max_live: u32) -> Put {
         let held = self.get(record.project(), record.key());
         if held.is_some_and(|h| !record.newer_than(h)) {
@@ -142,9 +162,22 @@ impl<R: Record> Merged<R> {
             return Put::Full;
         }
         self.merge(record.clone());
+        if record.removed() {
+            self.compact(record.project(), tombstones_kept(max_live));
+        }
         Put::Done { created: !was_live }
     }
 }
+
+/// Removal markers a project keeps at most, for a bound of `max_live` records in force: they
+/// stop an older copy from reviving a removal, and a project's churn (set, remove, set another)
+/// must not grow the state or the cost of a write without limit. The oldest go first.
+pub fn tombstones_kept(max_live: u32) -> usize {
+    (max_live as usize).max(MIN_TOMBSTONES)
+}
+
+/// Removal markers kept per project at the least, whatever its bound.
+pub const MIN_TOMBSTONES: usize = 100;
 
 /// A stamp for a write now: the microsecond, larger than `held` and than `last` (the last stamp
 /// this gateway gave, updated).
@@ -158,4 +191,43 @@ pub fn next_stamp(last: &std::sync::atomic::AtomicU64, held: u64) -> u64 {
         })
         .unwrap_or(0);
     want.max(prev.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drg_domain::overrides::{Override, OverrideVerdict};
+
+    fn over(domain: &str, stamp: u64, removed: bool) -> Override {
+        Override {
+            project: "p".into(),
+            domain: domain.into(),
+            verdict: OverrideVerdict::Block,
+            note: String::new(),
+            set_by: "k".into(),
+            set_at: 0,
+            stamp,
+            removed,
+        }
+    }
+
+    #[test]
+    fn a_projects_removal_markers_are_bounded_the_oldest_going_first() {
+        let mut m = Merged::default();
+        for i in 0..(MIN_TOMBSTONES as u64 + 50) {
+            let name = format!("r{i}.example");
+            assert_eq!(
+                m.put(&over(&name, 2 * i + 1, false), 2),
+                Put::Done { created: true }
+            );
+            assert_eq!(
+                m.put(&over(&name, 2 * i + 2, true), 2),
+                Put::Done { created: false }
+            );
+        }
+        assert_eq!(m.all().count(), MIN_TOMBSTONES);
+        assert!(m.get("p", "r0.example").is_none(), "the oldest went");
+        assert!(m.get("p", "r149.example").is_some_and(|o| o.removed));
+        assert_eq!(tombstones_kept(1_000), 1_000);
+    }
 }

@@ -18,9 +18,10 @@ use super::{Put, Record, RecordStore, RecordsError, Token};
 use crate::infra::redis::config::RedisConfig;
 use crate::infra::redis::{LazyLink, LinkError, RedisLink};
 
-/// KEYS: rows, live, version, epoch. ARGV: field, record JSON, stamp, removed (0/1), project,
-/// max (0: no bound), a new epoch, a deadline in ms on Redis's clock (0: none). Returns `late`,
-/// `stale`, `full`, `created` or `updated`.
+/// KEYS: rows, live, version, epoch, the project's removals (a sorted set, by stamp).
+/// ARGV: field, record JSON, stamp, removed (0/1), project, max (0: no bound), a new epoch, a
+/// deadline in ms on Redis's clock (0: none), removal markers kept (0: all). Returns `late`,
+/// `stale`, `full`, `created` or `updated`. A removal past the markers kept drops the oldest.
 const PUT: &str = r#"
 if tonumber(ARGV[8]) > 0 then
   local t = redis.call('TIME')
@@ -43,6 +44,22 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if live and not was_live then redis.call('HINCRBY', KEYS[2], ARGV[5], 1) end
 if was_live and not live then redis.call('HINCRBY', KEYS[2], ARGV[5], -1) end
+local gone = KEYS[5]
+if live then
+  redis.call('ZREM', gone, ARGV[1])
+else
+  redis.call('ZADD', gone, tonumber(ARGV[3]), ARGV[1])
+  local keep = tonumber(ARGV[9])
+  if keep > 0 then
+    local over = redis.call('ZCARD', gone) - keep
+    if over > 0 then
+      for _, field in ipairs(redis.call('ZRANGE', gone, 0, over - 1)) do
+        redis.call('HDEL', KEYS[1], field)
+      end
+      redis.call('ZREMRANGEBYRANK', gone, 0, over - 1)
+    end
+  end
+end
 redis.call('SET', KEYS[4], ARGV[7], 'NX')
 redis.call('INCR', KEYS[3])
 if was_live then return 'updated' end
@@ -57,8 +74,8 @@ const MIN_CALL_BUDGET: Duration = Duration::from_secs(1);
 pub struct RedisRecords<R> {
     link: LazyLink,
     put: ::redis::Script,
-    /// rows, live, version, epoch.
-    keys: [String; 4],
+    /// rows, live, version, epoch, the removals' prefix.
+    keys: [String; 5],
     _records: PhantomData<fn() -> R>,
 }
 
@@ -69,7 +86,13 @@ impl<R: Record> RedisRecords<R> {
         RedisRecords {
             link: LazyLink::new(config, MIN_CALL_BUDGET),
             put: ::redis::Script::new(PUT),
-            keys: [key("rows"), key("live"), key("version"), key("epoch")],
+            keys: [
+                key("rows"),
+                key("live"),
+                key("version"),
+                key("epoch"),
+                key("gone:"),
+            ],
             _records: PhantomData,
         }
     }
@@ -109,9 +132,10 @@ impl<R: Record> RedisRecords<R> {
             getrandom::u64().unwrap_or_default()
         );
         let mut call = self.put.prepare_invoke();
-        for k in &self.keys {
+        for k in &self.keys[..4] {
             call.key(k);
         }
+        call.key(format!("{}{}", self.keys[4], record.project()));
         call.arg(format!("{}\n{}", record.project(), record.key()))
             .arg(serde_json::to_string(record)?)
             .arg(record.stamp())
@@ -119,7 +143,12 @@ impl<R: Record> RedisRecords<R> {
             .arg(record.project())
             .arg(max)
             .arg(epoch)
-            .arg(deadline);
+            .arg(deadline)
+            .arg(if max == 0 {
+                0
+            } else {
+                super::tombstones_kept(max)
+            });
         self.timed(call.invoke_async(&mut link)).await
     }
 }

@@ -1,8 +1,11 @@
 //! What a gateway holds of one kind of record, and the poll that keeps it: every `POLL` the
 //! store's version is asked (a file's metadata, one `MGET` on Redis) and, when it moved, every
-//! record is read and published. With Redis, what this gateway holds that the store lacks or
-//! holds older (a `FLUSHALL`, an eviction, a failover to a replica that lagged) is put back
-//! first, and the state folder keeps a copy, served from the start while Redis is away.
+//! record is read and published, with this gateway's writes made since the read began merged
+//! in. With Redis, when the store lost data (a `FLUSHALL`, a failover to a replica that lagged:
+//! its data set gone, renamed or older), what this gateway holds that the store lacks or holds
+//! older is put back first; otherwise what the store no longer holds was removed or compacted
+//! on purpose and is gone here too. The state folder keeps a copy, served from the start while
+//! Redis is away.
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -13,6 +16,7 @@ use arc_swap::ArcSwap;
 
 use super::file::FileRecords;
 use super::redis::RedisRecords;
+use super::sqlite::SqliteRecords;
 use super::{Merged, Put, Record, RecordStore, RecordsError, Token};
 use crate::infra::redis::config::RedisConfig;
 
@@ -30,6 +34,21 @@ struct SyncState {
     warned: Option<Instant>,
 }
 
+/// This gateway's writes, numbered: those after a read began are merged into what it read.
+struct LocalWrites<R> {
+    generation: u64,
+    writes: Vec<(u64, R)>,
+}
+
+impl<R> Default for LocalWrites<R> {
+    fn default() -> Self {
+        LocalWrites {
+            generation: 0,
+            writes: Vec::new(),
+        }
+    }
+}
+
 /// Called with every new set of records (at a write of this gateway, and when a poll read one).
 pub type Publish<R> = Box<dyn Fn(&Merged<R>) + Send + Sync>;
 
@@ -40,16 +59,16 @@ pub struct Replica<R: Record> {
     /// With Redis: the state folder's copy.
     cache: Option<FileRecords<R>>,
     held: ArcSwap<Merged<R>>,
-    /// Held while the held set is replaced: a write's merge and a poll's swap never lose each
-    /// other's record (see [`Replica::update`]). Never held across an `.await`.
-    updating: std::sync::Mutex<()>,
+    /// This gateway's writes a poll's read may predate (see [`Replica::take`]); held while the
+    /// held set is replaced, never across an `.await`.
+    local: std::sync::Mutex<LocalWrites<R>>,
     publish: Publish<R>,
     last_stamp: AtomicU64,
     sync: tokio::sync::Mutex<SyncState>,
 }
 
 impl<R: Record> Replica<R> {
-    /// Records of `kind` in `folder` (`<kind>.json`), or on `redis` with a copy there
+    /// Records of `kind` in `folder` (`<kind>.records.sqlite`), or on `redis` with a copy there
     /// (`<kind>.redis-cache.json`); `publish` is told each new set.
     pub fn open(
         kind: &'static str,
@@ -59,7 +78,9 @@ impl<R: Record> Replica<R> {
     ) -> Replica<R> {
         let (store, cache): (Box<dyn RecordStore<R>>, _) = match redis {
             None => (
-                Box::new(FileRecords::new(folder.join(format!("{kind}.json")))),
+                Box::new(SqliteRecords::new(
+                    folder.join(format!("{kind}.records.sqlite")),
+                )),
                 None,
             ),
             Some(config) => (
@@ -74,7 +95,7 @@ impl<R: Record> Replica<R> {
             store,
             cache,
             held: ArcSwap::from_pointee(Merged::default()),
-            updating: std::sync::Mutex::new(()),
+            local: std::sync::Mutex::new(LocalWrites::default()),
             publish,
             last_stamp: AtomicU64::new(0),
             sync: tokio::sync::Mutex::new(SyncState::default()),
@@ -96,42 +117,57 @@ impl<R: Record> Replica<R> {
     pub async fn put(&self, record: R, max_live: u32) -> Result<Put, RecordsError> {
         let put = self.store.put(&record, max_live).await?;
         if let Put::Done { .. } = put {
-            self.update(|m| {
+            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            local.generation += 1;
+            let generation = local.generation;
+            local.writes.push((generation, record.clone()));
+            self.swap(&local, |m| {
                 m.merge(record);
             });
         }
         Ok(put)
     }
 
-    /// Changes the held set and publishes it, one change at a time: a write answered `2xx` is
-    /// held (a lookup, a list or a `DELETE` right after it sees it) whatever a poll that read
-    /// the store before it does next.
-    fn update(&self, change: impl FnOnce(&mut Merged<R>)) {
-        let _one = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+    /// Changes the held set and publishes it, with the local writes' lock held: one change at
+    /// a time, so a write answered `2xx` is held (a lookup, a list or a `DELETE` right after it
+    /// sees it) whatever a poll that read the store before it does next.
+    fn swap(&self, _local: &LocalWrites<R>, change: impl FnOnce(&mut Merged<R>)) {
         let mut m = Merged::clone(&self.held.load());
         change(&mut m);
         (self.publish)(&m);
         self.held.store(Arc::new(m));
     }
 
-    /// Takes what a read of the store found, keeping what is held and newer (a write of this
-    /// gateway that landed after the read began): records merge last-writer-wins, so a read
-    /// from before a write never undoes it here.
-    fn take(&self, read: Merged<R>) {
-        self.update(|m| {
-            let mut read = read;
-            for r in m.all() {
-                read.merge(r.clone());
-            }
-            *m = read;
-        });
+    /// The local writes' generation now: what a read that begins now includes.
+    fn generation(&self) -> u64 {
+        self.local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation
+    }
+
+    /// Takes what a read of the store begun at local generation `since` found, with this
+    /// gateway's writes after it merged in (last-writer-wins: a read from before a write never
+    /// undoes it here). What the read does not hold and no later local write made is gone
+    /// here too (another gateway's removal, a compacted removal marker).
+    fn take(&self, read: Merged<R>, since: u64) {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.writes.retain(|(g, _)| *g > since);
+        let mut read = read;
+        for (_, r) in &local.writes {
+            read.merge(r.clone());
+        }
+        self.swap(&local, |m| *m = read);
     }
 
     /// Loads what the state folder's copy holds (with Redis), then what the store holds.
     pub async fn start(&self) {
         if let Some(cache) = &self.cache {
             match cache.read_now() {
-                Ok(records) => self.take(Merged::of(records)),
+                Ok(records) => {
+                    let since = self.generation();
+                    self.take(Merged::of(records), since);
+                }
                 Err(e) => log::warn!("{}: the local copy could not be read: {e}", self.kind),
             }
         }
@@ -148,11 +184,14 @@ impl<R: Record> Replica<R> {
         if st.last.as_ref() == Some(&token) && token != Token::Lost {
             return;
         }
+        let since = self.generation();
         let mut read = match self.store.read().await {
             Ok(r) => Merged::of(r),
             Err(e) => return self.failed(&mut st, &e),
         };
-        if let Some(cache) = &self.cache {
+        // Put back only into a store that lost data (see `lost_data`): otherwise what it no
+        // longer holds was removed or compacted on purpose.
+        if let (Some(_), true) = (&self.cache, lost_data(st.last.as_ref(), &token)) {
             let held = self.held.load();
             let missing: Vec<R> = held
                 .all()
@@ -172,11 +211,13 @@ impl<R: Record> Replica<R> {
                     read.merge(r);
                 }
             }
+        }
+        if let Some(cache) = &self.cache {
             if let Err(e) = cache.replace_now(&read.sorted()) {
                 log::warn!("{}: the local copy could not be written: {e}", self.kind);
             }
         }
-        self.take(read);
+        self.take(read, since);
         // Lost: the restore gave the store an epoch; the next round reads it again.
         st.last = Some(token);
     }
@@ -191,6 +232,25 @@ impl<R: Record> Replica<R> {
         } else {
             log::debug!("{}: {e}", self.kind);
         }
+    }
+}
+
+/// Whether a store whose version is now `now` lost data since this gateway read `last`: it
+/// names no data set (flushed), another one (put back by a gateway after a loss), or the same
+/// one at an older version (a failover to a replica that lagged). A gateway's first read
+/// (`last` none) counts as a loss only for a store that names no data set: a store that moved
+/// on while this gateway was away is the truth, and its copy from before is not put back.
+fn lost_data(last: Option<&Token>, now: &Token) -> bool {
+    let split = |t: &Token| match t {
+        Token::At(v) => v
+            .rsplit_once(':')
+            .map(|(e, n)| (e.to_owned(), n.parse::<u64>().unwrap_or(0))),
+        Token::Lost => None,
+    };
+    match (last.and_then(split), split(now)) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some((e0, v0)), Some((e1, v1))) => e0 != e1 || v1 < v0,
     }
 }
 

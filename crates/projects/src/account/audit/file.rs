@@ -1,23 +1,43 @@
-//! The trail in `audit.jsonl` (mode 0600): one JSON entry a line, appended under the lock
-//! beside it; the project's entries past its retention are dropped (the file replaced whole)
-//! when an append finds the oldest line past it.
+//! The trail in `audit.sqlite` in the state folder (mode 0600, WAL; gateways sharing the folder
+//! share it): one row an entry, keyed by project and id, so an append writes one row and trims
+//! only its project, and a page reads only the rows it returns (the index's order). Each
+//! project keeps at most [`MAX_ENTRIES`] entries and its plan's days. A trail an older release
+//! kept in `audit.jsonl` is taken in once, at the first use, and the file renamed
+//! `audit.jsonl.imported`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{AuditError, AuditStore, Entry};
+use drg_base::infra::sqlite::{self, Synchronous};
+use rusqlite::{params, Connection};
+
+use super::{AuditError, AuditStore, Entry, MAX_ENTRIES};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS entries (
+  project TEXT NOT NULL,
+  id INTEGER NOT NULL,
+  at TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  PRIMARY KEY (project, id)
+) WITHOUT ROWID;
+";
 
 /// The file store.
 #[derive(Clone)]
 pub struct FileAudit {
     path: Arc<PathBuf>,
+    /// Opened at first use, in the process that serves (a host may fork after building).
+    conn: Arc<Mutex<Option<Connection>>>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AuditError + '_ {
-    move |source| AuditError::Io {
+fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> AuditError + '_ {
+    move |e| AuditError::Io {
         path: path.display().to_string(),
-        source,
+        source: std::io::Error::other(e),
     }
 }
 
@@ -25,50 +45,138 @@ impl FileAudit {
     pub fn new(path: PathBuf) -> FileAudit {
         FileAudit {
             path: Arc::new(path),
+            conn: Arc::default(),
         }
     }
 
-    /// Every entry (none while the file does not exist); a line that does not parse is skipped.
-    fn read(&self) -> Result<Vec<Entry>, AuditError> {
-        match std::fs::read_to_string(&*self.path) {
-            Ok(text) => Ok(text
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(io(&self.path)(e)),
+    /// Runs `f` on the connection, opening it (and taking in a legacy file) the first time.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection, &Path) -> Result<T, AuditError>,
+    ) -> Result<T, AuditError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if conn.is_none() {
+            let opened =
+                sqlite::open(&self.path, Synchronous::Normal).map_err(|e| AuditError::Io {
+                    path: self.path.display().to_string(),
+                    source: std::io::Error::other(e),
+                })?;
+            opened.execute_batch(SCHEMA).map_err(sql(&self.path))?;
+            sqlite::keep_log_small(&opened).map_err(sql(&self.path))?;
+            import_legacy(&opened, &self.path)?;
+            *conn = Some(opened);
         }
+        f(conn.as_ref().expect("opened above"), &self.path)
     }
 
-    fn append_now(&self, mut entry: Entry, keep_days: u32) -> Result<(), AuditError> {
-        let _lock = drg_base::infra::fsutil::lock_beside(&self.path).map_err(|(p, e)| io(&p)(e))?;
-        let all = self.read()?;
-        // Ids increase in the file: the microsecond, past the last one given.
-        let now_us = chrono::Utc::now().timestamp_micros();
-        let last = (all.last())
-            .and_then(|e| e.id.parse::<i64>().ok())
-            .unwrap_or(0);
-        entry.id = now_us.max(last + 1).to_string();
-        let cutoff = (chrono::Utc::now() - chrono::Duration::days(i64::from(keep_days)))
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let stale = |e: &Entry| e.project == entry.project && e.at < cutoff;
-        if all.iter().any(stale) {
-            let mut text = String::new();
-            for e in all.iter().filter(|e| !stale(e)).chain([&entry]) {
-                text.push_str(&serde_json::to_string(e)?);
-                text.push('\n');
-            }
-            return drg_base::infra::fsutil::write_atomic(&self.path, 0o600, text.as_bytes())
-                .map_err(io(&self.path));
+    fn append_now(&self, entry: Entry, keep_days: u32) -> Result<(), AuditError> {
+        self.with(|c, path| {
+            let cutoff = (chrono::Utc::now() - chrono::Duration::days(i64::from(keep_days)))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            insert(c, path, &entry, chrono::Utc::now().timestamp_micros())?;
+            // Only this project's rows past its bounds: the age, then the count.
+            c.execute(
+                "DELETE FROM entries WHERE project = ?1 AND at < ?2",
+                params![entry.project, cutoff],
+            )
+            .map_err(sql(path))?;
+            c.execute(
+                "DELETE FROM entries WHERE project = ?1 AND id <= (
+                   SELECT id FROM entries WHERE project = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![entry.project, MAX_ENTRIES as i64],
+            )
+            .map_err(sql(path))?;
+            Ok(())
+        })
+    }
+
+    fn page_now(&self, project: &str, before: i64, limit: usize) -> Result<Vec<Entry>, AuditError> {
+        self.with(|c, path| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id, at, key_id, action, target, detail FROM entries
+                     WHERE project = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+                )
+                .map_err(sql(path))?;
+            let rows = stmt
+                .query_map(params![project, before, limit as i64], |r| {
+                    Ok(Entry {
+                        id: r.get::<_, i64>(0)?.to_string(),
+                        project: String::new(),
+                        at: r.get(1)?,
+                        key_id: r.get(2)?,
+                        action: r.get(3)?,
+                        target: r.get(4)?,
+                        detail: r.get(5)?,
+                    })
+                })
+                .map_err(sql(path))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql(path))
+        })
+    }
+}
+
+/// Inserts `entry` under an id past the project's last (the microsecond `now_us`, or one more).
+fn insert(c: &Connection, path: &Path, entry: &Entry, now_us: i64) -> Result<(), AuditError> {
+    c.execute(
+        "INSERT INTO entries (project, id, at, key_id, action, target, detail)
+         VALUES (?1, MAX(?2, COALESCE((SELECT MAX(id) + 1 FROM entries WHERE project = ?1), 0)),
+                 ?3, ?4, ?5, ?6, ?7)",
+        params![
+            entry.project,
+            now_us,
+            entry.at,
+            entry.key_id,
+            entry.action,
+            entry.target,
+            entry.detail
+        ],
+    )
+    .map(drop)
+    .map_err(sql(path))
+}
+
+/// Takes in `audit.jsonl` beside `path` (an older release's trail), once: its entries keep
+/// their ids, and the file is renamed so it is not read again.
+fn import_legacy(c: &Connection, path: &Path) -> Result<(), AuditError> {
+    let legacy = path.with_file_name("audit.jsonl");
+    let text = match std::fs::read_to_string(&legacy) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(AuditError::Io {
+                path: legacy.display().to_string(),
+                source,
+            })
         }
-        drg_base::infra::fsutil::create_private(&self.path).map_err(io(&self.path))?;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&*self.path)
-            .map_err(io(&self.path))?;
-        let mut line = serde_json::to_string(&entry)?;
-        line.push('\n');
-        f.write_all(line.as_bytes()).map_err(io(&self.path))
+    };
+    // One transaction: a commit a line would take minutes for a large trail.
+    c.execute_batch("BEGIN").map_err(sql(path))?;
+    for e in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+    {
+        let id = e.id.parse::<i64>().unwrap_or(0);
+        c.execute(
+            "INSERT OR IGNORE INTO entries (project, id, at, key_id, action, target, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![e.project, id, e.at, e.key_id, e.action, e.target, e.detail],
+        )
+        .map_err(sql(path))?;
+    }
+    c.execute_batch("COMMIT").map_err(sql(path))?;
+    std::fs::rename(&legacy, legacy.with_extension("jsonl.imported")).map_err(|source| {
+        AuditError::Io {
+            path: legacy.display().to_string(),
+            source,
+        }
+    })
+}
+
+fn task_failed(e: tokio::task::JoinError) -> AuditError {
+    AuditError::Io {
+        path: "audit".into(),
+        source: std::io::Error::other(e),
     }
 }
 
@@ -78,7 +186,7 @@ impl AuditStore for FileAudit {
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.append_now(entry, keep_days))
             .await
-            .unwrap_or_else(|e| Err(io(Path::new("audit"))(std::io::Error::other(e))))
+            .unwrap_or_else(|e| Err(task_failed(e)))
     }
 
     async fn page(
@@ -91,17 +199,56 @@ impl AuditStore for FileAudit {
         let before = cursor
             .and_then(|c| c.parse::<i64>().ok())
             .unwrap_or(i64::MAX);
-        tokio::task::spawn_blocking(move || {
-            Ok(me
-                .read()?
-                .into_iter()
-                .rev()
-                .filter(|e| e.project == project)
-                .filter(|e| e.id.parse::<i64>().is_ok_and(|id| id < before))
-                .take(limit)
-                .collect())
-        })
-        .await
-        .unwrap_or_else(|e| Err(io(Path::new("audit"))(std::io::Error::other(e))))
+        tokio::task::spawn_blocking(move || me.page_now(&project, before, limit))
+            .await
+            .unwrap_or_else(|e| Err(task_failed(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(project: &str, n: usize) -> Entry {
+        Entry {
+            id: String::new(),
+            project: project.into(),
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            key_id: "k".into(),
+            action: "override.set".into(),
+            target: format!("d{n}.example"),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_project_keeps_its_newest_entries_and_pages_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = serde_json::json!({"id": "5", "project": "p", "at": "2026-01-01T00:00:00Z",
+            "key_id": "k", "action": "key.created", "target": "key_1", "detail": ""});
+        std::fs::write(dir.path().join("audit.jsonl"), format!("{legacy}\n")).unwrap();
+        let audit = FileAudit::new(dir.path().join("audit.sqlite"));
+        for n in 0..MAX_ENTRIES + 5 {
+            audit.append_now(entry("p", n), 3_650).unwrap();
+        }
+        audit.append_now(entry("q", 0), 3_650).unwrap();
+        let page = audit.page_now("p", i64::MAX, 3).unwrap();
+        let last = MAX_ENTRIES + 4;
+        assert_eq!(page[0].target, format!("d{last}.example"));
+        let ids: Vec<i64> = page.iter().map(|e| e.id.parse().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] > w[1]), "{ids:?}");
+        let all = audit.page_now("p", i64::MAX, MAX_ENTRIES * 2).unwrap();
+        assert_eq!(all.len(), MAX_ENTRIES, "the count bound");
+        assert_eq!(
+            all.last().unwrap().target,
+            "d5.example",
+            "the oldest went first"
+        );
+        assert_eq!(
+            audit.page_now("q", i64::MAX, 10).unwrap().len(),
+            1,
+            "per project"
+        );
+        assert!(dir.path().join("audit.jsonl.imported").exists());
     }
 }

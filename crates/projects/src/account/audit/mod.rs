@@ -3,8 +3,9 @@
 //! project's `GET /v1/audit`, kept the plan's `audit_retention_days`.
 //!
 //! Appended once a change succeeded, from its answer (`entry_of`), so no route's own code
-//! carries it. Kept in `audit.jsonl` in the state folder (`file.rs`, one line an entry, under a
-//! lock) or, with the Redis quota store, in one stream per project (`redis.rs`). An entry that
+//! carries it. Kept in `audit.sqlite` in the state folder (`file.rs`, a row an entry, by
+//! project and id) or, with the Redis quota store, in one stream per project (`redis.rs`); each
+//! project's at most [`MAX_ENTRIES`] and its plan's days. An entry that
 //! could not be written is logged and counted; the change it records stands.
 
 pub mod file;
@@ -16,6 +17,9 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use drg_base::answer::Answer;
+
+/// Entries a project's trail keeps at most (the oldest go first), besides its plan's days.
+pub const MAX_ENTRIES: usize = 1_000;
 
 /// Default and largest `limit` of `GET /v1/audit`.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -81,7 +85,7 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// The trail in `folder` (`audit.jsonl`) or on `redis`.
+    /// The trail in `folder` (`audit.sqlite`) or on `redis`.
     pub fn open(
         folder: &std::path::Path,
         redis: Option<&drg_base::infra::redis::config::RedisConfig>,
@@ -89,7 +93,7 @@ impl Audit {
         failures: prometheus::IntCounter,
     ) -> Audit {
         let store: Box<dyn AuditStore> = match redis {
-            None => Box::new(file::FileAudit::new(folder.join("audit.jsonl"))),
+            None => Box::new(file::FileAudit::new(folder.join("audit.sqlite"))),
             Some(config) => Box::new(redis::RedisAudit::new(config)),
         };
         Audit {

@@ -1,6 +1,7 @@
 //! The trail on the quota's Redis: one stream per project (`drg:audit:{<project>}`, its own
-//! hash tag), each entry one field of JSON, trimmed by `MINID` to the plan's retention at every
-//! append. A stream's ids increase: they are the entries' ids and the paging cursor.
+//! hash tag), each entry one field of JSON, trimmed at every append to [`super::MAX_ENTRIES`]
+//! (`MAXLEN ~`: Redis keeps a few more until a whole node can go) and to the plan's retention
+//! (`MINID ~`). A stream's ids increase: they are the entries' ids and the paging cursor.
 
 use std::time::Duration;
 
@@ -37,15 +38,25 @@ impl AuditStore for RedisAudit {
             .await
             .map_err(drg_base::infra::redis::LinkError::from)?;
         let cutoff_ms = chrono::Utc::now().timestamp_millis() - i64::from(keep_days) * 86_400_000;
-        let mut cmd = ::redis::cmd("XADD");
-        cmd.arg(stream(&entry.project))
+        // The count with the append, then the age: one trim strategy a command.
+        let key = stream(&entry.project);
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("XADD")
+            .arg(&key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(super::MAX_ENTRIES)
+            .arg("*")
+            .arg("e")
+            .arg(serde_json::to_string(&entry)?)
+            .ignore()
+            .cmd("XTRIM")
+            .arg(&key)
             .arg("MINID")
             .arg("~")
             .arg(cutoff_ms.max(0))
-            .arg("*")
-            .arg("e")
-            .arg(serde_json::to_string(&entry)?);
-        let _: String = self.link.timed(cmd.query_async(&mut link)).await?;
+            .ignore();
+        let () = self.link.timed(pipe.query_async(&mut link)).await?;
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //! `block` for a name and its subdomains, `GET /v1/overrides` pages them, `DELETE` removes one;
 //! lookups of that project (GET and batch) answer with them before every list and inference.
 //!
-//! Kept as records ([`drg_base::infra::records`]): in `overrides.json` in the state folder or,
+//! Kept as records ([`drg_base::infra::records`]): in `overrides.records.sqlite` in the state folder or,
 //! with the Redis quota store, on Redis with a copy in the state folder; every gateway reads a
 //! change within a poll, and a Redis that lost its data (a `FLUSHALL`, a failover to a replica
 //! that lagged) gets back what it no longer holds. Server keys only, not counted, bounded by the

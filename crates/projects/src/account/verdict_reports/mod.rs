@@ -7,7 +7,7 @@
 //! reporting project's own answer does not change until it sets an override or the operator
 //! accepts.
 //!
-//! Kept as records ([`drg_base::infra::records`]), like overrides: `reports.json` in the state
+//! Kept as records ([`drg_base::infra::records`]), like overrides: `reports.records.sqlite` in the state
 //! folder or the quota's Redis with a copy there. A decided report is a removed record: it no
 //! longer counts against `reports.max_open_per_project`, and stays listed with its state.
 

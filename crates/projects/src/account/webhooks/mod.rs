@@ -4,7 +4,7 @@
 //! reads them through [`ProjectHooks`]: who is subscribed to an event, and where and with which
 //! secret one is sent.
 //!
-//! Kept as records ([`drg_base::infra::records`]), like overrides: `webhooks.json` in the state
+//! Kept as records ([`drg_base::infra::records`]), like overrides: `webhooks.records.sqlite` in the state
 //! folder or, with the Redis quota store, on Redis with a copy in the state folder; every gateway
 //! reads a change within a poll, and a Redis that lost its data gets back what it no longer
 //! holds. A removed webhook is a record with neither URL nor secret (no older copy revives it).
@@ -75,7 +75,7 @@ pub struct ProjectHooks {
 }
 
 impl ProjectHooks {
-    /// Webhooks kept in `folder` (`webhooks.json`) or on `redis` with a copy there.
+    /// Webhooks kept in `folder` (`webhooks.records.sqlite`) or on `redis` with a copy there.
     pub fn open(
         folder: &std::path::Path,
         redis: Option<&drg_base::infra::redis::config::RedisConfig>,
