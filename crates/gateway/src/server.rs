@@ -57,6 +57,10 @@ pub type StartError = Box<dyn std::error::Error + Send + Sync>;
 /// Starts the quota clock somewhere else in time (tests of month rollover, end to end).
 pub const CLOCK_START_ENV: &str = "DOMAIN_RISK_GATEWAY_CLOCK_START";
 
+/// Holds the Redis quota store's sync this many milliseconds after it sent calls to Redis and
+/// before it writes its carried-calls file: a test's `kill -9` then lands in that window.
+pub const CARRY_PAUSE_ENV: &str = "DOMAIN_RISK_GATEWAY_CARRY_PAUSE_MS";
+
 /// The keys file as configured.
 pub fn keys_source(settings: &Settings) -> KeysSource {
     let access = &settings.gateway.access;
@@ -101,6 +105,18 @@ fn clock() -> Result<SystemClock, StartError> {
         }
         Err(_) => Ok(SystemClock::default()),
     }
+}
+
+/// The pause [`CARRY_PAUSE_ENV`] asks for, if any.
+fn carry_pause() -> Result<Option<std::time::Duration>, StartError> {
+    let Ok(ms) = std::env::var(CARRY_PAUSE_ENV) else {
+        return Ok(None);
+    };
+    let ms: u64 = ms
+        .parse()
+        .map_err(|e| format!("{CARRY_PAUSE_ENV}: '{ms}' is not a number of milliseconds: {e}"))?;
+    log::warn!("{CARRY_PAUSE_ENV} is set: the quota sync waits {ms} ms before keeping its calls");
+    Ok(Some(std::time::Duration::from_millis(ms)))
 }
 
 /// Everything the gateway is made of, built from its config: what a
@@ -742,6 +758,7 @@ fn quota_store(
             let store = RedisStore::new(&config.redis, clock.clone())?.with_carried_folder(
                 crate::access::quota::redis::carried::folder_of(&config.state_file),
             );
+            let store = store.with_carry_pause(carry_pause()?);
             store.adopt_carried();
             let store = store.shared();
             log::info!("quota store: {}", config.redis.describe(redacted));

@@ -1,12 +1,35 @@
 //! The calls this gateway counted while Redis was unreachable or slow, and has not got into
-//! Redis yet, the calls Redis counts for it that it has not served (its leases' unused part,
+//! Redis yet, the calls Redis counts for it that it will not serve (a lease's kept part,
 //! give-backs not sent yet), and the month counts it last read, kept in a state file beside the
 //! quota's (`quota.carried.<tag>.json`, one per process, `<tag>` random): a restart sends the
 //! first, gives back the second and restores a count Redis lost to the highest of the third,
 //! instead of forgetting them; the embedded store's crash-safety for the Redis store's local
 //! part. Written by the background sync whenever what Redis lacks changed (every
-//! `reconcile_interval_ms`, so a `kill -9` misses at most the calls of that interval), and the
-//! counts read at most every [`SEEN_EVERY`] and at shutdown; removed once there is nothing.
+//! `reconcile_interval_ms`, so a `kill -9` misses at most the calls counted in that interval),
+//! before each round of its calls to Redis, and the counts read at most every [`SEEN_EVERY`]
+//! and at shutdown; removed once there is nothing. Each version is written whole, synced and
+//! renamed into place.
+//!
+//! **Named before they leave.** Only the background sync sends what Redis lacks (a call on the
+//! request path carries none of it, and counts it against its limit instead). It takes each
+//! slot's calls and give-backs into a call with a new id, writes the file naming that call as
+//! `[id, calls, returned]` among `unsure` (as a call whose reply never came), and only then
+//! sends it. Redis applies an id at most once (a batch sent again under its id only settles it,
+//! `script.rs`), so whatever instant the process dies at, the next gateway counts each call
+//! once: before the write the file still holds them as calls never sent, and none was; after
+//! it, it sends the id again. Redis forgets an answered call's id only once a later file no
+//! longer names it. A file that cannot be written holds the round back (logged): the calls wait
+//! here, counted, until it can.
+//!
+//! **A lease's unused part, never a served call.** A lease serves calls without writing
+//! anything, so its unused part at the last save says nothing of its unused part at a kill.
+//! The file names only a part no call may take any longer: at each sync's own save
+//! (`Save::Sync`), a lease that served no call since the previous one keeps its whole unused
+//! part for the file (named, served no more: a call that finds only that part asks for a new
+//! lease), one that served keeps nothing, and what it kept serves again once the file that no
+//! longer names it is written. A kill then gives back calls never served only: an idle lease's
+//! whole unused part, none of a lease that served or was granted since the last sync (still
+//! counted in Redis: the month reads up to a lease high per such key, never low).
 //!
 //! **Owned by a lock, not a pid.** A process holds its file under an exclusive `flock` for its
 //! whole life (each new version is locked before the rename that puts it in place). A file is
@@ -21,21 +44,27 @@
 //! both skips every file another file names (and names them too). Batches whose reply never
 //! came keep their ids, so Redis still applies each once.
 //!
-//! Releases before the lock wrote `quota.redis-carried.<pid>[-<tag>].json` (and claimed them by
-//! renaming to `...json.claimed.<pid>`): those are adopted when their pid is gone or is this
-//! process's own, as those releases did.
+//! **Earlier releases' files are handed over, never taken.** Releases before the lock wrote
+//! `quota.redis-carried.<pid>[-<tag>].json` (and claimed them by renaming to
+//! `...json.claimed.<pid>`). Nothing tells whether their writer still runs: a pid is one
+//! namespace's (a live old gateway in another container may be pid 1 too, or a pid this one
+//! does not see), and such a release rewrites its file only when its content changes, so no age
+//! tells either. They are left alone and named in a warning, once per process and file; the
+//! operator hands one over, once no gateway of such a release runs on the folder, by renaming
+//! it to `quota.carried.<hex digits>.json`: a file of this release's name nobody holds, which
+//! the next sync adopts (docs/operations.md).
 
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::slots::{Batch, Carried, Slot};
+use super::slots::{Batch, Carried, Carry, Slot};
 use super::RedisStore;
 use crate::quota::Month;
 
@@ -111,8 +140,8 @@ pub fn folder_of(state_file: &Path) -> PathBuf {
 enum Kind {
     /// This release's: adoptable when its lock can be taken.
     Locked,
-    /// An earlier release's, of process `pid` (its writer's, or its claimer's).
-    Legacy(u32),
+    /// An earlier release's (its writer's, or claimed by another process): never adopted.
+    Legacy,
 }
 
 fn kind_of(name: &str) -> Option<Kind> {
@@ -124,32 +153,14 @@ fn kind_of(name: &str) -> Option<Kind> {
             .then_some(Kind::Locked);
     }
     let rest = name.strip_prefix(LEGACY_PREFIX)?;
-    if let Some((_, claimer)) = rest.split_once(CLAIMED) {
-        return claimer.parse().ok().map(Kind::Legacy);
-    }
-    let stem = rest.strip_suffix(".json")?;
-    stem.split_once('-')
-        .map_or(stem, |(pid, _)| pid)
-        .parse()
-        .ok()
-        .map(Kind::Legacy)
-}
-
-/// Whether process `pid` exists (signal 0: nothing sent).
-fn alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
+    let pid = match rest.split_once(CLAIMED) {
+        Some((_, claimer)) => claimer,
+        None => {
+            let stem = rest.strip_suffix(".json")?;
+            stem.split_once('-').map_or(stem, |(pid, _)| pid)
+        }
     };
-    // SAFETY: kill(2) with signal 0 sends nothing: it only checks that the process exists.
-    let sent = unsafe { libc::kill(pid, 0) } == 0;
-    sent || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-/// An earlier release's file may be taken when its pid is gone or is this process's (a
-/// container restarted as pid 1 again). The lock is taken all the same: two gateways of this
-/// release never both take one.
-fn legacy_adoptable(me: u32, pid: u32, alive: impl Fn(u32) -> bool) -> bool {
-    pid == me || !alive(pid)
+    pid.parse::<u32>().ok().map(|_| Kind::Legacy)
 }
 
 /// Opens `path` and takes its lock without waiting; `None` when another process holds it,
@@ -195,16 +206,108 @@ struct OwnState {
     absorbed: BTreeSet<String>,
     /// Those files, locked, not removed yet.
     taken: Vec<Taken>,
+    /// Earlier releases' files named in a warning already.
+    told: BTreeSet<String>,
 }
 
 impl OwnFile {
     fn state(&self) -> MutexGuard<'_, OwnState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The files in the folder this process may adopt (this release's, their lock free), locked,
+    /// with their content.
+    fn adoptable(&self) -> Vec<(Taken, Body)> {
+        let Some(Ok(dir)) = self.path.parent().map(std::fs::read_dir) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for entry in dir.flatten() {
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            match kind_of(&name) {
+                Some(Kind::Locked) if path != self.path => {}
+                Some(Kind::Legacy) => {
+                    self.tell_legacy(name, &path);
+                    continue;
+                }
+                _ => continue,
+            }
+            let Some(mut lock) = lock_if_free(&path) else {
+                continue;
+            };
+            let body = read_body(&mut lock, &path);
+            found.push((
+                Taken {
+                    name,
+                    path,
+                    _lock: lock,
+                },
+                body,
+            ));
+        }
+        found
+    }
+
+    /// Names an earlier release's file in a warning, once per process.
+    fn tell_legacy(&self, name: String, path: &Path) {
+        if self.state().told.insert(name) {
+            log::warn!(
+                "quota store: {} is an earlier release's carried-calls file and is not adopted \
+                 (a gateway of that release may still write it): once none runs on this \
+                 folder, rename it to {PREFIX}<hex digits>.json and the next sync takes it in \
+                 (docs/operations.md, carried calls)",
+                path.display()
+            );
+        }
+    }
+
+    /// Writes `entries` (or removes the file when there is nothing); `now`: the counts read
+    /// too, without waiting for [`SEEN_EVERY`]. Once the file names the files this process took
+    /// in, those go. Whether the file holds `entries` (but perhaps older counts read).
+    fn write(&self, state: &mut OwnState, entries: Vec<Entry>, now: bool) -> bool {
+        let (body, owed) = encode(entries, &state.absorbed);
+        let fresh = state.written_at.is_some_and(|at| at.elapsed() < SEEN_EVERY);
+        let unchanged = state.written == body || (owed == state.owed && fresh && !now);
+        // Unchanged and still there (an operator may have removed it): nothing to write.
+        if unchanged && (body.is_empty() || self.path.exists()) && state.taken.is_empty() {
+            return true;
+        }
+        if let Some(folder) = self.path.parent() {
+            let _ = std::fs::create_dir_all(folder);
+        }
+        let done = if body.is_empty() {
+            match std::fs::remove_file(&self.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(None),
+            }
+        } else {
+            write_locked(&self.path, &body).map(Some)
+        };
+        match done {
+            Ok(lock) => {
+                state._lock = lock;
+                state.written = body;
+                state.owed = owed;
+                state.written_at = Some(Instant::now());
+                remove_taken(state);
+                true
+            }
+            Err(e) => {
+                log::error!(
+                    "quota store: carried calls not kept in {} (none is sent to Redis until \
+                     they are): {e}",
+                    self.path.display()
+                );
+                false
+            }
+        }
+    }
 }
 
-fn entry_of(slot: &Slot) -> Option<Entry> {
-    let carried = slot.tally().carried();
+fn entry_of(slot: &Slot, carried: Carried) -> Option<Entry> {
     (!carried.is_empty() || carried.seen > 0).then(|| Entry {
         key: slot.key_id().to_owned(),
         month: slot.month.label(),
@@ -262,7 +365,51 @@ fn write_locked(path: &Path, body: &[u8]) -> io::Result<File> {
     lock.ok_or_else(|| io::Error::other("no lock"))
 }
 
+/// Which save of the carried-calls file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Save {
+    /// Before a round of the sync's calls leaves: it names them.
+    Round,
+    /// The sync's own, once a sync: a lease that served no call since the last one keeps its
+    /// unused part for the file (idle for a whole sync, not for the moment between a round's
+    /// save and this one). At shutdown, the counts read too, without waiting for
+    /// [`SEEN_EVERY`].
+    Sync { shutting_down: bool },
+    /// After files were adopted: the counts read too, at once.
+    Adopted,
+}
+
+/// A sync round's calls, named in the carried-calls file, not sent yet: put back into their
+/// slots when dropped (the sync stopped, or its task was dropped), as calls that never left.
+pub(super) struct Unsent(pub(super) Vec<(Arc<Slot>, Carry)>);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        for (slot, carry) in self.0.drain(..) {
+            slot.tally().unsettled(carry, false);
+        }
+    }
+}
+
 impl RedisStore {
+    /// Takes what the slots owe Redis into one call per slot and writes the file naming those
+    /// calls, before any leaves (see the module documentation); `None` when nothing is owed or
+    /// the file could not be written (then everything is back in the slots).
+    pub(super) fn named_round(&self, slots: &[Arc<Slot>]) -> Option<Unsent> {
+        let round = Unsent(
+            slots
+                .iter()
+                .filter_map(|slot| {
+                    let mut tally = slot.tally();
+                    tally
+                        .owes()
+                        .then(|| (slot.clone(), tally.carry(self.next_id())))
+                })
+                .collect(),
+        );
+        (!round.0.is_empty() && self.save_carried(slots, Save::Round)).then_some(round)
+    }
+
     /// Keeps the carried calls in `folder` (see the module documentation).
     pub fn with_carried_folder(mut self, folder: PathBuf) -> Self {
         let mut tag = [0u8; 8];
@@ -285,49 +432,13 @@ impl RedisStore {
     /// sync to send, their counts read become floors, and the files go. How many files.
     pub fn adopt_carried(&self) -> usize {
         let Some(own) = &self.carried else { return 0 };
-        let Some(folder) = own.path.parent() else {
-            return 0;
-        };
-        let Ok(dir) = std::fs::read_dir(folder) else {
-            return 0;
-        };
-        let me = std::process::id();
-        let mut found = Vec::new();
-        for entry in dir.flatten() {
-            let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let Some(kind) = kind_of(&name) else { continue };
-            if path == own.path {
-                continue;
-            }
-            if let Kind::Legacy(pid) = kind {
-                if !legacy_adoptable(me, pid, alive) {
-                    continue;
-                }
-            }
-            let Some(mut lock) = lock_if_free(&path) else {
-                continue;
-            };
-            let body = read_body(&mut lock, &path);
-            found.push((
-                Taken {
-                    name,
-                    path,
-                    _lock: lock,
-                },
-                body,
-            ));
-        }
+        let found = own.adoptable();
         if found.is_empty() {
             return 0;
         }
-        let mut state = own.state();
         let n = found.len();
-        self.take_in(&mut state, found);
-        drop(state);
-        self.save_carried(&self.slots.all(), true);
+        self.take_in(&mut own.state(), found);
+        self.save_carried(&self.slots.all(), Save::Adopted);
         n
     }
 
@@ -392,43 +503,32 @@ impl RedisStore {
     }
 
     /// Writes what the slots carry and the counts they read (or removes the file when there
-    /// is nothing); `now`: the counts read too, without waiting for [`SEEN_EVERY`]. Once the
-    /// file names the files this process took in, those go.
-    pub(super) fn save_carried(&self, slots: &[std::sync::Arc<Slot>], now: bool) {
-        let Some(own) = &self.carried else { return };
-        let mut state = own.state();
-        let entries: Vec<Entry> = slots.iter().filter_map(|s| entry_of(s)).collect();
-        let (body, owed) = encode(entries, &state.absorbed);
-        let fresh = state.written_at.is_some_and(|at| at.elapsed() < SEEN_EVERY);
-        let unchanged = state.written == body || (owed == state.owed && fresh && !now);
-        // Unchanged and still there (an operator may have removed it): nothing to write.
-        if unchanged && (body.is_empty() || own.path.exists()) && state.taken.is_empty() {
-            return;
-        }
-        if let Some(folder) = own.path.parent() {
-            let _ = std::fs::create_dir_all(folder);
-        }
-        let done = if body.is_empty() {
-            match std::fs::remove_file(&own.path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-                _ => Ok(None),
-            }
-        } else {
-            write_locked(&own.path, &body).map(Some)
+    /// is nothing). Whether the file holds what the slots carry (always, when no file is
+    /// kept); only then do the slots act on it ([`super::slots::Tally::saved`]).
+    pub(super) fn save_carried(&self, slots: &[Arc<Slot>], save: Save) -> bool {
+        let Some(own) = &self.carried else {
+            return true;
         };
-        match done {
-            Ok(lock) => {
-                state._lock = lock;
-                state.written = body;
-                state.owed = owed;
-                state.written_at = Some(Instant::now());
-                remove_taken(&mut state);
-            }
-            Err(e) => log::error!(
-                "quota store: carried calls not kept in {}: {e}",
-                own.path.display()
-            ),
+        let mut state = own.state();
+        let mut entries = Vec::new();
+        let mut savings = Vec::with_capacity(slots.len());
+        let keep_idle = matches!(save, Save::Sync { .. });
+        for slot in slots {
+            let (carried, saving) = slot.tally().for_file(keep_idle);
+            entries.extend(entry_of(slot, carried));
+            savings.push(saving);
         }
+        let now = matches!(
+            save,
+            Save::Sync {
+                shutting_down: true
+            } | Save::Adopted
+        );
+        let done = own.write(&mut state, entries, now);
+        for (slot, saving) in slots.iter().zip(savings) {
+            slot.tally().saved(saving, done);
+        }
+        done
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! A lease is counted in Redis when it is granted, so admitting from it never overshoots the
 //! limit (and keeps working while Redis is down); what is not used within the sync interval is
-//! given back. A killed gateway's unused part is given back by its successor from the last
-//! sync's snapshot (`carried.rs`), which may return up to a lease too many (docs/scaling.md).
+//! given back. A killed gateway's unused part is given back by its successor from the
+//! carried-calls file (`carried.rs`), which names only a part the lease can no longer serve
+//! (`kept`): it never gives back a call that was served.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,11 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Lease {
     left: u64,
+    /// Of `left`, the part the carried-calls file may name as unused (to give back after a
+    /// kill): never served, so that the file never claims more unused calls than there are.
+    kept: u64,
+    /// A call was served from the lease since the sync last saved the carried-calls file.
+    served: bool,
     /// When the last calls were added to it: unused calls are given back this long after.
     granted: Option<Instant>,
     /// A lease request is in flight (one per key at a time; meanwhile calls take the exact way).
@@ -19,15 +25,51 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Takes one call; returns how many remain, or `None` when the lease is used up.
+    /// Takes one call; returns how many remain (kept ones too), or `None` when the lease is used
+    /// up (but for its kept part).
     pub fn take(&mut self) -> Option<u64> {
-        self.left = self.left.checked_sub(1)?;
+        if self.left <= self.kept {
+            return None;
+        }
+        self.left -= 1;
+        self.served = true;
         Some(self.left)
     }
 
-    /// Reserved calls not used yet.
+    /// Reserved calls not used yet (kept ones too).
+    #[cfg(test)]
     pub fn left(&self) -> u64 {
         self.left
+    }
+
+    /// Reserved calls a call may still take: not the kept part.
+    fn servable(&self) -> u64 {
+        self.left - self.kept
+    }
+
+    /// The part of the unused calls the carried-calls file kept.
+    pub fn kept(&self) -> u64 {
+        self.kept
+    }
+
+    /// What the carried-calls file about to be written names as this lease's unused part: all
+    /// of it when no call was served from it since the sync's last save (an idle lease, which
+    /// serves none of it from now on, until a later save names less), else nothing (a busy
+    /// lease, whose unused part changes with every call). Kept at once: no call can take what
+    /// the file will name, whenever the write lands.
+    pub fn keep_for_file(&mut self) -> u64 {
+        let keep = if std::mem::take(&mut self.served) {
+            0
+        } else {
+            self.left
+        };
+        self.kept = self.kept.max(keep);
+        keep
+    }
+
+    /// The file naming `kept` of this lease is written: what is above it may be served.
+    pub fn file_written(&mut self, kept: u64) {
+        self.kept = self.kept.min(kept);
     }
 
     /// Whether a call taking from this lease should also ask for the next one: half of a `size`
@@ -37,12 +79,12 @@ impl Lease {
     /// longer than a quarter of a lease lasts (it did at 100,000 calls a second with leases of
     /// 100, one round in two).
     pub fn wants_refill(&self, size: u64) -> bool {
-        size > 1 && !self.requesting && self.left <= size / 2
+        size > 1 && !self.requesting && self.servable() <= size / 2
     }
 
-    /// No reserved call left, and a request for more in flight: worth waiting for.
+    /// No reserved call left to take, and a request for more in flight: worth waiting for.
     pub fn awaited(&self) -> bool {
-        self.left == 0 && self.requesting
+        self.servable() == 0 && self.requesting
     }
 
     /// No reserved call left and no request for more in flight.
@@ -78,6 +120,7 @@ impl Lease {
             return 0;
         }
         self.granted = None;
+        self.kept = 0;
         std::mem::take(&mut self.left)
     }
 }
@@ -209,6 +252,42 @@ mod tests {
         assert_eq!(l.take(), Some(0));
         assert_eq!(l.take(), None);
         assert_eq!(l.left(), 0);
+    }
+
+    #[test]
+    fn the_part_kept_for_the_carried_file_is_never_served() {
+        let t0 = Instant::now();
+        let mut l = Lease::default();
+        l.grant(10, t0);
+        assert_eq!(l.take(), Some(9));
+        // Served since the last save: the file names nothing of it, and it serves on.
+        assert_eq!(l.keep_for_file(), 0);
+        l.file_written(0);
+        assert_eq!(l.take(), Some(8));
+        assert_eq!(l.keep_for_file(), 0);
+        l.file_written(0);
+        // Idle since: the file names the 8 left, which serve no more.
+        assert_eq!(l.keep_for_file(), 8);
+        assert_eq!(l.take(), None);
+        assert!(l.wants_refill(10));
+        l.file_written(8);
+        assert_eq!(l.take(), None);
+        // A new grant serves; the next save names nothing, and once it is written all of it
+        // serves again.
+        l.grant(4, t0);
+        assert_eq!(l.take(), Some(11));
+        assert_eq!(l.keep_for_file(), 0);
+        assert_eq!((l.kept(), l.left()), (8, 11));
+        for _ in 0..3 {
+            l.take();
+        }
+        assert_eq!(l.take(), None, "not before the file says so");
+        l.file_written(0);
+        assert_eq!(l.take(), Some(7));
+        // Given back whole, kept part and all.
+        l.keep_for_file();
+        assert_eq!(l.give_back(true, Duration::ZERO, t0), 7);
+        assert_eq!((l.kept(), l.left()), (0, 0));
     }
 
     #[test]

@@ -112,6 +112,8 @@ pub struct RedisStore {
     /// Refills running on their own: the final sync waits for them (a lease granted after it
     /// would be counted in Redis and never used or given back).
     refills: AtomicUsize,
+    /// A test's pause between the sync's calls and its write of the carried file.
+    carry_pause: Option<std::time::Duration>,
 }
 
 /// What a counting call does ([`RedisStore::plan`]).
@@ -161,6 +163,7 @@ impl RedisStore {
             wait_watch: std::sync::Mutex::new(leases::WaitWatch::new(Instant::now())),
             me: Weak::new(),
             refills: AtomicUsize::new(0),
+            carry_pause: None,
         })
     }
 
@@ -170,6 +173,13 @@ impl RedisStore {
             me: me.clone(),
             ..self
         })
+    }
+
+    /// Holds each sync that sent counts to Redis for `pause` before it writes the carried file
+    /// (tests of a `kill -9` in that window; `DOMAIN_RISK_GATEWAY_CARRY_PAUSE_MS`).
+    pub fn with_carry_pause(mut self, pause: Option<std::time::Duration>) -> Self {
+        self.carry_pause = pause;
+        self
     }
 
     fn next_id(&self) -> u64 {
@@ -333,14 +343,14 @@ impl RedisStore {
                     return Plan::Done(allowed);
                 }
                 tally.lease.start_request();
-                return Plan::Refill(tally.carry(self.next_id(), size), allowed);
+                return Plan::Refill(tally.call(self.next_id(), size), allowed);
             }
         }
         match self.breaker.admit(Instant::now()) {
             Admit::Skip => Plan::Fallback,
             // A batch is counted all or none in one call, beside any lease.
             Admit::Call | Admit::Probe if calls > 1 => {
-                let mut carry = tally.carry(self.next_id(), calls);
+                let mut carry = tally.call(self.next_id(), calls);
                 carry.exact = true;
                 Plan::Exchange(carry)
             }
@@ -352,8 +362,9 @@ impl RedisStore {
                 } else {
                     1
                 };
-                // Local counts ride along with this call, so they land atomically with it.
-                Plan::Exchange(tally.carry(self.next_id(), want))
+                // Local counts are the sync's to send (named in the carried-calls file first):
+                // this call counts them against its limit instead.
+                Plan::Exchange(tally.call(self.next_id(), want))
             }
         }
     }
@@ -597,41 +608,80 @@ impl RedisStore {
             self.tell_lease_waits();
         }
         let slots = self.slots.all();
-        // Leases serve while Redis is down: keep them then (except at shutdown).
-        if self.config.batched() && (shutting_down || self.breaker.is_closed()) {
-            let now = Instant::now();
-            for slot in &slots {
-                let mut tally = slot.tally();
-                let unused = tally
-                    .lease
-                    .give_back(shutting_down, self.config.sync_interval, now);
-                tally.give_back(unused);
-            }
+        self.give_back_leases(&slots, shutting_down);
+        let carried = self.send_owed(&slots).await;
+        if let Some(pause) = self.carry_pause.filter(|_| carried) {
+            tokio::time::sleep(pause).await;
         }
-        let now = self.clock.now();
-        'slots: for slot in &slots {
-            // Bounded: a slot owing more batches than one call carries takes a few calls.
-            for _ in 0..SYNC_CALLS_PER_SLOT {
-                if !slot.tally().owes() {
-                    break;
-                }
-                if self.breaker.admit(Instant::now()) == Admit::Skip {
-                    break 'slots;
-                }
-                let carry = slot.tally().carry(self.next_id(), 0);
-                if self
-                    .exchange(slot, carry, 0, now, LeaseTo::Lease)
-                    .await
-                    .is_err()
-                {
-                    break 'slots;
-                }
-            }
-        }
-        self.save_carried(&slots, shutting_down);
+        self.save_carried(&slots, carried::Save::Sync { shutting_down });
         // What a process gone meanwhile left (the old one of an upgrade, at its end).
         self.adopt_carried();
         slots.iter().map(|s| s.tally().local_calls()).sum()
+    }
+}
+
+impl RedisStore {
+    /// Moves the leases' unused calls past the sync interval (all of them when `shutting_down`)
+    /// to the give-backs the sync sends. Leases serve while Redis is down: kept then (except at
+    /// shutdown).
+    fn give_back_leases(&self, slots: &[Arc<Slot>], shutting_down: bool) {
+        if !self.config.batched() || !(shutting_down || self.breaker.is_closed()) {
+            return;
+        }
+        let now = Instant::now();
+        for slot in slots {
+            let mut tally = slot.tally();
+            let unused = tally
+                .lease
+                .give_back(shutting_down, self.config.sync_interval, now);
+            tally.give_back(unused);
+        }
+    }
+
+    /// Sends what the slots owe Redis (calls counted here, give-backs, batches whose reply never
+    /// came), one call per slot a round. Each round's calls are named in the carried-calls file
+    /// before the first leaves: whatever instant the process dies at, the file names them under
+    /// the ids Redis applies once. Nothing the file could not name is sent. Whether any call
+    /// carried calls or give-backs of its own.
+    async fn send_owed(&self, slots: &[Arc<Slot>]) -> bool {
+        let now = self.clock.now();
+        let mut carried = false;
+        // Bounded: a slot owing more batches than one call carries takes a few rounds.
+        for _ in 0..SYNC_CALLS_PER_SLOT {
+            if !slots.iter().any(|s| s.tally().owes())
+                || self.breaker.admit(Instant::now()) == Admit::Skip
+            {
+                break;
+            }
+            let Some(mut round) = self.named_round(slots) else {
+                break;
+            };
+            carried |= round.0.iter().any(|(_, carry)| carry.named);
+            if !self.send_round(&mut round, now).await {
+                break;
+            }
+        }
+        carried
+    }
+
+    /// Sends a round's calls, the first as admitted already; whether all went through (the
+    /// rest go back to their slots, unsent, when `round` drops).
+    async fn send_round(&self, round: &mut carried::Unsent, now: DateTime<Utc>) -> bool {
+        let mut admitted = true;
+        while let Some((slot, carry)) = round.0.pop() {
+            if !std::mem::take(&mut admitted) && self.breaker.admit(Instant::now()) == Admit::Skip {
+                round.0.push((slot, carry));
+                return false;
+            }
+            if self
+                .exchange(&slot, carry, 0, now, LeaseTo::Lease)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -772,19 +822,21 @@ impl QuotaStore for RedisStore {
             Plan::Exchange(carry) => carry,
         };
         let (want, exact, leasing) = (carry.want, carry.exact, carry.leasing());
+        // Admitted against the limit less the local calls Redis may lack: counted in the answer.
+        let local = carry.local;
         let result = self
             .exchange(&slot, carry, limit, now, LeaseTo::CallFirst)
             .await;
         let answer = match result {
-            Ok(reply) => Ok(match reply.outcome {
-                Outcome::Leased if exact => Consumed::Allowed(usage(reply.used)),
-                Outcome::Leased => {
+            Ok(reply) => Ok(match (reply.outcome, reply.used.saturating_add(local)) {
+                (Outcome::Leased, used) if exact => Consumed::Allowed(usage(used)),
+                (Outcome::Leased, used) => {
                     // This call took the first of the lease (granted in `exchange`).
                     let left = want - 1;
-                    Consumed::Allowed(usage(reply.used.saturating_sub(left)))
+                    Consumed::Allowed(usage(used.saturating_sub(left)))
                 }
-                Outcome::Counted => Consumed::Allowed(usage(reply.used)),
-                Outcome::NotCounted | Outcome::RanBefore => Consumed::Exceeded(usage(reply.used)),
+                (Outcome::Counted, used) => Consumed::Allowed(usage(used)),
+                (Outcome::NotCounted | Outcome::RanBefore, used) => Consumed::Exceeded(usage(used)),
             }),
             Err(_) => self.fallback(&slot, limit, calls, now),
         };

@@ -174,7 +174,8 @@ fn keys(slot: &Slot, legacy: bool) -> Vec<&str> {
 /// The script's arguments for `carry`.
 fn args(carry: &Carry, limit: u64, ttl_seconds: i64) -> Vec<Vec<u8>> {
     let mut args = Vec::with_capacity(8 + 2 * carry.unsure.len() + carry.applied.len());
-    args.extend(limit.to_redis_args());
+    // The local calls Redis may lack count against the limit all the same.
+    args.extend(limit.saturating_sub(carry.local).to_redis_args());
     args.extend(ttl_seconds.to_redis_args());
     if carry.exact {
         args.extend((-i64::try_from(carry.want).unwrap_or(i64::MAX)).to_redis_args());

@@ -59,6 +59,12 @@ pub struct Carry {
     /// The epoch `floor` was read in (0: unknown): a reading from an earlier life of the count
     /// may raise it (`script.rs`).
     pub floor_epoch: u64,
+    /// Calls counted here that Redis may lack and that this call does not carry (they are the
+    /// sync's to send): the call's limit is lowered by them, so that its admission counts them.
+    pub local: u64,
+    /// The carried-calls file names this call's own batch (a sync's call that carries calls or
+    /// give-backs): Redis may forget its id only once a later file no longer names it.
+    pub named: bool,
 }
 
 impl Carry {
@@ -75,11 +81,6 @@ impl Carry {
     /// Whether the call asks for a lease (and so holds the slot's one lease request).
     pub fn leasing(&self) -> bool {
         self.want > 1 && !self.exact
-    }
-
-    /// Calls counted locally that this call carries.
-    fn local_calls(&self) -> u64 {
-        self.calls + self.unsure.iter().map(|b| b.calls).sum::<u64>()
     }
 }
 
@@ -98,18 +99,37 @@ pub struct Tally {
     unsure: Vec<Batch>,
     /// Ids of calls Redis answered, to tell it with the next call.
     applied: Vec<u64>,
-    /// Local calls carried by calls in flight (still counted here until Redis has them).
-    in_flight: u64,
+    /// Batches a sync's call is carrying now (its own, of what it took from `pending` and
+    /// `unused`, and the earlier ones it settles): named in the carried-calls file before the
+    /// call left, and still counted here until Redis has them.
+    sending: Vec<Batch>,
+    /// Ids of answered calls that a carried-calls file named: Redis may forget them (they join
+    /// `applied`) once a file that no longer names them is written.
+    forget_after_save: Vec<u64>,
     pub lease: Lease,
+}
+
+/// What a save of the carried-calls file took from a slot besides its content: what the slot
+/// may do once that file is written.
+#[derive(Debug, Default)]
+pub struct Saving {
+    /// The lease's unused part the file names.
+    kept: u64,
+    /// Ids the file no longer names.
+    forget: Vec<u64>,
+}
+
+fn calls_of(batches: &[Batch]) -> u64 {
+    batches.iter().map(|b| b.calls).sum()
 }
 
 impl Tally {
     /// Calls counted here that Redis may not have yet.
     pub fn local_calls(&self) -> u64 {
-        self.pending + self.in_flight + self.unsure.iter().map(|b| b.calls).sum::<u64>()
+        self.pending + calls_of(&self.sending) + calls_of(&self.unsure)
     }
 
-    /// Whether a call should carry anything to Redis.
+    /// Whether the sync has anything to send to Redis.
     pub fn owes(&self) -> bool {
         self.pending > 0 || self.unused > 0 || !self.unsure.is_empty()
     }
@@ -117,7 +137,7 @@ impl Tally {
     /// Nothing here that Redis lacks or may still send: no local counts (sent or not), no
     /// lease. Ids to forget need not be sent: their markers expire with the month's count.
     fn settled_all(&self) -> bool {
-        !self.owes() && self.local_calls() == 0 && self.lease.is_idle()
+        !self.owes() && self.sending.is_empty() && self.local_calls() == 0 && self.lease.is_idle()
     }
 
     /// Fail-open admission: counts one call locally if the last shared count plus the local
@@ -143,34 +163,97 @@ impl Tally {
         self.unused += calls;
     }
 
-    /// Takes what the next Redis call (id `id`, counting `want` calls) sends along.
-    pub fn carry(&mut self, id: u64, want: u64) -> Carry {
-        let n = self.unsure.len().min(MAX_CARRIED_BATCHES);
-        let carry = Carry {
+    /// A counting call (id `id`, counting `want` calls) on the request path: it carries nothing
+    /// Redis lacks (the sync sends that, named in the carried-calls file first), only the ids
+    /// Redis may forget, and lowers its limit by the local calls.
+    pub fn call(&mut self, id: u64, want: u64) -> Carry {
+        Carry {
             id,
             want,
-            exact: false,
+            applied: std::mem::take(&mut self.applied),
+            floor: self.known,
+            floor_epoch: self.epoch,
+            local: self.local_calls(),
+            ..Carry::default()
+        }
+    }
+
+    /// A sync's call (id `id`, counting nothing of its own): takes what Redis lacks (calls never
+    /// sent, give-backs, a bounded number of batches whose reply never came) into batches the
+    /// carried-calls file names from now on (see [`Self::for_file`]).
+    pub fn carry(&mut self, id: u64) -> Carry {
+        let n = self.unsure.len().min(MAX_CARRIED_BATCHES);
+        let mut carry = Carry {
+            id,
             calls: std::mem::take(&mut self.pending),
             returned: std::mem::take(&mut self.unused),
             unsure: self.unsure.drain(..n).collect(),
             applied: std::mem::take(&mut self.applied),
             floor: self.known,
             floor_epoch: self.epoch,
+            ..Carry::default()
         };
-        self.in_flight += carry.local_calls();
+        carry.named = carry.calls > 0 || carry.returned > 0;
+        if carry.named {
+            self.sending.push(Batch {
+                id,
+                calls: carry.calls,
+                returned: carry.returned,
+            });
+        }
+        self.sending.extend_from_slice(&carry.unsure);
         carry
     }
 
-    /// What Redis may lack and no call is carrying now (for the carried-calls file): calls
-    /// never sent, calls Redis counts that were never served (the lease's unused part, and
-    /// give-backs not sent yet), and batches whose reply never came.
+    /// The call for `carry` ended: its batches are no longer in flight.
+    fn landed(&mut self, carry: &Carry) {
+        self.sending
+            .retain(|b| b.id != carry.id && !carry.unsure.iter().any(|u| u.id == b.id));
+    }
+
+    /// What the carried-calls file would hold for this slot now, the lease's part as kept.
+    #[cfg(test)]
     pub fn carried(&self) -> Carried {
+        self.carried_with(self.lease.kept())
+    }
+
+    /// What Redis may lack: calls never sent, calls Redis counts that will never be served
+    /// (`kept` of the lease, and give-backs not sent yet), and batches whose reply never came
+    /// or that a call is carrying now.
+    fn carried_with(&self, kept: u64) -> Carried {
         Carried {
             calls: self.pending,
-            returned: self.unused + self.lease.left(),
-            unsure: self.unsure.clone(),
+            returned: self.unused + kept,
+            unsure: self.unsure.iter().chain(&self.sending).copied().collect(),
             seen: self.known,
             epoch: self.epoch,
+        }
+    }
+
+    /// What the carried-calls file about to be written holds for this slot, and what the slot
+    /// may do once it is written ([`Self::saved`]). With `keep_idle`, the lease's part it names
+    /// is decided afresh and kept from now on ([`Lease::keep_for_file`]); else it is the part
+    /// kept already.
+    pub fn for_file(&mut self, keep_idle: bool) -> (Carried, Saving) {
+        let kept = match keep_idle {
+            true => self.lease.keep_for_file(),
+            false => self.lease.kept(),
+        };
+        let saving = Saving {
+            kept,
+            forget: std::mem::take(&mut self.forget_after_save),
+        };
+        (self.carried_with(kept), saving)
+    }
+
+    /// The file [`Self::for_file`] went into is written (`done`) or not: once it is, the lease
+    /// serves what the file no longer names, and Redis may forget the ids it no longer names.
+    pub fn saved(&mut self, saving: Saving, done: bool) {
+        if done {
+            self.lease.file_written(saving.kept);
+            self.applied.extend(saving.forget);
+        } else {
+            self.forget_after_save.extend(saving.forget);
         }
     }
 
@@ -197,11 +280,13 @@ impl Tally {
     /// marker under its id (it added something), which Redis may now drop. `epoch`: the
     /// count's, which `used` was read in.
     pub fn settled(&mut self, carry: &Carry, used: u64, marked: bool, epoch: u64) {
-        self.in_flight -= carry.local_calls();
+        self.landed(carry);
         self.known = used;
         self.epoch = epoch;
-        if marked {
-            self.applied.push(carry.id);
+        match (marked, carry.named) {
+            (true, false) => self.applied.push(carry.id),
+            (true, true) => self.forget_after_save.push(carry.id),
+            (false, _) => {}
         }
     }
 
@@ -209,7 +294,7 @@ impl Tally {
     /// not a refusal): its id and what it carried become a batch that Redis settles by id later,
     /// setting that id's contribution to the carried counts whatever the call itself did.
     pub fn unsettled(&mut self, carry: Carry, maybe_ran: bool) {
-        self.in_flight -= carry.local_calls();
+        self.landed(&carry);
         self.unsure.extend(carry.unsure);
         // Forgetting ids is idempotent: send them again.
         self.applied.extend(carry.applied);
@@ -463,7 +548,7 @@ mod tests {
         );
         // Once synced and let go, they go too.
         let b = slots.get("b", march);
-        let carry = b.tally().carry(1, 0);
+        let carry = b.tally().carry(1);
         b.tally().settled(&carry, 1, true, 1);
         drop((b, held));
         assert_eq!(slots.maintain(april_1st + PRUNE_AFTER), 2);
@@ -497,11 +582,11 @@ mod tests {
         };
         assert_eq!(t.count_locally_n(14, 5), Err(10));
         assert_eq!(t.count_locally_n(14, 4), Ok(14));
-        assert_eq!(t.carry(1, 0).calls, 4);
+        assert_eq!(t.carry(1).calls, 4);
     }
 
     #[test]
-    fn local_counts_ride_along_and_are_done_once_answered() {
+    fn the_sync_carries_local_counts_under_a_named_id_and_requests_count_them_below_the_limit() {
         let mut t = Tally {
             known: 10,
             ..Tally::default()
@@ -510,27 +595,54 @@ mod tests {
         assert_eq!(t.count_locally(12), Ok(12));
         assert_eq!(t.count_locally(12), Err(12));
         t.give_back(3);
-        let c = t.carry(7, 1);
-        assert_eq!((c.calls, c.returned, c.delta()), (2, 3, -1));
+        // A request's call carries none of it: its limit is lowered by the local calls.
+        let r = t.call(6, 1);
+        assert_eq!((r.calls, r.returned, r.unsure.len(), r.local), (0, 0, 0, 2));
+        assert!(!r.named);
+        t.settled(&r, 11, true, 1);
+        assert!(t.owes());
+        let c = t.carry(7);
+        assert_eq!((c.calls, c.returned, c.delta(), c.named), (2, 3, -1, true));
+        // The request's id was never in a file: Redis may forget it at once.
+        assert_eq!(c.applied, vec![6]);
         assert!(!t.owes());
-        // Until Redis has them, carried calls still count here.
+        // Until Redis has them, carried calls still count here, and the file names them under
+        // the call's id (sent again under it after a kill, Redis applies them once).
         assert_eq!(t.local_calls(), 2);
-        assert_eq!(t.count_locally(12), Err(12));
+        assert_eq!(t.count_locally(12), Err(13));
+        let named = t.carried();
+        assert_eq!((named.calls, named.returned), (0, 0));
+        assert_eq!(
+            named.unsure,
+            [Batch {
+                id: 7,
+                calls: 2,
+                returned: 3
+            }]
+        );
         t.settled(&c, 20, true, 1);
         assert_eq!(t.known, 20);
         assert_eq!(t.local_calls(), 0);
-        // The answered call's id is forgotten by Redis with the next call.
-        assert_eq!(t.carry(8, 1).applied, vec![7]);
+        // Its id is forgotten only once a file that no longer names it is written.
+        assert!(t.call(8, 1).applied.is_empty());
+        let (held, saving) = t.for_file(true);
+        assert!(held.unsure.is_empty());
+        t.saved(saving, false);
+        assert!(t.call(9, 1).applied.is_empty(), "the write failed");
+        let (_, saving) = t.for_file(true);
+        t.saved(saving, true);
+        assert_eq!(t.call(10, 1).applied, vec![7]);
     }
 
     #[test]
     fn a_refused_call_puts_its_counts_back() {
         let mut t = Tally::default();
         t.count_locally(100).unwrap();
-        let c = t.carry(1, 1);
+        let c = t.carry(1);
         t.unsettled(c, false);
         assert_eq!(t.local_calls(), 1);
-        let again = t.carry(2, 1);
+        assert_eq!(t.carried().calls, 1);
+        let again = t.carry(2);
         assert_eq!((again.calls, again.unsure.len()), (1, 0));
     }
 
@@ -539,13 +651,11 @@ mod tests {
         let mut t = Tally::default();
         t.count_locally(100).unwrap();
         t.count_locally(100).unwrap();
-        let first = t.carry(1, 1);
+        let first = t.carry(1);
         t.unsettled(first, true);
-        // The call itself, served locally, is a plain local count: the batch holds only what
-        // the call carried, so that a late run of the call is corrected to exactly that.
         assert_eq!(t.count_locally(100), Ok(3));
         assert_eq!(t.local_calls(), 3);
-        let second = t.carry(2, 1);
+        let second = t.carry(2);
         assert_eq!(
             second.unsure,
             vec![Batch {
@@ -557,15 +667,19 @@ mod tests {
         assert_eq!(second.calls, 1);
         // It timed out too: both batches wait, neither is merged into plain counts.
         t.unsettled(second, true);
-        let third = t.carry(3, 0);
+        // A request's call that timed out may have counted its call: a batch of its own (the
+        // call itself, served locally, is a plain local count).
+        let third = t.call(3, 1);
+        t.unsettled(third, true);
+        let fourth = t.carry(4);
         assert_eq!(
-            third.unsure.iter().map(|b| b.id).collect::<Vec<_>>(),
-            [1, 2]
+            fourth.unsure.iter().map(|b| b.id).collect::<Vec<_>>(),
+            [1, 2, 3]
         );
-        assert_eq!(third.calls, 0);
-        t.settled(&third, 3, false, 1);
+        assert_eq!(fourth.calls, 0);
+        t.settled(&fourth, 3, false, 1);
         assert!(
-            t.carry(4, 1).applied.is_empty(),
+            t.call(5, 1).applied.is_empty(),
             "no marker, nothing to drop"
         );
         assert!(!t.owes());
@@ -574,11 +688,11 @@ mod tests {
     #[test]
     fn a_call_that_could_have_added_nothing_leaves_no_batch() {
         let mut t = Tally::default();
-        let c = t.carry(1, 0);
+        let c = t.carry(1);
         t.unsettled(c, true);
         assert!(!t.owes());
         // But one that asked to count a call could have counted it.
-        let c = t.carry(2, 1);
+        let c = t.call(2, 1);
         t.unsettled(c, true);
         assert!(t.owes());
         assert_eq!(t.local_calls(), 0);
@@ -588,12 +702,13 @@ mod tests {
     fn batches_are_carried_a_bounded_number_at_a_time() {
         let mut t = Tally::default();
         for id in 0..(MAX_CARRIED_BATCHES as u64 + 5) {
-            let c = t.carry(id, 1);
+            let c = t.call(id, 1);
             t.unsettled(c, true);
         }
-        let c = t.carry(1_000, 0);
+        let c = t.carry(1_000);
         assert_eq!(c.unsure.len(), MAX_CARRIED_BATCHES);
+        assert_eq!(t.carried().unsure.len(), MAX_CARRIED_BATCHES + 5);
         t.settled(&c, 0, false, 1);
-        assert_eq!(t.carry(1_001, 0).unsure.len(), 5);
+        assert_eq!(t.carry(1_001).unsure.len(), 5);
     }
 }
