@@ -72,7 +72,7 @@ impl KeysSource {
         use super::managed::{self, ManagedError, ManagedFile};
         let mut operator = operator;
         if self.record_first_seen {
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let now = drg_base::infra::units::now_rfc3339();
             if let Err(e) = managed::fill_first_seen(path, &mut operator, &now) {
                 log::warn!("keys: first-seen times not recorded: {e}");
             }
@@ -102,7 +102,7 @@ impl KeysSource {
         }
         if self.record_first_seen && !merged.revoked.is_empty() {
             if let Some(pending) = &self.shared_pending {
-                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                let now = drg_base::infra::units::now_rfc3339();
                 let queued = super::shared_keys::pending::queue_revoked(
                     pending,
                     &file,

@@ -17,7 +17,7 @@ pub fn key_new(
 ) -> Result<String, CommandError> {
     let settings = settings(conf, Default::default())?;
     let secret = generate_secret()?;
-    let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let created_at = drg_base::infra::units::now_rfc3339();
     let extras = EntryExtras {
         project,
         label: None,

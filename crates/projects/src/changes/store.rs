@@ -125,9 +125,4 @@ pub trait ChangeStore: Send + Sync {
 }
 
 /// `at` (unix seconds) as RFC 3339, UTC, seconds.
-pub fn rfc3339(at: i64) -> String {
-    chrono::DateTime::from_timestamp(at, 0)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
+pub use drg_base::infra::units::unix_rfc3339 as rfc3339;

@@ -135,8 +135,7 @@ impl Neighbourhood {
         }
         let mut finding = self.read().finding(domain, project)?;
         if !hold.is_zero() {
-            finding.since =
-                Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            finding.since = Some(drg_base::infra::units::now_rfc3339());
             self.held
                 .insert(held_key, (finding.clone(), Instant::now() + hold));
         }

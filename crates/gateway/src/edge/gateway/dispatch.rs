@@ -131,7 +131,8 @@ impl Gateway {
     /// Refuses request framing the API never accepts ([`bodies::refuse_framing`]). Only the
     /// methods that take a body may carry a (small) one: `POST /v1/keys` and a rotation, a
     /// batch, `PUT /v1/overrides/{d}`, `POST /v1/webhooks` and `POST /v1/reports`; a `GET`,
-    /// `DELETE`, preflight or any other method with one is a `400`, as anywhere in the API.
+    /// `DELETE` or preflight with one is a `400`, as anywhere in the API; a method no route
+    /// takes gets its `405` (the body left unread).
     async fn refuse_framing(&self, session: &mut Session, ctx: &mut RequestCtx) -> Option<Answer> {
         let header = session.req_header();
         let body_limit = body_limit(
@@ -272,11 +273,7 @@ impl Gateway {
         let (Some(audit), Some(change), Some(p)) = (&self.audit, change, &ctx.principal) else {
             return answer;
         };
-        let at = self
-            .shared
-            .clock
-            .now()
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let at = drg_base::infra::units::rfc3339(self.shared.clock.now());
         if let Some(mut entry) = crate::account::audit::entry_of(change, &answer, &p.key.id, at) {
             entry.project = p.key.project.to_string();
             audit.record(&p.key.plan, entry).await;
@@ -499,14 +496,25 @@ fn body_limit(method: &Method, path: &str, keys: Option<usize>, batch: usize) ->
     use crate::edge::route::{
         takes_keys_body, BATCH_PATH, OVERRIDES_ITEM_PREFIX, REPORTS_PATH, WEBHOOKS_PATH,
     };
-    match *method {
-        Method::POST if takes_keys_body(path) => keys.unwrap_or(0),
-        Method::PUT if path.starts_with(OVERRIDES_ITEM_PREFIX) => {
-            crate::account::overrides::MAX_BODY_BYTES
-        }
-        Method::POST if path == WEBHOOKS_PATH => crate::account::webhooks::api::MAX_BODY_BYTES,
-        Method::POST if path == REPORTS_PATH => crate::account::verdict_reports::MAX_BODY_BYTES,
-        Method::POST if path == BATCH_PATH => batch,
+    // A method the route takes without a body refuses one (`400`); a method the route does
+    // not take gets the path's limit, so its answer is the route's `405` (the body unread).
+    let not_taken = matches!(
+        crate::edge::route::route(method, path, None),
+        Err(crate::edge::route::RouteError::MethodNotAllowed { .. })
+    );
+    let bodiless = matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
+    );
+    if bodiless && !not_taken {
+        return 0;
+    }
+    match path {
+        _ if takes_keys_body(path) => keys.unwrap_or(0),
+        _ if path.starts_with(OVERRIDES_ITEM_PREFIX) => crate::account::overrides::MAX_BODY_BYTES,
+        WEBHOOKS_PATH => crate::account::webhooks::api::MAX_BODY_BYTES,
+        REPORTS_PATH => crate::account::verdict_reports::MAX_BODY_BYTES,
+        BATCH_PATH => batch,
         _ => 0,
     }
 }
@@ -538,5 +546,15 @@ mod body_tests {
             assert_eq!(limit(m.clone(), p), 0, "{m} {p}");
         }
         assert_eq!(body_limit(&Method::POST, "/v1/keys", None, 1), 0);
+        // A method the route does not take, on a path that takes a body: its limit, so
+        // routing answers 405.
+        assert_eq!(
+            limit(Method::TRACE, "/v1/webhooks"),
+            limit(Method::POST, "/v1/webhooks")
+        );
+        assert_eq!(limit(Method::PATCH, "/v1/keys"), 4096);
+        assert_eq!(limit(Method::DELETE, "/v1/keys"), 4096);
+        assert_eq!(limit(Method::GET, "/v1/keys/k1/rotate"), 4096);
+        assert!(limit(Method::GET, "/v1/overrides/a.com") > 0);
     }
 }

@@ -71,8 +71,9 @@ impl FileAudit {
 
     fn append_now(&self, entry: Entry, keep_days: u32) -> Result<(), AuditError> {
         self.with(|c, path| {
-            let cutoff = (chrono::Utc::now() - chrono::Duration::days(i64::from(keep_days)))
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let cutoff = drg_base::infra::units::rfc3339(
+                chrono::Utc::now() - chrono::Duration::days(i64::from(keep_days)),
+            );
             insert(c, path, &entry, chrono::Utc::now().timestamp_micros())?;
             // Only this project's rows past its bounds: the age, then the count.
             c.execute(
@@ -213,7 +214,7 @@ mod tests {
         Entry {
             id: String::new(),
             project: project.into(),
-            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            at: drg_base::infra::units::now_rfc3339(),
             key_id: "k".into(),
             action: "override.set".into(),
             target: format!("d{n}.example"),

@@ -15,7 +15,7 @@ use drg_access::managed::ManagedKey;
 /// `at` as the rows and answers write a time: RFC 3339, UTC, to the second (the fraction is
 /// dropped, so an expiry is never later than asked).
 pub fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    drg_base::infra::units::rfc3339(at)
 }
 
 /// The `expires_at` of a key made at `now` to live `days` days.

@@ -157,7 +157,7 @@ impl Shared {
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    drg_base::infra::units::now_rfc3339()
 }
 
 impl KeysApi {

@@ -67,16 +67,9 @@ impl<'a> Item<'a> {
             verdict: o.verdict,
             note: &o.note,
             set_by: &o.set_by,
-            set_at: rfc3339(o.set_at),
+            set_at: drg_base::infra::units::unix_rfc3339(o.set_at),
         }
     }
-}
-
-/// Unix seconds as RFC 3339 (UTC, seconds).
-pub fn rfc3339(unix: i64) -> String {
-    chrono::DateTime::from_timestamp(unix, 0)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// What `PUT` takes.

@@ -114,7 +114,7 @@ fn write_listed(data: &Path, reports: &[Report], now: i64) -> Result<PathBuf, De
     let mut projects: Vec<&str> = reports.iter().map(|r| r.project.as_str()).collect();
     projects.sort_unstable();
     projects.dedup();
-    let day = crate::account::overrides::rfc3339(now);
+    let day = drg_base::infra::units::unix_rfc3339(now);
     text.push_str(&format!(
         "# {domain}: reported {said} by {n} project(s) ({projects}), reports {ids}; accepted {day}\n{domain}\n",
         domain = first.domain,

@@ -97,9 +97,9 @@ impl<'a> Item<'a> {
             verdict: r.verdict,
             note: &r.note,
             reported_by: &r.reported_by,
-            reported_at: crate::account::overrides::rfc3339(r.reported_at),
+            reported_at: drg_base::infra::units::unix_rfc3339(r.reported_at),
             status: r.status,
-            decided_at: r.decided_at.map(crate::account::overrides::rfc3339),
+            decided_at: r.decided_at.map(drg_base::infra::units::unix_rfc3339),
         }
     }
 }

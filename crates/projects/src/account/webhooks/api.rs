@@ -9,11 +9,11 @@ use http::StatusCode;
 use serde::Serialize;
 
 use super::{body, is_hook_id, new_id, new_secret, Hook, ProjectHooks, WebhooksConfig};
-use crate::account::overrides::rfc3339;
 use drg_access::keys::KeyEntry;
 use drg_access::plan::{PlanConfig, DEFAULT_MAX_WEBHOOKS};
 use drg_base::answer::{error_answer, Answer, ApiError};
 use drg_base::infra::records::{Put, RecordsError};
+use drg_base::infra::units::unix_rfc3339 as rfc3339;
 
 /// Largest body of `POST /v1/webhooks`.
 pub const MAX_BODY_BYTES: usize = 8_192;
