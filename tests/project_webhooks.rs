@@ -384,3 +384,37 @@ fn a_delivery_in_flight_at_a_kill_9_is_sent_again_within_seconds_of_the_restart(
     );
     assert_eq!(again.body, first.body, "the same bytes");
 }
+
+/// A delivery the receiver answered `2xx`, its gateway killed before the outbox recorded it:
+/// at least once, never more than twice, each time with the same `Webhook-Id`.
+#[test]
+fn a_delivery_killed_between_the_answer_and_its_record_arrives_twice_at_most_with_one_id() {
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = builder(&dir, None)
+        .env(drg_gateway::webhooks::SETTLE_PAUSE_ENV, "5000")
+        .in_dir(dir)
+        .start();
+    create(&gw, ACME, &receiver.url(), &["verdict.changed"]);
+    assert_eq!(lookup(&gw, ACME, "foo-dispo.example")["reason"], "safe");
+    wait_until(Duration::from_secs(10), || watched(&gw) >= 1.0);
+    write_atomic(
+        &gw.data_path("disposable.txt"),
+        &format!("{OLD_LIST}foo-dispo.example\n"),
+    );
+    // Answered 200, and the gateway waits before recording it: killed there.
+    wait_until(Duration::from_secs(20), || receiver.deliveries().len() == 1);
+    gw.signal("KILL");
+    assert!(gw.wait_exit(Duration::from_secs(15)));
+    let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
+    let dir2 = tempfile::tempdir().unwrap();
+    let _gw = builder(&dir2, None).in_dir(dir).start();
+    wait_until(Duration::from_secs(20), || receiver.deliveries().len() >= 2);
+    // Settled this time: nothing more comes.
+    std::thread::sleep(Duration::from_secs(2));
+    let all = receiver.deliveries();
+    assert_eq!(all.len(), 2, "twice at most");
+    assert!(all[0].header("webhook-id").is_some());
+    assert_eq!(all[0].header("webhook-id"), all[1].header("webhook-id"));
+    assert_eq!(all[0].body, all[1].body);
+}

@@ -138,13 +138,14 @@ fn a_gateway_killed_while_its_outage_calls_reach_redis_counts_each_once() {
         assert_eq!(conn.get(SHARED_LOOKUP).unwrap().status, 200);
     }
     let state = gw.dir.path().join("state");
-    common::wait_until(Duration::from_secs(5), || {
+    // Generous: a sync round already in its 5 s pause writes the file after it.
+    common::wait_until(Duration::from_secs(30), || {
         carried_files(&state).contains("\"calls\":100")
     });
     let month = format!("q:{{k}}:{}", chrono::Utc::now().format("%Y-%m"));
     redis.restart();
     // The sync sent the 100 calls and holds for 5 s before it writes the file again.
-    common::wait_until(Duration::from_secs(10), || {
+    common::wait_until(Duration::from_secs(20), || {
         redis.int(&["GET", &month]) == Some(120)
     });
     gw.signal("KILL");
@@ -152,7 +153,7 @@ fn a_gateway_killed_while_its_outage_calls_reach_redis_counts_each_once() {
     let dir = std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap());
     let next = builder().in_dir(dir).start();
     // The next gateway adopts the file and settles what it names.
-    common::wait_until(Duration::from_secs(10), || {
+    common::wait_until(Duration::from_secs(20), || {
         let held = carried_files(&state);
         !held.contains("calls") && !held.contains("unsure")
     });

@@ -237,12 +237,30 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
     let path = outbox_path(&gateway.quota.state_file);
     let (engine, sender) = drg_webhook::engine::open(&path, destinations.clone(), counts.clone())
         .map_err(|e| e.to_string())?;
+    let engine = engine.with_settle_pause(settle_pause()?);
     let webhooks = Webhooks {
         sender,
         destinations,
         counts,
     };
     Ok(Some((webhooks, engine)))
+}
+
+/// Tests only: holds the webhook engine this many milliseconds between a receiver's answer and
+/// its record in the outbox, where a test's `kill -9` lands (never set it in production: every
+/// delivery waits that long to be settled).
+pub const SETTLE_PAUSE_ENV: &str = "DOMAIN_RISK_GATEWAY_WEBHOOK_SETTLE_PAUSE_MS";
+
+/// The pause [`SETTLE_PAUSE_ENV`] asks for, if any.
+fn settle_pause() -> Result<Option<std::time::Duration>, String> {
+    let Ok(ms) = std::env::var(SETTLE_PAUSE_ENV) else {
+        return Ok(None);
+    };
+    let ms: u64 = ms
+        .parse()
+        .map_err(|e| format!("{SETTLE_PAUSE_ENV}: '{ms}' is not a number of milliseconds: {e}"))?;
+    log::warn!("{SETTLE_PAUSE_ENV} is set: every webhook delivery waits {ms} ms to be settled");
+    Ok(Some(std::time::Duration::from_millis(ms)))
 }
 
 /// The gateway's listeners and every address it talks to (the `/v1/check` upstream, Redis,

@@ -112,6 +112,9 @@ pub struct Engine {
     directory: Arc<dyn Directory>,
     observer: Arc<dyn Observer>,
     wake: Arc<Notify>,
+    /// Tests only: a wait between a receiver's answer and its record in the outbox, where a
+    /// test's `kill -9` lands (the at-least-once case).
+    settle_pause: Option<Duration>,
 }
 
 /// Opens the outbox at `path` (a bad one stops the start) and makes the deliverer and the
@@ -132,8 +135,17 @@ pub fn open(
         directory,
         observer,
         wake,
+        settle_pause: None,
     };
     Ok((engine, sender))
+}
+
+impl Engine {
+    /// Tests only: waits `pause` between each receiver's answer and its record in the outbox.
+    pub fn with_settle_pause(mut self, pause: Option<Duration>) -> Engine {
+        self.settle_pause = pause;
+        self
+    }
 }
 
 /// What an attempt's end writes to the outbox.
@@ -326,6 +338,9 @@ impl Engine {
             }
         };
         self.observer.observe(m, outcome);
+        if let Some(pause) = self.settle_pause {
+            tokio::time::sleep(pause).await;
+        }
         let key = m.key.clone();
         let written = self
             .outbox
