@@ -496,27 +496,32 @@ fn body_limit(method: &Method, path: &str, keys: Option<usize>, batch: usize) ->
     use crate::edge::route::{
         takes_keys_body, BATCH_PATH, OVERRIDES_ITEM_PREFIX, REPORTS_PATH, WEBHOOKS_PATH,
     };
-    // A method the route takes without a body refuses one (`400`); a method the route does
-    // not take gets the path's limit, so its answer is the route's `405` (the body unread).
-    let not_taken = matches!(
-        crate::edge::route::route(method, path, None),
-        Err(crate::edge::route::RouteError::MethodNotAllowed { .. })
-    );
-    let bodiless = matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
-    );
-    if bodiless && !not_taken {
-        return 0;
-    }
-    match path {
+    let limit = match path {
         _ if takes_keys_body(path) => keys.unwrap_or(0),
         _ if path.starts_with(OVERRIDES_ITEM_PREFIX) => crate::account::overrides::MAX_BODY_BYTES,
         WEBHOOKS_PATH => crate::account::webhooks::api::MAX_BODY_BYTES,
         REPORTS_PATH => crate::account::verdict_reports::MAX_BODY_BYTES,
         BATCH_PATH => batch,
-        _ => 0,
+        // Most requests (every lookup): no body on this path whatever the method, and no
+        // routing spent to say so.
+        _ => return 0,
+    };
+    // A method the route takes without a body refuses one (`400`); a method the route does
+    // not take gets the path's limit, so its answer is the route's `405` (the body unread).
+    let bodiless = matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
+    );
+    let not_taken = || {
+        matches!(
+            crate::edge::route::route(method, path, None),
+            Err(crate::edge::route::RouteError::MethodNotAllowed { .. })
+        )
+    };
+    if bodiless && !not_taken() {
+        return 0;
     }
+    limit
 }
 
 #[cfg(test)]
