@@ -613,8 +613,19 @@ impl Gateway {
 
     /// One request to the admin listener (a Unix socket in the gateway's folder).
     pub fn admin_get(&self, path: &str) -> Response {
-        let stream = std::os::unix::net::UnixStream::connect(self.dir.path().join("admin.sock"))
-            .expect("admin listener");
+        // The admin listener binds just after the public one the start waits for: its socket
+        // may be a moment late on a loaded machine.
+        let sock = self.dir.path().join("admin.sock");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match std::os::unix::net::UnixStream::connect(&sock) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("admin listener: {e}"),
+            }
+        };
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
