@@ -422,8 +422,7 @@ fn reclassification(c: &mut Criterion) {
     let store = EmbeddedChanges::new(dir.path().join("changes.sqlite3")).unwrap();
     let judge = Judge {
         overrides: Default::default(),
-        reported_safe: Default::default(),
-        reports_min_projects: 3,
+        accepted: Default::default(),
         table: Arc::new(ArcSwap::from_pointee(table(100_000))),
         mx: None,
         rdap: None,

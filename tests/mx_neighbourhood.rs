@@ -655,8 +655,8 @@ fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked()
     );
 }
 
-/// `POST /v1/reports` body of a `safe` report of `domain`, sent with `secret`.
-fn report_safe(gw: &Gateway, secret: &str, domain: &str) {
+/// `POST /v1/reports` of a `safe` report of `domain`, sent with `secret`: the report's id.
+fn report_safe(gw: &Gateway, secret: &str, domain: &str) -> String {
     let body = serde_json::json!({"domain": domain, "verdict": "safe"}).to_string();
     let r = send(
         gw,
@@ -667,45 +667,139 @@ fn report_safe(gw: &Gateway, secret: &str, domain: &str) {
         Some(body.as_bytes()),
     );
     assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["id"].as_str().unwrap().to_owned()
 }
 
-/// A domain several projects (`reports.min_projects`, 3) reported `safe` is never flagged by
-/// inference, for any project: a signal no single project can plant; one project reporting
-/// changes nothing, not even its own answer (issue 68).
-#[test]
-fn three_projects_reporting_safe_stop_an_inference_and_one_does_not() {
-    const THIRD: &str = "drg_third_project_key_0123456789abcdefghijklm";
-    let w = world();
-    let dns = w.dns();
-    let gw = builder(&w, &dns)
-        .key_in_project("third", THIRD, "test", "third")
-        .start();
-    teach(&gw, &w);
-    let (name, _, _) = &w.unlisted_throwaway[0];
-    assert_eq!(record(&gw, name)["reason"], "disposable");
-    report_safe(&gw, OTHER, name);
-    // Held by the poll within a second; still flagged, for the reporter too.
-    std::thread::sleep(Duration::from_millis(1_000));
-    assert_eq!(record(&gw, name)["reason"], "disposable");
-    let theirs = Conn::open_as(gw.addr, Some(OTHER))
+/// `reports <args>` on `gw`'s config: (success, stdout and stderr).
+fn reports_cli(gw: &Gateway, args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .arg("-c")
+        .arg(gw.dir.path().join("gateway.yaml"))
+        .arg("reports")
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// `name`'s reason for the project of `secret`.
+fn reason_for(gw: &Gateway, secret: &str, name: &str) -> String {
+    let r = Conn::open_as(gw.addr, Some(secret))
         .unwrap()
         .get(&format!("/v1/public/domain/{name}"))
-        .unwrap()
-        .json();
-    assert_eq!(theirs["reason"], "disposable", "{theirs}");
-    report_safe(&gw, THIRD, name);
-    report_safe(&gw, THIRD, name);
-    std::thread::sleep(Duration::from_millis(1_000));
-    assert_eq!(record(&gw, name)["reason"], "disposable", "two projects");
-    report_safe(&gw, TEST_SECRET, name);
-    wait_until(Duration::from_secs(5), || {
-        record(&gw, name)["reason"] == "safe"
+        .unwrap();
+    assert_eq!(r.status, 200, "{name}");
+    r.json()["reason"].as_str().unwrap().to_owned()
+}
+
+/// Open `safe` reports change no answer, however many projects file them (accounts are free
+/// to make): a throwaway three projects reported, and another on its host nobody reported,
+/// stay `disposable` for a fourth; a rejected report leaves no trace. Once the operator
+/// accepts, the verdict is in the shared store and every gateway on it answers `safe` to
+/// every project, whatever its data folder; accepting again is harmless (issue 77).
+#[test]
+fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
+    const THIRD: &str = "drg_third_project_key_0123456789abcdefghijklm";
+    const FOURTH: &str = "drg_fourth_project_key_0123456789abcdefghijk";
+    let redis = RedisServer::start(false);
+    let w = world();
+    let dns = w.dns();
+    let start = || {
+        builder(&w, &dns)
+            .redis(&redis.url(), "fail_open")
+            .key_in_project("third", THIRD, "test", "third")
+            .key_in_project("fourth", FOURTH, "test", "fourth")
+            .start()
+    };
+    let (a, b) = (start(), start());
+    teach(&a, &w);
+    teach(&b, &w);
+    let (name, other) = (&w.unlisted_throwaway[0].0, &w.unlisted_throwaway[1].0);
+    assert_eq!(reason_for(&a, FOURTH, name), "disposable");
+    let mut ids = Vec::new();
+    for secret in [OTHER, THIRD, TEST_SECRET] {
+        ids.push(report_safe(&a, secret, name));
+    }
+    report_safe(&a, OTHER, other);
+    // Held by every poll meanwhile (a second); nothing changed for anyone, reporters included.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for gw in [&a, &b] {
+        for secret in [FOURTH, OTHER, TEST_SECRET] {
+            assert_eq!(reason_for(gw, secret, name), "disposable");
+            assert_eq!(reason_for(gw, secret, other), "disposable");
+        }
+    }
+    let (ok, out) = reports_cli(&a, &["reject", &ids[0]]);
+    assert!(ok, "{out}");
+    let (ok, out) = reports_cli(&a, &["accept", &ids[1]]);
+    assert!(ok && out.contains("every gateway"), "{out}");
+    for gw in [&a, &b] {
+        wait_until(Duration::from_secs(10), || {
+            reason_for(gw, FOURTH, name) == "safe"
+        });
+        // The unreported one on the same host is still caught.
+        assert_eq!(reason_for(gw, FOURTH, other), "disposable");
+    }
+    // A's data folder has the allowlist entry too; B's answers from the shared store alone.
+    assert_eq!(record(&a, name)["evidence"]["rule"], "allowlist");
+    let r = record(&b, name);
+    assert_eq!(r["evidence"]["reported_safe_by"], 2, "{r}");
+    let (ok, out) = reports_cli(&a, &["accept", &ids[2]]);
+    assert!(ok && out.contains("accepted before"), "{out}");
+}
+
+/// Self-serve accounts plant for nobody but themselves: two projects on a plan the operator
+/// does not trust (`neighbourhood.trusted_plans`) both look up the same five listed domains
+/// whose DNS they control, MX at a small company's host. The company stays `safe` for a
+/// trusted project; each attacker's own answers are judged on its own word. Before trust, two
+/// projects asking for one listed name made it everyone's evidence (issue 77).
+#[test]
+fn self_serve_projects_plant_for_nobody_but_themselves() {
+    const A: &str = "drg_selfserve_a_key_0123456789abcdefghijklmno";
+    const B: &str = "drg_selfserve_b_key_0123456789abcdefghijklmno";
+    let mut w = World::new();
+    w.host("mx.smallhost.test", [192, 0, 2, 60]);
+    w.mx("customer.test", &["mx.smallhost.test"]);
+    for i in 0..5 {
+        let d = format!("planted{i}.test");
+        w.mx(&d, &["mx.smallhost.test"]);
+        w.listed.push(d);
+    }
+    let dns = w.dns();
+    let gw = builder(&w, &dns)
+        .plan("selfserve", 1_000_000)
+        .key_in_project("a", A, "selfserve", "a")
+        .key_in_project("b", B, "selfserve", "b")
+        .mx_yaml("neighbourhood: { trusted_plans: [test] }")
+        .start();
+    for secret in [A, B] {
+        for d in &w.listed {
+            assert_eq!(reason_for(&gw, secret, d), "disposable");
+        }
+    }
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 5.0
     });
-    let r = record(&gw, name);
-    assert_eq!(r["evidence"]["reported_safe_by"], 3, "{r}");
-    // The other throwaways on the same host are still caught.
-    assert_eq!(
-        record(&gw, &w.unlisted_throwaway[1].0)["reason"],
-        "disposable"
-    );
+    wait_until(Duration::from_secs(10), || {
+        reason_for(&gw, A, "customer.test") == "disposable"
+    });
+    assert_eq!(reason_for(&gw, B, "customer.test"), "disposable");
+    for secret in [TEST_SECRET, OTHER] {
+        let r = Conn::open_as(gw.addr, Some(secret))
+            .unwrap()
+            .get("/v1/public/domain/customer.test?explain=true")
+            .unwrap()
+            .json();
+        assert_eq!(r["reason"], "safe", "{r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    }
+    // A trusted project asking for the same names makes them everyone's evidence.
+    for d in &w.listed {
+        assert_eq!(reason_for(&gw, OTHER, d), "disposable");
+    }
+    wait_until(Duration::from_secs(10), || {
+        reason_for(&gw, TEST_SECRET, "customer.test") == "disposable"
+    });
 }

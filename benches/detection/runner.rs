@@ -295,8 +295,19 @@ impl Bench {
         } else {
             PROJECTS.iter().copied().chain([ATTACKER]).collect()
         };
+        // The victims' projects are the operator's (a trusted plan); the attacker is a
+        // self-serve account (a plan the operator does not trust: `trusted_plans`). A
+        // one-project deployment's only project is trusted, victims and attacker alike.
+        b = b
+            .plan("selfserve", 1_000_000)
+            .mx_yaml("neighbourhood: { trusted_plans: [test] }");
         for project in projects {
-            b = b.key_in_project(project, &client::secret(project), "test", project);
+            let plan = if project == ATTACKER {
+                "selfserve"
+            } else {
+                "test"
+            };
+            b = b.key_in_project(project, &client::secret(project), plan, project);
         }
         // `DRG_BIN`: another build of the gateway (a before-and-after comparison).
         let _turn = Starting::take();

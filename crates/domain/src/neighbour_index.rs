@@ -9,9 +9,13 @@
 //! under, and a new observation replaces its old contribution, so asking again adds nothing.
 //! Every piece has its provenance:
 //! - **Listed** neighbours remember who taught their hosts ([`Teachers`]): the lists' snapshot,
-//!   or which projects' traffic. A key judges a project's answer only on what is left once the
-//!   heaviest *other* project's own teaching is taken out: no single project can make a key
-//!   judge another's answers, whatever it plants.
+//!   or which projects' traffic, each trusted by the operator or not. What the lists and
+//!   trusted projects taught judges every project's answers alike (one verdict per domain);
+//!   what an untrusted (self-serve) project taught judges only that project's own answers,
+//!   however many such projects say the same: accounts are free to make. A finding that holds
+//!   on independent sources alone (the lists, or trusted projects without the one that taught
+//!   most) is *corroborated*; one that rests on a single source yields to the domain's own
+//!   established age.
 //! - **Unknown is not legitimate.** An unlisted domain dilutes its keys only when something
 //!   vouches for it ([`Standing::Vouched`]: the registry gave it an age few throwaway domains
 //!   reach unlisted); one nobody vouches for counts neither way, as a throwaway domain no list
@@ -19,7 +23,8 @@
 //!   A domain the gateway itself answered disposable by inference ([`Standing::Inferred`])
 //!   counts neither way either: throwaway services mint faster than lists follow.
 //! - A parent or a network judges only with listed neighbours on several distinct MX hosts
-//!   (`min_hosts`): hosting providers put unrelated tenants in one /24.
+//!   *inside* it (`min_hosts`): hosting providers put unrelated tenants in one /24, and a
+//!   throwaway domain's other hosts elsewhere say nothing of that /24.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -175,55 +180,95 @@ pub fn project_id(name: &str) -> ProjectId {
     })
 }
 
-/// Projects remembered per listed domain at most: enough to tell one from several.
+/// Projects of each kind remembered per listed domain at most: enough to tell one from several.
 const TEACHERS_MAX: usize = 3;
 
 /// Who taught the index a listed domain's mail hosts: the lists themselves (the operator's
 /// `mx-snapshot`, made from every listed name), or the traffic of which projects (the first
-/// few). Whoever controls a listed domain's DNS chooses its hosts: what one project's traffic
-/// alone taught judges only that project's answers.
+/// few of each kind). Whoever controls a listed domain's DNS chooses its hosts, and a
+/// self-serve account costs nothing: a project the operator trusts
+/// (`neighbourhood.trusted_plans`, `trusted_projects`) teaches for everyone, an untrusted one
+/// only for its own answers, however many untrusted projects say the same.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Teachers {
     global: bool,
-    projects: [ProjectId; TEACHERS_MAX],
-    n: u8,
+    trusted: [ProjectId; TEACHERS_MAX],
+    nt: u8,
+    untrusted: [ProjectId; TEACHERS_MAX],
+    nu: u8,
+}
+
+/// What a listed domain's teachers make of it in its keys' counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Support<'t> {
+    /// The lists' snapshot, or at least two trusted projects: independent sources.
+    Strong,
+    /// One trusted project's traffic: everyone's, but one source.
+    OneTrusted(ProjectId),
+    /// Untrusted projects' traffic only: each of them counts it for its own answers.
+    Untrusted(&'t [ProjectId]),
+    /// Nobody recorded (an older state file): judges nobody.
+    Untaught,
 }
 
 impl Teachers {
     /// Taught by the lists (the snapshot): judges every project's answers.
     pub const GLOBAL: Teachers = Teachers {
         global: true,
-        projects: [0; TEACHERS_MAX],
-        n: 0,
+        trusted: [0; TEACHERS_MAX],
+        nt: 0,
+        untrusted: [0; TEACHERS_MAX],
+        nu: 0,
     };
 
-    /// Taught by `project`'s traffic.
-    pub fn project(project: ProjectId) -> Teachers {
+    /// Taught by `project`'s traffic, a project the operator trusts or not.
+    pub fn project(project: ProjectId, trusted: bool) -> Teachers {
         let mut t = Teachers::default();
-        t.add(project);
+        t.add(project, trusted);
         t
     }
 
     /// From what a state file or another gateway kept.
-    pub fn of(global: bool, projects: &[ProjectId]) -> Teachers {
+    pub fn of(global: bool, trusted: &[ProjectId], untrusted: &[ProjectId]) -> Teachers {
         let mut t = Teachers {
             global,
             ..Teachers::default()
         };
-        for p in projects {
-            t.add(*p);
+        for p in trusted {
+            t.add(*p, true);
+        }
+        for p in untrusted {
+            t.add(*p, false);
         }
         t
     }
 
-    /// Adds `project`; whether anything changed.
-    pub fn add(&mut self, project: ProjectId) -> bool {
-        let n = usize::from(self.n);
-        if self.projects[..n].contains(&project) || n >= TEACHERS_MAX {
+    /// Adds `project`; whether anything changed. A project once trusted stays among the
+    /// trusted ones for this domain.
+    pub fn add(&mut self, project: ProjectId, trusted: bool) -> bool {
+        if self.trusted().contains(&project) {
             return false;
         }
-        self.projects[n] = project;
-        self.n += 1;
+        if trusted {
+            let n = usize::from(self.nt);
+            if n >= TEACHERS_MAX {
+                return false;
+            }
+            self.trusted[n] = project;
+            self.nt += 1;
+            // Now a trusted teacher of it: no longer among the untrusted ones.
+            if let Some(i) = self.untrusted().iter().position(|p| *p == project) {
+                self.untrusted.copy_within(i + 1.., i);
+                self.nu -= 1;
+            }
+            return true;
+        }
+        let n = usize::from(self.nu);
+        if self.untrusted().contains(&project) || n >= TEACHERS_MAX {
+            return false;
+        }
+        self.untrusted[n] = project;
+        self.nu += 1;
         true
     }
 
@@ -231,8 +276,11 @@ impl Teachers {
     pub fn merge(&mut self, other: Teachers) -> bool {
         let mut changed = other.global && !self.global;
         self.global |= other.global;
-        for p in other.projects() {
-            changed |= self.add(*p);
+        for p in other.trusted() {
+            changed |= self.add(*p, true);
+        }
+        for p in other.untrusted() {
+            changed |= self.add(*p, false);
         }
         changed
     }
@@ -241,18 +289,28 @@ impl Teachers {
         self.global
     }
 
-    pub fn projects(&self) -> &[ProjectId] {
-        &self.projects[..usize::from(self.n)]
+    /// The trusted projects whose traffic taught it.
+    pub fn trusted(&self) -> &[ProjectId] {
+        &self.trusted[..usize::from(self.nt)]
     }
 
-    /// Judges every project's answers: the lists', or several projects' traffic.
-    fn trusted(&self) -> bool {
-        self.global || self.n >= 2
+    /// The untrusted projects whose traffic taught it (none of them trusted).
+    pub fn untrusted(&self) -> &[ProjectId] {
+        &self.untrusted[..usize::from(self.nu)]
     }
 
-    /// The one project whose traffic alone taught it.
-    fn solo(&self) -> Option<ProjectId> {
-        (!self.global && self.n == 1).then_some(self.projects[0])
+    /// Whether `project` taught it (either way).
+    pub fn has(&self, project: ProjectId) -> bool {
+        self.trusted().contains(&project) || self.untrusted().contains(&project)
+    }
+
+    fn support(&self) -> Support<'_> {
+        match (self.global, self.trusted()) {
+            (true, _) | (false, [_, _, ..]) => Support::Strong,
+            (false, [p]) => Support::OneTrusted(*p),
+            (false, []) if self.nu > 0 => Support::Untrusted(self.untrusted()),
+            (false, []) => Support::Untaught,
+        }
     }
 }
 
@@ -265,8 +323,9 @@ pub enum Standing {
     /// throwaway domain no list names yet looks just the same).
     Unknown,
     /// No blocklist names it and something vouches for it (the registry gave an age of at
-    /// least the rule's `vouch_age_days`: few throwaway domains live that long unlisted):
-    /// evidence of a real organisation's domain, which dilutes its keys.
+    /// least the rule's `vouch_age_days`: few throwaway domains live that long unlisted, or
+    /// the operator accepted a `safe` report): evidence of a real organisation's domain,
+    /// which dilutes its keys.
     Vouched,
     /// No blocklist names it and the gateway answered it disposable from its neighbours: it
     /// neither dilutes nor feeds its keys.
@@ -291,49 +350,74 @@ impl Standing {
     }
 }
 
-/// Listed neighbours by who taught them: the lists or several projects (`trusted`), one
-/// project alone (`solo`, per project), or nobody recorded (`untaught`).
+/// Listed neighbours by what supports them (see [`Support`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Taught {
-    trusted: u32,
-    solo: Vec<(ProjectId, u32)>,
+    strong: u32,
+    /// One trusted project alone, per project.
+    one_trusted: Vec<(ProjectId, u32)>,
+    /// Untrusted projects only, per project (a domain two of them taught counts for each).
+    untrusted: Vec<(ProjectId, u32)>,
     untaught: u32,
 }
 
 impl Taught {
     fn count(&mut self, teachers: &Teachers, up: bool) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
-        match (teachers.trusted(), teachers.solo()) {
-            (true, _) => step(&mut self.trusted),
-            (false, Some(p)) => bump(&mut self.solo, &p, up),
-            (false, None) => step(&mut self.untaught),
+        match teachers.support() {
+            Support::Strong => step(&mut self.strong),
+            Support::OneTrusted(p) => bump(&mut self.one_trusted, &p, up),
+            Support::Untrusted(ps) => {
+                for p in ps {
+                    bump(&mut self.untrusted, p, up);
+                }
+            }
+            Support::Untaught => step(&mut self.untaught),
         }
     }
 
-    fn all(&self) -> u32 {
-        self.trusted + self.untaught + self.solo.iter().map(|(_, n)| n).sum::<u32>()
-    }
-
     fn is_empty(&self) -> bool {
-        self.all() == 0
+        self.strong + self.untaught == 0 && self.one_trusted.is_empty() && self.untrusted.is_empty()
     }
 
-    /// The listed neighbours left once `dropped`'s own teaching is taken out (and those nobody
-    /// is recorded to have taught, which judge nobody).
-    fn without(&self, dropped: Option<ProjectId>) -> u32 {
-        self.trusted
-            + (self.solo.iter())
+    /// Listed neighbours every project counts: the lists' and trusted projects'.
+    fn shared(&self) -> u32 {
+        self.strong + self.one_trusted.iter().map(|(_, n)| n).sum::<u32>()
+    }
+
+    /// What `asking` counts: the shared ones and what its own untrusted traffic taught.
+    fn seen_by(&self, asking: Option<ProjectId>) -> u32 {
+        let own = (self.untrusted.iter())
+            .find(|(p, _)| Some(*p) == asking)
+            .map_or(0, |(_, n)| *n);
+        self.shared() + own
+    }
+
+    /// The shared ones without what `dropped` (a trusted project) alone taught: what holds
+    /// on independent sources.
+    fn independent(&self, dropped: Option<ProjectId>) -> u32 {
+        self.strong
+            + (self.one_trusted.iter())
                 .filter(|(p, _)| Some(*p) != dropped)
+                .map(|(_, n)| n)
+                .sum::<u32>()
+    }
+
+    /// Every listed neighbour recorded, whoever taught it (for the admin listing).
+    fn all(&self) -> u32 {
+        self.strong
+            + self.untaught
+            + (self.one_trusted.iter().chain(&self.untrusted))
                 .map(|(_, n)| n)
                 .sum::<u32>()
     }
 }
 
-/// The project (other than `asking`) whose teaching alone counts most: what a finding must
-/// hold without, for no single other project to have planted it.
-fn heaviest(solo: &[(ProjectId, u32)], asking: Option<ProjectId>) -> Option<ProjectId> {
-    solo.iter()
-        .filter(|(p, _)| Some(*p) != asking)
+/// The trusted project whose teaching alone counts most on a key: what a corroborated finding
+/// must hold without.
+fn heaviest(one_trusted: &[(ProjectId, u32)]) -> Option<ProjectId> {
+    one_trusted
+        .iter()
         .max_by_key(|(p, n)| (*n, std::cmp::Reverse(*p)))
         .map(|(p, _)| *p)
 }
@@ -348,8 +432,9 @@ struct Counts {
     other: u32,
     /// Listed neighbours per source (few sources: a small vector).
     sources: Vec<(u16, u32)>,
-    /// The MX hosts (`host:` keys) of the listed neighbours, each with who taught those: a
-    /// parent or a network judges only with several.
+    /// The MX hosts (`host:` keys) of the listed neighbours *inside* this key (the host
+    /// itself; a parent's hosts under it; a network's hosts with an address in it), each with
+    /// who taught those: a parent or a network judges only with several.
     hosts: Vec<(Arc<str>, Taught)>,
 }
 
@@ -367,15 +452,48 @@ fn bump<K: PartialEq + Clone>(list: &mut Vec<(K, u32)>, key: &K, up: bool) {
     }
 }
 
+/// The `host:` keys among `keys` (one domain's, in [`keys_of`]'s order: each host followed by
+/// its parent and its networks) that lie inside `key`: the host itself, a parent's hosts under
+/// it, a network's hosts whose addresses gave it. A throwaway server elsewhere whose domains
+/// also name hosts in a provider's /24 says nothing of that /24.
+fn hosts_inside<'k>(keys: &'k [Arc<str>], key: &str) -> Vec<&'k Arc<str>> {
+    let mut out = Vec::new();
+    let mut host: Option<&Arc<str>> = None;
+    for k in keys {
+        match KeyKind::split(k) {
+            Some((KeyKind::Host, name)) => {
+                host = Some(k);
+                let inside = match KeyKind::split(key) {
+                    Some((KeyKind::Host, _)) => **k == *key,
+                    Some((KeyKind::Parent, parent)) => name
+                        .strip_suffix(parent)
+                        .is_some_and(|head| head.ends_with('.')),
+                    _ => false,
+                };
+                if inside {
+                    out.push(k);
+                }
+            }
+            Some((KeyKind::Network, _)) if **k == *key => {
+                if let Some(h) = host.filter(|h| !out.contains(h)) {
+                    out.push(h);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 impl Counts {
-    /// Adds (`up`) or removes what `entry` contributes.
-    fn count(&mut self, entry: &DomainEntry, up: bool) {
+    /// Adds (`up`) or removes what `entry` contributes to `key` (this key).
+    fn count(&mut self, key: &str, entry: &DomainEntry, up: bool) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         match entry.standing {
             Standing::Listed(s) => {
                 self.listed.count(&entry.teachers, up);
                 bump(&mut self.sources, &s, up);
-                for k in entry.keys.iter().filter(|k| k.starts_with("host:")) {
+                for k in hosts_inside(&entry.keys, key) {
                     let i = match self.hosts.iter().position(|(h, _)| h == k) {
                         Some(i) => i,
                         None if up => {
@@ -400,26 +518,23 @@ impl Counts {
     }
 
     fn is_empty(&self) -> bool {
-        self.listed() + self.vouched + self.other == 0
+        self.listed.is_empty() && self.vouched + self.other == 0
     }
 
     /// What `project` may count, `own` (the domain being judged) left out: the listed
-    /// neighbours and their hosts without the heaviest other project's own teaching (no single
-    /// other project can make a key judge this one's answers), and, as `trusted`, without the
-    /// heaviest of all (no single project at all).
+    /// neighbours the lists and trusted projects taught, with what its own untrusted traffic
+    /// taught; and, as `independent`, the shared ones without the heaviest trusted project's
+    /// own teaching (no single source at all).
     fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
-        let other = heaviest(&self.listed.solo, project);
-        let any = heaviest(&self.listed.solo, None);
-        let hosts = |dropped| {
-            (self.hosts.iter())
-                .filter(|(_, t)| t.without(dropped) > 0)
-                .count() as u32
+        let dropped = heaviest(&self.listed.one_trusted);
+        let hosts = |f: &dyn Fn(&Taught) -> u32| {
+            (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
         };
         let mut v = View {
-            listed: self.listed.without(other),
-            hosts: hosts(other),
-            trusted: self.listed.without(any),
-            trusted_hosts: hosts(any),
+            listed: self.listed.seen_by(project),
+            hosts: hosts(&|t| t.seen_by(project)),
+            independent: self.listed.independent(dropped),
+            independent_hosts: hosts(&|t| t.independent(dropped)),
             vouched: self.vouched,
             other: self.other,
         };
@@ -437,8 +552,8 @@ impl Counts {
 struct View {
     listed: u32,
     hosts: u32,
-    trusted: u32,
-    trusted_hosts: u32,
+    independent: u32,
+    independent_hosts: u32,
     vouched: u32,
     other: u32,
 }
@@ -448,9 +563,10 @@ impl View {
         rule.dominates(kind, self.listed, self.vouched, self.hosts)
     }
 
-    /// No single project, the asking one included, could have planted the finding.
-    fn trusted(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
-        rule.dominates(kind, self.trusted, self.vouched, self.trusted_hosts)
+    /// The finding holds on independent sources alone: the lists' snapshot, or trusted
+    /// projects' traffic beyond any single one of them.
+    fn corroborated(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
+        rule.dominates(kind, self.independent, self.vouched, self.independent_hosts)
     }
 }
 
@@ -484,7 +600,8 @@ pub struct Finding {
     pub key_kind: KeyKind,
     pub key: Box<str>,
     /// Distinct listed neighbours on the key that judge this project's answer (the domain
-    /// itself not counted): all of them but those the heaviest other project alone taught.
+    /// itself not counted): those the lists and trusted projects taught, and those the asking
+    /// project's own untrusted traffic taught.
     pub listed: u32,
     /// Distinct unlisted neighbours (the domain itself not counted): vouched for or not.
     pub unlisted: u32,
@@ -494,8 +611,9 @@ pub struct Finding {
     pub throwaway_hosts: u32,
     /// `listed / (listed + vouched)`.
     pub share: f64,
-    /// The finding holds without any single project's own teaching, this one's included: no
-    /// single project could have planted it (an established age does not shield from it).
+    /// The finding holds on independent sources alone (the lists' snapshot, or trusted
+    /// projects' traffic without the one that taught most): no single project could have
+    /// planted it, so an established age alone does not shield from it.
     pub trusted: bool,
     /// Listed neighbours by the list that names them, most first.
     pub sources: Vec<SourceCount>,
@@ -522,14 +640,14 @@ pub struct KeyReport {
     pub key_kind: KeyKind,
     pub key: Box<str>,
     pub listed: u32,
-    /// Listed neighbours no single project's teaching makes up (the count without the
-    /// project that taught most alone).
+    /// Listed neighbours independent sources taught (the lists', and trusted projects'
+    /// without the one that taught most alone).
     pub trusted: u32,
     pub unlisted: u32,
     pub vouched: u32,
     pub throwaway_hosts: u32,
-    /// The key judges the answers of the project whose traffic taught most of its neighbours
-    /// under the current rule (another project's, when `trusted` alone does).
+    /// The key judges every project's answers under the current rule (on what the lists and
+    /// trusted projects taught; an untrusted project's own teaching may judge its own too).
     pub judges: bool,
     pub sources: Vec<SourceCount>,
 }
@@ -550,9 +668,14 @@ pub struct Learned {
     /// Taught by the lists (the snapshot): see [`Teachers`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub global: bool,
-    /// The projects whose traffic taught it (ids, the first few).
+    /// The untrusted projects whose traffic taught it (ids, the first few). A state file
+    /// older than trust kept every teacher here: read as untrusted, each counts it for its
+    /// own answers until a trusted project asks for it again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taught_by: Vec<ProjectId>,
+    /// The trusted projects whose traffic taught it (ids, the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_by: Vec<ProjectId>,
 }
 
 impl Learned {
@@ -565,7 +688,8 @@ impl Learned {
             inferred: how.inferred,
             vouched: how.vouched.unwrap_or(false),
             global: how.teachers.is_global(),
-            taught_by: how.teachers.projects().to_vec(),
+            taught_by: how.teachers.untrusted().to_vec(),
+            trusted_by: how.teachers.trusted().to_vec(),
         }
     }
 
@@ -575,7 +699,7 @@ impl Learned {
             inferred: self.inferred,
             // Vouching is sticky here: a gateway that did not ask does not undo one that did.
             vouched: self.vouched.then_some(true),
-            teachers: Teachers::of(self.global, &self.taught_by),
+            teachers: Teachers::of(self.global, &self.trusted_by, &self.taught_by),
         }
     }
 }
@@ -680,14 +804,15 @@ impl NeighbourhoodIndex {
         true
     }
 
-    /// `project`'s traffic asked for the listed `domain` again: it joins its teachers. Whether
-    /// anything changed (an unknown domain, a known teacher, or a full set of teachers: no).
-    pub fn add_teacher(&mut self, domain: &str, project: ProjectId) -> bool {
+    /// `project`'s traffic (`trusted` by the operator or not) asked for the listed `domain`
+    /// again: it joins its teachers. Whether anything changed (an unknown domain, a known
+    /// teacher, or a full set of teachers: no).
+    pub fn add_teacher(&mut self, domain: &str, project: ProjectId, trusted: bool) -> bool {
         let Some(entry) = self.domains.get(domain) else {
             return false;
         };
         let mut teachers = entry.teachers;
-        if !entry.standing.is_listed() || !teachers.add(project) {
+        if !entry.standing.is_listed() || !teachers.add(project, trusted) {
             return false;
         }
         self.restand(domain, |e| e.teachers = teachers);
@@ -790,7 +915,7 @@ impl NeighbourhoodIndex {
     fn contribute(&mut self, entry: &DomainEntry) {
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(entry, true);
+                c.count(k, entry, true);
             }
         }
     }
@@ -798,7 +923,7 @@ impl NeighbourhoodIndex {
     fn withdraw(&mut self, entry: &DomainEntry) {
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(entry, false);
+                c.count(k, entry, false);
                 if c.is_empty() {
                     self.keys.remove(k);
                     if let Some((kind, _)) = KeyKind::split(k) {
@@ -848,12 +973,18 @@ impl NeighbourhoodIndex {
     /// that judges it, if one does. `None` for a listed domain (the lists have spoken) or one
     /// never taught.
     pub fn finding(&self, domain: &str, project: ProjectId) -> Option<Finding> {
+        self.finding_for(domain, Some(project))
+    }
+
+    /// [`finding`](Self::finding) for `project`, or (`None`) for a project with no teaching
+    /// of its own: what every project's answer is judged on.
+    pub fn finding_for(&self, domain: &str, project: Option<ProjectId>) -> Option<Finding> {
         let entry = self.domains.get(domain)?;
         if entry.standing.is_listed() {
             return None;
         }
         let own = Some(entry.standing);
-        let (key, counts, kind, view) = self.dominant(&entry.keys, Some(project), own)?;
+        let (key, counts, kind, view) = self.dominant(&entry.keys, project, own)?;
         let (_, value) = KeyKind::split(key)?;
         Some(Finding {
             key_kind: kind,
@@ -863,7 +994,7 @@ impl NeighbourhoodIndex {
             vouched: view.vouched,
             throwaway_hosts: view.hosts,
             share: f64::from(view.listed) / f64::from((view.listed + view.vouched).max(1)),
-            trusted: view.trusted(&self.rule, kind),
+            trusted: view.corroborated(&self.rule, kind),
             sources: self.source_counts(counts),
             since: None,
         })
@@ -928,15 +1059,14 @@ impl NeighbourhoodIndex {
             .filter_map(|(k, c)| {
                 let (kind, value) = KeyKind::split(k)?;
                 // As a verdict on one of its tenants would see it (that tenant left out), for
-                // the project whose own traffic taught most of its neighbours (what any other
-                // project sees is `trusted` or less), by the verdict's test.
+                // a project with no untrusted teaching of its own, by the verdict's test.
                 let own = (c.other > 0).then_some(Standing::Unknown);
-                let view = c.view(heaviest(&c.listed.solo, None), own);
+                let view = c.view(None, own);
                 Some(KeyReport {
                     key_kind: kind,
                     key: value.into(),
                     listed: c.listed(),
-                    trusted: view.trusted,
+                    trusted: view.independent,
                     unlisted: c.vouched + c.other,
                     vouched: c.vouched,
                     throwaway_hosts: view.hosts,
@@ -1033,7 +1163,8 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         inferred: e.inferred,
         vouched: e.vouched,
         global: e.teachers.is_global(),
-        taught_by: e.teachers.projects().to_vec(),
+        taught_by: e.teachers.untrusted().to_vec(),
+        trusted_by: e.teachers.trusted().to_vec(),
     }
 }
 
@@ -1264,11 +1395,17 @@ mod tests {
         assert!(top[0].judges && !top[1].judges, "{top:?}");
     }
 
-    /// Teaches `n` listed domains (named `tag0...`) on `k`, each by the one project `p`.
-    fn taught_by(ix: &mut NeighbourhoodIndex, tag: &str, n: u32, k: &[Box<str>], p: ProjectId) {
+    /// Teaches `n` listed domains (named `tag0...`) on `k`, each by the one project `p`
+    /// (`trusted` by the operator or not).
+    fn taught_by(
+        ix: &mut NeighbourhoodIndex,
+        (tag, n): (&str, u32),
+        k: &[Box<str>],
+        (p, trusted): (ProjectId, bool),
+    ) {
         for i in 0..n {
             let how = Teach {
-                teachers: Teachers::project(p),
+                teachers: Teachers::project(p, trusted),
                 ..Teach::default()
             };
             ix.teach(&format!("{tag}{i}.com"), k, Some("s"), how, 1);
@@ -1276,43 +1413,111 @@ mod tests {
     }
 
     #[test]
-    fn no_single_other_project_can_make_a_key_judge_a_projects_answer() {
+    fn untrusted_projects_judge_only_their_own_answers_however_many() {
         let rule = NeighbourhoodRule {
             min_listed: 5,
             ..RULE
         };
         let mut ix = NeighbourhoodIndex::new(rule, 1000);
         let k = keys(&["host:mx.small.example"]);
-        let (a, b, c, d) = (
-            project_id("a"),
-            project_id("b"),
-            project_id("c"),
-            project_id("d"),
-        );
-        // A plants 20 on a small host: A's own answers are judged (on its own word), no one
-        // else's.
-        taught_by(&mut ix, "planted", 20, &k, a);
         teach(&mut ix, "victim.com", &k, None, 1);
-        let f = ix.finding("victim.com", a).unwrap();
-        assert!(!f.trusted && f.listed == 20, "{f:?}");
-        assert_eq!(ix.finding("victim.com", b), None);
-        // Real throwaways there too, each looked up by one of three other projects: B's
-        // answers count all but the heaviest other project's (A's 20).
-        taught_by(&mut ix, "b", 2, &k, b);
-        taught_by(&mut ix, "c", 2, &k, c);
-        assert_eq!(ix.finding("victim.com", b), None, "B's 2 and C's 2: 4 < 5");
-        taught_by(&mut ix, "d", 1, &k, d);
-        let f = ix.finding("victim.com", b).unwrap();
-        assert_eq!(f.listed, 5, "B's 2, C's 2, D's 1; A's 20 left out");
-        // A trusted finding holds without the heaviest of all (A's): 5 >= 3 here too.
-        assert!(f.trusted);
-        // Two projects asking for one listed domain make it the lists' word for everyone.
-        assert!(ix.add_teacher("planted0.com", b));
-        assert!(!ix.add_teacher("planted0.com", b));
-        assert_eq!(ix.finding("victim.com", b).unwrap().listed, 6);
-        let l = ix.learned_of("planted0.com").unwrap();
-        assert_eq!(l.taught_by, [a, b]);
-        assert_eq!(l.teach().teachers.projects(), [a, b]);
+        // Ten self-serve accounts plant 20 each on a small host, and all ask for the same
+        // planted names too: each one's own answers are judged (on its own word), no one
+        // else's, and nothing they do together counts for another project.
+        let attackers: Vec<ProjectId> = (0..10).map(|i| project_id(&format!("a{i}"))).collect();
+        for (i, a) in attackers.iter().enumerate() {
+            taught_by(&mut ix, (&format!("planted{i}-"), 20), &k, (*a, false));
+        }
+        for a in &attackers {
+            for i in 0..10 {
+                ix.add_teacher(&format!("planted0-{i}.com"), *a, false);
+            }
+        }
+        // The first three teachers of a name are remembered (enough to tell one from several).
+        let f = ix.finding("victim.com", attackers[1]).unwrap();
+        assert!(!f.trusted && f.listed == 20 + 10, "{f:?}");
+        assert_eq!(ix.finding("victim.com", attackers[3]).unwrap().listed, 20);
+        assert_eq!(ix.finding("victim.com", P), None);
+        assert_eq!(ix.learned_of("planted0-0.com").unwrap().taught_by.len(), 3);
+    }
+
+    #[test]
+    fn trusted_projects_teach_one_verdict_for_everyone() {
+        let rule = NeighbourhoodRule {
+            min_listed: 5,
+            ..RULE
+        };
+        let mut ix = NeighbourhoodIndex::new(rule, 1000);
+        let k = keys(&["host:mx.throw.example"]);
+        teach(&mut ix, "new.com", &k, None, 1);
+        let (b, c, d) = (project_id("b"), project_id("c"), project_id("d"));
+        // Each listed name seen by one trusted project (the long tail of real signups): B's
+        // 3 and C's 2 judge every project's answer, the same answer, untrusted askers too.
+        taught_by(&mut ix, ("b", 3), &k, (b, true));
+        taught_by(&mut ix, ("c", 2), &k, (c, true));
+        let f = ix.finding("new.com", P).unwrap();
+        assert_eq!(f.listed, 5);
+        assert_eq!(ix.finding("new.com", b), Some(f.clone()));
+        assert_eq!(
+            ix.finding("new.com", project_id("self-serve")),
+            Some(f.clone())
+        );
+        // One source short of independent: without B's 3, C's 2 do not dominate.
+        assert!(!f.trusted, "{f:?}");
+        taught_by(&mut ix, ("d", 3), &k, (d, true));
+        let f = ix.finding("new.com", P).unwrap();
+        assert!(f.trusted && f.listed == 8, "without B's or D's 3: 5 >= 5");
+        // Two trusted projects asking for one listed domain make it independent on its own.
+        assert!(ix.add_teacher("c0.com", b, true));
+        assert!(!ix.add_teacher("c0.com", b, true));
+        assert!(!ix.add_teacher("c0.com", b, false), "trusted stays trusted");
+        let l = ix.learned_of("c0.com").unwrap();
+        assert_eq!(
+            (l.trusted_by.as_slice(), l.taught_by.len()),
+            ([c, b].as_slice(), 0)
+        );
+        assert_eq!(l.teach().teachers.trusted(), [c, b]);
+        // An untrusted teacher that later asks as trusted moves over.
+        let e = project_id("e");
+        assert!(ix.add_teacher("b0.com", e, false));
+        assert!(ix.add_teacher("b0.com", e, true));
+        let l = ix.learned_of("b0.com").unwrap();
+        assert_eq!((l.trusted_by.len(), l.taught_by.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_network_counts_only_the_hosts_inside_it() {
+        // A throwaway operator's domains name three hosts: one in a VPS provider's /24, two
+        // elsewhere. The /24 holds one throwaway host, whatever the others: its tenants stay
+        // clear (`min_hosts` 2).
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        let vps = "network:198.51.100.0/24";
+        for i in 0..10 {
+            let k = keys(&[
+                "host:mx1.throw.io",
+                "parent:throw.io",
+                vps,
+                "host:mx2.throw.io",
+                "network:192.0.2.0/24",
+                "host:mx3.other.example",
+                "parent:other.example",
+                "network:203.0.113.0/24",
+            ]);
+            teach(&mut ix, &format!("l{i}.com"), &k, Some("s"), 1);
+        }
+        let tenant = keys(&["host:mail.tenant.example", vps]);
+        teach(&mut ix, "tenant.example", &tenant, None, 1);
+        assert_eq!(ix.finding("tenant.example", P), None);
+        // The parent `throw.io` holds its two hosts; `other.example`'s host is not inside it.
+        let top = ix.top(20);
+        let hosts = |key: &str| top.iter().find(|r| &*r.key == key).unwrap().throwaway_hosts;
+        assert_eq!(hosts("throw.io"), 2);
+        assert_eq!(hosts("198.51.100.0/24"), 1);
+        // A second throwaway host inside the /24 and it judges.
+        let k = keys(&["host:mx9.throw2.io", vps]);
+        teach(&mut ix, "l99.com", &k, Some("s"), 1);
+        let f = ix.finding("tenant.example", P).unwrap();
+        assert_eq!((f.key_kind, f.throwaway_hosts), (KeyKind::Network, 2));
     }
 
     #[test]
@@ -1345,7 +1550,7 @@ mod tests {
             .enumerate()
         {
             let how = Teach {
-                teachers: Teachers::project(a),
+                teachers: Teachers::project(a, false),
                 ..Teach::default()
             };
             ix.teach(

@@ -305,8 +305,7 @@ fn verdict_changes(
     }
     let judge = crate::changes::judge::Judge {
         overrides: shared.overrides.clone(),
-        reported_safe: shared.reported_safe.clone(),
-        reports_min_projects: shared.reports_min_projects,
+        accepted: shared.accepted.clone(),
         table: shared.table.clone(),
         mx: shared.mx.clone(),
         rdap: shared.rdap.clone(),
@@ -410,10 +409,17 @@ fn shared_state(
         overrides: Arc::new(ArcSwap::from_pointee(
             crate::domain::overrides::OverrideSet::default(),
         )),
-        reported_safe: Arc::default(),
-        reports_min_projects: gateway.reports.min_projects,
+        accepted: Arc::default(),
         webhooks: project_hooks(gateway),
     };
+    if let Some(nb) = shared.mx.as_ref().and_then(|mx| mx.neighbourhood()) {
+        // Trust follows a project's plan, which its keys carry (reloaded keys included).
+        let keys = shared.keys.clone();
+        nb.set_plan_of(Box::new(move |project| {
+            let keys = keys.load();
+            keys.project_keys(project).first().map(|k| k.plan.clone())
+        }));
+    }
     Ok((shared, services))
 }
 
@@ -586,7 +592,7 @@ fn project_records(
     );
     let reports = crate::account::verdict_reports::Reports::open(
         gateway.reports.clone(),
-        shared.reported_safe.clone(),
+        shared.accepted.clone(),
         folder,
         redis,
     );
@@ -730,6 +736,7 @@ fn record_polls(
     let mut polls: Vec<BoxedService> = vec![
         hosted("overrides", ReplicaSync(overrides.replica.clone())),
         hosted("reports", ReplicaSync(reports.replica.clone())),
+        hosted("verdicts", ReplicaSync(reports.decisions.clone())),
     ];
     if let Some(hooks) = &shared.webhooks {
         let poll = ReplicaSync(hooks.replica().clone());

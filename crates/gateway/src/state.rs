@@ -32,22 +32,9 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Each project's own verdicts (`/v1/overrides`), which its lookups answer with first.
     pub overrides: Arc<ArcSwap<crate::domain::overrides::OverrideSet>>,
-    /// Distinct projects that reported each domain `safe` (`/v1/reports`), and how many keep
-    /// inference from flagging it (`reports.min_projects`).
-    pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
-    pub reports_min_projects: u32,
+    /// The operator's accepted verdicts (`reports accept`), from the shared store.
+    pub accepted: Arc<ArcSwap<crate::account::verdict_reports::Accepted>>,
     /// Each project's own webhooks (`gateway.webhooks`; `None`: off): who is subscribed to an
     /// event, and where and how one is sent.
     pub webhooks: Option<crate::account::webhooks::ProjectHooks>,
-}
-
-impl Shared {
-    /// The projects that reported `name` safe, when enough did.
-    pub fn reported_safe(&self, name: &crate::domain::DomainName) -> Option<u32> {
-        crate::account::verdict_reports::grouped::reported_safe(
-            &self.reported_safe.load(),
-            name,
-            self.reports_min_projects,
-        )
-    }
 }

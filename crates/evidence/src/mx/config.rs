@@ -137,6 +137,13 @@ pub struct NeighbourhoodConfig {
     #[serde(rename = "verdict_hold_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub verdict_hold: Duration,
+    /// Plans whose projects' traffic teaches the index for every project (`"*"`, the default:
+    /// every plan, right for a platform team whose projects are all its own). A project on
+    /// another plan (a self-serve account of a hosted service with open sign-up) teaches it
+    /// only for its own answers, however many such projects say the same.
+    pub trusted_plans: Vec<String>,
+    /// Projects trusted whatever their plan.
+    pub trusted_projects: Vec<String>,
 }
 
 impl Default for NeighbourhoodConfig {
@@ -157,6 +164,8 @@ impl Default for NeighbourhoodConfig {
             save_interval: Duration::from_secs(60),
             share_interval: Duration::from_millis(2_000),
             verdict_hold: Duration::from_secs(3_600),
+            trusted_plans: vec!["*".to_owned()],
+            trusted_projects: Vec::new(),
         }
     }
 }
@@ -177,6 +186,12 @@ impl NeighbourhoodConfig {
                 *p = base.join(&*p);
             }
         }
+    }
+
+    /// Whether `project`, on `plan` (if known), is trusted to teach for every project.
+    pub fn trusts(&self, project: &str, plan: Option<&str>) -> bool {
+        self.trusted_projects.iter().any(|p| p == project)
+            || (self.trusted_plans.iter()).any(|p| p == "*" || Some(p.as_str()) == plan)
     }
 
     /// The state file (after [`NeighbourhoodConfig::resolve_paths`]).

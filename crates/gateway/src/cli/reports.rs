@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{settings, CommandError};
 use crate::access::quota::config::QuotaStoreKind;
-use crate::account::verdict_reports::{accept, grouped, Report};
+use crate::account::verdict_reports::{accept, decisions, grouped, Decision, Report};
 use crate::infra::records::redis::RedisRecords;
 use crate::infra::records::sqlite::SqliteRecords;
 use crate::infra::records::{Merged, RecordStore};
@@ -33,12 +33,8 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let store: Box<dyn RecordStore<Report>> = match gateway.quota.store {
-            QuotaStoreKind::Local => {
-                Box::new(SqliteRecords::new(folder.join("reports.records.sqlite")))
-            }
-            QuotaStoreKind::Redis => Box::new(RedisRecords::new(&gateway.quota.redis, "reports")),
-        };
+        let store: Box<dyn RecordStore<Report>> = open(gateway, &folder, "reports");
+        let decisions: Box<dyn RecordStore<Decision>> = open(gateway, &folder, decisions::KIND);
         let now = chrono::Utc::now().timestamp();
         match action {
             ReportsAction::List { all } => {
@@ -48,11 +44,18 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
             }
             ReportsAction::Accept(id) | ReportsAction::Reject(id) => {
                 let yes = matches!(action, ReportsAction::Accept(_));
-                let done = accept::decide(&*store, id, yes, &gateway.data.dir, now).await?;
+                let stores = accept::Stores {
+                    reports: &*store,
+                    decisions: &*decisions,
+                };
+                let done = accept::decide(stores, id, yes, &gateway.data.dir, now).await?;
                 let verb = if yes { "accepted" } else { "rejected" };
                 Ok(match done.file {
+                    _ if done.again => format!(
+                        "{id} was accepted before; its verdict is in force on every gateway"
+                    ),
                     Some(f) => format!(
-                        "{verb} {}; written to {} (the gateways reload it)",
+                        "{verb} {}; in force on every gateway at its next poll, and written to {}",
                         done.reports.join(", "),
                         f.display()
                     ),
@@ -61,4 +64,18 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
             }
         }
     })
+}
+
+/// The store of `kind`'s records the gateways use: the state folder's SQLite file, or Redis.
+fn open<R: crate::infra::records::Record>(
+    gateway: &crate::config::GatewayConfig,
+    folder: &Path,
+    kind: &'static str,
+) -> Box<dyn RecordStore<R>> {
+    match gateway.quota.store {
+        QuotaStoreKind::Local => Box::new(SqliteRecords::new(
+            folder.join(format!("{kind}.records.sqlite")),
+        )),
+        QuotaStoreKind::Redis => Box::new(RedisRecords::new(&gateway.quota.redis, kind)),
+    }
 }

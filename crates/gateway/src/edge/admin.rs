@@ -77,8 +77,7 @@ impl Admin {
         };
         let held = reports.replica.held();
         let groups = crate::account::verdict_reports::grouped::groups(held.all(), !all);
-        let body =
-            serde_json::json!({ "min_projects": reports.config.min_projects, "groups": groups });
+        let body = serde_json::json!({ "groups": groups });
         (StatusCode::OK, body.to_string().into_bytes())
     }
 

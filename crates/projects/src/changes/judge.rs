@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 
 use super::Told;
 use drg_domain::age::AgeRule;
-use drg_domain::classify::{verdict_of, wants_mx, Signals, Verdict};
+use drg_domain::classify::{wants_mx, Signals, Verdict};
 use drg_domain::mail::MxEvidence;
 use drg_domain::table::DomainTable;
 use drg_domain::{DomainName, TableRule};
@@ -68,9 +68,8 @@ pub struct Judged {
 pub struct Judge {
     /// Each project's own verdicts: they decide first, as on a lookup.
     pub overrides: Arc<ArcSwap<drg_domain::overrides::OverrideSet>>,
-    /// The projects' `safe` reports and how many keep inference off, as on a lookup.
-    pub reported_safe: Arc<ArcSwap<crate::account::verdict_reports::SafeCounts>>,
-    pub reports_min_projects: u32,
+    /// The operator's accepted verdicts, as on a lookup.
+    pub accepted: Arc<ArcSwap<crate::account::verdict_reports::Accepted>>,
     pub table: Arc<ArcSwap<DomainTable>>,
     pub mx: Option<Arc<MxResolver>>,
     pub rdap: Option<Arc<Rdap>>,
@@ -110,10 +109,9 @@ impl Judge {
             }
             _ => None,
         };
-        let finding = match (evidence.as_deref(), &self.mx) {
-            (Some(MxEvidence::Hosts(_)), Some(mx)) => {
-                mx.neighbourhood().and_then(|nb| nb.finding(&name, project))
-            }
+        let nb = self.mx.as_ref().and_then(|mx| mx.neighbourhood());
+        let finding = match (evidence.as_deref(), nb) {
+            (Some(MxEvidence::Hosts(_)), Some(nb)) => nb.finding(&name, project),
             _ => None,
         };
         let (age, rule) = match &self.rdap {
@@ -136,13 +134,14 @@ impl Judge {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
-            reported_safe: crate::account::verdict_reports::grouped::reported_safe(
-                &self.reported_safe.load(),
-                &name,
-                self.reports_min_projects,
-            ),
+            reported_safe: None,
         };
-        let v = verdict_of(&table, &name, found, signals, rule);
+        let v = crate::account::verdict_reports::decisions::verdict_with(
+            &self.accepted.load(),
+            (&table, &name, found),
+            signals,
+            rule,
+        );
         Some(Judged {
             told: Told {
                 reason: v.record.reason,

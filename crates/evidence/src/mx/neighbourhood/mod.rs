@@ -54,9 +54,12 @@ pub struct Neighbourhood {
     verdicts: [AtomicU64; 3],
     taught: AtomicU64,
     dropped: AtomicU64,
-    /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain and
-    /// project (a finding on one project's own teaching is that project's alone).
-    held: quick_cache::sync::Cache<(Box<str>, ProjectId), (Finding, Instant)>,
+    /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain:
+    /// one for every project (`None`), and an untrusted project's own (a finding on its own
+    /// teaching is its alone).
+    held: quick_cache::sync::Cache<(Box<str>, Option<ProjectId>), (Finding, Instant)>,
+    /// A project's plan, when the gateway knows it (its keys): whether it is trusted.
+    plan_of: std::sync::OnceLock<PlanOf>,
     /// Changes to the index not yet applied to the mirror (a short lock per teach).
     journal: Mutex<Vec<Change>>,
     /// The journal passed its bound: the mirror is rebuilt from the index once.
@@ -64,6 +67,9 @@ pub struct Neighbourhood {
     /// What the state file, ageing and eviction are worked out from, off the index's lock.
     mirror: Mutex<Mirror>,
 }
+
+/// A project's plan (from its keys), for trust.
+pub type PlanOf = Box<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
 
 /// Changes the journal holds at most between two ticks of the MX service.
 const JOURNAL_MAX: usize = 500_000;
@@ -103,7 +109,20 @@ impl Neighbourhood {
             journal: Mutex::new(Vec::new()),
             overflow: AtomicBool::new(false),
             mirror: Mutex::new(Mirror::default()),
+            plan_of: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tells the index where projects' plans are found (once; later calls are ignored).
+    pub fn set_plan_of(&self, plan_of: PlanOf) {
+        let _ = self.plan_of.set(plan_of);
+    }
+
+    /// Whether `project`'s traffic teaches for every project (`trusted_plans`,
+    /// `trusted_projects`).
+    pub fn trusts(&self, project: &str) -> bool {
+        let plan = (self.plan_of.get()).and_then(|f| f(project));
+        self.config.trusts(project, plan.as_deref())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NeighbourhoodIndex> {
@@ -122,20 +141,34 @@ impl Neighbourhood {
     /// overrules it, as the table is asked first.
     pub fn finding(&self, name: &DomainName, project: &str) -> Option<Finding> {
         let domain = name.registrable()?;
-        let project = project_id(project);
+        let id = project_id(project);
+        let own = (!self.trusts(project)).then_some(id);
         let hold = self.config.verdict_hold;
-        let held_key = (Box::<str>::from(domain), project);
         if !hold.is_zero() {
-            if let Some((finding, until)) = self.held.get(&held_key) {
-                if until > Instant::now() && self.read().holds(domain, &finding, project) {
-                    return Some(finding);
+            // Every project's verdict first: what the lists and trusted projects taught.
+            for scope in [None, own].into_iter().take(1 + usize::from(own.is_some())) {
+                let held_key = (Box::<str>::from(domain), scope);
+                if let Some((finding, until)) = self.held.get(&held_key) {
+                    if until > Instant::now() && self.read().holds(domain, &finding, id) {
+                        return Some(finding);
+                    }
+                    self.held.remove(&held_key);
                 }
-                self.held.remove(&held_key);
             }
         }
-        let mut finding = self.read().finding(domain, project)?;
+        let (shared, mut finding) = {
+            let index = self.read();
+            let shared = index.finding_for(domain, None);
+            let finding = match own {
+                Some(id) => index.finding_for(domain, Some(id)),
+                None => shared.clone(),
+            };
+            (shared.is_some(), finding?)
+        };
         if !hold.is_zero() {
             finding.since = Some(drg_base::infra::units::now_rfc3339());
+            let scope = if shared { None } else { own };
+            let held_key = (Box::<str>::from(domain), scope);
             self.held
                 .insert(held_key, (finding.clone(), Instant::now() + hold));
         }
@@ -202,23 +235,28 @@ impl Neighbourhood {
         let Some(domain) = name.registrable() else {
             return;
         };
+        let trusted = self.trusts(project);
         let project = project_id(project);
         let learned = {
             let index = self.read();
             if !index.knows(domain) {
                 drop(index);
-                self.enqueue(domain, Teachers::project(project));
+                self.enqueue(domain, Teachers::project(project, trusted));
                 return;
             }
+            // Nothing to add: the lists taught it, or this teacher cannot change its counts.
             let known = index.learned_of(domain);
             if known.is_none_or(|l| {
-                l.global || l.taught_by.contains(&project) || l.taught_by.len() >= 3
+                let mut teachers = l.teach().teachers;
+                l.global
+                    || (!trusted && !l.trusted_by.is_empty())
+                    || !teachers.add(project, trusted)
             }) {
                 return;
             }
             drop(index);
             let mut index = self.write();
-            if !index.add_teacher(domain, project) {
+            if !index.add_teacher(domain, project, trusted) {
                 return;
             }
             index.learned_of(domain)

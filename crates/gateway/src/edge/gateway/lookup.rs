@@ -18,7 +18,7 @@ use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
 use crate::account::calls::Verdict;
 use crate::answer::{body_bytes, Answer, ApiError};
 use crate::domain::age::{AgeRule, DomainAge};
-use crate::domain::classify::{verdict_of, wants_mx, Signals};
+use crate::domain::classify::{wants_mx, Signals};
 use crate::domain::evidence::Evidence;
 use crate::domain::mail::MxEvidence;
 use crate::domain::neighbour_index::Finding;
@@ -261,9 +261,14 @@ impl Gateway {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
-            reported_safe: self.shared.reported_safe(name),
+            reported_safe: None,
         };
-        let mut verdict = verdict_of(table, name, found, signals, age_rule);
+        let mut verdict = crate::account::verdict_reports::decisions::verdict_with(
+            &self.shared.accepted.load(),
+            (table, name, found),
+            signals,
+            age_rule,
+        );
         if let Some(o) = over {
             o.verdict.apply(&mut verdict.record);
         }
@@ -272,7 +277,7 @@ impl Gateway {
             // What the gateway inferred neither dilutes nor feeds the neighbourhood; what it
             // did not counts as vouched for (an established age the registry gave) or unknown.
             // The same on every route.
-            // Enough projects' `safe` reports vouch as an established age does.
+            // A `safe` verdict the operator accepted vouches as an established age does.
             let vouched = match verdict.reported_safe {
                 Some(_) => Some(true),
                 None => (verdict.age).map(|a| a.age_days >= nb.config.vouch_age_days),

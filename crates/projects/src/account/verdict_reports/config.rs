@@ -1,5 +1,4 @@
-//! `gateway.reports`: how many projects saying `safe` keep inference from flagging a domain,
-//! and how many open reports a project may have.
+//! `gateway.reports`: how many open reports a project may have.
 
 use serde::{Deserialize, Serialize};
 
@@ -7,8 +6,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReportsConfig {
-    /// Distinct projects whose open or accepted `safe` reports keep inference (the MX
-    /// neighbourhood) from flagging a domain (2 to 1000).
+    /// Kept so that configs which set it still load (2 to 1000); it decides nothing now: only
+    /// a verdict the operator accepted changes another project's answer.
     pub min_projects: u32,
     /// Open reports a project may have at once (1 to 100000); more: `409`.
     pub max_open_per_project: u32,

@@ -1,36 +1,11 @@
 //! The operator's view of the reports: grouped by domain, with how many distinct projects said
-//! what; and the safe counts lookups read.
+//! what.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::{Item, Report, SafeCounts, Said, Status};
-
-/// Distinct projects that reported each domain `safe`, open or accepted (a rejected report
-/// counts for nothing).
-pub fn safe_counts<'a>(reports: impl Iterator<Item = &'a Report>) -> SafeCounts {
-    let mut by: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for r in reports.filter(|r| r.verdict == Said::Safe && r.status != Status::Rejected) {
-        by.entry(&r.domain).or_default().insert(&r.project);
-    }
-    by.into_iter()
-        .map(|(d, p)| (d.to_owned(), p.len() as u32))
-        .collect()
-}
-
-/// Distinct projects that reported `name` (or its registrable domain) `safe`, when at least
-/// `min` did: what a lookup's signals carry.
-pub fn reported_safe(counts: &SafeCounts, name: &drg_domain::DomainName, min: u32) -> Option<u32> {
-    if counts.is_empty() {
-        return None;
-    }
-    let own = counts.get(name.as_str()).copied().unwrap_or(0);
-    let parent = (name.registrable())
-        .and_then(|r| counts.get(r).copied())
-        .unwrap_or(0);
-    Some(own.max(parent)).filter(|n| *n >= min)
-}
+use super::{Item, Report, Said, Status};
 
 /// What the projects said of one domain.
 #[derive(Debug, Serialize)]
@@ -100,7 +75,7 @@ mod tests {
     }
 
     #[test]
-    fn distinct_projects_count_and_a_rejection_counts_for_nothing() {
+    fn groups_count_distinct_projects_with_open_reports() {
         let rs = [
             report("1", "a", "x.com", Said::Safe, Status::Open),
             report("2", "a", "x.com", Said::Safe, Status::Open),
@@ -108,9 +83,6 @@ mod tests {
             report("4", "c", "x.com", Said::Safe, Status::Rejected),
             report("5", "c", "y.com", Said::Disposable, Status::Open),
         ];
-        let counts = safe_counts(rs.iter());
-        assert_eq!(counts.get("x.com"), Some(&2));
-        assert_eq!(counts.get("y.com"), None);
         let g = groups(rs.iter(), false);
         assert_eq!(g[0].domain, "x.com");
         assert_eq!((g[0].safe_projects, g[0].disposable_projects), (1, 0));

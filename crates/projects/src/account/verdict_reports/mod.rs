@@ -2,10 +2,10 @@
 //! and `GET /v1/reports` shows it its reports and their state. The operator sees them grouped by
 //! domain (`grouped.rs`: the admin listener's `GET /reports`, `reports list`) and accepts or
 //! rejects them (`accept.rs`: `reports accept | reject`), accepting writing the domain to the
-//! allow or block file with its provenance. A domain several projects reported `safe` is never
-//! flagged by inference (`reports.min_projects`): a signal no single project can plant. The
-//! reporting project's own answer does not change until it sets an override or the operator
-//! accepts.
+//! allow or block file with its provenance and keeping the verdict in the shared store
+//! (`decisions.rs`), which every gateway answers. An open report changes no answer, the
+//! reporting project's included, however many projects file it: accounts are free to make,
+//! so only the operator's word may change another project's answer.
 //!
 //! Kept as records ([`drg_base::infra::records`]), like overrides: `reports.records.sqlite` in the state
 //! folder or the quota's Redis with a copy there. A decided report is a removed record: it no
@@ -13,9 +13,9 @@
 
 pub mod accept;
 pub mod config;
+pub mod decisions;
 pub mod grouped;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -24,6 +24,7 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 pub use config::ReportsConfig;
+pub use decisions::{Accepted, Decision};
 use drg_access::keys::KeyEntry;
 use drg_base::answer::{error_answer, Answer, ApiError};
 use drg_base::infra::records::replica::Replica;
@@ -104,12 +105,10 @@ impl<'a> Item<'a> {
     }
 }
 
-/// Distinct projects that reported each domain `safe` (open or accepted), as lookups read it.
-pub type SafeCounts = HashMap<String, u32>;
-
-/// The reports: their records, the counts lookups read.
+/// The reports: their records, and the operator's accepted verdicts lookups read.
 pub struct Reports {
     pub replica: Arc<Replica<Report>>,
+    pub decisions: Arc<Replica<Decision>>,
     pub config: ReportsConfig,
 }
 
@@ -124,18 +123,20 @@ struct Body {
 }
 
 impl Reports {
-    /// Reports kept in `folder` or on `redis`; `counts` gets the safe counts of each new set.
+    /// Reports and decisions kept in `folder` or on `redis`; `accepted` gets the accepted
+    /// verdicts of each new set of decisions.
     pub fn open(
         config: ReportsConfig,
-        counts: Arc<ArcSwap<SafeCounts>>,
+        accepted: Arc<ArcSwap<Accepted>>,
         folder: &std::path::Path,
         redis: Option<&drg_base::infra::redis::config::RedisConfig>,
     ) -> Reports {
-        let publish = Box::new(move |m: &Merged<Report>| {
-            counts.store(Arc::new(grouped::safe_counts(m.all())));
+        let publish = Box::new(move |m: &Merged<Decision>| {
+            accepted.store(Arc::new(decisions::accepted(m.all())));
         });
         Reports {
-            replica: Arc::new(Replica::open("reports", folder, redis, publish)),
+            replica: Arc::new(Replica::open("reports", folder, redis, Box::new(|_| {}))),
+            decisions: Arc::new(Replica::open(decisions::KIND, folder, redis, publish)),
             config,
         }
     }
