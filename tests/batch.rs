@@ -567,3 +567,53 @@ fn the_mx_of_a_batch_is_resolved_concurrently_within_one_budget() {
         server.most_held()
     );
 }
+
+/// Cold names past the project's share of MX slots answer as `GET` does: each name gets a
+/// budget of its own from when its turn comes. Before, the batch shared one budget, and the
+/// names that got no slot until it ran out were answered from the table alone, where `GET`
+/// (its own budget) gave their MX provider (issue 77).
+#[test]
+fn cold_names_past_the_projects_share_answer_as_get_does() {
+    // Each answer leaves 400 ms after its question; two lookups at once for the project, a
+    // budget of 700 ms: a shared budget covered the first two names only.
+    let mut zones = HashMap::new();
+    let names: Vec<String> = (0..6).map(|i| format!("cold{i}.test")).collect();
+    for name in names.iter().chain([&"alone.test".to_owned()]) {
+        zones.insert(
+            name.clone(),
+            dns::Zone {
+                mx: vec![(10, "aspmx.l.google.com".into())],
+                a: None,
+                ttl: 300,
+            },
+        );
+    }
+    let server = dns::DnsServer::start_slow(zones, Duration::from_millis(400));
+    let providers = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mx_providers.csv"
+    ))
+    .unwrap();
+    let gw = Gateway::builder()
+        .plan("test", 1_000)
+        .dns(server.addr)
+        .data("mx_providers.csv", &providers)
+        .mx_yaml("budget_ms: 700")
+        .mx_yaml("query_timeout_ms: 3000")
+        .mx_yaml("max_inflight_per_project: 2")
+        .start();
+    let get = single(&gw, "alone.test", "");
+    assert_eq!(get["mx_provider_label"], "Google Workspace", "{get}");
+    let started = std::time::Instant::now();
+    let r = post(&gw, BATCH, &json!({ "domains": names }));
+    println!(
+        "a batch of {} cold names, 2 at a time: {} ms",
+        names.len(),
+        started.elapsed().as_millis()
+    );
+    assert_eq!(r.status, 200);
+    for rec in r.json()["results"].as_array().unwrap() {
+        assert_eq!(rec["mx_provider_label"], get["mx_provider_label"], "{rec}");
+        assert_eq!(rec["risk_score"], get["risk_score"], "{rec}");
+    }
+}

@@ -4,7 +4,6 @@
 //! concurrently, within one budget.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
@@ -369,8 +368,9 @@ impl Gateway {
 
     /// The MX inputs of a batch's names, in order: the names the cache cannot answer are
     /// resolved concurrently within the project's share of the slots
-    /// (`mx.max_inflight_per_project`), all within one budget for the batch, never one after
-    /// another; names past the share are answered from the table.
+    /// (`mx.max_inflight_per_project`), never one after another, each within a budget of its
+    /// own from when its turn comes (as GET: a batch never answers a name differently); names
+    /// past the gateway's or the project's slots are answered from the table, as GET's are.
     async fn mx_inputs_batch(
         &self,
         names: &[&DomainName],
@@ -381,32 +381,33 @@ impl Gateway {
             return vec![(None, None); names.len()];
         };
         let wants = self.consider(names, over, project);
-        let deadline = Instant::now() + mx.budget();
         let concurrency = mx.project_share().clamp(1, names.len().max(1));
         // Made first, polled `concurrency` at a time (a closure making them inside the stream
         // would not be `Send` for every lifetime, as Pingora's futures must be).
         let lookups: Vec<_> = names
             .iter()
             .zip(wants)
-            .map(|(name, wants)| self.mx_within(mx, name, wants, deadline, project))
+            .map(|(name, wants)| self.mx_within(mx, name, wants, project))
             .collect();
         stream::iter(lookups).buffered(concurrency).collect().await
     }
 
-    /// One name's MX inputs, waiting until `deadline` at most.
+    /// One name's MX inputs, within the budget of a single lookup from when it is first polled
+    /// (its turn in the batch).
     async fn mx_within(
         &self,
         mx: &Arc<MxResolver>,
         name: &DomainName,
         wants: bool,
-        deadline: Instant,
         project: &str,
     ) -> MxInputs {
         if !wants {
             return (None, None);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let evidence = mx.evidence_within(name.as_str(), left, project).await.0;
+        let evidence = mx
+            .evidence_within(name.as_str(), mx.budget(), project)
+            .await
+            .0;
         (
             Some(evidence.clone()),
             self.finding(name, &evidence, project),
