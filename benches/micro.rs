@@ -14,18 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use drg_access::keys::{key_entry_yaml, parse_keys};
+use drg_access::origin::{Origin, OriginPattern};
+use drg_access::quota::consume;
+use drg_access::quota::local::LocalStore;
+use drg_access::{decide, Credentials};
 use drg_domain::mail::{MxEvidence, MxHost};
 use drg_domain::providers::ProviderTable;
 use drg_domain::{classify, DomainName, DomainTable, ListKind, Scores, TableBuilder};
-use drg_gateway::access::keys::{key_entry_yaml, parse_keys};
-use drg_gateway::access::origin::{Origin, OriginPattern};
-use drg_gateway::access::quota::consume;
-use drg_gateway::access::quota::local::LocalStore;
-use drg_gateway::access::{decide, Credentials};
-use drg_gateway::mx::config::MxConfig;
-use drg_gateway::mx::resolver::{CacheState, MxResolver};
-use drg_gateway::ops::access_log::{format_line, Entry};
-use drg_gateway::ops::metrics::{Metrics, RouteClass};
+use drg_evidence::mx::config::MxConfig;
+use drg_evidence::mx::resolver::{CacheState, MxResolver};
+use drg_telemetry::access_log::{format_line, Entry};
+use drg_telemetry::metrics::{Metrics, RouteClass};
 
 /// A table of `n` generated disposable domains (`d<i>.example-<i%97>.com`).
 fn table(n: usize) -> DomainTable {
@@ -275,7 +275,7 @@ fn operations(c: &mut Criterion) {
 fn top_flags(c: &mut Criterion) {
     use drg_domain::heavy_hitters::{Label, SpaceSaving};
     use drg_domain::Reason;
-    use drg_gateway::live_top::LiveTop;
+    use drg_projects::live_top::LiveTop;
     let label = Label {
         reason: Reason::Disposable,
         score: 100,
@@ -309,7 +309,7 @@ fn top_flags(c: &mut Criterion) {
 /// plus the dataset version, `Vary` and both RateLimit headers).
 fn hot_path(c: &mut Criterion) {
     use bytes::Bytes;
-    use drg_gateway::answer::{Answer, ApiError};
+    use drg_base::answer::{Answer, ApiError};
     use drg_gateway::edge::http::response_header;
     use http::{HeaderName, HeaderValue, StatusCode};
     let t = table(10_000);
@@ -409,10 +409,10 @@ fn typos(c: &mut Criterion) {
 fn reclassification(c: &mut Criterion) {
     use arc_swap::ArcSwap;
     use drg_domain::Reason;
-    use drg_gateway::changes::embedded::EmbeddedChanges;
-    use drg_gateway::changes::judge::Judge;
-    use drg_gateway::changes::store::{ChangeStore, Proposed};
-    use drg_gateway::changes::{Seen, Told};
+    use drg_projects::changes::embedded::EmbeddedChanges;
+    use drg_projects::changes::judge::Judge;
+    use drg_projects::changes::store::{ChangeStore, Proposed};
+    use drg_projects::changes::{Seen, Told};
     const WATCHED: usize = 10_000;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

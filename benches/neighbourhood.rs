@@ -25,9 +25,9 @@ use drg_domain::mail::{MxEvidence, MxHost};
 use drg_domain::neighbour_index::{NeighbourhoodIndex, NeighbourhoodRule, Teach, Teachers};
 use drg_domain::providers::ProviderTable;
 use drg_domain::{DomainName, DomainTable, ListKind, Scores, TableBuilder};
-use drg_gateway::mx::config::{MxConfig, NeighbourhoodConfig};
-use drg_gateway::mx::neighbourhood::Neighbourhood;
-use drg_gateway::mx::resolver::MxResolver;
+use drg_evidence::mx::config::{MxConfig, NeighbourhoodConfig};
+use drg_evidence::mx::neighbourhood::Neighbourhood;
+use drg_evidence::mx::resolver::MxResolver;
 
 /// Counts live heap bytes, for the memory figure.
 struct Counting;

@@ -18,8 +18,8 @@ use criterion::{criterion_group, Criterion};
 use drg_domain::age::{AgeRule, DomainAge};
 use drg_domain::classify::{apply_age, classify};
 use drg_domain::{DomainName, Scores, TableBuilder};
-use drg_gateway::rdap::config::RdapConfig;
-use drg_gateway::rdap::service::Rdap;
+use drg_evidence::rdap::config::RdapConfig;
+use drg_evidence::rdap::service::Rdap;
 
 /// Cached names in the bench's cache.
 const CACHED: usize = 100_000;

@@ -32,7 +32,7 @@ use pingora::services::listening::Service;
 
 /// The gateway's allocator: the floor must not differ from it by malloc.
 #[global_allocator]
-static GLOBAL: drg_gateway::infra::alloc::Allocator = drg_gateway::infra::alloc::Allocator;
+static GLOBAL: drg_base::infra::alloc::Allocator = drg_base::infra::alloc::Allocator;
 
 #[derive(Parser)]
 #[command(about = "Bare Pingora floor for the load harness")]

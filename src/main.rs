@@ -9,7 +9,7 @@ use args::{Cli, Command, KeyCommand, ReportsCommand};
 
 /// mimalloc: Pingora allocates and frees per request; glibc malloc showed up in its profile.
 #[global_allocator]
-static GLOBAL: drg_gateway::infra::alloc::Allocator = drg_gateway::infra::alloc::Allocator;
+static GLOBAL: drg_base::infra::alloc::Allocator = drg_base::infra::alloc::Allocator;
 use drg_gateway::cli;
 
 fn main() -> ExitCode {

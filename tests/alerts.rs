@@ -565,11 +565,11 @@ fn with_allow_private_the_gateways_own_admin_listener_stays_refused_when_sent() 
         &alerts,
         plans,
     );
-    let extras = drg_gateway::access::keys::EntryExtras {
+    let extras = drg_access::keys::EntryExtras {
         project: Some("acme"),
         ..Default::default()
     };
-    let key = drg_gateway::access::keys::key_entry_yaml_with("k", KEY, "metered", &[], &extras);
+    let key = drg_access::keys::key_entry_yaml_with("k", KEY, "metered", &[], &extras);
     std::fs::write(dir.path().join("keys.yaml"), format!("keys:\n{key}")).unwrap();
     let gw = Gateway::spawn(dir, conf, &[]);
     let local_admin: SocketAddr = format!("127.0.0.1:{}", admin.port()).parse().unwrap();

@@ -64,7 +64,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
             "{tool} is missing: scripts/test installs Debian's chromium and chromium-driver"
         );
     }
-    let origins = drg_gateway::access::keys::EntryExtras {
+    let origins = drg_access::keys::EntryExtras {
         project: Some("acme"),
         ..Default::default()
     };
@@ -82,7 +82,7 @@ fn the_dashboard_shows_what_the_api_says_in_a_real_browser() {
         .gateway_yaml("webhooks: {}")
         .data("disposable.txt", "mailinator.com\nthrowaway.example\n")
         .key_in_project("server", SERVER, "pro", "acme")
-        .key_entry(&drg_gateway::access::keys::key_entry_yaml_with(
+        .key_entry(&drg_access::keys::key_entry_yaml_with(
             "web",
             BROWSER,
             "pro",

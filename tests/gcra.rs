@@ -4,8 +4,8 @@
 
 use crate::redis_server;
 
-use drg_gateway::access::quota::redis::rate::TAKE;
-use drg_gateway::access::rate::{gcra_n, RateDecision};
+use drg_access::quota::redis::rate::TAKE;
+use drg_access::rate::{gcra_n, RateDecision};
 use proptest::prelude::*;
 use redis_server::RedisServer;
 

@@ -249,7 +249,7 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
 }
 
 fn hex_sha256(secret: &str) -> String {
-    drg_gateway::access::keys::hash_secret(secret)
+    drg_access::keys::hash_secret(secret)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

@@ -245,7 +245,7 @@ fn on_a_redis_cluster_keys_are_made_and_revoked_across_gateways() {
 
 #[test]
 fn an_operator_key_removed_from_the_keys_files_revokes_what_it_made_in_redis() {
-    use drg_gateway::access::keys::{key_entry_yaml_with, EntryExtras};
+    use drg_access::keys::{key_entry_yaml_with, EntryExtras};
     let redis = RedisServer::start(false);
     let (a, b) = (builder(&redis).start(), builder(&redis).start());
     let (_, secret) = made_by(&a, OTHER, "made by other");

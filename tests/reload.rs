@@ -231,7 +231,7 @@ fn an_emptied_keys_file_is_refused_and_the_old_keys_kept() {
     // A truncated file (cut inside an entry) is refused the same way.
     let full = format!(
         "keys:\n{}",
-        drg_gateway::access::keys::key_entry_yaml("test", TEST_SECRET, "test", &[])
+        drg_access::keys::key_entry_yaml("test", TEST_SECRET, "test", &[])
     );
     write_atomic(&keys, &full[..full.len() - 12]);
     wait_until(Duration::from_secs(5), || {

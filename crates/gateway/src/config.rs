@@ -12,16 +12,16 @@ use pingora::server::configuration::ServerConf;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationSeconds};
 
-use crate::access::config::AccessConfig;
-use crate::access::quota::config::QuotaConfig;
-use crate::account::config::KeysApiConfig;
-use crate::data::config::{DataConfig, ReloadConfig};
-use crate::domain::Scores;
 use crate::edge::config::{BatchConfig, LimitsConfig, TlsConfig};
-use crate::infra::units::secs;
-use crate::mx::config::MxConfig;
-use crate::ops::config::{AccessLogConfig, AdminConfig};
 use crate::upstream::config::UpstreamConfig;
+use drg_access::config::AccessConfig;
+use drg_access::quota::config::QuotaConfig;
+use drg_base::infra::units::secs;
+use drg_domain::Scores;
+use drg_evidence::data::config::{DataConfig, ReloadConfig};
+use drg_evidence::mx::config::MxConfig;
+use drg_projects::account::config::KeysApiConfig;
+use drg_telemetry::config::{AccessLogConfig, AdminConfig};
 use drg_webhook::guard::Listener;
 
 /// Everything the gateway needs to start.
@@ -65,7 +65,7 @@ pub struct GatewayConfig {
     /// DNS lookups of MX records.
     pub mx: MxConfig,
     /// Domain age from the registries' RDAP servers.
-    pub rdap: crate::rdap::config::RdapConfig,
+    pub rdap: drg_evidence::rdap::config::RdapConfig,
     /// On SIGTERM, keep serving this many seconds with `/readyz` answering 503 (so load
     /// balancers stop sending traffic), then stop accepting and finish what is in flight.
     #[serde(rename = "drain_seconds")]
@@ -81,21 +81,21 @@ pub struct GatewayConfig {
     /// The JSON access log (one line per request).
     pub access_log: AccessLogConfig,
     /// Call logs and daily stats per project (`/v1/logs`, `/v1/stats`).
-    pub calls: crate::account::calls::CallsConfig,
+    pub calls: drg_projects::account::calls::CallsConfig,
     /// Live top-domains: flag counts, their ranking, persistence and sharing.
-    pub top_domains: crate::live_top::TopDomainsConfig,
+    pub top_domains: drg_projects::live_top::TopDomainsConfig,
     /// HTTPS on the public listener; absent: plain HTTP.
     pub tls: Option<TlsConfig>,
     /// OpenTelemetry traces (OTLP/HTTP); off unless an endpoint is set.
-    pub tracing: crate::ops::trace::config::TracingConfig,
+    pub tracing: drg_telemetry::trace::config::TracingConfig,
     /// `POST /v1/public/domains`: lookups in batches.
     pub batch: BatchConfig,
     /// Verdict changes: watched projects told when a domain they looked up changes verdict.
-    pub changes: crate::changes::ChangesConfig,
+    pub changes: drg_projects::changes::ChangesConfig,
     /// `/v1/reports`: projects telling the operator a verdict is wrong.
-    pub reports: crate::account::verdict_reports::ReportsConfig,
+    pub reports: drg_projects::account::verdict_reports::ReportsConfig,
     /// `/v1/webhooks`: projects' own webhooks (absent: off, the routes answer 404).
-    pub webhooks: Option<crate::account::webhooks::WebhooksConfig>,
+    pub webhooks: Option<drg_projects::account::webhooks::WebhooksConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -111,18 +111,18 @@ impl Default for GatewayConfig {
             keys_api: KeysApiConfig::default(),
             runtime_dir: None,
             mx: MxConfig::default(),
-            rdap: crate::rdap::config::RdapConfig::default(),
+            rdap: drg_evidence::rdap::config::RdapConfig::default(),
             drain: Duration::from_secs(2),
             trusted_proxies: Vec::new(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
             access_log: AccessLogConfig::default(),
-            calls: crate::account::calls::CallsConfig::default(),
-            top_domains: crate::live_top::TopDomainsConfig::default(),
+            calls: drg_projects::account::calls::CallsConfig::default(),
+            top_domains: drg_projects::live_top::TopDomainsConfig::default(),
             tls: None,
             tracing: Default::default(),
             batch: BatchConfig::default(),
-            changes: crate::changes::ChangesConfig::default(),
+            changes: drg_projects::changes::ChangesConfig::default(),
             reports: Default::default(),
             webhooks: None,
         }
@@ -521,8 +521,8 @@ impl GatewayConfig {
     }
 
     /// The domain table's inputs as this configuration names them.
-    pub fn data_sources(&self) -> crate::data::files::DataSources {
-        crate::data::files::DataSources::from_config(
+    pub fn data_sources(&self) -> drg_evidence::data::files::DataSources {
+        drg_evidence::data::files::DataSources::from_config(
             &self.data,
             self.scores,
             self.reload.max_shrink_percent,
@@ -629,8 +629,8 @@ fn over_flags(over: ListenOverride<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::config::SourceKind;
     use crate::upstream::config::UpstreamMode;
+    use drg_evidence::data::config::SourceKind;
 
     fn load(text: &str) -> Result<Settings, ConfigError> {
         Settings::from_yaml(text, Path::new("/etc/drg/gateway.yaml"))
@@ -754,7 +754,7 @@ mod tests {
             "gateway:\n  access:\n    plans: { free: 5, team: { monthly_limit: 9, max_keys: 3 } }\n",
         )
         .unwrap();
-        use crate::access::plan::AsPlan;
+        use drg_access::plan::AsPlan;
         let team = s.gateway.access.plans["team"].resolve("team");
         assert_eq!((team.monthly_limit, team.max_keys), (9, 3));
         assert_eq!(s.gateway.access.plans["free"].resolve("free").max_keys, 1);
@@ -787,7 +787,7 @@ mod tests {
 
     #[test]
     fn a_monthly_limit_the_embedded_store_cannot_count_is_refused() {
-        use crate::access::quota::local::MAX_MONTHLY_LIMIT;
+        use drg_access::quota::local::MAX_MONTHLY_LIMIT;
         let plans = |a: u64, b: u64| {
             format!(
                 "gateway:\n  access:\n    plans: {{ big: {a}, huge: {{ monthly_limit: {b} }} }}\n"

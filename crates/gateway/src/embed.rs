@@ -40,7 +40,7 @@ pub enum Error {
 /// failures) rate-limited and counted in the metrics. Call it once, first. A host that keeps a
 /// logger of its own loses the masking of lines that are not the gateway's.
 pub fn install_logger() -> Result<(), Error> {
-    crate::ops::logging::install().map_err(|e| Error::Logger(e.into()))
+    drg_telemetry::logging::install().map_err(|e| Error::Logger(e.into()))
 }
 
 /// The gateway's configuration: the `gateway:` section of a YAML file (see
@@ -261,7 +261,7 @@ impl DomainRisk {
 #[must_use = "call finish() after Server::run returns, or the last access-log lines and spans are lost"]
 pub struct Finish {
     shared: crate::state::Shared,
-    access_log: Option<crate::ops::access_log::AccessLog>,
+    access_log: Option<drg_telemetry::access_log::AccessLog>,
 }
 
 impl Finish {

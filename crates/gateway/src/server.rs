@@ -12,28 +12,28 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use pingora::services::ServiceWithDependents;
 
-use crate::access::keys::KeyStore;
-use crate::access::quota::config::{QuotaConfig, QuotaStoreKind};
-use crate::access::quota::local::LocalStore;
-use crate::access::quota::redis::RedisStore;
-use crate::access::quota::services::{Persistence, Reconciler};
-use crate::access::quota::{Clock, QuotaStore, SystemClock};
-use crate::access::source::KeysSource;
 use crate::config::{GatewayConfig, Settings};
-use crate::data::files::{log_conflicts, summary, DataSources};
-use crate::data::reload::Reloader;
-use crate::domain::DomainTable;
 use crate::edge::admin::Admin;
 use crate::edge::downstream::ConnectionLimited;
 use crate::edge::gateway::Gateway;
-use crate::mx::neighbourhood::service::MxService;
-use crate::mx::neighbourhood::share::SharedIndex;
-use crate::mx::neighbourhood::Neighbourhood;
-use crate::mx::resolver::MxResolver;
-use crate::ops::connections::DownstreamStats;
-use crate::ops::lifecycle::{settle_budget, Draining, InFlight};
-use crate::ops::metrics::Metrics;
 use crate::state::Shared;
+use drg_access::keys::KeyStore;
+use drg_access::quota::config::{QuotaConfig, QuotaStoreKind};
+use drg_access::quota::local::LocalStore;
+use drg_access::quota::redis::RedisStore;
+use drg_access::quota::services::{Persistence, Reconciler};
+use drg_access::quota::{Clock, QuotaStore, SystemClock};
+use drg_access::source::KeysSource;
+use drg_domain::DomainTable;
+use drg_evidence::data::files::{log_conflicts, summary, DataSources};
+use drg_evidence::data::reload::Reloader;
+use drg_evidence::mx::neighbourhood::service::MxService;
+use drg_evidence::mx::neighbourhood::share::SharedIndex;
+use drg_evidence::mx::neighbourhood::Neighbourhood;
+use drg_evidence::mx::resolver::MxResolver;
+use drg_telemetry::connections::DownstreamStats;
+use drg_telemetry::lifecycle::{settle_budget, Draining, InFlight};
+use drg_telemetry::metrics::Metrics;
 
 /// A part's [`drg_base::service::Service`], run as one of Pingora's background services: the
 /// parts know only the service contract, the host alone knows Pingora.
@@ -82,7 +82,7 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
 
 /// The file of API-made keys the keys reloader merges: the managed file, or with the Redis
 /// quota store the cache of the shared store's keys beside it (see
-/// [`crate::account::keys_api::shared`]).
+/// [`drg_projects::account::keys_api::shared`]).
 fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
     match home(gateway).shared {
         None => gateway.keys_api.managed_file(&gateway.quota),
@@ -92,7 +92,7 @@ fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
 
 /// The shared store's cache and pending revocations files, beside the managed file.
 fn shared_paths(gateway: &GatewayConfig) -> (std::path::PathBuf, std::path::PathBuf) {
-    crate::account::keys_api::shared::paths(&gateway.keys_api.managed_file(&gateway.quota))
+    drg_projects::account::keys_api::shared::paths(&gateway.keys_api.managed_file(&gateway.quota))
 }
 
 fn clock() -> Result<SystemClock, StartError> {
@@ -127,7 +127,7 @@ pub(crate) struct Wired {
     pub shared: Shared,
     /// The open connections of a listener guarded by `gateway.limits` (zero without one).
     pub downstream: Arc<DownstreamStats>,
-    pub access_log: Option<crate::ops::access_log::AccessLog>,
+    pub access_log: Option<drg_telemetry::access_log::AccessLog>,
     /// The background services: reloaders, stores' persistence, writers, MX, alerts.
     pub services: Vec<BoxedService>,
     /// The admin listener (`gateway.admin.listen`), not bound yet.
@@ -138,26 +138,26 @@ pub(crate) struct Wired {
 /// services that keep them.
 struct Parts {
     calls: Option<(
-        crate::account::calls::Calls,
-        crate::account::calls::CallWriter,
+        drg_projects::account::calls::Calls,
+        drg_projects::account::calls::CallWriter,
     )>,
     top_live: Option<(
-        Arc<crate::live_top::LiveTop>,
-        crate::live_top::keeper::Keeper,
+        Arc<drg_projects::live_top::LiveTop>,
+        drg_projects::live_top::keeper::Keeper,
     )>,
-    keys_api: Arc<crate::account::keys_api::KeysApi>,
+    keys_api: Arc<drg_projects::account::keys_api::KeysApi>,
     /// `/v1/overrides` and their store.
-    overrides: Arc<crate::account::overrides::Overrides>,
+    overrides: Arc<drg_projects::account::overrides::Overrides>,
     /// `/v1/reports` and their store.
-    reports: Arc<crate::account::verdict_reports::Reports>,
+    reports: Arc<drg_projects::account::verdict_reports::Reports>,
     /// `/v1/webhooks` (`gateway.webhooks`; `None`: off), over `Shared::webhooks`.
-    webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
+    webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     /// The audit trail.
-    audit: Arc<crate::account::audit::Audit>,
+    audit: Arc<drg_projects::account::audit::Audit>,
     /// The shared key store (with the Redis quota store), which its poll keeps.
-    shared_keys: Option<Arc<crate::account::keys_api::shared::Shared>>,
-    access_log: Option<crate::ops::access_log::AccessLog>,
-    access_log_service: crate::ops::access_log::AccessLogService,
+    shared_keys: Option<Arc<drg_projects::account::keys_api::shared::Shared>>,
+    access_log: Option<drg_telemetry::access_log::AccessLog>,
+    access_log_service: drg_telemetry::access_log::AccessLogService,
 }
 
 /// Builds everything from `settings` (a bad table, keys file or state file stops the start):
@@ -242,15 +242,15 @@ fn quota_alerts(
     clock: &Arc<dyn Clock>,
     webhooks: &crate::webhooks::Webhooks,
     services: &mut Vec<BoxedService>,
-) -> Result<Option<Arc<crate::access::quota::alerts::Alerts>>, StartError> {
+) -> Result<Option<Arc<drg_access::quota::alerts::Alerts>>, StartError> {
     let config = match (&gateway.quota.alerts, &gateway.webhooks) {
         (Some(config), _) => config.clone(),
-        (None, Some(_)) => crate::access::quota::alerts::config::AlertsConfig::default(),
+        (None, Some(_)) => drg_access::quota::alerts::config::AlertsConfig::default(),
         (None, None) => return Ok(None),
     };
     let redis = home(gateway).shared;
     let outbox = config.outbox_path(&gateway.quota.state_file);
-    let (alerts, service) = crate::access::quota::alerts::service::build(
+    let (alerts, service) = drg_access::quota::alerts::service::build(
         &config,
         outbox,
         redis,
@@ -287,8 +287,10 @@ fn verdict_changes(
     parts: &mut Parts,
     services: &mut Vec<BoxedService>,
     webhooks: Option<&crate::webhooks::Webhooks>,
-) -> Result<Option<crate::changes::ChangesApi>, StartError> {
-    use crate::changes::{embedded::EmbeddedChanges, redis::RedisChanges, ChangeStore, Counters};
+) -> Result<Option<drg_projects::changes::ChangesApi>, StartError> {
+    use drg_projects::changes::{
+        embedded::EmbeddedChanges, redis::RedisChanges, ChangeStore, Counters,
+    };
     let config = &gateway.changes;
     let Some((_, writer)) = parts.calls.as_mut().filter(|_| config.enabled()) else {
         return Ok(None);
@@ -303,14 +305,14 @@ fn verdict_changes(
     if let Some(w) = webhooks {
         let _ = w.counts.changes.set(counters.clone());
     }
-    let judge = crate::changes::judge::Judge {
+    let judge = drg_projects::changes::judge::Judge {
         overrides: shared.overrides.clone(),
         accepted: shared.accepted.clone(),
         table: shared.table.clone(),
         mx: shared.mx.clone(),
         rdap: shared.rdap.clone(),
     };
-    let (watch, service) = crate::changes::service::build(
+    let (watch, service) = drg_projects::changes::service::build(
         config,
         store.clone(),
         judge,
@@ -329,11 +331,11 @@ fn verdict_changes(
             ""
         }
     );
-    Ok(Some(crate::changes::ChangesApi { store, counters }))
+    Ok(Some(drg_projects::changes::ChangesApi { store, counters }))
 }
 
 /// After the server stopped: the access log's last lines written, the last spans exported.
-pub(crate) fn finish(access_log: Option<&crate::ops::access_log::AccessLog>, shared: &Shared) {
+pub(crate) fn finish(access_log: Option<&drg_telemetry::access_log::AccessLog>, shared: &Shared) {
     if let Some(log) = access_log {
         log.finish();
     }
@@ -392,7 +394,9 @@ fn shared_state(
     let table = Arc::new(ArcSwap::from_pointee(table));
     let mx = mx_resolver(gateway, &table)?;
     let rdap = match gateway.rdap.enabled {
-        true => Some(Arc::new(crate::rdap::service::Rdap::new(&gateway.rdap))),
+        true => Some(Arc::new(drg_evidence::rdap::service::Rdap::new(
+            &gateway.rdap,
+        ))),
         false => None,
     };
     let shared = Shared {
@@ -403,11 +407,11 @@ fn shared_state(
         mx,
         rdap,
         alerts,
-        tracing: crate::ops::trace::Tracing::new(&gateway.tracing),
+        tracing: drg_telemetry::trace::Tracing::new(&gateway.tracing),
         draining: Draining::default(),
         metrics: Arc::new(Metrics::new()?.with_recording(gateway.admin.metrics)),
         overrides: Arc::new(ArcSwap::from_pointee(
-            crate::domain::overrides::OverrideSet::default(),
+            drg_domain::overrides::OverrideSet::default(),
         )),
         accepted: Arc::default(),
         webhooks: project_hooks(gateway),
@@ -453,14 +457,14 @@ fn parts(
     shared: &Shared,
     keys_source: &KeysSource,
 ) -> Result<Parts, StartError> {
-    let calls = crate::account::calls::from_config(
+    let calls = drg_projects::account::calls::from_config(
         &gateway.calls,
         &gateway.quota,
         &shared.metrics,
         shared.keys.clone(),
         shared.clock.clone(),
     )?;
-    let top_live = crate::live_top::keeper::Keeper::new(
+    let top_live = drg_projects::live_top::keeper::Keeper::new(
         &gateway.top_domains,
         home(gateway).shared,
         shared.table.clone(),
@@ -468,7 +472,7 @@ fn parts(
         &shared.metrics,
     )?;
     // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
-    let mut keys_api = crate::account::keys_api::KeysApi::new(
+    let mut keys_api = drg_projects::account::keys_api::KeysApi::new(
         shared.keys.clone(),
         managed_path(gateway),
         gateway.access.plans.clone(),
@@ -479,8 +483,8 @@ fn parts(
     )?;
     let mut shared_keys = None;
     if home(gateway).shared.is_some() {
-        use crate::account::keys_api::shared;
-        let store = crate::access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
+        use drg_projects::account::keys_api::shared;
+        let store = drg_access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
         let (_, pending) = shared_paths(gateway);
         let up = shared
             .metrics
@@ -511,7 +515,7 @@ fn parts(
     let audit = audit_trail(gateway, shared)?;
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
-        crate::ops::access_log::open(&gateway.access_log, lines, dropped)?;
+        drg_telemetry::access_log::open(&gateway.access_log, lines, dropped)?;
     Ok(Parts {
         calls,
         top_live,
@@ -530,7 +534,7 @@ fn parts(
 fn audit_trail(
     gateway: &GatewayConfig,
     shared: &Shared,
-) -> Result<Arc<crate::account::audit::Audit>, StartError> {
+) -> Result<Arc<drg_projects::account::audit::Audit>, StartError> {
     let failures = shared
         .metrics
         .counter_vec(
@@ -547,7 +551,7 @@ fn audit_trail(
         folder,
         shared: redis,
     } = home(gateway);
-    Ok(Arc::new(crate::account::audit::Audit::open(
+    Ok(Arc::new(drg_projects::account::audit::Audit::open(
         folder,
         redis,
         gateway.access.plans.clone(),
@@ -560,7 +564,7 @@ fn audit_trail(
 /// every part is handed it.
 struct Home<'a> {
     folder: &'a std::path::Path,
-    shared: Option<&'a crate::infra::redis::config::RedisConfig>,
+    shared: Option<&'a drg_base::infra::redis::config::RedisConfig>,
 }
 
 fn home(gateway: &GatewayConfig) -> Home<'_> {
@@ -577,20 +581,20 @@ fn project_records(
     gateway: &GatewayConfig,
     shared: &Shared,
 ) -> (
-    Arc<crate::account::overrides::Overrides>,
-    Arc<crate::account::verdict_reports::Reports>,
+    Arc<drg_projects::account::overrides::Overrides>,
+    Arc<drg_projects::account::verdict_reports::Reports>,
 ) {
     let Home {
         folder,
         shared: redis,
     } = home(gateway);
-    let overrides = crate::account::overrides::Overrides::open(
+    let overrides = drg_projects::account::overrides::Overrides::open(
         shared.overrides.clone(),
         folder,
         redis,
         gateway.access.plans.clone(),
     );
-    let reports = crate::account::verdict_reports::Reports::open(
+    let reports = drg_projects::account::verdict_reports::Reports::open(
         gateway.reports.clone(),
         shared.accepted.clone(),
         folder,
@@ -601,7 +605,7 @@ fn project_records(
 
 /// The projects' webhooks (`gateway.webhooks`; `None`: off), kept as `/v1/overrides` are: what
 /// delivery reads (`Shared::webhooks`). Opened once: the one poll keeps every clone.
-fn project_hooks(gateway: &GatewayConfig) -> Option<crate::account::webhooks::ProjectHooks> {
+fn project_hooks(gateway: &GatewayConfig) -> Option<drg_projects::account::webhooks::ProjectHooks> {
     let config = gateway.webhooks.as_ref()?;
     let Home {
         folder,
@@ -611,16 +615,18 @@ fn project_hooks(gateway: &GatewayConfig) -> Option<crate::account::webhooks::Pr
         "webhooks: projects may make their own (allow_private: {})",
         config.allow_private
     );
-    Some(crate::account::webhooks::ProjectHooks::open(folder, redis))
+    Some(drg_projects::account::webhooks::ProjectHooks::open(
+        folder, redis,
+    ))
 }
 
 /// `/v1/webhooks` over the projects' webhooks `shared` holds (`None`: off).
 fn project_webhooks(
     gateway: &GatewayConfig,
     shared: &Shared,
-) -> Option<Arc<crate::account::webhooks::Webhooks>> {
+) -> Option<Arc<drg_projects::account::webhooks::Webhooks>> {
     let (config, hooks) = gateway.webhooks.as_ref().zip(shared.webhooks.clone())?;
-    Some(Arc::new(crate::account::webhooks::Webhooks::new(
+    Some(Arc::new(drg_projects::account::webhooks::Webhooks::new(
         hooks,
         config,
         &crate::webhooks::guarded(gateway),
@@ -674,8 +680,8 @@ fn background_services(
     ));
     // URL sources: fetched in the background into cached files the data reloader watches.
     if !gateway.data.sources.is_empty() {
-        crate::data::sources::prepare_dir(&gateway.data.sources_dir)?;
-        let fetcher = crate::data::sources::Fetcher::new(
+        drg_evidence::data::sources::prepare_dir(&gateway.data.sources_dir)?;
+        let fetcher = drg_evidence::data::sources::Fetcher::new(
             &gateway.data,
             gateway.reload.max_shrink_percent,
             &shared.metrics,
@@ -691,13 +697,13 @@ fn background_services(
     if let Some(store) = parts.shared_keys.clone() {
         services.push(hosted(
             "shared keys",
-            crate::account::keys_api::sync::KeysSync(parts.keys_api.clone(), store),
+            drg_projects::account::keys_api::sync::KeysSync(parts.keys_api.clone(), store),
         ));
     }
     if gateway.keys_api.enabled {
         services.push(hosted(
             "keys last use",
-            crate::account::keys_api::LastUsedSaver(parts.keys_api),
+            drg_projects::account::keys_api::LastUsedSaver(parts.keys_api),
         ));
     }
     services.extend(record_polls(&parts.overrides, &parts.reports, shared));
@@ -711,7 +717,7 @@ fn background_services(
     if let Some(rdap) = &shared.rdap {
         services.push(hosted(
             "rdap",
-            crate::rdap::service::RdapService(rdap.clone()),
+            drg_evidence::rdap::service::RdapService(rdap.clone()),
         ));
     }
     if let Some(mx) = &shared.mx {
@@ -728,11 +734,11 @@ pub(crate) type BoxedService = Box<dyn ServiceWithDependents>;
 
 /// The polls of the projects' records: overrides, reports and (when on) webhooks.
 fn record_polls(
-    overrides: &crate::account::overrides::Overrides,
-    reports: &crate::account::verdict_reports::Reports,
+    overrides: &drg_projects::account::overrides::Overrides,
+    reports: &drg_projects::account::verdict_reports::Reports,
     shared: &Shared,
 ) -> Vec<BoxedService> {
-    use crate::infra::records::replica::ReplicaSync;
+    use drg_base::infra::records::replica::ReplicaSync;
     let mut polls: Vec<BoxedService> = vec![
         hosted("overrides", ReplicaSync(overrides.replica.clone())),
         hosted("reports", ReplicaSync(reports.replica.clone())),
@@ -763,7 +769,7 @@ fn quota_store(
         }
         QuotaStoreKind::Redis => {
             let store = RedisStore::new(&config.redis, clock.clone())?.with_carried_folder(
-                crate::access::quota::redis::carried::folder_of(&config.state_file),
+                drg_access::quota::redis::carried::folder_of(&config.state_file),
             );
             let store = store.with_carry_pause(carry_pause()?);
             store.adopt_carried();

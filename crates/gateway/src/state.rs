@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::access::keys::KeyStore;
-use crate::access::quota::{Clock, QuotaStore};
-use crate::domain::DomainTable;
-use crate::mx::resolver::MxResolver;
-use crate::ops::lifecycle::Draining;
-use crate::ops::metrics::Metrics;
+use drg_access::keys::KeyStore;
+use drg_access::quota::{Clock, QuotaStore};
+use drg_domain::DomainTable;
+use drg_evidence::mx::resolver::MxResolver;
+use drg_telemetry::lifecycle::Draining;
+use drg_telemetry::metrics::Metrics;
 
 /// Everything the gateway reads per request, shared with the background services and the
 /// admin listener.
@@ -23,18 +23,18 @@ pub struct Shared {
     /// `None` when MX lookups are disabled.
     pub mx: Option<Arc<MxResolver>>,
     /// Domain age (`gateway.rdap`; `None`: off).
-    pub rdap: Option<Arc<crate::rdap::service::Rdap>>,
+    pub rdap: Option<Arc<drg_evidence::rdap::service::Rdap>>,
     /// Quota alerts (`gateway.quota.alerts`; `None`: off): told each counted call's month.
-    pub alerts: Option<Arc<crate::access::quota::alerts::Alerts>>,
+    pub alerts: Option<Arc<drg_access::quota::alerts::Alerts>>,
     /// OpenTelemetry tracing (`gateway.tracing`; `None`: off).
-    pub tracing: Option<Arc<crate::ops::trace::Tracing>>,
+    pub tracing: Option<Arc<drg_telemetry::trace::Tracing>>,
     pub draining: Draining,
     pub metrics: Arc<Metrics>,
     /// Each project's own verdicts (`/v1/overrides`), which its lookups answer with first.
-    pub overrides: Arc<ArcSwap<crate::domain::overrides::OverrideSet>>,
+    pub overrides: Arc<ArcSwap<drg_domain::overrides::OverrideSet>>,
     /// The operator's accepted verdicts (`reports accept`), from the shared store.
-    pub accepted: Arc<ArcSwap<crate::account::verdict_reports::Accepted>>,
+    pub accepted: Arc<ArcSwap<drg_projects::account::verdict_reports::Accepted>>,
     /// Each project's own webhooks (`gateway.webhooks`; `None`: off): who is subscribed to an
     /// event, and where and how one is sent.
-    pub webhooks: Option<crate::account::webhooks::ProjectHooks>,
+    pub webhooks: Option<drg_projects::account::webhooks::ProjectHooks>,
 }

@@ -11,9 +11,9 @@ use std::sync::{Arc, OnceLock};
 use drg_webhook::guard::Listener;
 use drg_webhook::{client, Directory, Engine, Message, Observer, Outcome, Sender, Target};
 
-use crate::access::quota::alerts::service::TOPIC as ALERTS;
-use crate::changes::delivery::TOPIC as CHANGES;
 use crate::config::GatewayConfig;
+use drg_access::quota::alerts::service::TOPIC as ALERTS;
+use drg_projects::changes::delivery::TOPIC as CHANGES;
 use drg_webhook::Subscribers;
 
 /// The operator's receiver of quota alerts.
@@ -37,13 +37,14 @@ pub trait ProjectTargets: Send + Sync {
     fn target(&self, project: &str, id: &str) -> Option<(String, Vec<u8>)>;
 }
 
-impl ProjectTargets for crate::account::webhooks::ProjectHooks {
+impl ProjectTargets for drg_projects::account::webhooks::ProjectHooks {
     fn subscribed(&self, project: &str, topic: &str) -> Vec<String> {
-        crate::account::webhooks::ProjectHooks::subscribed(self, project, topic)
+        drg_projects::account::webhooks::ProjectHooks::subscribed(self, project, topic)
     }
 
     fn target(&self, project: &str, id: &str) -> Option<(String, Vec<u8>)> {
-        crate::account::webhooks::ProjectHooks::target(self, project, id).map(|t| (t.url, t.secret))
+        drg_projects::account::webhooks::ProjectHooks::target(self, project, id)
+            .map(|t| (t.url, t.secret))
     }
 }
 
@@ -127,8 +128,8 @@ impl Subscribers for Destinations {
 /// The engine's outcomes, counted where each topic's producer counts them.
 #[derive(Default)]
 pub struct Counts {
-    pub alerts: OnceLock<Arc<crate::access::quota::alerts::Counters>>,
-    pub changes: OnceLock<Arc<crate::changes::Counters>>,
+    pub alerts: OnceLock<Arc<drg_access::quota::alerts::Counters>>,
+    pub changes: OnceLock<Arc<drg_projects::changes::Counters>>,
 }
 
 impl Observer for Counts {
@@ -152,7 +153,7 @@ impl Observer for Counts {
             }
             CHANGES => {
                 let Some(c) = self.changes.get() else { return };
-                use crate::changes::Counters as C;
+                use drg_projects::changes::Counters as C;
                 C::add(&c.messages_sent, u64::from(outcome == Outcome::Sent));
                 C::add(&c.attempt_errors, u64::from(failed));
                 C::add(&c.messages_failed, u64::from(given_up));
@@ -175,7 +176,7 @@ impl Webhooks {
     pub fn with_projects(
         &self,
         gateway: &GatewayConfig,
-        hooks: &crate::account::webhooks::ProjectHooks,
+        hooks: &drg_projects::account::webhooks::ProjectHooks,
     ) {
         let Some(config) = &gateway.webhooks else {
             return;
@@ -279,7 +280,7 @@ pub fn guarded(gateway: &GatewayConfig) -> Vec<Listener> {
     };
     add("gateway.upstream.address", &gateway.upstream.address, 80);
     let redis = &gateway.quota.redis;
-    if gateway.quota.store == crate::access::quota::config::QuotaStoreKind::Redis {
+    if gateway.quota.store == drg_access::quota::config::QuotaStoreKind::Redis {
         add("gateway.quota.redis.url", &redis.url, 6379);
         for node in redis.nodes.iter().chain(&redis.sentinel.nodes) {
             add("gateway.quota.redis.nodes", node, 6379);

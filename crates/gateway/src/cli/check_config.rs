@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::{settings, CommandError};
-use crate::data::files::summary;
 use crate::server::keys_source;
+use drg_evidence::data::files::summary;
 
 /// Validates the config, data and keys without serving; the summary on success.
 pub fn check_config(conf: &Path) -> Result<String, CommandError> {

@@ -372,7 +372,7 @@ fn write_pid_file(path: &Path) -> Result<(), DaemonError> {
         _ => {}
     }
     let pid = format!("{}\n", std::process::id());
-    crate::infra::fsutil::write_atomic(path, 0o600, pid.as_bytes()).map_err(err)
+    drg_base::infra::fsutil::write_atomic(path, 0o600, pid.as_bytes()).map_err(err)
 }
 
 /// `serve --upgrade --daemon`: asks the gateway named by `pid_file` to hand its sockets over

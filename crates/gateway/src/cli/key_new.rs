@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::{settings, CommandError};
-use crate::access::keys::{generate_secret, key_entry_yaml_with, parse_keys, EntryExtras};
 use crate::server::keys_source;
+use drg_access::keys::{generate_secret, key_entry_yaml_with, parse_keys, EntryExtras};
 
 /// `key new`: a new secret (printed once) and its keys-file entry, printed or appended.
 pub fn key_new(
@@ -59,8 +59,8 @@ pub fn key_new(
         // secrets' hashes and its owner chose who reads it; a new one is the owner's only. A
         // symlinked file is replaced where it points, the link kept.
         let target = std::fs::canonicalize(&source.path).unwrap_or_else(|_| source.path.clone());
-        let mode = crate::infra::fsutil::mode_of(&target).unwrap_or(0o600);
-        crate::infra::fsutil::write_atomic(&target, mode, updated.as_bytes())
+        let mode = drg_base::infra::fsutil::mode_of(&target).unwrap_or(0o600);
+        drg_base::infra::fsutil::write_atomic(&target, mode, updated.as_bytes())
             .map_err(|e| format!("{}: {e}", source.path.display()))?;
         out.push_str(&format!(
             "entry {} {} (live within a second):\n{entry}",

@@ -5,14 +5,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{settings, CommandError};
-use crate::domain::classify::{classify_match, wants_mx};
-use crate::domain::evidence::evidence as evidence_of;
-use crate::domain::mail::MxEvidence;
-use crate::domain::{DomainName, DomainTable};
-use crate::mx::config::MxConfig;
-use crate::mx::neighbourhood::Neighbourhood;
-use crate::mx::resolver::MxResolver;
 use arc_swap::ArcSwap;
+use drg_domain::classify::{classify_match, wants_mx};
+use drg_domain::evidence::evidence as evidence_of;
+use drg_domain::mail::MxEvidence;
+use drg_domain::{DomainName, DomainTable};
+use drg_evidence::mx::config::MxConfig;
+use drg_evidence::mx::neighbourhood::Neighbourhood;
+use drg_evidence::mx::resolver::MxResolver;
 
 /// The neighbourhood index as the gateway would start with it (snapshot, then state file).
 fn neighbourhood(mx: &MxConfig, table: Arc<ArcSwap<DomainTable>>) -> Option<Arc<Neighbourhood>> {

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{settings, CommandError};
-use crate::domain::neighbour_index::{keys_of, Learned, Teach, Teachers};
-use crate::domain::{DomainName, TableRule};
-use crate::mx::neighbourhood::{store, today};
-use crate::mx::resolver::MxResolver;
+use drg_domain::neighbour_index::{keys_of, Learned, Teach, Teachers};
+use drg_domain::{DomainName, TableRule};
+use drg_evidence::mx::neighbourhood::{store, today};
+use drg_evidence::mx::resolver::MxResolver;
 
 /// How `mx-snapshot` goes about it.
 #[derive(Debug, Clone, Copy)]
@@ -68,7 +68,7 @@ pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<Str
     // A lying resolver would write every listed name without keys, and a rerun skips names
     // already written: the canaries must vouch for it first, as in `serve`.
     let trust = runtime.block_on(resolver.check_canaries());
-    if trust != crate::mx::trust::Trust::Trusted {
+    if trust != drg_evidence::mx::trust::Trust::Trusted {
         return Err(format!(
             "mx-snapshot: the DNS resolver is {} (gateway.mx.canaries came back without MX \
              records); nothing written. Point gateway.mx.servers at a resolver that answers",
@@ -105,7 +105,7 @@ fn already_done(out: &Path) -> Result<HashSet<String>, CommandError> {
 /// Opens the snapshot for appending, created 0600 if missing: it lands in the state folder, whose
 /// files are the service user's alone.
 fn open_out(out: &Path, fresh: bool) -> Result<std::fs::File, CommandError> {
-    crate::infra::fsutil::create_private(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    drg_base::infra::fsutil::create_private(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -119,7 +119,7 @@ fn open_out(out: &Path, fresh: bool) -> Result<std::fs::File, CommandError> {
 
 async fn run(
     resolver: Arc<MxResolver>,
-    table: &crate::domain::DomainTable,
+    table: &drg_domain::DomainTable,
     names: Vec<String>,
     file: std::fs::File,
     opts: SnapshotOptions,

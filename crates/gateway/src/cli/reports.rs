@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use super::{settings, CommandError};
-use crate::access::quota::config::QuotaStoreKind;
-use crate::account::verdict_reports::{accept, decisions, grouped, Decision, Report};
-use crate::infra::records::redis::RedisRecords;
-use crate::infra::records::sqlite::SqliteRecords;
-use crate::infra::records::{Merged, RecordStore};
+use drg_access::quota::config::QuotaStoreKind;
+use drg_base::infra::records::redis::RedisRecords;
+use drg_base::infra::records::sqlite::SqliteRecords;
+use drg_base::infra::records::{Merged, RecordStore};
+use drg_projects::account::verdict_reports::{accept, decisions, grouped, Decision, Report};
 
 /// What the operator asked.
 pub enum ReportsAction<'a> {
@@ -67,7 +67,7 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
 }
 
 /// The store of `kind`'s records the gateways use: the state folder's SQLite file, or Redis.
-fn open<R: crate::infra::records::Record>(
+fn open<R: drg_base::infra::records::Record>(
     gateway: &crate::config::GatewayConfig,
     folder: &Path,
     kind: &'static str,

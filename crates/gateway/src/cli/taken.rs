@@ -137,7 +137,7 @@ mod tests {
             .port();
         let gateway = GatewayConfig {
             listen: format!("0.0.0.0:{port}"),
-            admin: crate::ops::config::AdminConfig {
+            admin: drg_telemetry::config::AdminConfig {
                 listen: Some(format!("127.0.0.1:{port}")),
                 ..Default::default()
             },

@@ -10,20 +10,20 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde::Serialize;
 
-use crate::answer::JSON;
-use crate::ops::connections::{DownstreamCounts, DownstreamStats};
-use crate::ops::lifecycle::Phase;
-use crate::ops::metrics::Scrape;
 use crate::state::Shared;
+use drg_base::answer::JSON;
+use drg_telemetry::connections::{DownstreamCounts, DownstreamStats};
+use drg_telemetry::lifecycle::Phase;
+use drg_telemetry::metrics::Scrape;
 
 /// What the admin listener reports on.
 pub struct Admin {
     pub shared: Shared,
     pub downstream: Arc<DownstreamStats>,
     pub upstream: String,
-    pub keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
+    pub keys_api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
     /// The projects' reports (`GET /reports`).
-    pub reports: Option<Arc<crate::account::verdict_reports::Reports>>,
+    pub reports: Option<Arc<drg_projects::account::verdict_reports::Reports>>,
 }
 
 #[derive(Serialize)]
@@ -76,7 +76,7 @@ impl Admin {
             return (StatusCode::OK, br#"{"groups":[]}"#.to_vec());
         };
         let held = reports.replica.held();
-        let groups = crate::account::verdict_reports::grouped::groups(held.all(), !all);
+        let groups = drg_projects::account::verdict_reports::grouped::groups(held.all(), !all);
         let body = serde_json::json!({ "groups": groups });
         (StatusCode::OK, body.to_string().into_bytes())
     }

@@ -10,8 +10,8 @@ use http::header::CONTENT_TYPE;
 use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
-use crate::answer::ApiError;
-use crate::domain::DomainName;
+use drg_base::answer::ApiError;
+use drg_domain::DomainName;
 
 /// One name of a batch, in the order sent.
 #[derive(Debug, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use pingora::prelude::*;
 
-use crate::answer::{Answer, ApiError};
 use crate::edge::framing::{check_framing_with_body, unannounced_body, FramingError};
+use drg_base::answer::{Answer, ApiError};
 
 /// How much of a refused HTTP/2 request body is read and dropped before answering.
 const H2_DRAIN_BYTES: usize = 64 * 1024;

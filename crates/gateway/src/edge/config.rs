@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
-use crate::infra::units::ms;
+use drg_base::infra::units::ms;
 
 /// The public listener's certificate (see docs/operations.md, "TLS").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

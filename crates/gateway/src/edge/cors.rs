@@ -9,7 +9,7 @@ use http::header::{
 };
 use http::StatusCode;
 
-use crate::answer::Answer;
+use drg_base::answer::Answer;
 
 /// `Vary` of every `/v1/` answer: they differ by `Origin`.
 pub const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");

@@ -13,7 +13,7 @@ use http::header::{
 };
 use http::{HeaderValue, StatusCode};
 
-use crate::answer::Answer;
+use drg_base::answer::Answer;
 
 /// One of the dashboard's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,10 +32,10 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::access::token_memo::TokenMemo;
 use crate::edge::config::LimitsConfig;
-use crate::ops::connections::DownstreamStats;
-use crate::ops::logging::CLIENT;
+use drg_access::token_memo::TokenMemo;
+use drg_telemetry::connections::DownstreamStats;
+use drg_telemetry::logging::CLIENT;
 
 /// The limits, with the canned answers prepared once.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 //! Here the `Gateway` (its state and construction), the per-request `RequestCtx`, and the phases
 //! of a claimed request as its path through them. `request_filter` answers from
 //! `dispatch` (framing refused, the route, the access decision of `admit`, the handlers: lookups
-//! in `lookup`, account routes in [`crate::account::routes`]) or sends `/v1/check` upstream,
+//! in `lookup`, account routes in [`drg_projects::account::routes`]) or sends `/v1/check` upstream,
 //! with a request built by [`crate::upstream::request`] (never the client's): by `relay` from
 //! the request filter (`upstream.mode: relay`), or through Pingora's proxy phases below
 //! (`proxy`); `logging` leaves the request's `records`. Decisions are values from pure modules;
@@ -21,24 +21,24 @@ use pingora::server::configuration::ServerConf;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 
-use crate::access::policy::Limit;
-use crate::access::quota::{ratelimit, Usage};
-use crate::access::rate::{RateConfig, RateStanding};
-use crate::access::Principal;
-use crate::account::calls::{Calls, Verdict};
-use crate::answer::{Answer, ApiError};
 use crate::config::GatewayConfig;
 use crate::edge::cors::{self, merge_vary, VARY_ORIGIN};
 use crate::edge::http::write;
-use crate::ops::access_log::{AccessLog, Entry};
-use crate::ops::metrics::RouteClass;
-use crate::ops::request_ids::RequestIds;
-use crate::ops::trace::spans::{self, Finished};
-use crate::ops::trace::{Kind, Span};
 use crate::state::Shared;
 use crate::upstream::config::UpstreamConfig;
 use crate::upstream::peer;
 use crate::upstream::request::{UpstreamPolicy, X_REQUEST_ID};
+use drg_access::policy::Limit;
+use drg_access::quota::{ratelimit, Usage};
+use drg_access::rate::{RateConfig, RateStanding};
+use drg_access::Principal;
+use drg_base::answer::{Answer, ApiError};
+use drg_projects::account::calls::{Calls, Verdict};
+use drg_telemetry::access_log::{AccessLog, Entry};
+use drg_telemetry::metrics::RouteClass;
+use drg_telemetry::request_ids::RequestIds;
+use drg_telemetry::trace::spans::{self, Finished};
+use drg_telemetry::trace::{Kind, Span};
 
 mod admit;
 mod dispatch;
@@ -56,7 +56,7 @@ const CONNECT_REFUSED: &str = "CONNECT refused";
 const CONNECT_ALLOW: &str = "GET, POST, DELETE, OPTIONS";
 /// A plan in shadow mode would have refused this call: `quota_exceeded` or `rate_limited`.
 const X_RATELIMIT_WOULD_REJECT: HeaderName = HeaderName::from_static("x-ratelimit-would-reject");
-/// Which data answered (see [`DatasetVersion`](crate::domain::table::DatasetVersion)): on every
+/// Which data answered (see [`DatasetVersion`](drg_domain::table::DatasetVersion)): on every
 /// answer, ours replacing any the backend sent.
 const X_DATASET_VERSION: HeaderName = HeaderName::from_static("x-dataset-version");
 
@@ -74,19 +74,19 @@ pub struct Gateway {
     /// `None` when call logs are off (`gateway.calls.enabled: false`).
     calls: Option<Calls>,
     /// `GET /v1/changes` (`None`: off).
-    changes: Option<crate::changes::ChangesApi>,
+    changes: Option<drg_projects::changes::ChangesApi>,
     /// Flag counts of the live top-domains; `None` when off (the table's fixed ranking).
-    top_live: Option<Arc<crate::live_top::LiveTop>>,
+    top_live: Option<Arc<drg_projects::live_top::LiveTop>>,
     /// `/v1/keys`; its routes answer 404 when `None` or `keys_api.enabled` is false.
-    keys_api: Option<Arc<crate::account::keys_api::KeysApi>>,
+    keys_api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
     /// `/v1/overrides`; its routes answer 404 when `None` (an embedding host without them).
-    overrides: Option<Arc<crate::account::overrides::Overrides>>,
+    overrides: Option<Arc<drg_projects::account::overrides::Overrides>>,
     /// `/v1/webhooks`; its routes answer 404 when `None` (`gateway.webhooks` unset).
-    webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
+    webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     /// `/v1/reports`; as `overrides`.
-    reports: Option<Arc<crate::account::verdict_reports::Reports>>,
+    reports: Option<Arc<drg_projects::account::verdict_reports::Reports>>,
     /// The audit trail (`GET /v1/audit`, and what the changing routes append); as `overrides`.
-    audit: Option<Arc<crate::account::audit::Audit>>,
+    audit: Option<Arc<drg_projects::account::audit::Audit>>,
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
     /// `None`: Pingora proxies it.
     relay: Option<crate::upstream::relay::Relay>,
@@ -94,12 +94,12 @@ pub struct Gateway {
     /// (`limits.header_timeout_ms`).
     h2_body_wait: Duration,
     /// Per key, the account routes' rate (`gateway.access.account_rate`).
-    account_rate: crate::access::rate::KeyedLimiter,
+    account_rate: drg_access::rate::KeyedLimiter,
     /// The account routes' rate, also the refused batch bodies' when the plan has none.
-    account_rate_config: crate::access::rate::RateConfig,
+    account_rate_config: drg_access::rate::RateConfig,
     /// Per key, the batch bodies refused before their names could be counted (malformed,
     /// empty, slow, wrong media type, too large): at the plan's rate, else `account_rate`.
-    refused_bodies: crate::access::rate::Limiter,
+    refused_bodies: drg_access::rate::Limiter,
     /// `POST /v1/public/domains` (`gateway.batch`).
     batch: crate::edge::config::BatchConfig,
 }
@@ -184,8 +184,8 @@ impl Gateway {
             audit: None,
             relay: None,
             h2_body_wait: config.limits.header_timeout,
-            account_rate: crate::access::rate::KeyedLimiter::new(config.access.account_rate),
-            refused_bodies: crate::access::rate::Limiter::default(),
+            account_rate: drg_access::rate::KeyedLimiter::new(config.access.account_rate),
+            refused_bodies: drg_access::rate::Limiter::default(),
             account_rate_config: config.access.account_rate,
             batch: config.batch.clone(),
         }
@@ -200,13 +200,19 @@ impl Gateway {
     }
 
     /// Serves `/v1/keys` (`None`: those routes answer 404).
-    pub fn with_keys_api(mut self, api: Option<Arc<crate::account::keys_api::KeysApi>>) -> Self {
+    pub fn with_keys_api(
+        mut self,
+        api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
+    ) -> Self {
         self.keys_api = api;
         self
     }
 
     /// Serves `/v1/overrides` from `overrides`.
-    pub fn with_overrides(mut self, overrides: Arc<crate::account::overrides::Overrides>) -> Self {
+    pub fn with_overrides(
+        mut self,
+        overrides: Arc<drg_projects::account::overrides::Overrides>,
+    ) -> Self {
         self.overrides = Some(overrides);
         self
     }
@@ -214,26 +220,29 @@ impl Gateway {
     /// Serves `/v1/webhooks` from `webhooks` (`None`: those routes answer 404).
     pub fn with_webhooks(
         mut self,
-        webhooks: Option<Arc<crate::account::webhooks::Webhooks>>,
+        webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     ) -> Self {
         self.webhooks = webhooks;
         self
     }
 
     /// Keeps the audit trail in `audit` and serves `GET /v1/audit` from it.
-    pub fn with_audit(mut self, audit: Arc<crate::account::audit::Audit>) -> Self {
+    pub fn with_audit(mut self, audit: Arc<drg_projects::account::audit::Audit>) -> Self {
         self.audit = Some(audit);
         self
     }
 
     /// Serves `/v1/reports` from `reports`.
-    pub fn with_reports(mut self, reports: Arc<crate::account::verdict_reports::Reports>) -> Self {
+    pub fn with_reports(
+        mut self,
+        reports: Arc<drg_projects::account::verdict_reports::Reports>,
+    ) -> Self {
         self.reports = Some(reports);
         self
     }
 
     /// Counts flagged lookups into `live` and serves top-domains from its ranking.
-    pub fn with_top_live(mut self, live: Option<Arc<crate::live_top::LiveTop>>) -> Self {
+    pub fn with_top_live(mut self, live: Option<Arc<drg_projects::live_top::LiveTop>>) -> Self {
         self.top_live = live;
         self
     }
@@ -246,7 +255,7 @@ impl Gateway {
     }
 
     /// Answers `GET /v1/changes` (`None`: verdict changes off, the route answers 404).
-    pub fn with_changes(mut self, changes: Option<crate::changes::ChangesApi>) -> Self {
+    pub fn with_changes(mut self, changes: Option<drg_projects::changes::ChangesApi>) -> Self {
         self.changes = changes;
         self
     }
@@ -467,7 +476,7 @@ impl Gateway {
         }
         if end_of_stream {
             if let (Some(buf), Some(call)) = (ctx.check_body.take(), &mut ctx.call) {
-                call.verdict = crate::account::calls::upstream_verdict(&buf);
+                call.verdict = drg_projects::account::calls::upstream_verdict(&buf);
             }
         }
         Ok(None)
@@ -579,7 +588,7 @@ impl Gateway {
     /// masks every line as well).
     pub(crate) fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
         let summary = session.as_downstream().request_summary();
-        match crate::ops::redact::mask_emails(&summary) {
+        match drg_telemetry::redact::mask_emails(&summary) {
             std::borrow::Cow::Borrowed(_) => summary,
             std::borrow::Cow::Owned(masked) => masked,
         }

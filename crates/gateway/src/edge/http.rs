@@ -1,4 +1,4 @@
-//! The one writer of local answers ([`crate::answer::Answer`]) and their response headers.
+//! The one writer of local answers ([`drg_base::answer::Answer`]) and their response headers.
 //!
 //! Every local answer carries `Content-Type` and `Content-Length`, so keep-alive connections stay
 //! open (Pingora closes a connection whose response has no length).
@@ -10,13 +10,13 @@ use http::StatusCode;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
-use crate::answer::{Answer, JSON};
+use drg_base::answer::{Answer, JSON};
 
 /// The `X-Dataset-Version` header of `version` (a dozen ASCII characters, checked). Each
 /// worker thread keeps a copy of the last one it made and hands out clones of that while the
 /// table's version reads the same: a clone of the table's own bytes bumped a reference count
 /// that every worker shares, on every answer, and the check ran on every answer too.
-pub fn dataset_header(version: &crate::domain::table::DatasetVersion) -> HeaderValue {
+pub fn dataset_header(version: &drg_domain::table::DatasetVersion) -> HeaderValue {
     thread_local! {
         static LAST: std::cell::RefCell<Option<HeaderValue>> = const { std::cell::RefCell::new(None) };
     }
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn the_dataset_header_follows_the_table_it_is_asked_for() {
-        use crate::domain::{DomainName, ListKind, Scores, TableBuilder};
+        use drg_domain::{DomainName, ListKind, Scores, TableBuilder};
         let table = |name: &str| {
             let mut b = TableBuilder::new();
             b.add(&DomainName::parse(name).unwrap(), ListKind::Disposable);

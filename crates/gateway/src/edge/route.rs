@@ -6,9 +6,9 @@ use std::borrow::Cow;
 
 use http::Method;
 
-use crate::domain::top::MAX_TOP;
+use drg_domain::top::MAX_TOP;
 
-use crate::ops::metrics::RouteClass;
+use drg_telemetry::metrics::RouteClass;
 
 /// What a request asks for. Path parameters are still percent-encoded; query values are
 /// decoded.
@@ -128,8 +128,8 @@ fn webhooks_route<'a>(
                 let limit = limit(
                     query,
                     QueryOf::Webhooks,
-                    crate::account::webhooks::api::DEFAULT_LIMIT,
-                    crate::account::webhooks::api::MAX_LIMIT,
+                    drg_projects::account::webhooks::api::DEFAULT_LIMIT,
+                    drg_projects::account::webhooks::api::MAX_LIMIT,
                 )?;
                 let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
                 if cursor.as_ref().is_some_and(|c| c.len() > 64) {
@@ -192,8 +192,8 @@ fn overrides_route<'a>(
                 let limit = limit(
                     query,
                     QueryOf::Overrides,
-                    crate::account::overrides::DEFAULT_LIMIT,
-                    crate::account::overrides::MAX_LIMIT,
+                    drg_projects::account::overrides::DEFAULT_LIMIT,
+                    drg_projects::account::overrides::MAX_LIMIT,
                 )?;
                 let cursor = query_param(query, "cursor").filter(|c| !c.is_empty());
                 if cursor.as_ref().is_some_and(|c| c.len() > 253) {
@@ -301,7 +301,7 @@ pub enum QueryOf {
 }
 
 /// Default `limit` of top-domains (the largest is [`MAX_TOP`]).
-pub const DEFAULT_TOP_LIMIT: usize = crate::domain::top::DEFAULT_LIMIT;
+pub const DEFAULT_TOP_LIMIT: usize = drg_domain::top::DEFAULT_LIMIT;
 /// Default and largest `limit` of `/v1/logs`.
 pub const DEFAULT_LOGS_LIMIT: usize = 50;
 pub const MAX_LOGS_LIMIT: usize = 100;
@@ -513,7 +513,7 @@ fn changes(query: Option<&str>) -> Result<Route<'_>, RouteError> {
 
 /// `/v1/audit[?cursor=&limit=]` (only a GET reads the query: other methods get their 405).
 fn audit<'a>(method: &Method, query: Option<&'a str>) -> Result<Route<'a>, RouteError> {
-    use crate::account::audit::{DEFAULT_LIMIT, MAX_LIMIT};
+    use drg_projects::account::audit::{DEFAULT_LIMIT, MAX_LIMIT};
     if method != Method::GET {
         return Ok(Route::Audit {
             cursor: None,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::ops::lifecycle::{Draining, Phase};
+use drg_telemetry::lifecycle::{Draining, Phase};
 
 /// Pingora's Unix signal handling (SIGQUIT upgrade, SIGTERM graceful, SIGINT fast) with a
 /// draining phase before the graceful terminate.

@@ -28,9 +28,9 @@ use pingora::protocols::tls::TlsRef;
 use pingora::tls::ext;
 use prometheus::Gauge;
 
-use crate::data::reload::{Reloadable, Reloader};
 use crate::edge::config::{LimitsConfig, TlsConfig};
-use crate::ops::metrics::Metrics;
+use drg_evidence::data::reload::{Reloadable, Reloader};
+use drg_telemetry::metrics::Metrics;
 
 /// Why a certificate pair cannot be served.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::infra::units::ms;
+use drg_base::infra::units::ms;
 use std::net::IpAddr;
 
 use http::header::HeaderName;

@@ -2,7 +2,7 @@
 
 use pingora::{Error, ErrorSource, ErrorType};
 
-use crate::ops::metrics::UpstreamError;
+use drg_telemetry::metrics::UpstreamError;
 
 /// The kind of an error Pingora reports while proxying; `None` when it is not the upstream's
 /// (the client went away, or our own fault).

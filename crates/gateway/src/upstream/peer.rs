@@ -4,8 +4,8 @@
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorSource, ErrorType};
 
-use crate::answer::ApiError;
 use crate::upstream::config::UpstreamConfig;
+use drg_base::answer::ApiError;
 
 /// The upstream peer for `config` (timeouts, TLS); also what the bench floor proxies with.
 pub fn http_peer(config: &UpstreamConfig) -> HttpPeer {

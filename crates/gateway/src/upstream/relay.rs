@@ -27,8 +27,8 @@ use pingora::server::configuration::ServerConf;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType, RetryType};
 
-use crate::ops::metrics::UpstreamError;
 use crate::upstream::config::{UpstreamConfig, UpstreamMode, HOP_BY_HOP};
+use drg_telemetry::metrics::UpstreamError;
 
 /// At most this many informational (1xx, not 101) answers are skipped before the real one.
 const MAX_INFORMATIONAL: usize = 4;

@@ -8,14 +8,14 @@ use http::header::{AUTHORIZATION, ORIGIN, REFERER};
 use pingora::prelude::*;
 
 use super::{Gateway, RequestCtx};
-use crate::access::keys::KeyEntry;
-use crate::access::policy::{Limit, Refusal};
-use crate::access::quota::Usage;
-use crate::access::{decide_remembering, Rejection};
-use crate::answer::{Answer, ApiError};
 use crate::edge::route::{KeysCall, OverridesCall, Route, WebhooksCall};
-use crate::ops::metrics::Denial;
-use crate::ops::trace::Kind;
+use drg_access::keys::KeyEntry;
+use drg_access::policy::{Limit, Refusal};
+use drg_access::quota::Usage;
+use drg_access::{decide_remembering, Rejection};
+use drg_base::answer::{Answer, ApiError};
+use drg_telemetry::metrics::Denial;
+use drg_telemetry::trace::Kind;
 
 impl Gateway {
     /// The access decision: key (401), origin (403), quota (429), in that order. Every `/v1/`
@@ -121,7 +121,7 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<(), Answer> {
         let span = self.child_span(ctx, "quota", Kind::Internal);
-        let admission = crate::access::policy::admit_n(&*self.shared.quota, key, calls, now).await;
+        let admission = drg_access::policy::admit_n(&*self.shared.quota, key, calls, now).await;
         ctx.decision = Some(match admission.refusal {
             None => "allowed",
             Some(Refusal::Rate { .. }) => "rate_limited",
@@ -160,7 +160,7 @@ impl Gateway {
                 let usage = ctx.usage.unwrap_or(Usage {
                     used: key.monthly_limit,
                     limit: key.monthly_limit,
-                    month: crate::access::quota::Month::containing(now),
+                    month: drg_access::quota::Month::containing(now),
                     now,
                 });
                 let remaining = usage.remaining();
@@ -195,10 +195,10 @@ impl Gateway {
     ) -> Answer {
         let rate = key.rate.unwrap_or(self.account_rate_config);
         let standing = self.refused_bodies.check(&key.id, rate);
-        let crate::access::rate::RateDecision::Limited { .. } = standing.decision else {
+        let drg_access::rate::RateDecision::Limited { .. } = standing.decision else {
             return refusal;
         };
-        if key.mode == crate::access::plan::PlanMode::Shadow {
+        if key.mode == drg_access::plan::PlanMode::Shadow {
             // Shadow mode refuses nothing: the answer says what enforce mode would have done.
             ctx.would_reject = Some(Limit::Rate);
             self.shared.metrics.would_reject(Denial::RateLimited);
@@ -222,7 +222,7 @@ impl Gateway {
         // Not counted in the month, so bounded here: each costs a store read, a keys
         // change a file rewrite and a reload on every gateway.
         let rate = self.account_rate.check(&key.id);
-        if rate != crate::access::rate::RateDecision::Allowed {
+        if rate != drg_access::rate::RateDecision::Allowed {
             self.shared.metrics.deny(Denial::RateLimited);
             ctx.decision = Some("rate_limited");
             return Err(ApiError::RateLimited {
@@ -268,7 +268,7 @@ fn refusal(r: Rejection) -> (Denial, ApiError) {
             Denial::Unauthorized,
             ApiError::KeyExpired(format!(
                 "this API key expired at {}",
-                crate::infra::units::utc_seconds(at).unwrap_or_default()
+                drg_base::infra::units::utc_seconds(at).unwrap_or_default()
             )),
         ),
         Rejection::Forbidden { origin } => (

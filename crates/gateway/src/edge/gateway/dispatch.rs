@@ -11,17 +11,17 @@ use percent_encoding::percent_decode_str;
 use pingora::prelude::*;
 
 use super::{Gateway, PendingCall, RequestCtx};
-use crate::account::audit::Change;
-use crate::account::keys_api::KeysOp;
-use crate::account::overrides::OverridesOp;
-use crate::account::reports::Features;
-use crate::account::routes::{Account, AccountRoute};
-use crate::account::webhooks::WebhooksOp;
-use crate::answer::{Answer, ApiError};
-use crate::domain::target::screen_target;
 use crate::edge::route::{route, KeysCall, OverridesCall, Route, RouteError, WebhooksCall};
 use crate::edge::{bodies, cors};
-use crate::ops::lifecycle::Phase;
+use drg_base::answer::{Answer, ApiError};
+use drg_domain::target::screen_target;
+use drg_projects::account::audit::Change;
+use drg_projects::account::keys_api::KeysOp;
+use drg_projects::account::overrides::OverridesOp;
+use drg_projects::account::reports::Features;
+use drg_projects::account::routes::{Account, AccountRoute};
+use drg_projects::account::webhooks::WebhooksOp;
+use drg_telemetry::lifecycle::Phase;
 
 impl Gateway {
     /// Answers a routed request locally, or returns `None` when it is to be proxied.
@@ -274,14 +274,16 @@ impl Gateway {
             return answer;
         };
         let at = drg_base::infra::units::rfc3339(self.shared.clock.now());
-        if let Some(mut entry) = crate::account::audit::entry_of(change, &answer, &p.key.id, at) {
+        if let Some(mut entry) =
+            drg_projects::account::audit::entry_of(change, &answer, &p.key.id, at)
+        {
             entry.project = p.key.project.to_string();
             audit.record(&p.key.plan, entry).await;
         }
         answer
     }
 
-    /// An account route, answered by [`crate::account::routes`] for the caller's key.
+    /// An account route, answered by [`drg_projects::account::routes`] for the caller's key.
     async fn account(&self, ctx: &RequestCtx, route: AccountRoute<'_>) -> Answer {
         let account = Account {
             calls: self.calls.as_ref(),
@@ -309,7 +311,7 @@ impl Gateway {
         };
         let op = match op {
             Ok(OverridesOp::Put { domain, .. }) => {
-                let limit = crate::account::overrides::MAX_BODY_BYTES;
+                let limit = drg_projects::account::overrides::MAX_BODY_BYTES;
                 let wait = self.h2_body_wait;
                 self.read_body(session, ctx, limit, wait)
                     .await
@@ -351,7 +353,7 @@ impl Gateway {
         };
         let op = match op {
             Ok(WebhooksOp::Create(_)) => {
-                let limit = crate::account::webhooks::api::MAX_BODY_BYTES;
+                let limit = drg_projects::account::webhooks::api::MAX_BODY_BYTES;
                 let wait = self.h2_body_wait;
                 (self.read_body(session, ctx, limit, wait).await).map(WebhooksOp::Create)
             }
@@ -383,7 +385,7 @@ impl Gateway {
             return ApiError::NotFound.into();
         };
         let body = if post {
-            let limit = crate::account::verdict_reports::MAX_BODY_BYTES;
+            let limit = drg_projects::account::verdict_reports::MAX_BODY_BYTES;
             match self.read_body(session, ctx, limit, self.h2_body_wait).await {
                 Ok(b) => Some(b),
                 Err(e) => return e.into(),
@@ -498,9 +500,11 @@ fn body_limit(method: &Method, path: &str, keys: Option<usize>, batch: usize) ->
     };
     let limit = match path {
         _ if takes_keys_body(path) => keys.unwrap_or(0),
-        _ if path.starts_with(OVERRIDES_ITEM_PREFIX) => crate::account::overrides::MAX_BODY_BYTES,
-        WEBHOOKS_PATH => crate::account::webhooks::api::MAX_BODY_BYTES,
-        REPORTS_PATH => crate::account::verdict_reports::MAX_BODY_BYTES,
+        _ if path.starts_with(OVERRIDES_ITEM_PREFIX) => {
+            drg_projects::account::overrides::MAX_BODY_BYTES
+        }
+        WEBHOOKS_PATH => drg_projects::account::webhooks::api::MAX_BODY_BYTES,
+        REPORTS_PATH => drg_projects::account::verdict_reports::MAX_BODY_BYTES,
         BATCH_PATH => batch,
         // Most requests (every lookup): no body on this path whatever the method, and no
         // routing spent to say so.

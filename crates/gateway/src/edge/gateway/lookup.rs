@@ -14,20 +14,20 @@ use serde::Serialize;
 
 use super::dispatch::decode;
 use super::{Gateway, PendingCall, RequestCtx, X_DID_YOU_MEAN};
-use crate::account::calls::Verdict;
-use crate::answer::{body_bytes, Answer, ApiError};
-use crate::domain::age::{AgeRule, DomainAge};
-use crate::domain::classify::{wants_mx, Signals};
-use crate::domain::evidence::Evidence;
-use crate::domain::mail::MxEvidence;
-use crate::domain::neighbour_index::Finding;
-use crate::domain::overrides::{Override, OverrideVerdict};
-use crate::domain::table::{DomainTable, TableMatch};
-use crate::domain::{DomainName, RiskRecord, TableRule};
 use crate::edge::batch::{self, Item, Results};
-use crate::mx::neighbourhood::Neighbourhood;
-use crate::mx::resolver::MxResolver;
-use crate::ops::trace::Kind;
+use drg_base::answer::{body_bytes, Answer, ApiError};
+use drg_domain::age::{AgeRule, DomainAge};
+use drg_domain::classify::{wants_mx, Signals};
+use drg_domain::evidence::Evidence;
+use drg_domain::mail::MxEvidence;
+use drg_domain::neighbour_index::Finding;
+use drg_domain::overrides::{Override, OverrideVerdict};
+use drg_domain::table::{DomainTable, TableMatch};
+use drg_domain::{DomainName, RiskRecord, TableRule};
+use drg_evidence::mx::neighbourhood::Neighbourhood;
+use drg_evidence::mx::resolver::MxResolver;
+use drg_projects::account::calls::Verdict;
+use drg_telemetry::trace::Kind;
 
 /// What classifying a name takes besides the table: its MX evidence (for names the table leaves
 /// open) and what the neighbourhood index finds for it.
@@ -49,9 +49,9 @@ struct WithRegistry<'a> {
     #[serde(flatten)]
     evidence: Evidence<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    registry: Option<crate::rdap::service::RegistryNote>,
+    registry: Option<drg_evidence::rdap::service::RegistryNote>,
     #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
-    project_override: Option<crate::account::overrides::Item<'a>>,
+    project_override: Option<drg_projects::account::overrides::Item<'a>>,
 }
 
 impl Gateway {
@@ -262,7 +262,7 @@ impl Gateway {
             age,
             reported_safe: None,
         };
-        let mut verdict = crate::account::verdict_reports::decisions::verdict_with(
+        let mut verdict = drg_projects::account::verdict_reports::decisions::verdict_with(
             &self.shared.accepted.load(),
             (table, name, found),
             signals,
@@ -290,7 +290,7 @@ impl Gateway {
             live.record(
                 name,
                 &verdict.record,
-                crate::live_top::WhyFlagged::of(&verdict),
+                drg_projects::live_top::WhyFlagged::of(&verdict),
                 project,
             );
         }
@@ -303,7 +303,7 @@ impl Gateway {
                 .filter(|_| verdict.age.is_none())
                 .and_then(|r| r.registry_note(name));
             let mut why =
-                crate::domain::evidence::evidence(table, name, &verdict, evidence.as_deref());
+                drg_domain::evidence::evidence(table, name, &verdict, evidence.as_deref());
             if let Some(o) = over {
                 why.rule = o.verdict.evidence_rule();
             }
@@ -312,7 +312,7 @@ impl Gateway {
                 evidence: WithRegistry {
                     evidence: why,
                     registry,
-                    project_override: over.map(crate::account::overrides::Item::of),
+                    project_override: over.map(drg_projects::account::overrides::Item::of),
                 },
             };
             // Plain structs of strings, numbers and lists: always serialise.

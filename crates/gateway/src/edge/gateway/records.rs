@@ -7,12 +7,12 @@ use http::header::{HeaderValue, ORIGIN};
 use pingora::prelude::*;
 
 use super::{Gateway, RequestCtx};
-use crate::access::policy::Limit;
-use crate::account::calls::Call;
 use crate::edge::route::{route, Route};
-use crate::ops::access_log::Entry;
-use crate::ops::metrics::RouteClass;
 use crate::upstream::request::X_REQUEST_ID;
+use drg_access::policy::Limit;
+use drg_projects::account::calls::Call;
+use drg_telemetry::access_log::Entry;
+use drg_telemetry::metrics::RouteClass;
 
 impl Gateway {
     /// The caller's request id when it sent a sane one, else a new one.
@@ -29,7 +29,7 @@ impl Gateway {
         // The time the call was counted at (one clock read fewer per call); the clock's
         // own when the store failed open and left no usage.
         let at = ctx.usage.map_or_else(|| self.shared.clock.now(), |u| u.now);
-        let retention = crate::account::calls::retention_of(&p.key);
+        let retention = drg_projects::account::calls::retention_of(&p.key);
         for call in ctx.call.take().into_iter().chain(ctx.batch_calls.drain(..)) {
             calls.sink.record(Call {
                 project: p.key.project.clone(),

@@ -11,13 +11,13 @@ use pingora::prelude::*;
 use pingora::ErrorType;
 
 use super::{access_headers, Gateway, RequestCtx};
-use crate::answer::{Answer, ApiError};
 use crate::edge::cors::merge_vary;
 use crate::edge::http::write;
-use crate::ops::trace::{spans, Kind};
 use crate::upstream::peer::api_error;
 use crate::upstream::relay::{Relay, RelayError, Seen};
 use crate::upstream::request::X_REQUEST_ID;
+use drg_base::answer::{Answer, ApiError};
+use drg_telemetry::trace::{spans, Kind};
 
 impl Gateway {
     /// The request sent upstream, built from what we screened: the canonical path, our `Host`,
@@ -117,7 +117,7 @@ impl Gateway {
         if let (Some(calls), Some(call)) = (&self.calls, &mut ctx.call) {
             if relayed.status == StatusCode::OK && relayed.body.len() <= calls.check_body_max_bytes
             {
-                call.verdict = crate::account::calls::upstream_verdict(&relayed.body);
+                call.verdict = drg_projects::account::calls::upstream_verdict(&relayed.body);
             }
         }
         let mut gateway_headers = Vec::with_capacity(8);
