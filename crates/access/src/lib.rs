@@ -1,4 +1,4 @@
-//! Access control (the `drg-access` crate, re-exported by the gateway as `access`): who is
+//! Access control (the `drg-access` crate): who is
 //! calling (API key, 401), from where (origin, 403), and how much (per-second rate and monthly
 //! quota, 429, with the quota's alerts through the webhook engine).
 //!

@@ -1,4 +1,5 @@
-//! Pure domain logic: names, records, the table, its sources and classification.
+//! Pure domain logic (the `drg-domain` crate): names, records, the table, its sources,
+//! classification and the MX neighbourhood's rule.
 //!
 //! Nothing here does I/O or knows about Pingora, so all of it is unit-tested directly.
 //!

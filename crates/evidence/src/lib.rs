@@ -2,8 +2,8 @@
 //! domain table's inputs and their reloads (`data`), MX evidence from live DNS (`mx`), domain age
 //! from the registries (`rdap`). Everything from outside is checked before it is believed.
 //!
-//! It must never import another gateway part or Pingora: the gateway re-exports `data`, `mx` and
-//! `rdap` under their old names and composes them.
+//! It must never import another gateway part or Pingora: the gateway composes `data`, `mx` and
+//! `rdap`, naming them by this crate.
 
 // Its docs link private items freely: they are for the next engineer, not a public API.
 #![allow(rustdoc::private_intra_doc_links)]

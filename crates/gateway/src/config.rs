@@ -93,7 +93,7 @@ pub struct GatewayConfig {
     /// Verdict changes: watched projects told when a domain they looked up changes verdict.
     pub changes: drg_projects::changes::ChangesConfig,
     /// `/v1/reports`: projects telling the operator a verdict is wrong.
-    pub reports: drg_projects::account::verdict_reports::ReportsConfig,
+    pub reports: drg_projects::account::reports::ReportsConfig,
     /// `/v1/webhooks`: projects' own webhooks (absent: off, the routes answer 404).
     pub webhooks: Option<drg_projects::account::webhooks::WebhooksConfig>,
 }

@@ -149,7 +149,7 @@ struct Parts {
     /// `/v1/overrides` and their store.
     overrides: Arc<drg_projects::account::overrides::Overrides>,
     /// `/v1/reports` and their store.
-    reports: Arc<drg_projects::account::verdict_reports::Reports>,
+    reports: Arc<drg_projects::account::reports::Reports>,
     /// `/v1/webhooks` (`gateway.webhooks`; `None`: off), over `Shared::webhooks`.
     webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     /// The audit trail.
@@ -582,7 +582,7 @@ fn project_records(
     shared: &Shared,
 ) -> (
     Arc<drg_projects::account::overrides::Overrides>,
-    Arc<drg_projects::account::verdict_reports::Reports>,
+    Arc<drg_projects::account::reports::Reports>,
 ) {
     let Home {
         folder,
@@ -594,7 +594,7 @@ fn project_records(
         redis,
         gateway.access.plans.clone(),
     );
-    let reports = drg_projects::account::verdict_reports::Reports::open(
+    let reports = drg_projects::account::reports::Reports::open(
         gateway.reports.clone(),
         shared.accepted.clone(),
         folder,
@@ -735,7 +735,7 @@ pub(crate) type BoxedService = Box<dyn ServiceWithDependents>;
 /// The polls of the projects' records: overrides, reports and (when on) webhooks.
 fn record_polls(
     overrides: &drg_projects::account::overrides::Overrides,
-    reports: &drg_projects::account::verdict_reports::Reports,
+    reports: &drg_projects::account::reports::Reports,
     shared: &Shared,
 ) -> Vec<BoxedService> {
     use drg_base::infra::records::replica::ReplicaSync;

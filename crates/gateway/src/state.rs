@@ -33,7 +33,7 @@ pub struct Shared {
     /// Each project's own verdicts (`/v1/overrides`), which its lookups answer with first.
     pub overrides: Arc<ArcSwap<drg_domain::overrides::OverrideSet>>,
     /// The operator's accepted verdicts (`reports accept`), from the shared store.
-    pub accepted: Arc<ArcSwap<drg_projects::account::verdict_reports::Accepted>>,
+    pub accepted: Arc<ArcSwap<drg_projects::account::reports::Accepted>>,
     /// Each project's own webhooks (`gateway.webhooks`; `None`: off): who is subscribed to an
     /// event, and where and how one is sent.
     pub webhooks: Option<drg_projects::account::webhooks::ProjectHooks>,

@@ -1,5 +1,5 @@
 //! What operators see and steer (the `drg-telemetry` crate): metrics, logging, the access log,
-//! traces, draining and hand-off. The gateway re-exports it as `ops`.
+//! traces, draining and hand-off.
 //!
 //! It must never import a gateway part or Pingora: parts record into its types, the host
 //! classifies Pingora's errors and signals (`upstream::errors`, `edge::signals`).

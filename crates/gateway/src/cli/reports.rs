@@ -8,7 +8,7 @@ use drg_access::quota::config::QuotaStoreKind;
 use drg_base::infra::records::redis::RedisRecords;
 use drg_base::infra::records::sqlite::SqliteRecords;
 use drg_base::infra::records::{Merged, RecordStore};
-use drg_projects::account::verdict_reports::{accept, decisions, grouped, Decision, Report};
+use drg_projects::account::reports::{accept, decisions, grouped, Decision, Report};
 
 /// What the operator asked.
 pub enum ReportsAction<'a> {

@@ -23,7 +23,7 @@ pub struct Admin {
     pub upstream: String,
     pub keys_api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
     /// The projects' reports (`GET /reports`).
-    pub reports: Option<Arc<drg_projects::account::verdict_reports::Reports>>,
+    pub reports: Option<Arc<drg_projects::account::reports::Reports>>,
 }
 
 #[derive(Serialize)]
@@ -76,7 +76,7 @@ impl Admin {
             return (StatusCode::OK, br#"{"groups":[]}"#.to_vec());
         };
         let held = reports.replica.held();
-        let groups = drg_projects::account::verdict_reports::grouped::groups(held.all(), !all);
+        let groups = drg_projects::account::reports::grouped::groups(held.all(), !all);
         let body = serde_json::json!({ "groups": groups });
         (StatusCode::OK, body.to_string().into_bytes())
     }

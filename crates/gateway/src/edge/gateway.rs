@@ -84,7 +84,7 @@ pub struct Gateway {
     /// `/v1/webhooks`; its routes answer 404 when `None` (`gateway.webhooks` unset).
     webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     /// `/v1/reports`; as `overrides`.
-    reports: Option<Arc<drg_projects::account::verdict_reports::Reports>>,
+    reports: Option<Arc<drg_projects::account::reports::Reports>>,
     /// The audit trail (`GET /v1/audit`, and what the changing routes append); as `overrides`.
     audit: Option<Arc<drg_projects::account::audit::Audit>>,
     /// `gateway.upstream.mode: relay`: `/v1/check` is answered from the request filter;
@@ -233,10 +233,7 @@ impl Gateway {
     }
 
     /// Serves `/v1/reports` from `reports`.
-    pub fn with_reports(
-        mut self,
-        reports: Arc<drg_projects::account::verdict_reports::Reports>,
-    ) -> Self {
+    pub fn with_reports(mut self, reports: Arc<drg_projects::account::reports::Reports>) -> Self {
         self.reports = Some(reports);
         self
     }

@@ -8,5 +8,5 @@ pub mod keys_api;
 pub mod overrides;
 pub mod reports;
 pub mod routes;
-pub mod verdict_reports;
+pub mod usage;
 pub mod webhooks;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::account::calls::Calls;
 use crate::account::keys_api::{KeysApi, KeysOp};
-use crate::account::reports::{self, Features};
+use crate::account::usage::{self, Features};
 use drg_access::keys::KeyEntry;
 use drg_access::quota::{Clock, Usage};
 use drg_base::answer::{Answer, ApiError};
@@ -45,13 +45,13 @@ impl Account<'_> {
     ) -> Answer {
         match route {
             AccountRoute::Usage => match (key, usage) {
-                (Some(key), Some(u)) => reports::usage(&key.plan, u, self.features),
+                (Some(key), Some(u)) => usage::usage(&key.plan, u, self.features),
                 _ => ApiError::Internal("usage without a principal".into()).into(),
             },
             // `GET /v1/logs`: a page of the project's calls, newest first, within its retention.
             AccountRoute::Logs { cursor, limit } => match (self.calls, key) {
                 (Some(calls), Some(key)) => {
-                    reports::logs(calls, key, self.clock.now(), cursor, limit).await
+                    usage::logs(calls, key, self.clock.now(), cursor, limit).await
                 }
                 _ => ApiError::NotFound.into(),
             },
@@ -59,7 +59,7 @@ impl Account<'_> {
             AccountRoute::Stats => match (self.calls, key) {
                 (Some(calls), Some(key)) => {
                     let today = self.clock.now().date_naive();
-                    reports::stats(calls, &key.project, today).await
+                    usage::stats(calls, &key.project, today).await
                 }
                 _ => ApiError::NotFound.into(),
             },

@@ -69,7 +69,7 @@ pub struct Judge {
     /// Each project's own verdicts: they decide first, as on a lookup.
     pub overrides: Arc<ArcSwap<drg_domain::overrides::OverrideSet>>,
     /// The operator's accepted verdicts, as on a lookup.
-    pub accepted: Arc<ArcSwap<crate::account::verdict_reports::Accepted>>,
+    pub accepted: Arc<ArcSwap<crate::account::reports::Accepted>>,
     pub table: Arc<ArcSwap<DomainTable>>,
     pub mx: Option<Arc<MxResolver>>,
     pub rdap: Option<Arc<Rdap>>,
@@ -136,7 +136,7 @@ impl Judge {
             age,
             reported_safe: None,
         };
-        let v = crate::account::verdict_reports::decisions::verdict_with(
+        let v = crate::account::reports::decisions::verdict_with(
             &self.accepted.load(),
             (&table, &name, found),
             signals,

@@ -18,8 +18,8 @@ use drg_domain::target::screen_target;
 use drg_projects::account::audit::Change;
 use drg_projects::account::keys_api::KeysOp;
 use drg_projects::account::overrides::OverridesOp;
-use drg_projects::account::reports::Features;
 use drg_projects::account::routes::{Account, AccountRoute};
+use drg_projects::account::usage::Features;
 use drg_projects::account::webhooks::WebhooksOp;
 use drg_telemetry::lifecycle::Phase;
 
@@ -385,7 +385,7 @@ impl Gateway {
             return ApiError::NotFound.into();
         };
         let body = if post {
-            let limit = drg_projects::account::verdict_reports::MAX_BODY_BYTES;
+            let limit = drg_projects::account::reports::MAX_BODY_BYTES;
             match self.read_body(session, ctx, limit, self.h2_body_wait).await {
                 Ok(b) => Some(b),
                 Err(e) => return e.into(),
@@ -504,7 +504,7 @@ fn body_limit(method: &Method, path: &str, keys: Option<usize>, batch: usize) ->
             drg_projects::account::overrides::MAX_BODY_BYTES
         }
         WEBHOOKS_PATH => drg_projects::account::webhooks::api::MAX_BODY_BYTES,
-        REPORTS_PATH => drg_projects::account::verdict_reports::MAX_BODY_BYTES,
+        REPORTS_PATH => drg_projects::account::reports::MAX_BODY_BYTES,
         BATCH_PATH => batch,
         // Most requests (every lookup): no body on this path whatever the method, and no
         // routing spent to say so.

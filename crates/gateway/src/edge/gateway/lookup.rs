@@ -262,7 +262,7 @@ impl Gateway {
             age,
             reported_safe: None,
         };
-        let mut verdict = drg_projects::account::verdict_reports::decisions::verdict_with(
+        let mut verdict = drg_projects::account::reports::decisions::verdict_with(
             &self.shared.accepted.load(),
             (table, name, found),
             signals,

@@ -1,6 +1,6 @@
-//! The account routes' answers as values: `/v1/usage` from the month the access decision
-//! counted, `/v1/logs` and `/v1/stats` from the call store. The listener only routes to them and
-//! writes what they return.
+//! Usage, logs and stats, the account routes' answers as values: `/v1/usage` from the month the
+//! access decision counted, `/v1/logs` and `/v1/stats` from the call store. The listener only
+//! routes to them and writes what they return.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use http::StatusCode;
