@@ -21,6 +21,60 @@ pub struct Answer {
     pub status: StatusCode,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Bytes,
+    /// What the call changed, for the project's audit trail (never sent).
+    pub changed: Option<Changed>,
+}
+
+/// What an API call changed, for the project's audit trail: set by the part that made the
+/// change, where it made it, from its own values (never read back from the answer's body, so
+/// a body of another shape cannot drop a row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub action: Action,
+    /// What it changed: a key id, a domain, a report or webhook id.
+    pub target: String,
+    /// More, when there is more to say (an override's verdict, a rotation's successor, a
+    /// webhook's host).
+    pub detail: String,
+}
+
+/// The kinds of change the audit trail records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    KeyCreated,
+    KeyRevoked,
+    KeyRotated,
+    OverrideSet,
+    OverrideRemoved,
+    ReportSent,
+    WebhookCreated,
+    WebhookRemoved,
+}
+
+impl Action {
+    /// As the trail names it (`key.created`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::KeyCreated => "key.created",
+            Action::KeyRevoked => "key.revoked",
+            Action::KeyRotated => "key.rotated",
+            Action::OverrideSet => "override.set",
+            Action::OverrideRemoved => "override.removed",
+            Action::ReportSent => "report.sent",
+            Action::WebhookCreated => "webhook.created",
+            Action::WebhookRemoved => "webhook.removed",
+        }
+    }
+}
+
+impl Changed {
+    pub fn new(action: Action, target: impl Into<String>, detail: impl Into<String>) -> Changed {
+        Changed {
+            action,
+            target: target.into(),
+            detail: detail.into(),
+        }
+    }
 }
 
 impl Answer {
@@ -41,7 +95,14 @@ impl Answer {
             // RateLimit, CORS): one allocation per answer, never a regrowth.
             headers: Vec::with_capacity(HEADERS),
             body,
+            changed: None,
         }
+    }
+
+    /// This answer, recording that the call made `change`.
+    pub fn changed(mut self, change: Changed) -> Answer {
+        self.changed = Some(change);
+        self
     }
 
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Answer {

@@ -23,6 +23,14 @@ pub enum OverrideVerdict {
 }
 
 impl OverrideVerdict {
+    /// As the API spells it (`allow`, `block`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverrideVerdict::Allow => "allow",
+            OverrideVerdict::Block => "block",
+        }
+    }
+
     /// The rule `?explain=true` names.
     pub fn rule(self) -> &'static str {
         self.evidence_rule().as_str()

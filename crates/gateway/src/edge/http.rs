@@ -108,6 +108,7 @@ pub async fn write(session: &mut Session, answer: Answer) -> pingora::Result<()>
         status,
         headers,
         body,
+        ..
     } = answer;
     let header = header_of(status, body.len(), headers.into_iter())?;
     write_header_and_body(session, header, body).await

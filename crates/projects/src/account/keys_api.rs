@@ -30,7 +30,7 @@ use drg_access::keys::{
 use drg_access::managed::{self, ManagedError, ManagedFile, ManagedKey};
 use drg_access::plan::PlanConfig;
 use drg_access::quota::Clock;
-use drg_base::answer::Answer;
+use drg_base::answer::{Action, Answer, Changed};
 use drg_base::infra::units::utc_seconds;
 
 pub mod body;
@@ -374,7 +374,11 @@ impl KeysApi {
             key: &'a str,
         }
         let item = KeyItem::of_row(key);
-        Answer::json(StatusCode::CREATED, &Created { item, key: secret })
+        Answer::json(StatusCode::CREATED, &Created { item, key: secret }).changed(Changed::new(
+            Action::KeyCreated,
+            &*key.id,
+            "",
+        ))
     }
 
     /// A new key's row (its id still to be drawn), made by `caller` now.

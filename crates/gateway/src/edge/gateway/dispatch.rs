@@ -15,7 +15,6 @@ use crate::edge::route::{route, KeysCall, OverridesCall, Route, RouteError, Webh
 use crate::edge::{bodies, cors};
 use drg_base::answer::{Answer, ApiError};
 use drg_domain::target::screen_target;
-use drg_projects::account::audit::Change;
 use drg_projects::account::keys_api::KeysOp;
 use drg_projects::account::overrides::OverridesOp;
 use drg_projects::account::routes::{Account, AccountRoute};
@@ -248,38 +247,22 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
-        let target = match &op {
-            KeysOp::Revoke(id) | KeysOp::Rotate { id, .. } => id.clone(),
-            _ => String::new(),
-        };
-        let change = match &op {
-            KeysOp::Create(_) => Some(Change::KeyCreated),
-            KeysOp::Revoke(_) => Some(Change::KeyRevoked(&target)),
-            KeysOp::Rotate { .. } => Some(Change::KeyRotated(&target)),
-            KeysOp::List => None,
-        };
         let answer = self.account(ctx, AccountRoute::Keys(op)).await;
-        self.audited(ctx, change, answer).await
+        self.audited(ctx, answer).await
     }
 
-    /// `answer`, the `change` it made recorded in the project's audit trail first (when the
-    /// answer says it was made).
-    async fn audited(
-        &self,
-        ctx: &RequestCtx,
-        change: Option<Change<'_>>,
-        answer: Answer,
-    ) -> Answer {
-        let (Some(audit), Some(change), Some(p)) = (&self.audit, change, &ctx.principal) else {
+    /// `answer`, the change its part said it made (`Answer::changed`) recorded in the
+    /// project's audit trail first.
+    async fn audited(&self, ctx: &RequestCtx, answer: Answer) -> Answer {
+        let (Some(audit), Some(change), Some(p)) =
+            (&self.audit, answer.changed.as_ref(), &ctx.principal)
+        else {
             return answer;
         };
         let at = drg_base::infra::units::rfc3339(self.shared.clock.now());
-        if let Some(mut entry) =
-            drg_projects::account::audit::entry_of(change, &answer, &p.key.id, at)
-        {
-            entry.project = p.key.project.to_string();
-            audit.record(&p.key.plan, entry).await;
-        }
+        let mut entry = drg_projects::account::audit::Entry::of(change, &p.key.id, at);
+        entry.project = p.key.project.to_string();
+        audit.record(&p.key.plan, entry).await;
         answer
     }
 
@@ -323,18 +306,9 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
-        let domain = match &op {
-            OverridesOp::Put { domain, .. } | OverridesOp::Delete { domain } => domain.clone(),
-            OverridesOp::List { .. } => String::new(),
-        };
-        let change = match &op {
-            OverridesOp::Put { .. } => Some(Change::OverrideSet(&domain)),
-            OverridesOp::Delete { .. } => Some(Change::OverrideRemoved(&domain)),
-            OverridesOp::List { .. } => None,
-        };
         let now = self.shared.clock.now().timestamp();
         let answer = api.answer(op, &key, now).await;
-        self.audited(ctx, change, answer).await
+        self.audited(ctx, answer).await
     }
 
     /// A `/v1/webhooks` call for the caller's project, a `POST`'s body read (bounded in size
@@ -363,18 +337,9 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
-        let id = match &op {
-            WebhooksOp::Delete { id } => id.clone(),
-            _ => String::new(),
-        };
-        let change = match &op {
-            WebhooksOp::Create(_) => Some(Change::WebhookCreated),
-            WebhooksOp::Delete { .. } => Some(Change::WebhookRemoved(&id)),
-            WebhooksOp::List { .. } => None,
-        };
         let now = self.shared.clock.now().timestamp();
         let answer = api.answer(op, &key, now).await;
-        self.audited(ctx, change, answer).await
+        self.audited(ctx, answer).await
     }
 
     /// `/v1/reports` for the caller's project: its reports, or (`post`) a new one, its body
@@ -395,8 +360,7 @@ impl Gateway {
         };
         let now = self.shared.clock.now().timestamp();
         let answer = api.answer(body, &key, now).await;
-        self.audited(ctx, post.then_some(Change::ReportSent), answer)
-            .await
+        self.audited(ctx, answer).await
     }
 
     /// `GET /v1/changes` for the caller's project.

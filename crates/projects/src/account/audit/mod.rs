@@ -2,8 +2,8 @@
 //! removed; reports sent; webhooks made and removed), who (the key id), what and when, for the
 //! project's `GET /v1/audit`, kept the plan's `audit_retention_days`.
 //!
-//! Appended once a change succeeded, from its answer (`entry_of`), so no route's own code
-//! carries it. Kept in `audit.sqlite` in the state folder (`file.rs`, a row an entry, by
+//! Appended once a change succeeded, from the typed change the part that made it attached to its
+//! answer ([`Changed`], never a parse of the body), so no route's own code carries it. Kept in `audit.sqlite` in the state folder (`file.rs`, a row an entry, by
 //! project and id) or, with the Redis quota store, in one stream per project (`redis.rs`); each
 //! project's at most [`MAX_ENTRIES`] and its plan's days. An entry that
 //! could not be written is logged and counted; the change it records stands.
@@ -16,7 +16,9 @@ use std::sync::Arc;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use drg_base::answer::Answer;
+#[cfg(test)]
+use drg_base::answer::Action;
+use drg_base::answer::{Answer, Changed};
 
 /// Entries a project's trail keeps at most (the oldest go first), besides its plan's days.
 pub const MAX_ENTRIES: usize = 1_000;
@@ -145,71 +147,19 @@ impl Audit {
     }
 }
 
-/// What changed, as an answer to an API call shows it: the entry to record, when the answer
-/// says the change was made. `what` names the call; `target` what it named.
-pub fn entry_of(what: Change<'_>, answer: &Answer, key_id: &str, at: String) -> Option<Entry> {
-    let ok = answer.status.is_success();
-    let body = || serde_json::from_slice::<serde_json::Value>(&answer.body).ok();
-    let (action, target, detail) = match what {
-        Change::KeyCreated if ok => {
-            let b = body()?;
-            ("key.created", b["id"].as_str()?.to_owned(), String::new())
+impl Entry {
+    /// The entry of `change`, made by the key `key_id` at `at` (RFC 3339).
+    pub fn of(change: &Changed, key_id: &str, at: String) -> Entry {
+        Entry {
+            id: String::new(),
+            project: String::new(),
+            at,
+            key_id: key_id.to_owned(),
+            action: change.action.as_str().to_owned(),
+            target: change.target.clone(),
+            detail: change.detail.clone(),
         }
-        Change::KeyRevoked(id) if ok => ("key.revoked", id.to_owned(), String::new()),
-        Change::KeyRotated(id) if ok => {
-            let b = body()?;
-            let next = b["id"].as_str().unwrap_or_default();
-            ("key.rotated", id.to_owned(), format!("successor {next}"))
-        }
-        Change::OverrideSet(domain) if ok => {
-            let b = body()?;
-            let verdict = b["verdict"].as_str().unwrap_or_default();
-            ("override.set", domain.to_owned(), verdict.to_owned())
-        }
-        Change::OverrideRemoved(domain) if ok => {
-            ("override.removed", domain.to_owned(), String::new())
-        }
-        Change::ReportSent if ok => {
-            let b = body()?;
-            let detail = format!(
-                "{} {}",
-                b["domain"].as_str().unwrap_or_default(),
-                b["verdict"].as_str().unwrap_or_default()
-            );
-            ("report.sent", b["id"].as_str()?.to_owned(), detail)
-        }
-        Change::WebhookCreated if ok => {
-            let b = body()?;
-            // The host only: a webhook URL's path or query may hold a token.
-            let url = b["url"].as_str().unwrap_or_default();
-            let host = crate::account::webhooks::body::host_of(url).unwrap_or_default();
-            ("webhook.created", b["id"].as_str()?.to_owned(), host)
-        }
-        Change::WebhookRemoved(id) if ok => ("webhook.removed", id.to_owned(), String::new()),
-        _ => return None,
-    };
-    Some(Entry {
-        id: String::new(),
-        project: String::new(),
-        at,
-        key_id: key_id.to_owned(),
-        action: action.to_owned(),
-        target,
-        detail,
-    })
-}
-
-/// The calls that change something.
-#[derive(Debug, Clone, Copy)]
-pub enum Change<'a> {
-    KeyCreated,
-    KeyRevoked(&'a str),
-    KeyRotated(&'a str),
-    OverrideSet(&'a str),
-    OverrideRemoved(&'a str),
-    ReportSent,
-    WebhookCreated,
-    WebhookRemoved(&'a str),
+    }
 }
 
 /// The trail, shared by the routes that append to it.
@@ -220,32 +170,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_webhook_made_is_recorded_with_its_host_only() {
-        let body = serde_json::json!({
-            "id": "wh_0123456789abcdef",
-            "url": "https://hooks.example.com/in/T0K3N?sig=s3cret",
-            "secret": "whsec_00",
-        });
-        let made = Answer::json(StatusCode::CREATED, &body);
-        let e = entry_of(Change::WebhookCreated, &made, "server", "t".into()).unwrap();
+    fn an_entry_is_what_the_part_said_it_changed_whatever_the_body() {
+        // The part names the change from its own values: an answer of any body shape (none
+        // here) keeps its row.
+        let change = Changed::new(Action::KeyRotated, "k_old", "successor k_new");
+        let answer = Answer::raw(StatusCode::CREATED, bytes::Bytes::new()).changed(change);
+        let e = Entry::of(answer.changed.as_ref().unwrap(), "server", "t".into());
         assert_eq!(
             (e.action.as_str(), e.target.as_str(), e.detail.as_str()),
-            (
-                "webhook.created",
-                "wh_0123456789abcdef",
-                "hooks.example.com"
-            )
-        );
-        let refused = Answer::from(drg_base::answer::ApiError::Validation("url".into()));
-        assert_eq!(
-            entry_of(Change::WebhookCreated, &refused, "server", "t".into()),
-            None
-        );
-        let gone = Answer::raw(StatusCode::NO_CONTENT, bytes::Bytes::new());
-        let e = entry_of(Change::WebhookRemoved("wh_1"), &gone, "server", "t".into()).unwrap();
-        assert_eq!(
-            (e.action.as_str(), e.target.as_str()),
-            ("webhook.removed", "wh_1")
+            ("key.rotated", "k_old", "successor k_new")
         );
     }
 }

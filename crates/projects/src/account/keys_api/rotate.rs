@@ -23,7 +23,7 @@ use super::{body, expiry, new_id, KeyItem, KeysApi, Refused};
 use drg_access::keys::{generate_secret, id_problem, KeyEntry};
 use drg_access::managed::{self, ManagedFile, ManagedKey};
 use drg_access::shared_keys::Rotated;
-use drg_base::answer::{Answer, ApiError};
+use drg_base::answer::{Action, Answer, ApiError, Changed};
 
 /// A rotation asked for: the old key's id, the overlap, the successor's secret.
 pub(super) struct Rotation {
@@ -93,7 +93,12 @@ impl KeysApi {
             key: secret,
             previous,
         };
-        Answer::json(StatusCode::CREATED, &body)
+        let successor = format!("successor {}", new.id);
+        Answer::json(StatusCode::CREATED, &body).changed(Changed::new(
+            Action::KeyRotated,
+            &*old.id,
+            successor,
+        ))
     }
 
     /// A rotation in the managed file, under the publishing lock: the successor and the old

@@ -47,7 +47,7 @@ use drg_access::managed::{self, ManagedFile, Tombstone};
 use drg_access::shared_keys::pending;
 use drg_access::shared_keys::tombstones::{self, now_unix};
 use drg_access::shared_keys::{Made, SharedKeys, SharedKeysError, Stamp};
-use drg_base::answer::{Answer, ApiError};
+use drg_base::answer::{Action, Answer, ApiError, Changed};
 
 /// The keys API's part on the shared store.
 pub struct Shared {
@@ -269,7 +269,11 @@ impl KeysApi {
                     log::warn!("keys API: a revocation is not in the cache yet: {e}");
                 }
                 self.revoked.inc();
-                Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+                Answer::raw(StatusCode::NO_CONTENT, Bytes::new()).changed(Changed::new(
+                    Action::KeyRevoked,
+                    id,
+                    "",
+                ))
             }
             Err(e) => {
                 shared.down(&e);
@@ -435,6 +439,7 @@ fn pending_answer(id: &str) -> Answer {
         status: &'a str,
         message: &'a str,
     }
+    // In force here at once: recorded as the revocation it is.
     Answer::json(
         StatusCode::ACCEPTED,
         &Body {
@@ -444,4 +449,5 @@ fn pending_answer(id: &str) -> Answer {
                       gateways stop accepting the key once it is back.",
         },
     )
+    .changed(Changed::new(Action::KeyRevoked, id, ""))
 }

@@ -13,7 +13,7 @@ use super::shared::Shared;
 use super::{KeysApi, NewKey};
 use drg_access::keys::KeyEntry;
 use drg_access::managed::ManagedFile;
-use drg_base::answer::{Answer, ApiError};
+use drg_base::answer::{Action, Answer, ApiError, Changed};
 
 /// The store behind `/v1/keys`: making, revoking and rotating a key, saving when keys were
 /// last used.
@@ -69,10 +69,15 @@ impl KeysStore for FileKeys {
 
     async fn revoke(&self, api: &Arc<KeysApi>, caller: Arc<KeyEntry>, id: String) -> Answer {
         let worker = api.clone();
+        let target = id.clone();
         match tokio::task::spawn_blocking(move || worker.revoke_blocking(&caller, &id)).await {
             Ok(Ok(())) => {
                 api.revoked.inc();
-                Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+                Answer::raw(StatusCode::NO_CONTENT, Bytes::new()).changed(Changed::new(
+                    Action::KeyRevoked,
+                    target,
+                    "",
+                ))
             }
             Ok(Err(refused)) => refused.answer(),
             Err(e) => ApiError::Internal(e.to_string()).into(),

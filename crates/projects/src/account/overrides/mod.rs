@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use drg_access::keys::KeyEntry;
 use drg_access::plan::PlanConfig;
-use drg_base::answer::{error_answer, Answer, ApiError};
+use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
 use drg_base::infra::records::replica::Replica;
 use drg_base::infra::records::Put;
 use drg_domain::overrides::{Override, OverrideSet, OverrideVerdict};
@@ -200,9 +200,17 @@ fn answer_of(
     max: u32,
 ) -> Answer {
     match put {
-        Ok(Put::Done { .. }) if entry.removed => Answer::raw(StatusCode::NO_CONTENT, Bytes::new()),
-        Ok(Put::Done { created: true }) => Answer::json(StatusCode::CREATED, &Item::of(entry)),
-        Ok(Put::Done { created: false }) => Answer::json(StatusCode::OK, &Item::of(entry)),
+        Ok(Put::Done { .. }) if entry.removed => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+            .changed(Changed::new(Action::OverrideRemoved, &entry.domain, "")),
+        Ok(Put::Done { created }) => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            let set = Changed::new(Action::OverrideSet, &entry.domain, entry.verdict.as_str());
+            Answer::json(status, &Item::of(entry)).changed(set)
+        }
         Ok(Put::Full) => error_answer(
             StatusCode::CONFLICT,
             "conflict",

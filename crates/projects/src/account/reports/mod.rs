@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use config::ReportsConfig;
 pub use decisions::{Accepted, Decision};
 use drg_access::keys::KeyEntry;
-use drg_base::answer::{error_answer, Answer, ApiError};
+use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
 use drg_base::infra::records::replica::Replica;
 use drg_base::infra::records::{Merged, Put};
 use drg_domain::DomainName;
@@ -42,6 +42,15 @@ pub const MAX_BODY_BYTES: usize = 8_192;
 pub enum Said {
     Safe,
     Disposable,
+}
+
+impl Said {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Said::Safe => "safe",
+            Said::Disposable => "disposable",
+        }
+    }
 }
 
 /// Where a report is.
@@ -181,7 +190,11 @@ impl Reports {
         };
         let max = self.config.max_open_per_project;
         match self.replica.put(report.clone(), max).await {
-            Ok(Put::Done { .. }) => Answer::json(StatusCode::ACCEPTED, &Item::of(&report)),
+            Ok(Put::Done { .. }) => {
+                let said = format!("{} {}", report.domain, report.verdict.as_str());
+                Answer::json(StatusCode::ACCEPTED, &Item::of(&report))
+                    .changed(Changed::new(Action::ReportSent, &report.id, said))
+            }
             Ok(Put::Full | Put::Stale) => error_answer(
                 StatusCode::CONFLICT,
                 "conflict",

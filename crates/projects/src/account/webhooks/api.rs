@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{body, is_hook_id, new_id, new_secret, Hook, ProjectHooks, WebhooksConfig};
 use drg_access::keys::KeyEntry;
 use drg_access::plan::{PlanConfig, DEFAULT_MAX_WEBHOOKS};
-use drg_base::answer::{error_answer, Answer, ApiError};
+use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
 use drg_base::infra::records::{Put, RecordsError};
 use drg_base::infra::units::unix_rfc3339 as rfc3339;
 
@@ -164,6 +164,12 @@ impl Webhooks {
             stamp: self.hooks.replica().stamp(0),
             removed: false,
         };
+        // The host only: a webhook URL's path or query may hold a token.
+        let made = Changed::new(
+            Action::WebhookCreated,
+            &hook.id,
+            super::body::host_of(&hook.url).unwrap_or_default(),
+        );
         match self.hooks.replica().put(hook.clone(), max).await {
             Ok(Put::Done { .. }) => Answer::json(
                 StatusCode::CREATED,
@@ -175,7 +181,8 @@ impl Webhooks {
                     created_at: rfc3339(hook.created_at),
                     created_by: &hook.created_by,
                 },
-            ),
+            )
+            .changed(made),
             Ok(Put::Full) => full(max),
             Ok(Put::Stale) => stale(),
             Err(e) => unavailable(&e),
@@ -204,7 +211,8 @@ impl Webhooks {
             ..hook.clone()
         };
         match self.hooks.replica().put(gone, self.max(key)).await {
-            Ok(Put::Done { .. }) => Answer::raw(StatusCode::NO_CONTENT, Bytes::new()),
+            Ok(Put::Done { .. }) => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
+                .changed(Changed::new(Action::WebhookRemoved, id, "")),
             Ok(Put::Full | Put::Stale) => stale(),
             Err(e) => unavailable(&e),
         }
