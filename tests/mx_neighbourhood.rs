@@ -803,3 +803,51 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
         reason_for(&gw, TEST_SECRET, "customer.test") == "disposable"
     });
 }
+
+/// A deployment of one project: listed domains looked up through its own key point at a
+/// regional mail host, and the host's customers are 11 years old. Their registry is slow (its
+/// answers come after the lookup's budget, as when the planted names' ages queue ahead of
+/// theirs): a finding on that one project's traffic does not condemn a domain whose age is
+/// still to come (`awaiting_registry`), and once the age is in, it shields (issue 77). Before,
+/// the first answers were `disposable`.
+#[test]
+fn a_single_source_finding_waits_for_the_registry_it_asks() {
+    let mut w = World::new();
+    w.host("mx.regional-mail.test", [192, 0, 2, 61]);
+    for i in 0..20 {
+        let d = format!("plant{i}.test");
+        w.mx(&d, &["mx.regional-mail.test"]);
+        w.listed.push(d);
+    }
+    let customers = ["old-firm.test", "old-shop.test", "old-club.test"];
+    for c in customers {
+        w.mx(c, &["mx.regional-mail.test"]);
+    }
+    let dns = w.dns();
+    let slow = |days| {
+        Reply::Slow(
+            Duration::from_millis(2_500),
+            Box::new(Reply::Registered(days)),
+        )
+    };
+    let rdap = RdapServer::start(customers.iter().map(|c| (*c, slow(4_000))).collect());
+    let gw = builder(&w, &dns)
+        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .rdap_yaml("neighbourhood_budget_ms: 300")
+        .start();
+    teach_as(&gw, &w, true);
+    for c in customers {
+        let r = record(&gw, c);
+        assert_eq!(r["reason"], "safe", "{r}");
+        assert_eq!(r["evidence"]["awaiting_registry"], true, "{r}");
+        assert_eq!(r["evidence"]["neighbourhood"]["trusted"], false, "{r}");
+    }
+    for c in customers {
+        wait_until(Duration::from_secs(15), || {
+            record(&gw, c)["evidence"]["established"] == true
+        });
+        assert_eq!(record(&gw, c)["reason"], "safe");
+    }
+}

@@ -58,7 +58,11 @@ pub struct Verdict<'a> {
     /// (registered more than `rdap.established_days` ago, [`shields`]) or enough projects
     /// reported it `safe` (`reported_safe`): it stays `safe`.
     pub established: bool,
-    /// Distinct projects that reported the domain `safe`, when enough did ([`Signals`]).
+    /// The neighbourhood would have made the name `disposable` on a single source, but the
+    /// registry the gateway asks has not given its age yet (queued, slow or failing): it stays
+    /// `safe` until the age can be weighed ([`Signals::age_awaited`]).
+    pub awaiting_registry: bool,
+    /// The projects whose `safe` reports the operator accepted ([`Signals`]).
     pub reported_safe: Option<u32>,
 }
 
@@ -79,9 +83,12 @@ pub struct Signals<'e> {
     pub neighbourhood: Option<Finding>,
     /// When RDAP says the registrable domain was registered.
     pub age: Option<DomainAge>,
-    /// How many distinct projects reported the domain `safe`, when at least the operator's
-    /// `reports.min_projects` did: a signal no single project can plant, which keeps inference
-    /// from flagging it.
+    /// The gateway asks a registry for the domain's age (its TLD runs RDAP) and has none yet:
+    /// queued, slow or failing. A finding on a single source is not weighed against an age it
+    /// may yet get: a registry that fails or lags never condemns a domain.
+    pub age_awaited: bool,
+    /// The operator accepted `safe` for the domain (`reports accept`): how many projects'
+    /// reports. Inference never flags it.
     pub reported_safe: Option<u32>,
 }
 
@@ -97,13 +104,22 @@ pub fn verdict_of<'a>(
     let mut verdict = classify_match(table, name, found, signals.mx, signals.neighbourhood);
     verdict.age = signals.age;
     verdict.reported_safe = signals.reported_safe;
-    let shielded = verdict.inferred()
+    let finding = verdict
+        .neighbourhood
+        .as_ref()
+        .filter(|_| verdict.inferred());
+    let shielded = finding.is_some()
         && (signals.reported_safe.is_some()
-            || (verdict.neighbourhood.as_ref()).is_some_and(|f| shields(f, signals.age, age_rule)));
-    if shielded {
+            || finding.is_some_and(|f| shields(f, signals.age, age_rule)));
+    let awaited = !shielded
+        && signals.age.is_none()
+        && signals.age_awaited
+        && finding.is_some_and(|f| !f.trusted);
+    if shielded || awaited {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
-        verdict.established = true;
+        verdict.established = shielded;
+        verdict.awaiting_registry = awaited;
     }
     if let Some(age) = signals.age {
         apply_age(&mut verdict, age, age_rule, table.scores());
@@ -319,6 +335,7 @@ fn classify_table<'a>(
         age: None,
         young: None,
         established: false,
+        awaiting_registry: false,
         reported_safe: None,
     }
 }
@@ -756,11 +773,24 @@ mod tests {
                 ..finding.clone()
             }),
             age,
+            age_awaited: false,
             reported_safe: None,
         };
         // A finding resting on the project's own teaching: an established age shields.
         assert_eq!(judged(with(Some(young), false)).0, Reason::Disposable);
         assert_eq!(judged(with(None, false)).0, Reason::Disposable);
+        // ... and one the registry has yet to give is waited for, never condemned meanwhile
+        // (a corroborated finding needs no age).
+        let awaited = |trusted| Signals {
+            age_awaited: true,
+            ..with(None, trusted)
+        };
+        let v = verdict_of(&table, &name, table.lookup(&name), awaited(false), rule);
+        assert_eq!(
+            (v.record.reason, v.awaiting_registry, v.established),
+            (Reason::Safe, true, false)
+        );
+        assert_eq!(judged(awaited(true)).0, Reason::Disposable);
         assert_eq!(
             judged(with(Some(old), false)),
             (Reason::Safe, scores.neighbourhood_established, None, true)

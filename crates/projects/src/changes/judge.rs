@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::Told;
-use drg_domain::age::AgeRule;
+use drg_domain::age::{AgeRule, DomainAge};
 use drg_domain::classify::{wants_mx, Signals, Verdict};
 use drg_domain::mail::MxEvidence;
 use drg_domain::table::DomainTable;
@@ -114,27 +114,18 @@ impl Judge {
             (Some(MxEvidence::Hosts(_)), Some(nb)) => nb.finding(&name, project),
             _ => None,
         };
-        let (age, rule) = match &self.rdap {
-            // Unknown here while the cache knows nothing: not judged (a delisted name: judged
-            // without it).
-            Some(r) if open => match r.known_age(&name) {
-                Some(age) => (age, r.age_rule()),
-                None => {
-                    missing = true;
-                    (None, r.age_rule())
-                }
-            },
-            Some(r) => (None, r.age_rule()),
-            None => (None, AgeRule::OFF),
-        };
+        let (age, rule) = self.age_of(&name, open, &mut missing);
         if missing && !delisted {
             return None;
         }
+        let age_awaited = age.is_none() && self.rdap.as_ref().is_some_and(|r| r.awaits(&name));
+        let (mx, neighbourhood, reported_safe) = (evidence.as_deref(), finding, None);
         let signals = Signals {
-            mx: evidence.as_deref(),
-            neighbourhood: finding,
+            mx,
+            neighbourhood,
             age,
-            reported_safe: None,
+            age_awaited,
+            reported_safe,
         };
         let v = crate::account::reports::decisions::verdict_with(
             &self.accepted.load(),
@@ -157,6 +148,30 @@ impl Judge {
             rule: rule_name(&v),
             dataset_version: table.version().as_str().to_owned(),
         })
+    }
+}
+
+impl Judge {
+    /// `name`'s age as the cache knows it (for a name the table leaves `open`), and the age
+    /// rule; `missing` is set while the cache knows nothing (not judged then; a delisted name
+    /// is judged without it).
+    fn age_of(
+        &self,
+        name: &DomainName,
+        open: bool,
+        missing: &mut bool,
+    ) -> (Option<DomainAge>, AgeRule) {
+        match &self.rdap {
+            Some(r) if open => match r.known_age(name) {
+                Some(age) => (age, r.age_rule()),
+                None => {
+                    *missing = true;
+                    (None, r.age_rule())
+                }
+            },
+            Some(r) => (None, r.age_rule()),
+            None => (None, AgeRule::OFF),
+        }
     }
 }
 

@@ -251,19 +251,18 @@ impl Gateway {
         explain: bool,
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
-        let age_rule = self
-            .shared
-            .rdap
-            .as_ref()
-            .map_or(AgeRule::OFF, |r| r.age_rule());
+        let rdap = self.shared.rdap.as_ref();
         let signals = Signals {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
+            age_awaited: age.is_none() && rdap.is_some_and(|r| r.awaits(name)),
             reported_safe: None,
         };
+        let accepted = self.shared.accepted.load();
+        let age_rule = rdap.map_or(AgeRule::OFF, |r| r.age_rule());
         let mut verdict = drg_projects::account::reports::decisions::verdict_with(
-            &self.shared.accepted.load(),
+            &accepted,
             (table, name, found),
             signals,
             age_rule,
