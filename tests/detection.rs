@@ -4,20 +4,35 @@
 //! (`benches/detection/goals.rs`): recall on unlisted throwaways in every age bucket (settled
 //! 90%, first 80%; the /24 shape 50%), no must-not-flag case flagged, no victim flagged by 20
 //! planted domains from one project, GET and batch agreeing on every case, missing MX hosts
-//! with minimal answers and unusable set-ups `undeliverable`, nothing pushed onto top-domains.
+//! with minimal answers and unusable set-ups `undeliverable`, nothing pushed onto top-domains;
+//! and one domain, one verdict: the four projects asked every case at once agree, no victim of
+//! a trusted project flagged by 2, 3, 5 or 10 self-serve attacker projects planting 20 listed
+//! domains together, no throwaway they reported `safe` answered `safe` to a trusted project.
 
+#[path = "../benches/detection/attacking.rs"]
+mod attacking;
 #[path = "../benches/detection/attacks.rs"]
 mod attacks;
 #[path = "../benches/detection/broken.rs"]
 mod broken;
 #[path = "../benches/detection/client.rs"]
 mod client;
+#[path = "../benches/detection/crowd_report.rs"]
+mod crowd_report;
+#[path = "../benches/detection/crowd_run.rs"]
+mod crowd_run;
+#[path = "../benches/detection/crowds.rs"]
+mod crowds;
+#[path = "../benches/detection/deployment.rs"]
+mod deployment;
 #[path = "../benches/detection/facts.rs"]
 mod facts;
 #[path = "../benches/detection/goals.rs"]
 mod goals;
 #[path = "../benches/detection/legit.rs"]
 mod legit;
+#[path = "../benches/detection/projects.rs"]
+mod projects;
 #[path = "../benches/detection/report.rs"]
 mod report;
 #[path = "../benches/detection/rng.rs"]
@@ -84,6 +99,22 @@ fn a_seed_gives_one_world_and_its_names_are_its_own() {
     assert_eq!(a.registered, b.registered);
     assert_eq!(a.listed, b.listed);
     assert_ne!(names(&a), names(&c));
+    // Twenty projects change who asks, not the world.
+    let many = world::World::build(
+        1,
+        world::Size {
+            projects: 20,
+            ..world::Size::SLICE
+        },
+        &shipped,
+    );
+    assert_eq!(names(&a), names(&many));
+    assert_eq!(a.listed, many.listed);
+    let askers: std::collections::HashSet<&str> = many.listing.iter().map(|l| l.project).collect();
+    assert!(askers.len() > 10, "{askers:?}");
+    // Every crowd plants on each shape and reports once.
+    assert_eq!(a.crowds.len(), crowds::CROWDS.len() * crowds::SHAPES.len());
+    assert_eq!(a.reported.len(), crowds::CROWDS.len());
     for case in a
         .cases
         .iter()

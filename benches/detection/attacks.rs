@@ -2,43 +2,63 @@
 //! (it registered them and got them listed), planted one at a time on the victims' own hosts,
 //! on a third party's host where the victims get their mail, on made-up hosts under that third
 //! party's name, and on the attacker's own servers in a hosting provider's /24 beside the
-//! victims'; four victims each, one of every age bucket. And the names one project pushes at
-//! top-domains.
+//! victims'; four victims each, one of every age bucket (the shapes `crowds.rs` has several
+//! attackers plant too). And the names one project pushes at top-domains.
 
 use super::facts;
-use super::world::{Attack, Bucket, World, MAX_PLANTED, PROJECTS};
+use super::world::{Attack, Bucket, World, MAX_PLANTED};
 
 impl World {
-    /// The four attacks.
+    /// The four attacks, each by one attacker project.
     pub(super) fn attacks(&mut self) {
-        // 1. The victims' own hosts.
+        let (planted, victims) = self.on_own_hosts();
+        self.push_attack("attack: victims' own hosts", 1, planted, victims);
+        let (planted, victims) = self.on_a_third_party();
+        self.push_attack("attack: a third party's host", 1, planted, victims);
+        // Made-up hosts under that third party's name (they do not resolve).
+        let hoster = self.own_host_in(None);
+        let parent = hoster[0].trim_start_matches("mail.").to_owned();
+        let victims = self.victims(|_| hoster.clone());
+        let planted = self.plant(|w, _| {
+            let label = w.fresh_name("x");
+            vec![format!("{}.{parent}", label.trim_end_matches(".x"))]
+        });
+        self.push_attack(
+            "attack: made-up hosts, third party's name",
+            1,
+            planted,
+            victims,
+        );
+        let (planted, victims) = self.on_a_provider_net(&[]);
+        self.push_attack("attack: a hosting provider's /24", 1, planted, victims);
+    }
+
+    /// Planted on the victims' own hosts: the planted listed domains and the victims.
+    pub(super) fn on_own_hosts(&mut self) -> (Vec<String>, Vec<(String, Bucket)>) {
         let mut own = Vec::new();
         let victims = self.victims(|w| {
             let hosts = w.own_host_in(None);
             own.push(hosts[0].clone());
             hosts
         });
-        let planted = self.plant(|_, k| own[k % own.len()].clone());
-        self.push_attack("attack: victims' own hosts", planted, victims);
-        // 2. A third party's real host, where the victims get their mail.
+        let planted = self.plant(|_, k| vec![own[k % own.len()].clone()]);
+        (planted, victims)
+    }
+
+    /// Planted on a third party's real host, where the victims get their mail.
+    pub(super) fn on_a_third_party(&mut self) -> (Vec<String>, Vec<(String, Bucket)>) {
         let hoster = self.own_host_in(None);
         let victims = self.victims(|_| hoster.clone());
-        let planted = self.plant(|_, _| hoster[0].clone());
-        self.push_attack("attack: a third party's host", planted, victims);
-        // 3. Made-up hosts under that third party's name (they do not resolve).
-        let hoster = self.own_host_in(None);
-        let parent = hoster[0].trim_start_matches("mail.").to_owned();
-        let victims = self.victims(|_| hoster.clone());
-        let planted = self.plant(|w, _| {
-            let label = w.fresh_name("x");
-            format!("{}.{parent}", label.trim_end_matches(".x"))
-        });
-        self.push_attack(
-            "attack: made-up hosts, third party's name",
-            planted,
-            victims,
-        );
-        // 4. The attacker's servers in a hosting provider's /24 (reverse DNS naming each).
+        let planted = self.plant(|_, _| vec![hoster[0].clone()]);
+        (planted, victims)
+    }
+
+    /// Planted on the attacker's servers in a hosting provider's /24 (reverse DNS naming each)
+    /// beside the victims' own servers there; each planted domain's further MX hosts `more`.
+    pub(super) fn on_a_provider_net(
+        &mut self,
+        more: &[String],
+    ) -> (Vec<String>, Vec<(String, Bucket)>) {
         let net = self.net24();
         let provider = self.fresh_name("net");
         let mut n = 0;
@@ -50,21 +70,32 @@ impl World {
             vec![host]
         };
         let victims = self.victims(&mut server);
-        let planted = self.plant(|w, _| server(w)[0].clone());
-        self.push_attack("attack: a hosting provider's /24", planted, victims);
+        let planted = self.plant(|w, _| {
+            let mut hosts = server(w);
+            hosts.extend_from_slice(more);
+            hosts
+        });
+        (planted, victims)
     }
 
-    fn push_attack(
+    pub(super) fn push_attack(
         &mut self,
         class: &'static str,
+        attackers: usize,
         planted: Vec<String>,
         victims: Vec<(String, Bucket)>,
     ) {
-        self.attacks.push(Attack {
+        let attack = Attack {
             class,
+            attackers,
             planted,
             victims,
-        });
+        };
+        if attackers == 1 {
+            self.attacks.push(attack);
+        } else {
+            self.crowds.push(attack);
+        }
     }
 
     /// Four victims, one of each age bucket, each on `hosts(world)`; looked up by the victims'
@@ -81,21 +112,21 @@ impl World {
                 let days = self.age_in(bucket, facts::company_age);
                 let on = hosts(self);
                 self.domain(&d, &on, "mx ~all", days);
-                self.early_lookup(&d, PROJECTS[0]);
+                self.early_lookup(&d, self.projects[0]);
                 (d, bucket)
             })
             .collect()
     }
 
-    /// `MAX_PLANTED` listed domains, the k-th with MX `host(world, k)` (listed, not looked up
+    /// `MAX_PLANTED` listed domains, the k-th with MX `hosts(world, k)` (listed, not looked up
     /// yet).
-    fn plant(&mut self, mut host: impl FnMut(&mut World, usize) -> String) -> Vec<String> {
+    fn plant(&mut self, mut hosts: impl FnMut(&mut World, usize) -> Vec<String>) -> Vec<String> {
         (0..MAX_PLANTED)
             .map(|k| {
                 let d = self.throwaway_name();
-                let on = host(self, k);
+                let on = hosts(self, k);
                 let days = facts::listing_age(&mut self.rng) as i64;
-                self.domain(&d, &[on], "mx -all", days);
+                self.domain(&d, &on, "mx -all", days);
                 self.listed.push(d.clone());
                 d
             })

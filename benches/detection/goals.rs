@@ -4,7 +4,11 @@
 //! and in every condition, on GET and on the batch route: no must-not-flag case flagged, no
 //! attack flagging a victim with 20 planted domains from one project (several projects), GET
 //! and batch agreeing on every case, unusable set-ups and missing hosts with minimal answers
-//! `undeliverable` 100%, nothing pushed onto top-domains by one project.
+//! `undeliverable` 100%, nothing pushed onto top-domains by one project. And one domain, one
+//! verdict (DESIGN.md): every project of the deployment asked every case at once gets the same
+//! `reason`; no victim of a trusted project flagged by K <= 10 self-serve attacker projects
+//! planting 20 listed domains together; no throwaway that K self-serve projects reported
+//! `safe` (nor its unreported neighbour) answered `safe` to a trusted project.
 
 use super::broken::{MINIMAL, UNUSABLE};
 use super::client::Route;
@@ -37,6 +41,7 @@ pub fn misses(report: &Report) -> Vec<String> {
             classes(report, rdap, route, &mut out);
         }
         attacks(report, rdap, &mut out);
+        crowds(report, rdap, &mut out);
         for which in [Which::First, Which::Settled] {
             for (class, cases) in report.disagreements(rdap, which) {
                 out.push(format!(
@@ -152,6 +157,47 @@ fn attacks(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
                 run.pushed_ranked,
                 run.control_ranked
             ));
+        }
+    }
+}
+
+fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
+    for route in [Route::Get, Route::Batch] {
+        let cases = report.projects_disagree(rdap, route);
+        if !cases.is_empty() {
+            out.push(format!(
+                "RDAP {} {}: the projects disagree on {} cases: {}",
+                rdap.label(),
+                route.label(),
+                cases.len(),
+                cases.join("; ")
+            ));
+        }
+        for run in report.runs(rdap, route) {
+            for a in &run.crowds {
+                if a.needed.is_some_and(|k| k <= PLANTED) || a.tried < PLANTED {
+                    out.push(format!(
+                        "RDAP {} {} seed {}: {} attackers, {}: flagged a trusted project's victim ({:?}) after {:?} planted",
+                        rdap.label(),
+                        route.label(),
+                        run.seed,
+                        a.attackers,
+                        a.class,
+                        a.victim,
+                        a.needed
+                    ));
+                }
+            }
+            for r in run.reports.iter().filter(|r| !r.safe.is_empty()) {
+                out.push(format!(
+                    "RDAP {} {} seed {}: after {} attackers' `safe` reports a trusted project got `safe` for {:?}",
+                    rdap.label(),
+                    route.label(),
+                    run.seed,
+                    r.attackers,
+                    r.safe
+                ));
+            }
         }
     }
 }

@@ -12,8 +12,15 @@
 //! benches/detection/run -- --jobs 6          # runs at once (default: all)
 //! benches/detection/run -- --cases           # every case's answers after the tables
 //! benches/detection/run -- --world           # what each world holds, without running it
+//! benches/detection/run -- --projects 20     # a deployment of 20 projects (default 4)
 //! DETECTION_EXPLAIN='<class>' benches/detection/run ...  # why: explained answers, on stderr
+//! DRG_BIN=/path/to/gateway benches/detection/run ...     # another build of the gateway
+//! DRG_BENCH_NO_TRUST=1 benches/detection/run ...         # no `trusted_plans` in the config
 //! ```
+//! The gateway's config trusts the projects' plan only (`gateway.mx.neighbourhood`:
+//! `trusted_plans: [test]`, `trusted_projects: []`); the attackers are on a self-serve plan.
+//! `DRG_BENCH_NO_TRUST=1` leaves those keys out, for a build that does not know them (one
+//! from before them refuses unknown keys): its attackers are then projects like any other.
 //! The gate is `tests/detection.rs`; results with their commit go in
 //! `benches/RESULTS-detection.md`; the sources of every distribution in `PROVENANCE.md`.
 
@@ -25,12 +32,18 @@ mod dns;
 #[path = "../../tests/common/rdap.rs"]
 mod rdap_server;
 
+mod attacking;
 mod attacks;
 mod broken;
 mod client;
+mod crowd_report;
+mod crowd_run;
+mod crowds;
+mod deployment;
 mod facts;
 mod goals;
 mod legit;
+mod projects;
 mod report;
 mod rng;
 mod runner;
@@ -77,9 +90,13 @@ fn plan(args: &[String]) -> (suite::Plan, bool) {
     let jobs = values("--jobs")
         .first()
         .map_or(runs, |j| j.parse().expect("--jobs N"));
+    let mut size = if slice { Size::SLICE } else { Size::FULL };
+    if let Some(n) = values("--projects").first() {
+        size.projects = n.parse().expect("--projects N");
+    }
     let plan = suite::Plan {
         seeds,
-        size: if slice { Size::SLICE } else { Size::FULL },
+        size,
         conditions,
         one_project,
         jobs,
@@ -114,13 +131,14 @@ fn main() {
     }
     let w = &worlds[0];
     println!(
-        "detection benchmark: seeds {:?}, {} world; seed {}: {} cases, {} listed, {} attacks; {} runs, {:.0} s\n",
+        "detection benchmark: seeds {:?}, {} world, {} projects; seed {}: {} cases, {} listed, {} attacks; {} runs, {:.0} s\n",
         plan.seeds,
         if plan.size.big_host { "full" } else { "slice" },
+        w.projects.len(),
         w.seed,
         w.cases.len(),
         w.listed.len(),
-        w.attacks.len(),
+        w.attacks.len() + w.crowds.len(),
         report.runs.len(),
         started.elapsed().as_secs_f64()
     );
@@ -202,4 +220,5 @@ fn print_cases(report: &report::Report) {
             );
         }
     }
+    print!("{}", report.disagree_cases());
 }

@@ -1,5 +1,6 @@
 //! The detection benchmark's tables, over every seed of a condition (RDAP on, off, failing),
-//! GET and batch side by side; and the goals the gate (`tests/detection.rs`) asserts.
+//! GET and batch side by side (the lines on many projects in `crowd_report.rs`); and the goals
+//! the gate (`tests/detection.rs`) asserts.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -81,7 +82,7 @@ impl Which {
 }
 
 impl Report<'_> {
-    fn world(&self, seed: u64) -> &World {
+    pub fn world(&self, seed: u64) -> &World {
         self.worlds
             .iter()
             .find(|w| w.seed == seed)
@@ -89,7 +90,7 @@ impl Report<'_> {
     }
 
     /// The several-project runs of `rdap` on `route`.
-    fn runs(&self, rdap: Rdap, route: Route) -> impl Iterator<Item = &Run> {
+    pub fn runs(&self, rdap: Rdap, route: Route) -> impl Iterator<Item = &Run> {
         self.runs
             .iter()
             .filter(move |r| r.spec.rdap == rdap && r.spec.route == route && !r.spec.one_project)
@@ -193,6 +194,7 @@ impl Report<'_> {
         out.push_str(&self.class_table(rdap));
         out.push_str(&self.disagreement_lines(rdap));
         out.push_str(&self.attack_table(rdap));
+        out.push_str(&self.crowd_tables(rdap));
         out
     }
 

@@ -2,25 +2,23 @@
 //! hosts' addresses and reverse DNS, a website's A/AAAA, SPF and DMARC), the registration
 //! dates an RDAP server gives (for TLDs whose registry runs one), the blocklist, the traffic
 //! in order (the past, throwaways that arrive before their host is known, the signups), the
-//! cases (each with the answer a good gateway gives) and the planting attacks.
+//! cases (each with the answer a good gateway gives), the planting attacks, and what several
+//! attacker projects do together; and which projects ask (`projects.rs`: 4 or `--projects N`).
 //!
 //! Every number it draws from is in `facts.rs` with its source; the classes are built in
-//! `throwaway.rs`, `legit.rs` and `attacks.rs`. The same seed and size give the same world.
+//! `throwaway.rs`, `legit.rs`, `attacks.rs` and `crowds.rs`. The same seed and size give the
+//! same world (the number of projects changes only who asks).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
+use super::crowds::Reported;
 use super::facts;
+use super::projects::{self, PROJECTS};
 use super::rng::Rng;
 use crate::dns::{Records, Zone};
 
-/// The projects whose signups the cases are (one key each), in a several-project deployment.
-pub const PROJECTS: [&str; 4] = ["web", "shop", "forum", "app"];
-/// The project that plants and pushes (a several-project deployment).
-pub const ATTACKER: &str = "mallory";
-/// The only project of a one-project deployment (victims and attacker alike).
-pub const SOLO: &str = "solo";
 /// Listed domains an attack plants at most, one at a time (more than the 20 the goal names).
 pub const MAX_PLANTED: usize = 30;
 
@@ -144,11 +142,13 @@ pub struct Lookup {
     pub case: Option<usize>,
 }
 
-/// One planting attack: listed domains whose DNS the attacker controls, looked up by the
-/// attacker one at a time, and the victims they aim at (each with its age bucket).
+/// One planting attack: listed domains whose DNS the attacker controls, looked up one at a
+/// time by `attackers` attacker projects in turn (the k-th by attacker k mod `attackers`), and
+/// the victims they aim at (each with its age bucket).
 #[derive(Debug, Clone)]
 pub struct Attack {
     pub class: &'static str,
+    pub attackers: usize,
     pub planted: Vec<String>,
     pub victims: Vec<(String, Bucket)>,
 }
@@ -172,6 +172,8 @@ pub struct Size {
     pub minimal: usize,
     /// One operator's host serves as many listed domains as `tinyhost.shop` did.
     pub big_host: bool,
+    /// Projects of the several-project deployment (`--projects N`).
+    pub projects: usize,
 }
 
 impl Size {
@@ -187,6 +189,7 @@ impl Size {
         unusable: 21,
         minimal: 4,
         big_host: true,
+        projects: PROJECTS.len(),
     };
     /// The test command's slice (`--slice`).
     pub const SLICE: Size = Size {
@@ -199,6 +202,7 @@ impl Size {
         unusable: 5,
         minimal: 2,
         big_host: false,
+        projects: PROJECTS.len(),
     };
 }
 
@@ -260,6 +264,8 @@ impl Shipped {
 /// The whole world (see the module documentation).
 pub struct World {
     pub seed: u64,
+    /// The several-project deployment's projects (the victims' first).
+    pub projects: Vec<&'static str>,
     pub zones: HashMap<String, Zone>,
     /// Records beyond a zone's MX and one address: more addresses, IPv6, TXT.
     pub records: HashMap<String, Records>,
@@ -282,6 +288,10 @@ pub struct World {
     /// Then the signups: every other case, in arrival order.
     pub arrivals: Vec<Lookup>,
     pub attacks: Vec<Attack>,
+    /// The same attacks' shapes made by several attacker projects at once (`crowds.rs`).
+    pub crowds: Vec<Attack>,
+    /// Throwaways several attacker projects report `safe` (`crowds.rs`).
+    pub reported: Vec<Reported>,
     /// Unlisted names the attacker looks up again and again, hoping for top-domains.
     pub pushed: Vec<String>,
     /// A listed name the attacker looks up as often: it must reach top-domains (the control).
@@ -307,6 +317,7 @@ impl World {
     pub fn build(seed: u64, size: Size, shipped: &Shipped) -> World {
         let mut w = World {
             seed,
+            projects: projects::named(size.projects),
             zones: HashMap::new(),
             records: HashMap::new(),
             ptr: HashMap::new(),
@@ -319,6 +330,8 @@ impl World {
             listing: Vec::new(),
             arrivals: Vec::new(),
             attacks: Vec::new(),
+            crowds: Vec::new(),
+            reported: Vec::new(),
             pushed: Vec::new(),
             pushed_control: String::new(),
             rng: Rng::new(seed),
@@ -335,6 +348,8 @@ impl World {
         w.attacks();
         w.top_push();
         w.order();
+        // Last: the worlds of before the crowds are drawn the same.
+        w.crowds();
         w
     }
 
@@ -362,10 +377,11 @@ impl World {
 
     /// A project, as likely as its share of the signups.
     pub(super) fn project(&mut self) -> &'static str {
-        let shares: Vec<(&'static str, f64)> = PROJECTS
+        let shares: Vec<(&'static str, f64)> = self
+            .projects
             .iter()
             .copied()
-            .zip(facts::PROJECT_SHARES)
+            .zip(projects::shares(self.projects.len()))
             .collect();
         let project: &&'static str = self.rng.weighted(&shares);
         project
@@ -596,7 +612,7 @@ impl World {
             domain: domain.to_owned(),
             class,
             expect,
-            project: PROJECTS[0],
+            project: "",
             shape: None,
             bucket: None,
             arrival: Arrival::After,

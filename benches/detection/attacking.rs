@@ -1,0 +1,149 @@
+//! The attacks of a detection run, against its gateway: the planting attacks (one attacker
+//! project's, and those of K attacker projects together), round by round, the victims looked
+//! up by their own trusted project after each round; and one project's repeated lookups for
+//! top-domains.
+
+use std::time::{Duration, Instant};
+
+use super::deployment::Bench;
+use super::projects::{ATTACKER, ATTACKERS, SOLO};
+use super::world::{Attack, Bucket, World};
+
+/// One attack's result: the planted listed domains after which a victim was first flagged
+/// (in the victims' project's answers), if any was, and which victim's bucket.
+#[derive(Debug, Clone)]
+pub struct AttackOutcome {
+    pub class: &'static str,
+    /// Attacker projects that planted (in turn).
+    pub attackers: usize,
+    pub needed: Option<usize>,
+    pub tried: usize,
+    pub victim: Option<Bucket>,
+}
+
+/// The project that plants an attack's `k`-th domain: the attack's attackers in turn (in a
+/// one-project deployment, its project).
+fn planter(attack: &Attack, k: usize, one_project: bool) -> &'static str {
+    if one_project {
+        SOLO
+    } else {
+        ATTACKERS[k % attack.attackers.clamp(1, ATTACKERS.len())]
+    }
+}
+
+/// Each planter asks its names, the planters side by side (an attacker does not wait for
+/// another's answers).
+fn plant(bench: &Bench, planted: &[(&'static str, String)]) {
+    let mut by: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for (project, name) in planted {
+        match by.iter_mut().find(|(p, _)| p == project) {
+            Some((_, names)) => names.push(name.clone()),
+            None => by.push((project, vec![name.clone()])),
+        }
+    }
+    std::thread::scope(|s| {
+        for (project, names) in &by {
+            s.spawn(move || bench.ask(project, names));
+        }
+    });
+}
+
+/// Plants the attacks' listed domains one at a time, the k-th of every attack together (they
+/// aim at separate hosts and networks); after each round, every victim of an attack still
+/// going is looked up by `victims_project`.
+pub fn attack_all(
+    bench: &Bench,
+    attacks: &[&Attack],
+    one_project: bool,
+    victims_project: &str,
+    most: usize,
+) -> Vec<AttackOutcome> {
+    let mut out: Vec<AttackOutcome> = attacks
+        .iter()
+        .map(|a| AttackOutcome {
+            class: a.class,
+            attackers: a.attackers,
+            needed: None,
+            tried: 0,
+            victim: None,
+        })
+        .collect();
+    for k in 0..most {
+        let going: Vec<usize> = (0..attacks.len())
+            .filter(|&i| out[i].needed.is_none() && k < attacks[i].planted.len())
+            .collect();
+        if going.is_empty() {
+            break;
+        }
+        let planted: Vec<(&'static str, String)> = going
+            .iter()
+            .map(|&i| {
+                let a = attacks[i];
+                (planter(a, k, one_project), a.planted[k].clone())
+            })
+            .collect();
+        let before = bench.taught().unwrap_or(0.0);
+        plant(bench, &planted);
+        let quiet = Duration::from_millis(150);
+        bench.wait_taught(before + planted.len() as f64, quiet, Duration::from_secs(3));
+        let victims: Vec<(usize, &(String, Bucket))> = going
+            .iter()
+            .flat_map(|&i| attacks[i].victims.iter().map(move |v| (i, v)))
+            .collect();
+        let names: Vec<String> = victims.iter().map(|(_, (d, _))| d.clone()).collect();
+        for &i in &going {
+            out[i].tried = k + 1;
+        }
+        // The victims' own project's answers. What one project alone taught judges only that
+        // project's answers (DESIGN: the rule the goal holds the model to), so the attacker's
+        // own lookups of the victims are not the victims' harm; in a one-project deployment
+        // the victims' project is the attacker's, and its cost is reported.
+        for ((i, (_, bucket)), answer) in victims.iter().zip(bench.ask(victims_project, &names)) {
+            if answer.flagged() && out[*i].needed.is_none() {
+                out[*i].needed = Some(k + 1);
+                out[*i].victim = Some(*bucket);
+            }
+        }
+    }
+    out
+}
+
+/// The attacker looks each pushed name up 12 times, and the listed control as often (the twelve
+/// rounds side by side); once the control is ranked (or 10 s passed), which pushed names are.
+pub fn top_push(bench: &Bench, world: &World) -> (Vec<String>, bool) {
+    let names: Vec<String> = world
+        .pushed
+        .iter()
+        .chain([&world.pushed_control])
+        .cloned()
+        .collect();
+    // Twelve rounds at once: an attacker does not wait for its answers.
+    std::thread::scope(|s| {
+        for _ in 0..12 {
+            s.spawn(|| bench.ask(ATTACKER, &names));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = bench.gw.get("/v1/public/top-domains?limit=1000");
+        let ranked: Vec<String> = r.json()["domains"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d["domain"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let control = ranked.contains(&world.pushed_control);
+        if control || Instant::now() > deadline {
+            let pushed = world
+                .pushed
+                .iter()
+                .filter(|p| ranked.contains(p))
+                .cloned()
+                .collect();
+            return (pushed, control);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
