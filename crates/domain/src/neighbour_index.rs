@@ -10,7 +10,8 @@
 //! Every piece has its provenance:
 //! - **Listed** neighbours remember who taught their hosts ([`Teachers`]): the lists' snapshot,
 //!   or which projects' traffic, each trusted by the operator or not. What the lists and
-//!   trusted projects taught judges every project's answers alike (one verdict per domain);
+//!   trusted projects taught judges every project's answers alike (one verdict per domain),
+//!   without the heaviest trusted project's own teaching where several taught a key;
 //!   what an untrusted (self-serve) project taught judges only that project's own answers,
 //!   however many such projects say the same: accounts are free to make. A finding that holds
 //!   on independent sources alone (the lists, or trusted projects without the one that taught
@@ -380,17 +381,13 @@ impl Taught {
         self.strong + self.untaught == 0 && self.one_trusted.is_empty() && self.untrusted.is_empty()
     }
 
-    /// Listed neighbours every project counts: the lists' and trusted projects'.
-    fn shared(&self) -> u32 {
-        self.strong + self.one_trusted.iter().map(|(_, n)| n).sum::<u32>()
-    }
-
-    /// What `asking` counts: the shared ones and what its own untrusted traffic taught.
-    fn seen_by(&self, asking: Option<ProjectId>) -> u32 {
+    /// What `asking` counts: the shared ones (without `dropped`'s own, see [`Counts::view`])
+    /// and what its own untrusted traffic taught.
+    fn seen_by(&self, asking: Option<ProjectId>, dropped: Option<ProjectId>) -> u32 {
         let own = (self.untrusted.iter())
             .find(|(p, _)| Some(*p) == asking)
             .map_or(0, |(_, n)| *n);
-        self.shared() + own
+        self.independent(dropped) + own
     }
 
     /// The shared ones without what `dropped` (a trusted project) alone taught: what holds
@@ -522,17 +519,24 @@ impl Counts {
     }
 
     /// What `project` may count, `own` (the domain being judged) left out: the listed
-    /// neighbours the lists and trusted projects taught, with what its own untrusted traffic
-    /// taught; and, as `independent`, the shared ones without the heaviest trusted project's
-    /// own teaching (no single source at all).
+    /// neighbours the lists and trusted projects taught, the same for every project, with what
+    /// its own untrusted traffic taught; and, as `independent`, the shared ones without the
+    /// heaviest trusted project's own teaching (no single source at all).
+    ///
+    /// Where several trusted projects taught a key, the heaviest one's own teaching is left out
+    /// of the count that judges too: pooled, the traffic of many projects would make a shared
+    /// host's few listed tenants judge its unseen ones, and no single project's traffic should
+    /// make a key judge. Where one trusted project taught it all (a deployment of one project),
+    /// its teaching counts, a single source an established age weighs against.
     fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
         let dropped = heaviest(&self.listed.one_trusted);
+        let pooled = (self.listed.one_trusted.len() >= 2).then_some(dropped).flatten();
         let hosts = |f: &dyn Fn(&Taught) -> u32| {
             (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
         };
         let mut v = View {
-            listed: self.listed.seen_by(project),
-            hosts: hosts(&|t| t.seen_by(project)),
+            listed: self.listed.seen_by(project, pooled),
+            hosts: hosts(&|t| t.seen_by(project, pooled)),
             independent: self.listed.independent(dropped),
             independent_hosts: hosts(&|t| t.independent(dropped)),
             vouched: self.vouched,
@@ -1451,22 +1455,25 @@ mod tests {
         let k = keys(&["host:mx.throw.example"]);
         teach(&mut ix, "new.com", &k, None, 1);
         let (b, c, d) = (project_id("b"), project_id("c"), project_id("d"));
-        // Each listed name seen by one trusted project (the long tail of real signups): B's
-        // 3 and C's 2 judge every project's answer, the same answer, untrusted askers too.
+        // Each listed name seen by one trusted project (the long tail of real signups). Pooled,
+        // the heaviest one's own teaching is left out: B's 3 and C's 2 leave 2, judging nobody.
         taught_by(&mut ix, ("b", 3), &k, (b, true));
         taught_by(&mut ix, ("c", 2), &k, (c, true));
-        let f = ix.finding("new.com", P).unwrap();
-        assert_eq!(f.listed, 5);
-        assert_eq!(ix.finding("new.com", b), Some(f.clone()));
-        assert_eq!(
-            ix.finding("new.com", project_id("self-serve")),
-            Some(f.clone())
-        );
-        // One source short of independent: without B's 3, C's 2 do not dominate.
-        assert!(!f.trusted, "{f:?}");
+        assert_eq!(ix.finding("new.com", P), None);
+        // D's 3 more: 5 without the heaviest, the same finding for every project, untrusted
+        // askers too, and it holds on independent sources.
         taught_by(&mut ix, ("d", 3), &k, (d, true));
         let f = ix.finding("new.com", P).unwrap();
-        assert!(f.trusted && f.listed == 8, "without B's or D's 3: 5 >= 5");
+        assert!(f.trusted && f.listed == 5, "{f:?}");
+        assert_eq!(ix.finding("new.com", b), Some(f.clone()));
+        assert_eq!(ix.finding("new.com", project_id("self-serve")), Some(f.clone()));
+        // One trusted project alone (a deployment of one project): its teaching counts, a
+        // single source.
+        let solo = keys(&["host:mx.solo.example"]);
+        teach(&mut ix, "tenant.com", &solo, None, 1);
+        taught_by(&mut ix, ("s", 5), &solo, (project_id("solo"), true));
+        let f = ix.finding("tenant.com", P).unwrap();
+        assert!(!f.trusted && f.listed == 5, "{f:?}");
         // Two trusted projects asking for one listed domain make it independent on its own.
         assert!(ix.add_teacher("c0.com", b, true));
         assert!(!ix.add_teacher("c0.com", b, true));
