@@ -530,7 +530,9 @@ impl Counts {
     /// its teaching counts, a single source an established age weighs against.
     fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
         let dropped = heaviest(&self.listed.one_trusted);
-        let pooled = (self.listed.one_trusted.len() >= 2).then_some(dropped).flatten();
+        let pooled = (self.listed.one_trusted.len() >= 2)
+            .then_some(dropped)
+            .flatten();
         let hosts = |f: &dyn Fn(&Taught) -> u32| {
             (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
         };
@@ -1466,7 +1468,10 @@ mod tests {
         let f = ix.finding("new.com", P).unwrap();
         assert!(f.trusted && f.listed == 5, "{f:?}");
         assert_eq!(ix.finding("new.com", b), Some(f.clone()));
-        assert_eq!(ix.finding("new.com", project_id("self-serve")), Some(f.clone()));
+        assert_eq!(
+            ix.finding("new.com", project_id("self-serve")),
+            Some(f.clone())
+        );
         // One trusted project alone (a deployment of one project): its teaching counts, a
         // single source.
         let solo = keys(&["host:mx.solo.example"]);
