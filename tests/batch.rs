@@ -522,35 +522,44 @@ fn over_http2_a_batch_is_answered_and_refused_as_over_http1() {
     assert_eq!(usage["month_count"], 50, "only the answered batch counted");
 }
 
-#[test]
-fn the_mx_of_a_batch_is_resolved_concurrently_within_one_budget() {
-    // Each answer leaves the DNS server 600 ms after its question: one after another, eight
-    // names would take 4.8 s, far past the 2 s budget, and most would be answered unknown.
-    let mut zones = HashMap::new();
-    let names: Vec<String> = (0..8).map(|i| format!("shop{i}.test")).collect();
-    for name in &names {
-        zones.insert(
-            name.clone(),
-            dns::Zone {
+/// `names` with their mail at Google Workspace, on a DNS server whose every answer leaves
+/// `delay_ms` after its question, and a gateway asking it with the `mx` lines (a query timeout
+/// of 3 s besides) and the shipped MX providers.
+fn on_slow_google(names: &[String], delay_ms: u64, mx: &[&str]) -> (dns::DnsServer, Gateway) {
+    let zones: HashMap<String, dns::Zone> = names
+        .iter()
+        .map(|name| {
+            let zone = dns::Zone {
                 mx: vec![(10, "aspmx.l.google.com".into())],
                 a: None,
                 ttl: 300,
-            },
-        );
-    }
-    let server = dns::DnsServer::start_slow(zones, Duration::from_millis(600));
+            };
+            (name.clone(), zone)
+        })
+        .collect();
+    let server = dns::DnsServer::start_slow(zones, Duration::from_millis(delay_ms));
     let providers = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/data/mx_providers.csv"
     ))
     .unwrap();
-    let gw = Gateway::builder()
+    let mut builder = Gateway::builder()
         .plan("test", 1_000)
         .dns(server.addr)
         .data("mx_providers.csv", &providers)
-        .mx_yaml("budget_ms: 2000")
-        .mx_yaml("query_timeout_ms: 3000")
-        .start();
+        .mx_yaml("query_timeout_ms: 3000");
+    for line in mx {
+        builder = builder.mx_yaml(line);
+    }
+    (server, builder.start())
+}
+
+#[test]
+fn the_mx_of_a_batch_is_resolved_concurrently_within_one_budget() {
+    // Each answer leaves the DNS server 600 ms after its question: one after another, eight
+    // names would take 4.8 s, far past the 2 s budget, and most would be answered unknown.
+    let names: Vec<String> = (0..8).map(|i| format!("shop{i}.test")).collect();
+    let (server, gw) = on_slow_google(&names, 600, &["budget_ms: 2000"]);
     let r = post(&gw, BATCH, &json!({ "domains": names }));
     assert_eq!(r.status, 200);
     let v = r.json();
@@ -576,32 +585,11 @@ fn the_mx_of_a_batch_is_resolved_concurrently_within_one_budget() {
 fn cold_names_past_the_projects_share_answer_as_get_does() {
     // Each answer leaves 400 ms after its question; two lookups at once for the project, a
     // budget of 700 ms: a shared budget covered the first two names only.
-    let mut zones = HashMap::new();
     let names: Vec<String> = (0..6).map(|i| format!("cold{i}.test")).collect();
-    for name in names.iter().chain([&"alone.test".to_owned()]) {
-        zones.insert(
-            name.clone(),
-            dns::Zone {
-                mx: vec![(10, "aspmx.l.google.com".into())],
-                a: None,
-                ttl: 300,
-            },
-        );
-    }
-    let server = dns::DnsServer::start_slow(zones, Duration::from_millis(400));
-    let providers = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/data/mx_providers.csv"
-    ))
-    .unwrap();
-    let gw = Gateway::builder()
-        .plan("test", 1_000)
-        .dns(server.addr)
-        .data("mx_providers.csv", &providers)
-        .mx_yaml("budget_ms: 700")
-        .mx_yaml("query_timeout_ms: 3000")
-        .mx_yaml("max_inflight_per_project: 2")
-        .start();
+    let mut all = names.clone();
+    all.push("alone.test".into());
+    let mx = ["budget_ms: 700", "max_inflight_per_project: 2"];
+    let (_server, gw) = on_slow_google(&all, 400, &mx);
     let get = single(&gw, "alone.test", "");
     assert_eq!(get["mx_provider_label"], "Google Workspace", "{get}");
     let started = std::time::Instant::now();
