@@ -774,6 +774,11 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
         .key_in_project("b", B, "selfserve", "b")
         .mx_yaml("neighbourhood: { trusted_plans: [test] }")
         .start();
+    // Listed names teach only once DNS is believed (the canaries checked): each attacker's
+    // lookups must be the ones that teach.
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+    });
     for secret in [A, B] {
         for d in &w.listed {
             assert_eq!(reason_for(&gw, secret, d), "disposable");
