@@ -72,6 +72,10 @@ pub enum Command {
     /// the gateways reload it) or reject one.
     #[command(subcommand)]
     Reports(ReportsCommand),
+    /// Put back into the shared Redis what this gateway withheld when it found the store lost
+    /// while its copy was not in step with it (it was stopped or cut off): run it once every
+    /// gateway has started again, so that every removal made meanwhile is in the store first.
+    RestoreWithheld,
 }
 
 #[derive(Subcommand)]

@@ -74,3 +74,4 @@ mod tracing;
 mod typos;
 mod upgrade;
 mod webhooks_api;
+mod withheld;

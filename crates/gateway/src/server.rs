@@ -91,6 +91,15 @@ fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
 }
 
 /// The shared store's cache and pending revocations files, beside the managed file.
+/// Where copies withheld after a loss of the shared store may be (none without it).
+fn withheld_paths(gateway: &GatewayConfig) -> Vec<std::path::PathBuf> {
+    if gateway.quota.store != QuotaStoreKind::Redis {
+        return Vec::new();
+    }
+    let folder = (gateway.quota.state_file.parent()).unwrap_or(std::path::Path::new("."));
+    drg_projects::account::withheld::paths(folder, &shared_paths(gateway).0)
+}
+
 fn shared_paths(gateway: &GatewayConfig) -> (std::path::PathBuf, std::path::PathBuf) {
     drg_projects::account::keys_api::shared::paths(&gateway.keys_api.managed_file(&gateway.quota))
 }
@@ -219,6 +228,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
             upstream: gateway.upstream.address.clone(),
             keys_api: Some(parts.keys_api.clone()),
             reports: Some(parts.reports.clone()),
+            withheld: withheld_paths(gateway),
         };
         admin_service(admin, listen)
     });

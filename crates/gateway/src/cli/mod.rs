@@ -11,6 +11,7 @@ mod reports;
 mod serve;
 mod taken;
 mod version;
+mod withheld;
 
 use std::path::Path;
 
@@ -23,12 +24,20 @@ pub use reports::{reports, ReportsAction};
 pub use serve::serve;
 pub use serve::ServeMode;
 pub use version::{version, GIT_HASH};
+pub use withheld::restore_withheld;
 
 pub use crate::config::ListenOverride;
 use crate::config::Settings;
 
 /// A boxed error for command results: each carries its own context.
 pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The state folder: where the quota state file is (and every other state file beside it).
+fn state_folder(gateway: &crate::config::GatewayConfig) -> std::path::PathBuf {
+    (gateway.quota.state_file.parent())
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
 
 /// Loads settings, applying `--listen` and `--admin-listen`.
 fn settings(conf: &Path, over: ListenOverride<'_>) -> Result<Settings, CommandError> {

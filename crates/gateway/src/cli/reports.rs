@@ -23,12 +23,7 @@ pub enum ReportsAction<'a> {
 pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, CommandError> {
     let settings = settings(conf, Default::default())?;
     let gateway = &settings.gateway;
-    let folder = gateway
-        .quota
-        .state_file
-        .parent()
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
+    let folder = super::state_folder(gateway);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

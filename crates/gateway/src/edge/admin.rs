@@ -24,6 +24,8 @@ pub struct Admin {
     pub keys_api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
     /// The projects' reports (`GET /reports`).
     pub reports: Option<Arc<drg_projects::account::reports::Reports>>,
+    /// Where withheld copies may be (with `quota.store: redis`; see `restore-withheld`).
+    pub withheld: Vec<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -50,6 +52,10 @@ struct Readiness {
     /// with `mx.enabled: false`). Never a reason to be unready: the table answers alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     mx: Option<serde_json::Value>,
+    /// Copies withheld after the shared store was found lost, waiting for the operator's
+    /// `restore-withheld` (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    withheld: Vec<String>,
 }
 
 /// The `status` word and whether the process is ready: not while it drains or hands its
@@ -167,6 +173,11 @@ impl ServeHttp for Admin {
                             "evidence": if s.breaker_open { "off" } else { "on" },
                         })
                     }),
+                    withheld: (self.withheld.iter())
+                        .filter(|p| p.exists())
+                        .filter_map(|p| p.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .collect(),
                 };
                 let code = if ready {
                     StatusCode::OK

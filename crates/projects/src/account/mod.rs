@@ -10,3 +10,4 @@ pub mod reports;
 pub mod routes;
 pub mod usage;
 pub mod webhooks;
+pub mod withheld;

@@ -51,6 +51,11 @@ impl<R: Record> FileRecords<R> {
         }
     }
 
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The records of the file, read now (blocking; none while it does not exist).
     pub fn read_now(&self) -> Result<Vec<R>, RecordsError> {
         let bytes = match std::fs::read(&*self.path) {

@@ -6,6 +6,12 @@
 //! older is put back first; otherwise what the store no longer holds was removed or compacted
 //! on purpose and is gone here too. The state folder keeps a copy, served from the start while
 //! Redis is away.
+//!
+//! Only a copy kept in step with the store is put back on its own: one this gateway read in
+//! this run, its last read within [`IN_STEP_WITHIN`] of the loss. A copy from the state folder
+//! (a gateway that was stopped, or cut off, while others changed the store) may lack removals
+//! made meanwhile: it puts back its removal markers only, and keeps the rest aside in
+//! `<kind>.withheld.json` for the operator's `restore-withheld` (docs/operations.md).
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -24,6 +30,16 @@ use crate::infra::redis::config::RedisConfig;
 /// this (and the time one read takes).
 pub const POLL: Duration = Duration::from_millis(400);
 
+/// A copy last read from the store longer ago than this before the store was found lost may
+/// lack removals other gateways made meanwhile: it is withheld, as one from the state folder.
+/// Long enough for a Redis restarted or failed over while the gateways ran.
+pub const IN_STEP_WITHIN: Duration = Duration::from_secs(60);
+
+/// The file a withheld copy of `kind` is kept in, in the state folder.
+pub fn withheld_path(folder: &Path, kind: &str) -> std::path::PathBuf {
+    folder.join(format!("{kind}.withheld.json"))
+}
+
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
@@ -32,6 +48,19 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 struct SyncState {
     last: Option<Token>,
     warned: Option<Instant>,
+    /// When the store last answered a poll in this run.
+    answered: Option<Instant>,
+}
+
+impl SyncState {
+    /// Whether what is held was in step with the store until now (read in this run, the
+    /// store answering within [`IN_STEP_WITHIN`]); notes that it answers now.
+    fn answered_now(&mut self) -> bool {
+        let in_step =
+            self.last.is_some() && (self.answered).is_some_and(|t| t.elapsed() <= IN_STEP_WITHIN);
+        self.answered = Some(Instant::now());
+        in_step
+    }
 }
 
 /// This gateway's writes, numbered: those after a read began are merged into what it read.
@@ -58,6 +87,8 @@ pub struct Replica<R: Record> {
     store: Box<dyn RecordStore<R>>,
     /// With Redis: the state folder's copy.
     cache: Option<FileRecords<R>>,
+    /// With Redis: a copy not in step with the store when it was found lost (see the module).
+    withheld: Option<FileRecords<R>>,
     held: ArcSwap<Merged<R>>,
     /// This gateway's writes a poll's read may predate (see [`Replica::take`]); held while the
     /// held set is replaced, never across an `.await`.
@@ -90,10 +121,12 @@ impl<R: Record> Replica<R> {
                 )),
             ),
         };
+        let withheld = redis.map(|_| FileRecords::new(withheld_path(folder, kind)));
         Replica {
             kind,
             store,
             cache,
+            withheld,
             held: ArcSwap::from_pointee(Merged::default()),
             local: std::sync::Mutex::new(LocalWrites::default()),
             publish,
@@ -181,6 +214,7 @@ impl<R: Record> Replica<R> {
             Ok(t) => t,
             Err(e) => return self.failed(&mut st, &e),
         };
+        let in_step = st.answered_now();
         if st.last.as_ref() == Some(&token) && token != Token::Lost {
             return;
         }
@@ -192,24 +226,8 @@ impl<R: Record> Replica<R> {
         // Put back only into a store that lost data (see `lost_data`): otherwise what it no
         // longer holds was removed or compacted on purpose.
         if let (Some(_), true) = (&self.cache, lost_data(st.last.as_ref(), &token)) {
-            let held = self.held.load();
-            let missing: Vec<R> = held
-                .all()
-                .filter(|r| (read.get(r.project(), r.key())).is_none_or(|s| r.newer_than(s)))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                log::info!(
-                    "{}: the shared store lacked {} records this gateway held; put back",
-                    self.kind,
-                    missing.len()
-                );
-                if let Err(e) = self.store.restore(&missing).await {
-                    return self.failed(&mut st, &e);
-                }
-                for r in missing {
-                    read.merge(r);
-                }
+            if let Err(e) = self.put_back(&mut read, in_step).await {
+                return self.failed(&mut st, &e);
             }
         }
         if let Some(cache) = &self.cache {
@@ -220,6 +238,51 @@ impl<R: Record> Replica<R> {
         self.take(read, since);
         // Lost: the restore gave the store an epoch; the next round reads it again.
         st.last = Some(token);
+    }
+
+    /// Puts back into a store that lost data (holding `read`) what this gateway holds that it
+    /// lacks or holds older: all of it from a copy `in_step` with the store, else its removal
+    /// markers only, the rest withheld (see the module).
+    async fn put_back(&self, read: &mut Merged<R>, in_step: bool) -> Result<(), RecordsError> {
+        let held = self.held.load();
+        let (missing, aside): (Vec<R>, Vec<R>) = held
+            .all()
+            .filter(|r| (read.get(r.project(), r.key())).is_none_or(|s| r.newer_than(s)))
+            .cloned()
+            .partition(|r| in_step || r.removed());
+        if !aside.is_empty() {
+            self.withhold(aside).await;
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        log::info!(
+            "{}: the shared store lacked {} records this gateway held; put back",
+            self.kind,
+            missing.len()
+        );
+        self.store.restore(&missing).await?;
+        for r in missing {
+            read.merge(r);
+        }
+        Ok(())
+    }
+
+    /// Keeps `records` (a copy not in step with a store found lost) in the withheld file, for
+    /// the operator to put back once every gateway that could hold their removals has returned.
+    async fn withhold(&self, records: Vec<R>) {
+        let Some(file) = &self.withheld else { return };
+        let n = records.len();
+        match file.restore(&records).await {
+            Ok(()) => log::warn!(
+                "{}: the shared store lost its data while this gateway's copy was not in step \
+                 with it (stopped or cut off): {n} records withheld in {} (removals put back); \
+                 `restore-withheld` puts them back once every gateway has started again",
+                self.kind,
+                file.path().display()
+            ),
+            Err(e) => log::error!("{}: {n} withheld records not kept: {e}", self.kind),
+        }
     }
 
     fn failed(&self, st: &mut SyncState, e: &RecordsError) {

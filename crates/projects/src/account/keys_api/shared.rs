@@ -48,6 +48,7 @@ use drg_access::shared_keys::pending;
 use drg_access::shared_keys::tombstones::{self, now_unix};
 use drg_access::shared_keys::{Made, SharedKeys, SharedKeysError, Stamp};
 use drg_base::answer::{Action, Answer, ApiError, Changed};
+use drg_base::infra::records::replica::IN_STEP_WITHIN;
 
 /// The keys API's part on the shared store.
 pub struct Shared {
@@ -69,6 +70,8 @@ pub struct Shared {
     /// When this process last recorded in the cache that its keys match Redis's (unix
     /// seconds; see [`tombstones::fresh_enough`]).
     pub(super) confirmed: AtomicU64,
+    /// When Redis last answered a poll in this run.
+    answered: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The cache file (in the managed file's place) and the pending file, beside `managed`.
@@ -91,6 +94,7 @@ impl Shared {
             restores: None,
             saved: std::sync::Mutex::default(),
             confirmed: AtomicU64::new(0),
+            answered: std::sync::Mutex::new(None),
         }
     }
 
@@ -123,6 +127,17 @@ impl Shared {
 
     pub(super) fn set_seen(&self, stamp: Stamp) {
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(stamp);
+    }
+
+    /// Whether the cache was in step with Redis until now (read in this run, Redis answering
+    /// within [`IN_STEP_WITHIN`]): only such a cache puts its keys back after a loss (see
+    /// `sync.rs`). Notes that Redis answers now.
+    pub(super) fn answered_now(&self) -> bool {
+        let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let in_step = self.seen().is_some()
+            && answered.is_some_and(|t: std::time::Instant| t.elapsed() <= IN_STEP_WITHIN);
+        *answered = Some(std::time::Instant::now());
+        in_step
     }
 
     pub(super) fn up(&self) {

@@ -9,7 +9,11 @@
 //! lost when the data set this gateway read is gone (its epoch gone or changed: `FLUSHALL`,
 //! eviction, another Redis), went back within its epoch (a lower version: a failover to a
 //! replica that lagged, an older backup), or holds a key this gateway knows as revoked without
-//! its tombstone. The last two name the data set anew, so that every other gateway sees the loss
+//! its tombstone. Only a cache kept in step with the store puts its keys back: one read in this
+//! run, Redis answering within `IN_STEP_WITHIN` of the loss. A cache from before this run (or a
+//! gateway cut off meanwhile) may lack revocations made while it was away: it puts back its
+//! tombstones only and withholds its keys (`keys.withheld.json`) for the operator's
+//! `restore-withheld`, run once every gateway has started again. The last two name the data set anew, so that every other gateway sees the loss
 //! and publishes its tombstones too. A revoked key found in Redis with its tombstone (put back by
 //! a gateway of an earlier release) is revoked again. The read itself leaves every revoked key
 //! out of the cache: no gateway serves one, whatever Redis holds.
@@ -41,6 +45,11 @@ impl drg_base::service::Service for KeysSync {
 
 /// How an unchanged poll records, about this often, that the cache still matches Redis.
 const CONFIRM_EVERY_SECS: u64 = 86_400;
+
+/// The file a cache not in step with a lost store keeps its keys in (beside `cache`).
+pub fn withheld_path(cache: &std::path::Path) -> std::path::PathBuf {
+    cache.with_file_name("keys.withheld.json")
+}
 
 /// How the data set this gateway read was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +96,7 @@ impl KeysApi {
             Err(e) => return shared.down(&e),
         };
         shared.up();
+        let in_step = shared.answered_now();
         if stamp.is_some() && stamp == seen {
             return self.confirm(shared, at).await;
         }
@@ -100,7 +110,8 @@ impl KeysApi {
         let known = seen.or_else(|| cached_stamp(&cache));
         if let Some(old) = known.as_ref() {
             if let Some(lost) = loss(old, stamp.as_ref()) {
-                let restored = self.restore_lost(shared, &cache, old, stamp.as_ref(), lost);
+                let restored =
+                    self.restore_lost(shared, &cache, (old, stamp.as_ref()), lost, in_step);
                 if let Err(e) = restored.await {
                     return shared.down(&e);
                 }
@@ -114,17 +125,18 @@ impl KeysApi {
         for id in &snapshot.unreadable {
             log::warn!("keys: shared key '{id}' is not a key's row; left out");
         }
-        self.take_read(shared, at, &cache, snapshot).await;
+        self.take_read(shared, (at, in_step), &cache, snapshot)
+            .await;
     }
 
     /// Writes what a poll read to the cache (if no change reached it since the poll began, at
     /// generation `at`): the rows less every revoked one (its tombstone in Redis or in the
     /// cache) and less the pending revocations, the tombstones learned. A revoked key found in
-    /// Redis is revoked there again first.
+    /// Redis is revoked there again first (a loss, put back as the poll's `in_step` allows).
     async fn take_read(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
-        at: u64,
+        (at, in_step): (u64, bool),
         cache: &ManagedFile,
         snapshot: Snapshot,
     ) {
@@ -147,7 +159,7 @@ impl KeysApi {
         let dead = tombstones::strip(&mut next, &revoked);
         if !dead.is_empty() {
             let forgotten = dead.iter().any(|id| !in_redis.iter().any(|x| x.id == *id));
-            let again = self.revoke_again(shared, cache, &revoked, forgotten, &stamp);
+            let again = self.revoke_again(shared, cache, &revoked, (forgotten, in_step), &stamp);
             match again.await {
                 // What was read is from before the loss: the next poll reads the data set anew.
                 Ok(true) => return,
@@ -203,12 +215,12 @@ impl KeysApi {
         shared: &Arc<Shared>,
         cache: &ManagedFile,
         revoked: &[Tombstone],
-        forgotten: bool,
+        (forgotten, in_step): (bool, bool),
         stamp: &Stamp,
     ) -> Result<bool, SharedKeysError> {
         if forgotten {
             let lost = Loss::ForgotRevocations;
-            self.restore_lost(shared, cache, stamp, Some(stamp), lost)
+            self.restore_lost(shared, cache, (stamp, Some(stamp)), lost, in_step)
                 .await?;
             return Ok(true);
         }
@@ -253,15 +265,17 @@ impl KeysApi {
 
     /// Puts this gateway's last known keys (its cache, less the pending revocations and every
     /// tombstone) back into a store that lost data set `old` (now `now`, or none), with its
-    /// tombstones, and says so. A cache not in step with Redis within a tombstone's lifetime
-    /// puts back its tombstones only.
+    /// tombstones, and says so. A cache not `in_step` (read before this run, or longer ago than
+    /// the store has been away) may lack revocations made meanwhile: it puts back its
+    /// tombstones only and keeps its keys in the withheld file for the operator (see the
+    /// module); one not in step within a tombstone's lifetime puts back its tombstones only.
     async fn restore_lost(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         cache: &ManagedFile,
-        old: &Stamp,
-        now: Option<&Stamp>,
+        (old, now): (&Stamp, Option<&Stamp>),
         lost: Loss,
+        in_step: bool,
     ) -> Result<(), SharedKeysError> {
         let t = now_unix();
         let path = shared.pending.clone();
@@ -288,6 +302,10 @@ impl KeysApi {
         }
         let mut revoked = cache.revoked.clone();
         tombstones::prune(&mut revoked, t);
+        if !in_step && !known.keys.is_empty() {
+            self.withhold(std::mem::take(&mut known.keys), &revoked)
+                .await;
+        }
         let done = shared
             .store
             .restore(&known.keys, &revoked, lost != Loss::Gone)
@@ -313,6 +331,38 @@ impl KeysApi {
             revoked.len()
         );
         Ok(())
+    }
+
+    /// Keeps `keys` (a cache not in step with a store found lost) in `keys.withheld.json`
+    /// beside the cache, with the tombstones known, for the operator's `restore-withheld`.
+    async fn withhold(self: &Arc<Self>, keys: Vec<managed::ManagedKey>, revoked: &[Tombstone]) {
+        let path = withheld_path(&self.file);
+        let (n, revoked, at) = (keys.len(), revoked.to_vec(), path.clone());
+        let kept = tokio::task::spawn_blocking(move || {
+            managed::update(&at, |file| -> Result<_, managed::ManagedError> {
+                for k in keys {
+                    if !file.keys.iter().any(|h| h.id == k.id) {
+                        file.keys.push(k);
+                    }
+                }
+                for x in revoked {
+                    tombstones::add(&mut file.revoked, x);
+                }
+                Ok((true, ()))
+            })
+        })
+        .await;
+        match kept {
+            Ok(Ok(())) => log::warn!(
+                "keys: the shared key store lost its data while this gateway's cache was not in \
+                 step with it (stopped or cut off): its {n} API-made keys are withheld in {} \
+                 (its revocations put back); `restore-withheld` puts them back once every \
+                 gateway has started again",
+                path.display()
+            ),
+            Ok(Err(e)) => log::error!("keys: {n} withheld keys not kept: {e}"),
+            Err(e) => log::error!("keys: {n} withheld keys not kept: {e}"),
+        }
     }
 
     /// Sends the pending revocations to Redis, each dropped from the file once Redis has it

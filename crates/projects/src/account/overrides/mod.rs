@@ -81,6 +81,9 @@ struct Body {
     note: String,
 }
 
+/// The kind of record overrides are (their files and Redis keys are named by it).
+pub const KIND: &str = "overrides";
+
 /// The overrides: the records, the snapshot lookups read, the plans that bound them.
 pub struct Overrides {
     pub replica: Arc<Replica<Override>>,
@@ -99,7 +102,7 @@ impl Overrides {
             set.store(Arc::new(OverrideSet::of(m.all().cloned())));
         });
         Overrides {
-            replica: Arc::new(Replica::open("overrides", folder, redis, publish)),
+            replica: Arc::new(Replica::open(KIND, folder, redis, publish)),
             plans,
         }
     }

@@ -114,6 +114,9 @@ impl<'a> Item<'a> {
     }
 }
 
+/// The kind of record reports are (their files and Redis keys are named by it).
+pub const KIND: &str = "reports";
+
 /// The reports: their records, and the operator's accepted verdicts lookups read.
 pub struct Reports {
     pub replica: Arc<Replica<Report>>,
@@ -144,7 +147,7 @@ impl Reports {
             accepted.store(Arc::new(decisions::accepted(m.all())));
         });
         Reports {
-            replica: Arc::new(Replica::open("reports", folder, redis, Box::new(|_| {}))),
+            replica: Arc::new(Replica::open(KIND, folder, redis, Box::new(|_| {}))),
             decisions: Arc::new(Replica::open(decisions::KIND, folder, redis, publish)),
             config,
         }

@@ -66,6 +66,9 @@ impl std::fmt::Debug for HookTarget {
     }
 }
 
+/// The kind of record a project's webhooks are (their files and Redis keys are named by it).
+pub const KIND: &str = "webhooks";
+
 /// The projects' webhooks as this gateway holds them: a handle on their records, cheap to
 /// clone. Open it once per gateway (its poll is [`replica`](Self::replica)'s
 /// `ReplicaSync` service); every clone reads the same records.
@@ -82,7 +85,7 @@ impl ProjectHooks {
     ) -> ProjectHooks {
         let publish = Box::new(|_: &drg_base::infra::records::Merged<Hook>| {});
         ProjectHooks {
-            replica: Arc::new(Replica::open("webhooks", folder, redis, publish)),
+            replica: Arc::new(Replica::open(KIND, folder, redis, publish)),
         }
     }
 
