@@ -150,6 +150,10 @@ fn removals_outlive_a_lost_redis_when_the_gateway_that_missed_them_comes_back_fi
 
     // B comes back first: nothing it missed is in force, and nothing of its copy is.
     let b = builder(&redis).in_dir(b_dir).start();
+    let nothing = (Vec::<String>::new(), Vec::<String>::new());
+    holds("B's answers", || {
+        lookup(&b, &gone_secret) == 401 && state(&b, &names) == nothing
+    });
     for said in [
         "keys: the shared key store lost its data while",
         "overrides: the shared store lost its data while",
@@ -157,10 +161,6 @@ fn removals_outlive_a_lost_redis_when_the_gateway_that_missed_them_comes_back_fi
     ] {
         logged(&b, said);
     }
-    let nothing = (Vec::<String>::new(), Vec::<String>::new());
-    holds("B's answers", || {
-        lookup(&b, &gone_secret) == 401 && state(&b, &names) == nothing
-    });
     let told = b.admin_get("/readyz").json()["withheld"].clone();
     for file in [
         "keys.withheld.json",
