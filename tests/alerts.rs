@@ -147,9 +147,10 @@ fn across_two_gateways_on_redis_and_a_restart_before_delivery_each_alert_arrives
     assert_eq!(receiver.deliveries().len(), 2);
 }
 
-/// The outbox of a test gateway's folder (beside its `state/quota.json`).
+/// The outbox of a test gateway's folder (beside its `state/quota.json`): the webhook engine's,
+/// the one record of an alert.
 fn outbox_of(dir: &std::path::Path) -> std::path::PathBuf {
-    dir.join("state").join("quota_alerts.sqlite")
+    dir.join("state").join("webhooks.sqlite")
 }
 
 /// Another writer holding the outbox's write lock (a stuck process, a long backup): the gateway's
@@ -169,11 +170,14 @@ impl WriteLock {
     }
 }
 
-/// The thresholds the outbox at `path` holds, in order.
+/// The thresholds the outbox at `path` holds alerts of (their messages), in order.
 fn outbox_thresholds(path: &std::path::Path) -> Vec<u32> {
     let db = rusqlite::Connection::open(path).unwrap();
     let mut stmt = db
-        .prepare("SELECT threshold FROM alerts ORDER BY threshold")
+        .prepare(
+            "SELECT json_extract(body, '$.threshold') AS t FROM messages
+             WHERE topic = 'quota.threshold' ORDER BY t",
+        )
         .unwrap();
     let rows = stmt.query_map([], |r| r.get(0)).unwrap();
     rows.map(Result::unwrap).collect()

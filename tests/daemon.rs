@@ -251,8 +251,8 @@ fn upgrade(folder: &Folder, old: &Daemon) -> Daemon {
 
 #[test]
 fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
-    // Every entry kept (the default keeps a project's last 10,000); quota alerts on, for their
-    // outbox (no threshold is reached).
+    // Every entry kept (the default keeps a project's last 10,000); quota alerts on, for the
+    // webhook outbox (no threshold is reached).
     let dir = tempfile::tempdir().unwrap();
     let secret = "a-webhook-secret-of-some-length";
     std::fs::write(dir.path().join("alert.secret"), secret).unwrap();
@@ -264,7 +264,7 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
     let folder = Folder::with(builder);
     let state = folder.dir.path().join("state");
     let db = state.join("calls.sqlite3");
-    let outbox = state.join("quota_alerts.sqlite-shm");
+    let outbox = state.join("webhooks.sqlite-shm");
     folder.serve(&["--daemon"]);
     let first = Daemon(folder.pid());
     let load = Load::start(folder.addr, 4);
@@ -302,7 +302,7 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
         "daemon calls: {answered} answered, {counted} counted, {served:?} in /v1/stats before \
          kill -9, {entries} log entries and {days} in the daily counts after it ({seen:?} seen from outside mid-run); \
          POSIX locks of the serving pid {}: {locks:?} (calls file and -shm: {files:?}, \
-         alerts outbox -shm: {outbox:?})",
+         webhook outbox -shm: {outbox:?})",
         serving.0
     );
     assert_eq!(integrity, "ok");
@@ -318,7 +318,7 @@ fn no_call_is_lost_across_daemon_upgrades_an_outside_reader_and_kill_9() {
     );
     assert!(
         outbox.is_some_and(|o| locks.contains(&o)),
-        "the serving process {} holds no lock on the alerts outbox: {locks:?}",
+        "the serving process {} holds no lock on the webhook outbox: {locks:?}",
         serving.0
     );
 }

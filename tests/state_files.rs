@@ -124,7 +124,6 @@ fn every_state_file_is_0600_under_umask_022() {
         "changes.sqlite3",
         "changes.sqlite3-wal",
         "changes.sqlite3-shm",
-        "quota_alerts.sqlite",
         "webhooks.sqlite",
         "keys.managed.json",
     ] {

@@ -516,7 +516,7 @@ impl GatewayConfig {
         self.changes.resolve_paths(base);
         if let Some(alerts) = &mut self.quota.alerts {
             alerts.resolve_paths(base);
-            alerts.outbox_file = Some(alerts.outbox_path(&state_file));
+            alerts.outbox_file = Some(alerts.previous_outbox_path(&state_file));
         }
     }
 

@@ -259,14 +259,16 @@ fn quota_alerts(
         (None, None) => return Ok(None),
     };
     let redis = home(gateway).shared;
-    let outbox = config.outbox_path(&gateway.quota.state_file);
+    // The previous release's own outbox: its alerts are carried into the webhook engine's.
+    let previous = config.previous_outbox_path(&gateway.quota.state_file);
     let (alerts, service) = drg_access::quota::alerts::service::build(
         &config,
-        outbox,
+        previous,
         redis,
         webhooks.producer(),
         clock.now(),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let _ = webhooks.counts.alerts.set(service.counters());
     // The host only: webhook URLs often carry a token in their path or query.
     let host = config

@@ -706,7 +706,7 @@ fn alert_families(f: &mut Families, a: &AlertStats) {
     );
     f.counter(
         "drg_quota_alerts_passes_total",
-        "Passes of the quota alerts service (each takes in, claims, delivers what is due and counts what waits; about one a second).",
+        "Passes of the quota alerts service (each takes in, claims and counts what waits; about one a second).",
         a.passes,
     );
 }

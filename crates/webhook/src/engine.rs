@@ -14,6 +14,10 @@
 //! and after a restart; a lease names its holder (`holder.rs`), so a message in flight at a
 //! crash is taken again as soon as the restarted process (or another on the file) sees its
 //! holder gone, and only the holder settles it.
+//!
+//! **Held until released.** A producer may hand messages over under a hold of its own
+//! (`outbox/holds.rs`): durable at once, delivered only once it releases the hold (a producer
+//! that must win a claim elsewhere first); the deliverer never takes a held message.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -25,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::client::{self, AttemptError};
-use crate::outbox::{Outbox, OutboxError, Row, State};
+use crate::outbox::{Enqueued, HeldRow, Hold, Outbox, OutboxError, Row, State};
 use crate::{Directory, Message, Observer, Outcome, MAX_TIMEOUT};
 
 /// Attempts for the operator's receivers running at once at most (each holds a blocking thread
@@ -77,7 +81,8 @@ impl Shared {
     }
 }
 
-/// The producers' handle: hands messages to the outbox and wakes the deliverer.
+/// The producers' handle: hands messages to the outbox and wakes the deliverer. Its connection
+/// is its own (see [`Outbox::sibling`]).
 #[derive(Clone)]
 pub struct Sender {
     outbox: Shared,
@@ -99,10 +104,56 @@ impl Sender {
         Ok(new)
     }
 
-    /// Messages of `topic` not yet settled.
+    /// Hands over each hold with its messages, one transaction for all (see
+    /// [`Outbox::enqueue_holds`]). Once this returns `Ok`, they are on disk.
+    pub async fn send_held(
+        &self,
+        holds: Vec<(Hold, Vec<Message>)>,
+        max_waiting: u64,
+    ) -> Result<Vec<Enqueued>, EngineError> {
+        let got = self
+            .outbox
+            .run(move |o| o.enqueue_holds(&holds, max_waiting, now_ms()))
+            .await?;
+        self.wake.notify_one();
+        Ok(got)
+    }
+
+    /// Releases a held hold (see [`Outbox::release`]).
+    pub async fn release(&self, key: String) -> Result<bool, EngineError> {
+        let released = self.outbox.run(move |o| o.release(&key)).await?;
+        self.wake.notify_one();
+        Ok(released)
+    }
+
+    /// Drops a held hold (see [`Outbox::drop_held`]).
+    pub async fn drop_held(&self, key: String) -> Result<bool, EngineError> {
+        self.outbox.run(move |o| o.drop_held(&key)).await
+    }
+
+    /// Up to `limit` holds of `scope` still held.
+    pub async fn held_rows(&self, scope: &str, limit: usize) -> Result<Vec<HeldRow>, EngineError> {
+        let scope = scope.to_owned();
+        self.outbox.run(move |o| o.held_rows(&scope, limit)).await
+    }
+
+    /// Messages of `topic` not yet settled (held ones too).
     pub async fn waiting(&self, topic: &str) -> Result<u64, EngineError> {
         let topic = topic.to_owned();
         self.outbox.run(move |o| o.waiting(&topic)).await
+    }
+
+    /// Runs `f` on the producers' outbox on this thread, then closes its connection: for a
+    /// producer's start, before the process that serves exists (a host may fork into a daemon
+    /// after it, and a connection carried across a fork holds none of its locks).
+    pub fn at_start<T>(
+        &self,
+        f: impl FnOnce(&mut Outbox) -> Result<T, OutboxError>,
+    ) -> Result<T, OutboxError> {
+        let mut outbox = self.outbox.0.lock().unwrap_or_else(|e| e.into_inner());
+        let out = f(&mut outbox);
+        outbox.close();
+        out
     }
 }
 
@@ -124,10 +175,12 @@ pub fn open(
     directory: Arc<dyn Directory>,
     observer: Arc<dyn Observer>,
 ) -> Result<(Engine, Sender), OutboxError> {
-    let outbox = Shared(Arc::new(Mutex::new(Outbox::open(path)?)));
+    let deliverer = Outbox::open(path)?;
+    let producers = deliverer.sibling();
+    let outbox = Shared(Arc::new(Mutex::new(deliverer)));
     let wake = Arc::new(Notify::new());
     let sender = Sender {
-        outbox: outbox.clone(),
+        outbox: Shared(Arc::new(Mutex::new(producers))),
         wake: wake.clone(),
     };
     let engine = Engine {
@@ -359,11 +412,17 @@ impl Engine {
         }
     }
 
+    /// Forgets messages settled [`KEEP`] ago, and producers' holds past their time.
     async fn prune(&self) {
-        let before = now_ms() - i64::try_from(KEEP.as_millis()).unwrap_or(0);
-        match self.outbox.run(move |o| o.prune(before)).await {
-            Ok(n) if n > 0 => log::info!("webhooks: forgot {n} settled messages"),
-            Ok(_) => {}
+        let now = now_ms();
+        let before = now - i64::try_from(KEEP.as_millis()).unwrap_or(0);
+        let pruned = self
+            .outbox
+            .run(move |o| Ok((o.prune(before)?, o.prune_holds(now)?)))
+            .await;
+        match pruned {
+            Ok((0, 0)) => {}
+            Ok((n, h)) => log::info!("webhooks: forgot {n} settled messages and {h} holds"),
             Err(e) => log::error!("{e}"),
         }
     }

@@ -3,7 +3,8 @@
 //! signed (`sign`), one durable outbox (`outbox`) and one deliverer (`engine`): quota alerts,
 //! verdict changes and each project's own webhooks hand their messages to it, and it delivers
 //! them with retries that survive a restart, a lane at a time (a slow receiver holds up its own
-//! lane only).
+//! lane only). A producer may keep its own record of a hand-over there (a hold, held back from
+//! delivery until it releases it): the outbox is then the one durable record of what it sends.
 //!
 //! It must never import a gateway part, Pingora or a store: producers say what to send
 //! ([`Message`]) and the gateway says where a destination is ([`Directory`]).

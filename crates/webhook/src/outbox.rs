@@ -4,7 +4,11 @@
 //! idempotent (a producer that crashed before it recorded the hand-over hands it again).
 //! Messages of one lane go in order, one at a time, across every gateway sharing the file (the
 //! head of a lane is leased while it is tried). A lease names its holder (`holder.rs`): a gone
-//! holder's lease is taken again at once, and only the holder settles its message.
+//! holder's lease is taken again at once, and only the holder settles its message. A producer may
+//! also keep a record of a hand-over of its own there, held back from delivery until it says so
+//! (`outbox/holds.rs`).
+
+mod holds;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,9 +19,13 @@ use rusqlite::{params, Connection};
 use crate::holder::Holder;
 use crate::Message;
 
+pub use holds::{Enqueued, HeldRow, Hold};
+
 /// Where a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
+    /// Its hold (`outbox/holds.rs`) is not released yet: kept, not delivered.
+    Held,
     Pending,
     Sent,
     /// Given up: `max_attempts` failed, or the guard refused the receiver.
@@ -29,6 +37,7 @@ pub enum State {
 impl State {
     pub fn text(self) -> &'static str {
         match self {
+            State::Held => "held",
             State::Pending => "pending",
             State::Sent => "sent",
             State::Failed => "failed",
@@ -78,11 +87,27 @@ CREATE TABLE IF NOT EXISTS messages (
   lease_until INTEGER NOT NULL DEFAULT 0,
   settled_at INTEGER,
   last_error TEXT,
-  holder TEXT NOT NULL DEFAULT ''
+  holder TEXT NOT NULL DEFAULT '',
+  hold TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS messages_lane ON messages (state, lane, seq);
 CREATE INDEX IF NOT EXISTS messages_settled ON messages (state, settled_at);
+CREATE TABLE IF NOT EXISTS holds (
+  key TEXT PRIMARY KEY,
+  scope TEXT NOT NULL,
+  token TEXT NOT NULL,
+  state TEXT NOT NULL,
+  keep_until INTEGER NOT NULL,
+  made_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS holds_scope ON holds (scope, state);
 ";
+
+/// Columns an outbox made by an earlier release lacks, added at open: their name and type.
+const ADDED_COLUMNS: [(&str, &str); 2] = [("holder", "TEXT NOT NULL DEFAULT ''"), ("hold", "TEXT")];
+
+/// What needs an added column (see [`ADDED_COLUMNS`]): made once they are all there.
+const AFTER_COLUMNS: &str = "CREATE INDEX IF NOT EXISTS messages_hold ON messages (hold);";
 
 /// The head of every lane with pending messages: due, and not leased by another deliverer.
 const HEADS: &str = "
@@ -116,27 +141,47 @@ impl Outbox {
             path: path.to_owned(),
             holder: Holder::new(path),
         };
-        outbox.add_holder_column()?;
+        outbox.add_columns()?;
         Ok(outbox)
     }
 
-    /// An outbox made before leases named their holder gets the column (its leases are then
-    /// judged by their time alone).
-    fn add_holder_column(&self) -> Result<(), OutboxError> {
+    /// An outbox made by an earlier release gets the columns it lacks: before leases named their
+    /// holder (its leases are then judged by their time alone), before holds (its messages
+    /// belong to none).
+    fn add_columns(&self) -> Result<(), OutboxError> {
         let conn = connect(&self.path).map_err(|e| self.sql(e))?;
-        let has: bool = conn
-            .query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('messages') WHERE name = 'holder'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n > 0)
-            .map_err(|e| self.sql(e))?;
-        if !has {
-            conn.execute_batch("ALTER TABLE messages ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
+        for (name, kind) in ADDED_COLUMNS {
+            let has: bool = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM pragma_table_info('messages') WHERE name = ?1",
+                    [name],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n > 0)
                 .map_err(|e| self.sql(e))?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE messages ADD COLUMN {name} {kind}"))
+                    .map_err(|e| self.sql(e))?;
+            }
         }
-        Ok(())
+        conn.execute_batch(AFTER_COLUMNS).map_err(|e| self.sql(e))
+    }
+
+    /// Another handle on the same file, with a connection of its own (opened at first use):
+    /// the producers' writes then never wait behind the deliverer's, which may be waiting out
+    /// another writer's lock.
+    pub fn sibling(&self) -> Outbox {
+        Outbox {
+            conn: std::cell::OnceCell::new(),
+            path: self.path.clone(),
+            holder: Holder::new(&self.path),
+        }
+    }
+
+    /// Closes the connection (the next use opens one): what a process reads before it forks
+    /// into a daemon is not carried across the fork.
+    pub fn close(&mut self) {
+        self.conn.take();
     }
 
     /// This deliverer's id in the leases.
@@ -166,46 +211,26 @@ impl Outbox {
     /// Takes `messages` in one transaction, due at `now_ms`; a key already here (pending or
     /// settled) is left as it is. Returns how many were new.
     pub fn enqueue(&mut self, messages: &[Message], now_ms: i64) -> Result<usize, OutboxError> {
+        self.write(|tx| insert(tx, messages, State::Pending, None, now_ms))
+    }
+
+    /// Runs `f` in one write transaction (taken at once: two writers never deadlock upgrading a
+    /// read), committed when it returns `Ok`.
+    fn write<T>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, OutboxError> {
         self.conn()?;
         let path = self.path.clone();
-        let sql = |source| OutboxError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sql = |source| OutboxError::Sqlite { path, source };
         let conn = self.conn.get_mut().expect("opened above");
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let mut seq: i64 = tx
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |r| {
-                r.get(0)
-            })
-            .map_err(sql)?;
-        let mut new = 0;
-        for m in messages {
-            seq += 1;
-            new += tx
-                .execute(
-                    "INSERT OR IGNORE INTO messages
-                     (key, topic, destination, lane, id_header, id, body, seq, state, next_at, label)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10)",
-                    params![
-                        m.key,
-                        m.topic,
-                        m.destination,
-                        m.lane,
-                        m.id_header,
-                        m.id,
-                        m.body,
-                        seq,
-                        now_ms,
-                        m.label
-                    ],
-                )
-                .map_err(sql)?;
-        }
-        tx.commit().map_err(sql)?;
-        Ok(new)
+        let run = || {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        };
+        run().map_err(sql)
     }
 
     /// Takes up to `limit` lane heads that are due and not leased (or leased by a holder that
@@ -312,12 +337,12 @@ impl Outbox {
             .map_err(|e| self.sql(e))
     }
 
-    /// Messages of `topic` not yet settled.
+    /// Messages of `topic` not yet settled (held ones too).
     pub fn waiting(&self, topic: &str) -> Result<u64, OutboxError> {
         self.conn()?
             .query_row(
-                "SELECT COUNT(*) FROM messages WHERE state = 'pending' AND topic = ?1",
-                params![topic],
+                "SELECT COUNT(*) FROM messages WHERE state IN ('pending', 'held') AND topic = ?1",
+                [topic],
                 |r| r.get::<_, i64>(0),
             )
             .map(|n| n.max(0) as u64)
@@ -326,13 +351,54 @@ impl Outbox {
 
     /// Forgets messages settled before `before_ms`; returns how many.
     pub fn prune(&self, before_ms: i64) -> Result<usize, OutboxError> {
-        self.conn()?
-            .execute(
-                "DELETE FROM messages WHERE state != 'pending' AND settled_at < ?1",
-                params![before_ms],
-            )
-            .map_err(|e| self.sql(e))
+        self.execute(
+            "DELETE FROM messages WHERE state NOT IN ('pending', 'held') AND settled_at < ?1",
+            before_ms,
+        )
     }
+
+    /// Runs `sql` with its one parameter; returns how many rows it changed.
+    fn execute(&self, sql: &str, arg: impl rusqlite::ToSql) -> Result<usize, OutboxError> {
+        self.conn()?.execute(sql, [arg]).map_err(|e| self.sql(e))
+    }
+}
+
+/// Inserts `messages` in `state`, belonging to `hold` if any, each after the file's last in its
+/// order; a key already here is left as it is. Returns how many were new.
+fn insert(
+    tx: &rusqlite::Transaction<'_>,
+    messages: &[Message],
+    state: State,
+    hold: Option<&str>,
+    now_ms: i64,
+) -> rusqlite::Result<usize> {
+    let mut seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |r| {
+        r.get(0)
+    })?;
+    let mut new = 0;
+    for m in messages {
+        seq += 1;
+        new += tx.execute(
+            "INSERT OR IGNORE INTO messages
+             (key, topic, destination, lane, id_header, id, body, seq, state, next_at, label, hold)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                m.key,
+                m.topic,
+                m.destination,
+                m.lane,
+                m.id_header,
+                m.id,
+                m.body,
+                seq,
+                state.text(),
+                now_ms,
+                m.label,
+                hold
+            ],
+        )?;
+    }
+    Ok(new)
 }
 
 #[cfg(test)]

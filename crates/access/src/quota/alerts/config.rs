@@ -48,10 +48,13 @@ pub struct AlertsConfig {
     /// double from one second, up to ten minutes.
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,
-    /// The outbox (SQLite). Default: `quota_alerts.sqlite` beside the quota state file.
+    /// The previous release's own alerts outbox (SQLite), whose alerts are carried into the
+    /// webhook engine's outbox at start (the one record of an alert since). Default:
+    /// `quota_alerts.sqlite` beside the quota state file.
     #[serde(default)]
     pub outbox_file: Option<PathBuf>,
-    /// Alerts waiting for delivery at most; past it new ones are dropped (logged, counted).
+    /// Alerts waiting in the webhook outbox (for delivery or their claim) at most; past it new
+    /// ones wait outside it (logged, counted as dropped).
     #[serde(default = "default_max_pending")]
     pub max_pending: u32,
 }
@@ -156,8 +159,8 @@ impl AlertsConfig {
         }
     }
 
-    /// The outbox file: as configured, or beside the quota state file.
-    pub fn outbox_path(&self, state_file: &Path) -> PathBuf {
+    /// The previous release's outbox file: as configured, or beside the quota state file.
+    pub fn previous_outbox_path(&self, state_file: &Path) -> PathBuf {
         self.outbox_file.clone().unwrap_or_else(|| {
             state_file
                 .parent()
@@ -296,7 +299,7 @@ mod tests {
     fn the_outbox_sits_beside_the_state_file() {
         let c = config("{ url: 'http://x', secret_file: s }");
         assert_eq!(
-            c.outbox_path(Path::new("/var/lib/drg/quota.counters")),
+            c.previous_outbox_path(Path::new("/var/lib/drg/quota.counters")),
             Path::new("/var/lib/drg/quota_alerts.sqlite")
         );
     }

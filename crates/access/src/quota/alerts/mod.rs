@@ -6,24 +6,25 @@
 //! month refuses): below the lowest threshold a call costs one multiplication; above it a lookup
 //! in a map read without a lock (`ledger.rs`) and one atomic load. A threshold reached that the
 //! outbox does not have and that is not already on its way goes on a bounded channel. The service
-//! (`service.rs`) claims it (the outbox's unique row on this host, and with the Redis quota store
-//! a `SET` only the first gateway wins, `claim.rs`), keeps it in the outbox (`outbox.rs`, on disk,
-//! so a restart neither drops nor repeats it) and hands it to the webhook engine (`drg-webhook`:
-//! one message per destination, delivered signed, retried with backoff across restarts, only
-//! where the destination guard allows).
+//! (`service.rs`) hands it to the webhook engine (`drg-webhook`), whose outbox is the alert's
+//! one durable record: a hold keyed by (project, month, threshold), so an alert exists once
+//! however many gateways on the host notice it, with one message per destination
+//! (`handover.rs`), delivered signed, retried with backoff across restarts, only where the
+//! destination guard allows. With the Redis quota store the hold is written held and released
+//! only once a `SET` only the first gateway wins says so (`claim.rs`).
 //!
 //! An alert cannot be lost between the call and the outbox: it counts as handed over only once
-//! the service confirms the outbox has its row. A failed write is counted and tried again after a
-//! backoff (`held.rs`); an alert the service cannot hold, or a channel that is full, leaves it to
-//! the project's next call; and after a restart what the outbox lacks is offered again by the
+//! the service confirms the outbox has its hold. A failed write is counted and tried again after
+//! a backoff (`held.rs`); an alert the service cannot hold, or a channel that is full, leaves it
+//! to the project's next call; and after a restart what the outbox lacks is offered again by the
 //! next call over the threshold (the outbox is the truth, read at start).
 
 pub mod claim;
 pub mod config;
+pub mod handover;
 pub mod held;
 pub mod ledger;
 pub mod marks;
-pub mod outbox;
 pub mod service;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,12 +80,12 @@ pub struct Counters {
     pub sent: AtomicU64,
     pub failed: AtomicU64,
     pub attempt_errors: AtomicU64,
-    /// Writes of a noticed alert to the outbox that failed (each tried again).
+    /// Writes of a noticed alert to the webhook outbox that failed (each tried again).
     pub insert_errors: AtomicU64,
     /// Alerts given up because the guard refused every address of the receiver.
     pub refused: AtomicU64,
     pub dropped: AtomicU64,
-    /// The outbox's alerts waiting for delivery or for their claim.
+    /// The webhook outbox's alert messages waiting for delivery or for their claim.
     pub pending: AtomicU64,
     /// Alerts the service holds for the outbox (a failed write): pending too.
     pub held: AtomicU64,

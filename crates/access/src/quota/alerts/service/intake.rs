@@ -1,5 +1,6 @@
-//! Noticed alerts into the outbox. Only a row the outbox has counts: then the request path is
-//! told ([`Ledger::recorded`](crate::quota::alerts::ledger::Ledger::recorded)) and offers it no
+//! Noticed alerts into the webhook engine's outbox, each as a hold with its messages
+//! (`handover.rs`). Only a hold the outbox has counts: then the request path is told
+//! ([`Ledger::recorded`](crate::quota::alerts::ledger::Ledger::recorded)) and offers it no
 //! more. A failed write (counted) or a full outbox holds the alert for another write after a
 //! backoff (`held.rs`); one that cannot be held is given back to the request path, whose next
 //! call of the project offers it again. Nothing is forgotten on the way.
@@ -9,14 +10,16 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::Receiver;
 
-use super::{alert_id, now_ms, AlertService, RunError};
+use drg_webhook::outbox::Enqueued;
+
+use super::{now_ms, AlertService, RunError, TOPIC};
+use crate::quota::alerts::handover::Outgoing;
 use crate::quota::alerts::held::{Held, Waiting};
-use crate::quota::alerts::outbox::{Row, State};
 use crate::quota::alerts::Alert;
 
 /// What the outbox made of an alert.
 enum Taken {
-    /// It has the row (written now, or by another process on the file before).
+    /// It has the hold (written now, or by another process on the file before).
     Recorded,
     /// `max_pending` alerts wait for delivery already.
     Full,
@@ -67,36 +70,20 @@ impl AlertService {
         }
     }
 
-    /// The outbox's row for `alert`: found, or written unless `max_pending` wait already.
+    /// The outbox's hold for `alert`: found, or written with its messages unless `max_pending`
+    /// alerts wait already. Held when a Redis claim is to be won first (the pass confirms it).
     async fn record(&self, alert: &Alert) -> Result<Taken, RunError> {
-        let row = Row {
-            id: alert_id(),
-            body: serde_json::to_string(alert).unwrap_or_default(),
-            project: alert.project.clone(),
-            month: alert.month.clone(),
-            threshold: alert.threshold,
-            attempts: 0,
-        };
-        let state = if self.claims.is_some() {
-            State::Claiming
-        } else {
-            State::Pending
-        };
+        let outgoing = Outgoing::new(alert);
+        let destinations = self.subscribers.destinations(&alert.project, TOPIC);
+        let hold = outgoing.hold(self.claims.is_some(), now_ms());
+        let messages = outgoing.messages(destinations);
         let max = u64::from(self.config.max_pending);
-        self.run(move |o| {
-            if o.state_of(&row.project, &row.month, row.threshold)?
-                .is_some()
-            {
-                return Ok(Taken::Recorded);
-            }
-            if o.waiting()? >= max {
-                return Ok(Taken::Full);
-            }
-            // Not inserted: another process on the file has it since the look above.
-            o.insert(&row, state, now_ms())?;
-            Ok(Taken::Recorded)
+        let got = self.sender.send_held(vec![(hold, messages)], max).await?;
+        Ok(match got.first() {
+            Some(Enqueued::Full) => Taken::Full,
+            // New, or known: another process on the file (or an earlier start) has it.
+            _ => Taken::Recorded,
         })
-        .await
     }
 
     fn hold(&self, waiting: Waiting, held: &mut Held) {
