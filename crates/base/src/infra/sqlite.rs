@@ -1,5 +1,5 @@
 //! SQLite opened one way for every file the gateway keeps (the call log, verdict changes, the
-//! alerts' ledger, the webhook outbox): WAL (readers and the writer do not block each other,
+//! webhook outbox, quota alerts' included): WAL (readers and the writer do not block each other,
 //! across processes too), waiting up to five seconds for another writer, each connection used by
 //! one thread at a time; the file created private to the owner first (its `-wal` and `-shm` take
 //! its mode).
