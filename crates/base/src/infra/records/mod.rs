@@ -198,7 +198,8 @@ mod tests {
     use super::*;
     use drg_domain::overrides::{Override, OverrideVerdict};
 
-    fn over(domain: &str, stamp: u64, removed: bool) -> Override {
+    /// An override of project `p` (the replica's tests use it too).
+    pub(crate) fn over(domain: &str, stamp: u64, removed: bool) -> Override {
         Override {
             project: "p".into(),
             domain: domain.into(),

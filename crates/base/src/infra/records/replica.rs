@@ -330,3 +330,90 @@ impl<R: Record> crate::service::Service for ReplicaSync<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::records::tests::over;
+    use drg_domain::overrides::Override;
+    use std::sync::Mutex;
+
+    /// A shared store that can lose its data (`None`: flushed), as Redis does.
+    #[derive(Default)]
+    struct Losable(Arc<Mutex<Option<Merged<Override>>>>);
+
+    #[async_trait::async_trait]
+    impl RecordStore<Override> for Losable {
+        async fn put(&self, record: &Override, max: u32) -> Result<Put, RecordsError> {
+            let mut held = self.0.lock().unwrap();
+            Ok(held.get_or_insert_with(Merged::default).put(record, max))
+        }
+        async fn token(&self) -> Result<Token, RecordsError> {
+            Ok(match &*self.0.lock().unwrap() {
+                None => Token::Lost,
+                Some(m) => Token::At(format!("e:{}", m.all().count())),
+            })
+        }
+        async fn read(&self) -> Result<Vec<Override>, RecordsError> {
+            Ok((self.0.lock().unwrap().iter())
+                .flat_map(Merged::sorted)
+                .collect())
+        }
+        async fn restore(&self, records: &[Override]) -> Result<(), RecordsError> {
+            let mut held = self.0.lock().unwrap();
+            let m = held.get_or_insert_with(Merged::default);
+            records.iter().for_each(|r| drop(m.merge(r.clone())));
+            Ok(())
+        }
+    }
+
+    fn replica(folder: &Path, shared: &Losable) -> Replica<Override> {
+        let mut r = Replica::open("overrides", folder, None, Box::new(|_| {}));
+        r.store = Box::new(Losable(shared.0.clone()));
+        r.cache = Some(FileRecords::new(folder.join("overrides.redis-cache.json")));
+        r.withheld = Some(FileRecords::new(withheld_path(folder, "overrides")));
+        r
+    }
+
+    #[tokio::test]
+    async fn a_copy_from_the_state_folder_puts_back_its_removals_only_and_withholds_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = [
+            over("kept.example", 1, false),
+            over("gone.example", 2, true),
+        ];
+        let cache = FileRecords::<Override>::new(dir.path().join("overrides.redis-cache.json"));
+        cache.replace_now(&copy).unwrap();
+        let shared = Losable::default();
+        let r = replica(dir.path(), &shared);
+        r.start().await;
+        let store = Merged::of(shared.read().await.unwrap());
+        assert!(store.get("p", "gone.example").is_some_and(|o| o.removed));
+        assert!(store.get("p", "kept.example").is_none(), "not put back");
+        assert_eq!(
+            r.held().live("p").count(),
+            0,
+            "what the store holds is served"
+        );
+        let withheld = FileRecords::<Override>::new(withheld_path(dir.path(), "overrides"));
+        assert_eq!(withheld.read_now().unwrap(), vec![copy[0].clone()]);
+    }
+
+    #[tokio::test]
+    async fn a_copy_kept_in_step_puts_everything_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Losable::default();
+        shared
+            .put(&over("kept.example", 1, false), 5)
+            .await
+            .unwrap();
+        let r = replica(dir.path(), &shared);
+        r.start().await;
+        assert_eq!(r.held().live("p").count(), 1);
+        *shared.0.lock().unwrap() = None;
+        r.sync().await;
+        let store = Merged::of(shared.read().await.unwrap());
+        assert!(store.get("p", "kept.example").is_some_and(|o| !o.removed));
+        assert!(!withheld_path(dir.path(), "overrides").exists());
+    }
+}

@@ -130,12 +130,13 @@ impl Shared {
     }
 
     /// Whether the cache was in step with Redis until now (read in this run, Redis answering
-    /// within [`IN_STEP_WITHIN`]): only such a cache puts its keys back after a loss (see
-    /// `sync.rs`). Notes that Redis answers now.
-    pub(super) fn answered_now(&self) -> bool {
+    /// within [`IN_STEP_WITHIN`] past the `poll`'s period): only such a cache puts its keys back
+    /// after a loss (see `sync.rs`). Notes that Redis answers now.
+    pub(super) fn answered_now(&self, poll: std::time::Duration) -> bool {
         let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let within = IN_STEP_WITHIN + poll;
         let in_step = self.seen().is_some()
-            && answered.is_some_and(|t: std::time::Instant| t.elapsed() <= IN_STEP_WITHIN);
+            && answered.is_some_and(|t: std::time::Instant| t.elapsed() <= within);
         *answered = Some(std::time::Instant::now());
         in_step
     }

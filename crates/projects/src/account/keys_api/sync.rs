@@ -96,7 +96,7 @@ impl KeysApi {
             Err(e) => return shared.down(&e),
         };
         shared.up();
-        let in_step = shared.answered_now();
+        let in_step = shared.answered_now(self.config.shared_poll);
         if stamp.is_some() && stamp == seen {
             return self.confirm(shared, at).await;
         }
