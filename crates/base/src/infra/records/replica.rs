@@ -362,7 +362,9 @@ mod tests {
         async fn restore(&self, records: &[Override]) -> Result<(), RecordsError> {
             let mut held = self.0.lock().unwrap();
             let m = held.get_or_insert_with(Merged::default);
-            records.iter().for_each(|r| drop(m.merge(r.clone())));
+            for r in records {
+                m.merge(r.clone());
+            }
             Ok(())
         }
     }
