@@ -18,9 +18,10 @@ use std::sync::Arc;
 use chrono::Utc;
 use criterion::{criterion_group, Criterion};
 use drg_access::quota::local::LocalStore;
-use drg_access::quota::redis::{RedisConfig, RedisStore};
+use drg_access::quota::redis::RedisStore;
 use drg_access::quota::{consume, Clock, QuotaStore, SystemClock};
 use drg_access::rate::RateConfig;
+use drg_base::infra::redis::config::RedisConfig;
 
 const RATE: RateConfig = RateConfig {
     per_second: 1_000_000,

@@ -16,8 +16,6 @@ pub mod connections;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
-/// The background services' loop, in the base crate.
-pub use drg_base::periodic;
 pub mod redact;
 pub mod request_ids;
 pub mod trace;

@@ -107,7 +107,7 @@ impl Usage {
 
     /// ISO-8601 UTC, e.g. `2026-12-01T00:00:00Z`.
     pub fn reset_at_iso(&self) -> String {
-        self.reset_at().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+        drg_base::infra::units::rfc3339(self.reset_at())
     }
 }
 

@@ -11,8 +11,8 @@ use tokio::time::MissedTickBehavior;
 
 use super::local::LocalStore;
 use super::redis::RedisStore;
+use drg_base::periodic::Ticks;
 use drg_telemetry::lifecycle::InFlight;
-use drg_telemetry::periodic::Ticks;
 
 /// Syncs the embedded store's counters to disk every interval and once more at shutdown. The
 /// counts are in the shared mapping as soon as they are made (a crash loses none): this bounds

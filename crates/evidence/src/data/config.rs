@@ -189,7 +189,7 @@ pub struct ReloadConfig {
     /// always progresses, at the cost of some request latency while it runs) or `idle` (Linux
     /// SCHED_IDLE: a rebuild runs only on CPU time nothing else on the host wants, so it never
     /// delays a request, and waits as long as every core is busy).
-    pub build_priority: crate::data::reload::BuildPriority,
+    pub build_priority: drg_base::reload::BuildPriority,
 }
 
 impl Default for ReloadConfig {
@@ -197,7 +197,7 @@ impl Default for ReloadConfig {
         ReloadConfig {
             poll_interval: Duration::from_millis(1_000),
             max_shrink_percent: 50,
-            build_priority: crate::data::reload::BuildPriority::Low,
+            build_priority: drg_base::reload::BuildPriority::Low,
         }
     }
 }

@@ -377,8 +377,8 @@ pub fn log_conflicts(table: &DomainTable, dir: &Path) {
     }
 }
 
-/// The domain table as a [`Reloadable`](crate::data::reload::Reloadable) source.
-impl crate::data::reload::Reloadable for DataSources {
+/// The domain table as a [`Reloadable`](drg_base::reload::Reloadable) source.
+impl drg_base::reload::Reloadable for DataSources {
     type Snapshot = DomainTable;
     type Error = LoadError;
 

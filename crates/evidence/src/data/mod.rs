@@ -2,6 +2,4 @@
 
 pub mod config;
 pub mod files;
-/// The reloader, in the base crate.
-pub use drg_base::reload;
 pub mod sources;

@@ -29,10 +29,10 @@ use super::cache::{AgeCache, Entry, Known};
 use super::config::RdapConfig;
 use super::fetch::{FetchError, Fetched, Fetcher};
 use super::queue::{Job, Next, Offer, Queue};
+use drg_base::periodic::Ticks;
 use drg_domain::age::{AgeRule, DayNumber, DomainAge};
 use drg_domain::DomainName;
 use drg_telemetry::metrics::RdapStats;
-use drg_telemetry::periodic::Ticks;
 
 /// A name is asked at most this many times of a server that answers "later" (429, 503); then
 /// it is given up until `failure_ttl` ends.

@@ -29,7 +29,7 @@ use pingora::tls::ext;
 use prometheus::Gauge;
 
 use crate::edge::config::{LimitsConfig, TlsConfig};
-use drg_evidence::data::reload::{Reloadable, Reloader};
+use drg_base::reload::{Reloadable, Reloader};
 use drg_telemetry::metrics::Metrics;
 
 /// Why a certificate pair cannot be served.

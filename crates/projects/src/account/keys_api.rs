@@ -100,7 +100,8 @@ impl<'a> KeyItem<'a> {
             label: k.label.as_deref(),
             key_prefix: k.key_prefix.as_deref(),
             created_at: k.created_at.as_deref(),
-            last_used_at: k.last_used_at().and_then(rfc3339),
+            last_used_at: (k.last_used_at())
+                .and_then(|unix| utc_seconds(i64::try_from(unix).ok()?)),
             origins: &k.origin_list,
             source: match k.source {
                 KeyOrigin::Operator => "operator",
@@ -127,10 +128,6 @@ impl<'a> KeyItem<'a> {
             rotated_to: key.rotated_to.as_deref(),
         }
     }
-}
-
-fn rfc3339(unix: u64) -> Option<String> {
-    utc_seconds(i64::try_from(unix).ok()?)
 }
 
 /// An error answer in the contract's shape, for the statuses only this API uses (409) or
@@ -397,7 +394,7 @@ impl KeysApi {
             label,
             sha256: hex::encode(hash_secret(secret)),
             prefix: key_prefix(secret).to_owned(),
-            created_at: expiry::rfc3339(now),
+            created_at: drg_base::infra::units::rfc3339(now),
             last_used: None,
             origins,
             created_by: Some(caller.id.to_string()),
@@ -563,7 +560,7 @@ pub struct LastUsedSaver(pub Arc<KeysApi>);
 #[async_trait::async_trait]
 impl drg_base::service::Service for LastUsedSaver {
     async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
-        let mut ticks = drg_telemetry::periodic::Ticks::new(self.0.config.last_used_flush);
+        let mut ticks = drg_base::periodic::Ticks::new(self.0.config.last_used_flush);
         while ticks.next(&mut shutdown).await.is_some() {
             self.save().await;
         }

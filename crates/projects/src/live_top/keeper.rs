@@ -30,10 +30,10 @@ use super::state::StateFile;
 use super::{LiveTop, TopDomainsConfig};
 use drg_access::quota::Clock;
 use drg_base::infra::redis::config::RedisConfig;
+use drg_base::periodic::Ticks;
 use drg_domain::heavy_hitters::{merge, ranking, Day, Snapshot, SpaceSaving, Window};
 use drg_domain::DomainTable;
 use drg_telemetry::metrics::Metrics;
-use drg_telemetry::periodic::Ticks;
 
 /// A batch of local counts on its way to Redis.
 struct Batch {

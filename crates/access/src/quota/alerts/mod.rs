@@ -59,7 +59,7 @@ pub struct Alert {
 }
 
 fn rfc3339<S: serde::Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&at.format("%Y-%m-%dT%H:%M:%SZ"))
+    s.serialize_str(&drg_base::infra::units::rfc3339(*at))
 }
 
 /// How many of `thresholds` (ascending percentages) `used` of `limit` has reached.

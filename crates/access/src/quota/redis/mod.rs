@@ -21,7 +21,7 @@ pub mod rate;
 mod script;
 mod slots;
 
-pub use drg_base::infra::redis::config::{FailurePolicy, RedisConfig, RedisMode, SentinelConfig};
+use drg_base::infra::redis::config::{FailurePolicy, RedisConfig, RedisMode};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -6,8 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Failure, FailurePolicy, RedisStore};
+use super::{Failure, RedisStore};
 use drg_base::infra::redis::config::EvictionPolicyCheck;
+use drg_base::infra::redis::config::FailurePolicy;
 
 /// A slow link is looked into at most this often.
 const DIAGNOSE_EVERY: Duration = Duration::from_secs(60);

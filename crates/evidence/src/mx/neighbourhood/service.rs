@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::share::SharedIndex;
 use super::{store, Neighbourhood};
 use crate::mx::resolver::MxResolver;
-use drg_telemetry::periodic::Ticks;
+use drg_base::periodic::Ticks;
 
 /// Pages of other gateways' batches read per share interval (bounds one round's work).
 const PULL_PAGES: usize = 20;

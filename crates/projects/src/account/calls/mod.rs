@@ -28,10 +28,10 @@ use serde::Serialize;
 
 use drg_access::keys::{KeyEntry, KeyStore};
 use drg_access::quota::Clock;
+use drg_base::periodic::Ticks;
 use drg_domain::record::RiskScore;
 use drg_domain::Reason;
 use drg_telemetry::lifecycle::InFlight;
-use drg_telemetry::periodic::Ticks;
 
 pub use config::CallsConfig;
 

@@ -10,13 +10,9 @@
 use chrono::{DateTime, Utc};
 
 use drg_access::keys::{hash_secret, key_prefix};
+// RFC 3339, UTC, to the second: the fraction dropped, so an expiry is never later than asked.
 use drg_access::managed::ManagedKey;
-
-/// `at` as the rows and answers write a time: RFC 3339, UTC, to the second (the fraction is
-/// dropped, so an expiry is never later than asked).
-pub fn rfc3339(at: DateTime<Utc>) -> String {
-    drg_base::infra::units::rfc3339(at)
-}
+use drg_base::infra::units::rfc3339;
 
 /// The `expires_at` of a key made at `now` to live `days` days.
 pub fn expires_after(now: DateTime<Utc>, days: u32) -> String {

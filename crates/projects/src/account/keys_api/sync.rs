@@ -36,7 +36,7 @@ impl drg_base::service::Service for KeysSync {
     async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
         // At once at the start: the cache may be older than Redis.
         self.0.sync_shared(&self.1).await;
-        let mut ticks = drg_telemetry::periodic::Ticks::new(self.0.config.shared_poll);
+        let mut ticks = drg_base::periodic::Ticks::new(self.0.config.shared_poll);
         while ticks.next(&mut shutdown).await.is_some() {
             self.0.sync_shared(&self.1).await;
         }

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::quota::redis::RedisConfig;
 use crate::quota::SystemClock;
+use drg_base::infra::redis::config::RedisConfig;
 
 fn store(folder: &Path) -> RedisStore {
     RedisStore::new(&RedisConfig::default(), Arc::new(SystemClock::default()))
