@@ -83,20 +83,42 @@ pub struct Override {
 // Kept as last-writer-wins records (the gateway's records engine), keyed by name.
 crate::record_fields!(Override, key: domain, writer: set_by);
 
+/// One project's overrides: name -> entry.
+type Names = HashMap<String, Arc<Override>>;
+
 /// Every project's overrides, as the request path reads them.
 #[derive(Debug, Default, Clone)]
 pub struct OverrideSet {
-    /// project -> name -> entry (removals included, never found).
-    by_project: HashMap<String, HashMap<String, Arc<Override>>>,
+    /// project -> name -> entry (removals included, never found). Each project's map is
+    /// shared with the set before when it did not change ([`OverrideSet::next`]): what moved
+    /// between two sets is found in the projects whose map is another.
+    by_project: HashMap<String, Arc<Names>>,
 }
 
 impl OverrideSet {
     /// The set of `entries` (one a project and name: the merged records).
     pub fn of(entries: impl IntoIterator<Item = Override>) -> OverrideSet {
-        let mut set = OverrideSet::default();
+        let mut by_project: HashMap<String, Names> = HashMap::new();
         for e in entries {
-            (set.by_project.entry(e.project.clone()).or_default())
+            (by_project.entry(e.project.clone()).or_default())
                 .insert(e.domain.clone(), Arc::new(e));
+        }
+        let by_project = by_project
+            .into_iter()
+            .map(|(p, names)| (p, Arc::new(names)))
+            .collect();
+        OverrideSet { by_project }
+    }
+
+    /// The set of `entries` that follows `self`: as [`OverrideSet::of`], each project whose
+    /// entries are those `self` holds keeping `self`'s map (so [`OverrideSet::moved`] passes
+    /// over it).
+    pub fn next(&self, entries: impl IntoIterator<Item = Override>) -> OverrideSet {
+        let mut set = OverrideSet::of(entries);
+        for (project, names) in &mut set.by_project {
+            if let Some(held) = self.by_project.get(project).filter(|h| ***h == **names) {
+                *names = held.clone();
+            }
         }
         set
     }
@@ -124,22 +146,32 @@ impl OverrideSet {
     }
 
     /// The (project, name) pairs whose entry differs between `self` and `newer`: set, changed
-    /// or removed since (what a watcher of verdicts judges again), in order.
+    /// or removed since (what a watcher of verdicts judges again), in order. Only the projects
+    /// whose map is not the one `self` holds are compared (a set made by [`OverrideSet::next`]
+    /// shares the others): a write costs its project's overrides, not every project's.
     pub fn moved(&self, newer: &OverrideSet) -> Vec<(String, String)> {
+        let empty = Names::new();
         let mut out: Vec<(String, String)> = Vec::new();
-        let mut diff = |a: &OverrideSet, b: &OverrideSet| {
-            for (project, names) in &a.by_project {
-                for (name, o) in names {
-                    if b.get(project, name)
-                        .is_none_or(|other| other.stamp != o.stamp)
-                    {
+        let mut diff = |project: &String, a: &Names, b: &Names| {
+            for (x, y) in [(a, b), (b, a)] {
+                for (name, o) in x {
+                    if y.get(name).is_none_or(|other| other.stamp != o.stamp) {
                         out.push((project.clone(), name.clone()));
                     }
                 }
             }
         };
-        diff(newer, self);
-        diff(self, newer);
+        for (project, b) in &newer.by_project {
+            match self.by_project.get(project) {
+                Some(a) if Arc::ptr_eq(a, b) => {}
+                a => diff(project, a.map_or(&empty, |a| a), b),
+            }
+        }
+        for (project, a) in &self.by_project {
+            if !newer.by_project.contains_key(project) {
+                diff(project, a, &empty);
+            }
+        }
         out.sort();
         out.dedup();
         out
@@ -147,7 +179,7 @@ impl OverrideSet {
 
     /// Whether `project` never had an override (most projects: the lookup skips the walk).
     pub fn none_for(&self, project: &str) -> bool {
-        self.by_project.get(project).is_none_or(HashMap::is_empty)
+        self.by_project.get(project).is_none_or(|m| m.is_empty())
     }
 }
 
@@ -221,5 +253,32 @@ mod tests {
             ]
         );
         assert!(after.moved(&after.clone()).is_empty());
+    }
+
+    #[test]
+    fn a_write_of_one_project_shares_the_others_maps_and_moves_its_names_only() {
+        use OverrideVerdict::*;
+        let mut held = vec![entry("a", "x.com", Allow, 1), entry("a", "y.com", Block, 1)];
+        held.extend((0..1_000).map(|i| entry("b", &format!("n{i}.com"), Block, 1)));
+        let before = OverrideSet::default().next(held.clone());
+        held.push(entry("a", "shop.example", Block, 2));
+        held[0].stamp = 3;
+        let after = before.next(held.clone());
+        assert!(Arc::ptr_eq(&before.by_project["b"], &after.by_project["b"]));
+        assert!(!Arc::ptr_eq(
+            &before.by_project["a"],
+            &after.by_project["a"]
+        ));
+        let moved = [
+            ("a".to_owned(), "shop.example".to_owned()),
+            ("a".into(), "x.com".into()),
+        ];
+        assert_eq!(before.moved(&after), moved);
+        // A set made afresh (no map shared) tells the same, and nothing when nothing moved.
+        assert_eq!(before.moved(&OverrideSet::of(held.clone())), moved);
+        assert!(after.moved(&after.next(held)).is_empty());
+        // A project gone: each of its names moved.
+        let gone = OverrideSet::of(after.by_project["a"].values().map(|o| (**o).clone()));
+        assert_eq!(after.moved(&gone).len(), 1_000);
     }
 }

@@ -13,9 +13,10 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::store::{
-    now_us, rfc3339, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage,
+    covered, now_us, reversed, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage,
 };
 use super::{Change, Seen, Told};
+use drg_base::infra::units::unix_rfc3339;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS watched (
@@ -44,12 +45,34 @@ UPDATE watched SET told_ms = seen_at * 1000;
 /// What a change rests on (`Change::basis`); an earlier build's rows get it from their rule.
 const BASIS: &str = "ALTER TABLE changes ADD COLUMN basis TEXT NOT NULL DEFAULT '';";
 
+/// A watched domain spelt backwards (`store::reversed`), indexed: the subdomains of a name are
+/// a range of it. Filled at open for the rows that lack it (a file of an earlier build); a row
+/// an earlier build sharing the file writes since has none (NULL) until the domain's next
+/// lookup here or the next open, and is read apart ([`UNINDEXED`]).
+const REV: &str = "
+ALTER TABLE watched ADD COLUMN rev TEXT;
+CREATE INDEX IF NOT EXISTS watched_by_rev ON watched (project, rev);
+";
+
+/// A project's watched domains under a name: the name itself (`?2`) and its subdomains (the
+/// reversed names between `?3` and `?4`), each read by an index.
+const UNDER: &str = "SELECT domain, reason, score FROM watched WHERE project = ?1 AND domain = ?2
+ UNION ALL SELECT domain, reason, score FROM watched WHERE project = ?1 AND rev > ?3 AND rev < ?4";
+
+/// A project's rows without a reversed name (written by an earlier build), by the index.
+const UNINDEXED: &str =
+    "SELECT domain, reason, score FROM watched WHERE project = ?1 AND rev IS NULL";
+
 /// Creates the tables, and the columns earlier builds' files lack (looked for under the write
 /// lock: two gateways opening one file add it once).
 fn migrate(c: &mut Connection) -> rusqlite::Result<()> {
     c.execute_batch(SCHEMA)?;
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    for (table, column, add) in [("watched", "told_ms", TOLD_AT), ("changes", "basis", BASIS)] {
+    for (table, column, add) in [
+        ("watched", "told_ms", TOLD_AT),
+        ("changes", "basis", BASIS),
+        ("watched", "rev", REV),
+    ] {
         let has: bool = tx.query_row(
             "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
             params![table, column],
@@ -58,6 +81,16 @@ fn migrate(c: &mut Connection) -> rusqlite::Result<()> {
         if !has {
             tx.execute_batch(add)?;
         }
+    }
+    let rows: Vec<(String, String)> = tx
+        .prepare("SELECT project, domain FROM watched WHERE rev IS NULL")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (project, domain) in rows {
+        tx.execute(
+            "UPDATE watched SET rev = ?3 WHERE project = ?1 AND domain = ?2",
+            params![project, domain, reversed(&domain)],
+        )?;
     }
     tx.commit()
 }
@@ -135,7 +168,7 @@ fn change_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Change>> {
             score_to: to.score,
             rule: r.get(6)?,
             basis: r.get(9)?,
-            changed_at: rfc3339(r.get(7)?),
+            changed_at: unix_rfc3339(r.get(7)?),
             dataset_version: r.get(8)?,
         }
         .with_basis(),
@@ -159,8 +192,9 @@ impl ChangeStore for EmbeddedChanges {
                     tx.prepare_cached("SELECT COUNT(*) FROM watched WHERE project = ?1")?;
                 // Forwards in time only: an older lookup leaves what the project was told since.
                 let mut upsert = tx.prepare_cached(
-                    "INSERT INTO watched (project, domain, reason, score, seen_at, told_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (project, domain) DO UPDATE SET
+                    "INSERT INTO watched (project, domain, reason, score, seen_at, told_ms, rev)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (project, domain) DO UPDATE SET
+                     rev = excluded.rev,
                      reason = CASE WHEN excluded.told_ms >= told_ms THEN excluded.reason
                        ELSE reason END,
                      score = CASE WHEN excluded.told_ms >= told_ms THEN excluded.score
@@ -194,7 +228,8 @@ impl ChangeStore for EmbeddedChanges {
                         s.told.reason.as_str(),
                         s.told.score,
                         s.at(),
-                        s.at_ms
+                        s.at_ms,
+                        reversed(&s.domain)
                     ])?;
                 }
             }
@@ -236,6 +271,40 @@ impl ChangeStore for EmbeddedChanges {
                 .filter_map(|(d, t)| Some((d, t?)))
                 .collect();
             Ok((page, next.flatten()))
+        })
+        .await
+    }
+
+    async fn watched_under(
+        &self,
+        project: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, Told)>, ChangesError> {
+        let (project, names) = (project.to_owned(), names.to_vec());
+        self.with(move |c| {
+            let row =
+                |r: &rusqlite::Row<'_>| Ok((r.get::<_, String>(0)?, told(r.get(1)?, r.get(2)?)));
+            let mut found = std::collections::BTreeMap::new();
+            let mut under = c.prepare_cached(UNDER)?;
+            for n in &names {
+                let rev = reversed(n);
+                let (from, to) = (format!("{rev}."), format!("{rev}/"));
+                for r in under.query_map(params![project, n, from, to], row)? {
+                    let (d, t) = r?;
+                    found.insert(d, t);
+                }
+            }
+            let mut unindexed = c.prepare_cached(UNINDEXED)?;
+            for r in unindexed.query_map(params![project], row)? {
+                let (d, t) = r?;
+                if covered(&names, &d) {
+                    found.insert(d, t);
+                }
+            }
+            Ok(found
+                .into_iter()
+                .filter_map(|(d, t)| Some((d, t?)))
+                .collect())
         })
         .await
     }
@@ -589,6 +658,69 @@ mod tests {
         assert!(new > old, "{new} after {old}");
         assert_eq!(store.sent_upto("p").await.unwrap(), 0);
         assert_eq!(store.list("p", old, 0, 10).await.unwrap()[0].id, new);
+    }
+
+    /// The watched names under an override are read by name and by a range of the reversed
+    /// names (no scan of the watch list), and a row an earlier build wrote without its reversed
+    /// name is found too.
+    #[tokio::test]
+    async fn the_names_under_a_name_are_read_by_index_out_of_thousands() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedChanges::new(dir.path().join("c.sqlite3")).unwrap();
+        let mut all: Vec<Seen> = (0..5_000)
+            .map(|i| seen("p", &format!("n{i}.example"), Reason::Safe, 10))
+            .collect();
+        for d in [
+            "shop.example",
+            "eu.mail.shop.example",
+            "othershop.example",
+            "x-shop.example",
+            "shop.example.org",
+        ] {
+            all.push(seen("p", d, Reason::Safe, 10));
+        }
+        all.push(seen("q", "mail.shop.example", Reason::Safe, 10));
+        assert_eq!(store.watch(all, 10_000).await.unwrap(), 0);
+        store
+            .with(|c| {
+                c.execute(
+                    "INSERT INTO watched (project, domain, reason, score, seen_at)
+                     VALUES ('p', 'old.shop.example', 'safe', 10, 1000)",
+                    [],
+                )
+            })
+            .await
+            .unwrap();
+        let names = ["shop.example".to_owned(), "n7.example".to_owned()];
+        let under = store.watched_under("p", &names).await.unwrap();
+        let domains: Vec<&str> = under.iter().map(|(d, _)| d.as_str()).collect();
+        let want = [
+            "eu.mail.shop.example",
+            "n7.example",
+            "old.shop.example",
+            "shop.example",
+        ];
+        assert_eq!(domains, want);
+        assert!(store.watched_under("p", &[]).await.unwrap().is_empty());
+        // Every read is an index's, none a scan of the table.
+        let plans = store
+            .with(|c| {
+                let mut plans = Vec::new();
+                for sql in [UNDER, UNINDEXED] {
+                    let mut q = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                    let nulls = vec![rusqlite::types::Null; q.parameter_count()];
+                    let rows = q.query_map(rusqlite::params_from_iter(nulls), |r| r.get(3))?;
+                    plans.extend(rows.collect::<rusqlite::Result<Vec<String>>>()?);
+                }
+                Ok(plans)
+            })
+            .await
+            .unwrap();
+        assert!(plans.iter().all(|p| !p.contains("SCAN")), "{plans:?}");
+        assert!(
+            plans.iter().any(|p| p.contains("watched_by_rev")),
+            "{plans:?}"
+        );
     }
 
     /// A file an earlier build wrote (no `basis` column) opens, and its changes show the basis

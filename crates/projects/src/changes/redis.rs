@@ -2,7 +2,8 @@
 //! its changes and its sent mark, for every gateway. Per project (all keys share its
 //! `{<project>}` hash tag, so every script touches one slot): `chg:{p}:w` (domain ->
 //! `reason|score|told_at|seen_at`: what it was told and since when, in unix milliseconds, and
-//! its last lookup, in seconds; earlier builds wrote `reason|score|seen_at`), `chg:{p}:log` (a
+//! its last lookup, in seconds; earlier builds wrote `reason|score|seen_at`), `chg:{p}:r` (its
+//! domains spelt backwards, a sorted set: the subdomains of a name are a range), `chg:{p}:log` (a
 //! sorted set of the changes' JSON by id), `chg:{p}:seq` (the last id), `chg:{p}:sent` and
 //! `chg:{p}:lease`; and the set `chg:projects`. Recording is one script: the compare-and-set on
 //! what the project was told, the new id and the append happen together, so two gateways
@@ -13,10 +14,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{rfc3339, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage};
+use super::store::{
+    covered, reversed, ChangeStore, ChangesError, Pending, Proposed, Recorded, ScanPage,
+};
 use super::{Change, Seen, Told};
 use drg_base::infra::redis::config::RedisConfig;
 use drg_base::infra::redis::RedisLink;
+use drg_base::infra::units::unix_rfc3339;
 
 const PROJECTS: &str = "chg:projects";
 /// Entries read per step when paging a project's log or hash.
@@ -36,7 +40,8 @@ local function fields(v)
 end
 "#;
 
-/// KEYS: the watched hash. ARGV: the domain, `reason|score` answered, when (unix ms), the cap.
+/// KEYS: the watched hash, its index. ARGV: the domain, `reason|score` answered, when (unix ms),
+/// the cap, the domain spelt backwards.
 /// What the project was told moves only forwards in time: a lookup older than it (another
 /// gateway's late tick) only counts as a lookup. Microseconds and milliseconds since 1970 are
 /// exact in Lua's doubles; they are written with `%d` (`tostring` rounds to 14 digits).
@@ -52,6 +57,7 @@ elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], told .. '|' .. string.format('%d', at) .. '|' .. string.format('%d', seen))
+redis.call('ZADD', KEYS[2], 0, ARGV[5])
 return 1
 "#;
 
@@ -192,7 +198,7 @@ fn json_rest(ch: &Proposed) -> String {
         "score_to": ch.to.score,
         "rule": ch.rule,
         "basis": ch.basis,
-        "changed_at": rfc3339(ch.at()),
+        "changed_at": unix_rfc3339(ch.at()),
         "dataset_version": ch.dataset_version,
     })
     .to_string();
@@ -214,10 +220,12 @@ impl ChangeStore for RedisChanges {
                 projects.push(&s.project);
             }
             let mut call = self.watch.key(key(&s.project, "w"));
-            call.arg(&*s.domain)
+            call.key(key(&s.project, "r"))
+                .arg(&*s.domain)
                 .arg(s.told.encode())
                 .arg(s.at_ms)
-                .arg(cap);
+                .arg(cap)
+                .arg(reversed(&s.domain));
             pipe.invoke_script(&call);
         }
         let taken: Vec<u8> = match pipe.query_async(&mut link).await {
@@ -260,6 +268,58 @@ impl ChangeStore for RedisChanges {
             .filter_map(|(d, v)| Some((d, Told::decode(&v)?)))
             .collect();
         Ok((page, (next != 0).then(|| next.to_string())))
+    }
+
+    /// Each name by the hash and its subdomains by a range of the index; an index that does
+    /// not hold as many names as the hash (entries an earlier build watched or swept) is made
+    /// again from the whole hash first ([`RedisChanges::reindex`]). An index as large but not
+    /// the same (an earlier build both watched and swept meanwhile) may miss a name: the next
+    /// pass judges it.
+    async fn watched_under(
+        &self,
+        project: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, Told)>, ChangesError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut link = self.link().await?;
+        let (w, r) = (key(project, "w"), key(project, "r"));
+        let (held, indexed): (u64, u64) = redis::pipe()
+            .cmd("HLEN")
+            .arg(&w)
+            .cmd("ZCARD")
+            .arg(&r)
+            .query_async(&mut link)
+            .await?;
+        if held != indexed {
+            return self.reindex(project, names).await;
+        }
+        let mut pipe = redis::pipe();
+        for n in names {
+            let rev = reversed(n);
+            pipe.cmd("ZRANGEBYLEX")
+                .arg(&r)
+                .arg(format!("({rev}."))
+                .arg(format!("({rev}/"));
+        }
+        let under: Vec<Vec<String>> = pipe.query_async(&mut link).await?;
+        let mut domains: std::collections::BTreeSet<String> = names.iter().cloned().collect();
+        domains.extend(under.iter().flatten().map(|m| reversed(m)));
+        let domains: Vec<String> = domains.into_iter().collect();
+        let mut out = Vec::new();
+        for chunk in domains.chunks(STEP) {
+            let values: Vec<Option<String>> = redis::cmd("HMGET")
+                .arg(&w)
+                .arg(chunk)
+                .query_async(&mut link)
+                .await?;
+            out.extend(
+                (chunk.iter().zip(values))
+                    .filter_map(|(d, v)| Some((d.clone(), Told::decode(&v?)?))),
+            );
+        }
+        Ok(out)
     }
 
     async fn record(&self, project: &str, change: &Proposed) -> Result<Recorded, ChangesError> {
@@ -363,7 +423,57 @@ impl ChangeStore for RedisChanges {
     }
 }
 
+/// One page of the hash `key` from `cursor`: the next cursor (0: done) and its pairs.
+async fn hscan(
+    link: &mut RedisLink,
+    key: &str,
+    cursor: u64,
+) -> Result<(u64, Vec<(String, String)>), ChangesError> {
+    Ok(redis::cmd("HSCAN")
+        .arg(key)
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(STEP)
+        .query_async(link)
+        .await?)
+}
+
 impl RedisChanges {
+    /// `project`'s index of watched names (`chg:{p}:r`) made again from the whole hash (the
+    /// hash paged once), and the watched names `names` cover, found on the way. A name watched
+    /// or swept meanwhile leaves the two apart again: the next call makes it again.
+    async fn reindex(
+        &self,
+        project: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, Told)>, ChangesError> {
+        let mut link = self.link().await?;
+        let (w, r) = (key(project, "w"), key(project, "r"));
+        let mut all: std::collections::BTreeMap<String, String> = Default::default();
+        let mut cursor = 0u64;
+        loop {
+            let (next, pairs) = hscan(&mut link, &w, cursor).await?;
+            all.extend(pairs);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        let members: Vec<String> = all.keys().flat_map(|d| ["0".into(), reversed(d)]).collect();
+        // Not a transaction (a cluster's pipeline may not hold one): a call in between finds
+        // the two apart, and makes the index again.
+        let mut pipe = redis::pipe();
+        pipe.del(&r);
+        for chunk in members.chunks(2 * STEP) {
+            pipe.cmd("ZADD").arg(&r).arg(chunk);
+        }
+        let _: () = pipe.query_async(&mut link).await?;
+        Ok((all.into_iter())
+            .filter(|(d, _)| covered(names, d))
+            .filter_map(|(d, v)| Some((d, Told::decode(&v)?)))
+            .collect())
+    }
+
     /// One project's sweep: watched domains not seen since `cutoff`, changes before
     /// `changes_before`.
     async fn sweep_project(
@@ -377,13 +487,7 @@ impl RedisChanges {
         let mut n = 0;
         let mut cursor = 0u64;
         loop {
-            let (next, pairs): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
-                .arg(&w)
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(STEP)
-                .query_async(&mut link)
-                .await?;
+            let (next, pairs) = hscan(&mut link, &w, cursor).await?;
             let old: Vec<&String> = pairs
                 .iter()
                 .filter(|(_, v)| {
@@ -395,9 +499,14 @@ impl RedisChanges {
                 .map(|(d, _)| d)
                 .collect();
             if !old.is_empty() {
-                let _: () = redis::cmd("HDEL")
+                let rev: Vec<String> = old.iter().map(|d| reversed(d)).collect();
+                let _: () = redis::pipe()
+                    .cmd("HDEL")
                     .arg(&w)
                     .arg(&old)
+                    .cmd("ZREM")
+                    .arg(key(project, "r"))
+                    .arg(&rev)
                     .query_async(&mut link)
                     .await?;
                 n += old.len() as u64;

@@ -333,7 +333,9 @@ impl ChangesService {
     /// The overrides moved since the last tick (a project set or removed one, here or on
     /// another gateway): each project's watched names under a moved one are judged now, and
     /// the projects with a change recorded have their delivery started without waiting for
-    /// the send interval (whichever gateway holds a project's lease sends it).
+    /// the send interval (whichever gateway holds a project's lease sends it). A write costs
+    /// its project's overrides (the others' maps are shared: [`OverrideSet::moved`]) and the
+    /// watched names under what moved ([`ChangesService::rejudge_under`]).
     async fn overrides_moved(&self, st: &mut Loop) {
         let now = self.judge.overrides.load_full();
         let Some(before) = st.overrides.replace(now.clone()) else {
@@ -358,38 +360,24 @@ impl ChangesService {
     }
 
     /// Judges `project`'s watched names that `names` cover (each itself and its subdomains);
-    /// whether a change was recorded.
+    /// whether a change was recorded. The store reads those names alone, by name and by a
+    /// range of the reversed names ([`ChangeStore::watched_under`]), not the watch list.
     async fn rejudge_under(&self, st: &mut Loop, project: &str, names: &[String]) -> bool {
-        let covered = |d: &str| {
-            names.iter().any(|n| {
-                d == n
-                    || d.strip_suffix(n.as_str())
-                        .is_some_and(|head| head.ends_with('.'))
-            })
+        let under = match self.store.watched_under(project, names).await {
+            Ok(under) => under,
+            Err(e) => {
+                let what = "an override's change waits for the next pass";
+                st.failed(&self.counters, &e, what);
+                return false;
+            }
         };
-        let (mut cursor, mut recorded) = (String::new(), false);
-        loop {
-            let (page, next) = match self.store.scan(project, &cursor, 1_000).await {
-                Ok(p) => p,
-                Err(e) => {
-                    st.failed(
-                        &self.counters,
-                        &e,
-                        "an override's change waits for the next pass",
-                    );
-                    return recorded;
-                }
-            };
-            for (domain, told) in page.into_iter().filter(|(d, _)| covered(d)) {
-                recorded |= self
-                    .judge_one(st, project, domain, told, (None, true))
-                    .await;
-            }
-            match next {
-                Some(c) => cursor = c,
-                None => return recorded,
-            }
+        let mut recorded = false;
+        for (domain, told) in under {
+            recorded |= self
+                .judge_one(st, project, domain, told, (None, true))
+                .await;
         }
+        recorded
     }
 }
 
@@ -460,7 +448,7 @@ impl Service for ChangesService {
             deliveries: courier.map(Deliveries::new),
             ..Loop::default()
         };
-        let mut ticks = drg_telemetry::periodic::Ticks::new(TICK);
+        let mut ticks = drg_base::periodic::Ticks::new(TICK);
         while ticks.next(&mut shutdown).await.is_some() {
             self.intake(&mut st, &mut rx).await;
             self.overrides_moved(&mut st).await;
@@ -475,5 +463,83 @@ impl Service for ChangesService {
                 st.failed(&self.counters, &e, &format!("sending project {project}'s"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drg_domain::overrides::{Override, OverrideVerdict};
+    use drg_domain::Reason;
+
+    /// An override of project `a` judges again `a`'s watched names it covers, out of thousands,
+    /// and none of project `b`'s (which watches the same name).
+    #[tokio::test]
+    async fn an_override_judges_the_names_it_covers_in_its_project_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite3");
+        let store = Arc::new(super::super::embedded::EmbeddedChanges::new(path).unwrap());
+        let safe = Told {
+            reason: Reason::Safe,
+            score: 10,
+        };
+        let seen = |project: &str, domain: &str| Seen {
+            project: project.into(),
+            domain: domain.into(),
+            told: safe,
+            at_ms: 1_000,
+        };
+        let mut all: Vec<Seen> = (0..3_000)
+            .map(|i| seen("a", &format!("n{i}.example")))
+            .collect();
+        for d in ["shop.example", "mail.shop.example", "othershop.example"] {
+            all.push(seen("a", d));
+        }
+        all.push(seen("b", "shop.example"));
+        store.watch(all, 10_000).await.unwrap();
+        let overrides = Arc::new(ArcSwap::from_pointee(OverrideSet::default()));
+        let judge = Judge {
+            overrides: overrides.clone(),
+            accepted: Default::default(),
+            table: Arc::new(ArcSwap::from_pointee(
+                DomainTable::empty(Default::default()),
+            )),
+            mx: None,
+            rdap: None,
+        };
+        let counters = Arc::new(Counters::unregistered());
+        let config = ChangesConfig::default();
+        let keys = Default::default();
+        let (_watch, service) =
+            build(&config, store.clone(), judge, keys, None, counters.clone()).unwrap();
+        let mut st = Loop::default();
+        service.overrides_moved(&mut st).await;
+        let mut block = Override {
+            project: "a".into(),
+            domain: "shop.example".into(),
+            verdict: OverrideVerdict::Block,
+            note: String::new(),
+            set_by: "k1".into(),
+            set_at: 0,
+            stamp: 1,
+            removed: false,
+        };
+        overrides.store(Arc::new(overrides.load().next([block.clone()])));
+        service.overrides_moved(&mut st).await;
+        assert_eq!((counters.judged.get(), counters.recorded.get()), (2, 2));
+        let mut told: Vec<String> = (store.list("a", 0, 0, 10).await.unwrap())
+            .into_iter()
+            .map(|c| c.domain)
+            .collect();
+        told.sort();
+        assert_eq!(told, ["mail.shop.example", "shop.example"]);
+        assert!(store.list("b", 0, 0, 10).await.unwrap().is_empty());
+        // Nothing moved: nothing judged. Removed: the same two judged again.
+        service.overrides_moved(&mut st).await;
+        assert_eq!(counters.judged.get(), 2);
+        (block.stamp, block.removed) = (2, true);
+        overrides.store(Arc::new(overrides.load().next([block])));
+        service.overrides_moved(&mut st).await;
+        assert_eq!(counters.judged.get(), 4);
     }
 }

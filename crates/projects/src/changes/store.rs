@@ -79,6 +79,19 @@ pub struct Pending {
 /// One page of a project's watched domains and where the next starts (`None`: the last).
 pub type ScanPage = (Vec<(String, Told)>, Option<String>);
 
+/// Whether one of `names` covers `domain`: is it, or a parent of it.
+pub fn covered(names: &[String], domain: &str) -> bool {
+    names.iter().any(|n| {
+        domain == n || (domain.strip_suffix(n.as_str())).is_some_and(|head| head.ends_with('.'))
+    })
+}
+
+/// `domain` spelt backwards, as the stores index watched domains: the subdomains of a name `n`
+/// are then the keys after `reversed(n) + "."` and before `reversed(n) + "/"` (a range).
+pub fn reversed(domain: &str) -> String {
+    domain.chars().rev().collect()
+}
+
 #[async_trait]
 pub trait ChangeStore: Send + Sync {
     /// Keeps what each project was told of each domain and when it asked; a project's new
@@ -90,6 +103,14 @@ pub trait ChangeStore: Send + Sync {
     async fn projects(&self) -> Result<Vec<String>, ChangesError>;
     /// Up to `n` of `project`'s watched domains from `cursor` (`""`: the first).
     async fn scan(&self, project: &str, cursor: &str, n: usize) -> Result<ScanPage, ChangesError>;
+    /// `project`'s watched domains that `names` cover (each name and its subdomains), read by
+    /// name and by a range of the reversed names: what is read is what `names` cover, not the
+    /// whole watch list (but for entries an earlier build wrote, see each store).
+    async fn watched_under(
+        &self,
+        project: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, Told)>, ChangesError>;
     /// Records `change` if `project` was still told `change.from` (then it is told
     /// `change.to`), under a new id (see the module's documentation). A recorded change is
     /// never removed but by age: a poller may have read it.
@@ -123,6 +144,3 @@ pub trait ChangeStore: Send + Sync {
         changes_before: i64,
     ) -> Result<u64, ChangesError>;
 }
-
-/// `at` (unix seconds) as RFC 3339, UTC, seconds.
-pub use drg_base::infra::units::unix_rfc3339 as rfc3339;

@@ -99,7 +99,10 @@ impl Overrides {
         plans: BTreeMap<String, PlanConfig>,
     ) -> Overrides {
         let publish = Box::new(move |m: &drg_base::infra::records::Merged<Override>| {
-            set.store(Arc::new(OverrideSet::of(m.all().cloned())));
+            // The projects a write left as they were keep their map (what moved is told by
+            // the changed projects alone: `OverrideSet::moved`).
+            let next = set.load().next(m.all().cloned());
+            set.store(Arc::new(next));
         });
         Overrides {
             replica: Arc::new(Replica::open(KIND, folder, redis, publish)),
