@@ -242,43 +242,33 @@ fn a_project_receiver_that_never_answers_delays_another_projects_by_under_a_seco
     );
 }
 
-/// Four projects' twenty webhooks whose receivers never answer (each project at the plan's five)
-/// hold up neither another project's delivery nor the operator's receiver by a second: each
-/// project holds at most its share of the slots, and the operator's have slots of their own.
-#[test]
-fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_the_operator() {
-    const HUNG: [(&str, &str); 4] = [
-        (
-            "p1",
-            "drg_hooks_p1_key_11111111111111111111111111111111111111",
-        ),
-        (
-            "p2",
-            "drg_hooks_p2_key_22222222222222222222222222222222222222",
-        ),
-        (
-            "p3",
-            "drg_hooks_p3_key_33333333333333333333333333333333333333",
-        ),
-        (
-            "p4",
-            "drg_hooks_p4_key_44444444444444444444444444444444444444",
-        ),
-    ];
+/// How long other's change took alone, and beside the hung receivers (other's, the operator's),
+/// and how many hung attempts were in flight then.
+struct BesideHung {
+    usual: Duration,
+    theirs: Duration,
+    ops: Duration,
+    held: usize,
+}
+
+/// Projects `hung` (id, key), each with `hooks` webhooks whose receivers never answer, and
+/// other's webhook that answers: other's change alone (its webhook then proven), then the hung
+/// projects' changes, then, once `in_flight` of their attempts hang, other's next change.
+fn beside_hung(hung: &[(String, String)], hooks: usize, in_flight: usize) -> BesideHung {
     let operator = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
     let fine = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
     let dir = tempfile::tempdir().unwrap();
     let mut b = builder(&dir, Some(&operator.url()));
-    for (p, key) in HUNG {
+    for (p, key) in hung {
         b = b.key_in_project(p, key, "pro", p);
     }
     let gw = b.in_dir(dir).start();
-    let hung: Vec<Receiver> = HUNG
+    let receivers: Vec<Receiver> = hung
         .iter()
         .map(|(p, _)| Receiver::start_hanging_for("127.0.0.1:0".parse().unwrap(), p))
         .collect();
-    for ((p, key), receiver) in HUNG.iter().zip(&hung) {
-        for _ in 0..5 {
+    for ((p, key), receiver) in hung.iter().zip(&receivers) {
+        for _ in 0..hooks {
             create(&gw, key, &receiver.url(), &["verdict.changed"]);
         }
         assert_eq!(
@@ -289,7 +279,8 @@ fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_th
     create(&gw, OTHER, &fine.url(), &["verdict.changed"]);
     assert_eq!(lookup(&gw, OTHER, "bar-dispo.example")["reason"], "safe");
     assert_eq!(lookup(&gw, OTHER, "baz-dispo.example")["reason"], "safe");
-    wait_until(Duration::from_secs(10), || watched(&gw) >= 6.0);
+    let names = hung.len() as f64 + 2.0;
+    wait_until(Duration::from_secs(10), || watched(&gw) >= names);
     let arrived = |r: &Receiver, name: &str| {
         r.deliveries()
             .iter()
@@ -306,16 +297,22 @@ fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_th
         arrived(&fine, "bar-dispo").is_some()
     });
     let usual = arrived(&fine, "bar-dispo").unwrap() - reloaded;
-    // The four projects' changes: twenty receivers hang; then other's change beside them.
-    let hung_names: String = HUNG
+    // The hung projects' changes: their receivers hang; then other's change beside them.
+    let hung_names: String = hung
         .iter()
         .map(|(p, _)| format!("{p}-dispo.example\n"))
         .collect();
     let list = format!("{OLD_LIST}bar-dispo.example\n{hung_names}");
     write_atomic(&gw.data_path("disposable.txt"), &list);
-    wait_until(Duration::from_secs(20), || {
-        hung.iter().map(|r| r.deliveries().len()).sum::<usize>() >= 8
-    });
+    let held = || {
+        receivers
+            .iter()
+            .map(|r| r.deliveries().len())
+            .sum::<usize>()
+    };
+    wait_until(Duration::from_secs(20), || held() >= in_flight);
+    // Time for any further attempt to be taken.
+    std::thread::sleep(Duration::from_millis(500));
     let reloaded = std::time::Instant::now();
     write_atomic(
         &gw.data_path("disposable.txt"),
@@ -324,25 +321,66 @@ fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_th
     wait_until(Duration::from_secs(40), || {
         arrived(&fine, "baz-dispo").is_some() && arrived(&operator, "baz-dispo").is_some()
     });
-    let (theirs, ops) = (
-        arrived(&fine, "baz-dispo").unwrap() - reloaded,
-        arrived(&operator, "baz-dispo").unwrap() - reloaded,
-    );
-    let held: usize = hung.iter().map(|r| r.deliveries().len()).sum();
+    let beside = BesideHung {
+        usual,
+        theirs: arrived(&fine, "baz-dispo").unwrap() - reloaded,
+        ops: arrived(&operator, "baz-dispo").unwrap() - reloaded,
+        held: held(),
+    };
     eprintln!(
-        "alone {usual:?}; beside {held} hung attempts: other's {theirs:?}, the operator's {ops:?}"
+        "alone {:?}; beside {} hung attempts: other's {:?}, the operator's {:?}",
+        beside.usual, beside.held, beside.theirs, beside.ops
     );
     assert!(
-        theirs < usual + Duration::from_secs(1),
-        "{theirs:?} against {usual:?}"
+        beside.theirs < beside.usual + Duration::from_secs(1),
+        "other's {:?} against {:?} beside {} hung attempts",
+        beside.theirs,
+        beside.usual,
+        beside.held
     );
     assert!(
-        ops < usual + Duration::from_secs(1),
-        "{ops:?} against {usual:?}"
+        beside.ops < beside.usual + Duration::from_secs(1),
+        "the operator's {:?} against {:?}",
+        beside.ops,
+        beside.usual
     );
+    beside
+}
+
+/// `n` projects `h00`, `h01`, ... with their keys.
+fn projects(n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            let key = format!("drg_hooks_h{i:02}_key_{}", "h".repeat(38));
+            (format!("h{i:02}"), key)
+        })
+        .collect()
+}
+
+/// Four projects' twenty webhooks whose receivers never answer (each project at the plan's five)
+/// hold up neither another project's delivery nor the operator's receiver by a second: each
+/// project holds at most its share of the slots, and the operator's have slots of their own.
+#[test]
+fn twenty_hung_receivers_of_four_projects_hold_up_neither_another_project_nor_the_operator() {
+    let beside = beside_hung(&projects(4), 5, 8);
     assert!(
-        held <= 4 * 2,
-        "each project holds at most its share: {held} attempts in flight"
+        beside.held <= 4 * 2,
+        "each project holds at most its share: {} attempts in flight",
+        beside.held
+    );
+}
+
+/// Accounts are free to make: sixteen new projects whose two receivers each never answer (32
+/// attempts, more than the 28 project slots) hold up neither a project whose webhook has
+/// delivered before nor the operator's receiver by a second; they hold half the project slots
+/// at most while their first attempts hang (before: every slot, until their timeout).
+#[test]
+fn sixteen_new_accounts_with_hung_receivers_hold_up_no_proven_webhook() {
+    let beside = beside_hung(&projects(16), 2, 14);
+    assert!(
+        beside.held <= 14,
+        "new accounts hold the open half of the slots at most: {} attempts in flight",
+        beside.held
     );
 }
 

@@ -1,7 +1,8 @@
 //! Each project's own webhooks, the API half, against the real binary: `POST /v1/webhooks`
 //! answers the secret once (never listed), `GET` pages them, `DELETE` removes them; events and
-//! URLs are checked (private and loopback only with `allow_private`, link-local and the
-//! gateway's own listener never); server keys only, per project, bounded by the plan, audited,
+//! URLs are checked (private and loopback only with `allow_private`, link-local never; the
+//! gateway's own listener and backends answered as any other address, refused when a message is
+//! sent); server keys only, per project, bounded by the plan, audited,
 //! not counted; off (404, `features.webhooks` false) unless `gateway.webhooks` is set. On Redis
 //! with two gateways: one made on one is listed on the other within a second, and a `FLUSHALL`
 //! loses none (the gateways put them back).
@@ -208,18 +209,18 @@ fn bodies_urls_keys_and_the_plan_are_checked() {
         ),
         (
             hook("http://127.0.0.1:9000/h", &["quota.threshold"]),
-            "url: host '127.0.0.1': 127.0.0.1 is loopback",
+            "url: host '127.0.0.1' may not receive webhooks: a public address is needed",
         ),
         (
             hook(&format!("https://10.1.2.3/{TOKEN}"), &["quota.threshold"]),
-            "10.1.2.3 is private",
+            "url: host '10.1.2.3' may not receive webhooks",
         ),
         (
             hook(
                 "http://169.254.169.254/latest/meta-data",
                 &["quota.threshold"],
             ),
-            "link-local",
+            "url: host '169.254.169.254' may not receive webhooks",
         ),
     ] {
         let r = create(&gw, ACME, body.clone());
@@ -280,23 +281,56 @@ fn bodies_urls_keys_and_the_plan_are_checked() {
 }
 
 #[test]
-fn allow_private_lets_loopback_in_never_link_local_or_the_gateway_itself() {
-    let gw = builder("{ allow_private: true, timeout_ms: 2000, max_attempts: 3 }").start();
-    let r = create(
-        &gw,
-        ACME,
-        hook("http://127.0.0.1:9000/h", &["verdict.changed"]),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
+fn allow_private_lets_loopback_in_never_link_local_and_never_tells_where_the_backends_are() {
+    // The gateway's backends: the `/v1/check` upstream here (Redis, DNS, OTLP and RDAP are
+    // guarded the same way), and its own listener.
+    let backend = Upstream::start(Duration::ZERO);
+    let gw = builder("{ allow_private: true, timeout_ms: 2000, max_attempts: 3 }")
+        .upstream(backend.addr)
+        .start();
+    let other = DeadPort::new();
+    let own = format!("http://{}/v1/usage", gw.addr);
+    let upstream = format!("http://{}/hook", backend.addr);
+    let elsewhere = format!("http://{}/hook", other.addr);
+    // A backend answers as any other loopback address does: no status or text tells a
+    // project where the gateway's backends listen (before: `422` naming
+    // `gateway.upstream.address` and `gateway.listen`). They are refused when a message is
+    // sent, by the engine's guard.
+    for url in [&elsewhere, &upstream, &own] {
+        let r = create(&gw, ACME, hook(url, &["verdict.changed"]));
+        assert_eq!(r.status, 201, "{url}: {}", r.text());
+        assert!(!r.text().contains("gateway."), "{url}: {}", r.text());
+    }
     assert_eq!(
         create(&gw, ACME, hook("http://10.0.0.7/h", &["verdict.changed"])).status,
-        201
+        409,
+        "the plan's bound of 3 webhooks, not the address"
     );
-    create(&gw, ACME, hook("http://[fe80::1]/", &["verdict.changed"]))
-        .assert_invalid("link-local", "link-local stays refused");
-    let own = format!("http://{}/v1/usage", gw.addr);
-    create(&gw, ACME, hook(&own, &["verdict.changed"]))
-        .assert_invalid("gateway.listen", "the gateway's own listener");
+    let link_local = create(&gw, OTHER, hook("http://[fe80::1]/", &["verdict.changed"]));
+    link_local.assert_invalid(
+        "url: host '[fe80::1]' may not receive webhooks",
+        "link-local stays refused",
+    );
+    assert!(
+        !link_local.text().contains("allow_private"),
+        "{}",
+        link_local.text()
+    );
+    assert!(backend.requests().is_empty(), "nothing reached the backend");
+    // Without allow_private every loopback address gets the same words, the backends' too.
+    let closed = builder("{}").upstream(backend.addr).start();
+    let texts: Vec<String> = [&elsewhere, &upstream]
+        .iter()
+        .map(|url| {
+            let r = create(&closed, ACME, hook(url, &["verdict.changed"]));
+            r.assert_error(422, "validation_error").to_string()
+        })
+        .collect();
+    assert_eq!(texts[0], texts[1]);
+    assert_eq!(
+        texts[0],
+        "\"url: host '127.0.0.1' may not receive webhooks: a public address is needed\""
+    );
 }
 
 #[test]

@@ -24,9 +24,9 @@ use drg_access::quota::redis::RedisStore;
 use drg_access::quota::services::{Persistence, Reconciler};
 use drg_access::quota::{Clock, QuotaStore, SystemClock};
 use drg_access::source::KeysSource;
+use drg_base::reload::Reloader;
 use drg_domain::DomainTable;
 use drg_evidence::data::files::{log_conflicts, summary, DataSources};
-use drg_evidence::data::reload::Reloader;
 use drg_evidence::mx::neighbourhood::service::MxService;
 use drg_evidence::mx::neighbourhood::share::SharedIndex;
 use drg_evidence::mx::neighbourhood::Neighbourhood;
@@ -641,7 +641,6 @@ fn project_webhooks(
     Some(Arc::new(drg_projects::account::webhooks::Webhooks::new(
         hooks,
         config,
-        &crate::webhooks::guarded(gateway),
         gateway.access.plans.clone(),
     )))
 }

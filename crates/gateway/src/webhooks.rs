@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use drg_webhook::guard::Listener;
-use drg_webhook::{client, Directory, Engine, Message, Observer, Outcome, Sender, Target};
+use drg_webhook::{client, Directory, Engine, Found, Message, Observer, Outcome, Sender, Target};
 
 use crate::config::GatewayConfig;
 use drg_access::quota::alerts::service::TOPIC as ALERTS;
@@ -33,8 +33,9 @@ pub fn outbox_path(state_file: &Path) -> PathBuf {
 pub trait ProjectTargets: Send + Sync {
     /// The ids of `project`'s webhooks that take `topic`.
     fn subscribed(&self, project: &str, topic: &str) -> Vec<String>;
-    /// A webhook's URL and secret, if it still exists.
-    fn target(&self, project: &str, id: &str) -> Option<(String, Vec<u8>)>;
+    /// A webhook's URL and secret while it is in force; or that it was removed, or that this
+    /// gateway knows nothing of it (yet).
+    fn target(&self, project: &str, id: &str) -> drg_projects::account::webhooks::Lookup;
 }
 
 impl ProjectTargets for drg_projects::account::webhooks::ProjectHooks {
@@ -42,9 +43,8 @@ impl ProjectTargets for drg_projects::account::webhooks::ProjectHooks {
         drg_projects::account::webhooks::ProjectHooks::subscribed(self, project, topic)
     }
 
-    fn target(&self, project: &str, id: &str) -> Option<(String, Vec<u8>)> {
-        drg_projects::account::webhooks::ProjectHooks::target(self, project, id)
-            .map(|t| (t.url, t.secret))
+    fn target(&self, project: &str, id: &str) -> drg_projects::account::webhooks::Lookup {
+        drg_projects::account::webhooks::ProjectHooks::find(self, project, id)
     }
 }
 
@@ -62,6 +62,9 @@ pub struct Destinations {
     changes: Option<Target>,
     /// Set once the projects' webhook store is built (after the engine).
     projects: OnceLock<Projects>,
+    /// `gateway.webhooks` is on: a project's webhook not set or not known yet is waited for,
+    /// not dropped.
+    projects_on: bool,
 }
 
 impl Destinations {
@@ -85,21 +88,35 @@ impl Destinations {
 }
 
 impl Directory for Destinations {
-    fn target(&self, destination: &str) -> Option<Target> {
+    fn target(&self, destination: &str) -> Found {
+        use drg_projects::account::webhooks::Lookup;
+        let operator = |t: &Option<Target>| t.clone().map_or(Found::Gone, Found::Target);
         match destination {
-            OPERATOR_ALERTS => self.alerts.clone(),
-            OPERATOR_CHANGES => self.changes.clone(),
+            OPERATOR_ALERTS => operator(&self.alerts),
+            OPERATOR_CHANGES => operator(&self.changes),
             other => {
-                let (project, id) = drg_webhook::project_of(other)?;
-                let p = self.projects.get()?;
-                let (url, secret) = p.hooks.target(project, id)?;
-                Some(Target {
-                    url,
-                    secret,
-                    agent: p.agent.clone(),
-                    max_attempts: p.max_attempts,
-                    legacy_signature: false,
-                })
+                let Some((project, id)) = drg_webhook::project_of(other) else {
+                    return Found::Gone;
+                };
+                let Some(p) = self.projects.get() else {
+                    // Off: nothing will ever send it. On: the store is still being built.
+                    return if self.projects_on {
+                        Found::NotHere
+                    } else {
+                        Found::Gone
+                    };
+                };
+                match p.hooks.target(project, id) {
+                    Lookup::Live(t) => Found::Target(Target {
+                        url: t.url,
+                        secret: t.secret,
+                        agent: p.agent.clone(),
+                        max_attempts: p.max_attempts,
+                        legacy_signature: false,
+                    }),
+                    Lookup::Removed => Found::Gone,
+                    Lookup::Unknown => Found::NotHere,
+                }
             }
         }
     }
@@ -233,6 +250,7 @@ pub fn build(gateway: &GatewayConfig) -> Result<Option<(Webhooks, Engine)>, Stri
         alerts,
         changes,
         projects: OnceLock::new(),
+        projects_on: gateway.webhooks.is_some(),
     });
     let counts = Arc::new(Counts::default());
     let path = outbox_path(&gateway.quota.state_file);
@@ -365,5 +383,67 @@ mod peer_tests {
         );
         assert_eq!(a("localhost:9090", 80).len(), 2);
         assert!(a("not a url", 80).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod directory_tests {
+    use super::*;
+    use drg_projects::account::webhooks::{HookTarget, Lookup};
+
+    /// One webhook in force (`live`) and one removed (`gone`) of project `acme`.
+    struct Hooks;
+
+    impl ProjectTargets for Hooks {
+        fn subscribed(&self, _: &str, _: &str) -> Vec<String> {
+            Vec::new()
+        }
+
+        fn target(&self, project: &str, id: &str) -> Lookup {
+            match (project, id) {
+                ("acme", "live") => Lookup::Live(HookTarget {
+                    url: "https://hooks.example.com/".into(),
+                    secret: b"s".to_vec(),
+                }),
+                ("acme", "gone") => Lookup::Removed,
+                _ => Lookup::Unknown,
+            }
+        }
+    }
+
+    fn destinations(on: bool) -> Destinations {
+        Destinations {
+            projects_on: on,
+            ..Destinations::default()
+        }
+    }
+
+    fn found(d: &Destinations, destination: &str) -> &'static str {
+        match d.target(destination) {
+            Found::Target(_) => "target",
+            Found::Gone => "gone",
+            Found::NotHere => "not here",
+        }
+    }
+
+    #[test]
+    fn a_webhook_not_known_here_is_waited_for_and_only_a_removed_one_is_gone() {
+        let hook = |id| drg_webhook::project_destination("acme", id);
+        // Projects' webhooks on, their store not built yet (a restart's first round): waited for.
+        let d = destinations(true);
+        assert_eq!(found(&d, &hook("live")), "not here");
+        // Off: nothing will ever send it.
+        assert_eq!(found(&destinations(false), &hook("live")), "gone");
+        let agent = client::agent(
+            std::time::Duration::from_secs(1),
+            drg_webhook::guard::Policy::default(),
+        );
+        d.set_projects(Arc::new(Hooks), agent, 3);
+        assert_eq!(found(&d, &hook("live")), "target");
+        assert_eq!(found(&d, &hook("gone")), "gone");
+        // Not read here yet (made on another gateway a moment ago): waited for, not dropped.
+        assert_eq!(found(&d, &hook("made-elsewhere")), "not here");
+        // The operator's receivers: configured or not.
+        assert_eq!(found(&d, OPERATOR_ALERTS), "gone");
     }
 }

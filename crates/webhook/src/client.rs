@@ -21,6 +21,10 @@ pub enum AttemptError {
     /// The receiver's answer, a transport error or a timeout: retried.
     #[error("{0}")]
     Failed(String),
+    /// Not tried: the destination is not known on this gateway yet ([`crate::Found::NotHere`]);
+    /// retried, and no mark against the receiver.
+    #[error("the destination is not known here yet")]
+    NotHere,
 }
 
 /// The HTTP client for the receiver: `timeout` for the whole attempt, no redirects (a signed

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_with::{serde_as, DurationMilliSeconds};
 
-use crate::guard::{Listener, Policy};
+use crate::guard::{Listener, Policy, Refused};
 
 /// The shortest secret accepted, in bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -132,6 +132,42 @@ fn authority_problem(at: &str, uri: &http::Uri) -> Option<String> {
         Ok(p) if p >= 1 && port.bytes().all(|b| b.is_ascii_digit()) => None,
         _ => Some(format!(
             "{at}.url: port '{port}' is not one from 1 to 65535"
+        )),
+    }
+}
+
+/// The problem a project's webhook `url` has, in words that name its field and host only: the
+/// same checks as [`url_problem`], with every refused address said in one sentence. A project
+/// is told that an address is refused, never why in the operator's terms (a range's setting, a
+/// backend's key), and `policy` should hold no listeners: a `422` for the gateway's own
+/// backends would show a project where they are (they are refused when a message is sent).
+pub fn receiver_url_problem(url: &str, policy: &Policy) -> Option<String> {
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    let uri = match url.parse::<http::Uri>() {
+        Ok(uri) if scheme_ok && uri.host().is_some() => uri,
+        _ => return url_problem("url", url, policy),
+    };
+    if let Some(problem) = authority_problem("url", &uri) {
+        return Some(problem);
+    }
+    let host = uri.host().unwrap_or_default();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    match policy.check_host(host, port, &crate::resolve::this_host_has) {
+        Ok(_) => None,
+        Err(Refused::NotAHost(_)) => Some(format!(
+            "url: host '{host}' is neither a DNS name nor an IP address"
+        )),
+        Err(_) if policy.allow_private => {
+            Some(format!("url: host '{host}' may not receive webhooks"))
+        }
+        Err(_) => Some(format!(
+            "url: host '{host}' may not receive webhooks: a public address is needed"
         )),
     }
 }

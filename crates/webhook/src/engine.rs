@@ -4,11 +4,25 @@
 //! destination is gone). What producers hand over wakes it at once; retries are looked for
 //! every [`TICK`].
 //!
-//! **Slots are fair.** The operator's receivers (quota alerts, the changes webhook) have
-//! [`OPERATOR_SLOTS`] of their own; the projects' webhooks share [`PROJECT_SLOTS`], each project
-//! holding [`PER_PROJECT`] at most. So receivers that never answer hold their own lanes and at
-//! most their project's share: another project's message, and the operator's alert, go out
-//! beside them.
+//! **Slots are fair, whatever the count of accounts.** The operator's receivers (quota alerts,
+//! the changes webhook) have [`OPERATOR_SLOTS`] of their own; the projects' webhooks share
+//! [`PROJECT_SLOTS`], each project holding [`PER_PROJECT`] at most. Accounts are free to make, so
+//! shares alone would let 14 projects whose receivers hang hold every project slot. Hence: a
+//! project's webhook whose last attempt failed (a timeout, a connection error, an answer but
+//! `2xx`, the guard's refusal) is *suspect* until an attempt of it succeeds, and attempts to
+//! suspect webhooks, all projects together, hold [`SUSPECT_SLOTS`] at most. And webhooks with
+//! no success on record (never tried yet, or suspect) hold [`OPEN_SLOTS`] at most together: the
+//! rest are kept for webhooks whose last attempt succeeded. So 14, or 1,000, new accounts whose
+//! receivers hang hold at most half the project slots while their first attempts run
+//! (`timeout_ms`, at most [`MAX_TIMEOUT`]), and 4 once those failed; a proven webhook's message
+//! (and the operator's alert) goes out beside them at once. A new project's first message
+//! competes with new accounts for the open half until it succeeds once. Health is a webhook's,
+//! not its project's: a project's one dead webhook neither confines its others nor is cleared by
+//! their successes. Limits, by design: one that answers every other attempt at once is back
+//! among the proven after each success (a message per attempt it hangs on); and at most
+//! [`HEALTH_KEPT`] webhooks of each kind are remembered (8 bytes each): beyond, each new one
+//! forgets another (a suspect forgotten gets one attempt in the open slots, a proven one
+//! competes there until it succeeds again).
 //!
 //! **At least once, one id.** Every message carries its id as `Webhook-Id` on every attempt
 //! and after a restart; a lease names its holder (`holder.rs`), so a message in flight at a
@@ -19,7 +33,9 @@
 //! (`outbox/holds.rs`): durable at once, delivered only once it releases the hold (a producer
 //! that must win a claim elsewhere first); the deliverer never takes a held message.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +55,14 @@ pub const OPERATOR_SLOTS: usize = 4;
 pub const PROJECT_SLOTS: usize = 28;
 /// Attempts for one project's webhooks running at once at most: its share.
 pub const PER_PROJECT: usize = 2;
+/// Attempts to suspect webhooks (last attempt failed) running at once at most, all projects
+/// together: out of [`PROJECT_SLOTS`], so the healthy always have the rest.
+pub const SUSPECT_SLOTS: usize = 4;
+/// Attempts to webhooks with no success on record (never tried, or suspect) running at once at
+/// most, all projects together: out of [`PROJECT_SLOTS`], so the proven always have the rest.
+pub const OPEN_SLOTS: usize = PROJECT_SLOTS / 2;
+/// Suspect webhooks, and proven ones, remembered at most each.
+const HEALTH_KEPT: usize = 100_000;
 /// Attempts running at once at most.
 pub const AT_ONCE: usize = OPERATOR_SLOTS + PROJECT_SLOTS;
 /// How often due retries are looked for.
@@ -212,12 +236,48 @@ enum Write {
 /// destination is gone).
 type Attempted = (Row, Option<(u32, Result<(), AttemptError>)>);
 
-/// What runs: the lanes being tried and the slots each owner holds.
+/// What runs: the lanes being tried and the slots each owner holds; and which webhooks are
+/// suspect.
 #[derive(Default, Clone)]
 struct Slots {
     lanes: HashSet<String>,
     /// Attempts per owner: `None` the operator's receivers, else the project.
     held: HashMap<Option<String>, usize>,
+    /// The lanes running that were admitted as suspect: [`SUSPECT_SLOTS`] at most.
+    confined: HashSet<String>,
+    /// The lanes running that were admitted with no success on record: [`OPEN_SLOTS`] at most.
+    open: HashSet<String>,
+    /// Shared with the copy a round of [`Engine::start_due`] keeps, which it drops before any
+    /// change: cloned cheaply, changed in place.
+    suspects: Arc<Health>,
+}
+
+/// The projects' destinations whose last attempt failed (suspect) or succeeded (proven), as a
+/// keyed hash of the name; one never tried is in neither.
+#[derive(Default, Clone)]
+struct Health {
+    failed: HashSet<u64>,
+    proven: HashSet<u64>,
+    seed: RandomState,
+}
+
+/// Adds `key` to `set`, making room past [`HEALTH_KEPT`] by forgetting another.
+fn remember(set: &mut HashSet<u64>, key: u64) {
+    if set.len() >= HEALTH_KEPT && !set.contains(&key) {
+        if let Some(&other) = set.iter().next() {
+            set.remove(&other);
+        }
+    }
+    set.insert(key);
+}
+
+/// How an attempt of a message ended, for its webhook's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tried {
+    Sent,
+    Failed,
+    /// Not tried: the destination is gone.
+    Gone,
 }
 
 impl Slots {
@@ -225,9 +285,45 @@ impl Slots {
         crate::project_of(&m.destination).map(|(p, _)| p.to_owned())
     }
 
-    /// Takes a slot for `m` if its lane is free and its owner has room.
+    fn suspect(&self, m: &Message) -> bool {
+        let s = &self.suspects;
+        s.failed.contains(&s.seed.hash_one(&m.destination))
+    }
+
+    fn proven(&self, m: &Message) -> bool {
+        let s = &self.suspects;
+        s.proven.contains(&s.seed.hash_one(&m.destination))
+    }
+
+    /// Records how an attempt of `m` ended (the operator's receivers are not judged).
+    fn judge(&mut self, m: &Message, tried: Tried) {
+        if Slots::owner(m).is_none() {
+            return;
+        }
+        let s = Arc::make_mut(&mut self.suspects);
+        let key = s.seed.hash_one(&m.destination);
+        match tried {
+            Tried::Sent => {
+                s.failed.remove(&key);
+                remember(&mut s.proven, key);
+            }
+            Tried::Failed => {
+                s.proven.remove(&key);
+                remember(&mut s.failed, key);
+            }
+            Tried::Gone => {
+                s.failed.remove(&key);
+                s.proven.remove(&key);
+            }
+        }
+    }
+
+    /// Takes a slot for `m` if its lane is free and its owner has room (and, for a suspect
+    /// webhook, the suspects).
     fn admit(&mut self, m: &Message) -> bool {
         let owner = Slots::owner(m);
+        let suspect = owner.is_some() && self.suspect(m);
+        let open = owner.is_some() && !self.proven(m);
         let held = self.held.get(&owner).copied().unwrap_or(0);
         let projects: usize = (self.held.iter())
             .filter(|(o, _)| o.is_some())
@@ -235,12 +331,23 @@ impl Slots {
             .sum();
         let room = match owner {
             None => held < OPERATOR_SLOTS,
-            Some(_) => held < PER_PROJECT && projects < PROJECT_SLOTS,
+            Some(_) => {
+                held < PER_PROJECT
+                    && projects < PROJECT_SLOTS
+                    && (!suspect || self.confined.len() < SUSPECT_SLOTS)
+                    && (!open || self.open.len() < OPEN_SLOTS)
+            }
         };
         if !room || self.lanes.contains(&m.lane) {
             return false;
         }
         self.lanes.insert(m.lane.clone());
+        if suspect {
+            self.confined.insert(m.lane.clone());
+        }
+        if open {
+            self.open.insert(m.lane.clone());
+        }
         *self.held.entry(owner).or_default() += 1;
         true
     }
@@ -248,6 +355,8 @@ impl Slots {
     /// Gives `m`'s slot back.
     fn release(&mut self, m: &Message) {
         self.lanes.remove(&m.lane);
+        self.confined.remove(&m.lane);
+        self.open.remove(&m.lane);
         let owner = Slots::owner(m);
         if let Some(n) = self.held.get_mut(&owner) {
             *n = n.saturating_sub(1);
@@ -334,8 +443,13 @@ impl Engine {
         for row in rows {
             let target = self.directory.target(&row.message.destination);
             running.spawn(async move {
-                let Some(target) = target else {
-                    return (row, None);
+                let target = match target {
+                    crate::Found::Target(t) => t,
+                    crate::Found::Gone => return (row, None),
+                    crate::Found::NotHere => {
+                        let tries = crate::config::default_attempts();
+                        return (row, Some((tries, Err(AttemptError::NotHere))));
+                    }
                 };
                 let m = row.message.clone();
                 let max_attempts = target.max_attempts;
@@ -360,6 +474,16 @@ impl Engine {
             }
         };
         busy.release(&row.message);
+        let tried = match &attempt {
+            None => Some(Tried::Gone),
+            // Not tried: nothing is known of the receiver.
+            Some((_, Err(AttemptError::NotHere))) => None,
+            Some((_, Ok(()))) => Some(Tried::Sent),
+            Some((_, Err(_))) => Some(Tried::Failed),
+        };
+        if let Some(tried) = tried {
+            busy.judge(&row.message, tried);
+        }
         let m = &row.message;
         // The lane names the destination and the project; never the URL (it may hold a token).
         let (label, what) = (&m.label, format!("{} for {}", m.id, m.lane));
@@ -432,5 +556,185 @@ impl Engine {
 impl Service for Engine {
     async fn run(&self, shutdown: Shutdown) {
         self.deliver(shutdown).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message to webhook `hook` of `project` (`None`: the operator's receiver `hook`), on the
+    /// webhook's own lane.
+    fn message(project: Option<&str>, hook: &str) -> Message {
+        let destination = match project {
+            Some(p) => crate::project_destination(p, hook),
+            None => hook.to_owned(),
+        };
+        Message {
+            key: format!("k-{destination}"),
+            topic: "t".into(),
+            label: "test message".into(),
+            lane: destination.clone(),
+            destination,
+            id_header: "X-Id".into(),
+            id: "1".into(),
+            body: "{}".into(),
+        }
+    }
+
+    /// Admits each of `messages`: how many got a slot.
+    fn admitted(slots: &mut Slots, messages: &[Message]) -> usize {
+        messages.iter().filter(|m| slots.admit(m)).count()
+    }
+
+    /// `count` projects, each with two webhooks whose last attempt failed.
+    fn hung(slots: &mut Slots, count: usize) -> Vec<Message> {
+        let hung: Vec<Message> = (0..count)
+            .flat_map(|i| ["a", "b"].map(|h| message(Some(&format!("hung{i}")), h)))
+            .collect();
+        for m in &hung {
+            slots.judge(m, Tried::Failed);
+        }
+        hung
+    }
+
+    #[test]
+    fn hung_receivers_hold_the_suspect_slots_only() {
+        for count in [14, 100] {
+            let mut slots = Slots::default();
+            let hung = hung(&mut slots, count);
+            // Every due head is offered, round after round: still the suspects' slots only.
+            assert_eq!(admitted(&mut slots, &hung), SUSPECT_SLOTS);
+            for _ in 0..3 {
+                assert_eq!(admitted(&mut slots, &hung), 0);
+            }
+            assert_eq!(slots.running(), SUSPECT_SLOTS);
+            // A healthy (never tried) project's message goes out beside them at once.
+            assert!(slots.admit(&message(Some("healthy"), "a")));
+            // The proven have every other project slot.
+            let others: Vec<Message> = (0..PROJECT_SLOTS)
+                .flat_map(|i| ["a", "b"].map(|h| message(Some(&format!("p{i}")), h)))
+                .collect();
+            for m in &others {
+                slots.judge(m, Tried::Sent);
+            }
+            let rest = PROJECT_SLOTS - SUSPECT_SLOTS - 1;
+            assert_eq!(admitted(&mut slots, &others), rest);
+            assert_eq!(slots.running(), PROJECT_SLOTS);
+        }
+    }
+
+    #[test]
+    fn new_webhooks_that_hang_hold_the_open_slots_only_before_their_first_attempt_ends() {
+        for count in [14, 1_000] {
+            let mut slots = Slots::default();
+            // New accounts, two webhooks each, never tried: their first attempts all hang.
+            let new: Vec<Message> = (0..count)
+                .flat_map(|i| ["a", "b"].map(|h| message(Some(&format!("new{i}")), h)))
+                .collect();
+            assert_eq!(admitted(&mut slots, &new), OPEN_SLOTS);
+            assert_eq!(admitted(&mut slots, &new), 0);
+            // A webhook whose last attempt succeeded goes out beside them, as do the rest.
+            let proven: Vec<Message> = (0..PROJECT_SLOTS)
+                .map(|i| message(Some(&format!("p{i}")), "a"))
+                .collect();
+            for m in &proven {
+                slots.judge(m, Tried::Sent);
+            }
+            assert_eq!(admitted(&mut slots, &proven), PROJECT_SLOTS - OPEN_SLOTS);
+            // Their first attempts fail: from then on they hold the suspects' slots only.
+            for m in &new[..OPEN_SLOTS] {
+                slots.release(m);
+                slots.judge(m, Tried::Failed);
+            }
+            assert_eq!(admitted(&mut slots, &new[..OPEN_SLOTS]), SUSPECT_SLOTS);
+        }
+    }
+
+    #[test]
+    fn a_suspect_holds_its_project_share_at_most() {
+        let mut slots = Slots::default();
+        let hooks = ["a", "b", "c"].map(|h| message(Some("one"), h));
+        for m in &hooks {
+            slots.judge(m, Tried::Failed);
+        }
+        assert_eq!(admitted(&mut slots, &hooks), PER_PROJECT);
+    }
+
+    #[test]
+    fn a_success_clears_a_suspect_and_health_is_the_webhooks() {
+        let mut slots = Slots::default();
+        let hung = hung(&mut slots, 14);
+        let dead = message(Some("acme"), "dead");
+        let live = message(Some("acme"), "live");
+        slots.judge(&dead, Tried::Failed);
+        assert_eq!(admitted(&mut slots, &hung), SUSPECT_SLOTS);
+        // The suspects' slots are full: the dead webhook waits, the project's other one not.
+        assert!(!slots.admit(&dead));
+        assert!(slots.admit(&live));
+        // Its success does not clear the dead one.
+        slots.release(&live);
+        slots.judge(&live, Tried::Sent);
+        assert!(!slots.admit(&dead));
+        // A suspect's slot given back goes to another suspect.
+        slots.release(&hung[0]);
+        assert!(slots.admit(&dead));
+        slots.release(&dead);
+        // An attempt of it succeeds: healthy again, admitted beside the full suspects.
+        assert!(slots.admit(&hung[0]));
+        slots.judge(&dead, Tried::Sent);
+        assert!(slots.admit(&dead));
+        assert_eq!(slots.confined.len(), SUSPECT_SLOTS);
+        // A destination gone (not tried) leaves no suspect either.
+        slots.judge(&hung[1], Tried::Gone);
+        assert!(!slots.suspect(&hung[1]));
+    }
+
+    #[test]
+    fn the_operators_slots_are_untouched() {
+        let mut slots = Slots::default();
+        let hung = hung(&mut slots, 100);
+        let healthy: Vec<Message> = (0..PROJECT_SLOTS)
+            .flat_map(|i| ["a", "b"].map(|h| message(Some(&format!("p{i}")), h)))
+            .collect();
+        for m in &healthy {
+            slots.judge(m, Tried::Sent);
+        }
+        admitted(&mut slots, &hung);
+        admitted(&mut slots, &healthy);
+        assert_eq!(slots.running(), PROJECT_SLOTS);
+        // The operator's receivers fail too: they are never suspect, and keep their own slots.
+        let operator: Vec<Message> = (0..=OPERATOR_SLOTS)
+            .map(|i| message(None, &format!("alerts{i}")))
+            .collect();
+        for m in &operator {
+            slots.judge(m, Tried::Failed);
+            assert!(!slots.suspect(m));
+        }
+        assert_eq!(slots.suspects.failed.len(), hung.len());
+        assert_eq!(admitted(&mut slots, &operator), OPERATOR_SLOTS);
+        assert_eq!(slots.running(), AT_ONCE);
+    }
+
+    #[test]
+    fn the_suspects_kept_are_bounded() {
+        let mut slots = Slots::default();
+        let over = HEALTH_KEPT + 1_000;
+        for i in 0..over {
+            slots.judge(&message(Some(&format!("p{i}")), "a"), Tried::Failed);
+        }
+        assert_eq!(slots.suspects.failed.len(), HEALTH_KEPT);
+        // The newest failure is kept.
+        assert!(slots.suspect(&message(Some(&format!("p{}", over - 1)), "a")));
+        // Failing again takes no room; a success frees it.
+        slots.judge(
+            &message(Some(&format!("p{}", over - 1)), "a"),
+            Tried::Failed,
+        );
+        assert_eq!(slots.suspects.failed.len(), HEALTH_KEPT);
+        for i in 0..over {
+            slots.judge(&message(Some(&format!("p{i}")), "a"), Tried::Sent);
+        }
+        assert!(slots.suspects.failed.is_empty());
     }
 }

@@ -35,7 +35,7 @@ pub struct Message {
     /// What the logs call it: `quota alert`, `verdict changes message`.
     pub label: String,
     /// Where it goes, as the [`Directory`] knows it (read again at each attempt: a destination
-    /// removed meanwhile drops it).
+    /// removed meanwhile drops it; one not known here yet is tried again later).
     pub destination: String,
     /// Messages of a lane go in order, one at a time; lanes go side by side.
     pub lane: String,
@@ -72,10 +72,22 @@ pub fn project_of(destination: &str) -> Option<(&str, &str)> {
     destination.strip_prefix("project:")?.rsplit_once(':')
 }
 
+/// What the [`Directory`] knows of a destination when a message to it is tried.
+pub enum Found {
+    /// In force: post there.
+    Target(Target),
+    /// Removed (or no longer configured): its messages are dropped.
+    Gone,
+    /// Not known here yet (this gateway has not read it, or the records are still loading):
+    /// the message is tried again after the backoff, as after a failed attempt, and given up
+    /// after [`config::default_attempts`] tries. Never a reason to drop: a message handed over
+    /// for a webhook is not lost because one gateway's memory lags.
+    NotHere,
+}
+
 /// The destinations: the operator's configured receivers and the projects' own webhooks.
 pub trait Directory: Send + Sync {
-    /// `None`: the destination is gone, and its messages are dropped.
-    fn target(&self, destination: &str) -> Option<Target>;
+    fn target(&self, destination: &str) -> Found;
 }
 
 /// Who receives a project's messages of a topic: the destinations, as the [`Directory`] names

@@ -109,13 +109,33 @@ impl ProjectHooks {
 
     /// Where `project`'s webhook `id` sends, while it is in force.
     pub fn target(&self, project: &str, id: &str) -> Option<HookTarget> {
-        let held = self.replica.held();
-        let hook = held.get(project, id).filter(|h| !h.removed)?;
-        Some(HookTarget {
-            url: hook.url.clone(),
-            secret: hook.secret.as_bytes().to_vec(),
-        })
+        match self.find(project, id) {
+            Lookup::Live(target) => Some(target),
+            Lookup::Removed | Lookup::Unknown => None,
+        }
     }
+
+    /// What this gateway knows of `project`'s webhook `id`: in force, removed (its record
+    /// says so), or nothing (not read here yet, or a removal's record long forgotten).
+    pub fn find(&self, project: &str, id: &str) -> Lookup {
+        let held = self.replica.held();
+        match held.get(project, id) {
+            Some(hook) if hook.removed => Lookup::Removed,
+            Some(hook) => Lookup::Live(HookTarget {
+                url: hook.url.clone(),
+                secret: hook.secret.as_bytes().to_vec(),
+            }),
+            None => Lookup::Unknown,
+        }
+    }
+}
+
+/// What a gateway knows of one webhook ([`ProjectHooks::find`]).
+#[derive(Debug)]
+pub enum Lookup {
+    Live(HookTarget),
+    Removed,
+    Unknown,
 }
 
 /// A new webhook id: `wh_`, the creation second (8 hex digits, so that ids sort by creation,

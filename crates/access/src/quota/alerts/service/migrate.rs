@@ -357,8 +357,8 @@ mod tests {
     struct Gone;
 
     impl drg_webhook::Directory for Gone {
-        fn target(&self, _: &str) -> Option<drg_webhook::Target> {
-            None
+        fn target(&self, _: &str) -> drg_webhook::Found {
+            drg_webhook::Found::Gone
         }
     }
 }
