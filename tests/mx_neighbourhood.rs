@@ -856,3 +856,106 @@ fn a_single_source_finding_waits_for_the_registry_it_asks() {
         assert_eq!(record(&gw, c)["reason"], "safe");
     }
 }
+
+/// Two gateways on one Redis answer one verdict for a name, whichever is asked (issue 85: they
+/// disagreed for the seconds until the index was shared, and under a held verdict for the
+/// whole hold). B never pulls what A learned here (a share interval of a minute): every
+/// verdict B agrees on is the one A holds on Redis.
+#[test]
+fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
+    let redis = RedisServer::start(false);
+    let w = world();
+    let dns = w.dns();
+    let start = || {
+        builder(&w, &dns)
+            .redis(&redis.url(), "fail_open")
+            .mx_yaml("neighbourhood: { share_interval_ms: 60000 }")
+            .start()
+    };
+    let (a, b) = (start(), start());
+    teach(&a, &w);
+    for (d, kind, key) in &w.unlisted_throwaway {
+        let on_a = record(&a, d);
+        assert_eq!(on_a["reason"], "disposable", "{d}: {on_a}");
+        // B's own index knows none of the listed neighbours: it answers A's verdict, with the
+        // counts and the time A reached it on.
+        for _ in 0..3 {
+            let on_b = record(&b, d);
+            assert_eq!(on_b["reason"], "disposable", "{d} on B: {on_b}");
+            let n = &on_b["evidence"]["neighbourhood"];
+            assert_eq!(
+                (n["key_kind"].as_str(), n["key"].as_str()),
+                (Some(*kind), Some(*key)),
+                "{d} on B: {on_b}"
+            );
+            assert_eq!(
+                n["since"], on_a["evidence"]["neighbourhood"]["since"],
+                "{d}: {on_b}"
+            );
+        }
+    }
+    // B's own index still knows no listed neighbour: the agreement is the shared hold's.
+    let listing = b.admin_get("/mx/neighbourhoods?limit=1").json();
+    assert!(
+        listing["top"]
+            .as_array()
+            .is_none_or(|t| t.iter().all(|k| k["listed"] == 0)),
+        "{listing}"
+    );
+    // A name nobody judged stays safe on both, and a company is never judged.
+    for d in &w.new_legitimate {
+        assert_eq!(record(&b, d)["reason"], "safe", "{d}");
+        assert_eq!(record(&a, d)["reason"], "safe", "{d}");
+    }
+}
+
+/// A verdict A reached and holds (its key within the hold's margin) is B's answer too, though
+/// B's own counts, fresh, judge nothing: before, B answered `safe` for as long as A held it.
+#[test]
+fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
+    let redis = RedisServer::start(false);
+    let mut w = world();
+    let mut ages = HashMap::new();
+    for i in 0..4 {
+        let d = format!("qb-extra{i}.test");
+        w.mx(&d, &["mx.quickbox.test"]);
+        ages.insert(d, Reply::Registered(3_000));
+    }
+    let dns = w.dns();
+    let rdap = RdapServer::start(ages.iter().map(|(d, r)| (d.as_str(), r.clone())).collect());
+    let start = || {
+        builder(&w, &dns)
+            .redis(&redis.url(), "fail_open")
+            .mx_yaml("neighbourhood: { share_interval_ms: 100 }")
+            .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+            .rdap_yaml("allow_plain_http: true")
+            .rdap_yaml("min_interval_ms: 1")
+            .start()
+    };
+    let (a, b) = (start(), start());
+    teach_as(&a, &w, true);
+    assert_eq!(record(&a, "qb-new0.test")["reason"], "disposable");
+    // Four established tenants vouched for: 12 listed against 4 (0.75) judges no new tenant,
+    // but a verdict reached stays within the hold's margin.
+    for i in 0..4 {
+        let r = record(&a, &format!("qb-extra{i}.test"));
+        assert_eq!(r["evidence"]["established"], true, "{r}");
+    }
+    let vouched = |gw: &Gateway| {
+        let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
+        (
+            top["top"][0]["key"].clone(),
+            top["top"][0]["vouched"].clone(),
+        )
+    };
+    wait_until(Duration::from_secs(20), || {
+        vouched(&b) == ("mx.quickbox.test".into(), 4.into())
+    });
+    assert_eq!(vouched(&a).1, 4);
+    for _ in 0..10 {
+        assert_eq!(record(&a, "qb-new0.test")["reason"], "disposable");
+        let on_b = record(&b, "qb-new0.test");
+        assert_eq!(on_b["reason"], "disposable", "B: {on_b}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

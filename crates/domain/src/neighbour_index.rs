@@ -46,7 +46,9 @@ pub const MAX_NETS_PER_HOST: usize = 2;
 pub const HOLD_MARGIN: f64 = 0.15;
 
 /// What a key is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyKind {
     /// An MX host name (`mx1.example-mail.io`).
@@ -601,7 +603,8 @@ pub struct Teach {
 }
 
 /// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Read back too: a verdict one gateway holds is every gateway's while it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Finding {
     pub key_kind: KeyKind,
     pub key: Box<str>,
@@ -634,7 +637,7 @@ pub struct Finding {
 impl Eq for Finding {}
 
 /// Listed neighbours from one source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SourceCount {
     pub source: Box<str>,
     pub neighbours: u32,
@@ -778,6 +781,12 @@ impl NeighbourhoodIndex {
     /// The domain was taught (whatever its keys): no need to resolve it again to learn.
     pub fn knows(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// Whether `domain` was taught with at least one key: only then can any gateway's index
+    /// judge it (its keys come from its own MX hosts, the same on every gateway).
+    pub fn has_keys(&self, domain: &str) -> bool {
+        self.domains.get(domain).is_some_and(|e| !e.keys.is_empty())
     }
 
     /// Whether `domain` stands as [`Standing::Inferred`].

@@ -453,6 +453,12 @@ fn mx_resolver(
     if config.enabled {
         let sharing = home(gateway).shared.is_some();
         let index = Arc::new(Neighbourhood::new(config, table.clone(), sharing));
+        if sharing {
+            // One verdict for a name on every gateway on the Redis (`holds.rs`).
+            index.set_shared_holds(Arc::new(
+                drg_evidence::mx::neighbourhood::holds::SharedHolds::new(&gateway.quota.redis),
+            ));
+        }
         if let Some(snapshot) = &config.snapshot {
             index.load(snapshot, "snapshot", true);
         }

@@ -2,6 +2,7 @@
 //! the listed names the table answers), asked for each unlisted domain, kept in a state file
 //! and shared over Redis. The rule itself is pure, in [`drg_domain::neighbour_index`].
 
+pub mod holds;
 pub mod mirror;
 pub mod service;
 pub mod share;
@@ -57,9 +58,12 @@ pub struct Neighbourhood {
     /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain:
     /// one for every project (`None`), and an untrusted project's own (a finding on its own
     /// teaching is its alone).
-    held: quick_cache::sync::Cache<(Box<str>, Option<ProjectId>), (Finding, Instant)>,
+    held: quick_cache::sync::Cache<(Box<str>, Option<ProjectId>), Holding>,
     /// A project's plan, when the gateway knows it (its keys): whether it is trusted.
     plan_of: std::sync::OnceLock<PlanOf>,
+    /// The verdicts every gateway on the shared Redis holds (`holds.rs`; unset: this gateway's
+    /// own only).
+    shared_holds: std::sync::OnceLock<Arc<holds::SharedHolds>>,
     /// Changes to the index not yet applied to the mirror (a short lock per teach).
     journal: Mutex<Vec<Change>>,
     /// The journal passed its bound: the mirror is rebuilt from the index once.
@@ -67,6 +71,19 @@ pub struct Neighbourhood {
     /// What the state file, ageing and eviction are worked out from, off the index's lock.
     mirror: Mutex<Mirror>,
 }
+
+/// A verdict held here: until when, and whether another gateway reached it (its copy is kept
+/// [`ADOPTED_FOR`] at most, and no margin of this index's counts drops it).
+#[derive(Clone)]
+struct Holding {
+    finding: Finding,
+    until: Instant,
+    adopted: bool,
+}
+
+/// How long a verdict another gateway holds is answered from here before Redis is asked again:
+/// the most two gateways can disagree after the one that reached it gave it up.
+const ADOPTED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A project's plan (from its keys), for trust.
 pub type PlanOf = Box<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
@@ -110,7 +127,14 @@ impl Neighbourhood {
             overflow: AtomicBool::new(false),
             mirror: Mutex::new(Mirror::default()),
             plan_of: std::sync::OnceLock::new(),
+            shared_holds: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Shares held verdicts with the other gateways through `holds` (once; later calls are
+    /// ignored).
+    pub fn set_shared_holds(&self, holds: Arc<holds::SharedHolds>) {
+        let _ = self.shared_holds.set(holds);
     }
 
     /// Tells the index where projects' plans are found (once; later calls are ignored).
@@ -140,39 +164,112 @@ impl Neighbourhood {
     /// margin of the rule ([`NeighbourhoodIndex::holds`]); a list or the allowlist still
     /// overrules it, as the table is asked first.
     pub fn finding(&self, name: &DomainName, project: &str) -> Option<Finding> {
-        let domain = name.registrable()?;
+        self.scoped_finding(name, project).map(|(f, _)| f)
+    }
+
+    /// [`finding`](Self::finding), with whose verdict it is: every project's (`true`), or an
+    /// untrusted project's own.
+    fn scoped_finding(&self, name: &DomainName, project: &str) -> Option<(Finding, bool)> {
+        self.scoped(name, project).0
+    }
+
+    /// [`scoped_finding`](Self::scoped_finding), and whether a verdict this gateway reached was
+    /// dropped now (its key went well past the hold's margin: the shared hold is given up).
+    fn scoped(&self, name: &DomainName, project: &str) -> (Option<(Finding, bool)>, bool) {
+        let Some(domain) = name.registrable() else {
+            return (None, false);
+        };
         let id = project_id(project);
         let own = (!self.trusts(project)).then_some(id);
         let hold = self.config.verdict_hold;
+        let mut dropped = false;
         if !hold.is_zero() {
             // Every project's verdict first: what the lists and trusted projects taught.
             for scope in [None, own].into_iter().take(1 + usize::from(own.is_some())) {
                 let held_key = (Box::<str>::from(domain), scope);
-                if let Some((finding, until)) = self.held.get(&held_key) {
-                    if until > Instant::now() && self.read().holds(domain, &finding, id) {
-                        return Some(finding);
+                if let Some(h) = self.held.get(&held_key) {
+                    let live = h.until > Instant::now();
+                    if live && (h.adopted || self.read().holds(domain, &h.finding, id)) {
+                        return (Some((h.finding, scope.is_none())), false);
                     }
+                    dropped |= live && !h.adopted && scope.is_none();
                     self.held.remove(&held_key);
                 }
             }
         }
-        let (shared, mut finding) = {
+        let (shared, finding) = {
             let index = self.read();
             let shared = index.finding_for(domain, None);
             let finding = match own {
                 Some(id) => index.finding_for(domain, Some(id)),
                 None => shared.clone(),
             };
-            (shared.is_some(), finding?)
+            (shared.is_some(), finding)
+        };
+        let Some(mut finding) = finding else {
+            return (None, dropped);
         };
         if !hold.is_zero() {
             finding.since = Some(drg_base::infra::units::now_rfc3339());
             let scope = if shared { None } else { own };
             let held_key = (Box::<str>::from(domain), scope);
-            self.held
-                .insert(held_key, (finding.clone(), Instant::now() + hold));
+            let holding = Holding {
+                finding: finding.clone(),
+                until: Instant::now() + hold,
+                adopted: false,
+            };
+            self.held.insert(held_key, holding);
         }
-        Some(finding)
+        (Some((finding, shared)), dropped)
+    }
+
+    /// [`finding`](Self::finding), agreed with the other gateways on the shared Redis: a
+    /// verdict every project gets is claimed for the hold, and one another gateway holds is
+    /// answered when this index judges nothing (it has not pulled that evidence yet, or its
+    /// counts moved since the verdict). One verdict for a name on every gateway, as on one
+    /// (`holds.rs`). Redis failing answers from this index alone.
+    pub async fn agreed_finding(&self, name: &DomainName, project: &str) -> Option<Finding> {
+        let (local, dropped) = self.scoped(name, project);
+        let hold = self.config.verdict_hold;
+        let (Some(shared), Some(domain)) = (self.shared_holds.get(), name.registrable()) else {
+            return local.map(|(f, _)| f);
+        };
+        if hold.is_zero() {
+            return local.map(|(f, _)| f);
+        }
+        if dropped {
+            if let Err(e) = shared.release(domain).await {
+                log::debug!("mx neighbourhood: a held verdict not given up ({e})");
+            }
+        }
+        let answer = match &local {
+            // An untrusted project's verdict on its own teaching stays its own.
+            Some((finding, false)) => return Some(finding.clone()),
+            // Claimed: this one, or the verdict another gateway reached first.
+            Some((finding, true)) => shared.claim(domain, finding, hold).await.map(Some),
+            // No key of any gateway can judge a name with none (mainstream providers only).
+            None if !self.read().has_keys(domain) => return None,
+            None => shared.held(domain).await,
+        };
+        match answer {
+            Ok(Some((finding, left))) => {
+                let mine = local.as_ref().is_some_and(|(f, _)| *f == finding);
+                if !mine {
+                    let holding = Holding {
+                        finding: finding.clone(),
+                        until: Instant::now() + left.min(ADOPTED_FOR),
+                        adopted: true,
+                    };
+                    self.held.insert((Box::<str>::from(domain), None), holding);
+                }
+                Some(finding)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                log::debug!("mx neighbourhood: shared holds unavailable ({e}); this index answers");
+                local.map(|(f, _)| f)
+            }
+        }
     }
 
     /// Whether any key of `name`'s registrable domain has a listed neighbour: only then can

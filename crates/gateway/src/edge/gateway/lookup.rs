@@ -359,10 +359,8 @@ impl Gateway {
             return (None, None);
         };
         let evidence = mx.evidence(name.as_str(), project).await.0;
-        (
-            Some(evidence.clone()),
-            self.finding(name, &evidence, project),
-        )
+        let finding = self.finding(name, &evidence, project).await;
+        (Some(evidence), finding)
     }
 
     /// The MX inputs of a batch's names, in order: the names the cache cannot answer are
@@ -407,10 +405,8 @@ impl Gateway {
             .evidence_within(name.as_str(), mx.budget(), project)
             .await
             .0;
-        (
-            Some(evidence.clone()),
-            self.finding(name, &evidence, project),
-        )
+        let finding = self.finding(name, &evidence, project).await;
+        (Some(evidence), finding)
     }
 
     /// Which of `names` want MX evidence (the table leaves them open, the project did not
@@ -458,10 +454,15 @@ impl Gateway {
     }
 
     /// What the neighbourhood index finds for a name whose MX hosts are known, for
-    /// `project`'s answer.
-    fn finding(&self, name: &DomainName, evidence: &MxEvidence, project: &str) -> Option<Finding> {
+    /// `project`'s answer: agreed with the other gateways on a shared Redis (one verdict).
+    async fn finding(
+        &self,
+        name: &DomainName,
+        evidence: &MxEvidence,
+        project: &str,
+    ) -> Option<Finding> {
         match (evidence, self.neighbourhood()) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name, project),
+            (MxEvidence::Hosts(_), Some(nb)) => nb.agreed_finding(name, project).await,
             _ => None,
         }
     }
