@@ -7,6 +7,8 @@ mod certs;
 mod common;
 #[path = "common/dns.rs"]
 mod dns;
+#[path = "common/postgres.rs"]
+mod postgres;
 #[path = "common/rdap.rs"]
 mod rdap_server;
 #[path = "common/redis_server.rs"]
@@ -25,6 +27,7 @@ mod calls;
 mod changes;
 mod check;
 mod cli;
+mod control_store;
 mod daemon;
 mod dashboard;
 mod detection;

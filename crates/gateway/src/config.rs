@@ -96,6 +96,9 @@ pub struct GatewayConfig {
     pub reports: drg_projects::account::reports::ReportsConfig,
     /// `/v1/webhooks`: projects' own webhooks (absent: off, the routes answer 404).
     pub webhooks: Option<drg_projects::account::webhooks::WebhooksConfig>,
+    /// The control store on PostgreSQL (absent: the records a project creates are kept as the
+    /// quota store's: the state folder, or Redis with a copy there).
+    pub control: Option<drg_base::infra::control::ControlConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -125,6 +128,7 @@ impl Default for GatewayConfig {
             changes: drg_projects::changes::ChangesConfig::default(),
             reports: Default::default(),
             webhooks: None,
+            control: None,
         }
     }
 }
@@ -588,6 +592,9 @@ impl GatewayConfig {
         }
         if let Some(webhooks) = &self.webhooks {
             out.extend(webhooks.problems(&self.own_listeners()));
+        }
+        if let Some(control) = &self.control {
+            out.extend(control.problems("gateway.control"));
         }
         if secs(self.drain) > 300 {
             out.push(format!(

@@ -24,6 +24,7 @@ use drg_access::quota::redis::RedisStore;
 use drg_access::quota::services::{Persistence, Reconciler};
 use drg_access::quota::{Clock, QuotaStore, SystemClock};
 use drg_access::source::KeysSource;
+use drg_base::infra::control::Control;
 use drg_base::reload::Reloader;
 use drg_domain::DomainTable;
 use drg_evidence::data::files::{log_conflicts, summary, DataSources};
@@ -404,6 +405,7 @@ fn shared_state(
         None => None,
     };
     let table = Arc::new(ArcSwap::from_pointee(table));
+    let control = control_store(gateway)?;
     let mx = mx_resolver(gateway, &table)?;
     let rdap = match gateway.rdap.enabled {
         true => Some(Arc::new(drg_evidence::rdap::service::Rdap::new(
@@ -426,7 +428,8 @@ fn shared_state(
             drg_domain::overrides::OverrideSet::default(),
         )),
         accepted: Arc::default(),
-        webhooks: project_hooks(gateway),
+        webhooks: project_hooks(gateway, control.as_ref()),
+        control,
     };
     if let Some(nb) = shared.mx.as_ref().and_then(|mx| mx.neighbourhood()) {
         // Trust follows a project's plan, which its keys carry (reloaded keys included).
@@ -602,40 +605,58 @@ fn project_records(
     Arc<drg_projects::account::overrides::Overrides>,
     Arc<drg_projects::account::reports::Reports>,
 ) {
-    let Home {
-        folder,
-        shared: redis,
-    } = home(gateway);
+    let home = records_home(gateway, shared.control.as_ref());
     let overrides = drg_projects::account::overrides::Overrides::open(
         shared.overrides.clone(),
-        folder,
-        redis,
+        home,
         gateway.access.plans.clone(),
     );
     let reports = drg_projects::account::reports::Reports::open(
         gateway.reports.clone(),
         shared.accepted.clone(),
-        folder,
-        redis,
+        home,
     );
     (Arc::new(overrides), Arc::new(reports))
 }
 
 /// The projects' webhooks (`gateway.webhooks`; `None`: off), kept as `/v1/overrides` are: what
 /// delivery reads (`Shared::webhooks`). Opened once: the one poll keeps every clone.
-fn project_hooks(gateway: &GatewayConfig) -> Option<drg_projects::account::webhooks::ProjectHooks> {
+fn project_hooks(
+    gateway: &GatewayConfig,
+    control: Option<&Arc<Control>>,
+) -> Option<drg_projects::account::webhooks::ProjectHooks> {
     let config = gateway.webhooks.as_ref()?;
-    let Home {
-        folder,
-        shared: redis,
-    } = home(gateway);
     log::info!(
         "webhooks: projects may make their own (allow_private: {})",
         config.allow_private
     );
     Some(drg_projects::account::webhooks::ProjectHooks::open(
-        folder, redis,
+        records_home(gateway, control),
     ))
+}
+
+/// Where the records a project creates (overrides, reports and verdicts, webhooks) are kept:
+/// the control store when `gateway.control` names one, else as the quota store's home.
+fn records_home<'a>(
+    gateway: &'a GatewayConfig,
+    control: Option<&'a Arc<Control>>,
+) -> drg_base::infra::records::Home<'a> {
+    let Home { folder, shared } = home(gateway);
+    drg_base::infra::records::Home {
+        folder,
+        redis: shared,
+        control,
+    }
+}
+
+/// The control store `gateway.control` names (nothing connects until the first call).
+fn control_store(gateway: &GatewayConfig) -> Result<Option<Arc<Control>>, StartError> {
+    let Some(config) = &gateway.control else {
+        return Ok(None);
+    };
+    let control = Control::new(config).map_err(|e| format!("gateway.control: {e}"))?;
+    log::info!("control store: PostgreSQL (overrides, reports and verdicts, webhooks)");
+    Ok(Some(control))
 }
 
 /// `/v1/webhooks` over the projects' webhooks `shared` holds (`None`: off).

@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod breaker;
+pub mod control;
 pub mod dns;
 pub mod fsutil;
 pub mod http;

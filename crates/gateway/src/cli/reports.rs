@@ -1,13 +1,13 @@
 //! `reports list | accept ID | reject ID`: the operator's view of the projects' reports, from
-//! the configured store (the state folder's `reports.records.sqlite`, or the quota's Redis).
+//! the configured store (the control store, the state folder's `reports.records.sqlite`, or the
+//! quota's Redis).
 
 use std::path::Path;
 
 use super::{settings, CommandError};
 use drg_access::quota::config::QuotaStoreKind;
-use drg_base::infra::records::redis::RedisRecords;
-use drg_base::infra::records::sqlite::SqliteRecords;
-use drg_base::infra::records::{Merged, RecordStore};
+use drg_base::infra::control::Control;
+use drg_base::infra::records::{Home, Merged, RecordStore};
 use drg_projects::account::reports::{accept, decisions, grouped, Decision, Report};
 
 /// What the operator asked.
@@ -27,9 +27,19 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let control = match &gateway.control {
+        Some(config) => Some(Control::new(config).map_err(|e| format!("gateway.control: {e}"))?),
+        None => None,
+    };
+    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
+    let home = Home {
+        folder: &folder,
+        redis,
+        control: control.as_ref(),
+    };
     runtime.block_on(async {
-        let store: Box<dyn RecordStore<Report>> = open(gateway, &folder, "reports");
-        let decisions: Box<dyn RecordStore<Decision>> = open(gateway, &folder, decisions::KIND);
+        let store: Box<dyn RecordStore<Report>> = home.store("reports");
+        let decisions: Box<dyn RecordStore<Decision>> = home.store(decisions::KIND);
         let now = chrono::Utc::now().timestamp();
         match action {
             ReportsAction::List { all } => {
@@ -59,18 +69,4 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
             }
         }
     })
-}
-
-/// The store of `kind`'s records the gateways use: the state folder's SQLite file, or Redis.
-fn open<R: drg_base::infra::records::Record>(
-    gateway: &crate::config::GatewayConfig,
-    folder: &Path,
-    kind: &'static str,
-) -> Box<dyn RecordStore<R>> {
-    match gateway.quota.store {
-        QuotaStoreKind::Local => Box::new(SqliteRecords::new(
-            folder.join(format!("{kind}.records.sqlite")),
-        )),
-        QuotaStoreKind::Redis => Box::new(RedisRecords::new(&gateway.quota.redis, kind)),
-    }
 }

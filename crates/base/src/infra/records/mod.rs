@@ -9,11 +9,55 @@
 //! (at least [`MIN_TOMBSTONES`]), and a write costs the project's bound, not its history.
 
 pub mod file;
+pub mod postgres;
 pub mod redis;
 pub mod replica;
 pub mod sqlite;
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::infra::control::Control;
+use crate::infra::redis::config::RedisConfig;
+
+/// Where a kind of record is kept, chosen once at start: the control store on PostgreSQL when
+/// there is one (`gateway.control`), else the shared Redis with a copy in the state folder,
+/// else the state folder's SQLite file.
+#[derive(Clone, Copy)]
+pub struct Home<'a> {
+    pub folder: &'a Path,
+    pub redis: Option<&'a RedisConfig>,
+    pub control: Option<&'a Arc<Control>>,
+}
+
+impl<'a> Home<'a> {
+    /// The state folder alone (one gateway, or several on one host).
+    pub fn folder(folder: &'a Path) -> Home<'a> {
+        Home {
+            folder,
+            redis: None,
+            control: None,
+        }
+    }
+
+    /// The store of `kind`'s records here.
+    pub fn store<R: Record>(&self, kind: &'static str) -> Box<dyn RecordStore<R>> {
+        match (self.control, self.redis) {
+            (Some(control), _) => Box::new(postgres::PgRecords::new(control.clone(), kind)),
+            (None, Some(config)) => Box::new(redis::RedisRecords::new(config, kind)),
+            (None, None) => Box::new(sqlite::SqliteRecords::new(
+                self.folder.join(format!("{kind}.records.sqlite")),
+            )),
+        }
+    }
+
+    /// Whether gateways keep a copy of this store in their state folder (Redis only: the
+    /// control store is the truth, and a copy is never written back to it).
+    pub fn keeps_copies(&self) -> bool {
+        self.control.is_none() && self.redis.is_some()
+    }
+}
 
 /// One record (the trait is pure, in the domain crate, where overrides implement it).
 pub use drg_domain::lww::Record;
@@ -37,6 +81,8 @@ pub enum RecordsError {
     TimedOut(u128),
     #[error("a record is not JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Control(String),
 }
 
 /// What a write came to.

@@ -21,10 +21,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use super::file::FileRecords;
-use super::redis::RedisRecords;
-use super::sqlite::SqliteRecords;
-use super::{Merged, Put, Record, RecordStore, RecordsError, Token};
-use crate::infra::redis::config::RedisConfig;
+use super::{Home, Merged, Put, Record, RecordStore, RecordsError, Token};
 
 /// How often the store is asked: a change made on one gateway is held by the others within
 /// this (and the time one read takes).
@@ -99,29 +96,15 @@ pub struct Replica<R: Record> {
 }
 
 impl<R: Record> Replica<R> {
-    /// Records of `kind` in `folder` (`<kind>.records.sqlite`), or on `redis` with a copy there
+    /// Records of `kind` where `home` keeps them: the control store, the state folder
+    /// (`<kind>.records.sqlite`), or Redis with a copy in the folder
     /// (`<kind>.redis-cache.json`); `publish` is told each new set.
-    pub fn open(
-        kind: &'static str,
-        folder: &Path,
-        redis: Option<&RedisConfig>,
-        publish: Publish<R>,
-    ) -> Replica<R> {
-        let (store, cache): (Box<dyn RecordStore<R>>, _) = match redis {
-            None => (
-                Box::new(SqliteRecords::new(
-                    folder.join(format!("{kind}.records.sqlite")),
-                )),
-                None,
-            ),
-            Some(config) => (
-                Box::new(RedisRecords::new(config, kind)),
-                Some(FileRecords::new(
-                    folder.join(format!("{kind}.redis-cache.json")),
-                )),
-            ),
-        };
-        let withheld = redis.map(|_| FileRecords::new(withheld_path(folder, kind)));
+    pub fn open(kind: &'static str, home: Home<'_>, publish: Publish<R>) -> Replica<R> {
+        let store = home.store(kind);
+        let copies = home.keeps_copies();
+        let cache =
+            copies.then(|| FileRecords::new(home.folder.join(format!("{kind}.redis-cache.json"))));
+        let withheld = copies.then(|| FileRecords::new(withheld_path(home.folder, kind)));
         Replica {
             kind,
             store,
@@ -370,7 +353,7 @@ mod tests {
     }
 
     fn replica(folder: &Path, shared: &Losable) -> Replica<Override> {
-        let mut r = Replica::open("overrides", folder, None, Box::new(|_| {}));
+        let mut r = Replica::open("overrides", Home::folder(folder), Box::new(|_| {}));
         r.store = Box::new(Losable(shared.0.clone()));
         r.cache = Some(FileRecords::new(folder.join("overrides.redis-cache.json")));
         r.withheld = Some(FileRecords::new(withheld_path(folder, "overrides")));

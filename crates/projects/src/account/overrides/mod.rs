@@ -91,11 +91,10 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    /// Overrides kept in `folder` or on `redis`, published to `set` (what lookups read).
+    /// Overrides kept where `home` says, published to `set` (what lookups read).
     pub fn open(
         set: Arc<ArcSwap<OverrideSet>>,
-        folder: &std::path::Path,
-        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
+        home: drg_base::infra::records::Home<'_>,
         plans: BTreeMap<String, PlanConfig>,
     ) -> Overrides {
         let publish = Box::new(move |m: &drg_base::infra::records::Merged<Override>| {
@@ -105,7 +104,7 @@ impl Overrides {
             set.store(Arc::new(next));
         });
         Overrides {
-            replica: Arc::new(Replica::open(KIND, folder, redis, publish)),
+            replica: Arc::new(Replica::open(KIND, home, publish)),
             plans,
         }
     }

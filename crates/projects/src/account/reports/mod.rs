@@ -135,20 +135,19 @@ struct Body {
 }
 
 impl Reports {
-    /// Reports and decisions kept in `folder` or on `redis`; `accepted` gets the accepted
-    /// verdicts of each new set of decisions.
+    /// Reports and decisions kept where `home` says; `accepted` gets the accepted verdicts of
+    /// each new set of decisions.
     pub fn open(
         config: ReportsConfig,
         accepted: Arc<ArcSwap<Accepted>>,
-        folder: &std::path::Path,
-        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
+        home: drg_base::infra::records::Home<'_>,
     ) -> Reports {
         let publish = Box::new(move |m: &Merged<Decision>| {
             accepted.store(Arc::new(decisions::accepted(m.all())));
         });
         Reports {
-            replica: Arc::new(Replica::open(KIND, folder, redis, Box::new(|_| {}))),
-            decisions: Arc::new(Replica::open(decisions::KIND, folder, redis, publish)),
+            replica: Arc::new(Replica::open(KIND, home, Box::new(|_| {}))),
+            decisions: Arc::new(Replica::open(decisions::KIND, home, publish)),
             config,
         }
     }

@@ -256,7 +256,7 @@ mod tests {
             },
         )];
         Webhooks::new(
-            ProjectHooks::open(dir, None),
+            ProjectHooks::open(drg_base::infra::records::Home::folder(dir)),
             &WebhooksConfig::default(),
             plans.into(),
         )

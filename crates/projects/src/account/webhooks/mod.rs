@@ -78,14 +78,12 @@ pub struct ProjectHooks {
 }
 
 impl ProjectHooks {
-    /// Webhooks kept in `folder` (`webhooks.records.sqlite`) or on `redis` with a copy there.
-    pub fn open(
-        folder: &std::path::Path,
-        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
-    ) -> ProjectHooks {
+    /// Webhooks kept where `home` says (`webhooks.records.sqlite` in the state folder, Redis,
+    /// or the control store).
+    pub fn open(home: drg_base::infra::records::Home<'_>) -> ProjectHooks {
         let publish = Box::new(|_: &drg_base::infra::records::Merged<Hook>| {});
         ProjectHooks {
-            replica: Arc::new(Replica::open(KIND, folder, redis, publish)),
+            replica: Arc::new(Replica::open(KIND, home, publish)),
         }
     }
 
@@ -204,7 +202,7 @@ mod tests {
     #[tokio::test]
     async fn delivery_reads_the_projects_live_hooks_by_event() {
         let dir = tempfile::tempdir().unwrap();
-        let hooks = ProjectHooks::open(dir.path(), None);
+        let hooks = ProjectHooks::open(drg_base::infra::records::Home::folder(dir.path()));
         let r = hooks.replica().clone();
         for h in [
             hook("acme", "wh_2", &["verdict.changed"], false),

@@ -1,0 +1,197 @@
+//! A real PostgreSQL on a loopback port, owned by one test: a throwaway cluster (`initdb` in a
+//! temporary folder, Debian's `postgresql` package), started with `pg_ctl`, stopped with it when
+//! the test ends. As root (CI), the server runs as the `postgres` user the package made, since
+//! PostgreSQL refuses to run as root.
+//!
+//! A free port is picked and may be taken before the server binds it: a start that fails is
+//! retried on another port.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::common::free_port;
+
+/// Fresh ports tried before giving up on a start.
+const START_ATTEMPTS: usize = 5;
+
+pub struct Postgres {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+/// The newest installed server's programs (`/usr/lib/postgresql/<version>/bin`).
+fn bin_dir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL's server is installed (Debian's postgresql package; scripts/test)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("pg_ctl").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("a PostgreSQL server under /usr/lib/postgresql")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `program` with `args`, as the `postgres` user when this process is root.
+fn run(program: &Path, args: &[&str]) -> Output {
+    let mut cmd = if is_root() {
+        let runuser = ["/usr/sbin/runuser", "/sbin/runuser"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap_or("runuser");
+        let mut c = Command::new(runuser);
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    cmd.args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()))
+}
+
+impl Postgres {
+    /// A new cluster, started; user `drg`, no password (trust on loopback).
+    pub fn start() -> Postgres {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = bin_dir();
+        if is_root() {
+            let owner = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(owner.success(), "chown of the cluster's folder");
+        }
+        let data = dir.path().join("data");
+        let data_s = data.to_str().unwrap();
+        let out = run(
+            &bin.join("initdb"),
+            &[
+                "-D",
+                data_s,
+                "-U",
+                "drg",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut pg = Postgres { port: 0, dir, bin };
+        for _ in 0..START_ATTEMPTS {
+            pg.port = free_port();
+            if pg.launch() {
+                return pg;
+            }
+        }
+        panic!("PostgreSQL did not start: {}", pg.log());
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").to_str().unwrap().to_owned()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// Starts the server on `self.port`; whether it came up.
+    fn launch(&self) -> bool {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("log");
+        let out = run(
+            &self.bin.join("pg_ctl"),
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                log.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-w",
+                "-t",
+                "30",
+                "start",
+            ],
+        );
+        out.status.success()
+    }
+
+    /// `postgres://drg@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://drg@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Runs `sql` with `psql`, its output (tuples only, unaligned).
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-X",
+                "-q",
+                "-t",
+                "-A",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &self.url(),
+                "-c",
+                sql,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Stops the server (fast: open connections are ended).
+    pub fn stop(&self) {
+        run(
+            &self.bin.join("pg_ctl"),
+            &["-D", &self.data(), "-m", "fast", "-w", "stop"],
+        );
+    }
+
+    /// Starts it again on the same port (gateways know it).
+    pub fn restart(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.launch() {
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not start again: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        run(
+            &self.bin.join("pg_ctl"),
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The control store on PostgreSQL (`gateway.control`), against the real binary and a real
+//! PostgreSQL on loopback: two gateways on one database see each other's overrides and
+//! webhooks within a second; a plan's bound holds when both write at once; with the database
+//! stopped, lookups go on from the snapshot, writes answer `503` and none of them lands once it
+//! is back; a database restored from an older dump is served by both gateways, and neither puts
+//! back what the dump lacks.
+
+use crate::common;
+use crate::postgres::Postgres;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const ACME: &str = "drg_control_acme_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+/// Project `acme` on `team` (3 overrides at most), webhooks on, records on `pg`.
+fn builder(pg: &Postgres) -> GatewayBuilder {
+    Gateway::builder()
+        .plan_yaml(
+            "team",
+            "{ monthly_limit: 100000, max_overrides: 3, max_webhooks: 3 }",
+        )
+        .key_in_project("acme-server", ACME, "team", "acme")
+        .data("disposable.txt", "mailinator.com\n")
+        .gateway_yaml("webhooks: { allow_private: true }")
+        .gateway_yaml(&format!(
+            "control: {{ url: '{}', call_timeout_ms: 1000 }}",
+            pg.url()
+        ))
+}
+
+fn put(gw: &Gateway, domain: &str, verdict: &str) -> Response {
+    let body = json!({ "verdict": verdict }).to_string();
+    send(
+        gw,
+        "PUT",
+        &format!("/v1/overrides/{domain}"),
+        Some(ACME),
+        &[],
+        Some(body.as_bytes()),
+    )
+}
+
+fn delete(gw: &Gateway, domain: &str) -> Response {
+    send(
+        gw,
+        "DELETE",
+        &format!("/v1/overrides/{domain}"),
+        Some(ACME),
+        &[],
+        None,
+    )
+}
+
+/// The domains of the project's overrides in force on `gw`, sorted.
+fn overrides(gw: &Gateway) -> Vec<String> {
+    let r = send(gw, "GET", "/v1/overrides", Some(ACME), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut out: Vec<String> = r.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["domain"].as_str().unwrap().to_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+/// `reason` of `name` for the project.
+fn reason(gw: &Gateway, name: &str) -> String {
+    let r = gw
+        .conn_as(Some(ACME))
+        .get(&format!("/v1/public/domain/{name}"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["reason"].as_str().unwrap().to_owned()
+}
+
+/// How long until `gw` lists exactly `want` (at most 5 s).
+fn until_listed(gw: &Gateway, want: &[&str]) -> Duration {
+    let start = Instant::now();
+    wait_until(Duration::from_secs(5), || overrides(gw) == want);
+    assert_eq!(overrides(gw), want);
+    start.elapsed()
+}
+
+#[test]
+fn two_gateways_on_one_postgres_see_each_others_writes_within_a_second() {
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    assert_eq!(put(&a, "shop.example", "block").status, 201);
+    // In force at once where it was answered.
+    assert_eq!(reason(&a, "x.shop.example"), "disposable");
+    let seen = until_listed(&b, &["shop.example"]);
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
+    assert_eq!(reason(&b, "x.shop.example"), "disposable");
+    // A removal on B reaches A.
+    assert_eq!(delete(&b, "shop.example").status, 204);
+    let gone = until_listed(&a, &[]);
+    assert!(gone < Duration::from_secs(1), "{gone:?}");
+    assert_eq!(reason(&a, "x.shop.example"), "safe");
+    // A webhook made on A is listed on B.
+    let made = send(
+        &a,
+        "POST",
+        "/v1/webhooks",
+        Some(ACME),
+        &[],
+        Some(br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    wait_until(Duration::from_secs(1), || {
+        send(&b, "GET", "/v1/webhooks", Some(ACME), &[], None)
+            .text()
+            .contains(&id)
+    });
+    assert!(send(&b, "GET", "/v1/webhooks", Some(ACME), &[], None)
+        .text()
+        .contains(&id));
+    // The rows are the database's: one override row (a removal marker), one webhook.
+    assert_eq!(
+        pg.psql("SELECT kind || ':' || count(*) FROM drg_records GROUP BY kind ORDER BY kind"),
+        "overrides:1\nwebhooks:1"
+    );
+}
+
+#[test]
+fn the_plans_bound_holds_when_two_gateways_write_at_once() {
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let gw = if i % 2 == 0 { &a } else { &b };
+                s.spawn(move || put(gw, &format!("n{i}.example"), "block").status)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let made = statuses.iter().filter(|s| **s == 201).count();
+    let full = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((made, full), (3, 9), "{statuses:?}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_records WHERE kind = 'overrides' AND NOT removed"),
+        "3"
+    );
+    wait_until(Duration::from_secs(2), || {
+        overrides(&a).len() == 3 && overrides(&b).len() == 3
+    });
+    assert_eq!(overrides(&a), overrides(&b));
+}
+
+#[test]
+fn with_postgres_stopped_lookups_go_on_writes_answer_503_and_none_lands_later() {
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    assert_eq!(put(&a, "kept.example", "block").status, 201);
+    until_listed(&b, &["kept.example"]);
+    pg.stop();
+    // The snapshot answers.
+    for gw in [&a, &b] {
+        assert_eq!(reason(gw, "kept.example"), "disposable");
+        assert_eq!(overrides(gw), ["kept.example"]);
+    }
+    let refused = put(&a, "late.example", "block");
+    refused.assert_error(503, "service_unavailable");
+    delete(&b, "kept.example").assert_error(503, "service_unavailable");
+    pg.restart();
+    // Back: the refused writes never land, and a new one does.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for gw in [&a, &b] {
+        assert_eq!(overrides(gw), ["kept.example"]);
+    }
+    assert_eq!(
+        pg.psql("SELECT string_agg(key, ',') FROM drg_records WHERE kind = 'overrides'"),
+        "kept.example"
+    );
+    let again = put(&b, "after.example", "allow");
+    assert_eq!(again.status, 201, "{}", again.text());
+    until_listed(&a, &["after.example", "kept.example"]);
+}
+
+#[test]
+fn a_database_restored_from_an_older_dump_is_served_and_nothing_is_put_back() {
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    assert_eq!(put(&a, "old.example", "block").status, 201);
+    until_listed(&b, &["old.example"]);
+    // The backup: the records and the revisions as they are now.
+    pg.psql("CREATE TABLE backup_records AS SELECT * FROM drg_records");
+    pg.psql("CREATE TABLE backup_revision AS SELECT * FROM drg_revision");
+    assert_eq!(put(&b, "new.example", "block").status, 201);
+    assert_eq!(delete(&a, "old.example").status, 204);
+    until_listed(&a, &["new.example"]);
+    until_listed(&b, &["new.example"]);
+    // Restored: both gateways serve the older state within seconds.
+    pg.psql(
+        "BEGIN; DELETE FROM drg_records; INSERT INTO drg_records SELECT * FROM backup_records; \
+         DELETE FROM drg_revision; INSERT INTO drg_revision SELECT * FROM backup_revision; COMMIT",
+    );
+    let restored = until_listed(&a, &["old.example"]);
+    until_listed(&b, &["old.example"]);
+    assert!(restored < Duration::from_secs(3), "{restored:?}");
+    assert_eq!(reason(&b, "new.example"), "safe");
+    // Neither gateway writes back what the dump lacks: still the dump's, polls later.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        pg.psql(
+            "SELECT string_agg(key, ',' ORDER BY key) FROM drg_records WHERE kind = 'overrides'"
+        ),
+        "old.example"
+    );
+    for gw in [&a, &b] {
+        assert_eq!(overrides(gw), ["old.example"]);
+        assert!(gw.log().contains("revision went back"), "{}", gw.log());
+    }
+}
