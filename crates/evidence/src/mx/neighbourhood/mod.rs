@@ -81,6 +81,16 @@ struct Holding {
     adopted: bool,
 }
 
+/// What this index says of a name (see [`Neighbourhood::scoped`]).
+struct Scoped {
+    /// The finding, and whether it is every project's (`false`: an untrusted project's own).
+    finding: Option<(Finding, bool)>,
+    /// It is a verdict held here.
+    held: bool,
+    /// A verdict this gateway reached was dropped now.
+    dropped: bool,
+}
+
 /// How long a verdict another gateway holds is answered from here before Redis is asked again:
 /// the most two gateways can disagree after the one that reached it gave it up.
 const ADOPTED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
@@ -137,6 +147,12 @@ impl Neighbourhood {
         let _ = self.shared_holds.set(holds);
     }
 
+    /// Whether verdicts are agreed with other gateways ([`Self::agreed_finding`]); without,
+    /// [`Self::finding`] is the same answer, with no future to poll.
+    pub fn shares_holds(&self) -> bool {
+        self.shared_holds.get().is_some()
+    }
+
     /// Tells the index where projects' plans are found (once; later calls are ignored).
     pub fn set_plan_of(&self, plan_of: PlanOf) {
         let _ = self.plan_of.set(plan_of);
@@ -170,19 +186,31 @@ impl Neighbourhood {
     /// [`finding`](Self::finding), with whose verdict it is: every project's (`true`), or an
     /// untrusted project's own.
     fn scoped_finding(&self, name: &DomainName, project: &str) -> Option<(Finding, bool)> {
-        self.scoped(name, project).0
+        self.scoped(name, project).finding
     }
 
-    /// [`scoped_finding`](Self::scoped_finding), and whether a verdict this gateway reached was
-    /// dropped now (its key went well past the hold's margin: the shared hold is given up).
-    fn scoped(&self, name: &DomainName, project: &str) -> (Option<(Finding, bool)>, bool) {
-        let Some(domain) = name.registrable() else {
-            return (None, false);
+    /// [`scoped_finding`](Self::scoped_finding), whether it is a verdict held here, and whether
+    /// a verdict this gateway reached was dropped now (its key went well past the hold's
+    /// margin: the shared hold is given up).
+    fn scoped(&self, name: &DomainName, project: &str) -> Scoped {
+        let mut out = Scoped {
+            finding: None,
+            held: false,
+            dropped: false,
         };
+        let Some(domain) = name.registrable() else {
+            return out;
+        };
+        // Most names asked (a company's own hosts, a shared host with no throwaway on it) have
+        // no listed neighbour: no key can judge them and no verdict held here can stand
+        // (`holds` wants `min_listed` listed ones), so nothing else is looked at. With shared
+        // holds a verdict held here may still have to be given up on Redis: the full path.
+        if self.shared_holds.get().is_none() && !self.read().near_listed(domain) {
+            return out;
+        }
         let id = project_id(project);
         let own = (!self.trusts(project)).then_some(id);
         let hold = self.config.verdict_hold;
-        let mut dropped = false;
         if !hold.is_zero() {
             // Every project's verdict first: what the lists and trusted projects taught.
             for scope in [None, own].into_iter().take(1 + usize::from(own.is_some())) {
@@ -190,9 +218,11 @@ impl Neighbourhood {
                 if let Some(h) = self.held.get(&held_key) {
                     let live = h.until > Instant::now();
                     if live && (h.adopted || self.read().holds(domain, &h.finding, id)) {
-                        return (Some((h.finding, scope.is_none())), false);
+                        out.finding = Some((h.finding, scope.is_none()));
+                        out.held = true;
+                        return out;
                     }
-                    dropped |= live && !h.adopted && scope.is_none();
+                    out.dropped |= live && !h.adopted && scope.is_none();
                     self.held.remove(&held_key);
                 }
             }
@@ -207,7 +237,7 @@ impl Neighbourhood {
             (shared.is_some(), finding)
         };
         let Some(mut finding) = finding else {
-            return (None, dropped);
+            return out;
         };
         if !hold.is_zero() {
             finding.since = Some(drg_base::infra::units::now_rfc3339());
@@ -220,7 +250,8 @@ impl Neighbourhood {
             };
             self.held.insert(held_key, holding);
         }
-        (Some((finding, shared)), dropped)
+        out.finding = Some((finding, shared));
+        out
     }
 
     /// [`finding`](Self::finding), agreed with the other gateways on the shared Redis: a
@@ -229,7 +260,11 @@ impl Neighbourhood {
     /// counts moved since the verdict). One verdict for a name on every gateway, as on one
     /// (`holds.rs`). Redis failing answers from this index alone.
     pub async fn agreed_finding(&self, name: &DomainName, project: &str) -> Option<Finding> {
-        let (local, dropped) = self.scoped(name, project);
+        let Scoped {
+            finding: local,
+            held,
+            dropped,
+        } = self.scoped(name, project);
         let hold = self.config.verdict_hold;
         let (Some(shared), Some(domain)) = (self.shared_holds.get(), name.registrable()) else {
             return local.map(|(f, _)| f);
@@ -243,7 +278,9 @@ impl Neighbourhood {
             }
         }
         let answer = match &local {
-            // An untrusted project's verdict on its own teaching stays its own.
+            // Held here (claimed by this gateway, or another's answered for a second), or an
+            // untrusted project's verdict on its own teaching: no round trip.
+            Some((finding, _)) if held => return Some(finding.clone()),
             Some((finding, false)) => return Some(finding.clone()),
             // Claimed: this one, or the verdict another gateway reached first.
             Some((finding, true)) => shared.claim(domain, finding, hold).await.map(Some),

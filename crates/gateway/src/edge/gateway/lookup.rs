@@ -359,7 +359,11 @@ impl Gateway {
             return (None, None);
         };
         let evidence = mx.evidence(name.as_str(), project).await.0;
-        let finding = self.finding(name, &evidence, project).await;
+        let finding = if self.agrees() {
+            self.finding(name, &evidence, project).await
+        } else {
+            self.local_finding(name, &evidence, project)
+        };
         (Some(evidence), finding)
     }
 
@@ -405,7 +409,11 @@ impl Gateway {
             .evidence_within(name.as_str(), mx.budget(), project)
             .await
             .0;
-        let finding = self.finding(name, &evidence, project).await;
+        let finding = if self.agrees() {
+            self.finding(name, &evidence, project).await
+        } else {
+            self.local_finding(name, &evidence, project)
+        };
         (Some(evidence), finding)
     }
 
@@ -454,7 +462,8 @@ impl Gateway {
     }
 
     /// What the neighbourhood index finds for a name whose MX hosts are known, for
-    /// `project`'s answer: agreed with the other gateways on a shared Redis (one verdict).
+    /// `project`'s answer: agreed with the other gateways on a shared Redis (one verdict),
+    /// else this index's alone (no future to poll on the usual path).
     async fn finding(
         &self,
         name: &DomainName,
@@ -463,6 +472,25 @@ impl Gateway {
     ) -> Option<Finding> {
         match (evidence, self.neighbourhood()) {
             (MxEvidence::Hosts(_), Some(nb)) => nb.agreed_finding(name, project).await,
+            _ => None,
+        }
+    }
+
+    /// Whether [`Self::finding`] may have to ask the other gateways (else
+    /// [`Self::local_finding`] answers the same).
+    fn agrees(&self) -> bool {
+        self.neighbourhood().is_some_and(|nb| nb.shares_holds())
+    }
+
+    /// This index's finding for a name whose MX hosts are known.
+    fn local_finding(
+        &self,
+        name: &DomainName,
+        evidence: &MxEvidence,
+        project: &str,
+    ) -> Option<Finding> {
+        match (evidence, self.neighbourhood()) {
+            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name, project),
             _ => None,
         }
     }
