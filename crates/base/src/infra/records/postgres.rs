@@ -45,15 +45,7 @@ impl<R: Record> PgRecords<R> {
             .bind(self.kind)
             .execute(&mut *tx)
             .await?;
-        let held: Option<String> = sqlx::query_scalar(
-            "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
-        )
-        .bind(self.kind)
-        .bind(record.project())
-        .bind(record.key())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let held: Option<R> = held.and_then(|b| serde_json::from_str(&b).ok());
+        let held = held_row(&mut tx, self.kind, record).await?;
         if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
             return Ok(Put::Stale);
         }
@@ -120,15 +112,7 @@ impl<R: Record> PgRecords<R> {
         let pool = self.control.pool().await?;
         let mut tx = pool.begin().await?;
         for r in records {
-            let held: Option<String> = sqlx::query_scalar(
-                "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
-            )
-            .bind(self.kind)
-            .bind(r.project())
-            .bind(r.key())
-            .fetch_optional(&mut *tx)
-            .await?;
-            let held: Option<R> = held.and_then(|b| serde_json::from_str(&b).ok());
+            let held = held_row(&mut tx, self.kind, r).await?;
             if held.is_none_or(|h| r.newer_than(&h)) {
                 upsert(&mut tx, self.kind, r).await?;
             }
@@ -143,6 +127,24 @@ impl<R: Record> PgRecords<R> {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// The row held for `record`'s project and key, if one is and reads (another release's row
+/// that does not is as none).
+async fn held_row<R: Record>(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    kind: &str,
+    record: &R,
+) -> Result<Option<R>, ControlError> {
+    let body: Option<String> = sqlx::query_scalar(
+        "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
+    )
+    .bind(kind)
+    .bind(record.project())
+    .bind(record.key())
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
 }
 
 /// Writes `record`'s row.

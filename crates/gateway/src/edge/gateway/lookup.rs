@@ -462,22 +462,18 @@ impl Gateway {
     }
 
     /// What the neighbourhood index finds for a name whose MX hosts are known, for
-    /// `project`'s answer: agreed with the other gateways on a shared Redis (one verdict),
-    /// else this index's alone (no future to poll on the usual path).
+    /// `project`'s answer: agreed with the other gateways on a shared Redis (one verdict).
     async fn finding(
         &self,
         name: &DomainName,
         evidence: &MxEvidence,
         project: &str,
     ) -> Option<Finding> {
-        match (evidence, self.neighbourhood()) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.agreed_finding(name, project).await,
-            _ => None,
-        }
+        self.judging(evidence)?.agreed_finding(name, project).await
     }
 
     /// Whether [`Self::finding`] may have to ask the other gateways (else
-    /// [`Self::local_finding`] answers the same).
+    /// [`Self::local_finding`] answers the same, with no future to poll).
     fn agrees(&self) -> bool {
         self.neighbourhood().is_some_and(|nb| nb.shares_holds())
     }
@@ -489,10 +485,14 @@ impl Gateway {
         evidence: &MxEvidence,
         project: &str,
     ) -> Option<Finding> {
-        match (evidence, self.neighbourhood()) {
-            (MxEvidence::Hosts(_), Some(nb)) => nb.finding(name, project),
-            _ => None,
-        }
+        self.judging(evidence)?.finding(name, project)
+    }
+
+    /// The neighbourhood index, when `evidence` names hosts it could judge by.
+    fn judging(&self, evidence: &MxEvidence) -> Option<&Arc<Neighbourhood>> {
+        matches!(evidence, MxEvidence::Hosts(_))
+            .then(|| self.neighbourhood())
+            .flatten()
     }
 }
 
