@@ -342,18 +342,30 @@ fn a_restart_keeps_what_was_learned() {
     );
 }
 
+/// Two gateways of world `w` on one Redis, exchanging what they learn every `share_ms`.
+fn two_on_redis(
+    w: &World,
+    dns: &DnsServer,
+    redis: &RedisServer,
+    share_ms: u64,
+) -> (Gateway, Gateway) {
+    let start = || {
+        builder(w, dns)
+            .redis(&redis.url(), "fail_open")
+            .mx_yaml(&format!(
+                "neighbourhood: {{ share_interval_ms: {share_ms} }}"
+            ))
+            .start()
+    };
+    (start(), start())
+}
+
 #[test]
 fn two_gateways_on_one_redis_learn_together() {
     let redis = RedisServer::start(false);
     let w = world();
     let dns = w.dns();
-    let start = || {
-        builder(&w, &dns)
-            .redis(&redis.url(), "fail_open")
-            .mx_yaml("neighbourhood: { share_interval_ms: 100 }")
-            .start()
-    };
-    let (a, b) = (start(), start());
+    let (a, b) = two_on_redis(&w, &dns, &redis, 100);
     // Only A sees the traffic; B learns it through Redis.
     teach(&a, &w);
     let all = (w.history.len() + w.listed.len()) as f64;
@@ -866,13 +878,7 @@ fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
     let redis = RedisServer::start(false);
     let w = world();
     let dns = w.dns();
-    let start = || {
-        builder(&w, &dns)
-            .redis(&redis.url(), "fail_open")
-            .mx_yaml("neighbourhood: { share_interval_ms: 60000 }")
-            .start()
-    };
-    let (a, b) = (start(), start());
+    let (a, b) = two_on_redis(&w, &dns, &redis, 60_000);
     teach(&a, &w);
     for (d, kind, key) in &w.unlisted_throwaway {
         let on_a = record(&a, d);
