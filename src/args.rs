@@ -72,10 +72,15 @@ pub enum Command {
     /// the gateways reload it) or reject one.
     #[command(subcommand)]
     Reports(ReportsCommand),
-    /// Put back into the shared Redis what this gateway withheld when it found the store lost
-    /// while its copy was not in step with it (it was stopped or cut off): run it once every
-    /// gateway has started again, so that every removal made meanwhile is in the store first.
+    /// Put back into the shared Redis the API-made keys this gateway withheld when it found the
+    /// store lost while its copy was not in step with it (it was stopped or cut off): run it
+    /// once every gateway has started again, so that every revocation made meanwhile is in the
+    /// store first.
     RestoreWithheld,
+    /// Move what an earlier release kept of the projects' overrides, webhooks, reports and
+    /// accepted verdicts (the state folder's files, the shared Redis) into the control store,
+    /// once, and tell what moved. Run it with the gateways' configuration.
+    Migrate,
 }
 
 #[derive(Subcommand)]

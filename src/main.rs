@@ -75,6 +75,7 @@ fn main() -> ExitCode {
             cli::reports(&cli.conf, action).map(Some)
         }
         Command::RestoreWithheld => cli::restore_withheld(&cli.conf).map(Some),
+        Command::Migrate => cli::migrate(&cli.conf).map(Some),
     };
     match result {
         Ok(output) => {

@@ -7,6 +7,7 @@
 //! store away is `503`).
 
 use crate::common;
+use crate::postgres::Postgres;
 use crate::redis_server::RedisServer;
 use crate::webhook::Receiver;
 
@@ -162,11 +163,22 @@ fn writes(gw: &Gateway, receiver: &str, i: usize) -> [Response; 4] {
     ]
 }
 
+/// PostgreSQL frozen (`SIGSTOP`) with writes in flight: every one answers `503`, and once it
+/// resumes and runs what it was sent, `COMMIT`s included, none takes effect (each carries a
+/// deadline its `COMMIT` checks on the database's clock).
 #[test]
-fn a_503_while_redis_is_paused_never_takes_effect_later() {
+fn a_503_while_postgres_is_paused_never_takes_effect_later() {
     let redis = RedisServer::start(false);
+    let pg = Postgres::start();
     let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
-    let on_redis = || builder().redis(&redis.url(), "fail_open");
+    let on_redis = || {
+        builder()
+            .redis(&redis.url(), "fail_open")
+            .gateway_yaml(&format!(
+                "control: {{ url: '{}', call_timeout_ms: 1000 }}",
+                pg.url()
+            ))
+    };
     let (a, b) = (on_redis().start(), on_redis().start());
     let kept = json_send(
         &a,
@@ -181,14 +193,14 @@ fn a_503_while_redis_is_paused_never_takes_effect_later() {
         .unwrap()
         .len();
     assert_eq!(trail_before, 1);
-    // The other gateway holds it too before Redis stops.
+    // The other gateway holds it too before the database stops.
     wait_until(Duration::from_secs(5), || {
         bare(&b, "GET", "/v1/overrides", ACME).json()["items"]
             .as_array()
             .is_some_and(|i| i.len() == 1)
     });
 
-    redis.pause();
+    pg.pause();
     // 50 rounds of the four writes, 200 in all, at once from both gateways.
     let answers: Vec<u16> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..50)
@@ -202,13 +214,13 @@ fn a_503_while_redis_is_paused_never_takes_effect_later() {
             .flat_map(|h| h.join().unwrap())
             .collect()
     });
-    redis.resume();
+    pg.resume();
     assert_eq!(answers.len(), 200);
     assert!(
         answers.iter().all(|s| *s == 503),
-        "every write answered 503 while Redis was paused: {answers:?}"
+        "every write answered 503 while PostgreSQL was paused: {answers:?}"
     );
-    // Whatever Redis still held in its sockets has run by now; the gateways have polled.
+    // Whatever the server still held in its sockets has run by now; the gateways have polled.
     std::thread::sleep(Duration::from_secs(2));
     for gw in [&a, &b] {
         let overrides = bare(gw, "GET", "/v1/overrides", ACME).json();
@@ -234,7 +246,7 @@ fn a_503_while_redis_is_paused_never_takes_effect_later() {
             "the trail holds what took effect: {trail}"
         );
     }
-    // Redis back: writes take effect again.
+    // The database back: writes take effect again.
     let r = json_send(
         &b,
         "PUT",

@@ -3,10 +3,13 @@
 //! webhooks within a second; a plan's bound holds when both write at once; with the database
 //! stopped, lookups go on from the snapshot, writes answer `503` and none of them lands once it
 //! is back; a database restored from an older dump is served by both gateways, and neither puts
-//! back what the dump lacks.
+//! back what the dump lacks, and `/readyz` says the revision went back. `migrate` moves an
+//! earlier release's records (the state folder's SQLite file, the shared Redis's rows) into the
+//! control store once, on either engine.
 
 use crate::common;
 use crate::postgres::Postgres;
+use crate::redis_server::RedisServer;
 
 use std::time::{Duration, Instant};
 
@@ -120,10 +123,10 @@ fn two_gateways_on_one_postgres_see_each_others_writes_within_a_second() {
     assert!(send(&b, "GET", "/v1/webhooks", Some(ACME), &[], None)
         .text()
         .contains(&id));
-    // The rows are the database's: one override row (a removal marker), one webhook.
+    // The rows are the database's: the removed override left none, one webhook.
     assert_eq!(
         pg.psql("SELECT kind || ':' || count(*) FROM drg_records GROUP BY kind ORDER BY kind"),
-        "overrides:1\nwebhooks:1"
+        "webhooks:1"
     );
 }
 
@@ -216,5 +219,144 @@ fn a_database_restored_from_an_older_dump_is_served_and_nothing_is_put_back() {
     for gw in [&a, &b] {
         assert_eq!(overrides(gw), ["old.example"]);
         assert!(gw.log().contains("revision went back"), "{}", gw.log());
+        let told = gw.admin_get("/readyz").json()["control_store"].clone();
+        assert_eq!(told["engine"], "postgres", "{told}");
+        let back = &told["went_back"][0];
+        assert_eq!(back["kind"], "overrides", "{told}");
+        assert!(back["to"].as_i64() < back["from"].as_i64(), "{told}");
     }
+}
+
+/// A write whose server stalled past its deadline (a `SIGSTOP` between its statements and its
+/// `COMMIT`, here a sleep) is refused at the `COMMIT` itself: nothing lands, the revision stays.
+#[test]
+fn a_commit_past_the_writes_deadline_is_refused_by_the_database() {
+    let pg = Postgres::start();
+    let gw = builder(&pg).start();
+    assert_eq!(put(&gw, "first.example", "block").status, 201);
+    let revision = || pg.psql("SELECT n FROM drg_revision WHERE kind = 'overrides'");
+    let before = revision();
+    let late = pg.try_psql(
+        "BEGIN;
+         SELECT set_config('drg.deadline', (clock_timestamp() + interval '50 ms')::text, true);
+         UPDATE drg_revision SET n = n + 1 WHERE kind = 'overrides';
+         DELETE FROM drg_records WHERE key = 'first.example';
+         SELECT pg_sleep(0.3);
+         COMMIT;",
+    );
+    let said = late.expect_err("the commit is refused");
+    assert!(said.contains("deadline passed before its commit"), "{said}");
+    assert_eq!(revision(), before);
+    assert_eq!(overrides(&gw), ["first.example"]);
+    // In time, the same commits.
+    pg.psql(
+        "BEGIN;
+         SELECT set_config('drg.deadline', (clock_timestamp() + interval '5 s')::text, true);
+         UPDATE drg_revision SET n = n + 1 WHERE kind = 'overrides';
+         COMMIT;",
+    );
+    assert_ne!(revision(), before);
+}
+
+/// An override an earlier release kept, as its JSON.
+fn earlier(domain: &str, stamp: u64, removed: bool) -> String {
+    json!({
+        "project": "acme", "domain": domain, "verdict": "block", "note": "",
+        "set_by": "acme-server", "set_at": 1, "stamp": stamp, "removed": removed,
+    })
+    .to_string()
+}
+
+/// `migrate` with `gw`'s configuration (the gateway stopped, its folder kept in `dir`).
+fn migrate(dir: &tempfile::TempDir) -> String {
+    let conf = dir.path().join("gateway.yaml");
+    run_ok(&["-c", conf.to_str().unwrap(), "migrate"])
+}
+
+#[test]
+fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
+    let plain = || {
+        Gateway::builder()
+            .plan_yaml("team", "{ monthly_limit: 100000, max_overrides: 3 }")
+            .key_in_project("acme-server", ACME, "team", "acme")
+            .data("disposable.txt", "mailinator.com\n")
+    };
+    let dir = plain().start().stop();
+    // What an earlier release kept in the state folder: a SQLite file of rows.
+    let file = dir.path().join("state/overrides.records.sqlite");
+    let old = rusqlite::Connection::open(&file).unwrap();
+    old.execute_batch(
+        "CREATE TABLE records (project TEXT NOT NULL, key TEXT NOT NULL, stamp INTEGER NOT NULL,
+           removed INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (project, key))",
+    )
+    .unwrap();
+    for (name, removed) in [("old.example", false), ("gone.example", true)] {
+        old.execute(
+            "INSERT INTO records VALUES ('acme', ?1, 5, ?2, ?3)",
+            rusqlite::params![name, removed, earlier(name, 5, removed)],
+        )
+        .unwrap();
+    }
+    drop(old);
+    // Not served until moved, and the log says how.
+    let gw = plain().in_dir(dir).start();
+    assert_eq!(reason(&gw, "old.example"), "safe");
+    assert!(
+        gw.log().contains("run `domain-risk-gateway migrate`"),
+        "{}",
+        gw.log()
+    );
+    let dir = gw.stop();
+    let said = migrate(&dir);
+    assert!(said.contains("SQLite"), "{said}");
+    // The removal removes nothing the store holds.
+    assert!(said.contains("overrides: 2 found, 1 taken"), "{said}");
+    assert!(!file.exists() && file.with_extension("sqlite.migrated").exists());
+    let gw = plain().in_dir(dir).start();
+    assert_eq!(reason(&gw, "x.old.example"), "disposable");
+    assert_eq!(overrides(&gw), ["old.example"]);
+    assert_eq!(
+        gw.admin_get("/readyz").json()["control_store"]["engine"],
+        "sqlite"
+    );
+    assert!(!gw.log().contains("migrate"), "{}", gw.log());
+    // A second run finds nothing and moves nothing.
+    let dir = gw.stop();
+    let said = migrate(&dir);
+    assert!(
+        said.contains("overrides: 0 found, 0 taken (nothing new found)"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_redis_deployments_records_move_into_postgres_once() {
+    let redis = RedisServer::start(false);
+    let pg = Postgres::start();
+    let mut c = redis.client().get_connection().unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("drg:{overrides}:rows")
+        .arg("acme\nredis.example")
+        .arg(earlier("redis.example", 7, false))
+        .query(&mut c)
+        .unwrap();
+    let gw = builder(&pg).redis(&redis.url(), "fail_open").start();
+    assert_eq!(reason(&gw, "redis.example"), "safe");
+    let said = migrate(&gw.dir);
+    assert!(said.contains("PostgreSQL"), "{said}");
+    assert!(
+        said.contains("overrides: 1 found, 1 taken (from redis drg:{overrides}:rows)"),
+        "{said}"
+    );
+    until_listed(&gw, &["redis.example"]);
+    assert_eq!(reason(&gw, "redis.example"), "disposable");
+    // Removed since: a second run takes the source no more, and the removal stands.
+    assert_eq!(delete(&gw, "redis.example").status, 204);
+    let again = migrate(&gw.dir);
+    assert!(
+        again.contains("taken by an earlier run: redis drg:{overrides}:rows"),
+        "{again}"
+    );
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(overrides(&gw), Vec::<String>::new());
 }

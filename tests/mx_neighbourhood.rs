@@ -709,18 +709,20 @@ fn reason_for(gw: &Gateway, secret: &str, name: &str) -> String {
 /// Open `safe` reports change no answer, however many projects file them (accounts are free
 /// to make): a throwaway three projects reported, and another on its host nobody reported,
 /// stay `disposable` for a fourth; a rejected report leaves no trace. Once the operator
-/// accepts, the verdict is in the shared store and every gateway on it answers `safe` to
+/// accepts, the verdict is in the control store and every gateway on it answers `safe` to
 /// every project, whatever its data folder; accepting again is harmless (issue 77).
 #[test]
 fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
     const THIRD: &str = "drg_third_project_key_0123456789abcdefghijklm";
     const FOURTH: &str = "drg_fourth_project_key_0123456789abcdefghijk";
     let redis = RedisServer::start(false);
+    let pg = crate::postgres::Postgres::start();
     let w = world();
     let dns = w.dns();
     let start = || {
         builder(&w, &dns)
             .redis(&redis.url(), "fail_open")
+            .gateway_yaml(&format!("control: {{ url: '{}' }}", pg.url()))
             .key_in_project("third", THIRD, "test", "third")
             .key_in_project("fourth", FOURTH, "test", "fourth")
             .start()
@@ -754,8 +756,11 @@ fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
         // The unreported one on the same host is still caught.
         assert_eq!(reason_for(gw, FOURTH, other), "disposable");
     }
-    // A's data folder has the allowlist entry too; B's answers from the shared store alone.
-    assert_eq!(record(&a, name)["evidence"]["rule"], "allowlist");
+    // A's data folder has the allowlist entry too (read at its next reload, which may come
+    // after the store's poll); B's answers from the control store alone.
+    wait_until(Duration::from_secs(10), || {
+        record(&a, name)["evidence"]["rule"] == "allowlist"
+    });
     let r = record(&b, name);
     assert_eq!(r["evidence"]["reported_safe_by"], 2, "{r}");
     let (ok, out) = reports_cli(&a, &["accept", &ids[2]]);

@@ -3,11 +3,12 @@
 //! URLs are checked (private and loopback only with `allow_private`, link-local never; the
 //! gateway's own listener and backends answered as any other address, refused when a message is
 //! sent); server keys only, per project, bounded by the plan, audited,
-//! not counted; off (404, `features.webhooks` false) unless `gateway.webhooks` is set. On Redis
-//! with two gateways: one made on one is listed on the other within a second, and a `FLUSHALL`
-//! loses none (the gateways put them back).
+//! not counted; off (404, `features.webhooks` false) unless `gateway.webhooks` is set. Two
+//! gateways on one PostgreSQL control store: one made on one is listed on the other within a
+//! second, and a `FLUSHALL` of their Redis changes none.
 
 use crate::common;
+use crate::postgres::Postgres;
 use crate::redis_server::RedisServer;
 
 use std::time::{Duration, Instant};
@@ -367,9 +368,14 @@ fn off_unless_configured_the_routes_answer_404() {
 }
 
 #[test]
-fn on_redis_a_webhook_reaches_the_other_gateway_within_a_second_and_outlives_a_flush() {
+fn on_postgres_a_webhook_reaches_the_other_gateway_within_a_second_and_redis_holds_none() {
     let redis = RedisServer::start(false);
-    let on_redis = || builder("{}").redis(&redis.url(), "fail_open");
+    let pg = Postgres::start();
+    let on_redis = || {
+        builder("{}")
+            .redis(&redis.url(), "fail_open")
+            .gateway_yaml(&format!("control: {{ url: '{}' }}", pg.url()))
+    };
     let (a, b) = (on_redis().start(), on_redis().start());
     assert!(listed(&b, ACME).is_empty());
     let r = create(&a, ACME, hook("https://a.example/h", &["quota.threshold"]));
@@ -399,23 +405,21 @@ fn on_redis_a_webhook_reaches_the_other_gateway_within_a_second_and_outlives_a_f
     create(&b, ACME, hook("https://d.example/", &["verdict.changed"]))
         .assert_error(409, "conflict");
 
-    // Redis loses everything: the gateways put the webhooks back, and a gateway started after
-    // the flush (with its own, empty state folder) gets them from Redis.
+    // Redis holds counts only: losing everything there changes no webhook, and a gateway
+    // started after the flush (with its own, empty state folder) reads them from PostgreSQL.
     let mut c = redis.client().get_connection().unwrap();
+    let rows: i64 = redis::cmd("EXISTS")
+        .arg("drg:{webhooks}:rows")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(rows, 0, "no webhook on Redis");
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
-    wait_until(Duration::from_secs(10), || {
-        let rows: i64 = redis::cmd("HLEN")
-            .arg("drg:{webhooks}:rows")
-            .query(&mut c)
-            .unwrap();
-        rows == 3
-    });
     let fresh = on_redis().start();
     wait_until(Duration::from_secs(5), || listed(&fresh, ACME).len() == 3);
     for id in [&first, &second] {
         assert!(listed(&fresh, ACME).contains(id), "{id}");
     }
-    // A removal after the flush is not undone by what the others held.
+    // A removal on the new gateway reaches the others and stays.
     assert_eq!(delete(&fresh, ACME, &first).status, 204);
     wait_until(Duration::from_secs(5), || {
         [&a, &b].iter().all(|g| !listed(g, ACME).contains(&first))

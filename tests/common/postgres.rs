@@ -142,6 +142,12 @@ impl Postgres {
 
     /// Runs `sql` with `psql`, its output (tuples only, unaligned).
     pub fn psql(&self, sql: &str) -> String {
+        self.try_psql(sql)
+            .unwrap_or_else(|e| panic!("psql {sql}: {e}"))
+    }
+
+    /// Runs `sql` with `psql`: its output, or what it said on failing.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))
             .args([
                 "-X",
@@ -157,12 +163,10 @@ impl Postgres {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
     /// Stops the server (fast: open connections are ended).
@@ -171,6 +175,44 @@ impl Postgres {
             &self.bin.join("pg_ctl"),
             &["-D", &self.data(), "-m", "fast", "-w", "stop"],
         );
+    }
+
+    /// Freezes the server (`SIGSTOP` to the postmaster and every backend), as a VM paused or
+    /// a process descheduled mid-write: connections stay open, statements sent wait.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused server go on with what it was sent.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// `signal` to the postmaster and its children.
+    fn signal(&self, signal: libc::c_int) {
+        let pid_file = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))
+            .expect("the server is running");
+        let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`: the parent follows the state, after the last ')'.
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        for pid in pids {
+            // SAFETY: a plain kill(2); the processes are this test's server's.
+            unsafe { libc::kill(pid, signal) };
+        }
     }
 
     /// Starts it again on the same port (gateways know it).

@@ -98,7 +98,7 @@ pub struct GatewayConfig {
     pub webhooks: Option<drg_projects::account::webhooks::WebhooksConfig>,
     /// The control store on PostgreSQL (absent: the records a project creates are kept as the
     /// quota store's: the state folder, or Redis with a copy there).
-    pub control: Option<drg_base::infra::control::ControlConfig>,
+    pub control: Option<drg_base::infra::control::config::ControlConfig>,
 }
 
 impl Default for GatewayConfig {

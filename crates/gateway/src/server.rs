@@ -91,14 +91,30 @@ fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
     }
 }
 
-/// The shared store's cache and pending revocations files, beside the managed file.
+/// Each kind of record's report of a revision gone back, for the admin `/readyz`.
+fn went_back(parts: &Parts, shared: &Shared) -> Vec<crate::edge::admin::WentBackOf> {
+    let (o, r, d) = (
+        parts.overrides.snapshot.clone(),
+        parts.reports.snapshot.clone(),
+        parts.reports.decisions.clone(),
+    );
+    let mut out: Vec<crate::edge::admin::WentBackOf> = vec![
+        Box::new(move || o.went_back()),
+        Box::new(move || r.went_back()),
+        Box::new(move || d.went_back()),
+    ];
+    if let Some(hooks) = shared.webhooks.as_ref().map(|h| h.snapshot().clone()) {
+        out.push(Box::new(move || hooks.went_back()));
+    }
+    out
+}
+
 /// Where copies withheld after a loss of the shared store may be (none without it).
 fn withheld_paths(gateway: &GatewayConfig) -> Vec<std::path::PathBuf> {
     if gateway.quota.store != QuotaStoreKind::Redis {
         return Vec::new();
     }
-    let folder = (gateway.quota.state_file.parent()).unwrap_or(std::path::Path::new("."));
-    drg_projects::account::withheld::paths(folder, &shared_paths(gateway).0)
+    drg_projects::account::withheld::paths(&shared_paths(gateway).0)
 }
 
 fn shared_paths(gateway: &GatewayConfig) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -230,6 +246,7 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
             keys_api: Some(parts.keys_api.clone()),
             reports: Some(parts.reports.clone()),
             withheld: withheld_paths(gateway),
+            went_back: went_back(&parts, &shared),
         };
         admin_service(admin, listen)
     });
@@ -428,7 +445,7 @@ fn shared_state(
             drg_domain::overrides::OverrideSet::default(),
         )),
         accepted: Arc::default(),
-        webhooks: project_hooks(gateway, control.as_ref()),
+        webhooks: project_hooks(gateway, &control),
         control,
     };
     if let Some(nb) = shared.mx.as_ref().and_then(|mx| mx.neighbourhood()) {
@@ -596,8 +613,7 @@ fn home(gateway: &GatewayConfig) -> Home<'_> {
     }
 }
 
-/// `/v1/overrides` and `/v1/reports`: kept in the state folder, or on the quota's Redis with a
-/// copy there.
+/// `/v1/overrides` and `/v1/reports`, kept in the control store.
 fn project_records(
     gateway: &GatewayConfig,
     shared: &Shared,
@@ -605,16 +621,16 @@ fn project_records(
     Arc<drg_projects::account::overrides::Overrides>,
     Arc<drg_projects::account::reports::Reports>,
 ) {
-    let home = records_home(gateway, shared.control.as_ref());
+    let control = &shared.control;
     let overrides = drg_projects::account::overrides::Overrides::open(
         shared.overrides.clone(),
-        home,
+        control,
         gateway.access.plans.clone(),
     );
     let reports = drg_projects::account::reports::Reports::open(
         gateway.reports.clone(),
         shared.accepted.clone(),
-        home,
+        control,
     );
     (Arc::new(overrides), Arc::new(reports))
 }
@@ -623,40 +639,47 @@ fn project_records(
 /// delivery reads (`Shared::webhooks`). Opened once: the one poll keeps every clone.
 fn project_hooks(
     gateway: &GatewayConfig,
-    control: Option<&Arc<Control>>,
+    control: &Arc<Control>,
 ) -> Option<drg_projects::account::webhooks::ProjectHooks> {
     let config = gateway.webhooks.as_ref()?;
     log::info!(
         "webhooks: projects may make their own (allow_private: {})",
         config.allow_private
     );
-    Some(drg_projects::account::webhooks::ProjectHooks::open(
-        records_home(gateway, control),
-    ))
+    Some(drg_projects::account::webhooks::ProjectHooks::open(control))
 }
 
-/// Where the records a project creates (overrides, reports and verdicts, webhooks) are kept:
-/// the control store when `gateway.control` names one, else as the quota store's home.
-fn records_home<'a>(
-    gateway: &'a GatewayConfig,
-    control: Option<&'a Arc<Control>>,
-) -> drg_base::infra::records::Home<'a> {
-    let Home { folder, shared } = home(gateway);
-    drg_base::infra::records::Home {
-        folder,
-        redis: shared,
-        control,
+/// The control store: PostgreSQL when `gateway.control` names one, else SQLite in the state
+/// folder (nothing connects until the first call). An earlier release's records left in the
+/// state folder or on the shared Redis are named, with the command that moves them.
+fn control_store(gateway: &GatewayConfig) -> Result<Arc<Control>, StartError> {
+    let folder = home(gateway).folder;
+    let control = Control::open(gateway.control.as_ref(), folder)
+        .map_err(|e| format!("gateway.control: {e}"))?;
+    log::info!(
+        "control store: {} (overrides, reports and verdicts, webhooks)",
+        control.described()
+    );
+    if gateway.control.is_none() && home(gateway).shared.is_some() {
+        log::warn!(
+            "the quota store is the shared Redis, but overrides, webhooks, reports and \
+             verdicts are kept in this gateway's state folder (Redis holds counts only): \
+             gateways that share them need one control store, `gateway.control.url` on \
+             PostgreSQL (docs/scaling.md)"
+        );
     }
-}
-
-/// The control store `gateway.control` names (nothing connects until the first call).
-fn control_store(gateway: &GatewayConfig) -> Result<Option<Arc<Control>>, StartError> {
-    let Some(config) = &gateway.control else {
-        return Ok(None);
-    };
-    let control = Control::new(config).map_err(|e| format!("gateway.control: {e}"))?;
-    log::info!("control store: PostgreSQL (overrides, reports and verdicts, webhooks)");
-    Ok(Some(control))
+    let left = drg_projects::account::migrate::left_behind(folder);
+    if !left.is_empty() {
+        log::warn!(
+            "records an earlier release kept are not served until moved: {}; run \
+             `domain-risk-gateway migrate` once (docs/operations.md)",
+            left.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(control)
 }
 
 /// `/v1/webhooks` over the projects' webhooks `shared` holds (`None`: off).
@@ -776,14 +799,14 @@ fn record_polls(
     reports: &drg_projects::account::reports::Reports,
     shared: &Shared,
 ) -> Vec<BoxedService> {
-    use drg_base::infra::records::replica::ReplicaSync;
+    use drg_base::infra::records::snapshot::SnapshotSync;
     let mut polls: Vec<BoxedService> = vec![
-        hosted("overrides", ReplicaSync(overrides.replica.clone())),
-        hosted("reports", ReplicaSync(reports.replica.clone())),
-        hosted("verdicts", ReplicaSync(reports.decisions.clone())),
+        hosted("overrides", SnapshotSync(overrides.snapshot.clone())),
+        hosted("reports", SnapshotSync(reports.snapshot.clone())),
+        hosted("verdicts", SnapshotSync(reports.decisions.clone())),
     ];
     if let Some(hooks) = &shared.webhooks {
-        let poll = ReplicaSync(hooks.replica().clone());
+        let poll = SnapshotSync(hooks.snapshot().clone());
         polls.push(hosted("webhooks", poll));
     }
     polls

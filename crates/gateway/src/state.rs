@@ -37,6 +37,6 @@ pub struct Shared {
     /// Each project's own webhooks (`gateway.webhooks`; `None`: off): who is subscribed to an
     /// event, and where and how one is sent.
     pub webhooks: Option<drg_projects::account::webhooks::ProjectHooks>,
-    /// The control store (`gateway.control`; `None`: records kept as the quota store's home).
-    pub control: Option<Arc<drg_base::infra::control::Control>>,
+    /// The control store (PostgreSQL with `gateway.control`, else SQLite in the state folder).
+    pub control: Arc<drg_base::infra::control::Control>,
 }

@@ -1,13 +1,12 @@
 //! `reports list | accept ID | reject ID`: the operator's view of the projects' reports, from
-//! the configured store (the control store, the state folder's `reports.records.sqlite`, or the
-//! quota's Redis).
+//! the control store (PostgreSQL with `gateway.control`, else the state folder's SQLite).
 
 use std::path::Path;
 
 use super::{settings, CommandError};
-use drg_access::quota::config::QuotaStoreKind;
 use drg_base::infra::control::Control;
-use drg_base::infra::records::{Home, Merged, RecordStore};
+use drg_base::infra::records::sql::SqlRecords;
+use drg_base::infra::records::{Merged, RecordStore};
 use drg_projects::account::reports::{accept, decisions, grouped, Decision, Report};
 
 /// What the operator asked.
@@ -27,31 +26,23 @@ pub fn reports(conf: &Path, action: ReportsAction<'_>) -> Result<String, Command
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let control = match &gateway.control {
-        Some(config) => Some(Control::new(config).map_err(|e| format!("gateway.control: {e}"))?),
-        None => None,
-    };
-    let redis = (gateway.quota.store == QuotaStoreKind::Redis).then_some(&gateway.quota.redis);
-    let home = Home {
-        folder: &folder,
-        redis,
-        control: control.as_ref(),
-    };
+    let control = Control::open(gateway.control.as_ref(), &folder)
+        .map_err(|e| format!("gateway.control: {e}"))?;
     runtime.block_on(async {
-        let store: Box<dyn RecordStore<Report>> = home.store("reports");
-        let decisions: Box<dyn RecordStore<Decision>> = home.store(decisions::KIND);
+        let store = SqlRecords::<Report>::new(control.clone(), "reports");
+        let decisions = SqlRecords::<Decision>::new(control.clone(), decisions::KIND);
         let now = chrono::Utc::now().timestamp();
         match action {
             ReportsAction::List { all } => {
-                let held = Merged::of(store.read().await?);
+                let held = Merged::of(store.read().await?.1);
                 let groups = grouped::groups(held.all(), !all);
                 Ok(serde_json::to_string_pretty(&groups)?)
             }
             ReportsAction::Accept(id) | ReportsAction::Reject(id) => {
                 let yes = matches!(action, ReportsAction::Accept(_));
                 let stores = accept::Stores {
-                    reports: &*store,
-                    decisions: &*decisions,
+                    reports: &store,
+                    decisions: &decisions,
                 };
                 let done = accept::decide(stores, id, yes, &gateway.data.dir, now).await?;
                 let verb = if yes { "accepted" } else { "rejected" };

@@ -1,5 +1,6 @@
-//! `restore-withheld`: the operator's word that this gateway's withheld copies (kept aside when
-//! the shared Redis was found lost while the copy was not in step with it) may go back.
+//! `restore-withheld`: the operator's word that this gateway's withheld API-made keys (kept
+//! aside when the shared Redis was found lost while the copy was not in step with it) may go
+//! back.
 
 use std::path::Path;
 
@@ -14,7 +15,6 @@ pub fn restore_withheld(conf: &Path) -> Result<String, CommandError> {
             "nothing is ever withheld without the shared store (quota.store: redis)".into(),
         );
     }
-    let folder = super::state_folder(gateway);
     let (keys_cache, _) = drg_projects::account::keys_api::shared::paths(
         &gateway.keys_api.managed_file(&gateway.quota),
     );
@@ -22,12 +22,11 @@ pub fn restore_withheld(conf: &Path) -> Result<String, CommandError> {
         .enable_all()
         .build()?;
     let done = runtime.block_on(drg_projects::account::withheld::restore(
-        &folder,
         &keys_cache,
         &gateway.quota.redis,
     ))?;
     if done.is_empty() {
-        return Ok(format!("nothing withheld in {}", folder.display()));
+        return Ok(format!("nothing withheld beside {}", keys_cache.display()));
     }
     let said: Vec<String> = (done.iter())
         .map(|r| format!("{} {}", r.records, r.kind))

@@ -26,11 +26,18 @@ pub struct Admin {
     pub reports: Option<Arc<drg_projects::account::reports::Reports>>,
     /// Where withheld copies may be (with `quota.store: redis`; see `restore-withheld`).
     pub withheld: Vec<std::path::PathBuf>,
+    /// Each kind of record's last revision that went back in this run (see `snapshot.rs`).
+    pub went_back: Vec<WentBackOf>,
 }
+
+/// Asks one kind of record whether the control store's revision went back.
+pub type WentBackOf =
+    Box<dyn Fn() -> Option<drg_base::infra::records::snapshot::WentBack> + Send + Sync>;
 
 #[derive(Serialize)]
 struct Readiness {
-    /// `ready`, `draining` (SIGTERM), `upgrading` (SIGQUIT) or `quota_store_unavailable`.
+    /// `ready`, `draining` (SIGTERM), `upgrading` (SIGQUIT), `quota_store_unavailable`,
+    /// `quota_store_evicts` or `control_store_loading` (the first read at start).
     status: &'static str,
     /// Which process answered (several gateways may share a host).
     pid: u32,
@@ -46,6 +53,10 @@ struct Readiness {
     /// back (`restores`).
     #[serde(skip_serializing_if = "Option::is_none")]
     keys_store: Option<serde_json::Value>,
+    /// The control store: its engine, and each kind whose revision went back in this run (a
+    /// restore from an older backup, a failover to a replica that lagged: what it holds now
+    /// is served). Never a reason to be unready: the snapshot answers.
+    control_store: serde_json::Value,
     upstream: String,
     connections: DownstreamCounts,
     /// MX evidence: what the canaries say of the resolver, and whether evidence is on (absent
@@ -64,6 +75,7 @@ fn readiness(shared: &Shared) -> (&'static str, bool) {
     match shared.draining.phase() {
         Phase::Serving if shared.quota.refuses_calls() => ("quota_store_unavailable", false),
         Phase::Serving if shared.quota.unready_for_eviction() => ("quota_store_evicts", false),
+        Phase::Serving if shared.control.loading() => ("control_store_loading", false),
         Phase::Serving => ("ready", true),
         phase => (phase.status(), false),
     }
@@ -81,7 +93,7 @@ impl Admin {
         let Some(reports) = &self.reports else {
             return (StatusCode::OK, br#"{"groups":[]}"#.to_vec());
         };
-        let held = reports.replica.held();
+        let held = reports.snapshot.held();
         let groups = drg_projects::account::reports::grouped::groups(held.all(), !all);
         let body = serde_json::json!({ "groups": groups });
         (StatusCode::OK, body.to_string().into_bytes())
@@ -164,6 +176,10 @@ impl ServeHttp for Admin {
                         .map(str::to_owned),
                     quota: self.shared.quota.status(),
                     keys_store: self.keys_api.as_ref().and_then(|k| k.shared_status()),
+                    control_store: serde_json::json!({
+                        "engine": self.shared.control.engine().name(),
+                        "went_back": self.went_back.iter().filter_map(|w| w()).collect::<Vec<_>>(),
+                    }),
                     upstream: self.upstream.clone(),
                     connections: self.downstream.counts(),
                     mx: self.shared.mx.as_ref().map(|mx| {

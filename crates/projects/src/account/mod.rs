@@ -5,6 +5,7 @@ pub mod audit;
 pub mod calls;
 pub mod config;
 pub mod keys_api;
+pub mod migrate;
 pub mod overrides;
 pub mod reports;
 pub mod routes;

@@ -1,28 +1,20 @@
-//! The operator's `restore-withheld`: puts back into the shared Redis what this gateway's state
-//! folder withheld when the store was found lost while its copy was not in step with it (the
-//! gateway stopped or cut off meanwhile, see `drg_base::infra::records::replica`), less every
-//! removal and revocation the store holds by then.
+//! The operator's `restore-withheld`: puts back into the shared Redis the API-made keys this
+//! gateway's state folder withheld when the shared key store was found lost while its copy was
+//! not in step with it (the gateway stopped or cut off meanwhile, see
+//! `keys_api::sync`), less every revocation the store holds by then. (Records live in the
+//! control store, which no gateway writes back to.)
 
 use std::path::{Path, PathBuf};
 
 use drg_access::managed;
 use drg_access::shared_keys::{SharedKeys, SharedKeysError};
-use drg_base::infra::records::file::FileRecords;
-use drg_base::infra::records::redis::RedisRecords;
-use drg_base::infra::records::replica::withheld_path;
-use drg_base::infra::records::{Record, RecordStore, RecordsError};
 use drg_base::infra::redis::config::RedisConfig;
 
 use super::keys_api::sync;
-use super::reports::{decisions, Decision, Report};
-use super::webhooks::Hook;
-use drg_domain::overrides::Override;
 
 /// Why a restore stopped (what was put back before stays: a restore is idempotent).
 #[derive(Debug, thiserror::Error)]
 pub enum WithheldError {
-    #[error("{kind}: {source}")]
-    Records { kind: String, source: RecordsError },
     #[error("keys: {0}")]
     Keys(#[from] SharedKeysError),
     #[error("keys: {0}")]
@@ -36,68 +28,26 @@ pub enum WithheldError {
     Random(#[from] getrandom::Error),
 }
 
-/// What one kind put back: its name and how many records (keys) the withheld file held.
+/// What was put back: its kind and how many keys the withheld file held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     pub kind: &'static str,
     pub records: usize,
 }
 
-/// Puts every withheld copy in `folder` (the state folder; `keys_cache` the keys' cache in it)
-/// back into `redis`: each record kept only where the store holds nothing newer (a removal made
-/// meanwhile stays), each key less every tombstone there. A file put back is renamed
-/// `<name>.restored`, so a second run puts nothing back twice.
+/// Puts the withheld keys beside `keys_cache` (the keys' cache in the state folder) back into
+/// `redis`, less every tombstone there. A file put back is renamed `<name>.restored`, so a
+/// second run puts nothing back twice.
 pub async fn restore(
-    folder: &Path,
     keys_cache: &Path,
     redis: &RedisConfig,
 ) -> Result<Vec<Restored>, WithheldError> {
-    let mut done = Vec::new();
-    done.extend(records::<Override>(folder, super::overrides::KIND, redis).await?);
-    done.extend(records::<Hook>(folder, super::webhooks::KIND, redis).await?);
-    done.extend(records::<Report>(folder, super::reports::KIND, redis).await?);
-    done.extend(records::<Decision>(folder, decisions::KIND, redis).await?);
-    done.extend(keys(keys_cache, redis).await?);
-    Ok(done)
+    Ok(keys(keys_cache, redis).await?.into_iter().collect())
 }
 
-/// The files a withheld copy may be kept in (for the admin `/readyz`, which names those there).
-pub fn paths(folder: &Path, keys_cache: &Path) -> Vec<PathBuf> {
-    let kinds = [
-        super::overrides::KIND,
-        super::webhooks::KIND,
-        super::reports::KIND,
-        decisions::KIND,
-    ];
-    (kinds.iter())
-        .map(|k| withheld_path(folder, k))
-        .chain([sync::withheld_path(keys_cache)])
-        .collect()
-}
-
-async fn records<R: Record>(
-    folder: &Path,
-    kind: &'static str,
-    redis: &RedisConfig,
-) -> Result<Option<Restored>, WithheldError> {
-    let path = withheld_path(folder, kind);
-    let failed = |source| WithheldError::Records {
-        kind: kind.to_owned(),
-        source,
-    };
-    let held = FileRecords::<R>::new(path.clone())
-        .read_now()
-        .map_err(failed)?;
-    if held.is_empty() {
-        return Ok(None);
-    }
-    let store = RedisRecords::<R>::new(redis, kind);
-    store.restore(&held).await.map_err(failed)?;
-    set_aside(&path)?;
-    Ok(Some(Restored {
-        kind,
-        records: held.len(),
-    }))
+/// The file a withheld copy may be kept in (for the admin `/readyz`, which names it when there).
+pub fn paths(keys_cache: &Path) -> Vec<PathBuf> {
+    vec![sync::withheld_path(keys_cache)]
 }
 
 async fn keys(cache: &Path, redis: &RedisConfig) -> Result<Option<Restored>, WithheldError> {

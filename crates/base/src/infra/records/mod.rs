@@ -1,63 +1,19 @@
-//! Small per-project records every gateway of a deployment shares (a project's overrides, its
-//! reports): kept in a SQLite file of the state folder (`sqlite.rs`, a row a record) or on the
-//! shared Redis (`redis.rs`, with a JSON copy in the state folder, `file.rs`),
-//! read by a poll (`replica.rs`) that puts back what a Redis that lost its data no longer holds.
+//! Small per-project records every gateway of a deployment serves (a project's overrides, its
+//! webhooks, its reports and the accepted verdicts): kept in the control store (`sql.rs`, a
+//! row a record), held by each gateway as a snapshot that follows the store's revision
+//! (`snapshot.rs`). What an earlier release kept elsewhere is read by `legacy.rs`, for the
+//! operator's `migrate`.
 //!
-//! Records merge last-writer-wins on their stamp, and a removal is a record too (`removed`), so
-//! that copies put back in any order agree on one set and no older copy revives a removal.
+//! Records merge last-writer-wins on their stamp, and a removal is a record too (`removed`):
+//! a snapshot read before a write never undoes it, and an import never revives a removal.
 //! Removals are bounded like the rest: a project keeps its newest [`tombstones_kept`] markers
 //! (at least [`MIN_TOMBSTONES`]), and a write costs the project's bound, not its history.
 
-pub mod file;
-pub mod postgres;
-pub mod redis;
-pub mod replica;
-pub mod sqlite;
+pub mod legacy;
+pub mod snapshot;
+pub mod sql;
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
-
-use crate::infra::control::Control;
-use crate::infra::redis::config::RedisConfig;
-
-/// Where a kind of record is kept, chosen once at start: the control store on PostgreSQL when
-/// there is one (`gateway.control`), else the shared Redis with a copy in the state folder,
-/// else the state folder's SQLite file.
-#[derive(Clone, Copy)]
-pub struct Home<'a> {
-    pub folder: &'a Path,
-    pub redis: Option<&'a RedisConfig>,
-    pub control: Option<&'a Arc<Control>>,
-}
-
-impl<'a> Home<'a> {
-    /// The state folder alone (one gateway, or several on one host).
-    pub fn folder(folder: &'a Path) -> Home<'a> {
-        Home {
-            folder,
-            redis: None,
-            control: None,
-        }
-    }
-
-    /// The store of `kind`'s records here.
-    pub fn store<R: Record>(&self, kind: &'static str) -> Box<dyn RecordStore<R>> {
-        match (self.control, self.redis) {
-            (Some(control), _) => Box::new(postgres::PgRecords::new(control.clone(), kind)),
-            (None, Some(config)) => Box::new(redis::RedisRecords::new(config, kind)),
-            (None, None) => Box::new(sqlite::SqliteRecords::new(
-                self.folder.join(format!("{kind}.records.sqlite")),
-            )),
-        }
-    }
-
-    /// Whether gateways keep a copy of this store in their state folder (Redis only: the
-    /// control store is the truth, and a copy is never written back to it).
-    pub fn keeps_copies(&self) -> bool {
-        self.control.is_none() && self.redis.is_some()
-    }
-}
 
 /// One record (the trait is pure, in the domain crate, where overrides implement it).
 pub use drg_domain::lww::Record;
@@ -77,8 +33,13 @@ pub enum RecordsError {
     },
     #[error("redis: {0}")]
     Redis(#[from] ::redis::RedisError),
-    #[error("redis: no answer within {0} ms")]
+    #[error("the control store: no answer within {0} ms")]
     TimedOut(u128),
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
     #[error("a record is not JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{0}")]
@@ -96,27 +57,20 @@ pub enum Put {
     Stale,
 }
 
-/// The store's state as a poll sees it: changes when anything was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Token {
-    /// The store holds this version of its data.
-    At(String),
-    /// The store lost its data (Redis flushed, evicted, replaced): what gateways hold goes back.
-    Lost,
-}
-
 /// A place records are kept.
 #[async_trait::async_trait]
 pub trait RecordStore<R: Record>: Send + Sync {
     /// Writes `record` unless a newer one is held; a new record in force needs room under
     /// `max_live` for its project.
     async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError>;
-    /// The version of what is held.
-    async fn token(&self) -> Result<Token, RecordsError>;
-    /// Every record held, removals included.
-    async fn read(&self) -> Result<Vec<R>, RecordsError>;
-    /// Puts `records` back (each kept only where nothing newer is held; no bound).
-    async fn restore(&self, records: &[R]) -> Result<(), RecordsError>;
+    /// The revision of what is held: moved by every write, lower after a restore from an older
+    /// backup.
+    async fn revision(&self) -> Result<i64, RecordsError>;
+    /// Every record held, removals included, and the revision they are at.
+    async fn read(&self) -> Result<(i64, Vec<R>), RecordsError>;
+    /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),
+    /// once a source: how many were taken, `None` when `source` was taken before.
+    async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError>;
 }
 
 /// Records by project and key, the newest of each kept.
@@ -244,7 +198,7 @@ mod tests {
     use super::*;
     use drg_domain::overrides::{Override, OverrideVerdict};
 
-    /// An override of project `p` (the replica's tests use it too).
+    /// An override of project `p` (the stores' tests use it too).
     pub(crate) fn over(domain: &str, stamp: u64, removed: bool) -> Override {
         Override {
             project: "p".into(),

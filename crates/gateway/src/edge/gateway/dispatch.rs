@@ -391,6 +391,8 @@ impl Gateway {
             br#"{"status":"quota_store_unavailable"}"#
         } else if self.shared.quota.unready_for_eviction() {
             br#"{"status":"quota_store_evicts"}"#
+        } else if self.shared.control.loading() {
+            br#"{"status":"control_store_loading"}"#
         } else {
             return Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#));
         };

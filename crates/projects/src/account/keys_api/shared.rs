@@ -48,7 +48,11 @@ use drg_access::shared_keys::pending;
 use drg_access::shared_keys::tombstones::{self, now_unix};
 use drg_access::shared_keys::{Made, SharedKeys, SharedKeysError, Stamp};
 use drg_base::answer::{Action, Answer, ApiError, Changed};
-use drg_base::infra::records::replica::IN_STEP_WITHIN;
+
+/// A copy last read from the store longer ago than this before the store was found lost may
+/// lack revocations other gateways made meanwhile: it is withheld, as one from the state folder.
+/// Long enough for a Redis restarted or failed over while the gateways ran.
+pub const IN_STEP_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The keys API's part on the shared store.
 pub struct Shared {

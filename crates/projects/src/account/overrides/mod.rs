@@ -2,11 +2,9 @@
 //! `block` for a name and its subdomains, `GET /v1/overrides` pages them, `DELETE` removes one;
 //! lookups of that project (GET and batch) answer with them before every list and inference.
 //!
-//! Kept as records ([`drg_base::infra::records`]): in `overrides.records.sqlite` in the state folder or,
-//! with the Redis quota store, on Redis with a copy in the state folder; every gateway reads a
-//! change within a poll, and a Redis that lost its data (a `FLUSHALL`, a failover to a replica
-//! that lagged) gets back what it no longer holds. Server keys only, not counted, bounded by the
-//! plan's `max_overrides`.
+//! Kept as records ([`drg_base::infra::records`]) in the control store (SQLite in the state
+//! folder, or PostgreSQL for several gateways); every gateway reads a change within a poll.
+//! Server keys only, not counted, bounded by the plan's `max_overrides`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use drg_access::keys::KeyEntry;
 use drg_access::plan::PlanConfig;
 use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
-use drg_base::infra::records::replica::Replica;
+use drg_base::infra::records::snapshot::Snapshot;
 use drg_base::infra::records::Put;
 use drg_domain::overrides::{Override, OverrideSet, OverrideVerdict};
 use drg_domain::DomainName;
@@ -86,15 +84,15 @@ pub const KIND: &str = "overrides";
 
 /// The overrides: the records, the snapshot lookups read, the plans that bound them.
 pub struct Overrides {
-    pub replica: Arc<Replica<Override>>,
+    pub snapshot: Arc<Snapshot<Override>>,
     plans: BTreeMap<String, PlanConfig>,
 }
 
 impl Overrides {
-    /// Overrides kept where `home` says, published to `set` (what lookups read).
+    /// Overrides kept in the control store, published to `set` (what lookups read).
     pub fn open(
         set: Arc<ArcSwap<OverrideSet>>,
-        home: drg_base::infra::records::Home<'_>,
+        control: &std::sync::Arc<drg_base::infra::control::Control>,
         plans: BTreeMap<String, PlanConfig>,
     ) -> Overrides {
         let publish = Box::new(move |m: &drg_base::infra::records::Merged<Override>| {
@@ -104,7 +102,7 @@ impl Overrides {
             set.store(Arc::new(next));
         });
         Overrides {
-            replica: Arc::new(Replica::open(KIND, home, publish)),
+            snapshot: Arc::new(Snapshot::open(KIND, control, publish)),
             plans,
         }
     }
@@ -131,7 +129,7 @@ impl Overrides {
             items: Vec<Item<'a>>,
             next_cursor: Option<&'a str>,
         }
-        let held = self.replica.held();
+        let held = self.snapshot.held();
         let mut live: Vec<&Override> = held.live(&key.project).collect();
         live.sort_by(|a, b| a.domain.cmp(&b.domain));
         let after: Vec<&Override> = live
@@ -160,7 +158,7 @@ impl Overrides {
         now: i64,
     ) -> Answer {
         let held = self
-            .replica
+            .snapshot
             .held()
             .get(&key.project, name.as_str())
             .cloned();
@@ -172,7 +170,7 @@ impl Overrides {
                 None,
             );
         }
-        let stamp = self.replica.stamp(held.as_ref().map_or(0, |h| h.stamp));
+        let stamp = self.snapshot.stamp(held.as_ref().map_or(0, |h| h.stamp));
         let (verdict, note) = match (&body, &held) {
             (Some(b), _) => (b.verdict, b.note.clone()),
             (None, Some(h)) => (h.verdict, h.note.clone()),
@@ -194,7 +192,7 @@ impl Overrides {
             .map_or(drg_access::plan::default_max_overrides(&key.plan), |p| {
                 p.max_overrides(&key.plan)
             });
-        answer_of(self.replica.put(entry.clone(), max).await, &entry, max)
+        answer_of(self.snapshot.put(entry.clone(), max).await, &entry, max)
     }
 }
 

@@ -55,7 +55,7 @@ pub async fn decide(
     now: i64,
 ) -> Result<Decided, DecideError> {
     let store = stores.reports;
-    let held = Merged::of(store.read().await?);
+    let held = Merged::of(store.read().await?.1);
     let report = (held.all())
         .find(|r| r.id == id)
         .ok_or_else(|| DecideError::NotFound(id.to_owned()))?;
@@ -122,7 +122,7 @@ async fn keep(
     now: i64,
 ) -> Result<(), DecideError> {
     let first = &reports[0];
-    let held = Merged::of(store.read().await?);
+    let held = Merged::of(store.read().await?.1);
     let before = (held.all()).find(|d| d.domain == first.domain);
     if before.is_some_and(|d| !d.removed && d.verdict == first.verdict) {
         return Ok(());

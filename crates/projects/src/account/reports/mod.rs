@@ -7,8 +7,8 @@
 //! reporting project's included, however many projects file it: accounts are free to make,
 //! so only the operator's word may change another project's answer.
 //!
-//! Kept as records ([`drg_base::infra::records`]), like overrides: `reports.records.sqlite` in the state
-//! folder or the quota's Redis with a copy there. A decided report is a removed record: it no
+//! Kept as records ([`drg_base::infra::records`]) in the control store, like overrides. A
+//! decided report is a removed record: it no
 //! longer counts against `reports.max_open_per_project`, and stays listed with its state.
 
 pub mod accept;
@@ -27,7 +27,7 @@ pub use config::ReportsConfig;
 pub use decisions::{Accepted, Decision};
 use drg_access::keys::KeyEntry;
 use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
-use drg_base::infra::records::replica::Replica;
+use drg_base::infra::records::snapshot::Snapshot;
 use drg_base::infra::records::{Merged, Put};
 use drg_domain::DomainName;
 
@@ -84,7 +84,7 @@ pub struct Report {
     pub removed: bool,
 }
 
-drg_domain::record_fields!(Report, key: id, writer: reported_by);
+drg_domain::record_fields!(Report, key: id, writer: reported_by, keeps_removed);
 
 /// A report as the API shows it.
 #[derive(Debug, Serialize)]
@@ -119,8 +119,8 @@ pub const KIND: &str = "reports";
 
 /// The reports: their records, and the operator's accepted verdicts lookups read.
 pub struct Reports {
-    pub replica: Arc<Replica<Report>>,
-    pub decisions: Arc<Replica<Decision>>,
+    pub snapshot: Arc<Snapshot<Report>>,
+    pub decisions: Arc<Snapshot<Decision>>,
     pub config: ReportsConfig,
 }
 
@@ -135,19 +135,19 @@ struct Body {
 }
 
 impl Reports {
-    /// Reports and decisions kept where `home` says; `accepted` gets the accepted verdicts of
+    /// Reports and decisions kept in the control store; `accepted` gets the accepted verdicts of
     /// each new set of decisions.
     pub fn open(
         config: ReportsConfig,
         accepted: Arc<ArcSwap<Accepted>>,
-        home: drg_base::infra::records::Home<'_>,
+        control: &std::sync::Arc<drg_base::infra::control::Control>,
     ) -> Reports {
         let publish = Box::new(move |m: &Merged<Decision>| {
             accepted.store(Arc::new(decisions::accepted(m.all())));
         });
         Reports {
-            replica: Arc::new(Replica::open(KIND, home, Box::new(|_| {}))),
-            decisions: Arc::new(Replica::open(decisions::KIND, home, publish)),
+            snapshot: Arc::new(Snapshot::open(KIND, control, Box::new(|_| {}))),
+            decisions: Arc::new(Snapshot::open(decisions::KIND, control, publish)),
             config,
         }
     }
@@ -168,7 +168,7 @@ impl Reports {
         struct Page<'a> {
             items: Vec<Item<'a>>,
         }
-        let held = self.replica.held();
+        let held = self.snapshot.held();
         let mut mine: Vec<&Report> = held.all().filter(|r| r.project == *key.project).collect();
         mine.sort_by(|a, b| (b.reported_at, &b.id).cmp(&(a.reported_at, &a.id)));
         let items = mine.into_iter().take(1_000).map(Item::of).collect();
@@ -178,7 +178,7 @@ impl Reports {
     async fn report(&self, key: &KeyEntry, b: Body, now: i64) -> Answer {
         let id = format!("r_{:016x}", getrandom::u64().unwrap_or_default());
         let report = Report {
-            stamp: self.replica.stamp(0),
+            stamp: self.snapshot.stamp(0),
             id,
             project: key.project.to_string(),
             domain: b.domain,
@@ -191,7 +191,7 @@ impl Reports {
             removed: false,
         };
         let max = self.config.max_open_per_project;
-        match self.replica.put(report.clone(), max).await {
+        match self.snapshot.put(report.clone(), max).await {
             Ok(Put::Done { .. }) => {
                 let said = format!("{} {}", report.domain, report.verdict.as_str());
                 Answer::json(StatusCode::ACCEPTED, &Item::of(&report))

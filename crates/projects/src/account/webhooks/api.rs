@@ -116,7 +116,7 @@ impl Webhooks {
             items: Vec<Item<'a>>,
             next_cursor: Option<&'a str>,
         }
-        let held = self.hooks.replica().held();
+        let held = self.hooks.snapshot().held();
         let mut live: Vec<&Hook> = held.live(&key.project).collect();
         // Ids begin with their creation second: by id is by creation.
         live.sort_by(|a, b| a.id.cmp(&b.id));
@@ -162,7 +162,7 @@ impl Webhooks {
             secret,
             created_by: key.id.to_string(),
             created_at: now,
-            stamp: self.hooks.replica().stamp(0),
+            stamp: self.hooks.snapshot().stamp(0),
             removed: false,
         };
         // The host only: a webhook URL's path or query may hold a token.
@@ -171,7 +171,7 @@ impl Webhooks {
             &hook.id,
             super::body::host_of(&hook.url).unwrap_or_default(),
         );
-        match self.hooks.replica().put(hook.clone(), max).await {
+        match self.hooks.snapshot().put(hook.clone(), max).await {
             Ok(Put::Done { .. }) => Answer::json(
                 StatusCode::CREATED,
                 &Created {
@@ -191,7 +191,7 @@ impl Webhooks {
     }
 
     async fn remove(&self, key: &KeyEntry, id: &str) -> Answer {
-        let held = self.hooks.replica().held();
+        let held = self.hooks.snapshot().held();
         let Some(hook) = (is_hook_id(id))
             .then(|| held.get(&key.project, id))
             .flatten()
@@ -207,11 +207,11 @@ impl Webhooks {
         let gone = Hook {
             url: String::new(),
             secret: String::new(),
-            stamp: self.hooks.replica().stamp(hook.stamp),
+            stamp: self.hooks.snapshot().stamp(hook.stamp),
             removed: true,
             ..hook.clone()
         };
-        match self.hooks.replica().put(gone, self.max(key)).await {
+        match self.hooks.snapshot().put(gone, self.max(key)).await {
             Ok(Put::Done { .. }) => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
                 .changed(Changed::new(Action::WebhookRemoved, id, "")),
             Ok(Put::Full | Put::Stale) => stale(),
@@ -256,7 +256,7 @@ mod tests {
             },
         )];
         Webhooks::new(
-            ProjectHooks::open(drg_base::infra::records::Home::folder(dir)),
+            ProjectHooks::open(&super::super::tests::control_in(dir)),
             &WebhooksConfig::default(),
             plans.into(),
         )
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(api.hooks().target("acme", &id), None);
         let gone = api
             .hooks()
-            .replica()
+            .snapshot()
             .held()
             .get("acme", &id)
             .cloned()

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use api::{Webhooks, WebhooksOp};
 pub use body::Event;
 pub use config::WebhooksConfig;
-use drg_base::infra::records::replica::Replica;
+use drg_base::infra::records::snapshot::Snapshot;
 
 /// One webhook of a project.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,32 +70,31 @@ impl std::fmt::Debug for HookTarget {
 pub const KIND: &str = "webhooks";
 
 /// The projects' webhooks as this gateway holds them: a handle on their records, cheap to
-/// clone. Open it once per gateway (its poll is [`replica`](Self::replica)'s
-/// `ReplicaSync` service); every clone reads the same records.
+/// clone. Open it once per gateway (its poll is [`snapshot`](Self::snapshot)'s
+/// `SnapshotSync` service); every clone reads the same records.
 #[derive(Clone)]
 pub struct ProjectHooks {
-    replica: Arc<Replica<Hook>>,
+    snapshot: Arc<Snapshot<Hook>>,
 }
 
 impl ProjectHooks {
-    /// Webhooks kept where `home` says (`webhooks.records.sqlite` in the state folder, Redis,
-    /// or the control store).
-    pub fn open(home: drg_base::infra::records::Home<'_>) -> ProjectHooks {
+    /// Webhooks kept in the control store.
+    pub fn open(control: &std::sync::Arc<drg_base::infra::control::Control>) -> ProjectHooks {
         let publish = Box::new(|_: &drg_base::infra::records::Merged<Hook>| {});
         ProjectHooks {
-            replica: Arc::new(Replica::open(KIND, home, publish)),
+            snapshot: Arc::new(Snapshot::open(KIND, control, publish)),
         }
     }
 
-    /// The records and their poll (a background service keeps it: `ReplicaSync`).
-    pub fn replica(&self) -> &Arc<Replica<Hook>> {
-        &self.replica
+    /// The records and their poll (a background service keeps it: `SnapshotSync`).
+    pub fn snapshot(&self) -> &Arc<Snapshot<Hook>> {
+        &self.snapshot
     }
 
     /// The ids of `project`'s webhooks in force subscribed to `event` (`verdict.changed`,
     /// `quota.threshold`), in order of creation.
     pub fn subscribed(&self, project: &str, event: &str) -> Vec<String> {
-        let held = self.replica.held();
+        let held = self.snapshot.held();
         let mut ids: Vec<String> = held
             .live(project)
             .filter(|h| h.events.iter().any(|e| e == event))
@@ -116,7 +115,7 @@ impl ProjectHooks {
     /// What this gateway knows of `project`'s webhook `id`: in force, removed (its record
     /// says so), or nothing (not read here yet, or a removal's record long forgotten).
     pub fn find(&self, project: &str, id: &str) -> Lookup {
-        let held = self.replica.held();
+        let held = self.snapshot.held();
         match held.get(project, id) {
             Some(hook) if hook.removed => Lookup::Removed,
             Some(hook) => Lookup::Live(HookTarget {
@@ -160,8 +159,13 @@ pub fn is_hook_id(id: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A control store in `dir` (SQLite), for the tests of what keeps records.
+    pub(crate) fn control_in(dir: &std::path::Path) -> Arc<drg_base::infra::control::Control> {
+        drg_base::infra::control::Control::sqlite(&dir.join("control.sqlite")).unwrap()
+    }
 
     fn hook(project: &str, id: &str, events: &[&str], removed: bool) -> Hook {
         Hook {
@@ -202,8 +206,8 @@ mod tests {
     #[tokio::test]
     async fn delivery_reads_the_projects_live_hooks_by_event() {
         let dir = tempfile::tempdir().unwrap();
-        let hooks = ProjectHooks::open(drg_base::infra::records::Home::folder(dir.path()));
-        let r = hooks.replica().clone();
+        let hooks = ProjectHooks::open(&control_in(dir.path()));
+        let r = hooks.snapshot().clone();
         for h in [
             hook("acme", "wh_2", &["verdict.changed"], false),
             hook(

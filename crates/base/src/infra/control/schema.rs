@@ -1,0 +1,175 @@
+//! The control store's schema, one migration a version, versioned here and applied once by
+//! whichever gateway reaches the store first (`drg_schema`), and the few words the two engines
+//! say differently: a session's settings and the lock two gateways migrating at once take.
+
+use sqlx::AnyPool;
+use sqlx::AssertSqlSafe;
+
+use super::{ControlError, Engine};
+
+/// The migrations, in order; each runs once, in a transaction, and is written in the SQL both
+/// engines speak; [`POSTGRES_ONLY`] adds what only PostgreSQL has.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE drg_records (
+       kind TEXT NOT NULL,
+       project TEXT NOT NULL,
+       key TEXT NOT NULL,
+       stamp BIGINT NOT NULL,
+       removed BOOLEAN NOT NULL,
+       body TEXT NOT NULL,
+       PRIMARY KEY (kind, project, key));
+     CREATE INDEX drg_records_removed ON drg_records (kind, project, removed, stamp);
+     CREATE TABLE drg_revision (
+       kind TEXT PRIMARY KEY,
+       n BIGINT NOT NULL CHECK (n >= 0));",
+    ),
+    // What `migrate` took in, a row a source, so that a source is taken once: a record removed
+    // since (its row dropped) is never brought back by a second run.
+    (
+        2,
+        "CREATE TABLE drg_imports (
+       source TEXT PRIMARY KEY,
+       kind TEXT NOT NULL,
+       records BIGINT NOT NULL,
+       at BIGINT NOT NULL);",
+    ),
+    (3, "SELECT 1"),
+];
+
+/// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).
+///
+/// 3: a write's deadline, checked at its `COMMIT`. A server paused mid-write (`SIGSTOP`, a VM
+/// frozen) runs the statements a gateway sent before it gave up once it resumes, `COMMIT`
+/// included, and `statement_timeout` counts only from then. Every write sets `drg.deadline` (on
+/// the database's clock, well before the gateway gives up) and moves its kind's revision row;
+/// this deferred trigger on that row runs inside `COMMIT` and refuses one past the deadline, so
+/// a write answered `503` never lands later.
+const POSTGRES_ONLY: &[(i64, &str)] = &[(
+    3,
+    "CREATE FUNCTION drg_deadline() RETURNS trigger LANGUAGE plpgsql AS $fn$
+     DECLARE d text := current_setting('drg.deadline', true);
+     BEGIN
+       IF d IS NOT NULL AND d <> '' AND clock_timestamp() > d::timestamptz THEN
+         RAISE EXCEPTION 'the write''s deadline passed before its commit'
+           USING ERRCODE = '57014';
+       END IF;
+       RETURN NULL;
+     END $fn$;
+     CREATE CONSTRAINT TRIGGER drg_revision_deadline AFTER INSERT OR UPDATE ON drg_revision
+       DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION drg_deadline();",
+)];
+
+/// The schema's version once every migration ran.
+#[cfg(test)]
+pub fn latest() -> i64 {
+    MIGRATIONS.last().map_or(0, |(v, _)| *v)
+}
+
+/// Any fixed number: the advisory lock two gateways starting at once on PostgreSQL take to
+/// migrate in turn (on SQLite the first write of the migration's transaction serializes them).
+const MIGRATION_LOCK: i64 = 0x0064_7267_5f63_746c;
+
+/// What every new connection is told: on PostgreSQL, the database ends a statement, or a
+/// transaction left idle, past the call budget (`ms`), so a call answered `503` never commits
+/// later; on SQLite, the journal that lets readers go on during a write, commits on disk, and
+/// a writer waiting at most the budget for another.
+pub fn session(engine: Engine, ms: u64) -> String {
+    match engine {
+        Engine::Postgres => format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
+             SET application_name = 'domain-risk-gateway'"
+        ),
+        Engine::Sqlite => format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = {ms}"
+        ),
+    }
+}
+
+/// A transaction that writes: on SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
+/// so that two writers wait in turn instead of one failing when it upgrades a read; on
+/// PostgreSQL it carries its deadline, `within` from now on the database's clock (see
+/// [`POSTGRES_ONLY`]).
+pub async fn begin_write(
+    engine: Engine,
+    pool: &AnyPool,
+    within: std::time::Duration,
+) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+    match engine {
+        Engine::Postgres => {
+            let mut tx = pool.begin().await?;
+            let ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
+            sqlx::query(
+                "SELECT set_config('drg.deadline',
+                   (clock_timestamp() + $1::float8 * interval '1 millisecond')::text, true)",
+            )
+            .bind(ms)
+            .execute(&mut *tx)
+            .await?;
+            Ok(tx)
+        }
+        Engine::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+    }
+}
+
+/// Applies the migrations the database lacks, in one transaction, under the engine's lock.
+pub async fn migrate(engine: Engine, pool: &AnyPool) -> Result<(), ControlError> {
+    let sql = |e| ControlError::Sql(engine.name(), e);
+    let mut tx = begin_write(engine, pool, std::time::Duration::from_secs(60))
+        .await
+        .map_err(sql)?;
+    if engine == Engine::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS drg_schema (
+           version BIGINT PRIMARY KEY,
+           applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(sql)?;
+    let at: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM drg_schema")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql)?;
+    for (version, migration) in MIGRATIONS.iter().filter(|(v, _)| Some(*v) > at) {
+        let extra = (POSTGRES_ONLY.iter())
+            .filter(|(v, _)| v == version && engine == Engine::Postgres)
+            .map(|(_, m)| *m);
+        for migration in std::iter::once(*migration).chain(extra) {
+            sqlx::raw_sql(AssertSqlSafe(migration))
+                .execute(&mut *tx)
+                .await
+                .map_err(sql)?;
+        }
+        sqlx::query("INSERT INTO drg_schema (version, applied_at) VALUES ($1, $2)")
+            .bind(version)
+            .bind(chrono::Utc::now().timestamp())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        log::info!(
+            "control store ({}): schema version {version} applied",
+            engine.name()
+        );
+    }
+    tx.commit().await.map_err(sql)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|(v, _)| *v).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]) && versions[0] == 1);
+    }
+}

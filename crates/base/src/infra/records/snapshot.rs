@@ -1,0 +1,215 @@
+//! What a gateway holds of one kind of record, and the poll that keeps it: every `POLL` the
+//! control store's revision of the kind is asked (one indexed row) and, when it moved, every
+//! record is read and published whole, with this gateway's writes made since the read began
+//! merged in. A revision lower than the last one read (the database restored from an older
+//! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
+//! the store holds now is served: a gateway never writes its copy back.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use super::{Merged, Put, Record, RecordStore, RecordsError};
+use crate::infra::control::Control;
+
+/// How often the store is asked: a change made on one gateway is held by the others within
+/// this (and the time one read takes).
+pub const POLL: Duration = Duration::from_millis(400);
+
+/// A failing store is logged at WARN at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// A revision that went back, as `/readyz` reports it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WentBack {
+    pub kind: &'static str,
+    pub from: i64,
+    pub to: i64,
+    /// Unix seconds when this gateway saw it.
+    pub seen_at: i64,
+}
+
+/// What the poll remembers between rounds.
+#[derive(Default)]
+struct SyncState {
+    /// The revision last read.
+    last: Option<i64>,
+    warned: Option<Instant>,
+}
+
+/// This gateway's writes, numbered: those after a read began are merged into what it read.
+struct LocalWrites<R> {
+    generation: u64,
+    writes: Vec<(u64, R)>,
+}
+
+impl<R> Default for LocalWrites<R> {
+    fn default() -> Self {
+        LocalWrites {
+            generation: 0,
+            writes: Vec::new(),
+        }
+    }
+}
+
+/// Called with every new set of records (at a write of this gateway, and when a poll read one).
+pub type Publish<R> = Box<dyn Fn(&Merged<R>) + Send + Sync>;
+
+/// One kind of record as this gateway holds it.
+pub struct Snapshot<R: Record> {
+    kind: &'static str,
+    store: Box<dyn RecordStore<R>>,
+    control: Arc<Control>,
+    held: ArcSwap<Merged<R>>,
+    /// This gateway's writes a poll's read may predate (see [`Snapshot::take`]); held while the
+    /// held set is replaced, never across an `.await`.
+    local: std::sync::Mutex<LocalWrites<R>>,
+    publish: Publish<R>,
+    last_stamp: AtomicU64,
+    sync: tokio::sync::Mutex<SyncState>,
+    went_back: arc_swap::ArcSwapOption<WentBack>,
+}
+
+impl<R: Record> Snapshot<R> {
+    /// Records of `kind` in the control store; `publish` is told each new set.
+    pub fn open(kind: &'static str, control: &Arc<Control>, publish: Publish<R>) -> Snapshot<R> {
+        control.snapshot_opened();
+        Snapshot {
+            kind,
+            store: Box::new(super::sql::SqlRecords::new(control.clone(), kind)),
+            control: control.clone(),
+            held: ArcSwap::from_pointee(Merged::default()),
+            local: std::sync::Mutex::new(LocalWrites::default()),
+            publish,
+            last_stamp: AtomicU64::new(0),
+            sync: tokio::sync::Mutex::new(SyncState::default()),
+            went_back: arc_swap::ArcSwapOption::empty(),
+        }
+    }
+
+    /// What this gateway holds now.
+    pub fn held(&self) -> Arc<Merged<R>> {
+        self.held.load_full()
+    }
+
+    /// A stamp for a write replacing one stamped `held`.
+    pub fn stamp(&self, held: u64) -> u64 {
+        super::next_stamp(&self.last_stamp, held)
+    }
+
+    /// Writes `record` to the store (a new one in force only within `max_live` for its
+    /// project), held and published here at once when it was.
+    pub async fn put(&self, record: R, max_live: u32) -> Result<Put, RecordsError> {
+        let put = self.store.put(&record, max_live).await?;
+        if let Put::Done { .. } = put {
+            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            local.generation += 1;
+            let generation = local.generation;
+            local.writes.push((generation, record.clone()));
+            self.swap(&local, |m| {
+                m.merge(record);
+            });
+        }
+        Ok(put)
+    }
+
+    /// Changes the held set and publishes it, with the local writes' lock held: one change at
+    /// a time, so a write answered `2xx` is held (a lookup, a list or a `DELETE` right after it
+    /// sees it) whatever a poll that read the store before it does next.
+    fn swap(&self, _local: &LocalWrites<R>, change: impl FnOnce(&mut Merged<R>)) {
+        let mut m = Merged::clone(&self.held.load());
+        change(&mut m);
+        (self.publish)(&m);
+        self.held.store(Arc::new(m));
+    }
+
+    /// The local writes' generation now: what a read that begins now includes.
+    fn generation(&self) -> u64 {
+        self.local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation
+    }
+
+    /// Takes what a read of the store begun at local generation `since` found, with this
+    /// gateway's writes after it merged in (last-writer-wins: a read from before a write never
+    /// undoes it here). What the read does not hold and no later local write made is gone
+    /// here too (another gateway's removal, a compacted removal marker).
+    fn take(&self, read: Merged<R>, since: u64) {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.writes.retain(|(g, _)| *g > since);
+        let mut read = read;
+        for (_, r) in &local.writes {
+            read.merge(r.clone());
+        }
+        self.swap(&local, |m| *m = read);
+    }
+
+    /// One round of the poll.
+    pub async fn sync(&self) {
+        let mut st = self.sync.lock().await;
+        let revision = match self.store.revision().await {
+            Ok(n) => n,
+            Err(e) => return self.failed(&mut st, &e),
+        };
+        if st.last == Some(revision) {
+            return;
+        }
+        let since = self.generation();
+        let (revision, read) = match self.store.read().await {
+            Ok((n, r)) => (n, Merged::of(r)),
+            Err(e) => return self.failed(&mut st, &e),
+        };
+        if let Some(from) = st.last.filter(|from| revision < *from) {
+            log::warn!(
+                "{}: the control store's revision went back from {from} to {revision} (restored \
+                 from an older backup, or a replica that lagged): what it holds now is served",
+                self.kind
+            );
+            let seen_at = chrono::Utc::now().timestamp();
+            self.went_back.store(Some(Arc::new(WentBack {
+                kind: self.kind,
+                from,
+                to: revision,
+                seen_at,
+            })));
+        }
+        self.take(read, since);
+        st.last = Some(revision);
+    }
+
+    /// The last time the store's revision went back, if it did in this run.
+    pub fn went_back(&self) -> Option<WentBack> {
+        self.went_back.load().as_deref().cloned()
+    }
+
+    fn failed(&self, st: &mut SyncState, e: &RecordsError) {
+        if st.warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            st.warned = Some(Instant::now());
+            log::warn!(
+                "{}: the control store did not answer ({e}); serving what is held",
+                self.kind
+            );
+        } else {
+            log::debug!("{}: {e}", self.kind);
+        }
+    }
+}
+
+/// The poll of a snapshot, a background service.
+pub struct SnapshotSync<R: Record>(pub Arc<Snapshot<R>>);
+
+#[async_trait::async_trait]
+impl<R: Record> crate::service::Service for SnapshotSync<R> {
+    async fn run(&self, mut shutdown: crate::service::Shutdown) {
+        self.0.sync().await;
+        self.0.control.snapshot_read();
+        let mut ticks = crate::periodic::Ticks::new(POLL);
+        while ticks.next(&mut shutdown).await.is_some() {
+            self.0.sync().await;
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Records in the control store (`infra::control`, SQLite or PostgreSQL): a row a record in
+//! `drg_records`, keyed by kind, project and key. A write is one transaction: it moves the
+//! kind's revision row first (so writes of a kind go one at a time across every gateway, the
+//! bound a plan sets holds, and the revision moves in commit order), checks last-writer-wins
+//! and the project's bound, and writes the row; a removal drops it (a kind whose removals stay
+//! records, reports, keeps them within a bound instead). A write refused rolls back, revision
+//! included. What `migrate` brings in is taken once a source (`drg_imports`). The poll's version is the
+//! revision: a database restored from an older backup, or a failover to a replica that lagged,
+//! shows a lower one, and every gateway reads the whole kind again and serves it; none writes
+//! its copy back.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use sqlx::Any;
+
+use super::{tombstones_kept, Put, Record, RecordStore, RecordsError};
+use crate::infra::control::{Control, ControlError};
+
+type Tx = sqlx::Transaction<'static, Any>;
+
+/// The control store's records of one kind.
+pub struct SqlRecords<R> {
+    control: Arc<Control>,
+    kind: &'static str,
+    _records: PhantomData<fn() -> R>,
+}
+
+impl<R: Record> SqlRecords<R> {
+    pub fn new(control: Arc<Control>, kind: &'static str) -> SqlRecords<R> {
+        SqlRecords {
+            control,
+            kind,
+            _records: PhantomData,
+        }
+    }
+
+    async fn put_now(
+        &self,
+        record: &R,
+        max_live: u32,
+        until: std::time::Instant,
+    ) -> Result<Put, ControlError> {
+        let sql = self.control.sql();
+        let mut tx = self.control.write(until).await?;
+        // The kind's revision row first: on PostgreSQL its lock holds to the end of the
+        // transaction, and a refused write rolls the move back.
+        move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        let held = held_row(&mut tx, self.kind, record).await.map_err(&sql)?;
+        if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
+            return Ok(Put::Stale);
+        }
+        let was_live = held.as_ref().is_some_and(|h| !h.removed());
+        if !record.removed() && !was_live {
+            let live: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM drg_records
+                 WHERE kind = $1 AND project = $2 AND NOT removed",
+            )
+            .bind(self.kind)
+            .bind(record.project())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(&sql)?;
+            if live >= i64::from(max_live) {
+                return Ok(Put::Full);
+            }
+        }
+        if record.removed() && !R::KEEPS_REMOVED {
+            drop_row(&mut tx, self.kind, record).await.map_err(&sql)?;
+        } else {
+            upsert(&mut tx, self.kind, record).await.map_err(&sql)?;
+        }
+        if record.removed() && R::KEEPS_REMOVED {
+            let keep = i64::try_from(tombstones_kept(max_live)).unwrap_or(i64::MAX);
+            sqlx::query(
+                "DELETE FROM drg_records WHERE kind = $1 AND project = $2 AND removed AND key IN (
+                   SELECT key FROM drg_records WHERE kind = $1 AND project = $2 AND removed
+                   ORDER BY stamp DESC LIMIT $4 OFFSET $3)",
+            )
+            .bind(self.kind)
+            .bind(record.project())
+            .bind(keep)
+            .bind(i64::MAX)
+            .execute(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        }
+        tx.commit().await.map_err(&sql)?;
+        Ok(Put::Done { created: !was_live })
+    }
+
+    async fn revision_now(&self) -> Result<i64, ControlError> {
+        let pool = self.control.pool().await?;
+        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
+            .bind(self.kind)
+            .fetch_optional(pool)
+            .await
+            .map_err(self.control.sql())?;
+        Ok(n.unwrap_or(0))
+    }
+
+    async fn read_now(&self) -> Result<(i64, Vec<R>), ControlError> {
+        let sql = self.control.sql();
+        let pool = self.control.pool().await?;
+        // The rows and the revision they are at, read in one transaction.
+        let mut tx = pool.begin().await.map_err(&sql)?;
+        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
+            .bind(self.kind)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        let bodies: Vec<String> =
+            sqlx::query_scalar("SELECT body FROM drg_records WHERE kind = $1")
+                .bind(self.kind)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        // A row that does not parse (another release's) is left out.
+        let records = (bodies.iter())
+            .filter_map(|b| serde_json::from_str(b).ok())
+            .collect();
+        Ok((n.unwrap_or(0), records))
+    }
+
+    async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
+        let sql = self.control.sql();
+        let mut tx = self.control.write(self.control.deadline()).await?;
+        let before: Option<i64> =
+            sqlx::query_scalar("SELECT records FROM drg_imports WHERE source = $1")
+                .bind(source.to_owned())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        if before.is_some() {
+            return Ok(None);
+        }
+        let mut taken = 0;
+        for r in records {
+            let held = held_row(&mut tx, self.kind, r).await.map_err(&sql)?;
+            let newer = held.as_ref().is_none_or(|h| r.newer_than(h));
+            match (r.removed() && !R::KEEPS_REMOVED, held) {
+                (_, _) if !newer => {}
+                // A removal of nothing held: nothing to take.
+                (true, None) => {}
+                (true, Some(_)) => {
+                    drop_row(&mut tx, self.kind, r).await.map_err(&sql)?;
+                    taken += 1;
+                }
+                (false, _) => {
+                    upsert(&mut tx, self.kind, r).await.map_err(&sql)?;
+                    taken += 1;
+                }
+            }
+        }
+        sqlx::query("INSERT INTO drg_imports (source, kind, records, at) VALUES ($1, $2, $3, $4)")
+            .bind(source.to_owned())
+            .bind(self.kind)
+            .bind(i64::try_from(taken).unwrap_or(i64::MAX))
+            .bind(chrono::Utc::now().timestamp())
+            .execute(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok(Some(taken))
+    }
+}
+
+/// Moves `kind`'s revision (made at 1 the first time); on PostgreSQL the row stays locked to
+/// the end of the transaction.
+async fn move_revision(tx: &mut Tx, kind: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO drg_revision (kind, n) VALUES ($1, 1)
+         ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1",
+    )
+    .bind(kind)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Drops `record`'s row (a removal of a kind that keeps none).
+async fn drop_row<R: Record>(tx: &mut Tx, kind: &str, record: &R) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3")
+        .bind(kind.to_owned())
+        .bind(record.project().to_owned())
+        .bind(record.key().to_owned())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The row held for `record`'s project and key, if one is and reads (another release's row
+/// that does not is as none).
+async fn held_row<R: Record>(
+    tx: &mut Tx,
+    kind: &str,
+    record: &R,
+) -> Result<Option<R>, sqlx::Error> {
+    let body: Option<String> = sqlx::query_scalar(
+        "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
+    )
+    .bind(kind.to_owned())
+    .bind(record.project().to_owned())
+    .bind(record.key().to_owned())
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
+}
+
+/// Writes `record`'s row.
+async fn upsert<R: Record>(tx: &mut Tx, kind: &str, record: &R) -> Result<(), sqlx::Error> {
+    let body = serde_json::to_string(record).unwrap_or_default();
+    let stamp = i64::try_from(record.stamp()).unwrap_or(i64::MAX);
+    sqlx::query(
+        "INSERT INTO drg_records (kind, project, key, stamp, removed, body)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (kind, project, key)
+         DO UPDATE SET stamp = excluded.stamp, removed = excluded.removed, body = excluded.body",
+    )
+    .bind(kind.to_owned())
+    .bind(record.project().to_owned())
+    .bind(record.key().to_owned())
+    .bind(stamp)
+    .bind(record.removed())
+    .bind(body)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl From<ControlError> for RecordsError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::TimedOut(_, ms) => RecordsError::TimedOut(u128::from(ms)),
+            other => RecordsError::Control(other.to_string()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<R: Record> RecordStore<R> for SqlRecords<R> {
+    async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError> {
+        let until = self.control.deadline();
+        Ok(self
+            .control
+            .within(self.put_now(record, max_live, until))
+            .await?)
+    }
+
+    async fn revision(&self) -> Result<i64, RecordsError> {
+        Ok(self.control.within(self.revision_now()).await?)
+    }
+
+    async fn read(&self) -> Result<(i64, Vec<R>), RecordsError> {
+        Ok(self.control.within(self.read_now()).await?)
+    }
+
+    async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError> {
+        Ok(self
+            .control
+            .within(self.import_now(source, records))
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::records::tests::over;
+    use drg_domain::overrides::Override;
+
+    #[tokio::test]
+    async fn writes_merge_by_stamp_a_project_is_bounded_and_the_revision_moves_per_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
+        let store = SqlRecords::<Override>::new(control, "overrides");
+        assert_eq!(store.revision().await.unwrap(), 0);
+        let put = |d: &'static str, stamp, removed| {
+            let s = &store;
+            async move { s.put(&over(d, stamp, removed), 2).await.unwrap() }
+        };
+        assert_eq!(
+            put("a.example", 10, false).await,
+            Put::Done { created: true }
+        );
+        assert_eq!(
+            put("b.example", 11, false).await,
+            Put::Done { created: true }
+        );
+        assert_eq!(put("c.example", 12, false).await, Put::Full);
+        assert_eq!(put("a.example", 9, true).await, Put::Stale);
+        assert_eq!(
+            store.revision().await.unwrap(),
+            2,
+            "refused writes move nothing"
+        );
+        assert_eq!(
+            put("a.example", 13, true).await,
+            Put::Done { created: false }
+        );
+        assert_eq!(
+            put("c.example", 14, false).await,
+            Put::Done { created: true }
+        );
+        let (n, held) = store.read().await.unwrap();
+        assert_eq!(n, 4);
+        let mut names: Vec<&str> = held.iter().map(|o| o.domain.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["b.example", "c.example"], "a removal leaves no row");
+        // What an import brings is kept only where nothing newer is held, once a source.
+        let old = [over("b.example", 5, false), over("d.example", 1, false)];
+        assert_eq!(store.import("file:x", &old).await.unwrap(), Some(1));
+        assert_eq!(store.import("file:x", &old).await.unwrap(), None);
+        let removal = [over("d.example", 2, true)];
+        assert_eq!(store.import("file:y", &removal).await.unwrap(), Some(1));
+        assert_eq!(store.read().await.unwrap().1.len(), 2);
+    }
+}

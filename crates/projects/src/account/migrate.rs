@@ -1,0 +1,131 @@
+//! `migrate`: moves what an earlier release kept of the projects' records (overrides, webhooks,
+//! reports and the accepted verdicts) into the control store, once: the state folder's files
+//! of an embedded deployment and, with the shared Redis, its rows. Each record is taken only
+//! where the store holds nothing newer, and each source once (the store notes it), so a second
+//! run takes nothing and revives no removal made since; the folder's files are renamed
+//! `<name>.migrated`, the Redis rows are left for the operator to drop.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use drg_base::infra::control::Control;
+use drg_base::infra::records::sql::SqlRecords;
+use drg_base::infra::records::{legacy, Record, RecordStore, RecordsError};
+use drg_base::infra::redis::config::RedisConfig;
+use drg_domain::overrides::Override;
+
+use super::reports::{decisions, Decision, Report};
+use super::webhooks::Hook;
+
+/// The kinds of record, in the order they move.
+const KINDS: [&str; 4] = [
+    super::overrides::KIND,
+    super::webhooks::KIND,
+    super::reports::KIND,
+    decisions::KIND,
+];
+
+/// Why a move stopped (what moved before stays: a move is idempotent).
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("{kind}: {source}")]
+    Records {
+        kind: &'static str,
+        source: RecordsError,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What one kind came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moved {
+    pub kind: &'static str,
+    /// Records read (removals included) from the sources taken now.
+    pub found: usize,
+    /// Of them, those that changed the store (it held nothing newer).
+    pub taken: usize,
+    /// The sources taken now.
+    pub from: Vec<String>,
+    /// The sources found that a run before took (not taken again).
+    pub before: Vec<String>,
+}
+
+/// The files of the state folder an earlier release kept records in, still there.
+pub fn left_behind(folder: &Path) -> Vec<PathBuf> {
+    KINDS
+        .iter()
+        .flat_map(|kind| legacy::files(folder, kind))
+        .collect()
+}
+
+/// Moves every kind from `folder` (and `redis`, when the earlier release kept records there)
+/// into `control`.
+pub async fn migrate(
+    control: &Arc<Control>,
+    folder: &Path,
+    redis: Option<&RedisConfig>,
+) -> Result<Vec<Moved>, MigrateError> {
+    Ok(vec![
+        kind::<Override>(control, folder, redis, KINDS[0]).await?,
+        kind::<Hook>(control, folder, redis, KINDS[1]).await?,
+        kind::<Report>(control, folder, redis, KINDS[2]).await?,
+        kind::<Decision>(control, folder, redis, KINDS[3]).await?,
+    ])
+}
+
+async fn kind<R: Record>(
+    control: &Arc<Control>,
+    folder: &Path,
+    redis: Option<&RedisConfig>,
+    kind: &'static str,
+) -> Result<Moved, MigrateError> {
+    let failed = |source| MigrateError::Records { kind, source };
+    let store = SqlRecords::<R>::new(control.clone(), kind);
+    let mut moved = Moved {
+        kind,
+        ..Moved::default()
+    };
+    for path in legacy::files(folder, kind) {
+        let records: Vec<R> = legacy::read_file(&path).map_err(failed)?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let source = format!("file:{name}");
+        take(&store, &mut moved, &source, &records)
+            .await
+            .map_err(failed)?;
+        let mut to = path.as_os_str().to_owned();
+        to.push(".migrated");
+        std::fs::rename(&path, &to).map_err(|source| MigrateError::Io { path, source })?;
+    }
+    if let Some(redis) = redis {
+        let rows: Vec<R> = legacy::from_redis(redis, kind).await.map_err(failed)?;
+        if !rows.is_empty() {
+            let source = format!("redis drg:{{{kind}}}:rows");
+            take(&store, &mut moved, &source, &rows)
+                .await
+                .map_err(failed)?;
+        }
+    }
+    Ok(moved)
+}
+
+/// Takes one source's `records` into `store`, noted in `moved`.
+async fn take<R: Record>(
+    store: &SqlRecords<R>,
+    moved: &mut Moved,
+    source: &str,
+    records: &[R],
+) -> Result<(), RecordsError> {
+    match store.import(source, records).await? {
+        Some(taken) => {
+            moved.found += records.len();
+            moved.taken += taken;
+            moved.from.push(source.to_owned());
+        }
+        None => moved.before.push(source.to_owned()),
+    }
+    Ok(())
+}
