@@ -257,6 +257,108 @@ fn a_503_while_postgres_is_paused_never_takes_effect_later() {
     assert_eq!(r.status, 201, "{}", r.text());
 }
 
+/// A write sent with `key` as its `Idempotency-Key`.
+fn keyed(gw: &Gateway, method: &str, path: &str, key: &str, body: Option<&Value>) -> Response {
+    let body = body.map(Value::to_string);
+    let extra = [("Idempotency-Key", key)];
+    send(
+        gw,
+        method,
+        path,
+        Some(ACME),
+        &extra,
+        body.as_deref().map(str::as_bytes),
+    )
+}
+
+/// A client that lost an answer retries with the same `Idempotency-Key`: the write is made
+/// once and the retry gets the first answer (the same webhook id and secret), marked
+/// replayed; the audit trail has one row. The same key on another request is `422`; a key
+/// that is no key is `422`, nothing written. Without a key, a retry makes a second webhook
+/// (what a client had before).
+#[test]
+fn a_retry_with_the_same_idempotency_key_applies_once() {
+    let gw = builder().start();
+    let hook = json!({"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]});
+    // The first answer "lost": the client never read it, and tries again.
+    let first = keyed(&gw, "POST", "/v1/webhooks", "retry-1", Some(&hook));
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = keyed(&gw, "POST", "/v1/webhooks", "retry-1", Some(&hook));
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(again.json()["secret"], first.json()["secret"]);
+    let listed = bare(&gw, "GET", "/v1/webhooks", ACME).json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    // The same key on another request of the project.
+    let other = json!({"url": "http://127.0.0.1:9/other", "events": ["verdict.changed"]});
+    keyed(&gw, "POST", "/v1/webhooks", "retry-1", Some(&other))
+        .assert_error(422, "validation_error");
+    // Overrides: a replayed PUT answers its 201, a replayed DELETE its 204 (not 404).
+    let path = "/v1/overrides/once.example";
+    let block = json!({"verdict": "block"});
+    assert_eq!(keyed(&gw, "PUT", path, "put-1", Some(&block)).status, 201);
+    let put_again = keyed(&gw, "PUT", path, "put-1", Some(&block));
+    assert_eq!(put_again.status, 201);
+    assert_eq!(put_again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(keyed(&gw, "DELETE", path, "del-1", None).status, 204);
+    let del_again = keyed(&gw, "DELETE", path, "del-1", None);
+    assert_eq!(del_again.status, 204);
+    assert_eq!(del_again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        bare(&gw, "DELETE", path, ACME).status,
+        404,
+        "removed once, and gone"
+    );
+    // A report, once.
+    let report = json!({"domain": "mailinator.com", "verdict": "safe"});
+    assert_eq!(
+        keyed(&gw, "POST", "/v1/reports", "rep-1", Some(&report)).status,
+        202
+    );
+    assert_eq!(
+        keyed(&gw, "POST", "/v1/reports", "rep-1", Some(&report)).status,
+        202
+    );
+    let reports = bare(&gw, "GET", "/v1/reports", ACME).json();
+    assert_eq!(reports["items"].as_array().unwrap().len(), 1, "{reports}");
+    // One audit row each for what was made once.
+    let trail = bare(&gw, "GET", "/v1/audit", ACME).json();
+    let actions: Vec<&str> = (trail["items"].as_array().unwrap().iter())
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "report.sent",
+            "override.removed",
+            "override.set",
+            "webhook.created"
+        ],
+        "{trail}"
+    );
+    // No key at all: a key with a space, or two keys.
+    keyed(&gw, "PUT", "/v1/overrides/x.example", "a b", Some(&block))
+        .assert_error(422, "validation_error");
+    let twice = send(
+        &gw,
+        "PUT",
+        "/v1/overrides/x.example",
+        Some(ACME),
+        &[("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")],
+        Some(block.to_string().as_bytes()),
+    );
+    twice.assert_error(422, "validation_error");
+    assert_eq!(
+        bare(&gw, "GET", "/v1/overrides", ACME).json()["items"],
+        json!([])
+    );
+    // Without a key, the retry is a second write.
+    json_send(&gw, "POST", "/v1/webhooks", ACME, &hook);
+    let listed = bare(&gw, "GET", "/v1/webhooks", ACME).json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
+}
+
 #[test]
 fn an_override_on_a_watched_domain_reaches_the_projects_webhook_within_two_seconds() {
     let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);

@@ -7,6 +7,7 @@
 //! earlier release's records (the state folder's SQLite file, the shared Redis's rows) into the
 //! control store once, on either engine.
 
+use crate::commit_cutter::CommitCutter;
 use crate::common;
 use crate::postgres::Postgres;
 use crate::redis_server::RedisServer;
@@ -256,6 +257,69 @@ fn a_commit_past_the_writes_deadline_is_refused_by_the_database() {
          COMMIT;",
     );
     assert_ne!(revision(), before);
+}
+
+/// The connection breaks right after a write's `COMMIT` reached the database: the server
+/// commits and the gateway hears nothing. It waits until the database could no longer commit
+/// the write, reads what came of it and answers that: `201` and in force. (Before: `503`,
+/// "nothing changed", with the override in force.)
+#[test]
+fn a_write_whose_commit_answer_was_lost_answers_what_landed() {
+    let pg = Postgres::start();
+    let cutter = CommitCutter::start(([127, 0, 0, 1], pg.port).into());
+    let gw = Gateway::builder()
+        .plan_yaml("team", "{ monthly_limit: 100000, max_overrides: 3 }")
+        .key_in_project("acme-server", ACME, "team", "acme")
+        .data("disposable.txt", "mailinator.com\n")
+        .gateway_yaml(&format!(
+            "control: {{ url: 'postgres://drg@{}/postgres', call_timeout_ms: 2000 }}",
+            cutter.addr
+        ))
+        .start();
+    assert_eq!(put(&gw, "warm.example", "block").status, 201);
+    cutter.arm();
+    let r = put(&gw, "cut.example", "block");
+    assert!(cutter.cut(), "the write's COMMIT was cut");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(reason(&gw, "x.cut.example"), "disposable");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_records WHERE key = 'cut.example'"),
+        "1"
+    );
+    assert!(
+        gw.log().contains("the write whose answer was lost landed"),
+        "{}",
+        gw.log()
+    );
+    // A removal cut the same way: `204`, and gone.
+    cutter.arm();
+    let r = delete(&gw, "cut.example");
+    assert!(cutter.cut());
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(overrides(&gw), ["warm.example"]);
+}
+
+/// A retry through another gateway with the same `Idempotency-Key` gets the first answer: the
+/// key is kept with the write, in the database both read.
+#[test]
+fn a_retry_through_another_gateway_applies_once() {
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    let body = br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#;
+    let post = |gw: &Gateway| {
+        let extra = [("Idempotency-Key", "through-b")];
+        send(gw, "POST", "/v1/webhooks", Some(ACME), &extra, Some(body))
+    };
+    let first = post(&a);
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = post(&b);
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_records WHERE kind = 'webhooks'"),
+        "1"
+    );
 }
 
 /// An override an earlier release kept, as its JSON.

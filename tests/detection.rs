@@ -39,6 +39,8 @@ mod report;
 mod rng;
 #[path = "../benches/detection/runner.rs"]
 mod runner;
+#[path = "../benches/detection/spec.rs"]
+mod spec;
 #[path = "../benches/detection/suite.rs"]
 mod suite;
 #[path = "../benches/detection/throwaway.rs"]
@@ -53,7 +55,7 @@ fn plan() -> suite::Plan {
     suite::Plan {
         seeds: vec![1, 2, 3],
         size: world::Size::SLICE,
-        conditions: runner::Rdap::ALL.to_vec(),
+        conditions: spec::Rdap::ALL.to_vec(),
         one_project: false,
         jobs: 9,
         settle: Duration::from_secs(15),

@@ -4,6 +4,8 @@
 
 #[path = "common/certs.rs"]
 mod certs;
+#[path = "common/commit_cutter.rs"]
+mod commit_cutter;
 mod common;
 #[path = "common/dns.rs"]
 mod dns;

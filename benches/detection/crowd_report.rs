@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use super::client::Route;
 use super::crowds::{CROWDS, SHAPES};
 use super::report::Report;
-use super::runner::{Rdap, Run};
+use super::runner::Run;
+use super::spec::Rdap;
 
 impl Report<'_> {
     /// The cases the projects disagreed on in the runs of `rdap` on `route`, over every seed,

@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use super::client::{self, Answer, Request, Route};
-use super::crowds::Reported;
 use super::deployment::{Bench, WORKERS};
 use super::projects::ATTACKERS;
-use super::world::World;
+use super::world::{Reported, World};
 
 /// A case the projects answered differently, asked at the same moment: each project's answer.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 //! throwaway host `safe`. The victims are a trusted project's (the deployment's first).
 
 use super::facts;
-use super::world::{Bucket, World};
+use super::world::{Bucket, Reported, World};
 
 /// How many attacker projects act together.
 pub const CROWDS: [usize; 4] = [2, 3, 5, 10];
@@ -20,16 +20,6 @@ pub const SHAPES: [&str; 3] = [
     "a third party's host",
     "a provider's /24, several MX",
 ];
-
-/// Throwaways `attackers` attacker projects each look up and report `safe`, on a throwaway
-/// host whose listed neighbours the deployment learned; and one more on that host nobody
-/// reports. A trusted project then asks them all.
-#[derive(Debug, Clone)]
-pub struct Reported {
-    pub attackers: usize,
-    pub reported: Vec<String>,
-    pub unreported: String,
-}
 
 impl World {
     /// Every crowd's attacks and reports, each on hosts of its own. The crowds' victims are of

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::client::{self, Answer, Route};
 use super::facts;
 use super::projects::{ATTACKERS, SELF_SERVE_PLAN, SOLO, TRUSTED_PLAN};
-use super::runner::{Rdap, RdapNote, Spec};
+use super::spec::{Rdap, RdapNote, Spec};
 use super::world::World;
 use crate::common::{Gateway, GatewayBuilder};
 use crate::dns::DnsServer;

@@ -13,7 +13,7 @@
 use super::broken::{MINIMAL, UNUSABLE};
 use super::client::Route;
 use super::report::{Count, Report, Which, FLOOR_CONDITIONS};
-use super::runner::Rdap;
+use super::spec::Rdap;
 use super::world::{Arrival, Bucket, Expect, Shape};
 
 /// Planted listed domains from one project that must flag no victim.

@@ -47,13 +47,14 @@ mod projects;
 mod report;
 mod rng;
 mod runner;
+mod spec;
 mod suite;
 mod throwaway;
 mod world;
 
 use std::time::{Duration, Instant};
 
-use runner::Rdap;
+use spec::Rdap;
 use world::Size;
 
 /// The command line's plan (see the module documentation).

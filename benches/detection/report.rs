@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::client::{Answer, Route};
-use super::runner::{Rdap, Run};
+use super::runner::Run;
+use super::spec::Rdap;
 use super::world::{Arrival, Bucket, Case, Expect, Shape, World};
 
 /// Everything the runs found, with the worlds they ran.

@@ -20,52 +20,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::attacking::{self, AttackOutcome};
-use super::client::{self, Answer, Route};
+use super::client::{self, Answer};
 use super::crowd_run::{self, EveryProject, ReportOutcome};
 use super::deployment::Bench;
 use super::facts;
 use super::projects::SOLO;
+use super::spec::{RdapNote, Spec};
 use super::world::{Attack, Lookup, World};
-
-/// Domain age in a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Rdap {
-    /// As shipped: every registry answers, paced one request a second.
-    On,
-    /// `rdap.enabled: false`.
-    Off,
-    /// As shipped, while the busiest registries misbehave for the first part of the run
-    /// (`Spec::outage`): Verisign's `.com` answers 429 (`Retry-After: 10`), its `.net` and
-    /// PIR's `.org` 503, CentralNic's TLDs hang past the gateway's timeout.
-    Failing,
-}
-
-impl Rdap {
-    pub const ALL: [Rdap; 3] = [Rdap::On, Rdap::Off, Rdap::Failing];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Rdap::On => "on",
-            Rdap::Off => "off",
-            Rdap::Failing => "failing",
-        }
-    }
-}
-
-/// One deployment's run.
-#[derive(Debug, Clone, Copy)]
-pub struct Spec {
-    pub rdap: Rdap,
-    pub route: Route,
-    /// All traffic from one project (the attacks only) instead of several.
-    pub one_project: bool,
-    /// The longest the settling waits for RDAP.
-    pub settle: Duration,
-    /// How long the failing registries misbehave, from the start.
-    pub outage: Duration,
-    /// Listed domains each attack plants at most.
-    pub planted: usize,
-}
 
 /// One case's answers.
 #[derive(Debug, Clone)]
@@ -76,21 +37,6 @@ pub struct Outcome {
     /// The answer once the gateway had its evidence (RDAP fetched or the wait's bound, the
     /// neighbourhood learned).
     pub settled: Answer,
-}
-
-/// What the registries did by the end of the settling.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RdapNote {
-    pub found: f64,
-    pub errors: f64,
-    /// Names still waiting when the settling stopped.
-    pub queued: f64,
-    /// Misses not queued (the queue or a project's share full).
-    pub queue_full: f64,
-    /// Ages the cache held at start, of the past's ages written to its file.
-    pub past_loaded: f64,
-    pub past: usize,
-    pub settle_secs: f64,
 }
 
 /// Everything one deployment's run found.

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::client::Route;
-use super::runner::{self, Rdap, Run, Spec};
+use super::runner::{self, Run};
+use super::spec::{Rdap, Spec};
 use super::world::{Shipped, Size, World};
 
 /// What to run.

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use super::crowds::Reported;
 use super::facts;
 use super::projects::{self, PROJECTS};
 use super::rng::Rng;
@@ -151,6 +150,18 @@ pub struct Attack {
     pub attackers: usize,
     pub planted: Vec<String>,
     pub victims: Vec<(String, Bucket)>,
+}
+
+// Here beside `Attack`, though `crowds.rs` makes it: the world holds it, and `crowds.rs` builds
+// on `world.rs`, so defining it there would make the two import each other.
+/// Throwaways `attackers` attacker projects each look up and report `safe`, on a throwaway
+/// host whose listed neighbours the deployment learned; and one more on that host nobody
+/// reports. A trusted project then asks them all.
+#[derive(Debug, Clone)]
+pub struct Reported {
+    pub attackers: usize,
+    pub reported: Vec<String>,
+    pub unreported: String,
 }
 
 /// How big a world is.

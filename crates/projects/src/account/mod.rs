@@ -6,6 +6,7 @@ pub mod calls;
 pub mod config;
 pub mod keys_api;
 pub mod migrate;
+pub mod once;
 pub mod overrides;
 pub mod reports;
 pub mod routes;

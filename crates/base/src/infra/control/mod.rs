@@ -55,6 +55,26 @@ pub enum ControlError {
     },
 }
 
+/// A write's transaction, and when it can no longer commit.
+pub struct Write {
+    pub tx: sqlx::Transaction<'static, sqlx::Any>,
+    /// Past this instant the database refuses the transaction's `COMMIT` (PostgreSQL's
+    /// deadline; on SQLite no answer is ever lost), so what it holds then is the outcome.
+    pub settled: std::time::Instant,
+}
+
+/// How much later than the deadline's half-budget a lost commit's outcome is read: the
+/// database's clock read the deadline after this gateway sent it, and the two clocks' rates
+/// differ by far less.
+const SETTLE_MARGIN: Duration = Duration::from_millis(50);
+
+/// Whether a failed `COMMIT` may have landed: the database refused it (an error it sent,
+/// such as the deadline's) or it landed; anything else (the connection lost, an answer that
+/// did not parse) leaves it unknown.
+pub fn commit_unknown(e: &sqlx::Error) -> bool {
+    !matches!(e, sqlx::Error::Database(_))
+}
+
 /// The file the control store is kept in without `gateway.control`.
 pub fn sqlite_path(folder: &Path) -> PathBuf {
     folder.join("control.sqlite")
@@ -182,13 +202,14 @@ impl Control {
     /// A transaction that writes, for a call that gives up at `until` (see
     /// [`schema::begin_write`]): its commit is refused past half the time left, so that its
     /// answer is back well before the call gives up, and one given up never commits later.
-    pub async fn write(
-        &self,
-        until: std::time::Instant,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, ControlError> {
+    pub async fn write(&self, until: std::time::Instant) -> Result<Write, ControlError> {
         let pool = self.pool().await?;
         let left = until.saturating_duration_since(std::time::Instant::now());
-        (schema::begin_write(self.engine, pool, left / 2).await).map_err(self.sql())
+        let tx = (schema::begin_write(self.engine, pool, left / 2).await).map_err(self.sql())?;
+        // The database took its deadline before this instant; its clock's second may run a
+        // little ahead of ours.
+        let settled = std::time::Instant::now() + left / 2 + SETTLE_MARGIN;
+        Ok(Write { tx, settled })
     }
 
     /// When a call that starts now gives up.

@@ -36,6 +36,19 @@ const MIGRATIONS: &[(i64, &str)] = &[
        at BIGINT NOT NULL);",
     ),
     (3, "SELECT 1"),
+    // The first answer of each write that carried an `Idempotency-Key` (`records/once.rs`).
+    (
+        4,
+        "CREATE TABLE drg_idempotency (
+       project TEXT NOT NULL,
+       key TEXT NOT NULL,
+       fingerprint TEXT NOT NULL,
+       status BIGINT NOT NULL,
+       body TEXT NOT NULL,
+       at BIGINT NOT NULL,
+       PRIMARY KEY (project, key));
+     CREATE INDEX drg_idempotency_at ON drg_idempotency (project, at);",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).

@@ -10,6 +10,7 @@
 //! (at least [`MIN_TOMBSTONES`]), and a write costs the project's bound, not its history.
 
 pub mod legacy;
+pub mod once;
 pub mod snapshot;
 pub mod sql;
 

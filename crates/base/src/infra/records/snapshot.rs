@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::Serialize;
 
+use super::once::{Once, Outcome};
+use super::sql::SqlRecords;
 use super::{Merged, Put, Record, RecordStore, RecordsError};
 use crate::infra::control::Control;
 
@@ -61,7 +63,7 @@ pub type Publish<R> = Box<dyn Fn(&Merged<R>) + Send + Sync>;
 /// One kind of record as this gateway holds it.
 pub struct Snapshot<R: Record> {
     kind: &'static str,
-    store: Box<dyn RecordStore<R>>,
+    store: SqlRecords<R>,
     control: Arc<Control>,
     held: ArcSwap<Merged<R>>,
     /// This gateway's writes a poll's read may predate (see [`Snapshot::take`]); held while the
@@ -79,7 +81,7 @@ impl<R: Record> Snapshot<R> {
         control.snapshot_opened();
         Snapshot {
             kind,
-            store: Box::new(super::sql::SqlRecords::new(control.clone(), kind)),
+            store: SqlRecords::new(control.clone(), kind),
             control: control.clone(),
             held: ArcSwap::from_pointee(Merged::default()),
             local: std::sync::Mutex::new(LocalWrites::default()),
@@ -104,6 +106,36 @@ impl<R: Record> Snapshot<R> {
     /// project), held and published here at once when it was.
     pub async fn put(&self, record: R, max_live: u32) -> Result<Put, RecordsError> {
         let put = self.store.put(&record, max_live).await?;
+        self.held_now(&put, record);
+        Ok(put)
+    }
+
+    /// Writes `record` as [`Snapshot::put`] does, `once` its `Idempotency-Key` (see
+    /// [`super::once`]): a retry of a write that committed gets its first answer.
+    pub async fn put_once(
+        &self,
+        record: R,
+        max_live: u32,
+        once: &Once<'_>,
+    ) -> Result<Outcome, RecordsError> {
+        let outcome = self.store.put_once(&record, max_live, Some(once)).await?;
+        if let Outcome::Put(put) = &outcome {
+            self.held_now(put, record);
+        }
+        Ok(outcome)
+    }
+
+    /// What a write with `once`'s key in `project` came to before (see [`SqlRecords::seen`]).
+    pub async fn seen(
+        &self,
+        project: &str,
+        once: &Once<'_>,
+    ) -> Result<Option<Outcome>, RecordsError> {
+        self.store.seen(project, once).await
+    }
+
+    /// Holds and publishes `record` at once when `put` wrote it.
+    fn held_now(&self, put: &Put, record: R) {
         if let Put::Done { .. } = put {
             let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
             local.generation += 1;
@@ -113,7 +145,6 @@ impl<R: Record> Snapshot<R> {
                 m.merge(record);
             });
         }
-        Ok(put)
     }
 
     /// Changes the held set and publishes it, with the local writes' lock held: one change at

@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use sqlx::Any;
 
+use super::once::{self, Once, Outcome, Remembered};
 use super::{tombstones_kept, Put, Record, RecordStore, RecordsError};
-use crate::infra::control::{Control, ControlError};
+use crate::infra::control::{commit_unknown, Control, ControlError, Write};
 
 type Tx = sqlx::Transaction<'static, Any>;
 
@@ -35,20 +36,58 @@ impl<R: Record> SqlRecords<R> {
         }
     }
 
+    /// Writes `record` as [`RecordStore::put`] does; with `once`, a retry of a write that
+    /// committed gets its first answer, and the first answer is kept with the write.
+    pub async fn put_once(
+        &self,
+        record: &R,
+        max_live: u32,
+        once: Option<&Once<'_>>,
+    ) -> Result<Outcome, RecordsError> {
+        let until = self.control.deadline();
+        Ok(self
+            .control
+            .within(self.put_now(record, max_live, until, once))
+            .await?)
+    }
+
+    /// What a write with `once`'s key in `project` came to before, if one did (a read: a
+    /// retry of a removal finds the record gone before it reaches a write).
+    pub async fn seen(
+        &self,
+        project: &str,
+        once: &Once<'_>,
+    ) -> Result<Option<Outcome>, RecordsError> {
+        let sql = self.control.sql();
+        let call = async {
+            let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
+            let seen = remembered(&mut tx, project, once).await.map_err(&sql)?;
+            tx.commit().await.map_err(&sql)?;
+            Ok::<_, ControlError>(seen)
+        };
+        Ok(self.control.within(call).await?)
+    }
+
     async fn put_now(
         &self,
         record: &R,
         max_live: u32,
         until: std::time::Instant,
-    ) -> Result<Put, ControlError> {
+        once: Option<&Once<'_>>,
+    ) -> Result<Outcome, ControlError> {
         let sql = self.control.sql();
-        let mut tx = self.control.write(until).await?;
+        let Write { mut tx, settled } = self.control.write(until).await?;
         // The kind's revision row first: on PostgreSQL its lock holds to the end of the
         // transaction, and a refused write rolls the move back.
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        if let Some(once) = once {
+            if let Some(seen) = (remembered(&mut tx, record.project(), once).await).map_err(&sql)? {
+                return Ok(seen);
+            }
+        }
         let held = held_row(&mut tx, self.kind, record).await.map_err(&sql)?;
         if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
-            return Ok(Put::Stale);
+            return Ok(Outcome::Put(Put::Stale));
         }
         let was_live = held.as_ref().is_some_and(|h| !h.removed());
         if !record.removed() && !was_live {
@@ -62,7 +101,7 @@ impl<R: Record> SqlRecords<R> {
             .await
             .map_err(&sql)?;
             if live >= i64::from(max_live) {
-                return Ok(Put::Full);
+                return Ok(Outcome::Put(Put::Full));
             }
         }
         if record.removed() && !R::KEEPS_REMOVED {
@@ -85,8 +124,63 @@ impl<R: Record> SqlRecords<R> {
             .await
             .map_err(&sql)?;
         }
-        tx.commit().await.map_err(&sql)?;
-        Ok(Put::Done { created: !was_live })
+        let done = Put::Done { created: !was_live };
+        if let Some(answer) = once.and_then(|o| (o.remember)(&done).map(|a| (o, a))) {
+            remember(&mut tx, record.project(), answer.0, &answer.1)
+                .await
+                .map_err(&sql)?;
+        }
+        match tx.commit().await {
+            Ok(()) => Ok(Outcome::Put(done)),
+            Err(e) if commit_unknown(&e) => {
+                (self.outcome(record, settled, e).await).map(|()| Outcome::Put(done))
+            }
+            Err(e) => Err(sql(e)),
+        }
+    }
+
+    /// What came of a write whose `COMMIT` answer was lost (the connection broke after it was
+    /// sent): once the database can no longer commit it, its row says whether it did. `Ok`:
+    /// it landed; else the call's error stands (nothing changed, then or later).
+    async fn outcome(
+        &self,
+        record: &R,
+        settled: std::time::Instant,
+        lost: sqlx::Error,
+    ) -> Result<(), ControlError> {
+        log::warn!(
+            "{}: the answer to a commit was lost ({lost}); reading what came of it",
+            self.kind
+        );
+        tokio::time::sleep_until(settled.into()).await;
+        let sql = self.control.sql();
+        let pool = self.control.pool().await?;
+        let mut conn = pool.acquire().await.map_err(&sql)?;
+        let body: Option<String> = sqlx::query_scalar(
+            "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
+        )
+        .bind(self.kind)
+        .bind(record.project().to_owned())
+        .bind(record.key().to_owned())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(&sql)?;
+        let held: Option<R> = body.and_then(|b| serde_json::from_str(&b).ok());
+        let landed = match held {
+            // A removal that drops its row: the row is gone.
+            None => record.removed() && !R::KEEPS_REMOVED,
+            Some(h) => h.stamp() == record.stamp() && h.writer() == record.writer(),
+        };
+        log::warn!(
+            "{}: the write whose answer was lost {}",
+            self.kind,
+            if landed { "landed" } else { "did not land" }
+        );
+        if landed {
+            Ok(())
+        } else {
+            Err(sql(lost))
+        }
     }
 
     async fn revision_now(&self) -> Result<i64, ControlError> {
@@ -125,7 +219,7 @@ impl<R: Record> SqlRecords<R> {
 
     async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
         let sql = self.control.sql();
-        let mut tx = self.control.write(self.control.deadline()).await?;
+        let Write { mut tx, .. } = self.control.write(self.control.deadline()).await?;
         let before: Option<i64> =
             sqlx::query_scalar("SELECT records FROM drg_imports WHERE source = $1")
                 .bind(source.to_owned())
@@ -165,6 +259,67 @@ impl<R: Record> SqlRecords<R> {
         tx.commit().await.map_err(&sql)?;
         Ok(Some(taken))
     }
+}
+
+/// The answer kept for `once`'s key in `project`: its first answer when the request is the
+/// same, [`Outcome::Reused`] when it is not, `None` when the key is new.
+async fn remembered(
+    tx: &mut Tx,
+    project: &str,
+    once: &Once<'_>,
+) -> Result<Option<Outcome>, sqlx::Error> {
+    let row: Option<(String, i64, String)> = sqlx::query_as(
+        "SELECT fingerprint, status, body FROM drg_idempotency WHERE project = $1 AND key = $2",
+    )
+    .bind(project.to_owned())
+    .bind(once.key.to_owned())
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(row.map(|(fingerprint, status, body)| {
+        if fingerprint == once.fingerprint {
+            Outcome::Replay(Remembered {
+                status: u16::try_from(status).unwrap_or(500),
+                body,
+            })
+        } else {
+            Outcome::Reused
+        }
+    }))
+}
+
+/// Keeps `answer` for `once`'s key in `project`, and lets the project's oldest keys go (past
+/// their day, past the newest [`once::KEPT_PER_PROJECT`]).
+async fn remember(
+    tx: &mut Tx,
+    project: &str,
+    once: &Once<'_>,
+    answer: &Remembered,
+) -> Result<(), sqlx::Error> {
+    let now = chrono::Utc::now().timestamp();
+    sqlx::query(
+        "INSERT INTO drg_idempotency (project, key, fingerprint, status, body, at)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(project.to_owned())
+    .bind(once.key.to_owned())
+    .bind(once.fingerprint.clone())
+    .bind(i64::from(answer.status))
+    .bind(answer.body.clone())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "DELETE FROM drg_idempotency WHERE project = $1 AND (at < $2 OR key IN (
+           SELECT key FROM drg_idempotency WHERE project = $1
+           ORDER BY at DESC LIMIT $4 OFFSET $3))",
+    )
+    .bind(project.to_owned())
+    .bind(now - once::KEPT_SECONDS)
+    .bind(once::KEPT_PER_PROJECT)
+    .bind(i64::MAX)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Moves `kind`'s revision (made at 1 the first time); on PostgreSQL the row stays locked to
@@ -242,11 +397,13 @@ impl From<ControlError> for RecordsError {
 #[async_trait::async_trait]
 impl<R: Record> RecordStore<R> for SqlRecords<R> {
     async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError> {
-        let until = self.control.deadline();
-        Ok(self
-            .control
-            .within(self.put_now(record, max_live, until))
-            .await?)
+        match self.put_once(record, max_live, None).await? {
+            Outcome::Put(put) => Ok(put),
+            // Only a write with a key is answered from before.
+            Outcome::Replay(_) | Outcome::Reused => Err(RecordsError::Control(
+                "a write without a key was replayed".into(),
+            )),
+        }
     }
 
     async fn revision(&self) -> Result<i64, RecordsError> {

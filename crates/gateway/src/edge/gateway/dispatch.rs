@@ -306,8 +306,12 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
+        let once = match idempotency_key(session) {
+            Ok(once) => once,
+            Err(e) => return e.into(),
+        };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(op, &key, now).await;
+        let answer = api.answer(op, &key, now, once.as_deref()).await;
         self.audited(ctx, answer).await
     }
 
@@ -337,8 +341,12 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
+        let once = match idempotency_key(session) {
+            Ok(once) => once,
+            Err(e) => return e.into(),
+        };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(op, &key, now).await;
+        let answer = api.answer(op, &key, now, once.as_deref()).await;
         self.audited(ctx, answer).await
     }
 
@@ -358,8 +366,12 @@ impl Gateway {
         } else {
             None
         };
+        let once = match idempotency_key(session) {
+            Ok(once) => once,
+            Err(e) => return e.into(),
+        };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(body, &key, now).await;
+        let answer = api.answer(body, &key, now, once.as_deref()).await;
         self.audited(ctx, answer).await
     }
 
@@ -397,6 +409,30 @@ impl Gateway {
             return Answer::raw(StatusCode::OK, Bytes::from_static(br#"{"status":"ready"}"#));
         };
         Answer::raw(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(body))
+    }
+}
+
+/// The request's `Idempotency-Key` (`None`: none sent), or the `422` saying what is wrong
+/// with it (two of them included: which one would count?).
+fn idempotency_key(session: &Session) -> Result<Option<String>, ApiError> {
+    use drg_base::infra::records::once::key_problem;
+    let mut sent = session
+        .req_header()
+        .headers
+        .get_all("idempotency-key")
+        .iter();
+    let (Some(value), None) = (sent.next(), sent.next()) else {
+        let many = session.req_header().headers.contains_key("idempotency-key");
+        return match many {
+            true => Err(ApiError::Validation(
+                "Idempotency-Key: sent more than once".into(),
+            )),
+            false => Ok(None),
+        };
+    };
+    match key_problem(value.as_bytes()) {
+        Some(problem) => Err(ApiError::Validation(problem.into())),
+        None => Ok(Some(String::from_utf8_lossy(value.as_bytes()).into_owned())),
     }
 }
 

@@ -107,17 +107,24 @@ impl Overrides {
         }
     }
 
-    /// The answer to `op` for the caller's `key`, at `now` (unix seconds).
-    pub async fn answer(&self, op: OverridesOp, key: &KeyEntry, now: i64) -> Answer {
+    /// The answer to `op` for the caller's `key`, at `now` (unix seconds); `once`: the
+    /// write's `Idempotency-Key` (see [`crate::account::once`]).
+    pub async fn answer(
+        &self,
+        op: OverridesOp,
+        key: &KeyEntry,
+        now: i64,
+        once: Option<&str>,
+    ) -> Answer {
         match op {
             OverridesOp::List { cursor, limit } => self.list(key, cursor.as_deref(), limit),
             OverridesOp::Put { domain, body } => match parse(&domain, Some(&body)) {
-                Ok((name, Some(b))) => self.write(key, name, Some(b), now).await,
+                Ok((name, Some(b))) => self.write(key, name, Some(b), now, once).await,
                 Ok(_) => ApiError::Validation("a body is required".into()).into(),
                 Err(e) => e,
             },
             OverridesOp::Delete { domain } => match parse(&domain, None) {
-                Ok((name, _)) => self.write(key, name, None, now).await,
+                Ok((name, _)) => self.write(key, name, None, now, once).await,
                 Err(e) => e,
             },
         }
@@ -156,6 +163,7 @@ impl Overrides {
         name: DomainName,
         body: Option<Body>,
         now: i64,
+        once: Option<&str>,
     ) -> Answer {
         let held = self
             .snapshot
@@ -163,12 +171,20 @@ impl Overrides {
             .get(&key.project, name.as_str())
             .cloned();
         if body.is_none() && held.as_ref().is_none_or(|h| h.removed) {
-            return error_answer(
+            let none = error_answer(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "No override of this name in the project.",
                 None,
             );
+            let asked = crate::account::once::Asked {
+                method: "DELETE",
+                target: name.as_str(),
+                body: b"",
+            };
+            let snapshot = &self.snapshot;
+            return crate::account::once::replay_or(snapshot, &key.project, once, asked, none)
+                .await;
         }
         let stamp = self.snapshot.stamp(held.as_ref().map_or(0, |h| h.stamp));
         let (verdict, note) = match (&body, &held) {
@@ -192,7 +208,14 @@ impl Overrides {
             .map_or(drg_access::plan::default_max_overrides(&key.plan), |p| {
                 p.max_overrides(&key.plan)
             });
-        answer_of(self.snapshot.put(entry.clone(), max).await, &entry, max)
+        let said = format!("{}\n{}", entry.verdict.as_str(), entry.note);
+        let asked = crate::account::once::Asked {
+            method: if entry.removed { "DELETE" } else { "PUT" },
+            target: &entry.domain,
+            body: if entry.removed { b"" } else { said.as_bytes() },
+        };
+        let answer = |put| answer_of(put, &entry, max);
+        crate::account::once::write(&self.snapshot, entry.clone(), max, once, asked, answer).await
     }
 }
 

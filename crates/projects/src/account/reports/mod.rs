@@ -152,12 +152,26 @@ impl Reports {
         }
     }
 
-    /// `POST /v1/reports` (`body`) or `GET /v1/reports` (`None`) for the caller's `key`.
-    pub async fn answer(&self, body: Option<Bytes>, key: &KeyEntry, now: i64) -> Answer {
+    /// `POST /v1/reports` (`body`) or `GET /v1/reports` (`None`) for the caller's `key`;
+    /// `once`: the write's `Idempotency-Key` (see [`crate::account::once`]).
+    pub async fn answer(
+        &self,
+        body: Option<Bytes>,
+        key: &KeyEntry,
+        now: i64,
+        once: Option<&str>,
+    ) -> Answer {
         match body {
             None => self.list(key),
             Some(body) => match parse(&body) {
-                Ok(b) => self.report(key, b, now).await,
+                Ok(b) => {
+                    let asked = crate::account::once::Asked {
+                        method: "POST",
+                        target: "reports",
+                        body: &body,
+                    };
+                    self.report(key, b, now, once, asked).await
+                }
                 Err(e) => e,
             },
         }
@@ -175,7 +189,14 @@ impl Reports {
         Answer::json(StatusCode::OK, &Page { items })
     }
 
-    async fn report(&self, key: &KeyEntry, b: Body, now: i64) -> Answer {
+    async fn report(
+        &self,
+        key: &KeyEntry,
+        b: Body,
+        now: i64,
+        once: Option<&str>,
+        asked: crate::account::once::Asked<'_>,
+    ) -> Answer {
         let id = format!("r_{:016x}", getrandom::u64().unwrap_or_default());
         let report = Report {
             stamp: self.snapshot.stamp(0),
@@ -191,7 +212,8 @@ impl Reports {
             removed: false,
         };
         let max = self.config.max_open_per_project;
-        match self.snapshot.put(report.clone(), max).await {
+        let answer = |put| {
+            match put {
             Ok(Put::Done { .. }) => {
                 let said = format!("{} {}", report.domain, report.verdict.as_str());
                 Answer::json(StatusCode::ACCEPTED, &Item::of(&report))
@@ -208,6 +230,8 @@ impl Reports {
                 drg_base::answer::unavailable("The report store", None)
             }
         }
+        };
+        crate::account::once::write(&self.snapshot, report.clone(), max, once, asked, answer).await
     }
 }
 

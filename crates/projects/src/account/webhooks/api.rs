@@ -9,6 +9,7 @@ use http::StatusCode;
 use serde::Serialize;
 
 use super::{body, is_hook_id, new_id, new_secret, Hook, ProjectHooks, WebhooksConfig};
+use crate::account::once::{self, Asked};
 use drg_access::keys::KeyEntry;
 use drg_access::plan::{PlanConfig, DEFAULT_MAX_WEBHOOKS};
 use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
@@ -98,15 +99,29 @@ impl Webhooks {
         &self.hooks
     }
 
-    /// The answer to `op` for the caller's `key`, at `now` (unix seconds).
-    pub async fn answer(&self, op: WebhooksOp, key: &KeyEntry, now: i64) -> Answer {
+    /// The answer to `op` for the caller's `key`, at `now` (unix seconds); `once`: the
+    /// write's `Idempotency-Key` (see [`crate::account::once`]).
+    pub async fn answer(
+        &self,
+        op: WebhooksOp,
+        key: &KeyEntry,
+        now: i64,
+        once: Option<&str>,
+    ) -> Answer {
         match op {
             WebhooksOp::List { cursor, limit } => self.list(key, cursor.as_deref(), limit),
             WebhooksOp::Create(b) => match body::parse(&b, &self.policy) {
-                Ok(new) => self.create(key, new, now).await,
+                Ok(new) => {
+                    let asked = Asked {
+                        method: "POST",
+                        target: "webhooks",
+                        body: &b,
+                    };
+                    self.create(key, new, now, once, asked).await
+                }
                 Err(e) => ApiError::Validation(e.to_string()).into(),
             },
-            WebhooksOp::Delete { id } => self.remove(key, &id).await,
+            WebhooksOp::Delete { id } => self.remove(key, &id, once).await,
         }
     }
 
@@ -142,7 +157,14 @@ impl Webhooks {
         (self.plans.get(&*key.plan)).map_or(DEFAULT_MAX_WEBHOOKS, PlanConfig::max_webhooks)
     }
 
-    async fn create(&self, key: &KeyEntry, new: body::NewHook, now: i64) -> Answer {
+    async fn create(
+        &self,
+        key: &KeyEntry,
+        new: body::NewHook,
+        now: i64,
+        once: Option<&str>,
+        asked: Asked<'_>,
+    ) -> Answer {
         let max = self.max(key);
         // The stores read a bound of 0 as none.
         if max == 0 {
@@ -171,7 +193,7 @@ impl Webhooks {
             &hook.id,
             super::body::host_of(&hook.url).unwrap_or_default(),
         );
-        match self.hooks.snapshot().put(hook.clone(), max).await {
+        let answer = |put| match put {
             Ok(Put::Done { .. }) => Answer::json(
                 StatusCode::CREATED,
                 &Created {
@@ -183,26 +205,41 @@ impl Webhooks {
                     created_by: &hook.created_by,
                 },
             )
-            .changed(made),
+            .changed(made.clone()),
             Ok(Put::Full) => full(max),
             Ok(Put::Stale) => stale(),
             Err(e) => unavailable(&e),
-        }
+        };
+        once::write(
+            self.hooks.snapshot(),
+            hook.clone(),
+            max,
+            once,
+            asked,
+            answer,
+        )
+        .await
     }
 
-    async fn remove(&self, key: &KeyEntry, id: &str) -> Answer {
+    async fn remove(&self, key: &KeyEntry, id: &str, once: Option<&str>) -> Answer {
         let held = self.hooks.snapshot().held();
         let Some(hook) = (is_hook_id(id))
             .then(|| held.get(&key.project, id))
             .flatten()
             .filter(|h| !h.removed)
         else {
-            return error_answer(
+            let none = error_answer(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "No webhook of this id in the project.",
                 None,
             );
+            let asked = Asked {
+                method: "DELETE",
+                target: id,
+                body: b"",
+            };
+            return once::replay_or(self.hooks.snapshot(), &key.project, once, asked, none).await;
         };
         let gone = Hook {
             url: String::new(),
@@ -211,12 +248,26 @@ impl Webhooks {
             removed: true,
             ..hook.clone()
         };
-        match self.hooks.snapshot().put(gone, self.max(key)).await {
+        let answer = |put| match put {
             Ok(Put::Done { .. }) => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
                 .changed(Changed::new(Action::WebhookRemoved, id, "")),
             Ok(Put::Full | Put::Stale) => stale(),
             Err(e) => unavailable(&e),
-        }
+        };
+        let asked = Asked {
+            method: "DELETE",
+            target: id,
+            body: b"",
+        };
+        once::write(
+            self.hooks.snapshot(),
+            gone,
+            self.max(key),
+            once,
+            asked,
+            answer,
+        )
+        .await
     }
 }
 
@@ -270,7 +321,7 @@ mod tests {
     async fn create_at(api: &Webhooks, key: &KeyEntry, url: &str, at: i64) -> Answer {
         let body = serde_json::json!({"url": url, "events": ["quota.threshold"]});
         let op = WebhooksOp::Create(Bytes::from(body.to_string()));
-        api.answer(op, key, 1_800_000_000 + at).await
+        api.answer(op, key, 1_800_000_000 + at, None).await
     }
 
     async fn create(api: &Webhooks, key: &KeyEntry, url: &str) -> Answer {
@@ -282,7 +333,7 @@ mod tests {
             cursor: cursor.map(str::to_owned),
             limit: 1,
         };
-        json(&api.answer(op, key, 0).await)
+        json(&api.answer(op, key, 0, None).await)
     }
 
     #[tokio::test]
@@ -326,7 +377,7 @@ mod tests {
             (&acme, &id, StatusCode::NOT_FOUND),
         ] {
             let op = WebhooksOp::Delete { id: id.into() };
-            assert_eq!(api.answer(op, key, 0).await.status, status, "{id}");
+            assert_eq!(api.answer(op, key, 0, None).await.status, status, "{id}");
         }
         assert_eq!(api.hooks().target("acme", &id), None);
         let gone = api

@@ -1,0 +1,112 @@
+//! `Idempotency-Key` on the project routes that write (`PUT`/`DELETE /v1/overrides/{domain}`,
+//! `POST`/`DELETE /v1/webhooks`, `POST /v1/reports`): a client that lost an answer retries
+//! with the same key and gets the first answer (`Idempotent-Replayed: true`), the write made
+//! once; the same key on another request is `422`. The first answer is kept with the write, in
+//! its transaction (`drg_base::infra::records::once`).
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use drg_base::answer::{Answer, ApiError};
+use drg_base::infra::records::once::{Once, Outcome, Remembered};
+use drg_base::infra::records::snapshot::Snapshot;
+use drg_base::infra::records::{Put, Record, RecordsError};
+
+/// What a write asked, for its fingerprint: the method, what it names, its body.
+pub struct Asked<'a> {
+    pub method: &'static str,
+    pub target: &'a str,
+    pub body: &'a [u8],
+}
+
+impl Asked<'_> {
+    /// The write's key with this request's fingerprint.
+    fn once<'a>(
+        &self,
+        key: &'a str,
+        remember: &'a (dyn Fn(&Put) -> Option<Remembered> + Sync),
+    ) -> Once<'a> {
+        Once {
+            key,
+            fingerprint: drg_base::infra::records::once::fingerprint(
+                self.method,
+                self.target,
+                self.body,
+            ),
+            remember,
+        }
+    }
+}
+
+/// Writes `record` (within `max` for its project) and answers with `answer`; with `key`, a
+/// retry of a write that committed is answered what it was first.
+pub async fn write<R: Record>(
+    snapshot: &Snapshot<R>,
+    record: R,
+    max: u32,
+    key: Option<&str>,
+    asked: Asked<'_>,
+    answer: impl Fn(Result<Put, RecordsError>) -> Answer + Sync,
+) -> Answer {
+    let Some(key) = key else {
+        return answer(snapshot.put(record, max).await);
+    };
+    let remember = |put: &Put| remembered(&answer(Ok(*put)));
+    let once = asked.once(key, &remember);
+    match snapshot.put_once(record, max, &once).await {
+        Ok(Outcome::Put(put)) => answer(Ok(put)),
+        Ok(Outcome::Replay(first)) => replayed(first),
+        Ok(Outcome::Reused) => reused(),
+        Err(e) => answer(Err(e)),
+    }
+}
+
+/// The answer to a write that found nothing to change (`otherwise`, a `404`), unless it is the
+/// retry of one that changed it: then that one's first answer.
+pub async fn replay_or<R: Record>(
+    snapshot: &Snapshot<R>,
+    project: &str,
+    key: Option<&str>,
+    asked: Asked<'_>,
+    otherwise: Answer,
+) -> Answer {
+    let Some(key) = key else { return otherwise };
+    let never = |_: &Put| None;
+    let once = asked.once(key, &never);
+    match snapshot.seen(project, &once).await {
+        Ok(Some(Outcome::Replay(first))) => replayed(first),
+        Ok(Some(Outcome::Reused)) => reused(),
+        _ => otherwise,
+    }
+}
+
+fn reused() -> Answer {
+    ApiError::Validation("Idempotency-Key: already used for another request of this project".into())
+        .into()
+}
+
+/// An answer worth keeping: one that changed something (`2xx`).
+fn remembered(a: &Answer) -> Option<Remembered> {
+    a.status.is_success().then(|| Remembered {
+        status: a.status.as_u16(),
+        body: String::from_utf8_lossy(&a.body).into_owned(),
+    })
+}
+
+/// The first answer again, said to be one (it changes nothing, so the audit trail gets no
+/// second row).
+fn replayed(first: Remembered) -> Answer {
+    let status = StatusCode::from_u16(first.status).unwrap_or(StatusCode::OK);
+    let empty = first.body.is_empty();
+    let mut a = Answer::raw(status, Bytes::from(first.body));
+    if !empty {
+        a = a.with_header(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    a.with_header(
+        HeaderName::from_static("idempotent-replayed"),
+        HeaderValue::from_static("true"),
+    )
+}
