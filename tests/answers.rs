@@ -525,11 +525,18 @@ fn the_contracts_rules_hold_on_the_account_routes() {
         json!([])
     );
 
-    // A store away: 503 with Retry-After, never 500 (the audit trail on Redis, Redis gone).
-    let mut redis = redis;
-    let on_redis = builder().redis(&redis.url(), "fail_open").start();
-    redis.kill();
-    let r = bare(&on_redis, "GET", "/v1/audit", ACME);
+    // A store away: 503 with Retry-After, never 500 (the audit trail in PostgreSQL, stopped).
+    drop(redis);
+    let pg = Postgres::start();
+    let on_pg = builder()
+        .gateway_yaml(&format!(
+            "control: {{ url: '{}', call_timeout_ms: 1000 }}",
+            pg.url()
+        ))
+        .start();
+    assert_eq!(bare(&on_pg, "GET", "/v1/audit", ACME).status, 200);
+    pg.stop();
+    let r = bare(&on_pg, "GET", "/v1/audit", ACME);
     r.assert_error(503, "service_unavailable");
     assert!(r.header("retry-after").is_some());
 }
@@ -575,19 +582,15 @@ fn a_webhook_to_the_gateways_own_backends_is_answered_as_any_other_address() {
     }
 }
 
-/// The bytes of the state folder's files (the project's records, the audit trail, their logs).
+/// The bytes of the control store's file (the project's records, the audit trail), its
+/// journal checkpointed first (a WAL holds up to a thousand pages between checkpoints, whatever
+/// the rows).
 fn state_bytes(gw: &Gateway) -> u64 {
-    std::fs::read_dir(gw.dir.path().join("state"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with("overrides")
-                || n.starts_with("webhooks.records")
-                || n.starts_with("audit")
-        })
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
+    let path = gw.dir.path().join("state/control.sqlite");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    std::fs::metadata(&path).unwrap().len()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -671,37 +674,27 @@ fn churn_leaves_the_state_and_the_cost_of_a_write_bounded() {
     eprintln!("a page of the trail in {:?}", t.elapsed());
 }
 
-/// A page of the trail reads only what it returns: with 100,000 rows held (an older release's
-/// `audit.jsonl`, taken in at the first use), a page answers in under 50 ms.
+/// A page of the trail reads only what it returns: with 100,000 rows held (in the control
+/// store's `drg_audit`), a page answers in under 50 ms.
 #[test]
 fn a_page_of_the_audit_trail_is_quick_with_100000_rows_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut lines = String::new();
-    for i in 0..100_000u64 {
-        let e = json!({"id": (1_700_000_000_000_000u64 + i).to_string(), "project": "acme",
-            "at": "2026-11-01T00:00:00Z", "key_id": "acme-server", "action": "override.set",
-            "target": format!("d{i}.example"), "detail": "block"});
-        lines.push_str(&e.to_string());
-        lines.push('\n');
+    // The schema is the gateway's: one start makes it, then the rows go in.
+    let dir = builder().start().stop();
+    let mut db = rusqlite::Connection::open(dir.path().join("state/control.sqlite")).unwrap();
+    let tx = db.transaction().unwrap();
+    for i in 0..100_000i64 {
+        tx.execute(
+            "INSERT INTO drg_audit (project, id, at, key_id, action, target, detail)
+             VALUES ('acme', ?1, '2026-11-01T00:00:00Z', 'acme-server', 'override.set', ?2,
+                     'block')",
+            rusqlite::params![1_700_000_000_000_000i64 + i, format!("d{i}.example")],
+        )
+        .unwrap();
     }
-    std::fs::create_dir_all(dir.path().join("state")).unwrap();
-    std::fs::write(dir.path().join("state/audit.jsonl"), lines).unwrap();
+    tx.commit().unwrap();
+    drop(db);
     let gw = builder().in_dir(dir).start();
-    // The first use takes the 100,000 rows in, once: on a loaded two-core machine that has
-    // taken over the usual client's 10 s, so this one request waits longer (pages are timed
-    // below, not the take-in).
-    let first = {
-        let mut stream = std::net::TcpStream::connect(gw.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(120)))
-            .unwrap();
-        let req = format!(
-            "GET /v1/audit?limit=100 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-             Authorization: Bearer {ACME}\r\n\r\n"
-        );
-        std::io::Write::write_all(&mut stream, req.as_bytes()).unwrap();
-        read_response(&mut std::io::BufReader::new(stream)).unwrap()
-    };
+    let first = bare(&gw, "GET", "/v1/audit?limit=100", ACME);
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.json()["items"][0]["target"], "d99999.example");
     let cursor = first.json()["next_cursor"].as_str().unwrap().to_owned();

@@ -362,6 +362,18 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
         .unwrap();
     }
     drop(old);
+    // And its audit trail.
+    let trail = dir.path().join("state/audit.sqlite");
+    let old = rusqlite::Connection::open(&trail).unwrap();
+    old.execute_batch(
+        "CREATE TABLE entries (project TEXT NOT NULL, id INTEGER NOT NULL, at TEXT NOT NULL,
+           key_id TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+           detail TEXT NOT NULL, PRIMARY KEY (project, id));
+         INSERT INTO entries VALUES ('acme', 1700000000000000, '2026-01-01T00:00:00Z',
+           'acme-server', 'override.set', 'old.example', 'block');",
+    )
+    .unwrap();
+    drop(old);
     // Not served until moved, and the log says how.
     let gw = plain().in_dir(dir).start();
     assert_eq!(reason(&gw, "old.example"), "safe");
@@ -375,6 +387,7 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
     assert!(said.contains("SQLite"), "{said}");
     // The removal removes nothing the store holds.
     assert!(said.contains("overrides: 2 found, 1 taken"), "{said}");
+    assert!(said.contains("audit: 1 found, 1 taken"), "{said}");
     assert!(!file.exists() && file.with_extension("sqlite.migrated").exists());
     let gw = plain().in_dir(dir).start();
     assert_eq!(reason(&gw, "x.old.example"), "disposable");
@@ -383,6 +396,9 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
         gw.admin_get("/readyz").json()["control_store"]["engine"],
         "sqlite"
     );
+    let audit = send(&gw, "GET", "/v1/audit", Some(ACME), &[], None).json();
+    assert_eq!(audit["items"][0]["id"], "1700000000000000", "{audit}");
+    assert_eq!(audit["items"][0]["target"], "old.example", "{audit}");
     assert!(!gw.log().contains("migrate"), "{}", gw.log());
     // A second run finds nothing and moves nothing.
     let dir = gw.stop();

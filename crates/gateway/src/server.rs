@@ -568,7 +568,7 @@ fn parts(
     })
 }
 
-/// The audit trail: `audit.sqlite` in the state folder, or streams on the quota's Redis.
+/// The audit trail, in the control store.
 fn audit_trail(
     gateway: &GatewayConfig,
     shared: &Shared,
@@ -580,18 +580,9 @@ fn audit_trail(
             "Audit entries not written (the change they record stands; the log says why).",
             &["store"],
         )?
-        .with_label_values(&[if home(gateway).shared.is_some() {
-            "redis"
-        } else {
-            "file"
-        }]);
-    let Home {
-        folder,
-        shared: redis,
-    } = home(gateway);
+        .with_label_values(&[shared.control.engine().name()]);
     Ok(Arc::new(drg_projects::account::audit::Audit::open(
-        folder,
-        redis,
+        &shared.control,
         gateway.access.plans.clone(),
         failures,
     )))

@@ -1,5 +1,5 @@
 //! `migrate`: moves what an earlier release kept of the projects' records (overrides, webhooks,
-//! reports and the accepted verdicts) into the control store, once: the state folder's files
+//! reports and the accepted verdicts) and their audit trail into the control store, once: the state folder's files
 //! of an embedded deployment and, with the shared Redis, its rows. Each record is taken only
 //! where the store holds nothing newer, and each source once (the store notes it), so a second
 //! run takes nothing and revives no removal made since; the folder's files are renamed
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use drg_base::infra::control::Control;
-use drg_base::infra::records::sql::SqlRecords;
+use drg_base::infra::records::sql::{self, SqlRecords};
 use drg_base::infra::records::{legacy, Record, RecordStore, RecordsError};
 use drg_base::infra::redis::config::RedisConfig;
 use drg_domain::overrides::Override;
@@ -33,6 +33,10 @@ pub enum MigrateError {
         kind: &'static str,
         source: RecordsError,
     },
+    #[error("audit: {0}")]
+    Audit(#[from] super::audit::AuditError),
+    #[error("audit: {0}")]
+    Control(#[from] drg_base::infra::control::ControlError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -54,11 +58,14 @@ pub struct Moved {
     pub before: Vec<String>,
 }
 
-/// The files of the state folder an earlier release kept records in, still there.
+/// The files of the state folder an earlier release kept records in (or its audit trail),
+/// still there.
 pub fn left_behind(folder: &Path) -> Vec<PathBuf> {
+    let audit = Some(folder.join("audit.sqlite")).filter(|p| p.exists());
     KINDS
         .iter()
         .flat_map(|kind| legacy::files(folder, kind))
+        .chain(audit)
         .collect()
 }
 
@@ -74,7 +81,71 @@ pub async fn migrate(
         kind::<Hook>(control, folder, redis, KINDS[1]).await?,
         kind::<Report>(control, folder, redis, KINDS[2]).await?,
         kind::<Decision>(control, folder, redis, KINDS[3]).await?,
+        audit(control, folder, redis).await?,
     ])
+}
+/// Moves the audit trail an earlier release kept (the state folder's `audit.sqlite`; the
+/// shared Redis's streams) into the control store, each entry with its id, once a source.
+async fn audit(
+    control: &Arc<Control>,
+    folder: &Path,
+    redis: Option<&RedisConfig>,
+) -> Result<Moved, MigrateError> {
+    let kind = "audit";
+    let mut moved = Moved {
+        kind,
+        ..Moved::default()
+    };
+    let file = folder.join("audit.sqlite");
+    if file.exists() {
+        let entries = super::audit::legacy::from_file(&file)?;
+        take_audit(control, &mut moved, "file:audit.sqlite", &entries).await?;
+        let mut to = file.as_os_str().to_owned();
+        to.push(".migrated");
+        std::fs::rename(&file, &to).map_err(|source| MigrateError::Io { path: file, source })?;
+    }
+    if let Some(redis) = redis {
+        let entries = super::audit::legacy::from_redis(redis).await?;
+        if !entries.is_empty() {
+            take_audit(control, &mut moved, "redis drg:audit:{*}", &entries).await?;
+        }
+    }
+    Ok(moved)
+}
+
+/// Takes one source's audit `entries` in (each with its id; one already there is kept), once.
+async fn take_audit(
+    control: &Arc<Control>,
+    moved: &mut Moved,
+    source: &str,
+    entries: &[super::audit::Entry],
+) -> Result<(), MigrateError> {
+    let sql = control.sql();
+    let import = async {
+        let mut w = control.write(control.deadline()).await?;
+        if sql::taken_before(&mut w.tx, source).await.map_err(&sql)? {
+            return Ok(None);
+        }
+        let mut taken = 0;
+        for e in entries {
+            let added = (super::audit::sql::insert(&mut w.tx, e, 0).await).map_err(&sql)?;
+            taken += usize::from(added);
+        }
+        sql::note_taken(&mut w.tx, source, "audit", taken)
+            .await
+            .map_err(&sql)?;
+        w.tx.commit().await.map_err(&sql)?;
+        Ok::<_, drg_base::infra::control::ControlError>(Some(taken))
+    };
+    match import.await? {
+        Some(taken) => {
+            moved.found += entries.len();
+            moved.taken += taken;
+            moved.from.push(source.to_owned());
+        }
+        None => moved.before.push(source.to_owned()),
+    }
+    Ok(())
 }
 
 async fn kind<R: Record>(

@@ -49,6 +49,19 @@ const MIGRATIONS: &[(i64, &str)] = &[
        PRIMARY KEY (project, key));
      CREATE INDEX drg_idempotency_at ON drg_idempotency (project, at);",
     ),
+    // The projects' audit trail (`account/audit/sql.rs`).
+    (
+        5,
+        "CREATE TABLE drg_audit (
+       project TEXT NOT NULL,
+       id BIGINT NOT NULL,
+       at TEXT NOT NULL,
+       key_id TEXT NOT NULL,
+       action TEXT NOT NULL,
+       target TEXT NOT NULL,
+       detail TEXT NOT NULL,
+       PRIMARY KEY (project, id));",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).

@@ -220,13 +220,7 @@ impl<R: Record> SqlRecords<R> {
     async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
         let sql = self.control.sql();
         let Write { mut tx, .. } = self.control.write(self.control.deadline()).await?;
-        let before: Option<i64> =
-            sqlx::query_scalar("SELECT records FROM drg_imports WHERE source = $1")
-                .bind(source.to_owned())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(&sql)?;
-        if before.is_some() {
+        if taken_before(&mut tx, source).await.map_err(&sql)? {
             return Ok(None);
         }
         let mut taken = 0;
@@ -247,12 +241,7 @@ impl<R: Record> SqlRecords<R> {
                 }
             }
         }
-        sqlx::query("INSERT INTO drg_imports (source, kind, records, at) VALUES ($1, $2, $3, $4)")
-            .bind(source.to_owned())
-            .bind(self.kind)
-            .bind(i64::try_from(taken).unwrap_or(i64::MAX))
-            .bind(chrono::Utc::now().timestamp())
-            .execute(&mut *tx)
+        note_taken(&mut tx, source, self.kind, taken)
             .await
             .map_err(&sql)?;
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
@@ -332,6 +321,33 @@ async fn move_revision(tx: &mut Tx, kind: &'static str) -> Result<(), sqlx::Erro
     .bind(kind)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// Whether `migrate` took `source` in before (`drg_imports`).
+pub async fn taken_before(tx: &mut Tx, source: &str) -> Result<bool, sqlx::Error> {
+    let before: Option<i64> =
+        sqlx::query_scalar("SELECT records FROM drg_imports WHERE source = $1")
+            .bind(source.to_owned())
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(before.is_some())
+}
+
+/// Notes that `source` was taken in, `taken` of `kind` from it.
+pub async fn note_taken(
+    tx: &mut Tx,
+    source: &str,
+    kind: &'static str,
+    taken: usize,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO drg_imports (source, kind, records, at) VALUES ($1, $2, $3, $4)")
+        .bind(source.to_owned())
+        .bind(kind)
+        .bind(i64::try_from(taken).unwrap_or(i64::MAX))
+        .bind(chrono::Utc::now().timestamp())
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 

@@ -3,13 +3,14 @@
 //! project's `GET /v1/audit`, kept the plan's `audit_retention_days`.
 //!
 //! Appended once a change succeeded, from the typed change the part that made it attached to its
-//! answer ([`Changed`], never a parse of the body), so no route's own code carries it. Kept in `audit.sqlite` in the state folder (`file.rs`, a row an entry, by
-//! project and id) or, with the Redis quota store, in one stream per project (`redis.rs`); each
-//! project's at most [`MAX_ENTRIES`] and its plan's days. An entry that
-//! could not be written is logged and counted; the change it records stands.
+//! answer ([`Changed`], never a parse of the body), so no route's own code carries it. Kept in
+//! the control store (`sql.rs`: SQLite in the state folder, or PostgreSQL for several gateways;
+//! a row an entry, by project and id); each project's at most [`MAX_ENTRIES`] and its plan's
+//! days. An entry that could not be written is logged and counted; the change it records
+//! stands. What an earlier release kept elsewhere is `legacy.rs`'s, for `migrate`.
 
-pub mod file;
-pub mod redis;
+pub mod legacy;
+pub mod sql;
 
 use std::sync::Arc;
 
@@ -60,6 +61,8 @@ pub enum AuditError {
     },
     #[error("redis: {0}")]
     Link(#[from] drg_base::infra::redis::LinkError),
+    #[error("{0}")]
+    Control(String),
     #[error("an entry is not JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -87,19 +90,14 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// The trail in `folder` (`audit.sqlite`) or on `redis`.
+    /// The trail in the control store.
     pub fn open(
-        folder: &std::path::Path,
-        redis: Option<&drg_base::infra::redis::config::RedisConfig>,
+        control: &Arc<drg_base::infra::control::Control>,
         plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
         failures: prometheus::IntCounter,
     ) -> Audit {
-        let store: Box<dyn AuditStore> = match redis {
-            None => Box::new(file::FileAudit::new(folder.join("audit.sqlite"))),
-            Some(config) => Box::new(redis::RedisAudit::new(config)),
-        };
         Audit {
-            store,
+            store: Box::new(sql::SqlAudit::new(control.clone())),
             plans,
             failures,
         }
@@ -137,7 +135,7 @@ impl Audit {
                     },
                 )
             }
-            // The store away (Redis down, the file unreadable): 503, as every route whose
+            // The store away (the database down): 503, as every route whose
             // store is away answers, never a 500.
             Err(e) => {
                 log::warn!("audit: {e}");
