@@ -21,6 +21,11 @@ const ACME: &str = "drg_control_acme_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
 /// Project `acme` on `team` (3 overrides at most), webhooks on, records on `pg`.
 fn builder(pg: &Postgres) -> GatewayBuilder {
+    builder_with(pg, "")
+}
+
+/// [`builder`] with more of `gateway.control` (`, key: value`).
+fn builder_with(pg: &Postgres, more: &str) -> GatewayBuilder {
     Gateway::builder()
         .plan_yaml(
             "team",
@@ -30,7 +35,7 @@ fn builder(pg: &Postgres) -> GatewayBuilder {
         .data("disposable.txt", "mailinator.com\n")
         .gateway_yaml("webhooks: { allow_private: true }")
         .gateway_yaml(&format!(
-            "control: {{ url: '{}', call_timeout_ms: 1000 }}",
+            "control: {{ url: '{}', call_timeout_ms: 1000{more} }}",
             pg.url()
         ))
 }
@@ -129,6 +134,25 @@ fn two_gateways_on_one_postgres_see_each_others_writes_within_a_second() {
         pg.psql("SELECT kind || ':' || count(*) FROM drg_records GROUP BY kind ORDER BY kind"),
         "webhooks:1"
     );
+}
+
+/// PostgreSQL tells each gateway a change as it commits (`NOTIFY`): with the poll behind it
+/// at 10 s, a write on one gateway is in force on the other within a second, its removal too.
+/// (Before, the other gateway waited for its poll.)
+#[test]
+fn a_change_reaches_the_other_gateway_when_it_commits_not_at_the_next_poll() {
+    let pg = Postgres::start();
+    let slow_poll = || builder_with(&pg, ", poll_ms: 10000");
+    let (a, b) = (slow_poll().start(), slow_poll().start());
+    // Both listen once their first read is done; a moment for the LISTEN to be in place.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(put(&a, "told.example", "block").status, 201);
+    let seen = until_listed(&b, &["told.example"]);
+    eprintln!("a write on one gateway was in force on the other after {seen:?}");
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
+    assert_eq!(delete(&b, "told.example").status, 204);
+    let gone = until_listed(&a, &[]);
+    assert!(gone < Duration::from_secs(1), "{gone:?}");
 }
 
 #[test]

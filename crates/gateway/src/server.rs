@@ -784,7 +784,8 @@ fn background_services(
 
 pub(crate) type BoxedService = Box<dyn ServiceWithDependents>;
 
-/// The polls of the projects' records: overrides, reports and (when on) webhooks.
+/// The polls of the projects' records: overrides, reports and (when on) webhooks; on
+/// PostgreSQL, the connection that hears their changes at once.
 fn record_polls(
     overrides: &drg_projects::account::overrides::Overrides,
     reports: &drg_projects::account::reports::Reports,
@@ -799,6 +800,10 @@ fn record_polls(
     if let Some(hooks) = &shared.webhooks {
         let poll = SnapshotSync(hooks.snapshot().clone());
         polls.push(hosted("webhooks", poll));
+    }
+    if shared.control.engine() == drg_base::infra::control::Engine::Postgres {
+        let listen = drg_base::infra::control::listen::Listen(shared.control.clone());
+        polls.push(hosted("control store changes", listen));
     }
     polls
 }

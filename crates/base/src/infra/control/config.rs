@@ -23,7 +23,20 @@ pub struct ControlConfig {
     /// Connections of this gateway at most.
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
+    /// How often the store's revisions are asked, behind PostgreSQL's `NOTIFY` (which tells a
+    /// change at once): what a notification lost while the listening connection was down waits
+    /// at most.
+    #[serde(rename = "poll_ms", default = "default_poll")]
+    #[serde_as(as = "DurationMilliSeconds<u64>")]
+    pub poll: Duration,
 }
+
+fn default_poll() -> Duration {
+    DEFAULT_POLL
+}
+
+/// The poll of the store's revisions by default (and always on SQLite).
+pub const DEFAULT_POLL: Duration = Duration::from_millis(400);
 
 fn default_call_timeout() -> Duration {
     Duration::from_millis(2_000)
@@ -49,6 +62,10 @@ impl ControlConfig {
         if !(50..=60_000).contains(&ms) {
             out.push(format!("{at}.call_timeout_ms: {ms}; 50 to 60000"));
         }
+        let poll = crate::infra::units::ms(self.poll);
+        if !(50..=60_000).contains(&poll) {
+            out.push(format!("{at}.poll_ms: {poll}; 50 to 60000"));
+        }
         if !(1..=256).contains(&self.max_connections) {
             out.push(format!(
                 "{at}.max_connections: {}; 1 to 256",
@@ -73,11 +90,12 @@ mod tests {
         assert_eq!(c.call_timeout, Duration::from_millis(2_000));
         assert_eq!(c.max_connections, 8);
         assert!(c.problems("gateway.control").is_empty());
-        let bad: ControlConfig =
-            serde_yaml::from_str("{ url: 'redis://x', call_timeout_ms: 10, max_connections: 0 }")
-                .unwrap();
+        let bad: ControlConfig = serde_yaml::from_str(
+            "{ url: 'redis://x', call_timeout_ms: 10, max_connections: 0, poll_ms: 1 }",
+        )
+        .unwrap();
         let p = bad.problems("gateway.control").join("\n");
-        for key in ["url", "call_timeout_ms", "max_connections"] {
+        for key in ["url", "call_timeout_ms", "max_connections", "poll_ms"] {
             assert!(p.contains(&format!("gateway.control.{key}")), "{p}");
         }
         assert!(serde_yaml::from_str::<ControlConfig>("{ url: x, other: 1 }").is_err());

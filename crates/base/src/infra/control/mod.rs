@@ -11,6 +11,7 @@
 //! down at start delays no start.
 
 pub mod config;
+pub mod listen;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 use sqlx::Executor;
 
-use config::{ControlConfig, SQLITE_CALL_TIMEOUT};
+use config::{ControlConfig, DEFAULT_POLL, SQLITE_CALL_TIMEOUT};
 
 /// Which database holds the control store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub enum ControlError {
         source: std::io::Error,
     },
 }
+
+/// Kinds told moved that a slow snapshot may fall behind on (it then reads anyway).
+const MOVED_BACKLOG: usize = 64;
 
 /// A write's transaction, and when it can no longer commit.
 pub struct Write {
@@ -92,6 +96,12 @@ pub struct Control {
     /// Snapshots opened on this store that have not tried their first read yet (see
     /// [`Control::loading`]).
     unread: std::sync::atomic::AtomicUsize,
+    /// How often snapshots ask the revisions.
+    poll: Duration,
+    /// PostgreSQL: where `listen.rs` connects (never logged: it may hold a password).
+    url: Option<String>,
+    /// The kinds a notification said moved (`*`: any, after the listener reconnected).
+    moved: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Control {
@@ -119,6 +129,9 @@ impl Control {
             call_timeout: config.call_timeout,
             pool: tokio::sync::OnceCell::new(),
             unread: std::sync::atomic::AtomicUsize::new(0),
+            poll: config.poll,
+            url: Some(config.url.clone()),
+            moved: tokio::sync::broadcast::channel(MOVED_BACKLOG).0,
         }))
     }
 
@@ -137,11 +150,41 @@ impl Control {
             call_timeout: SQLITE_CALL_TIMEOUT,
             pool: tokio::sync::OnceCell::new(),
             unread: std::sync::atomic::AtomicUsize::new(0),
+            poll: DEFAULT_POLL,
+            url: None,
+            moved: tokio::sync::broadcast::channel(MOVED_BACKLOG).0,
         }))
     }
 
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// How often a snapshot asks its kind's revision (behind the notifications).
+    pub fn poll(&self) -> Duration {
+        self.poll
+    }
+
+    /// The kinds the database says moved, as they are told (see `listen.rs`).
+    pub fn moved(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.moved.subscribe()
+    }
+
+    /// Tells every gateway, when `tx` commits, that `kind` moved (PostgreSQL's `NOTIFY`, sent
+    /// at the commit and only then; SQLite has none: its gateways poll).
+    pub async fn tell(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        kind: &'static str,
+    ) -> Result<(), ControlError> {
+        if self.engine == Engine::Postgres {
+            sqlx::query("SELECT pg_notify('drg_revision', $1)")
+                .bind(kind)
+                .execute(&mut **tx)
+                .await
+                .map_err(self.sql())?;
+        }
+        Ok(())
     }
 
     /// Where the store is, for messages (SQLite: the file; PostgreSQL: never its URL, which may

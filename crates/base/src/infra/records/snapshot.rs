@@ -1,5 +1,7 @@
-//! What a gateway holds of one kind of record, and the poll that keeps it: every `POLL` the
-//! control store's revision of the kind is asked (one indexed row) and, when it moved, every
+//! What a gateway holds of one kind of record, and the poll that keeps it: when the database
+//! says the kind moved (PostgreSQL's `NOTIFY`, `control/listen.rs`) and every
+//! `gateway.control.poll_ms` behind it, the control store's revision of the kind is asked (one
+//! indexed row) and, when it moved, every
 //! record is read and published whole, with this gateway's writes made since the read began
 //! merged in. A revision lower than the last one read (the database restored from an older
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
@@ -16,10 +18,6 @@ use super::once::{Once, Outcome};
 use super::sql::SqlRecords;
 use super::{Merged, Put, Record, RecordStore, RecordsError};
 use crate::infra::control::Control;
-
-/// How often the store is asked: a change made on one gateway is held by the others within
-/// this (and the time one read takes).
-pub const POLL: Duration = Duration::from_millis(400);
 
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
@@ -236,10 +234,23 @@ pub struct SnapshotSync<R: Record>(pub Arc<Snapshot<R>>);
 #[async_trait::async_trait]
 impl<R: Record> crate::service::Service for SnapshotSync<R> {
     async fn run(&self, mut shutdown: crate::service::Shutdown) {
+        let mut moved = self.0.control.moved();
         self.0.sync().await;
         self.0.control.snapshot_read();
-        let mut ticks = crate::periodic::Ticks::new(POLL);
-        while ticks.next(&mut shutdown).await.is_some() {
+        let mut ticks = crate::periodic::Ticks::new(self.0.control.poll());
+        loop {
+            tokio::select! {
+                tick = ticks.next(&mut shutdown) => if tick.is_none() { return },
+                told = moved.recv() => match told {
+                    Ok(kind) if kind == self.0.kind || kind == "*" => {}
+                    Ok(_) => continue,
+                    // Behind on what moved: read anyway.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        moved = self.0.control.moved();
+                    }
+                },
+            }
             self.0.sync().await;
         }
     }

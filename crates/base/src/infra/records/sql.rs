@@ -80,6 +80,7 @@ impl<R: Record> SqlRecords<R> {
         // The kind's revision row first: on PostgreSQL its lock holds to the end of the
         // transaction, and a refused write rolls the move back.
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        self.control.tell(&mut tx, self.kind).await?;
         if let Some(once) = once {
             if let Some(seen) = (remembered(&mut tx, record.project(), once).await).map_err(&sql)? {
                 return Ok(seen);
@@ -245,6 +246,7 @@ impl<R: Record> SqlRecords<R> {
             .await
             .map_err(&sql)?;
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        self.control.tell(&mut tx, self.kind).await?;
         tx.commit().await.map_err(&sql)?;
         Ok(Some(taken))
     }
