@@ -801,6 +801,8 @@ fn record_polls(
         let poll = SnapshotSync(hooks.snapshot().clone());
         polls.push(hosted("webhooks", poll));
     }
+    let revisions = drg_base::infra::control::watch::Revisions(shared.control.clone());
+    polls.push(hosted("control store revisions", revisions));
     if shared.control.engine() == drg_base::infra::control::Engine::Postgres {
         let listen = drg_base::infra::control::listen::Listen(shared.control.clone());
         polls.push(hosted("control store changes", listen));

@@ -13,6 +13,7 @@
 pub mod config;
 pub mod listen;
 mod schema;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -207,6 +208,8 @@ impl Control {
                 let ms = crate::infra::units::ms(self.call_timeout);
                 let pool = AnyPoolOptions::new()
                     .max_connections(self.max_connections)
+                    // A local file needs no round trip to be known alive; a server does.
+                    .test_before_acquire(engine == Engine::Postgres)
                     .acquire_timeout(self.call_timeout)
                     .after_connect(move |conn, _| {
                         Box::pin(async move {

@@ -1,7 +1,6 @@
-//! What a gateway holds of one kind of record, and the poll that keeps it: when the database
-//! says the kind moved (PostgreSQL's `NOTIFY`, `control/listen.rs`) and every
-//! `gateway.control.poll_ms` behind it, the control store's revision of the kind is asked (one
-//! indexed row) and, when it moved, every
+//! What a gateway holds of one kind of record, and what keeps it: when the kind is told moved
+//! (PostgreSQL's `NOTIFY`, `control/listen.rs`; the poll of every kind's revision behind it,
+//! `control/watch.rs`), its revision is asked (one indexed row) and, when it moved, every
 //! record is read and published whole, with this gateway's writes made since the read began
 //! merged in. A revision lower than the last one read (the database restored from an older
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
@@ -116,7 +115,9 @@ impl<R: Record> Snapshot<R> {
         max_live: u32,
         once: &Once<'_>,
     ) -> Result<Outcome, RecordsError> {
-        let outcome = self.store.put_once(&record, max_live, Some(once)).await?;
+        // Boxed: the store's transaction is a large future, and a request's future holds the
+        // largest of its branches whatever route it takes (every request would copy it).
+        let outcome = Box::pin(self.store.put_once(&record, max_live, Some(once))).await?;
         if let Outcome::Put(put) = &outcome {
             self.held_now(put, record);
         }
@@ -129,7 +130,7 @@ impl<R: Record> Snapshot<R> {
         project: &str,
         once: &Once<'_>,
     ) -> Result<Option<Outcome>, RecordsError> {
-        self.store.seen(project, once).await
+        Box::pin(self.store.seen(project, once)).await
     }
 
     /// Holds and publishes `record` at once when `put` wrote it.
@@ -237,19 +238,16 @@ impl<R: Record> crate::service::Service for SnapshotSync<R> {
         let mut moved = self.0.control.moved();
         self.0.sync().await;
         self.0.control.snapshot_read();
-        let mut ticks = crate::periodic::Ticks::new(self.0.control.poll());
         loop {
             tokio::select! {
-                tick = ticks.next(&mut shutdown) => if tick.is_none() { return },
                 told = moved.recv() => match told {
                     Ok(kind) if kind == self.0.kind || kind == "*" => {}
                     Ok(_) => continue,
                     // Behind on what moved: read anyway.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                        moved = self.0.control.moved();
-                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
+                _ = shutdown.changed() => return,
             }
             self.0.sync().await;
         }
