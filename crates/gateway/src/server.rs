@@ -648,7 +648,7 @@ fn control_store(gateway: &GatewayConfig) -> Result<Arc<Control>, StartError> {
     let control = Control::open(gateway.control.as_ref(), folder)
         .map_err(|e| format!("gateway.control: {e}"))?;
     log::info!(
-        "control store: {} (overrides, reports and verdicts, webhooks)",
+        "control store: {} (overrides, webhooks, reports and verdicts, the audit trail)",
         control.described()
     );
     if gateway.control.is_none() && home(gateway).shared.is_some() {
