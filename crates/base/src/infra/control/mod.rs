@@ -171,23 +171,6 @@ impl Control {
         self.moved.subscribe()
     }
 
-    /// Tells every gateway, when `tx` commits, that `kind` moved (PostgreSQL's `NOTIFY`, sent
-    /// at the commit and only then; SQLite has none: its gateways poll).
-    pub async fn tell(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        kind: &'static str,
-    ) -> Result<(), ControlError> {
-        if self.engine == Engine::Postgres {
-            sqlx::query("SELECT pg_notify('drg_revision', $1)")
-                .bind(kind)
-                .execute(&mut **tx)
-                .await
-                .map_err(self.sql())?;
-        }
-        Ok(())
-    }
-
     /// Where the store is, for messages (SQLite: the file; PostgreSQL: never its URL, which may
     /// hold a password).
     pub fn described(&self) -> String {
@@ -249,9 +232,20 @@ impl Control {
     /// [`schema::begin_write`]): its commit is refused past half the time left, so that its
     /// answer is back well before the call gives up, and one given up never commits later.
     pub async fn write(&self, until: std::time::Instant) -> Result<Write, ControlError> {
+        self.write_telling(until, None).await
+    }
+
+    /// [`Control::write`] of a kind of record: every gateway is told it moved when the
+    /// transaction commits (PostgreSQL's `NOTIFY`; SQLite has none: its gateways poll).
+    pub async fn write_telling(
+        &self,
+        until: std::time::Instant,
+        tell: Option<&'static str>,
+    ) -> Result<Write, ControlError> {
         let pool = self.pool().await?;
         let left = until.saturating_duration_since(std::time::Instant::now());
-        let tx = (schema::begin_write(self.engine, pool, left / 2).await).map_err(self.sql())?;
+        let tx =
+            (schema::begin_write(self.engine, pool, left / 2, tell).await).map_err(self.sql())?;
         // The database took its deadline before this instant; its clock's second may run a
         // little ahead of ours.
         let settled = std::time::Instant::now() + left / 2 + SETTLE_MARGIN;

@@ -116,21 +116,26 @@ pub fn session(engine: Engine, ms: u64) -> String {
 /// A transaction that writes: on SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
 /// so that two writers wait in turn instead of one failing when it upgrades a read; on
 /// PostgreSQL it carries its deadline, `within` from now on the database's clock (see
-/// [`POSTGRES_ONLY`]).
+/// [`POSTGRES_ONLY`]), and tells every gateway at its commit that `tell` (a kind) moved.
 pub async fn begin_write(
     engine: Engine,
     pool: &AnyPool,
     within: std::time::Duration,
+    tell: Option<&'static str>,
 ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
     match engine {
         Engine::Postgres => {
             let mut tx = pool.begin().await?;
             let ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
+            // The deadline and, for a write of a kind, its `NOTIFY` (sent at the commit and
+            // only then): one round trip.
             sqlx::query(
                 "SELECT set_config('drg.deadline',
-                   (clock_timestamp() + $1::float8 * interval '1 millisecond')::text, true)",
+                   (clock_timestamp() + $1::float8 * interval '1 millisecond')::text, true),
+                 CASE WHEN $2 <> '' THEN pg_notify('drg_revision', $2) END",
             )
             .bind(ms)
+            .bind(tell.unwrap_or(""))
             .execute(&mut *tx)
             .await?;
             Ok(tx)
@@ -142,7 +147,7 @@ pub async fn begin_write(
 /// Applies the migrations the database lacks, in one transaction, under the engine's lock.
 pub async fn migrate(engine: Engine, pool: &AnyPool) -> Result<(), ControlError> {
     let sql = |e| ControlError::Sql(engine.name(), e);
-    let mut tx = begin_write(engine, pool, std::time::Duration::from_secs(60))
+    let mut tx = begin_write(engine, pool, std::time::Duration::from_secs(60), None)
         .await
         .map_err(sql)?;
     if engine == Engine::Postgres {

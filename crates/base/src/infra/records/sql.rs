@@ -76,34 +76,35 @@ impl<R: Record> SqlRecords<R> {
         once: Option<&Once<'_>>,
     ) -> Result<Outcome, ControlError> {
         let sql = self.control.sql();
-        let Write { mut tx, settled } = self.control.write(until).await?;
+        let Write { mut tx, settled } = self.control.write_telling(until, Some(self.kind)).await?;
         // The kind's revision row first: on PostgreSQL its lock holds to the end of the
         // transaction, and a refused write rolls the move back.
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
-        self.control.tell(&mut tx, self.kind).await?;
         if let Some(once) = once {
             if let Some(seen) = (remembered(&mut tx, record.project(), once).await).map_err(&sql)? {
                 return Ok(seen);
             }
         }
-        let held = held_row(&mut tx, self.kind, record).await.map_err(&sql)?;
+        // The row it replaces and the project's rows in force, in one round trip.
+        let (body, live): (Option<String>, i64) = sqlx::query_as(
+            "SELECT (SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3),
+                    (SELECT count(*) FROM drg_records
+                     WHERE kind = $1 AND project = $2 AND NOT removed)",
+        )
+        .bind(self.kind)
+        .bind(record.project().to_owned())
+        .bind(record.key().to_owned())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&sql)?;
+        // A row that does not read (another release's) is as none.
+        let held: Option<R> = body.and_then(|b| serde_json::from_str(&b).ok());
         if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
             return Ok(Outcome::Put(Put::Stale));
         }
         let was_live = held.as_ref().is_some_and(|h| !h.removed());
-        if !record.removed() && !was_live {
-            let live: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM drg_records
-                 WHERE kind = $1 AND project = $2 AND NOT removed",
-            )
-            .bind(self.kind)
-            .bind(record.project())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(&sql)?;
-            if live >= i64::from(max_live) {
-                return Ok(Outcome::Put(Put::Full));
-            }
+        if !record.removed() && !was_live && live >= i64::from(max_live) {
+            return Ok(Outcome::Put(Put::Full));
         }
         if record.removed() && !R::KEEPS_REMOVED {
             drop_row(&mut tx, self.kind, record).await.map_err(&sql)?;
@@ -220,7 +221,8 @@ impl<R: Record> SqlRecords<R> {
 
     async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
         let sql = self.control.sql();
-        let Write { mut tx, .. } = self.control.write(self.control.deadline()).await?;
+        let until = self.control.deadline();
+        let Write { mut tx, .. } = self.control.write_telling(until, Some(self.kind)).await?;
         if taken_before(&mut tx, source).await.map_err(&sql)? {
             return Ok(None);
         }
@@ -246,7 +248,6 @@ impl<R: Record> SqlRecords<R> {
             .await
             .map_err(&sql)?;
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
-        self.control.tell(&mut tx, self.kind).await?;
         tx.commit().await.map_err(&sql)?;
         Ok(Some(taken))
     }
