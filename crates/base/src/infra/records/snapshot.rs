@@ -179,19 +179,27 @@ impl<R: Record> Snapshot<R> {
     }
 
     /// One round of the poll.
-    pub async fn sync(&self) {
+    /// One round: whether the store answered (`false`: what is held stays, and the round is
+    /// tried again at the next poll).
+    pub async fn sync(&self) -> bool {
         let mut st = self.sync.lock().await;
         let revision = match self.store.revision().await {
             Ok(n) => n,
-            Err(e) => return self.failed(&mut st, &e),
+            Err(e) => {
+                self.failed(&mut st, &e);
+                return false;
+            }
         };
         if st.last == Some(revision) {
-            return;
+            return true;
         }
         let since = self.generation();
         let (revision, read) = match self.store.read().await {
             Ok((n, r)) => (n, Merged::of(r)),
-            Err(e) => return self.failed(&mut st, &e),
+            Err(e) => {
+                self.failed(&mut st, &e);
+                return false;
+            }
         };
         if let Some(from) = st.last.filter(|from| revision < *from) {
             log::warn!(
@@ -209,6 +217,7 @@ impl<R: Record> Snapshot<R> {
         }
         self.take(read, since);
         st.last = Some(revision);
+        true
     }
 
     /// The last time the store's revision went back, if it did in this run.
@@ -236,8 +245,12 @@ pub struct SnapshotSync<R: Record>(pub Arc<Snapshot<R>>);
 impl<R: Record> crate::service::Service for SnapshotSync<R> {
     async fn run(&self, mut shutdown: crate::service::Shutdown) {
         let mut moved = self.0.control.moved();
-        self.0.sync().await;
+        // A round that failed is tried again at each poll until one answers: the store's
+        // revisions may not move again for a long while, and nothing else would tell.
+        let mut behind = !self.0.sync().await;
         self.0.control.snapshot_read();
+        let mut retry = tokio::time::interval(self.0.control.poll());
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 told = moved.recv() => match told {
@@ -247,9 +260,10 @@ impl<R: Record> crate::service::Service for SnapshotSync<R> {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
+                _ = retry.tick() => if !behind { continue },
                 _ = shutdown.changed() => return,
             }
-            self.0.sync().await;
+            behind = !self.0.sync().await;
         }
     }
 }
