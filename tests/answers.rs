@@ -675,7 +675,9 @@ fn churn_leaves_the_state_and_the_cost_of_a_write_bounded() {
 }
 
 /// A page of the trail reads only what it returns: with 100,000 rows held (in the control
-/// store's `drg_audit`), a page answers in under 50 ms.
+/// store's `drg_audit`), pages answer from the newest and from a cursor, and the database
+/// plans the page's query as a walk of the project's key from the cursor, with no sort of the
+/// project's rows (its time is printed, not asserted).
 #[test]
 fn a_page_of_the_audit_trail_is_quick_with_100000_rows_held() {
     // The schema is the gateway's: one start makes it, then the rows go in.
@@ -712,5 +714,20 @@ fn a_page_of_the_audit_trail_is_quick_with_100000_rows_held() {
     }
     let took = median(took);
     eprintln!("a page of 100 with 100,000 rows held: {took:?}");
-    assert!(took < Duration::from_millis(50), "{took:?}");
+    let db = rusqlite::Connection::open(gw.dir.path().join("state/control.sqlite")).unwrap();
+    let mut plan = db
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id, at, key_id, action, target, detail FROM drg_audit
+             WHERE project = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+        )
+        .unwrap();
+    let steps: Vec<String> = plan
+        .query_map(rusqlite::params!["acme", i64::MAX, 100], |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let said = steps.join("; ");
+    assert!(said.starts_with("SEARCH drg_audit USING"), "{said}");
+    assert!(said.contains("project=? AND id<?"), "{said}");
+    assert!(!said.contains("TEMP B-TREE"), "{said}");
 }
