@@ -1,20 +1,24 @@
-//! A TCP proxy on loopback between a gateway and PostgreSQL that, once armed, breaks the
-//! connection of the first write right after passing on its `COMMIT`: the server commits, and
-//! the gateway never hears so (a network failure at the worst moment). A write is a
-//! connection whose client sent `INSERT INTO drg_records` since its last `COMMIT`; the
-//! `COMMIT` itself is a simple query (`Q`, "COMMIT").
+//! A TCP proxy on loopback between a gateway and PostgreSQL that, once armed with a marker,
+//! breaks the connection of the write that carries it right after passing on its `COMMIT`: the
+//! server commits, and the gateway never hears so (a network failure at the worst moment). The
+//! write is the transaction whose client sent the marker (a name the test writes: it goes as
+//! a bound parameter, also when the statement's text was prepared on that connection before
+//! and is not sent again); the `COMMIT` itself is a simple query (`Q`, "COMMIT").
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+/// The marker of the write to cut, until it is cut.
+type Armed = Arc<Mutex<Option<Vec<u8>>>>;
+
 pub struct CommitCutter {
     pub addr: SocketAddr,
-    armed: Arc<AtomicBool>,
+    armed: Armed,
     cut: Arc<AtomicBool>,
 }
 
@@ -22,10 +26,7 @@ impl CommitCutter {
     pub fn start(target: SocketAddr) -> CommitCutter {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let (armed, cut) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
+        let (armed, cut): (Armed, _) = (Arc::default(), Arc::new(AtomicBool::new(false)));
         let (a, c) = (armed.clone(), cut.clone());
         thread::spawn(move || {
             for client in listener.incoming().flatten() {
@@ -43,9 +44,9 @@ impl CommitCutter {
         CommitCutter { addr, armed, cut }
     }
 
-    /// The next write's `COMMIT` is cut.
-    pub fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+    /// The `COMMIT` of the write that sends `marker` is cut.
+    pub fn arm(&self, marker: &str) {
+        *self.armed.lock().unwrap() = Some(marker.as_bytes().to_vec());
     }
 
     /// Whether a `COMMIT` was cut.
@@ -58,7 +59,7 @@ impl CommitCutter {
 fn requests(
     mut client: TcpStream,
     mut server: TcpStream,
-    armed: Arc<AtomicBool>,
+    armed: Armed,
     cut: Arc<AtomicBool>,
     mute: Arc<AtomicBool>,
 ) {
@@ -70,11 +71,12 @@ fn requests(
             Ok(n) => n,
         };
         let chunk = &buf[..n];
-        if contains(chunk, b"INSERT INTO drg_records") {
+        let marker = armed.lock().unwrap().clone();
+        if marker.is_some_and(|m| contains(chunk, &m)) {
             writing = true;
         }
         let commit = contains(chunk, b"COMMIT\0");
-        let cutting = commit && writing && armed.swap(false, Ordering::SeqCst);
+        let cutting = commit && writing && armed.lock().unwrap().take().is_some();
         if cutting {
             // The client hears nothing from here on, the COMMIT's answer included.
             mute.store(true, Ordering::SeqCst);

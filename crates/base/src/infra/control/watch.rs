@@ -1,7 +1,10 @@
 //! The poll behind the notifications: every `gateway.control.poll_ms` one query reads every
-//! kind's revision, and each kind whose revision moved (or went back, or went) is told to the
-//! snapshots ([`Control::moved`]), which then read it. One query a poll for every kind, not one
-//! a kind: the poll runs all the time, and what runs all the time is paid by every request.
+//! kind's revision, and each kind is told with its revision (`<kind>@<n>`, [`Control::moved`]);
+//! a snapshot that holds another revision reads the kind. Each snapshot compares with what it
+//! holds, not with what this poll saw last: writes between two polls followed by a restore to
+//! the revision the poll last saw would otherwise go unnoticed. One query a poll for every
+//! kind, not one a kind: the poll runs all the time, and what runs all the time is paid by
+//! every request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,13 +50,13 @@ impl Service for Revisions {
                     continue;
                 }
             };
-            let moved = (now.iter())
-                .filter(|(kind, n)| last.get(*kind) != Some(n))
-                .map(|(kind, _)| kind.clone())
-                .chain(last.keys().filter(|k| !now.contains_key(*k)).cloned())
-                .collect::<Vec<_>>();
-            for kind in moved {
-                let _ = self.0.moved.send(kind);
+            // A kind whose row went (a database restored from before its first write) is at 0.
+            let gone = (last.keys())
+                .filter(|k| !now.contains_key(*k))
+                .map(|k| (k.clone(), 0));
+            let told: Vec<(String, i64)> = now.iter().map(|(k, n)| (k.clone(), *n)).collect();
+            for (kind, n) in told.into_iter().chain(gone.collect::<Vec<_>>()) {
+                let _ = self.0.moved.send(format!("{kind}@{n}"));
             }
             last = now;
         }

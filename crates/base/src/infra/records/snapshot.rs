@@ -6,7 +6,7 @@
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
 //! the store holds now is served: a gateway never writes its copy back.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,8 @@ pub struct Snapshot<R: Record> {
     last_stamp: AtomicU64,
     sync: tokio::sync::Mutex<SyncState>,
     went_back: arc_swap::ArcSwapOption<WentBack>,
+    /// The revision last read (-1: none yet), for the poll's word (see `control/watch.rs`).
+    revision_held: AtomicI64,
 }
 
 impl<R: Record> Snapshot<R> {
@@ -86,6 +88,7 @@ impl<R: Record> Snapshot<R> {
             last_stamp: AtomicU64::new(0),
             sync: tokio::sync::Mutex::new(SyncState::default()),
             went_back: arc_swap::ArcSwapOption::empty(),
+            revision_held: AtomicI64::new(-1),
         }
     }
 
@@ -217,6 +220,7 @@ impl<R: Record> Snapshot<R> {
         }
         self.take(read, since);
         st.last = Some(revision);
+        self.revision_held.store(revision, Ordering::Release);
         true
     }
 
@@ -255,7 +259,16 @@ impl<R: Record> crate::service::Service for SnapshotSync<R> {
             tokio::select! {
                 told = moved.recv() => match told {
                     Ok(kind) if kind == self.0.kind || kind == "*" => {}
-                    Ok(_) => continue,
+                    // The poll's word: read only when another revision is held here.
+                    Ok(said) => match said.split_once('@') {
+                        Some((kind, n)) if kind == self.0.kind => {
+                            let held = self.0.revision_held.load(Ordering::Acquire);
+                            if n.parse::<i64>().is_ok_and(|n| n == held) && !behind {
+                                continue;
+                            }
+                        }
+                        _ => continue,
+                    },
                     // Behind on what moved: read anyway.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

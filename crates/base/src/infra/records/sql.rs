@@ -158,16 +158,7 @@ impl<R: Record> SqlRecords<R> {
         let sql = self.control.sql();
         let pool = self.control.pool().await?;
         let mut conn = pool.acquire().await.map_err(&sql)?;
-        let body: Option<String> = sqlx::query_scalar(
-            "SELECT body FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3",
-        )
-        .bind(self.kind)
-        .bind(record.project().to_owned())
-        .bind(record.key().to_owned())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(&sql)?;
-        let held: Option<R> = body.and_then(|b| serde_json::from_str(&b).ok());
+        let held = held_row(&mut conn, self.kind, record).await.map_err(&sql)?;
         let landed = match held {
             // A removal that drops its row: the row is gone.
             None => record.removed() && !R::KEEPS_REMOVED,
@@ -228,7 +219,7 @@ impl<R: Record> SqlRecords<R> {
         }
         let mut taken = 0;
         for r in records {
-            let held = held_row(&mut tx, self.kind, r).await.map_err(&sql)?;
+            let held = held_row(&mut *tx, self.kind, r).await.map_err(&sql)?;
             let newer = held.as_ref().is_none_or(|h| r.newer_than(h));
             match (r.removed() && !R::KEEPS_REMOVED, held) {
                 (_, _) if !newer => {}
@@ -368,7 +359,7 @@ async fn drop_row<R: Record>(tx: &mut Tx, kind: &str, record: &R) -> Result<(), 
 /// The row held for `record`'s project and key, if one is and reads (another release's row
 /// that does not is as none).
 async fn held_row<R: Record>(
-    tx: &mut Tx,
+    conn: &mut sqlx::AnyConnection,
     kind: &str,
     record: &R,
 ) -> Result<Option<R>, sqlx::Error> {
@@ -378,7 +369,7 @@ async fn held_row<R: Record>(
     .bind(kind.to_owned())
     .bind(record.project().to_owned())
     .bind(record.key().to_owned())
-    .fetch_optional(&mut **tx)
+    .fetch_optional(conn)
     .await?;
     Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
 }
