@@ -219,7 +219,7 @@ impl<R: Record> SqlRecords<R> {
         }
         let mut taken = 0;
         for r in records {
-            let held = held_row(&mut *tx, self.kind, r).await.map_err(&sql)?;
+            let held = held_row(&mut tx, self.kind, r).await.map_err(&sql)?;
             let newer = held.as_ref().is_none_or(|h| r.newer_than(h));
             match (r.removed() && !R::KEEPS_REMOVED, held) {
                 (_, _) if !newer => {}
