@@ -72,13 +72,12 @@ pub enum Command {
     /// the gateways reload it) or reject one.
     #[command(subcommand)]
     Reports(ReportsCommand),
-    /// Put back into the shared Redis the API-made keys this gateway withheld when it found the
-    /// store lost while its copy was not in step with it (it was stopped or cut off): run it
-    /// once every gateway has started again, so that every revocation made meanwhile is in the
-    /// store first.
+    /// Gone with the shared Redis store of keys: the control store is the truth and nothing is
+    /// withheld. Says so.
+    #[command(hide = true)]
     RestoreWithheld,
-    /// Move what an earlier release kept of the projects' overrides, webhooks, reports and
-    /// accepted verdicts (the state folder's files, the shared Redis) into the control store,
+    /// Move what an earlier release kept of the projects' API-made keys, overrides, webhooks,
+    /// reports and accepted verdicts (the state folder's files, the shared Redis) into the control store,
     /// once, and tell what moved. Run it with the gateways' configuration.
     Migrate,
 }

@@ -74,7 +74,10 @@ fn main() -> ExitCode {
             };
             cli::reports(&cli.conf, action).map(Some)
         }
-        Command::RestoreWithheld => cli::restore_withheld(&cli.conf).map(Some),
+        Command::RestoreWithheld => Err("restore-withheld is gone: API-made keys live in the \
+             control store (gateway.control), which gateways never write back to; an earlier \
+             release's keys move there once with `domain-risk-gateway migrate`"
+            .into()),
         Command::Migrate => cli::migrate(&cli.conf).map(Some),
     };
     match result {

@@ -9,6 +9,7 @@
 
 use crate::commit_cutter::CommitCutter;
 use crate::common;
+use crate::keys_api::lookup;
 use crate::postgres::Postgres;
 use crate::redis_server::RedisServer;
 
@@ -406,9 +407,26 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
     )
     .unwrap();
     drop(old);
+    // And its API-made keys, in the format of the release before lineage (no `created_by`),
+    // with a field of a newer one, and a key that key made.
+    let (before, child) = (
+        "drg_made_before_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee",
+        "drg_made_by_before_ffffffffffffffffffffffffffffffffff",
+    );
+    let managed = json!({
+        "version": 1,
+        "keys": [
+            earlier_key("before", before, None),
+            earlier_key("child", child, Some("before")),
+        ],
+        "future_file_field": [1, 2]
+    });
+    let managed_file = dir.path().join("state/keys.managed.json");
+    std::fs::write(&managed_file, managed.to_string()).unwrap();
     // Not served until moved, and the log says how.
     let gw = plain().in_dir(dir).start();
     assert_eq!(reason(&gw, "old.example"), "safe");
+    assert_eq!(lookup(&gw, before), 401);
     assert!(
         gw.log().contains("run `domain-risk-gateway migrate`"),
         "{}",
@@ -420,8 +438,25 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
     // The removal removes nothing the store holds.
     assert!(said.contains("overrides: 2 found, 1 taken"), "{said}");
     assert!(said.contains("audit: 1 found, 1 taken"), "{said}");
+    assert!(
+        said.contains("keys: 2 found, 2 taken (from file:keys.managed.json)"),
+        "{said}"
+    );
     assert!(!file.exists() && file.with_extension("sqlite.migrated").exists());
+    assert!(!managed_file.exists() && managed_file.with_extension("json.migrated").exists());
     let gw = plain().in_dir(dir).start();
+    assert_eq!((lookup(&gw, before), lookup(&gw, child)), (200, 200));
+    // What this release does not know of a key is kept with it; its lineage is the store's.
+    let db = rusqlite::Connection::open(gw.dir.path().join("state/control.sqlite")).unwrap();
+    let (body, parent): (String, Option<String>) = db
+        .query_row(
+            "SELECT body, parent FROM drg_keys WHERE id = 'child'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(body.contains("future_key_field"), "{body}");
+    assert_eq!(parent.as_deref(), Some("before"));
     assert_eq!(reason(&gw, "x.old.example"), "disposable");
     assert_eq!(overrides(&gw), ["old.example"]);
     assert_eq!(
@@ -439,6 +474,25 @@ fn an_embedded_deployments_records_move_into_its_sqlite_control_store_once() {
         said.contains("overrides: 0 found, 0 taken (nothing new found)"),
         "{said}"
     );
+    assert!(
+        said.contains("keys: 0 found, 0 taken (nothing new found)"),
+        "{said}"
+    );
+}
+
+/// An API-made key as an earlier release kept it (`by`: the key that made it).
+fn earlier_key(id: &str, secret: &str, by: Option<&str>) -> serde_json::Value {
+    use sha2::Digest;
+    let mut key = json!({
+        "id": id, "project": "acme", "plan": "team", "label": null,
+        "sha256": hex::encode(sha2::Sha256::digest(secret.as_bytes())),
+        "prefix": &secret[..12], "created_at": "2026-10-01T00:00:00Z", "last_used": null,
+        "future_key_field": {"x": 1}
+    });
+    if let Some(by) = by {
+        key["created_by"] = by.into();
+    }
+    key
 }
 
 #[test]
@@ -452,7 +506,15 @@ fn a_redis_deployments_records_move_into_postgres_once() {
         .arg(earlier("redis.example", 7, false))
         .query(&mut c)
         .unwrap();
+    let secret = "drg_kept_on_redis_gggggggggggggggggggggggggggggggggggg";
+    let _: () = redis::cmd("HSET")
+        .arg("keys:{keys}:rows")
+        .arg("onredis")
+        .arg(earlier_key("onredis", secret, Some("acme-server")).to_string())
+        .query(&mut c)
+        .unwrap();
     let gw = builder(&pg).redis(&redis.url(), "fail_open").start();
+    assert_eq!(lookup(&gw, secret), 401);
     assert_eq!(reason(&gw, "redis.example"), "safe");
     let said = migrate(&gw.dir);
     assert!(said.contains("PostgreSQL"), "{said}");
@@ -460,8 +522,13 @@ fn a_redis_deployments_records_move_into_postgres_once() {
         said.contains("overrides: 1 found, 1 taken (from redis drg:{overrides}:rows)"),
         "{said}"
     );
+    assert!(
+        said.contains("keys: 1 found, 1 taken (from redis keys:{keys}:rows)"),
+        "{said}"
+    );
     until_listed(&gw, &["redis.example"]);
     assert_eq!(reason(&gw, "redis.example"), "disposable");
+    wait_until(Duration::from_secs(2), || lookup(&gw, secret) == 200);
     // Removed since: a second run takes the source no more, and the removal stands.
     assert_eq!(delete(&gw, "redis.example").status, 204);
     let again = migrate(&gw.dir);

@@ -101,8 +101,21 @@ fn month_count(gw: &Gateway, secret: &str) -> u64 {
         .unwrap()
 }
 
-fn managed_file(gw: &Gateway) -> std::path::PathBuf {
-    gw.dir.path().join("state/keys.managed.json")
+/// The cache of the control store's keys in `gw`'s state folder.
+fn cache_file(gw: &Gateway) -> std::path::PathBuf {
+    gw.dir.path().join("state/keys.control-cache.json")
+}
+
+/// `(id, body)` of every API-made key `gw`'s control store (its state folder's SQLite) holds.
+pub(crate) fn stored_keys(gw: &Gateway) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(gw.dir.path().join("state/control.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT id, body FROM drg_keys ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
 
 #[test]
@@ -164,7 +177,7 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
         "one count for the project"
     );
 
-    // Never shown again: not in the list, not in the managed file (only its hash).
+    // Never shown again: not in the list, not in the store or its cache (only its hash).
     let again = send(&gw, "GET", "/v1/keys", Some(SERVER), &[], None);
     let text = String::from_utf8_lossy(&again.body).into_owned();
     assert!(!text.contains(&secret[12..]), "{text}");
@@ -178,15 +191,18 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
         .unwrap();
     assert!(item.get("key").is_none(), "{item}");
     assert!(item["last_used_at"].as_str().is_some(), "{item}");
-    let file = std::fs::read_to_string(managed_file(&gw)).unwrap();
+    let file = std::fs::read_to_string(cache_file(&gw)).unwrap();
     assert!(!file.contains(&secret[12..]));
     assert!(file.contains(&hex_sha256(&secret)));
+    let stored = stored_keys(&gw);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].0, id);
+    assert!(stored[0].1.contains(&hex_sha256(&secret)) && !stored[0].1.contains(&secret[12..]));
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(managed_file(&gw))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600);
+    for file in [cache_file(&gw), gw.dir.path().join("state/control.sqlite")] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", file.display());
+    }
     let keys_yaml = std::fs::read_to_string(gw.dir.path().join("keys.yaml")).unwrap();
     assert!(
         !keys_yaml.contains(&id),
@@ -391,24 +407,6 @@ fn a_key_made_with_origins_is_a_browser_key_of_those_sites() {
     }
 }
 
-#[test]
-fn gateways_sharing_the_managed_file_see_new_and_revoked_keys() {
-    let shared = tempfile::tempdir().unwrap();
-    let file = shared.path().join("keys.managed.json");
-    let line = format!("keys_api: {{ file: {} }}", file.display());
-    let a = builder().gateway_yaml(&line).start();
-    let b = builder().gateway_yaml(&line).start();
-    let made = create(&a, SERVER, "shared").json();
-    let secret = made["key"].as_str().unwrap().to_owned();
-    wait_until(Duration::from_secs(5), || lookup(&b, &secret) == 200);
-    assert!(ids(&list(&b, SERVER)).contains(&made["id"].as_str().unwrap().to_owned()));
-    // Revoked on b (which did not make it): refused there at once, on a within a poll
-    // (reload.poll_interval_ms is 100 in tests; the bound leaves room for a loaded machine).
-    assert_eq!(revoke(&b, SERVER, made["id"].as_str().unwrap()).status, 204);
-    assert_eq!(lookup(&b, &secret), 401);
-    wait_until(Duration::from_secs(5), || lookup(&a, &secret) == 401);
-}
-
 /// The statuses of `n` keys made at once with `secret`, taking turns over `gws`.
 pub(crate) fn race_creates(gws: &[Gateway], secret: &str, n: usize) -> Vec<u16> {
     std::thread::scope(|s| {
@@ -420,34 +418,6 @@ pub(crate) fn race_creates(gws: &[Gateway], secret: &str, n: usize) -> Vec<u16> 
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
-}
-
-#[test]
-fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
-    let shared = tempfile::tempdir().unwrap();
-    let file = shared.path().join("keys.managed.json");
-    let line = format!("keys_api: {{ file: {} }}", file.display());
-    let gws = [
-        builder().gateway_yaml(&line).start(),
-        builder().gateway_yaml(&line).start(),
-    ];
-    // acme: 2 operator keys of 5, so 3 of these 16 attempts succeed, whichever gateway serves.
-    let statuses = race_creates(&gws, SERVER, 16);
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 201).count(),
-        3,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 409).count(),
-        13,
-        "{statuses:?}"
-    );
-    for gw in &gws {
-        wait_until(Duration::from_secs(5), || {
-            list(gw, SERVER)["items"].as_array().unwrap().len() == 5
-        });
-    }
 }
 
 #[test]
@@ -493,103 +463,60 @@ pub(crate) fn made_by(gw: &Gateway, secret: &str, label: &str) -> (String, Strin
 }
 
 #[test]
-fn a_revocation_in_the_keys_file_applies_whatever_state_the_managed_file_is_in() {
+fn a_revocation_in_the_keys_file_applies_whatever_state_the_cache_is_in() {
     let gw = builder().start();
     let (_, api) = made_by(&gw, SERVER, "api");
     assert_eq!(lookup(&gw, &api), 200);
-    // The managed file becomes unreadable (a folder where the file was)...
-    let file = managed_file(&gw);
+    // The cache becomes unreadable (a folder where the file was)...
+    let file = cache_file(&gw);
     std::fs::remove_file(&file).unwrap();
     std::fs::create_dir(&file).unwrap();
     // ... and the operator disables a leaked key in the meantime: it is refused within a
-    // reload; the API-made keys are off (fail closed), the operator's other keys work.
+    // reload; the API-made keys the control store gave stand, the operator's other keys work.
     disable_in_keys_file(&gw, "other");
     wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 401);
-    assert_eq!(lookup(&gw, &api), 401);
+    assert_eq!(lookup(&gw, &api), 200);
     assert_eq!(lookup(&gw, SERVER), 200);
     let ready = gw.admin_get("/readyz");
     assert_eq!(ready.status, 200);
-    let problem = ready.json()["managed_keys_problem"].clone();
     assert!(
-        problem.as_str().unwrap().contains("keys.managed.json"),
-        "{problem}"
+        ready.json().get("managed_keys_problem").is_none(),
+        "{}",
+        ready.text()
     );
-    assert_eq!(gw.metric("drg_keys_managed_file_ok"), Some(0.0));
-    assert!(gw.log().contains("API-made keys are off"), "{}", gw.log());
-    // Readable again: the API-made keys are back.
-    std::fs::remove_dir(&file).unwrap();
-    let restored = gw.dir.path().join("restored.json");
-    std::fs::write(&restored, "{\"version\":1,\"keys\":[]}").unwrap();
-    std::fs::rename(&restored, &file).unwrap();
-    wait_until(Duration::from_secs(5), || {
-        gw.metric("drg_keys_managed_file_ok") == Some(1.0)
-    });
+    assert!(
+        gw.log()
+            .contains("the keys the control store gave are served"),
+        "{}",
+        gw.log()
+    );
 }
 
 #[test]
-fn a_corrupt_managed_file_is_set_aside_and_never_stops_the_start() {
+fn a_corrupt_cache_is_set_aside_and_the_keys_come_from_the_control_store() {
     let gw = builder().start();
     let (_, api) = made_by(&gw, SERVER, "api");
     let dir = gw.stop();
-    let file = dir.path().join("state/keys.managed.json");
+    let file = dir.path().join("state/keys.control-cache.json");
     std::fs::write(&file, "{\"version\":1,\"keys\":[{\"id\":").unwrap();
     let gw = builder().in_dir(dir).start();
     assert_eq!(lookup(&gw, SERVER), 200);
-    assert_eq!(lookup(&gw, &api), 401, "fail closed for API-made keys");
+    wait_until(Duration::from_secs(5), || lookup(&gw, &api) == 200);
     let aside: Vec<String> = std::fs::read_dir(gw.dir.path().join("state"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("keys.managed.json.corrupt-"))
+        .filter(|n| n.starts_with("keys.control-cache.json.corrupt-"))
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?}");
-    let problem = gw.admin_get("/readyz").json()["managed_keys_problem"].clone();
-    assert!(problem.as_str().unwrap().contains(&aside[0]), "{problem}");
-    assert_eq!(gw.metric("drg_keys_managed_file_ok"), Some(0.0));
     assert_eq!(gw.log().matches("set aside as").count(), 1, "{}", gw.log());
-    // Keys made again: a fresh file, and the note is gone.
-    let (_, again) = made_by(&gw, SERVER, "again");
-    assert_eq!(lookup(&gw, &again), 200);
+    // Written again from the store.
+    wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(gw.dir.path().join("state/keys.control-cache.json"))
+            .is_ok_and(|t| t.contains("\"api\""))
+    });
     wait_until(Duration::from_secs(5), || {
         gw.metric("drg_keys_managed_file_ok") == Some(1.0)
     });
-}
-
-#[test]
-fn the_previous_format_is_read_unknown_fields_are_kept_and_a_newer_version_is_left_alone() {
-    // As the gateway before lineage wrote it (no `created_by`), plus fields of a newer one.
-    let secret = "drg_made_before_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
-    let previous = serde_json::json!({
-        "version": 1,
-        "keys": [{
-            "id": "before", "project": "acme", "plan": "starter", "label": null,
-            "sha256": hex_sha256(secret), "prefix": &secret[..12],
-            "created_at": "2026-10-01T00:00:00Z", "last_used": null,
-            "future_key_field": {"x": 1}
-        }],
-        "future_file_field": [1, 2]
-    });
-    let gw = builder().start();
-    let file = managed_file(&gw);
-    write_atomic(&file, &previous.to_string());
-    wait_until(Duration::from_secs(5), || lookup(&gw, secret) == 200);
-    // A key made now rewrites the file: what this gateway does not know is kept.
-    made_by(&gw, SERVER, "new");
-    let now: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(now["future_file_field"], serde_json::json!([1, 2]), "{now}");
-    assert_eq!(now["keys"][0]["future_key_field"]["x"], 1, "{now}");
-    assert_eq!(now["keys"][1]["created_by"], "server", "{now}");
-    // A newer format version: the API-made keys are off here, the file is not touched.
-    let newer = serde_json::json!({"version": 2, "keys": []}).to_string();
-    write_atomic(&file, &newer);
-    wait_until(Duration::from_secs(5), || lookup(&gw, secret) == 401);
-    assert_eq!(lookup(&gw, SERVER), 200);
-    let problem = gw.admin_get("/readyz").json()["managed_keys_problem"].clone();
-    assert!(
-        problem.as_str().unwrap().contains("newer gateway"),
-        "{problem}"
-    );
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), newer);
 }
 
 #[test]
@@ -634,8 +561,8 @@ fn a_key_revoked_or_removed_revokes_what_it_made_for_good_and_a_disabled_one_sus
     let text = std::fs::read_to_string(&path).unwrap();
     write_atomic(&path, &text.replace("    disabled: true\n", ""));
     wait_until(Duration::from_secs(5), || lookup(&gw, &e) == 200);
-    // The operator removes `other` (a leaked key): c and e are revoked for good, the file no
-    // longer holds them, and a key `other` added back does not bring them back.
+    // The operator removes `other` (a leaked key): c and e are revoked for good, the control
+    // store no longer holds them, and a key `other` added back does not bring them back.
     let without_other: String = text
         .split("  - id: ")
         .enumerate()
@@ -653,8 +580,8 @@ fn a_key_revoked_or_removed_revokes_what_it_made_for_good_and_a_disabled_one_sus
     wait_until(Duration::from_secs(5), || lookup(&gw, &c) == 401);
     assert_eq!(lookup(&gw, &e), 401);
     wait_until(Duration::from_secs(5), || {
-        let file = std::fs::read_to_string(managed_file(&gw)).unwrap();
-        !file.contains(&c_id) && !file.contains(&e_id)
+        let held = stored_keys(&gw);
+        !held.iter().any(|(id, _)| *id == c_id || *id == e_id)
     });
     write_atomic(&path, &text.replace("    disabled: true\n", ""));
     wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 200);

@@ -3,13 +3,13 @@
 //! the keys it made, and a rotation hands them to the successor);
 //! `POST /v1/keys/{id}/rotate` makes a successor in the old key's place and keeps the old key
 //! working for the overlap, then `401` with a `detail` naming when; who may rotate what;
-//! `max_keys` one over while the old key is there; and on Redis with two gateways, a key
-//! rotated on one keeps working for the overlap on both and then answers `401` on both, and
-//! two gateways rotating one key at once make one successor.
+//! `max_keys` one over while the old key is there; and with two gateways on one PostgreSQL, a
+//! key rotated on one keeps working for the overlap on both and then answers `401` on both,
+//! and two gateways rotating one key at once make one successor.
 
 use crate::common;
 use crate::keys_api::{lookup, made_by, revoke};
-use crate::redis_server::RedisServer;
+use crate::postgres::Postgres;
 
 use std::time::{Duration, Instant};
 
@@ -339,26 +339,24 @@ fn only_the_projects_own_api_made_keys_are_rotated_and_max_keys_lets_one_success
     successor(&rotate(&gw, &a2, Some(json!({"overlap_hours": 0}))));
 }
 
-/// Two gateways on one Redis, polling every 200 ms.
-fn on_redis(redis: &RedisServer) -> GatewayBuilder {
-    builder()
-        .redis(&redis.url(), "fail_open")
-        .gateway_yaml("keys_api: { shared_poll_ms: 200 }")
+/// A gateway whose control store is `pg`.
+fn on_postgres(pg: &Postgres) -> GatewayBuilder {
+    builder().gateway_yaml(&format!("control: {{ url: '{}' }}", pg.url()))
 }
 
-/// A Redis, two gateways on it, and a key made on the first that the second takes: its id and
-/// secret.
-fn two_gateways_and_a_key() -> (RedisServer, [Gateway; 2], String, String) {
-    let redis = RedisServer::start(false);
-    let gws = [on_redis(&redis).start(), on_redis(&redis).start()];
+/// A PostgreSQL, two gateways on it, and a key made on the first that the second takes: its
+/// id and secret.
+fn two_gateways_and_a_key() -> (Postgres, [Gateway; 2], String, String) {
+    let pg = Postgres::start();
+    let gws = [on_postgres(&pg).start(), on_postgres(&pg).start()];
     let (id, secret) = made_by(&gws[0], SERVER, "shared");
     wait_until(WITHIN, || lookup(&gws[1], &secret) == 200);
-    (redis, gws, id, secret)
+    (pg, gws, id, secret)
 }
 
 #[test]
 fn a_key_rotated_on_one_gateway_works_for_the_overlap_on_both_then_answers_401_on_both() {
-    let (redis, [a, b], old, old_secret) = two_gateways_and_a_key();
+    let (pg, [a, b], old, old_secret) = two_gateways_and_a_key();
 
     // 0.002 h: 7.2 s of overlap (at least 6.2 s, to the second): time for B to see the successor.
     let r = rotate(&a, &old, Some(json!({"overlap_hours": 0.002})));
@@ -384,21 +382,14 @@ fn a_key_rotated_on_one_gateway_works_for_the_overlap_on_both_then_answers_401_o
         );
         assert_eq!(lookup(gw, &new_secret), 200);
     }
-    let rows: Vec<String> = redis::cmd("HVALS")
-        .arg("keys:{keys}:rows")
-        .query(&mut redis.client().get_connection().unwrap())
-        .unwrap();
-    let row: Value = rows
-        .iter()
-        .map(|r| serde_json::from_str::<Value>(r).unwrap())
-        .find(|r| r["id"] == old.as_str())
-        .unwrap();
+    let row = pg.psql(&format!("SELECT body FROM drg_keys WHERE id = '{old}'"));
+    let row: Value = serde_json::from_str(row.trim()).unwrap();
     assert_eq!(row["rotated_to"], new.as_str(), "{row}");
 }
 
 #[test]
 fn two_gateways_rotating_one_key_at_once_make_one_successor() {
-    let (redis, [a, b], old, old_secret) = two_gateways_and_a_key();
+    let (pg, [a, b], old, old_secret) = two_gateways_and_a_key();
     let answers: Vec<Response> = std::thread::scope(|s| {
         let handles: Vec<_> = [&a, &b, &a, &b]
             .into_iter()
@@ -418,13 +409,14 @@ fn two_gateways_rotating_one_key_at_once_make_one_successor() {
         "{statuses:?}"
     );
     // acme: 2 operator keys, the old one and its successor.
-    assert_eq!(redis.int(&["SCARD", "keys:{keys}:project:acme"]), Some(2));
+    let held = pg.psql("SELECT count(*) FROM drg_keys WHERE project = 'acme'");
+    assert_eq!(held.trim(), "2");
     assert_eq!(lookup(&b, &old_secret), 200, "in its overlap");
 }
 
 /// A key's lineage (issue 79): a 1-day child can neither rotate nor revoke its parent (`403`)
 /// nor make a key that outlives it; after a rotation, deleting the old key keeps the keys it
-/// made (handed to the successor). On the managed file, then on Redis.
+/// made (handed to the successor). On SQLite, then on PostgreSQL.
 fn a_key_stays_inside_its_lineage(gw: &Gateway) {
     let (parent, parent_secret) = made_by(gw, SERVER, "parent");
     let r = post(
@@ -499,7 +491,7 @@ fn a_key_stays_inside_its_lineage(gw: &Gateway) {
 }
 
 #[test]
-fn a_key_stays_inside_its_lineage_on_the_managed_file() {
+fn a_key_stays_inside_its_lineage_on_sqlite() {
     a_key_stays_inside_its_lineage(&roomy().start());
 }
 
@@ -509,7 +501,8 @@ fn roomy() -> GatewayBuilder {
 }
 
 #[test]
-fn a_key_stays_inside_its_lineage_on_redis() {
-    let redis = RedisServer::start(false);
-    a_key_stays_inside_its_lineage(&roomy().redis(&redis.url(), "fail_open").start());
+fn a_key_stays_inside_its_lineage_on_postgres() {
+    let pg = Postgres::start();
+    let control = format!("control: {{ url: '{}' }}", pg.url());
+    a_key_stays_inside_its_lineage(&roomy().gateway_yaml(&control).start());
 }

@@ -95,7 +95,7 @@ fn every_state_file_is_0600_under_umask_022() {
             .unwrap();
         assert_eq!(r.status, 200, "{name}");
     }
-    // A key made through the API: the managed keys file.
+    // A key made through the API: the control store and its cache.
     let made = crate::keys_api::create(&gw, ACME, "state files");
     assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
     // The lookups logged (the call store) and watched (the changes store).
@@ -125,7 +125,9 @@ fn every_state_file_is_0600_under_umask_022() {
         "changes.sqlite3-wal",
         "changes.sqlite3-shm",
         "webhooks.sqlite",
-        "keys.managed.json",
+        "keys.control-cache.json",
+        "control.sqlite",
+        "control.sqlite-wal",
     ] {
         assert!(
             serving.contains_key(name),

@@ -20,7 +20,6 @@ pub mod plan;
 pub mod policy;
 pub mod quota;
 pub mod rate;
-pub mod shared_keys;
 pub mod source;
 pub mod token_memo;
 

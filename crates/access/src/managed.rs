@@ -1,17 +1,16 @@
-//! The gateway-managed keys file: keys made through `POST /v1/keys`, kept apart from the
-//! operator's keys file, which the gateway never writes.
+//! API-made keys in the managed file's format: the control store's keys as this gateway last
+//! read them (its cache, `keys.control-cache.json` in the state folder), which the keys reloader
+//! merges with the operator's keys file (which the gateway never writes), and the file an
+//! earlier release kept them in (`keys.managed.json`, taken in once by `migrate`).
 //!
-//! JSON, hashed secrets only, mode 0600. Gateways of different versions may share the file:
-//! `version` changes only for a change older gateways cannot read safely (a newer one makes
-//! them switch their API-made keys off, never touch the file); fields a gateway does not know
-//! are kept as they are when it rewrites the file, so adding one needs no new version.
+//! JSON, hashed secrets only, mode 0600. `version` changes only for a change older gateways
+//! cannot read safely (a newer one makes them switch their API-made keys off); fields a gateway
+//! does not know are kept as they are when it rewrites the file.
 //!
 //! A key made through the API records the key that made it (`created_by`): it works only while
-//! that key does, so removing, disabling or revoking a key revokes every key it made, recursively.
-//! Every change is a read-modify-write under an exclusive
-//! `flock` on a lock file beside it, written to a temporary file and renamed over, so gateways
-//! sharing the file never lose each other's changes and readers never see half a file. The keys
-//! reloader watches it like the keys file, so other gateways see a change within a poll.
+//! that key does, so removing, disabling or revoking a key revokes every key it made,
+//! recursively. A write is a read-modify-write under an exclusive `flock` on a lock file beside
+//! it, written to a temporary file and renamed over, so readers never see half a file.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::DirBuilderExt;
@@ -37,39 +36,9 @@ pub struct ManagedFile {
     /// restart. Left out of the file while empty, so older gateways still read it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub first_seen: BTreeMap<String, String>,
-    /// With the keys on Redis (this file is then the cache of them): the data set (Redis's
-    /// epoch) they were read from, so that a gateway started after Redis lost its data still
-    /// knows to put them back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis_epoch: Option<String>,
-    /// With the keys on Redis: the version of that data set they were read at, so that a
-    /// gateway started after Redis went back to an older state (a failover to a replica that
-    /// lagged) knows it lost changes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis_version: Option<u64>,
-    /// With the keys on Redis: when (unix seconds) the keys were last known to match Redis's.
-    /// Keys known longer ago than a revocation is kept are never put back into Redis.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis_read_at: Option<u64>,
-    /// With the keys on Redis: the revocations this gateway knows of (its own, and those of
-    /// keys it knew), kept so that no key it or another gateway put back after Redis lost its
-    /// data comes back (see `access::shared_keys::tombstones`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub revoked: Vec<Tombstone>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
-}
-
-/// A key revoked for good, remembered beyond its row (a tombstone): with the keys on Redis, in
-/// Redis and in every gateway's cache that knew the key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tombstone {
-    pub id: String,
-    pub project: String,
-    /// When it was revoked (unix seconds); it is kept for
-    /// `access::shared_keys::tombstones::LIFETIME` after that.
-    pub at: u64,
 }
 
 /// One API-made key.
@@ -88,7 +57,8 @@ pub struct ManagedKey {
     pub prefix: String,
     /// RFC 3339 UTC.
     pub created_at: String,
-    /// Unix seconds of the last call any gateway saw and saved (see [`save_last_used`]).
+    /// Unix seconds of the last call any gateway saw and saved (the control store's
+    /// `last_used` column).
     #[serde(default)]
     pub last_used: Option<u64>,
     /// Origins, as for operator keys; none: a server key.
@@ -113,6 +83,17 @@ pub struct ManagedKey {
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+impl ManagedFile {
+    /// A file of `keys` (as the control store gave them), in this gateway's format.
+    pub fn with_keys(keys: Vec<ManagedKey>) -> ManagedFile {
+        ManagedFile {
+            version: VERSION,
+            keys,
+            ..ManagedFile::default()
+        }
+    }
 }
 
 /// Why the managed file could not be read or written.
@@ -186,6 +167,15 @@ pub fn update<T, E: From<ManagedError>>(
     Ok(out)
 }
 
+/// Writes `keys` as the file's keys (the control store's, as this gateway holds them), keeping
+/// what else it holds (the first-seen times); a file that does not read is written anew.
+pub fn cache(path: &Path, keys: &[ManagedKey]) -> Result<(), ManagedError> {
+    let _lock = Lock::take(path)?;
+    let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
+    keys.clone_into(&mut file.keys);
+    write(path, &file)
+}
+
 /// Writes the file atomically with mode 0600 (see [`drg_base::infra::fsutil`]).
 fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
     let mut body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
@@ -234,8 +224,8 @@ impl Lock {
 ///
 /// An API-made key that names the key that made it (`created_by`) works only while that key is
 /// in the store and enabled, recursively: a disabled maker disables it; a maker that is gone
-/// revokes it (left out and listed in `revoked`; the serving gateway then removes it from the
-/// file: a revocation is for good).
+/// revokes it (left out and listed in `revoked`; the serving gateway then drops it from the
+/// control store: a revocation is for good).
 pub fn merge<P: AsPlan>(
     mut store: KeyStore,
     file: &ManagedFile,
@@ -411,16 +401,6 @@ fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) ->
     }
 }
 
-/// Removes `revoked` keys from the file, and every key made by one of them, recursively (the
-/// serving gateway, after [`merge`] found them): a key once revoked never comes back, also if
-/// a key of the same id is added again.
-pub fn remove_revoked(path: &Path, revoked: &[String]) -> Result<usize, ManagedError> {
-    update(path, |file: &mut ManagedFile| {
-        let gone = without_descendants(file, revoked);
-        Ok::<_, ManagedError>((gone > 0, gone))
-    })
-}
-
 /// Removes the keys `ids` and every key they made, recursively, from `file`; how many.
 pub fn without_descendants(file: &mut ManagedFile, ids: &[String]) -> usize {
     let mut gone: HashSet<String> = ids.iter().cloned().collect();
@@ -470,45 +450,6 @@ pub fn fill_first_seen(path: &Path, store: &mut KeyStore, now: &str) -> Result<(
 fn decode_hash(hex_text: &str) -> Option<[u8; 32]> {
     let bytes = hex::decode(hex_text).ok()?;
     bytes.try_into().ok()
-}
-
-/// Writes the last-use times of API-made keys that moved on since the file says, keeping the
-/// later time where another gateway saved a later one. Returns how many keys were updated.
-pub fn save_last_used(path: &Path, store: &KeyStore) -> Result<usize, ManagedError> {
-    let seen: BTreeMap<&str, u64> = store
-        .entries()
-        .filter(|k| k.source == KeyOrigin::Api)
-        .filter_map(|k| k.last_used_at().map(|t| (&*k.id, t)))
-        .collect();
-    if seen.is_empty() {
-        return Ok(0);
-    }
-    // Skip the lock and the write when nothing moved (the common case on a quiet gateway).
-    let current = read(path)?;
-    let moved = |f: &ManagedFile| {
-        f.keys
-            .iter()
-            .filter(|k| {
-                seen.get(k.id.as_str())
-                    .is_some_and(|t| Some(*t) > k.last_used)
-            })
-            .count()
-    };
-    if moved(&current) == 0 {
-        return Ok(0);
-    }
-    update(path, |file: &mut ManagedFile| {
-        let mut n = 0;
-        for k in &mut file.keys {
-            if let Some(t) = seen.get(k.id.as_str()) {
-                if Some(*t) > k.last_used {
-                    k.last_used = Some(*t);
-                    n += 1;
-                }
-            }
-        }
-        Ok::<_, ManagedError>((n > 0, n))
-    })
 }
 
 impl From<ManagedError> for KeysError {

@@ -25,9 +25,14 @@ pub struct KeysSource {
     pub record_first_seen: bool,
     /// Where a corrupt managed file was set aside, said until a managed file exists again.
     pub set_aside: Arc<std::sync::Mutex<Option<String>>>,
-    /// With the shared Redis store (`managed` is then its cache): the pending revocations file,
-    /// where keys whose maker is gone are queued for Redis (see [`super::shared_keys`]).
-    pub shared_pending: Option<PathBuf>,
+    /// The API-made keys as the control store last gave them (`None` until the first read: the
+    /// cache file `managed` is read meanwhile). Set by the keys API, read here, so that a reload
+    /// of the keys file never serves a cache older than what this gateway holds.
+    pub held: Arc<arc_swap::ArcSwapOption<super::managed::ManagedFile>>,
+    /// Where keys whose maker is gone (an operator key removed from the keys file) are told, so
+    /// that the control store drops them too (the serving gateway only).
+    /// Set by the keys API once it runs (the source is made before it).
+    pub orphans: Arc<std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Vec<String>>>>,
 }
 
 impl KeysSource {
@@ -77,15 +82,20 @@ impl KeysSource {
                 log::warn!("keys: first-seen times not recorded: {e}");
             }
         }
-        let (file, problem) = match managed::read(path) {
+        let (mut file, problem) = match managed::read(path) {
             Ok(file) => (file, None),
+            // What the control store gave stands whatever state its cache is in.
+            Err(e) if self.held.load().is_some() => {
+                log::warn!("keys: {e}; the keys the control store gave are served");
+                (ManagedFile::default(), None)
+            }
             Err(e @ ManagedError::Format { .. }) if self.record_first_seen => {
                 let aside = set_aside(path);
                 log::error!(
-                    "keys: {e}; set aside as {aside}; API-made keys are off until made again \
-                     (the operator's keys work)"
+                    "keys: {e}; set aside as {aside}; API-made keys are off until the control \
+                     store is read (the operator's keys work)"
                 );
-                let note = format!("corrupt, set aside as {aside}; API-made keys are gone");
+                let note = format!("corrupt, set aside as {aside}");
                 *self.note() = Some(note.clone());
                 (ManagedFile::default(), Some(note))
             }
@@ -96,30 +106,30 @@ impl KeysSource {
                 (ManagedFile::default(), Some(e.to_string()))
             }
         };
+        if let Some(held) = self.held.load_full() {
+            file.keys.clone_from(&held.keys);
+        }
         let merged = managed::merge(operator, &file, &self.plans);
         for w in &merged.warnings {
             log::warn!("{}: {w}", path.display());
         }
         if self.record_first_seen && !merged.revoked.is_empty() {
-            if let Some(pending) = &self.shared_pending {
-                let now = drg_base::infra::units::now_rfc3339();
-                let queued = super::shared_keys::pending::queue_revoked(
-                    pending,
-                    &file,
-                    &merged.revoked,
-                    &now,
-                );
-                if let Err(e) = queued {
-                    log::error!("keys: revocations of keys whose maker is gone not queued: {e}");
-                }
-            }
-            match managed::remove_revoked(path, &merged.revoked) {
-                Ok(n) => log::info!("keys: {n} API-made keys revoked with the key that made them"),
-                Err(e) => log::error!("keys: revoked keys not removed from the file: {e}"),
+            // Gone from what is held at once: a maker added back before the control store drops
+            // them brings none of them back.
+            self.held.rcu(|held| {
+                held.as_ref().map(|f| {
+                    let mut f = super::managed::ManagedFile::clone(f);
+                    super::managed::without_descendants(&mut f, &merged.revoked);
+                    Arc::new(f)
+                })
+            });
+            if let Some(orphans) = self.orphans.get() {
+                // The receiver gone (shutting down): the next start finds them again.
+                let _ = orphans.send(merged.revoked.clone());
             }
         }
-        // Once a file exists again (a key made anew), the set-aside note has been read.
-        if path.exists() {
+        // Once the cache is written again (the control store read), the set-aside note is old.
+        if path.exists() || self.held.load().is_some() {
             self.note().take();
         }
         let mut store = merged.store;
@@ -153,10 +163,10 @@ impl drg_base::reload::Reloadable for KeysSource {
         "keys"
     }
 
+    /// The operator's file only: the API-made keys' cache is read, not watched (the keys API
+    /// publishes what the control store gives as it holds it).
     fn watched_files(&self) -> Vec<PathBuf> {
-        let mut files = vec![self.path.clone()];
-        files.extend(self.managed.clone());
-        files
+        vec![self.path.clone()]
     }
 
     fn succeed(&self, current: &KeyStore, next: &mut KeyStore) {

@@ -75,20 +75,15 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         publish_lock: Arc::default(),
         record_first_seen: false,
         set_aside: Arc::default(),
-        shared_pending: home(&settings.gateway)
-            .shared
-            .map(|_| shared_paths(&settings.gateway).1),
+        held: Arc::default(),
+        orphans: Arc::default(),
     }
 }
 
-/// The file of API-made keys the keys reloader merges: the managed file, or with the Redis
-/// quota store the cache of the shared store's keys beside it (see
-/// [`drg_projects::account::keys_api::shared`]).
+/// The cache of the control store's API-made keys the keys reloader merges (read at start until
+/// the store answers; see [`drg_projects::account::keys_api::control`]).
 fn managed_path(gateway: &GatewayConfig) -> std::path::PathBuf {
-    match home(gateway).shared {
-        None => gateway.keys_api.managed_file(&gateway.quota),
-        Some(_) => shared_paths(gateway).0,
-    }
+    home(gateway).folder.join("keys.control-cache.json")
 }
 
 /// Each kind of record's report of a revision gone back, for the admin `/readyz`.
@@ -98,7 +93,9 @@ fn went_back(parts: &Parts, shared: &Shared) -> Vec<crate::edge::admin::WentBack
         parts.reports.snapshot.clone(),
         parts.reports.decisions.clone(),
     );
+    let keys = parts.keys_api.clone();
     let mut out: Vec<crate::edge::admin::WentBackOf> = vec![
+        Box::new(move || keys.went_back()),
         Box::new(move || o.went_back()),
         Box::new(move || r.went_back()),
         Box::new(move || d.went_back()),
@@ -107,18 +104,6 @@ fn went_back(parts: &Parts, shared: &Shared) -> Vec<crate::edge::admin::WentBack
         out.push(Box::new(move || hooks.went_back()));
     }
     out
-}
-
-/// Where copies withheld after a loss of the shared store may be (none without it).
-fn withheld_paths(gateway: &GatewayConfig) -> Vec<std::path::PathBuf> {
-    if gateway.quota.store != QuotaStoreKind::Redis {
-        return Vec::new();
-    }
-    drg_projects::account::withheld::paths(&shared_paths(gateway).0)
-}
-
-fn shared_paths(gateway: &GatewayConfig) -> (std::path::PathBuf, std::path::PathBuf) {
-    drg_projects::account::keys_api::shared::paths(&gateway.keys_api.managed_file(&gateway.quota))
 }
 
 fn clock() -> Result<SystemClock, StartError> {
@@ -180,8 +165,6 @@ struct Parts {
     webhooks: Option<Arc<drg_projects::account::webhooks::Webhooks>>,
     /// The audit trail.
     audit: Arc<drg_projects::account::audit::Audit>,
-    /// The shared key store (with the Redis quota store), which its poll keeps.
-    shared_keys: Option<Arc<drg_projects::account::keys_api::shared::Shared>>,
     access_log: Option<drg_telemetry::access_log::AccessLog>,
     access_log_service: drg_telemetry::access_log::AccessLogService,
 }
@@ -245,7 +228,6 @@ pub(crate) fn wire(settings: &Settings, server: &ServerConf) -> Result<Wired, St
             upstream: gateway.upstream.address.clone(),
             keys_api: Some(parts.keys_api.clone()),
             reports: Some(parts.reports.clone()),
-            withheld: withheld_paths(gateway),
             went_back: went_back(&parts, &shared),
         };
         admin_service(admin, listen)
@@ -510,45 +492,19 @@ fn parts(
         &shared.metrics,
     )?;
     // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
-    let mut keys_api = drg_projects::account::keys_api::KeysApi::new(
+    let keys_api = Arc::new(drg_projects::account::keys_api::KeysApi::new(
         shared.keys.clone(),
+        keys_source.held.clone(),
         managed_path(gateway),
+        &shared.control,
         gateway.access.plans.clone(),
         gateway.keys_api.clone(),
         keys_source.publish_lock.clone(),
         shared.clock.clone(),
         &shared.metrics,
-    )?;
-    let mut shared_keys = None;
-    if home(gateway).shared.is_some() {
-        use drg_projects::account::keys_api::shared;
-        let store = drg_access::shared_keys::SharedKeys::new(&gateway.quota.redis)?;
-        let (_, pending) = shared_paths(gateway);
-        let up = shared
-            .metrics
-            .gauge_vec(
-                "drg_keys_shared_store_up",
-                "1 while the shared key store (Redis, with quota.store: redis) answers; 0: the last known API-made keys stay in service, making keys answers 503 and revocations wait in keys.redis-pending.json.",
-                &["store"],
-            )?
-            .with_label_values(&["redis"]);
-        let restores = shared
-            .metrics
-            .counter_vec(
-                "drg_keys_shared_store_restores_total",
-                "Times this gateway found the shared key store's data set lost (flushed, evicted, another Redis, a failover to a replica that lagged) and put back the API-made keys it knew that no revocation covers.",
-                &["store"],
-            )?
-            .with_label_values(&["redis"]);
-        let store = Arc::new(
-            shared::Shared::new(store, pending)
-                .with_gauge(up)
-                .with_restores(restores),
-        );
-        shared_keys = Some(store.clone());
-        keys_api = keys_api.with_shared(store);
-    }
-    let keys_api = Arc::new(keys_api);
+    )?);
+    // Set once: a second wiring in one process (tests) keeps the first's channel.
+    let _ = keys_source.orphans.set(keys_api.orphans());
     let (overrides, reports) = project_records(gateway, shared);
     let audit = audit_trail(gateway, shared)?;
     let (lines, dropped) = shared.metrics.access_log_counters();
@@ -562,7 +518,6 @@ fn parts(
         reports,
         webhooks: project_webhooks(gateway, shared),
         audit,
-        shared_keys,
         access_log,
         access_log_service,
     })
@@ -648,21 +603,29 @@ fn control_store(gateway: &GatewayConfig) -> Result<Arc<Control>, StartError> {
     let control = Control::open(gateway.control.as_ref(), folder)
         .map_err(|e| format!("gateway.control: {e}"))?;
     log::info!(
-        "control store: {} (overrides, webhooks, reports and verdicts, the audit trail)",
+        "control store: {} (API-made keys, overrides, webhooks, reports and verdicts, the \
+         audit trail)",
         control.described()
     );
     if gateway.control.is_none() && home(gateway).shared.is_some() {
         log::warn!(
-            "the quota store is the shared Redis, but overrides, webhooks, reports and \
-             verdicts are kept in this gateway's state folder (Redis holds counts only): \
+            "the quota store is the shared Redis, but API-made keys, overrides, webhooks, \
+             reports and verdicts are kept in this gateway's state folder (Redis holds counts only): \
              gateways that share them need one control store, `gateway.control.url` on \
              PostgreSQL (docs/scaling.md)"
         );
     }
-    let left = drg_projects::account::migrate::left_behind(folder);
+    if gateway.keys_api.shared_poll_ms.is_some() {
+        log::warn!(
+            "gateway.keys_api.shared_poll_ms decides nothing now: API-made keys follow the \
+             control store (gateway.control.poll_ms); remove it"
+        );
+    }
+    let managed = gateway.keys_api.managed_file(&gateway.quota);
+    let left = drg_projects::account::migrate::left_behind(folder, &managed);
     if !left.is_empty() {
         log::warn!(
-            "records an earlier release kept are not served until moved: {}; run \
+            "keys and records an earlier release kept are not served until moved: {}; run \
              `domain-risk-gateway migrate` once (docs/operations.md)",
             left.iter()
                 .map(|p| p.display().to_string())
@@ -745,13 +708,11 @@ fn background_services(
         Reloader::new(keys_source, shared.keys.clone(), interval)
             .with_hook(shared.metrics.reload_hook("keys")),
     ));
-    // The shared store's keys are polled also with the keys API off: they keep working.
-    if let Some(store) = parts.shared_keys.clone() {
-        services.push(hosted(
-            "shared keys",
-            drg_projects::account::keys_api::sync::KeysSync(parts.keys_api.clone(), store),
-        ));
-    }
+    // The store's keys are followed also with the keys API off: they keep working.
+    services.push(hosted(
+        "keys follow",
+        drg_projects::account::keys_api::follow(&parts.keys_api),
+    ));
     if gateway.keys_api.enabled {
         services.push(hosted(
             "keys last use",

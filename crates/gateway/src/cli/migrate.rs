@@ -1,5 +1,5 @@
-//! `migrate`: moves an earlier release's records (the state folder's files and, with the
-//! shared Redis, its rows) into the control store the configuration names, and tells what
+//! `migrate`: moves an earlier release's keys and records (the state folder's files and, with
+//! the shared Redis, its rows) into the control store the configuration names, and tells what
 //! moved.
 
 use std::path::Path;
@@ -18,8 +18,9 @@ pub fn migrate(conf: &Path) -> Result<String, CommandError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let managed = gateway.keys_api.managed_file(&gateway.quota);
     let moved = runtime.block_on(drg_projects::account::migrate::migrate(
-        &control, &folder, redis,
+        &control, &folder, &managed, redis,
     ))?;
     let mut out = vec![format!("into the control store, {}:", control.described())];
     for m in &moved {
@@ -43,7 +44,7 @@ pub fn migrate(conf: &Path) -> Result<String, CommandError> {
     if redis.is_some() {
         out.push(
             "the rows on Redis were left there; once every gateway runs this release, \
-             `DEL drg:{overrides}:rows` and the like drop them"
+             `DEL drg:{overrides}:rows keys:{keys}:rows` and the like drop them"
                 .into(),
         );
     }

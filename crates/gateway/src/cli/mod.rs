@@ -12,7 +12,6 @@ mod reports;
 mod serve;
 mod taken;
 mod version;
-mod withheld;
 
 use std::path::Path;
 
@@ -26,7 +25,6 @@ pub use reports::{reports, ReportsAction};
 pub use serve::serve;
 pub use serve::ServeMode;
 pub use version::{version, GIT_HASH};
-pub use withheld::restore_withheld;
 
 pub use crate::config::ListenOverride;
 use crate::config::Settings;

@@ -24,8 +24,6 @@ pub struct Admin {
     pub keys_api: Option<Arc<drg_projects::account::keys_api::KeysApi>>,
     /// The projects' reports (`GET /reports`).
     pub reports: Option<Arc<drg_projects::account::reports::Reports>>,
-    /// Where withheld copies may be (with `quota.store: redis`; see `restore-withheld`).
-    pub withheld: Vec<std::path::PathBuf>,
     /// Each kind of record's last revision that went back in this run (see `snapshot.rs`).
     pub went_back: Vec<WentBackOf>,
 }
@@ -45,12 +43,12 @@ struct Readiness {
     /// `X-Dataset-Version` of the table in service (generation and content hash).
     dataset_version: String,
     keys: usize,
-    /// Why the API-made keys are off (absent while the managed file is read).
+    /// Why the API-made keys are off (absent while their cache or store is read).
     #[serde(skip_serializing_if = "Option::is_none")]
     managed_keys_problem: Option<String>,
     quota: serde_json::Value,
-    /// The shared key store (with `quota.store: redis`): up, and data sets found lost and put
-    /// back (`restores`).
+    /// The API-made keys' store: its engine and the revision this gateway holds (`null`
+    /// until it is first read).
     #[serde(skip_serializing_if = "Option::is_none")]
     keys_store: Option<serde_json::Value>,
     /// The control store: its engine, and each kind whose revision went back in this run (a
@@ -63,10 +61,6 @@ struct Readiness {
     /// with `mx.enabled: false`). Never a reason to be unready: the table answers alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     mx: Option<serde_json::Value>,
-    /// Copies withheld after the shared store was found lost, waiting for the operator's
-    /// `restore-withheld` (absent when none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    withheld: Vec<String>,
 }
 
 /// The `status` word and whether the process is ready: not while it drains or hands its
@@ -175,7 +169,7 @@ impl ServeHttp for Admin {
                         .managed_problem()
                         .map(str::to_owned),
                     quota: self.shared.quota.status(),
-                    keys_store: self.keys_api.as_ref().and_then(|k| k.shared_status()),
+                    keys_store: self.keys_api.as_ref().map(|k| k.store_status()),
                     control_store: serde_json::json!({
                         "engine": self.shared.control.engine().name(),
                         "went_back": self.went_back.iter().filter_map(|w| w()).collect::<Vec<_>>(),
@@ -189,11 +183,6 @@ impl ServeHttp for Admin {
                             "evidence": if s.breaker_open { "off" } else { "on" },
                         })
                     }),
-                    withheld: (self.withheld.iter())
-                        .filter(|p| p.exists())
-                        .filter_map(|p| p.file_name())
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .collect(),
                 };
                 let code = if ready {
                     StatusCode::OK

@@ -1,5 +1,4 @@
-//! Configuration of the keys API (`/v1/keys`), its managed keys file and its poll of the
-//! shared store (with the Redis quota store).
+//! Configuration of the keys API (`/v1/keys`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,10 +17,9 @@ use drg_base::infra::units::{ms, secs};
 pub struct KeysApiConfig {
     /// Off: the routes answer 404 (keys made before keep working).
     pub enabled: bool,
-    /// The gateway-managed file of API-made keys (hashed secrets, mode 0600). Relative to the
-    /// config file. Default: `keys.managed.json` in the folder of `quota.state_file` (the
-    /// state folder, writable under the shipped systemd unit, where the config folder is not).
-    /// Gateways that share keys share this file (it is locked for each change and watched).
+    /// Where an earlier release kept API-made keys (now in the control store): the file
+    /// `migrate` takes them from. Relative to the config file. Default: `keys.managed.json` in
+    /// the folder of `quota.state_file`.
     pub file: Option<PathBuf>,
     /// Largest `POST /v1/keys` body, in bytes (64 to 65536).
     pub max_body_bytes: usize,
@@ -29,16 +27,15 @@ pub struct KeysApiConfig {
     #[serde(rename = "body_timeout_ms")]
     #[serde_as(as = "DurationMilliSeconds<u64>")]
     pub body_timeout: Duration,
-    /// How often the last use of API-made keys is saved to the managed file, in seconds
+    /// How often the last use of API-made keys is saved to the control store, in seconds
     /// (1 to 3600). Between saves it is kept in memory.
     #[serde(rename = "last_used_flush_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub last_used_flush: Duration,
-    /// With the Redis quota store (API-made keys on the shared Redis): how often this gateway
-    /// asks Redis whether keys were made or revoked elsewhere, in milliseconds (100 to 60000).
-    #[serde(rename = "shared_poll_ms")]
-    #[serde_as(as = "DurationMilliSeconds<u64>")]
-    pub shared_poll: Duration,
+    /// Kept so that configs which set it still load (a warning says so); it decides nothing
+    /// now: keys follow the control store (`gateway.control.poll_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_poll_ms: Option<u64>,
     /// How long a rotated key keeps working beside its successor when the rotation names no
     /// `overlap_hours`, in hours (0 to 720).
     pub rotate_overlap_hours: u32,
@@ -52,14 +49,15 @@ impl Default for KeysApiConfig {
             max_body_bytes: 4_096,
             body_timeout: Duration::from_millis(5_000),
             last_used_flush: Duration::from_secs(60),
-            shared_poll: Duration::from_millis(1_000),
+            shared_poll_ms: None,
             rotate_overlap_hours: 24,
         }
     }
 }
 
 impl KeysApiConfig {
-    /// The managed file: `file`, or `keys.managed.json` beside the quota state file.
+    /// The file an earlier release kept API-made keys in: `file`, or `keys.managed.json`
+    /// beside the quota state file.
     pub fn managed_file(&self, quota: &QuotaConfig) -> PathBuf {
         self.file.clone().unwrap_or_else(|| {
             quota
@@ -88,12 +86,6 @@ impl KeysApiConfig {
             out.push(format!(
                 "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
                 secs(self.last_used_flush)
-            ));
-        }
-        if !(100..=60_000).contains(&ms(self.shared_poll)) {
-            out.push(format!(
-                "gateway.keys_api.shared_poll_ms: {} is outside 100..=60000",
-                ms(self.shared_poll)
             ));
         }
         if self.rotate_overlap_hours > 720 {

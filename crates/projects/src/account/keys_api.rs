@@ -1,12 +1,11 @@
 //! `/v1/keys`: a project lists its keys, makes new ones (the secret shown once) and revokes
 //! those it made, within its plan's `max_keys`.
 //!
-//! API-made keys live in the gateway-managed file ([`drg_access::managed`]), or with the
-//! Redis quota store on the shared Redis ([`shared`]), never in the operator's keys file;
-//! operator keys are listed but cannot be deleted here (403). After each change this gateway
-//! swaps its key snapshot at once (a revoked key stops working on the next request); other
-//! gateways pick the change up through the keys reloader (a shared file) or their poll of
-//! Redis ([`sync`]).
+//! API-made keys live in the control store ([`control`]: SQLite in the state folder, or
+//! PostgreSQL for several gateways), never in the operator's keys file; operator keys are
+//! listed but cannot be deleted here (403). After each change this gateway swaps its key
+//! snapshot at once (a revoked key stops working on the next request); other gateways follow
+//! the store's revision (within a second on PostgreSQL, its `NOTIFY`; a poll behind it).
 //!
 //! A key may be made to expire (`expires_in_days`) and be rotated ([`rotate`]): a successor
 //! made, the old key working for an overlap. Expiry is judged at each call on each gateway's
@@ -16,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use http::StatusCode;
 use prometheus::IntCounter;
@@ -27,19 +26,19 @@ use body::{parse_new_key, NewKey};
 use drg_access::keys::{
     generate_secret, hash_secret, id_problem, key_prefix, KeyEntry, KeyOrigin, KeyStore,
 };
-use drg_access::managed::{self, ManagedError, ManagedFile, ManagedKey};
+use drg_access::managed::{self, ManagedFile, ManagedKey};
 use drg_access::plan::PlanConfig;
 use drg_access::quota::Clock;
 use drg_base::answer::{Action, Answer, Changed};
+use drg_base::infra::control::Control;
 use drg_base::infra::units::utc_seconds;
 
 pub mod body;
+pub mod control;
 pub mod expiry;
+pub mod legacy;
 pub mod lineage;
 mod rotate;
-pub mod shared;
-mod store;
-pub mod sync;
 
 /// A `/v1/keys` request, its id decoded and its body read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,14 +53,18 @@ pub enum KeysOp {
     },
 }
 
-/// The keys API's state: the snapshot it swaps, the file it writes, its counters.
+/// The keys API's state: the snapshot it swaps, the store it writes, its counters.
 pub struct KeysApi {
     keys: Arc<ArcSwap<KeyStore>>,
+    /// The API-made keys as the control store last gave them (shared with the keys reloader).
+    held: Arc<ArcSwapOption<ManagedFile>>,
+    /// Their cache in the state folder (read at start until the store answers).
     file: PathBuf,
     plans: BTreeMap<String, PlanConfig>,
     pub config: KeysApiConfig,
-    /// Shared with the keys reloader: a change is written and its snapshot stored under it, so
-    /// no snapshot read before a change is stored after it (a revoked key never comes back).
+    /// Shared with the keys reloader: what is held is replaced and its snapshot stored under
+    /// it, so no snapshot built before a change is stored after it (a revoked key never comes
+    /// back).
     publishing: Arc<std::sync::Mutex<()>>,
     created: IntCounter,
     revoked: IntCounter,
@@ -69,9 +72,8 @@ pub struct KeysApi {
     /// The gateway's clock (the one every call's expiry is judged on): when keys are made and
     /// when they expire.
     clock: Arc<dyn Clock>,
-    /// Where the API-made keys are kept: the managed file, or the shared Redis store (then
-    /// `file` is its cache).
-    store: Box<dyn store::KeysStore>,
+    /// Where the API-made keys are kept.
+    store: control::ControlKeys,
 }
 
 /// One key as `/v1/keys` shows it (field names are the ones existing clients read).
@@ -159,15 +161,10 @@ enum Refused {
     Operator,
     /// Rotating a key already rotated, or expired.
     NotRotatable(expiry::NotRotatable),
-    File(ManagedError),
-    /// The shared store did not answer (Redis away): nothing was changed.
+    /// No id could be drawn (the system's random source failed).
+    Internal(String),
+    /// The control store did not answer: nothing was changed, then or later.
     Unavailable,
-}
-
-impl From<ManagedError> for Refused {
-    fn from(e: ManagedError) -> Self {
-        Refused::File(e)
-    }
 }
 
 impl Refused {
@@ -203,21 +200,24 @@ impl Refused {
                 "This key has expired; make a new key instead.",
                 Some(&format!("expired at {at}")),
             ),
-            Refused::File(e) => {
+            Refused::Internal(e) => {
                 log::error!("keys API: {e}");
-                drg_base::answer::ApiError::Internal("the managed keys file".into()).into()
+                drg_base::answer::ApiError::Internal("no key id could be drawn".into()).into()
             }
-            Refused::Unavailable => {
-                drg_base::answer::unavailable("The shared key store", Some("redis"))
-            }
+            Refused::Unavailable => drg_base::answer::unavailable("The key store", None),
         }
     }
 }
 
 impl KeysApi {
+    /// The keys API on `control`, holding what it reads in `held` (shared with the keys
+    /// reloader) and its cache in `file`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         keys: Arc<ArcSwap<KeyStore>>,
+        held: Arc<ArcSwapOption<ManagedFile>>,
         file: PathBuf,
+        control: &Arc<Control>,
         plans: BTreeMap<String, PlanConfig>,
         config: KeysApiConfig,
         publishing: Arc<std::sync::Mutex<()>>,
@@ -231,6 +231,7 @@ impl KeysApi {
         )?;
         Ok(KeysApi {
             keys,
+            held,
             file,
             plans,
             config,
@@ -239,23 +240,33 @@ impl KeysApi {
             revoked: changes.with_label_values(&["revoked"]),
             rotated: changes.with_label_values(&["rotated"]),
             clock,
-            store: Box::new(store::FileKeys),
+            store: control::ControlKeys::new(control),
         })
     }
 
-    /// Keeps the API-made keys on the shared Redis store (`file` is then its cache).
-    pub fn with_shared(mut self, shared: Arc<shared::Shared>) -> Self {
-        self.store = Box::new(shared);
-        self
+    /// Where keys whose maker is gone are told (for the keys reloader).
+    pub fn orphans(&self) -> tokio::sync::mpsc::UnboundedSender<Vec<String>> {
+        self.store.orphans()
     }
 
-    /// The shared key store's state for the admin `/readyz` (absent on the embedded store):
-    /// whether it answers, and how often its data set was found lost and the keys put back.
-    pub fn shared_status(&self) -> Option<serde_json::Value> {
+    /// The key store's state for the admin `/readyz`: the engine and the revision held.
+    pub fn store_status(&self) -> serde_json::Value {
         self.store.status()
     }
 
-    /// The managed file.
+    /// The last time the store's revision of keys went back, if it did in this run.
+    pub fn went_back(&self) -> Option<drg_base::infra::records::snapshot::WentBack> {
+        self.store.went_back()
+    }
+
+    /// How long `plan` keeps its audit trail.
+    fn audit_days(&self, plan: &str) -> u32 {
+        (self.plans.get(plan)).map_or(drg_access::plan::DEFAULT_AUDIT_DAYS, |p| {
+            p.audit_retention_days()
+        })
+    }
+
+    /// The cache of the API-made keys.
     pub fn file(&self) -> &std::path::Path {
         &self.file
     }
@@ -289,7 +300,23 @@ impl KeysApi {
             Ok(s) => s,
             Err(e) => return drg_base::answer::ApiError::Internal(e.to_string()).into(),
         };
-        self.store.create(self, caller, new, secret).await
+        let mut key = self.new_row(&caller, new, &secret);
+        let operator = self.operator_count(&caller.project);
+        let max = caller.max_keys;
+        let made = self.store.change(self, &caller, |file| {
+            // Expired keys count until they are deleted.
+            if operator + file.keys.len() >= max as usize {
+                return Err(Refused::Full { max });
+            }
+            key.id = self.free_id(file)?;
+            file.keys.push(key.clone());
+            let changed = Changed::new(Action::KeyCreated, &*key.id, "");
+            Ok((key, changed))
+        });
+        match made.await {
+            Ok((key, changed)) => self.created(&key, &secret, changed),
+            Err(refused) => refused.answer(),
+        }
     }
 
     /// When a key `caller` makes for `days` days ends (unix seconds; `None`: never): never after
@@ -362,7 +389,7 @@ impl KeysApi {
     }
 
     /// The `201` of a key made, its secret in it (shown this once).
-    fn created(&self, key: &ManagedKey, secret: &str) -> Answer {
+    fn created(&self, key: &ManagedKey, secret: &str, changed: Changed) -> Answer {
         self.created.inc();
         #[derive(Serialize)]
         struct Created<'a> {
@@ -371,11 +398,7 @@ impl KeysApi {
             key: &'a str,
         }
         let item = KeyItem::of_row(key);
-        Answer::json(StatusCode::CREATED, &Created { item, key: secret }).changed(Changed::new(
-            Action::KeyCreated,
-            &*key.id,
-            "",
-        ))
+        Answer::json(StatusCode::CREATED, &Created { item, key: secret }).changed(changed)
     }
 
     /// A new key's row (its id still to be drawn), made by `caller` now.
@@ -416,49 +439,12 @@ impl KeysApi {
             .count()
     }
 
-    fn create_blocking(
-        &self,
-        caller: &KeyEntry,
-        new: NewKey,
-        secret: &str,
-    ) -> Result<ManagedKey, Refused> {
-        let mut key = self.new_row(caller, new, secret);
-        let _publishing = self.publishing();
-        managed::update(&self.file, |file: &mut ManagedFile| {
-            if self.held(caller, file) >= caller.max_keys as usize {
-                return Err(Refused::Full {
-                    max: caller.max_keys,
-                });
-            }
-            key.id = self.free_id(file)?;
-            file.keys.push(key.clone());
-            Ok((true, key))
-        })
-        .inspect(|_| self.publish())
-    }
-
-    /// The keys `caller`'s project holds, for `max_keys`: operator keys from the snapshot,
-    /// API-made ones from the file under the lock (so the count is exact across gateways
-    /// sharing the file), expired ones included until they are deleted.
-    fn held(&self, caller: &KeyEntry, file: &ManagedFile) -> usize {
-        let made = file
-            .keys
-            .iter()
-            .filter(|k| *k.project == *caller.project)
-            .count();
-        self.operator_count(&caller.project) + made
-    }
-
-    /// An id no key has, in the snapshot or `file` (read under the lock).
+    /// An id no key has, in the snapshot or the project's rows (the store's key refuses one
+    /// another project holds, a chance of 2^-48).
     fn free_id(&self, file: &ManagedFile) -> Result<String, Refused> {
         let current = self.keys.load();
         loop {
-            let id = new_id().map_err(|e| {
-                Refused::File(ManagedError::Io {
-                    path: self.file.clone(),
-                    source: std::io::Error::other(e),
-                })
-            })?;
+            let id = new_id().map_err(|e| Refused::Internal(e.to_string()))?;
             if current.by_id(&id).is_none() && !file.keys.iter().any(|k| k.id == id) {
                 return Ok(id);
             }
@@ -481,7 +467,21 @@ impl KeysApi {
         if let Some(refused) = self.outside_lineage(&caller, &id) {
             return refused;
         }
-        self.store.revoke(self, caller, id).await
+        let done = self.store.change(self, &caller, |file| {
+            // The key and every key it made, recursively (all of the caller's project).
+            let ours = file.keys.iter().any(|k| k.id == id);
+            if ours && managed::without_descendants(file, std::slice::from_ref(&id)) > 0 {
+                return Ok(((), Changed::new(Action::KeyRevoked, &*id, "")));
+            }
+            Err(self.not_revocable(&caller, &id))
+        });
+        match done.await {
+            Ok(((), changed)) => {
+                self.revoked.inc();
+                Answer::raw(StatusCode::NO_CONTENT, Bytes::new()).changed(changed)
+            }
+            Err(refused) => refused.answer(),
+        }
     }
 
     /// Why `id` is not an API-made key of the caller's project to revoke: an operator key of
@@ -496,60 +496,57 @@ impl KeysApi {
         }
     }
 
-    fn revoke_blocking(&self, caller: &KeyEntry, id: &str) -> Result<(), Refused> {
-        let _publishing = self.publishing();
-        managed::update(&self.file, |file: &mut ManagedFile| {
-            // The key and every key it made, recursively (all of the caller's project).
-            let ours = file
-                .keys
-                .iter()
-                .any(|k| k.id == id && *k.project == *caller.project);
-            if ours && managed::without_descendants(file, &[id.to_owned()]) > 0 {
-                return Ok((true, ()));
-            }
-            Err(self.not_revocable(caller, id))
-        })
-        .inspect(|_| self.publish())
-    }
-
     /// The publishing lock (see the field). A poisoned one guards no data of its own.
     fn publishing(&self) -> std::sync::MutexGuard<'_, ()> {
         self.publishing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Rebuilds the snapshot from the operator keys in service and the managed file, and swaps
-    /// it in at once; called with the publishing lock held, after the change was written. The
-    /// keys file is not re-read: a broken edit of it in progress must not stop a revocation
-    /// from taking effect.
-    fn publish(&self) {
-        // A file that cannot be read now switches the API-made keys off (fail closed), never
-        // leaves revoked ones working.
-        let (file, problem) = match managed::read(&self.file) {
-            Ok(f) => (f, None),
-            Err(e) => {
-                log::error!("keys API: {e}; API-made keys are off meanwhile");
-                (ManagedFile::default(), Some(e.to_string()))
+    /// Holds `rows` (the store's, read or changed here): in what the keys reloader merges, in
+    /// the cache file, and in a snapshot swapped in at once. Blocking (the cache is written
+    /// under the publishing lock). The keys file is not re-read: a broken edit of it in
+    /// progress must not stop a revocation from taking effect.
+    fn hold_blocking(&self, rows: control::Rows) {
+        let _publishing = self.publishing();
+        let keys = match rows {
+            control::Rows::All(keys) => keys,
+            control::Rows::Project(project, rows) => {
+                let mut keys =
+                    (self.held.load().as_ref()).map_or_else(Vec::new, |f| f.keys.clone());
+                keys.retain(|k| k.project != project);
+                keys.extend(rows);
+                keys
             }
         };
+        // What is served now was made from what was held, or before the first read from the
+        // cache: the same keys need no new snapshot (nor a rebuild by the keys reloader).
+        let served = match self.held.load_full() {
+            Some(f) => Some(f.keys.clone()),
+            None => managed::read(&self.file).ok().map(|f| f.keys),
+        };
+        let same = served.as_ref() == Some(&keys);
+        if !same {
+            if let Err(e) = managed::cache(&self.file, &keys) {
+                log::warn!("keys API: the cache of the keys held was not written: {e}");
+            }
+        }
+        let file = Arc::new(ManagedFile::with_keys(keys));
+        self.held.store(Some(file.clone()));
+        if same {
+            return;
+        }
         let current = self.keys.load_full();
         let merged = managed::merge(current.operator_keys(), &file, &self.plans);
         for w in &merged.warnings {
-            log::warn!("{}: {w}", self.file.display());
+            log::warn!("keys API: {w}");
         }
-        self.store.published(&file, &merged.revoked);
+        if !merged.revoked.is_empty() {
+            // The receiver gone (shutting down): the next start finds them again.
+            let _ = self.store.orphans().send(merged.revoked);
+        }
         let mut next = merged.store;
-        next.set_managed_problem(problem);
+        next.set_managed_problem(None);
         next.carry_last_used(&current);
         self.keys.store(Arc::new(next));
-    }
-
-    /// Saves the last use of API-made keys to the managed file (see the periodic service).
-    pub fn save_last_used(&self) {
-        match managed::save_last_used(&self.file, &self.keys.load()) {
-            Ok(0) => {}
-            Ok(n) => log::debug!("keys API: saved the last use of {n} keys"),
-            Err(e) => log::warn!("keys API: could not save when keys were last used: {e}"),
-        }
     }
 }
 
@@ -572,6 +569,11 @@ impl LastUsedSaver {
     async fn save(&self) {
         self.0.store.save_last_used(&self.0).await;
     }
+}
+
+/// Follows the control store's keys (see [`control::KeysFollow`]).
+pub fn follow(api: &Arc<KeysApi>) -> control::KeysFollow {
+    control::KeysFollow(api.clone())
 }
 
 /// A new key id: `key_` and 12 random hex digits.

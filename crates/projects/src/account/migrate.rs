@@ -1,6 +1,7 @@
-//! `migrate`: moves what an earlier release kept of the projects' records (overrides, webhooks,
-//! reports and the accepted verdicts) and their audit trail into the control store, once: the state folder's files
-//! of an embedded deployment and, with the shared Redis, its rows. Each record is taken only
+//! `migrate`: moves what an earlier release kept of the projects' state (the keys they made,
+//! their overrides, webhooks, reports and the accepted verdicts, and their audit trail) into the
+//! control store, once: the state folder's files of an embedded deployment and, with the
+//! shared Redis, its rows. Each record is taken only
 //! where the store holds nothing newer, and each source once (the store notes it), so a second
 //! run takes nothing and revives no removal made since; the folder's files are renamed
 //! `<name>.migrated`, the Redis rows are left for the operator to drop.
@@ -37,6 +38,8 @@ pub enum MigrateError {
     Audit(#[from] super::audit::AuditError),
     #[error("audit: {0}")]
     Control(#[from] drg_base::infra::control::ControlError),
+    #[error("keys: {0}")]
+    Keys(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -58,25 +61,29 @@ pub struct Moved {
     pub before: Vec<String>,
 }
 
-/// The files of the state folder an earlier release kept records in (or its audit trail),
-/// still there.
-pub fn left_behind(folder: &Path) -> Vec<PathBuf> {
+/// The files an earlier release kept records, keys (`managed`) or its audit trail in, still
+/// there.
+pub fn left_behind(folder: &Path, managed: &Path) -> Vec<PathBuf> {
     let audit = Some(folder.join("audit.sqlite")).filter(|p| p.exists());
+    let keys = Some(managed.to_path_buf()).filter(|p| p.exists());
     KINDS
         .iter()
         .flat_map(|kind| legacy::files(folder, kind))
         .chain(audit)
+        .chain(keys)
         .collect()
 }
 
-/// Moves every kind from `folder` (and `redis`, when the earlier release kept records there)
-/// into `control`.
+/// Moves every kind from `folder` and the managed keys file `managed` (and `redis`, when the
+/// earlier release kept state there) into `control`.
 pub async fn migrate(
     control: &Arc<Control>,
     folder: &Path,
+    managed: &Path,
     redis: Option<&RedisConfig>,
 ) -> Result<Vec<Moved>, MigrateError> {
     Ok(vec![
+        keys(control, managed, redis).await?,
         kind::<Override>(control, folder, redis, KINDS[0]).await?,
         kind::<Hook>(control, folder, redis, KINDS[1]).await?,
         kind::<Report>(control, folder, redis, KINDS[2]).await?,
@@ -84,6 +91,52 @@ pub async fn migrate(
         audit(control, folder, redis).await?,
     ])
 }
+/// Moves the API-made keys an earlier release kept (the managed file, renamed
+/// `<name>.migrated` once taken; the shared Redis's rows), once a source.
+async fn keys(
+    control: &Arc<Control>,
+    managed: &Path,
+    redis: Option<&RedisConfig>,
+) -> Result<Moved, MigrateError> {
+    use super::keys_api::{control as store, legacy as old};
+    let kind = store::KIND;
+    let mut moved = Moved {
+        kind,
+        ..Moved::default()
+    };
+    let mut sources = Vec::new();
+    if managed.exists() {
+        let keys = old::from_file(managed).map_err(|e| MigrateError::Keys(e.to_string()))?;
+        let name = managed.file_name().unwrap_or_default().to_string_lossy();
+        sources.push((format!("file:{name}"), keys, Some(managed)));
+    }
+    if let Some(redis) = redis {
+        let keys = (old::from_redis(redis).await).map_err(|e| MigrateError::Keys(e.to_string()))?;
+        if !keys.is_empty() {
+            sources.push(("redis keys:{keys}:rows".into(), keys, None));
+        }
+    }
+    for (source, keys, file) in sources {
+        match store::import(control, &source, &keys).await? {
+            Some(taken) => {
+                moved.found += keys.len();
+                moved.taken += taken;
+                moved.from.push(source);
+            }
+            None => moved.before.push(source),
+        }
+        if let Some(path) = file {
+            let mut to = path.as_os_str().to_owned();
+            to.push(".migrated");
+            std::fs::rename(path, &to).map_err(|source| MigrateError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+    }
+    Ok(moved)
+}
+
 /// Moves the audit trail an earlier release kept (the state folder's `audit.sqlite`; the
 /// shared Redis's streams) into the control store, each entry with its id, once a source.
 async fn audit(

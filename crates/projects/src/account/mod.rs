@@ -12,4 +12,3 @@ pub mod reports;
 pub mod routes;
 pub mod usage;
 pub mod webhooks;
-pub mod withheld;

@@ -62,6 +62,20 @@ const MIGRATIONS: &[(i64, &str)] = &[
        detail TEXT NOT NULL,
        PRIMARY KEY (project, id));",
     ),
+    // The keys projects make through `/v1/keys` (`keys_api/control.rs`): a row a key, its
+    // lineage a constraint (a key made by an API-made key names it as `parent`, and goes with
+    // it), the last use a column of its own (saved without moving the revision).
+    (
+        6,
+        "CREATE TABLE drg_keys (
+       id TEXT PRIMARY KEY,
+       project TEXT NOT NULL,
+       parent TEXT REFERENCES drg_keys (id) ON DELETE CASCADE,
+       last_used BIGINT NOT NULL DEFAULT 0,
+       body TEXT NOT NULL);
+     CREATE INDEX drg_keys_project ON drg_keys (project);
+     CREATE INDEX drg_keys_parent ON drg_keys (parent);",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).
@@ -100,7 +114,7 @@ const MIGRATION_LOCK: i64 = 0x0064_7267_5f63_746c;
 /// What every new connection is told: on PostgreSQL, the database ends a statement, or a
 /// transaction left idle, past the call budget (`ms`), so a call answered `503` never commits
 /// later; on SQLite, the journal that lets readers go on during a write, commits on disk, and
-/// a writer waiting at most the budget for another.
+/// a writer waiting at most the budget for another, and the key lineage's constraint enforced.
 pub fn session(engine: Engine, ms: u64) -> String {
     match engine {
         Engine::Postgres => format!(
@@ -108,7 +122,8 @@ pub fn session(engine: Engine, ms: u64) -> String {
              SET application_name = 'domain-risk-gateway'"
         ),
         Engine::Sqlite => format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = {ms}"
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = {ms}; \
+             PRAGMA foreign_keys = ON"
         ),
     }
 }

@@ -252,13 +252,16 @@ impl Gateway {
     }
 
     /// `answer`, the change its part said it made (`Answer::changed`) recorded in the
-    /// project's audit trail first.
+    /// project's audit trail first (unless the part wrote it with the change).
     async fn audited(&self, ctx: &RequestCtx, answer: Answer) -> Answer {
         let (Some(audit), Some(change), Some(p)) =
             (&self.audit, answer.changed.as_ref(), &ctx.principal)
         else {
             return answer;
         };
+        if change.recorded {
+            return answer;
+        }
         let at = drg_base::infra::units::rfc3339(self.shared.clock.now());
         let mut entry = drg_projects::account::audit::Entry::of(change, &p.key.id, at);
         entry.project = p.key.project.to_string();

@@ -25,41 +25,10 @@ impl SqlAudit {
 
     async fn append_now(&self, entry: &Entry, keep_days: u32) -> Result<(), ControlError> {
         let sql = self.control.sql();
-        let now = chrono::Utc::now();
-        let cutoff =
-            drg_base::infra::units::rfc3339(now - chrono::Duration::days(i64::from(keep_days)));
-        for _ in 0..TRIES {
-            let mut w = self.control.write(self.control.deadline()).await?;
-            let added = insert(&mut w.tx, entry, now.timestamp_micros())
-                .await
-                .map_err(&sql)?;
-            if !added {
-                // Another gateway's append took the id: the next try reads the new last.
-                continue;
-            }
-            // Only this project's rows past its bounds: the age, then the count.
-            sqlx::query("DELETE FROM drg_audit WHERE project = $1 AND at < $2")
-                .bind(entry.project.clone())
-                .bind(cutoff.clone())
-                .execute(&mut *w.tx)
-                .await
-                .map_err(&sql)?;
-            sqlx::query(
-                "DELETE FROM drg_audit WHERE project = $1 AND id <= (
-                   SELECT id FROM drg_audit WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
-            )
-            .bind(entry.project.clone())
-            .bind(MAX_ENTRIES as i64)
-            .execute(&mut *w.tx)
-            .await
-            .map_err(&sql)?;
-            w.tx.commit().await.map_err(&sql)?;
-            return Ok(());
-        }
-        Err(ControlError::Sql(
-            self.control.engine().name(),
-            sqlx::Error::Protocol("the audit entry's id was taken at every try".into()),
-        ))
+        let mut w = self.control.write(self.control.deadline()).await?;
+        append_in(&mut w.tx, entry, keep_days).await.map_err(&sql)?;
+        w.tx.commit().await.map_err(&sql)?;
+        Ok(())
     }
 
     async fn page_now(
@@ -92,6 +61,46 @@ impl SqlAudit {
             })
             .collect())
     }
+}
+
+/// Appends `entry` in `tx` (the transaction of the change it records, when there is one: the
+/// two commit together or not at all), and trims its project to its bounds: `keep_days`, then
+/// [`MAX_ENTRIES`].
+pub(crate) async fn append_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    entry: &Entry,
+    keep_days: u32,
+) -> Result<(), sqlx::Error> {
+    let now = chrono::Utc::now();
+    let cutoff =
+        drg_base::infra::units::rfc3339(now - chrono::Duration::days(i64::from(keep_days)));
+    let mut added = false;
+    for _ in 0..TRIES {
+        // Another gateway's append took the id: the next try reads the new last.
+        if insert(tx, entry, now.timestamp_micros()).await? {
+            added = true;
+            break;
+        }
+    }
+    if !added {
+        return Err(sqlx::Error::Protocol(
+            "the audit entry's id was taken at every try".into(),
+        ));
+    }
+    sqlx::query("DELETE FROM drg_audit WHERE project = $1 AND at < $2")
+        .bind(entry.project.clone())
+        .bind(cutoff)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "DELETE FROM drg_audit WHERE project = $1 AND id <= (
+           SELECT id FROM drg_audit WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+    )
+    .bind(entry.project.clone())
+    .bind(MAX_ENTRIES as i64)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Inserts `entry` under an id past the project's last (the microsecond `now_us`, or one

@@ -1,0 +1,597 @@
+//! `/v1/keys` on the control store (`drg_keys`: SQLite in the state folder, PostgreSQL for
+//! several gateways): a row a key made through the API, the key that made it (`parent`) a
+//! foreign key that drops a key's descendants with it, its last use a column of its own.
+//!
+//! - A change (a key made, revoked, rotated) is one transaction: the kind's revision row moved
+//!   first (changes of keys go one at a time across every gateway, so `max_keys` counted in it
+//!   holds exactly), the project's rows read, the change made on them as values
+//!   ([`super::expiry`], [`drg_access::managed::without_descendants`]), what moved written, and its audit
+//!   entry with it. `2xx`: committed; `503`: not, then or later (the write's deadline); a
+//!   `COMMIT` whose answer was lost is found out before the answer.
+//! - Each gateway holds the rows it last read (`KeysApi::held`, which the keys reloader merges
+//!   with the operator's keys) and follows the revision as the records do (`NOTIFY`, the poll
+//!   behind it); its own change is held at once. A revision lower than the one held (a
+//!   restore from an older backup, a replica that lagged) is served whole and reported on
+//!   `/readyz`. Nothing is ever written back.
+//! - The rows are written to a cache file in the state folder too, so that a gateway restarted
+//!   while the store is away serves the keys it last knew.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::{KeysApi, Refused};
+use crate::account::audit::{self, Entry};
+use drg_access::keys::{KeyEntry, KeyOrigin};
+use drg_access::managed::{ManagedFile, ManagedKey};
+use drg_base::answer::Changed;
+use drg_base::infra::control::{commit_unknown, Control, ControlError, Write};
+use drg_base::infra::records::snapshot::WentBack;
+use drg_base::infra::records::sql::{note_taken, taken_before};
+
+/// The kind's name in the store's revisions (and its `NOTIFY`).
+pub const KIND: &str = "keys";
+
+/// A failing store is logged at WARN at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+/// The keys API's part on the control store.
+pub struct ControlKeys {
+    control: Arc<Control>,
+    /// Reads of the store and this gateway's changes reach what is held one at a time.
+    follow: tokio::sync::Mutex<Follow>,
+    /// The revision held (-1: none yet), for the poll's word.
+    revision_held: AtomicI64,
+    went_back: ArcSwapOption<WentBack>,
+    /// Last uses written to the store, so that unchanged ones are not written again.
+    saved: std::sync::Mutex<HashMap<String, u64>>,
+    /// Keys whose maker is gone (see `KeysSource::orphans`), dropped from the store.
+    orphans: UnboundedSender<Vec<String>>,
+    orphans_rx: std::sync::Mutex<Option<UnboundedReceiver<Vec<String>>>>,
+}
+
+#[derive(Default)]
+struct Follow {
+    /// The revision last read.
+    last: Option<i64>,
+    warned: Option<Instant>,
+}
+
+/// A change committed: what the edit gave, the project's rows after it, the revision it made.
+struct Committed<T> {
+    out: T,
+    rows: Vec<ManagedKey>,
+    revision: i64,
+}
+
+/// What a change or a read brings to what this gateway holds.
+pub(super) enum Rows {
+    /// Every key (a read of the store).
+    All(Vec<ManagedKey>),
+    /// One project's keys (a change made here).
+    Project(String, Vec<ManagedKey>),
+}
+
+impl ControlKeys {
+    pub fn new(control: &Arc<Control>) -> ControlKeys {
+        control.snapshot_opened();
+        let (orphans, rx) = tokio::sync::mpsc::unbounded_channel();
+        ControlKeys {
+            control: control.clone(),
+            follow: tokio::sync::Mutex::default(),
+            revision_held: AtomicI64::new(-1),
+            went_back: ArcSwapOption::empty(),
+            saved: std::sync::Mutex::default(),
+            orphans,
+            orphans_rx: std::sync::Mutex::new(Some(rx)),
+        }
+    }
+
+    /// Where keys whose maker is gone are told (the keys reloader's and the API's merges).
+    pub fn orphans(&self) -> UnboundedSender<Vec<String>> {
+        self.orphans.clone()
+    }
+
+    /// For the admin `/readyz`: the engine and the revision held.
+    pub fn status(&self) -> serde_json::Value {
+        let held = self.revision_held.load(Ordering::Acquire);
+        serde_json::json!({
+            "store": self.control.engine().name(),
+            "revision": (held >= 0).then_some(held),
+        })
+    }
+
+    /// The last time the store's revision of keys went back, if it did in this run.
+    pub fn went_back(&self) -> Option<WentBack> {
+        self.went_back.load().as_deref().cloned()
+    }
+
+    /// Makes `edit` on `caller`'s project's keys in one transaction, with its audit entry;
+    /// held here at once when it committed. `edit` gives what the caller answers and the
+    /// change, or a refusal (nothing written).
+    pub(super) async fn change<T: Send>(
+        &self,
+        api: &Arc<KeysApi>,
+        caller: &KeyEntry,
+        edit: impl FnOnce(&mut ManagedFile) -> Result<(T, Changed), Refused> + Send,
+    ) -> Result<(T, Changed), Refused> {
+        let project = caller.project.to_string();
+        let at = drg_base::infra::units::rfc3339(api.clock.now());
+        let keep = api.audit_days(&caller.plan);
+        let call = self.change_now(&project, &caller.id, at, keep, edit);
+        // Boxed: a request's future would hold the transaction's inline.
+        match Box::pin(self.control.within(call)).await {
+            Ok(Ok(done)) => {
+                self.hold_change(api, project, done.rows, done.revision)
+                    .await;
+                Ok(done.out)
+            }
+            Ok(Err(refused)) => Err(refused),
+            Err(e) => {
+                log::warn!("keys: the control store did not take a change: {e}");
+                Err(Refused::Unavailable)
+            }
+        }
+    }
+
+    async fn change_now<T>(
+        &self,
+        project: &str,
+        key_id: &str,
+        at: String,
+        keep_days: u32,
+        edit: impl FnOnce(&mut ManagedFile) -> Result<(T, Changed), Refused>,
+    ) -> Result<Result<Committed<(T, Changed)>, Refused>, ControlError> {
+        let sql = self.control.sql();
+        let until = self.control.deadline();
+        let Write { mut tx, settled } = self.control.write_telling(until, Some(KIND)).await?;
+        let revision = move_revision(&mut tx).await.map_err(&sql)?;
+        let before = project_rows(&mut tx, project).await.map_err(&sql)?;
+        let mut file = ManagedFile::with_keys(before.clone());
+        // A refusal drops the transaction: nothing written, the revision's move rolled back.
+        let (out, changed) = match edit(&mut file) {
+            Ok(done) => done,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let after = file.keys;
+        write_rows(&mut tx, &before, &after).await.map_err(&sql)?;
+        let mut entry = Entry::of(&changed, key_id, at);
+        entry.project = project.to_owned();
+        audit::sql::append_in(&mut tx, &entry, keep_days)
+            .await
+            .map_err(&sql)?;
+        match tx.commit().await {
+            Ok(()) => {}
+            Err(e) if commit_unknown(&e) => {
+                self.outcome(project, &before, &after, settled, e).await?;
+            }
+            Err(e) => return Err(sql(e)),
+        }
+        Ok(Ok(Committed {
+            out: (out, changed.recorded()),
+            rows: after,
+            revision,
+        }))
+    }
+
+    /// What came of a change whose `COMMIT` answer was lost: once the database can no longer
+    /// commit it, the rows it touched say whether it did. `Ok`: it landed; else the call's
+    /// error stands (nothing changed, then or later).
+    async fn outcome(
+        &self,
+        project: &str,
+        before: &[ManagedKey],
+        after: &[ManagedKey],
+        settled: Instant,
+        lost: sqlx::Error,
+    ) -> Result<(), ControlError> {
+        log::warn!("keys: the answer to a commit was lost ({lost}); reading what came of it");
+        tokio::time::sleep_until(settled.into()).await;
+        let sql = self.control.sql();
+        let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
+        let now = project_rows(&mut tx, project).await.map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        let body = |rows: &[ManagedKey], id: &str| rows.iter().find(|k| k.id == id).map(body_of);
+        let touched: HashSet<&str> = (before.iter().chain(after))
+            .map(|k| k.id.as_str())
+            .filter(|id| body(before, id) != body(after, id))
+            .collect();
+        let landed = touched.iter().all(|id| body(&now, id) == body(after, id));
+        log::warn!(
+            "keys: the change whose answer was lost {}",
+            if landed { "landed" } else { "did not land" }
+        );
+        if landed {
+            Ok(())
+        } else {
+            Err(sql(lost))
+        }
+    }
+
+    /// Holds a change committed at `revision`: unless a read holds it already. The revision
+    /// held moves with it only when it is the next one (else a read fills the gap).
+    async fn hold_change(
+        &self,
+        api: &Arc<KeysApi>,
+        project: String,
+        rows: Vec<ManagedKey>,
+        revision: i64,
+    ) {
+        let mut f = self.follow.lock().await;
+        match f.last {
+            Some(held) if held >= revision => {}
+            // Nothing read yet: the store just answered, so read it whole.
+            None => {
+                self.sync_locked(api, &mut f).await;
+            }
+            Some(held) => {
+                hold(api, Rows::Project(project, rows)).await;
+                if held + 1 == revision {
+                    f.last = Some(revision);
+                    self.revision_held.store(revision, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// One round of following the store: whether it answered (`false`: what is held stays).
+    pub(super) async fn sync(&self, api: &Arc<KeysApi>) -> bool {
+        let mut f = self.follow.lock().await;
+        self.sync_locked(api, &mut f).await
+    }
+
+    async fn sync_locked(&self, api: &Arc<KeysApi>, f: &mut Follow) -> bool {
+        if let Some(last) = f.last {
+            match Box::pin(self.control.within(self.revision_now())).await {
+                Ok(n) if n == last => return true,
+                Ok(_) => {}
+                Err(e) => return self.failed(f, &e),
+            }
+        }
+        let (revision, rows) = match Box::pin(self.control.within(self.read_now())).await {
+            Ok(read) => read,
+            Err(e) => return self.failed(f, &e),
+        };
+        if let Some(from) = f.last.filter(|from| revision < *from) {
+            log::warn!(
+                "keys: the control store's revision went back from {from} to {revision} \
+                 (restored from an older backup, or a replica that lagged): what it holds now \
+                 is served"
+            );
+            self.went_back.store(Some(Arc::new(WentBack {
+                kind: KIND,
+                from,
+                to: revision,
+                seen_at: chrono::Utc::now().timestamp(),
+            })));
+        }
+        hold(api, Rows::All(rows)).await;
+        f.last = Some(revision);
+        self.revision_held.store(revision, Ordering::Release);
+        true
+    }
+
+    fn failed(&self, f: &mut Follow, e: &ControlError) -> bool {
+        if f.warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            f.warned = Some(Instant::now());
+            log::warn!("keys: the control store did not answer ({e}); serving the keys held");
+        } else {
+            log::debug!("keys: {e}");
+        }
+        false
+    }
+
+    async fn revision_now(&self) -> Result<i64, ControlError> {
+        let pool = self.control.pool().await?;
+        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
+            .bind(KIND)
+            .fetch_optional(pool)
+            .await
+            .map_err(self.control.sql())?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// Every key and the revision they are at.
+    async fn read_now(&self) -> Result<(i64, Vec<ManagedKey>), ControlError> {
+        let sql = self.control.sql();
+        let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
+        // The revision first: rows read after it are as new or newer, never older.
+        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
+            .bind(KIND)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT body, last_used FROM drg_keys ORDER BY project, id")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok((
+            n.unwrap_or(0),
+            rows.into_iter().filter_map(row_of).collect(),
+        ))
+    }
+
+    /// Drops keys whose maker is gone (and theirs, by the foreign key), in one transaction.
+    async fn drop_orphans(&self, ids: &[String]) {
+        let call = async {
+            let sql = self.control.sql();
+            let until = self.control.deadline();
+            let Write { mut tx, .. } = self.control.write_telling(until, Some(KIND)).await?;
+            move_revision(&mut tx).await.map_err(&sql)?;
+            let mut gone = 0;
+            for id in ids {
+                let done = sqlx::query("DELETE FROM drg_keys WHERE id = $1")
+                    .bind(id.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(&sql)?;
+                gone += done.rows_affected();
+            }
+            if gone == 0 {
+                // Dropped already (another gateway's merge): no revision to move.
+                return Ok(0);
+            }
+            tx.commit().await.map_err(&sql)?;
+            Ok::<_, ControlError>(gone)
+        };
+        match Box::pin(self.control.within(call)).await {
+            Ok(0) => {}
+            Ok(n) => log::info!("keys: {n} API-made keys revoked with the key that made them"),
+            // The next merge finds them again.
+            Err(e) => log::warn!("keys: keys whose maker is gone not dropped yet: {e}"),
+        }
+    }
+
+    /// Writes the last uses this gateway saw that moved on since it last wrote them (no
+    /// revision moves: a last use changes no key's standing).
+    pub(super) async fn save_last_used(&self, api: &KeysApi) {
+        let seen: Vec<(String, u64)> = (api.keys.load().entries())
+            .filter(|k| k.source == KeyOrigin::Api)
+            .filter_map(|k| k.last_used_at().map(|t| (k.id.to_string(), t)))
+            .collect();
+        let moved: Vec<(String, u64)> = {
+            let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+            (seen.into_iter())
+                .filter(|(id, t)| saved.get(id).is_none_or(|s| s < t))
+                .collect()
+        };
+        if moved.is_empty() {
+            return;
+        }
+        let call = async {
+            let sql = self.control.sql();
+            let mut w = self.control.write(self.control.deadline()).await?;
+            for (id, t) in &moved {
+                sqlx::query("UPDATE drg_keys SET last_used = $2 WHERE id = $1 AND last_used < $2")
+                    .bind(id.clone())
+                    .bind(i64::try_from(*t).unwrap_or(i64::MAX))
+                    .execute(&mut *w.tx)
+                    .await
+                    .map_err(&sql)?;
+            }
+            w.tx.commit().await.map_err(&sql)?;
+            Ok::<_, ControlError>(())
+        };
+        match Box::pin(self.control.within(call)).await {
+            Ok(()) => {
+                log::debug!("keys: saved the last use of {} keys", moved.len());
+                let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+                saved.extend(moved);
+            }
+            Err(e) => log::warn!("keys: when keys were last used was not saved: {e}"),
+        }
+    }
+}
+
+/// Holds `rows` (on a blocking thread: the cache file is written under the publishing lock).
+async fn hold(api: &Arc<KeysApi>, rows: Rows) {
+    let api = api.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || api.hold_blocking(rows)).await {
+        log::error!("keys: the keys read were not held: {e}");
+    }
+}
+
+/// Follows the store's keys: when they are told moved (`NOTIFY`, the poll's word), and at each
+/// poll while a round failed; drops the keys whose maker is gone as merges find them.
+pub struct KeysFollow(pub Arc<KeysApi>);
+
+#[async_trait::async_trait]
+impl drg_base::service::Service for KeysFollow {
+    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
+        let api = &self.0;
+        let keys = &api.store;
+        let mut moved = keys.control.moved();
+        let mut orphans = (keys.orphans_rx.lock())
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let mut behind = !keys.sync(api).await;
+        keys.control.snapshot_read();
+        let mut retry = tokio::time::interval(keys.control.poll());
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                told = moved.recv() => match told {
+                    Ok(kind) if kind == KIND || kind == "*" => {}
+                    // The poll's word: read only when another revision is held here.
+                    Ok(said) => match said.split_once('@') {
+                        Some((kind, n)) if kind == KIND => {
+                            let held = keys.revision_held.load(Ordering::Acquire);
+                            if n.parse::<i64>().is_ok_and(|n| n == held) && !behind {
+                                continue;
+                            }
+                        }
+                        _ => continue,
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                gone = next_orphans(&mut orphans) => {
+                    match gone {
+                        Some(ids) => {
+                            keys.drop_orphans(&ids).await;
+                            behind = !keys.sync(api).await;
+                        }
+                        None => orphans = None,
+                    }
+                    continue;
+                }
+                _ = retry.tick() => if !behind { continue },
+                _ = shutdown.changed() => return,
+            }
+            behind = !keys.sync(api).await;
+        }
+    }
+}
+
+/// The next keys told orphaned (never, once the channel is gone).
+async fn next_orphans(rx: &mut Option<UnboundedReceiver<Vec<String>>>) -> Option<Vec<String>> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Moves the kind's revision (made at 1 the first time), and says where it is now; on
+/// PostgreSQL the row stays locked to the end of the transaction (and carries its deadline).
+async fn move_revision(tx: &mut Tx) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO drg_revision (kind, n) VALUES ($1, 1)
+         ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1 RETURNING n",
+    )
+    .bind(KIND)
+    .fetch_one(&mut **tx)
+    .await
+}
+
+/// `project`'s keys as held in the store.
+async fn project_rows(tx: &mut Tx, project: &str) -> Result<Vec<ManagedKey>, sqlx::Error> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT body, last_used FROM drg_keys WHERE project = $1 ORDER BY id")
+            .bind(project.to_owned())
+            .fetch_all(&mut **tx)
+            .await?;
+    Ok(rows.into_iter().filter_map(row_of).collect())
+}
+
+/// A key of a row (one that does not read, another release's, is as none).
+fn row_of((body, used): (String, i64)) -> Option<ManagedKey> {
+    let mut key: ManagedKey = serde_json::from_str(&body).ok()?;
+    key.last_used = u64::try_from(used).ok().filter(|t| *t > 0);
+    Some(key)
+}
+
+/// A key's row as stored: its last use is the column's.
+fn body_of(key: &ManagedKey) -> String {
+    let mut key = key.clone();
+    key.last_used = None;
+    serde_json::to_string(&key).unwrap_or_default()
+}
+
+/// Writes what moved from `before` to `after` (one project's keys): new rows first (a
+/// successor before the children handed to it), then changed ones, then removals (each takes
+/// its descendants: the foreign key's cascade).
+async fn write_rows(
+    tx: &mut Tx,
+    before: &[ManagedKey],
+    after: &[ManagedKey],
+) -> Result<(), sqlx::Error> {
+    let was: HashMap<&str, &ManagedKey> = before.iter().map(|k| (k.id.as_str(), k)).collect();
+    let ids: HashSet<&str> = after.iter().map(|k| k.id.as_str()).collect();
+    let parent = |k: &ManagedKey| (k.created_by.clone()).filter(|by| ids.contains(by.as_str()));
+    for k in after.iter().filter(|k| !was.contains_key(k.id.as_str())) {
+        insert(tx, k, parent(k)).await?;
+    }
+    let changed =
+        |k: &&ManagedKey| (was.get(k.id.as_str())).is_some_and(|w| body_of(w) != body_of(k));
+    for k in after.iter().filter(changed) {
+        sqlx::query("UPDATE drg_keys SET parent = $2, body = $3 WHERE id = $1")
+            .bind(k.id.clone())
+            .bind(parent(k))
+            .bind(body_of(k))
+            .execute(&mut **tx)
+            .await?;
+    }
+    for k in before.iter().filter(|k| !ids.contains(k.id.as_str())) {
+        sqlx::query("DELETE FROM drg_keys WHERE id = $1")
+            .bind(k.id.clone())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn insert(tx: &mut Tx, k: &ManagedKey, parent: Option<String>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO drg_keys (id, project, parent, last_used, body) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(k.id.clone())
+    .bind(k.project.clone())
+    .bind(parent)
+    .bind(i64::try_from(k.last_used.unwrap_or(0)).unwrap_or(i64::MAX))
+    .bind(body_of(k))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Takes an earlier release's keys in (`migrate`), once a source: each key whose id the store
+/// does not hold, makers before the keys they made (a key whose API-made maker is in neither
+/// is revoked, and left out). How many were taken; `None`: `source` was taken before.
+pub async fn import(
+    control: &Arc<Control>,
+    source: &str,
+    keys: &[ManagedKey],
+) -> Result<Option<usize>, ControlError> {
+    let sql = control.sql();
+    let call = async {
+        let until = control.deadline();
+        let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
+        if taken_before(&mut tx, source).await.map_err(&sql)? {
+            return Ok(None);
+        }
+        let held: Vec<String> = sqlx::query_scalar("SELECT id FROM drg_keys")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        let mut there: HashSet<String> = held.into_iter().collect();
+        let api_made: HashSet<String> = (keys.iter().map(|k| k.id.clone()))
+            .chain(there.iter().cloned())
+            .collect();
+        let mut left: Vec<&ManagedKey> = keys.iter().filter(|k| !there.contains(&k.id)).collect();
+        let mut taken = 0;
+        loop {
+            let before = left.len();
+            let mut next = Vec::new();
+            for k in left {
+                let maker = k.created_by.clone().filter(|by| api_made.contains(by));
+                match maker {
+                    Some(m) if !there.contains(&m) => next.push(k),
+                    parent => {
+                        insert(&mut tx, k, parent).await.map_err(&sql)?;
+                        there.insert(k.id.clone());
+                        taken += 1;
+                    }
+                }
+            }
+            left = next;
+            if left.len() == before || left.is_empty() {
+                break;
+            }
+        }
+        note_taken(&mut tx, source, KIND, taken)
+            .await
+            .map_err(&sql)?;
+        move_revision(&mut tx).await.map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok::<_, ControlError>(Some(taken))
+    };
+    control.within(call).await
+}
