@@ -20,7 +20,8 @@ use serde_json::json;
 
 const ACME: &str = "drg_control_acme_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
-/// Project `acme` on `team` (3 overrides at most), webhooks on, records on `pg`.
+/// Project `acme` on `team` (3 overrides, webhooks and keys at most), webhooks on, records on
+/// `pg`.
 fn builder(pg: &Postgres) -> GatewayBuilder {
     builder_with(pg, "")
 }
@@ -30,7 +31,7 @@ fn builder_with(pg: &Postgres, more: &str) -> GatewayBuilder {
     Gateway::builder()
         .plan_yaml(
             "team",
-            "{ monthly_limit: 100000, max_overrides: 3, max_webhooks: 3 }",
+            "{ monthly_limit: 100000, max_overrides: 3, max_webhooks: 3, max_keys: 3 }",
         )
         .key_in_project("acme-server", ACME, "team", "acme")
         .data("disposable.txt", "mailinator.com\n")
@@ -330,6 +331,41 @@ fn a_write_whose_commit_answer_was_lost_answers_what_landed() {
     assert!(cutter.cut());
     assert_eq!(r.status, 204, "{}", r.text());
     assert_eq!(overrides(&gw), ["warm.example"]);
+}
+
+/// A change and its audit entry commit together or not at all: with the trail refusing rows (a
+/// trigger standing for a table the database cannot write), an override, a webhook and a key
+/// are answered `503` and none is in force; once it takes them, each change has its entry.
+/// (Before, the entry was appended after the change committed: a `201` with no entry.)
+#[test]
+fn a_change_and_its_audit_entry_commit_together() {
+    let pg = Postgres::start();
+    let gw = builder(&pg).start();
+    pg.psql(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the trail takes no row'; END $$;
+         CREATE TRIGGER refuse BEFORE INSERT ON drg_audit FOR EACH ROW EXECUTE FUNCTION refuse();",
+    );
+    put(&gw, "shop.example", "block").assert_error(503, "service_unavailable");
+    let hook = br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#;
+    let post = |gw: &Gateway| send(gw, "POST", "/v1/webhooks", Some(ACME), &[], Some(hook));
+    post(&gw).assert_error(503, "service_unavailable");
+    let key = send(&gw, "POST", "/v1/keys", Some(ACME), &[], Some(b"{}"));
+    key.assert_error(503, "service_unavailable");
+    assert_eq!(
+        pg.psql("SELECT (SELECT count(*) FROM drg_records) + (SELECT count(*) FROM drg_keys)"),
+        "0"
+    );
+    assert_eq!(overrides(&gw), Vec::<String>::new());
+    pg.psql("DROP TRIGGER refuse ON drg_audit");
+    assert_eq!(put(&gw, "shop.example", "block").status, 201);
+    assert_eq!(post(&gw).status, 201);
+    let made = send(&gw, "POST", "/v1/keys", Some(ACME), &[], Some(b"{}"));
+    assert_eq!(made.status, 201, "{}", made.text());
+    assert_eq!(
+        pg.psql("SELECT string_agg(action, ',' ORDER BY id) FROM drg_audit"),
+        "override.set,webhook.created,key.created"
+    );
 }
 
 /// A retry through another gateway with the same `Idempotency-Key` gets the first answer: the

@@ -577,6 +577,7 @@ fn project_records(
         gateway.reports.clone(),
         shared.accepted.clone(),
         control,
+        gateway.access.plans.clone(),
     );
     (Arc::new(overrides), Arc::new(reports))
 }

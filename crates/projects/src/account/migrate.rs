@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use drg_base::infra::control::Control;
+use drg_base::infra::control::{audit, Control};
 use drg_base::infra::records::sql::{self, SqlRecords};
 use drg_base::infra::records::{legacy, Record, RecordStore, RecordsError};
 use drg_base::infra::redis::config::RedisConfig;
@@ -181,7 +181,8 @@ async fn take_audit(
         }
         let mut taken = 0;
         for e in entries {
-            let added = (super::audit::sql::insert(&mut w.tx, e, 0).await).map_err(&sql)?;
+            let row = super::audit::sql::row_of(e);
+            let added = (audit::insert(&mut w.tx, &row, 0).await).map_err(&sql)?;
             taken += usize::from(added);
         }
         sql::note_taken(&mut w.tx, source, "audit", taken)

@@ -2,15 +2,18 @@
 //! `POST`/`DELETE /v1/webhooks`, `POST /v1/reports`): a client that lost an answer retries
 //! with the same key and gets the first answer (`Idempotent-Replayed: true`), the write made
 //! once; the same key on another request is `422`. The first answer is kept with the write, in
-//! its transaction (`drg_base::infra::records::once`).
+//! its transaction (`drg_base::infra::records::once`), and so is the audit entry of every write
+//! (a change and its entry commit together or not at all).
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use drg_base::answer::{Answer, ApiError};
+use drg_access::keys::KeyEntry;
+use drg_base::answer::{Answer, ApiError, Changed};
+use drg_base::infra::control::audit::AuditRow;
 use drg_base::infra::records::once::{Once, Outcome, Remembered};
 use drg_base::infra::records::snapshot::Snapshot;
-use drg_base::infra::records::{Put, Record, RecordsError};
+use drg_base::infra::records::{Audited, Put, Record, RecordsError};
 
 /// What a write asked, for its fingerprint: the method, what it names, its body.
 pub struct Asked<'a> {
@@ -38,23 +41,69 @@ impl Asked<'_> {
     }
 }
 
-/// Writes `record` (within `max` for its project) and answers with `answer`; with `key`, a
-/// retry of a write that committed is answered what it was first.
+/// Who writes: the calling key, when, and how long its project keeps the audit trail.
+pub struct Who<'a> {
+    pub key: &'a KeyEntry,
+    /// RFC 3339, UTC, seconds.
+    pub at: String,
+    pub keep_days: u32,
+}
+
+impl<'a> Who<'a> {
+    /// `key` writing at `now` (unix seconds), its plan among `plans`.
+    pub fn new(
+        key: &'a KeyEntry,
+        now: i64,
+        plans: &std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
+    ) -> Who<'a> {
+        Who {
+            key,
+            at: drg_base::infra::units::utc_seconds(now).unwrap_or_default(),
+            keep_days: crate::account::audit::keep_days(plans, &key.plan),
+        }
+    }
+
+    /// The audit entry of `change`, made by this key.
+    fn row(&self, change: &Changed) -> AuditRow {
+        AuditRow {
+            project: self.key.project.to_string(),
+            id: None,
+            at: self.at.clone(),
+            key_id: self.key.id.to_string(),
+            action: change.action.as_str().to_owned(),
+            target: change.target.clone(),
+            detail: change.detail.clone(),
+        }
+    }
+}
+
+/// Writes `record` (within `max` for its project), with the audit entry of the change `answer`
+/// names, and answers with `answer`; with `key`, a retry of a write that committed is answered
+/// what it was first.
 pub async fn write<R: Record>(
     snapshot: &Snapshot<R>,
     record: R,
     max: u32,
     key: Option<&str>,
     asked: Asked<'_>,
+    who: &Who<'_>,
     answer: impl Fn(Result<Put, RecordsError>) -> Answer + Sync,
 ) -> Answer {
-    let Some(key) = key else {
-        return answer(snapshot.put(record, max).await);
+    let entry = |put: &Put| answer(Ok(*put)).changed.map(|c| who.row(&c));
+    let audited = Audited {
+        entry: &entry,
+        keep_days: who.keep_days,
     };
-    let remember = |put: &Put| remembered(&answer(Ok(*put)));
-    let once = asked.once(key, &remember);
-    match snapshot.put_once(record, max, &once).await {
-        Ok(Outcome::Put(put)) => answer(Ok(put)),
+    let outcome = match key {
+        None => snapshot.put_with(record, max, None, Some(&audited)).await,
+        Some(key) => {
+            let remember = |put: &Put| remembered(&answer(Ok(*put)));
+            let once = asked.once(key, &remember);
+            (snapshot.put_with(record, max, Some(&once), Some(&audited))).await
+        }
+    };
+    match outcome {
+        Ok(Outcome::Put(put)) => recorded(answer(Ok(put))),
         Ok(Outcome::Replay(first)) => replayed(first),
         Ok(Outcome::Reused) => reused(),
         Err(e) => answer(Err(e)),
@@ -78,6 +127,12 @@ pub async fn replay_or<R: Record>(
         Ok(Some(Outcome::Reused)) => reused(),
         _ => otherwise,
     }
+}
+
+/// `answer` with its change said to be in the trail already (written with it).
+fn recorded(mut answer: Answer) -> Answer {
+    answer.changed = answer.changed.take().map(Changed::recorded);
+    answer
 }
 
 fn reused() -> Answer {

@@ -10,6 +10,7 @@
 //! serve (a host may fork after building, and the pool's tasks need a runtime), and a database
 //! down at start delays no start.
 
+pub mod audit;
 pub mod config;
 pub mod listen;
 mod schema;

@@ -58,6 +58,14 @@ pub enum Put {
     Stale,
 }
 
+/// The audit entry a write records, made from what the write came to (`None`: nothing to
+/// record, as for a refusal), written in the write's transaction; `keep_days`: how long its
+/// project keeps entries.
+pub struct Audited<'a> {
+    pub entry: &'a (dyn Fn(&Put) -> Option<crate::infra::control::audit::AuditRow> + Sync),
+    pub keep_days: u32,
+}
+
 /// A place records are kept.
 #[async_trait::async_trait]
 pub trait RecordStore<R: Record>: Send + Sync {

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::once::{Once, Outcome};
 use super::sql::SqlRecords;
-use super::{Merged, Put, Record, RecordStore, RecordsError};
+use super::{Audited, Merged, Put, Record, RecordStore, RecordsError};
 use crate::infra::control::Control;
 
 /// A failing store is logged at WARN at most this often.
@@ -111,16 +111,18 @@ impl<R: Record> Snapshot<R> {
     }
 
     /// Writes `record` as [`Snapshot::put`] does, `once` its `Idempotency-Key` (see
-    /// [`super::once`]): a retry of a write that committed gets its first answer.
-    pub async fn put_once(
+    /// [`super::once`]: a retry of a write that committed gets its first answer) and `audited`
+    /// the audit entry written with it.
+    pub async fn put_with(
         &self,
         record: R,
         max_live: u32,
-        once: &Once<'_>,
+        once: Option<&Once<'_>>,
+        audited: Option<&Audited<'_>>,
     ) -> Result<Outcome, RecordsError> {
         // Boxed: the store's transaction is a large future, and a request's future holds the
         // largest of its branches whatever route it takes (every request would copy it).
-        let outcome = Box::pin(self.store.put_once(&record, max_live, Some(once))).await?;
+        let outcome = Box::pin(self.store.put_once(&record, max_live, once, audited)).await?;
         if let Outcome::Put(put) = &outcome {
             self.held_now(put, record);
         }

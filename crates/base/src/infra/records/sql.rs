@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sqlx::Any;
 
 use super::once::{self, Once, Outcome, Remembered};
-use super::{tombstones_kept, Put, Record, RecordStore, RecordsError};
+use super::{tombstones_kept, Audited, Put, Record, RecordStore, RecordsError};
 use crate::infra::control::{commit_unknown, Control, ControlError, Write};
 
 type Tx = sqlx::Transaction<'static, Any>;
@@ -37,17 +37,19 @@ impl<R: Record> SqlRecords<R> {
     }
 
     /// Writes `record` as [`RecordStore::put`] does; with `once`, a retry of a write that
-    /// committed gets its first answer, and the first answer is kept with the write.
+    /// committed gets its first answer, and the first answer is kept with the write; with
+    /// `audited`, the entry it records is written with it.
     pub async fn put_once(
         &self,
         record: &R,
         max_live: u32,
         once: Option<&Once<'_>>,
+        audited: Option<&Audited<'_>>,
     ) -> Result<Outcome, RecordsError> {
         let until = self.control.deadline();
         Ok(self
             .control
-            .within(self.put_now(record, max_live, until, once))
+            .within(self.put_now(record, max_live, until, once, audited))
             .await?)
     }
 
@@ -74,6 +76,7 @@ impl<R: Record> SqlRecords<R> {
         max_live: u32,
         until: std::time::Instant,
         once: Option<&Once<'_>>,
+        audited: Option<&Audited<'_>>,
     ) -> Result<Outcome, ControlError> {
         let sql = self.control.sql();
         let Write { mut tx, settled } = self.control.write_telling(until, Some(self.kind)).await?;
@@ -129,6 +132,11 @@ impl<R: Record> SqlRecords<R> {
         let done = Put::Done { created: !was_live };
         if let Some(answer) = once.and_then(|o| (o.remember)(&done).map(|a| (o, a))) {
             remember(&mut tx, record.project(), answer.0, &answer.1)
+                .await
+                .map_err(&sql)?;
+        }
+        if let Some((row, a)) = audited.and_then(|a| (a.entry)(&done).map(|row| (row, a))) {
+            crate::infra::control::audit::append(&mut tx, &row, a.keep_days)
                 .await
                 .map_err(&sql)?;
         }
@@ -407,7 +415,7 @@ impl From<ControlError> for RecordsError {
 #[async_trait::async_trait]
 impl<R: Record> RecordStore<R> for SqlRecords<R> {
     async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError> {
-        match self.put_once(record, max_live, None).await? {
+        match self.put_once(record, max_live, None, None).await? {
             Outcome::Put(put) => Ok(put),
             // Only a write with a key is answered from before.
             Outcome::Replay(_) | Outcome::Reused => Err(RecordsError::Control(

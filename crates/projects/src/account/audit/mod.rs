@@ -2,12 +2,13 @@
 //! removed; reports sent; webhooks made and removed), who (the key id), what and when, for the
 //! project's `GET /v1/audit`, kept the plan's `audit_retention_days`.
 //!
-//! Appended once a change succeeded, from the typed change the part that made it attached to its
-//! answer ([`Changed`], never a parse of the body), so no route's own code carries it. Kept in
-//! the control store (`sql.rs`: SQLite in the state folder, or PostgreSQL for several gateways;
-//! a row an entry, by project and id); each project's at most [`MAX_ENTRIES`] and its plan's
-//! days. An entry that could not be written is logged and counted; the change it records
-//! stands. What an earlier release kept elsewhere is `legacy.rs`'s, for `migrate`.
+//! Written in the transaction of the change it records (keys: `keys_api/control.rs`; records:
+//! `once::write`), from the typed change the part attached to its answer ([`Changed`], never a
+//! parse of the body): a change and its entry commit together or not at all. A change a part
+//! did not record (`Changed::recorded` false) is appended by the edge after it, best effort.
+//! Kept in the control store (`sql.rs`: SQLite in the state folder, or PostgreSQL for several
+//! gateways; a row an entry, by project and id); each project's at most [`MAX_ENTRIES`] and its
+//! plan's days. What an earlier release kept elsewhere is `legacy.rs`'s, for `migrate`.
 
 pub mod legacy;
 pub mod sql;
@@ -22,7 +23,7 @@ use drg_base::answer::Action;
 use drg_base::answer::{Answer, Changed};
 
 /// Entries a project's trail keeps at most (the oldest go first), besides its plan's days.
-pub const MAX_ENTRIES: usize = 1_000;
+pub const MAX_ENTRIES: usize = drg_base::infra::control::audit::MAX_ENTRIES;
 
 /// Default and largest `limit` of `GET /v1/audit`.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -105,9 +106,7 @@ impl Audit {
 
     /// Records `entry` for `plan`'s project (best effort: a failure is logged and counted).
     pub async fn record(&self, plan: &str, entry: Entry) {
-        let keep = (self.plans.get(plan)).map_or(drg_access::plan::DEFAULT_AUDIT_DAYS, |p| {
-            p.audit_retention_days()
-        });
+        let keep = keep_days(&self.plans, plan);
         if let Err(e) = self.store.append(entry, keep).await {
             self.failures.inc();
             log::warn!("audit: an entry was not written: {e}");
@@ -143,6 +142,16 @@ impl Audit {
             }
         }
     }
+}
+
+/// How many days `plan` keeps its trail.
+pub fn keep_days(
+    plans: &std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
+    plan: &str,
+) -> u32 {
+    (plans.get(plan)).map_or(drg_access::plan::DEFAULT_AUDIT_DAYS, |p| {
+        p.audit_retention_days()
+    })
 }
 
 impl Entry {

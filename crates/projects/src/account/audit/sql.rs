@@ -1,22 +1,18 @@
 //! The trail in the control store (`drg_audit`, SQLite or PostgreSQL: every gateway of a
-//! deployment reads one trail): a row an entry, keyed by project and id, so an append writes
-//! one row and trims only its project, and a page reads only the rows it returns. An id is the
-//! microsecond of the append, or one past the project's last: increasing within the project,
-//! the paging cursor. Each project keeps at most [`MAX_ENTRIES`] entries and its plan's days.
+//! deployment reads one trail): a row an entry, keyed by project and id (the rows are
+//! `drg_base::infra::control::audit`'s), so a page reads only the rows it returns.
 
 use std::sync::Arc;
 
+use drg_base::infra::control::audit::{self, AuditRow};
 use drg_base::infra::control::{Control, ControlError};
 
-use super::{AuditError, AuditStore, Entry, MAX_ENTRIES};
+use super::{AuditError, AuditStore, Entry};
 
 /// The control store's trail.
 pub struct SqlAudit {
     control: Arc<Control>,
 }
-
-/// Tries of an append whose id another gateway took at the same moment.
-const TRIES: usize = 4;
 
 impl SqlAudit {
     pub fn new(control: Arc<Control>) -> SqlAudit {
@@ -26,7 +22,9 @@ impl SqlAudit {
     async fn append_now(&self, entry: &Entry, keep_days: u32) -> Result<(), ControlError> {
         let sql = self.control.sql();
         let mut w = self.control.write(self.control.deadline()).await?;
-        append_in(&mut w.tx, entry, keep_days).await.map_err(&sql)?;
+        audit::append(&mut w.tx, &row_of(entry), keep_days)
+            .await
+            .map_err(&sql)?;
         w.tx.commit().await.map_err(&sql)?;
         Ok(())
     }
@@ -63,74 +61,17 @@ impl SqlAudit {
     }
 }
 
-/// Appends `entry` in `tx` (the transaction of the change it records, when there is one: the
-/// two commit together or not at all), and trims its project to its bounds: `keep_days`, then
-/// [`MAX_ENTRIES`].
-pub(crate) async fn append_in(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    entry: &Entry,
-    keep_days: u32,
-) -> Result<(), sqlx::Error> {
-    let now = chrono::Utc::now();
-    let cutoff =
-        drg_base::infra::units::rfc3339(now - chrono::Duration::days(i64::from(keep_days)));
-    let mut added = false;
-    for _ in 0..TRIES {
-        // Another gateway's append took the id: the next try reads the new last.
-        if insert(tx, entry, now.timestamp_micros()).await? {
-            added = true;
-            break;
-        }
+/// `entry` as the control store writes it.
+pub(crate) fn row_of(entry: &Entry) -> AuditRow {
+    AuditRow {
+        project: entry.project.clone(),
+        id: entry.id.parse().ok(),
+        at: entry.at.clone(),
+        key_id: entry.key_id.clone(),
+        action: entry.action.clone(),
+        target: entry.target.clone(),
+        detail: entry.detail.clone(),
     }
-    if !added {
-        return Err(sqlx::Error::Protocol(
-            "the audit entry's id was taken at every try".into(),
-        ));
-    }
-    sqlx::query("DELETE FROM drg_audit WHERE project = $1 AND at < $2")
-        .bind(entry.project.clone())
-        .bind(cutoff)
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query(
-        "DELETE FROM drg_audit WHERE project = $1 AND id <= (
-           SELECT id FROM drg_audit WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
-    )
-    .bind(entry.project.clone())
-    .bind(MAX_ENTRIES as i64)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Inserts `entry` under an id past the project's last (the microsecond `now_us`, or one
-/// more); whether it went in (not: another append took that id first). Its own `id`, when it
-/// has one (an earlier release's entry being moved), is kept.
-pub(crate) async fn insert(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    entry: &Entry,
-    now_us: i64,
-) -> Result<bool, sqlx::Error> {
-    let own: Option<i64> = entry.id.parse().ok();
-    let done = sqlx::query(
-        "INSERT INTO drg_audit (project, id, at, key_id, action, target, detail)
-         SELECT $1, CASE WHEN $8 >= 0 THEN $8
-                         WHEN MAX(id) IS NULL OR MAX(id) < $2 THEN $2 ELSE MAX(id) + 1 END,
-                $3, $4, $5, $6, $7
-         FROM drg_audit WHERE project = $1
-         ON CONFLICT (project, id) DO NOTHING",
-    )
-    .bind(entry.project.clone())
-    .bind(now_us)
-    .bind(entry.at.clone())
-    .bind(entry.key_id.clone())
-    .bind(entry.action.clone())
-    .bind(entry.target.clone())
-    .bind(entry.detail.clone())
-    .bind(own.unwrap_or(-1))
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 impl From<ControlError> for AuditError {
@@ -168,6 +109,7 @@ impl AuditStore for SqlAudit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::account::audit::MAX_ENTRIES;
 
     fn entry(project: &str, n: usize) -> Entry {
         Entry {

@@ -163,7 +163,8 @@ impl ControlKeys {
         write_rows(&mut tx, &before, &after).await.map_err(&sql)?;
         let mut entry = Entry::of(&changed, key_id, at);
         entry.project = project.to_owned();
-        audit::sql::append_in(&mut tx, &entry, keep_days)
+        let row = audit::sql::row_of(&entry);
+        drg_base::infra::control::audit::append(&mut tx, &row, keep_days)
             .await
             .map_err(&sql)?;
         match tx.commit().await {

@@ -215,7 +215,9 @@ impl Overrides {
             body: if entry.removed { b"" } else { said.as_bytes() },
         };
         let answer = |put| answer_of(put, &entry, max);
-        crate::account::once::write(&self.snapshot, entry.clone(), max, once, asked, answer).await
+        let who = crate::account::once::Who::new(key, now, &self.plans);
+        let snapshot = &self.snapshot;
+        crate::account::once::write(snapshot, entry.clone(), max, once, asked, &who, answer).await
     }
 }
 

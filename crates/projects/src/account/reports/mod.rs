@@ -122,6 +122,8 @@ pub struct Reports {
     pub snapshot: Arc<Snapshot<Report>>,
     pub decisions: Arc<Snapshot<Decision>>,
     pub config: ReportsConfig,
+    /// The plans: how long a project keeps its audit trail.
+    plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
 }
 
 /// What `POST /v1/reports` takes.
@@ -141,6 +143,7 @@ impl Reports {
         config: ReportsConfig,
         accepted: Arc<ArcSwap<Accepted>>,
         control: &std::sync::Arc<drg_base::infra::control::Control>,
+        plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
     ) -> Reports {
         let publish = Box::new(move |m: &Merged<Decision>| {
             accepted.store(Arc::new(decisions::accepted(m.all())));
@@ -149,6 +152,7 @@ impl Reports {
             snapshot: Arc::new(Snapshot::open(KIND, control, Box::new(|_| {}))),
             decisions: Arc::new(Snapshot::open(decisions::KIND, control, publish)),
             config,
+            plans,
         }
     }
 
@@ -231,7 +235,9 @@ impl Reports {
             }
         }
         };
-        crate::account::once::write(&self.snapshot, report.clone(), max, once, asked, answer).await
+        let who = crate::account::once::Who::new(key, now, &self.plans);
+        let snapshot = &self.snapshot;
+        crate::account::once::write(snapshot, report.clone(), max, once, asked, &who, answer).await
     }
 }
 

@@ -121,7 +121,7 @@ impl Webhooks {
                 }
                 Err(e) => ApiError::Validation(e.to_string()).into(),
             },
-            WebhooksOp::Delete { id } => self.remove(key, &id, once).await,
+            WebhooksOp::Delete { id } => self.remove(key, &id, now, once).await,
         }
     }
 
@@ -210,18 +210,20 @@ impl Webhooks {
             Ok(Put::Stale) => stale(),
             Err(e) => unavailable(&e),
         };
+        let who = once::Who::new(key, now, &self.plans);
         once::write(
             self.hooks.snapshot(),
             hook.clone(),
             max,
             once,
             asked,
+            &who,
             answer,
         )
         .await
     }
 
-    async fn remove(&self, key: &KeyEntry, id: &str, once: Option<&str>) -> Answer {
+    async fn remove(&self, key: &KeyEntry, id: &str, now: i64, once: Option<&str>) -> Answer {
         let held = self.hooks.snapshot().held();
         let Some(hook) = (is_hook_id(id))
             .then(|| held.get(&key.project, id))
@@ -259,12 +261,14 @@ impl Webhooks {
             target: id,
             body: b"",
         };
+        let who = once::Who::new(key, now, &self.plans);
         once::write(
             self.hooks.snapshot(),
             gone,
             self.max(key),
             once,
             asked,
+            &who,
             answer,
         )
         .await
