@@ -75,6 +75,7 @@ fn the_gate_slice_meets_the_detection_goals_over_three_seeds() {
     let report = report::Report {
         worlds: &worlds,
         runs,
+        one: false,
     };
     assert!(failed.is_empty(), "runs did not finish: {failed:#?}");
     let misses = goals::misses(&report);

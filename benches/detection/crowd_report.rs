@@ -153,7 +153,7 @@ impl Report<'_> {
     #[allow(dead_code)]
     pub fn disagree_cases(&self) -> String {
         let mut out = String::new();
-        for rdap in Rdap::ALL {
+        for rdap in Rdap::EVERY {
             for route in [Route::Get, Route::Batch] {
                 let lines = self.projects_disagree(rdap, route);
                 if lines.is_empty() {

@@ -106,12 +106,15 @@ fn local_base(rdap: &RdapServer, base: &str) -> String {
     )
 }
 
-/// The outages of the failing condition, by the bases the world's TLDs use.
-fn outages(world: &World, until: Duration) -> Vec<Outage> {
+/// The outages of the failing condition (or, `every`, of the unreachable one: every registry
+/// 503 for the whole run), by the bases the world's TLDs use.
+fn outages(world: &World, until: Duration, every: bool) -> Vec<Outage> {
     let mut out = Vec::new();
     for base in world.registries.values() {
         let prefix = format!("/{}", base.trim_start_matches("https://"));
-        let reply = if base.contains("rdap.verisign.com/com/") {
+        let reply = if every {
+            Reply::Raw(503, vec![], String::new())
+        } else if base.contains("rdap.verisign.com/com/") {
             Reply::Raw(
                 429,
                 vec![("Retry-After".into(), "10".into())],
@@ -174,10 +177,10 @@ impl Bench {
             .iter()
             .map(|(d, days)| (d.as_str(), Reply::Registered(*days)))
             .collect();
-        let failing = if spec.rdap == Rdap::Failing {
-            outages(world, spec.outage)
-        } else {
-            Vec::new()
+        let failing = match spec.rdap {
+            Rdap::Failing => outages(world, spec.outage, false),
+            Rdap::Unreachable => outages(world, Duration::from_secs(86_400), true),
+            Rdap::On | Rdap::Off => Vec::new(),
         };
         let rdap = RdapServer::start_with_outages(replies, failing);
         let mut b = Gateway::builder().dns(dns.addr);

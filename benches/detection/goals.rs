@@ -30,7 +30,7 @@ fn floors(shape: Shape) -> (f64, f64) {
 /// Every goal the report misses, said in a line each (none: every goal met).
 pub fn misses(report: &Report) -> Vec<String> {
     let mut out = Vec::new();
-    for rdap in Rdap::ALL {
+    for rdap in Rdap::EVERY {
         if !report.runs.iter().any(|r| r.spec.rdap == rdap) {
             continue;
         }

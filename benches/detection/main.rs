@@ -4,7 +4,7 @@
 //! gateway binary on GET and on the batch route; prints the tables, then the goals missed.
 //!
 //! ```text
-//! benches/detection/run                      # seeds 1, 2, 3; RDAP on, off, failing; release
+//! benches/detection/run                      # seeds 1, 2, 3; RDAP on, off, failing, unreachable
 //! benches/detection/run -- --seed 7          # one seed (repeat for more)
 //! benches/detection/run -- --rdap failing    # one condition (repeat for more)
 //! benches/detection/run -- --slice           # the test command's slice of each world
@@ -79,11 +79,12 @@ fn plan(args: &[String]) -> (suite::Plan, bool) {
             "on" => Rdap::On,
             "off" => Rdap::Off,
             "failing" => Rdap::Failing,
-            other => panic!("--rdap on|off|failing, not {other}"),
+            "unreachable" => Rdap::Unreachable,
+            other => panic!("--rdap on|off|failing|unreachable, not {other}"),
         })
         .collect();
     if conditions.is_empty() {
-        conditions = Rdap::ALL.to_vec();
+        conditions = Rdap::EVERY.to_vec();
     }
     let slice = has("--slice");
     let one_project = !has("--no-one-project");
@@ -126,6 +127,7 @@ fn main() {
     let report = report::Report {
         worlds: &worlds,
         runs,
+        one: false,
     };
     for f in &failed {
         println!("RUN FAILED: {}", f.chars().take(2000).collect::<String>());

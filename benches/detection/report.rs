@@ -14,6 +14,9 @@ use super::world::{Arrival, Bucket, Case, Expect, Shape, World};
 pub struct Report<'a> {
     pub worlds: &'a [World],
     pub runs: Vec<Run>,
+    /// Whose answers the tables and goals count: the one-project deployment's (`true`) or the
+    /// several projects' (`false`, what the gate holds).
+    pub one: bool,
 }
 
 /// Conditions whose recall the goals hold (with RDAP off no age is known for any domain; its
@@ -90,11 +93,11 @@ impl Report<'_> {
             .expect("a world per seed")
     }
 
-    /// The several-project runs of `rdap` on `route`.
+    /// The runs of `rdap` on `route` of the deployment this report counts (see `one`).
     pub fn runs(&self, rdap: Rdap, route: Route) -> impl Iterator<Item = &Run> {
-        self.runs
-            .iter()
-            .filter(move |r| r.spec.rdap == rdap && r.spec.route == route && !r.spec.one_project)
+        self.runs.iter().filter(move |r| {
+            r.spec.rdap == rdap && r.spec.route == route && r.spec.one_project == self.one
+        })
     }
 
     /// Counts the answers (`which`) of the cases `pick` takes that `hit` holds, over every seed.
@@ -181,9 +184,32 @@ impl Report<'_> {
     /// The report's Markdown: every condition's tables.
     pub fn tables(&self) -> String {
         let mut out = String::new();
-        for rdap in Rdap::ALL {
-            if self.runs.iter().any(|r| r.spec.rdap == rdap) {
+        for rdap in Rdap::EVERY {
+            let of = |one: bool| {
+                (self.runs.iter())
+                    .filter(|r| r.spec.rdap == rdap && r.spec.one_project == one)
+                    .cloned()
+                    .collect::<Vec<Run>>()
+            };
+            if !of(false).is_empty() {
                 out.push_str(&self.condition(rdap));
+            }
+            let runs = of(true);
+            if !runs.is_empty() {
+                // The usual platform deployment: every lookup from one project.
+                let one = Report {
+                    worlds: self.worlds,
+                    runs,
+                    one: true,
+                };
+                let _ = write!(
+                    out,
+                    "### RDAP {}, one project\n\n{}\n",
+                    rdap.label(),
+                    one.rdap_line(rdap)
+                );
+                out.push_str(&one.recall_table(rdap));
+                out.push_str(&one.class_table(rdap));
             }
         }
         out

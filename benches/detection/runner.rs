@@ -12,8 +12,9 @@
 //!    lookups for top-domains; beside them, K attackers' `safe` reports and a trusted
 //!    project's answers after them (`crowd_run.rs`), on hosts of their own.
 //!
-//! A one-project deployment runs phases 1, 2, 5 (the wait) and 6's one-attacker attacks only,
-//! every lookup from one project. Every lookup goes on GET or every one on the batch route.
+//! A one-project deployment (the usual platform deployment) runs phases 1 to 5 and 6's
+//! one-attacker attacks only, every lookup from its one project. Every lookup goes on GET or
+//! every one on the batch route.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -105,20 +106,15 @@ fn phases(bench: &Bench, world: &World, spec: Spec, started: Instant) -> Run {
     );
     let mut first = the_past(bench, world, spec);
     phases.push(("the past", t.elapsed().as_secs_f64()));
-    if !spec.one_project {
-        let arrivals = lookups(&world.arrivals, false);
-        let answers = bench.phase(&arrivals, facts::ARRIVALS_PER_SECOND);
-        note(&world.arrivals, answers, &mut first);
-        minimal(bench, world, &mut first);
-    }
+    let one = spec.one_project;
+    let arrivals = lookups(&world.arrivals, one);
+    let answers = bench.phase(&arrivals, facts::ARRIVALS_PER_SECOND);
+    note(&world.arrivals, answers, &mut first);
+    minimal(bench, world, one, &mut first);
     phases.push(("signups", t.elapsed().as_secs_f64()));
     let rdap = bench.settle(spec.settle, past);
-    let several = !spec.one_project;
-    let outcomes = if several {
-        settled(bench, world, first)
-    } else {
-        Vec::new()
-    };
+    let several = !one;
+    let outcomes = settled(bench, world, one, first);
     phases.push(("settled", t.elapsed().as_secs_f64()));
     // The reports aim at hosts of their own: they go side by side with what follows.
     let (every, attacks, crowds, pushed, reports) = std::thread::scope(|s| {
@@ -231,24 +227,38 @@ fn note(traffic: &[Lookup], answers: Vec<Answer>, into: &mut HashMap<usize, Answ
     }
 }
 
+/// Who asks `case` (`one`: the one project of its deployment).
+fn asker(case: &super::world::Case, one: bool) -> &'static str {
+    if one {
+        SOLO
+    } else {
+        case.project
+    }
+}
+
 /// The missing MX hosts' first answers, asked while the DNS server gives minimal answers.
-fn minimal(bench: &Bench, world: &World, first: &mut HashMap<usize, Answer>) {
+fn minimal(bench: &Bench, world: &World, one: bool, first: &mut HashMap<usize, Answer>) {
     bench.dns.set_glue(false);
     for c in world.minimal_cases() {
         let case = &world.cases[c];
-        let a = bench.ask(case.project, std::slice::from_ref(&case.domain));
+        let a = bench.ask(asker(case, one), std::slice::from_ref(&case.domain));
         first.insert(c, a.into_iter().next().expect("one answer"));
     }
     bench.dns.set_glue(true);
 }
 
 /// Every case asked again by its project (the minimal-answer ones with minimal answers).
-fn settled(bench: &Bench, world: &World, mut first: HashMap<usize, Answer>) -> Vec<Outcome> {
+fn settled(
+    bench: &Bench,
+    world: &World,
+    one: bool,
+    mut first: HashMap<usize, Answer>,
+) -> Vec<Outcome> {
     let (minimal, rest): (Vec<usize>, Vec<usize>) =
         (0..world.cases.len()).partition(|&c| world.cases[c].minimal);
     let again: Vec<(&'static str, String)> = rest
         .iter()
-        .map(|&c| (world.cases[c].project, world.cases[c].domain.clone()))
+        .map(|&c| (asker(&world.cases[c], one), world.cases[c].domain.clone()))
         .collect();
     let mut answers: HashMap<usize, Answer> = rest
         .iter()
@@ -258,7 +268,7 @@ fn settled(bench: &Bench, world: &World, mut first: HashMap<usize, Answer>) -> V
     bench.dns.set_glue(false);
     for c in minimal {
         let case = &world.cases[c];
-        let a = bench.ask(case.project, std::slice::from_ref(&case.domain));
+        let a = bench.ask(asker(case, one), std::slice::from_ref(&case.domain));
         answers.insert(c, a.into_iter().next().expect("one answer"));
     }
     bench.dns.set_glue(true);

@@ -18,16 +18,24 @@ pub enum Rdap {
     /// (`Spec::outage`): Verisign's `.com` answers 429 (`Retry-After: 10`), its `.net` and
     /// PIR's `.org` 503, CentralNic's TLDs hang past the gateway's timeout.
     Failing,
+    /// As shipped, while every registry answers 503 for the whole run: no egress to RDAP (a
+    /// usual platform deployment), or every registry down.
+    Unreachable,
 }
 
 impl Rdap {
+    /// The conditions the gate holds (`tests/detection.rs`; the benchmark runs [`Rdap::EVERY`]).
+    #[allow(dead_code)]
     pub const ALL: [Rdap; 3] = [Rdap::On, Rdap::Off, Rdap::Failing];
+    /// Every condition the benchmark runs by default.
+    pub const EVERY: [Rdap; 4] = [Rdap::On, Rdap::Off, Rdap::Failing, Rdap::Unreachable];
 
     pub fn label(self) -> &'static str {
         match self {
             Rdap::On => "on",
             Rdap::Off => "off",
             Rdap::Failing => "failing",
+            Rdap::Unreachable => "unreachable",
         }
     }
 }
