@@ -173,13 +173,15 @@ impl NeighbourhoodRule {
 }
 
 /// A project, as the index remembers it: a stable hash of its name (the same on every
-/// gateway, and no name in a state file).
-pub type ProjectId = u32;
+/// gateway, and no name in a state file). 64 bits: two of 10^6 projects share one with odds
+/// of about 3 in 10^8 (32 bits: likely from about 10^5), and two projects that did would count
+/// as one teacher, and see each other's own findings.
+pub type ProjectId = u64;
 
-/// The id of project `name` (FNV-1a).
+/// The id of project `name` (FNV-1a, 64 bits).
 pub fn project_id(name: &str) -> ProjectId {
-    name.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
@@ -677,13 +679,19 @@ pub struct Learned {
     /// Taught by the lists (the snapshot): see [`Teachers`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub global: bool,
-    /// The untrusted projects whose traffic taught it (ids, the first few). A state file
-    /// older than trust kept every teacher here: read as untrusted, each counts it for its
-    /// own answers until a trusted project asks for it again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The untrusted projects whose traffic taught it (64-bit ids, the first few). Earlier
+    /// releases kept 32-bit ids under `taught_by` and `trusted_by`: those are not read (an old
+    /// id would be a second teacher beside the same project's new one), so such a domain
+    /// counts for nobody until traffic teaches it again; an earlier release reading these
+    /// fields does not know them and counts the domain for nobody either.
+    #[serde(
+        default,
+        rename = "untrusted_ids",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub taught_by: Vec<ProjectId>,
-    /// The trusted projects whose traffic taught it (ids, the first few).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The trusted projects whose traffic taught it (64-bit ids, the first few).
+    #[serde(default, rename = "trusted_ids", skip_serializing_if = "Vec::is_empty")]
     pub trusted_by: Vec<ProjectId>,
 }
 
@@ -1195,6 +1203,25 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn project_ids_are_64_bits_and_a_32_bit_ids_state_teaches_nobody() {
+        // These two share their 32-bit FNV-1a id (0x78cc99a2): one teacher, before.
+        assert_ne!(project_id("project-123773"), project_id("project-1040280"));
+        // A state line of an earlier release (32-bit ids) keeps its hosts, not its teachers.
+        let old = r#"{"domain":"x.example","keys":["host:mx.x.example"],"seen":1,"trusted_by":[2026011234],"taught_by":[7]}"#;
+        let l: Learned = serde_json::from_str(old).unwrap();
+        assert!(l.trusted_by.is_empty() && l.taught_by.is_empty());
+        assert_eq!(l.keys.len(), 1);
+        let mut now = l.clone();
+        now.trusted_by = vec![project_id("a")];
+        let text = serde_json::to_string(&now).unwrap();
+        assert!(
+            text.contains("trusted_ids") && !text.contains("trusted_by"),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Learned>(&text).unwrap(), now);
+    }
 
     const RULE: NeighbourhoodRule = NeighbourhoodRule {
         min_listed: 3,
