@@ -790,6 +790,9 @@ mod tests {
         ] {
             assert!(err.contains(needle), "missing {needle:?} in {err}");
         }
+        // The Redis key store's poll is gone; a config that sets it still loads (a WARN at start).
+        let s = load("gateway:\n  keys_api: { shared_poll_ms: 1000 }\n").unwrap();
+        assert_eq!(s.gateway.keys_api.shared_poll_ms, Some(1000));
     }
 
     #[test]
