@@ -668,12 +668,18 @@ fn redis_log_is_trimmed_to_about_max_per_project() {
         assert!(raw.lines().any(|l| l == field), "no field {field}: {raw}");
     }
     assert!(raw.contains(" safe t9-"), "{raw}");
-    // The newest calls are the ones kept.
-    let newest = all_logs(&gw, TEST_SECRET, 100, || {});
-    assert!(newest[0]["email_domain"]
-        .as_str()
-        .unwrap()
-        .starts_with("t9-"));
+    // The newest calls are the ones kept: of the last rounds only. (A batch's calls are logged
+    // once it is answered, so on a loaded machine the next batch's may be logged among them:
+    // which of two adjacent rounds is newest is not the point.)
+    let rounds: Vec<u32> = all_logs(&gw, TEST_SECRET, 100, || {})
+        .iter()
+        .map(|e| {
+            let d = e["email_domain"].as_str().unwrap();
+            d[1..d.find('-').unwrap()].parse().unwrap()
+        })
+        .collect();
+    assert!(rounds.iter().all(|r| *r >= 6), "{rounds:?}");
+    assert!(rounds.contains(&9), "{rounds:?}");
 }
 
 /// A log written by an earlier build (an entry a call: `d`, `s`, `r`, `t`) stays readable beside
