@@ -61,6 +61,21 @@ pub struct Moved {
     pub before: Vec<String>,
 }
 
+impl Moved {
+    /// Notes what one source of `found` entries came to: `taken` of them, or `None` when a run
+    /// before took the source.
+    fn took(&mut self, source: &str, found: usize, taken: Option<usize>) {
+        match taken {
+            Some(taken) => {
+                self.found += found;
+                self.taken += taken;
+                self.from.push(source.to_owned());
+            }
+            None => self.before.push(source.to_owned()),
+        }
+    }
+}
+
 /// The files an earlier release kept records, keys (`managed`) or its audit trail in, still
 /// there.
 pub fn left_behind(folder: &Path, managed: &Path) -> Vec<PathBuf> {
@@ -117,14 +132,8 @@ async fn keys(
         }
     }
     for (source, keys, file) in sources {
-        match store::import(control, &source, &keys).await? {
-            Some(taken) => {
-                moved.found += keys.len();
-                moved.taken += taken;
-                moved.from.push(source);
-            }
-            None => moved.before.push(source),
-        }
+        let taken = store::import(control, &source, &keys).await?;
+        moved.took(&source, keys.len(), taken);
         if let Some(path) = file {
             let mut to = path.as_os_str().to_owned();
             to.push(".migrated");
@@ -191,14 +200,7 @@ async fn take_audit(
         w.tx.commit().await.map_err(&sql)?;
         Ok::<_, drg_base::infra::control::ControlError>(Some(taken))
     };
-    match import.await? {
-        Some(taken) => {
-            moved.found += entries.len();
-            moved.taken += taken;
-            moved.from.push(source.to_owned());
-        }
-        None => moved.before.push(source.to_owned()),
-    }
+    moved.took(source, entries.len(), import.await?);
     Ok(())
 }
 
@@ -244,13 +246,6 @@ async fn take<R: Record>(
     source: &str,
     records: &[R],
 ) -> Result<(), RecordsError> {
-    match store.import(source, records).await? {
-        Some(taken) => {
-            moved.found += records.len();
-            moved.taken += taken;
-            moved.from.push(source.to_owned());
-        }
-        None => moved.before.push(source.to_owned()),
-    }
+    moved.took(source, records.len(), store.import(source, records).await?);
     Ok(())
 }

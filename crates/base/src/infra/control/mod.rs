@@ -81,6 +81,19 @@ pub fn commit_unknown(e: &sqlx::Error) -> bool {
     !matches!(e, sqlx::Error::Database(_))
 }
 
+/// Where `kind`'s revision is (0 before its first write), read on `conn` (a pool, or a
+/// transaction whose other reads it must agree with).
+pub async fn revision<'c, E>(conn: E, kind: &str) -> Result<i64, sqlx::Error>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
+        .bind(kind.to_owned())
+        .fetch_optional(conn)
+        .await?;
+    Ok(n.unwrap_or(0))
+}
+
 /// The file the control store is kept in without `gateway.control`.
 pub fn sqlite_path(folder: &Path) -> PathBuf {
     folder.join("control.sqlite")

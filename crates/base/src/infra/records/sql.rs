@@ -186,12 +186,9 @@ impl<R: Record> SqlRecords<R> {
 
     async fn revision_now(&self) -> Result<i64, ControlError> {
         let pool = self.control.pool().await?;
-        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
-            .bind(self.kind)
-            .fetch_optional(pool)
+        crate::infra::control::revision(pool, self.kind)
             .await
-            .map_err(self.control.sql())?;
-        Ok(n.unwrap_or(0))
+            .map_err(self.control.sql())
     }
 
     async fn read_now(&self) -> Result<(i64, Vec<R>), ControlError> {
@@ -199,9 +196,7 @@ impl<R: Record> SqlRecords<R> {
         let pool = self.control.pool().await?;
         // The rows and the revision they are at, read in one transaction.
         let mut tx = pool.begin().await.map_err(&sql)?;
-        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
-            .bind(self.kind)
-            .fetch_optional(&mut *tx)
+        let n = crate::infra::control::revision(&mut *tx, self.kind)
             .await
             .map_err(&sql)?;
         let bodies: Vec<String> =
@@ -215,7 +210,7 @@ impl<R: Record> SqlRecords<R> {
         let records = (bodies.iter())
             .filter_map(|b| serde_json::from_str(b).ok())
             .collect();
-        Ok((n.unwrap_or(0), records))
+        Ok((n, records))
     }
 
     async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {

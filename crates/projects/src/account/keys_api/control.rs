@@ -290,12 +290,9 @@ impl ControlKeys {
 
     async fn revision_now(&self) -> Result<i64, ControlError> {
         let pool = self.control.pool().await?;
-        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
-            .bind(KIND)
-            .fetch_optional(pool)
+        drg_base::infra::control::revision(pool, KIND)
             .await
-            .map_err(self.control.sql())?;
-        Ok(n.unwrap_or(0))
+            .map_err(self.control.sql())
     }
 
     /// Every key and the revision they are at.
@@ -303,9 +300,7 @@ impl ControlKeys {
         let sql = self.control.sql();
         let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
         // The revision first: rows read after it are as new or newer, never older.
-        let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
-            .bind(KIND)
-            .fetch_optional(&mut *tx)
+        let n = drg_base::infra::control::revision(&mut *tx, KIND)
             .await
             .map_err(&sql)?;
         let rows: Vec<(String, i64)> =
@@ -314,10 +309,7 @@ impl ControlKeys {
                 .await
                 .map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
-        Ok((
-            n.unwrap_or(0),
-            rows.into_iter().filter_map(row_of).collect(),
-        ))
+        Ok((n, rows.into_iter().filter_map(row_of).collect()))
     }
 
     /// Drops keys whose maker is gone (and theirs, by the foreign key), in one transaction.
