@@ -58,10 +58,6 @@ pub struct Verdict<'a> {
     /// (registered more than `rdap.established_days` ago, [`shields`]) or enough projects
     /// reported it `safe` (`reported_safe`): it stays `safe`.
     pub established: bool,
-    /// The neighbourhood would have made the name `disposable` on a single source, but the
-    /// registry the gateway asks has not given its age yet (queued, slow or failing): it stays
-    /// `safe` until the age can be weighed ([`Signals::age_awaited`]).
-    pub awaiting_registry: bool,
     /// The projects whose `safe` reports the operator accepted ([`Signals`]).
     pub reported_safe: Option<u32>,
 }
@@ -81,12 +77,10 @@ pub struct Signals<'e> {
     pub mx: Option<&'e MxEvidence>,
     /// The learned MX neighbourhood's finding: the key, its counts and the lists behind them.
     pub neighbourhood: Option<Finding>,
-    /// When RDAP says the registrable domain was registered.
+    /// When RDAP says the registrable domain was registered. `None` whatever the reason (no
+    /// RDAP for the TLD, RDAP off, the registry queued, slow, throttled or failing): the
+    /// verdict is then the one without a registry, never a worse or a better one.
     pub age: Option<DomainAge>,
-    /// The gateway asks a registry for the domain's age (its TLD runs RDAP) and has none yet:
-    /// queued, slow or failing. A finding on a single source is not weighed against an age it
-    /// may yet get: a registry that fails or lags never condemns a domain.
-    pub age_awaited: bool,
     /// The operator accepted `safe` for the domain (`reports accept`): how many projects'
     /// reports. Inference never flags it.
     pub reported_safe: Option<u32>,
@@ -111,15 +105,10 @@ pub fn verdict_of<'a>(
     let shielded = finding.is_some()
         && (signals.reported_safe.is_some()
             || finding.is_some_and(|f| shields(f, signals.age, age_rule)));
-    let awaited = !shielded
-        && signals.age.is_none()
-        && signals.age_awaited
-        && finding.is_some_and(|f| !f.trusted);
-    if shielded || awaited {
+    if shielded {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
-        verdict.established = shielded;
-        verdict.awaiting_registry = awaited;
+        verdict.established = true;
     }
     if let Some(age) = signals.age {
         apply_age(&mut verdict, age, age_rule, table.scores());
@@ -132,8 +121,8 @@ pub fn verdict_of<'a>(
 /// project's own teaching (`trusted: false`). Throwaway domains are as often a year old as a
 /// week old (the median domain is about 331 days old when a blocklist first names it), so age
 /// never shields a domain from neighbours that no single project could have planted; and an
-/// age the registry did not give (missing, slow, throttled, failing) weighs nothing: a missing
-/// registry never makes an answer worse than the answer without RDAP.
+/// age the registry did not give (missing, slow, throttled, failing) weighs nothing either way:
+/// a registry that never answers makes the answer neither worse nor better than no registry.
 pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool {
     !finding.trusted && age.is_some_and(|a| rule.is_established(a))
 }
@@ -335,7 +324,6 @@ fn classify_table<'a>(
         age: None,
         young: None,
         established: false,
-        awaiting_registry: false,
         reported_safe: None,
     }
 }
@@ -773,24 +761,12 @@ mod tests {
                 ..finding.clone()
             }),
             age,
-            age_awaited: false,
             reported_safe: None,
         };
-        // A finding resting on the project's own teaching: an established age shields.
+        // A finding resting on the project's own teaching: an established age shields; no
+        // age (whether the registry is slow, failing or absent) is the answer without one.
         assert_eq!(judged(with(Some(young), false)).0, Reason::Disposable);
         assert_eq!(judged(with(None, false)).0, Reason::Disposable);
-        // ... and one the registry has yet to give is waited for, never condemned meanwhile
-        // (a corroborated finding needs no age).
-        let awaited = |trusted| Signals {
-            age_awaited: true,
-            ..with(None, trusted)
-        };
-        let v = verdict_of(&table, &name, table.lookup(&name), awaited(false), rule);
-        assert_eq!(
-            (v.record.reason, v.awaiting_registry, v.established),
-            (Reason::Safe, true, false)
-        );
-        assert_eq!(judged(awaited(true)).0, Reason::Disposable);
         assert_eq!(
             judged(with(Some(old), false)),
             (Reason::Safe, scores.neighbourhood_established, None, true)

@@ -118,10 +118,6 @@ pub struct Evidence<'a> {
     /// established domain.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub established: bool,
-    /// The neighbourhood would have flagged the name on a single source, but its registry has
-    /// not given its age yet (queued, slow or failing): `safe` until the age can be weighed.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub awaiting_registry: bool,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -178,7 +174,6 @@ pub fn evidence<'a>(
         age_days: verdict.age.map(|a| a.age_days),
         young_domain: verdict.young,
         established: verdict.established,
-        awaiting_registry: verdict.awaiting_registry,
         reported_safe_by: verdict.reported_safe,
     }
 }

@@ -261,28 +261,6 @@ impl Rdap {
         false
     }
 
-    /// Whether `name`'s age is still awaited: the gateway asks a registry for it (its TLD has
-    /// an RDAP server) and the registry has not answered yet (nothing cached, or a failure).
-    /// A registry that answered without a date (or not found) is not awaited: that is all it
-    /// will say.
-    pub fn awaits(&self, name: &DomainName) -> bool {
-        let Some(registrable) = name.registrable() else {
-            return false;
-        };
-        if self
-            .bootstrap
-            .load()
-            .servers(tld_of(registrable))
-            .is_empty()
-        {
-            return false;
-        }
-        !matches!(
-            self.cache.entry(registrable).map(|e| e.known),
-            Some(Known::Registered(_) | Known::Undated | Known::NotFound)
-        )
-    }
-
     /// What the cache knows of `name`'s age, with no side effect (nothing queued, no project
     /// marked as having asked, no counter): `None` when it knows nothing (never asked, or a
     /// failure), `Some(None)` when the registry gave no date, `Some(Some(age))` when it did.

@@ -118,13 +118,11 @@ impl Judge {
         if missing && !delisted {
             return None;
         }
-        let age_awaited = age.is_none() && self.rdap.as_ref().is_some_and(|r| r.awaits(&name));
         let (mx, neighbourhood, reported_safe) = (evidence.as_deref(), finding, None);
         let signals = Signals {
             mx,
             neighbourhood,
             age,
-            age_awaited,
             reported_safe,
         };
         let v = crate::account::reports::decisions::verdict_with(

@@ -256,7 +256,6 @@ impl Gateway {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
-            age_awaited: age.is_none() && rdap.is_some_and(|r| r.awaits(name)),
             reported_safe: None,
         };
         let accepted = self.shared.accepted.load();
