@@ -121,7 +121,7 @@ fn world() -> World {
         .push(("nx-new.test".into(), "network", "203.0.113.0/24"));
     // 4. Shared hosting: a few throwaway tenants (four, below `min_listed`) among thirty
     // companies (seen in traffic before). Nothing vouches for the companies here (no RDAP):
-    // with five listed tenants the lists' snapshot alone would judge them (docs/mx.md, "What
+    // with ten listed tenants the lists' snapshot alone would judge them (docs/mx.md, "What
     // it cannot catch").
     w.host("mx.sharedhost.test", [198, 51, 100, 10]);
     for i in 0..4 {
@@ -626,7 +626,7 @@ fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked()
     let first = record(&gw, "qb-new0.test");
     assert!(judged(&first), "{first}");
     assert_eq!(
-        first["evidence"]["neighbourhood"]["trusted"], false,
+        first["evidence"]["neighbourhood"]["grounds"], "lookups",
         "{first}"
     );
     let since = first["evidence"]["neighbourhood"]["since"].clone();
@@ -768,7 +768,7 @@ fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
 }
 
 /// Self-serve accounts plant for nobody but themselves: two projects on a plan the operator
-/// does not trust (`neighbourhood.trusted_plans`) both look up the same five listed domains
+/// does not trust (`neighbourhood.trusted_plans`) both look up the same ten listed domains
 /// whose DNS they control, MX at a small company's host. The company stays `safe` for a
 /// trusted project; each attacker's own answers are judged on its own word. Before trust, two
 /// projects asking for one listed name made it everyone's evidence (issue 77).
@@ -779,7 +779,7 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
     let mut w = World::new();
     w.host("mx.smallhost.test", [192, 0, 2, 60]);
     w.mx("customer.test", &["mx.smallhost.test"]);
-    for i in 0..5 {
+    for i in 0..10 {
         let d = format!("planted{i}.test");
         w.mx(&d, &["mx.smallhost.test"]);
         w.listed.push(d);
@@ -802,7 +802,7 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
         }
     }
     wait_until(Duration::from_secs(20), || {
-        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 5.0
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 10.0
     });
     wait_until(Duration::from_secs(10), || {
         reason_for(&gw, A, "customer.test") == "disposable"
@@ -896,6 +896,87 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
         record(&gw, established)["evidence"]["established"] == true
     });
     assert_eq!(record(&gw, established)["reason"], "safe");
+}
+
+/// Two trusted projects each look up the same listed domains whose mail points at a small
+/// host (their end users typed the addresses into the sign-up forms: anyone can), and a third
+/// project asks for the host's customers (issue 85). Before, five such names looked up by both
+/// projects made a "corroborated" finding that stood against any age: the host's 10-year-old
+/// customer answered `disposable`. Now five listed names judge no host (`min_listed` 10: a
+/// shared host carries a few listed names), and past ten, what lookups taught (whoever holds
+/// the listed names chose where their mail goes, however many projects carried the lookups)
+/// does not outweigh an established age. (A customer under a year old is flagged past ten:
+/// nothing in its own evidence tells it from a throwaway; docs/mx.md "What it cannot catch".)
+#[test]
+fn lookups_by_several_trusted_projects_do_not_outweigh_an_established_age() {
+    const THIRD: &str = "drg_test_third_key_0123456789abcdefghijklmnopq";
+    let mut w = World::new();
+    w.host("mx.small-host.test", [192, 0, 2, 62]);
+    for i in 0..12 {
+        let d = format!("lapsed{i}.test");
+        w.mx(&d, &["mx.small-host.test"]);
+        w.listed.push(d);
+    }
+    let (old, young) = ("old-firm.test", "new-shop.test");
+    for c in [old, young] {
+        w.mx(c, &["mx.small-host.test"]);
+    }
+    let dns = w.dns();
+    let mut replies: HashMap<&str, Reply> = HashMap::new();
+    replies.insert(old, Reply::Registered(3_650));
+    replies.insert(young, Reply::Registered(200));
+    let rdap = RdapServer::start(replies);
+    let gw = builder(&w, &dns)
+        .key_in_project("third", THIRD, "test", "third")
+        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .start();
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+    });
+    let ask = |name: &str| {
+        Conn::open_as(gw.addr, Some(THIRD))
+            .unwrap()
+            .get(&format!("/v1/public/domain/{name}?explain=true"))
+            .unwrap()
+            .json()
+    };
+    // Each listed name looked up by both trusted projects: five first.
+    let plant = |names: &[String]| {
+        for secret in [TEST_SECRET, OTHER] {
+            for d in names {
+                assert_eq!(reason_for(&gw, secret, d), "disposable");
+            }
+        }
+    };
+    plant(&w.listed[..5]);
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 5.0
+    });
+    for c in [old, young] {
+        let r = ask(c);
+        assert_eq!(r["reason"], "safe", "{r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    }
+    plant(&w.listed[5..]);
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 14.0
+    });
+    wait_until(Duration::from_secs(10), || {
+        ask(young)["evidence"]["rule"] == "mx_neighbourhood"
+    });
+    let r = ask(young);
+    assert_eq!(r["reason"], "disposable", "{r}");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    assert_eq!(r["evidence"]["neighbourhood"]["grounds"], "lookups", "{r}");
+    wait_until(Duration::from_secs(15), || {
+        ask(old)["evidence"]["established"] == true
+    });
+    let r = ask(old);
+    assert_eq!(r["reason"], "safe", "{r}");
+    assert_eq!(r["risk_score"], 40, "{r}");
+    assert_eq!(r["evidence"]["neighbourhood"]["grounds"], "lookups", "{r}");
 }
 
 /// Two gateways on one Redis answer one verdict for a name, whichever is asked (issue 85: they

@@ -7,27 +7,53 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Bench;
 use super::projects::{ATTACKER, ATTACKERS, SOLO};
-use super::world::{Attack, Bucket, World};
+use super::world::{Attack, Bucket, Through, World};
 
 /// One attack's result: the planted listed domains after which a victim was first flagged
-/// (in the victims' project's answers), if any was, and which victim's bucket.
+/// (in the victims' project's answers), if any was, and which victim's bucket; and after how
+/// many each victim was (the attack goes on until every victim is flagged or nothing is left
+/// to plant: what flagging an established victim costs).
 #[derive(Debug, Clone)]
 pub struct AttackOutcome {
     pub class: &'static str,
-    /// Attacker projects that planted (in turn).
+    /// Projects that planted (in turn).
     pub attackers: usize,
+    pub through: Through,
     pub needed: Option<usize>,
     pub tried: usize,
     pub victim: Option<Bucket>,
+    /// Every victim flagged: its bucket and the planted domains after which it first was.
+    pub flagged: Vec<(Bucket, usize)>,
+    /// Victims of the attack.
+    pub victims: usize,
 }
 
-/// The project that plants an attack's `k`-th domain: the attack's attackers in turn (in a
-/// one-project deployment, its project).
-fn planter(attack: &Attack, k: usize, one_project: bool) -> &'static str {
-    if one_project {
-        SOLO
-    } else {
-        ATTACKERS[k % attack.attackers.clamp(1, ATTACKERS.len())]
+impl AttackOutcome {
+    /// The report's cell: each victim flagged, after how many planted (its age bucket), or
+    /// `none/N`.
+    pub fn cell(&self) -> String {
+        if self.flagged.is_empty() {
+            return format!("none/{}", self.tried);
+        }
+        let each: Vec<String> = (self.flagged.iter())
+            .map(|(b, n)| format!("{n} ({})", b.label()))
+            .collect();
+        each.join(" + ")
+    }
+}
+
+/// The project that plants an attack's `k`-th domain: the attack's attackers in turn, or the
+/// deployment's own `projects` in turn (in a one-project deployment, its project).
+fn planter(
+    attack: &Attack,
+    k: usize,
+    one_project: bool,
+    projects: &[&'static str],
+) -> &'static str {
+    match attack.through {
+        _ if one_project => SOLO,
+        Through::Trusted => projects[k % attack.attackers.clamp(1, projects.len())],
+        Through::SelfServe => ATTACKERS[k % attack.attackers.clamp(1, ATTACKERS.len())],
     }
 }
 
@@ -54,7 +80,7 @@ fn plant(bench: &Bench, planted: &[(&'static str, String)]) {
 pub fn attack_all(
     bench: &Bench,
     attacks: &[&Attack],
-    one_project: bool,
+    (one_project, projects): (bool, &[&'static str]),
     victims_project: &str,
     most: usize,
 ) -> Vec<AttackOutcome> {
@@ -63,14 +89,17 @@ pub fn attack_all(
         .map(|a| AttackOutcome {
             class: a.class,
             attackers: a.attackers,
+            through: a.through,
             needed: None,
             tried: 0,
             victim: None,
+            flagged: Vec::new(),
+            victims: a.victims.len(),
         })
         .collect();
     for k in 0..most {
         let going: Vec<usize> = (0..attacks.len())
-            .filter(|&i| out[i].needed.is_none() && k < attacks[i].planted.len())
+            .filter(|&i| out[i].flagged.len() < out[i].victims && k < attacks[i].planted.len())
             .collect();
         if going.is_empty() {
             break;
@@ -79,7 +108,7 @@ pub fn attack_all(
             .iter()
             .map(|&i| {
                 let a = attacks[i];
-                (planter(a, k, one_project), a.planted[k].clone())
+                (planter(a, k, one_project, projects), a.planted[k].clone())
             })
             .collect();
         let before = bench.taught().unwrap_or(0.0);
@@ -99,9 +128,13 @@ pub fn attack_all(
         // own lookups of the victims are not the victims' harm; in a one-project deployment
         // the victims' project is the attacker's, and its cost is reported.
         for ((i, (_, bucket)), answer) in victims.iter().zip(bench.ask(victims_project, &names)) {
-            if answer.flagged() && out[*i].needed.is_none() {
-                out[*i].needed = Some(k + 1);
-                out[*i].victim = Some(*bucket);
+            let o = &mut out[*i];
+            if answer.flagged() && !o.flagged.iter().any(|(b, _)| b == bucket) {
+                o.flagged.push((*bucket, k + 1));
+                if o.needed.is_none() {
+                    o.needed = Some(k + 1);
+                    o.victim = Some(*bucket);
+                }
             }
         }
     }

@@ -6,15 +6,18 @@
 //! attackers plant too). And the names one project pushes at top-domains.
 
 use super::facts;
-use super::world::{Attack, Bucket, World, MAX_PLANTED};
+use super::world::{Attack, Bucket, Through, World, MAX_PLANTED};
+
+/// One self-serve attacker project.
+const ONE: (usize, Through) = (1, Through::SelfServe);
 
 impl World {
     /// The four attacks, each by one attacker project.
     pub(super) fn attacks(&mut self) {
         let (planted, victims) = self.on_own_hosts();
-        self.push_attack("attack: victims' own hosts", 1, planted, victims);
+        self.push_attack("attack: victims' own hosts", ONE, planted, victims);
         let (planted, victims) = self.on_a_third_party();
-        self.push_attack("attack: a third party's host", 1, planted, victims);
+        self.push_attack("attack: a third party's host", ONE, planted, victims);
         // Made-up hosts under that third party's name (they do not resolve).
         let hoster = self.own_host_in(None);
         let parent = hoster[0].trim_start_matches("mail.").to_owned();
@@ -25,12 +28,12 @@ impl World {
         });
         self.push_attack(
             "attack: made-up hosts, third party's name",
-            1,
+            ONE,
             planted,
             victims,
         );
         let (planted, victims) = self.on_a_provider_net(&[]);
-        self.push_attack("attack: a hosting provider's /24", 1, planted, victims);
+        self.push_attack("attack: a hosting provider's /24", ONE, planted, victims);
     }
 
     /// Planted on the victims' own hosts: the planted listed domains and the victims.
@@ -81,17 +84,18 @@ impl World {
     pub(super) fn push_attack(
         &mut self,
         class: &'static str,
-        attackers: usize,
+        (attackers, through): (usize, Through),
         planted: Vec<String>,
         victims: Vec<(String, Bucket)>,
     ) {
         let attack = Attack {
             class,
             attackers,
+            through,
             planted,
             victims,
         };
-        if attackers == 1 {
+        if attackers == 1 && through == Through::SelfServe {
             self.attacks.push(attack);
         } else {
             self.crowds.push(attack);

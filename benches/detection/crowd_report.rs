@@ -5,10 +5,11 @@
 use std::fmt::Write as _;
 
 use super::client::Route;
-use super::crowds::{CROWDS, SHAPES};
+use super::crowds::{CROWDS, SHAPES, TRUSTED};
 use super::report::Report;
 use super::runner::Run;
 use super::spec::Rdap;
+use super::world::Through;
 
 impl Report<'_> {
     /// The cases the projects disagreed on in the runs of `rdap` on `route`, over every seed,
@@ -68,7 +69,8 @@ impl Report<'_> {
             self.projects(),
             counts.join(" · ")
         );
-        out.push_str(&self.crowd_attack_table(rdap));
+        out.push_str(&self.crowd_attack_table(rdap, Through::SelfServe));
+        out.push_str(&self.crowd_attack_table(rdap, Through::Trusted));
         out.push_str(&self.report_table(rdap));
         out
     }
@@ -83,23 +85,29 @@ impl Report<'_> {
         }
     }
 
-    /// K attackers' planting attacks: planted listed domains after which a victim of a trusted
-    /// project was flagged, per seed.
-    fn crowd_attack_table(&self, rdap: Rdap) -> String {
-        let mut out = String::from("Attacks by K self-serve attacker projects together (the k-th planted by attacker k mod K), victims asked by a trusted project: planted listed domains after which a victim was flagged (its age bucket), per seed; `none/N`: no victim flagged after N.\n\n| attack | K | several projects, GET | several projects, batch |\n|---|---:|---|---|\n");
-        for k in CROWDS {
+    /// K projects' planting attacks (`through` self-serve attackers or the deployment's own
+    /// trusted projects): planted listed domains after which a victim of a trusted project was
+    /// flagged, per seed.
+    fn crowd_attack_table(&self, rdap: Rdap, through: Through) -> String {
+        let (intro, ks) = match through {
+            Through::SelfServe => ("Attacks by K self-serve attacker projects together (the k-th planted by attacker k mod K)", &CROWDS[..]),
+            Through::Trusted => ("Attacks carried by K of the deployment's own trusted projects (the k-th planted looked up by project k mod K: end users typing the planted addresses into their sign-up forms)", &TRUSTED[..]),
+        };
+        let mut out = format!("{intro}, victims asked by a trusted project: planted listed domains after which each victim was flagged (its age bucket; `+` between victims), per seed; `none/N`: no victim flagged after N.\n\n| attack | K | several projects, GET | several projects, batch |\n|---|---:|---|---|\n");
+        for &k in ks {
+            // The trusted crowds are the deployment's own projects: at most as many.
+            let k = match through {
+                Through::Trusted => k.min(self.projects().max(1)),
+                Through::SelfServe => k,
+            };
             for shape in SHAPES {
                 let _ = write!(out, "| {shape} | {k} |");
                 for route in [Route::Get, Route::Batch] {
                     let cell = self.per_seed(rdap, route, |r| {
-                        let a = r
-                            .crowds
-                            .iter()
-                            .find(|a| a.attackers == k && a.class == shape)?;
-                        Some(match (a.needed, a.victim) {
-                            (Some(n), Some(b)) => format!("{n} ({})", b.label()),
-                            _ => format!("none/{}", a.tried),
-                        })
+                        let a = r.crowds.iter().find(|a| {
+                            a.attackers == k && a.class == shape && a.through == through
+                        })?;
+                        Some(a.cell())
                     });
                     let _ = write!(out, " {cell} |");
                 }
@@ -113,7 +121,7 @@ impl Report<'_> {
     /// K attackers' `safe` reports: of the reported throwaways and one unreported one on the
     /// same host, how many a trusted project got `safe`, per seed.
     fn report_table(&self, rdap: Rdap) -> String {
-        let mut out = String::from("`safe` reports by K self-serve attacker projects (each looks up and reports the same throwaways on a known throwaway host; no operator accepts): names a trusted project then got `safe`, of the reported ones and one unreported one on that host (`+u`: the unreported one among them), per seed; the attackers' own answers flagged before reporting; reports refused.\n\n| K | reported | GET | batch | flagged before (GET · batch) | refused |\n|---:|---:|---|---|---|---:|\n");
+        let mut out = String::from("`safe` reports by K self-serve attacker projects (each looks up and reports the same throwaways on a known throwaway host; no operator accepts): names a trusted project got flagged before the reports and `safe` after them, of the reported ones and one unreported one on that host (`+u`: the unreported one among them), per seed; the attackers' own answers flagged before reporting; reports refused.\n\n| K | reported | GET | batch | flagged before (GET · batch) | refused |\n|---:|---:|---|---|---|---:|\n");
         for k in CROWDS {
             let of = |r: &Run| r.reports.iter().find(|o| o.attackers == k).cloned();
             let reported = self.runs.iter().find_map(&of).map_or(0, |o| o.reported);

@@ -26,9 +26,13 @@ pub struct EveryProject {
     pub errors: usize,
 }
 
+/// The gateway's `rdap.established_days` (its default, which the benchmark's deployment keeps).
+const ESTABLISHED_DAYS: i64 = 365;
+
 /// What K attackers' `safe` reports did: how many of the reported throwaways the attackers'
 /// own lookups flagged before they reported them, the reports refused, and the names (the
-/// reported ones and the unreported one) answered `safe` to a trusted project afterwards.
+/// reported ones and the unreported one) a trusted project got flagged before the reports and
+/// `safe` afterwards.
 #[derive(Debug, Clone)]
 pub struct ReportOutcome {
     pub attackers: usize,
@@ -106,9 +110,23 @@ fn all_ask(bench: &Bench, world: &World, cases: &[usize], out: &mut EveryProject
     }
 }
 
-/// Every crowd's reports (side by side: each on its own host), then a trusted project (the
-/// deployment's first) asks the reported names and the unreported one.
+/// A trusted project (the deployment's first) asks the reported names and the unreported one;
+/// every crowd's reports (side by side: each on its own host); then the trusted project asks
+/// them again.
 pub fn reports(bench: &Bench, world: &World) -> Vec<ReportOutcome> {
+    // Every crowd's names at once (a name no registry has answered for yet waits its bound),
+    // first before any report, once their registries have answered: what the reports changed,
+    // not what the names' own evidence (an established age) answers anyway.
+    let names: Vec<String> = world
+        .reported
+        .iter()
+        .flat_map(|r| r.reported.iter().chain([&r.unreported]).cloned())
+        .collect();
+    bench.ask(world.projects[0], &names);
+    bench.settle(Duration::from_secs(10), (0.0, 0));
+    let flagged_first: Vec<bool> = (bench.ask(world.projects[0], &names).iter())
+        .map(|a| a.flagged())
+        .collect();
     let mut out: Vec<ReportOutcome> = std::thread::scope(|s| {
         let filed: Vec<_> = world
             .reported
@@ -122,19 +140,27 @@ pub fn reports(bench: &Bench, world: &World) -> Vec<ReportOutcome> {
     });
     // A report is held by the gateway's next poll of the reports (every 400 ms).
     std::thread::sleep(Duration::from_millis(1_000));
-    // Every crowd's names at once (a name no registry has answered for yet waits its bound).
-    let names: Vec<String> = world
-        .reported
-        .iter()
-        .flat_map(|r| r.reported.iter().chain([&r.unreported]).cloned())
-        .collect();
     let mut answers = bench.ask(world.projects[0], &names).into_iter();
-    let mut names = names.into_iter();
+    // A name the registry shows established is `safe` once its age is in, reports or not (a
+    // finding lookups taught never outweighs it): whether its age came before the first ask
+    // or after is timing, not the reports' doing.
+    let established = |n: &str| {
+        let tld = n.rsplit('.').next().unwrap_or_default();
+        world.has_rdap(tld)
+            && world
+                .registered
+                .get(n)
+                .is_some_and(|d| *d >= ESTABLISHED_DAYS)
+    };
+    let flagged_first: Vec<bool> = (names.iter().zip(flagged_first))
+        .map(|(n, f)| f && !established(n))
+        .collect();
+    let mut names = names.into_iter().zip(flagged_first);
     for (r, o) in world.reported.iter().zip(&mut out) {
         let mut safe: Vec<String> = Vec::new();
         for _ in 0..=r.reported.len() {
             let (name, answer) = (names.next(), answers.next());
-            if let (Some(n), Some(a)) = (name, answer) {
+            if let (Some((n, true)), Some(a)) = (name, answer) {
                 if !a.flagged() {
                     safe.push(n);
                 }

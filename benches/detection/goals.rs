@@ -1,6 +1,9 @@
 //! The goals of issue 66 the detection gate holds the model to, over every seed of a report:
 //! recall on unlisted throwaways in every age bucket (settled 90%, first 80% of those that
-//! arrive after their host is known; 50% both for the /24 shape) with RDAP on and failing;
+//! arrive after their host is known; 50% both for the /24 shape) with RDAP on and failing,
+//! but the aged one's (issue 85: a finding lookups taught never outweighs an established age,
+//! so a throwaway over a year old that only lookups found is given up where its registry
+//! answers; must-not-flag wins);
 //! and in every condition, on GET and on the batch route: no must-not-flag case flagged, no
 //! attack flagging a victim with 20 planted domains from one project (several projects), GET
 //! and batch agreeing on every case, unusable set-ups and missing hosts with minimal answers
@@ -8,13 +11,15 @@
 //! verdict (DESIGN.md): every project of the deployment asked every case at once gets the same
 //! `reason`; no victim of a trusted project flagged by K <= 10 self-serve attacker projects
 //! planting 20 listed domains together; no throwaway that K self-serve projects reported
-//! `safe` (nor its unreported neighbour) answered `safe` to a trusted project.
+//! `safe` (nor its unreported neighbour) answered `safe` to a trusted project. And (issue 85)
+//! no established victim flagged by planting through any of the deployment's trusted projects,
+//! one, two or four of them, with up to 20 planted listed domains.
 
 use super::broken::{MINIMAL, UNUSABLE};
 use super::client::Route;
 use super::report::{Count, Report, Which, FLOOR_CONDITIONS};
 use super::spec::Rdap;
-use super::world::{Arrival, Bucket, Expect, Shape};
+use super::world::{Arrival, Bucket, Case, Expect, Shape, Through};
 
 /// Planted listed domains from one project that must flag no victim.
 pub const PLANTED: usize = 20;
@@ -43,7 +48,11 @@ pub fn misses(report: &Report) -> Vec<String> {
         attacks(report, rdap, &mut out);
         crowds(report, rdap, &mut out);
         for which in [Which::First, Which::Settled] {
-            for (class, cases) in report.disagreements(rdap, which) {
+            // An aged throwaway's answer is `safe` once its age is in, `disposable` before:
+            // whether the registry answered within a lookup's budget, on either route, is
+            // timing, and both answers are the model's.
+            let timed = |c: &Case| c.expect == Expect::Disposable && c.bucket == Some(Bucket::Old);
+            for (class, cases) in report.disagreements_of(rdap, which, |c| !timed(c)) {
                 out.push(format!(
                     "RDAP {}: GET and batch disagree on the {which:?} answer of {} {class} cases: {}",
                     rdap.label(),
@@ -59,7 +68,8 @@ pub fn misses(report: &Report) -> Vec<String> {
 fn recall(report: &Report, rdap: Rdap, route: Route, out: &mut Vec<String>) {
     for shape in Shape::ALL {
         let (settled, first) = floors(shape);
-        for bucket in Bucket::ALL {
+        // Given up where the registry gives the age (docs/mx.md, rule 6).
+        for bucket in Bucket::ALL.into_iter().filter(|b| *b != Bucket::Old) {
             let checks = [
                 (Which::Settled, None, settled),
                 (Which::First, Some(Arrival::After), first),
@@ -174,7 +184,28 @@ fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
             ));
         }
         for run in report.runs(rdap, route) {
-            for a in &run.crowds {
+            // Through trusted projects: no established victim (a younger one is flagged past
+            // `min_listed`: docs/mx.md, "What it cannot catch"). With RDAP off nothing is
+            // established.
+            let trusted = run.crowds.iter().filter(|a| a.through == Through::Trusted);
+            for a in trusted.filter(|_| rdap != Rdap::Off) {
+                let aged = a.flagged.iter().find(|(b, _)| *b == Bucket::Old);
+                if let Some((_, k)) = aged.filter(|(_, k)| *k <= PLANTED) {
+                    out.push(format!(
+                        "RDAP {} {} seed {}: planting through {} trusted projects, {}: flagged the established victim after {k} planted",
+                        rdap.label(),
+                        route.label(),
+                        run.seed,
+                        a.attackers,
+                        a.class,
+                    ));
+                }
+            }
+            for a in run
+                .crowds
+                .iter()
+                .filter(|a| a.through == Through::SelfServe)
+            {
                 if a.needed.is_some_and(|k| k <= PLANTED) || a.tried < PLANTED {
                     out.push(format!(
                         "RDAP {} {} seed {}: {} attackers, {}: flagged a trusted project's victim ({:?}) after {:?} planted",

@@ -10,6 +10,7 @@ use super::world::{Bucket, Expect, World};
 pub const FORWARDERS: &str = "not: forwarder/mailbox customers";
 pub const RELAYS: &str = "not: privacy relays";
 pub const HOSTING: &str = "not: shared hosting beside listed throwaways";
+pub const HOSTING_EVERY: &str = "not: shared hosting, its listed throwaways asked by every project";
 pub const SMALL: &str = "not: young companies on small shared hosts";
 pub const NO_RDAP: &str = "not: companies on TLDs without RDAP";
 pub const COMPANIES: &str = "not: companies (own host, Google, Microsoft)";
@@ -197,9 +198,26 @@ impl World {
         }
     }
 
+    /// A shared host whose listed throwaways every project of the deployment looked up (as
+    /// many as the assumption's most, 5: issue 85's case), and its customers the cases, their
+    /// age buckets in turn: honest traffic only.
+    pub(super) fn hosting_every_project(&mut self) {
+        let (_, most) = facts::HOSTING_LISTED;
+        let hosts = self.hoster_with(Some(most));
+        for k in 0..self.size.per_class {
+            self.company(HOSTING_EVERY, Bucket::ALL[k % 4], &hosts, "a mx ~all");
+        }
+    }
+
     /// A shared-hosting mail host in its provider's own /24: hundreds of customers, the share
     /// the deployment saw before looked up in the past, and a few listed throwaways.
     fn hoster(&mut self) -> Vec<String> {
+        self.hoster_with(None)
+    }
+
+    /// [`hoster`](Self::hoster); with `every: Some(n)`, `n` listed throwaways each looked up
+    /// by every project.
+    fn hoster_with(&mut self, every: Option<u64>) -> Vec<String> {
         let tld = self.company_tld(Bucket::Old);
         let provider = self.fresh_name(&tld);
         let net = self.net24();
@@ -218,9 +236,15 @@ impl World {
             self.customer_seen(&hosts);
         }
         let (lo, hi) = facts::HOSTING_LISTED;
-        for _ in 0..self.rng.range(lo, hi) {
+        let listed = every.unwrap_or_else(|| self.rng.range(lo, hi));
+        for _ in 0..listed {
             let d = self.throwaway_name();
             self.listed(&d, &hosts);
+            if every.is_some() {
+                for project in self.projects.clone() {
+                    self.listing_lookup(&d, project);
+                }
+            }
         }
         hosts
     }

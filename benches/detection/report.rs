@@ -161,6 +161,16 @@ impl Report<'_> {
 
     /// Cases whose GET and batch answers (`which`) differ, by class, over every seed.
     pub fn disagreements(&self, rdap: Rdap, which: Which) -> BTreeMap<&'static str, Vec<String>> {
+        self.disagreements_of(rdap, which, |_| true)
+    }
+
+    /// [`disagreements`](Self::disagreements) among the cases `keep` keeps.
+    pub fn disagreements_of(
+        &self,
+        rdap: Rdap,
+        which: Which,
+        keep: impl Fn(&Case) -> bool,
+    ) -> BTreeMap<&'static str, Vec<String>> {
         let mut out: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
         for get in self.runs(rdap, Route::Get) {
             let Some(batch) = self.runs(rdap, Route::Batch).find(|b| b.seed == get.seed) else {
@@ -169,8 +179,8 @@ impl Report<'_> {
             let world = self.world(get.seed);
             for (g, b) in get.outcomes.iter().zip(&batch.outcomes) {
                 let (ga, ba) = (which.of(g), which.of(b));
-                if ga.reason != ba.reason {
-                    let case = &world.cases[g.case];
+                let case = &world.cases[g.case];
+                if ga.reason != ba.reason && keep(case) {
                     out.entry(case.class).or_default().push(format!(
                         "{} (GET {} {}, batch {} {})",
                         case.domain, ga.reason, ga.score, ba.reason, ba.score
@@ -361,7 +371,7 @@ impl Report<'_> {
     /// The attacks: planted listed domains to flag a victim, per seed, per deployment and
     /// route; and top-domains.
     fn attack_table(&self, rdap: Rdap) -> String {
-        let mut out = String::from("Attacks: planted listed domains after which a victim was flagged (its age bucket), per seed; `none/N`: no victim flagged after N.\n\n| attack | several projects, GET | several projects, batch | one project, GET | one project, batch |\n|---|---|---|---|---|\n");
+        let mut out = String::from("Attacks: planted listed domains after which each victim was flagged (its age bucket; `+` between victims), per seed; `none/N`: no victim flagged after N.\n\n| attack | several projects, GET | several projects, batch | one project, GET | one project, batch |\n|---|---|---|---|---|\n");
         let classes: Vec<&'static str> = self.worlds[0].attacks.iter().map(|a| a.class).collect();
         for (i, class) in classes.iter().enumerate() {
             let _ = write!(out, "| {class} |");
@@ -373,10 +383,7 @@ impl Report<'_> {
                         .filter(|r| r.spec.rdap == rdap && r.spec.route == route)
                         .filter(|r| r.spec.one_project == one)
                         .filter_map(|r| r.attacks.get(i))
-                        .map(|a| match (a.needed, a.victim) {
-                            (Some(k), Some(b)) => format!("{k} ({})", b.label()),
-                            _ => format!("none/{}", a.tried),
-                        })
+                        .map(|a| a.cell())
                         .collect();
                     let _ = write!(
                         out,

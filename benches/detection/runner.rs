@@ -186,7 +186,13 @@ fn attacks(bench: &Bench, world: &World, spec: Spec) -> (Vec<AttackOutcome>, Vec
     let victims_project = if one { SOLO } else { world.projects[0] };
     let crowds = if one { &[][..] } else { &world.crowds[..] };
     let all: Vec<&Attack> = world.attacks.iter().chain(crowds).collect();
-    let mut out = attacking::attack_all(bench, &all, one, victims_project, spec.planted);
+    let mut out = attacking::attack_all(
+        bench,
+        &all,
+        (one, &world.projects),
+        victims_project,
+        spec.planted,
+    );
     let crowds = out.split_off(world.attacks.len());
     (out, crowds)
 }

@@ -141,13 +141,25 @@ pub struct Lookup {
     pub case: Option<usize>,
 }
 
+/// Whose keys look an attack's planted listed domains up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Through {
+    /// Attacker projects on a self-serve plan nobody trusts.
+    SelfServe,
+    /// The deployment's own trusted projects: end users typing the planted addresses into
+    /// their sign-up forms (anyone can).
+    Trusted,
+}
+
 /// One planting attack: listed domains whose DNS the attacker controls, looked up one at a
-/// time by `attackers` attacker projects in turn (the k-th by attacker k mod `attackers`), and
-/// the victims they aim at (each with its age bucket).
+/// time by `attackers` projects in turn (the k-th by project k mod `attackers`), attacker
+/// projects or the deployment's own as `through` says, and the victims they aim at (each with
+/// its age bucket).
 #[derive(Debug, Clone)]
 pub struct Attack {
     pub class: &'static str,
     pub attackers: usize,
+    pub through: Through,
     pub planted: Vec<String>,
     pub victims: Vec<(String, Bucket)>,
 }
@@ -359,8 +371,11 @@ impl World {
         w.attacks();
         w.top_push();
         w.order();
-        // Last: the worlds of before the crowds are drawn the same.
+        // Last: the worlds of before the crowds are drawn the same (and the crowds of before
+        // the trusted projects' planting and the every-project shared host).
         w.crowds();
+        w.trusted_crowds();
+        w.hosting_every_project();
         w
     }
 
@@ -628,6 +643,15 @@ impl World {
             bucket: None,
             arrival: Arrival::After,
             minimal: false,
+        });
+    }
+
+    /// A lookup of listed `domain` by `project` in the past.
+    pub(super) fn listing_lookup(&mut self, domain: &str, project: &'static str) {
+        self.listing.push(Lookup {
+            domain: domain.to_owned(),
+            project,
+            case: None,
         });
     }
 

@@ -21,7 +21,7 @@
 use super::age::{AgeRule, DomainAge, YoungEffect};
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
-use super::neighbour_index::Finding;
+use super::neighbour_index::{Finding, Grounds};
 use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord};
 use super::scores::Scores;
@@ -116,15 +116,18 @@ pub fn verdict_of<'a>(
     verdict
 }
 
-/// Whether `age` keeps the neighbourhood's `finding` from making a domain `disposable`: only
-/// an established age the registry gave, and only against a finding that rests on the asking
-/// project's own teaching (`trusted: false`). Throwaway domains are as often a year old as a
-/// week old (the median domain is about 331 days old when a blocklist first names it), so age
-/// never shields a domain from neighbours that no single project could have planted; and an
-/// age the registry did not give (missing, slow, throttled, failing) weighs nothing either way:
+/// Whether `age` keeps the neighbourhood's `finding` from making a domain `disposable`: an
+/// established age the registry gave, against a finding that rests on lookups
+/// ([`Grounds::Lookups`]). Lookups teach where listed domains' mail goes, which whoever holds
+/// those domains chooses, through any project's sign-up form: a 15-year-old company is not
+/// condemned because some listed names point at its host, whichever projects, and however
+/// many, asked for them. Throwaway domains do live past a year (the median is about 331 days
+/// old when a blocklist first names it), so aged throwaways found by lookups alone are given up
+/// (must-not-flag wins); only a finding the operator's lists hold alone condemns them. An age
+/// the registry did not give (missing, slow, throttled, failing) weighs nothing either way:
 /// a registry that never answers makes the answer neither worse nor better than no registry.
 pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool {
-    !finding.trusted && age.is_some_and(|a| rule.is_established(a))
+    finding.grounds == Grounds::Lookups && age.is_some_and(|a| rule.is_established(a))
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -750,34 +753,39 @@ mod tests {
             vouched: 0,
             throwaway_hosts: 1,
             share: 1.0,
-            trusted: false,
+            grounds: Grounds::Lookups,
             sources: vec![],
             since: None,
         };
-        let with = |age, trusted| Signals {
+        let with = |age, grounds| Signals {
             mx: Some(&own),
             neighbourhood: Some(Finding {
-                trusted,
+                grounds,
                 ..finding.clone()
             }),
             age,
             reported_safe: None,
         };
-        // A finding resting on the project's own teaching: an established age shields; no
-        // age (whether the registry is slow, failing or absent) is the answer without one.
-        assert_eq!(judged(with(Some(young), false)).0, Reason::Disposable);
-        assert_eq!(judged(with(None, false)).0, Reason::Disposable);
+        // A finding lookups taught (whichever projects, however many): an established age
+        // shields; no age (whether the registry is slow, failing or absent) is the answer
+        // without one.
+        let lookups = Grounds::Lookups;
+        assert_eq!(judged(with(Some(young), lookups)).0, Reason::Disposable);
+        assert_eq!(judged(with(None, lookups)).0, Reason::Disposable);
         assert_eq!(
-            judged(with(Some(old), false)),
+            judged(with(Some(old), lookups)),
             (Reason::Safe, scores.neighbourhood_established, None, true)
         );
-        // Neighbours no single project could have planted: age never shields.
-        assert_eq!(judged(with(Some(old), true)).0, Reason::Disposable);
+        // The operator's lists alone hold it: age does not shield.
+        assert_eq!(
+            judged(with(Some(old), Grounds::Lists)).0,
+            Reason::Disposable
+        );
         // Enough projects reporting the domain safe do, whatever the finding rests on.
-        for trusted in [false, true] {
+        for grounds in [Grounds::Lookups, Grounds::Lists] {
             let reported = Signals {
                 reported_safe: Some(3),
-                ..with(Some(young), trusted)
+                ..with(Some(young), grounds)
             };
             assert_eq!(judged(reported).0, Reason::Safe);
         }

@@ -11,12 +11,15 @@
 //! - **Listed** neighbours remember who taught their hosts ([`Teachers`]): the lists' snapshot,
 //!   or which projects' traffic, each trusted by the operator or not. What the lists and
 //!   trusted projects taught judges every project's answers alike (one verdict per domain),
-//!   without the heaviest trusted project's own teaching where several taught a key;
-//!   what an untrusted (self-serve) project taught judges only that project's own answers,
-//!   however many such projects say the same: accounts are free to make. A finding that holds
-//!   on independent sources alone (the lists, or trusted projects without the one that taught
-//!   most) is *corroborated*; one that rests on a single source yields to the domain's own
-//!   established age.
+//!   each listed domain once, however many trusted projects asked for it; what an untrusted
+//!   (self-serve) project taught judges only that project's own answers, however many such
+//!   projects say the same: accounts are free to make.
+//! - **Who controls the evidence** ([`Grounds`]): where a listed domain's mail goes is chosen by
+//!   whoever holds that domain now (lapsed names are re-registered), and any end user can make
+//!   any project look any address up. So a lookup's fact is one fact, whichever project carried
+//!   it and however many did: a listed domain several trusted projects taught counts once (for
+//!   the first), and a finding that rests on lookups yields to the domain's own established
+//!   age. Only a finding the operator's lists hold alone (the snapshot) does not.
 //! - **Unknown is not legitimate.** An unlisted domain dilutes its keys only when something
 //!   vouches for it ([`Standing::Vouched`]: the registry gave it an age few throwaway domains
 //!   reach unlisted); one nobody vouches for counts neither way, as a throwaway domain no list
@@ -206,10 +209,11 @@ pub struct Teachers {
 /// What a listed domain's teachers make of it in its keys' counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Support<'t> {
-    /// The lists' snapshot, or at least two trusted projects: independent sources.
-    Strong,
-    /// One trusted project's traffic: everyone's, but one source.
-    OneTrusted(ProjectId),
+    /// The lists' snapshot: the operator's word.
+    Lists,
+    /// Trusted projects' traffic: everyone's, counted once however many of them taught it
+    /// (more projects asking for the same name make its DNS no truer).
+    Trusted,
     /// Untrusted projects' traffic only: each of them counts it for its own answers.
     Untrusted(&'t [ProjectId]),
     /// Nobody recorded (an older state file): judges nobody.
@@ -311,8 +315,8 @@ impl Teachers {
 
     fn support(&self) -> Support<'_> {
         match (self.global, self.trusted()) {
-            (true, _) | (false, [_, _, ..]) => Support::Strong,
-            (false, [p]) => Support::OneTrusted(*p),
+            (true, _) => Support::Lists,
+            (false, [_, ..]) => Support::Trusted,
             (false, []) if self.nu > 0 => Support::Untrusted(self.untrusted()),
             (false, []) => Support::Untaught,
         }
@@ -358,9 +362,10 @@ impl Standing {
 /// Listed neighbours by what supports them (see [`Support`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Taught {
-    strong: u32,
-    /// One trusted project alone, per project.
-    one_trusted: Vec<(ProjectId, u32)>,
+    /// The lists' snapshot.
+    lists: u32,
+    /// Trusted projects' traffic (each listed domain once).
+    trusted: u32,
     /// Untrusted projects only, per project (a domain two of them taught counts for each).
     untrusted: Vec<(ProjectId, u32)>,
     untaught: u32,
@@ -370,8 +375,8 @@ impl Taught {
     fn count(&mut self, teachers: &Teachers, up: bool) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         match teachers.support() {
-            Support::Strong => step(&mut self.strong),
-            Support::OneTrusted(p) => bump(&mut self.one_trusted, &p, up),
+            Support::Lists => step(&mut self.lists),
+            Support::Trusted => step(&mut self.trusted),
             Support::Untrusted(ps) => {
                 for p in ps {
                     bump(&mut self.untrusted, p, up);
@@ -382,45 +387,25 @@ impl Taught {
     }
 
     fn is_empty(&self) -> bool {
-        self.strong + self.untaught == 0 && self.one_trusted.is_empty() && self.untrusted.is_empty()
+        self.lists + self.trusted + self.untaught == 0 && self.untrusted.is_empty()
     }
 
-    /// What `asking` counts: the shared ones (without `dropped`'s own, see [`Counts::view`])
-    /// and what its own untrusted traffic taught.
-    fn seen_by(&self, asking: Option<ProjectId>, dropped: Option<ProjectId>) -> u32 {
+    /// What `asking` counts: the shared ones (the lists' and trusted projects') and what its
+    /// own untrusted traffic taught.
+    fn seen_by(&self, asking: Option<ProjectId>) -> u32 {
         let own = (self.untrusted.iter())
             .find(|(p, _)| Some(*p) == asking)
             .map_or(0, |(_, n)| *n);
-        self.independent(dropped) + own
-    }
-
-    /// The shared ones without what `dropped` (a trusted project) alone taught: what holds
-    /// on independent sources.
-    fn independent(&self, dropped: Option<ProjectId>) -> u32 {
-        self.strong
-            + (self.one_trusted.iter())
-                .filter(|(p, _)| Some(*p) != dropped)
-                .map(|(_, n)| n)
-                .sum::<u32>()
+        self.lists + self.trusted + own
     }
 
     /// Every listed neighbour recorded, whoever taught it (for the admin listing).
     fn all(&self) -> u32 {
-        self.strong
+        self.lists
+            + self.trusted
             + self.untaught
-            + (self.one_trusted.iter().chain(&self.untrusted))
-                .map(|(_, n)| n)
-                .sum::<u32>()
+            + self.untrusted.iter().map(|(_, n)| n).sum::<u32>()
     }
-}
-
-/// The trusted project whose teaching alone counts most on a key: what a corroborated finding
-/// must hold without.
-fn heaviest(one_trusted: &[(ProjectId, u32)]) -> Option<ProjectId> {
-    one_trusted
-        .iter()
-        .max_by_key(|(p, n)| (*n, std::cmp::Reverse(*p)))
-        .map(|(p, _)| *p)
 }
 
 /// The counts of one key.
@@ -523,28 +508,18 @@ impl Counts {
     }
 
     /// What `project` may count, `own` (the domain being judged) left out: the listed
-    /// neighbours the lists and trusted projects taught, the same for every project, with what
-    /// its own untrusted traffic taught; and, as `independent`, the shared ones without the
-    /// heaviest trusted project's own teaching (no single source at all).
-    ///
-    /// Where several trusted projects taught a key, the heaviest one's own teaching is left out
-    /// of the count that judges too: pooled, the traffic of many projects would make a shared
-    /// host's few listed tenants judge its unseen ones, and no single project's traffic should
-    /// make a key judge. Where one trusted project taught it all (a deployment of one project),
-    /// its teaching counts, a single source an established age weighs against.
+    /// neighbours the lists and trusted projects taught, the same for every project, each once
+    /// however many projects asked for it, with what its own untrusted traffic taught; and, as
+    /// `lists`, those the lists' snapshot taught.
     fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
-        let dropped = heaviest(&self.listed.one_trusted);
-        let pooled = (self.listed.one_trusted.len() >= 2)
-            .then_some(dropped)
-            .flatten();
         let hosts = |f: &dyn Fn(&Taught) -> u32| {
             (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
         };
         let mut v = View {
-            listed: self.listed.seen_by(project, pooled),
-            hosts: hosts(&|t| t.seen_by(project, pooled)),
-            independent: self.listed.independent(dropped),
-            independent_hosts: hosts(&|t| t.independent(dropped)),
+            listed: self.listed.seen_by(project),
+            hosts: hosts(&|t| t.seen_by(project)),
+            lists: self.listed.lists,
+            lists_hosts: hosts(&|t| t.lists),
             vouched: self.vouched,
             other: self.other,
         };
@@ -562,8 +537,8 @@ impl Counts {
 struct View {
     listed: u32,
     hosts: u32,
-    independent: u32,
-    independent_hosts: u32,
+    lists: u32,
+    lists_hosts: u32,
     vouched: u32,
     other: u32,
 }
@@ -573,10 +548,13 @@ impl View {
         rule.dominates(kind, self.listed, self.vouched, self.hosts)
     }
 
-    /// The finding holds on independent sources alone: the lists' snapshot, or trusted
-    /// projects' traffic beyond any single one of them.
-    fn corroborated(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
-        rule.dominates(kind, self.independent, self.vouched, self.independent_hosts)
+    /// What the finding rests on: the lists' snapshot alone holds it, or lookups taught it.
+    fn grounds(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> Grounds {
+        if rule.dominates(kind, self.lists, self.vouched, self.lists_hosts) {
+            Grounds::Lists
+        } else {
+            Grounds::Lookups
+        }
     }
 }
 
@@ -622,10 +600,11 @@ pub struct Finding {
     pub throwaway_hosts: u32,
     /// `listed / (listed + vouched)`.
     pub share: f64,
-    /// The finding holds on independent sources alone (the lists' snapshot, or trusted
-    /// projects' traffic without the one that taught most): no single project could have
-    /// planted it, so an established age alone does not shield from it.
-    pub trusted: bool,
+    /// Who controls what the finding rests on: the operator's lists alone, or lookups (an
+    /// established age shields a domain from those). A verdict another gateway of an earlier
+    /// release holds, without it, rests on lookups.
+    #[serde(default)]
+    pub grounds: Grounds,
     /// Listed neighbours by the list that names them, most first.
     pub sources: Vec<SourceCount>,
     /// When this verdict was first reached (RFC 3339, UTC): a verdict is kept for a while
@@ -637,6 +616,24 @@ pub struct Finding {
 
 // `share` is a ratio of counts (never NaN): equality is total.
 impl Eq for Finding {}
+
+/// What a neighbourhood finding rests on, by who controls it (docs/mx.md, "Who controls the
+/// evidence").
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, PartialOrd, Ord,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Grounds {
+    /// The operator's lists alone hold it: the `mx-snapshot` the operator made and loaded, where
+    /// the listed names' mail went when the operator looked. No lookup added to it.
+    Lists,
+    /// Lookups taught it. Where a listed domain's mail goes is chosen by whoever holds that
+    /// domain now (lapsed names are re-registered by anyone), and any end user can make any
+    /// project look any address up: the same fact whichever project carried the lookup, and
+    /// however many did. A domain's own established age outweighs it.
+    #[default]
+    Lookups,
+}
 
 /// Listed neighbours from one source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -651,9 +648,8 @@ pub struct KeyReport {
     pub key_kind: KeyKind,
     pub key: Box<str>,
     pub listed: u32,
-    /// Listed neighbours independent sources taught (the lists', and trusted projects'
-    /// without the one that taught most alone).
-    pub trusted: u32,
+    /// Listed neighbours the lists' snapshot taught (the rest, lookups).
+    pub from_lists: u32,
     pub unlisted: u32,
     pub vouched: u32,
     pub throwaway_hosts: u32,
@@ -1026,7 +1022,7 @@ impl NeighbourhoodIndex {
             vouched: view.vouched,
             throwaway_hosts: view.hosts,
             share: f64::from(view.listed) / f64::from((view.listed + view.vouched).max(1)),
-            trusted: view.corroborated(&self.rule, kind),
+            grounds: view.grounds(&self.rule, kind),
             sources: self.source_counts(counts),
             since: None,
         })
@@ -1098,7 +1094,7 @@ impl NeighbourhoodIndex {
                     key_kind: kind,
                     key: value.into(),
                     listed: c.listed(),
-                    trusted: view.independent,
+                    from_lists: view.lists,
                     unlisted: c.vouched + c.other,
                     vouched: c.vouched,
                     throwaway_hosts: view.hosts,
@@ -1486,7 +1482,10 @@ mod tests {
         }
         // The first three teachers of a name are remembered (enough to tell one from several).
         let f = ix.finding("victim.com", attackers[1]).unwrap();
-        assert!(!f.trusted && f.listed == 20 + 10, "{f:?}");
+        assert!(
+            f.grounds == Grounds::Lookups && f.listed == 20 + 10,
+            "{f:?}"
+        );
         assert_eq!(ix.finding("victim.com", attackers[3]).unwrap().listed, 20);
         assert_eq!(ix.finding("victim.com", P), None);
         assert_eq!(ix.learned_of("planted0-0.com").unwrap().taught_by.len(), 3);
@@ -1520,16 +1519,23 @@ mod tests {
         let k = keys(&["host:mx.throw.example"]);
         teach(&mut ix, "new.com", &k, None, 1);
         let (b, c, d) = (project_id("b"), project_id("c"), project_id("d"));
-        // Each listed name seen by one trusted project (the long tail of real signups). Pooled,
-        // the heaviest one's own teaching is left out: B's 3 and C's 2 leave 2, judging nobody.
-        taught_by(&mut ix, ("b", 3), &k, (b, true));
+        // Each listed name seen by one trusted project (the long tail of real signups): B's 2
+        // and C's 2 are 4, judging nobody.
+        taught_by(&mut ix, ("b", 2), &k, (b, true));
         taught_by(&mut ix, ("c", 2), &k, (c, true));
         assert_eq!(ix.finding("new.com", P), None);
-        // D's 3 more: 5 without the heaviest, the same finding for every project, untrusted
-        // askers too, and it holds on independent sources.
-        taught_by(&mut ix, ("d", 3), &k, (d, true));
+        // D's 1 more: 5, the same finding for every project, untrusted askers too; lookups
+        // taught it, whichever projects carried them.
+        taught_by(&mut ix, ("d", 1), &k, (d, true));
         let f = ix.finding("new.com", P).unwrap();
-        assert!(f.trusted && f.listed == 5, "{f:?}");
+        assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
+        // Every project asking for the same names makes them no more: still 5.
+        for i in 0..2 {
+            for p in [c, d] {
+                ix.add_teacher(&format!("b{i}.com"), p, true);
+            }
+        }
+        assert_eq!(ix.finding("new.com", P), Some(f.clone()));
         assert_eq!(ix.finding("new.com", b), Some(f.clone()));
         assert_eq!(
             ix.finding("new.com", project_id("self-serve")),
@@ -1541,11 +1547,26 @@ mod tests {
         teach(&mut ix, "tenant.com", &solo, None, 1);
         taught_by(&mut ix, ("s", 5), &solo, (project_id("solo"), true));
         let f = ix.finding("tenant.com", P).unwrap();
-        assert!(!f.trusted && f.listed == 5, "{f:?}");
-        // Two trusted projects asking for one listed domain make it independent on its own.
+        assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
+        // A second trusted project asking for a listed domain makes its DNS no truer: it still
+        // counts once.
+        let before = ix.top(10);
         assert!(ix.add_teacher("c0.com", b, true));
+        assert_eq!(ix.top(10), before);
         assert!(!ix.add_teacher("c0.com", b, true));
         assert!(!ix.add_teacher("c0.com", b, false), "trusted stays trusted");
+        // Only what the lists' snapshot taught alone rests on the lists.
+        let listed = keys(&["host:mx.listed.example"]);
+        teach(&mut ix, "unlisted.com", &listed, None, 1);
+        for i in 0..5 {
+            let how = Teach {
+                teachers: Teachers::GLOBAL,
+                ..Teach::default()
+            };
+            ix.teach(&format!("g{i}.com"), &listed, Some("s"), how, 1);
+        }
+        let f = ix.finding("unlisted.com", P).unwrap();
+        assert_eq!((f.grounds, f.listed), (Grounds::Lists, 5));
         let l = ix.learned_of("c0.com").unwrap();
         assert_eq!(
             (l.trusted_by.as_slice(), l.taught_by.len()),
@@ -1554,9 +1575,9 @@ mod tests {
         assert_eq!(l.teach().teachers.trusted(), [c, b]);
         // An untrusted teacher that later asks as trusted moves over.
         let e = project_id("e");
-        assert!(ix.add_teacher("b0.com", e, false));
-        assert!(ix.add_teacher("b0.com", e, true));
-        let l = ix.learned_of("b0.com").unwrap();
+        assert!(ix.add_teacher("c1.com", e, false));
+        assert!(ix.add_teacher("c1.com", e, true));
+        let l = ix.learned_of("c1.com").unwrap();
         assert_eq!((l.trusted_by.len(), l.taught_by.len()), (2, 0));
     }
 

@@ -150,7 +150,7 @@ impl Default for NeighbourhoodConfig {
     fn default() -> Self {
         NeighbourhoodConfig {
             enabled: true,
-            min_listed: 5,
+            min_listed: 10,
             min_share: Share(0.8),
             min_hosts: 3,
             vouch_age_days: 730,
