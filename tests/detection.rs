@@ -115,10 +115,12 @@ fn a_seed_gives_one_world_and_its_names_are_its_own() {
     assert_eq!(a.listed, many.listed);
     let askers: std::collections::HashSet<&str> = many.listing.iter().map(|l| l.project).collect();
     assert!(askers.len() > 10, "{askers:?}");
-    // Every crowd plants on each shape and reports once; so do the trusted projects' crowds.
+    // Every crowd plants on each shape and reports once; so do the trusted projects' crowds,
+    // on a provider's numbered hosts too.
     assert_eq!(
         a.crowds.len(),
         (crowds::CROWDS.len() + crowds::TRUSTED.len()) * crowds::SHAPES.len()
+            + crowds::TRUSTED.len()
     );
     assert_eq!(a.reported.len(), crowds::CROWDS.len());
     for case in a

@@ -10,6 +10,8 @@ use super::world::{Attack, Bucket, Through, World, MAX_PLANTED};
 
 /// One self-serve attacker project.
 const ONE: (usize, Through) = (1, Through::SelfServe);
+/// The parent attack's class among the trusted projects' crowds.
+pub const PARENT_SHAPE: &str = "a provider's numbered hosts (parent)";
 
 impl World {
     /// The four attacks, each by one attacker project.
@@ -46,6 +48,39 @@ impl World {
         });
         let planted = self.plant(|_, k| vec![own[k % own.len()].clone()]);
         (planted, victims)
+    }
+
+    /// Planted over a small provider's numbered hosts (`mx1..mx3` under its own name, each in a
+    /// /24 of its own), where the victims get their mail (`mx1`, `mx2` as backup): the planted
+    /// domains, the k-th on host k mod 3, make the provider's name (a parent key) hold listed
+    /// neighbours on several hosts. The attacker controls none of the hosts, only the planted
+    /// domains' MX records.
+    pub(super) fn on_a_providers_hosts(&mut self) -> (Vec<String>, Vec<(String, Bucket)>) {
+        let tld = self.company_tld(Bucket::Old);
+        let provider = self.fresh_name(&tld);
+        let hosts: Vec<String> = (1..=3).map(|i| format!("mx{i}.{provider}")).collect();
+        for h in &hosts {
+            let net = self.net24();
+            let ip = self.ip_in(net);
+            self.host(h, ip, Some(h));
+        }
+        let victims = self.victims(|_| hosts[..2].to_vec());
+        let planted = self.plant(|_, k| vec![hosts[k % hosts.len()].clone()]);
+        (planted, victims)
+    }
+
+    /// The parent attack (a provider's numbered hosts): by one self-serve attacker, and carried
+    /// by 1, 2 and 4 of the deployment's trusted projects. Made last, so the worlds of before
+    /// it are drawn the same.
+    pub(super) fn parent_attacks(&mut self) {
+        let (planted, victims) = self.on_a_providers_hosts();
+        self.push_attack("attack: a provider's numbered hosts", ONE, planted, victims);
+        for k in super::crowds::TRUSTED {
+            let (planted, victims) = self.on_a_providers_hosts();
+            self.past.extend(victims.iter().map(|(d, _)| d.clone()));
+            let by = (k.min(self.projects.len()), Through::Trusted);
+            self.push_attack(PARENT_SHAPE, by, planted, victims);
+        }
     }
 
     /// Planted on a third party's real host, where the victims get their mail.

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::attacks::PARENT_SHAPE;
 use super::client::Route;
 use super::crowds::{CROWDS, SHAPES, TRUSTED};
 use super::report::Report;
@@ -94,13 +95,17 @@ impl Report<'_> {
             Through::Trusted => ("Attacks carried by K of the deployment's own trusted projects (the k-th planted looked up by project k mod K: end users typing the planted addresses into their sign-up forms)", &TRUSTED[..]),
         };
         let mut out = format!("{intro}, victims asked by a trusted project: planted listed domains after which each victim was flagged (its age bucket; `+` between victims), per seed; `none/N`: no victim flagged after N.\n\n| attack | K | several projects, GET | several projects, batch |\n|---|---:|---|---|\n");
+        let shapes: Vec<&str> = match through {
+            Through::SelfServe => SHAPES.to_vec(),
+            Through::Trusted => SHAPES.iter().copied().chain([PARENT_SHAPE]).collect(),
+        };
         for &k in ks {
             // The trusted crowds are the deployment's own projects: at most as many.
             let k = match through {
                 Through::Trusted => k.min(self.projects().max(1)),
                 Through::SelfServe => k,
             };
-            for shape in SHAPES {
+            for &shape in &shapes {
                 let _ = write!(out, "| {shape} | {k} |");
                 for route in [Route::Get, Route::Batch] {
                     let cell = self.per_seed(rdap, route, |r| {

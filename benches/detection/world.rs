@@ -376,6 +376,7 @@ impl World {
         w.crowds();
         w.trusted_crowds();
         w.hosting_every_project();
+        w.parent_attacks();
         w
     }
 
