@@ -17,9 +17,8 @@
 //! - **Who controls the evidence** ([`Grounds`]): where a listed domain's mail goes is chosen by
 //!   whoever holds that domain now (lapsed names are re-registered), and any end user can make
 //!   any project look any address up. So a lookup's fact is one fact, whichever project carried
-//!   it and however many did: a listed domain several trusted projects taught counts once (for
-//!   the first), and a finding that rests on lookups yields to the domain's own established
-//!   age. Only a finding the operator's lists hold alone (the snapshot) does not.
+//!   it and however many did: a listed domain several trusted projects taught counts once, and a
+//!   finding that rests on lookups yields to the domain's own established age. Only a finding the operator's lists hold alone (the snapshot) does not.
 //! - **Unknown is not legitimate.** An unlisted domain dilutes its keys only when something
 //!   vouches for it ([`Standing::Vouched`]: the registry gave it an age few throwaway domains
 //!   reach unlisted); one nobody vouches for counts neither way, as a throwaway domain no list
