@@ -171,6 +171,19 @@ impl WriteLock {
 }
 
 /// The thresholds the outbox at `path` holds alerts of (their messages), in order.
+/// The thresholds whose messages the outbox records as sent.
+fn outbox_sent(path: &std::path::Path) -> Vec<u32> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT json_extract(body, '$.threshold') AS t FROM messages
+             WHERE topic = 'quota.threshold' AND state = 'sent' ORDER BY t",
+        )
+        .unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
 fn outbox_thresholds(path: &std::path::Path) -> Vec<u32> {
     let db = rusqlite::Connection::open(path).unwrap();
     let mut stmt = db
@@ -244,8 +257,11 @@ fn a_restart_offers_again_a_threshold_the_outbox_never_got_even_on_a_refused_cal
         assert_eq!(c.get(LOOKUP).unwrap().status, 200);
     }
     wait_until(Duration::from_secs(10), || accepted(&receiver) == [50]);
-    // The call that crosses 100% meets a locked outbox, and the gateway stops before it is free.
+    // The receiver's 200 comes before the outbox records it: locking in between would hold the
+    // 50% message unsettled, and a restart would rightly send it again (same `Webhook-Id`).
     let outbox = outbox_of(gw.dir.path());
+    wait_until(Duration::from_secs(10), || outbox_sent(&outbox) == [50]);
+    // The call that crosses 100% meets a locked outbox, and the gateway stops before it is free.
     let lock = WriteLock::take(&outbox);
     for _ in 0..5 {
         assert_eq!(c.get(LOOKUP).unwrap().status, 200);
