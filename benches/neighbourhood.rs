@@ -51,6 +51,7 @@ const RULE: NeighbourhoodRule = NeighbourhoodRule {
     min_listed: 5,
     min_share: 0.8,
     min_hosts: 3,
+    hold_days: 30,
 };
 
 /// Keys of generated domain `i`: its host (one per 4 domains), the host's parent (one per 40)

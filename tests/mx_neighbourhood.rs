@@ -1075,3 +1075,88 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Lapsed listed names re-registered and pointed at a company's host plant nothing once the
+/// gateway has looked at them (issue 85). Twelve listed names do not resolve (lapsed) when the
+/// gateway's own look passes over its lists; then someone points their MX at a small host and
+/// looks them up through a trusted project. The host's young customer (no age known) stays
+/// `safe`: the names were known lapsed, and the next pass sees them moved, which counts for
+/// nobody until they have held the host `hold_days`. With `hold_days: 0`, or with the look off
+/// (the gateway before), the same twelve lookups condemn the customer.
+#[test]
+fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
+    let mut w = World::new();
+    w.host("mx.smallhost.test", [192, 0, 2, 62]);
+    w.mx("young-co.test", &["mx.smallhost.test"]);
+    w.listed = (0..12).map(|i| format!("lapsed{i}.test")).collect();
+    let dns = w.dns();
+    let planted = Zone {
+        mx: vec![(10, "mx.smallhost.test".to_owned())],
+        a: None,
+        ttl: 1,
+    };
+    for (look, flagged) in [
+        ("look: { enabled: true, rate: 1000, every_secs: 2 }", false),
+        (
+            "look: { enabled: true, rate: 1000, every_secs: 2 }, hold_days: 0",
+            true,
+        ),
+        ("look: { enabled: false }", true),
+    ] {
+        // Lapsed: no zone, NXDOMAIN.
+        for d in &w.listed {
+            dns.set_zone(d, None);
+        }
+        let gw = builder(&w, &dns)
+            .mx_yaml(&format!("neighbourhood: {{ {look} }}"))
+            .start();
+        wait_until(Duration::from_secs(10), || {
+            gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+        });
+        let looking = look.contains("enabled: true");
+        if looking {
+            wait_until(Duration::from_secs(20), || {
+                gw.metric("drg_mx_neighbourhood_look_passes_total")
+                    .unwrap_or(0.0)
+                    >= 1.0
+            });
+            assert_eq!(gw.metric("drg_mx_neighbourhood_looked_total"), Some(12.0));
+        }
+        // Re-registered, pointed at the small host, looked up through a trusted project.
+        for d in &w.listed {
+            dns.set_zone(d, Some(planted.clone()));
+        }
+        for d in &w.listed {
+            assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable");
+        }
+        if looking {
+            // The next passes see where they point now.
+            wait_until(Duration::from_secs(30), || {
+                gw.metric("drg_mx_neighbourhood_moved_total").unwrap_or(0.0) >= 12.0
+            });
+        } else {
+            wait_until(Duration::from_secs(20), || {
+                gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 12.0
+            });
+        }
+        let judged = || record(&gw, "young-co.test")["reason"] == "disposable";
+        if flagged {
+            wait_until(Duration::from_secs(10), judged);
+            let r = record(&gw, "young-co.test");
+            assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
+        } else {
+            // Another pass after the moves: still nothing counts.
+            let passes = gw.metric("drg_mx_neighbourhood_look_passes_total").unwrap();
+            wait_until(Duration::from_secs(20), || {
+                gw.metric("drg_mx_neighbourhood_look_passes_total")
+                    .unwrap_or(0.0)
+                    > passes
+            });
+            let r = record(&gw, "young-co.test");
+            assert_eq!(r["reason"], "safe", "{look}: {r}");
+            assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
+            let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
+            assert_eq!(top["top"][0]["judges"], false, "{top}");
+        }
+    }
+}

@@ -1,13 +1,15 @@
 //! The attacks of a detection run, against its gateway: the planting attacks (one attacker
-//! project's, and those of K attacker projects together), round by round, the victims looked
-//! up by their own trusted project after each round; and one project's repeated lookups for
+//! project's, and those of K attacker projects together), round by round, each planted name
+//! re-registered (its DNS served: it was lapsed) just before its round, the victims looked up by
+//! their own trusted project after each round; and one project's repeated lookups for
 //! top-domains.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::deployment::Bench;
 use super::projects::{ATTACKER, ATTACKERS, SOLO};
-use super::world::{Attack, Bucket, Through, World};
+use super::world::{Attack, Bucket, Lapsed, Through, World};
 
 /// One attack's result: the planted listed domains after which a victim was first flagged
 /// (in the victims' project's answers), if any was, and which victim's bucket; and after how
@@ -75,11 +77,13 @@ fn plant(bench: &Bench, planted: &[(&'static str, String)]) {
 }
 
 /// Plants the attacks' listed domains one at a time, the k-th of every attack together (they
-/// aim at separate hosts and networks); after each round, every victim of an attack still
-/// going is looked up by `victims_project`.
+/// aim at separate hosts and networks), each re-registered from `lapsed` (its zone served) just
+/// before its round; after each round, every victim of an attack still going is looked up by
+/// `victims_project`.
 pub fn attack_all(
     bench: &Bench,
     attacks: &[&Attack],
+    lapsed: &HashMap<String, Lapsed>,
     (one_project, projects): (bool, &[&'static str]),
     victims_project: &str,
     most: usize,
@@ -111,6 +115,12 @@ pub fn attack_all(
                 (planter(a, k, one_project, projects), a.planted[k].clone())
             })
             .collect();
+        // Lapsed until now: the attacker re-registers this round's names and points their MX
+        // at the victims' hosts, then asks for them.
+        for (_, name) in &planted {
+            let was = lapsed.get(name).expect("a planted name is a lapsed one");
+            bench.re_register(name, was);
+        }
         let before = bench.taught().unwrap_or(0.0);
         plant(bench, &planted);
         let quiet = Duration::from_millis(150);

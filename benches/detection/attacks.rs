@@ -1,5 +1,6 @@
 //! The planting attacks of the detection world: listed domains whose DNS the attacker controls
-//! (it registered them and got them listed), planted one at a time on the victims' own hosts,
+//! (lapsed listed names it re-registered: they do not resolve until the attack plants them,
+//! `World::lapsed`), planted one at a time on the victims' own hosts,
 //! on a third party's host where the victims get their mail, on made-up hosts under that third
 //! party's name, and on the attacker's own servers in a hosting provider's /24 beside the
 //! victims'; four victims each, one of every age bucket (the shapes `crowds.rs` has several
@@ -158,7 +159,7 @@ impl World {
     }
 
     /// `MAX_PLANTED` listed domains, the k-th with MX `hosts(world, k)` (listed, not looked up
-    /// yet).
+    /// yet; lapsed until planted: `World::build` sets their zones aside).
     fn plant(&mut self, mut hosts: impl FnMut(&mut World, usize) -> Vec<String>) -> Vec<String> {
         (0..MAX_PLANTED)
             .map(|k| {

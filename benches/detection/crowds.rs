@@ -1,8 +1,9 @@
 //! The crowds of the detection world: what K self-serve attacker projects do together that one
 //! alone could not, and the same planting carried by K of the deployment's own trusted projects
-//! (their end users typing the planted addresses into sign-up forms). Planting attacks by K of them (the planted listed domains spread over
-//! them, the k-th by attacker k mod K: the same total as one attacker's attack), on the
-//! victims' own hosts, on a third party's host, and on a hosting provider's /24 with listed
+//! (their end users typing the planted addresses into sign-up forms). Planting attacks by K of
+//! them (the planted listed domains spread over them, the k-th by attacker k mod K: the same
+//! total as one attacker's attack; lapsed listed names re-registered, as in `attacks.rs`), on
+//! the victims' own hosts, on a third party's host, and on a hosting provider's /24 with listed
 //! domains that have further MX hosts elsewhere; and K of them reporting throwaways on a known
 //! throwaway host `safe`. The victims are a trusted project's (the deployment's first).
 

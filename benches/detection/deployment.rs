@@ -2,7 +2,8 @@
 //! build) on the shipped data with the world's blocklist, one key per project (the projects on
 //! the trusted plan, the attackers on a self-serve one), a DNS server and an RDAP server on
 //! loopback holding the world (registries paced as shipped; in the failing condition some of
-//! them throttle, fail or hang for the first part of the run); and how a run talks to it.
+//! them throttle, fail or hang for the first part of the run); the gateway's background look
+//! at its listed names (on unless `--look off`); and how a run talks to it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant};
 use super::client::{self, Answer, Route};
 use super::facts;
 use super::projects::{ATTACKERS, SELF_SERVE_PLAN, SOLO, TRUSTED_PLAN};
-use super::spec::{Rdap, RdapNote, Spec};
-use super::world::World;
+use super::spec::{Look, Rdap, RdapNote, Spec};
+use super::world::{Lapsed, World};
 use crate::common::{Gateway, GatewayBuilder};
 use crate::dns::DnsServer;
 use crate::rdap_server::{Outage, RdapServer, Reply};
@@ -143,7 +144,8 @@ fn outages(world: &World, until: Duration, every: bool) -> Vec<Outage> {
 
 /// The keys: every project of the world on the trusted plan and every attacker on a self-serve
 /// one (or the one project's key); `gateway.mx.neighbourhood` trusting the projects' plan only
-/// (not with `DRG_BENCH_NO_TRUST`, for a gateway that does not know the keys).
+/// (not with `DRG_BENCH_NO_TRUST`, for a gateway that does not know the keys), and its look at
+/// the listed names as `spec.look` says.
 fn who_asks(mut b: GatewayBuilder, world: &World, spec: &Spec) -> GatewayBuilder {
     let keys: Vec<(&str, &str)> = if spec.one_project {
         vec![(SOLO, TRUSTED_PLAN)]
@@ -156,11 +158,29 @@ fn who_asks(mut b: GatewayBuilder, world: &World, spec: &Spec) -> GatewayBuilder
         b = b.key_in_project(project, &client::secret(project), plan, project);
     }
     b = b.plan(SELF_SERVE_PLAN, 1_000_000);
-    if std::env::var_os("DRG_BENCH_NO_TRUST").is_none() {
-        b = b
-            .mx_yaml("neighbourhood:")
-            .mx_yaml(&format!("  trusted_plans: [{TRUSTED_PLAN}]"))
-            .mx_yaml("  trusted_projects: []");
+    let trust = std::env::var_os("DRG_BENCH_NO_TRUST").is_none();
+    let mut neighbourhood = Vec::new();
+    if trust {
+        neighbourhood.push(format!("trusted_plans: [{TRUSTED_PLAN}]"));
+        neighbourhood.push("trusted_projects: []".to_owned());
+    }
+    match spec.look {
+        // The bench's look is fast (2,000 names a second; the default is 20) so the run stays
+        // short: it waits for the look's first pass before the past. One pass a run: the next
+        // is a day later.
+        Look::On => {
+            neighbourhood.push("look: {enabled: true, rate: 2000, every_secs: 86400}".to_owned())
+        }
+        // A build that does not know the trust keys (`DRG_BENCH_NO_TRUST`) predates the look
+        // too: off is its only way, and it refuses the key.
+        Look::Off if trust => neighbourhood.push("look: {enabled: false}".to_owned()),
+        Look::Off => {}
+    }
+    if !neighbourhood.is_empty() {
+        b = b.mx_yaml("neighbourhood:");
+        for line in neighbourhood {
+            b = b.mx_yaml(&format!("  {line}"));
+        }
     }
     b
 }
@@ -271,6 +291,36 @@ impl Bench {
 
     pub fn metric(&self, sample: &str) -> Option<f64> {
         self.gw.metric(sample)
+    }
+
+    /// Waits until the gateway's look at its listed names completed a pass (the look on), at
+    /// most `within`; panics if it did not.
+    pub fn wait_first_look(&self, within: Duration) {
+        let started = Instant::now();
+        loop {
+            let passes = self.metric("drg_mx_neighbourhood_look_passes_total");
+            if passes.is_some_and(|p| p >= 1.0) {
+                return;
+            }
+            assert!(
+                started.elapsed() < within,
+                "the gateway's first look at its listed names did not complete in {} s \
+                 (drg_mx_neighbourhood_look_passes_total {passes:?}, \
+                 drg_mx_neighbourhood_looked_total {:?}); a build without the look runs with \
+                 --look off",
+                within.as_secs(),
+                self.metric("drg_mx_neighbourhood_looked_total"),
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The attacker re-registers lapsed listed `name`: its zone and records served from now on.
+    pub fn re_register(&self, name: &str, lapsed: &Lapsed) {
+        self.dns.set_zone(name, Some(lapsed.zone.clone()));
+        for (n, r) in &lapsed.records {
+            self.dns.set_records(n, Some(r.clone()));
+        }
     }
 
     pub fn taught(&self) -> Option<f64> {

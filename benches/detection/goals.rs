@@ -13,12 +13,15 @@
 //! planting 20 listed domains together; no throwaway that K self-serve projects reported
 //! `safe` (nor its unreported neighbour) answered `safe` to a trusted project. And (issue 85)
 //! no established victim flagged by planting through any of the deployment's trusted projects,
-//! one, two or four of them, with up to 20 planted listed domains.
+//! one, two or four of them, with up to 20 planted listed domains; with the gateway's look at
+//! its listed names on (the shipped default), no victim of any age flagged by planting, through
+//! any project, in the deployment of several projects or of one (the planted names are lapsed
+//! listed names re-registered after the look saw them).
 
 use super::broken::{MINIMAL, UNUSABLE};
 use super::client::Route;
 use super::report::{Count, Report, Which, FLOOR_CONDITIONS};
-use super::spec::Rdap;
+use super::spec::{Look, Rdap};
 use super::world::{Arrival, Bucket, Case, Expect, Shape, Through};
 
 /// Planted listed domains from one project that must flag no victim.
@@ -143,7 +146,7 @@ fn attacks(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
     for run in report
         .runs
         .iter()
-        .filter(|r| r.spec.rdap == rdap && !r.spec.one_project)
+        .filter(|r| r.spec.rdap == rdap && (!r.spec.one_project || r.spec.look == Look::On))
     {
         for a in &run.attacks {
             if a.needed.is_some_and(|k| k <= PLANTED) || a.tried < PLANTED {
@@ -187,12 +190,17 @@ fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
             // Through trusted projects: no established victim (a younger one is flagged past
             // `min_listed`: docs/mx.md, "What it cannot catch"). With RDAP off nothing is
             // established.
+            // With the look on, no victim at all.
             let trusted = run.crowds.iter().filter(|a| a.through == Through::Trusted);
-            for a in trusted.filter(|_| rdap != Rdap::Off) {
-                let aged = a.flagged.iter().find(|(b, _)| *b == Bucket::Old);
-                if let Some((_, k)) = aged.filter(|(_, k)| *k <= PLANTED) {
+            let looking = run.spec.look == Look::On;
+            for a in trusted.filter(|_| rdap != Rdap::Off || looking) {
+                let hit = a
+                    .flagged
+                    .iter()
+                    .find(|(b, k)| (looking || *b == Bucket::Old) && *k <= PLANTED);
+                if let Some((b, k)) = hit {
                     out.push(format!(
-                        "RDAP {} {} seed {}: planting through {} trusted projects, {}: flagged the established victim after {k} planted",
+                        "RDAP {} {} seed {}: planting through {} trusted projects, {}: flagged the {b:?} victim after {k} planted",
                         rdap.label(),
                         route.label(),
                         run.seed,

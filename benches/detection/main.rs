@@ -13,6 +13,7 @@
 //! benches/detection/run -- --cases           # every case's answers after the tables
 //! benches/detection/run -- --world           # what each world holds, without running it
 //! benches/detection/run -- --projects 20     # a deployment of 20 projects (default 4)
+//! benches/detection/run -- --look off        # the gateway's look at listed names off (default on)
 //! DETECTION_EXPLAIN='<class>' benches/detection/run ...  # why: explained answers, on stderr
 //! DRG_BIN=/path/to/gateway benches/detection/run ...     # another build of the gateway
 //! DRG_BENCH_NO_TRUST=1 benches/detection/run ...         # no `trusted_plans` in the config
@@ -21,6 +22,10 @@
 //! `trusted_plans: [test]`, `trusted_projects: []`); the attackers are on a self-serve plan.
 //! `DRG_BENCH_NO_TRUST=1` leaves those keys out, for a build that does not know them (one
 //! from before them refuses unknown keys): its attackers are then projects like any other.
+//! The config also sets the neighbourhood's look at the listed names (`look:`; on: at 2,000
+//! names a second, the run waiting for its first pass before the past; `--look off`:
+//! `enabled: false`, nothing waits; with `DRG_BENCH_NO_TRUST`, `--look off` writes no `look:`,
+//! for a build from before it).
 //! The gate is `tests/detection.rs`; results with their commit go in
 //! `benches/RESULTS-detection.md`; the sources of every distribution in `PROVENANCE.md`.
 
@@ -54,11 +59,11 @@ mod world;
 
 use std::time::{Duration, Instant};
 
-use spec::Rdap;
+use spec::{Look, Rdap};
 use world::Size;
 
-/// The command line's plan (see the module documentation).
-fn plan(args: &[String]) -> (suite::Plan, bool) {
+/// The command line's plan and look (see the module documentation).
+fn plan(args: &[String]) -> (suite::Plan, Look, bool) {
     let values = |flag: &str| -> Vec<String> {
         args.windows(2)
             .filter(|w| w[0] == flag)
@@ -86,6 +91,11 @@ fn plan(args: &[String]) -> (suite::Plan, bool) {
     if conditions.is_empty() {
         conditions = Rdap::EVERY.to_vec();
     }
+    let look = match values("--look").last().map(String::as_str) {
+        None | Some("on") => Look::On,
+        Some("off") => Look::Off,
+        Some(other) => panic!("--look off|on, not {other}"),
+    };
     let slice = has("--slice");
     let one_project = !has("--no-one-project");
     let runs = seeds.len() * conditions.len() * 2 * (1 + usize::from(one_project));
@@ -110,12 +120,12 @@ fn plan(args: &[String]) -> (suite::Plan, bool) {
             world::MAX_PLANTED
         },
     };
-    (plan, has("--cases"))
+    (plan, look, has("--cases"))
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (plan, cases) = plan(&args);
+    let (plan, look, cases) = plan(&args);
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let started = Instant::now();
     let worlds = suite::worlds(&plan, repo);
@@ -123,7 +133,7 @@ fn main() {
         describe(&worlds);
         return;
     }
-    let (runs, failed) = suite::run(&plan, &worlds, repo);
+    let (runs, failed) = suite::run_looking(&plan, &worlds, repo, look);
     let report = report::Report {
         worlds: &worlds,
         runs,
@@ -134,13 +144,15 @@ fn main() {
     }
     let w = &worlds[0];
     println!(
-        "detection benchmark: seeds {:?}, {} world, {} projects; seed {}: {} cases, {} listed, {} attacks; {} runs, {:.0} s\n",
+        "detection benchmark: seeds {:?}, {} world, {} projects, the look {}; seed {}: {} cases, {} listed ({} lapsed until planted), {} attacks; {} runs, {:.0} s\n",
         plan.seeds,
         if plan.size.big_host { "full" } else { "slice" },
         w.projects.len(),
+        look.label(),
         w.seed,
         w.cases.len(),
         w.listed.len(),
+        w.lapsed.len(),
         w.attacks.len() + w.crowds.len(),
         report.runs.len(),
         started.elapsed().as_secs_f64()
@@ -179,11 +191,12 @@ fn describe(worlds: &[world::World]) {
         let mut asked: Vec<(&str, usize)> = asked.into_iter().collect();
         asked.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
         println!(
-            "seed {}: {} cases {:?}; {} listed; the past {} lookups ({} ages cached); {} zones; RDAP asked during the run for {} names, by registry {:?}",
+            "seed {}: {} cases {:?}; {} listed ({} lapsed until planted); the past {} lookups ({} ages cached); {} zones; RDAP asked during the run for {} names, by registry {:?}",
             w.seed,
             w.cases.len(),
             classes,
             w.listed.len(),
+            w.lapsed.len(),
             w.early.len() + w.listing.len() - w.cases.iter().filter(|c| c.arrival == world::Arrival::Before).count(),
             w.past.iter().filter(|n| w.registered.contains_key(*n)).count(),
             w.zones.len(),

@@ -1,6 +1,8 @@
 //! Runs one deployment of the detection world against the real gateway binary (started by
 //! `deployment.rs` with the world's servers), open-loop, phase by phase:
 //!
+//! 0. with the look on, the gateway's first look at its listed names (waited for: a deployment
+//!    that has run for a while has looked at them, the planted names lapsed then);
 //! 1. the past and the throwaways that arrive before their host is known;
 //! 2. the listed names (learned in the background; waited for) and the rest of the past;
 //! 3. the signups: every other case (their *first* answer);
@@ -26,8 +28,11 @@ use super::crowd_run::{self, EveryProject, ReportOutcome};
 use super::deployment::Bench;
 use super::facts;
 use super::projects::SOLO;
-use super::spec::{RdapNote, Spec};
+use super::spec::{Look, RdapNote, Spec};
 use super::world::{Attack, Lookup, World};
+
+/// The longest the run waits for the gateway's first look at its listed names.
+const FIRST_LOOK_WITHIN: Duration = Duration::from_secs(120);
 
 /// One case's answers.
 #[derive(Debug, Clone)]
@@ -96,6 +101,10 @@ pub fn run(world: &World, repo: &Path, spec: Spec) -> Run {
 fn phases(bench: &Bench, world: &World, spec: Spec, started: Instant) -> Run {
     let mut phases = vec![("start", started.elapsed().as_secs_f64())];
     let t = Instant::now();
+    if spec.look == Look::On {
+        bench.wait_first_look(FIRST_LOOK_WITHIN);
+        phases.push(("first look", t.elapsed().as_secs_f64()));
+    }
     let past = (
         bench.metric("drg_rdap_cache_entries").unwrap_or(0.0),
         world
@@ -189,6 +198,7 @@ fn attacks(bench: &Bench, world: &World, spec: Spec) -> (Vec<AttackOutcome>, Vec
     let mut out = attacking::attack_all(
         bench,
         &all,
+        &world.lapsed,
         (one, &world.projects),
         victims_project,
         spec.planted,

@@ -40,10 +40,34 @@ impl Rdap {
     }
 }
 
+/// The gateway's background look at its listed names (`gateway.mx.neighbourhood.look`): where
+/// each one's mail goes, from the start and then daily, so a lapsed listed name re-registered
+/// later plants nothing until it has held its new hosts `hold_days`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)]
+pub enum Look {
+    /// `look: {enabled: true, ...}`; the run waits for the first pass before the past.
+    On,
+    /// `look: {enabled: false}` (`--look off`): the state before the look.
+    Off,
+}
+
+impl Look {
+    #[allow(dead_code)]
+    pub fn label(self) -> &'static str {
+        match self {
+            Look::On => "on",
+            Look::Off => "off",
+        }
+    }
+}
+
 /// One deployment's run.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
     pub rdap: Rdap,
+    /// The gateway's look at its listed names.
+    pub look: Look,
     pub route: Route,
     /// All traffic from one project (the attacks only) instead of several.
     pub one_project: bool,

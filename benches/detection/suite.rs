@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::client::Route;
 use super::runner::{self, Run};
-use super::spec::{Rdap, Spec};
+use super::spec::{Look, Rdap, Spec};
 use super::world::{Shipped, Size, World};
 
 /// What to run.
@@ -36,9 +36,22 @@ pub fn worlds(plan: &Plan, repo: &Path) -> Vec<World> {
         .collect()
 }
 
-/// Runs every deployment of `plan` over `worlds` (the longest first), `plan.jobs` at once;
-/// the runs, and why each run that did not finish did not.
+/// Runs every deployment of `plan` over `worlds` with the gateway's look on (see
+/// [`run_looking`]).
+#[allow(dead_code)]
 pub fn run(plan: &Plan, worlds: &[World], repo: &Path) -> (Vec<Run>, Vec<String>) {
+    run_looking(plan, worlds, repo, Look::On)
+}
+
+/// Runs every deployment of `plan` over `worlds` (the longest first), `plan.jobs` at once, the
+/// gateway's look at its listed names as `look` says; the runs, and why each run that did not
+/// finish did not.
+pub fn run_looking(
+    plan: &Plan,
+    worlds: &[World],
+    repo: &Path,
+    look: Look,
+) -> (Vec<Run>, Vec<String>) {
     let mut todo: Vec<(usize, Spec)> = Vec::new();
     for one_project in [false, true] {
         if one_project && !plan.one_project {
@@ -49,6 +62,7 @@ pub fn run(plan: &Plan, worlds: &[World], repo: &Path) -> (Vec<Run>, Vec<String>
                 for route in [Route::Get, Route::Batch] {
                     let spec = Spec {
                         rdap,
+                        look,
                         route,
                         one_project,
                         settle: plan.settle,

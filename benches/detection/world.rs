@@ -151,7 +151,8 @@ pub enum Through {
     Trusted,
 }
 
-/// One planting attack: listed domains whose DNS the attacker controls, looked up one at a
+/// One planting attack: listed domains whose DNS the attacker controls (lapsed listed names
+/// it re-registered: they do not resolve until the round that plants each), looked up one at a
 /// time by `attackers` projects in turn (the k-th by project k mod `attackers`), attacker
 /// projects or the deployment's own as `through` says, and the victims they aim at (each with
 /// its age bucket).
@@ -162,6 +163,15 @@ pub struct Attack {
     pub through: Through,
     pub planted: Vec<String>,
     pub victims: Vec<(String, Bucket)>,
+}
+
+/// A planted listed name's DNS while it is lapsed (no zone served, NXDOMAIN): what the
+/// attacker, having re-registered it, serves from the round that plants it.
+#[derive(Debug, Clone)]
+pub struct Lapsed {
+    pub zone: Zone,
+    /// Its records beyond the zone, and its `_dmarc.` name's, by name.
+    pub records: Vec<(String, Records)>,
 }
 
 // Here beside `Attack`, though `crowds.rs` makes it: the world holds it, and `crowds.rs` builds
@@ -289,7 +299,11 @@ pub struct World {
     pub seed: u64,
     /// The several-project deployment's projects (the victims' first).
     pub projects: Vec<&'static str>,
+    /// The zones served from the start (the planted names' are in `lapsed`).
     pub zones: HashMap<String, Zone>,
+    /// The planted listed names, lapsed until their attack plants them: their zones and
+    /// records, served from then on (`attacking.rs`), not at start.
+    pub lapsed: HashMap<String, Lapsed>,
     /// Records beyond a zone's MX and one address: more addresses, IPv6, TXT.
     pub records: HashMap<String, Records>,
     pub ptr: HashMap<Ipv4Addr, String>,
@@ -342,6 +356,7 @@ impl World {
             seed,
             projects: projects::named(size.projects),
             zones: HashMap::new(),
+            lapsed: HashMap::new(),
             records: HashMap::new(),
             ptr: HashMap::new(),
             registered: HashMap::new(),
@@ -377,7 +392,25 @@ impl World {
         w.trusted_crowds();
         w.hosting_every_project();
         w.parent_attacks();
+        w.lapse_planted();
         w
+    }
+
+    /// Sets the planted listed names' zones and records aside: the attacker re-registers lapsed
+    /// listed names, so until an attack plants one it does not resolve (NXDOMAIN). Done once
+    /// the world is drawn: the same seed draws the same names, hosts and victims.
+    fn lapse_planted(&mut self) {
+        let planted: Vec<String> = (self.attacks.iter().chain(&self.crowds))
+            .flat_map(|a| a.planted.iter().cloned())
+            .collect();
+        for d in planted {
+            let zone = self.zones.remove(&d).expect("a planted name's zone");
+            let records = [d.clone(), format!("_dmarc.{d}")]
+                .into_iter()
+                .filter_map(|n| self.records.remove(&n).map(|r| (n, r)))
+                .collect();
+            self.lapsed.insert(d, Lapsed { zone, records });
+        }
     }
 
     /// The past in a random order; the signups in arrival order: shuffled, the minting

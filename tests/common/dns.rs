@@ -20,12 +20,15 @@
 //! test gives hosts that do not exist.
 //! [`DnsServer::start_world`] serves a whole world instead (the detection benchmark's): more
 //! records per name ([`Records`]: several A, AAAA, TXT), and no address made up for any host.
+//! What a server serves can change while it runs: [`DnsServer::set_zone`] adds, replaces or
+//! removes a name's zone and [`DnsServer::set_records`] its records, from the next query on
+//! (UDP and TCP alike): a name that lapses, or one registered again.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -102,8 +105,15 @@ pub const MAIL_HOST_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
 /// Gives an address to every MX host of `zones` that no zone names (see the module
 /// documentation).
 fn address_mail_hosts(zones: &mut HashMap<String, Zone>) {
-    let missing: Vec<String> = zones
-        .values()
+    let all: Vec<Zone> = zones.values().cloned().collect();
+    address_hosts_of(&all, zones);
+}
+
+/// Gives an address to every MX host of `of` that no zone of `zones` names (see the module
+/// documentation).
+fn address_hosts_of(of: &[Zone], zones: &mut HashMap<String, Zone>) {
+    let missing: Vec<String> = of
+        .iter()
         .flat_map(|z| {
             z.mx.iter()
                 .map(|(_, h)| h.trim_end_matches('.').to_ascii_lowercase())
@@ -128,9 +138,20 @@ fn address_mail_hosts(zones: &mut HashMap<String, Zone>) {
     }
 }
 
+/// What a running server answers from, shared by its UDP and TCP sides and its handle (see
+/// [`DnsServer::set_zone`]): the zones, and the records beyond them.
+#[derive(Default)]
+struct Names {
+    zones: HashMap<String, Zone>,
+    records: HashMap<String, Records>,
+}
+
 /// A running test DNS server.
 pub struct DnsServer {
     pub addr: SocketAddr,
+    names: Arc<RwLock<Names>>,
+    /// Whether an MX host no zone names gets an address (not in a world: `start_world`).
+    address_hosts: bool,
     queries: Arc<Mutex<HashMap<(String, RecordType), usize>>>,
     held: Arc<Mutex<Held>>,
     lie: Arc<Mutex<Option<Lie>>>,
@@ -250,9 +271,11 @@ impl DnsServer {
             });
         }
         let addr = socket.local_addr().unwrap();
+        let names = Arc::new(RwLock::new(Names { zones, records }));
         if let Some(listener) = tcp {
-            serve_tcp(listener, zones.clone());
+            serve_tcp(listener, names.clone());
         }
+        let served = names.clone();
         let lying = Arc::new(Mutex::new(lie));
         let lies = lying.clone();
         let queries = Arc::new(Mutex::new(HashMap::new()));
@@ -312,6 +335,9 @@ impl DnsServer {
                 }
                 let v6fail = query.query_type() == RecordType::AAAA
                     && name.split('.').any(|l| l.starts_with("v6fail"));
+                // What is served now (`set_zone` may change it between two questions).
+                let now = served.read().unwrap();
+                let (zones, records) = (&now.zones, &now.records);
                 match (lie, zones.get(&name)) {
                     (None, _) if v6fail => {
                         response.metadata.response_code = ResponseCode::ServFail;
@@ -446,6 +472,7 @@ impl DnsServer {
                     response.answers.clear();
                     response.additionals.clear();
                 }
+                drop(now);
                 let answer = response.to_vec().unwrap();
                 // The canaries (the gateway's check of its resolver) and the TLDs are
                 // answered at once: a slow server is slow for names, not taken for a dead one.
@@ -463,6 +490,8 @@ impl DnsServer {
         });
         DnsServer {
             addr,
+            names,
+            address_hosts,
             queries,
             held,
             lie: lying,
@@ -474,6 +503,53 @@ impl DnsServer {
     #[allow(dead_code)]
     pub fn set_glue(&self, on: bool) {
         self.glue.store(on, Ordering::Relaxed);
+    }
+
+    /// From the next query on, `name` holds `zone` (`Some`: added, or replacing its zone) or
+    /// none (`None`: NXDOMAIN from then on), over UDP and TCP. A server that makes up mail
+    /// hosts' addresses (`start`, not `start_world`) gives one to the added zone's MX hosts
+    /// that no zone names yet, as at start (`ghost`, `nothere`, `blackhole` hosts excepted);
+    /// an address it made up stays when the zone naming the host goes. A removed zone stays
+    /// removed, a mail host's or a canary's too (no address is made up for it again unless a
+    /// later added zone names it).
+    #[allow(dead_code)]
+    pub fn set_zone(&self, name: &str, zone: Option<Zone>) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let mut names = self.names.write().unwrap();
+        match zone {
+            Some(zone) => {
+                if self.address_hosts {
+                    address_hosts_of(std::slice::from_ref(&zone), &mut names.zones);
+                }
+                names.zones.insert(name, zone);
+            }
+            None => {
+                names.zones.remove(&name);
+            }
+        }
+    }
+
+    /// From the next query on, `name` has `records` beyond its zone (`Some`: a zone it has
+    /// stays; a name with records and no zone exists, an empty zone of their TTL, as at start)
+    /// or none (`None`: its zone, if any, stays). When both change, set the zone first (set
+    /// last, it replaces the empty zone records alone give).
+    #[allow(dead_code)]
+    pub fn set_records(&self, name: &str, records: Option<Records>) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let mut names = self.names.write().unwrap();
+        match records {
+            Some(r) => {
+                names.zones.entry(name.clone()).or_insert_with(|| Zone {
+                    mx: vec![],
+                    a: None,
+                    ttl: r.ttl,
+                });
+                names.records.insert(name, r);
+            }
+            None => {
+                names.records.remove(&name);
+            }
+        }
     }
 
     /// From now on, tells `lie` for every question (`None`: honest again).
@@ -521,9 +597,10 @@ fn question_of(bytes: &[u8]) -> Option<(Message, Query, String)> {
     Some((request, query, name))
 }
 
-/// DNS over TCP on the server's port: the MX records of the zones, for the truncated answers'
-/// second try (one question per connection, as a client asks after a truncated answer).
-fn serve_tcp(listener: std::net::TcpListener, zones: HashMap<String, Zone>) {
+/// DNS over TCP on the server's port: the MX records of the zones (as served now), for the
+/// truncated answers' second try (one question per connection, as a client asks after a
+/// truncated answer).
+fn serve_tcp(listener: std::net::TcpListener, names: Arc<RwLock<Names>>) {
     use std::io::{Read, Write};
     thread::spawn(move || {
         for stream in listener.incoming() {
@@ -542,7 +619,8 @@ fn serve_tcp(listener: std::net::TcpListener, zones: HashMap<String, Zone>) {
             let mut response = Message::response(request.metadata.id, OpCode::Query);
             response.metadata.recursion_available = true;
             response.add_query(query.clone());
-            match zones.get(&name) {
+            let now = names.read().unwrap();
+            match now.zones.get(&name) {
                 Some(zone) if query.query_type() == RecordType::MX => {
                     for (pref, host) in &zone.mx {
                         let exchange = Name::from_str(&format!("{}.", host.trim_end_matches('.')))
@@ -562,6 +640,7 @@ fn serve_tcp(listener: std::net::TcpListener, zones: HashMap<String, Zone>) {
                     response.add_authority(soa(&name, 5));
                 }
             }
+            drop(now);
             let answer = response.to_vec().unwrap();
             let mut out = (answer.len() as u16).to_be_bytes().to_vec();
             out.extend_from_slice(&answer);

@@ -163,6 +163,9 @@ pub struct NeighbourhoodRule {
     pub min_listed: u32,
     pub min_share: f64,
     pub min_hosts: u32,
+    /// Days a listed domain the gateway saw elsewhere (or with no mail: a lapsed name) must
+    /// hold its new hosts before it counts there (see [`History`]).
+    pub hold_days: u32,
 }
 
 impl NeighbourhoodRule {
@@ -199,6 +202,8 @@ const TEACHERS_MAX: usize = 3;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Teachers {
     global: bool,
+    /// The gateway's own background look at every listed name taught it.
+    looked: bool,
     trusted: [ProjectId; TEACHERS_MAX],
     nt: u8,
     untrusted: [ProjectId; TEACHERS_MAX],
@@ -210,8 +215,8 @@ pub struct Teachers {
 enum Support<'t> {
     /// The lists' snapshot: the operator's word.
     Lists,
-    /// Trusted projects' traffic: everyone's, counted once however many of them taught it
-    /// (more projects asking for the same name make its DNS no truer).
+    /// Trusted projects' traffic or the gateway's own look: everyone's, counted once however
+    /// many of them taught it (more projects asking for the same name make its DNS no truer).
     Trusted,
     /// Untrusted projects' traffic only: each of them counts it for its own answers.
     Untrusted(&'t [ProjectId]),
@@ -223,6 +228,18 @@ impl Teachers {
     /// Taught by the lists (the snapshot): judges every project's answers.
     pub const GLOBAL: Teachers = Teachers {
         global: true,
+        looked: false,
+        trusted: [0; TEACHERS_MAX],
+        nt: 0,
+        untrusted: [0; TEACHERS_MAX],
+        nu: 0,
+    };
+
+    /// Taught by the gateway's own look at every listed name (no project asked): counts for
+    /// every project, as a lookup's fact (one fact, whoever asked).
+    pub const LOOKED: Teachers = Teachers {
+        global: false,
+        looked: true,
         trusted: [0; TEACHERS_MAX],
         nt: 0,
         untrusted: [0; TEACHERS_MAX],
@@ -237,9 +254,14 @@ impl Teachers {
     }
 
     /// From what a state file or another gateway kept.
-    pub fn of(global: bool, trusted: &[ProjectId], untrusted: &[ProjectId]) -> Teachers {
+    pub fn of(
+        (global, looked): (bool, bool),
+        trusted: &[ProjectId],
+        untrusted: &[ProjectId],
+    ) -> Teachers {
         let mut t = Teachers {
             global,
+            looked,
             ..Teachers::default()
         };
         for p in trusted {
@@ -282,8 +304,9 @@ impl Teachers {
 
     /// Both together; whether anything changed.
     pub fn merge(&mut self, other: Teachers) -> bool {
-        let mut changed = other.global && !self.global;
+        let mut changed = (other.global && !self.global) || (other.looked && !self.looked);
         self.global |= other.global;
+        self.looked |= other.looked;
         for p in other.trusted() {
             changed |= self.add(*p, true);
         }
@@ -295,6 +318,11 @@ impl Teachers {
 
     pub fn is_global(&self) -> bool {
         self.global
+    }
+
+    /// The gateway's own look taught it.
+    pub fn is_looked(&self) -> bool {
+        self.looked
     }
 
     /// The trusted projects whose traffic taught it.
@@ -316,6 +344,7 @@ impl Teachers {
         match (self.global, self.trusted()) {
             (true, _) => Support::Lists,
             (false, [_, ..]) => Support::Trusted,
+            (false, []) if self.looked => Support::Trusted,
             (false, []) if self.nu > 0 => Support::Untrusted(self.untrusted()),
             (false, []) => Support::Untaught,
         }
@@ -476,7 +505,13 @@ impl Counts {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         match entry.standing {
             Standing::Listed(s) => {
-                self.listed.count(&entry.teachers, up);
+                // A listed domain that moved to these hosts lately counts for nobody yet.
+                let teachers = if entry.unheld {
+                    Teachers::default()
+                } else {
+                    entry.teachers
+                };
+                self.listed.count(&teachers, up);
                 bump(&mut self.sources, &s, up);
                 for k in hosts_inside(&entry.keys, key) {
                     let i = match self.hosts.iter().position(|(h, _)| h == k) {
@@ -487,7 +522,7 @@ impl Counts {
                         }
                         None => continue,
                     };
-                    self.hosts[i].1.count(&entry.teachers, up);
+                    self.hosts[i].1.count(&teachers, up);
                     if self.hosts[i].1.is_empty() {
                         self.hosts.swap_remove(i);
                     }
@@ -570,6 +605,40 @@ struct DomainEntry {
     /// The gateway answered it disposable by inference (what it stands as when nothing
     /// vouches for it).
     inferred: bool,
+    /// Since when its hosts are what they are, and whether it was seen elsewhere before.
+    history: History,
+    /// It moved to its hosts less than the rule's `hold_days` ago (when last taught): as a
+    /// listed neighbour it counts for nobody.
+    unheld: bool,
+}
+
+/// Since when a domain's mail goes where it goes now, as the gateway saw it: the day it first
+/// saw its current MX hosts, and whether it had seen the domain's mail elsewhere, or nowhere,
+/// before (`moved`). Where a listed domain's mail goes is chosen by whoever holds it now, and
+/// lists are full of lapsed names anyone can register again: a listed name the gateway saw
+/// with no mail (a lapsed name) or on other hosts, and now sees on new ones, was most likely
+/// re-registered or re-pointed by someone else than the throwaway service the list named. It
+/// counts on its new hosts only once it has held them `hold_days`. A name the gateway never saw
+/// before counts at once: nothing tells it moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct History {
+    pub since: u32,
+    pub moved: bool,
+}
+
+/// Whether two key sets name the same MX hosts (networks left out: a host's addresses may be
+/// asked later, or renumbered by its owner, whom the listed domain's holder does not control).
+fn same_hosts(a: &[Arc<str>], b: &[Arc<str>]) -> bool {
+    fn hosts(keys: &[Arc<str>]) -> Vec<&str> {
+        let mut h: Vec<&str> = keys
+            .iter()
+            .filter(|k| matches!(KeyKind::split(k), Some((KeyKind::Host, _))))
+            .map(|k| &**k)
+            .collect();
+        h.sort_unstable();
+        h
+    }
+    hosts(a) == hosts(b)
 }
 
 /// What one teaching says besides the keys: how the gateway answered the domain, whether
@@ -579,6 +648,8 @@ pub struct Teach {
     pub inferred: bool,
     pub vouched: Option<bool>,
     pub teachers: Teachers,
+    /// What a state file or another gateway kept of its history; `None`: first seen now.
+    pub history: Option<History>,
 }
 
 /// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
@@ -674,6 +745,12 @@ pub struct Learned {
     /// Taught by the lists (the snapshot): see [`Teachers`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub global: bool,
+    /// Taught by the gateway's own look at every listed name: see [`Teachers`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub looked: bool,
+    /// It moved to its hosts (see [`History`]) on this day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u32>,
     /// The untrusted projects whose traffic taught it (64-bit ids, the first few). Earlier
     /// releases kept 32-bit ids under `taught_by` and `trusted_by`: those are not read (an old
     /// id would be a second teacher beside the same project's new one), so such a domain
@@ -700,6 +777,8 @@ impl Learned {
             inferred: how.inferred,
             vouched: how.vouched.unwrap_or(false),
             global: how.teachers.is_global(),
+            looked: how.teachers.is_looked(),
+            since: how.history.filter(|h| h.moved).map(|h| h.since),
             taught_by: how.teachers.untrusted().to_vec(),
             trusted_by: how.teachers.trusted().to_vec(),
         }
@@ -711,7 +790,12 @@ impl Learned {
             inferred: self.inferred,
             // Vouching is sticky here: a gateway that did not ask does not undo one that did.
             vouched: self.vouched.then_some(true),
-            teachers: Teachers::of(self.global, &self.trusted_by, &self.taught_by),
+            teachers: Teachers::of(
+                (self.global, self.looked),
+                &self.trusted_by,
+                &self.taught_by,
+            ),
+            history: self.since.map(|since| History { since, moved: true }),
         }
     }
 }
@@ -730,6 +814,8 @@ pub struct NeighbourhoodIndex {
     /// Keys by kind (host, parent, network), kept as keys come and go: metrics read them
     /// without a scan of every key under the lock.
     kinds: [usize; 3],
+    /// Domains seen to move to new hosts (see [`History`]), since start.
+    moves: u64,
 }
 
 impl NeighbourhoodIndex {
@@ -742,6 +828,7 @@ impl NeighbourhoodIndex {
             rule,
             max_entries: max_entries.max(1),
             kinds: [0; 3],
+            moves: 0,
         }
     }
 
@@ -769,6 +856,11 @@ impl NeighbourhoodIndex {
             self.withdraw(&e);
         }
         true
+    }
+
+    /// Domains seen to move to new hosts since start (see [`History`]).
+    pub fn moves(&self) -> u64 {
+        self.moves
     }
 
     /// Domains remembered.
@@ -901,6 +993,22 @@ impl NeighbourhoodIndex {
             })
             .map(|k| self.intern(k))
             .collect();
+        let history = match &old {
+            Some(o) if same_hosts(&o.keys, &keys) => o.history,
+            // Seen before, with no mail or on other hosts: it moved (once it has hosts).
+            Some(_) => {
+                self.moves += u64::from(!keys.is_empty() && listed.is_some());
+                History {
+                    since: day,
+                    moved: !keys.is_empty(),
+                }
+            }
+            None => how.history.unwrap_or(History {
+                since: day,
+                moved: false,
+            }),
+        };
+        let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
         let entry = DomainEntry {
             standing: listed
                 .map_or_else(|| Standing::unlisted(inferred, vouched), Standing::Listed),
@@ -909,6 +1017,8 @@ impl NeighbourhoodIndex {
             teachers,
             vouched,
             inferred,
+            history,
+            unheld,
         };
         self.contribute(&entry);
         self.domains.insert(domain.into(), entry);
@@ -1190,6 +1300,8 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         inferred: e.inferred,
         vouched: e.vouched,
         global: e.teachers.is_global(),
+        looked: e.teachers.is_looked(),
+        since: e.history.moved.then_some(e.history.since),
         taught_by: e.teachers.untrusted().to_vec(),
         trusted_by: e.teachers.trusted().to_vec(),
     }
@@ -1222,6 +1334,7 @@ mod tests {
         min_listed: 3,
         min_share: 0.8,
         min_hosts: 2,
+        hold_days: 30,
     };
 
     /// The project every test asks for.
@@ -1262,6 +1375,53 @@ mod tests {
             "t",
         )
         .unwrap()
+    }
+
+    /// Listed names the look saw lapsed (no keys), then on a company's host: they count for
+    /// nobody until they have held it `hold_days`; a state file keeps when they moved; one seen
+    /// there first counts at once.
+    #[test]
+    fn a_listed_name_moved_to_a_host_counts_there_once_it_has_held_it() {
+        let look = Teach {
+            teachers: Teachers::LOOKED,
+            ..Teach::default()
+        };
+        let host = keys(&["host:mx.smallhost.test"]);
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        for i in 0..3 {
+            ix.teach(&format!("l{i}.test"), &[], Some("list"), look, 100);
+        }
+        teach(&mut ix, "victim.test", &host, None, 100);
+        for i in 0..3 {
+            ix.teach(&format!("l{i}.test"), &host, Some("list"), look, 101);
+        }
+        assert_eq!(ix.moves(), 3);
+        assert!(ix.finding("victim.test", P).is_none(), "moved a day ago");
+        let kept = ix.learned_of("l0.test").unwrap();
+        assert_eq!((kept.since, kept.looked), (Some(101), true));
+        // A restart keeps when they moved.
+        let mut again = NeighbourhoodIndex::new(RULE, 1000);
+        for l in ["l0.test", "l1.test", "l2.test"].map(|d| ix.learned_of(d).unwrap()) {
+            again.teach(&l.domain, &l.keys, Some("list"), l.teach(), l.seen);
+        }
+        again.teach("victim.test", &host, None, Teach::default(), 101);
+        assert!(
+            again.finding("victim.test", P).is_none(),
+            "still moved a day ago"
+        );
+        // Seen on the same host 30 days after the move: they count.
+        for i in 0..3 {
+            ix.teach(&format!("l{i}.test"), &host, Some("list"), look, 131);
+        }
+        assert_eq!(ix.moves(), 3, "the same hosts are no move");
+        assert!(ix.finding("victim.test", P).is_some(), "held 30 days");
+        // Never seen before: counts at once.
+        let mut fresh = NeighbourhoodIndex::new(RULE, 1000);
+        teach(&mut fresh, "victim.test", &host, None, 100);
+        for i in 0..3 {
+            fresh.teach(&format!("l{i}.test"), &host, Some("list"), look, 100);
+        }
+        assert!(fresh.finding("victim.test", P).is_some());
     }
 
     #[test]
@@ -1371,6 +1531,7 @@ mod tests {
             min_listed: 5,
             min_share: 0.8,
             min_hosts: 3,
+            hold_days: 30,
         };
         let cost = |tenants: u32, vouch: bool| -> u32 {
             let mut ix = NeighbourhoodIndex::new(shipped, 100_000);

@@ -328,6 +328,22 @@ impl DomainTable {
             .map(|(name, _)| name)
     }
 
+    /// The listed names whose mail hosts teach the neighbourhood, sorted: every name a
+    /// blocklist holds that the table still answers as blocklisted (no relay, allowlist,
+    /// record or curated free list overrules it) and that is its own registrable domain.
+    pub fn listed_registrable(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .blocklisted()
+            .filter_map(|n| {
+                let name = DomainName::parse(n).ok()?;
+                let listed = matches!(self.lookup(&name).rule, TableRule::Blocklist { .. });
+                (listed && name.registrable() == Some(n)).then(|| n.to_owned())
+            })
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// `name` as the table stores it, if it is an entry.
     pub fn entry_name(&self, name: &str) -> Option<&str> {
         self.entries.get(name).map(|(key, _)| key)

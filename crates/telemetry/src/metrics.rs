@@ -798,6 +798,21 @@ fn neighbourhood_families(f: &mut Families, nb: &NeighbourhoodStats) {
         "Listed names not queued for a background lookup because the queue was full.",
         nb.queue_dropped,
     );
+    f.counter(
+        "drg_mx_neighbourhood_moved_total",
+        "Listed domains seen on new MX hosts after the gateway saw them elsewhere or with no mail.",
+        nb.moved,
+    );
+    f.counter(
+        "drg_mx_neighbourhood_looked_total",
+        "Listed names the gateway's own look resolved.",
+        nb.looked,
+    );
+    f.counter(
+        "drg_mx_neighbourhood_look_passes_total",
+        "Passes of the gateway's own look over every listed name, completed.",
+        nb.look_passes,
+    );
 }
 
 /// What the public listener's connection limits did.
@@ -944,6 +959,11 @@ pub struct NeighbourhoodStats {
     pub verdicts: [u64; 3],
     pub taught: u64,
     pub queue_dropped: u64,
+    /// Listed domains seen on new hosts (they count there once they have held them).
+    pub moved: u64,
+    /// Listed names the gateway's own look saw, and its passes done.
+    pub looked: u64,
+    pub look_passes: u64,
 }
 
 #[cfg(test)]

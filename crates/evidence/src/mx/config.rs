@@ -144,6 +144,38 @@ pub struct NeighbourhoodConfig {
     pub trusted_plans: Vec<String>,
     /// Projects trusted whatever their plan.
     pub trusted_projects: Vec<String>,
+    /// Days a listed domain the gateway saw with no mail, or on other hosts, must hold its new
+    /// hosts before it counts there (a lapsed name re-registered and pointed at someone's host
+    /// counts for nobody until then).
+    pub hold_days: u32,
+    /// The gateway's own look at every listed name.
+    pub look: LookConfig,
+}
+
+/// `gateway.mx.neighbourhood.look`: the gateway's own look at every listed name, at start and
+/// then every `every_secs`: where each one's mail goes, the baseline a listed name re-pointed
+/// later is measured against.
+#[serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LookConfig {
+    pub enabled: bool,
+    /// Listed names started per second at most.
+    pub rate: u32,
+    /// A new pass starts this long after the last one began.
+    #[serde(rename = "every_secs")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub every: Duration,
+}
+
+impl Default for LookConfig {
+    fn default() -> Self {
+        LookConfig {
+            enabled: true,
+            rate: 20,
+            every: Duration::from_secs(86_400),
+        }
+    }
 }
 
 impl Default for NeighbourhoodConfig {
@@ -166,6 +198,8 @@ impl Default for NeighbourhoodConfig {
             verdict_hold: Duration::from_secs(3_600),
             trusted_plans: vec!["*".to_owned()],
             trusted_projects: Vec::new(),
+            hold_days: 30,
+            look: LookConfig::default(),
         }
     }
 }
@@ -227,6 +261,15 @@ impl NeighbourhoodConfig {
         }
         if self.queue == 0 || self.concurrency == 0 {
             out.push(format!("{key}.queue and concurrency: must be at least 1"));
+        }
+        if !(1..=10_000).contains(&self.look.rate) {
+            out.push(format!(
+                "{key}.look.rate: {} is outside 1..=10000",
+                self.look.rate
+            ));
+        }
+        if self.look.every < Duration::from_secs(1) {
+            out.push(format!("{key}.look.every_secs: must be at least 1"));
         }
         if self.save_interval.is_zero() || self.share_interval.is_zero() {
             out.push(format!(

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use super::{settings, CommandError};
 use drg_domain::neighbour_index::{keys_of, Learned, Teach, Teachers};
-use drg_domain::{DomainName, TableRule};
 use drg_evidence::mx::neighbourhood::{store, today};
 use drg_evidence::mx::resolver::MxResolver;
 
@@ -43,16 +42,8 @@ pub fn mx_snapshot(conf: &Path, out: &Path, opts: SnapshotOptions) -> Result<Str
     let settings = settings(conf, Default::default())?;
     let table = settings.gateway.data_sources().build()?;
     let done = already_done(out)?;
-    let mut names: Vec<String> = table
-        .blocklisted()
-        .filter(|n| !done.contains(*n))
-        .filter_map(|n| {
-            let name = DomainName::parse(n).ok()?;
-            let listed = matches!(table.lookup(&name).rule, TableRule::Blocklist { .. });
-            (listed && name.registrable() == Some(n)).then(|| n.to_owned())
-        })
-        .collect();
-    names.sort();
+    let mut names = table.listed_registrable();
+    names.retain(|n| !done.contains(n));
     if let Some(limit) = opts.limit {
         names.truncate(limit);
     }

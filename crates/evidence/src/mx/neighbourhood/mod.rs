@@ -3,6 +3,7 @@
 //! and shared over Redis. The rule itself is pure, in [`drg_domain::neighbour_index`].
 
 pub mod holds;
+pub mod look;
 pub mod mirror;
 pub mod service;
 pub mod share;
@@ -55,6 +56,9 @@ pub struct Neighbourhood {
     verdicts: [AtomicU64; 3],
     taught: AtomicU64,
     dropped: AtomicU64,
+    /// Listed names the gateway's own look saw, and its passes done (`look.rs`).
+    looked: AtomicU64,
+    look_passes: AtomicU64,
     /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain:
     /// one for every project (`None`), and an untrusted project's own (a finding on its own
     /// teaching is its alone).
@@ -117,6 +121,7 @@ impl Neighbourhood {
             min_listed: config.min_listed,
             min_share: config.min_share.0,
             min_hosts: config.min_hosts,
+            hold_days: config.hold_days,
         };
         let (queue, rx) = mpsc::channel(config.queue.max(1));
         Neighbourhood {
@@ -132,6 +137,8 @@ impl Neighbourhood {
             verdicts: Default::default(),
             taught: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            looked: AtomicU64::new(0),
+            look_passes: AtomicU64::new(0),
             held: quick_cache::sync::Cache::new(HELD_MAX),
             journal: Mutex::new(Vec::new()),
             overflow: AtomicBool::new(false),
@@ -482,6 +489,7 @@ impl Neighbourhood {
             inferred: false,
             vouched: None,
             teachers: self.askers(domain),
+            history: None,
         };
         let learned = Learned::new(domain, keys, today(), how);
         self.teach_how(&table, &learned, how);
@@ -498,13 +506,19 @@ impl Neighbourhood {
 
     fn teach_how(&self, table: &DomainTable, learned: &Learned, how: Teach) {
         let source = listed_source(table, &learned.domain);
-        let evicted = self.write().teach(
-            &learned.domain,
-            &learned.keys,
-            source.as_deref(),
-            how,
-            learned.seen,
-        );
+        let (evicted, now) = {
+            let mut index = self.write();
+            let evicted = index.teach(
+                &learned.domain,
+                &learned.keys,
+                source.as_deref(),
+                how,
+                learned.seen,
+            );
+            // What the index made of it (teachers merged, its history): what the state keeps.
+            (evicted, index.learned_of(&learned.domain))
+        };
+        let learned = now.as_ref().unwrap_or(learned);
         self.taught.fetch_add(1, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
@@ -658,6 +672,9 @@ impl Neighbourhood {
             verdicts: std::array::from_fn(|i| self.verdicts[i].load(Ordering::Relaxed)),
             taught: self.taught.load(Ordering::Relaxed),
             queue_dropped: self.dropped.load(Ordering::Relaxed),
+            moved: index.moves(),
+            looked: self.looked.load(Ordering::Relaxed),
+            look_passes: self.look_passes.load(Ordering::Relaxed),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The MX background service: checks the resolver against the canaries at start and every
-//! `probe_interval_seconds`; resolves the listed names the index asked for; shares what was
-//! learned over Redis; ages the index out and saves it to its state file.
+//! `probe_interval_seconds`; resolves the listed names the index asked for; runs the look at
+//! every listed name (`look.rs`); shares what was learned over Redis; ages the index out and
+//! saves it to its state file.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ const GROUP: Duration = Duration::from_millis(100);
 
 /// A token bucket: `rate` a second, `burst` at once; a rate of 0 never waits. Short of a token,
 /// it waits for a [`GROUP`]'s worth, so the rate holds on average and the names come in groups.
-struct Pace {
+pub(super) struct Pace {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -34,7 +35,7 @@ struct Pace {
 }
 
 impl Pace {
-    fn new(rate: u32, burst: usize) -> Self {
+    pub(super) fn new(rate: u32, burst: usize) -> Self {
         let burst = burst.max(1) as f64;
         Pace {
             rate: f64::from(rate),
@@ -45,7 +46,7 @@ impl Pace {
     }
 
     /// Takes one token: how long to wait for it first, if at all.
-    fn take(&mut self, now: Instant) -> Option<Duration> {
+    pub(super) fn take(&mut self, now: Instant) -> Option<Duration> {
         if self.rate <= 0.0 {
             return None;
         }
@@ -183,6 +184,10 @@ impl Service for MxService {
             self.start_teacher(nb, shutdown.clone());
         }
         self.resolver.check_canaries().await;
+        if let Some(nb) = nb.as_ref().filter(|nb| nb.config.look.enabled) {
+            let (resolver, nb) = (self.resolver.clone(), nb.clone());
+            tokio::spawn(super::look::run(resolver, nb, shutdown.clone()));
+        }
         let mut ticks = Ticks::new(Duration::from_millis(250));
         let (mut last_probe, mut last_share, mut last_save) =
             (Instant::now(), None::<Instant>, Instant::now());

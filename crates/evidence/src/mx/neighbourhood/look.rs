@@ -1,0 +1,117 @@
+//! The gateway's own look at every listed name: where each one's mail goes, at start and then
+//! every `look.every_secs`, at most `look.rate` names a second. It is the baseline a listed
+//! name re-pointed later is measured against (`History` in the index): a lapsed name someone
+//! registers again and points at a company's host counts for nobody until it has held that
+//! host `hold_days`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drg_base::service::Shutdown;
+use drg_domain::neighbour_index::{keys_of, HostNetworks, Learned, Teach, Teachers};
+use tokio::sync::Semaphore;
+
+use super::service::Pace;
+use super::{today, Neighbourhood};
+use crate::mx::resolver::MxResolver;
+
+/// How long a pass waits for a resolver the canaries do not trust before it looks again.
+const UNTRUSTED_WAIT: Duration = Duration::from_secs(30);
+
+impl Neighbourhood {
+    /// Teaches what the look saw of the listed `domain`: its MX hosts (none: no mail, NXDOMAIN
+    /// included). A name the index knows with hosts keeps them when the look finds none: a
+    /// name that lapsed still says where its throwaway service was, and a resolver that lied
+    /// for a moment must not make names look lapsed and then "revived".
+    pub fn looked(&self, domain: &str, hosts: &[HostNetworks]) {
+        let table = self.table.load();
+        let keys = keys_of(domain, hosts, table.providers());
+        self.looked.fetch_add(1, Ordering::Relaxed);
+        if keys.is_empty() && self.read().has_keys(domain) {
+            return;
+        }
+        let how = Teach {
+            teachers: Teachers::LOOKED,
+            ..Teach::default()
+        };
+        let learned = Learned::new(domain, keys, today(), how);
+        self.teach_how(&table, &learned, how);
+        if let Some(l) = self.read().learned_of(domain) {
+            self.share(&l);
+        }
+    }
+}
+
+/// Runs passes until shutdown: one at start, then one every `look.every_secs` after the last
+/// began. Each pass looks at the listed names of the table in force when it starts.
+pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut shutdown: Shutdown) {
+    let every = nb.config.look.every;
+    loop {
+        let began = Instant::now();
+        match pass(&resolver, &nb, &mut shutdown).await {
+            Some((n, took)) => {
+                nb.look_passes.fetch_add(1, Ordering::Relaxed);
+                log::info!(
+                    "MX neighbourhood: looked at {n} listed names in {:.1} s",
+                    took.as_secs_f64()
+                );
+            }
+            None if *shutdown.borrow() => return,
+            None => {}
+        }
+        let next = began + every;
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One pass over every listed name; `None` when it stopped early (shutdown, or a resolver the
+/// canaries stopped trusting: what it says then is not evidence).
+async fn pass(
+    resolver: &Arc<MxResolver>,
+    nb: &Arc<Neighbourhood>,
+    shutdown: &mut Shutdown,
+) -> Option<(usize, Duration)> {
+    // Wait for a resolver the canaries trust (the first check runs at start).
+    while resolver.evidence_off() {
+        tokio::select! {
+            () = tokio::time::sleep(UNTRUSTED_WAIT) => {}
+            _ = shutdown.changed() => return None,
+        }
+    }
+    let started = Instant::now();
+    let names = nb.table.load().listed_registrable();
+    let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
+    let rate = nb.config.look.rate;
+    let mut pace = Pace::new(rate, rate as usize);
+    let mut tasks = tokio::task::JoinSet::new();
+    for name in &names {
+        if let Some(wait) = pace.take(Instant::now()) {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return None,
+            }
+        }
+        if resolver.evidence_off() {
+            log::warn!("MX neighbourhood: the look stopped: the resolver is not trusted");
+            return None;
+        }
+        let slot = slots.clone().acquire_owned().await.ok()?;
+        let (resolver, nb, name) = (resolver.clone(), nb.clone(), name.clone());
+        tasks.spawn(async move {
+            // Not answered (timeout, SERVFAIL): nothing learned; the next pass asks again.
+            if let Some(hosts) = resolver.observe(&name).await {
+                if !resolver.evidence_off() {
+                    nb.looked(&name, &hosts);
+                }
+            }
+            drop(slot);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+    Some((names.len(), started.elapsed()))
+}
