@@ -1399,6 +1399,12 @@ mod tests {
         assert!(ix.finding("victim.test", P).is_none(), "moved a day ago");
         let kept = ix.learned_of("l0.test").unwrap();
         assert_eq!((kept.since, kept.looked), (Some(101), true));
+        let line = serde_json::to_string(&kept).unwrap();
+        assert!(
+            line.contains("\"since\":101") && line.contains("\"looked\":true"),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<Learned>(&line).unwrap(), kept);
         // A restart keeps when they moved.
         let mut again = NeighbourhoodIndex::new(RULE, 1000);
         for l in ["l0.test", "l1.test", "l2.test"].map(|d| ix.learned_of(d).unwrap()) {
