@@ -1160,3 +1160,74 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
         }
     }
 }
+
+/// The look's baseline outlives a restart, and names a reload adds get one at once: three
+/// lapsed names a list adds while the gateway runs are looked at before the next pass (a day
+/// away); after the fifteen are pointed at a small host, restarts find them moved and keep
+/// when (`"since"` in the state file): the host's young customer stays `safe` across both.
+#[test]
+fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
+    let mut w = World::new();
+    w.host("mx.smallhost.test", [192, 0, 2, 63]);
+    w.mx("young-co.test", &["mx.smallhost.test"]);
+    w.listed = (0..12).map(|i| format!("gone{i}.test")).collect();
+    let dns = w.dns();
+    let look = |every: u32| {
+        format!("neighbourhood: {{ look: {{ enabled: true, rate: 1000, every_secs: {every} }} }}")
+    };
+    let gw = builder(&w, &dns).mx_yaml(&look(86_400)).start();
+    let metric = |gw: &Gateway, m: &str| gw.metric(m).unwrap_or(0.0);
+    wait_until(Duration::from_secs(20), || {
+        metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= 1.0
+    });
+    assert_eq!(metric(&gw, "drg_mx_neighbourhood_looked_total"), 12.0);
+    // A reload adds three names: looked at within seconds, no new pass.
+    w.listed.extend((0..3).map(|i| format!("late{i}.test")));
+    write_atomic(&gw.data_path("disposable.txt"), &w.listed.join("\n"));
+    wait_until(Duration::from_secs(20), || {
+        metric(&gw, "drg_mx_neighbourhood_looked_total") >= 15.0
+    });
+    assert_eq!(metric(&gw, "drg_mx_neighbourhood_look_passes_total"), 1.0);
+    // Re-registered and pointed at the small host; asked for through a trusted project.
+    let planted = Zone {
+        mx: vec![(10, "mx.smallhost.test".to_owned())],
+        a: None,
+        ttl: 1,
+    };
+    for d in &w.listed {
+        dns.set_zone(d, Some(planted.clone()));
+        assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable");
+    }
+    let dir = gw.stop();
+    // Restarted: its first pass finds the fifteen moved; then again, keeping when.
+    let mut dir = Some(dir);
+    for restart in 1..=2 {
+        let gw = builder(&w, &dns)
+            .mx_yaml(&look(86_400))
+            .in_dir(dir.take().unwrap())
+            .start();
+        wait_until(Duration::from_secs(20), || {
+            metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= 1.0
+        });
+        let moved = metric(&gw, "drg_mx_neighbourhood_moved_total");
+        assert_eq!(
+            moved,
+            if restart == 1 { 15.0 } else { 0.0 },
+            "restart {restart}"
+        );
+        let r = record(&gw, "young-co.test");
+        assert_eq!(r["reason"], "safe", "restart {restart}: {r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+        dir = Some(gw.stop());
+    }
+    let state =
+        std::fs::read_to_string(dir.unwrap().path().join("state/mx_neighbourhood.jsonl")).unwrap();
+    let line = state
+        .lines()
+        .find(|l| l.contains("\"late0.test\""))
+        .unwrap();
+    assert!(
+        line.contains("\"since\":") && line.contains("\"looked\":true"),
+        "{line}"
+    );
+}

@@ -18,6 +18,8 @@ use crate::mx::resolver::MxResolver;
 
 /// How long a pass waits for a resolver the canaries do not trust before it looks again.
 const UNTRUSTED_WAIT: Duration = Duration::from_secs(30);
+/// How often, between passes, the look checks whether a reload changed the lists.
+const NEW_NAMES_POLL: Duration = Duration::from_secs(5);
 
 impl Neighbourhood {
     /// Teaches what the look saw of the listed `domain`: its MX hosts (none: no mail, NXDOMAIN
@@ -44,12 +46,15 @@ impl Neighbourhood {
 }
 
 /// Runs passes until shutdown: one at start, then one every `look.every_secs` after the last
-/// began. Each pass looks at the listed names of the table in force when it starts.
+/// began. Each pass looks at the listed names of the table in force when it starts; between
+/// passes, names a reload of the lists added are looked at within [`NEW_NAMES_POLL`], so a name
+/// a list adds has its baseline before anyone can re-point it.
 pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut shutdown: Shutdown) {
     let every = nb.config.look.every;
     loop {
         let began = Instant::now();
-        match pass(&resolver, &nb, &mut shutdown).await {
+        let mut generation = nb.table.load().version().generation;
+        match pass(&resolver, &nb, &mut shutdown, false).await {
             Some((n, took)) => {
                 nb.look_passes.fetch_add(1, Ordering::Relaxed);
                 log::info!(
@@ -61,19 +66,37 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
             None => {}
         }
         let next = began + every;
-        tokio::select! {
-            () = tokio::time::sleep_until(next.into()) => {}
-            _ = shutdown.changed() => return,
+        while Instant::now() < next {
+            let wait = NEW_NAMES_POLL.min(next.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+            let now = nb.table.load().version().generation;
+            if now == generation || Instant::now() >= next {
+                continue;
+            }
+            generation = now;
+            match pass(&resolver, &nb, &mut shutdown, true).await {
+                Some((n, _)) if n > 0 => {
+                    log::info!("MX neighbourhood: looked at {n} listed names a reload added");
+                }
+                Some(_) => {}
+                None if *shutdown.borrow() => return,
+                None => {}
+            }
         }
     }
 }
 
-/// One pass over every listed name; `None` when it stopped early (shutdown, or a resolver the
-/// canaries stopped trusting: what it says then is not evidence).
+/// One pass over every listed name (`only_new`: those the index does not know yet); `None`
+/// when it stopped early (shutdown, or a resolver the canaries stopped trusting: what it says
+/// then is not evidence).
 async fn pass(
     resolver: &Arc<MxResolver>,
     nb: &Arc<Neighbourhood>,
     shutdown: &mut Shutdown,
+    only_new: bool,
 ) -> Option<(usize, Duration)> {
     // Wait for a resolver the canaries trust (the first check runs at start).
     while resolver.evidence_off() {
@@ -83,7 +106,11 @@ async fn pass(
         }
     }
     let started = Instant::now();
-    let names = nb.table.load().listed_registrable();
+    let mut names = nb.table.load().listed_registrable();
+    if only_new {
+        let index = nb.read();
+        names.retain(|n| !index.knows(n));
+    }
     let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
     let rate = nb.config.look.rate;
     let mut pace = Pace::new(rate, rate as usize);
