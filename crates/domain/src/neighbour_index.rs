@@ -505,12 +505,7 @@ impl Counts {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         match entry.standing {
             Standing::Listed(s) => {
-                // A listed domain that moved to these hosts lately counts for nobody yet.
-                let teachers = if entry.unheld {
-                    Teachers::default()
-                } else {
-                    entry.teachers
-                };
+                let teachers = entry.counted_teachers();
                 self.listed.count(&teachers, up);
                 bump(&mut self.sources, &s, up);
                 for k in hosts_inside(&entry.keys, key) {
@@ -626,19 +621,33 @@ pub struct History {
     pub moved: bool,
 }
 
-/// Whether two key sets name the same MX hosts (networks left out: a host's addresses may be
+/// Whether `new` names an MX host `old` did not (networks left out: a host's addresses may be
 /// asked later, or renumbered by its owner, whom the listed domain's holder does not control).
-fn same_hosts(a: &[Arc<str>], b: &[Arc<str>]) -> bool {
-    fn hosts(keys: &[Arc<str>]) -> Vec<&str> {
-        let mut h: Vec<&str> = keys
-            .iter()
-            .filter(|k| matches!(KeyKind::split(k), Some((KeyKind::Host, _))))
-            .map(|k| &**k)
-            .collect();
-        h.sort_unstable();
-        h
+/// Fewer hosts is no move: a host whose addresses did not answer this time drops out of a
+/// domain's keys, and coming back it is one it had.
+fn moved_to<A: AsRef<str>, B: AsRef<str>>(old: &[A], new: &[B]) -> bool {
+    let host = |k: &str| matches!(KeyKind::split(k), Some((KeyKind::Host, _)));
+    new.iter()
+        .map(AsRef::as_ref)
+        .filter(|k| host(k))
+        .any(|k| !old.iter().any(|o| o.as_ref() == k))
+}
+
+impl DomainEntry {
+    /// Who it counts for: nobody while it moved lately; a name that moved is no longer the
+    /// lists' word either (a snapshot made after the move shows the new holder's choice), only
+    /// as the look's, once it has held.
+    fn counted_teachers(&self) -> Teachers {
+        if self.unheld {
+            return Teachers::default();
+        }
+        let mut t = self.teachers;
+        if self.history.moved && t.global {
+            t.global = false;
+            t.looked = true;
+        }
+        t
     }
-    hosts(a) == hosts(b)
 }
 
 /// What one teaching says besides the keys: how the gateway answered the domain, whether
@@ -650,6 +659,9 @@ pub struct Teach {
     pub teachers: Teachers,
     /// What a state file or another gateway kept of its history; `None`: first seen now.
     pub history: Option<History>,
+    /// Restored from the gateway's own files at start: the history is taken as kept (a state
+    /// line read after the snapshot is the gateway's own later view, not a move).
+    pub restore: bool,
 }
 
 /// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
@@ -796,6 +808,15 @@ impl Learned {
                 &self.taught_by,
             ),
             history: self.since.map(|since| History { since, moved: true }),
+            restore: false,
+        }
+    }
+
+    /// How to teach it back from the gateway's own files at start (see [`Teach::restore`]).
+    pub fn restore(&self) -> Teach {
+        Teach {
+            restore: true,
+            ..self.teach()
         }
     }
 }
@@ -985,28 +1006,54 @@ impl NeighbourhoodIndex {
         // A domain with no key (its mail at a shared service) is remembered too, so that it
         // is not resolved again and again to learn nothing. Keys under its own name (from a
         // state file, a snapshot or another gateway older than that rule) are dropped.
-        let keys: Box<[Arc<str>]> = keys
+        let keys: Vec<&Box<str>> = keys
             .iter()
             .filter(|k| match KeyKind::split(k) {
                 Some((KeyKind::Host | KeyKind::Parent, value)) => !is_own(value, domain),
                 _ => true,
             })
-            .map(|k| self.intern(k))
             .collect();
+        // A listed domain seen on fewer of its hosts (one whose addresses did not answer this
+        // time) keeps them all: the host coming back is not a move.
+        let keys: Box<[Arc<str>]> = match &old {
+            Some(o)
+                if listed.is_some()
+                    && !how.restore
+                    && !keys.is_empty()
+                    && !moved_to(&o.keys, &keys)
+                    && moved_to(&keys, &o.keys) =>
+            {
+                o.keys.clone()
+            }
+            _ => keys.iter().map(|k| self.intern(k)).collect(),
+        };
+        let first = History {
+            since: day,
+            moved: false,
+        };
         let history = match &old {
-            Some(o) if same_hosts(&o.keys, &keys) => o.history,
-            // Seen before, with no mail or on other hosts: it moved (once it has hosts).
+            _ if how.restore => how.history.unwrap_or(first),
+            Some(o) if !moved_to(&o.keys, &keys) => match how.history {
+                // Another gateway saw it move: the later day, the longer hold.
+                Some(h) if h.moved => History {
+                    since: if o.history.moved {
+                        o.history.since.max(h.since)
+                    } else {
+                        h.since
+                    },
+                    moved: true,
+                },
+                _ => o.history,
+            },
+            // Seen before, with no mail or on other hosts, and now on a host it was not: moved.
             Some(_) => {
-                self.moves += u64::from(!keys.is_empty() && listed.is_some());
+                self.moves += u64::from(listed.is_some());
                 History {
                     since: day,
-                    moved: !keys.is_empty(),
+                    moved: true,
                 }
             }
-            None => how.history.unwrap_or(History {
-                since: day,
-                moved: false,
-            }),
+            None => how.history.unwrap_or(first),
         };
         let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
         let entry = DomainEntry {
@@ -1428,6 +1475,65 @@ mod tests {
             fresh.teach(&format!("l{i}.test"), &host, Some("list"), look, 100);
         }
         assert!(fresh.finding("victim.test", P).is_some());
+    }
+
+    /// What restarts, snapshots and other gateways make of a move: a state line read after a
+    /// snapshot keeps its history (the snapshot, made after the move, is no baseline); another
+    /// gateway's move is kept even where this index saw the hosts first; fewer hosts is no
+    /// move; and a moved name that has held counts as the look's, never as the lists' word.
+    #[test]
+    fn a_move_survives_snapshots_peers_and_missing_hosts() {
+        let look = Teach {
+            teachers: Teachers::LOOKED,
+            ..Teach::default()
+        };
+        let host = keys(&["host:mx.smallhost.test"]);
+        let names = ["l0.test", "l1.test", "l2.test"];
+        // A state line: moved on day 101.
+        let moved = |d: &str| Learned {
+            since: Some(101),
+            looked: true,
+            ..Learned::new(d, host.clone(), 101, Teach::default())
+        };
+        // Restart: the snapshot (made on 105, after the move) first, then the state file.
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        for d in names {
+            let snap = Learned::new(d, host.clone(), 105, Teach::default());
+            let snap = Learned {
+                global: true,
+                ..snap
+            };
+            ix.teach(d, &snap.keys, Some("list"), snap.restore(), snap.seen);
+            let l = moved(d);
+            ix.teach(d, &l.keys, Some("list"), l.restore(), l.seen);
+        }
+        teach(&mut ix, "victim.test", &host, None, 105);
+        assert!(ix.finding("victim.test", P).is_none(), "moved on 101");
+        // Another gateway's word that they moved, where this one saw them there first.
+        let mut peer = NeighbourhoodIndex::new(RULE, 1000);
+        for d in names {
+            peer.teach(d, &host, Some("list"), look, 104);
+            let l = moved(d);
+            peer.teach(d, &l.keys, Some("list"), l.teach(), 104);
+        }
+        teach(&mut peer, "victim.test", &host, None, 104);
+        assert!(
+            peer.finding("victim.test", P).is_none(),
+            "a peer saw them move"
+        );
+        // Held: they count, as the look's word (an established age outweighs it).
+        for d in names {
+            ix.teach(d, &host, Some("list"), look, 131);
+        }
+        let f = ix.finding("victim.test", P).expect("held 30 days");
+        assert_eq!(f.grounds, Grounds::Lookups);
+        // Fewer hosts (a backup host whose addresses did not answer) is no move.
+        let two = keys(&["host:mx.a.test", "host:mx.b.test"]);
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        ix.teach("t.test", &two, Some("list"), look, 100);
+        ix.teach("t.test", &two[..1], Some("list"), look, 101);
+        ix.teach("t.test", &two, Some("list"), look, 102);
+        assert_eq!(ix.moves(), 0);
     }
 
     #[test]

@@ -262,6 +262,12 @@ impl NeighbourhoodConfig {
         if self.queue == 0 || self.concurrency == 0 {
             out.push(format!("{key}.queue and concurrency: must be at least 1"));
         }
+        if self.hold_days > self.max_age_days {
+            out.push(format!(
+                "{key}.hold_days: {} is more than max_age_days ({}): a name that moved would be forgotten, history and all, before it had held",
+                self.hold_days, self.max_age_days
+            ));
+        }
         if !(1..=10_000).contains(&self.look.rate) {
             out.push(format!(
                 "{key}.look.rate: {} is outside 1..=10000",

@@ -31,6 +31,7 @@ impl Neighbourhood {
         let keys = keys_of(domain, hosts, table.providers());
         self.looked.fetch_add(1, Ordering::Relaxed);
         if keys.is_empty() && self.read().has_keys(domain) {
+            self.refresh(domain);
             return;
         }
         let how = Teach {
@@ -42,6 +43,21 @@ impl Neighbourhood {
         if let Some(l) = self.read().learned_of(domain) {
             self.share(&l);
         }
+    }
+}
+
+impl Neighbourhood {
+    /// The look saw `domain` and learned nothing new of it (no mail now, or DNS did not
+    /// answer): the entry it knows is kept as it is, seen today, so it does not age out with
+    /// its history (an expired entry is a name never seen, which counts at first sight), and
+    /// whether it has held its hosts long enough is weighed again.
+    fn refresh(&self, domain: &str) {
+        let Some(known) = self.read().learned_of(domain) else {
+            return;
+        };
+        let table = self.table.load();
+        let learned = Learned::new(domain, known.keys, today(), Teach::default());
+        self.teach_how(&table, &learned, Teach::default());
     }
 }
 
@@ -63,7 +79,9 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
                 );
             }
             None if *shutdown.borrow() => return,
-            None => {}
+            // Stopped (an untrusted resolver): a whole pass again once it is trusted, not a
+            // day later.
+            None => continue,
         }
         let next = began + every;
         while Instant::now() < next {
@@ -76,13 +94,15 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
             if now == generation || Instant::now() >= next {
                 continue;
             }
-            generation = now;
             match pass(&resolver, &nb, &mut shutdown, true).await {
-                Some((n, _)) if n > 0 => {
-                    log::info!("MX neighbourhood: looked at {n} listed names a reload added");
+                Some((n, _)) => {
+                    generation = now;
+                    if n > 0 {
+                        log::info!("MX neighbourhood: looked at {n} listed names a reload added");
+                    }
                 }
-                Some(_) => {}
                 None if *shutdown.borrow() => return,
+                // Stopped: tried again at the next poll.
                 None => {}
             }
         }
@@ -129,10 +149,13 @@ async fn pass(
         let slot = slots.clone().acquire_owned().await.ok()?;
         let (resolver, nb, name) = (resolver.clone(), nb.clone(), name.clone());
         tasks.spawn(async move {
-            // Not answered (timeout, SERVFAIL): nothing learned; the next pass asks again.
-            if let Some(hosts) = resolver.observe(&name).await {
-                if !resolver.evidence_off() {
-                    nb.looked(&name, &hosts);
+            // Not answered (timeout, SERVFAIL): nothing learned, what is known kept (seen
+            // today); the next pass asks again.
+            let seen = resolver.observe(&name).await;
+            if !resolver.evidence_off() {
+                match seen {
+                    Some(hosts) => nb.looked(&name, &hosts),
+                    None => nb.refresh(&name),
                 }
             }
             drop(slot);

@@ -385,11 +385,13 @@ impl Neighbourhood {
                 self.enqueue(domain, Teachers::project(project, trusted));
                 return;
             }
-            // Nothing to add: the lists taught it, or this teacher cannot change its counts.
+            // Nothing to add: the lists or the look taught it (it counts for everyone), or this
+            // teacher cannot change its counts.
             let known = index.learned_of(domain);
             if known.is_none_or(|l| {
                 let mut teachers = l.teach().teachers;
                 l.global
+                    || l.looked
                     || (!trusted && !l.trusted_by.is_empty())
                     || !teachers.add(project, trusted)
             }) {
@@ -489,7 +491,7 @@ impl Neighbourhood {
             inferred: false,
             vouched: None,
             teachers: self.askers(domain),
-            history: None,
+            ..Teach::default()
         };
         let learned = Learned::new(domain, keys, today(), how);
         self.teach_how(&table, &learned, how);
@@ -500,6 +502,7 @@ impl Neighbourhood {
 
     /// Teaches one learned domain, its standing from `table` (a state file, a snapshot or
     /// another gateway may have learned it under other lists).
+    #[cfg(test)]
     pub(crate) fn teach(&self, table: &DomainTable, learned: &Learned) {
         self.teach_how(table, learned, learned.teach());
     }
@@ -536,14 +539,16 @@ impl Neighbourhood {
     }
 
     /// Teaches many (a file, another gateway's batch): listed ones first, so they judge the
-    /// unlisted ones among them. Skips those older than `max_age_days`.
-    pub(crate) fn teach_all(&self, mut learned: Vec<Learned>) -> usize {
+    /// unlisted ones among them. Skips those older than `max_age_days`. `restore`: the
+    /// gateway's own files at start (their histories taken as kept: see `Teach::restore`).
+    pub(crate) fn teach_all(&self, mut learned: Vec<Learned>, restore: bool) -> usize {
         let table = self.table.load();
         let oldest = today().saturating_sub(self.config.max_age_days);
         learned.retain(|l| l.seen >= oldest);
         learned.sort_by_key(|l| listed_source(&table, &l.domain).is_none());
         for l in &learned {
-            self.teach(&table, l);
+            let how = if restore { l.restore() } else { l.teach() };
+            self.teach_how(&table, l, how);
         }
         learned.len()
     }
@@ -710,7 +715,7 @@ impl Neighbourhood {
                         l.global = true;
                     }
                 }
-                let n = self.teach_all(learned);
+                let n = self.teach_all(learned, true);
                 log::info!(
                     "MX neighbourhood: {n} domains loaded from the {what} {}{}",
                     path.display(),

@@ -130,7 +130,7 @@ impl MxService {
         }
         match shared.pull(PULL_PAGES).await {
             Ok(learned) if !learned.is_empty() => {
-                let n = nb.teach_all(learned);
+                let n = nb.teach_all(learned, false);
                 log::debug!("MX neighbourhood: {n} domains learned from other gateways");
             }
             Ok(_) => {}
