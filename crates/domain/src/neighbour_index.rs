@@ -633,6 +633,43 @@ fn moved_to<A: AsRef<str>, B: AsRef<str>>(old: &[A], new: &[B]) -> bool {
         .any(|k| !old.iter().any(|o| o.as_ref() == k))
 }
 
+impl History {
+    /// What a domain's history is once taught `keys` on `day`, as `how` says, after `old` (its
+    /// keys and history, if it was known).
+    fn after(
+        old: Option<(&[Arc<str>], History)>,
+        keys: &[Arc<str>],
+        how: Teach,
+        day: u32,
+    ) -> History {
+        let first = History {
+            since: day,
+            moved: false,
+        };
+        match old {
+            _ if how.restore => how.history.unwrap_or(first),
+            Some((old_keys, had)) if !moved_to(old_keys, keys) => match how.history {
+                // Another gateway saw it move: the later day, the longer hold.
+                Some(h) if h.moved => History {
+                    since: if had.moved {
+                        had.since.max(h.since)
+                    } else {
+                        h.since
+                    },
+                    moved: true,
+                },
+                _ => had,
+            },
+            // Seen before, with no mail or on other hosts, and now on a host it was not: moved.
+            Some(_) => History {
+                since: day,
+                moved: true,
+            },
+            None => how.history.unwrap_or(first),
+        }
+    }
+}
+
 impl DomainEntry {
     /// Who it counts for: nobody while it moved lately; a name that moved is no longer the
     /// lists' word either (a snapshot made after the move shows the new holder's choice), only
@@ -1027,34 +1064,10 @@ impl NeighbourhoodIndex {
             }
             _ => keys.iter().map(|k| self.intern(k)).collect(),
         };
-        let first = History {
-            since: day,
-            moved: false,
-        };
-        let history = match &old {
-            _ if how.restore => how.history.unwrap_or(first),
-            Some(o) if !moved_to(&o.keys, &keys) => match how.history {
-                // Another gateway saw it move: the later day, the longer hold.
-                Some(h) if h.moved => History {
-                    since: if o.history.moved {
-                        o.history.since.max(h.since)
-                    } else {
-                        h.since
-                    },
-                    moved: true,
-                },
-                _ => o.history,
-            },
-            // Seen before, with no mail or on other hosts, and now on a host it was not: moved.
-            Some(_) => {
-                self.moves += u64::from(listed.is_some());
-                History {
-                    since: day,
-                    moved: true,
-                }
-            }
-            None => how.history.unwrap_or(first),
-        };
+        let history = History::after(old.as_ref().map(|o| (&*o.keys, o.history)), &keys, how, day);
+        if !how.restore && old.as_ref().is_some_and(|o| moved_to(&o.keys, &keys)) {
+            self.moves += u64::from(listed.is_some());
+        }
         let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
         let entry = DomainEntry {
             standing: listed
