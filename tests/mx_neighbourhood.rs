@@ -1076,6 +1076,31 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
     }
 }
 
+/// A small mail host (its last address octet `ip`) with one young customer, `young-co.test`,
+/// and twelve listed names `{prefix}{i}.test` that do not resolve (lapsed); and the zone their
+/// re-registration gives them, MX at that host.
+fn lapsed_beside_a_small_host(ip: u8, prefix: &str) -> (World, Zone) {
+    let mut w = World::new();
+    w.host("mx.smallhost.test", [192, 0, 2, ip]);
+    w.mx("young-co.test", &["mx.smallhost.test"]);
+    w.listed = (0..12).map(|i| format!("{prefix}{i}.test")).collect();
+    let planted = Zone {
+        mx: vec![(10, "mx.smallhost.test".to_owned())],
+        a: None,
+        ttl: 1,
+    };
+    (w, planted)
+}
+
+/// Waits for the look's first pass over the lists to complete.
+fn wait_first_look(gw: &Gateway) {
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_look_passes_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    });
+}
+
 /// Lapsed listed names re-registered and pointed at a company's host plant nothing once the
 /// gateway has looked at them (issue 85). Twelve listed names do not resolve (lapsed) when the
 /// gateway's own look passes over its lists; then someone points their MX at a small host and
@@ -1085,16 +1110,8 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
 /// (the gateway before), the same twelve lookups condemn the customer.
 #[test]
 fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
-    let mut w = World::new();
-    w.host("mx.smallhost.test", [192, 0, 2, 62]);
-    w.mx("young-co.test", &["mx.smallhost.test"]);
-    w.listed = (0..12).map(|i| format!("lapsed{i}.test")).collect();
+    let (w, planted) = lapsed_beside_a_small_host(62, "lapsed");
     let dns = w.dns();
-    let planted = Zone {
-        mx: vec![(10, "mx.smallhost.test".to_owned())],
-        a: None,
-        ttl: 1,
-    };
     for (look, flagged) in [
         ("look: { enabled: true, rate: 1000, every_secs: 2 }", false),
         (
@@ -1115,11 +1132,7 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
         });
         let looking = look.contains("enabled: true");
         if looking {
-            wait_until(Duration::from_secs(20), || {
-                gw.metric("drg_mx_neighbourhood_look_passes_total")
-                    .unwrap_or(0.0)
-                    >= 1.0
-            });
+            wait_first_look(&gw);
             // Passes run every 2 s: the first looked at all twelve.
             assert!(gw.metric("drg_mx_neighbourhood_looked_total").unwrap() >= 12.0);
         }
@@ -1168,19 +1181,14 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
 /// when (`"since"` in the state file): the host's young customer stays `safe` across both.
 #[test]
 fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
-    let mut w = World::new();
-    w.host("mx.smallhost.test", [192, 0, 2, 63]);
-    w.mx("young-co.test", &["mx.smallhost.test"]);
-    w.listed = (0..12).map(|i| format!("gone{i}.test")).collect();
+    let (mut w, planted) = lapsed_beside_a_small_host(63, "gone");
     let dns = w.dns();
     let look = |every: u32| {
         format!("neighbourhood: {{ look: {{ enabled: true, rate: 1000, every_secs: {every} }} }}")
     };
     let gw = builder(&w, &dns).mx_yaml(&look(86_400)).start();
     let metric = |gw: &Gateway, m: &str| gw.metric(m).unwrap_or(0.0);
-    wait_until(Duration::from_secs(20), || {
-        metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= 1.0
-    });
+    wait_first_look(&gw);
     assert_eq!(metric(&gw, "drg_mx_neighbourhood_looked_total"), 12.0);
     // A reload adds three names: looked at within seconds, no new pass.
     w.listed.extend((0..3).map(|i| format!("late{i}.test")));
@@ -1190,11 +1198,6 @@ fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
     });
     assert_eq!(metric(&gw, "drg_mx_neighbourhood_look_passes_total"), 1.0);
     // Re-registered and pointed at the small host; asked for through a trusted project.
-    let planted = Zone {
-        mx: vec![(10, "mx.smallhost.test".to_owned())],
-        a: None,
-        ttl: 1,
-    };
     for d in &w.listed {
         dns.set_zone(d, Some(planted.clone()));
         assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable");
@@ -1207,9 +1210,7 @@ fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
             .mx_yaml(&look(86_400))
             .in_dir(dir.take().unwrap())
             .start();
-        wait_until(Duration::from_secs(20), || {
-            metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= 1.0
-        });
+        wait_first_look(&gw);
         let moved = metric(&gw, "drg_mx_neighbourhood_moved_total");
         assert_eq!(
             moved,
@@ -1238,9 +1239,7 @@ fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
         )
         .in_dir(dir)
         .start();
-    wait_until(Duration::from_secs(20), || {
-        metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= 1.0
-    });
+    wait_first_look(&gw);
     let r = record(&gw, "young-co.test");
     assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
 }

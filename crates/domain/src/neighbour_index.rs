@@ -1437,15 +1437,21 @@ mod tests {
         .unwrap()
     }
 
+    /// How the gateway's own look teaches.
+    const LOOK: Teach = Teach {
+        inferred: false,
+        vouched: None,
+        teachers: Teachers::LOOKED,
+        history: None,
+        restore: false,
+    };
+
     /// Listed names the look saw lapsed (no keys), then on a company's host: they count for
     /// nobody until they have held it `hold_days`; a state file keeps when they moved; one seen
     /// there first counts at once.
     #[test]
     fn a_listed_name_moved_to_a_host_counts_there_once_it_has_held_it() {
-        let look = Teach {
-            teachers: Teachers::LOOKED,
-            ..Teach::default()
-        };
+        let look = LOOK;
         let host = keys(&["host:mx.smallhost.test"]);
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         for i in 0..3 {
@@ -1496,10 +1502,7 @@ mod tests {
     /// move; and a moved name that has held counts as the look's, never as the lists' word.
     #[test]
     fn a_move_survives_snapshots_peers_and_missing_hosts() {
-        let look = Teach {
-            teachers: Teachers::LOOKED,
-            ..Teach::default()
-        };
+        let look = LOOK;
         let host = keys(&["host:mx.smallhost.test"]);
         let names = ["l0.test", "l1.test", "l2.test"];
         // A state line: moved on day 101.
