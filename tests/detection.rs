@@ -6,8 +6,8 @@
 //! planted domains from one project, GET and batch agreeing on every case, missing MX hosts
 //! with minimal answers and unusable set-ups `undeliverable`, nothing pushed onto top-domains;
 //! and one domain, one verdict: the four projects asked every case at once agree, no victim of
-//! a trusted project flagged by 2, 3, 5 or 10 self-serve attacker projects planting 20 listed
-//! domains together, no throwaway they reported `safe` answered `safe` to a trusted project.
+//! a deployment project flagged by 2, 3, 5 or 10 self-serve attacker projects planting 20 listed
+//! domains together, no throwaway they reported `safe` answered `safe` to a deployment project.
 
 #[path = "../benches/detection/attacking.rs"]
 mod attacking;
@@ -115,12 +115,12 @@ fn a_seed_gives_one_world_and_its_names_are_its_own() {
     assert_eq!(a.listed, many.listed);
     let askers: std::collections::HashSet<&str> = many.listing.iter().map(|l| l.project).collect();
     assert!(askers.len() > 10, "{askers:?}");
-    // Every crowd plants on each shape and reports once; so do the trusted projects' crowds,
+    // Every crowd plants on each shape and reports once; so do the deployment projects' crowds,
     // on a provider's numbered hosts too.
     assert_eq!(
         a.crowds.len(),
-        (crowds::CROWDS.len() + crowds::TRUSTED.len()) * crowds::SHAPES.len()
-            + crowds::TRUSTED.len()
+        (crowds::CROWDS.len() + crowds::CARRIERS.len()) * crowds::SHAPES.len()
+            + crowds::CARRIERS.len()
     );
     assert_eq!(a.reported.len(), crowds::CROWDS.len());
     for case in a

@@ -74,6 +74,16 @@ impl World {
         }
     }
 
+    /// `n` listed domains `{prefix}0.test`... whose mail goes to `host` (at `ip`).
+    fn listed_on(&mut self, host: &str, ip: [u8; 4], prefix: &str, n: usize) {
+        self.host(host, ip);
+        for i in 0..n {
+            let d = format!("{prefix}{i}.test");
+            self.mx(&d, &[host]);
+            self.listed.push(d);
+        }
+    }
+
     /// A DNS server holding this world, its reverse DNS included.
     fn dns(&self) -> DnsServer {
         DnsServer::start_with_ptr(self.zones.clone(), self.ptr.clone())
@@ -83,12 +93,7 @@ impl World {
 fn world() -> World {
     let mut w = World::new();
     // 1. One dedicated host: 12 listed domains on mx.quickbox.test.
-    w.host("mx.quickbox.test", [192, 0, 2, 10]);
-    for i in 0..12 {
-        let d = format!("qb-listed{i}.test");
-        w.mx(&d, &["mx.quickbox.test"]);
-        w.listed.push(d);
-    }
+    w.listed_on("mx.quickbox.test", [192, 0, 2, 10], "qb-listed", 12);
     for i in 0..2 {
         let d = format!("qb-new{i}.test");
         w.mx(&d, &["mx.quickbox.test"]);
@@ -123,12 +128,7 @@ fn world() -> World {
     // companies (seen in traffic before). Nothing vouches for the companies here (no RDAP):
     // with ten listed tenants the lists' snapshot alone would judge them (docs/mx.md, "What
     // it cannot catch").
-    w.host("mx.sharedhost.test", [198, 51, 100, 10]);
-    for i in 0..4 {
-        let d = format!("sh-listed{i}.test");
-        w.mx(&d, &["mx.sharedhost.test"]);
-        w.listed.push(d);
-    }
+    w.listed_on("mx.sharedhost.test", [198, 51, 100, 10], "sh-listed", 4);
     for i in 0..30 {
         let d = format!("sh-company{i}.test");
         w.mx(&d, &["mx.sharedhost.test"]);
@@ -174,8 +174,7 @@ fn providers() -> String {
     .unwrap()
 }
 
-/// A second project's key: the listed names are looked up by both projects in turn, as a
-/// deployment of several projects sees them.
+/// A second project's key, in every gateway of these tests.
 const OTHER: &str = "drg_other_project_key_0123456789abcdefghijklm";
 
 fn builder(w: &World, dns: &DnsServer) -> GatewayBuilder {
@@ -185,6 +184,7 @@ fn builder(w: &World, dns: &DnsServer) -> GatewayBuilder {
         .data("mx_providers.csv", &providers())
         .data("disposable.txt", &w.listed.join("\n"))
         .key_in_project("other", OTHER, "test", "other")
+        .look(true)
 }
 
 /// A company seen for the first time on its own host: the answer waits for its MX and its
@@ -222,19 +222,15 @@ fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
 }
 
 /// Traffic as the gateway would have seen it: legitimate domains, then the listed ones (their
-/// MX resolved in the background), looked up by the two projects in turn (`one_project`: by
-/// the test's alone), waiting until the index holds them all.
-fn teach_as(gw: &Gateway, w: &World, one_project: bool) {
+/// MX resolved in the background), looked up by the test's project (a lookup teaches the
+/// project that made it), waiting until the index holds them all and the gateway's own look
+/// has passed over the lists (what it saw teaches every project).
+fn teach(gw: &Gateway, w: &World) {
     for d in &w.history {
         assert_eq!(record(gw, d)["reason"], "safe", "{d}");
     }
-    for (i, d) in w.listed.iter().enumerate() {
-        let secret = if one_project || i % 2 == 0 {
-            TEST_SECRET
-        } else {
-            OTHER
-        };
-        let r = Conn::open_as(gw.addr, Some(secret))
+    for d in &w.listed {
+        let r = Conn::open_as(gw.addr, Some(TEST_SECRET))
             .unwrap()
             .get(&format!("/v1/public/domain/{d}"))
             .unwrap();
@@ -244,10 +240,7 @@ fn teach_as(gw: &Gateway, w: &World, one_project: bool) {
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all
     });
-}
-
-fn teach(gw: &Gateway, w: &World) {
-    teach_as(gw, w, false);
+    wait_first_look(gw);
 }
 
 /// Every unlisted throwaway domain caught by the expected key; no legitimate domain flagged.
@@ -279,8 +272,9 @@ fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_compa
     let w = world();
     let dns = w.dns();
     let gw = builder(&w, &dns).start();
-    // Before the index learned anything: all unlisted domains pass, as they did before.
-    assert_eq!(record(&gw, "qb-new0.test")["reason"], "safe");
+    // Before any traffic: the gateway's own look at its lists knows the dedicated host.
+    wait_first_look(&gw);
+    assert_eq!(record(&gw, "qb-new0.test")["reason"], "disposable");
     teach(&gw, &w);
     assert_judged(&gw, &w);
     // The verdicts by key kind, the index size, and the admin listing.
@@ -332,9 +326,10 @@ fn a_restart_keeps_what_was_learned() {
         state.starts_with("{\"format\":\"drg-mx-neighbourhood\""),
         "{state}"
     );
-    // A fresh DNS server: a listed name looked up again would show in its counts.
+    // A fresh DNS server: a listed name looked up again would show in its counts (the look,
+    // which would look at them all again, is off).
     let dns = w.dns();
-    let gw = builder(&w, &dns).in_dir(dir).start();
+    let gw = builder(&w, &dns).look(false).in_dir(dir).start();
     assert_judged(&gw, &w);
     assert_eq!(
         dns.count("qb-listed0.test", hickory_proto::rr::RecordType::MX),
@@ -342,22 +337,25 @@ fn a_restart_keeps_what_was_learned() {
     );
 }
 
-/// Two gateways of world `w` on one Redis, exchanging what they learn every `share_ms`.
+/// Two gateways of world `w` on one Redis, exchanging what they learn every `share_ms`: the
+/// first looks at the listed names itself, the second does not (what it knows of them comes
+/// through Redis).
 fn two_on_redis(
     w: &World,
     dns: &DnsServer,
     redis: &RedisServer,
     share_ms: u64,
 ) -> (Gateway, Gateway) {
-    let start = || {
+    let start = |look: bool| {
         builder(w, dns)
             .redis(&redis.url(), "fail_open")
             .mx_yaml(&format!(
                 "neighbourhood: {{ share_interval_ms: {share_ms} }}"
             ))
+            .look(look)
             .start()
     };
-    (start(), start())
+    (start(true), start(false))
 }
 
 #[test]
@@ -434,8 +432,10 @@ fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
         dns.count("qb-listed0.test", hickory_proto::rr::RecordType::MX),
         1
     );
-    // A fresh gateway that loads it judges at once, before any listed name was asked of it.
+    // A fresh gateway that loads it judges at once, before any listed name was asked of it
+    // (its own look off).
     let gw = builder(&w, &dns)
+        .look(false)
         .mx_yaml(&format!(
             "neighbourhood: {{ snapshot: {} }}",
             snap.display()
@@ -619,7 +619,7 @@ fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked()
              state_file: state/top.json }",
         )
         .start();
-    teach_as(&gw, &w, true);
+    teach(&gw, &w);
     let listing =
         |gw: &Gateway| gw.admin_get("/mx/neighbourhoods?limit=1").json()["top"][0].clone();
     let judged = |r: &serde_json::Value| r["evidence"]["rule"] == "mx_neighbourhood";
@@ -767,35 +767,39 @@ fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
     assert!(ok && out.contains("accepted before"), "{out}");
 }
 
-/// Self-serve accounts plant for nobody but themselves: two projects on a plan the operator
-/// does not trust (`neighbourhood.trusted_plans`) both look up the same ten listed domains
-/// whose DNS they control, MX at a small company's host. The company stays `safe` for a
-/// trusted project; each attacker's own answers are judged on its own word. Before trust, two
-/// projects asking for one listed name made it everyone's evidence (issue 77).
+/// A lookup teaches the project that made it, for its own answers only, whatever its plan:
+/// two projects look up the same ten listed domains whose DNS they control, MX at a small
+/// company's host. Each one's own answers are judged on its own word; the company stays `safe`
+/// for every other project, also after a project the config once trusted
+/// (`trusted_plans: [test]`, retired: the file loads, with a warning) asks for the same names.
+/// Before (issue 77), a trusted project's lookups made them everyone's evidence.
 #[test]
-fn self_serve_projects_plant_for_nobody_but_themselves() {
+fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
     const A: &str = "drg_selfserve_a_key_0123456789abcdefghijklmno";
     const B: &str = "drg_selfserve_b_key_0123456789abcdefghijklmno";
     let mut w = World::new();
-    w.host("mx.smallhost.test", [192, 0, 2, 60]);
+    w.listed_on("mx.smallhost.test", [192, 0, 2, 60], "planted", 10);
     w.mx("customer.test", &["mx.smallhost.test"]);
-    for i in 0..10 {
-        let d = format!("planted{i}.test");
-        w.mx(&d, &["mx.smallhost.test"]);
-        w.listed.push(d);
-    }
     let dns = w.dns();
     let gw = builder(&w, &dns)
         .plan("selfserve", 1_000_000)
         .key_in_project("a", A, "selfserve", "a")
         .key_in_project("b", B, "selfserve", "b")
-        .mx_yaml("neighbourhood: { trusted_plans: [test] }")
+        .mx_yaml("neighbourhood: { trusted_plans: [test], trusted_projects: [other] }")
+        .look(false)
         .start();
     // Listed names teach only once DNS is believed (the canaries checked): each attacker's
     // lookups must be the ones that teach.
     wait_until(Duration::from_secs(10), || {
         gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
     });
+    assert!(
+        gw.log().contains(
+            "gateway.mx.neighbourhood.trusted_plans, trusted_projects: retired and ignored"
+        ),
+        "{}",
+        gw.log()
+    );
     for secret in [A, B] {
         for d in &w.listed {
             assert_eq!(reason_for(&gw, secret, d), "disposable");
@@ -808,7 +812,7 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
         reason_for(&gw, A, "customer.test") == "disposable"
     });
     assert_eq!(reason_for(&gw, B, "customer.test"), "disposable");
-    for secret in [TEST_SECRET, OTHER] {
+    let safe_for = |secret: &str| {
         let r = Conn::open_as(gw.addr, Some(secret))
             .unwrap()
             .get("/v1/public/domain/customer.test?explain=true")
@@ -816,14 +820,24 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
             .json();
         assert_eq!(r["reason"], "safe", "{r}");
         assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
-    }
-    // A trusted project asking for the same names makes them everyone's evidence.
+    };
+    safe_for(TEST_SECRET);
+    safe_for(OTHER);
+    // The project the old config trusted, on the plan it named, asks for the same names: its
+    // own word, nobody else's.
     for d in &w.listed {
         assert_eq!(reason_for(&gw, OTHER, d), "disposable");
     }
     wait_until(Duration::from_secs(10), || {
-        reason_for(&gw, TEST_SECRET, "customer.test") == "disposable"
+        reason_for(&gw, OTHER, "customer.test") == "disposable"
     });
+    safe_for(TEST_SECRET);
+    let listing = gw.admin_get("/mx/neighbourhoods?limit=1").json();
+    assert_eq!(
+        (&listing["top"][0]["listed"], &listing["top"][0]["judges"]),
+        (&10.into(), &false.into()),
+        "{listing}"
+    );
 }
 
 /// A deployment of one project whose registries never answer (no egress to RDAP: every
@@ -834,12 +848,7 @@ fn self_serve_projects_plant_for_nobody_but_themselves() {
 #[test]
 fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     let mut w = World::new();
-    w.host("mx.burner-host.test", [192, 0, 2, 61]);
-    for i in 0..30 {
-        let d = format!("plant{i}.test");
-        w.mx(&d, &["mx.burner-host.test"]);
-        w.listed.push(d);
-    }
+    w.listed_on("mx.burner-host.test", [192, 0, 2, 61], "plant", 30);
     let unlisted = ["fresh-burner.test", "slow-burner.test", "other-burner.test"];
     let established = "old-firm.test";
     for d in unlisted.iter().chain([&established]) {
@@ -880,7 +889,7 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
         .rdap_yaml("min_interval_ms: 1")
         .rdap_yaml("neighbourhood_budget_ms: 300")
         .start();
-    teach_as(&gw, &w, true);
+    teach(&gw, &w);
     for d in unlisted {
         let r = record(&gw, d);
         assert_eq!(r["reason"], "disposable", "{d}: {r}");
@@ -898,25 +907,21 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     assert_eq!(record(&gw, established)["reason"], "safe");
 }
 
-/// Two trusted projects each look up the same listed domains whose mail points at a small
-/// host (their end users typed the addresses into the sign-up forms: anyone can), and a third
-/// project asks for the host's customers (issue 85). Before, five such names looked up by both
+/// Two projects each look up the same listed domains whose mail points at a small host (their
+/// end users typed the addresses into the sign-up forms: anyone can), and a third project asks
+/// for the host's customers (issue 85). Before, five such names looked up by both (trusted)
 /// projects made a "corroborated" finding that stood against any age: the host's 10-year-old
-/// customer answered `disposable`. Now five listed names judge no host (`min_listed` 10: a
-/// shared host carries a few listed names), and past ten, what lookups taught (whoever holds
-/// the listed names chose where their mail goes, however many projects carried the lookups)
-/// does not outweigh an established age. (A customer under a year old is flagged past ten:
+/// customer answered `disposable` for the third. Now what the two taught is theirs alone: the
+/// third project's answers stay `safe` past twelve. For one of the two, five listed names
+/// judge no host (`min_listed` 10: a shared host carries a few listed names), and past ten
+/// what its lookups taught (whoever holds the listed names chose where their mail goes) does
+/// not outweigh an established age. (A customer under a year old is flagged for it past ten:
 /// nothing in its own evidence tells it from a throwaway; docs/mx.md "What it cannot catch".)
 #[test]
-fn lookups_by_several_trusted_projects_do_not_outweigh_an_established_age() {
+fn lookups_by_several_projects_judge_no_third_and_do_not_outweigh_an_established_age() {
     const THIRD: &str = "drg_test_third_key_0123456789abcdefghijklmnopq";
     let mut w = World::new();
-    w.host("mx.small-host.test", [192, 0, 2, 62]);
-    for i in 0..12 {
-        let d = format!("lapsed{i}.test");
-        w.mx(&d, &["mx.small-host.test"]);
-        w.listed.push(d);
-    }
+    w.listed_on("mx.small-host.test", [192, 0, 2, 62], "lapsed", 12);
     let (old, young) = ("old-firm.test", "new-shop.test");
     for c in [old, young] {
         w.mx(c, &["mx.small-host.test"]);
@@ -927,6 +932,7 @@ fn lookups_by_several_trusted_projects_do_not_outweigh_an_established_age() {
     replies.insert(young, Reply::Registered(200));
     let rdap = RdapServer::start(replies);
     let gw = builder(&w, &dns)
+        .look(false)
         .key_in_project("third", THIRD, "test", "third")
         .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
         .rdap_yaml("allow_plain_http: true")
@@ -935,14 +941,15 @@ fn lookups_by_several_trusted_projects_do_not_outweigh_an_established_age() {
     wait_until(Duration::from_secs(10), || {
         gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
     });
-    let ask = |name: &str| {
-        Conn::open_as(gw.addr, Some(THIRD))
+    let ask_as = |secret: &str, name: &str| -> serde_json::Value {
+        Conn::open_as(gw.addr, Some(secret))
             .unwrap()
             .get(&format!("/v1/public/domain/{name}?explain=true"))
             .unwrap()
             .json()
     };
-    // Each listed name looked up by both trusted projects: five first.
+    let ask = |name: &str| ask_as(TEST_SECRET, name);
+    // Each listed name looked up by both projects: five first.
     let plant = |names: &[String]| {
         for secret in [TEST_SECRET, OTHER] {
             for d in names {
@@ -977,6 +984,12 @@ fn lookups_by_several_trusted_projects_do_not_outweigh_an_established_age() {
     assert_eq!(r["reason"], "safe", "{r}");
     assert_eq!(r["risk_score"], 40, "{r}");
     assert_eq!(r["evidence"]["neighbourhood"]["grounds"], "lookups", "{r}");
+    // The third project: neither customer judged, on either project's word.
+    for c in [old, young] {
+        let r = ask_as(THIRD, c);
+        assert_eq!(r["reason"], "safe", "{r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    }
 }
 
 /// Two gateways on one Redis answer one verdict for a name, whichever is asked (issue 85: they
@@ -1049,7 +1062,7 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
             .start()
     };
     let (a, b) = (start(), start());
-    teach_as(&a, &w, true);
+    teach(&a, &w);
     assert_eq!(record(&a, "qb-new0.test")["reason"], "disposable");
     // Four established tenants vouched for: 12 listed against 4 (0.75) judges no new tenant,
     // but a verdict reached stays within the hold's margin.
@@ -1099,6 +1112,42 @@ fn wait_first_look(gw: &Gateway) {
             .unwrap_or(0.0)
             >= 1.0
     });
+}
+
+/// Listed names DNS did not answer at the look's pass are asked again within seconds, not a
+/// day later: what lookups taught counts for their own project alone, so a name the look
+/// missed is one most projects do not know. Three of a dedicated host's twelve listed names go
+/// unanswered at the first pass (their nameservers silent): the host holds nine for every
+/// project and judges nobody. Once they answer, the look's retry has all twelve, and a new
+/// domain on the host is `disposable` for every project, though no project looked a listed
+/// name up. (Before, they waited for the next pass, a day later.)
+#[test]
+fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
+    let mut w = World::new();
+    w.listed_on("mx.quickbox.test", [192, 0, 2, 64], "qb-listed", 12);
+    w.mx("qb-new.test", &["mx.quickbox.test"]);
+    let dns = w.dns();
+    for d in &w.listed[..3] {
+        dns.set_silent(d, true);
+    }
+    let gw = builder(&w, &dns).start();
+    wait_first_look(&gw);
+    let listing = || gw.admin_get("/mx/neighbourhoods?limit=1").json()["top"][0].clone();
+    let top = listing();
+    assert_eq!(
+        (&top["listed"], &top["judges"]),
+        (&9.into(), &false.into()),
+        "{top}"
+    );
+    assert_eq!(reason_for(&gw, TEST_SECRET, "qb-new.test"), "safe");
+    for d in &w.listed[..3] {
+        dns.set_silent(d, false);
+    }
+    wait_until(Duration::from_secs(20), || listing()["listed"] == 12);
+    assert_eq!(listing()["judges"], true, "{}", listing());
+    for secret in [TEST_SECRET, OTHER] {
+        assert_eq!(reason_for(&gw, secret, "qb-new.test"), "disposable");
+    }
 }
 
 /// Lapsed listed names re-registered and pointed at a company's host plant nothing once the

@@ -1,7 +1,7 @@
 //! The attacks of a detection run, against its gateway: the planting attacks (one attacker
 //! project's, and those of K attacker projects together), round by round, each planted name
 //! re-registered (its DNS served: it was lapsed) just before its round, the victims looked up by
-//! their own trusted project after each round; and one project's repeated lookups for
+//! their own deployment project after each round; and one project's repeated lookups for
 //! top-domains.
 
 use std::collections::HashMap;
@@ -54,7 +54,7 @@ fn planter(
 ) -> &'static str {
     match attack.through {
         _ if one_project => SOLO,
-        Through::Trusted => projects[k % attack.attackers.clamp(1, projects.len())],
+        Through::Deployment => projects[k % attack.attackers.clamp(1, projects.len())],
         Through::SelfServe => ATTACKERS[k % attack.attackers.clamp(1, ATTACKERS.len())],
     }
 }

@@ -11,7 +11,7 @@ use super::world::{Attack, Bucket, Through, World, MAX_PLANTED};
 
 /// One self-serve attacker project.
 const ONE: (usize, Through) = (1, Through::SelfServe);
-/// The parent attack's class among the trusted projects' crowds.
+/// The parent attack's class among the deployment projects' crowds.
 pub const PARENT_SHAPE: &str = "a provider's numbered hosts (parent)";
 
 impl World {
@@ -71,15 +71,15 @@ impl World {
     }
 
     /// The parent attack (a provider's numbered hosts): by one self-serve attacker, and carried
-    /// by 1, 2 and 4 of the deployment's trusted projects. Made last, so the worlds of before
+    /// by 1, 2 and 4 of the deployment's own projects. Made last, so the worlds of before
     /// it are drawn the same.
     pub(super) fn parent_attacks(&mut self) {
         let (planted, victims) = self.on_a_providers_hosts();
         self.push_attack("attack: a provider's numbered hosts", ONE, planted, victims);
-        for k in super::crowds::TRUSTED {
+        for k in super::crowds::CARRIERS {
             let (planted, victims) = self.on_a_providers_hosts();
             self.past.extend(victims.iter().map(|(d, _)| d.clone()));
-            let by = (k.min(self.projects.len()), Through::Trusted);
+            let by = (k.min(self.projects.len()), Through::Deployment);
             self.push_attack(PARENT_SHAPE, by, planted, victims);
         }
     }

@@ -1,12 +1,12 @@
 //! The detection report's lines on many projects: the cases the deployment's projects answered
 //! differently when all asked at once, the planting attacks of K self-serve attacker projects
-//! together, and what K attackers' `safe` reports did to a trusted project's answers.
+//! together, and what K attackers' `safe` reports did to a deployment project's answers.
 
 use std::fmt::Write as _;
 
 use super::attacks::PARENT_SHAPE;
 use super::client::Route;
-use super::crowds::{CROWDS, SHAPES, TRUSTED};
+use super::crowds::{CARRIERS, CROWDS, SHAPES};
 use super::report::Report;
 use super::runner::Run;
 use super::spec::Rdap;
@@ -71,7 +71,7 @@ impl Report<'_> {
             counts.join(" · ")
         );
         out.push_str(&self.crowd_attack_table(rdap, Through::SelfServe));
-        out.push_str(&self.crowd_attack_table(rdap, Through::Trusted));
+        out.push_str(&self.crowd_attack_table(rdap, Through::Deployment));
         out.push_str(&self.report_table(rdap));
         out
     }
@@ -87,22 +87,22 @@ impl Report<'_> {
     }
 
     /// K projects' planting attacks (`through` self-serve attackers or the deployment's own
-    /// trusted projects): planted listed domains after which a victim of a trusted project was
+    /// deployment projects): planted listed domains after which a victim of a deployment project was
     /// flagged, per seed.
     fn crowd_attack_table(&self, rdap: Rdap, through: Through) -> String {
         let (intro, ks) = match through {
             Through::SelfServe => ("Attacks by K self-serve attacker projects together (the k-th planted by attacker k mod K)", &CROWDS[..]),
-            Through::Trusted => ("Attacks carried by K of the deployment's own trusted projects (the k-th planted looked up by project k mod K: end users typing the planted addresses into their sign-up forms)", &TRUSTED[..]),
+            Through::Deployment => ("Attacks carried by K of the deployment's own projects (the k-th planted looked up by project k mod K: end users typing the planted addresses into their sign-up forms)", &CARRIERS[..]),
         };
-        let mut out = format!("{intro}, victims asked by a trusted project: planted listed domains after which each victim was flagged (its age bucket; `+` between victims), per seed; `none/N`: no victim flagged after N.\n\n| attack | K | several projects, GET | several projects, batch |\n|---|---:|---|---|\n");
+        let mut out = format!("{intro}, victims asked by a deployment project: planted listed domains after which each victim was flagged (its age bucket; `+` between victims), per seed; `none/N`: no victim flagged after N.\n\n| attack | K | several projects, GET | several projects, batch |\n|---|---:|---|---|\n");
         let shapes: Vec<&str> = match through {
             Through::SelfServe => SHAPES.to_vec(),
-            Through::Trusted => SHAPES.iter().copied().chain([PARENT_SHAPE]).collect(),
+            Through::Deployment => SHAPES.iter().copied().chain([PARENT_SHAPE]).collect(),
         };
         for &k in ks {
-            // The trusted crowds are the deployment's own projects: at most as many.
+            // The deployment crowds are the deployment's own projects: at most as many.
             let k = match through {
-                Through::Trusted => k.min(self.projects().max(1)),
+                Through::Deployment => k.min(self.projects().max(1)),
                 Through::SelfServe => k,
             };
             for &shape in &shapes {
@@ -124,9 +124,9 @@ impl Report<'_> {
     }
 
     /// K attackers' `safe` reports: of the reported throwaways and one unreported one on the
-    /// same host, how many a trusted project got `safe`, per seed.
+    /// same host, how many a deployment project got `safe`, per seed.
     fn report_table(&self, rdap: Rdap) -> String {
-        let mut out = String::from("`safe` reports by K self-serve attacker projects (each looks up and reports the same throwaways on a known throwaway host; no operator accepts): names a trusted project got flagged before the reports and `safe` after them, of the reported ones and one unreported one on that host (`+u`: the unreported one among them), per seed; the attackers' own answers flagged before reporting; reports refused.\n\n| K | reported | GET | batch | flagged before (GET · batch) | refused |\n|---:|---:|---|---|---|---:|\n");
+        let mut out = String::from("`safe` reports by K self-serve attacker projects (each looks up and reports the same throwaways on a known throwaway host; no operator accepts): names a deployment project got flagged before the reports and `safe` after them, of the reported ones and one unreported one on that host (`+u`: the unreported one among them), per seed; the attackers' own answers flagged before reporting; reports refused.\n\n| K | reported | GET | batch | flagged before (GET · batch) | refused |\n|---:|---:|---|---|---|---:|\n");
         for k in CROWDS {
             let of = |r: &Run| r.reports.iter().find(|o| o.attackers == k).cloned();
             let reported = self.runs.iter().find_map(&of).map_or(0, |o| o.reported);

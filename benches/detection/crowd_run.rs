@@ -1,6 +1,6 @@
 //! The phases of a detection run that ask one name of many projects: every case asked by every
 //! project of the deployment at once (one domain, one verdict: do they agree?), and K attacker
-//! projects reporting throwaways `safe` before a trusted project asks them.
+//! projects reporting throwaways `safe` before a deployment project asks them.
 
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ const ESTABLISHED_DAYS: i64 = 365;
 
 /// What K attackers' `safe` reports did: how many of the reported throwaways the attackers'
 /// own lookups flagged before they reported them, the reports refused, and the names (the
-/// reported ones and the unreported one) a trusted project got flagged before the reports and
+/// reported ones and the unreported one) a deployment project got flagged before the reports and
 /// `safe` afterwards.
 #[derive(Debug, Clone)]
 pub struct ReportOutcome {
@@ -110,8 +110,8 @@ fn all_ask(bench: &Bench, world: &World, cases: &[usize], out: &mut EveryProject
     }
 }
 
-/// A trusted project (the deployment's first) asks the reported names and the unreported one;
-/// every crowd's reports (side by side: each on its own host); then the trusted project asks
+/// A deployment project (the deployment's first) asks the reported names and the unreported one;
+/// every crowd's reports (side by side: each on its own host); then the deployment project asks
 /// them again.
 pub fn reports(bench: &Bench, world: &World) -> Vec<ReportOutcome> {
     // Every crowd's names at once (a name no registry has answered for yet waits its bound),

@@ -1,21 +1,21 @@
 //! The crowds of the detection world: what K self-serve attacker projects do together that one
-//! alone could not, and the same planting carried by K of the deployment's own trusted projects
+//! alone could not, and the same planting carried by K of the deployment's own projects
 //! (their end users typing the planted addresses into sign-up forms). Planting attacks by K of
 //! them (the planted listed domains spread over them, the k-th by attacker k mod K: the same
 //! total as one attacker's attack; lapsed listed names re-registered, as in `attacks.rs`), on
 //! the victims' own hosts, on a third party's host, and on a hosting provider's /24 with listed
 //! domains that have further MX hosts elsewhere; and K of them reporting throwaways on a known
-//! throwaway host `safe`. The victims are a trusted project's (the deployment's first).
+//! throwaway host `safe`. The victims are a deployment project's (the deployment's first).
 
 use super::facts;
 use super::world::{Bucket, Reported, Through, World};
 
 /// How many attacker projects act together.
 pub const CROWDS: [usize; 4] = [2, 3, 5, 10];
-/// How many of the deployment's own trusted projects carry a planting attack's lookups: one,
+/// How many of the deployment's own projects carry a planting attack's lookups: one,
 /// two, and four (every project of the default deployment). Anyone can type an address into a
-/// sign-up form, so a trusted project's traffic carries whatever its end users choose.
-pub const TRUSTED: [usize; 3] = [1, 2, 4];
+/// sign-up form, so a deployment project's traffic carries whatever its end users choose.
+pub const CARRIERS: [usize; 3] = [1, 2, 4];
 /// Throwaways each crowd reports `safe` (an assumption: a handful, well under a project's cap
 /// of open reports whatever the crowd).
 pub const REPORTED: usize = 10;
@@ -40,11 +40,11 @@ impl World {
         }
     }
 
-    /// The same three attacks carried by `k` of the deployment's own trusted projects (the
+    /// The same three attacks carried by `k` of the deployment's own projects (the
     /// k-th planted domain looked up by project k mod K; with fewer projects, all of them).
-    pub(super) fn trusted_crowds(&mut self) {
-        for k in TRUSTED {
-            self.crowd_attacks(k.min(self.projects.len()), Through::Trusted);
+    pub(super) fn deployment_crowds(&mut self) {
+        for k in CARRIERS {
+            self.crowd_attacks(k.min(self.projects.len()), Through::Deployment);
         }
     }
 

@@ -1,6 +1,6 @@
 //! The deployment a detection run looks up through: the gateway binary (`DRG_BIN`: another
 //! build) on the shipped data with the world's blocklist, one key per project (the projects on
-//! the trusted plan, the attackers on a self-serve one), a DNS server and an RDAP server on
+//! one plan, the attackers on a self-serve one), a DNS server and an RDAP server on
 //! loopback holding the world (registries paced as shipped; in the failing condition some of
 //! them throttle, fail or hang for the first part of the run); the gateway's background look
 //! at its listed names (on unless `--look off`); and how a run talks to it.
@@ -142,10 +142,12 @@ fn outages(world: &World, until: Duration, every: bool) -> Vec<Outage> {
     out
 }
 
-/// The keys: every project of the world on the trusted plan and every attacker on a self-serve
-/// one (or the one project's key); `gateway.mx.neighbourhood` trusting the projects' plan only
-/// (not with `DRG_BENCH_NO_TRUST`, for a gateway that does not know the keys), and its look at
-/// the listed names as `spec.look` says.
+/// The keys: every project of the world on the deployment's plan and every attacker on a
+/// self-serve one (or the one project's key), and the neighbourhood's look at the listed names
+/// as `spec.look` says. A build from before the trust keys were retired (issue 85) is measured
+/// as it was configured: `DRG_BENCH_TRUSTED_PLAN=1` writes `trusted_plans: [test]`
+/// (`DRG_BENCH_NO_TRUST=1`: a build from before the trust keys and the look, which refuses
+/// both).
 fn who_asks(mut b: GatewayBuilder, world: &World, spec: &Spec) -> GatewayBuilder {
     let keys: Vec<(&str, &str)> = if spec.one_project {
         vec![(SOLO, TRUSTED_PLAN)]
@@ -158,9 +160,9 @@ fn who_asks(mut b: GatewayBuilder, world: &World, spec: &Spec) -> GatewayBuilder
         b = b.key_in_project(project, &client::secret(project), plan, project);
     }
     b = b.plan(SELF_SERVE_PLAN, 1_000_000);
-    let trust = std::env::var_os("DRG_BENCH_NO_TRUST").is_none();
+    let knows_look = std::env::var_os("DRG_BENCH_NO_TRUST").is_none();
     let mut neighbourhood = Vec::new();
-    if trust {
+    if knows_look && std::env::var_os("DRG_BENCH_TRUSTED_PLAN").is_some() {
         neighbourhood.push(format!("trusted_plans: [{TRUSTED_PLAN}]"));
         neighbourhood.push("trusted_projects: []".to_owned());
     }
@@ -171,9 +173,9 @@ fn who_asks(mut b: GatewayBuilder, world: &World, spec: &Spec) -> GatewayBuilder
         Look::On => {
             neighbourhood.push("look: {enabled: true, rate: 2000, every_secs: 86400}".to_owned())
         }
-        // A build that does not know the trust keys (`DRG_BENCH_NO_TRUST`) predates the look
-        // too: off is its only way, and it refuses the key.
-        Look::Off if trust => neighbourhood.push("look: {enabled: false}".to_owned()),
+        // A build from before the look (`DRG_BENCH_NO_TRUST`): off is its only way, and it
+        // refuses the key.
+        Look::Off if knows_look => neighbourhood.push("look: {enabled: false}".to_owned()),
         Look::Off => {}
     }
     if !neighbourhood.is_empty() {

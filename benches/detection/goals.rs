@@ -9,10 +9,10 @@
 //! and batch agreeing on every case, unusable set-ups and missing hosts with minimal answers
 //! `undeliverable` 100%, nothing pushed onto top-domains by one project. And one domain, one
 //! verdict (DESIGN.md): every project of the deployment asked every case at once gets the same
-//! `reason`; no victim of a trusted project flagged by K <= 10 self-serve attacker projects
+//! `reason`; no victim of a deployment project flagged by K <= 10 self-serve attacker projects
 //! planting 20 listed domains together; no throwaway that K self-serve projects reported
-//! `safe` (nor its unreported neighbour) answered `safe` to a trusted project. And (issue 85)
-//! no established victim flagged by planting through any of the deployment's trusted projects,
+//! `safe` (nor its unreported neighbour) answered `safe` to a deployment project. And (issue 85)
+//! no established victim flagged by planting through any of the deployment's own projects,
 //! one, two or four of them, with up to 20 planted listed domains; with the gateway's look at
 //! its listed names on (the shipped default), no victim of any age flagged by planting, through
 //! any project, in the deployment of several projects or of one (the planted names are lapsed
@@ -187,20 +187,23 @@ fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
             ));
         }
         for run in report.runs(rdap, route) {
-            // Through trusted projects: no established victim (a younger one is flagged past
+            // Through deployment projects: no established victim (a younger one is flagged past
             // `min_listed`: docs/mx.md, "What it cannot catch"). With RDAP off nothing is
             // established.
             // With the look on, no victim at all.
-            let trusted = run.crowds.iter().filter(|a| a.through == Through::Trusted);
+            let carried = run
+                .crowds
+                .iter()
+                .filter(|a| a.through == Through::Deployment);
             let looking = run.spec.look == Look::On;
-            for a in trusted.filter(|_| rdap != Rdap::Off || looking) {
+            for a in carried.filter(|_| rdap != Rdap::Off || looking) {
                 let hit = a
                     .flagged
                     .iter()
                     .find(|(b, k)| (looking || *b == Bucket::Old) && *k <= PLANTED);
                 if let Some((b, k)) = hit {
                     out.push(format!(
-                        "RDAP {} {} seed {}: planting through {} trusted projects, {}: flagged the {b:?} victim after {k} planted",
+                        "RDAP {} {} seed {}: planting through {} deployment projects, {}: flagged the {b:?} victim after {k} planted",
                         rdap.label(),
                         route.label(),
                         run.seed,
@@ -216,7 +219,7 @@ fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
             {
                 if a.needed.is_some_and(|k| k <= PLANTED) || a.tried < PLANTED {
                     out.push(format!(
-                        "RDAP {} {} seed {}: {} attackers, {}: flagged a trusted project's victim ({:?}) after {:?} planted",
+                        "RDAP {} {} seed {}: {} attackers, {}: flagged a deployment project's victim ({:?}) after {:?} planted",
                         rdap.label(),
                         route.label(),
                         run.seed,
@@ -229,7 +232,7 @@ fn crowds(report: &Report, rdap: Rdap, out: &mut Vec<String>) {
             }
             for r in run.reports.iter().filter(|r| !r.safe.is_empty()) {
                 out.push(format!(
-                    "RDAP {} {} seed {}: after {} attackers' `safe` reports a trusted project got `safe` for {:?}",
+                    "RDAP {} {} seed {}: after {} attackers' `safe` reports a deployment project got `safe` for {:?}",
                     rdap.label(),
                     route.label(),
                     run.seed,

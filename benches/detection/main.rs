@@ -16,16 +16,19 @@
 //! benches/detection/run -- --look off        # the gateway's look at listed names off (default on)
 //! DETECTION_EXPLAIN='<class>' benches/detection/run ...  # why: explained answers, on stderr
 //! DRG_BIN=/path/to/gateway benches/detection/run ...     # another build of the gateway
-//! DRG_BENCH_NO_TRUST=1 benches/detection/run ...         # no `trusted_plans` in the config
+//! DRG_BENCH_TRUSTED_PLAN=1 benches/detection/run ...     # a build from before issue 85's end
+//! DRG_BENCH_NO_TRUST=1 benches/detection/run ...         # a build from before the trust keys
 //! ```
-//! The gateway's config trusts the projects' plan only (`gateway.mx.neighbourhood`:
-//! `trusted_plans: [test]`, `trusted_projects: []`); the attackers are on a self-serve plan.
-//! `DRG_BENCH_NO_TRUST=1` leaves those keys out, for a build that does not know them (one
-//! from before them refuses unknown keys): its attackers are then projects like any other.
+//! The deployment's projects are on one plan (`test`), the attackers on a self-serve one: a
+//! lookup teaches the project that made it, whatever its plan, so the plans differ only in
+//! name. `DRG_BENCH_TRUSTED_PLAN=1` configures a build from issue 77 to the trust keys'
+//! retirement as it ran (`trusted_plans: [test]`, `trusted_projects: []`: the projects' own
+//! lookups taught every project, the attackers' only their own). `DRG_BENCH_NO_TRUST=1` writes
+//! neither those keys nor `look:` on `--look off`, for a build from before both (it refuses
+//! unknown keys): its attackers are then projects like any other.
 //! The config also sets the neighbourhood's look at the listed names (`look:`; on: at 2,000
 //! names a second, the run waiting for its first pass before the past; `--look off`:
-//! `enabled: false`, nothing waits; with `DRG_BENCH_NO_TRUST`, `--look off` writes no `look:`,
-//! for a build from before it).
+//! `enabled: false`, nothing waits).
 //! The gate is `tests/detection.rs`; results with their commit go in
 //! `benches/RESULTS-detection.md`; the sources of every distribution in `PROVENANCE.md`.
 

@@ -1,6 +1,6 @@
 //! Who asks in a several-project deployment of the detection world: its projects (4 by
-//! default, up to 20 with `--projects N`), all on the operator's trusted plan, and the attacker
-//! projects (up to 10), each on a self-serve plan the operator does not trust.
+//! default, up to 20 with `--projects N`), all on one plan, and the attacker
+//! projects (up to 10), each on a self-serve plan.
 
 use super::facts;
 
@@ -30,10 +30,10 @@ pub const ATTACKERS: [&str; 10] = [
 pub const ATTACKER: &str = ATTACKERS[0];
 /// The only project of a one-project deployment (victims and attacker alike).
 pub const SOLO: &str = "solo";
-/// The plan of the projects (and of the one-project deployment's): trusted
-/// (`gateway.mx.neighbourhood.trusted_plans`).
+/// The plan of the projects (and of the one-project deployment's): the one a build from before
+/// issue 85's end trusted (`DRG_BENCH_TRUSTED_PLAN`); now a plan like any other.
 pub const TRUSTED_PLAN: &str = "test";
-/// The attackers' plan: a self-serve account, not trusted.
+/// The attackers' plan: a self-serve account.
 pub const SELF_SERVE_PLAN: &str = "selfserve";
 
 /// The first `n` projects' names.

@@ -11,7 +11,7 @@
 //!    learned; then every case again by the same project (its *settled* answer);
 //! 6. every case by every project at once (do the projects agree?), the planting attacks, one
 //!    attacker's and K attackers' together (`attacking.rs`), then one attacker's repeated
-//!    lookups for top-domains; beside them, K attackers' `safe` reports and a trusted
+//!    lookups for top-domains; beside them, K attackers' `safe` reports and a deployment
 //!    project's answers after them (`crowd_run.rs`), on hosts of their own.
 //!
 //! A one-project deployment (the usual platform deployment) runs phases 1 to 5 and 6's
@@ -56,7 +56,7 @@ pub struct Run {
     pub crowds: Vec<AttackOutcome>,
     /// Every case asked by every project at once, after the settled answers.
     pub every: EveryProject,
-    /// What several attacker projects' `safe` reports did to a trusted project's answers.
+    /// What several attacker projects' `safe` reports did to a deployment project's answers.
     pub reports: Vec<ReportOutcome>,
     /// Pushed names that reached top-domains, and whether the listed control did.
     pub pushed_ranked: Vec<String>,
@@ -189,7 +189,7 @@ fn the_past(bench: &Bench, world: &World, spec: Spec) -> HashMap<usize, Answer> 
 }
 
 /// The planting attacks, one attacker's and (several projects) the crowds', round by round
-/// together; the victims asked by the deployment's first project (trusted).
+/// together; the victims asked by the deployment's first project.
 fn attacks(bench: &Bench, world: &World, spec: Spec) -> (Vec<AttackOutcome>, Vec<AttackOutcome>) {
     let one = spec.one_project;
     let victims_project = if one { SOLO } else { world.projects[0] };

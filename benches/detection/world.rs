@@ -144,11 +144,11 @@ pub struct Lookup {
 /// Whose keys look an attack's planted listed domains up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Through {
-    /// Attacker projects on a self-serve plan nobody trusts.
+    /// Attacker projects on a self-serve plan.
     SelfServe,
-    /// The deployment's own trusted projects: end users typing the planted addresses into
+    /// The deployment's own projects: end users typing the planted addresses into
     /// their sign-up forms (anyone can).
-    Trusted,
+    Deployment,
 }
 
 /// One planting attack: listed domains whose DNS the attacker controls (lapsed listed names
@@ -178,7 +178,7 @@ pub struct Lapsed {
 // on `world.rs`, so defining it there would make the two import each other.
 /// Throwaways `attackers` attacker projects each look up and report `safe`, on a throwaway
 /// host whose listed neighbours the deployment learned; and one more on that host nobody
-/// reports. A trusted project then asks them all.
+/// reports. A deployment project then asks them all.
 #[derive(Debug, Clone)]
 pub struct Reported {
     pub attackers: usize,
@@ -387,9 +387,9 @@ impl World {
         w.top_push();
         w.order();
         // Last: the worlds of before the crowds are drawn the same (and the crowds of before
-        // the trusted projects' planting and the every-project shared host).
+        // the deployment projects' planting and the every-project shared host).
         w.crowds();
-        w.trusted_crowds();
+        w.deployment_crowds();
         w.hosting_every_project();
         w.parent_attacks();
         w.lapse_planted();

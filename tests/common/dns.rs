@@ -144,6 +144,8 @@ fn address_hosts_of(of: &[Zone], zones: &mut HashMap<String, Zone>) {
 struct Names {
     zones: HashMap<String, Zone>,
     records: HashMap<String, Records>,
+    /// Names never answered over UDP (their nameservers silent), until `set_silent` says.
+    silent: HashSet<String>,
 }
 
 /// A running test DNS server.
@@ -271,7 +273,11 @@ impl DnsServer {
             });
         }
         let addr = socket.local_addr().unwrap();
-        let names = Arc::new(RwLock::new(Names { zones, records }));
+        let names = Arc::new(RwLock::new(Names {
+            zones,
+            records,
+            silent: HashSet::new(),
+        }));
         if let Some(listener) = tcp {
             serve_tcp(listener, names.clone());
         }
@@ -318,6 +324,9 @@ impl DnsServer {
                 let lie = *lies.lock().unwrap();
                 let canary = CANARIES.iter().any(|(c, _)| *c == name);
                 if lie.is_none() && name.split('.').any(|l| l.starts_with("blackhole")) {
+                    continue;
+                }
+                if served.read().unwrap().silent.contains(&name) {
                     continue;
                 }
                 let lie = lie.filter(|l| !(canary && *l == Lie::NxDomainButCanaries));
@@ -550,6 +559,18 @@ impl DnsServer {
                 names.records.remove(&name);
             }
         }
+    }
+
+    /// From the next query on, `name`'s questions get no answer over UDP (`true`: its
+    /// nameservers gone silent) or are answered again (`false`).
+    #[allow(dead_code)]
+    pub fn set_silent(&self, name: &str, silent: bool) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let mut names = self.names.write().unwrap();
+        match silent {
+            true => names.silent.insert(name),
+            false => names.silent.remove(&name),
+        };
     }
 
     /// From now on, tells `lie` for every question (`None`: honest again).

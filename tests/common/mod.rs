@@ -126,6 +126,8 @@ pub struct GatewayBuilder {
     dns: Option<SocketAddr>,
     /// Extra lines of the `mx:` section (with `dns`).
     mx_yaml: Vec<String>,
+    /// The neighbourhood's look at every listed name, as shipped (on), unless a line sets it.
+    look: bool,
     /// Lines of the `rdap:` section; none: RDAP off (tests reach no registry).
     rdap_yaml: Vec<String>,
     quota_yaml: Option<String>,
@@ -177,6 +179,7 @@ impl Default for GatewayBuilder {
             dir: None,
             dns: None,
             mx_yaml: Vec::new(),
+            look: false,
             rdap_yaml: Vec::new(),
             quota_yaml: None,
             data_yaml: Vec::new(),
@@ -303,6 +306,13 @@ impl GatewayBuilder {
     /// `failure_ttl_seconds: 1`) replaces its default.
     pub fn mx_yaml(mut self, line: &str) -> Self {
         self.mx_yaml.push(line.to_owned());
+        self
+    }
+
+    /// The neighbourhood's look at every listed name on (as shipped, at 1,000 names a second)
+    /// or off (the harness's default: its DNS servers count queries).
+    pub fn look(mut self, on: bool) -> Self {
+        self.look = on;
         self
     }
 
@@ -452,7 +462,7 @@ impl GatewayBuilder {
                         .collect();
                         format!(
                             "  mx:\n    servers: [\"{addr}\"]\n{defaults}{}",
-                            without_look(&self.mx_yaml)
+                            with_look(&self.mx_yaml, self.look)
                                 .iter()
                                 .map(|l| format!("    {l}\n"))
                                 .collect::<String>()
@@ -469,18 +479,21 @@ impl GatewayBuilder {
     }
 }
 
-/// The `mx:` lines with the neighbourhood's look at every listed name off unless a line sets
-/// it: a test's DNS server counts its queries, and a test of the look turns it on itself.
-fn without_look(lines: &[String]) -> Vec<String> {
+/// The `mx:` lines with the neighbourhood's look at every listed name `on` or off unless a line
+/// sets it: a test's DNS server counts its queries, and a test of the look turns it on.
+fn with_look(lines: &[String], on: bool) -> Vec<String> {
     let mut out: Vec<String> = lines.to_vec();
-    let off = "look: { enabled: false }";
+    let look = match on {
+        true => "look: { enabled: true, rate: 1000, every_secs: 86400 }",
+        false => "look: { enabled: false }",
+    };
     match out
         .iter_mut()
         .find(|l| l.trim_start().starts_with("neighbourhood:"))
     {
         Some(l) if l.contains("look") || l.contains("enabled: false") => {}
-        Some(l) => *l = l.replacen('{', &format!("{{ {off},"), 1),
-        None => out.push(format!("neighbourhood: {{ {off} }}")),
+        Some(l) => *l = l.replacen('{', &format!("{{ {look},"), 1),
+        None => out.push(format!("neighbourhood: {{ {look} }}")),
     }
     out
 }

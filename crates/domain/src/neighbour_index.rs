@@ -9,16 +9,16 @@
 //! under, and a new observation replaces its old contribution, so asking again adds nothing.
 //! Every piece has its provenance:
 //! - **Listed** neighbours remember who taught their hosts ([`Teachers`]): the lists' snapshot,
-//!   or which projects' traffic, each trusted by the operator or not. What the lists and
-//!   trusted projects taught judges every project's answers alike (one verdict per domain),
-//!   each listed domain once, however many trusted projects asked for it; what an untrusted
-//!   (self-serve) project taught judges only that project's own answers, however many such
-//!   projects say the same: accounts are free to make.
+//!   the gateway's own look at every listed name, or which projects' lookups. What the lists
+//!   and the look taught judges every project's answers alike (one verdict per domain); what a
+//!   project's lookups taught judges only that project's own answers, whichever project it is
+//!   and however many projects say the same.
 //! - **Who controls the evidence** ([`Grounds`]): where a listed domain's mail goes is chosen by
 //!   whoever holds that domain now (lapsed names are re-registered), and any end user can make
-//!   any project look any address up. So a lookup's fact is one fact, whichever project carried
-//!   it and however many did: a listed domain several trusted projects taught counts once, and a
-//!   finding that rests on lookups yields to the domain's own established age. Only a finding the operator's lists hold alone (the snapshot) does not.
+//!   any project look any address up. So the project that carried a lookup decides nothing
+//!   about another project's answer, and a finding that rests on lookups or the look yields to
+//!   the domain's own established age. Only a finding the operator's lists hold alone (the
+//!   snapshot) does not.
 //! - **Unknown is not legitimate.** An unlisted domain dilutes its keys only when something
 //!   vouches for it ([`Standing::Vouched`]: the registry gave it an age few throwaway domains
 //!   reach unlisted); one nobody vouches for counts neither way, as a throwaway domain no list
@@ -194,20 +194,19 @@ pub fn project_id(name: &str) -> ProjectId {
 const TEACHERS_MAX: usize = 3;
 
 /// Who taught the index a listed domain's mail hosts: the lists themselves (the operator's
-/// `mx-snapshot`, made from every listed name), or the traffic of which projects (the first
-/// few of each kind). Whoever controls a listed domain's DNS chooses its hosts, and a
-/// self-serve account costs nothing: a project the operator trusts
-/// (`neighbourhood.trusted_plans`, `trusted_projects`) teaches for everyone, an untrusted one
-/// only for its own answers, however many untrusted projects say the same.
+/// `mx-snapshot`, made from every listed name), the gateway's own look at every listed name,
+/// or the traffic of which projects (the first few). Whoever controls a listed domain's DNS
+/// chooses its hosts, and any end user can make any project look any address up: a lookup
+/// teaches the project that carried it, for its own answers only, whoever that project is
+/// and however many projects say the same (issue 85: before, projects on a trusted plan
+/// taught for everyone).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Teachers {
     global: bool,
     /// The gateway's own background look at every listed name taught it.
     looked: bool,
-    trusted: [ProjectId; TEACHERS_MAX],
-    nt: u8,
-    untrusted: [ProjectId; TEACHERS_MAX],
-    nu: u8,
+    projects: [ProjectId; TEACHERS_MAX],
+    n: u8,
 }
 
 /// What a listed domain's teachers make of it in its keys' counts.
@@ -215,11 +214,10 @@ pub struct Teachers {
 enum Support<'t> {
     /// The lists' snapshot: the operator's word.
     Lists,
-    /// Trusted projects' traffic or the gateway's own look: everyone's, counted once however
-    /// many of them taught it (more projects asking for the same name make its DNS no truer).
-    Trusted,
-    /// Untrusted projects' traffic only: each of them counts it for its own answers.
-    Untrusted(&'t [ProjectId]),
+    /// The gateway's own look: what it verified itself, for every project alike.
+    Looked,
+    /// Projects' lookups only: each of them counts it for its own answers.
+    Own(&'t [ProjectId]),
     /// Nobody recorded (an older state file): judges nobody.
     Untaught,
 }
@@ -229,76 +227,47 @@ impl Teachers {
     pub const GLOBAL: Teachers = Teachers {
         global: true,
         looked: false,
-        trusted: [0; TEACHERS_MAX],
-        nt: 0,
-        untrusted: [0; TEACHERS_MAX],
-        nu: 0,
+        projects: [0; TEACHERS_MAX],
+        n: 0,
     };
 
     /// Taught by the gateway's own look at every listed name (no project asked): counts for
-    /// every project, as a lookup's fact (one fact, whoever asked).
+    /// every project.
     pub const LOOKED: Teachers = Teachers {
         global: false,
         looked: true,
-        trusted: [0; TEACHERS_MAX],
-        nt: 0,
-        untrusted: [0; TEACHERS_MAX],
-        nu: 0,
+        projects: [0; TEACHERS_MAX],
+        n: 0,
     };
 
-    /// Taught by `project`'s traffic, a project the operator trusts or not.
-    pub fn project(project: ProjectId, trusted: bool) -> Teachers {
+    /// Taught by `project`'s traffic.
+    pub fn project(project: ProjectId) -> Teachers {
         let mut t = Teachers::default();
-        t.add(project, trusted);
+        t.add(project);
         t
     }
 
     /// From what a state file or another gateway kept.
-    pub fn of(
-        (global, looked): (bool, bool),
-        trusted: &[ProjectId],
-        untrusted: &[ProjectId],
-    ) -> Teachers {
+    pub fn of((global, looked): (bool, bool), projects: &[ProjectId]) -> Teachers {
         let mut t = Teachers {
             global,
             looked,
             ..Teachers::default()
         };
-        for p in trusted {
-            t.add(*p, true);
-        }
-        for p in untrusted {
-            t.add(*p, false);
+        for p in projects {
+            t.add(*p);
         }
         t
     }
 
-    /// Adds `project`; whether anything changed. A project once trusted stays among the
-    /// trusted ones for this domain.
-    pub fn add(&mut self, project: ProjectId, trusted: bool) -> bool {
-        if self.trusted().contains(&project) {
+    /// Adds `project`; whether anything changed (a known one, or a full set: no).
+    pub fn add(&mut self, project: ProjectId) -> bool {
+        let n = usize::from(self.n);
+        if self.has(project) || n >= TEACHERS_MAX {
             return false;
         }
-        if trusted {
-            let n = usize::from(self.nt);
-            if n >= TEACHERS_MAX {
-                return false;
-            }
-            self.trusted[n] = project;
-            self.nt += 1;
-            // Now a trusted teacher of it: no longer among the untrusted ones.
-            if let Some(i) = self.untrusted().iter().position(|p| *p == project) {
-                self.untrusted.copy_within(i + 1.., i);
-                self.nu -= 1;
-            }
-            return true;
-        }
-        let n = usize::from(self.nu);
-        if self.untrusted().contains(&project) || n >= TEACHERS_MAX {
-            return false;
-        }
-        self.untrusted[n] = project;
-        self.nu += 1;
+        self.projects[n] = project;
+        self.n += 1;
         true
     }
 
@@ -307,11 +276,8 @@ impl Teachers {
         let mut changed = (other.global && !self.global) || (other.looked && !self.looked);
         self.global |= other.global;
         self.looked |= other.looked;
-        for p in other.trusted() {
-            changed |= self.add(*p, true);
-        }
-        for p in other.untrusted() {
-            changed |= self.add(*p, false);
+        for p in other.projects() {
+            changed |= self.add(*p);
         }
         changed
     }
@@ -325,28 +291,22 @@ impl Teachers {
         self.looked
     }
 
-    /// The trusted projects whose traffic taught it.
-    pub fn trusted(&self) -> &[ProjectId] {
-        &self.trusted[..usize::from(self.nt)]
+    /// The projects whose traffic taught it.
+    pub fn projects(&self) -> &[ProjectId] {
+        &self.projects[..usize::from(self.n)]
     }
 
-    /// The untrusted projects whose traffic taught it (none of them trusted).
-    pub fn untrusted(&self) -> &[ProjectId] {
-        &self.untrusted[..usize::from(self.nu)]
-    }
-
-    /// Whether `project` taught it (either way).
+    /// Whether `project` taught it.
     pub fn has(&self, project: ProjectId) -> bool {
-        self.trusted().contains(&project) || self.untrusted().contains(&project)
+        self.projects().contains(&project)
     }
 
     fn support(&self) -> Support<'_> {
-        match (self.global, self.trusted()) {
+        match (self.global, self.looked) {
             (true, _) => Support::Lists,
-            (false, [_, ..]) => Support::Trusted,
-            (false, []) if self.looked => Support::Trusted,
-            (false, []) if self.nu > 0 => Support::Untrusted(self.untrusted()),
-            (false, []) => Support::Untaught,
+            (false, true) => Support::Looked,
+            (false, false) if self.n > 0 => Support::Own(self.projects()),
+            (false, false) => Support::Untaught,
         }
     }
 }
@@ -392,10 +352,12 @@ impl Standing {
 struct Taught {
     /// The lists' snapshot.
     lists: u32,
-    /// Trusted projects' traffic (each listed domain once).
-    trusted: u32,
-    /// Untrusted projects only, per project (a domain two of them taught counts for each).
-    untrusted: Vec<(ProjectId, u32)>,
+    /// The gateway's own look (each listed domain once).
+    looked: u32,
+    /// Projects' lookups only, per project (a domain two of them taught counts for each).
+    own: Vec<(ProjectId, u32)>,
+    /// Projects' lookups only, each domain once (for the admin listing).
+    own_any: u32,
     untaught: u32,
 }
 
@@ -404,10 +366,11 @@ impl Taught {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         match teachers.support() {
             Support::Lists => step(&mut self.lists),
-            Support::Trusted => step(&mut self.trusted),
-            Support::Untrusted(ps) => {
+            Support::Looked => step(&mut self.looked),
+            Support::Own(ps) => {
+                step(&mut self.own_any);
                 for p in ps {
-                    bump(&mut self.untrusted, p, up);
+                    bump(&mut self.own, p, up);
                 }
             }
             Support::Untaught => step(&mut self.untaught),
@@ -415,24 +378,21 @@ impl Taught {
     }
 
     fn is_empty(&self) -> bool {
-        self.lists + self.trusted + self.untaught == 0 && self.untrusted.is_empty()
+        self.lists + self.looked + self.untaught + self.own_any == 0
     }
 
-    /// What `asking` counts: the shared ones (the lists' and trusted projects') and what its
-    /// own untrusted traffic taught.
+    /// What `asking` counts: the shared ones (the lists' and the look's) and what its own
+    /// lookups taught.
     fn seen_by(&self, asking: Option<ProjectId>) -> u32 {
-        let own = (self.untrusted.iter())
+        let own = (self.own.iter())
             .find(|(p, _)| Some(*p) == asking)
             .map_or(0, |(_, n)| *n);
-        self.lists + self.trusted + own
+        self.lists + self.looked + own
     }
 
-    /// Every listed neighbour recorded, whoever taught it (for the admin listing).
+    /// Every listed neighbour recorded, whoever taught it, each once (for the admin listing).
     fn all(&self) -> u32 {
-        self.lists
-            + self.trusted
-            + self.untaught
-            + self.untrusted.iter().map(|(_, n)| n).sum::<u32>()
+        self.lists + self.looked + self.untaught + self.own_any
     }
 }
 
@@ -537,9 +497,8 @@ impl Counts {
     }
 
     /// What `project` may count, `own` (the domain being judged) left out: the listed
-    /// neighbours the lists and trusted projects taught, the same for every project, each once
-    /// however many projects asked for it, with what its own untrusted traffic taught; and, as
-    /// `lists`, those the lists' snapshot taught.
+    /// neighbours the lists and the gateway's own look taught, the same for every project,
+    /// with what its own lookups taught; and, as `lists`, those the lists' snapshot taught.
     fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
         let hosts = |f: &dyn Fn(&Taught) -> u32| {
             (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
@@ -708,8 +667,8 @@ pub struct Finding {
     pub key_kind: KeyKind,
     pub key: Box<str>,
     /// Distinct listed neighbours on the key that judge this project's answer (the domain
-    /// itself not counted): those the lists and trusted projects taught, and those the asking
-    /// project's own untrusted traffic taught.
+    /// itself not counted): those the lists and the gateway's own look taught, and those the
+    /// asking project's own lookups taught.
     pub listed: u32,
     /// Distinct unlisted neighbours (the domain itself not counted): vouched for or not.
     pub unlisted: u32,
@@ -773,7 +732,7 @@ pub struct KeyReport {
     pub vouched: u32,
     pub throwaway_hosts: u32,
     /// The key judges every project's answers under the current rule (on what the lists and
-    /// trusted projects taught; an untrusted project's own teaching may judge its own too).
+    /// the look taught; a project's own lookups may judge its own answers too).
     pub judges: bool,
     pub sources: Vec<SourceCount>,
 }
@@ -800,19 +759,20 @@ pub struct Learned {
     /// It moved to its hosts (see [`History`]) on this day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u32>,
-    /// The untrusted projects whose traffic taught it (64-bit ids, the first few). Earlier
-    /// releases kept 32-bit ids under `taught_by` and `trusted_by`: those are not read (an old
-    /// id would be a second teacher beside the same project's new one), so such a domain
-    /// counts for nobody until traffic teaches it again; an earlier release reading these
-    /// fields does not know them and counts the domain for nobody either.
+    /// The projects whose traffic taught it, each for its own answers (64-bit ids, the first
+    /// few). The name is the one earlier releases read as their untrusted projects': the same
+    /// meaning, so a gateway of an earlier release beside this one counts them the same way.
+    /// Earlier releases still kept 32-bit ids under `taught_by` and `trusted_by`: those are
+    /// not read (an old id would be a second teacher beside the same project's new one).
     #[serde(
         default,
         rename = "untrusted_ids",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub taught_by: Vec<ProjectId>,
-    /// The trusted projects whose traffic taught it (64-bit ids, the first few).
-    #[serde(default, rename = "trusted_ids", skip_serializing_if = "Vec::is_empty")]
+    /// Read only: the projects an earlier release trusted to teach for everyone. Who carried
+    /// a lookup makes its fact no truer: they now teach their own answers, like every project.
+    #[serde(default, rename = "trusted_ids", skip_serializing)]
     pub trusted_by: Vec<ProjectId>,
 }
 
@@ -828,8 +788,8 @@ impl Learned {
             global: how.teachers.is_global(),
             looked: how.teachers.is_looked(),
             since: how.history.filter(|h| h.moved).map(|h| h.since),
-            taught_by: how.teachers.untrusted().to_vec(),
-            trusted_by: how.teachers.trusted().to_vec(),
+            taught_by: how.teachers.projects().to_vec(),
+            trusted_by: Vec::new(),
         }
     }
 
@@ -841,8 +801,7 @@ impl Learned {
             vouched: self.vouched.then_some(true),
             teachers: Teachers::of(
                 (self.global, self.looked),
-                &self.trusted_by,
-                &self.taught_by,
+                &[&self.trusted_by[..], &self.taught_by[..]].concat(),
             ),
             history: self.since.map(|since| History { since, moved: true }),
             restore: false,
@@ -972,15 +931,14 @@ impl NeighbourhoodIndex {
         true
     }
 
-    /// `project`'s traffic (`trusted` by the operator or not) asked for the listed `domain`
-    /// again: it joins its teachers. Whether anything changed (an unknown domain, a known
-    /// teacher, or a full set of teachers: no).
-    pub fn add_teacher(&mut self, domain: &str, project: ProjectId, trusted: bool) -> bool {
+    /// `project`'s traffic asked for the listed `domain` again: it joins its teachers. Whether
+    /// anything changed (an unknown domain, a known teacher, or a full set of teachers: no).
+    pub fn add_teacher(&mut self, domain: &str, project: ProjectId) -> bool {
         let Some(entry) = self.domains.get(domain) else {
             return false;
         };
         let mut teachers = entry.teachers;
-        if !entry.standing.is_listed() || !teachers.add(project, trusted) {
+        if !entry.standing.is_listed() || !teachers.add(project) {
             return false;
         }
         self.restand(domain, |e| e.teachers = teachers);
@@ -1256,7 +1214,7 @@ impl NeighbourhoodIndex {
             .filter_map(|(k, c)| {
                 let (kind, value) = KeyKind::split(k)?;
                 // As a verdict on one of its tenants would see it (that tenant left out), for
-                // a project with no untrusted teaching of its own, by the verdict's test.
+                // a project with no lookups of its own, by the verdict's test.
                 let own = (c.other > 0).then_some(Standing::Unknown);
                 let view = c.view(None, own);
                 Some(KeyReport {
@@ -1362,8 +1320,8 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         global: e.teachers.is_global(),
         looked: e.teachers.is_looked(),
         since: e.history.moved.then_some(e.history.since),
-        taught_by: e.teachers.untrusted().to_vec(),
-        trusted_by: e.teachers.trusted().to_vec(),
+        taught_by: e.teachers.projects().to_vec(),
+        trusted_by: Vec::new(),
     }
 }
 
@@ -1380,14 +1338,28 @@ mod tests {
         let l: Learned = serde_json::from_str(old).unwrap();
         assert!(l.trusted_by.is_empty() && l.taught_by.is_empty());
         assert_eq!(l.keys.len(), 1);
-        let mut now = l.clone();
-        now.trusted_by = vec![project_id("a")];
-        let text = serde_json::to_string(&now).unwrap();
+        // A line of the release that trusted projects: its trusted teachers teach their own
+        // answers now, like every project, and are written back as such.
+        let (a, b) = (project_id("a"), project_id("b"));
+        let trusted = format!(
+            r#"{{"domain":"x.example","keys":["host:mx.x.example"],"seen":1,"trusted_ids":[{a}],"untrusted_ids":[{b}]}}"#
+        );
+        let l: Learned = serde_json::from_str(&trusted).unwrap();
+        assert_eq!(l.teach().teachers, Teachers::of((false, false), &[a, b]));
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        ix.teach(
+            &l.domain,
+            &keys(&["host:mx.x.example"]),
+            Some("s"),
+            l.teach(),
+            1,
+        );
+        let text = serde_json::to_string(&ix.learned_of("x.example").unwrap()).unwrap();
         assert!(
-            text.contains("trusted_ids") && !text.contains("trusted_by"),
+            text.contains(&format!(r#""untrusted_ids":[{a},{b}]"#))
+                && !text.contains(r#""trusted_ids""#),
             "{text}"
         );
-        assert_eq!(serde_json::from_str::<Learned>(&text).unwrap(), now);
     }
 
     const RULE: NeighbourhoodRule = NeighbourhoodRule {
@@ -1730,17 +1702,11 @@ mod tests {
         assert!(top[0].judges && !top[1].judges, "{top:?}");
     }
 
-    /// Teaches `n` listed domains (named `tag0...`) on `k`, each by the one project `p`
-    /// (`trusted` by the operator or not).
-    fn taught_by(
-        ix: &mut NeighbourhoodIndex,
-        (tag, n): (&str, u32),
-        k: &[Box<str>],
-        (p, trusted): (ProjectId, bool),
-    ) {
+    /// Teaches `n` listed domains (named `tag0...`) on `k`, each by the one project `p`.
+    fn taught_by(ix: &mut NeighbourhoodIndex, (tag, n): (&str, u32), k: &[Box<str>], p: ProjectId) {
         for i in 0..n {
             let how = Teach {
-                teachers: Teachers::project(p, trusted),
+                teachers: Teachers::project(p),
                 ..Teach::default()
             };
             ix.teach(&format!("{tag}{i}.com"), k, Some("s"), how, 1);
@@ -1748,7 +1714,7 @@ mod tests {
     }
 
     #[test]
-    fn untrusted_projects_judge_only_their_own_answers_however_many() {
+    fn projects_judge_only_their_own_answers_however_many() {
         let rule = NeighbourhoodRule {
             min_listed: 5,
             ..RULE
@@ -1761,11 +1727,11 @@ mod tests {
         // else's, and nothing they do together counts for another project.
         let attackers: Vec<ProjectId> = (0..10).map(|i| project_id(&format!("a{i}"))).collect();
         for (i, a) in attackers.iter().enumerate() {
-            taught_by(&mut ix, (&format!("planted{i}-"), 20), &k, (*a, false));
+            taught_by(&mut ix, (&format!("planted{i}-"), 20), &k, *a);
         }
         for a in &attackers {
             for i in 0..10 {
-                ix.add_teacher(&format!("planted0-{i}.com"), *a, false);
+                ix.add_teacher(&format!("planted0-{i}.com"), *a);
             }
         }
         // The first three teachers of a name are remembered (enough to tell one from several).
@@ -1787,9 +1753,9 @@ mod tests {
         let mut ix = NeighbourhoodIndex::new(RULE, 1000);
         let k = keys(&["host:mx.small.example"]);
         let (a, b) = (project_id("a"), project_id("b"));
-        taught_by(&mut ix, ("first", 1), &k, (a, false));
-        assert!(ix.add_teacher("first0.com", b, false));
-        taught_by(&mut ix, ("more", 2), &k, (a, false));
+        taught_by(&mut ix, ("first", 1), &k, a);
+        assert!(ix.add_teacher("first0.com", b));
+        taught_by(&mut ix, ("more", 2), &k, a);
         teach(&mut ix, "customer.com", &k, None, 1);
         // 3 listed for A, enough for the rule's min_listed of 3.
         let f = ix.finding("customer.com", a).unwrap();
@@ -1798,7 +1764,7 @@ mod tests {
     }
 
     #[test]
-    fn trusted_projects_teach_one_verdict_for_everyone() {
+    fn a_lookup_teaches_its_own_project_and_the_look_every_project() {
         let rule = NeighbourhoodRule {
             min_listed: 5,
             ..RULE
@@ -1807,42 +1773,42 @@ mod tests {
         let k = keys(&["host:mx.throw.example"]);
         teach(&mut ix, "new.com", &k, None, 1);
         let (b, c, d) = (project_id("b"), project_id("c"), project_id("d"));
-        // Each listed name seen by one trusted project (the long tail of real signups): B's 2
-        // and C's 2 are 4, judging nobody.
-        taught_by(&mut ix, ("b", 2), &k, (b, true));
-        taught_by(&mut ix, ("c", 2), &k, (c, true));
-        assert_eq!(ix.finding("new.com", P), None);
-        // D's 1 more: 5, the same finding for every project, untrusted askers too; lookups
-        // taught it, whichever projects carried them.
-        taught_by(&mut ix, ("d", 1), &k, (d, true));
-        let f = ix.finding("new.com", P).unwrap();
-        assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
-        // Every project asking for the same names makes them no more: still 5.
-        for i in 0..2 {
-            for p in [c, d] {
-                ix.add_teacher(&format!("b{i}.com"), p, true);
+        // Each listed name seen by one project (the long tail of real signups): 2, 2 and 1,
+        // each its own word, judging nobody, not even the three together.
+        taught_by(&mut ix, ("b", 2), &k, b);
+        taught_by(&mut ix, ("c", 2), &k, c);
+        taught_by(&mut ix, ("d", 1), &k, d);
+        for p in [P, b, c, d] {
+            assert_eq!(ix.finding("new.com", p), None);
+        }
+        // Every project asking for every name: each one's own 5, nobody else's.
+        for p in [b, c, d] {
+            for name in ["b0", "b1", "c0", "c1", "d0"] {
+                ix.add_teacher(&format!("{name}.com"), p);
             }
         }
-        assert_eq!(ix.finding("new.com", P), Some(f.clone()));
-        assert_eq!(ix.finding("new.com", b), Some(f.clone()));
-        assert_eq!(
-            ix.finding("new.com", project_id("self-serve")),
-            Some(f.clone())
-        );
-        // One trusted project alone (a deployment of one project): its teaching counts, a
-        // single source.
-        let solo = keys(&["host:mx.solo.example"]);
-        teach(&mut ix, "tenant.com", &solo, None, 1);
-        taught_by(&mut ix, ("s", 5), &solo, (project_id("solo"), true));
-        let f = ix.finding("tenant.com", P).unwrap();
+        let f = ix.finding("new.com", b).unwrap();
         assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
-        // A second trusted project asking for a listed domain makes its DNS no truer: it still
-        // counts once.
-        let before = ix.top(10);
-        assert!(ix.add_teacher("c0.com", b, true));
-        assert_eq!(ix.top(10), before);
-        assert!(!ix.add_teacher("c0.com", b, true));
-        assert!(!ix.add_teacher("c0.com", b, false), "trusted stays trusted");
+        assert_eq!(ix.finding("new.com", P), None);
+        assert!(
+            !ix.top(10)[0].judges,
+            "judges only its teachers' own answers"
+        );
+        // A project asking again makes its DNS no truer: nothing changes.
+        assert!(!ix.add_teacher("c0.com", b));
+        // The gateway's own look at the same names: one fact for every project, counted once
+        // with what projects taught, and a finding that an established age outweighs.
+        for name in ["b0", "b1", "c0", "c1", "d0"] {
+            let how = Teach {
+                teachers: Teachers::LOOKED,
+                ..Teach::default()
+            };
+            ix.teach(&format!("{name}.com"), &k, Some("s"), how, 1);
+        }
+        let f = ix.finding("new.com", P).unwrap();
+        assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
+        assert_eq!(ix.finding("new.com", b), Some(f.clone()));
+        assert!(ix.top(10)[0].judges);
         // Only what the lists' snapshot taught alone rests on the lists.
         let listed = keys(&["host:mx.listed.example"]);
         teach(&mut ix, "unlisted.com", &listed, None, 1);
@@ -1855,18 +1821,6 @@ mod tests {
         }
         let f = ix.finding("unlisted.com", P).unwrap();
         assert_eq!((f.grounds, f.listed), (Grounds::Lists, 5));
-        let l = ix.learned_of("c0.com").unwrap();
-        assert_eq!(
-            (l.trusted_by.as_slice(), l.taught_by.len()),
-            ([c, b].as_slice(), 0)
-        );
-        assert_eq!(l.teach().teachers.trusted(), [c, b]);
-        // An untrusted teacher that later asks as trusted moves over.
-        let e = project_id("e");
-        assert!(ix.add_teacher("c1.com", e, false));
-        assert!(ix.add_teacher("c1.com", e, true));
-        let l = ix.learned_of("c1.com").unwrap();
-        assert_eq!((l.trusted_by.len(), l.taught_by.len()), (2, 0));
     }
 
     #[test]
@@ -1934,7 +1888,7 @@ mod tests {
             .enumerate()
         {
             let how = Teach {
-                teachers: Teachers::project(a, false),
+                teachers: Teachers::project(a),
                 ..Teach::default()
             };
             ix.teach(

@@ -583,13 +583,6 @@ impl GatewayConfig {
         out.extend(self.keys_api.problems());
         out.extend(self.batch.problems());
         out.extend(self.reports.problems());
-        for plan in &self.mx.neighbourhood.trusted_plans {
-            if plan != "*" && !self.access.plans.contains_key(plan) {
-                out.push(format!(
-                    "gateway.mx.neighbourhood.trusted_plans: no plan named {plan:?} in gateway.access.plans (a typo would trust nobody)"
-                ));
-            }
-        }
         if let Some(webhooks) = &self.webhooks {
             out.extend(webhooks.problems(&self.own_listeners()));
         }

@@ -430,14 +430,6 @@ fn shared_state(
         webhooks: project_hooks(gateway, &control),
         control,
     };
-    if let Some(nb) = shared.mx.as_ref().and_then(|mx| mx.neighbourhood()) {
-        // Trust follows a project's plan, which its keys carry (reloaded keys included).
-        let keys = shared.keys.clone();
-        nb.set_plan_of(Box::new(move |project| {
-            let keys = keys.load();
-            keys.project_keys(project).first().map(|k| k.plan.clone())
-        }));
-    }
     Ok((shared, services))
 }
 
@@ -452,6 +444,9 @@ fn mx_resolver(
     }
     let mut resolver = MxResolver::new(&gateway.mx)?.with_providers(table.clone());
     let config = &gateway.mx.neighbourhood;
+    if let Some(warning) = config.retired() {
+        log::warn!("{warning}");
+    }
     if config.enabled {
         let sharing = home(gateway).shared.is_some();
         let index = Arc::new(Neighbourhood::new(config, table.clone(), sharing));

@@ -137,13 +137,15 @@ pub struct NeighbourhoodConfig {
     #[serde(rename = "verdict_hold_seconds")]
     #[serde_as(as = "DurationSeconds<u64>")]
     pub verdict_hold: Duration,
-    /// Plans whose projects' traffic teaches the index for every project (`"*"`, the default:
-    /// every plan, right for a platform team whose projects are all its own). A project on
-    /// another plan (a self-serve account of a hosted service with open sign-up) teaches it
-    /// only for its own answers, however many such projects say the same.
-    pub trusted_plans: Vec<String>,
-    /// Projects trusted whatever their plan.
-    pub trusted_projects: Vec<String>,
+    /// Retired (issue 85): plans whose projects' lookups taught the index for every project.
+    /// Who carried a lookup makes its fact no truer: a lookup now teaches its own project's
+    /// answers only, and the lists and the gateway's own look teach everyone. Still read, so
+    /// an old file loads; a warning at start says it decides nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_plans: Option<serde_yaml::Value>,
+    /// Retired with `trusted_plans`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_projects: Option<serde_yaml::Value>,
     /// Days a listed domain the gateway saw with no mail, or on other hosts, must hold its new
     /// hosts before it counts there (a lapsed name re-registered and pointed at someone's host
     /// counts for nobody until then).
@@ -196,8 +198,8 @@ impl Default for NeighbourhoodConfig {
             save_interval: Duration::from_secs(60),
             share_interval: Duration::from_millis(2_000),
             verdict_hold: Duration::from_secs(3_600),
-            trusted_plans: vec!["*".to_owned()],
-            trusted_projects: Vec::new(),
+            trusted_plans: None,
+            trusted_projects: None,
             hold_days: 30,
             look: LookConfig::default(),
         }
@@ -222,10 +224,21 @@ impl NeighbourhoodConfig {
         }
     }
 
-    /// Whether `project`, on `plan` (if known), is trusted to teach for every project.
-    pub fn trusts(&self, project: &str, plan: Option<&str>) -> bool {
-        self.trusted_projects.iter().any(|p| p == project)
-            || (self.trusted_plans.iter()).any(|p| p == "*" || Some(p.as_str()) == plan)
+    /// The warning for retired keys a config still sets (`trusted_plans`, `trusted_projects`).
+    pub fn retired(&self) -> Option<String> {
+        let set: Vec<&str> = [
+            ("trusted_plans", &self.trusted_plans),
+            ("trusted_projects", &self.trusted_projects),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.is_some().then_some(k))
+        .collect();
+        (!set.is_empty()).then(|| {
+            format!(
+                "gateway.mx.neighbourhood.{}: retired and ignored; a lookup teaches the project that made it, for its own answers only, whatever its plan; the lists and the gateway's own look teach every project (docs/mx.md, \"Who controls the evidence\")",
+                set.join(", ")
+            )
+        })
     }
 
     /// The state file (after [`NeighbourhoodConfig::resolve_paths`]).

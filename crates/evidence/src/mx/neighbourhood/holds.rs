@@ -5,8 +5,8 @@
 //! verdict another gateway holds. Without it, two gateways answered one name differently for
 //! the few seconds until the index was shared, and for the whole hold after a verdict.
 //!
-//! Only the verdicts every project gets are shared (an untrusted project's finding on its own
-//! teaching stays its own). Redis failing or slow never fails an answer: the gateway answers
+//! Only the verdicts every project gets are shared (a project's finding on its own lookups
+//! stays its own). Redis failing or slow never fails an answer: the gateway answers
 //! from its own index, as it does without Redis. Expiring state only: Redis loses nothing
 //! here that the gateways cannot reach again.
 

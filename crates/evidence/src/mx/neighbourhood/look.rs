@@ -64,25 +64,31 @@ impl Neighbourhood {
 /// Runs passes until shutdown: one at start, then one every `look.every_secs` after the last
 /// began. Each pass looks at the listed names of the table in force when it starts; between
 /// passes, names a reload of the lists added are looked at within [`NEW_NAMES_POLL`], so a name
-/// a list adds has its baseline before anyone can re-point it.
+/// a list adds has its baseline before anyone can re-point it, and names DNS did not answer are
+/// asked again after each of [`RETRIES`] (what only lookups taught counts for their projects
+/// alone, so a name the look missed is a name most projects do not know).
 pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut shutdown: Shutdown) {
     let every = nb.config.look.every;
     loop {
         let began = Instant::now();
         let mut generation = nb.table.load().version().generation;
-        match pass(&resolver, &nb, &mut shutdown, false).await {
-            Some((n, took)) => {
+        let names = nb.table.load().listed_registrable();
+        let mut unanswered = match pass(&resolver, &nb, &mut shutdown, names).await {
+            Some(done) => {
                 nb.look_passes.fetch_add(1, Ordering::Relaxed);
                 log::info!(
-                    "MX neighbourhood: looked at {n} listed names in {:.1} s",
-                    took.as_secs_f64()
+                    "MX neighbourhood: looked at {} listed names in {:.1} s ({} not answered)",
+                    done.names,
+                    done.took.as_secs_f64(),
+                    done.unanswered.len()
                 );
+                Retry::new(done.unanswered)
             }
             None if *shutdown.borrow() => return,
             // Stopped (an untrusted resolver): a whole pass again once it is trusted, not a
             // day later.
             None => continue,
-        }
+        };
         let next = began + every;
         while Instant::now() < next {
             let wait = NEW_NAMES_POLL.min(next.saturating_duration_since(Instant::now()));
@@ -90,34 +96,122 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
                 () = tokio::time::sleep(wait) => {}
                 _ = shutdown.changed() => return,
             }
+            if Instant::now() >= next {
+                break;
+            }
+            if let Some(names) = unanswered.due() {
+                match pass(&resolver, &nb, &mut shutdown, names.clone()).await {
+                    Some(done) => unanswered.answered(done.unanswered),
+                    None if *shutdown.borrow() => return,
+                    // Stopped: the same names at the next poll.
+                    None => unanswered.again(names),
+                }
+            }
             let now = nb.table.load().version().generation;
-            if now == generation || Instant::now() >= next {
+            if now == generation {
                 continue;
             }
-            match pass(&resolver, &nb, &mut shutdown, true).await {
-                Some((n, _)) => {
-                    generation = now;
-                    if n > 0 {
-                        log::info!("MX neighbourhood: looked at {n} listed names a reload added");
-                    }
-                }
-                None if *shutdown.borrow() => return,
-                // Stopped: tried again at the next poll.
-                None => {}
+            match look_new(&resolver, &nb, &mut shutdown).await {
+                Some(true) => generation = now,
+                Some(false) => {}
+                None => return,
             }
         }
     }
 }
 
-/// One pass over every listed name (`only_new`: those the index does not know yet); `None`
-/// when it stopped early (shutdown, or a resolver the canaries stopped trusting: what it says
-/// then is not evidence).
+/// Looks at the names a reload added (those the index does not know yet); `Some(false)` when
+/// stopped by an untrusted resolver (tried again at the next poll), `None` at shutdown.
+async fn look_new(
+    resolver: &Arc<MxResolver>,
+    nb: &Arc<Neighbourhood>,
+    shutdown: &mut Shutdown,
+) -> Option<bool> {
+    let mut names = nb.table.load().listed_registrable();
+    {
+        let index = nb.read();
+        names.retain(|n| !index.knows(n));
+    }
+    match pass(resolver, nb, shutdown, names).await {
+        Some(done) => {
+            if done.names > 0 {
+                log::info!(
+                    "MX neighbourhood: looked at {} listed names a reload added",
+                    done.names
+                );
+            }
+            Some(true)
+        }
+        None if *shutdown.borrow() => None,
+        None => Some(false),
+    }
+}
+
+/// Waits before a name DNS did not answer at a pass is asked again, one after the other; after
+/// the last, it waits for the next pass.
+const RETRIES: [Duration; 4] = [
+    Duration::from_secs(5),
+    Duration::from_secs(60),
+    Duration::from_secs(600),
+    Duration::from_secs(3_600),
+];
+
+/// The names a pass got no answer for, and when they are asked again.
+struct Retry {
+    names: Vec<String>,
+    round: usize,
+    at: Instant,
+}
+
+impl Retry {
+    fn new(names: Vec<String>) -> Retry {
+        Retry {
+            names,
+            round: 0,
+            at: Instant::now() + RETRIES[0],
+        }
+    }
+
+    /// The names to ask now, if it is time.
+    fn due(&mut self) -> Option<Vec<String>> {
+        if self.names.is_empty() || self.round >= RETRIES.len() || Instant::now() < self.at {
+            return None;
+        }
+        self.round += 1;
+        Some(std::mem::take(&mut self.names))
+    }
+
+    /// Asked: those still unanswered wait for the next round.
+    fn answered(&mut self, unanswered: Vec<String>) {
+        self.names = unanswered;
+        if let Some(wait) = RETRIES.get(self.round) {
+            self.at = Instant::now() + *wait;
+        }
+    }
+
+    /// Not asked (the look stopped): the same round again at the next poll.
+    fn again(&mut self, names: Vec<String>) {
+        self.names = names;
+        self.round -= 1;
+    }
+}
+
+/// What a pass did.
+struct Done {
+    names: usize,
+    took: Duration,
+    /// Names DNS did not answer (timeout, SERVFAIL).
+    unanswered: Vec<String>,
+}
+
+/// One pass over `names`; `None` when it stopped early (shutdown, or a resolver the canaries
+/// stopped trusting: what it says then is not evidence).
 async fn pass(
     resolver: &Arc<MxResolver>,
     nb: &Arc<Neighbourhood>,
     shutdown: &mut Shutdown,
-    only_new: bool,
-) -> Option<(usize, Duration)> {
+    names: Vec<String>,
+) -> Option<Done> {
     // Wait for a resolver the canaries trust (the first check runs at start).
     while resolver.evidence_off() {
         tokio::select! {
@@ -126,15 +220,12 @@ async fn pass(
         }
     }
     let started = Instant::now();
-    let mut names = nb.table.load().listed_registrable();
-    if only_new {
-        let index = nb.read();
-        names.retain(|n| !index.knows(n));
-    }
     let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
     let rate = nb.config.look.rate;
     let mut pace = Pace::new(rate, rate as usize);
     let mut tasks = tokio::task::JoinSet::new();
+    let mut unanswered = Vec::new();
+    let mut collect = |r: Result<Option<String>, _>| unanswered.extend(r.ok().flatten());
     for name in &names {
         if let Some(wait) = pace.take(Instant::now()) {
             tokio::select! {
@@ -150,18 +241,31 @@ async fn pass(
         let (resolver, nb, name) = (resolver.clone(), nb.clone(), name.clone());
         tasks.spawn(async move {
             // Not answered (timeout, SERVFAIL): nothing learned, what is known kept (seen
-            // today); the next pass asks again.
+            // today); asked again after a while.
             let seen = resolver.observe(&name).await;
-            if !resolver.evidence_off() {
-                match seen {
-                    Some(hosts) => nb.looked(&name, &hosts),
-                    None => nb.refresh(&name),
+            drop(slot);
+            if resolver.evidence_off() {
+                return None;
+            }
+            match seen {
+                Some(hosts) => nb.looked(&name, &hosts),
+                None => {
+                    nb.refresh(&name);
+                    return Some(name);
                 }
             }
-            drop(slot);
+            None
         });
-        while tasks.try_join_next().is_some() {}
+        while let Some(r) = tasks.try_join_next() {
+            collect(r);
+        }
     }
-    while tasks.join_next().await.is_some() {}
-    Some((names.len(), started.elapsed()))
+    while let Some(r) = tasks.join_next().await {
+        collect(r);
+    }
+    Some(Done {
+        names: names.len(),
+        took: started.elapsed(),
+        unanswered,
+    })
 }

@@ -60,11 +60,9 @@ pub struct Neighbourhood {
     looked: AtomicU64,
     look_passes: AtomicU64,
     /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain:
-    /// one for every project (`None`), and an untrusted project's own (a finding on its own
-    /// teaching is its alone).
+    /// one for every project (`None`), and a project's own (a finding on its own lookups is
+    /// its alone).
     held: quick_cache::sync::Cache<(Box<str>, Option<ProjectId>), Holding>,
-    /// A project's plan, when the gateway knows it (its keys): whether it is trusted.
-    plan_of: std::sync::OnceLock<PlanOf>,
     /// The verdicts every gateway on the shared Redis holds (`holds.rs`; unset: this gateway's
     /// own only).
     shared_holds: std::sync::OnceLock<Arc<holds::SharedHolds>>,
@@ -87,7 +85,7 @@ struct Holding {
 
 /// What this index says of a name (see [`Neighbourhood::scoped`]).
 struct Scoped {
-    /// The finding, and whether it is every project's (`false`: an untrusted project's own).
+    /// The finding, and whether it is every project's (`false`: the asking project's own).
     finding: Option<(Finding, bool)>,
     /// It is a verdict held here.
     held: bool,
@@ -98,9 +96,6 @@ struct Scoped {
 /// How long a verdict another gateway holds is answered from here before Redis is asked again:
 /// the most two gateways can disagree after the one that reached it gave it up.
 const ADOPTED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A project's plan (from its keys), for trust.
-pub type PlanOf = Box<dyn Fn(&str) -> Option<Arc<str>> + Send + Sync>;
 
 /// Changes the journal holds at most between two ticks of the MX service.
 const JOURNAL_MAX: usize = 500_000;
@@ -143,7 +138,6 @@ impl Neighbourhood {
             journal: Mutex::new(Vec::new()),
             overflow: AtomicBool::new(false),
             mirror: Mutex::new(Mirror::default()),
-            plan_of: std::sync::OnceLock::new(),
             shared_holds: std::sync::OnceLock::new(),
         }
     }
@@ -158,18 +152,6 @@ impl Neighbourhood {
     /// [`Self::finding`] is the same answer, with no future to poll.
     pub fn shares_holds(&self) -> bool {
         self.shared_holds.get().is_some()
-    }
-
-    /// Tells the index where projects' plans are found (once; later calls are ignored).
-    pub fn set_plan_of(&self, plan_of: PlanOf) {
-        let _ = self.plan_of.set(plan_of);
-    }
-
-    /// Whether `project`'s traffic teaches for every project (`trusted_plans`,
-    /// `trusted_projects`).
-    pub fn trusts(&self, project: &str) -> bool {
-        let plan = (self.plan_of.get()).and_then(|f| f(project));
-        self.config.trusts(project, plan.as_deref())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NeighbourhoodIndex> {
@@ -190,8 +172,8 @@ impl Neighbourhood {
         self.scoped_finding(name, project).map(|(f, _)| f)
     }
 
-    /// [`finding`](Self::finding), with whose verdict it is: every project's (`true`), or an
-    /// untrusted project's own.
+    /// [`finding`](Self::finding), with whose verdict it is: every project's (`true`), or the
+    /// asking project's own (on its own lookups).
     fn scoped_finding(&self, name: &DomainName, project: &str) -> Option<(Finding, bool)> {
         self.scoped(name, project).finding
     }
@@ -216,12 +198,12 @@ impl Neighbourhood {
             return out;
         }
         let id = project_id(project);
-        let own = (!self.trusts(project)).then_some(id);
         let hold = self.config.verdict_hold;
         if !hold.is_zero() {
-            // Every project's verdict first: what the lists and trusted projects taught.
-            for scope in [None, own].into_iter().take(1 + usize::from(own.is_some())) {
-                let held_key = (Box::<str>::from(domain), scope);
+            // Every project's verdict first: what the lists and the look taught.
+            let mut held_key = (Box::<str>::from(domain), None);
+            for scope in [None, Some(id)] {
+                held_key.1 = scope;
                 if let Some(h) = self.held.get(&held_key) {
                     let live = h.until > Instant::now();
                     if live && (h.adopted || self.read().holds(domain, &h.finding, id)) {
@@ -234,21 +216,21 @@ impl Neighbourhood {
                 }
             }
         }
+        // Every project's verdict, with the same evidence for all, where the lists and the look
+        // hold one; else one on the asking project's own lookups too, its alone.
         let (shared, finding) = {
             let index = self.read();
-            let shared = index.finding_for(domain, None);
-            let finding = match own {
-                Some(id) => index.finding_for(domain, Some(id)),
-                None => shared.clone(),
-            };
-            (shared.is_some(), finding)
+            match index.finding_for(domain, None) {
+                Some(f) => (true, Some(f)),
+                None => (false, index.finding_for(domain, Some(id))),
+            }
         };
         let Some(mut finding) = finding else {
             return out;
         };
         if !hold.is_zero() {
             finding.since = Some(drg_base::infra::units::now_rfc3339());
-            let scope = if shared { None } else { own };
+            let scope = (!shared).then_some(id);
             let held_key = (Box::<str>::from(domain), scope);
             let holding = Holding {
                 finding: finding.clone(),
@@ -285,8 +267,8 @@ impl Neighbourhood {
             }
         }
         let answer = match &local {
-            // Held here (claimed by this gateway, or another's answered for a second), or an
-            // untrusted project's verdict on its own teaching: no round trip.
+            // Held here (claimed by this gateway, or another's answered for a second), or a
+            // project's verdict on its own lookups: no round trip.
             Some((finding, _)) if held => return Some(finding.clone()),
             Some((finding, false)) => return Some(finding.clone()),
             // Claimed: this one, or the verdict another gateway reached first.
@@ -376,13 +358,12 @@ impl Neighbourhood {
         let Some(domain) = name.registrable() else {
             return;
         };
-        let trusted = self.trusts(project);
         let project = project_id(project);
         let learned = {
             let index = self.read();
             if !index.knows(domain) {
                 drop(index);
-                self.enqueue(domain, Teachers::project(project, trusted));
+                self.enqueue(domain, Teachers::project(project));
                 return;
             }
             // Nothing to add: the lists or the look taught it (it counts for everyone), or this
@@ -390,16 +371,13 @@ impl Neighbourhood {
             let known = index.learned_of(domain);
             if known.is_none_or(|l| {
                 let mut teachers = l.teach().teachers;
-                l.global
-                    || l.looked
-                    || (!trusted && !l.trusted_by.is_empty())
-                    || !teachers.add(project, trusted)
+                l.global || l.looked || !teachers.add(project)
             }) {
                 return;
             }
             drop(index);
             let mut index = self.write();
-            if !index.add_teacher(domain, project, trusted) {
+            if !index.add_teacher(domain, project) {
                 return;
             }
             index.learned_of(domain)
