@@ -190,7 +190,7 @@ pub fn project_id(name: &str) -> ProjectId {
     })
 }
 
-/// Projects of each kind remembered per listed domain at most: enough to tell one from several.
+/// Projects remembered per listed domain at most: enough to tell one from several.
 const TEACHERS_MAX: usize = 3;
 
 /// Who taught the index a listed domain's mail hosts: the lists themselves (the operator's
@@ -248,7 +248,10 @@ impl Teachers {
     }
 
     /// From what a state file or another gateway kept.
-    pub fn of((global, looked): (bool, bool), projects: &[ProjectId]) -> Teachers {
+    pub fn of<'p>(
+        (global, looked): (bool, bool),
+        projects: impl IntoIterator<Item = &'p ProjectId>,
+    ) -> Teachers {
         let mut t = Teachers {
             global,
             looked,
@@ -801,7 +804,7 @@ impl Learned {
             vouched: self.vouched.then_some(true),
             teachers: Teachers::of(
                 (self.global, self.looked),
-                &[&self.trusted_by[..], &self.taught_by[..]].concat(),
+                self.trusted_by.iter().chain(&self.taught_by),
             ),
             history: self.since.map(|since| History { since, moved: true }),
             restore: false,
@@ -833,6 +836,9 @@ pub struct NeighbourhoodIndex {
     kinds: [usize; 3],
     /// Domains seen to move to new hosts (see [`History`]), since start.
     moves: u64,
+    /// Listed domains whose counts carry each project's own lookups ([`Support::Own`]): a
+    /// project with none has no view of its own, and its answers skip that second look.
+    own: HashMap<ProjectId, u32, ahash::RandomState>,
 }
 
 impl NeighbourhoodIndex {
@@ -846,6 +852,7 @@ impl NeighbourhoodIndex {
             max_entries: max_entries.max(1),
             kinds: [0; 3],
             moves: 0,
+            own: HashMap::default(),
         }
     }
 
@@ -1062,6 +1069,7 @@ impl NeighbourhoodIndex {
     /// moment before is made again, so that a domain alone on its key keeps counting when it
     /// is re-stood (a teacher added, its standing changed).
     fn contribute(&mut self, entry: &DomainEntry) {
+        self.count_own(entry, true);
         for k in entry.keys.iter() {
             if !self.keys.contains_key(k) {
                 self.keys.insert(k.clone(), Counts::default());
@@ -1076,6 +1084,7 @@ impl NeighbourhoodIndex {
     }
 
     fn withdraw(&mut self, entry: &DomainEntry) {
+        self.count_own(entry, false);
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
                 c.count(k, entry, false);
@@ -1087,6 +1096,34 @@ impl NeighbourhoodIndex {
                 }
             }
         }
+    }
+
+    /// Counts (`up`) or withdraws the projects whose own lookups `entry` counts for.
+    fn count_own(&mut self, entry: &DomainEntry, up: bool) {
+        if !entry.standing.is_listed() || entry.keys.is_empty() {
+            return;
+        }
+        if let Support::Own(projects) = entry.counted_teachers().support() {
+            for p in projects {
+                match self.own.get_mut(p) {
+                    Some(n) if up => *n += 1,
+                    Some(n) if *n > 1 => *n -= 1,
+                    Some(_) => {
+                        self.own.remove(p);
+                    }
+                    None if up => {
+                        self.own.insert(*p, 1);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Whether `project`'s own lookups taught any listed domain the index counts (else its
+    /// view is everyone's).
+    pub fn has_own(&self, project: ProjectId) -> bool {
+        self.own.contains_key(&project)
     }
 
     /// The key among `keys` that judges `project`'s answer (most listed neighbours first, then
@@ -1160,7 +1197,7 @@ impl NeighbourhoodIndex {
     /// `min_share`. The margin keeps a verdict from flipping as neighbours trickle in around
     /// the threshold; evidence well against it (legitimate tenants seen after a cold start)
     /// drops it.
-    pub fn holds(&self, domain: &str, finding: &Finding, project: ProjectId) -> bool {
+    pub fn holds(&self, domain: &str, finding: &Finding, project: Option<ProjectId>) -> bool {
         let Some(entry) = self.domains.get(domain) else {
             return false;
         };
@@ -1174,7 +1211,7 @@ impl NeighbourhoodIndex {
         let Some(counts) = self.keys.get(key.as_str()) else {
             return false;
         };
-        let view = counts.view(Some(project), Some(entry.standing));
+        let view = counts.view(project, Some(entry.standing));
         let relaxed = NeighbourhoodRule {
             min_share: (self.rule.min_share - HOLD_MARGIN).max(0.5),
             ..self.rule
@@ -1781,6 +1818,7 @@ mod tests {
         for p in [P, b, c, d] {
             assert_eq!(ix.finding("new.com", p), None);
         }
+        assert!(ix.has_own(b) && ix.has_own(d) && !ix.has_own(P));
         // Every project asking for every name: each one's own 5, nobody else's.
         for p in [b, c, d] {
             for name in ["b0", "b1", "c0", "c1", "d0"] {
@@ -1809,6 +1847,8 @@ mod tests {
         assert!(f.grounds == Grounds::Lookups && f.listed == 5, "{f:?}");
         assert_eq!(ix.finding("new.com", b), Some(f.clone()));
         assert!(ix.top(10)[0].judges);
+        // Nothing counts as any project's own any more: each asks as every project does.
+        assert!(!ix.has_own(b) && !ix.has_own(c) && !ix.has_own(d));
         // Only what the lists' snapshot taught alone rests on the lists.
         let listed = keys(&["host:mx.listed.example"]);
         teach(&mut ix, "unlisted.com", &listed, None, 1);

@@ -82,7 +82,9 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
                     done.took.as_secs_f64(),
                     done.unanswered.len()
                 );
-                Retry::new(done.unanswered)
+                let mut retry = Retry::default();
+                retry.add(done.unanswered, 0);
+                retry
             }
             None if *shutdown.borrow() => return,
             // Stopped (an untrusted resolver): a whole pass again once it is trusted, not a
@@ -99,12 +101,14 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
             if Instant::now() >= next {
                 break;
             }
-            if let Some(names) = unanswered.due() {
-                match pass(&resolver, &nb, &mut shutdown, names.clone()).await {
-                    Some(done) => unanswered.answered(done.unanswered),
+            let due = unanswered.due();
+            if !due.is_empty() {
+                let names = due.iter().map(|(n, _)| n.clone()).collect();
+                match pass(&resolver, &nb, &mut shutdown, names).await {
+                    Some(done) => unanswered.tried(&due, done.unanswered),
                     None if *shutdown.borrow() => return,
                     // Stopped: the same names at the next poll.
-                    None => unanswered.again(names),
+                    None => unanswered.back(due),
                 }
             }
             let now = nb.table.load().version().generation;
@@ -112,42 +116,41 @@ pub(super) async fn run(resolver: Arc<MxResolver>, nb: Arc<Neighbourhood>, mut s
                 continue;
             }
             match look_new(&resolver, &nb, &mut shutdown).await {
-                Some(true) => generation = now,
-                Some(false) => {}
-                None => return,
+                Some(missed) => {
+                    generation = now;
+                    unanswered.add(missed, 0);
+                }
+                None if *shutdown.borrow() => return,
+                // Stopped: tried again at the next poll.
+                None => {}
             }
         }
     }
 }
 
-/// Looks at the names a reload added (those the index does not know yet); `Some(false)` when
-/// stopped by an untrusted resolver (tried again at the next poll), `None` at shutdown.
+/// Looks at the names a reload added (those the index does not know yet): those DNS did not
+/// answer, or `None` when it stopped (shutdown, or an untrusted resolver).
 async fn look_new(
     resolver: &Arc<MxResolver>,
     nb: &Arc<Neighbourhood>,
     shutdown: &mut Shutdown,
-) -> Option<bool> {
+) -> Option<Vec<String>> {
     let mut names = nb.table.load().listed_registrable();
     {
         let index = nb.read();
         names.retain(|n| !index.knows(n));
     }
-    match pass(resolver, nb, shutdown, names).await {
-        Some(done) => {
-            if done.names > 0 {
-                log::info!(
-                    "MX neighbourhood: looked at {} listed names a reload added",
-                    done.names
-                );
-            }
-            Some(true)
-        }
-        None if *shutdown.borrow() => None,
-        None => Some(false),
+    let done = pass(resolver, nb, shutdown, names).await?;
+    if done.names > 0 {
+        log::info!(
+            "MX neighbourhood: looked at {} listed names a reload added",
+            done.names
+        );
     }
+    Some(done.unanswered)
 }
 
-/// Waits before a name DNS did not answer at a pass is asked again, one after the other; after
+/// Waits before a name DNS did not answer is asked again, after each try that got none; after
 /// the last, it waits for the next pass.
 const RETRIES: [Duration; 4] = [
     Duration::from_secs(5),
@@ -156,43 +159,55 @@ const RETRIES: [Duration; 4] = [
     Duration::from_secs(3_600),
 ];
 
-/// The names a pass got no answer for, and when they are asked again.
+/// Names asked again at one poll at most: a reload's new names are looked at between two such
+/// batches, however many silent names wait (each can hold a slot for its whole deadline).
+const RETRY_BATCH: usize = 256;
+
+/// The names DNS did not answer, each with the retries made and when it is asked again.
+#[derive(Default)]
 struct Retry {
-    names: Vec<String>,
-    round: usize,
-    at: Instant,
+    names: Vec<(String, usize, Instant)>,
 }
 
 impl Retry {
-    fn new(names: Vec<String>) -> Retry {
-        Retry {
-            names,
-            round: 0,
-            at: Instant::now() + RETRIES[0],
+    /// `unanswered` after `made` retries: asked again after the next wait, if one is left.
+    fn add(&mut self, unanswered: Vec<String>, made: usize) {
+        let Some(wait) = RETRIES.get(made) else {
+            return;
+        };
+        let at = Instant::now() + *wait;
+        self.names
+            .extend(unanswered.into_iter().map(|n| (n, made, at)));
+    }
+
+    /// The names due now (at most [`RETRY_BATCH`]), with the retries made.
+    fn due(&mut self) -> Vec<(String, usize)> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.names.retain(|(n, made, at)| {
+            let take = *at <= now && due.len() < RETRY_BATCH;
+            if take {
+                due.push((n.clone(), *made));
+            }
+            !take
+        });
+        due
+    }
+
+    /// `due` was asked: those still `unanswered` wait for their next retry.
+    fn tried(&mut self, due: &[(String, usize)], unanswered: Vec<String>) {
+        let made: std::collections::HashMap<&str, usize> =
+            due.iter().map(|(n, m)| (n.as_str(), *m)).collect();
+        for name in unanswered {
+            let m = made.get(name.as_str()).copied().unwrap_or(0);
+            self.add(vec![name], m + 1);
         }
     }
 
-    /// The names to ask now, if it is time.
-    fn due(&mut self) -> Option<Vec<String>> {
-        if self.names.is_empty() || self.round >= RETRIES.len() || Instant::now() < self.at {
-            return None;
-        }
-        self.round += 1;
-        Some(std::mem::take(&mut self.names))
-    }
-
-    /// Asked: those still unanswered wait for the next round.
-    fn answered(&mut self, unanswered: Vec<String>) {
-        self.names = unanswered;
-        if let Some(wait) = RETRIES.get(self.round) {
-            self.at = Instant::now() + *wait;
-        }
-    }
-
-    /// Not asked (the look stopped): the same round again at the next poll.
-    fn again(&mut self, names: Vec<String>) {
-        self.names = names;
-        self.round -= 1;
+    /// `due` was not asked (the look stopped): due again at the next poll.
+    fn back(&mut self, due: Vec<(String, usize)>) {
+        let now = Instant::now();
+        (self.names).extend(due.into_iter().map(|(n, m)| (n, m, now)));
     }
 }
 
@@ -245,7 +260,8 @@ async fn pass(
             let seen = resolver.observe(&name).await;
             drop(slot);
             if resolver.evidence_off() {
-                return None;
+                // Not evidence: asked again like a name DNS did not answer.
+                return Some(name);
             }
             match seen {
                 Some(hosts) => nb.looked(&name, &hosts),
@@ -268,4 +284,30 @@ async fn pass(
         took: started.elapsed(),
         unanswered,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unanswered_name_is_asked_again_at_most_once_a_wait_and_a_batch_at_a_time() {
+        let mut r = Retry::default();
+        r.add(vec!["later.example".into()], 0);
+        assert!(r.due().is_empty(), "the first wait is not over");
+        // Due now (a stopped look put them back): asked, and those still unanswered wait for
+        // their next retry; a name past the last retry waits for the next pass.
+        r.back(vec![("a.example".into(), 0), ("b.example".into(), 3)]);
+        let due = r.due();
+        assert_eq!(due.len(), 2);
+        r.tried(&due, vec!["a.example".into(), "b.example".into()]);
+        let waiting: Vec<(&str, usize)> =
+            (r.names.iter()).map(|(n, m, _)| (n.as_str(), *m)).collect();
+        assert_eq!(waiting, [("later.example", 0), ("a.example", 1)]);
+        assert!(r.due().is_empty());
+        // However many are due, one batch a poll.
+        r.back((0..300).map(|i| (format!("n{i}.example"), 0)).collect());
+        assert_eq!(r.due().len(), RETRY_BATCH);
+        assert_eq!(r.due().len(), 300 - RETRY_BATCH);
+    }
 }

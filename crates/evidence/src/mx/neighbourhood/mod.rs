@@ -194,19 +194,27 @@ impl Neighbourhood {
         // no listed neighbour: no key can judge them and no verdict held here can stand
         // (`holds` wants `min_listed` listed ones), so nothing else is looked at. With shared
         // holds a verdict held here may still have to be given up on Redis: the full path.
-        if self.shared_holds.get().is_none() && !self.read().near_listed(domain) {
-            return out;
-        }
-        let id = project_id(project);
+        let own = {
+            let index = self.read();
+            if self.shared_holds.get().is_none() && !index.near_listed(domain) {
+                return out;
+            }
+            let id = project_id(project);
+            // A project whose own lookups taught no listed domain the index counts sees what
+            // every project sees: one look, not two (most projects, once the look has passed).
+            index.has_own(id).then_some(id)
+        };
         let hold = self.config.verdict_hold;
         if !hold.is_zero() {
             // Every project's verdict first: what the lists and the look taught.
             let mut held_key = (Box::<str>::from(domain), None);
-            for scope in [None, Some(id)] {
+            for scope in [None, own].into_iter().take(1 + usize::from(own.is_some())) {
                 held_key.1 = scope;
                 if let Some(h) = self.held.get(&held_key) {
                     let live = h.until > Instant::now();
-                    if live && (h.adopted || self.read().holds(domain, &h.finding, id)) {
+                    // Weighed by the counts of whose verdict it is: every project's by what
+                    // every project sees, a project's own with its own lookups.
+                    if live && (h.adopted || self.read().holds(domain, &h.finding, scope)) {
                         out.finding = Some((h.finding, scope.is_none()));
                         out.held = true;
                         return out;
@@ -220,9 +228,10 @@ impl Neighbourhood {
         // hold one; else one on the asking project's own lookups too, its alone.
         let (shared, finding) = {
             let index = self.read();
-            match index.finding_for(domain, None) {
-                Some(f) => (true, Some(f)),
-                None => (false, index.finding_for(domain, Some(id))),
+            match (index.finding_for(domain, None), own) {
+                (Some(f), _) => (true, Some(f)),
+                (None, Some(id)) => (false, index.finding_for(domain, Some(id))),
+                (None, None) => (false, None),
             }
         };
         let Some(mut finding) = finding else {
@@ -230,7 +239,7 @@ impl Neighbourhood {
         };
         if !hold.is_zero() {
             finding.since = Some(drg_base::infra::units::now_rfc3339());
-            let scope = (!shared).then_some(id);
+            let scope = if shared { None } else { own };
             let held_key = (Box::<str>::from(domain), scope);
             let holding = Holding {
                 finding: finding.clone(),
@@ -369,10 +378,7 @@ impl Neighbourhood {
             // Nothing to add: the lists or the look taught it (it counts for everyone), or this
             // teacher cannot change its counts.
             let known = index.learned_of(domain);
-            if known.is_none_or(|l| {
-                let mut teachers = l.teach().teachers;
-                l.global || l.looked || !teachers.add(project)
-            }) {
+            if known.is_none_or(|l| l.global || l.looked || !l.teach().teachers.add(project)) {
                 return;
             }
             drop(index);
