@@ -12,8 +12,9 @@ pub(super) struct HostFacts {
     /// Reverse DNS was asked for every network (a cached entry without them does not serve a
     /// lookup that wants them all).
     with_networks: bool,
-    /// The networks a request did not ask for (no listed neighbour then): a cached entry
-    /// serves a request only while none of them has gained one.
+    /// The networks a request did not ask for (no listed neighbour then), or whose reverse DNS
+    /// did not answer: a cached entry serves a request only while none of them has gained one,
+    /// and never a lookup that wants them all.
     skipped: Arc<[String]>,
     /// The usable host's addresses, when both its A and AAAA questions were answered: a
     /// lookup wanting more networks asks reverse DNS of these, not the addresses again.
@@ -21,6 +22,11 @@ pub(super) struct HostFacts {
 }
 
 impl HostFacts {
+    /// DNS answered every question about this host (see [`Resolved::settled`]).
+    pub(super) fn answered(&self) -> bool {
+        self.state != HostState::Unknown && self.skipped.is_empty()
+    }
+
     /// A host that is asked nothing: usable with no key (a shared service), or not a host name.
     fn settled(state: HostState) -> HostFacts {
         HostFacts {
@@ -53,6 +59,11 @@ pub(super) struct Resolved {
     pub unanswered: bool,
     /// Every network was vouched for: nothing left to teach in the background.
     pub complete: bool,
+    /// DNS answered every question about every host considered: no host's addresses and no
+    /// network's reverse DNS left unanswered (a timeout, SERVFAIL). Only a settled look at a
+    /// listed name says where its mail goes: one whose host's addresses timed out would look
+    /// like a name with no mail, and later as if it had moved.
+    pub settled: bool,
 }
 
 /// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
@@ -89,6 +100,7 @@ impl MxResolver {
         .await;
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
         let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
+        let settled = facts.iter().all(HostFacts::answered);
         let usable = usable_hosts(hosts, facts);
         let resolved = |evidence, hosts, complete| Resolved {
             evidence,
@@ -96,6 +108,7 @@ impl MxResolver {
             hosts,
             unanswered,
             complete,
+            settled,
         };
         match MxEvidence::unusable(hosts, &states) {
             Some(unusable) => resolved(unusable, Vec::new(), true),
@@ -309,9 +322,13 @@ impl MxResolver {
                 continue;
             }
             // An A record points anywhere its owner likes; the network counts only when the
-            // address's owner names this host's domain in its reverse DNS.
-            if self.vouches(ip, host).await {
-                nets.push(net);
+            // address's owner names this host's domain in its reverse DNS. Unanswered: not
+            // known either way, asked again by the next lookup that wants it.
+            match self.vouches(ip, host).await {
+                Some(true) => nets.push(net),
+                Some(false) => {}
+                None if !skipped.contains(&net) => skipped.push(net),
+                None => {}
             }
         }
         (nets, skipped)
@@ -319,10 +336,13 @@ impl MxResolver {
 
     /// Forward-confirmed reverse DNS for `host`: a PTR name of `ip` is `host` itself, or a
     /// name under `host`'s registrable domain whose own addresses include `ip`. The PTR record
-    /// belongs to whoever owns the address, not to whoever points an A record at it.
-    pub(super) async fn vouches(&self, ip: IpAddr, host: &str) -> bool {
-        let Ok(ptr) = self.dns.reverse(ip).await else {
-            return false;
+    /// belongs to whoever owns the address, not to whoever points an A record at it. `None`:
+    /// not known (a question DNS did not answer, and nothing confirmed).
+    pub(super) async fn vouches(&self, ip: IpAddr, host: &str) -> Option<bool> {
+        let ptr = match self.dns.reverse(ip).await {
+            Ok(ptr) => ptr,
+            Err(e) if e.is_negative() => return Some(false),
+            Err(_) => return None,
         };
         let names: Vec<String> = ptr
             .answers()
@@ -334,9 +354,10 @@ impl MxResolver {
             .take(MAX_ADDRESSES)
             .collect();
         if names.iter().any(|n| n == host) {
-            return true;
+            return Some(true);
         }
         let zone = zone_of(host);
+        let mut unsure = false;
         for name in names {
             if zone.is_none() || zone_of(&name) != zone {
                 continue;
@@ -346,8 +367,12 @@ impl MxResolver {
             } else {
                 RecordType::AAAA
             };
-            let Ok(forward) = self.dns.query(format!("{name}.").as_str(), kind).await else {
-                continue;
+            let forward = match self.dns.query(format!("{name}.").as_str(), kind).await {
+                Ok(forward) => forward,
+                Err(e) => {
+                    unsure |= !e.is_negative();
+                    continue;
+                }
             };
             let confirmed = forward.answers().iter().any(|r| match &r.data {
                 RData::A(a) => IpAddr::V4(a.0) == ip,
@@ -355,9 +380,9 @@ impl MxResolver {
                 _ => false,
             });
             if confirmed {
-                return true;
+                return Some(true);
             }
         }
-        false
+        (!unsure).then_some(false)
     }
 }

@@ -165,6 +165,7 @@ impl MxResolver {
                 ttl,
                 hosts,
                 complete,
+                settled,
                 ..
             }) => {
                 // A set-up whose hosts cannot take mail is remembered with no key: it teaches
@@ -176,7 +177,10 @@ impl MxResolver {
                 if let (Some(n), true) = (&self.neighbourhood, taught) {
                     // An answer without all its networks teaches a domain the index does not
                     // know yet; one it knows keeps its full keys until the background pass.
-                    if complete || !n.knows_name(name) {
+                    // In the background (listed names), only a settled answer teaches: a
+                    // host whose addresses timed out would be a host the name later "moved"
+                    // to.
+                    if (complete || !n.knows_name(name)) && (settled || !background) {
                         n.learn(name, &hosts);
                     }
                 }
@@ -219,14 +223,20 @@ impl MxResolver {
                 .map(|h| self.host_facts_of(&h.host, Nets::All, None)),
         )
         .await;
+        // Only a settled answer teaches (see `resolve_and_teach`).
+        if !facts.iter().all(HostFacts::answered) {
+            return;
+        }
         let usable = usable_hosts(hosts, facts);
         if !usable.is_empty() {
             n.learn(name, &usable);
         }
     }
 
-    /// What `mx-snapshot` records of `name`: its MX hosts (most preferred first) with their
-    /// networks; an empty list when DNS says it has none; `None` when DNS did not answer.
+    /// What `mx-snapshot` and the look record of `name`: its MX hosts (most preferred first)
+    /// with their networks; an empty list when DNS says it has none; `None` when DNS did not
+    /// answer, the MX question or any about its hosts (their addresses, their reverse DNS): a
+    /// partial answer is not where the name's mail goes.
     pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
         let full = self.resolve_full(name, Nets::All);
         match tokio::time::timeout(self.lookup_deadline, full).await {
@@ -234,6 +244,7 @@ impl MxResolver {
                 evidence: MxEvidence::Unknown,
                 ..
             })
+            | Ok(Resolved { settled: false, .. })
             | Err(_) => None,
             Ok(r) => Some(r.hosts),
         }
