@@ -1177,7 +1177,7 @@ fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
 /// Lapsed listed names re-registered and pointed at a company's host plant nothing once the
 /// gateway has looked at them (issue 85). Twelve listed names do not resolve (lapsed) when the
 /// gateway's own look passes over its lists; then someone points their MX at a small host and
-/// looks them up through a trusted project. The host's young customer (no age known) stays
+/// looks them up through a project. The host's young customer (no age known) stays
 /// `safe`: the names were known lapsed, and the next pass sees them moved, which counts for
 /// nobody until they have held the host `hold_days`. With `hold_days: 0`, or with the look off
 /// (the gateway before), the same twelve lookups condemn the customer.
@@ -1209,7 +1209,7 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
             // Passes run every 2 s: the first looked at all twelve.
             assert!(gw.metric("drg_mx_neighbourhood_looked_total").unwrap() >= 12.0);
         }
-        // Re-registered, pointed at the small host, looked up through a trusted project.
+        // Re-registered, pointed at the small host, looked up through a project.
         for d in &w.listed {
             dns.set_zone(d, Some(planted.clone()));
         }
@@ -1270,7 +1270,7 @@ fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
         metric(&gw, "drg_mx_neighbourhood_looked_total") >= 15.0
     });
     assert_eq!(metric(&gw, "drg_mx_neighbourhood_look_passes_total"), 1.0);
-    // Re-registered and pointed at the small host; asked for through a trusted project.
+    // Re-registered and pointed at the small host; asked for through a project.
     for d in &w.listed {
         dns.set_zone(d, Some(planted.clone()));
         assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable");
