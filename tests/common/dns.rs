@@ -514,6 +514,12 @@ impl DnsServer {
         self.glue.store(on, Ordering::Relaxed);
     }
 
+    /// `name` as questions carry it, and what the server answers from, to change.
+    fn edit(&self, name: &str) -> (String, std::sync::RwLockWriteGuard<'_, Names>) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        (name, self.names.write().unwrap())
+    }
+
     /// From the next query on, `name` holds `zone` (`Some`: added, or replacing its zone) or
     /// none (`None`: NXDOMAIN from then on), over UDP and TCP. A server that makes up mail
     /// hosts' addresses (`start`, not `start_world`) gives one to the added zone's MX hosts
@@ -523,8 +529,7 @@ impl DnsServer {
     /// later added zone names it).
     #[allow(dead_code)]
     pub fn set_zone(&self, name: &str, zone: Option<Zone>) {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        let mut names = self.names.write().unwrap();
+        let (name, mut names) = self.edit(name);
         match zone {
             Some(zone) => {
                 if self.address_hosts {
@@ -544,8 +549,7 @@ impl DnsServer {
     /// last, it replaces the empty zone records alone give).
     #[allow(dead_code)]
     pub fn set_records(&self, name: &str, records: Option<Records>) {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        let mut names = self.names.write().unwrap();
+        let (name, mut names) = self.edit(name);
         match records {
             Some(r) => {
                 names.zones.entry(name.clone()).or_insert_with(|| Zone {
@@ -565,8 +569,7 @@ impl DnsServer {
     /// nameservers gone silent) or are answered again (`false`).
     #[allow(dead_code)]
     pub fn set_silent(&self, name: &str, silent: bool) {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        let mut names = self.names.write().unwrap();
+        let (name, mut names) = self.edit(name);
         match silent {
             true => names.silent.insert(name),
             false => names.silent.remove(&name),
