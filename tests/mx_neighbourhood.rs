@@ -841,10 +841,13 @@ fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
 }
 
 /// A deployment of one project whose registries never answer (no egress to RDAP: every
-/// registry `503`, or slower than the lookup's budget): unlisted throwaways on a host that holds
-/// 30 listed domains answer as with RDAP switched off, `disposable` (issue 85: `safe` 40,
-/// `awaiting_registry`, 0 of them caught, and the same after a restart). A registry that does
-/// answer still shields an established customer of the same host.
+/// registry `503`): unlisted throwaways on a host that holds 30 listed domains answer as with
+/// RDAP switched off, `disposable` (issue 85: `safe` 40, `awaiting_registry`, 0 of them
+/// caught, and the same after a restart). A registry known to fail gives no age to wait for,
+/// also for a name whose own answer would be slow. A registry that does answer still shields
+/// an established customer of the same host. (Until issue 94 the refusals here never reached
+/// the gateway: their paths lacked the server's `/rdap/` and every name was answered "not
+/// found".)
 #[test]
 fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     let mut w = World::new();
@@ -864,7 +867,7 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     replies.insert(established, Reply::Registered(4_000));
     // Every other name: the registry refuses, the whole run.
     let down = Outage {
-        prefix: "/domain/".to_owned(),
+        prefix: "/rdap/domain/".to_owned(),
         from: Duration::ZERO,
         until: Duration::from_secs(3_600),
         reply: Reply::Raw(503, vec![], String::new()),
@@ -872,13 +875,13 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     let mut outages = Vec::new();
     for d in unlisted.iter().filter(|d| **d != "slow-burner.test") {
         outages.push(Outage {
-            prefix: format!("/domain/{d}"),
+            prefix: format!("/rdap/domain/{d}"),
             ..down.clone()
         });
     }
     for d in &w.listed {
         outages.push(Outage {
-            prefix: format!("/domain/{d}"),
+            prefix: format!("/rdap/domain/{d}"),
             ..down.clone()
         });
     }
@@ -990,6 +993,198 @@ fn lookups_by_several_projects_judge_no_third_and_do_not_outweigh_an_established
         assert_eq!(r["reason"], "safe", "{r}");
         assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
     }
+}
+
+/// One project's own sign-up form asked for 20 listed domains whose mail goes to a regional
+/// host (anyone can type them in), then for the host's customers, whose registry is healthy
+/// but slow to answer. Issue 94: the first answers of its 11-year-old customers were
+/// `disposable` 80 with `registry: queued` (the gateway's own queue behind), `safe` 5 s later;
+/// a signup gate acts on the first answer. A queued age is not a missing age: the first
+/// answer, GET and batch, is `safe` 40 with `age_pending`; once the ages are in the companies
+/// are `established` and the young one `disposable`, and `GET /v1/changes` tells the project
+/// that change (a webhook would carry it, as every verdict change).
+#[test]
+fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_first() {
+    let mut w = World::new();
+    w.listed_on("mx.regional-host.test", [192, 0, 2, 64], "planted", 20);
+    let companies = ["firm-a.test", "firm-b.test", "firm-c.test", "firm-d.test"];
+    let young = "new-burner.test";
+    for d in companies.iter().chain([&young]) {
+        w.mx(d, &["mx.regional-host.test"]);
+    }
+    let dns = w.dns();
+    let slow = |days| {
+        Reply::Slow(
+            Duration::from_millis(1_500),
+            Box::new(Reply::Registered(days)),
+        )
+    };
+    let mut replies: HashMap<&str, Reply> = HashMap::new();
+    for c in companies {
+        replies.insert(c, slow(4_000));
+    }
+    replies.insert(young, slow(20));
+    let rdap = RdapServer::start(replies);
+    let gw = builder(&w, &dns)
+        .look(false)
+        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .rdap_yaml("neighbourhood_budget_ms: 300")
+        .gateway_yaml(
+            "changes: { watch_days: { test: 30 }, pass_interval_seconds: 1, stable_seconds: 0 }",
+        )
+        .start();
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+    });
+    for d in &w.listed {
+        assert_eq!(record(&gw, d)["reason"], "disposable", "{d}");
+    }
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 20.0
+    });
+    // First answers: the registry is asked, its answer on its way (one fetch at a time per
+    // server, 1.5 s each: the later names queue behind the earlier).
+    let pending = |r: &serde_json::Value, d: &str| {
+        assert_eq!(
+            (r["reason"].as_str(), r["risk_score"].as_u64()),
+            (Some("safe"), Some(40)),
+            "{d}: {r}"
+        );
+        let e = &r["evidence"];
+        assert_eq!(e["age_pending"], true, "{d}: {r}");
+        assert_eq!(e["registry"]["status"], "queued", "{d}: {r}");
+        assert_eq!(e["neighbourhood"]["grounds"], "lookups", "{d}: {r}");
+        assert!(e.get("established").is_none(), "{d}: {r}");
+    };
+    for d in companies[..2].iter().chain([&young]) {
+        pending(&record(&gw, d), d);
+    }
+    let names: Vec<String> = companies[2..].iter().map(|d| d.to_string()).collect();
+    let body = serde_json::json!({ "domains": names }).to_string();
+    let batch = send(
+        &gw,
+        "POST",
+        "/v1/public/domains?explain=true",
+        Some(TEST_SECRET),
+        &[],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(batch.status, 200, "{}", batch.text());
+    let batch = batch.json();
+    for (r, d) in batch["results"].as_array().unwrap().iter().zip(&names) {
+        pending(r, d);
+    }
+    // Once its age is in, the young one's change reaches the project unasked (`GET
+    // /v1/changes`; a webhook carries the same), and nothing for the companies.
+    let told = || {
+        let page = gw.get("/v1/changes").json();
+        let items = page["changes"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .map(|i| {
+                let field = |k: &str| i[k].as_str().unwrap_or("").to_owned();
+                (field("domain"), field("from"), field("to"))
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_until(Duration::from_secs(30), || !told().is_empty());
+    let change = (young.to_owned(), "safe".to_owned(), "disposable".to_owned());
+    assert_eq!(told(), [change], "{}", gw.log());
+    // Settled: every company established, the young one condemned.
+    wait_until(Duration::from_secs(30), || {
+        companies
+            .iter()
+            .all(|c| record(&gw, c)["evidence"]["established"] == true)
+    });
+    for c in companies {
+        let r = record(&gw, c);
+        let answer = (r["reason"].as_str(), r["risk_score"].as_u64());
+        assert_eq!(answer, (Some("safe"), Some(40)), "{r}");
+        assert!(r["evidence"].get("age_pending").is_none(), "{r}");
+    }
+    let r = record(&gw, young);
+    assert_eq!(
+        (r["reason"].as_str(), r["risk_score"].as_u64()),
+        (Some("disposable"), Some(80)),
+        "{r}"
+    );
+    assert_eq!(told().len(), 1, "told at once, nothing more");
+}
+
+/// An answer teaches what it settles (issue 94): a mail host whose reverse zone answers
+/// REFUSED (a lame reverse delegation, a resolver that may not ask that zone) hid the whole
+/// host. 25 listed domains looked up by one project taught nothing, a new domain there was
+/// `safe`, the listing knew 1 domain, and nothing was left after a restart (the same world
+/// with the reverse zone answering NXDOMAIN or a PTR was learned). Reverse DNS decides only
+/// the network's vouching: the host and its parent are taught from the MX and address
+/// answers, by a project's lookups and by the gateway's own look alike, and kept across a
+/// restart; the network is left out and asked again.
+#[test]
+fn a_reverse_zone_that_refuses_leaves_only_the_network_unknown() {
+    let mut w = World::new();
+    w.listed_on("mx.refusing-host.test", [192, 0, 2, 66], "rz-listed", 25);
+    w.ptr
+        .insert(Ipv4Addr::new(192, 0, 2, 66), "refused-ptr.test".into());
+    let new = "rz-new.test";
+    w.mx(new, &["mx.refusing-host.test"]);
+    let ptr = "66.2.0.192.in-addr.arpa";
+    let caught = |r: &serde_json::Value| {
+        assert_eq!(r["reason"], "disposable", "{r}");
+        let n = &r["evidence"]["neighbourhood"];
+        assert_eq!(n["key_kind"], "host", "{r}");
+        assert_eq!(n["key"], "mx.refusing-host.test", "{r}");
+        assert_eq!(n["listed"], 25, "{r}");
+    };
+    // One project's lookups, the look off.
+    let dns = w.dns();
+    let gw = builder(&w, &dns).look(false).start();
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+    });
+    for d in &w.listed {
+        assert_eq!(record(&gw, d)["reason"], "disposable", "{d}");
+    }
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 25.0
+    });
+    caught(&record(&gw, new));
+    assert!(
+        dns.count(ptr, hickory_proto::rr::RecordType::PTR) >= 1,
+        "asked, refused"
+    );
+    let listing = gw.admin_get("/mx/neighbourhoods").json();
+    let keys = listing.to_string();
+    assert!(keys.contains("mx.refusing-host.test"), "{listing}");
+    assert!(
+        !keys.contains("192.0.2.0/24"),
+        "no network vouched: {listing}"
+    );
+    // Kept across a restart, no lookup made again.
+    let dir = gw.stop();
+    let dns = w.dns();
+    let gw = builder(&w, &dns).look(false).in_dir(dir).start();
+    caught(&record(&gw, new));
+    drop(gw);
+    // The gateway's own look, no lookup at all: what it saw teaches every project.
+    let dns = w.dns();
+    let gw = builder(&w, &dns).start();
+    wait_first_look(&gw);
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 25.0
+    });
+    let r = Conn::open_as(gw.addr, Some(OTHER))
+        .unwrap()
+        .get(&format!("/v1/public/domain/{new}?explain=true"))
+        .unwrap()
+        .json();
+    caught(&r);
+    // The network's vouching is asked again (the look's retries), never settled by a refusal.
+    let asked = dns.count(ptr, hickory_proto::rr::RecordType::PTR);
+    wait_until(Duration::from_secs(20), || {
+        dns.count(ptr, hickory_proto::rr::RecordType::PTR) > asked
+    });
 }
 
 /// Two gateways on one Redis answer one verdict for a name, whichever is asked (issue 85: they

@@ -7,7 +7,8 @@
 //! canary names (gmail.com, outlook.com, yahoo.com, icloud.com) have MX records, every TLD has
 //! an SOA record, and reverse DNS (PTR) comes from the map a test gives. A name with a label
 //! `blackhole` (`x.blackhole7.test`) is never answered: a zone whose nameservers are silent; nor
-//! is the reverse query of an address whose PTR name has one.
+//! is the reverse query of an address whose PTR name has one. The reverse query of an address
+//! whose PTR name has a label `refused` is answered REFUSED (a lame reverse delegation).
 //! A name with a label `v6fail` answers its AAAA questions SERVFAIL (one address family
 //! failing, as a broken IPv6 delegation does), its other questions as usual.
 //! An answer for a name with a label `big` comes truncated over UDP and whole over TCP on the
@@ -342,12 +343,20 @@ impl DnsServer {
                 {
                     continue;
                 }
+                // Reverse DNS whose name has a `refused` label is answered REFUSED: a lame
+                // reverse delegation, or a resolver that may not ask that zone.
+                let refused = reverse
+                    .and_then(|ip| ptr.get(&ip))
+                    .is_some_and(|t| t.split('.').any(|l| l.starts_with("refused")));
                 let v6fail = query.query_type() == RecordType::AAAA
                     && name.split('.').any(|l| l.starts_with("v6fail"));
                 // What is served now (`set_zone` may change it between two questions).
                 let now = served.read().unwrap();
                 let (zones, records) = (&now.zones, &now.records);
                 match (lie, zones.get(&name)) {
+                    (None, _) if refused => {
+                        response.metadata.response_code = ResponseCode::Refused;
+                    }
                     (None, _) if v6fail => {
                         response.metadata.response_code = ResponseCode::ServFail;
                     }

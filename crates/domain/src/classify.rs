@@ -58,6 +58,11 @@ pub struct Verdict<'a> {
     /// (registered more than `rdap.established_days` ago, [`shields`]) or enough projects
     /// reported it `safe` (`reported_safe`): it stays `safe`.
     pub established: bool,
+    /// The neighbourhood would have made the name `disposable` on what lookups taught, and an
+    /// established age would outweigh that, but the domain's age is on its way from a registry
+    /// not known to fail ([`Signals::age_pending`]): it stays `safe` until the age is in, and
+    /// a change then reaches the project as verdict changes do.
+    pub age_pending: bool,
     /// The projects whose `safe` reports the operator accepted ([`Signals`]).
     pub reported_safe: Option<u32>,
 }
@@ -77,10 +82,15 @@ pub struct Signals<'e> {
     pub mx: Option<&'e MxEvidence>,
     /// The learned MX neighbourhood's finding: the key, its counts and the lists behind them.
     pub neighbourhood: Option<Finding>,
-    /// When RDAP says the registrable domain was registered. `None` whatever the reason (no
-    /// RDAP for the TLD, RDAP off, the registry queued, slow, throttled or failing): the
-    /// verdict is then the one without a registry, never a worse or a better one.
+    /// When RDAP says the registrable domain was registered. `None` when it has not said
+    /// (no RDAP for the TLD, RDAP off, the registry failing or refusing, or its answer still
+    /// on its way: see `age_pending`).
     pub age: Option<DomainAge>,
+    /// With no `age`: the registry's answer is queued or in flight, and that registry is not
+    /// known to fail (its last answer was an answer). A queued age is not a missing age: a
+    /// finding the age could outweigh waits for it ([`pending`]). A registry that is absent,
+    /// failing or refusing gives nothing to wait for: the verdict is the one without RDAP.
+    pub age_pending: bool,
     /// The operator accepted `safe` for the domain (`reports accept`): how many projects'
     /// reports. Inference never flags it.
     pub reported_safe: Option<u32>,
@@ -105,10 +115,13 @@ pub fn verdict_of<'a>(
     let shielded = finding.is_some()
         && (signals.reported_safe.is_some()
             || finding.is_some_and(|f| shields(f, signals.age, age_rule)));
-    if shielded {
+    let waits = !shielded
+        && finding.is_some_and(|f| pending(f, (signals.age, signals.age_pending), age_rule));
+    if shielded || waits {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
-        verdict.established = true;
+        verdict.established = shielded;
+        verdict.age_pending = waits;
     }
     if let Some(age) = signals.age {
         apply_age(&mut verdict, age, age_rule, table.scores());
@@ -128,6 +141,20 @@ pub fn verdict_of<'a>(
 /// a registry that never answers makes the answer neither worse nor better than no registry.
 pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool {
     finding.grounds == Grounds::Lookups && age.is_some_and(|a| rule.is_established(a))
+}
+
+/// Whether the neighbourhood's `finding` waits for the domain's age: it rests on lookups (an
+/// established age would outweigh it, [`shields`]), the age rule weighs establishment, and the
+/// age is on its way from a registry not known to fail. Answering `disposable` meanwhile would
+/// condemn an established company for the gateway's own queue (planted names asked first fill
+/// it); answering from what is known and settling when the age is in does not. A registry that
+/// is absent or failing is no registry: nothing is waited for.
+pub fn pending(
+    finding: &Finding,
+    (age, on_its_way): (Option<DomainAge>, bool),
+    rule: AgeRule,
+) -> bool {
+    finding.grounds == Grounds::Lookups && rule.established_days > 0 && age.is_none() && on_its_way
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -327,6 +354,7 @@ fn classify_table<'a>(
         age: None,
         young: None,
         established: false,
+        age_pending: false,
         reported_safe: None,
     }
 }
@@ -764,6 +792,7 @@ mod tests {
                 ..finding.clone()
             }),
             age,
+            age_pending: false,
             reported_safe: None,
         };
         // A finding lookups taught (whichever projects, however many): an established age
@@ -772,6 +801,39 @@ mod tests {
         let lookups = Grounds::Lookups;
         assert_eq!(judged(with(Some(young), lookups)).0, Reason::Disposable);
         assert_eq!(judged(with(None, lookups)).0, Reason::Disposable);
+        // ... unless the age is on its way from a registry not known to fail: the finding
+        // waits for it (safe, pending), as long as the age could outweigh it.
+        let pending = |grounds, rule| {
+            let s = Signals {
+                age_pending: true,
+                ..with(None, grounds)
+            };
+            let v = verdict_of(&table, &name, table.lookup(&name), s, rule);
+            (
+                v.record.reason,
+                v.record.risk_score,
+                v.age_pending,
+                v.established,
+            )
+        };
+        assert_eq!(
+            pending(lookups, rule),
+            (Reason::Safe, scores.neighbourhood_established, true, false)
+        );
+        // The lists alone hold it (no age outweighs that), or establishment is not weighed:
+        // nothing to wait for.
+        assert_eq!(pending(Grounds::Lists, rule).0, Reason::Disposable);
+        let no_establishment = AgeRule {
+            established_days: 0,
+            ..rule
+        };
+        assert_eq!(pending(lookups, no_establishment).0, Reason::Disposable);
+        // An age in settles it, whatever `age_pending` says.
+        let young_in = Signals {
+            age_pending: true,
+            ..with(Some(young), lookups)
+        };
+        assert_eq!(judged(young_in).0, Reason::Disposable);
         assert_eq!(
             judged(with(Some(old), lookups)),
             (Reason::Safe, scores.neighbourhood_established, None, true)

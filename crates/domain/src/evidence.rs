@@ -118,6 +118,11 @@ pub struct Evidence<'a> {
     /// established domain.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub established: bool,
+    /// The neighbourhood would have flagged the name on what lookups taught, but its age is on
+    /// its way from a registry not known to fail (`registry` says `queued`): `safe` until the
+    /// age is in and weighed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub age_pending: bool,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -174,6 +179,7 @@ pub fn evidence<'a>(
         age_days: verdict.age.map(|a| a.age_days),
         young_domain: verdict.young,
         established: verdict.established,
+        age_pending: verdict.age_pending,
         reported_safe_by: verdict.reported_safe,
     }
 }

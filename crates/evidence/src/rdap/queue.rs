@@ -55,6 +55,9 @@ struct Pace {
     failures: u32,
     /// A fetch to the server is running.
     in_flight: bool,
+    /// The server's last fetch ended in a failure that did not back off (a refusing status,
+    /// an answer that is not RDAP): it is not known to answer.
+    failed_last: bool,
 }
 
 impl Pace {
@@ -225,7 +228,16 @@ impl Queue {
             if answered {
                 p.failures = 0;
             }
+            p.failed_last = !answered;
         }
+    }
+
+    /// Whether `server`'s last fetch failed (timed out, broke, refused, backed off): a
+    /// registry known to fail, whose answer is not waited for. A server never asked is not.
+    pub fn failing(&self, server: &str) -> bool {
+        self.servers
+            .get(server)
+            .is_some_and(|p| p.failures > 0 || p.failed_last)
     }
 
     /// `job`'s server asked to slow down (429, 503) or failed: it is not asked before `now`
@@ -286,6 +298,27 @@ mod tests {
             Next::Fetch(j) => Some(j),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_server_is_failing_from_a_failed_fetch_until_one_is_answered() {
+        let now = Instant::now();
+        let mut q = Queue::new(10, 10, Duration::ZERO);
+        assert!(!q.failing("s"), "never asked");
+        q.offer(job("a.com", "p", "s"));
+        let a = fetch(&mut q, now).unwrap();
+        assert!(!q.failing("s"), "in flight");
+        q.done(&a, false);
+        assert!(q.failing("s"), "refused");
+        q.offer(job("b.com", "p", "s"));
+        let b = fetch(&mut q, now).unwrap();
+        q.done(&b, true);
+        assert!(!q.failing("s"), "answered");
+        q.offer(job("c.com", "p", "s"));
+        let c = fetch(&mut q, now).unwrap();
+        q.back_off(c, now, None, Duration::from_secs(60), false);
+        assert!(q.failing("s"), "timed out, backing off");
+        assert!(!q.failing("other"));
     }
 
     #[test]

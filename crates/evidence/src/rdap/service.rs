@@ -250,6 +250,31 @@ impl Rdap {
         }
     }
 
+    /// Whether `name`'s age is on its way from a registry not known to fail (see
+    /// [`drg_domain::classify::pending`]): its TLD has an RDAP server, the cache holds no
+    /// answer for it (a date would have been given; no date, not found or a fresh failure is
+    /// all the registry will say for now), and that server's last fetch was answered (or it
+    /// was never asked). A name the queue could not take (a bound reached) waits as a queued
+    /// one does: the bound is the gateway's own, not the registry's failure, and its next
+    /// lookup offers it again.
+    pub fn awaits(&self, name: &DomainName) -> bool {
+        let Some(registrable) = name.registrable() else {
+            return false;
+        };
+        let bootstrap = self.bootstrap.load();
+        let Some(server) = bootstrap.servers(tld_of(registrable)).first() else {
+            return false;
+        };
+        if self
+            .cache
+            .entry(registrable)
+            .is_some_and(|e| e.expires > unix_now() || matches!(e.known, Known::Registered(_)))
+        {
+            return false;
+        }
+        !self.lock().failing(server)
+    }
+
     /// Whether `project` asked for `registrable` before; notes that it has now.
     fn asked_before(&self, registrable: &str, project: &str) -> bool {
         use std::hash::BuildHasher;

@@ -141,7 +141,7 @@ async fn run(
     let day = today();
     while let Some((name, found)) = rx.recv().await {
         bar.inc(1);
-        let Some(hosts) = found else {
+        let Some(drg_evidence::mx::resolver::Observed { hosts, .. }) = found else {
             tally.unanswered += 1;
             continue;
         };

@@ -123,6 +123,9 @@ impl Judge {
             mx,
             neighbourhood,
             age,
+            // Not judged while the age is missing (above): an age on its way is never weighed
+            // here, the change is told once it is in.
+            age_pending: false,
             reported_safe,
         };
         let v = crate::account::reports::decisions::verdict_with(

@@ -264,13 +264,17 @@ async fn pass(
                 return Some(name);
             }
             match seen {
-                Some(hosts) => nb.looked(&name, &hosts),
+                // Hosts and parent taught; a network whose reverse DNS did not answer is
+                // asked again, as an unanswered name is.
+                Some(seen) => {
+                    nb.looked(&name, &seen.hosts);
+                    return seen.networks_open.then_some(name);
+                }
                 None => {
                     nb.refresh(&name);
                     return Some(name);
                 }
             }
-            None
         });
         while let Some(r) = tasks.try_join_next() {
             collect(r);

@@ -22,9 +22,16 @@ pub(super) struct HostFacts {
 }
 
 impl HostFacts {
-    /// DNS answered every question about this host (see [`Resolved::settled`]).
+    /// DNS answered whether this host can take mail: its addresses (see
+    /// [`Resolved::settled`]). Its reverse DNS decides only its networks' vouching.
     pub(super) fn answered(&self) -> bool {
-        self.state != HostState::Unknown && self.skipped.is_empty()
+        self.state != HostState::Unknown
+    }
+
+    /// Networks of this host whose reverse DNS was not answered (or, for a request's lookup,
+    /// not asked): their vouching is unknown.
+    pub(super) fn networks_open(&self) -> bool {
+        !self.skipped.is_empty()
     }
 
     /// A host that is asked nothing: usable with no key (a shared service), or not a host name.
@@ -59,11 +66,16 @@ pub(super) struct Resolved {
     pub unanswered: bool,
     /// Every network was vouched for: nothing left to teach in the background.
     pub complete: bool,
-    /// DNS answered every question about every host considered: no host's addresses and no
-    /// network's reverse DNS left unanswered (a timeout, SERVFAIL). Only a settled look at a
-    /// listed name says where its mail goes: one whose host's addresses timed out would look
-    /// like a name with no mail, and later as if it had moved.
+    /// DNS answered the addresses of every host considered (none timed out or failed). Only a
+    /// settled look at a listed name says where its mail goes: one whose host's addresses
+    /// timed out would look like a name with no mail, and later as if it had moved. An answer
+    /// teaches what it settles: reverse DNS that fails (`REFUSED`, `SERVFAIL`, a timeout)
+    /// leaves only the networks' vouching unknown (`networks_open`), never the hosts and
+    /// their parent.
     pub settled: bool,
+    /// Some network's reverse DNS went unanswered (or was not asked, for a request): its
+    /// vouching is unknown, and the name is asked again for it.
+    pub networks_open: bool,
 }
 
 /// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
@@ -101,6 +113,7 @@ impl MxResolver {
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
         let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
         let settled = facts.iter().all(HostFacts::answered);
+        let networks_open = facts.iter().any(HostFacts::networks_open);
         let usable = usable_hosts(hosts, facts);
         let resolved = |evidence, hosts, complete| Resolved {
             evidence,
@@ -109,6 +122,7 @@ impl MxResolver {
             unanswered,
             complete,
             settled,
+            networks_open,
         };
         match MxEvidence::unusable(hosts, &states) {
             Some(unusable) => resolved(unusable, Vec::new(), true),

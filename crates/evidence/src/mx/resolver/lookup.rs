@@ -223,7 +223,8 @@ impl MxResolver {
                 .map(|h| self.host_facts_of(&h.host, Nets::All, None)),
         )
         .await;
-        // Only a settled answer teaches (see `resolve_and_teach`).
+        // Only a settled answer teaches (see `resolve_and_teach`); networks whose reverse DNS
+        // did not answer are left out, the hosts taught.
         if !facts.iter().all(HostFacts::answered) {
             return;
         }
@@ -233,11 +234,12 @@ impl MxResolver {
         }
     }
 
-    /// What `mx-snapshot` and the look record of `name`: its MX hosts (most preferred first)
-    /// with their networks; an empty list when DNS says it has none; `None` when DNS did not
-    /// answer, the MX question or any about its hosts (their addresses, their reverse DNS): a
-    /// partial answer is not where the name's mail goes.
-    pub async fn observe(&self, name: &str) -> Option<Vec<HostNetworks>> {
+    /// What `mx-snapshot` and the look record of `name` (see [`Observed`]): its MX hosts (most preferred first)
+    /// with the networks reverse DNS vouched for; an empty list when DNS says it has none;
+    /// `None` when DNS did not answer the MX question or the addresses of a host: a partial
+    /// answer is not where the name's mail goes. Reverse DNS that did not answer leaves those
+    /// networks out (`Observed::networks_open`: ask again), and teaches the hosts all the same.
+    pub async fn observe(&self, name: &str) -> Option<Observed> {
         let full = self.resolve_full(name, Nets::All);
         match tokio::time::timeout(self.lookup_deadline, full).await {
             Ok(Resolved {
@@ -246,7 +248,21 @@ impl MxResolver {
             })
             | Ok(Resolved { settled: false, .. })
             | Err(_) => None,
-            Ok(r) => Some(r.hosts),
+            Ok(r) => Some(Observed {
+                hosts: r.hosts,
+                networks_open: r.networks_open,
+            }),
         }
     }
+}
+
+/// What a look saw of a listed name (see [`MxResolver::observe`]).
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// Its MX hosts that can take mail, most preferred first, with the networks reverse DNS
+    /// vouched for.
+    pub hosts: Vec<HostNetworks>,
+    /// Some network's reverse DNS went unanswered: its vouching is unknown, the name is asked
+    /// again for it (its hosts and parent are taught meanwhile).
+    pub networks_open: bool,
 }

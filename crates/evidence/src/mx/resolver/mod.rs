@@ -24,6 +24,8 @@ mod dns;
 mod hosts;
 mod lookup;
 
+pub use lookup::Observed;
+
 use ahash::RandomState;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

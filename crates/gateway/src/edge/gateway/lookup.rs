@@ -252,10 +252,17 @@ impl Gateway {
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
         let rdap = self.shared.rdap.as_ref();
+        // Asked only of a name the neighbourhood has a finding for and no age: the lock it
+        // takes is off the path of every other lookup.
+        let age_pending = age.is_none()
+            && finding.is_some()
+            && found.rule == TableRule::Unknown
+            && rdap.is_some_and(|r| r.awaits(name));
         let signals = Signals {
             mx: evidence.as_deref(),
             neighbourhood: finding,
             age,
+            age_pending,
             reported_safe: None,
         };
         let accepted = self.shared.accepted.load();
