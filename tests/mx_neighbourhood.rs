@@ -1187,6 +1187,43 @@ fn a_reverse_zone_that_refuses_leaves_only_the_network_unknown() {
     });
 }
 
+/// The look's pace follows what the resolver sustains (issue 94: a fixed 20 names a second
+/// made the first pass over the shipped lists take seven minutes, and until it reaches a name
+/// only the project that asked it learns from it). On a resolver that answers at once the
+/// pace grows from `rate` (20) towards `max_rate` (200); on one that takes 600 ms an answer
+/// it never grows, and halves.
+#[test]
+fn the_looks_pace_follows_what_the_resolver_sustains() {
+    let mut w = World::new();
+    w.listed_on("mx.many.test", [192, 0, 2, 67], "many", 400);
+    let look =
+        "neighbourhood: { look: { enabled: true, rate: 20, max_rate: 200, every_secs: 86400 } }";
+    let rate = |gw: &Gateway| gw.metric("drg_mx_neighbourhood_look_rate").unwrap_or(0.0);
+    let dns = w.dns();
+    let gw = builder(&w, &dns).mx_yaml(look).start();
+    wait_first_look(&gw);
+    assert!(rate(&gw) >= 45.0, "grew: {}", rate(&gw));
+    assert!(rate(&gw) <= 200.0, "within max_rate: {}", rate(&gw));
+    assert!(
+        gw.log().contains("looked at 400 listed names"),
+        "{}",
+        gw.log()
+    );
+    drop(gw);
+    let slow = DnsServer::start_slow(w.zones.clone(), Duration::from_millis(600));
+    let gw = builder(&w, &slow)
+        .mx_yaml(look)
+        .mx_yaml("query_timeout_ms: 3000")
+        .start();
+    wait_until(Duration::from_secs(30), || rate(&gw) > 0.0);
+    wait_until(Duration::from_secs(10), || rate(&gw) <= 10.0);
+    assert!(
+        rate(&gw) >= 5.0,
+        "never below a quarter of rate: {}",
+        rate(&gw)
+    );
+}
+
 /// Two gateways on one Redis answer one verdict for a name, whichever is asked (issue 85: they
 /// disagreed for the seconds until the index was shared, and under a held verdict for the
 /// whole hold). B never pulls what A learned here (a share interval of a minute): every

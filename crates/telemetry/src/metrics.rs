@@ -813,6 +813,11 @@ fn neighbourhood_families(f: &mut Families, nb: &NeighbourhoodStats) {
         "Passes of the gateway's own look over every listed name, completed.",
         nb.look_passes,
     );
+    f.gauge(
+        "drg_mx_neighbourhood_look_rate",
+        "Listed names the gateway's own look starts a second now, as weighed against what the resolver sustains (0 before the first second weighed).",
+        nb.look_rate as f64,
+    );
 }
 
 /// What the public listener's connection limits did.
@@ -964,6 +969,8 @@ pub struct NeighbourhoodStats {
     /// Listed names the gateway's own look saw, and its passes done.
     pub looked: u64,
     pub look_passes: u64,
+    /// The look's pace now, whole names a second (0 before it weighed one).
+    pub look_rate: u64,
 }
 
 #[cfg(test)]

@@ -162,8 +162,14 @@ pub struct NeighbourhoodConfig {
 #[serde(default)]
 pub struct LookConfig {
     pub enabled: bool,
-    /// Listed names started per second at most.
+    /// Listed names started per second at first; the pace then grows while the resolver
+    /// answers as fast as it does unloaded, and halves when it slows or fails (never below a
+    /// quarter of this).
     pub rate: u32,
+    /// Listed names started per second at most, however fast the resolver answers: about
+    /// four DNS queries a name, so 200 is at most ~800 queries a second to the resolver. A
+    /// `rate` above it is the ceiling too.
+    pub max_rate: u32,
     /// A new pass starts this long after the last one began.
     #[serde(rename = "every_secs")]
     #[serde_as(as = "DurationSeconds<u64>")]
@@ -175,6 +181,7 @@ impl Default for LookConfig {
         LookConfig {
             enabled: true,
             rate: 20,
+            max_rate: 200,
             every: Duration::from_secs(86_400),
         }
     }
@@ -285,6 +292,12 @@ impl NeighbourhoodConfig {
             out.push(format!(
                 "{key}.look.rate: {} is outside 1..=10000",
                 self.look.rate
+            ));
+        }
+        if !(1..=10_000).contains(&self.look.max_rate) {
+            out.push(format!(
+                "{key}.look.max_rate: {} is outside 1..=10000",
+                self.look.max_rate
             ));
         }
         if self.look.every < Duration::from_secs(1) {

@@ -1,5 +1,6 @@
 //! The gateway's own look at every listed name: where each one's mail goes, at start and then
-//! every `look.every_secs`, at most `look.rate` names a second. It is the baseline a listed
+//! every `look.every_secs`, from `look.rate` names a second up to `look.max_rate` as the
+//! resolver keeps up (`pace::Adaptive`). It is the baseline a listed
 //! name re-pointed later is measured against (`History` in the index): a lapsed name someone
 //! registers again and points at a company's host counts for nobody until it has held that
 //! host `hold_days`.
@@ -12,7 +13,7 @@ use drg_base::service::Shutdown;
 use drg_domain::neighbour_index::{keys_of, HostNetworks, Learned, Teach, Teachers};
 use tokio::sync::Semaphore;
 
-use super::service::Pace;
+use super::pace::{Adaptive, Pace};
 use super::{today, Neighbourhood};
 use crate::mx::resolver::MxResolver;
 
@@ -236,13 +237,18 @@ async fn pass(
     }
     let started = Instant::now();
     let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
-    let rate = nb.config.look.rate;
-    let mut pace = Pace::new(rate, rate as usize);
+    let look = &nb.config.look;
+    let last = f64::from_bits(nb.look_rate.load(Ordering::Relaxed));
+    let mut progress = Progress {
+        unanswered: Vec::new(),
+        adaptive: Adaptive::new(look.rate, look.max_rate, started).resume(last),
+        pace: Pace::new(look.rate, look.rate as usize),
+        nb: nb.clone(),
+    };
+    progress.pace.set_rate(progress.adaptive.rate());
     let mut tasks = tokio::task::JoinSet::new();
-    let mut unanswered = Vec::new();
-    let mut collect = |r: Result<Option<String>, _>| unanswered.extend(r.ok().flatten());
     for name in &names {
-        if let Some(wait) = pace.take(Instant::now()) {
+        if let Some(wait) = progress.pace.take(Instant::now()) {
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 _ = shutdown.changed() => return None,
@@ -257,37 +263,62 @@ async fn pass(
         tasks.spawn(async move {
             // Not answered (timeout, SERVFAIL): nothing learned, what is known kept (seen
             // today); asked again after a while.
+            let asked = Instant::now();
             let seen = resolver.observe(&name).await;
+            let took = asked.elapsed();
             drop(slot);
             if resolver.evidence_off() {
                 // Not evidence: asked again like a name DNS did not answer.
-                return Some(name);
+                return (Some(name), took, false);
             }
             match seen {
                 // Hosts and parent taught; a network whose reverse DNS did not answer is
                 // asked again, as an unanswered name is.
                 Some(seen) => {
                     nb.looked(&name, &seen.hosts);
-                    return seen.networks_open.then_some(name);
+                    (seen.networks_open.then_some(name), took, true)
                 }
                 None => {
                     nb.refresh(&name);
-                    return Some(name);
+                    (Some(name), took, false)
                 }
             }
         });
         while let Some(r) = tasks.try_join_next() {
-            collect(r);
+            progress.collect(r);
         }
     }
     while let Some(r) = tasks.join_next().await {
-        collect(r);
+        progress.collect(r);
     }
     Some(Done {
         names: names.len(),
         took: started.elapsed(),
-        unanswered,
+        unanswered: progress.unanswered,
     })
+}
+
+/// A pass's names as they end: those to ask again, and the pace weighed on how the resolver
+/// answered them ([`Adaptive`]).
+struct Progress {
+    unanswered: Vec<String>,
+    adaptive: Adaptive,
+    pace: Pace,
+    nb: Arc<Neighbourhood>,
+}
+
+impl Progress {
+    fn collect(&mut self, r: Result<(Option<String>, Duration, bool), tokio::task::JoinError>) {
+        let Ok((again, took, answered)) = r else {
+            return;
+        };
+        self.unanswered.extend(again);
+        self.adaptive.done(took, answered);
+        if let Some(rate) = self.adaptive.adjust(Instant::now()) {
+            self.pace.set_rate(rate);
+            (self.nb.look_rate).store(rate.to_bits(), Ordering::Relaxed);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub mod holds;
 pub mod look;
 pub mod mirror;
+mod pace;
 pub mod service;
 pub mod share;
 pub mod store;
@@ -59,6 +60,8 @@ pub struct Neighbourhood {
     /// Listed names the gateway's own look saw, and its passes done (`look.rs`).
     looked: AtomicU64,
     look_passes: AtomicU64,
+    /// The look's rate now, names a second (`f64` bits; 0 before the first window).
+    look_rate: AtomicU64,
     /// Verdicts reached, kept until their instant (see `verdict_hold_seconds`), per domain:
     /// one for every project (`None`), and a project's own (a finding on its own lookups is
     /// its alone).
@@ -134,6 +137,7 @@ impl Neighbourhood {
             dropped: AtomicU64::new(0),
             looked: AtomicU64::new(0),
             look_passes: AtomicU64::new(0),
+            look_rate: AtomicU64::new(0),
             held: quick_cache::sync::Cache::new(HELD_MAX),
             journal: Mutex::new(Vec::new()),
             overflow: AtomicBool::new(false),
@@ -664,6 +668,7 @@ impl Neighbourhood {
             moved: index.moves(),
             looked: self.looked.load(Ordering::Relaxed),
             look_passes: self.look_passes.load(Ordering::Relaxed),
+            look_rate: f64::from_bits(self.look_rate.load(Ordering::Relaxed)).round() as u64,
         }
     }
 }

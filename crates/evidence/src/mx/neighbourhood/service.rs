@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use drg_base::service::{Service, Shutdown};
 use tokio::sync::Semaphore;
 
+use super::pace::Pace;
 use super::share::SharedIndex;
 use super::{store, Neighbourhood};
 use crate::mx::resolver::MxResolver;
@@ -17,53 +18,6 @@ use drg_base::periodic::Ticks;
 
 /// Pages of other gateways' batches read per share interval (bounds one round's work).
 const PULL_PAGES: usize = 20;
-
-/// How long the teacher waits at least once it is short of a token: the names it then lets
-/// through start together, and their DNS answers, due at about the same time, share this
-/// service's wakeups. One name every 1/rate s woke the thread ~8 times a name (the pace's timer,
-/// then each stage's answer: 770 wakeups a second at 100 names a second), each wakeup taking
-/// the workers' core from them for a context switch.
-const GROUP: Duration = Duration::from_millis(100);
-
-/// A token bucket: `rate` a second, `burst` at once; a rate of 0 never waits. Short of a token,
-/// it waits for a [`GROUP`]'s worth, so the rate holds on average and the names come in groups.
-pub(super) struct Pace {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Pace {
-    pub(super) fn new(rate: u32, burst: usize) -> Self {
-        let burst = burst.max(1) as f64;
-        Pace {
-            rate: f64::from(rate),
-            burst,
-            tokens: burst,
-            at: Instant::now(),
-        }
-    }
-
-    /// Takes one token: how long to wait for it first, if at all.
-    pub(super) fn take(&mut self, now: Instant) -> Option<Duration> {
-        if self.rate <= 0.0 {
-            return None;
-        }
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = now;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst) - 1.0;
-        if self.tokens >= 0.0 {
-            return None;
-        }
-        // In debt for this name: wait until the debt is paid and a group's other names are in
-        // hand too (they then pass without a wait).
-        let group = (self.rate * GROUP.as_secs_f64()).clamp(1.0, self.burst);
-        Some(Duration::from_secs_f64(
-            (group - 1.0 - self.tokens) / self.rate,
-        ))
-    }
-}
 
 /// The service (see the module documentation).
 pub struct MxService {
@@ -220,60 +174,5 @@ impl Service for MxService {
             }
             Self::save(nb).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A pace of `rate` a second whose burst of `burst` was just spent at `start`: what the
-    /// next name waits.
-    fn past_the_burst(rate: u32, burst: usize, start: Instant) -> (Pace, Duration) {
-        let mut pace = Pace::new(rate, burst);
-        for _ in 0..burst {
-            assert_eq!(pace.take(start), None);
-        }
-        let wait = pace.take(start).unwrap();
-        (pace, wait)
-    }
-
-    #[test]
-    fn the_pace_lets_a_burst_through_then_the_rate() {
-        let start = Instant::now();
-        let (mut pace, wait) = past_the_burst(10, 3, start);
-        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
-        // A second later: ten more.
-        let later = start + Duration::from_secs(1);
-        assert_eq!(pace.take(later), None);
-        assert!(Pace::new(0, 1).take(start).is_none());
-    }
-
-    #[test]
-    fn past_the_burst_names_pass_in_groups_at_the_rate() {
-        let start = Instant::now();
-        // Short of a token: wait for a group of ten (100 a second, 100 ms), take the first...
-        let (mut pace, wait) = past_the_burst(100, 50, start);
-        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
-        // ...and the other nine pass at once, then the next waits a group's time again.
-        let now = start + wait;
-        for _ in 0..9 {
-            assert_eq!(pace.take(now), None);
-        }
-        let wait = pace.take(now).unwrap();
-        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
-        // Over ten seconds of steady demand, 100 a second: the rate holds.
-        let (mut now, mut started) = (now + wait, 1);
-        let end = now + Duration::from_secs(10);
-        while now < end {
-            match pace.take(now) {
-                None => started += 1,
-                Some(w) => {
-                    now += w;
-                    started += 1;
-                }
-            }
-        }
-        assert!((1000..=1011).contains(&started), "{started} in 10 s");
     }
 }
