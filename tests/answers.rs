@@ -359,6 +359,67 @@ fn a_retry_with_the_same_idempotency_key_applies_once() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
 }
 
+/// Replays belong to the caller (issue 93): an `Idempotency-Key` answer was replayed to any
+/// key of the project, a webhook's signing secret included, and kept it for a day past the
+/// webhook's removal. Now another key of the project sending the same value makes a write of
+/// its own; the stored answer keeps no secret, the replay takes it from the webhook, and once
+/// the webhook is removed a replay says so (`404`) and shows no secret.
+#[test]
+fn an_idempotency_key_replays_only_to_the_key_that_made_the_write_and_keeps_no_secret() {
+    const SECOND: &str = "drg_answers_acme_second_key_ccccccccccccccccccccccccc";
+    let gw = builder()
+        .key_in_project("acme-second", SECOND, "team", "acme")
+        .start();
+    let hook = json!({"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]});
+    let post = |secret: &str| {
+        let body = hook.to_string();
+        let extra = [("Idempotency-Key", "same-value")];
+        send(
+            &gw,
+            "POST",
+            "/v1/webhooks",
+            Some(secret),
+            &extra,
+            Some(body.as_bytes()),
+        )
+    };
+    let first = post(ACME);
+    assert_eq!(first.status, 201, "{}", first.text());
+    let (id, secret) = (first.json()["id"].clone(), first.json()["secret"].clone());
+    assert!(
+        secret.as_str().is_some_and(|s| !s.is_empty()),
+        "{}",
+        first.text()
+    );
+    // Another key of the project, the same value: its own webhook, not the first's answer.
+    let second = post(SECOND);
+    assert_eq!(second.status, 201, "{}", second.text());
+    assert_eq!(second.header("idempotent-replayed"), None);
+    assert_ne!(second.json()["id"], id);
+    assert_ne!(second.json()["secret"], secret);
+    // The first key's retry: its answer, the secret taken from the webhook.
+    let again = post(ACME);
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        (again.json()["id"].clone(), again.json()["secret"].clone()),
+        (id.clone(), secret.clone())
+    );
+    // Removed: a replay has no secret to give.
+    let path = format!("/v1/webhooks/{}", id.as_str().unwrap());
+    assert_eq!(bare(&gw, "DELETE", &path, ACME).status, 204);
+    let after = post(ACME);
+    after.assert_error(404, "not_found");
+    assert!(
+        !after.text().contains(secret.as_str().unwrap()),
+        "{}",
+        after.text()
+    );
+    assert!(after.text().contains("removed since"), "{}", after.text());
+    let listed = bare(&gw, "GET", "/v1/webhooks", ACME).json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+}
+
 #[test]
 fn an_override_on_a_watched_domain_reaches_the_projects_webhook_within_two_seconds() {
     let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);

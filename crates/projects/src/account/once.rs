@@ -1,7 +1,8 @@
 //! `Idempotency-Key` on the project routes that write (`PUT`/`DELETE /v1/overrides/{domain}`,
 //! `POST`/`DELETE /v1/webhooks`, `POST /v1/reports`): a client that lost an answer retries
 //! with the same key and gets the first answer (`Idempotent-Replayed: true`), the write made
-//! once; the same key on another request is `422`. The first answer is kept with the write, in
+//! once; the same key on another request is `422`. A key's value belongs to the API key that
+//! sent it ([`scoped`]): another API key's retry is a write of its own. The first answer is kept with the write, in
 //! its transaction (`drg_base::infra::records::once`), and so is the audit entry of every write
 //! (a change and its entry commit together or not at all).
 
@@ -20,6 +21,14 @@ pub struct Asked<'a> {
     pub method: &'static str,
     pub target: &'a str,
     pub body: &'a [u8],
+}
+
+/// The key an `Idempotency-Key` is kept under: the calling API key's id with it. A replay
+/// belongs to the key that made the write: another key of the same project (another server
+/// key, an API-made key of another lineage) sending the same value makes a write of its own,
+/// and is never handed the first one's answer (a webhook's secret among them).
+pub fn scoped(caller: &str, key: &str) -> String {
+    format!("{caller}/{key}")
 }
 
 impl Asked<'_> {
@@ -89,6 +98,21 @@ pub async fn write<R: Record>(
     who: &Who<'_>,
     answer: impl Fn(Result<Put, RecordsError>) -> Answer + Sync,
 ) -> Answer {
+    let kept = |a: &Answer| remembered(a);
+    write_keeping(snapshot, record, (max, key), asked, who, answer, kept).await
+}
+
+/// [`write`], keeping of the first answer what `kept` makes of it (a secret the answer shows
+/// once is not kept: the replay takes it from where it lives).
+pub async fn write_keeping<R: Record>(
+    snapshot: &Snapshot<R>,
+    record: R,
+    (max, key): (u32, Option<&str>),
+    asked: Asked<'_>,
+    who: &Who<'_>,
+    answer: impl Fn(Result<Put, RecordsError>) -> Answer + Sync,
+    kept: impl Fn(&Answer) -> Option<Remembered> + Sync,
+) -> Answer {
     let entry = |put: &Put| answer(Ok(*put)).changed.map(|c| who.row(&c));
     let audited = Audited {
         entry: &entry,
@@ -97,8 +121,9 @@ pub async fn write<R: Record>(
     let outcome = match key {
         None => snapshot.put_with(record, max, None, Some(&audited)).await,
         Some(key) => {
-            let remember = |put: &Put| remembered(&answer(Ok(*put)));
-            let once = asked.once(key, &remember);
+            let remember = |put: &Put| kept(&answer(Ok(*put)));
+            let key = scoped(&who.key.id, key);
+            let once = asked.once(&key, &remember);
             (snapshot.put_with(record, max, Some(&once), Some(&audited))).await
         }
     };
@@ -110,19 +135,21 @@ pub async fn write<R: Record>(
     }
 }
 
-/// The answer to a write that found nothing to change (`otherwise`, a `404`), unless it is the
-/// retry of one that changed it: then that one's first answer.
+/// The answer to a write by `caller` (the calling key) that found nothing to change
+/// (`otherwise`, a `404`), unless it is that key's retry of one that changed it: then that
+/// one's first answer.
 pub async fn replay_or<R: Record>(
     snapshot: &Snapshot<R>,
-    project: &str,
+    caller: &KeyEntry,
     key: Option<&str>,
     asked: Asked<'_>,
     otherwise: Answer,
 ) -> Answer {
     let Some(key) = key else { return otherwise };
     let never = |_: &Put| None;
-    let once = asked.once(key, &never);
-    match snapshot.seen(project, &once).await {
+    let key = scoped(&caller.id, key);
+    let once = asked.once(&key, &never);
+    match snapshot.seen(&caller.project, &once).await {
         Ok(Some(Outcome::Replay(first))) => replayed(first),
         Ok(Some(Outcome::Reused)) => reused(),
         _ => otherwise,
@@ -136,12 +163,17 @@ fn recorded(mut answer: Answer) -> Answer {
 }
 
 fn reused() -> Answer {
-    ApiError::Validation("Idempotency-Key: already used for another request of this project".into())
+    ApiError::Validation("Idempotency-Key: already used by this key for another request".into())
         .into()
 }
 
+/// Whether `a` is a first answer given again ([`replayed`]).
+pub fn is_replay(a: &Answer) -> bool {
+    a.headers.iter().any(|(n, _)| n == "idempotent-replayed")
+}
+
 /// An answer worth keeping: one that changed something (`2xx`).
-fn remembered(a: &Answer) -> Option<Remembered> {
+pub fn remembered(a: &Answer) -> Option<Remembered> {
     a.status.is_success().then(|| Remembered {
         status: a.status.as_u16(),
         body: String::from_utf8_lossy(&a.body).into_owned(),

@@ -183,8 +183,7 @@ impl Overrides {
                 body: b"",
             };
             let snapshot = &self.snapshot;
-            return crate::account::once::replay_or(snapshot, &key.project, once, asked, none)
-                .await;
+            return crate::account::once::replay_or(snapshot, key, once, asked, none).await;
         }
         let stamp = self.snapshot.stamp(held.as_ref().map_or(0, |h| h.stamp));
         let (verdict, note) = match (&body, &held) {

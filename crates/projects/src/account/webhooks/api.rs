@@ -211,16 +211,41 @@ impl Webhooks {
             Err(e) => unavailable(&e),
         };
         let who = once::Who::new(key, now, &self.plans);
-        once::write(
+        let written = once::write_keeping(
             self.hooks.snapshot(),
             hook.clone(),
-            max,
-            once,
+            (max, once),
             asked,
             &who,
             answer,
+            without_secret,
         )
-        .await
+        .await;
+        match once::is_replay(&written) {
+            true => self.with_secret(written, &key.project),
+            false => written,
+        }
+    }
+
+    /// A replayed creation (its answer kept without the secret) with the webhook's secret as
+    /// the webhook holds it now; a webhook removed since has no secret to give: `404`.
+    fn with_secret(&self, replay: Answer, project: &str) -> Answer {
+        let mut body: serde_json::Value = serde_json::from_slice(&replay.body).unwrap_or_default();
+        let id = body["id"].as_str().unwrap_or_default().to_owned();
+        let held = self.hooks.snapshot().held();
+        let Some(hook) = held.get(project, &id).filter(|h| !h.removed) else {
+            return error_answer(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "The webhook this request made was removed since; its secret is not kept.",
+                Some(&format!("id: {id}")),
+            );
+        };
+        body["secret"] = serde_json::Value::String(hook.secret.clone());
+        Answer {
+            body: Bytes::from(body.to_string()),
+            ..replay
+        }
     }
 
     async fn remove(&self, key: &KeyEntry, id: &str, now: i64, once: Option<&str>) -> Answer {
@@ -241,7 +266,7 @@ impl Webhooks {
                 target: id,
                 body: b"",
             };
-            return once::replay_or(self.hooks.snapshot(), &key.project, once, asked, none).await;
+            return once::replay_or(self.hooks.snapshot(), key, once, asked, none).await;
         };
         let gone = Hook {
             url: String::new(),
@@ -273,6 +298,19 @@ impl Webhooks {
         )
         .await
     }
+}
+
+/// A creation's answer as kept for a replay: its secret left out (a stored answer is no second
+/// home for a signing secret; the replay takes it from the webhook, while it exists).
+fn without_secret(a: &Answer) -> Option<drg_base::infra::records::once::Remembered> {
+    let mut kept = once::remembered(a)?;
+    if let Ok(mut body) = serde_json::from_str::<serde_json::Value>(&kept.body) {
+        if let Some(secret) = body.get_mut("secret") {
+            *secret = serde_json::Value::Null;
+            kept.body = body.to_string();
+        }
+    }
+    Some(kept)
 }
 
 fn full(max: u32) -> Answer {
