@@ -146,6 +146,57 @@ fn two_gateways_on_one_postgres_see_each_others_writes_within_a_second() {
     );
 }
 
+/// A `DELETE` is decided by the database (issue 93): sent through the other gateway 0-2 ms
+/// after the `PUT` was answered, it answered `404` from that gateway's copy and the override
+/// stayed (34 of 50). Now the store decides: every removal answers `204` and nothing stays; a
+/// name nobody set answers `404`, through either gateway; the same for a webhook. The poll is
+/// slowed to 10 s so that only the store can know.
+#[test]
+fn a_delete_through_the_other_gateway_right_after_the_write_is_decided_by_the_database() {
+    let pg = Postgres::start();
+    let more = ", poll_ms: 10000";
+    let (a, b) = (
+        builder_with(&pg, more).start(),
+        builder_with(&pg, more).start(),
+    );
+    for i in 0..50 {
+        let name = format!("race{i}.example");
+        assert_eq!(put(&a, &name, "block").status, 201);
+        let removed = delete(&b, &name);
+        assert_eq!(removed.status, 204, "{i}: {}", removed.text());
+    }
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_records WHERE kind = 'overrides' AND NOT removed"),
+        "0"
+    );
+    for gw in [&a, &b] {
+        delete(gw, "never-set.example").assert_error(404, "not_found");
+    }
+    // Removed twice: the second is the store's 404, not a second audit row.
+    assert_eq!(put(&a, "twice.example", "allow").status, 201);
+    assert_eq!(delete(&b, "twice.example").status, 204);
+    delete(&a, "twice.example").assert_error(404, "not_found");
+    let removed_rows = pg.psql(
+        "SELECT count(*) FROM drg_audit WHERE action = 'override.removed' AND target = 'twice.example'",
+    );
+    assert_eq!(removed_rows, "1");
+    // A webhook made on A, removed through B at once.
+    let made = send(
+        &a,
+        "POST",
+        "/v1/webhooks",
+        Some(ACME),
+        &[],
+        Some(br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/webhooks/{id}");
+    let gone = send(&b, "DELETE", &path, Some(ACME), &[], None);
+    assert_eq!(gone.status, 204, "{}", gone.text());
+    send(&a, "DELETE", &path, Some(ACME), &[], None).assert_error(404, "not_found");
+}
+
 /// PostgreSQL tells each gateway a change as it commits (`NOTIFY`): with the poll behind it
 /// at 10 s, a write on one gateway is in force on the other within a second, its removal too.
 /// (Before, the other gateway waited for its poll.)

@@ -144,17 +144,24 @@ pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool
 }
 
 /// Whether the neighbourhood's `finding` waits for the domain's age: it rests on lookups (an
-/// established age would outweigh it, [`shields`]), the age rule weighs establishment, and the
-/// age is on its way from a registry not known to fail. Answering `disposable` meanwhile would
-/// condemn an established company for the gateway's own queue (planted names asked first fill
-/// it); answering from what is known and settling when the age is in does not. A registry that
-/// is absent or failing is no registry: nothing is waited for.
+/// established age would outweigh it, [`shields`]) and needs the asking project's own (what its
+/// sign-up form's end users can plant: `Finding::own_lookups`), the age rule weighs
+/// establishment, and the age is on its way from a registry not known to fail. Answering
+/// `disposable` meanwhile would condemn an established company for the gateway's own queue
+/// (planted names asked first fill it); answering from what is known and settling when the age
+/// is in does not. A finding the lists and the gateway's own look hold for every project (what
+/// it saw itself, at its own time) does not wait: that is the first answers' recall. A
+/// registry that is absent or failing is no registry: nothing is waited for.
 pub fn pending(
     finding: &Finding,
     (age, on_its_way): (Option<DomainAge>, bool),
     rule: AgeRule,
 ) -> bool {
-    finding.grounds == Grounds::Lookups && rule.established_days > 0 && age.is_none() && on_its_way
+    finding.grounds == Grounds::Lookups
+        && finding.own_lookups
+        && rule.established_days > 0
+        && age.is_none()
+        && on_its_way
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -782,6 +789,7 @@ mod tests {
             throwaway_hosts: 1,
             share: 1.0,
             grounds: Grounds::Lookups,
+            own_lookups: true,
             sources: vec![],
             since: None,
         };
@@ -828,6 +836,16 @@ mod tests {
             ..rule
         };
         assert_eq!(pending(lookups, no_establishment).0, Reason::Disposable);
+        // What every project counts (the lists and the look) holds it alone: no wait.
+        let everyone = Signals {
+            age_pending: true,
+            neighbourhood: Some(Finding {
+                own_lookups: false,
+                ..finding.clone()
+            }),
+            ..with(None, lookups)
+        };
+        assert_eq!(judged(everyone).0, Reason::Disposable);
         // An age in settles it, whatever `age_pending` says.
         let young_in = Signals {
             age_pending: true,

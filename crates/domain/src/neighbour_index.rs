@@ -509,6 +509,8 @@ impl Counts {
         let mut v = View {
             listed: self.listed.seen_by(project),
             hosts: hosts(&|t| t.seen_by(project)),
+            everyone: self.listed.seen_by(None),
+            everyone_hosts: hosts(&|t| t.seen_by(None)),
             lists: self.listed.lists,
             lists_hosts: hosts(&|t| t.lists),
             vouched: self.vouched,
@@ -528,6 +530,9 @@ impl Counts {
 struct View {
     listed: u32,
     hosts: u32,
+    /// What every project counts (the lists and the gateway's own look), and on how many hosts.
+    everyone: u32,
+    everyone_hosts: u32,
     lists: u32,
     lists_hosts: u32,
     vouched: u32,
@@ -537,6 +542,12 @@ struct View {
 impl View {
     fn judges(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
         rule.dominates(kind, self.listed, self.vouched, self.hosts)
+    }
+
+    /// Whether the finding needs the asking project's own lookups: what every project counts
+    /// (the lists and the gateway's own look) does not hold it alone.
+    fn needs_own(&self, rule: &NeighbourhoodRule, kind: KeyKind) -> bool {
+        !rule.dominates(kind, self.everyone, self.vouched, self.everyone_hosts)
     }
 
     /// What the finding rests on: the lists' snapshot alone holds it, or lookups taught it.
@@ -686,6 +697,12 @@ pub struct Finding {
     /// release holds, without it, rests on lookups.
     #[serde(default)]
     pub grounds: Grounds,
+    /// The finding needs what the asking project's own lookups taught: the lists and the
+    /// gateway's own look (what every project counts) do not hold it alone. Whoever types an
+    /// address into the project's sign-up form can plant that, so such a finding waits for a
+    /// registry's age on its way (`classify::pending`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_lookups: bool,
     /// Listed neighbours by the list that names them, most first.
     pub sources: Vec<SourceCount>,
     /// When this verdict was first reached (RFC 3339, UTC): a verdict is kept for a while
@@ -1187,6 +1204,7 @@ impl NeighbourhoodIndex {
             throwaway_hosts: view.hosts,
             share: f64::from(view.listed) / f64::from((view.listed + view.vouched).max(1)),
             grounds: view.grounds(&self.rule, kind),
+            own_lookups: view.needs_own(&self.rule, kind),
             sources: self.source_counts(counts),
             since: None,
         })

@@ -56,6 +56,10 @@ pub enum Put {
     Full,
     /// The store holds a newer record of the key (another gateway's write won).
     Stale,
+    /// A removal found no record of the key in force in the store: nothing was written. A
+    /// `DELETE` is decided here, by the store, never by a gateway's copy (which may not hold
+    /// a write another gateway committed a moment ago).
+    Absent,
 }
 
 /// The audit entry a write records, made from what the write came to (`None`: nothing to
@@ -160,10 +164,13 @@ impl<R: Record> Merged<R> {
     /// newest [`tombstones_kept`]).
     pub fn put(&mut self, record: &R, max_live: u32) -> Put {
         let held = self.get(record.project(), record.key());
+        let was_live = held.is_some_and(|h| !h.removed());
+        if record.removed() && !was_live {
+            return Put::Absent;
+        }
         if held.is_some_and(|h| !record.newer_than(h)) {
             return Put::Stale;
         }
-        let was_live = held.is_some_and(|h| !h.removed());
         if !record.removed()
             && !was_live
             && self.live(record.project()).count() >= max_live as usize

@@ -102,10 +102,15 @@ impl<R: Record> SqlRecords<R> {
         .map_err(&sql)?;
         // A row that does not read (another release's) is as none.
         let held: Option<R> = body.and_then(|b| serde_json::from_str(&b).ok());
+        let was_live = held.as_ref().is_some_and(|h| !h.removed());
+        // A removal of nothing in force: the database says so (`Absent`), whatever the
+        // gateway's copy held; nothing is written, no audit entry.
+        if record.removed() && !was_live {
+            return Ok(Outcome::Put(Put::Absent));
+        }
         if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
             return Ok(Outcome::Put(Put::Stale));
         }
-        let was_live = held.as_ref().is_some_and(|h| !h.removed());
         if !record.removed() && !was_live && live >= i64::from(max_live) {
             return Ok(Outcome::Put(Put::Full));
         }

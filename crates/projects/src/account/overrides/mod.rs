@@ -170,21 +170,8 @@ impl Overrides {
             .held()
             .get(&key.project, name.as_str())
             .cloned();
-        if body.is_none() && held.as_ref().is_none_or(|h| h.removed) {
-            let none = error_answer(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "No override of this name in the project.",
-                None,
-            );
-            let asked = crate::account::once::Asked {
-                method: "DELETE",
-                target: name.as_str(),
-                body: b"",
-            };
-            let snapshot = &self.snapshot;
-            return crate::account::once::replay_or(snapshot, key, once, asked, none).await;
-        }
+        // A removal the copy does not hold still goes to the store: another gateway may have
+        // committed the override a moment ago, and the store decides (`Put::Absent`: 404).
         let stamp = self.snapshot.stamp(held.as_ref().map_or(0, |h| h.stamp));
         let (verdict, note) = match (&body, &held) {
             (Some(b), _) => (b.verdict, b.note.clone()),
@@ -227,6 +214,12 @@ fn answer_of(
     max: u32,
 ) -> Answer {
     match put {
+        Ok(Put::Absent) => error_answer(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No override of this name in the project.",
+            None,
+        ),
         Ok(Put::Done { .. }) if entry.removed => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
             .changed(Changed::new(Action::OverrideRemoved, &entry.domain, "")),
         Ok(Put::Done { created }) => {

@@ -144,7 +144,8 @@ async fn keep(
     };
     match store.put(&decision, MAX_DECISIONS).await? {
         // Stale: another operator's decision of the same domain won; it stands.
-        Put::Done { .. } | Put::Stale => Ok(()),
+        // (`Absent` is a removal's outcome: a decision is never removed here.)
+        Put::Done { .. } | Put::Stale | Put::Absent => Ok(()),
         Put::Full => Err(DecideError::Full(MAX_DECISIONS)),
     }
 }

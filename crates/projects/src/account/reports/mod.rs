@@ -223,7 +223,7 @@ impl Reports {
                 Answer::json(StatusCode::ACCEPTED, &Item::of(&report))
                     .changed(Changed::new(Action::ReportSent, &report.id, said))
             }
-            Ok(Put::Full | Put::Stale) => error_answer(
+            Ok(Put::Full | Put::Stale | Put::Absent) => error_answer(
                 StatusCode::CONFLICT,
                 "conflict",
                 "The project has as many open reports as the operator allows; wait for them to be decided.",

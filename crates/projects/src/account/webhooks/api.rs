@@ -207,7 +207,7 @@ impl Webhooks {
             )
             .changed(made.clone()),
             Ok(Put::Full) => full(max),
-            Ok(Put::Stale) => stale(),
+            Ok(Put::Stale | Put::Absent) => stale(),
             Err(e) => unavailable(&e),
         };
         let who = once::Who::new(key, now, &self.plans);
@@ -222,17 +222,23 @@ impl Webhooks {
         )
         .await;
         match once::is_replay(&written) {
-            true => self.with_secret(written, &key.project),
+            true => self.with_secret(written, &key.project).await,
             false => written,
         }
     }
 
     /// A replayed creation (its answer kept without the secret) with the webhook's secret as
     /// the webhook holds it now; a webhook removed since has no secret to give: `404`.
-    fn with_secret(&self, replay: Answer, project: &str) -> Answer {
+    async fn with_secret(&self, replay: Answer, project: &str) -> Answer {
         let mut body: serde_json::Value = serde_json::from_slice(&replay.body).unwrap_or_default();
         let id = body["id"].as_str().unwrap_or_default().to_owned();
-        let held = self.hooks.snapshot().held();
+        let snapshot = self.hooks.snapshot();
+        // A creation committed through another gateway a moment ago may not be in this copy
+        // yet: the store is read first, never a `404` from the copy alone.
+        if snapshot.held().get(project, &id).is_none() {
+            snapshot.sync().await;
+        }
+        let held = snapshot.held();
         let Some(hook) = held.get(project, &id).filter(|h| !h.removed) else {
             return error_answer(
                 StatusCode::NOT_FOUND,
@@ -249,35 +255,47 @@ impl Webhooks {
     }
 
     async fn remove(&self, key: &KeyEntry, id: &str, now: i64, once: Option<&str>) -> Answer {
-        let held = self.hooks.snapshot().held();
-        let Some(hook) = (is_hook_id(id))
-            .then(|| held.get(&key.project, id))
-            .flatten()
-            .filter(|h| !h.removed)
-        else {
-            let none = error_answer(
+        let none = || {
+            error_answer(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "No webhook of this id in the project.",
                 None,
-            );
+            )
+        };
+        if !is_hook_id(id) {
             let asked = Asked {
                 method: "DELETE",
                 target: id,
                 body: b"",
             };
-            return once::replay_or(self.hooks.snapshot(), key, once, asked, none).await;
-        };
+            return once::replay_or(self.hooks.snapshot(), key, once, asked, none()).await;
+        }
+        // A webhook the copy does not hold still goes to the store: another gateway may have
+        // made it a moment ago, and the store decides (`Put::Absent`: 404).
+        let held = self.hooks.snapshot().held();
+        let hook = held.get(&key.project, id).cloned().unwrap_or_else(|| Hook {
+            project: key.project.to_string(),
+            id: id.to_owned(),
+            url: String::new(),
+            events: Vec::new(),
+            secret: String::new(),
+            created_by: String::new(),
+            created_at: 0,
+            stamp: 0,
+            removed: true,
+        });
         let gone = Hook {
             url: String::new(),
             secret: String::new(),
             stamp: self.hooks.snapshot().stamp(hook.stamp),
             removed: true,
-            ..hook.clone()
+            ..hook
         };
         let answer = |put| match put {
             Ok(Put::Done { .. }) => Answer::raw(StatusCode::NO_CONTENT, Bytes::new())
                 .changed(Changed::new(Action::WebhookRemoved, id, "")),
+            Ok(Put::Absent) => none(),
             Ok(Put::Full | Put::Stale) => stale(),
             Err(e) => unavailable(&e),
         };
