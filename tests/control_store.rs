@@ -65,6 +65,20 @@ fn delete(gw: &Gateway, domain: &str) -> Response {
     )
 }
 
+/// Makes a webhook of the project on `gw`: its id.
+fn make_webhook(gw: &Gateway) -> String {
+    let made = send(
+        gw,
+        "POST",
+        "/v1/webhooks",
+        Some(ACME),
+        &[],
+        Some(br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    made.json()["id"].as_str().unwrap().to_owned()
+}
+
 /// The domains of the project's overrides in force on `gw`, sorted.
 fn overrides(gw: &Gateway) -> Vec<String> {
     let r = send(gw, "GET", "/v1/overrides", Some(ACME), &[], None);
@@ -121,16 +135,7 @@ fn two_gateways_on_one_postgres_see_each_others_writes_within_a_second() {
     assert!(gone < Duration::from_secs(1), "{gone:?}");
     assert_eq!(reason(&a, "x.shop.example"), "safe");
     // A webhook made on A is listed on B.
-    let made = send(
-        &a,
-        "POST",
-        "/v1/webhooks",
-        Some(ACME),
-        &[],
-        Some(br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#),
-    );
-    assert_eq!(made.status, 201, "{}", made.text());
-    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let id = make_webhook(&a);
     wait_until(Duration::from_secs(1), || {
         send(&b, "GET", "/v1/webhooks", Some(ACME), &[], None)
             .text()
@@ -181,16 +186,7 @@ fn a_delete_through_the_other_gateway_right_after_the_write_is_decided_by_the_da
     );
     assert_eq!(removed_rows, "1");
     // A webhook made on A, removed through B at once.
-    let made = send(
-        &a,
-        "POST",
-        "/v1/webhooks",
-        Some(ACME),
-        &[],
-        Some(br#"{"url": "http://127.0.0.1:9/h", "events": ["verdict.changed"]}"#),
-    );
-    assert_eq!(made.status, 201, "{}", made.text());
-    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let id = make_webhook(&a);
     let path = format!("/v1/webhooks/{id}");
     let gone = send(&b, "DELETE", &path, Some(ACME), &[], None);
     assert_eq!(gone.status, 204, "{}", gone.text());
@@ -625,4 +621,98 @@ fn a_redis_deployments_records_move_into_postgres_once() {
     );
     std::thread::sleep(Duration::from_millis(1_000));
     assert_eq!(overrides(&gw), Vec::<String>::new());
+}
+
+/// `migrate` keeps every revocation an earlier release remembered (issue 93: three revoked
+/// keys answered `200` after it). On Redis, a row whose revocation marker is in
+/// `keys:{keys}:revoked` and a key that one made; in a gateway's managed file, a key only the
+/// file held when the key was revoked on Redis (a cache older than its revocation), and a key
+/// in the file's own `revoked` list. Each answers `401` after `migrate`; the live keys `200`.
+/// A run before that took a revoked key in (the release before this fix) has it revoked by the
+/// next run, audited.
+#[test]
+fn migrate_keeps_every_revocation_an_earlier_release_remembered() {
+    let redis = RedisServer::start(false);
+    let pg = Postgres::start();
+    let mut c = redis.client().get_connection().unwrap();
+    let secret = |id: &str| format!("drg_migrate_{id}_{}", "h".repeat(40 - id.len()));
+    let row = |id: &str, by: &str| earlier_key(id, &secret(id), Some(by)).to_string();
+    let hset = |c: &mut redis::Connection, hash: &str, field: &str, value: String| {
+        let _: () = redis::cmd("HSET")
+            .arg(hash)
+            .arg(field)
+            .arg(value)
+            .query(c)
+            .unwrap();
+    };
+    hset(
+        &mut c,
+        "keys:{keys}:rows",
+        "live",
+        row("live", "acme-server"),
+    );
+    hset(
+        &mut c,
+        "keys:{keys}:rows",
+        "marked",
+        row("marked", "acme-server"),
+    );
+    hset(
+        &mut c,
+        "keys:{keys}:rows",
+        "madebymarked",
+        row("madebymarked", "marked"),
+    );
+    let marker = json!({"project": "acme", "at": 1_790_000_000}).to_string();
+    for id in ["marked", "cachedold"] {
+        hset(&mut c, "keys:{keys}:revoked", id, marker.clone());
+    }
+    let gw = builder(&pg).redis(&redis.url(), "fail_open").start();
+    let dir = gw.stop();
+    let managed = json!({
+        "version": 1,
+        "keys": [
+            earlier_key("cachedold", &secret("cachedold"), Some("acme-server")),
+            earlier_key("inrevoked", &secret("inrevoked"), Some("acme-server")),
+            earlier_key("filelive", &secret("filelive"), Some("acme-server")),
+        ],
+        "revoked": [{"id": "inrevoked", "project": "acme", "at": 1_790_000_000}],
+    });
+    std::fs::write(
+        dir.path().join("state/keys.managed.json"),
+        managed.to_string(),
+    )
+    .unwrap();
+    let said = migrate(&dir);
+    assert!(said.contains("keys:"), "{said}");
+    let gw = builder(&pg)
+        .redis(&redis.url(), "fail_open")
+        .in_dir(dir)
+        .start();
+    for id in ["live", "filelive"] {
+        wait_until(Duration::from_secs(2), || lookup(&gw, &secret(id)) == 200);
+    }
+    for id in ["marked", "madebymarked", "cachedold", "inrevoked"] {
+        assert_eq!(lookup(&gw, &secret(id)), 401, "{id}: {said}");
+    }
+    assert_eq!(
+        pg.psql("SELECT string_agg(id, ',' ORDER BY id) FROM drg_keys"),
+        "filelive,live"
+    );
+    // A revoked key a run before took in: the next run revokes it, audited.
+    pg.psql(
+        "INSERT INTO drg_keys (id, project, body, parent)
+         SELECT 'marked', project, replace(body, '\"live\"', '\"marked\"'), NULL
+         FROM drg_keys WHERE id = 'live'",
+    );
+    let dir = gw.stop();
+    migrate(&dir);
+    assert_eq!(
+        pg.psql("SELECT string_agg(id, ',' ORDER BY id) FROM drg_keys"),
+        "filelive,live"
+    );
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_audit WHERE action = 'key.revoked' AND target = 'marked' AND key_id = 'migrate'"),
+        "1"
+    );
 }

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use drg_access::managed::ManagedKey;
 use drg_base::infra::control::{audit, Control};
 use drg_base::infra::records::sql::{self, SqlRecords};
 use drg_base::infra::records::{legacy, Record, RecordStore, RecordsError};
@@ -120,19 +121,37 @@ async fn keys(
         ..Moved::default()
     };
     let mut sources = Vec::new();
+    // Every revocation the earlier release remembered, wherever: a row or a cached key whose
+    // revocation is on Redis, a key in a cache's own `revoked` list (issue 93: three such keys
+    // answered `200` after `migrate`).
+    let keys_error = |e: &dyn std::fmt::Display| MigrateError::Keys(e.to_string());
+    let mut revoked = std::collections::HashSet::new();
     if managed.exists() {
-        let keys = old::from_file(managed).map_err(|e| MigrateError::Keys(e.to_string()))?;
+        let (keys, gone) = old::from_file(managed).map_err(|e| keys_error(&e))?;
+        revoked.extend(gone);
         let name = managed.file_name().unwrap_or_default().to_string_lossy();
         sources.push((format!("file:{name}"), keys, Some(managed)));
     }
     if let Some(redis) = redis {
-        let keys = (old::from_redis(redis).await).map_err(|e| MigrateError::Keys(e.to_string()))?;
+        let keys = (old::from_redis(redis).await).map_err(|e| keys_error(&e))?;
+        revoked.extend(
+            old::revoked_on_redis(redis)
+                .await
+                .map_err(|e| keys_error(&e))?,
+        );
         if !keys.is_empty() {
             sources.push(("redis keys:{keys}:rows".into(), keys, None));
         }
     }
+    let all: Vec<&ManagedKey> = sources.iter().flat_map(|(_, keys, _)| keys).collect();
+    let revoked = old::with_descendants(&revoked, &all);
     for (source, keys, file) in sources {
-        let taken = store::import(control, &source, &keys).await?;
+        let kept: Vec<ManagedKey> = keys
+            .iter()
+            .filter(|k| !revoked.contains(&k.id))
+            .cloned()
+            .collect();
+        let taken = store::import(control, &source, &kept, &revoked).await?;
         moved.took(&source, keys.len(), taken);
         if let Some(path) = file {
             let mut to = path.as_os_str().to_owned();

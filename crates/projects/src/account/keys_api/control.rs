@@ -535,19 +535,60 @@ async fn insert(tx: &mut Tx, k: &ManagedKey, parent: Option<String>) -> Result<(
     Ok(())
 }
 
+/// Revokes (deletes, with what they made, by the foreign key) the keys of `revoked` the store
+/// holds, each with an audit entry: a revocation an earlier release remembered is for good.
+async fn revoke_taken(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    revoked: &HashSet<String>,
+) -> Result<(), sqlx::Error> {
+    for id in revoked {
+        let project: Option<String> =
+            sqlx::query_scalar("SELECT project FROM drg_keys WHERE id = $1")
+                .bind(id.clone())
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some(project) = project else { continue };
+        sqlx::query("DELETE FROM drg_keys WHERE id = $1")
+            .bind(id.clone())
+            .execute(&mut **tx)
+            .await?;
+        let row = drg_base::infra::control::audit::AuditRow {
+            project,
+            id: None,
+            at: drg_base::infra::units::utc_seconds(chrono::Utc::now().timestamp())
+                .unwrap_or_default(),
+            key_id: "migrate".to_owned(),
+            action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
+            target: id.clone(),
+            detail: "revoked before the migration".to_owned(),
+        };
+        drg_base::infra::control::audit::append(tx, &row, AUDIT_KEEP_DAYS).await?;
+    }
+    Ok(())
+}
+
+/// How long `migrate`'s audit entries are kept (the longest plan's retention).
+const AUDIT_KEEP_DAYS: u32 = 90;
+
 /// Takes an earlier release's keys in (`migrate`), once a source: each key whose id the store
-/// does not hold, makers before the keys they made (a key whose API-made maker is in neither
-/// is revoked, and left out). How many were taken; `None`: `source` was taken before.
+/// does not hold, makers before the keys they made (a key whose maker is an operator key
+/// comes in with no parent). A key of `revoked` the store holds (taken by a run before that
+/// missed its revocation) is revoked there, with what it made, and audited. How many were
+/// taken; `None`: `source` was taken before.
 pub async fn import(
     control: &Arc<Control>,
     source: &str,
     keys: &[ManagedKey],
+    revoked: &HashSet<String>,
 ) -> Result<Option<usize>, ControlError> {
     let sql = control.sql();
     let call = async {
         let until = control.deadline();
         let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
+        revoke_taken(&mut tx, revoked).await.map_err(&sql)?;
         if taken_before(&mut tx, source).await.map_err(&sql)? {
+            move_revision(&mut tx).await.map_err(&sql)?;
+            tx.commit().await.map_err(&sql)?;
             return Ok(None);
         }
         let held: Vec<String> = sqlx::query_scalar("SELECT id FROM drg_keys")
