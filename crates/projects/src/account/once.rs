@@ -102,7 +102,7 @@ pub async fn write<R: Record>(
     write_keeping(snapshot, record, (max, key), asked, who, answer, kept).await
 }
 
-/// [`write`], keeping of the first answer what `kept` makes of it (a secret the answer shows
+/// [`write()`], keeping of the first answer what `kept` makes of it (a secret the answer shows
 /// once is not kept: the replay takes it from where it lives).
 pub async fn write_keeping<R: Record>(
     snapshot: &Snapshot<R>,

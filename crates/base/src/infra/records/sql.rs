@@ -103,16 +103,8 @@ impl<R: Record> SqlRecords<R> {
         // A row that does not read (another release's) is as none.
         let held: Option<R> = body.and_then(|b| serde_json::from_str(&b).ok());
         let was_live = held.as_ref().is_some_and(|h| !h.removed());
-        // A removal of nothing in force: the database says so (`Absent`), whatever the
-        // gateway's copy held; nothing is written, no audit entry.
-        if record.removed() && !was_live {
-            return Ok(Outcome::Put(Put::Absent));
-        }
-        if held.as_ref().is_some_and(|h| !record.newer_than(h)) {
-            return Ok(Outcome::Put(Put::Stale));
-        }
-        if !record.removed() && !was_live && live >= i64::from(max_live) {
-            return Ok(Outcome::Put(Put::Full));
+        if let Some(refused) = refusal(record, held.as_ref(), live >= i64::from(max_live)) {
+            return Ok(Outcome::Put(refused));
         }
         if record.removed() && !R::KEEPS_REMOVED {
             drop_row(&mut tx, self.kind, record).await.map_err(&sql)?;
@@ -250,6 +242,21 @@ impl<R: Record> SqlRecords<R> {
         tx.commit().await.map_err(&sql)?;
         Ok(Some(taken))
     }
+}
+
+/// Why `record` is not written over `held` (the store's row), if it is not: a removal of
+/// nothing in force (`Absent`: the database says so, whatever a gateway's copy held; nothing
+/// written, no audit entry), a newer row held (`Stale`), or a new record in force past the
+/// project's bound (`Full`, when `full`).
+fn refusal<R: Record>(record: &R, held: Option<&R>, full: bool) -> Option<Put> {
+    let was_live = held.is_some_and(|h| !h.removed());
+    if record.removed() && !was_live {
+        return Some(Put::Absent);
+    }
+    if held.is_some_and(|h| !record.newer_than(h)) {
+        return Some(Put::Stale);
+    }
+    (!record.removed() && !was_live && full).then_some(Put::Full)
 }
 
 /// The answer kept for `once`'s key in `project`: its first answer when the request is the

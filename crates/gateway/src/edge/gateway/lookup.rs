@@ -252,17 +252,11 @@ impl Gateway {
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
         let rdap = self.shared.rdap.as_ref();
-        // Asked only of a name the neighbourhood has a finding for and no age: the lock it
-        // takes is off the path of every other lookup.
-        let age_pending = age.is_none()
-            && finding.is_some()
-            && found.rule == TableRule::Unknown
-            && rdap.is_some_and(|r| r.awaits(name));
         let signals = Signals {
             mx: evidence.as_deref(),
+            age_pending: self.age_pending(name, &found, &finding, age),
             neighbourhood: finding,
             age,
-            age_pending,
             reported_safe: None,
         };
         let accepted = self.shared.accepted.load();
@@ -326,6 +320,22 @@ impl Gateway {
             verdict.record.write_json(out);
         }
         (verdict.did_you_mean, call)
+    }
+
+    /// Whether `name`'s age is on its way from a registry not known to fail, for a name the
+    /// table leaves open that the neighbourhood has a finding for and no age came for. Asked
+    /// only then: the lock it takes is off the path of every other lookup.
+    fn age_pending(
+        &self,
+        name: &DomainName,
+        found: &TableMatch<'_>,
+        finding: &Option<Finding>,
+        age: Option<DomainAge>,
+    ) -> bool {
+        age.is_none()
+            && finding.is_some()
+            && found.rule == TableRule::Unknown
+            && (self.shared.rdap.as_ref()).is_some_and(|r| r.awaits(name))
     }
 
     /// The age of `name`'s registrable domain, for names no list decides (`open`): from the
