@@ -116,4 +116,13 @@ pub enum KeyCommand {
         #[arg(long)]
         append: bool,
     },
+    /// Apply the keys file to the control store: keys made through the API by an operator key
+    /// the file no longer holds are revoked with what they made (audited), and that key is
+    /// refused by every gateway; a key the file holds again comes back. With several gateways
+    /// (PostgreSQL) this is the only way a keys file removes anything from the store.
+    Sync {
+        /// Say what would change, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }

@@ -583,6 +583,14 @@ fn a_key_revoked_or_removed_revokes_what_it_made_for_good_and_a_disabled_one_sus
         let held = stored_keys(&gw);
         !held.iter().any(|(id, _)| *id == c_id || *id == e_id)
     });
+    // Each is audited: one gateway's own keys file is its store's truth of who made keys.
+    let trail = send(&gw, "GET", "/v1/audit", Some(SERVER), &[], None).json();
+    let by_file = |id: &str| {
+        trail["items"].as_array().unwrap().iter().any(|i| {
+            i["action"] == "key.revoked" && i["target"] == id && i["key_id"] == "keys.yaml"
+        })
+    };
+    assert!(by_file(&c_id) && by_file(&e_id), "{trail}");
     write_atomic(&path, &text.replace("    disabled: true\n", ""));
     wait_until(Duration::from_secs(5), || lookup(&gw, OTHER) == 200);
     assert_eq!(lookup(&gw, &c), 401);

@@ -190,6 +190,9 @@ pub struct KeyStore {
     /// Why the managed file's keys are not in this store (unreadable, corrupt and set aside,
     /// written by a newer gateway): the API-made keys are off meanwhile, the operator's work.
     managed_problem: Option<Arc<str>>,
+    /// Operator keys the control store retired (`key sync`): out of service, kept as parsed so
+    /// that a sync that brings them back needs no new read of the keys file.
+    retired: Vec<Arc<KeyEntry>>,
 }
 
 impl KeyStore {
@@ -239,10 +242,12 @@ impl KeyStore {
         self.by_project.get(project).map_or(&[], Vec::as_slice)
     }
 
-    /// The operator's keys of this store (the same entries), without the API-made ones.
+    /// The operator's keys of this store (the same entries, the retired ones back in), without
+    /// the API-made ones.
     pub fn operator_keys(&self) -> KeyStore {
         let mut out = KeyStore::default();
-        for key in self.entries().filter(|k| k.source == KeyOrigin::Operator) {
+        let operator = self.entries().filter(|k| k.source == KeyOrigin::Operator);
+        for key in operator.chain(&self.retired) {
             out.by_prefix
                 .entry(prefix(&key.hash))
                 .or_default()
@@ -256,6 +261,24 @@ impl KeyStore {
     /// The key with this id, if any.
     pub fn by_id(&self, id: &str) -> Option<&Arc<KeyEntry>> {
         self.by_id.get(id)
+    }
+
+    /// Takes the operator keys `ids` out of service (set aside: see the field); the ids taken.
+    pub(super) fn retire(&mut self, ids: &[String]) -> Vec<String> {
+        let mut taken = Vec::new();
+        for keys in self.by_prefix.values_mut() {
+            keys.retain(|k| {
+                let out = k.source == KeyOrigin::Operator && ids.iter().any(|id| **id == *k.id);
+                if out {
+                    taken.push(k.id.to_string());
+                    self.retired.push(k.clone());
+                }
+                !out
+            });
+        }
+        self.by_prefix.retain(|_, keys| !keys.is_empty());
+        self.len -= taken.len();
+        taken
     }
 
     /// Adds a key; [`index_projects`](Self::index_projects) makes it visible per project and by id.

@@ -36,9 +36,28 @@ pub struct ManagedFile {
     /// restart. Left out of the file while empty, so older gateways still read it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub first_seen: BTreeMap<String, String>,
+    /// Operator key ids the control store retired (`key sync` from a keys file without them):
+    /// refused whatever this gateway's keys file says, until a sync from a file that holds
+    /// them. Left out of the file while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// Where the makers of API-made keys are known, which decides what a maker absent from this
+/// gateway's keys file means (see [`merge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Makers {
+    /// One gateway's own store (SQLite in its state folder): its keys file is the truth of
+    /// which operator keys exist, so a key whose maker left it is revoked (and the serving
+    /// gateway drops it from the store, audited).
+    Here,
+    /// A store shared by gateways whose keys files may differ (PostgreSQL, a rolling config
+    /// change): an operator key absent here may be another gateway's, so a key it made is
+    /// served as the store holds it; only `key sync` removes a maker, in the store.
+    Shared,
 }
 
 /// One API-made key.
@@ -92,6 +111,14 @@ impl ManagedFile {
             version: VERSION,
             keys,
             ..ManagedFile::default()
+        }
+    }
+
+    /// A file of the control store's `keys` and the operator keys it `retired`.
+    pub fn of_store(keys: Vec<ManagedKey>, retired: Vec<String>) -> ManagedFile {
+        ManagedFile {
+            retired,
+            ..ManagedFile::with_keys(keys)
         }
     }
 }
@@ -167,12 +194,14 @@ pub fn update<T, E: From<ManagedError>>(
     Ok(out)
 }
 
-/// Writes `keys` as the file's keys (the control store's, as this gateway holds them), keeping
-/// what else it holds (the first-seen times); a file that does not read is written anew.
-pub fn cache(path: &Path, keys: &[ManagedKey]) -> Result<(), ManagedError> {
+/// Writes `held`'s keys and retired ids as the file's (the control store's, as this gateway
+/// holds them), keeping what else it holds (the first-seen times); a file that does not read is
+/// written anew.
+pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
     let _lock = Lock::take(path)?;
     let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
-    keys.clone_into(&mut file.keys);
+    held.keys.clone_into(&mut file.keys);
+    held.retired.clone_into(&mut file.retired);
     write(path, &file)
 }
 
@@ -223,15 +252,27 @@ impl Lock {
 /// never a reason to keep it working.
 ///
 /// An API-made key that names the key that made it (`created_by`) works only while that key is
-/// in the store and enabled, recursively: a disabled maker disables it; a maker that is gone
-/// revokes it (left out and listed in `revoked`; the serving gateway then drops it from the
-/// control store: a revocation is for good).
+/// enabled, recursively: a disabled maker disables it. A maker absent from the store is, with
+/// [`Makers::Here`], gone: the key is revoked (left out and listed in `revoked`; the serving
+/// gateway then drops it from the control store, audited: a revocation is for good). With
+/// [`Makers::Shared`] it may be another gateway's operator key: the key is served as the
+/// control store holds it (a project no operator key here names follows its keys there).
+///
+/// Operator keys the control store retired (`file.retired`) are taken out of service first.
 pub fn merge<P: AsPlan>(
     mut store: KeyStore,
     file: &ManagedFile,
     plans: &BTreeMap<String, P>,
+    makers: Makers,
 ) -> Merged {
     let mut warnings = Vec::new();
+    for id in store.retire(&file.retired) {
+        warnings.push(format!(
+            "operator key '{id}': retired in the control store by `key sync`: refused (remove \
+             it from the keys file, or run `key sync` with a keys file that holds it)"
+        ));
+    }
+    let mut skipped: HashSet<&str> = HashSet::new();
     let mut ids: HashSet<Arc<str>> = store.entries().map(|k| k.id.clone()).collect();
     let mut hashes: HashSet<[u8; 32]> = HashSet::new();
     let mut made: Vec<(KeyEntry, Option<&str>)> = Vec::new();
@@ -239,35 +280,40 @@ pub fn merge<P: AsPlan>(
         let at = format!("managed key '{}'", row.id);
         let Some(hash) = decode_hash(&row.sha256) else {
             warnings.push(format!("{at}: sha256 is not 64 hex digits; skipped"));
+            skipped.insert(&row.id);
             continue;
         };
         if let Some(p) = id_problem(&row.id).or_else(|| id_problem(&row.project)) {
             warnings.push(format!("{at}: id or project {p}; skipped"));
+            skipped.insert(&row.id);
             continue;
         }
         if ids.contains(row.id.as_str()) {
             warnings.push(format!(
                 "{at}: the id is also in the keys file, whose key wins; skipped"
             ));
+            skipped.insert(&row.id);
             continue;
         }
         if store.find_hash(&hash).is_some() || !hashes.insert(hash) {
             warnings.push(format!(
                 "{at}: its secret is also a key of the keys file, which wins; skipped"
             ));
+            skipped.insert(&row.id);
             continue;
         }
-        let entry = match entry_of(row, hash, &store, plans) {
+        let entry = match entry_of(row, hash, &store, plans, makers) {
             Ok(entry) => entry,
             Err(why) => {
                 warnings.push(format!("{at}: {why}; skipped"));
+                skipped.insert(&row.id);
                 continue;
             }
         };
         ids.insert(entry.id.clone());
         made.push((entry, row.created_by.as_deref()));
     }
-    let revoked = revoke_orphans(&store, &mut made);
+    let revoked = revoke_orphans(&store, &mut made, makers, &skipped);
     for id in &revoked {
         warnings.push(format!(
             "managed key '{id}': the key that made it is gone (removed or revoked): revoked"
@@ -291,12 +337,14 @@ fn entry_of<P: AsPlan>(
     hash: [u8; 32],
     store: &KeyStore,
     plans: &BTreeMap<String, P>,
+    makers: Makers,
 ) -> Result<KeyEntry, String> {
     let operator = store
         .project_keys(&row.project)
         .iter()
         .filter(|k| k.source == KeyOrigin::Operator);
-    let project_enabled = operator.clone().any(|k| !k.disabled);
+    let project_enabled = operator.clone().any(|k| !k.disabled)
+        || (makers == Makers::Shared && operator.clone().next().is_none());
     let plan_name = operator
         .clone()
         .next()
@@ -360,11 +408,16 @@ pub struct Merged {
 }
 
 /// Follows each API-made key's maker (`created_by`), until nothing changes: a key whose maker is
-/// gone (removed from the keys file, revoked through the API, itself revoked) is taken out of
-/// `made` and returned, for good; a key whose maker is there but disabled (the key, or its
-/// project) is disabled with it, and comes back when its maker does. Recursively: what such a
-/// key made follows it.
-fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) -> Vec<String> {
+/// gone (with [`Makers::Here`]: removed from the keys file, revoked through the API, itself
+/// revoked) is taken out of `made` and returned, for good; a key whose maker is there but
+/// disabled (the key, or its project), or a row of the store skipped here, is disabled with
+/// it, and comes back when its maker does. Recursively: what such a key made follows it.
+fn revoke_orphans(
+    store: &KeyStore,
+    made: &mut Vec<(KeyEntry, Option<&str>)>,
+    makers: Makers,
+    skipped: &HashSet<&str>,
+) -> Vec<String> {
     let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
     let mut revoked = Vec::new();
     loop {
@@ -373,10 +426,16 @@ fn revoke_orphans(store: &KeyStore, made: &mut Vec<(KeyEntry, Option<&str>)>) ->
             .map(|(k, _)| (k.id.to_string(), !k.disabled))
             .collect();
         let enabled = |maker: &str| {
-            operator
-                .get(maker)
-                .copied()
+            let absent = match makers {
+                // A row skipped here (its plan gone, say) is no revocation.
+                _ if skipped.contains(maker) => Some(false),
+                Makers::Here => None,
+                // Another gateway's operator key: the store holds what it made.
+                Makers::Shared => Some(true),
+            };
+            (operator.get(maker).copied())
                 .or_else(|| present.get(maker).copied())
+                .or(absent)
         };
         let before = made.len();
         let mut disabled_now = false;
@@ -491,5 +550,75 @@ pub fn test_key(id: &str, project: &str, by: Option<&str>) -> ManagedKey {
         expires_in_days: None,
         rotated_to: None,
         unknown: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{hash_secret, key_entry_yaml, parse_keys};
+
+    fn plans() -> BTreeMap<String, u64> {
+        [("free".to_owned(), 100)].into()
+    }
+
+    /// The keys file's `ids`, server keys each of its own project.
+    fn operator(ids: &[&str]) -> KeyStore {
+        let entries: String = (ids.iter())
+            .map(|id| key_entry_yaml(id, &format!("drg_{id}_secret_0123456789"), "free", &[]))
+            .collect();
+        let yaml = format!("keys:\n{entries}");
+        parse_keys(&yaml, "keys.yaml", &plans()).unwrap()
+    }
+
+    fn made(id: &str, by: &str) -> ManagedKey {
+        ManagedKey {
+            id: id.to_owned(),
+            project: "acme".to_owned(),
+            plan: "free".to_owned(),
+            label: None,
+            sha256: hex::encode(hash_secret(format!("drg_{id}_made"))),
+            prefix: "drg_".to_owned(),
+            created_at: "2026-11-28T00:00:00Z".to_owned(),
+            last_used: None,
+            origins: Vec::new(),
+            created_by: Some(by.to_owned()),
+            expires_at: None,
+            expires_in_days: None,
+            rotated_to: None,
+            unknown: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_maker_absent_here_is_gone_on_ones_own_store_and_perhaps_elsewhere_on_a_shared_one() {
+        let file = ManagedFile::with_keys(vec![made("a", "rollout"), made("b", "a")]);
+        let here = merge(operator(&["server"]), &file, &plans(), Makers::Here);
+        assert_eq!(here.revoked, ["a", "b"]);
+        let shared = merge(operator(&["server"]), &file, &plans(), Makers::Shared);
+        assert!(shared.revoked.is_empty());
+        let a = shared.store.by_id("a").unwrap();
+        assert!(!a.disabled && !shared.store.by_id("b").unwrap().disabled);
+    }
+
+    #[test]
+    fn a_retired_operator_key_is_out_of_service_and_back_when_the_store_says_so() {
+        let retired = ManagedFile::of_store(vec![made("a", "rollout")], vec!["rollout".into()]);
+        let merged = merge(
+            operator(&["server", "rollout"]),
+            &retired,
+            &plans(),
+            Makers::Shared,
+        );
+        assert!(merged.store.by_id("rollout").is_none());
+        assert!(merged.warnings.iter().any(|w| w.contains("retired")));
+        // What the keys API merges again holds it aside: a store that lifts it needs no file.
+        let back = merge(
+            merged.store.operator_keys(),
+            &ManagedFile::with_keys(Vec::new()),
+            &plans(),
+            Makers::Shared,
+        );
+        assert!(back.store.by_id("rollout").is_some_and(|k| !k.disabled));
     }
 }

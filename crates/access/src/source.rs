@@ -33,6 +33,9 @@ pub struct KeysSource {
     /// that the control store drops them too (the serving gateway only).
     /// Set by the keys API once it runs (the source is made before it).
     pub orphans: Arc<std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Vec<String>>>>,
+    /// What a maker absent from the keys file means: gone (one gateway's own store), or
+    /// perhaps another gateway's (a shared store; see [`super::managed::Makers`]).
+    pub makers: super::managed::Makers,
 }
 
 impl KeysSource {
@@ -108,8 +111,9 @@ impl KeysSource {
         };
         if let Some(held) = self.held.load_full() {
             file.keys.clone_from(&held.keys);
+            file.retired.clone_from(&held.retired);
         }
-        let merged = managed::merge(operator, &file, &self.plans);
+        let merged = managed::merge(operator, &file, &self.plans, self.makers);
         for w in &merged.warnings {
             log::warn!("{}: {w}", path.display());
         }

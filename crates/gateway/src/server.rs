@@ -77,6 +77,13 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         set_aside: Arc::default(),
         held: Arc::default(),
         orphans: Arc::default(),
+        // Gateways sharing PostgreSQL may hold different keys files (a rolling change): none
+        // of them decides alone which operator keys exist.
+        makers: if settings.gateway.control.is_some() {
+            drg_access::managed::Makers::Shared
+        } else {
+            drg_access::managed::Makers::Here
+        },
     }
 }
 

@@ -38,6 +38,7 @@ pub mod control;
 pub mod expiry;
 pub mod legacy;
 pub mod lineage;
+pub mod retire;
 mod rotate;
 
 /// A `/v1/keys` request, its id decoded and its body read.
@@ -159,6 +160,8 @@ enum Refused {
     },
     NotFound,
     Operator,
+    /// The caller is an operator key `key sync` retired (this gateway's keys file is behind).
+    Retired,
     /// Rotating a key already rotated, or expired.
     NotRotatable(expiry::NotRotatable),
     /// No id could be drawn (the system's random source failed).
@@ -186,6 +189,12 @@ impl Refused {
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 "This key is managed by the operator (keys file); it cannot be revoked or rotated through the API.",
+                None,
+            ),
+            Refused::Retired => error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "This key was retired from the key store (`key sync`).",
                 None,
             ),
             Refused::NotRotatable(expiry::NotRotatable::Rotated { to }) => error(
@@ -507,35 +516,43 @@ impl KeysApi {
     /// progress must not stop a revocation from taking effect.
     fn hold_blocking(&self, rows: control::Rows) {
         let _publishing = self.publishing();
-        let keys = match rows {
-            control::Rows::All(keys) => keys,
+        let held = self.held.load_full();
+        let (keys, retired) = match rows {
+            control::Rows::All(keys, retired) => (keys, retired),
             control::Rows::Project(project, rows) => {
-                let mut keys =
-                    (self.held.load().as_ref()).map_or_else(Vec::new, |f| f.keys.clone());
+                let mut keys = held.as_ref().map_or_else(Vec::new, |f| f.keys.clone());
                 keys.retain(|k| k.project != project);
                 keys.extend(rows);
-                keys
+                (
+                    keys,
+                    held.as_ref().map_or_else(Vec::new, |f| f.retired.clone()),
+                )
             }
         };
+        let file = Arc::new(ManagedFile::of_store(keys, retired));
         // What is served now was made from what was held, or before the first read from the
         // cache: the same keys need no new snapshot (nor a rebuild by the keys reloader).
-        let served = match self.held.load_full() {
-            Some(f) => Some(f.keys.clone()),
-            None => managed::read(&self.file).ok().map(|f| f.keys),
+        let served = match held {
+            Some(f) => Some((f.keys.clone(), f.retired.clone())),
+            None => managed::read(&self.file).ok().map(|f| (f.keys, f.retired)),
         };
-        let same = served.as_ref() == Some(&keys);
+        let same = served.is_some_and(|(k, r)| k == file.keys && r == file.retired);
         if !same {
-            if let Err(e) = managed::cache(&self.file, &keys) {
+            if let Err(e) = managed::cache(&self.file, &file) {
                 log::warn!("keys API: the cache of the keys held was not written: {e}");
             }
         }
-        let file = Arc::new(ManagedFile::with_keys(keys));
         self.held.store(Some(file.clone()));
         if same {
             return;
         }
         let current = self.keys.load_full();
-        let merged = managed::merge(current.operator_keys(), &file, &self.plans);
+        let merged = managed::merge(
+            current.operator_keys(),
+            &file,
+            &self.plans,
+            self.store.makers(),
+        );
         for w in &merged.warnings {
             log::warn!("keys API: {w}");
         }

@@ -76,6 +76,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
      CREATE INDEX drg_keys_project ON drg_keys (project);
      CREATE INDEX drg_keys_parent ON drg_keys (parent);",
     ),
+    // Operator keys `key sync` retired (a keys file applied without them): what they made is
+    // gone with them, and every gateway refuses them whatever its own keys file says.
+    (
+        7,
+        "CREATE TABLE drg_retired (
+       id TEXT PRIMARY KEY,
+       at TEXT NOT NULL);",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).

@@ -27,9 +27,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::{KeysApi, Refused};
 use crate::account::audit::{self, Entry};
 use drg_access::keys::{KeyEntry, KeyOrigin};
-use drg_access::managed::{ManagedFile, ManagedKey};
+use drg_access::managed::{Makers, ManagedFile, ManagedKey};
 use drg_base::answer::Changed;
-use drg_base::infra::control::{commit_unknown, Control, ControlError, Write};
+use drg_base::infra::control::{commit_unknown, Control, ControlError, Engine, Write};
 use drg_base::infra::records::snapshot::WentBack;
 use drg_base::infra::records::sql::{note_taken, taken_before};
 
@@ -72,8 +72,8 @@ struct Committed<T> {
 
 /// What a change or a read brings to what this gateway holds.
 pub(super) enum Rows {
-    /// Every key (a read of the store).
-    All(Vec<ManagedKey>),
+    /// Every key, and the operator keys retired (a read of the store).
+    All(Vec<ManagedKey>, Vec<String>),
     /// One project's keys (a change made here).
     Project(String, Vec<ManagedKey>),
 }
@@ -90,6 +90,14 @@ impl ControlKeys {
             saved: std::sync::Mutex::default(),
             orphans,
             orphans_rx: std::sync::Mutex::new(Some(rx)),
+        }
+    }
+
+    /// What a maker absent from this gateway's keys file means on this store.
+    pub fn makers(&self) -> Makers {
+        match self.control.engine() {
+            Engine::Sqlite => Makers::Here,
+            Engine::Postgres => Makers::Shared,
         }
     }
 
@@ -124,7 +132,8 @@ impl ControlKeys {
         let project = caller.project.to_string();
         let at = drg_base::infra::units::rfc3339(api.clock.now());
         let keep = api.audit_days(&caller.plan);
-        let call = self.change_now(&project, &caller.id, at, keep, edit);
+        let operator = caller.source == KeyOrigin::Operator;
+        let call = self.change_now(&project, (&caller.id, operator), at, keep, edit);
         // Boxed: a request's future would hold the transaction's inline.
         match Box::pin(self.control.within(call)).await {
             Ok(Ok(done)) => {
@@ -143,7 +152,7 @@ impl ControlKeys {
     async fn change_now<T>(
         &self,
         project: &str,
-        key_id: &str,
+        (key_id, operator): (&str, bool),
         at: String,
         keep_days: u32,
         edit: impl FnOnce(&mut ManagedFile) -> Result<(T, Changed), Refused>,
@@ -152,6 +161,10 @@ impl ControlKeys {
         let until = self.control.deadline();
         let Write { mut tx, settled } = self.control.write_telling(until, Some(KIND)).await?;
         let revision = move_revision(&mut tx).await.map_err(&sql)?;
+        // A gateway whose keys file still holds a key `key sync` retired has not read it yet.
+        if operator && (super::retire::is_retired(&mut tx, key_id).await).map_err(&sql)? {
+            return Ok(Err(Refused::Retired));
+        }
         let before = project_rows(&mut tx, project).await.map_err(&sql)?;
         let mut file = ManagedFile::with_keys(before.clone());
         // A refusal drops the transaction: nothing written, the revision's move rolled back.
@@ -255,7 +268,7 @@ impl ControlKeys {
                 Err(e) => return self.failed(f, &e),
             }
         }
-        let (revision, rows) = match Box::pin(self.control.within(self.read_now())).await {
+        let (revision, rows, retired) = match Box::pin(self.control.within(self.read_now())).await {
             Ok(read) => read,
             Err(e) => return self.failed(f, &e),
         };
@@ -272,7 +285,7 @@ impl ControlKeys {
                 seen_at: chrono::Utc::now().timestamp(),
             })));
         }
-        hold(api, Rows::All(rows)).await;
+        hold(api, Rows::All(rows, retired)).await;
         f.last = Some(revision);
         self.revision_held.store(revision, Ordering::Release);
         true
@@ -295,8 +308,8 @@ impl ControlKeys {
             .map_err(self.control.sql())
     }
 
-    /// Every key and the revision they are at.
-    async fn read_now(&self) -> Result<(i64, Vec<ManagedKey>), ControlError> {
+    /// Every key, the operator keys retired, and the revision they are at.
+    async fn read_now(&self) -> Result<(i64, Vec<ManagedKey>, Vec<String>), ControlError> {
         let sql = self.control.sql();
         let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
         // The revision first: rows read after it are as new or newer, never older.
@@ -308,32 +321,32 @@ impl ControlKeys {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(&sql)?;
+        let retired = super::retire::retired(&mut tx).await.map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
-        Ok((n, rows.into_iter().filter_map(row_of).collect()))
+        Ok((n, rows.into_iter().filter_map(row_of).collect(), retired))
     }
 
-    /// Drops keys whose maker is gone (and theirs, by the foreign key), in one transaction.
+    /// Drops keys whose maker left this gateway's keys file (one gateway's own store: see
+    /// [`Makers::Here`]), and theirs, in one transaction, each audited.
     async fn drop_orphans(&self, ids: &[String]) {
         let call = async {
             let sql = self.control.sql();
             let until = self.control.deadline();
             let Write { mut tx, .. } = self.control.write_telling(until, Some(KIND)).await?;
             move_revision(&mut tx).await.map_err(&sql)?;
-            let mut gone = 0;
-            for id in ids {
-                let done = sqlx::query("DELETE FROM drg_keys WHERE id = $1")
-                    .bind(id.clone())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(&sql)?;
-                gone += done.rows_affected();
-            }
-            if gone == 0 {
-                // Dropped already (another gateway's merge): no revision to move.
+            let why = super::retire::Why {
+                by: "keys.yaml",
+                detail: "the key that made it left the keys file",
+            };
+            let gone = super::retire::revoke_audited(&mut tx, ids, &why)
+                .await
+                .map_err(&sql)?;
+            if gone.is_empty() {
+                // Dropped already: no revision to move.
                 return Ok(0);
             }
             tx.commit().await.map_err(&sql)?;
-            Ok::<_, ControlError>(gone)
+            Ok::<_, ControlError>(gone.len())
         };
         match Box::pin(self.control.within(call)).await {
             Ok(0) => {}
@@ -454,7 +467,7 @@ async fn next_orphans(rx: &mut Option<UnboundedReceiver<Vec<String>>>) -> Option
 
 /// Moves the kind's revision (made at 1 the first time), and says where it is now; on
 /// PostgreSQL the row stays locked to the end of the transaction (and carries its deadline).
-async fn move_revision(tx: &mut Tx) -> Result<i64, sqlx::Error> {
+pub(super) async fn move_revision(tx: &mut Tx) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO drg_revision (kind, n) VALUES ($1, 1)
          ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1 RETURNING n",
@@ -535,41 +548,6 @@ async fn insert(tx: &mut Tx, k: &ManagedKey, parent: Option<String>) -> Result<(
     Ok(())
 }
 
-/// Revokes (deletes, with what they made, by the foreign key) the keys of `revoked` the store
-/// holds, each with an audit entry: a revocation an earlier release remembered is for good.
-async fn revoke_taken(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    revoked: &HashSet<String>,
-) -> Result<(), sqlx::Error> {
-    for id in revoked {
-        let project: Option<String> =
-            sqlx::query_scalar("SELECT project FROM drg_keys WHERE id = $1")
-                .bind(id.clone())
-                .fetch_optional(&mut **tx)
-                .await?;
-        let Some(project) = project else { continue };
-        sqlx::query("DELETE FROM drg_keys WHERE id = $1")
-            .bind(id.clone())
-            .execute(&mut **tx)
-            .await?;
-        let row = drg_base::infra::control::audit::AuditRow {
-            project,
-            id: None,
-            at: drg_base::infra::units::utc_seconds(chrono::Utc::now().timestamp())
-                .unwrap_or_default(),
-            key_id: "migrate".to_owned(),
-            action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
-            target: id.clone(),
-            detail: "revoked before the migration".to_owned(),
-        };
-        drg_base::infra::control::audit::append(tx, &row, AUDIT_KEEP_DAYS).await?;
-    }
-    Ok(())
-}
-
-/// How long `migrate`'s audit entries are kept (the longest plan's retention).
-const AUDIT_KEEP_DAYS: u32 = 90;
-
 /// Takes an earlier release's keys in (`migrate`), once a source: each key whose id the store
 /// does not hold, makers before the keys they made (a key whose maker is an operator key
 /// comes in with no parent). A key of `revoked` the store holds (taken by a run before that
@@ -585,7 +563,12 @@ pub async fn import(
     let call = async {
         let until = control.deadline();
         let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
-        revoke_taken(&mut tx, revoked).await.map_err(&sql)?;
+        let revoked: Vec<String> = revoked.iter().cloned().collect();
+        let why = super::retire::Why {
+            by: "migrate",
+            detail: "revoked before the migration",
+        };
+        (super::retire::revoke_audited(&mut tx, &revoked, &why).await).map_err(&sql)?;
         if taken_before(&mut tx, source).await.map_err(&sql)? {
             move_revision(&mut tx).await.map_err(&sql)?;
             tx.commit().await.map_err(&sql)?;

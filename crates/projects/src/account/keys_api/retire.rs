@@ -1,0 +1,193 @@
+//! Operator keys leaving the control store, audited: `key sync` applies a keys file to the
+//! store (the keys whose maker the file no longer holds revoked, with theirs, and their makers
+//! retired, refused by every gateway; a retired key the file holds again brought back), and a
+//! revocation an earlier release remembered or one gateway's own keys file decided (SQLite)
+//! dropped with an audit entry for every key it takes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use drg_access::managed::ManagedKey;
+use drg_base::infra::control::audit::{self, AuditRow};
+use drg_base::infra::control::{Control, ControlError, Write};
+
+use super::control::{move_revision, KIND};
+
+type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+/// How long these audit entries are kept (the longest plan's retention).
+pub const AUDIT_KEEP_DAYS: u32 = 90;
+
+/// Who revoked, and why, as the audit trail says it.
+pub struct Why<'a> {
+    /// The audit entry's actor (`key sync`, `migrate`, `keys.yaml`).
+    pub by: &'a str,
+    pub detail: &'a str,
+}
+
+/// Revokes the keys `ids` the store holds and every key they made (the foreign key's cascade),
+/// with an audit entry for each key gone; the ids gone, roots first.
+pub async fn revoke_audited(
+    tx: &mut Tx,
+    ids: &[String],
+    why: &Why<'_>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let rows: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT id, project, parent FROM drg_keys")
+            .fetch_all(&mut **tx)
+            .await?;
+    let project: HashMap<&str, &str> = rows.iter().map(|(i, p, _)| (&**i, &**p)).collect();
+    let mut gone: Vec<String> = Vec::new();
+    let at =
+        drg_base::infra::units::utc_seconds(chrono::Utc::now().timestamp()).unwrap_or_default();
+    for id in ids.iter().filter(|id| project.contains_key(id.as_str())) {
+        if gone.contains(id) {
+            continue;
+        }
+        let tree = descendants(&rows, id);
+        sqlx::query("DELETE FROM drg_keys WHERE id = $1")
+            .bind(id.clone())
+            .execute(&mut **tx)
+            .await?;
+        for (n, key) in tree.iter().enumerate() {
+            let detail = if n == 0 {
+                why.detail.to_owned()
+            } else {
+                format!("with the key that made it ({id})")
+            };
+            let row = AuditRow {
+                project: project[key.as_str()].to_owned(),
+                id: None,
+                at: at.clone(),
+                key_id: why.by.to_owned(),
+                action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
+                target: key.clone(),
+                detail,
+            };
+            audit::append(tx, &row, AUDIT_KEEP_DAYS).await?;
+        }
+        gone.extend(tree);
+    }
+    Ok(gone)
+}
+
+/// `root` and every key below it, by `parent`, root first.
+fn descendants(rows: &[(String, String, Option<String>)], root: &str) -> Vec<String> {
+    let mut out = vec![root.to_owned()];
+    let mut at = 0;
+    while at < out.len() {
+        let id = out[at].clone();
+        for (child, _, parent) in rows {
+            if parent.as_deref() == Some(&id) && !out.contains(child) {
+                out.push(child.clone());
+            }
+        }
+        at += 1;
+    }
+    out
+}
+
+/// What `key sync` did (or, dry, would do).
+#[derive(Debug, Default)]
+pub struct Synced {
+    /// Operator keys retired now: (id, the keys revoked with what they made).
+    pub retired: Vec<(String, Vec<String>)>,
+    /// Retired operator keys the file holds again, back in service.
+    pub restored: Vec<String>,
+}
+
+/// Applies the keys file's operator key ids to the store, in one transaction: every API-made
+/// key whose maker is an operator key the file does not hold is revoked with what it made
+/// (audited, by `key sync`), that maker retired (every gateway refuses it, whatever its own
+/// keys file says), and a retired key the file holds brought back. `dry`: rolled back.
+pub async fn sync_makers(
+    control: &Arc<Control>,
+    operator: &BTreeSet<String>,
+    dry: bool,
+) -> Result<Synced, ControlError> {
+    let sql = control.sql();
+    let call = async {
+        let until = control.deadline();
+        let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
+        move_revision(&mut tx).await.map_err(&sql)?;
+        let roots: Vec<String> =
+            sqlx::query_scalar("SELECT body FROM drg_keys WHERE parent IS NULL")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        // Each maker the file lacks, with the keys it made (oldest rows keep no maker: they
+        // follow their project, as the gateways serve them).
+        let mut gone: Vec<(String, Vec<String>)> = Vec::new();
+        for key in roots
+            .iter()
+            .filter_map(|b| serde_json::from_str::<ManagedKey>(b).ok())
+        {
+            let Some(maker) = key.created_by.filter(|m| !operator.contains(m)) else {
+                continue;
+            };
+            match gone.iter_mut().find(|(m, _)| *m == maker) {
+                Some((_, made)) => made.push(key.id),
+                None => gone.push((maker, vec![key.id])),
+            }
+        }
+        let mut synced = Synced::default();
+        let at =
+            drg_base::infra::units::utc_seconds(chrono::Utc::now().timestamp()).unwrap_or_default();
+        for (maker, made) in gone {
+            let detail =
+                format!("its maker, operator key {maker}, is not in the keys file applied");
+            let why = Why {
+                by: "key sync",
+                detail: &detail,
+            };
+            let revoked = revoke_audited(&mut tx, &made, &why).await.map_err(&sql)?;
+            retire(&mut tx, &maker, &at).await.map_err(&sql)?;
+            synced.retired.push((maker, revoked));
+        }
+        for id in (retired(&mut tx).await.map_err(&sql)?)
+            .into_iter()
+            .filter(|id| operator.contains(id))
+        {
+            sqlx::query("DELETE FROM drg_retired WHERE id = $1")
+                .bind(id.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(&sql)?;
+            synced.restored.push(id);
+        }
+        if dry {
+            tx.rollback().await.map_err(&sql)?;
+        } else {
+            tx.commit().await.map_err(&sql)?;
+        }
+        Ok::<_, ControlError>(synced)
+    };
+    control.within(call).await
+}
+
+/// Records `id` retired (a second sync keeps the first time).
+async fn retire(tx: &mut Tx, id: &str, at: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO drg_retired (id, at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
+        .bind(id.to_owned())
+        .bind(at.to_owned())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The operator keys the store retired.
+pub async fn retired(tx: &mut Tx) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM drg_retired ORDER BY id")
+        .fetch_all(&mut **tx)
+        .await
+}
+
+/// Whether the store retired operator key `id` (a gateway whose keys file still holds it must
+/// not make keys with it).
+pub async fn is_retired(tx: &mut Tx, id: &str) -> Result<bool, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM drg_retired WHERE id = $1")
+        .bind(id.to_owned())
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(n > 0)
+}
