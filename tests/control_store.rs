@@ -368,7 +368,7 @@ fn a_write_whose_commit_answer_was_lost_answers_what_landed() {
         "1"
     );
     assert!(
-        gw.log().contains("the write whose answer was lost landed"),
+        gw.log().contains("the commit whose answer was lost landed"),
         "{}",
         gw.log()
     );
@@ -789,4 +789,160 @@ fn a_keys_file_one_gateway_lacks_removes_nothing_only_key_sync_does_audited() {
     assert!(said.contains("acme-rollout: retired before"), "{said}");
     wait_until(Duration::from_secs(2), || lookup(&a, ROLLOUT) == 200);
     assert_eq!((lookup(&a, &secret), lookup(&b, ROLLOUT)), (401, 401));
+}
+
+#[test]
+fn a_commit_slow_to_answer_is_settled_by_the_database_never_taken_for_a_refusal() {
+    let pg = Postgres::start();
+    // The gateways' commits wait on a synchronous standby, as on a primary that replicates so.
+    pg.psql("ALTER ROLE drg SET synchronous_commit = on");
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    assert_eq!(put(&a, "early.example", "block").status, 201);
+    let standby = |names: &str| {
+        pg.psql(&format!(
+            "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+        ));
+        pg.psql("SELECT pg_reload_conf()");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let make_key = |label: &str| {
+        let body = json!({ "label": label }).to_string();
+        send(
+            &a,
+            "POST",
+            "/v1/keys",
+            Some(ACME),
+            &[],
+            Some(body.as_bytes()),
+        )
+    };
+    let keys = "SELECT count(*) FROM drg_keys";
+    // The standby gone: a COMMIT is made here, then waits, its rows not yet shown. Committed:
+    // `201` (a timeout answered `503`, and it landed anyway).
+    standby("gone");
+    let slow = put(&a, "slow.example", "block");
+    assert_eq!(slow.status, 201, "{}\n{}", slow.text(), a.log());
+    // Writes behind it (its row lock, the lock its `NOTIFY` holds to the end of its commit)
+    // cannot commit by their deadline: `503`, and they never land.
+    let blocked = put(&b, "blocked.example", "block");
+    assert_eq!(blocked.status, 503, "{}", blocked.text());
+    let behind = make_key("behind");
+    assert_eq!(behind.status, 503, "{}\n{}", behind.text(), a.log());
+    // The standby requirement lifted: what was answered `201` is in force on both gateways,
+    // listed and audited; what was answered `503` is not, then or later.
+    standby("");
+    until_listed(&b, &["early.example", "slow.example"]);
+    std::thread::sleep(Duration::from_secs(1));
+    for gw in [&a, &b] {
+        assert_eq!(overrides(gw), ["early.example", "slow.example"]);
+    }
+    assert_eq!(pg.psql(keys), "0");
+    assert_eq!(
+        pg.psql(
+            "SELECT count(*) FROM drg_audit WHERE target IN ('slow.example', 'blocked.example')"
+        ),
+        "1"
+    );
+    // A key made while the standby is gone: `201` with its secret, working once shown.
+    standby("gone");
+    let made = make_key("slow");
+    assert_eq!(made.status, 201, "{}\n{}", made.text(), a.log());
+    let secret = made.json()["key"].as_str().unwrap().to_owned();
+    standby("");
+    wait_until(Duration::from_secs(2), || lookup(&b, &secret) == 200);
+    assert_eq!(pg.psql(keys), "1");
+    assert!(
+        a.log().contains("asking the database what came of it"),
+        "{}",
+        a.log()
+    );
+}
+
+#[test]
+fn a_gateway_paused_across_a_restore_whose_counter_climbs_back_sees_it() {
+    use crate::keys_api::{made_by, revoke};
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    assert_eq!(put(&a, "kept.example", "block").status, 201);
+    let (old_id, old) = made_by(&a, ACME, "old");
+    until_listed(&b, &["kept.example"]);
+    wait_until(Duration::from_secs(2), || lookup(&b, &old) == 200);
+    // The backup: every table the gateways read, as it is now.
+    let tables = [
+        "drg_records",
+        "drg_keys",
+        "drg_revision",
+        "drg_revision_log",
+    ];
+    for t in tables {
+        pg.psql(&format!("CREATE TABLE backup_{t} AS SELECT * FROM {t}"));
+    }
+    // Writes the backup lacks, held by both gateways.
+    assert_eq!(put(&a, "lost1.example", "block").status, 201);
+    assert_eq!(put(&a, "lost2.example", "block").status, 201);
+    let (_, lost) = made_by(&a, ACME, "lost");
+    until_listed(&b, &["kept.example", "lost1.example", "lost2.example"]);
+    wait_until(Duration::from_secs(2), || lookup(&b, &lost) == 200);
+    // The second gateway paused; the database restored; the first gateway's writes bring each
+    // counter back to the number the paused one holds.
+    b.signal("STOP");
+    let restore: String = tables
+        .iter()
+        .rev()
+        .map(|t| format!("DELETE FROM {t};"))
+        .chain(
+            tables
+                .iter()
+                .map(|t| format!("INSERT INTO {t} SELECT * FROM backup_{t};")),
+        )
+        .collect();
+    pg.psql(&format!("BEGIN; {restore} COMMIT"));
+    until_listed(&a, &["kept.example"]);
+    assert_eq!(put(&a, "new1.example", "block").status, 201);
+    assert_eq!(put(&a, "new2.example", "block").status, 201);
+    assert_eq!(revoke(&a, ACME, &old_id).status, 204);
+    b.signal("CONT");
+    // Once it runs again it serves what the database holds: the overrides the restore and the
+    // writes after it made, neither key (the database lacks one, the other was revoked after
+    // the restore), and it says the store went back, in its log and on `/readyz`.
+    let seen = until_listed(&b, &["kept.example", "new1.example", "new2.example"]);
+    assert!(seen < Duration::from_secs(3), "{seen:?}");
+    wait_until(Duration::from_secs(3), || lookup(&b, &lost) == 401);
+    assert_eq!(lookup(&b, &old), 401);
+    assert!(
+        b.log().contains("went back") && b.log().contains("through another history"),
+        "{}",
+        b.log()
+    );
+    let told = b.admin_get("/readyz").json()["control_store"]["went_back"].clone();
+    let kinds: Vec<&str> = (told.as_array().unwrap().iter())
+        .map(|w| w["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"overrides") && kinds.contains(&"keys"),
+        "{told}"
+    );
+}
+
+#[test]
+fn a_gateway_started_while_the_database_is_away_answers_503_for_its_lists_never_an_empty_one() {
+    let pg = Postgres::start();
+    let gw = builder(&pg).start();
+    assert_eq!(put(&gw, "kept.example", "block").status, 201);
+    make_webhook(&gw);
+    let dir = gw.stop();
+    pg.stop();
+    let gw = builder(&pg).in_dir(dir).start();
+    // The project has an override and a webhook: an empty list would say it has none.
+    for path in ["/v1/overrides", "/v1/webhooks", "/v1/reports"] {
+        let r = send(&gw, "GET", path, Some(ACME), &[], None);
+        assert_eq!(r.status, 503, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"], "service_unavailable", "{path}");
+    }
+    pg.restart();
+    let status = |path: &str| send(&gw, "GET", path, Some(ACME), &[], None).status;
+    wait_until(Duration::from_secs(5), || status("/v1/overrides") == 200);
+    until_listed(&gw, &["kept.example"]);
+    let hooks = send(&gw, "GET", "/v1/webhooks", Some(ACME), &[], None);
+    assert_eq!(hooks.json()["items"].as_array().map(Vec::len), Some(1));
 }

@@ -249,7 +249,7 @@ fn a_key_whose_commit_answer_was_lost_answers_what_landed() {
     let secret = r.json()["key"].as_str().unwrap().to_owned();
     assert_eq!(lookup(&gw, &secret), 200);
     assert!(
-        gw.log().contains("the change whose answer was lost landed"),
+        gw.log().contains("the commit whose answer was lost landed"),
         "{}",
         gw.log()
     );

@@ -404,6 +404,22 @@ pub fn unavailable(what: &str, detail: Option<&str>) -> Answer {
     .with_header(RETRY_AFTER, HeaderValue::from_static("1"))
 }
 
+/// `503 service_unavailable` for a read of what the control store holds, before this gateway
+/// could read it once (started while the store is away): an empty list would say the project
+/// has none.
+pub fn not_read_yet(what: &str) -> Answer {
+    error_answer(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        &format!(
+            "{what} has not been read since this gateway started (the control store is \
+             unreachable). Try again shortly."
+        ),
+        None,
+    )
+    .with_header(RETRY_AFTER, HeaderValue::from_static("1"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,8 +13,14 @@
 pub mod audit;
 pub mod config;
 pub mod listen;
+mod revision;
 mod schema;
 pub mod watch;
+
+pub use revision::{diverged, move_revision, revision, token_at, Revision};
+
+/// A transaction on the control store.
+pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,6 +57,8 @@ pub enum ControlError {
     Sql(&'static str, sqlx::Error),
     #[error("{0}: no answer within {1} ms")]
     TimedOut(&'static str, u64),
+    #[error("{0}: the write did not commit")]
+    NotCommitted(&'static str),
     #[error("{path}: {source}")]
     File {
         path: PathBuf,
@@ -67,7 +75,12 @@ pub struct Write {
     /// Past this instant the database refuses the transaction's `COMMIT` (PostgreSQL's
     /// deadline; on SQLite no answer is ever lost), so what it holds then is the outcome.
     pub settled: std::time::Instant,
+    /// PostgreSQL's id of the transaction (see [`Control::commit`]).
+    pub xid: Option<i64>,
 }
+
+/// How often a transaction whose `COMMIT` answer is late is asked after.
+const SETTLE_POLL: Duration = Duration::from_millis(20);
 
 /// How much later than the deadline's half-budget a lost commit's outcome is read: the
 /// database's clock read the deadline after this gateway sent it, and the two clocks' rates
@@ -79,19 +92,6 @@ const SETTLE_MARGIN: Duration = Duration::from_millis(50);
 /// did not parse) leaves it unknown.
 pub fn commit_unknown(e: &sqlx::Error) -> bool {
     !matches!(e, sqlx::Error::Database(_))
-}
-
-/// Where `kind`'s revision is (0 before its first write), read on `conn` (a pool, or a
-/// transaction whose other reads it must agree with).
-pub async fn revision<'c, E>(conn: E, kind: &str) -> Result<i64, sqlx::Error>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Any>,
-{
-    let n: Option<i64> = sqlx::query_scalar("SELECT n FROM drg_revision WHERE kind = $1")
-        .bind(kind.to_owned())
-        .fetch_optional(conn)
-        .await?;
-    Ok(n.unwrap_or(0))
 }
 
 /// The file the control store is kept in without `gateway.control`.
@@ -258,12 +258,64 @@ impl Control {
     ) -> Result<Write, ControlError> {
         let pool = self.pool().await?;
         let left = until.saturating_duration_since(std::time::Instant::now());
-        let tx =
+        let (tx, xid) =
             (schema::begin_write(self.engine, pool, left / 2, tell).await).map_err(self.sql())?;
         // The database took its deadline before this instant; its clock's second may run a
         // little ahead of ours.
         let settled = std::time::Instant::now() + left / 2 + SETTLE_MARGIN;
-        Ok(Write { tx, settled })
+        Ok(Write { tx, settled, xid })
+    }
+
+    /// Commits `w`: `Ok` once committed, an error once it never will. A `COMMIT` whose answer
+    /// is late (past the write's deadline: a synchronous standby that is gone, a disk that
+    /// stalls) or lost (the connection broken) is never taken for a refusal: the database is
+    /// asked what came of the transaction, until it can tell, within the call's budget.
+    pub async fn commit(&self, w: Write) -> Result<(), ControlError> {
+        let sql = self.sql();
+        let Write { tx, settled, xid } = w;
+        let Some(xid) = xid else {
+            return tx.commit().await.map_err(sql);
+        };
+        let wait = settled.saturating_duration_since(std::time::Instant::now());
+        let (why, detail) = match tokio::time::timeout(wait, tx.commit()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) if !commit_unknown(&e) => return Err(sql(e)),
+            Ok(Err(e)) => ("was lost", e.to_string()),
+            Err(_) => (
+                "was late",
+                format!("none within {} ms", crate::infra::units::ms(wait)),
+            ),
+        };
+        log::warn!(
+            "control store: the answer to a commit {why} ({detail}); asking the database what \
+             came of it"
+        );
+        let pool = self.pool().await?;
+        loop {
+            let fate = schema::fate(pool, xid).await.map_err(&sql)?;
+            match fate {
+                schema::Fate::Committed | schema::Fate::Aborted => {
+                    let landed = fate == schema::Fate::Committed;
+                    log::warn!(
+                        "control store: the commit whose answer {why} {}",
+                        if landed { "landed" } else { "did not land" }
+                    );
+                    return if landed {
+                        Ok(())
+                    } else {
+                        Err(ControlError::NotCommitted(self.engine.name()))
+                    };
+                }
+                // Past the deadline, what is still open is settled by ending its session: a
+                // commit made durable stays, anything else (its `COMMIT` not come, or waiting
+                // on another commit's lock) rolls back and can never land after a `503`.
+                schema::Fate::Open { pid } if pid > 0 && std::time::Instant::now() >= settled => {
+                    schema::end_session(pool, pid).await.map_err(&sql)?;
+                    tokio::time::sleep(SETTLE_POLL).await;
+                }
+                schema::Fate::Open { .. } => tokio::time::sleep(SETTLE_POLL).await,
+            }
+        }
     }
 
     /// When a call that starts now gives up.

@@ -84,6 +84,17 @@ const MIGRATIONS: &[(i64, &str)] = &[
        id TEXT PRIMARY KEY,
        at TEXT NOT NULL);",
     ),
+    // A revision's token, and the tokens of each kind's recent revisions (`revision.rs`): a
+    // restore whose counter climbs back is told from writes that only moved on.
+    (
+        8,
+        "ALTER TABLE drg_revision ADD COLUMN token TEXT NOT NULL DEFAULT '';
+     CREATE TABLE drg_revision_log (
+       kind TEXT NOT NULL,
+       n BIGINT NOT NULL,
+       token TEXT NOT NULL,
+       PRIMARY KEY (kind, n));",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).
@@ -139,38 +150,88 @@ pub fn session(engine: Engine, ms: u64) -> String {
 /// A transaction that writes: on SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
 /// so that two writers wait in turn instead of one failing when it upgrades a read; on
 /// PostgreSQL it carries its deadline, `within` from now on the database's clock (see
-/// [`POSTGRES_ONLY`]), and tells every gateway at its commit that `tell` (a kind) moved.
+/// [`POSTGRES_ONLY`]), tells every gateway at its commit that `tell` (a kind) moved, and
+/// gives its transaction id, by which a `COMMIT` whose answer is late or lost is settled.
 pub async fn begin_write(
     engine: Engine,
     pool: &AnyPool,
     within: std::time::Duration,
     tell: Option<&'static str>,
-) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+) -> Result<(sqlx::Transaction<'static, sqlx::Any>, Option<i64>), sqlx::Error> {
     match engine {
         Engine::Postgres => {
             let mut tx = pool.begin().await?;
             let ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
-            // The deadline and, for a write of a kind, its `NOTIFY` (sent at the commit and
-            // only then): one round trip.
-            sqlx::query(
+            // The deadline, for a write of a kind its `NOTIFY` (sent at the commit and only
+            // then), and the transaction's id: one round trip.
+            let (_, _, xid): (String, bool, i64) = sqlx::query_as(
                 "SELECT set_config('drg.deadline',
                    (clock_timestamp() + $1::float8 * interval '1 millisecond')::text, true),
-                 CASE WHEN $2 <> '' THEN pg_notify('drg_revision', $2) END",
+                 (CASE WHEN $2 <> '' THEN pg_notify('drg_revision', $2) END) IS NULL,
+                 txid_current()",
             )
             .bind(ms)
             .bind(tell.unwrap_or(""))
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await?;
-            Ok(tx)
+            Ok((tx, Some(xid)))
         }
-        Engine::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        Engine::Sqlite => Ok((pool.begin_with("BEGIN IMMEDIATE").await?, None)),
     }
+}
+
+/// What the database says of a write's transaction whose `COMMIT` answer is late or lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Committed; or committed here and waiting on a synchronous standby (it is shown once
+    /// the standby answers or the wait is given up: it never rolls back).
+    Committed,
+    /// Aborted: it never commits.
+    Aborted,
+    /// Still open in session `pid`: its `COMMIT` not come, waiting on a lock (another
+    /// commit's, such as the one `NOTIFY` takes while that commit waits on a standby), or being
+    /// made durable. Ending the session settles it: a commit made durable stays committed, any
+    /// other rolls back.
+    Open { pid: i32 },
+}
+
+/// The [`Fate`] of transaction `xid` (as `txid_current()` gave it): its status, and while it
+/// is in progress what its session waits on, since a `COMMIT` waiting on a standby is in
+/// progress to `txid_status` although it is committed here.
+pub async fn fate(pool: &AnyPool, xid: i64) -> Result<Fate, sqlx::Error> {
+    let (status, pid, wait): (Option<String>, Option<i32>, Option<String>) = sqlx::query_as(
+        "SELECT txid_status($1), a.pid, a.wait_event::text
+         FROM (SELECT 1) AS one LEFT JOIN pg_stat_activity AS a
+           ON a.backend_xid::text = ($1 % 4294967296)::text",
+    )
+    .bind(xid)
+    .fetch_one(pool)
+    .await?;
+    Ok(match (status.as_deref(), pid, wait.as_deref()) {
+        (Some("committed"), ..) => Fate::Committed,
+        (Some("in progress"), Some(_), Some("SyncRep")) => Fate::Committed,
+        (Some("in progress"), Some(pid), _) => Fate::Open { pid },
+        // Ending between the two looks: asked again.
+        (Some("in progress"), None, _) => Fate::Open { pid: 0 },
+        // Aborted, or too old to tell (it then ended long ago).
+        _ => Fate::Aborted,
+    })
+}
+
+/// Ends the session `pid` (a write's, whose `COMMIT` did not come by its deadline): its
+/// transaction rolls back.
+pub async fn end_session(pool: &AnyPool, pid: i32) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Applies the migrations the database lacks, in one transaction, under the engine's lock.
 pub async fn migrate(engine: Engine, pool: &AnyPool) -> Result<(), ControlError> {
     let sql = |e| ControlError::Sql(engine.name(), e);
-    let mut tx = begin_write(engine, pool, std::time::Duration::from_secs(60), None)
+    let (mut tx, _) = begin_write(engine, pool, std::time::Duration::from_secs(60), None)
         .await
         .map_err(sql)?;
     if engine == Engine::Postgres {

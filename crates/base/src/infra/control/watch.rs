@@ -1,5 +1,6 @@
 //! The poll behind the notifications: every `gateway.control.poll_ms` one query reads every
-//! kind's revision, and each kind is told with its revision (`<kind>@<n>`, [`Control::moved`]);
+//! kind's revision, and each kind is told with its revision (`<kind>@<n>@<token>`,
+//! [`Control::moved`], [`super::Revision::word`]);
 //! a snapshot that holds another revision reads the kind. Each snapshot compares with what it
 //! holds, not with what this poll saw last: writes between two polls followed by a restore to
 //! the revision the poll last saw would otherwise go unnoticed. One query a poll for every
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Control, ControlError};
+use super::{Control, ControlError, Revision};
 use crate::service::{Service, Shutdown};
 
 /// A failing store is logged at WARN at most this often.
@@ -20,20 +21,23 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 pub struct Revisions(pub Arc<Control>);
 
 impl Revisions {
-    async fn read(&self) -> Result<HashMap<String, i64>, ControlError> {
+    async fn read(&self) -> Result<HashMap<String, Revision>, ControlError> {
         let pool = self.0.pool().await?;
-        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT kind, n FROM drg_revision")
-            .fetch_all(pool)
-            .await
-            .map_err(self.0.sql())?;
-        Ok(rows.into_iter().collect())
+        let rows: Vec<(String, i64, String)> =
+            sqlx::query_as("SELECT kind, n, token FROM drg_revision")
+                .fetch_all(pool)
+                .await
+                .map_err(self.0.sql())?;
+        Ok((rows.into_iter())
+            .map(|(kind, n, token)| (kind, Revision { n, token }))
+            .collect())
     }
 }
 
 #[async_trait::async_trait]
 impl Service for Revisions {
     async fn run(&self, mut shutdown: Shutdown) {
-        let mut last: HashMap<String, i64> = HashMap::new();
+        let mut last: HashMap<String, Revision> = HashMap::new();
         let mut warned: Option<Instant> = None;
         let mut ticks = crate::periodic::Ticks::new(self.0.poll());
         while ticks.next(&mut shutdown).await.is_some() {
@@ -53,10 +57,10 @@ impl Service for Revisions {
             // A kind whose row went (a database restored from before its first write) is at 0.
             let gone = (last.keys())
                 .filter(|k| !now.contains_key(*k))
-                .map(|k| (k.clone(), 0));
-            let told: Vec<(String, i64)> = now.iter().map(|(k, n)| (k.clone(), *n)).collect();
-            for (kind, n) in told.into_iter().chain(gone.collect::<Vec<_>>()) {
-                let _ = self.0.moved.send(format!("{kind}@{n}"));
+                .map(|k| Revision::default().word(k));
+            let told = now.iter().map(|(k, r)| r.word(k));
+            for word in told.chain(gone).collect::<Vec<_>>() {
+                let _ = self.0.moved.send(word);
             }
             last = now;
         }

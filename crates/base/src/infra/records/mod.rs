@@ -14,6 +14,7 @@ pub mod once;
 pub mod snapshot;
 pub mod sql;
 
+use crate::infra::control::Revision;
 use std::collections::HashMap;
 
 /// One record (the trait is pure, in the domain crate, where overrides implement it).
@@ -78,9 +79,9 @@ pub trait RecordStore<R: Record>: Send + Sync {
     async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError>;
     /// The revision of what is held: moved by every write, lower after a restore from an older
     /// backup.
-    async fn revision(&self) -> Result<i64, RecordsError>;
+    async fn revision(&self) -> Result<Revision, RecordsError>;
     /// Every record held, removals included, and the revision they are at.
-    async fn read(&self) -> Result<(i64, Vec<R>), RecordsError>;
+    async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError>;
     /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),
     /// once a source: how many were taken, `None` when `source` was taken before.
     async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError>;

@@ -6,7 +6,7 @@
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
 //! the store holds now is served: a gateway never writes its copy back.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::once::{Once, Outcome};
 use super::sql::SqlRecords;
 use super::{Audited, Merged, Put, Record, RecordStore, RecordsError};
-use crate::infra::control::Control;
+use crate::infra::control::{Control, Revision};
 
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
@@ -31,11 +31,57 @@ pub struct WentBack {
     pub seen_at: i64,
 }
 
+/// Whether the store's history of `kind`, read at `now`, went another way than the one this
+/// gateway held at `from` (a restore, a failover; see [`crate::infra::control::diverged`]):
+/// logged at WARN and given for `/readyz`. A store that does not answer the question is
+/// taken as one that moved on (the kind is read whole either way).
+pub async fn went_back(
+    control: &Control,
+    kind: &'static str,
+    from: &Revision,
+    now: &Revision,
+) -> Option<WentBack> {
+    let ask = async {
+        let pool = control.pool().await?;
+        (crate::infra::control::diverged(pool, kind, from, now).await).map_err(control.sql())
+    };
+    if !control.within(ask).await.unwrap_or(false) {
+        return None;
+    }
+    let (f, t) = (from.n, now.n);
+    log::warn!(
+        "{kind}: the control store's revision went back from {f} to {t}{} (restored from an \
+         older backup, or a replica that lagged): what it holds now is served",
+        if t >= f {
+            ", through another history"
+        } else {
+            ""
+        }
+    );
+    Some(WentBack {
+        kind,
+        from: f,
+        to: t,
+        seen_at: chrono::Utc::now().timestamp(),
+    })
+}
+
+/// Whether what was told moved, `said`, asks `kind` to be read, this gateway holding `held`
+/// (`behind`: its last round failed): the kind's name (a notification) always does; the
+/// poll's word of the kind (see `control/watch.rs`) when it tells another revision than the
+/// one held, or the gateway is behind; another kind's word never does.
+pub fn asks_read(said: &str, kind: &str, held: Option<&Revision>, behind: bool) -> bool {
+    if said == kind || said == "*" {
+        return true;
+    }
+    Revision::told(said, kind).is_some_and(|told| behind || held != Some(&told))
+}
+
 /// What the poll remembers between rounds.
 #[derive(Default)]
 struct SyncState {
     /// The revision last read.
-    last: Option<i64>,
+    last: Option<Revision>,
     warned: Option<Instant>,
 }
 
@@ -70,8 +116,10 @@ pub struct Snapshot<R: Record> {
     last_stamp: AtomicU64,
     sync: tokio::sync::Mutex<SyncState>,
     went_back: arc_swap::ArcSwapOption<WentBack>,
-    /// The revision last read (-1: none yet), for the poll's word (see `control/watch.rs`).
-    revision_held: AtomicI64,
+    /// The revision last read (none yet), for the poll's word (see `control/watch.rs`).
+    revision_held: arc_swap::ArcSwapOption<Revision>,
+    /// Whether the store was read once: until then what is held is only this gateway's writes.
+    read: AtomicBool,
 }
 
 impl<R: Record> Snapshot<R> {
@@ -88,13 +136,20 @@ impl<R: Record> Snapshot<R> {
             last_stamp: AtomicU64::new(0),
             sync: tokio::sync::Mutex::new(SyncState::default()),
             went_back: arc_swap::ArcSwapOption::empty(),
-            revision_held: AtomicI64::new(-1),
+            revision_held: arc_swap::ArcSwapOption::empty(),
+            read: AtomicBool::new(false),
         }
     }
 
     /// What this gateway holds now.
     pub fn held(&self) -> Arc<Merged<R>> {
         self.held.load_full()
+    }
+
+    /// Whether the store was read since this gateway started: before, a list read from what is
+    /// held would say a project has nothing (its reads answer `503` instead).
+    pub fn read_once(&self) -> bool {
+        self.read.load(Ordering::Acquire)
     }
 
     /// A stamp for a write replacing one stamped `held`.
@@ -195,7 +250,7 @@ impl<R: Record> Snapshot<R> {
                 return false;
             }
         };
-        if st.last == Some(revision) {
+        if st.last.as_ref() == Some(&revision) {
             return true;
         }
         let since = self.generation();
@@ -206,23 +261,15 @@ impl<R: Record> Snapshot<R> {
                 return false;
             }
         };
-        if let Some(from) = st.last.filter(|from| revision < *from) {
-            log::warn!(
-                "{}: the control store's revision went back from {from} to {revision} (restored \
-                 from an older backup, or a replica that lagged): what it holds now is served",
-                self.kind
-            );
-            let seen_at = chrono::Utc::now().timestamp();
-            self.went_back.store(Some(Arc::new(WentBack {
-                kind: self.kind,
-                from,
-                to: revision,
-                seen_at,
-            })));
+        if let Some(from) = &st.last {
+            if let Some(back) = went_back(&self.control, self.kind, from, &revision).await {
+                self.went_back.store(Some(Arc::new(back)));
+            }
         }
         self.take(read, since);
+        self.read.store(true, Ordering::Release);
+        self.revision_held.store(Some(Arc::new(revision.clone())));
         st.last = Some(revision);
-        self.revision_held.store(revision, Ordering::Release);
         true
     }
 
@@ -260,17 +307,13 @@ impl<R: Record> crate::service::Service for SnapshotSync<R> {
         loop {
             tokio::select! {
                 told = moved.recv() => match told {
-                    Ok(kind) if kind == self.0.kind || kind == "*" => {}
                     // The poll's word: read only when another revision is held here.
-                    Ok(said) => match said.split_once('@') {
-                        Some((kind, n)) if kind == self.0.kind => {
-                            let held = self.0.revision_held.load(Ordering::Acquire);
-                            if n.parse::<i64>().is_ok_and(|n| n == held) && !behind {
-                                continue;
-                            }
+                    Ok(said) => {
+                        let held = self.0.revision_held.load();
+                        if !asks_read(&said, self.0.kind, held.as_deref(), behind) {
+                            continue;
                         }
-                        _ => continue,
-                    },
+                    }
                     // Behind on what moved: read anyway.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

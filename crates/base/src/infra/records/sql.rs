@@ -16,7 +16,7 @@ use sqlx::Any;
 
 use super::once::{self, Once, Outcome, Remembered};
 use super::{tombstones_kept, Audited, Put, Record, RecordStore, RecordsError};
-use crate::infra::control::{commit_unknown, Control, ControlError, Write};
+use crate::infra::control::{move_revision, Control, ControlError, Revision, Write};
 
 type Tx = sqlx::Transaction<'static, Any>;
 
@@ -79,7 +79,11 @@ impl<R: Record> SqlRecords<R> {
         audited: Option<&Audited<'_>>,
     ) -> Result<Outcome, ControlError> {
         let sql = self.control.sql();
-        let Write { mut tx, settled } = self.control.write_telling(until, Some(self.kind)).await?;
+        let Write {
+            mut tx,
+            settled,
+            xid,
+        } = self.control.write_telling(until, Some(self.kind)).await?;
         // The kind's revision row first: on PostgreSQL its lock holds to the end of the
         // transaction, and a refused write rolls the move back.
         move_revision(&mut tx, self.kind).await.map_err(&sql)?;
@@ -137,58 +141,19 @@ impl<R: Record> SqlRecords<R> {
                 .await
                 .map_err(&sql)?;
         }
-        match tx.commit().await {
-            Ok(()) => Ok(Outcome::Put(done)),
-            Err(e) if commit_unknown(&e) => {
-                (self.outcome(record, settled, e).await).map(|()| Outcome::Put(done))
-            }
-            Err(e) => Err(sql(e)),
-        }
+        let w = Write { tx, settled, xid };
+        self.control.commit(w).await?;
+        Ok(Outcome::Put(done))
     }
 
-    /// What came of a write whose `COMMIT` answer was lost (the connection broke after it was
-    /// sent): once the database can no longer commit it, its row says whether it did. `Ok`:
-    /// it landed; else the call's error stands (nothing changed, then or later).
-    async fn outcome(
-        &self,
-        record: &R,
-        settled: std::time::Instant,
-        lost: sqlx::Error,
-    ) -> Result<(), ControlError> {
-        log::warn!(
-            "{}: the answer to a commit was lost ({lost}); reading what came of it",
-            self.kind
-        );
-        tokio::time::sleep_until(settled.into()).await;
-        let sql = self.control.sql();
-        let pool = self.control.pool().await?;
-        let mut conn = pool.acquire().await.map_err(&sql)?;
-        let held = held_row(&mut conn, self.kind, record).await.map_err(&sql)?;
-        let landed = match held {
-            // A removal that drops its row: the row is gone.
-            None => record.removed() && !R::KEEPS_REMOVED,
-            Some(h) => h.stamp() == record.stamp() && h.writer() == record.writer(),
-        };
-        log::warn!(
-            "{}: the write whose answer was lost {}",
-            self.kind,
-            if landed { "landed" } else { "did not land" }
-        );
-        if landed {
-            Ok(())
-        } else {
-            Err(sql(lost))
-        }
-    }
-
-    async fn revision_now(&self) -> Result<i64, ControlError> {
+    async fn revision_now(&self) -> Result<Revision, ControlError> {
         let pool = self.control.pool().await?;
         crate::infra::control::revision(pool, self.kind)
             .await
             .map_err(self.control.sql())
     }
 
-    async fn read_now(&self) -> Result<(i64, Vec<R>), ControlError> {
+    async fn read_now(&self) -> Result<(Revision, Vec<R>), ControlError> {
         let sql = self.control.sql();
         let pool = self.control.pool().await?;
         // The rows and the revision they are at, read in one transaction.
@@ -320,19 +285,6 @@ async fn remember(
     Ok(())
 }
 
-/// Moves `kind`'s revision (made at 1 the first time); on PostgreSQL the row stays locked to
-/// the end of the transaction.
-async fn move_revision(tx: &mut Tx, kind: &'static str) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO drg_revision (kind, n) VALUES ($1, 1)
-         ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1",
-    )
-    .bind(kind)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// Whether `migrate` took `source` in before (`drg_imports`).
 pub async fn taken_before(tx: &mut Tx, source: &str) -> Result<bool, sqlx::Error> {
     let before: Option<i64> =
@@ -431,11 +383,11 @@ impl<R: Record> RecordStore<R> for SqlRecords<R> {
         }
     }
 
-    async fn revision(&self) -> Result<i64, RecordsError> {
+    async fn revision(&self) -> Result<Revision, RecordsError> {
         Ok(self.control.within(self.revision_now()).await?)
     }
 
-    async fn read(&self) -> Result<(i64, Vec<R>), RecordsError> {
+    async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError> {
         Ok(self.control.within(self.read_now()).await?)
     }
 
@@ -458,7 +410,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
         let store = SqlRecords::<Override>::new(control, "overrides");
-        assert_eq!(store.revision().await.unwrap(), 0);
+        assert_eq!(store.revision().await.unwrap().n, 0);
         let put = |d: &'static str, stamp, removed| {
             let s = &store;
             async move { s.put(&over(d, stamp, removed), 2).await.unwrap() }
@@ -474,7 +426,7 @@ mod tests {
         assert_eq!(put("c.example", 12, false).await, Put::Full);
         assert_eq!(put("a.example", 9, true).await, Put::Stale);
         assert_eq!(
-            store.revision().await.unwrap(),
+            store.revision().await.unwrap().n,
             2,
             "refused writes move nothing"
         );
@@ -487,7 +439,7 @@ mod tests {
             Put::Done { created: true }
         );
         let (n, held) = store.read().await.unwrap();
-        assert_eq!(n, 4);
+        assert_eq!(n.n, 4);
         let mut names: Vec<&str> = held.iter().map(|o| o.domain.as_str()).collect();
         names.sort();
         assert_eq!(names, ["b.example", "c.example"], "a removal leaves no row");

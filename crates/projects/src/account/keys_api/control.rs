@@ -17,7 +17,6 @@
 //!   while the store is away serves the keys it last knew.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,8 +28,10 @@ use crate::account::audit::{self, Entry};
 use drg_access::keys::{KeyEntry, KeyOrigin};
 use drg_access::managed::{Makers, ManagedFile, ManagedKey};
 use drg_base::answer::Changed;
-use drg_base::infra::control::{commit_unknown, Control, ControlError, Engine, Write};
-use drg_base::infra::records::snapshot::WentBack;
+use drg_base::infra::control::{
+    move_revision, token_at, Control, ControlError, Engine, Revision, Write,
+};
+use drg_base::infra::records::snapshot::{asks_read, went_back, WentBack};
 use drg_base::infra::records::sql::{note_taken, taken_before};
 
 /// The kind's name in the store's revisions (and its `NOTIFY`).
@@ -47,7 +48,7 @@ pub struct ControlKeys {
     /// Reads of the store and this gateway's changes reach what is held one at a time.
     follow: tokio::sync::Mutex<Follow>,
     /// The revision held (-1: none yet), for the poll's word.
-    revision_held: AtomicI64,
+    revision_held: arc_swap::ArcSwapOption<Revision>,
     went_back: ArcSwapOption<WentBack>,
     /// Last uses written to the store, so that unchanged ones are not written again.
     saved: std::sync::Mutex<HashMap<String, u64>>,
@@ -59,15 +60,17 @@ pub struct ControlKeys {
 #[derive(Default)]
 struct Follow {
     /// The revision last read.
-    last: Option<i64>,
+    last: Option<Revision>,
     warned: Option<Instant>,
 }
 
-/// A change committed: what the edit gave, the project's rows after it, the revision it made.
+/// A change committed: what the edit gave, the project's rows after it, the revision it made
+/// and the token of the one before it (so that it is held only on the history held here).
 struct Committed<T> {
     out: T,
     rows: Vec<ManagedKey>,
-    revision: i64,
+    revision: Revision,
+    before: Option<String>,
 }
 
 /// What a change or a read brings to what this gateway holds.
@@ -85,7 +88,7 @@ impl ControlKeys {
         ControlKeys {
             control: control.clone(),
             follow: tokio::sync::Mutex::default(),
-            revision_held: AtomicI64::new(-1),
+            revision_held: ArcSwapOption::empty(),
             went_back: ArcSwapOption::empty(),
             saved: std::sync::Mutex::default(),
             orphans,
@@ -108,10 +111,10 @@ impl ControlKeys {
 
     /// For the admin `/readyz`: the engine and the revision held.
     pub fn status(&self) -> serde_json::Value {
-        let held = self.revision_held.load(Ordering::Acquire);
+        let held = self.revision_held.load();
         serde_json::json!({
             "store": self.control.engine().name(),
-            "revision": (held >= 0).then_some(held),
+            "revision": held.as_ref().map(|r| r.n),
         })
     }
 
@@ -137,8 +140,8 @@ impl ControlKeys {
         // Boxed: a request's future would hold the transaction's inline.
         match Box::pin(self.control.within(call)).await {
             Ok(Ok(done)) => {
-                self.hold_change(api, project, done.rows, done.revision)
-                    .await;
+                let made = (done.revision, done.before);
+                self.hold_change(api, project, done.rows, made).await;
                 Ok(done.out)
             }
             Ok(Err(refused)) => Err(refused),
@@ -159,8 +162,14 @@ impl ControlKeys {
     ) -> Result<Result<Committed<(T, Changed)>, Refused>, ControlError> {
         let sql = self.control.sql();
         let until = self.control.deadline();
-        let Write { mut tx, settled } = self.control.write_telling(until, Some(KIND)).await?;
-        let revision = move_revision(&mut tx).await.map_err(&sql)?;
+        let Write {
+            mut tx,
+            settled,
+            xid,
+        } = self.control.write_telling(until, Some(KIND)).await?;
+        let revision = move_revision(&mut tx, KIND).await.map_err(&sql)?;
+        let previous = token_at(&mut *tx, KIND, revision.n - 1).await;
+        let previous = previous.map_err(&sql)?;
         // A gateway whose keys file still holds a key `key sync` retired has not read it yet.
         if operator && (super::retire::is_retired(&mut tx, key_id).await).map_err(&sql)? {
             return Ok(Err(Refused::Retired));
@@ -180,75 +189,39 @@ impl ControlKeys {
         drg_base::infra::control::audit::append(&mut tx, &row, keep_days)
             .await
             .map_err(&sql)?;
-        match tx.commit().await {
-            Ok(()) => {}
-            Err(e) if commit_unknown(&e) => {
-                self.outcome(project, &before, &after, settled, e).await?;
-            }
-            Err(e) => return Err(sql(e)),
-        }
+        self.control.commit(Write { tx, settled, xid }).await?;
         Ok(Ok(Committed {
             out: (out, changed.recorded()),
             rows: after,
             revision,
+            before: previous,
         }))
     }
 
-    /// What came of a change whose `COMMIT` answer was lost: once the database can no longer
-    /// commit it, the rows it touched say whether it did. `Ok`: it landed; else the call's
-    /// error stands (nothing changed, then or later).
-    async fn outcome(
-        &self,
-        project: &str,
-        before: &[ManagedKey],
-        after: &[ManagedKey],
-        settled: Instant,
-        lost: sqlx::Error,
-    ) -> Result<(), ControlError> {
-        log::warn!("keys: the answer to a commit was lost ({lost}); reading what came of it");
-        tokio::time::sleep_until(settled.into()).await;
-        let sql = self.control.sql();
-        let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
-        let now = project_rows(&mut tx, project).await.map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        let body = |rows: &[ManagedKey], id: &str| rows.iter().find(|k| k.id == id).map(body_of);
-        let touched: HashSet<&str> = (before.iter().chain(after))
-            .map(|k| k.id.as_str())
-            .filter(|id| body(before, id) != body(after, id))
-            .collect();
-        let landed = touched.iter().all(|id| body(&now, id) == body(after, id));
-        log::warn!(
-            "keys: the change whose answer was lost {}",
-            if landed { "landed" } else { "did not land" }
-        );
-        if landed {
-            Ok(())
-        } else {
-            Err(sql(lost))
-        }
-    }
-
-    /// Holds a change committed at `revision`: unless a read holds it already. The revision
-    /// held moves with it only when it is the next one (else a read fills the gap).
+    /// Holds a change committed at `revision`, made on the revision whose token is `before`:
+    /// unless a read holds it already. The revision held moves with it only when it is the
+    /// next one on the history held here (else a read fills the gap, or finds a restore).
     async fn hold_change(
         &self,
         api: &Arc<KeysApi>,
         project: String,
         rows: Vec<ManagedKey>,
-        revision: i64,
+        (revision, before): (Revision, Option<String>),
     ) {
         let mut f = self.follow.lock().await;
-        match f.last {
-            Some(held) if held >= revision => {}
+        let next =
+            |held: &Revision| held.n + 1 == revision.n && before.as_ref() == Some(&held.token);
+        match f.last.clone() {
+            Some(held) if held.n >= revision.n => {}
             // Nothing read yet: the store just answered, so read it whole.
             None => {
                 self.sync_locked(api, &mut f).await;
             }
             Some(held) => {
                 hold(api, Rows::Project(project, rows)).await;
-                if held + 1 == revision {
+                if next(&held) {
+                    self.revision_held.store(Some(Arc::new(revision.clone())));
                     f.last = Some(revision);
-                    self.revision_held.store(revision, Ordering::Release);
                 }
             }
         }
@@ -261,9 +234,9 @@ impl ControlKeys {
     }
 
     async fn sync_locked(&self, api: &Arc<KeysApi>, f: &mut Follow) -> bool {
-        if let Some(last) = f.last {
+        if let Some(last) = &f.last {
             match Box::pin(self.control.within(self.revision_now())).await {
-                Ok(n) if n == last => return true,
+                Ok(n) if n == *last => return true,
                 Ok(_) => {}
                 Err(e) => return self.failed(f, &e),
             }
@@ -272,22 +245,14 @@ impl ControlKeys {
             Ok(read) => read,
             Err(e) => return self.failed(f, &e),
         };
-        if let Some(from) = f.last.filter(|from| revision < *from) {
-            log::warn!(
-                "keys: the control store's revision went back from {from} to {revision} \
-                 (restored from an older backup, or a replica that lagged): what it holds now \
-                 is served"
-            );
-            self.went_back.store(Some(Arc::new(WentBack {
-                kind: KIND,
-                from,
-                to: revision,
-                seen_at: chrono::Utc::now().timestamp(),
-            })));
+        if let Some(from) = &f.last {
+            if let Some(back) = went_back(&self.control, KIND, from, &revision).await {
+                self.went_back.store(Some(Arc::new(back)));
+            }
         }
         hold(api, Rows::All(rows, retired)).await;
+        self.revision_held.store(Some(Arc::new(revision.clone())));
         f.last = Some(revision);
-        self.revision_held.store(revision, Ordering::Release);
         true
     }
 
@@ -301,7 +266,7 @@ impl ControlKeys {
         false
     }
 
-    async fn revision_now(&self) -> Result<i64, ControlError> {
+    async fn revision_now(&self) -> Result<Revision, ControlError> {
         let pool = self.control.pool().await?;
         drg_base::infra::control::revision(pool, KIND)
             .await
@@ -309,7 +274,7 @@ impl ControlKeys {
     }
 
     /// Every key, the operator keys retired, and the revision they are at.
-    async fn read_now(&self) -> Result<(i64, Vec<ManagedKey>, Vec<String>), ControlError> {
+    async fn read_now(&self) -> Result<(Revision, Vec<ManagedKey>, Vec<String>), ControlError> {
         let sql = self.control.sql();
         let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
         // The revision first: rows read after it are as new or newer, never older.
@@ -333,7 +298,7 @@ impl ControlKeys {
             let sql = self.control.sql();
             let until = self.control.deadline();
             let Write { mut tx, .. } = self.control.write_telling(until, Some(KIND)).await?;
-            move_revision(&mut tx).await.map_err(&sql)?;
+            move_revision(&mut tx, KIND).await.map_err(&sql)?;
             let why = super::retire::Why {
                 by: "keys.yaml",
                 detail: "the key that made it left the keys file",
@@ -425,17 +390,13 @@ impl drg_base::service::Service for KeysFollow {
         loop {
             tokio::select! {
                 told = moved.recv() => match told {
-                    Ok(kind) if kind == KIND || kind == "*" => {}
                     // The poll's word: read only when another revision is held here.
-                    Ok(said) => match said.split_once('@') {
-                        Some((kind, n)) if kind == KIND => {
-                            let held = keys.revision_held.load(Ordering::Acquire);
-                            if n.parse::<i64>().is_ok_and(|n| n == held) && !behind {
-                                continue;
-                            }
+                    Ok(said) => {
+                        let held = keys.revision_held.load();
+                        if !asks_read(&said, KIND, held.as_deref(), behind) {
+                            continue;
                         }
-                        _ => continue,
-                    },
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
@@ -463,18 +424,6 @@ async fn next_orphans(rx: &mut Option<UnboundedReceiver<Vec<String>>>) -> Option
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// Moves the kind's revision (made at 1 the first time), and says where it is now; on
-/// PostgreSQL the row stays locked to the end of the transaction (and carries its deadline).
-pub(super) async fn move_revision(tx: &mut Tx) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "INSERT INTO drg_revision (kind, n) VALUES ($1, 1)
-         ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1 RETURNING n",
-    )
-    .bind(KIND)
-    .fetch_one(&mut **tx)
-    .await
 }
 
 /// `project`'s keys as held in the store.
@@ -570,7 +519,7 @@ pub async fn import(
         };
         (super::retire::revoke_audited(&mut tx, &revoked, &why).await).map_err(&sql)?;
         if taken_before(&mut tx, source).await.map_err(&sql)? {
-            move_revision(&mut tx).await.map_err(&sql)?;
+            move_revision(&mut tx, KIND).await.map_err(&sql)?;
             tx.commit().await.map_err(&sql)?;
             return Ok(None);
         }
@@ -606,7 +555,7 @@ pub async fn import(
         note_taken(&mut tx, source, KIND, taken)
             .await
             .map_err(&sql)?;
-        move_revision(&mut tx).await.map_err(&sql)?;
+        move_revision(&mut tx, KIND).await.map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
         Ok::<_, ControlError>(Some(taken))
     };

@@ -11,7 +11,8 @@ use drg_access::managed::ManagedKey;
 use drg_base::infra::control::audit::{self, AuditRow};
 use drg_base::infra::control::{Control, ControlError, Write};
 
-use super::control::{move_revision, KIND};
+use super::control::KIND;
+use drg_base::infra::control::move_revision;
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
@@ -109,7 +110,7 @@ pub async fn sync_makers(
     let call = async {
         let until = control.deadline();
         let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
-        move_revision(&mut tx).await.map_err(&sql)?;
+        move_revision(&mut tx, KIND).await.map_err(&sql)?;
         let roots: Vec<String> =
             sqlx::query_scalar("SELECT body FROM drg_keys WHERE parent IS NULL")
                 .fetch_all(&mut *tx)

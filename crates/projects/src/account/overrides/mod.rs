@@ -131,6 +131,9 @@ impl Overrides {
     }
 
     fn list(&self, key: &KeyEntry, cursor: Option<&str>, limit: usize) -> Answer {
+        if !self.snapshot.read_once() {
+            return drg_base::answer::not_read_yet("The override store");
+        }
         #[derive(Serialize)]
         struct Page<'a> {
             items: Vec<Item<'a>>,

@@ -182,6 +182,9 @@ impl Reports {
     }
 
     fn list(&self, key: &KeyEntry) -> Answer {
+        if !self.snapshot.read_once() {
+            return drg_base::answer::not_read_yet("The report store");
+        }
         #[derive(Serialize)]
         struct Page<'a> {
             items: Vec<Item<'a>>,

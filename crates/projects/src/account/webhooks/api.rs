@@ -126,6 +126,9 @@ impl Webhooks {
     }
 
     fn list(&self, key: &KeyEntry, cursor: Option<&str>, limit: usize) -> Answer {
+        if !self.hooks.snapshot().read_once() {
+            return drg_base::answer::not_read_yet("The webhook store");
+        }
         #[derive(Serialize)]
         struct Page<'a> {
             items: Vec<Item<'a>>,
@@ -389,6 +392,8 @@ mod tests {
     }
 
     async fn list(api: &Webhooks, key: &KeyEntry, cursor: Option<&str>) -> serde_json::Value {
+        // What the gateway's follower does before its lists answer.
+        assert!(api.hooks.snapshot().sync().await);
         let op = WebhooksOp::List {
             cursor: cursor.map(str::to_owned),
             limit: 1,
