@@ -946,3 +946,40 @@ fn a_gateway_started_while_the_database_is_away_answers_503_for_its_lists_never_
     let hooks = send(&gw, "GET", "/v1/webhooks", Some(ACME), &[], None);
     assert_eq!(hooks.json()["items"].as_array().map(Vec::len), Some(1));
 }
+
+#[test]
+fn a_gateway_started_while_the_database_is_away_trusts_its_key_cache_only_within_its_bound() {
+    use crate::keys_api::{made_by, revoke};
+    let pg = Postgres::start();
+    let bounded = || builder(&pg).gateway_yaml("keys_api: { unverified_after_seconds: 60 }");
+    let gw = bounded().start();
+    let (id, made) = made_by(&gw, ACME, "cached");
+    let dir = gw.stop();
+    // Revoked through another gateway while this one is stopped; then the database goes away.
+    let other = bounded().start();
+    wait_until(Duration::from_secs(2), || lookup(&other, &made) == 200);
+    assert_eq!(revoke(&other, ACME, &id).status, 204);
+    drop(other.stop());
+    pg.stop();
+    // Its cache was read from the store within the bound: a start serves it (the revocation is
+    // not known here, and cannot be, until the store answers).
+    let cache = dir.path().join("state/keys.control-cache.json");
+    let gw = bounded().in_dir(dir).start();
+    assert_eq!(lookup(&gw, &made), 200);
+    let dir = gw.stop();
+    // A cache older than the bound (a state folder from before the revocation): the API-made
+    // key answers `503`, never `200`; operator keys work.
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    let read_at = file["read_at"]
+        .as_i64()
+        .expect("the cache says when the store answered");
+    file["read_at"] = json!(read_at - 3_600);
+    std::fs::write(&cache, file.to_string()).unwrap();
+    let gw = bounded().in_dir(dir).start();
+    assert_eq!(lookup(&gw, &made), 503);
+    assert_eq!(lookup(&gw, ACME), 200);
+    // The store back: the revocation holds.
+    pg.restart();
+    wait_until(Duration::from_secs(5), || lookup(&gw, &made) == 401);
+}

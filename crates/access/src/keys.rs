@@ -177,7 +177,7 @@ impl KeyEntry {
 }
 
 /// The keys of one keys-file version, indexed by hash.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeyStore {
     /// Keyed by the first 8 bytes of a SHA-256: already uniform, so a multiply (foldhash)
     /// spreads them as well as SipHash, for a fraction of its cost on every request.
@@ -193,9 +193,41 @@ pub struct KeyStore {
     /// Operator keys the control store retired (`key sync`): out of service, kept as parsed so
     /// that a sync that brings them back needs no new read of the keys file.
     retired: Vec<Arc<KeyEntry>>,
+    /// Until when (unix seconds) what this gateway last read of the control store vouches for
+    /// its API-made keys: past it, with the store away, one may have been revoked since, and it
+    /// answers `503` (see [`KeyStore::unverified_at`]). Shared by every store the serving
+    /// gateway builds; never past for stores no control store feeds.
+    verified_until: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl Default for KeyStore {
+    fn default() -> Self {
+        KeyStore {
+            by_prefix: HashMap::default(),
+            by_project: HashMap::new(),
+            by_id: HashMap::new(),
+            len: 0,
+            managed_problem: None,
+            retired: Vec::new(),
+            verified_until: Arc::new(i64::MAX.into()),
+        }
+    }
 }
 
 impl KeyStore {
+    /// Whether, at `now` (unix seconds), the control store was last read too long ago to vouch
+    /// for an API-made key (see the field).
+    pub fn unverified_at(&self, now: i64) -> bool {
+        now > self
+            .verified_until
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Makes this store read `until` (the serving gateway's one clock of its last read).
+    pub fn share_verified(&mut self, until: &Arc<std::sync::atomic::AtomicI64>) {
+        self.verified_until = until.clone();
+    }
+
     /// Why the API-made keys are off, if they are (see the field).
     pub fn managed_problem(&self) -> Option<&str> {
         self.managed_problem.as_deref()

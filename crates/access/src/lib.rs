@@ -49,6 +49,9 @@ pub enum Rejection {
     Expired { at: i64 },
     /// The key is not authorised for this origin (403); holds what the request said.
     Forbidden { origin: String },
+    /// An API-made key the control store has not vouched for within the bound the gateway
+    /// trusts its last read (503: it may have been revoked meanwhile).
+    Unverified,
 }
 
 /// The request headers the decision reads (raw bytes, as received).
@@ -100,8 +103,12 @@ pub fn decide_remembering<'a>(
     if key.disabled {
         return Err(Rejection::InvalidKey);
     }
+    let now = now();
+    if key.source == keys::KeyOrigin::Api && keys.unverified_at(now) {
+        return Err(Rejection::Unverified);
+    }
     // Before the origin: an expired key is refused wherever it is sent from.
-    if let Some(at) = key.expired_at(now()) {
+    if let Some(at) = key.expired_at(now) {
         return Err(Rejection::Expired { at });
     }
     let Some(patterns) = &key.origins else {

@@ -41,6 +41,10 @@ pub struct ManagedFile {
     /// them. Left out of the file while empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// When (unix seconds) the control store last answered this gateway: how far a gateway
+    /// started while the store is away trusts these keys (`keys_api.unverified_after_seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_at: Option<i64>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
@@ -202,7 +206,26 @@ pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
     let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
     held.keys.clone_into(&mut file.keys);
     held.retired.clone_into(&mut file.retired);
+    file.read_at = held.read_at.or(file.read_at);
     write(path, &file)
+}
+
+/// Records in the cache that the control store answered at `at` (unix seconds).
+pub fn note_read(path: &Path, at: i64) -> Result<(), ManagedError> {
+    let _lock = Lock::take(path)?;
+    let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
+    file.read_at = Some(at);
+    write(path, &file)
+}
+
+/// When the control store last answered, as the cache at `path` says (its time of writing
+/// for a cache written before that was recorded).
+pub fn read_at(path: &Path, file: &ManagedFile) -> Option<i64> {
+    file.read_at.or_else(|| {
+        let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+        let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+        i64::try_from(since.as_secs()).ok()
+    })
 }
 
 /// Writes the file atomically with mode 0600 (see [`drg_base::infra::fsutil`]).

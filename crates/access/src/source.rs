@@ -36,6 +36,12 @@ pub struct KeysSource {
     /// What a maker absent from the keys file means: gone (one gateway's own store), or
     /// perhaps another gateway's (a shared store; see [`super::managed::Makers`]).
     pub makers: super::managed::Makers,
+    /// Until when (unix seconds) API-made keys are vouched for (see
+    /// [`super::keys::KeyStore::unverified_at`]): set from the cache's `read_at` until the
+    /// control store is read, then by the keys API at each read.
+    pub verified_until: Arc<std::sync::atomic::AtomicI64>,
+    /// How long a read of the control store vouches for API-made keys, in seconds.
+    pub trust_seconds: i64,
 }
 
 impl KeysSource {
@@ -109,9 +115,17 @@ impl KeysSource {
                 (ManagedFile::default(), Some(e.to_string()))
             }
         };
-        if let Some(held) = self.held.load_full() {
-            file.keys.clone_from(&held.keys);
-            file.retired.clone_from(&held.retired);
+        match self.held.load_full() {
+            Some(held) => {
+                file.keys.clone_from(&held.keys);
+                file.retired.clone_from(&held.retired);
+            }
+            // The cache vouches for its keys only as long after the store last answered.
+            None if self.record_first_seen => {
+                let until = managed::read_at(path, &file).map_or(0, |t| t + self.trust_seconds);
+                (self.verified_until).store(until, std::sync::atomic::Ordering::Relaxed);
+            }
+            None => {}
         }
         let merged = managed::merge(operator, &file, &self.plans, self.makers);
         for w in &merged.warnings {
@@ -138,6 +152,7 @@ impl KeysSource {
         }
         let mut store = merged.store;
         store.set_managed_problem(problem.or_else(|| self.note().clone()));
+        store.share_verified(&self.verified_until);
         store
     }
 

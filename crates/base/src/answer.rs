@@ -171,6 +171,9 @@ pub enum ApiError {
     },
     /// The shared quota store is down and the policy is `fail_closed`.
     QuotaUnavailable,
+    /// An API-made key the control store has not vouched for within
+    /// `keys_api.unverified_after_seconds` (it may have been revoked meanwhile).
+    KeyUnverified,
     UpstreamUnavailable(String),
     UpstreamTimeout(String),
     /// A bug on our side; the detail is logged, never sent.
@@ -203,7 +206,7 @@ impl ApiError {
             ApiError::QuotaExceeded { .. }
             | ApiError::RateLimited { .. }
             | ApiError::PlanRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::QuotaUnavailable | ApiError::KeyUnverified => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -223,7 +226,7 @@ impl ApiError {
             ApiError::Forbidden(_) | ApiError::ServerKeyOnly(_) => "forbidden",
             ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::RateLimited { .. } | ApiError::PlanRateLimited { .. } => "rate_limited",
-            ApiError::QuotaUnavailable => "service_unavailable",
+            ApiError::QuotaUnavailable | ApiError::KeyUnverified => "service_unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
             ApiError::Internal(_) => "internal_error",
@@ -258,6 +261,10 @@ impl ApiError {
             }
             ApiError::QuotaUnavailable => {
                 "The quota store is unavailable; let your user through and retry later."
+            }
+            ApiError::KeyUnverified => {
+                "This key was made through the API and the key store has been unreachable too \
+                 long to vouch for it; let your user through and retry later."
             }
             ApiError::QuotaExceeded { .. } => {
                 "The monthly quota of this API key is used up; let your user through."
@@ -334,6 +341,7 @@ impl ApiError {
             | ApiError::Unauthorized { .. }
             | ApiError::QuotaExceeded { .. }
             | ApiError::QuotaUnavailable
+            | ApiError::KeyUnverified
             | ApiError::Internal(_) => None,
         }
     }

@@ -84,6 +84,9 @@ pub fn keys_source(settings: &Settings) -> KeysSource {
         } else {
             drg_access::managed::Makers::Here
         },
+        verified_until: Arc::new(i64::MAX.into()),
+        trust_seconds: i64::try_from(settings.gateway.keys_api.unverified_after.as_secs())
+            .unwrap_or(i64::MAX),
     }
 }
 
@@ -496,7 +499,7 @@ fn parts(
     // `/v1/keys` (`keys_api.enabled: false`: its routes answer 404).
     let keys_api = Arc::new(drg_projects::account::keys_api::KeysApi::new(
         shared.keys.clone(),
-        keys_source.held.clone(),
+        (keys_source.held.clone(), keys_source.verified_until.clone()),
         managed_path(gateway),
         &shared.control,
         gateway.access.plans.clone(),

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{settings, CommandError};
 use drg_base::infra::control::Control;
 use drg_base::infra::records::sql::SqlRecords;
-use drg_base::infra::records::{Merged, RecordStore};
+use drg_base::infra::records::Merged;
 use drg_projects::account::reports::{accept, decisions, grouped, Decision, Report};
 
 /// What the operator asked.

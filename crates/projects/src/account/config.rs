@@ -36,6 +36,13 @@ pub struct KeysApiConfig {
     /// now: keys follow the control store (`gateway.control.poll_ms`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared_poll_ms: Option<u64>,
+    /// How long a read of the control store vouches for the API-made keys a gateway holds, in
+    /// seconds (10 to 86400): with the store away longer (or a gateway started while it is
+    /// away from a cache older than that), API-made keys answer `503`, since one may have been
+    /// revoked meanwhile. Operator keys are not concerned.
+    #[serde(rename = "unverified_after_seconds")]
+    #[serde_as(as = "DurationSeconds<u64>")]
+    pub unverified_after: Duration,
     /// How long a rotated key keeps working beside its successor when the rotation names no
     /// `overlap_hours`, in hours (0 to 720).
     pub rotate_overlap_hours: u32,
@@ -50,6 +57,7 @@ impl Default for KeysApiConfig {
             body_timeout: Duration::from_millis(5_000),
             last_used_flush: Duration::from_secs(60),
             shared_poll_ms: None,
+            unverified_after: Duration::from_secs(900),
             rotate_overlap_hours: 24,
         }
     }
@@ -86,6 +94,12 @@ impl KeysApiConfig {
             out.push(format!(
                 "gateway.keys_api.last_used_flush_seconds: {} is outside 1..=3600",
                 secs(self.last_used_flush)
+            ));
+        }
+        if !(10..=86_400).contains(&secs(self.unverified_after)) {
+            out.push(format!(
+                "gateway.keys_api.unverified_after_seconds: {} is outside 10..=86400",
+                secs(self.unverified_after)
             ));
         }
         if self.rotate_overlap_hours > 720 {

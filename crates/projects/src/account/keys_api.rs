@@ -54,6 +54,9 @@ pub enum KeysOp {
     },
 }
 
+/// How often, in seconds, the cache notes that the control store answered.
+const NOTE_READ_EVERY: i64 = 30;
+
 /// The keys API's state: the snapshot it swaps, the store it writes, its counters.
 pub struct KeysApi {
     keys: Arc<ArcSwap<KeyStore>>,
@@ -75,6 +78,10 @@ pub struct KeysApi {
     clock: Arc<dyn Clock>,
     /// Where the API-made keys are kept.
     store: control::ControlKeys,
+    /// Until when the store's last read vouches for API-made keys (shared with the keys
+    /// reloader; see [`KeyStore::unverified_at`]), and when that was last noted in the cache.
+    verified_until: Arc<std::sync::atomic::AtomicI64>,
+    noted_read: std::sync::atomic::AtomicI64,
 }
 
 /// One key as `/v1/keys` shows it (field names are the ones existing clients read).
@@ -224,7 +231,10 @@ impl KeysApi {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         keys: Arc<ArcSwap<KeyStore>>,
-        held: Arc<ArcSwapOption<ManagedFile>>,
+        (held, verified_until): (
+            Arc<ArcSwapOption<ManagedFile>>,
+            Arc<std::sync::atomic::AtomicI64>,
+        ),
         file: PathBuf,
         control: &Arc<Control>,
         plans: BTreeMap<String, PlanConfig>,
@@ -250,7 +260,32 @@ impl KeysApi {
             rotated: changes.with_label_values(&["rotated"]),
             clock,
             store: control::ControlKeys::new(control),
+            verified_until,
+            noted_read: std::sync::atomic::AtomicI64::new(0),
         })
+    }
+
+    /// The control store answered now: it vouches for the API-made keys held for
+    /// `keys_api.unverified_after_seconds` more, noted in the cache (at most every
+    /// [`NOTE_READ_EVERY`] seconds) for a start while the store is away.
+    async fn vouched(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.clock.now().timestamp();
+        let trust = i64::try_from(self.config.unverified_after.as_secs()).unwrap_or(i64::MAX);
+        self.verified_until
+            .store(now.saturating_add(trust), Relaxed);
+        if now - self.noted_read.load(Relaxed) < NOTE_READ_EVERY {
+            return;
+        }
+        self.noted_read.store(now, Relaxed);
+        let api = self.clone();
+        let noted = tokio::task::spawn_blocking(move || {
+            let _publishing = api.publishing();
+            managed::note_read(&api.file, now)
+        });
+        if let Ok(Err(e)) = noted.await {
+            log::warn!("keys API: when the control store last answered was not noted: {e}");
+        }
     }
 
     /// Where keys whose maker is gone are told (for the keys reloader).
@@ -562,6 +597,7 @@ impl KeysApi {
         }
         let mut next = merged.store;
         next.set_managed_problem(None);
+        next.share_verified(&self.verified_until);
         next.carry_last_used(&current);
         self.keys.store(Arc::new(next));
     }

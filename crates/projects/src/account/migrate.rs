@@ -12,7 +12,7 @@ use std::sync::Arc;
 use drg_access::managed::ManagedKey;
 use drg_base::infra::control::{audit, Control};
 use drg_base::infra::records::sql::{self, SqlRecords};
-use drg_base::infra::records::{legacy, Record, RecordStore, RecordsError};
+use drg_base::infra::records::{legacy, Record, RecordsError};
 use drg_base::infra::redis::config::RedisConfig;
 use drg_domain::overrides::Override;
 

@@ -14,7 +14,6 @@ pub mod once;
 pub mod snapshot;
 pub mod sql;
 
-use crate::infra::control::Revision;
 use std::collections::HashMap;
 
 /// One record (the trait is pure, in the domain crate, where overrides implement it).
@@ -69,22 +68,6 @@ pub enum Put {
 pub struct Audited<'a> {
     pub entry: &'a (dyn Fn(&Put) -> Option<crate::infra::control::audit::AuditRow> + Sync),
     pub keep_days: u32,
-}
-
-/// A place records are kept.
-#[async_trait::async_trait]
-pub trait RecordStore<R: Record>: Send + Sync {
-    /// Writes `record` unless a newer one is held; a new record in force needs room under
-    /// `max_live` for its project.
-    async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError>;
-    /// The revision of what is held: moved by every write, lower after a restore from an older
-    /// backup.
-    async fn revision(&self) -> Result<Revision, RecordsError>;
-    /// Every record held, removals included, and the revision they are at.
-    async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError>;
-    /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),
-    /// once a source: how many were taken, `None` when `source` was taken before.
-    async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError>;
 }
 
 /// Records by project and key, the newest of each kept.
@@ -144,46 +127,6 @@ impl<R: Record> Merged<R> {
         all.sort_by(|a, b| (a.project(), a.key()).cmp(&(b.project(), b.key())));
         all
     }
-
-    /// Drops `project`'s oldest removal markers beyond `keep` (what [`tombstones_kept`] allows).
-    pub fn compact(&mut self, project: &str, keep: usize) {
-        let mut gone: Vec<(u64, String)> = (self.by_key.values())
-            .filter(|r| r.project() == project && r.removed())
-            .map(|r| (r.stamp(), r.key().to_owned()))
-            .collect();
-        if gone.len() <= keep {
-            return;
-        }
-        gone.sort_unstable();
-        for (_, key) in &gone[..gone.len() - keep] {
-            self.by_key.remove(&(project.to_owned(), key.clone()));
-        }
-    }
-
-    /// Writes `record` as a store does: unless a newer one is held, and a new record in force
-    /// only within `max_live` for its project (a removal marker kept only among the project's
-    /// newest [`tombstones_kept`]).
-    pub fn put(&mut self, record: &R, max_live: u32) -> Put {
-        let held = self.get(record.project(), record.key());
-        let was_live = held.is_some_and(|h| !h.removed());
-        if record.removed() && !was_live {
-            return Put::Absent;
-        }
-        if held.is_some_and(|h| !record.newer_than(h)) {
-            return Put::Stale;
-        }
-        if !record.removed()
-            && !was_live
-            && self.live(record.project()).count() >= max_live as usize
-        {
-            return Put::Full;
-        }
-        self.merge(record.clone());
-        if record.removed() {
-            self.compact(record.project(), tombstones_kept(max_live));
-        }
-        Put::Done { created: !was_live }
-    }
 }
 
 /// Removal markers a project keeps at most, for a bound of `max_live` records in force: they
@@ -230,22 +173,8 @@ mod tests {
     }
 
     #[test]
-    fn a_projects_removal_markers_are_bounded_the_oldest_going_first() {
-        let mut m = Merged::default();
-        for i in 0..(MIN_TOMBSTONES as u64 + 50) {
-            let name = format!("r{i}.example");
-            assert_eq!(
-                m.put(&over(&name, 2 * i + 1, false), 2),
-                Put::Done { created: true }
-            );
-            assert_eq!(
-                m.put(&over(&name, 2 * i + 2, true), 2),
-                Put::Done { created: false }
-            );
-        }
-        assert_eq!(m.all().count(), MIN_TOMBSTONES);
-        assert!(m.get("p", "r0.example").is_none(), "the oldest went");
-        assert!(m.get("p", "r149.example").is_some_and(|o| o.removed));
+    fn a_projects_removal_markers_are_bounded_by_its_bound_at_the_least_min() {
+        assert_eq!(tombstones_kept(2), MIN_TOMBSTONES);
         assert_eq!(tombstones_kept(1_000), 1_000);
     }
 }

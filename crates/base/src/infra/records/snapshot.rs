@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::once::{Once, Outcome};
 use super::sql::SqlRecords;
-use super::{Audited, Merged, Put, Record, RecordStore, RecordsError};
+use super::{Audited, Merged, Put, Record, RecordsError};
 use crate::infra::control::{Control, Revision};
 
 /// A failing store is logged at WARN at most this often.

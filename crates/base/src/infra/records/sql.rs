@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sqlx::Any;
 
 use super::once::{self, Once, Outcome, Remembered};
-use super::{tombstones_kept, Audited, Put, Record, RecordStore, RecordsError};
+use super::{tombstones_kept, Audited, Put, Record, RecordsError};
 use crate::infra::control::{move_revision, Control, ControlError, Revision, Write};
 
 type Tx = sqlx::Transaction<'static, Any>;
@@ -36,7 +36,7 @@ impl<R: Record> SqlRecords<R> {
         }
     }
 
-    /// Writes `record` as [`RecordStore::put`] does; with `once`, a retry of a write that
+    /// Writes `record` as [`SqlRecords::put`] does; with `once`, a retry of a write that
     /// committed gets its first answer, and the first answer is kept with the write; with
     /// `audited`, the entry it records is written with it.
     pub async fn put_once(
@@ -371,9 +371,10 @@ impl From<ControlError> for RecordsError {
     }
 }
 
-#[async_trait::async_trait]
-impl<R: Record> RecordStore<R> for SqlRecords<R> {
-    async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError> {
+impl<R: Record> SqlRecords<R> {
+    /// Writes `record` unless a newer one is held; a new record in force needs room under
+    /// `max_live` for its project.
+    pub async fn put(&self, record: &R, max_live: u32) -> Result<Put, RecordsError> {
         match self.put_once(record, max_live, None, None).await? {
             Outcome::Put(put) => Ok(put),
             // Only a write with a key is answered from before.
@@ -383,15 +384,19 @@ impl<R: Record> RecordStore<R> for SqlRecords<R> {
         }
     }
 
-    async fn revision(&self) -> Result<Revision, RecordsError> {
+    /// The revision of what is held: moved by every write (see [`Revision`]).
+    pub async fn revision(&self) -> Result<Revision, RecordsError> {
         Ok(self.control.within(self.revision_now()).await?)
     }
 
-    async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError> {
+    /// Every record held, removals included, and the revision they are at.
+    pub async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError> {
         Ok(self.control.within(self.read_now()).await?)
     }
 
-    async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError> {
+    /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),
+    /// once a source: how many were taken, `None` when `source` was taken before.
+    pub async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError> {
         Ok(self
             .control
             .within(self.import_now(source, records))

@@ -50,6 +50,10 @@ impl Gateway {
             },
         ) {
             Ok(principal) => principal,
+            Err(Rejection::Unverified) => {
+                ctx.decision = Some("unavailable");
+                return Err(ApiError::KeyUnverified.into());
+            }
             Err(r) => {
                 let (denial, error) = refusal(r);
                 self.shared.metrics.deny(denial);
@@ -275,6 +279,8 @@ fn refusal(r: Rejection) -> (Denial, ApiError) {
             Denial::Forbidden,
             ApiError::Forbidden(format!("Origin: {origin}")),
         ),
+        // Answered before (no denial to count).
+        Rejection::Unverified => (Denial::Unauthorized, ApiError::KeyUnverified),
     }
 }
 

@@ -236,7 +236,10 @@ impl ControlKeys {
     async fn sync_locked(&self, api: &Arc<KeysApi>, f: &mut Follow) -> bool {
         if let Some(last) = &f.last {
             match Box::pin(self.control.within(self.revision_now())).await {
-                Ok(n) if n == *last => return true,
+                Ok(n) if n == *last => {
+                    api.vouched().await;
+                    return true;
+                }
                 Ok(_) => {}
                 Err(e) => return self.failed(f, &e),
             }
@@ -251,6 +254,7 @@ impl ControlKeys {
             }
         }
         hold(api, Rows::All(rows, retired)).await;
+        api.vouched().await;
         self.revision_held.store(Some(Arc::new(revision.clone())));
         f.last = Some(revision);
         true

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::decisions::{Decision, MAX_DECISIONS, OPERATOR};
 use super::{Report, Said, Status};
-use drg_base::infra::records::{Merged, Put, RecordStore, RecordsError};
+use drg_base::infra::records::sql::SqlRecords;
+use drg_base::infra::records::{Merged, Put, RecordsError};
 
 /// Why a decision was not made.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +43,8 @@ pub struct Decided {
 
 /// Where reports and the operator's accepted verdicts are kept.
 pub struct Stores<'s> {
-    pub reports: &'s dyn RecordStore<Report>,
-    pub decisions: &'s dyn RecordStore<Decision>,
+    pub reports: &'s SqlRecords<Report>,
+    pub decisions: &'s SqlRecords<Decision>,
 }
 
 /// Accepts (`accept`) or rejects the report `id` held in `stores`; `data` is the data folder.
@@ -117,7 +118,7 @@ pub async fn decide(
 /// Keeps the verdict `reports` (one domain, one verdict) say in the shared store, unless it is
 /// in force there already.
 async fn keep(
-    store: &dyn RecordStore<Decision>,
+    store: &SqlRecords<Decision>,
     reports: &[Report],
     now: i64,
 ) -> Result<(), DecideError> {
