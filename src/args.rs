@@ -125,4 +125,10 @@ pub enum KeyCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Revoke an API-made key, and every key it made, in the control store (audited): a key a
+    /// restore from before its revocation brought back, which a gateway names so.
+    Revoke {
+        /// The key's id (`key_...`).
+        id: String,
+    },
 }

@@ -67,6 +67,7 @@ fn main() -> ExitCode {
             append,
         }) => cli::key_new(&cli.conf, &id, &plan, &origins, project.as_deref(), append).map(Some),
         Command::Key(KeyCommand::Sync { dry_run }) => cli::key_sync(&cli.conf, dry_run).map(Some),
+        Command::Key(KeyCommand::Revoke { id }) => cli::key_revoke(&cli.conf, &id).map(Some),
         Command::Reports(what) => {
             let action = match &what {
                 ReportsCommand::List { all } => cli::ReportsAction::List { all: *all },

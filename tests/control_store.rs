@@ -717,6 +717,26 @@ fn migrate_keeps_every_revocation_an_earlier_release_remembered() {
     );
 }
 
+/// Copies `tables` aside (a backup of them as they are now).
+fn back_up(pg: &Postgres, tables: &[&str]) {
+    for t in tables {
+        pg.psql(&format!("CREATE TABLE backup_{t} AS SELECT * FROM {t}"));
+    }
+}
+
+/// Puts back what [`back_up`] copied of `tables`, in one transaction (a restore).
+fn restore(pg: &Postgres, tables: &[&str]) {
+    let sql: String = (tables.iter().rev())
+        .map(|t| format!("DELETE FROM {t};"))
+        .chain(
+            tables
+                .iter()
+                .map(|t| format!("INSERT INTO {t} SELECT * FROM backup_{t};")),
+        )
+        .collect();
+    pg.psql(&format!("BEGIN; {sql} COMMIT"));
+}
+
 const ROLLOUT: &str = "drg_control_rollout_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 /// `key sync` (or `--dry-run`) with the configuration in `dir`.
@@ -874,9 +894,7 @@ fn a_gateway_paused_across_a_restore_whose_counter_climbs_back_sees_it() {
         "drg_revision",
         "drg_revision_log",
     ];
-    for t in tables {
-        pg.psql(&format!("CREATE TABLE backup_{t} AS SELECT * FROM {t}"));
-    }
+    back_up(&pg, &tables);
     // Writes the backup lacks, held by both gateways.
     assert_eq!(put(&a, "lost1.example", "block").status, 201);
     assert_eq!(put(&a, "lost2.example", "block").status, 201);
@@ -886,17 +904,7 @@ fn a_gateway_paused_across_a_restore_whose_counter_climbs_back_sees_it() {
     // The second gateway paused; the database restored; the first gateway's writes bring each
     // counter back to the number the paused one holds.
     b.signal("STOP");
-    let restore: String = tables
-        .iter()
-        .rev()
-        .map(|t| format!("DELETE FROM {t};"))
-        .chain(
-            tables
-                .iter()
-                .map(|t| format!("INSERT INTO {t} SELECT * FROM backup_{t};")),
-        )
-        .collect();
-    pg.psql(&format!("BEGIN; {restore} COMMIT"));
+    restore(&pg, &tables);
     until_listed(&a, &["kept.example"]);
     assert_eq!(put(&a, "new1.example", "block").status, 201);
     assert_eq!(put(&a, "new2.example", "block").status, 201);
@@ -982,4 +990,42 @@ fn a_gateway_started_while_the_database_is_away_trusts_its_key_cache_only_within
     // The store back: the revocation holds.
     pg.restart();
     wait_until(Duration::from_secs(5), || lookup(&gw, &made) == 401);
+}
+
+#[test]
+fn a_key_seen_revoked_stays_refused_when_a_restore_brings_it_back_and_is_named_to_revoke_again() {
+    use crate::keys_api::{made_by, revoke};
+    let pg = Postgres::start();
+    let (a, b) = (builder(&pg).start(), builder(&pg).start());
+    let (id, secret) = made_by(&a, ACME, "revoked-later");
+    wait_until(Duration::from_secs(2), || lookup(&b, &secret) == 200);
+    let tables = ["drg_keys", "drg_revision", "drg_revision_log"];
+    back_up(&pg, &tables);
+    assert_eq!(revoke(&a, ACME, &id).status, 204);
+    wait_until(Duration::from_secs(2), || lookup(&b, &secret) == 401);
+    // Restored from before the revocation: the key is in the store again.
+    restore(&pg, &tables);
+    let again = format!("domain-risk-gateway key revoke {id}");
+    for gw in [&a, &b] {
+        wait_until(Duration::from_secs(3), || {
+            let told = gw.admin_get("/readyz").json()["control_store"]["went_back"].clone();
+            told.to_string().contains(&again)
+        });
+        assert_eq!(lookup(gw, &secret), 401, "seen revoked, refused");
+        assert!(gw.log().contains(&again), "{}", gw.log());
+    }
+    // A gateway that never saw the revocation serves what the store holds: the command named
+    // revokes it there too, audited.
+    let c = builder(&pg).start();
+    wait_until(Duration::from_secs(2), || lookup(&c, &secret) == 200);
+    let conf = c.dir.path().join("gateway.yaml");
+    let said = run_ok(&["-c", conf.to_str().unwrap(), "key", "revoke", &id]);
+    assert!(said.contains(&id), "{said}");
+    wait_until(Duration::from_secs(2), || lookup(&c, &secret) == 401);
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT count(*) FROM drg_audit WHERE target = '{id}' AND key_id = 'key revoke'"
+        )),
+        "1"
+    );
 }

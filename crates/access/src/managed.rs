@@ -45,6 +45,10 @@ pub struct ManagedFile {
     /// started while the store is away trusts these keys (`keys_api.unverified_after_seconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_at: Option<i64>,
+    /// API-made keys this gateway saw revoked (id -> unix seconds): a restore that brings one
+    /// back does not bring it back into service here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub revoked_seen: BTreeMap<String, i64>,
     /// Fields of a newer gateway, kept as they are.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
@@ -206,6 +210,7 @@ pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
     let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
     held.keys.clone_into(&mut file.keys);
     held.retired.clone_into(&mut file.retired);
+    held.revoked_seen.clone_into(&mut file.revoked_seen);
     file.read_at = held.read_at.or(file.read_at);
     write(path, &file)
 }

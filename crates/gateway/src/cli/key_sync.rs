@@ -8,7 +8,6 @@ use std::path::Path;
 
 use super::{settings, CommandError};
 use crate::server::keys_source;
-use drg_base::infra::control::Control;
 
 pub fn key_sync(conf: &Path, dry: bool) -> Result<String, CommandError> {
     let settings = settings(conf, Default::default())?;
@@ -19,12 +18,7 @@ pub fn key_sync(conf: &Path, dry: bool) -> Result<String, CommandError> {
     let keys =
         drg_access::keys::parse_keys(&text, &source.path.display().to_string(), &source.plans)?;
     let operator: BTreeSet<String> = keys.entries().map(|k| k.id.to_string()).collect();
-    let folder = super::state_folder(&settings.gateway);
-    let control = Control::open(settings.gateway.control.as_ref(), &folder)
-        .map_err(|e| format!("gateway.control: {e}"))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let (control, runtime) = super::control_store(&settings.gateway)?;
     let synced = runtime.block_on(drg_projects::account::keys_api::retire::sync_makers(
         &control, &operator, dry,
     ))?;

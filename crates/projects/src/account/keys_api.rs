@@ -39,6 +39,7 @@ pub mod expiry;
 pub mod legacy;
 pub mod lineage;
 pub mod retire;
+pub mod revived;
 mod rotate;
 
 /// A `/v1/keys` request, its id decoded and its body read.
@@ -549,37 +550,48 @@ impl KeysApi {
     /// the cache file, and in a snapshot swapped in at once. Blocking (the cache is written
     /// under the publishing lock). The keys file is not re-read: a broken edit of it in
     /// progress must not stop a revocation from taking effect.
-    fn hold_blocking(&self, rows: control::Rows) {
+    fn hold_blocking(&self, rows: control::Rows) -> Vec<String> {
         let _publishing = self.publishing();
         let held = self.held.load_full();
-        let (keys, retired) = match rows {
-            control::Rows::All(keys, retired) => (keys, retired),
+        // What is served now was made from what was held, or before the first read from the
+        // cache.
+        let served = match &held {
+            Some(f) => Some(ManagedFile::clone(f)),
+            None => managed::read(&self.file).ok(),
+        };
+        let (mut keys, retired, restored) = match rows {
+            control::Rows::All(keys, retired, restored) => (keys, retired, restored),
             control::Rows::Project(project, rows) => {
                 let mut keys = held.as_ref().map_or_else(Vec::new, |f| f.keys.clone());
                 keys.retain(|k| k.project != project);
                 keys.extend(rows);
-                (
-                    keys,
-                    held.as_ref().map_or_else(Vec::new, |f| f.retired.clone()),
-                )
+                let retired = held.as_ref().map_or_else(Vec::new, |f| f.retired.clone());
+                (keys, retired, false)
             }
         };
-        let file = Arc::new(ManagedFile::of_store(keys, retired));
-        // What is served now was made from what was held, or before the first read from the
-        // cache: the same keys need no new snapshot (nor a rebuild by the keys reloader).
-        let served = match held {
-            Some(f) => Some((f.keys.clone(), f.retired.clone())),
-            None => managed::read(&self.file).ok().map(|f| (f.keys, f.retired)),
-        };
-        let same = served.is_some_and(|(k, r)| k == file.keys && r == file.retired);
+        let mut seen = served
+            .as_ref()
+            .map_or_else(Default::default, |f| f.revoked_seen.clone());
+        let before = served.as_ref().map_or(&[][..], |f| &f.keys[..]);
+        let now = self.clock.now().timestamp();
+        let revived = revived::sift(before, &mut keys, &mut seen, restored, now);
+        let file = Arc::new(ManagedFile {
+            revoked_seen: seen,
+            ..ManagedFile::of_store(keys, retired)
+        });
+        // The same keys need no new snapshot (nor a rebuild by the keys reloader).
+        let same = served.as_ref().is_some_and(|f| {
+            f.keys == file.keys && f.retired == file.retired && f.revoked_seen == file.revoked_seen
+        });
         if !same {
             if let Err(e) = managed::cache(&self.file, &file) {
                 log::warn!("keys API: the cache of the keys held was not written: {e}");
             }
         }
+        let keys_moved = served.is_none_or(|f| f.keys != file.keys || f.retired != file.retired);
         self.held.store(Some(file.clone()));
-        if same {
-            return;
+        if !keys_moved {
+            return revived;
         }
         let current = self.keys.load_full();
         let merged = managed::merge(
@@ -600,6 +612,7 @@ impl KeysApi {
         next.share_verified(&self.verified_until);
         next.carry_last_used(&current);
         self.keys.store(Arc::new(next));
+        revived
     }
 }
 

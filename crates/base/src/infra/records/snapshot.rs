@@ -29,6 +29,10 @@ pub struct WentBack {
     pub to: i64,
     /// Unix seconds when this gateway saw it.
     pub seen_at: i64,
+    /// For keys: the commands that revoke again, in the store, the keys this gateway saw
+    /// revoked that the restore brought back (refused here meanwhile).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revoke_again: Vec<String>,
 }
 
 /// Whether the store's history of `kind`, read at `now`, went another way than the one this
@@ -63,6 +67,7 @@ pub async fn went_back(
         from: f,
         to: t,
         seen_at: chrono::Utc::now().timestamp(),
+        revoke_again: Vec::new(),
     })
 }
 

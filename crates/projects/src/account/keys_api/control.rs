@@ -75,8 +75,9 @@ struct Committed<T> {
 
 /// What a change or a read brings to what this gateway holds.
 pub(super) enum Rows {
-    /// Every key, and the operator keys retired (a read of the store).
-    All(Vec<ManagedKey>, Vec<String>),
+    /// Every key, the operator keys retired (a read of the store), and whether the store went
+    /// back since the last read (keys gone then were lost with a restore, not revoked).
+    All(Vec<ManagedKey>, Vec<String>, bool),
     /// One project's keys (a change made here).
     Project(String, Vec<ManagedKey>),
 }
@@ -218,7 +219,7 @@ impl ControlKeys {
                 self.sync_locked(api, &mut f).await;
             }
             Some(held) => {
-                hold(api, Rows::Project(project, rows)).await;
+                let _ = hold(api, Rows::Project(project, rows)).await;
                 if next(&held) {
                     self.revision_held.store(Some(Arc::new(revision.clone())));
                     f.last = Some(revision);
@@ -248,12 +249,29 @@ impl ControlKeys {
             Ok(read) => read,
             Err(e) => return self.failed(f, &e),
         };
-        if let Some(from) = &f.last {
-            if let Some(back) = went_back(&self.control, KIND, from, &revision).await {
-                self.went_back.store(Some(Arc::new(back)));
-            }
+        let mut back = match &f.last {
+            Some(from) => went_back(&self.control, KIND, from, &revision).await,
+            None => None,
+        };
+        let restored = back.is_some();
+        let revived = hold(api, Rows::All(rows, retired, restored)).await;
+        for id in &revived {
+            log::warn!(
+                "keys: key {id}, which this gateway saw revoked, is in the control store again \
+                 (restored from before its revocation): refused here; revoke it in the store \
+                 again with `{}`",
+                super::revived::revoke_again(id)
+            );
         }
-        hold(api, Rows::All(rows, retired)).await;
+        if let Some(back) = back.as_mut() {
+            back.revoke_again = revived
+                .iter()
+                .map(|id| super::revived::revoke_again(id))
+                .collect();
+        }
+        if let Some(back) = back {
+            self.went_back.store(Some(Arc::new(back)));
+        }
         api.vouched().await;
         self.revision_held.store(Some(Arc::new(revision.clone())));
         f.last = Some(revision);
@@ -366,11 +384,16 @@ impl ControlKeys {
     }
 }
 
-/// Holds `rows` (on a blocking thread: the cache file is written under the publishing lock).
-async fn hold(api: &Arc<KeysApi>, rows: Rows) {
+/// Holds `rows` (on a blocking thread: the cache file is written under the publishing lock):
+/// the keys seen revoked that they brought back, kept out.
+async fn hold(api: &Arc<KeysApi>, rows: Rows) -> Vec<String> {
     let api = api.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || api.hold_blocking(rows)).await {
-        log::error!("keys: the keys read were not held: {e}");
+    match tokio::task::spawn_blocking(move || api.hold_blocking(rows)).await {
+        Ok(revived) => revived,
+        Err(e) => {
+            log::error!("keys: the keys read were not held: {e}");
+            Vec::new()
+        }
     }
 }
 

@@ -166,6 +166,30 @@ pub async fn sync_makers(
     control.within(call).await
 }
 
+/// Revokes the API-made key `id` and what it made, by the operator (`key revoke`: a key a
+/// restore brought back, a key whose holder is gone), audited: the keys gone.
+pub async fn revoke_by_operator(
+    control: &Arc<Control>,
+    id: &str,
+) -> Result<Vec<String>, ControlError> {
+    let sql = control.sql();
+    let call = async {
+        let until = control.deadline();
+        let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
+        move_revision(&mut tx, KIND).await.map_err(&sql)?;
+        let why = Why {
+            by: "key revoke",
+            detail: "revoked by the operator",
+        };
+        let gone = revoke_audited(&mut tx, &[id.to_owned()], &why)
+            .await
+            .map_err(&sql)?;
+        tx.commit().await.map_err(&sql)?;
+        Ok::<_, ControlError>(gone)
+    };
+    control.within(call).await
+}
+
 /// Records `id` retired (a second sync keeps the first time).
 async fn retire(tx: &mut Tx, id: &str, at: &str) -> Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO drg_retired (id, at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
