@@ -292,3 +292,22 @@ fn one_projects_key_churn_leaves_a_row_per_key_in_force_and_nothing_more() {
         "801"
     );
 }
+
+/// The last uses of API-made keys reach PostgreSQL in one statement a batch (before: one
+/// `UPDATE` a key, all inside one call's budget).
+#[test]
+fn the_last_uses_of_many_keys_are_saved_together() {
+    let pg = Postgres::start();
+    let gw = on(&pg)
+        .gateway_yaml("keys_api: { last_used_flush_seconds: 1 }")
+        .start();
+    let made: Vec<String> = (0..4)
+        .map(|i| made_by(&gw, SERVER, &format!("used-{i}")).1)
+        .collect();
+    for secret in &made {
+        assert_eq!(lookup(&gw, secret), 200);
+    }
+    wait_until(Duration::from_secs(5), || {
+        pg.psql("SELECT count(*) FROM drg_keys WHERE last_used > 0") == "4"
+    });
+}

@@ -37,6 +37,9 @@ use drg_base::infra::records::sql::{note_taken, taken_before};
 /// The kind's name in the store's revisions (and its `NOTIFY`).
 pub const KIND: &str = "keys";
 
+/// Last uses written by one statement (two parameters each: well under either engine's limit).
+const LAST_USED_BATCH: usize = 500;
+
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
@@ -362,13 +365,24 @@ impl ControlKeys {
         let call = async {
             let sql = self.control.sql();
             let mut w = self.control.write(self.control.deadline()).await?;
-            for (id, t) in &moved {
-                sqlx::query("UPDATE drg_keys SET last_used = $2 WHERE id = $1 AND last_used < $2")
-                    .bind(id.clone())
-                    .bind(i64::try_from(*t).unwrap_or(i64::MAX))
-                    .execute(&mut *w.tx)
-                    .await
-                    .map_err(&sql)?;
+            // A statement a batch, not one a key: the flush stays within one call's budget
+            // however many keys were used.
+            for batch in moved.chunks(LAST_USED_BATCH) {
+                let rows: Vec<String> = (0..batch.len())
+                    .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                    .collect();
+                let text = format!(
+                    "UPDATE drg_keys SET last_used = v.column2 FROM (VALUES {}) AS v
+                     WHERE drg_keys.id = v.column1 AND drg_keys.last_used < v.column2",
+                    rows.join(", ")
+                );
+                let mut update = sqlx::query(sqlx::AssertSqlSafe(text));
+                for (id, t) in batch {
+                    update = update
+                        .bind(id.clone())
+                        .bind(i64::try_from(*t).unwrap_or(i64::MAX));
+                }
+                update.execute(&mut *w.tx).await.map_err(&sql)?;
             }
             w.tx.commit().await.map_err(&sql)?;
             Ok::<_, ControlError>(())
