@@ -290,6 +290,19 @@ impl Control {
             "control store: the answer to a commit {why} ({detail}); asking the database what \
              came of it"
         );
+        // Boxed: rare, and every write's future would otherwise hold it inline.
+        Box::pin(self.settle(xid, settled, why)).await
+    }
+
+    /// Asks the database what came of transaction `xid` until it can tell (see
+    /// [`Control::commit`]).
+    async fn settle(
+        &self,
+        xid: i64,
+        settled: std::time::Instant,
+        why: &str,
+    ) -> Result<(), ControlError> {
+        let sql = self.sql();
         let pool = self.pool().await?;
         loop {
             let fate = schema::fate(pool, xid).await.map_err(&sql)?;

@@ -267,7 +267,8 @@ impl<R: Record> Snapshot<R> {
             }
         };
         if let Some(from) = &st.last {
-            if let Some(back) = went_back(&self.control, self.kind, from, &revision).await {
+            let back = Box::pin(went_back(&self.control, self.kind, from, &revision)).await;
+            if let Some(back) = back {
                 self.went_back.store(Some(Arc::new(back)));
             }
         }

@@ -145,7 +145,9 @@ impl ControlKeys {
         match Box::pin(self.control.within(call)).await {
             Ok(Ok(done)) => {
                 let made = (done.revision, done.before);
-                self.hold_change(api, project, done.rows, made).await;
+                // Boxed: a read of the whole kind may follow, which a request's future would
+                // otherwise hold (and copy) inline on every call.
+                Box::pin(self.hold_change(api, project, done.rows, made)).await;
                 Ok(done.out)
             }
             Ok(Err(refused)) => Err(refused),
@@ -253,7 +255,7 @@ impl ControlKeys {
             Err(e) => return self.failed(f, &e),
         };
         let mut back = match &f.last {
-            Some(from) => went_back(&self.control, KIND, from, &revision).await,
+            Some(from) => Box::pin(went_back(&self.control, KIND, from, &revision)).await,
             None => None,
         };
         let restored = back.is_some();

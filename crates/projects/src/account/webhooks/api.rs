@@ -239,7 +239,8 @@ impl Webhooks {
         // A creation committed through another gateway a moment ago may not be in this copy
         // yet: the store is read first, never a `404` from the copy alone.
         if snapshot.held().get(project, &id).is_none() {
-            snapshot.sync().await;
+            // Boxed: a whole read, rare, that every request's future would otherwise hold.
+            Box::pin(snapshot.sync()).await;
         }
         let held = snapshot.held();
         let Some(hook) = held.get(project, &id).filter(|h| !h.removed) else {
