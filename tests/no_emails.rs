@@ -6,7 +6,7 @@ use crate::common;
 use common::*;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -190,7 +190,7 @@ struct Restartable {
 
 impl Restartable {
     fn start(addr: SocketAddr) -> Restartable {
-        let listener = TcpListener::bind(addr).unwrap();
+        let listener = bind_again(addr);
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));

@@ -73,6 +73,25 @@ pub fn free_port_pair(offset: u16) -> u16 {
     panic!("no free pair of loopback ports {offset} apart in {low}..{high}");
 }
 
+/// Binds `addr`, waiting while the port is still held: a process another test spawns forks
+/// with every descriptor (closed only at its exec), so the old listener can outlive its close
+/// by a moment, as a real backend restart waits for its port.
+pub fn bind_again(addr: SocketAddr) -> TcpListener {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(listener) => return listener,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("binding {addr}: {e}"),
+        }
+    }
+}
+
 /// Keeps `port` for this test process if no test process holds it and it is free to bind
 /// (TCP and UDP): a lock file in the temporary folder, held until the process ends.
 pub fn reserve(port: u16) -> bool {

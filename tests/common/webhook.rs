@@ -3,7 +3,7 @@
 //! or, for one project's messages, never answers (a receiver that hangs).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -106,7 +106,7 @@ impl Receiver {
     }
 
     fn start_with(addr: SocketAddr, script: Vec<u16>, hang_for: Option<String>) -> Receiver {
-        let listener = TcpListener::bind(addr).unwrap();
+        let listener = crate::common::bind_again(addr);
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Delivery>>> = Arc::default();
         let answers = Arc::new(Answers {
