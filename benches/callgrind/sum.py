@@ -3,7 +3,8 @@
     sum.py DIR N [NAMES BASE [BASE_REQUESTS]]
 NAMES: the dumps' names in order, comma-separated (default lookup,unauth,top,lookup0,check);
 BASE: the dump subtracted from each (default lookup0, one request); BASE_REQUESTS: the requests
-in it (default 1; 0 for an idle stretch)."""
+in it (default 1; 0 for an idle stretch). BASE `@idle`: each dump X less the dump `idle-X`, an
+idle stretch as long as X (background services' timers are not a request's cost)."""
 import glob, sys
 d = sys.argv[1]; n = int(sys.argv[2])
 order = (sys.argv[3] if len(sys.argv) > 3 else "lookup,unauth,top,lookup0,check").split(",")
@@ -19,11 +20,16 @@ for k, name in names.items():
             if line.startswith("summary:") or line.startswith("totals:"):
                 per[tid] = int(line.split()[1]); break
     res[name] = per
-base = res[base_name]
+paired = base_name == "@idle"
+if paired:
+    base_requests = 0
 for name in order:
     per = res[name]
-    if name == base_name or not per:  # /v1/check is measured only with an upstream
+    if name == base_name or name.startswith("idle-") or not per:  # /v1/check: only with an upstream
         continue
+    if paired and name == "lookup0":  # the one-request base of the unpaired way
+        continue
+    base = res.get(f"idle-{name}", {}) if paired else res[base_name]
     tot = sum(per.values()); btot = sum(base.values())
     top = max(per, key=per.get)
     print(f"{name:8} all threads {(tot - btot) / (n - base_requests):9.0f} instr/req   worker thread {top}: {(per[top] - base.get(top, 0)) / (n - base_requests):9.0f}   (idle-ish base all {btot}, per-thread {base.get(top,0)})")

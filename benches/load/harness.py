@@ -23,6 +23,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import breakdown  # noqa: E402  (beside this file)
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benches" / "out"
 # DRG_BIN: another build of the gateway (e.g. a baseline copy) for the same scenarios.
@@ -863,8 +866,9 @@ def mix_stream(args, slices):
     return out, zones, set(companies)
 
 
-def mix_script(paths, tag, auth):
-    """A wrk script walking `paths` in order (one thread), with the JSON report."""
+def mix_script(paths, tag, auth, delay_ms=0):
+    """A wrk script walking `paths` in order (one thread), with the JSON report; with `delay_ms`
+    each connection waits that long after an answer before its next request (a paced rate)."""
     listing = OUT / f"mix-{tag}.txt"
     listing.write_text("\n".join(paths) + "\n")
     path = OUT / f"mix-{tag}.lua"
@@ -875,6 +879,7 @@ def mix_script(paths, tag, auth):
         "local i = 0\n" + header +
         "request = function()\n  i = i + 1\n  if i > #paths then i = 1 end\n"
         "  return wrk.format(nil, paths[i])\nend\n"
+        + (f"delay = function() return {delay_ms} end\n" if delay_ms else "") +
         f'dofile("{ROOT / "benches" / "load" / "report.lua"}")\n')
     return path
 
@@ -899,7 +904,9 @@ def mix_runs(args):
     if not DNS.exists():
         sys.exit(f"{DNS} is missing: cargo build --release --example dns_loopback")
     s = Setup(args)  # first: it empties OUT
-    stream, zones, companies = mix_stream(args, args.rounds)
+    # One slice more than rounds: the probe's round (--breakdown) meets names no round asked.
+    stream, zones, companies = mix_stream(args, args.rounds + 1)
+    delay_ms = round(args.connections * 1000 / args.rate) if args.rate else 0
     (OUT / "zones.txt").write_text("\n".join(zones) + "\n")
     counts = OUT / "dns-counts.json"
     dns_log = open(OUT / "dns.log", "w")
@@ -932,7 +939,7 @@ def mix_runs(args):
             # Every server once a round, the order rotated each round.
             order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
             for who, url in order:
-                script = mix_script(stream[rnd], f"{rnd}-{who}", auth=(who != "floor"))
+                script = mix_script(stream[rnd], f"{rnd}-{who}", auth=(who != "floor"), delay_ms=delay_ms)
                 before = admin_metrics(admin) if who == "gateway" else {}
                 r = measure(url, pids[who](), args, (), script)
                 if who == "gateway":
@@ -948,6 +955,17 @@ def mix_runs(args):
                 print(f"round {rnd + 1} mix {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req{extra}"
                       f"  wrk cpu {r['client_cpu_share']:.0%}", flush=True)
+        probed = {}
+        if args.breakdown:
+            # A round a server under `perf stat`, outside the medians: counting costs a little.
+            for who, url in servers:
+                script = mix_script(stream[-1], f"probe-{who}", auth=(who != "floor"), delay_ms=delay_ms)
+                probe = breakdown.Probe(pids[who]())
+                r = wrk(url, args, (), script)
+                probed[who] = probe.finish(r["requests"])
+                probed[who]["rps"] = r["rps"]
+                print(f"probe mix {who:8} {r['rps']:>9.0f} req/s  "
+                      f"{probed[who]['per_req'].get('syscalls', 0):.2f} syscalls/req", flush=True)
         time.sleep(1.5)  # the DNS server writes its counts every second
         dns_counts = json.loads(counts.read_text())
         queried = {n: c for n, c in dns_counts["mx_queries"].items() if n in companies}
@@ -1010,7 +1028,17 @@ def mix_runs(args):
              f"received: " + ", ".join(f"{t} {n}" for t, n in totals.items())
              + f" ({sum(totals.values()) / max(len(queried), 1):.2f} a distinct company name, the listed names "
              f"learned in the background counted too).", ""]
+    if args.rate:
+        lines[2] = lines[2].replace("wrk -t1", f"paced at {args.rate} req/s offered (each connection waits "
+                                    f"{delay_ms} ms after an answer), wrk -t1")
+    if probed:
+        lines += ["Where the CPU goes beyond instructions (`--breakdown`: one more round a server under "
+                  "`perf stat --per-thread`, outside the medians; a request, over that round):", ""]
+        lines += breakdown.table(probed) + [""]
+        lines += ["The gateway's threads:", ""] + breakdown.thread_table(probed["gateway"]) + [""]
     replace_section(args.results, "Realistic mix (`--only mix`)", "\n".join(lines))
+    if args.cpu_check and cpu_check(args.cpu_check, {"mix": g}, {"mix": f}):
+        sys.exit("cpu a request over its line: mix")
 
 
 def fetch_post(url, script):
@@ -1111,6 +1139,29 @@ def measure(url, pids, args, headers=(), script=None):
 SERVERS = ("gateway", "nginx", "floor", "haproxy", "lua")
 
 
+def cpu_check(path, gateway_runs, floor_runs):
+    """The CPU yardstick (`--cpu-check LIMITS`): per scenario, the median over rounds of the
+    gateway's CPU a request over the floor's in the same round, against its line in LIMITS
+    (`scenario ratio` lines). Prints each and returns the scenarios over their line."""
+    limits = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].split()
+        if len(line) == 2:
+            limits[line[0]] = float(line[1])
+    over = []
+    for name, g in gateway_runs.items():
+        f = floor_runs.get(name) or []
+        if name not in limits or not f:
+            continue
+        ratio = statistics.median(a["cpu_us_per_req"] / b["cpu_us_per_req"] for a, b in zip(g, f))
+        held = ratio <= limits[name]
+        print(f"cpu a request {name:8} gateway/floor {ratio:.2f}x (line {limits[name]:.2f}x): "
+              f"{'held' if held else 'OVER'}", flush=True)
+        if not held:
+            over.append(name)
+    return over
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=100_000)
@@ -1155,6 +1206,15 @@ def main():
     ap.add_argument("--dns-ttl", type=int, default=300, help="mix: the companies' MX TTL (seconds)")
     ap.add_argument("--dns-glue", choices=("on", "off"), default="on",
                     help="mix: whether the DNS server's MX answers carry the hosts' addresses")
+    ap.add_argument("--rate", type=int, default=0,
+                    help="mix: pace every server to about this many requests a second (each connection "
+                         "waits connections/rate after an answer); 0: as fast as each answers")
+    ap.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
+                    help="mix: one more round a server under perf stat (syscalls, switches, wake-ups, "
+                         "CPU by thread), outside the medians")
+    ap.add_argument("--cpu-check", default=None, metavar="LIMITS",
+                    help="exit 1 when a scenario's gateway/floor CPU a request (median of paired rounds) "
+                         "is over its line in LIMITS (benches/load/cpu-limits)")
     ap.add_argument("--mix-repeat", type=float, default=0.9,
                     help="mix: the share of company lookups naming a company seen before")
     args = ap.parse_args()
@@ -1268,6 +1328,10 @@ def main():
                           f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req"
                           f"  errors {r['socket_errors']}{conns}  wrk cpu {r['client_cpu_share']:.0%}",
                           flush=True)
+        over = []
+        if args.cpu_check:
+            over = cpu_check(args.cpu_check, {n: r["gateway"] for n, r in runs.items()},
+                             {n: r.get("floor", []) for n, r in runs.items()})
         storm = None
         if not only or "reload_storm" in only:
             storm = reload_storm(s, args, G + lookup, auth)
@@ -1275,6 +1339,8 @@ def main():
     finally:
         s.stop()
     report(args, scenarios, runs, storm, mem, s.haproxy_skipped, s.lua_skipped)
+    if over:
+        sys.exit(f"cpu a request over its line: {', '.join(over)}")
 
 
 def fetch(url, headers=()):
