@@ -1172,7 +1172,7 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work-stealing", action="store_true", help="Pingora's work-stealing runtime")
     ap.add_argument("--only", default="", help="comma-separated scenario names, or memory, costs, batch, embed, "
-                                               "mix, scaling or bigtable")
+                                               "mix, look, scaling or bigtable")
     ap.add_argument("--batch-max", type=int, default=1000,
                     help="--quota redis-batched: the lease size (quota.redis.batch_max); 1000 as "
                          "docs/scaling.md sizes it for the one key's ~75,000 calls a second (with "
@@ -1215,6 +1215,15 @@ def main():
     ap.add_argument("--cpu-check", default=None, metavar="LIMITS",
                     help="exit 1 when a scenario's gateway/floor CPU a request (median of paired rounds) "
                          "is over its line in LIMITS (benches/load/cpu-limits)")
+    ap.add_argument("--look-hosts", type=int, default=40,
+                    help="look: the shared throwaway mail hosts the listed names are spread over")
+    ap.add_argument("--look-lapsed", type=float, default=0.3,
+                    help="look: the share of listed names lapsed (NXDOMAIN)")
+    ap.add_argument("--look-max-rate", type=int, default=None,
+                    help="look: mx.neighbourhood.look.max_rate (default: as shipped)")
+    ap.add_argument("--look-concurrency", type=int, default=None,
+                    help="look: mx.neighbourhood.concurrency (default: as shipped)")
+    ap.add_argument("--look-timeout", type=int, default=600, help="look: seconds to wait for the first pass")
     ap.add_argument("--mix-repeat", type=float, default=0.9,
                     help="mix: the share of company lookups naming a company seen before")
     args = ap.parse_args()
@@ -1233,6 +1242,9 @@ def main():
         sys.path.insert(0, str(Path(__file__).parent))
         import scaling
         return scaling.run(args, sys.modules[__name__])
+    if args.only == "look":
+        import first_look
+        return first_look.run(args, sys.modules[__name__])
     if args.only == "bigtable":
         sys.path.insert(0, str(Path(__file__).parent))
         import bigtable
