@@ -1222,7 +1222,7 @@ def main():
     ap.add_argument("--look-max-rate", type=int, default=None,
                     help="look: mx.neighbourhood.look.max_rate (default: as shipped)")
     ap.add_argument("--look-concurrency", type=int, default=None,
-                    help="look: mx.neighbourhood.concurrency (default: as shipped)")
+                    help="look: mx.neighbourhood.look.concurrency (default: as shipped)")
     ap.add_argument("--look-timeout", type=int, default=600, help="look: seconds to wait for the first pass")
     ap.add_argument("--mix-repeat", type=float, default=0.9,
                     help="mix: the share of company lookups naming a company seen before")

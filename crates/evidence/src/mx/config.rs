@@ -117,8 +117,8 @@ pub struct NeighbourhoodConfig {
     /// Listed names waiting to be resolved in the background, at most (beyond: dropped, taught
     /// the next time one is asked).
     pub queue: usize,
-    /// Background resolutions of listed names at once (the look's and the learning's): at the
-    /// look's ceiling of 800 a second and 20-40 ms a lookup, 32 keep it busy.
+    /// Background resolutions of listed names at once, of those traffic asked (the look has
+    /// its own `look.concurrency`).
     pub concurrency: usize,
     /// Background resolutions of listed names started per second at most, after a first
     /// `queue` at once (0: no bound). Learning is sampled, not lost: a name not resolved now is
@@ -173,6 +173,9 @@ pub struct LookConfig {
     /// second to the resolver, and a pass over the shipped lists' ~57,000 names takes about
     /// 80 s on a resolver that keeps up. A `rate` above it is the ceiling too.
     pub max_rate: u32,
+    /// The look's lookups at once, its own slots (the learning from traffic keeps
+    /// `concurrency`): at its ceiling of 800 a second and 20-40 ms a lookup, 32 keep it busy.
+    pub concurrency: usize,
     /// A new pass starts this long after the last one began.
     #[serde(rename = "every_secs")]
     #[serde_as(as = "DurationSeconds<u64>")]
@@ -185,6 +188,7 @@ impl Default for LookConfig {
             enabled: true,
             rate: 20,
             max_rate: 800,
+            concurrency: 32,
             every: Duration::from_secs(86_400),
         }
     }
@@ -203,7 +207,7 @@ impl Default for NeighbourhoodConfig {
             state_file: None,
             snapshot: None,
             queue: 4096,
-            concurrency: 32,
+            concurrency: 8,
             learn_per_second: 100,
             save_interval: Duration::from_secs(60),
             share_interval: Duration::from_millis(2_000),
@@ -301,6 +305,12 @@ impl NeighbourhoodConfig {
             out.push(format!(
                 "{key}.look.max_rate: {} is outside 1..=10000",
                 self.look.max_rate
+            ));
+        }
+        if !(1..=1_024).contains(&self.look.concurrency) {
+            out.push(format!(
+                "{key}.look.concurrency: {} is outside 1..=1024",
+                self.look.concurrency
             ));
         }
         if self.look.every < Duration::from_secs(1) {

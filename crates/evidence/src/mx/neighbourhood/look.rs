@@ -236,7 +236,7 @@ async fn pass(
         }
     }
     let started = Instant::now();
-    let slots = Arc::new(Semaphore::new(nb.config.concurrency.max(1)));
+    let slots = Arc::new(Semaphore::new(nb.config.look.concurrency.max(1)));
     let look = &nb.config.look;
     let last = f64::from_bits(nb.look_rate.load(Ordering::Relaxed));
     let mut progress = Progress {
