@@ -45,7 +45,7 @@ def config(root, out, dns_addr, port, admin, max_rate=None, concurrency=None):
     assert marker in text, "conf/gateway.yaml: mx.servers moved"
     text = text.replace(marker, f"    servers: ['{dns_addr}']", 1)
     for given, shipped, new in ((max_rate, "max_rate: 200,", f"max_rate: {max_rate},"),
-                                (concurrency, "concurrency: 32,", f"concurrency: {concurrency},")):
+                                (concurrency, "concurrency: 8,", f"concurrency: {concurrency},")):
         if given:
             assert shipped in text, f"conf/gateway.yaml: `{shipped}` moved"
             text = text.replace(shipped, new, 1)
