@@ -1351,11 +1351,12 @@ fn wait_first_look(gw: &Gateway) {
 /// missed is one most projects do not know. Three of a dedicated host's twelve listed names go
 /// unanswered at the first pass (their nameservers silent): the host holds nine for every
 /// project and judges nobody. And a second host's own addresses do not answer (no glue): its
-/// twelve listed names are unanswered too, not names with no mail (before, they were recorded
-/// as lapsed, and seen on their host later they counted as moved, for nobody, for 30 days).
-/// Once DNS answers, the look's retries have them all, and a new domain on either host is
-/// `disposable` for every project, though no project looked a listed name up. (Before, the
-/// first three waited for the next pass, a day later.)
+/// twelve listed names are taught with it by name (the MX answers settle where their mail
+/// goes), not as names with no mail (before issue 85's look, they were recorded as lapsed,
+/// and seen on their host later they counted as moved, for nobody, for 30 days), and asked
+/// again for its networks. Once DNS answers, the look's retries have them all, and a new domain
+/// on either host is `disposable` for every project, though no project looked a listed name
+/// up. (Before, the first three waited for the next pass, a day later.)
 #[test]
 fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
     let mut w = World::new();
@@ -1389,21 +1390,87 @@ fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
         })
     };
     assert_eq!(key("mx.quickbox.test"), Some((9, false)));
-    assert_eq!(key("mx.burnbox.test"), None);
+    assert_eq!(key("mx.burnbox.test"), Some((12, true)));
+    assert_eq!(key("198.18.9.0/24"), None, "its addresses unanswered");
     assert_eq!(reason_for(&gw, TEST_SECRET, "qb-new.test"), "safe");
     for name in &silent {
         dns.set_silent(name, false);
     }
     // The first retry comes about 5 s after the pass; a slow machine that missed it gets the
-    // second, a minute later.
+    // second, a minute later. The burnbox names answered again are no move: they still count,
+    // with their network now.
     wait_until(Duration::from_secs(90), || {
-        key("mx.quickbox.test") == Some((12, true)) && key("mx.burnbox.test") == Some((12, true))
+        key("mx.quickbox.test") == Some((12, true))
+            && key("mx.burnbox.test") == Some((12, true))
+            && key("198.18.9.0/24").is_some()
     });
     for secret in [TEST_SECRET, OTHER] {
         for new in ["qb-new.test", "bb-new.test"] {
             assert_eq!(reason_for(&gw, secret, new), "disposable", "{new}");
         }
     }
+}
+
+/// A host among several whose addresses are silent hides neither the others nor itself (issue
+/// 94): 25 listed names send their mail to a host whose addresses never answer (its
+/// nameservers silent, no glue) and to one that answers. Before, neither the look nor the
+/// background learning taught anything of them (only an answer with every host's addresses
+/// taught): a new domain on the answering host was `safe` for every project. Now both hosts
+/// are taught, the silent one by name, and the names are asked again; once it answers, nothing
+/// moved: all 25 still count on both hosts, and its network is learned.
+#[test]
+fn a_silent_host_among_several_hides_neither_the_others_nor_itself() {
+    let mut w = World::new();
+    w.host("mx.answering-host.test", [192, 0, 2, 68]);
+    w.host("mx2.quiet-host.test", [198, 51, 100, 9]);
+    for i in 0..25 {
+        let d = format!("sh-listed{i}.test");
+        w.mx(&d, &["mx2.quiet-host.test", "mx.answering-host.test"]);
+        w.listed.push(d);
+    }
+    w.mx("sh-new.test", &["mx.answering-host.test"]);
+    let dns = w.dns();
+    dns.set_glue(false);
+    dns.set_silent("mx2.quiet-host.test", true);
+    let gw = builder(&w, &dns)
+        .mx_yaml("query_timeout_ms: 500")
+        .mx_yaml("failure_ttl_seconds: 1")
+        .start();
+    wait_first_look(&gw);
+    let listing = || gw.admin_get("/mx/neighbourhoods?limit=100").json();
+    let key = |all: &serde_json::Value, key: &str| {
+        (all["top"].as_array().unwrap().iter())
+            .find(|k| k["key"] == key)
+            .map(|k| k["listed"].as_u64().unwrap())
+    };
+    let all = listing();
+    assert_eq!(key(&all, "mx.answering-host.test"), Some(25), "{all}");
+    assert_eq!(key(&all, "mx2.quiet-host.test"), Some(25), "{all}");
+    assert_eq!(key(&all, "198.51.100.0/24"), None, "{all}");
+    // The look taught them: every project, none having looked a listed name up.
+    for secret in [TEST_SECRET, OTHER] {
+        let r = Conn::open_as(gw.addr, Some(secret))
+            .unwrap()
+            .get("/v1/public/domain/sh-new.test?explain=true")
+            .unwrap()
+            .json();
+        assert_eq!(r["reason"], "disposable", "{r}");
+        assert_eq!(
+            r["evidence"]["neighbourhood"]["key"], "mx.answering-host.test",
+            "{r}"
+        );
+    }
+    // The silent host answers: the look's retries learn its network, and no name moved.
+    let asked = dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A);
+    dns.set_silent("mx2.quiet-host.test", false);
+    wait_until(Duration::from_secs(90), || {
+        key(&listing(), "198.51.100.0/24") == Some(25)
+    });
+    assert!(dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A) > asked);
+    let all = listing();
+    assert_eq!(key(&all, "mx.answering-host.test"), Some(25), "{all}");
+    assert_eq!(key(&all, "mx2.quiet-host.test"), Some(25), "{all}");
+    assert_eq!(reason_for(&gw, OTHER, "sh-new.test"), "disposable");
 }
 
 /// Lapsed listed names re-registered and pointed at a company's host plant nothing once the

@@ -1224,6 +1224,8 @@ def main():
     ap.add_argument("--look-concurrency", type=int, default=None,
                     help="look: mx.neighbourhood.look.concurrency (default: as shipped)")
     ap.add_argument("--look-timeout", type=int, default=600, help="look: seconds to wait for the first pass")
+    ap.add_argument("--look-probes", type=int, default=100,
+                    help="look: unlisted throwaways asked fresh at 1, 2 and 5 minutes (recall)")
     ap.add_argument("--mix-repeat", type=float, default=0.9,
                     help="mix: the share of company lookups naming a company seen before")
     args = ap.parse_args()

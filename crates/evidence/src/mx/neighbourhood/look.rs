@@ -272,11 +272,13 @@ async fn pass(
                 return (Some(name), took, false);
             }
             match seen {
-                // Hosts and parent taught; a network whose reverse DNS did not answer is
-                // asked again, as an unanswered name is.
+                // Hosts and parent taught; a network whose reverse DNS did not answer, or a
+                // host whose addresses did not, is asked again, as an unanswered name is (and
+                // weighs on the pace as one: its wait is DNS's timeout, not the resolver's
+                // speed).
                 Some(seen) => {
                     nb.looked(&name, &seen.hosts);
-                    (seen.networks_open.then_some(name), took, true)
+                    (seen.networks_open.then_some(name), took, !seen.silent_host)
                 }
                 None => {
                     nb.refresh(&name);

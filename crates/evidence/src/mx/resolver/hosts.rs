@@ -22,8 +22,8 @@ pub(super) struct HostFacts {
 }
 
 impl HostFacts {
-    /// DNS answered whether this host can take mail: its addresses (see
-    /// [`Resolved::settled`]). Its reverse DNS decides only its networks' vouching.
+    /// DNS answered whether this host can take mail: its addresses. Its reverse DNS decides
+    /// only its networks' vouching.
     pub(super) fn answered(&self) -> bool {
         self.state != HostState::Unknown
     }
@@ -46,13 +46,20 @@ impl HostFacts {
     }
 }
 
-/// The hosts that can take mail, with their networks (`facts` in `hosts`' order).
-pub(super) fn usable_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostNetworks> {
+/// The hosts the neighbourhood is taught (`facts` in `hosts`' order): those that can take mail,
+/// with their networks, and those whose addresses DNS did not answer, by name alone. The MX
+/// answer settles which hosts a name's mail goes to; a host whose addresses are silent hides
+/// neither the others nor itself (taught without it, it would later look like a host the name
+/// moved to). One DNS showed unable to take mail teaches nothing: anyone can name one.
+pub(super) fn taught_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostNetworks> {
     hosts
         .iter()
         .zip(facts)
-        .filter(|(_, f)| f.state == HostState::Usable)
-        .map(|(h, f)| (h.host.clone(), f.nets.to_vec()))
+        .filter_map(|(h, f)| match f.state {
+            HostState::Usable => Some((h.host.clone(), f.nets.to_vec())),
+            HostState::Unknown => Some((h.host.clone(), Vec::new())),
+            HostState::Unusable(_) => None,
+        })
         .collect()
 }
 
@@ -60,22 +67,19 @@ pub(super) fn usable_hosts(hosts: &[MxHost], facts: Vec<HostFacts>) -> Vec<HostN
 pub(super) struct Resolved {
     pub evidence: MxEvidence,
     pub ttl: Duration,
-    /// The hosts that can take mail, with their networks.
+    /// The hosts the neighbourhood is taught ([`taught_hosts`]).
     pub hosts: Vec<HostNetworks>,
     /// No server answered the MX query.
     pub unanswered: bool,
     /// Every network was vouched for: nothing left to teach in the background.
     pub complete: bool,
-    /// DNS answered the addresses of every host considered (none timed out or failed). Only a
-    /// settled look at a listed name says where its mail goes: one whose host's addresses
-    /// timed out would look like a name with no mail, and later as if it had moved. An answer
-    /// teaches what it settles: reverse DNS that fails (`REFUSED`, `SERVFAIL`, a timeout)
-    /// leaves only the networks' vouching unknown (`networks_open`), never the hosts and
-    /// their parent.
-    pub settled: bool,
-    /// Some network's reverse DNS went unanswered (or was not asked, for a request): its
-    /// vouching is unknown, and the name is asked again for it.
+    /// Some network's reverse DNS went unanswered (or was not asked, for a request), or some
+    /// host's addresses: its vouching is unknown, and the name is asked again for it. An answer
+    /// teaches what it settles: a failure leaves only what it hid unknown, never the hosts
+    /// and their parent.
     pub networks_open: bool,
+    /// Some host's addresses went unanswered (it is taught by name).
+    pub silent_host: bool,
 }
 
 /// Which networks of an MX host's addresses a lookup asks reverse DNS to vouch for (a round
@@ -95,11 +99,11 @@ pub(super) enum Nets {
 pub(super) const MAX_ADDRESSES: usize = 4;
 
 impl MxResolver {
-    /// MX evidence of `name` and the hosts that can take mail with their networks (asked only
-    /// as `nets` says). The first [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of
-    /// no more hosts than that, none of which can take mail, is [`MxEvidence::UnusableHosts`];
-    /// a host that does not resolve to a usable address teaches the neighbourhood nothing
-    /// (anyone can name one).
+    /// MX evidence of `name` and the hosts to teach, with their networks (asked only as `nets`
+    /// says). The first [`MAX_HOSTS`] hosts are asked for their addresses: a set-up of no more
+    /// hosts than that, none of which can take mail, is [`MxEvidence::UnusableHosts`]; a host
+    /// DNS shows unable to take mail teaches the neighbourhood nothing (anyone can name one),
+    /// one whose addresses went unanswered is taught by its name ([`taught_hosts`]).
     pub(super) async fn resolve_full(&self, name: &str, nets: Nets) -> Resolved {
         let (evidence, ttl, unanswered, glue) = self.resolve(name).await;
         let hosts = evidence.hosts();
@@ -112,21 +116,21 @@ impl MxResolver {
         .await;
         let states: Vec<HostState> = facts.iter().map(|f| f.state).collect();
         let complete = nets != Nets::Listed || facts.iter().all(|f| f.with_networks);
-        let settled = facts.iter().all(HostFacts::answered);
-        let networks_open = facts.iter().any(HostFacts::networks_open);
-        let usable = usable_hosts(hosts, facts);
+        let silent_host = !facts.iter().all(HostFacts::answered);
+        let networks_open = silent_host || facts.iter().any(HostFacts::networks_open);
+        let taught = taught_hosts(hosts, facts);
         let resolved = |evidence, hosts, complete| Resolved {
             evidence,
             ttl,
             hosts,
             unanswered,
             complete,
-            settled,
             networks_open,
+            silent_host,
         };
         match MxEvidence::unusable(hosts, &states) {
             Some(unusable) => resolved(unusable, Vec::new(), true),
-            None => resolved(evidence, usable, complete),
+            None => resolved(evidence, taught, complete),
         }
     }
 

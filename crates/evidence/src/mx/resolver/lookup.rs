@@ -165,7 +165,6 @@ impl MxResolver {
                 ttl,
                 hosts,
                 complete,
-                settled,
                 ..
             }) => {
                 // A set-up whose hosts cannot take mail is remembered with no key: it teaches
@@ -176,11 +175,10 @@ impl MxResolver {
                 );
                 if let (Some(n), true) = (&self.neighbourhood, taught) {
                     // An answer without all its networks teaches a domain the index does not
-                    // know yet; one it knows keeps its full keys until the background pass.
-                    // In the background (listed names), only a settled answer teaches: a
-                    // host whose addresses timed out would be a host the name later "moved"
-                    // to.
-                    if (complete || !n.knows_name(name)) && (settled || !background) {
+                    // know yet; one it knows keeps its full keys until the background pass. A
+                    // host whose addresses timed out is taught by name (`taught_hosts`): left
+                    // out, it would later be a host the name "moved" to.
+                    if complete || !n.knows_name(name) {
                         n.learn(name, &hosts);
                     }
                 }
@@ -223,22 +221,19 @@ impl MxResolver {
                 .map(|h| self.host_facts_of(&h.host, Nets::All, None)),
         )
         .await;
-        // Only a settled answer teaches (see `resolve_and_teach`); networks whose reverse DNS
-        // did not answer are left out, the hosts taught.
-        if !facts.iter().all(HostFacts::answered) {
-            return;
-        }
-        let usable = usable_hosts(hosts, facts);
-        if !usable.is_empty() {
-            n.learn(name, &usable);
+        // Networks whose reverse DNS did not answer are left out, hosts whose addresses did
+        // not are taught by name (`taught_hosts`).
+        let taught = taught_hosts(hosts, facts);
+        if !taught.is_empty() {
+            n.learn(name, &taught);
         }
     }
 
     /// What `mx-snapshot` and the look record of `name` (see [`Observed`]): its MX hosts (most preferred first)
     /// with the networks reverse DNS vouched for; an empty list when DNS says it has none;
-    /// `None` when DNS did not answer the MX question or the addresses of a host: a partial
-    /// answer is not where the name's mail goes. Reverse DNS that did not answer leaves those
-    /// networks out (`Observed::networks_open`: ask again), and teaches the hosts all the same.
+    /// `None` when DNS did not answer the MX question. The MX answer settles where the name's
+    /// mail goes: a host whose addresses did not answer is there by name, and reverse DNS that
+    /// did not answer leaves those networks out (`Observed::networks_open`: ask again).
     pub async fn observe(&self, name: &str) -> Option<Observed> {
         let full = self.resolve_full(name, Nets::All);
         match tokio::time::timeout(self.lookup_deadline, full).await {
@@ -246,11 +241,11 @@ impl MxResolver {
                 evidence: MxEvidence::Unknown,
                 ..
             })
-            | Ok(Resolved { settled: false, .. })
             | Err(_) => None,
             Ok(r) => Some(Observed {
                 hosts: r.hosts,
                 networks_open: r.networks_open,
+                silent_host: r.silent_host,
             }),
         }
     }
@@ -260,9 +255,12 @@ impl MxResolver {
 #[derive(Debug, Clone)]
 pub struct Observed {
     /// Its MX hosts that can take mail, most preferred first, with the networks reverse DNS
-    /// vouched for.
+    /// vouched for, and those whose addresses went unanswered, by name.
     pub hosts: Vec<HostNetworks>,
-    /// Some network's reverse DNS went unanswered: its vouching is unknown, the name is asked
-    /// again for it (its hosts and parent are taught meanwhile).
+    /// Some network's reverse DNS or some host's addresses went unanswered: what they hid is
+    /// unknown, the name is asked again for it (its hosts and parent are taught meanwhile).
     pub networks_open: bool,
+    /// Some host's addresses went unanswered (a lookup that waited out DNS's timeout: the
+    /// look's pace does not take it for the resolver's speed).
+    pub silent_host: bool,
 }

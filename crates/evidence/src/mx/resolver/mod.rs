@@ -54,7 +54,7 @@ use drg_telemetry::metrics::MxStats;
 
 use canaries::RECHECK_SPACING;
 use dns::{name_servers, system_servers, zone_of};
-use hosts::{usable_hosts, HostFacts, Nets, Resolved, MAX_ADDRESSES};
+use hosts::{taught_hosts, HostFacts, Nets, Resolved, MAX_ADDRESSES};
 
 /// How a lookup was answered (shown by `lookup`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
