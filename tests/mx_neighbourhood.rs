@@ -840,6 +840,66 @@ fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
     );
 }
 
+/// Issue 94's second row: one project, every registry unreachable (nothing listens where the
+/// registry should be), 30 listed names spread over a provider's numbered hosts `mx1..mx3`
+/// under one parent with no reverse DNS, then 15 unlisted domains on those hosts, the look off
+/// (what the project's own lookups taught is all there is). At filing 0 of the 15 were flagged
+/// (an age that could never come was waited for); an unreachable registry is no registry: the
+/// parent catches every one, GET and batch.
+#[test]
+fn numbered_hosts_catch_their_new_domains_when_every_registry_is_unreachable() {
+    let mut w = World::new();
+    let host = |i: usize| format!("mx{}.numbered-burner.test", i % 3 + 1);
+    for i in 0..3u8 {
+        w.host(&host(usize::from(i)), [198, 18, 30 + i, 1]);
+        w.ptr.remove(&Ipv4Addr::new(198, 18, 30 + i, 1));
+    }
+    for i in 0..30 {
+        let d = format!("nb-listed{i}.test");
+        w.mx(&d, &[&host(i)]);
+        w.listed.push(d);
+    }
+    let new: Vec<String> = (0..15)
+        .map(|i| {
+            let d = format!("nb-new{i}.test");
+            w.mx(&d, &[&host(i)]);
+            d
+        })
+        .collect();
+    let dns = w.dns();
+    let nowhere = free_port();
+    let gw = builder(&w, &dns)
+        .look(false)
+        .rdap_yaml(&format!(
+            "servers: {{test: \"http://127.0.0.1:{nowhere}/rdap/\"}}"
+        ))
+        .rdap_yaml("allow_plain_http: true")
+        .start();
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
+    });
+    for d in &w.listed {
+        assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable", "{d}");
+    }
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 30.0
+    });
+    let (get, batch) = new.split_at(8);
+    // Answers settle within the registry's failure (a refused connection, at once).
+    wait_until(Duration::from_secs(20), || {
+        get.iter()
+            .all(|d| reason_for(&gw, TEST_SECRET, d) == "disposable")
+    });
+    for d in get {
+        let r = record(&gw, d);
+        assert_eq!(r["evidence"]["neighbourhood"]["key_kind"], "parent", "{r}");
+    }
+    wait_until(Duration::from_secs(20), || {
+        let r = post_batch(&gw, TEST_SECRET, batch).json();
+        (r["results"].as_array().unwrap().iter()).all(|x| x["reason"] == "disposable")
+    });
+}
+
 /// A deployment of one project whose registries never answer (no egress to RDAP: every
 /// registry `503`): unlisted throwaways on a host that holds 30 listed domains answer as with
 /// RDAP switched off, `disposable` (issue 85: `safe` 40, `awaiting_registry`, 0 of them
