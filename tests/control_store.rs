@@ -811,6 +811,50 @@ fn a_keys_file_one_gateway_lacks_removes_nothing_only_key_sync_does_audited() {
     assert_eq!((lookup(&a, &secret), lookup(&b, ROLLOUT)), (401, 401));
 }
 
+const OPS: &str = "drg_control_ops_key_ccccccccccccccccccccccccccccccccc";
+
+/// An operator key that made nothing is retired too once a keys file that lacks it is applied
+/// (issue 93: the store knew a maker only by the keys it made, so a removed key that had made
+/// none stayed in service on every gateway whose file still held it; `key sync` said "nothing
+/// to change"). The first sync records the file's operator keys; the second, from a gateway
+/// whose file lacks `acme-ops`, retires it, audited, and the gateway whose file still holds it
+/// refuses it within a read of the store. Applying a file that holds it brings it back.
+#[test]
+fn an_operator_key_that_made_nothing_is_retired_when_a_file_without_it_is_applied() {
+    let pg = Postgres::start();
+    let a = builder(&pg)
+        .key_in_project("acme-ops", OPS, "team", "acme")
+        .start();
+    let b = builder(&pg).start();
+    assert_eq!(lookup(&a, OPS), 200);
+    let said = key_sync(a.dir.path(), false);
+    assert!(said.contains("nothing to change"), "{said}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM drg_applied_keys WHERE id = 'acme-ops' AND project = 'acme'"),
+        "1"
+    );
+    let said = key_sync(b.dir.path(), true);
+    assert!(said.contains("retired acme-ops: it made no key"), "{said}");
+    assert_eq!(lookup(&a, OPS), 200, "a dry run writes nothing");
+    let said = key_sync(b.dir.path(), false);
+    assert!(said.contains("retired acme-ops: it made no key"), "{said}");
+    assert_eq!(
+        pg.psql(
+            "SELECT count(*) FROM drg_audit WHERE action = 'key.revoked' AND target = 'acme-ops' \
+             AND key_id = 'key sync' AND project = 'acme'"
+        ),
+        "1"
+    );
+    wait_until(Duration::from_secs(2), || lookup(&a, OPS) == 401);
+    assert_eq!(lookup(&a, ACME), 200);
+    // A second sync of the same file retires nothing more, audits nothing more.
+    let said = key_sync(b.dir.path(), false);
+    assert!(said.contains("nothing to change"), "{said}");
+    let said = key_sync(a.dir.path(), false);
+    assert!(said.contains("acme-ops: retired before"), "{said}");
+    wait_until(Duration::from_secs(2), || lookup(&a, OPS) == 200);
+}
+
 #[test]
 fn a_commit_slow_to_answer_is_settled_by_the_database_never_taken_for_a_refusal() {
     let pg = Postgres::start();

@@ -1,9 +1,10 @@
 //! `key sync`: applies the keys file to the control store, the one truth every gateway serves
 //! API-made keys from: keys made by an operator key the file no longer holds are revoked, with
-//! what they made, and that key retired on every gateway; a retired key the file holds again
-//! comes back. Audited (`key sync`); `--dry-run` says what it would do.
+//! what they made, and that key retired on every gateway, as is one an earlier sync applied
+//! that made nothing; a retired key the file holds again comes back. Audited (`key sync`);
+//! `--dry-run` says what it would do.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{settings, CommandError};
@@ -17,7 +18,10 @@ pub fn key_sync(conf: &Path, dry: bool) -> Result<String, CommandError> {
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     let keys =
         drg_access::keys::parse_keys(&text, &source.path.display().to_string(), &source.plans)?;
-    let operator: BTreeSet<String> = keys.entries().map(|k| k.id.to_string()).collect();
+    let operator: BTreeMap<String, String> = keys
+        .entries()
+        .map(|k| (k.id.to_string(), k.project.to_string()))
+        .collect();
     let (control, runtime) = super::control_store(&settings.gateway)?;
     let synced = runtime.block_on(drg_projects::account::keys_api::retire::sync_makers(
         &control, &operator, dry,
@@ -35,17 +39,24 @@ pub fn key_sync(conf: &Path, dry: bool) -> Result<String, CommandError> {
         }
     )];
     for (maker, revoked) in &synced.retired {
-        out.push(format!(
-            "  retired {maker}: {} API-made keys it made {verb} revoked: {}",
-            revoked.len(),
-            revoked.join(", ")
-        ));
+        out.push(match revoked.is_empty() {
+            true => format!("  retired {maker}: it made no key"),
+            false => format!(
+                "  retired {maker}: {} API-made keys it made {verb} revoked: {}",
+                revoked.len(),
+                revoked.join(", ")
+            ),
+        });
     }
     for id in &synced.restored {
         out.push(format!("  {id}: retired before, in service again"));
     }
     if synced.retired.is_empty() && synced.restored.is_empty() {
-        out.push("  nothing to change: every maker of an API-made key is in the file".into());
+        out.push(
+            "  nothing to change: every maker of an API-made key, and every operator key applied \
+             before, is in the file"
+                .into(),
+        );
     }
     Ok(out.join("\n"))
 }

@@ -95,6 +95,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
        token TEXT NOT NULL,
        PRIMARY KEY (kind, n));",
     ),
+    // The operator keys (and their projects) of the keys file `key sync` last applied: one
+    // that a later file lacks is retired though it made no key (`keys_api/retire.rs`).
+    (
+        9,
+        "CREATE TABLE drg_applied_keys (
+       id TEXT PRIMARY KEY,
+       project TEXT NOT NULL);",
+    ),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).

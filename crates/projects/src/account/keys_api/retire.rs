@@ -1,10 +1,12 @@
 //! Operator keys leaving the control store, audited: `key sync` applies a keys file to the
 //! store (the keys whose maker the file no longer holds revoked, with theirs, and their makers
-//! retired, refused by every gateway; a retired key the file holds again brought back), and a
+//! retired, refused by every gateway, as is an operator key an earlier sync applied that the
+//! file no longer holds though it made nothing; a retired key the file holds again brought
+//! back), and a
 //! revocation an earlier release remembered or one gateway's own keys file decided (SQLite)
 //! dropped with an audit entry for every key it takes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use drg_access::managed::ManagedKey;
@@ -97,13 +99,16 @@ pub struct Synced {
     pub restored: Vec<String>,
 }
 
-/// Applies the keys file's operator key ids to the store, in one transaction: every API-made
-/// key whose maker is an operator key the file does not hold is revoked with what it made
-/// (audited, by `key sync`), that maker retired (every gateway refuses it, whatever its own
-/// keys file says), and a retired key the file holds brought back. `dry`: rolled back.
+/// Applies the keys file's operator keys (id -> project) to the store, in one transaction:
+/// every API-made key whose maker is an operator key the file does not hold is revoked with
+/// what it made (audited, by `key sync`), that maker retired (every gateway refuses it,
+/// whatever its own keys file says), and so is an operator key an earlier sync applied that
+/// the file lacks, though it made nothing (audited too: the store knew it only from that
+/// sync); a retired key the file holds is brought back, and the file's keys are recorded as
+/// the ones applied. `dry`: rolled back.
 pub async fn sync_makers(
     control: &Arc<Control>,
-    operator: &BTreeSet<String>,
+    operator: &BTreeMap<String, String>,
     dry: bool,
 ) -> Result<Synced, ControlError> {
     let sql = control.sql();
@@ -123,7 +128,7 @@ pub async fn sync_makers(
             .iter()
             .filter_map(|b| serde_json::from_str::<ManagedKey>(b).ok())
         {
-            let Some(maker) = key.created_by.filter(|m| !operator.contains(m)) else {
+            let Some(maker) = key.created_by.filter(|m| !operator.contains_key(m)) else {
                 continue;
             };
             match gone.iter_mut().find(|(m, _)| *m == maker) {
@@ -145,10 +150,46 @@ pub async fn sync_makers(
             retire(&mut tx, &maker, &at).await.map_err(&sql)?;
             synced.retired.push((maker, revoked));
         }
-        for id in (retired(&mut tx).await.map_err(&sql)?)
-            .into_iter()
-            .filter(|id| operator.contains(id))
-        {
+        // The keys an earlier sync applied that this file lacks, though they made nothing.
+        let applied: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, project FROM drg_applied_keys ORDER BY id")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        let already = retired(&mut tx).await.map_err(&sql)?;
+        for (id, project) in applied {
+            let known = synced.retired.iter().any(|(m, _)| *m == id) || already.contains(&id);
+            if operator.contains_key(&id) || known {
+                continue;
+            }
+            retire(&mut tx, &id, &at).await.map_err(&sql)?;
+            let row = AuditRow {
+                project,
+                id: None,
+                at: at.clone(),
+                key_id: "key sync".to_owned(),
+                action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
+                target: id.clone(),
+                detail: "operator key retired: not in the keys file applied".to_owned(),
+            };
+            audit::append(&mut tx, &row, AUDIT_KEEP_DAYS)
+                .await
+                .map_err(&sql)?;
+            synced.retired.push((id, Vec::new()));
+        }
+        sqlx::query("DELETE FROM drg_applied_keys")
+            .execute(&mut *tx)
+            .await
+            .map_err(&sql)?;
+        for (id, project) in operator {
+            sqlx::query("INSERT INTO drg_applied_keys (id, project) VALUES ($1, $2)")
+                .bind(id.clone())
+                .bind(project.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(&sql)?;
+        }
+        for id in already.into_iter().filter(|id| operator.contains_key(id)) {
             sqlx::query("DELETE FROM drg_retired WHERE id = $1")
                 .bind(id.clone())
                 .execute(&mut *tx)
