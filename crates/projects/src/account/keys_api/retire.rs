@@ -150,45 +150,9 @@ pub async fn sync_makers(
             retire(&mut tx, &maker, &at).await.map_err(&sql)?;
             synced.retired.push((maker, revoked));
         }
-        // The keys an earlier sync applied that this file lacks, though they made nothing.
-        let applied: Vec<(String, String)> =
-            sqlx::query_as("SELECT id, project FROM drg_applied_keys ORDER BY id")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(&sql)?;
         let already = retired(&mut tx).await.map_err(&sql)?;
-        for (id, project) in applied {
-            let known = synced.retired.iter().any(|(m, _)| *m == id) || already.contains(&id);
-            if operator.contains_key(&id) || known {
-                continue;
-            }
-            retire(&mut tx, &id, &at).await.map_err(&sql)?;
-            let row = AuditRow {
-                project,
-                id: None,
-                at: at.clone(),
-                key_id: "key sync".to_owned(),
-                action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
-                target: id.clone(),
-                detail: "operator key retired: not in the keys file applied".to_owned(),
-            };
-            audit::append(&mut tx, &row, AUDIT_KEEP_DAYS)
-                .await
-                .map_err(&sql)?;
-            synced.retired.push((id, Vec::new()));
-        }
-        sqlx::query("DELETE FROM drg_applied_keys")
-            .execute(&mut *tx)
-            .await
-            .map_err(&sql)?;
-        for (id, project) in operator {
-            sqlx::query("INSERT INTO drg_applied_keys (id, project) VALUES ($1, $2)")
-                .bind(id.clone())
-                .bind(project.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(&sql)?;
-        }
+        let applied = apply_keys(&mut tx, operator, &already, &at).await;
+        synced.retired.extend(applied.map_err(&sql)?);
         for id in already.into_iter().filter(|id| operator.contains_key(id)) {
             sqlx::query("DELETE FROM drg_retired WHERE id = $1")
                 .bind(id.clone())
@@ -205,6 +169,51 @@ pub async fn sync_makers(
         Ok::<_, ControlError>(synced)
     };
     control.within(call).await
+}
+
+/// Retires, audited, the operator keys an earlier sync applied that `operator` (the file
+/// applied now) lacks, though they made nothing (those `already` retired, the makers this sync
+/// retired among them, left as they are), and records `operator` as the keys applied: the
+/// keys retired.
+async fn apply_keys(
+    tx: &mut Tx,
+    operator: &BTreeMap<String, String>,
+    already: &[String],
+    at: &str,
+) -> Result<Vec<(String, Vec<String>)>, sqlx::Error> {
+    let applied: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, project FROM drg_applied_keys ORDER BY id")
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut out = Vec::new();
+    for (id, project) in applied {
+        if operator.contains_key(&id) || already.contains(&id) {
+            continue;
+        }
+        retire(tx, &id, at).await?;
+        let row = AuditRow {
+            project,
+            id: None,
+            at: at.to_owned(),
+            key_id: "key sync".to_owned(),
+            action: drg_base::answer::Action::KeyRevoked.as_str().to_owned(),
+            target: id.clone(),
+            detail: "operator key retired: not in the keys file applied".to_owned(),
+        };
+        audit::append(tx, &row, AUDIT_KEEP_DAYS).await?;
+        out.push((id, Vec::new()));
+    }
+    sqlx::query("DELETE FROM drg_applied_keys")
+        .execute(&mut **tx)
+        .await?;
+    for (id, project) in operator {
+        sqlx::query("INSERT INTO drg_applied_keys (id, project) VALUES ($1, $2)")
+            .bind(id.clone())
+            .bind(project.clone())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(out)
 }
 
 /// Revokes the API-made key `id` and what it made, by the operator (`key revoke`: a key a
