@@ -166,7 +166,8 @@ class Gateway:
                 f"  admin:\n    listen: unix:{d}/admin.sock\n"
                 "  data:\n    dir: data\n    builtin_disposable: false\n  mx:\n    enabled: false\n"
                 "  rdap:\n    enabled: false\n  quota:\n    state_file: state/quota.counters\n"
-                "  access:\n    keys_file: keys.yaml\n    account_rate: { per_second: 0, burst: 1 }\n"
+                "  access:\n    keys_file: keys.yaml\n"
+                "    account_rate: { per_second: 0, burst: 1 }\n"
                 f"  control: {{ url: '{url}' }}\n"
             )
         self.log = open(f"{d}/gateway.log", "w")
@@ -360,23 +361,25 @@ def one_size(binary, pg, n, writes):
             gw.stop()
 
 
-def section(rows, command, writes, pg_version):
+def section(rows, command, writes, pg_version, binary):
+    built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(binary)))
     date = subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     out = [
         "## A write's cost against what is stored (issue 93, item 7: before)",
         "",
-        f"Made by `{command}` on {date}, commit {commit}; machine: 2 cores, shared by both "
-        f"gateways (release binary, `threads: 2`), PostgreSQL {pg_version} (a throwaway "
-        "cluster, fsync and synchronous_commit on) and the client, all on loopback. For each "
-        "size a fresh database is seeded with SQL with that many overrides over 1,000 projects "
-        "(rows and bodies as the API writes them, the revision moved and `NOTIFY` sent as a "
-        "write does), and both gateways are checked to list the seeded rows of the 10 projects "
-        f"written to. Then {writes} `PUT /v1/overrides/{{new name}}` round-robin over those "
-        "10 projects on gateway A, one after another on one keep-alive connection; gateway B "
-        "follows through the store. CPU: utime + stime from /proc over the writes until B "
-        "serves the last one and every process is idle again, minus each process's idle pace "
+        f"Made by `{command}` on {date}, commit {commit} (the binary built {built}); "
+        "machine: 2 cores, shared by both gateways (release binary, `threads: 2`), "
+        f"PostgreSQL {pg_version} (a throwaway cluster, fsync and synchronous_commit on) "
+        "and the client, all on loopback. For each size a fresh database is seeded with SQL "
+        "with that many overrides over 1,000 projects (rows and bodies as the API writes "
+        "them, the revision moved and `NOTIFY` sent as a write does), and both gateways are "
+        "checked to list the seeded rows of the 10 projects written to. Then "
+        f"{writes} `PUT /v1/overrides/{{new name}}` round-robin over those 10 projects on "
+        "gateway A, one after another on one keep-alive connection; gateway B follows "
+        "through the store. CPU: utime + stime from /proc over the writes until B serves "
+        "the last one and every process is idle again, minus each process's idle pace "
         f"(measured over {IDLE_SECONDS:.0f} s just before) over that window, B's also minus "
         "the list polls that found when it serves the last write; a write's share.",
         "",
@@ -417,7 +420,7 @@ def main():
         if pg is not None:
             pg.stop()
             shutil.rmtree(pg.dir, ignore_errors=True)
-    text = section(rows, command, a.writes, pg_version)
+    text = section(rows, command, a.writes, pg_version, binary)
     print(text)
     if a.out:
         with open(a.out, "w") as f:
