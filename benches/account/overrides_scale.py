@@ -52,6 +52,21 @@ def project(i):
 WRITER_PROJECTS = [project(i * (PROJECTS // WRITERS)) for i in range(WRITERS)]
 
 
+def layout(n, hold=None):
+    """The (project, domain) of each of the N seeded rows: row j in project j mod 1,000, or,
+    with `hold`, HOLD rows in each writer project and the rest over the other 990 (so a
+    writer's project is the same size whatever N: what changes is the store alone)."""
+    if hold is None:
+        return [(project(j % PROJECTS), f"s{j // PROJECTS}-{project(j % PROJECTS)}.example")
+                for j in range(n)]
+    rows = [(p, f"s{k}-{p}.example") for p in WRITER_PROJECTS for k in range(hold)][:n]
+    others = [project(i) for i in range(PROJECTS) if project(i) not in WRITER_PROJECTS]
+    for j in range(n - len(rows)):
+        p = others[j % len(others)]
+        rows.append((p, f"s{j // len(others)}-{p}.example"))
+    return rows
+
+
 def key_id(p):
     return f"k-{p}"
 
@@ -97,7 +112,7 @@ def psql(pg, url, sql, timeout=600):
     return out.stdout.strip()
 
 
-def seed(pg, url, n):
+def seed(pg, url, n, hold=None):
     """N overrides over the 1,000 projects (row j in project j mod 1,000), written with SQL as
     the API writes them: one `drg_records` row each, `body` the record's JSON as serde_json
     writes it (compact, fields in the struct's order, `removed` left out when false), stamp
@@ -110,9 +125,7 @@ def seed(pg, url, n):
     stamp0 = now * 1_000_000
     data = io.StringIO()
     w = csv.writer(data, lineterminator="\n")
-    for j in range(n):
-        p = project(j % PROJECTS)
-        domain = f"s{j // PROJECTS}-{p}.example"
+    for j, (p, domain) in enumerate(layout(n, hold)):
         body = json.dumps({"project": p, "domain": domain,
                            "verdict": "block" if j % 2 else "allow", "note": "",
                            "set_by": key_id(p), "set_at": now, "stamp": stamp0 + j},
@@ -270,7 +283,7 @@ def settle(meters, idle, deadline):
     raise TimeoutError("the processes did not come back to idle")
 
 
-def one_size(binary, pg, n, writes):
+def one_size(binary, pg, n, writes, hold=None):
     """Seeds a fresh database with `n` overrides, runs the writes on two gateways, returns
     the row of the table."""
     db = f"drg_scale_{n}"
@@ -284,14 +297,15 @@ def one_size(binary, pg, n, writes):
         gws.append(a)
         a.wait_ready(time.monotonic() + READY_TIMEOUT)
         t = time.monotonic()
-        seed(pg, url, n)
+        seed(pg, url, n, hold)
         print(f"[{n}] seeded in {time.monotonic() - t:.1f} s", file=sys.stderr)
         b = Gateway(binary, url, "b")
         gws.append(b)
         b.wait_ready(time.monotonic() + READY_TIMEOUT)
         # Both serve the seeded rows: every writer project's list, on both gateways.
-        per = {p: sum(1 for j in range(n) if project(j % PROJECTS) == p)
-               for p in WRITER_PROJECTS}
+        seeded = layout(n, hold)
+        per = {p: sum(1 for q, _ in seeded if q == p) for p in WRITER_PROJECTS}
+        probe = next(d for q, d in seeded if q == WRITER_PROJECTS[0])
         deadline = time.monotonic() + READY_TIMEOUT
         for gw in (a, b):
             for p in WRITER_PROJECTS:
@@ -312,7 +326,7 @@ def one_size(binary, pg, n, writes):
         # that find when B serves the last write are not counted as follower work.
         c0, t0 = cpu_of(meters), time.monotonic()
         for _ in range(POLL_CALIBRATION):
-            b.serves(WRITER_PROJECTS[0], "s0-p0000.example")
+            b.serves(WRITER_PROJECTS[0], probe)
         c1, t1 = cpu_of(meters), time.monotonic()
         poll_cost = max(0.0, (c1["b"] - c0["b"] - idle["b"] * (t1 - t0)) / POLL_CALIBRATION)
 
@@ -361,19 +375,22 @@ def one_size(binary, pg, n, writes):
             gw.stop()
 
 
-def section(rows, command, writes, pg_version, binary):
+def section(rows, command, writes, pg_version, binary, hold=None):
     built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(binary)))
     date = subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     out = [
-        "## A write's cost against what is stored (issue 93, item 7: before)",
+        "## A write's cost against what is stored (issue 93, item 7)",
         "",
         f"Made by `{command}` on {date}, commit {commit} (the binary built {built}); "
         "machine: 2 cores, shared by both gateways (release binary, `threads: 2`), "
         f"PostgreSQL {pg_version} (a throwaway cluster, fsync and synchronous_commit on) "
         "and the client, all on loopback. For each size a fresh database is seeded with SQL "
-        "with that many overrides over 1,000 projects (rows and bodies as the API writes "
+        "with that many overrides over 1,000 projects ("
+        + ("spread evenly" if hold is None else
+           f"{hold} in each of the 10 projects written to, the rest over the other 990")
+        + "; rows and bodies as the API writes "
         "them, the revision moved and `NOTIFY` sent as a write does), and both gateways are "
         "checked to list the seeded rows of the 10 projects written to. Then "
         f"{writes} `PUT /v1/overrides/{{new name}}` round-robin over those 10 projects on "
@@ -404,6 +421,9 @@ def main():
     ap.add_argument("--rows", default="1000,100000",
                     help="store sizes, comma-separated (default: 1000,100000)")
     ap.add_argument("--writes", type=int, default=300)
+    ap.add_argument("--writers-hold", type=int, default=None,
+                    help="rows each of the 10 projects written to holds, whatever the size "
+                         "(default: the size spread evenly over the 1,000 projects)")
     ap.add_argument("--out", help="also write the markdown section to this file")
     a = ap.parse_args()
     sizes = [int(s) for s in a.rows.split(",")]
@@ -415,12 +435,12 @@ def main():
     try:
         pg = Postgres()
         pg_version = psql(pg, pg.url, "SHOW server_version;").split()[0]
-        rows = [one_size(binary, pg, n, a.writes) for n in sizes]
+        rows = [one_size(binary, pg, n, a.writes, a.writers_hold) for n in sizes]
     finally:
         if pg is not None:
             pg.stop()
             shutil.rmtree(pg.dir, ignore_errors=True)
-    text = section(rows, command, a.writes, pg_version, binary)
+    text = section(rows, command, a.writes, pg_version, binary, a.writers_hold)
     print(text)
     if a.out:
         with open(a.out, "w") as f:

@@ -123,6 +123,27 @@ impl OverrideSet {
         set
     }
 
+    /// The set that follows `self` where only `changed` projects moved, each with all its
+    /// entries now (none: it has none left); the others keep `self`'s maps. A project whose
+    /// entries are those `self` holds keeps its map too, as in [`OverrideSet::next`].
+    pub fn with_projects(
+        &self,
+        changed: impl IntoIterator<Item = (String, Vec<Override>)>,
+    ) -> OverrideSet {
+        let mut by_project = self.by_project.clone();
+        for (project, entries) in changed {
+            let names: Names = (entries.into_iter())
+                .map(|e| (e.domain.clone(), Arc::new(e)))
+                .collect();
+            if names.is_empty() {
+                by_project.remove(&project);
+            } else if by_project.get(&project).is_none_or(|held| **held != names) {
+                by_project.insert(project, Arc::new(names));
+            }
+        }
+        OverrideSet { by_project }
+    }
+
     /// The override that decides `name` for `project`: the name's own, else its nearest
     /// parent's (a name covers its subdomains).
     pub fn find(&self, project: &str, name: &DomainName) -> Option<&Arc<Override>> {

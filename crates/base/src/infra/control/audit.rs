@@ -43,17 +43,14 @@ pub async fn append(tx: &mut Tx, row: &AuditRow, keep_days: u32) -> Result<(), s
             "the audit entry's id was taken at every try".into(),
         ));
     }
-    sqlx::query("DELETE FROM drg_audit WHERE project = $1 AND at < $2")
-        .bind(row.project.clone())
-        .bind(cutoff)
-        .execute(&mut **tx)
-        .await?;
+    // Both bounds in one statement: one round trip.
     sqlx::query(
-        "DELETE FROM drg_audit WHERE project = $1 AND id <= (
-           SELECT id FROM drg_audit WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+        "DELETE FROM drg_audit WHERE project = $1 AND (at < $3 OR id <= (
+           SELECT id FROM drg_audit WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2))",
     )
     .bind(row.project.clone())
     .bind(MAX_ENTRIES as i64)
+    .bind(cutoff)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -17,7 +17,7 @@ mod revision;
 mod schema;
 pub mod watch;
 
-pub use revision::{diverged, move_revision, revision, token_at, Revision};
+pub use revision::{diverged, move_revision, projects_since, revision, token_at, Revision};
 
 /// A transaction on the control store.
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
@@ -256,10 +256,22 @@ impl Control {
         until: std::time::Instant,
         tell: Option<&'static str>,
     ) -> Result<Write, ControlError> {
+        self.write_locked(until, tell, None).await
+    }
+
+    /// [`Control::write_telling`] that takes `lock` first: the writes that name the same lock
+    /// go one at a time (PostgreSQL's advisory lock, in the round trip that begins the write;
+    /// SQLite's writes go one at a time already).
+    pub async fn write_locked(
+        &self,
+        until: std::time::Instant,
+        tell: Option<&'static str>,
+        lock: Option<&str>,
+    ) -> Result<Write, ControlError> {
         let pool = self.pool().await?;
         let left = until.saturating_duration_since(std::time::Instant::now());
-        let (tx, xid) =
-            (schema::begin_write(self.engine, pool, left / 2, tell).await).map_err(self.sql())?;
+        let begun = schema::begin_write(self.engine, pool, left / 2, tell, lock).await;
+        let (tx, xid) = begun.map_err(self.sql())?;
         // The database took its deadline before this instant; its clock's second may run a
         // little ahead of ours.
         let settled = std::time::Instant::now() + left / 2 + SETTLE_MARGIN;

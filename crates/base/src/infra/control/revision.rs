@@ -11,6 +11,9 @@ use super::Tx;
 /// tell whether the history it held is the store's (it reads the kind again all the same).
 const KEPT: i64 = 512;
 
+/// The log is trimmed at every revision whose number this divides.
+const TRIM_EVERY: i64 = 32;
+
 /// Where a kind is: the number, and the token of the write that made it (empty before the
 /// first write, and for a revision made before tokens were kept).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,9 +54,14 @@ where
 }
 
 /// Moves `kind`'s revision in `tx` (made at 1 the first time) under a new token, kept in the
-/// log; on PostgreSQL the row stays locked to the end of the transaction (and carries its
-/// deadline). Where it is now.
-pub async fn move_revision(tx: &mut Tx, kind: &str) -> Result<Revision, sqlx::Error> {
+/// log with the `project` the write changed (`None`: any, the whole kind is read again); on
+/// PostgreSQL the row stays locked to the end of the transaction (and carries its deadline).
+/// Where it is now.
+pub async fn move_revision(
+    tx: &mut Tx,
+    kind: &str,
+    project: Option<&str>,
+) -> Result<Revision, sqlx::Error> {
     let token = new_token();
     let n: i64 = sqlx::query_scalar(
         "INSERT INTO drg_revision (kind, n, token) VALUES ($1, 1, $2)
@@ -64,19 +72,24 @@ pub async fn move_revision(tx: &mut Tx, kind: &str) -> Result<Revision, sqlx::Er
     .fetch_one(&mut **tx)
     .await?;
     sqlx::query(
-        "INSERT INTO drg_revision_log (kind, n, token) VALUES ($1, $2, $3)
-         ON CONFLICT (kind, n) DO UPDATE SET token = $3",
+        "INSERT INTO drg_revision_log (kind, n, token, project) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (kind, n) DO UPDATE SET token = $3, project = $4",
     )
     .bind(kind.to_owned())
     .bind(n)
     .bind(token.clone())
+    .bind(project.map(str::to_owned))
     .execute(&mut **tx)
     .await?;
-    sqlx::query("DELETE FROM drg_revision_log WHERE kind = $1 AND n <= $2")
-        .bind(kind.to_owned())
-        .bind(n - KEPT)
-        .execute(&mut **tx)
-        .await?;
+    // Trimmed every [`TRIM_EVERY`] revisions, not at each: a round trip fewer a write, and
+    // the log holds at most that many past [`KEPT`].
+    if n % TRIM_EVERY == 0 {
+        sqlx::query("DELETE FROM drg_revision_log WHERE kind = $1 AND n <= $2")
+            .bind(kind.to_owned())
+            .bind(n - KEPT)
+            .execute(&mut **tx)
+            .await?;
+    }
     Ok(Revision { n, token })
 }
 
@@ -104,6 +117,49 @@ where
     }
     let then = token_at(conn, kind, held.n).await?;
     Ok(then.is_some_and(|t| t != held.token))
+}
+
+/// The projects `kind`'s writes changed after `held`, up to `now`, when the log tells them
+/// all: `held`'s own token still there (the history it was read from is the store's), every
+/// revision between logged, each naming its project. `None`: the kind is read whole.
+pub async fn projects_since<'c, E>(
+    conn: E,
+    kind: &str,
+    held: &Revision,
+    now: &Revision,
+) -> Result<Option<std::collections::BTreeSet<String>>, sqlx::Error>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    if held.token.is_empty() || now.n <= held.n {
+        return Ok(None);
+    }
+    let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT n, token, project FROM drg_revision_log
+         WHERE kind = $1 AND n >= $2 AND n <= $3 ORDER BY n",
+    )
+    .bind(kind.to_owned())
+    .bind(held.n)
+    .bind(now.n)
+    .fetch_all(conn)
+    .await?;
+    Ok(changed_projects(&rows, held, now))
+}
+
+/// What [`projects_since`] makes of the log's `rows` from `held` to `now`.
+fn changed_projects(
+    rows: &[(i64, String, Option<String>)],
+    held: &Revision,
+    now: &Revision,
+) -> Option<std::collections::BTreeSet<String>> {
+    let whole = usize::try_from(now.n - held.n + 1).ok()?;
+    let (first, rest) = rows.split_first()?;
+    let (last_n, last_token, _) = rows.last()?;
+    let ours = first.0 == held.n && first.1 == held.token;
+    if !ours || rows.len() != whole || *last_n != now.n || *last_token != now.token {
+        return None;
+    }
+    rest.iter().map(|(_, _, p)| p.clone()).collect()
 }
 
 /// The token of `kind`'s revision `n`, if the log still holds it.
@@ -144,5 +200,31 @@ mod tests {
         assert_eq!(Revision::told("keys@3@x", "overrides"), None);
         assert_eq!(Revision::told("overridesx@3@x", "overrides"), None);
         assert_ne!(new_token(), new_token());
+    }
+
+    #[test]
+    fn the_projects_changed_are_told_only_from_a_whole_log_of_the_history_held() {
+        let rev = |n: i64, t: &str| Revision { n, token: t.into() };
+        let row = |n: i64, t: &str, p: Option<&str>| (n, t.to_owned(), p.map(str::to_owned));
+        let rows = [
+            row(4, "a", Some("x")),
+            row(5, "b", Some("p")),
+            row(6, "c", Some("q")),
+        ];
+        let told = changed_projects(&rows, &rev(4, "a"), &rev(6, "c")).unwrap();
+        assert_eq!(told.into_iter().collect::<Vec<_>>(), ["p", "q"]);
+        // Another history at the number held, a gap, an unknown project, a newer end.
+        assert_eq!(changed_projects(&rows, &rev(4, "z"), &rev(6, "c")), None);
+        assert_eq!(
+            changed_projects(
+                &[rows[0].clone(), rows[2].clone()],
+                &rev(4, "a"),
+                &rev(6, "c")
+            ),
+            None
+        );
+        let whole = [rows[0].clone(), row(5, "b", None), rows[2].clone()];
+        assert_eq!(changed_projects(&whole, &rev(4, "a"), &rev(6, "c")), None);
+        assert_eq!(changed_projects(&rows, &rev(4, "a"), &rev(7, "d")), None);
     }
 }

@@ -103,6 +103,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
        id TEXT PRIMARY KEY,
        project TEXT NOT NULL);",
     ),
+    // The project each revision of a kind changed (none: the whole kind, as an import), so a
+    // gateway reads the projects that changed since the revision it holds, not the whole kind.
+    (10, "ALTER TABLE drg_revision_log ADD COLUMN project TEXT;"),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).
@@ -165,21 +168,27 @@ pub async fn begin_write(
     pool: &AnyPool,
     within: std::time::Duration,
     tell: Option<&'static str>,
+    lock: Option<&str>,
 ) -> Result<(sqlx::Transaction<'static, sqlx::Any>, Option<i64>), sqlx::Error> {
     match engine {
         Engine::Postgres => {
             let mut tx = pool.begin().await?;
             let ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
             // The deadline, for a write of a kind its `NOTIFY` (sent at the commit and only
-            // then), and the transaction's id: one round trip.
-            let (_, _, xid): (String, bool, i64) = sqlx::query_as(
+            // then), `lock` taken (an advisory lock to the transaction's end: the statements
+            // after it see what the write that held it committed) and the transaction's id:
+            // one round trip.
+            let (_, _, _, xid): (String, bool, bool, i64) = sqlx::query_as(
                 "SELECT set_config('drg.deadline',
                    (clock_timestamp() + $1::float8 * interval '1 millisecond')::text, true),
                  (CASE WHEN $2 <> '' THEN pg_notify('drg_revision', $2) END) IS NULL,
+                 (CASE WHEN $3 <> '' THEN pg_advisory_xact_lock(hashtextextended($3, 0)) END)
+                   IS NULL,
                  txid_current()",
             )
             .bind(ms)
             .bind(tell.unwrap_or(""))
+            .bind(lock.unwrap_or(""))
             .fetch_one(&mut *tx)
             .await?;
             Ok((tx, Some(xid)))
@@ -239,7 +248,7 @@ pub async fn end_session(pool: &AnyPool, pid: i32) -> Result<(), sqlx::Error> {
 /// Applies the migrations the database lacks, in one transaction, under the engine's lock.
 pub async fn migrate(engine: Engine, pool: &AnyPool) -> Result<(), ControlError> {
     let sql = |e| ControlError::Sql(engine.name(), e);
-    let (mut tx, _) = begin_write(engine, pool, std::time::Duration::from_secs(60), None)
+    let (mut tx, _) = begin_write(engine, pool, std::time::Duration::from_secs(60), None, None)
         .await
         .map_err(sql)?;
     if engine == Engine::Postgres {

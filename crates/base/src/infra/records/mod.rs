@@ -10,11 +10,12 @@
 //! (at least [`MIN_TOMBSTONES`]), and a write costs the project's bound, not its history.
 
 pub mod legacy;
+mod merged;
 pub mod once;
 pub mod snapshot;
 pub mod sql;
 
-use std::collections::HashMap;
+pub use merged::{Merged, Moved};
 
 /// One record (the trait is pure, in the domain crate, where overrides implement it).
 pub use drg_domain::lww::Record;
@@ -68,65 +69,6 @@ pub enum Put {
 pub struct Audited<'a> {
     pub entry: &'a (dyn Fn(&Put) -> Option<crate::infra::control::audit::AuditRow> + Sync),
     pub keep_days: u32,
-}
-
-/// Records by project and key, the newest of each kept.
-#[derive(Debug, Clone)]
-pub struct Merged<R> {
-    by_key: HashMap<(String, String), R>,
-}
-
-impl<R> Default for Merged<R> {
-    fn default() -> Self {
-        Merged {
-            by_key: HashMap::new(),
-        }
-    }
-}
-
-impl<R: Record> Merged<R> {
-    pub fn of(records: impl IntoIterator<Item = R>) -> Merged<R> {
-        let mut m = Merged::default();
-        for r in records {
-            m.merge(r);
-        }
-        m
-    }
-
-    /// Takes `record` if it is newer than what is held of its key; whether it did.
-    pub fn merge(&mut self, record: R) -> bool {
-        let key = (record.project().to_owned(), record.key().to_owned());
-        match self.by_key.get(&key) {
-            Some(held) if !record.newer_than(held) => false,
-            _ => {
-                self.by_key.insert(key, record);
-                true
-            }
-        }
-    }
-
-    pub fn get(&self, project: &str, key: &str) -> Option<&R> {
-        self.by_key.get(&(project.to_owned(), key.to_owned()))
-    }
-
-    /// `project`'s records in force.
-    pub fn live<'a>(&'a self, project: &'a str) -> impl Iterator<Item = &'a R> + 'a {
-        self.by_key
-            .values()
-            .filter(move |r| r.project() == project && !r.removed())
-    }
-
-    /// Every record, removals included.
-    pub fn all(&self) -> impl Iterator<Item = &R> {
-        self.by_key.values()
-    }
-
-    /// Every record, by project and key (a file's order).
-    pub fn sorted(&self) -> Vec<R> {
-        let mut all: Vec<R> = self.by_key.values().cloned().collect();
-        all.sort_by(|a, b| (a.project(), a.key()).cmp(&(b.project(), b.key())));
-        all
-    }
 }
 
 /// Removal markers a project keeps at most, for a bound of `max_live` records in force: they

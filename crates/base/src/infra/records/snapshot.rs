@@ -1,8 +1,10 @@
 //! What a gateway holds of one kind of record, and what keeps it: when the kind is told moved
 //! (PostgreSQL's `NOTIFY`, `control/listen.rs`; the poll of every kind's revision behind it,
-//! `control/watch.rs`), its revision is asked (one indexed row) and, when it moved, every
-//! record is read and published whole, with this gateway's writes made since the read began
-//! merged in. A revision lower than the last one read (the database restored from an older
+//! `control/watch.rs`), its revision is asked (one indexed row) and, when it moved, the
+//! projects the revision log names since the revision held are read and published, with this
+//! gateway's writes made since the read began merged in: a write costs its project's records,
+//! whatever the others hold. The first read, and one the log cannot answer (a restore, a
+//! gateway far behind, an import), reads the kind whole. A revision lower than the last one read (the database restored from an older
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
 //! the store holds now is served: a gateway never writes its copy back.
 
@@ -15,7 +17,7 @@ use serde::Serialize;
 
 use super::once::{Once, Outcome};
 use super::sql::SqlRecords;
-use super::{Audited, Merged, Put, Record, RecordsError};
+use super::{Audited, Merged, Moved, Put, Record, RecordsError};
 use crate::infra::control::{Control, Revision};
 
 /// A failing store is logged at WARN at most this often.
@@ -105,8 +107,9 @@ impl<R> Default for LocalWrites<R> {
     }
 }
 
-/// Called with every new set of records (at a write of this gateway, and when a poll read one).
-pub type Publish<R> = Box<dyn Fn(&Merged<R>) + Send + Sync>;
+/// Called with every new set of records (at a write of this gateway, and when a poll read one)
+/// and what moved in it since the set before.
+pub type Publish<R> = Box<dyn Fn(&Merged<R>, &Moved) + Send + Sync>;
 
 /// One kind of record as this gateway holds it.
 pub struct Snapshot<R: Record> {
@@ -205,7 +208,8 @@ impl<R: Record> Snapshot<R> {
             local.generation += 1;
             let generation = local.generation;
             local.writes.push((generation, record.clone()));
-            self.swap(&local, |m| {
+            let changed = Moved::Projects([record.project().to_owned()].into());
+            self.swap(&local, &changed, |m| {
                 m.merge(record);
             });
         }
@@ -214,10 +218,10 @@ impl<R: Record> Snapshot<R> {
     /// Changes the held set and publishes it, with the local writes' lock held: one change at
     /// a time, so a write answered `2xx` is held (a lookup, a list or a `DELETE` right after it
     /// sees it) whatever a poll that read the store before it does next.
-    fn swap(&self, _local: &LocalWrites<R>, change: impl FnOnce(&mut Merged<R>)) {
+    fn swap(&self, _local: &LocalWrites<R>, changed: &Moved, change: impl FnOnce(&mut Merged<R>)) {
         let mut m = Merged::clone(&self.held.load());
         change(&mut m);
-        (self.publish)(&m);
+        (self.publish)(&m, changed);
         self.held.store(Arc::new(m));
     }
 
@@ -240,10 +244,28 @@ impl<R: Record> Snapshot<R> {
         for (_, r) in &local.writes {
             read.merge(r.clone());
         }
-        self.swap(&local, |m| *m = read);
+        self.swap(&local, &Moved::All, |m| *m = read);
     }
 
-    /// One round of the poll.
+    /// Takes what a read of the projects that changed, begun at local generation `since`,
+    /// found: each replaces what is held of its project, with this gateway's writes after it
+    /// merged in (as [`Snapshot::take`] does for the whole kind).
+    fn take_projects(&self, read: std::collections::BTreeMap<String, Vec<R>>, since: u64) {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.writes.retain(|(g, _)| *g > since);
+        let mut projects: std::collections::BTreeSet<String> = read.keys().cloned().collect();
+        projects.extend(local.writes.iter().map(|(_, r)| r.project().to_owned()));
+        let writes: Vec<R> = local.writes.iter().map(|(_, r)| r.clone()).collect();
+        self.swap(&local, &Moved::Projects(projects), move |m| {
+            for (project, records) in read {
+                m.replace(&project, records);
+            }
+            for r in writes {
+                m.merge(r);
+            }
+        });
+    }
+
     /// One round: whether the store answered (`false`: what is held stays, and the round is
     /// tried again at the next poll).
     pub async fn sync(&self) -> bool {
@@ -259,6 +281,22 @@ impl<R: Record> Snapshot<R> {
             return true;
         }
         let since = self.generation();
+        if let Some(held) = st.last.clone() {
+            match self.store.read_since(&held, &revision).await {
+                Ok(Some(changed)) => {
+                    // The log held the history this gateway read: nothing went back.
+                    self.take_projects(changed.records, since);
+                    self.revision_held.store(Some(Arc::new(changed.at.clone())));
+                    st.last = Some(changed.at);
+                    return true;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed(&mut st, &e);
+                    return false;
+                }
+            }
+        }
         let (revision, read) = match self.store.read().await {
             Ok((n, r)) => (n, Merged::of(r)),
             Err(e) => {
@@ -329,5 +367,56 @@ impl<R: Record> crate::service::Service for SnapshotSync<R> {
             }
             behind = !self.0.sync().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::records::tests::over;
+    use drg_domain::overrides::Override;
+
+    /// What each publish was told moved, and the records in force it held for project `p`.
+    type Told = Arc<std::sync::Mutex<Vec<(Moved, Vec<String>)>>>;
+
+    #[tokio::test]
+    async fn a_follower_reads_the_projects_that_moved_and_the_whole_kind_when_the_log_cannot_tell()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
+        let told: Told = Arc::default();
+        let t = told.clone();
+        let publish: Publish<Override> = Box::new(move |m, moved| {
+            let mut names: Vec<String> = m.live("p").map(|o| o.domain.clone()).collect();
+            names.sort();
+            t.lock().unwrap().push((moved.clone(), names));
+        });
+        let follower = Snapshot::open("overrides", &control, publish);
+        // Another gateway's writes: the store itself, not the follower's copy.
+        let other = SqlRecords::<Override>::new(control.clone(), "overrides");
+        let mut elsewhere = over("b.example", 2, false);
+        elsewhere.project = "q".into();
+        other.put(&over("a.example", 1, false), 10).await.unwrap();
+        other.put(&elsewhere, 10).await.unwrap();
+        assert!(follower.sync().await);
+        other.put(&over("c.example", 3, false), 10).await.unwrap();
+        other.put(&over("a.example", 4, true), 10).await.unwrap();
+        assert!(follower.sync().await);
+        assert!(follower.sync().await, "nothing moved: nothing read");
+        other
+            .import("file:x", &[over("d.example", 5, false)])
+            .await
+            .unwrap();
+        assert!(follower.sync().await);
+        let told = told.lock().unwrap();
+        let p = || Moved::Projects(["p".to_owned()].into());
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(told.len(), 3, "{told:?}");
+        assert_eq!(told[0], (Moved::All, names(&["a.example"])));
+        // Two writes of `p` since: its records read again, a removal's row gone with them.
+        assert_eq!(told[1], (p(), names(&["c.example"])));
+        // An import names no project: the kind is read whole.
+        assert_eq!(told[2], (Moved::All, names(&["c.example", "d.example"])));
+        assert_eq!(follower.held().live("q").count(), 1);
     }
 }

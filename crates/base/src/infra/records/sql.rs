@@ -83,10 +83,15 @@ impl<R: Record> SqlRecords<R> {
             mut tx,
             settled,
             xid,
-        } = self.control.write_telling(until, Some(self.kind)).await?;
-        // The kind's revision row first: on PostgreSQL its lock holds to the end of the
-        // transaction, and a refused write rolls the move back.
-        move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        } = (self.control)
+            .write_locked(
+                until,
+                Some(self.kind),
+                Some(&lock_name(self.kind, record.project())),
+            )
+            .await?;
+        // The project's lock first (above): its writes go one at a time (its bound holds),
+        // while another project's write goes on beside it. The kind's revision moves last.
         if let Some(once) = once {
             if let Some(seen) = (remembered(&mut tx, record.project(), once).await).map_err(&sql)? {
                 return Ok(seen);
@@ -116,21 +121,18 @@ impl<R: Record> SqlRecords<R> {
             upsert(&mut tx, self.kind, record).await.map_err(&sql)?;
         }
         if record.removed() && R::KEEPS_REMOVED {
-            let keep = i64::try_from(tombstones_kept(max_live)).unwrap_or(i64::MAX);
-            sqlx::query(
-                "DELETE FROM drg_records WHERE kind = $1 AND project = $2 AND removed AND key IN (
-                   SELECT key FROM drg_records WHERE kind = $1 AND project = $2 AND removed
-                   ORDER BY stamp DESC LIMIT $4 OFFSET $3)",
-            )
-            .bind(self.kind)
-            .bind(record.project())
-            .bind(keep)
-            .bind(i64::MAX)
-            .execute(&mut *tx)
-            .await
-            .map_err(&sql)?;
+            trim_removed(&mut tx, self.kind, record.project(), max_live)
+                .await
+                .map_err(&sql)?;
         }
         let done = Put::Done { created: !was_live };
+        // The kind's revision last, naming the project: on PostgreSQL its row stays locked to
+        // the end of the transaction, so revisions move in commit order while the writes of
+        // two projects wait on each other only for their commits (as `NOTIFY` orders them
+        // anyway); a refused write rolled back before it.
+        move_revision(&mut tx, self.kind, Some(record.project()))
+            .await
+            .map_err(&sql)?;
         if let Some(answer) = once.and_then(|o| (o.remember)(&done).map(|a| (o, a))) {
             remember(&mut tx, record.project(), answer.0, &answer.1)
                 .await
@@ -175,6 +177,47 @@ impl<R: Record> SqlRecords<R> {
         Ok((n, records))
     }
 
+    /// What changed from `held` to `now` (the revision just read): the projects the revision
+    /// log names, each read whole; `None` when the log cannot tell (the kind is read whole).
+    /// No transaction: revisions move in commit order, so the rows read after the revision
+    /// hold every write up to it (a later one's too, perhaps: read again at the next round).
+    async fn read_since_now(
+        &self,
+        held: &Revision,
+        now: &Revision,
+    ) -> Result<Option<Since<R>>, ControlError> {
+        let sql = self.control.sql();
+        let pool = self.control.pool().await?;
+        let projects = crate::infra::control::projects_since(pool, self.kind, held, now)
+            .await
+            .map_err(&sql)?;
+        let Some(projects) = projects.filter(|p| p.len() <= MAX_PROJECTS_READ) else {
+            return Ok(None);
+        };
+        let marks = (2..projects.len() + 2).map(|i| format!("${i}"));
+        let query = format!(
+            "SELECT project, body FROM drg_records WHERE kind = $1 AND project IN ({})",
+            marks.collect::<Vec<_>>().join(", ")
+        );
+        let mut q = sqlx::query_as(sqlx::AssertSqlSafe(query)).bind(self.kind);
+        for p in &projects {
+            q = q.bind(p.clone());
+        }
+        let rows: Vec<(String, String)> = q.fetch_all(pool).await.map_err(&sql)?;
+        let mut records: std::collections::BTreeMap<String, Vec<R>> =
+            projects.into_iter().map(|p| (p, Vec::new())).collect();
+        for (project, body) in rows {
+            // A row that does not parse (another release's) is left out.
+            if let (Some(list), Ok(r)) = (records.get_mut(&project), serde_json::from_str(&body)) {
+                list.push(r);
+            }
+        }
+        Ok(Some(Since {
+            at: now.clone(),
+            records,
+        }))
+    }
+
     async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
         let sql = self.control.sql();
         let until = self.control.deadline();
@@ -203,10 +246,27 @@ impl<R: Record> SqlRecords<R> {
         note_taken(&mut tx, source, self.kind, taken)
             .await
             .map_err(&sql)?;
-        move_revision(&mut tx, self.kind).await.map_err(&sql)?;
+        move_revision(&mut tx, self.kind, None)
+            .await
+            .map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
         Ok(Some(taken))
     }
+}
+
+/// Projects read at most one by one after the revision held: past it the kind is read whole.
+const MAX_PROJECTS_READ: usize = 200;
+
+/// What changed since a revision held: `records`, every record (removals a kind keeps
+/// included) of each project a write changed, at revision `at`.
+pub struct Since<R> {
+    pub at: Revision,
+    pub records: std::collections::BTreeMap<String, Vec<R>>,
+}
+
+/// The lock a write of `project`'s records of `kind` takes (see [`Control::write_locked`]).
+fn lock_name(kind: &str, project: &str) -> String {
+    format!("{kind}\n{project}")
 }
 
 /// Why `record` is not written over `held` (the store's row), if it is not: a removal of
@@ -312,6 +372,29 @@ pub async fn note_taken(
     Ok(())
 }
 
+/// Lets `project`'s oldest removal markers go past [`tombstones_kept`] for `max_live` (a kind
+/// whose removals stay records).
+async fn trim_removed(
+    tx: &mut Tx,
+    kind: &str,
+    project: &str,
+    max_live: u32,
+) -> Result<(), sqlx::Error> {
+    let keep = i64::try_from(tombstones_kept(max_live)).unwrap_or(i64::MAX);
+    sqlx::query(
+        "DELETE FROM drg_records WHERE kind = $1 AND project = $2 AND removed AND key IN (
+           SELECT key FROM drg_records WHERE kind = $1 AND project = $2 AND removed
+           ORDER BY stamp DESC LIMIT $4 OFFSET $3)",
+    )
+    .bind(kind.to_owned())
+    .bind(project.to_owned())
+    .bind(keep)
+    .bind(i64::MAX)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Drops `record`'s row (a removal of a kind that keeps none).
 async fn drop_row<R: Record>(tx: &mut Tx, kind: &str, record: &R) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM drg_records WHERE kind = $1 AND project = $2 AND key = $3")
@@ -392,6 +475,15 @@ impl<R: Record> SqlRecords<R> {
     /// Every record held, removals included, and the revision they are at.
     pub async fn read(&self) -> Result<(Revision, Vec<R>), RecordsError> {
         Ok(self.control.within(self.read_now()).await?)
+    }
+
+    /// What changed from `held` to `now` (see [`Since`]); `None`: read the kind whole.
+    pub async fn read_since(
+        &self,
+        held: &Revision,
+        now: &Revision,
+    ) -> Result<Option<Since<R>>, RecordsError> {
+        Ok(self.control.within(self.read_since_now(held, now)).await?)
     }
 
     /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),

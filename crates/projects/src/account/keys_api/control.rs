@@ -173,7 +173,7 @@ impl ControlKeys {
             settled,
             xid,
         } = self.control.write_telling(until, Some(KIND)).await?;
-        let revision = move_revision(&mut tx, KIND).await.map_err(&sql)?;
+        let revision = move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
         let previous = token_at(&mut *tx, KIND, revision.n - 1).await;
         let previous = previous.map_err(&sql)?;
         // A gateway whose keys file still holds a key `key sync` retired has not read it yet.
@@ -325,7 +325,7 @@ impl ControlKeys {
             let sql = self.control.sql();
             let until = self.control.deadline();
             let Write { mut tx, .. } = self.control.write_telling(until, Some(KIND)).await?;
-            move_revision(&mut tx, KIND).await.map_err(&sql)?;
+            move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
             let why = super::retire::Why {
                 by: "keys.yaml",
                 detail: "the key that made it left the keys file",
@@ -562,7 +562,7 @@ pub async fn import(
         };
         (super::retire::revoke_audited(&mut tx, &revoked, &why).await).map_err(&sql)?;
         if taken_before(&mut tx, source).await.map_err(&sql)? {
-            move_revision(&mut tx, KIND).await.map_err(&sql)?;
+            move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
             tx.commit().await.map_err(&sql)?;
             return Ok(None);
         }
@@ -598,7 +598,7 @@ pub async fn import(
         note_taken(&mut tx, source, KIND, taken)
             .await
             .map_err(&sql)?;
-        move_revision(&mut tx, KIND).await.map_err(&sql)?;
+        move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
         Ok::<_, ControlError>(Some(taken))
     };

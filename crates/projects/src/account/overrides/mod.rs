@@ -18,7 +18,7 @@ use drg_access::keys::KeyEntry;
 use drg_access::plan::PlanConfig;
 use drg_base::answer::{error_answer, Action, Answer, ApiError, Changed};
 use drg_base::infra::records::snapshot::Snapshot;
-use drg_base::infra::records::Put;
+use drg_base::infra::records::{Merged, Moved, Put};
 use drg_domain::overrides::{Override, OverrideSet, OverrideVerdict};
 use drg_domain::DomainName;
 
@@ -95,10 +95,16 @@ impl Overrides {
         control: &std::sync::Arc<drg_base::infra::control::Control>,
         plans: BTreeMap<String, PlanConfig>,
     ) -> Overrides {
-        let publish = Box::new(move |m: &drg_base::infra::records::Merged<Override>| {
+        let publish = Box::new(move |m: &Merged<Override>, moved: &Moved| {
             // The projects a write left as they were keep their map (what moved is told by
-            // the changed projects alone: `OverrideSet::moved`).
-            let next = set.load().next(m.all().cloned());
+            // the changed projects alone: `OverrideSet::moved`), and only the changed ones
+            // are built again: a write costs its project's overrides.
+            let next = match moved {
+                Moved::All => set.load().next(m.all().cloned()),
+                Moved::Projects(projects) => set.load().with_projects(
+                    (projects.iter()).map(|p| (p.clone(), m.of_project(p).cloned().collect())),
+                ),
+            };
             set.store(Arc::new(next));
         });
         Overrides {

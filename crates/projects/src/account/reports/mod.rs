@@ -145,11 +145,11 @@ impl Reports {
         control: &std::sync::Arc<drg_base::infra::control::Control>,
         plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
     ) -> Reports {
-        let publish = Box::new(move |m: &Merged<Decision>| {
+        let publish = Box::new(move |m: &Merged<Decision>, _: &_| {
             accepted.store(Arc::new(decisions::accepted(m.all())));
         });
         Reports {
-            snapshot: Arc::new(Snapshot::open(KIND, control, Box::new(|_| {}))),
+            snapshot: Arc::new(Snapshot::open(KIND, control, Box::new(|_, _| {}))),
             decisions: Arc::new(Snapshot::open(decisions::KIND, control, publish)),
             config,
             plans,

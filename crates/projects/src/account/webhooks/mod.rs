@@ -80,7 +80,7 @@ pub struct ProjectHooks {
 impl ProjectHooks {
     /// Webhooks kept in the control store.
     pub fn open(control: &std::sync::Arc<drg_base::infra::control::Control>) -> ProjectHooks {
-        let publish = Box::new(|_: &drg_base::infra::records::Merged<Hook>| {});
+        let publish = Box::new(|_: &drg_base::infra::records::Merged<Hook>, _: &_| {});
         ProjectHooks {
             snapshot: Arc::new(Snapshot::open(KIND, control, publish)),
         }
