@@ -36,8 +36,6 @@ pub struct Changed {
     /// More, when there is more to say (an override's verdict, a rotation's successor, a
     /// webhook's host).
     pub detail: String,
-    /// Already in the trail: the part wrote the entry in the change's own transaction.
-    pub recorded: bool,
 }
 
 /// The kinds of change the audit trail records.
@@ -75,14 +73,7 @@ impl Changed {
             action,
             target: target.into(),
             detail: detail.into(),
-            recorded: false,
         }
-    }
-
-    /// This change with its entry already written (in the change's transaction).
-    pub fn recorded(mut self) -> Changed {
-        self.recorded = true;
-        self
     }
 }
 

@@ -511,7 +511,7 @@ fn parts(
     // Set once: a second wiring in one process (tests) keeps the first's channel.
     let _ = keys_source.orphans.set(keys_api.orphans());
     let (overrides, reports) = project_records(gateway, shared);
-    let audit = audit_trail(gateway, shared)?;
+    let audit = Arc::new(drg_projects::account::audit::Audit::open(&shared.control));
     let (lines, dropped) = shared.metrics.access_log_counters();
     let (access_log, access_log_service) =
         drg_telemetry::access_log::open(&gateway.access_log, lines, dropped)?;
@@ -526,26 +526,6 @@ fn parts(
         access_log,
         access_log_service,
     })
-}
-
-/// The audit trail, in the control store.
-fn audit_trail(
-    gateway: &GatewayConfig,
-    shared: &Shared,
-) -> Result<Arc<drg_projects::account::audit::Audit>, StartError> {
-    let failures = shared
-        .metrics
-        .counter_vec(
-            "drg_audit_failures_total",
-            "Audit entries not written (the change they record stands; the log says why).",
-            &["store"],
-        )?
-        .with_label_values(&[shared.control.engine().name()]);
-    Ok(Arc::new(drg_projects::account::audit::Audit::open(
-        &shared.control,
-        gateway.access.plans.clone(),
-        failures,
-    )))
 }
 
 /// Where this gateway keeps its state, and what it shares with the other gateways: the state
@@ -758,14 +738,14 @@ fn record_polls(
     reports: &drg_projects::account::reports::Reports,
     shared: &Shared,
 ) -> Vec<BoxedService> {
-    use drg_base::infra::records::snapshot::SnapshotSync;
+    use drg_base::infra::control::follow::Following;
     let mut polls: Vec<BoxedService> = vec![
-        hosted("overrides", SnapshotSync(overrides.snapshot.clone())),
-        hosted("reports", SnapshotSync(reports.snapshot.clone())),
-        hosted("verdicts", SnapshotSync(reports.decisions.clone())),
+        hosted("overrides", Following(overrides.snapshot.clone())),
+        hosted("reports", Following(reports.snapshot.clone())),
+        hosted("verdicts", Following(reports.decisions.clone())),
     ];
     if let Some(hooks) = &shared.webhooks {
-        let poll = SnapshotSync(hooks.snapshot().clone());
+        let poll = Following(hooks.snapshot().clone());
         polls.push(hosted("webhooks", poll));
     }
     let revisions = drg_base::infra::control::watch::Revisions(shared.control.clone());

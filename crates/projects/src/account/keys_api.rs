@@ -638,8 +638,10 @@ impl LastUsedSaver {
 }
 
 /// Follows the control store's keys (see [`control::KeysFollow`]).
-pub fn follow(api: &Arc<KeysApi>) -> control::KeysFollow {
-    control::KeysFollow(api.clone())
+pub fn follow(
+    api: &Arc<KeysApi>,
+) -> drg_base::infra::control::follow::Following<control::KeysFollow> {
+    drg_base::infra::control::follow::Following(Arc::new(control::KeysFollow(api.clone())))
 }
 
 /// A new key id: `key_` and 12 random hex digits.

@@ -128,7 +128,7 @@ pub async fn write_keeping<R: Record>(
         }
     };
     match outcome {
-        Ok(Outcome::Put(put)) => recorded(answer(Ok(put))),
+        Ok(Outcome::Put(put)) => answer(Ok(put)),
         Ok(Outcome::Replay(first)) => replayed(first),
         Ok(Outcome::Reused) => reused(),
         Err(e) => answer(Err(e)),
@@ -154,12 +154,6 @@ pub async fn replay_or<R: Record>(
         Ok(Some(Outcome::Reused)) => reused(),
         _ => otherwise,
     }
-}
-
-/// `answer` with its change said to be in the trail already (written with it).
-fn recorded(mut answer: Answer) -> Answer {
-    answer.changed = answer.changed.take().map(Changed::recorded);
-    answer
 }
 
 fn reused() -> Answer {

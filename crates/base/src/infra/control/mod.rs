@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod config;
+pub mod follow;
 pub mod listen;
 mod revision;
 mod schema;

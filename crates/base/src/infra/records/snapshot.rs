@@ -73,17 +73,6 @@ pub async fn went_back(
     })
 }
 
-/// Whether what was told moved, `said`, asks `kind` to be read, this gateway holding `held`
-/// (`behind`: its last round failed): the kind's name (a notification) always does; the
-/// poll's word of the kind (see `control/watch.rs`) when it tells another revision than the
-/// one held, or the gateway is behind; another kind's word never does.
-pub fn asks_read(said: &str, kind: &str, held: Option<&Revision>, behind: bool) -> bool {
-    if said == kind || said == "*" {
-        return true;
-    }
-    Revision::told(said, kind).is_some_and(|told| behind || held != Some(&told))
-}
-
 /// What the poll remembers between rounds.
 #[derive(Default)]
 struct SyncState {
@@ -335,38 +324,22 @@ impl<R: Record> Snapshot<R> {
     }
 }
 
-/// The poll of a snapshot, a background service.
-pub struct SnapshotSync<R: Record>(pub Arc<Snapshot<R>>);
-
 #[async_trait::async_trait]
-impl<R: Record> crate::service::Service for SnapshotSync<R> {
-    async fn run(&self, mut shutdown: crate::service::Shutdown) {
-        let mut moved = self.0.control.moved();
-        // A round that failed is tried again at each poll until one answers: the store's
-        // revisions may not move again for a long while, and nothing else would tell.
-        let mut behind = !self.0.sync().await;
-        self.0.control.snapshot_read();
-        let mut retry = tokio::time::interval(self.0.control.poll());
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                told = moved.recv() => match told {
-                    // The poll's word: read only when another revision is held here.
-                    Ok(said) => {
-                        let held = self.0.revision_held.load();
-                        if !asks_read(&said, self.0.kind, held.as_deref(), behind) {
-                            continue;
-                        }
-                    }
-                    // Behind on what moved: read anyway.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                },
-                _ = retry.tick() => if !behind { continue },
-                _ = shutdown.changed() => return,
-            }
-            behind = !self.0.sync().await;
-        }
+impl<R: Record> crate::infra::control::follow::Follower for Snapshot<R> {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn control(&self) -> &Control {
+        &self.control
+    }
+
+    fn held(&self) -> Option<Arc<Revision>> {
+        self.revision_held.load_full()
+    }
+
+    async fn sync(&self) -> bool {
+        Snapshot::sync(self).await
     }
 }
 

@@ -247,26 +247,8 @@ impl Gateway {
             Ok(op) => op,
             Err(e) => return e.into(),
         };
-        let answer = self.account(ctx, AccountRoute::Keys(op)).await;
-        self.audited(ctx, answer).await
-    }
-
-    /// `answer`, the change its part said it made (`Answer::changed`) recorded in the
-    /// project's audit trail first (unless the part wrote it with the change).
-    async fn audited(&self, ctx: &RequestCtx, answer: Answer) -> Answer {
-        let (Some(audit), Some(change), Some(p)) =
-            (&self.audit, answer.changed.as_ref(), &ctx.principal)
-        else {
-            return answer;
-        };
-        if change.recorded {
-            return answer;
-        }
-        let at = drg_base::infra::units::rfc3339(self.shared.clock.now());
-        let mut entry = drg_projects::account::audit::Entry::of(change, &p.key.id, at);
-        entry.project = p.key.project.to_string();
-        audit.record(&p.key.plan, entry).await;
-        answer
+        // The change's audit entry is written in its transaction.
+        self.account(ctx, AccountRoute::Keys(op)).await
     }
 
     /// An account route, answered by [`drg_projects::account::routes`] for the caller's key.
@@ -314,8 +296,7 @@ impl Gateway {
             Err(e) => return e.into(),
         };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(op, &key, now, once.as_deref()).await;
-        self.audited(ctx, answer).await
+        api.answer(op, &key, now, once.as_deref()).await
     }
 
     /// A `/v1/webhooks` call for the caller's project, a `POST`'s body read (bounded in size
@@ -349,8 +330,7 @@ impl Gateway {
             Err(e) => return e.into(),
         };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(op, &key, now, once.as_deref()).await;
-        self.audited(ctx, answer).await
+        api.answer(op, &key, now, once.as_deref()).await
     }
 
     /// `/v1/reports` for the caller's project: its reports, or (`post`) a new one, its body
@@ -374,8 +354,7 @@ impl Gateway {
             Err(e) => return e.into(),
         };
         let now = self.shared.clock.now().timestamp();
-        let answer = api.answer(body, &key, now, once.as_deref()).await;
-        self.audited(ctx, answer).await
+        api.answer(body, &key, now, once.as_deref()).await
     }
 
     /// `GET /v1/changes` for the caller's project.

@@ -4,9 +4,8 @@
 //!
 //! Written in the transaction of the change it records (keys: `keys_api/control.rs`; records:
 //! `once::write`), from the typed change the part attached to its answer ([`Changed`], never a
-//! parse of the body): a change and its entry commit together or not at all. A change a part
-//! did not record (`Changed::recorded` false) is appended by the edge after it, best effort.
-//! Kept in the control store (`sql.rs`: SQLite in the state folder, or PostgreSQL for several
+//! parse of the body): a change and its entry commit together or not at all; there is no other
+//! way in. Kept in the control store (`sql.rs`: SQLite in the state folder, or PostgreSQL for several
 //! gateways; a row an entry, by project and id); each project's at most [`MAX_ENTRIES`] and its
 //! plan's days. What an earlier release kept elsewhere is `legacy.rs`'s, for `migrate`.
 
@@ -68,48 +67,16 @@ pub enum AuditError {
     Json(#[from] serde_json::Error),
 }
 
-/// Where the trail is kept.
-#[async_trait::async_trait]
-pub trait AuditStore: Send + Sync {
-    /// Appends `entry` (its `id` set here), dropping the project's entries older than
-    /// `keep_days`.
-    async fn append(&self, entry: Entry, keep_days: u32) -> Result<(), AuditError>;
-    /// The project's entries before `cursor` (an id; `None`: the newest), newest first.
-    async fn page(
-        &self,
-        project: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, AuditError>;
-}
-
-/// The trail and how long each plan keeps it.
+/// The trail, as `GET /v1/audit` reads it (entries are written by the changes themselves).
 pub struct Audit {
-    store: Box<dyn AuditStore>,
-    plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
-    failures: prometheus::IntCounter,
+    store: sql::SqlAudit,
 }
 
 impl Audit {
     /// The trail in the control store.
-    pub fn open(
-        control: &Arc<drg_base::infra::control::Control>,
-        plans: std::collections::BTreeMap<String, drg_access::plan::PlanConfig>,
-        failures: prometheus::IntCounter,
-    ) -> Audit {
+    pub fn open(control: &Arc<drg_base::infra::control::Control>) -> Audit {
         Audit {
-            store: Box::new(sql::SqlAudit::new(control.clone())),
-            plans,
-            failures,
-        }
-    }
-
-    /// Records `entry` for `plan`'s project (best effort: a failure is logged and counted).
-    pub async fn record(&self, plan: &str, entry: Entry) {
-        let keep = keep_days(&self.plans, plan);
-        if let Err(e) = self.store.append(entry, keep).await {
-            self.failures.inc();
-            log::warn!("audit: an entry was not written: {e}");
+            store: sql::SqlAudit::new(control.clone()),
         }
     }
 

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use drg_base::infra::control::audit::{self, AuditRow};
+use drg_base::infra::control::audit::AuditRow;
 use drg_base::infra::control::{Control, ControlError};
 
-use super::{AuditError, AuditStore, Entry};
+use super::{AuditError, Entry};
 
 /// The control store's trail.
 pub struct SqlAudit {
@@ -17,16 +17,6 @@ pub struct SqlAudit {
 impl SqlAudit {
     pub fn new(control: Arc<Control>) -> SqlAudit {
         SqlAudit { control }
-    }
-
-    async fn append_now(&self, entry: &Entry, keep_days: u32) -> Result<(), ControlError> {
-        let sql = self.control.sql();
-        let mut w = self.control.write(self.control.deadline()).await?;
-        audit::append(&mut w.tx, &row_of(entry), keep_days)
-            .await
-            .map_err(&sql)?;
-        w.tx.commit().await.map_err(&sql)?;
-        Ok(())
     }
 
     async fn page_now(
@@ -80,16 +70,9 @@ impl From<ControlError> for AuditError {
     }
 }
 
-#[async_trait::async_trait]
-impl AuditStore for SqlAudit {
-    async fn append(&self, entry: Entry, keep_days: u32) -> Result<(), AuditError> {
-        Ok(self
-            .control
-            .within(self.append_now(&entry, keep_days))
-            .await?)
-    }
-
-    async fn page(
+impl SqlAudit {
+    /// The project's entries before `cursor` (an id; `None`: the newest), newest first.
+    pub async fn page(
         &self,
         project: &str,
         cursor: Option<&str>,
@@ -127,11 +110,22 @@ mod tests {
     async fn a_project_keeps_its_newest_entries_and_pages_newest_first() {
         let dir = tempfile::tempdir().unwrap();
         let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
-        let audit = SqlAudit::new(control);
+        let audit = SqlAudit::new(control.clone());
+        // As a change writes its entry: in its own transaction.
+        let append = |e: Entry| {
+            let control = control.clone();
+            async move {
+                let mut w = control.write(control.deadline()).await.unwrap();
+                drg_base::infra::control::audit::append(&mut w.tx, &row_of(&e), 3_650)
+                    .await
+                    .unwrap();
+                w.tx.commit().await.unwrap();
+            }
+        };
         for n in 0..MAX_ENTRIES + 5 {
-            audit.append(entry("p", n), 3_650).await.unwrap();
+            append(entry("p", n)).await;
         }
-        audit.append(entry("q", 0), 3_650).await.unwrap();
+        append(entry("q", 0)).await;
         let page = audit.page("p", None, 3).await.unwrap();
         let last = MAX_ENTRIES + 4;
         assert_eq!(page[0].target, format!("d{last}.example"));

@@ -28,10 +28,11 @@ use crate::account::audit::{self, Entry};
 use drg_access::keys::{KeyEntry, KeyOrigin};
 use drg_access::managed::{Makers, ManagedFile, ManagedKey};
 use drg_base::answer::Changed;
+use drg_base::infra::control::follow::Follower;
 use drg_base::infra::control::{
     move_revision, token_at, Control, ControlError, Engine, Revision, Write,
 };
-use drg_base::infra::records::snapshot::{asks_read, went_back, WentBack};
+use drg_base::infra::records::snapshot::{went_back, WentBack};
 use drg_base::infra::records::sql::{note_taken, taken_before};
 
 /// The kind's name in the store's revisions (and its `NOTIFY`).
@@ -57,7 +58,9 @@ pub struct ControlKeys {
     saved: std::sync::Mutex<HashMap<String, u64>>,
     /// Keys whose maker is gone (see `KeysSource::orphans`), dropped from the store.
     orphans: UnboundedSender<Vec<String>>,
-    orphans_rx: std::sync::Mutex<Option<UnboundedReceiver<Vec<String>>>>,
+    orphans_rx: tokio::sync::Mutex<UnboundedReceiver<Vec<String>>>,
+    /// Orphans told and not dropped yet (the next round drops them first).
+    orphans_told: std::sync::Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -96,7 +99,8 @@ impl ControlKeys {
             went_back: ArcSwapOption::empty(),
             saved: std::sync::Mutex::default(),
             orphans,
-            orphans_rx: std::sync::Mutex::new(Some(rx)),
+            orphans_rx: tokio::sync::Mutex::new(rx),
+            orphans_told: std::sync::Mutex::default(),
         }
     }
 
@@ -197,7 +201,7 @@ impl ControlKeys {
             .map_err(&sql)?;
         self.control.commit(Write { tx, settled, xid }).await?;
         Ok(Ok(Committed {
-            out: (out, changed.recorded()),
+            out: (out, changed),
             rows: after,
             revision,
             before: previous,
@@ -413,59 +417,44 @@ async fn hold(api: &Arc<KeysApi>, rows: Rows) -> Vec<String> {
     }
 }
 
-/// Follows the store's keys: when they are told moved (`NOTIFY`, the poll's word), and at each
-/// poll while a round failed; drops the keys whose maker is gone as merges find them.
+/// Follows the store's keys (run as `follow::Following`): when they are told moved (`NOTIFY`, the
+/// poll's word), at each poll while a round failed, and when merges find keys whose maker is
+/// gone (dropped from the store first).
 pub struct KeysFollow(pub Arc<KeysApi>);
 
 #[async_trait::async_trait]
-impl drg_base::service::Service for KeysFollow {
-    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
-        let api = &self.0;
-        let keys = &api.store;
-        let mut moved = keys.control.moved();
-        let mut orphans = (keys.orphans_rx.lock())
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let mut behind = !keys.sync(api).await;
-        keys.control.snapshot_read();
-        let mut retry = tokio::time::interval(keys.control.poll());
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                told = moved.recv() => match told {
-                    // The poll's word: read only when another revision is held here.
-                    Ok(said) => {
-                        let held = keys.revision_held.load();
-                        if !asks_read(&said, KIND, held.as_deref(), behind) {
-                            continue;
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                },
-                gone = next_orphans(&mut orphans) => {
-                    match gone {
-                        Some(ids) => {
-                            keys.drop_orphans(&ids).await;
-                            behind = !keys.sync(api).await;
-                        }
-                        None => orphans = None,
-                    }
-                    continue;
-                }
-                _ = retry.tick() => if !behind { continue },
-                _ = shutdown.changed() => return,
-            }
-            behind = !keys.sync(api).await;
-        }
+impl Follower for KeysFollow {
+    fn kind(&self) -> &'static str {
+        KIND
     }
-}
 
-/// The next keys told orphaned (never, once the channel is gone).
-async fn next_orphans(rx: &mut Option<UnboundedReceiver<Vec<String>>>) -> Option<Vec<String>> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+    fn control(&self) -> &Control {
+        &self.0.store.control
+    }
+
+    fn held(&self) -> Option<Arc<Revision>> {
+        self.0.store.revision_held.load_full()
+    }
+
+    async fn sync(&self) -> bool {
+        let keys = &self.0.store;
+        let told =
+            std::mem::take(&mut *keys.orphans_told.lock().unwrap_or_else(|e| e.into_inner()));
+        if !told.is_empty() {
+            keys.drop_orphans(&told).await;
+        }
+        keys.sync(&self.0).await
+    }
+
+    async fn asked(&self) {
+        let keys = &self.0.store;
+        let mut rx = keys.orphans_rx.lock().await;
+        match rx.recv().await {
+            // Kept at once, with no await between: the race with the store's news may drop
+            // this future only while it waits.
+            Some(ids) => (keys.orphans_told.lock().unwrap_or_else(|e| e.into_inner())).extend(ids),
+            None => std::future::pending().await,
+        }
     }
 }
 

@@ -71,7 +71,7 @@ pub const KIND: &str = "webhooks";
 
 /// The projects' webhooks as this gateway holds them: a handle on their records, cheap to
 /// clone. Open it once per gateway (its poll is [`snapshot`](Self::snapshot)'s
-/// `SnapshotSync` service); every clone reads the same records.
+/// `Following` service); every clone reads the same records.
 #[derive(Clone)]
 pub struct ProjectHooks {
     snapshot: Arc<Snapshot<Hook>>,
@@ -86,7 +86,7 @@ impl ProjectHooks {
         }
     }
 
-    /// The records and their poll (a background service keeps it: `SnapshotSync`).
+    /// The records and their poll (a background service keeps it: `Following`).
     pub fn snapshot(&self) -> &Arc<Snapshot<Hook>> {
         &self.snapshot
     }
