@@ -92,15 +92,16 @@ pub struct OverrideSet {
     /// project -> name -> entry (removals included, never found). Each project's map is
     /// shared with the set before when it did not change ([`OverrideSet::next`]): what moved
     /// between two sets is found in the projects whose map is another.
-    by_project: HashMap<String, Arc<Names>>,
+    /// Keyed by `Arc<str>`: a set that follows another copies its keys without allocating.
+    by_project: HashMap<Arc<str>, Arc<Names>>,
 }
 
 impl OverrideSet {
     /// The set of `entries` (one a project and name: the merged records).
     pub fn of(entries: impl IntoIterator<Item = Override>) -> OverrideSet {
-        let mut by_project: HashMap<String, Names> = HashMap::new();
+        let mut by_project: HashMap<Arc<str>, Names> = HashMap::new();
         for e in entries {
-            (by_project.entry(e.project.clone()).or_default())
+            (by_project.entry(Arc::from(e.project.as_str())).or_default())
                 .insert(e.domain.clone(), Arc::new(e));
         }
         let by_project = by_project
@@ -136,9 +137,9 @@ impl OverrideSet {
                 .map(|e| (e.domain.clone(), Arc::new(e)))
                 .collect();
             if names.is_empty() {
-                by_project.remove(&project);
-            } else if by_project.get(&project).is_none_or(|held| **held != names) {
-                by_project.insert(project, Arc::new(names));
+                by_project.remove(project.as_str());
+            } else if (by_project.get(project.as_str())).is_none_or(|held| **held != names) {
+                by_project.insert(Arc::from(project), Arc::new(names));
             }
         }
         OverrideSet { by_project }
@@ -173,11 +174,11 @@ impl OverrideSet {
     pub fn moved(&self, newer: &OverrideSet) -> Vec<(String, String)> {
         let empty = Names::new();
         let mut out: Vec<(String, String)> = Vec::new();
-        let mut diff = |project: &String, a: &Names, b: &Names| {
+        let mut diff = |project: &str, a: &Names, b: &Names| {
             for (x, y) in [(a, b), (b, a)] {
                 for (name, o) in x {
                     if y.get(name).is_none_or(|other| other.stamp != o.stamp) {
-                        out.push((project.clone(), name.clone()));
+                        out.push((project.to_owned(), name.clone()));
                     }
                 }
             }

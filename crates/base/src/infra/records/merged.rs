@@ -13,7 +13,8 @@ type Keys<R> = HashMap<String, R>;
 /// Records by project and key, the newest of each kept.
 #[derive(Debug, Clone)]
 pub struct Merged<R> {
-    by_project: HashMap<String, Arc<Keys<R>>>,
+    /// Keyed by `Arc<str>`: a copy of the set copies its keys without allocating.
+    by_project: HashMap<Arc<str>, Arc<Keys<R>>>,
 }
 
 impl<R> Default for Merged<R> {
@@ -50,7 +51,7 @@ impl<R: Record> Merged<R> {
             return false;
         }
         let keys = (self.by_project)
-            .entry(record.project().to_owned())
+            .entry(Arc::from(record.project()))
             .or_default();
         Arc::make_mut(keys).insert(record.key().to_owned(), record);
         true
@@ -64,7 +65,7 @@ impl<R: Record> Merged<R> {
         if keys.is_empty() {
             self.by_project.remove(project);
         } else {
-            self.by_project.insert(project.to_owned(), Arc::new(keys));
+            self.by_project.insert(Arc::from(project), Arc::new(keys));
         }
     }
 
