@@ -239,6 +239,49 @@ fn the_plans_bound_holds_when_two_gateways_write_at_once() {
 }
 
 #[test]
+fn a_write_held_up_in_one_project_holds_up_no_other_projects_write() {
+    const OTHER: &str = "drg_control_other_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    let pg = Postgres::start();
+    let gw = builder(&pg)
+        .key_in_project("other-server", OTHER, "team", "other")
+        .start();
+    assert_eq!(put(&gw, "held.example", "block").status, 201);
+    // Another session locks acme's row: acme's next write of it waits on that lock mid-way,
+    // as a write held up by a slow disk or a long statement would.
+    let mut session = pg.session();
+    session.run(
+        "BEGIN; SELECT key FROM drg_records WHERE kind = 'overrides' AND project = 'acme' \
+         AND key = 'held.example' FOR UPDATE;",
+    );
+    let waiting = std::thread::scope(|s| {
+        let held = s.spawn(|| put(&gw, "held.example", "allow"));
+        std::thread::sleep(Duration::from_millis(200));
+        // Another project's write goes on beside it (before: it waited on the kind's revision
+        // row that acme's write held, and answered 503 at the call's budget).
+        let t = Instant::now();
+        let body = json!({ "verdict": "block" }).to_string();
+        let other = send(
+            &gw,
+            "PUT",
+            "/v1/overrides/other.example",
+            Some(OTHER),
+            &[],
+            Some(body.as_bytes()),
+        );
+        let took = t.elapsed();
+        assert_eq!(other.status, 201, "after {took:?}: {}", other.text());
+        held.join().unwrap().status
+    });
+    // The held write gives up at its budget and never lands.
+    assert_eq!(waiting, 503);
+    drop(session);
+    assert_eq!(
+        pg.psql("SELECT body::json->>'verdict' FROM drg_records WHERE project = 'acme'"),
+        "block"
+    );
+}
+
+#[test]
 fn with_postgres_stopped_lookups_go_on_writes_answer_503_and_none_lands_later() {
     let pg = Postgres::start();
     let (a, b) = (builder(&pg).start(), builder(&pg).start());

@@ -169,6 +169,18 @@ impl Postgres {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// A `psql` session left open: what it is sent runs in order, and what its transaction
+    /// holds (a row's lock) stays held until it ends or the session is dropped.
+    pub fn session(&self) -> Session {
+        let child = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-t", "-A", "-d", &self.url()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        Session { child }
+    }
+
     /// Stops the server (fast: open connections are ended).
     pub fn stop(&self) {
         run(
@@ -235,5 +247,35 @@ impl Drop for Postgres {
             &self.bin.join("pg_ctl"),
             &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
         );
+    }
+}
+
+/// An open `psql` session ([`Postgres::session`]); killed when dropped.
+pub struct Session {
+    child: std::process::Child,
+}
+
+impl Session {
+    /// Sends `sql` and waits until the server answered all of it (a marker it prints after).
+    pub fn run(&mut self, sql: &str) {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{sql}\nSELECT 'drg-session-done';").unwrap();
+        stdin.flush().unwrap();
+        let out = self.child.stdout.as_mut().unwrap();
+        let mut lines = std::io::BufReader::new(out).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if line.trim() == "drg-session-done" {
+                return;
+            }
+        }
+        panic!("psql ended before answering {sql}");
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
