@@ -87,7 +87,9 @@ impl Audit {
             items: &'a [Entry],
             next_cursor: Option<&'a str>,
         }
-        match self.store.page(project, cursor, limit).await {
+        // Boxed: the store's query is a large future, and a request's future holds the largest
+        // of its branches whatever route it takes (every request would copy it).
+        match Box::pin(self.store.page(project, cursor, limit)).await {
             Ok(mut items) => {
                 items.iter_mut().for_each(|e| e.project.clear());
                 let next_cursor = (items.len() == limit)
