@@ -24,6 +24,7 @@ pub mod parallel;
 pub mod providers;
 pub mod record;
 pub mod scores;
+pub mod shards;
 pub mod sources;
 pub mod stats;
 pub mod table;

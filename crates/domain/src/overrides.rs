@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::name::DomainName;
 use crate::record::{Reason, RiskRecord};
+use crate::shards::Shards;
 
 /// What a project says of a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +94,7 @@ pub struct OverrideSet {
     /// shared with the set before when it did not change ([`OverrideSet::next`]): what moved
     /// between two sets is found in the projects whose map is another.
     /// Keyed by `Arc<str>`: a set that follows another copies its keys without allocating.
-    by_project: HashMap<Arc<str>, Arc<Names>>,
+    by_project: Shards<Arc<str>, Arc<Names>>,
 }
 
 impl OverrideSet {
@@ -116,10 +117,14 @@ impl OverrideSet {
     /// over it).
     pub fn next(&self, entries: impl IntoIterator<Item = Override>) -> OverrideSet {
         let mut set = OverrideSet::of(entries);
-        for (project, names) in &mut set.by_project {
-            if let Some(held) = self.by_project.get(project).filter(|h| ***h == **names) {
-                *names = held.clone();
-            }
+        let same: Vec<(Arc<str>, Arc<Names>)> = (set.by_project.iter())
+            .filter_map(|(project, names)| {
+                let held = self.by_project.get(project)?;
+                (**held == **names).then(|| (project.clone(), held.clone()))
+            })
+            .collect();
+        for (project, held) in same {
+            set.by_project.insert(project, held);
         }
         set
     }
@@ -183,15 +188,18 @@ impl OverrideSet {
                 }
             }
         };
-        for (project, b) in &newer.by_project {
-            match self.by_project.get(project) {
-                Some(a) if Arc::ptr_eq(a, b) => {}
-                a => diff(project, a.map_or(&empty, |a| a), b),
+        // Only the shards a write changed can differ.
+        for (mine, theirs) in self.by_project.unshared(&newer.by_project) {
+            for (project, b) in theirs {
+                match mine.get(project) {
+                    Some(a) if Arc::ptr_eq(a, b) => {}
+                    a => diff(project, a.map_or(&empty, |a| a), b),
+                }
             }
-        }
-        for (project, a) in &self.by_project {
-            if !newer.by_project.contains_key(project) {
-                diff(project, a, &empty);
+            for (project, a) in mine {
+                if !theirs.contains_key(project) {
+                    diff(project, a, &empty);
+                }
             }
         }
         out.sort();
@@ -286,10 +294,13 @@ mod tests {
         held.push(entry("a", "shop.example", Block, 2));
         held[0].stamp = 3;
         let after = before.next(held.clone());
-        assert!(Arc::ptr_eq(&before.by_project["b"], &after.by_project["b"]));
+        assert!(Arc::ptr_eq(
+            before.by_project.get("b").unwrap(),
+            after.by_project.get("b").unwrap()
+        ));
         assert!(!Arc::ptr_eq(
-            &before.by_project["a"],
-            &after.by_project["a"]
+            before.by_project.get("a").unwrap(),
+            after.by_project.get("a").unwrap()
         ));
         let moved = [
             ("a".to_owned(), "shop.example".to_owned()),
@@ -300,7 +311,14 @@ mod tests {
         assert_eq!(before.moved(&OverrideSet::of(held.clone())), moved);
         assert!(after.moved(&after.next(held)).is_empty());
         // A project gone: each of its names moved.
-        let gone = OverrideSet::of(after.by_project["a"].values().map(|o| (**o).clone()));
+        let gone = OverrideSet::of(
+            after
+                .by_project
+                .get("a")
+                .unwrap()
+                .values()
+                .map(|o| (**o).clone()),
+        );
         assert_eq!(after.moved(&gone).len(), 1_000);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use drg_access::managed::ManagedKey;
 use drg_base::infra::control::{audit, Control};
-use drg_base::infra::records::sql::{self, SqlRecords};
+use drg_base::infra::records::sql::SqlRecords;
 use drg_base::infra::records::{legacy, Record, RecordsError};
 use drg_base::infra::redis::config::RedisConfig;
 use drg_domain::overrides::Override;
@@ -201,26 +201,35 @@ async fn take_audit(
     source: &str,
     entries: &[super::audit::Entry],
 ) -> Result<(), MigrateError> {
-    let sql = control.sql();
-    let import = async {
-        let mut w = control.write(control.deadline()).await?;
-        if sql::taken_before(&mut w.tx, source).await.map_err(&sql)? {
-            return Ok(None);
-        }
-        let mut taken = 0;
-        for e in entries {
-            let row = super::audit::sql::row_of(e);
-            let added = (audit::insert(&mut w.tx, &row, 0).await).map_err(&sql)?;
-            taken += usize::from(added);
-        }
-        sql::note_taken(&mut w.tx, source, "audit", taken)
-            .await
-            .map_err(&sql)?;
-        w.tx.commit().await.map_err(&sql)?;
-        Ok::<_, drg_base::infra::control::ControlError>(Some(taken))
-    };
-    moved.took(source, entries.len(), import.await?);
+    let what = AuditImported { entries };
+    let taken = drg_base::infra::control::import::import(control, source, &what).await?;
+    moved.took(source, entries.len(), taken);
     Ok(())
+}
+
+/// One source's audit entries (see [`take_audit`]).
+struct AuditImported<'a> {
+    entries: &'a [super::audit::Entry],
+}
+
+#[async_trait::async_trait]
+impl drg_base::infra::control::import::Import for AuditImported<'_> {
+    fn kind(&self) -> &'static str {
+        "audit"
+    }
+
+    fn followed(&self) -> bool {
+        false
+    }
+
+    async fn take(&self, tx: &mut drg_base::infra::control::Tx) -> Result<usize, sqlx::Error> {
+        let mut taken = 0;
+        for e in self.entries {
+            let row = super::audit::sql::row_of(e);
+            taken += usize::from(audit::insert(tx, &row, 0).await?);
+        }
+        Ok(taken)
+    }
 }
 
 async fn kind<R: Record>(

@@ -13,12 +13,15 @@
 pub mod audit;
 pub mod config;
 pub mod follow;
+pub mod import;
 pub mod listen;
 mod revision;
 mod schema;
 pub mod watch;
 
-pub use revision::{diverged, move_revision, projects_since, revision, token_at, Revision};
+pub use revision::{
+    changes_since, diverged, move_revision, revision, token_at, Changes, Own, Revision, Touched,
+};
 
 /// A transaction on the control store.
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
@@ -87,6 +90,9 @@ const SETTLE_POLL: Duration = Duration::from_millis(20);
 /// database's clock read the deadline after this gateway sent it, and the two clocks' rates
 /// differ by far less.
 const SETTLE_MARGIN: Duration = Duration::from_millis(50);
+
+/// A PostgreSQL connection idle this long is asked whether it is alive before a call takes it.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 /// Whether a failed `COMMIT` may have landed: the database refused it (an error it sent,
 /// such as the deadline's) or it landed; anything else (the connection lost, an answer that
@@ -206,8 +212,20 @@ impl Control {
                 let ms = crate::infra::units::ms(self.call_timeout);
                 let pool = AnyPoolOptions::new()
                     .max_connections(self.max_connections)
-                    // A local file needs no round trip to be known alive; a server does.
-                    .test_before_acquire(engine == Engine::Postgres)
+                    // A local file needs no round trip to be known alive; a server's connection
+                    // does once it sat idle (a restart or a network cut since). One in use a
+                    // moment ago is taken as it is: a round trip saved on every call (the pool
+                    // already asks at each release), and a call on a connection that broke
+                    // since fails before it commits anything.
+                    .test_before_acquire(false)
+                    .before_acquire(move |conn, meta| {
+                        Box::pin(async move {
+                            if engine == Engine::Postgres && meta.idle_for >= IDLE_BEFORE_PING {
+                                sqlx::Connection::ping(conn).await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .acquire_timeout(self.call_timeout)
                     .after_connect(move |conn, _| {
                         Box::pin(async move {
@@ -357,11 +375,20 @@ impl Control {
         &self,
         call: impl std::future::Future<Output = Result<T, ControlError>>,
     ) -> Result<T, ControlError> {
+        self.within_for(self.call_timeout, call).await
+    }
+
+    /// [`Control::within`] a budget of its own (`migrate`'s imports, which no caller waits on).
+    pub async fn within_for<T>(
+        &self,
+        budget: Duration,
+        call: impl std::future::Future<Output = Result<T, ControlError>>,
+    ) -> Result<T, ControlError> {
         if self.engine == Engine::Sqlite {
             return call.await;
         }
-        let ms = crate::infra::units::ms(self.call_timeout);
-        tokio::time::timeout(self.call_timeout, call)
+        let ms = crate::infra::units::ms(budget);
+        tokio::time::timeout(budget, call)
             .await
             .unwrap_or(Err(ControlError::TimedOut(self.engine.name(), ms)))
     }

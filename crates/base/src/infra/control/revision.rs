@@ -5,6 +5,8 @@
 //! (`drg_revision_log`), so a gateway tells a history that went another way from one that only
 //! moved on, whatever number the counter reaches.
 
+use std::collections::BTreeSet;
+
 use super::Tx;
 
 /// Revisions whose tokens the store keeps, a kind: a gateway behind by more can no longer
@@ -53,34 +55,77 @@ where
     Ok(row.map_or_else(Revision::default, |(n, token)| Revision { n, token }))
 }
 
+/// What a write changed of its kind, as the revision log keeps it: what a gateway holding the
+/// revision before reads to hold the one after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touched<'a> {
+    /// Anything (an import, the keys): the kind is read whole.
+    Kind,
+    /// Any of the project's records (a write that trimmed its removal markers).
+    Project(&'a str),
+    /// The one record (its row written or dropped).
+    Record { project: &'a str, key: &'a str },
+}
+
+impl Touched<'_> {
+    fn columns(self) -> (Option<String>, Option<String>) {
+        match self {
+            Touched::Kind => (None, None),
+            Touched::Project(p) => (Some(p.to_owned()), None),
+            Touched::Record { project, key } => (Some(project.to_owned()), Some(key.to_owned())),
+        }
+    }
+}
+
 /// Moves `kind`'s revision in `tx` (made at 1 the first time) under a new token, kept in the
-/// log with the `project` the write changed (`None`: any, the whole kind is read again); on
-/// PostgreSQL the row stays locked to the end of the transaction (and carries its deadline).
-/// Where it is now.
+/// log with what the write `touched`; on PostgreSQL the row stays locked to the end of the
+/// transaction (and carries its deadline). Where it is now.
 pub async fn move_revision(
     tx: &mut Tx,
     kind: &str,
-    project: Option<&str>,
+    touched: Touched<'_>,
 ) -> Result<Revision, sqlx::Error> {
     let token = new_token();
-    let n: i64 = sqlx::query_scalar(
-        "INSERT INTO drg_revision (kind, n, token) VALUES ($1, 1, $2)
-         ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1, token = $2 RETURNING n",
-    )
-    .bind(kind.to_owned())
-    .bind(token.clone())
-    .fetch_one(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO drg_revision_log (kind, n, token, project) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (kind, n) DO UPDATE SET token = $3, project = $4",
-    )
-    .bind(kind.to_owned())
-    .bind(n)
-    .bind(token.clone())
-    .bind(project.map(str::to_owned))
-    .execute(&mut **tx)
-    .await?;
+    let (project, key) = touched.columns();
+    let n: i64 = if tx.backend_name() == "PostgreSQL" {
+        // One round trip: PostgreSQL writes both tables in one statement.
+        sqlx::query_scalar(
+            "WITH r AS (
+               INSERT INTO drg_revision (kind, n, token) VALUES ($1, 1, $2)
+               ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1, token = $2 RETURNING n)
+             INSERT INTO drg_revision_log (kind, n, token, project, key)
+             SELECT $1, r.n, $2, $3, $4 FROM r
+             ON CONFLICT (kind, n) DO UPDATE SET token = $2, project = $3, key = $4
+             RETURNING n",
+        )
+        .bind(kind.to_owned())
+        .bind(token.clone())
+        .bind(project)
+        .bind(key)
+        .fetch_one(&mut **tx)
+        .await?
+    } else {
+        let n = sqlx::query_scalar(
+            "INSERT INTO drg_revision (kind, n, token) VALUES ($1, 1, $2)
+             ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1, token = $2 RETURNING n",
+        )
+        .bind(kind.to_owned())
+        .bind(token.clone())
+        .fetch_one(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO drg_revision_log (kind, n, token, project, key) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (kind, n) DO UPDATE SET token = $3, project = $4, key = $5",
+        )
+        .bind(kind.to_owned())
+        .bind(n)
+        .bind(token.clone())
+        .bind(project)
+        .bind(key)
+        .execute(&mut **tx)
+        .await?;
+        n
+    };
     // Trimmed every [`TRIM_EVERY`] revisions, not at each: a round trip fewer a write, and
     // the log holds at most that many past [`KEPT`].
     if n % TRIM_EVERY == 0 {
@@ -119,23 +164,48 @@ where
     Ok(then.is_some_and(|t| t != held.token))
 }
 
-/// The projects `kind`'s writes changed after `held`, up to `now`, when the log tells them
-/// all: `held`'s own token still there (the history it was read from is the store's), every
-/// revision between logged, each naming its project. `None`: the kind is read whole.
-pub async fn projects_since<'c, E>(
+/// What `kind`'s writes changed after `held`, up to `now`: the projects changed whole and the
+/// records changed one by one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub projects: BTreeSet<String>,
+    /// `(project, key)`, none of a project in `projects`.
+    pub records: BTreeSet<(String, String)>,
+}
+
+impl Changes {
+    /// How many projects and records there are to read.
+    pub fn len(&self) -> usize {
+        self.projects.len() + self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A revision this gateway made itself, and holds since (its write is held as it answered).
+pub type Own = (i64, String);
+
+/// What `kind`'s writes changed after `held`, up to `now`, when the log tells it all: `held`'s
+/// own token still there (the history it was read from is the store's), every revision
+/// between logged, each naming what it touched. The revisions in `own` are left out. `None`:
+/// the kind is read whole.
+pub async fn changes_since<'c, E>(
     conn: E,
     kind: &str,
     held: &Revision,
     now: &Revision,
-) -> Result<Option<std::collections::BTreeSet<String>>, sqlx::Error>
+    own: &[Own],
+) -> Result<Option<Changes>, sqlx::Error>
 where
     E: sqlx::Executor<'c, Database = sqlx::Any>,
 {
     if held.token.is_empty() || now.n <= held.n {
         return Ok(None);
     }
-    let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-        "SELECT n, token, project FROM drg_revision_log
+    let rows: Vec<LogRow> = sqlx::query_as(
+        "SELECT n, token, project, key FROM drg_revision_log
          WHERE kind = $1 AND n >= $2 AND n <= $3 ORDER BY n",
     )
     .bind(kind.to_owned())
@@ -143,23 +213,38 @@ where
     .bind(now.n)
     .fetch_all(conn)
     .await?;
-    Ok(changed_projects(&rows, held, now))
+    Ok(changed(&rows, held, now, own))
 }
 
-/// What [`projects_since`] makes of the log's `rows` from `held` to `now`.
-fn changed_projects(
-    rows: &[(i64, String, Option<String>)],
-    held: &Revision,
-    now: &Revision,
-) -> Option<std::collections::BTreeSet<String>> {
+/// A row of the revision log: number, token, project, key.
+type LogRow = (i64, String, Option<String>, Option<String>);
+
+/// What [`changes_since`] makes of the log's `rows` from `held` to `now`.
+fn changed(rows: &[LogRow], held: &Revision, now: &Revision, own: &[Own]) -> Option<Changes> {
     let whole = usize::try_from(now.n - held.n + 1).ok()?;
     let (first, rest) = rows.split_first()?;
-    let (last_n, last_token, _) = rows.last()?;
+    let (last_n, last_token, ..) = rows.last()?;
     let ours = first.0 == held.n && first.1 == held.token;
     if !ours || rows.len() != whole || *last_n != now.n || *last_token != now.token {
         return None;
     }
-    rest.iter().map(|(_, _, p)| p.clone()).collect()
+    let mut changes = Changes::default();
+    for (n, token, project, key) in rest {
+        if own.iter().any(|(m, t)| m == n && t == token) {
+            continue;
+        }
+        match (project.clone()?, key) {
+            (p, Some(k)) => {
+                changes.records.insert((p, k.clone()));
+            }
+            (p, None) => {
+                changes.projects.insert(p);
+            }
+        }
+    }
+    let projects = &changes.projects;
+    changes.records.retain(|(p, _)| !projects.contains(p));
+    Some(changes)
 }
 
 /// The token of `kind`'s revision `n`, if the log still holds it.
@@ -203,28 +288,48 @@ mod tests {
     }
 
     #[test]
-    fn the_projects_changed_are_told_only_from_a_whole_log_of_the_history_held() {
+    fn what_changed_is_told_only_from_a_whole_log_of_the_history_held() {
         let rev = |n: i64, t: &str| Revision { n, token: t.into() };
-        let row = |n: i64, t: &str, p: Option<&str>| (n, t.to_owned(), p.map(str::to_owned));
+        let row = |n: i64, t: &str, p: Option<&str>, k: Option<&str>| {
+            (n, t.to_owned(), p.map(str::to_owned), k.map(str::to_owned))
+        };
         let rows = [
-            row(4, "a", Some("x")),
-            row(5, "b", Some("p")),
-            row(6, "c", Some("q")),
+            row(4, "a", Some("x"), Some("k")),
+            row(5, "b", Some("p"), None),
+            row(6, "c", Some("q"), Some("k1")),
+            row(7, "d", Some("p"), Some("k2")),
         ];
-        let told = changed_projects(&rows, &rev(4, "a"), &rev(6, "c")).unwrap();
-        assert_eq!(told.into_iter().collect::<Vec<_>>(), ["p", "q"]);
-        // Another history at the number held, a gap, an unknown project, a newer end.
-        assert_eq!(changed_projects(&rows, &rev(4, "z"), &rev(6, "c")), None);
+        let told = changed(&rows, &rev(4, "a"), &rev(7, "d"), &[]).unwrap();
+        assert_eq!(told.projects.into_iter().collect::<Vec<_>>(), ["p"]);
+        let records: Vec<_> = told.records.into_iter().collect();
         assert_eq!(
-            changed_projects(
-                &[rows[0].clone(), rows[2].clone()],
-                &rev(4, "a"),
-                &rev(6, "c")
-            ),
-            None
+            records,
+            [("q".to_owned(), "k1".to_owned())],
+            "p's is in p whole"
         );
-        let whole = [rows[0].clone(), row(5, "b", None), rows[2].clone()];
-        assert_eq!(changed_projects(&whole, &rev(4, "a"), &rev(6, "c")), None);
-        assert_eq!(changed_projects(&rows, &rev(4, "a"), &rev(7, "d")), None);
+        // This gateway's own revisions are held already.
+        let own = [(5, "b".to_owned()), (6, "c".to_owned())];
+        let told = changed(&rows, &rev(4, "a"), &rev(7, "d"), &own).unwrap();
+        assert!(told.projects.is_empty());
+        assert_eq!(told.records.len(), 1);
+        let all = [
+            (5, "b".to_owned()),
+            (6, "c".to_owned()),
+            (7, "d".to_owned()),
+        ];
+        assert!(changed(&rows, &rev(4, "a"), &rev(7, "d"), &all)
+            .unwrap()
+            .is_empty());
+        // A token that is not the one this gateway drew is another's write.
+        let other = [(5, "z".to_owned())];
+        let told = changed(&rows, &rev(4, "a"), &rev(7, "d"), &other).unwrap();
+        assert_eq!(told.projects.len(), 1);
+        // Another history at the number held, a gap, the whole kind, a newer end.
+        assert_eq!(changed(&rows, &rev(4, "z"), &rev(7, "d"), &[]), None);
+        let gap = [rows[0].clone(), rows[2].clone(), rows[3].clone()];
+        assert_eq!(changed(&gap, &rev(4, "a"), &rev(7, "d"), &[]), None);
+        let kind = [rows[0].clone(), row(5, "b", None, None), rows[2].clone()];
+        assert_eq!(changed(&kind, &rev(4, "a"), &rev(6, "c"), &[]), None);
+        assert_eq!(changed(&rows, &rev(4, "a"), &rev(8, "e"), &[]), None);
     }
 }

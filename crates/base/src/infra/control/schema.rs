@@ -106,6 +106,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
     // The project each revision of a kind changed (none: the whole kind, as an import), so a
     // gateway reads the projects that changed since the revision it holds, not the whole kind.
     (10, "ALTER TABLE drg_revision_log ADD COLUMN project TEXT;"),
+    // The record's key within that project (none: the whole project, as a write that trims
+    // its removal markers), so a gateway reads the rows that changed, not the project's all.
+    (11, "ALTER TABLE drg_revision_log ADD COLUMN key TEXT;"),
 ];
 
 /// What PostgreSQL adds to a migration of [`MIGRATIONS`] (by version).

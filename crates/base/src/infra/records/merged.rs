@@ -1,8 +1,11 @@
 //! The records a gateway holds of one kind, by project then key, the newest of each kept. A
-//! project's records are shared between two sets until one of them changes it: a copy costs
-//! the number of projects, a change its own project's records, whatever the rest hold.
+//! project's records (and a shard of projects) are shared between two sets until one of them
+//! changes it: a copy costs the shards, a change its own shard's projects and its project's
+//! records, whatever the rest hold.
 
 use std::collections::{BTreeSet, HashMap};
+
+use drg_domain::shards::Shards;
 use std::sync::Arc;
 
 use super::Record;
@@ -13,14 +16,14 @@ type Keys<R> = HashMap<String, R>;
 /// Records by project and key, the newest of each kept.
 #[derive(Debug, Clone)]
 pub struct Merged<R> {
-    /// Keyed by `Arc<str>`: a copy of the set copies its keys without allocating.
-    by_project: HashMap<Arc<str>, Arc<Keys<R>>>,
+    /// Keyed by `Arc<str>`: a shard copied copies its keys without allocating.
+    by_project: Shards<Arc<str>, Arc<Keys<R>>>,
 }
 
 impl<R> Default for Merged<R> {
     fn default() -> Self {
         Merged {
-            by_project: HashMap::new(),
+            by_project: Shards::default(),
         }
     }
 }
@@ -50,9 +53,7 @@ impl<R: Record> Merged<R> {
         {
             return false;
         }
-        let keys = (self.by_project)
-            .entry(Arc::from(record.project()))
-            .or_default();
+        let keys = self.by_project.or_default(Arc::from(record.project()));
         Arc::make_mut(keys).insert(record.key().to_owned(), record);
         true
     }
@@ -66,6 +67,26 @@ impl<R: Record> Merged<R> {
             self.by_project.remove(project);
         } else {
             self.by_project.insert(Arc::from(project), Arc::new(keys));
+        }
+    }
+
+    /// Sets `project`'s `key` to `record` (what the store holds of it now; `None`: nothing).
+    pub fn set(&mut self, project: &str, key: &str, record: Option<R>) {
+        match (record, self.by_project.get_mut(project)) {
+            (Some(r), Some(keys)) => {
+                Arc::make_mut(keys).insert(key.to_owned(), r);
+            }
+            (Some(r), None) => {
+                let keys = Keys::from([(key.to_owned(), r)]);
+                self.by_project.insert(Arc::from(project), Arc::new(keys));
+            }
+            (None, Some(keys)) if keys.contains_key(key) => {
+                Arc::make_mut(keys).remove(key);
+                if keys.is_empty() {
+                    self.by_project.remove(project);
+                }
+            }
+            (None, _) => {}
         }
     }
 
@@ -116,8 +137,14 @@ mod tests {
             assert!(!b.merge(over("c.example", 1, false)), "older loses");
             b
         };
-        assert!(Arc::ptr_eq(&a.by_project["q"], &b.by_project["q"]));
-        assert!(!Arc::ptr_eq(&a.by_project["p"], &b.by_project["p"]));
+        assert!(Arc::ptr_eq(
+            a.by_project.get("q").unwrap(),
+            b.by_project.get("q").unwrap()
+        ));
+        assert!(!Arc::ptr_eq(
+            a.by_project.get("p").unwrap(),
+            b.by_project.get("p").unwrap()
+        ));
         assert_eq!(a.live("p").count(), 1);
         assert_eq!(b.live("p").count(), 2);
         let mut c = b.clone();
@@ -126,5 +153,17 @@ mod tests {
         assert_eq!(c.of_project("p").count(), 1);
         c.replace("p", []);
         assert_eq!(c.all().count(), 1, "q's record alone");
+        // One record set alone: the others of its project stay, the other projects shared.
+        let mut d = b.clone();
+        d.set("p", "a.example", None);
+        assert_eq!(d.live("p").count(), 1);
+        assert!(Arc::ptr_eq(
+            d.by_project.get("q").unwrap(),
+            b.by_project.get("q").unwrap()
+        ));
+        d.set("p", "c.example", None);
+        assert!(!d.by_project.contains_key("p"), "an empty project goes");
+        d.set("p", "e.example", Some(over("e.example", 5, false)));
+        assert_eq!(d.live("p").count(), 1);
     }
 }

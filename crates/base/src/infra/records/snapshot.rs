@@ -8,6 +8,7 @@
 //! backup, a failover to a replica that lagged) is logged and reported on `/readyz`, and what
 //! the store holds now is served: a gateway never writes its copy back.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use super::once::{Once, Outcome};
-use super::sql::SqlRecords;
+use super::sql::{Since, SqlRecords, Step};
 use super::{Audited, Merged, Moved, Put, Record, RecordsError};
 use crate::infra::control::{Control, Revision};
 
@@ -236,18 +237,27 @@ impl<R: Record> Snapshot<R> {
         self.swap(&local, &Moved::All, |m| *m = read);
     }
 
-    /// Takes what a read of the projects that changed, begun at local generation `since`,
-    /// found: each replaces what is held of its project, with this gateway's writes after it
-    /// merged in (as [`Snapshot::take`] does for the whole kind).
-    fn take_projects(&self, read: std::collections::BTreeMap<String, Vec<R>>, since: u64) {
+    /// Takes what a read of what changed, begun at local generation `since`, found: each
+    /// project read whole replaces what is held of it, each record read alone its key (gone
+    /// when the store holds none), with this gateway's writes after it merged in (as
+    /// [`Snapshot::take`] does for the whole kind). Nothing changed but this gateway's own
+    /// writes: what is held stays.
+    fn take_changes(&self, read: Since<R>, since: u64) {
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         local.writes.retain(|(g, _)| *g > since);
-        let mut projects: std::collections::BTreeSet<String> = read.keys().cloned().collect();
+        if read.projects.is_empty() && read.records.is_empty() {
+            return;
+        }
+        let mut projects: BTreeSet<String> = read.projects.keys().cloned().collect();
+        projects.extend(read.records.keys().map(|(p, _)| p.clone()));
         projects.extend(local.writes.iter().map(|(_, r)| r.project().to_owned()));
         let writes: Vec<R> = local.writes.iter().map(|(_, r)| r.clone()).collect();
         self.swap(&local, &Moved::Projects(projects), move |m| {
-            for (project, records) in read {
+            for (project, records) in read.projects {
                 m.replace(&project, records);
+            }
+            for ((project, key), record) in read.records {
+                m.set(&project, &key, record);
             }
             for r in writes {
                 m.merge(r);
@@ -259,31 +269,22 @@ impl<R: Record> Snapshot<R> {
     /// tried again at the next poll).
     pub async fn sync(&self) -> bool {
         let mut st = self.sync.lock().await;
-        let revision = match self.store.revision().await {
-            Ok(n) => n,
+        // Taken before the store is read: a local write after it is merged into what is read.
+        let since = self.generation();
+        match self.store.step(st.last.as_ref()).await {
+            Ok(Step::Unmoved) => return true,
+            Ok(Step::Since(changed)) => {
+                // The log held the history this gateway read: nothing went back.
+                let at = changed.at.clone();
+                self.take_changes(changed, since);
+                self.revision_held.store(Some(Arc::new(at.clone())));
+                st.last = Some(at);
+                return true;
+            }
+            Ok(Step::Whole) => {}
             Err(e) => {
                 self.failed(&mut st, &e);
                 return false;
-            }
-        };
-        if st.last.as_ref() == Some(&revision) {
-            return true;
-        }
-        let since = self.generation();
-        if let Some(held) = st.last.clone() {
-            match self.store.read_since(&held, &revision).await {
-                Ok(Some(changed)) => {
-                    // The log held the history this gateway read: nothing went back.
-                    self.take_projects(changed.records, since);
-                    self.revision_held.store(Some(Arc::new(changed.at.clone())));
-                    st.last = Some(changed.at);
-                    return true;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.failed(&mut st, &e);
-                    return false;
-                }
             }
         }
         let (revision, read) = match self.store.read().await {
@@ -352,18 +353,23 @@ mod tests {
     /// What each publish was told moved, and the records in force it held for project `p`.
     type Told = Arc<std::sync::Mutex<Vec<(Moved, Vec<String>)>>>;
 
+    /// A publish that tells `told`.
+    fn telling(told: &Told) -> Publish<Override> {
+        let t = told.clone();
+        Box::new(move |m, moved| {
+            let mut names: Vec<String> = m.live("p").map(|o| o.domain.clone()).collect();
+            names.sort();
+            t.lock().unwrap().push((moved.clone(), names));
+        })
+    }
+
     #[tokio::test]
     async fn a_follower_reads_the_projects_that_moved_and_the_whole_kind_when_the_log_cannot_tell()
     {
         let dir = tempfile::tempdir().unwrap();
         let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
         let told: Told = Arc::default();
-        let t = told.clone();
-        let publish: Publish<Override> = Box::new(move |m, moved| {
-            let mut names: Vec<String> = m.live("p").map(|o| o.domain.clone()).collect();
-            names.sort();
-            t.lock().unwrap().push((moved.clone(), names));
-        });
+        let publish = telling(&told);
         let follower = Snapshot::open("overrides", &control, publish);
         // Another gateway's writes: the store itself, not the follower's copy.
         let other = SqlRecords::<Override>::new(control.clone(), "overrides");
@@ -391,5 +397,43 @@ mod tests {
         // An import names no project: the kind is read whole.
         assert_eq!(told[2], (Moved::All, names(&["c.example", "d.example"])));
         assert_eq!(follower.held().live("q").count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_gateway_does_not_read_back_its_own_writes_and_reads_anothers_by_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = Control::sqlite(&dir.path().join("control.sqlite")).unwrap();
+        let told: Told = Arc::default();
+        let publish = telling(&told);
+        let gateway = Snapshot::open("overrides", &control, publish);
+        let other = SqlRecords::<Override>::new(control.clone(), "overrides");
+        other.put(&over("a.example", 1, false), 10).await.unwrap();
+        assert!(gateway.sync().await);
+        gateway.put(over("b.example", 2, false), 10).await.unwrap();
+        gateway.put(over("c.example", 3, false), 10).await.unwrap();
+        let published = told.lock().unwrap().len();
+        assert_eq!(published, 3, "the read, then each write as it is answered");
+        assert!(gateway.sync().await);
+        assert_eq!(
+            told.lock().unwrap().len(),
+            published,
+            "its own writes: nothing read"
+        );
+        // Another gateway's write between two of its own: that record alone is read.
+        gateway.put(over("d.example", 4, false), 10).await.unwrap();
+        other.put(&over("a.example", 5, true), 10).await.unwrap();
+        gateway.put(over("e.example", 6, false), 10).await.unwrap();
+        assert!(gateway.sync().await);
+        let (count, last) = {
+            let told = told.lock().unwrap();
+            (told.len(), told.last().unwrap().clone())
+        };
+        let held = ["b.example", "c.example", "d.example", "e.example"];
+        assert_eq!(last.1, held.map(str::to_owned));
+        assert_eq!(last.0, Moved::Projects(["p".to_owned()].into()));
+        assert_eq!(count, published + 3);
+        // The store says the same.
+        let (_, stored) = other.read().await.unwrap();
+        assert_eq!(stored.iter().filter(|o| !o.removed).count(), 4);
     }
 }

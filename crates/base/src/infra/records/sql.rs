@@ -16,7 +16,9 @@ use sqlx::Any;
 
 use super::once::{self, Once, Outcome, Remembered};
 use super::{tombstones_kept, Audited, Put, Record, RecordsError};
-use crate::infra::control::{move_revision, Control, ControlError, Revision, Write};
+use crate::infra::control::{
+    changes_since, move_revision, Changes, Control, ControlError, Own, Revision, Touched, Write,
+};
 
 type Tx = sqlx::Transaction<'static, Any>;
 
@@ -24,14 +26,20 @@ type Tx = sqlx::Transaction<'static, Any>;
 pub struct SqlRecords<R> {
     control: Arc<Control>,
     kind: &'static str,
+    /// The revisions this gateway's writes made lately (see [`SqlRecords::read_since`]).
+    own: std::sync::Mutex<std::collections::VecDeque<Own>>,
     _records: PhantomData<fn() -> R>,
 }
+
+/// Own revisions remembered: a follower that fell further behind its own writes reads them.
+const OWN_KEPT: usize = 64;
 
 impl<R: Record> SqlRecords<R> {
     pub fn new(control: Arc<Control>, kind: &'static str) -> SqlRecords<R> {
         SqlRecords {
             control,
             kind,
+            own: std::sync::Mutex::default(),
             _records: PhantomData,
         }
     }
@@ -115,22 +123,15 @@ impl<R: Record> SqlRecords<R> {
         if let Some(refused) = refusal(record, held.as_ref(), live >= i64::from(max_live)) {
             return Ok(Outcome::Put(refused));
         }
-        if record.removed() && !R::KEEPS_REMOVED {
-            drop_row(&mut tx, self.kind, record).await.map_err(&sql)?;
-        } else {
-            upsert(&mut tx, self.kind, record).await.map_err(&sql)?;
-        }
-        if record.removed() && R::KEEPS_REMOVED {
-            trim_removed(&mut tx, self.kind, record.project(), max_live)
-                .await
-                .map_err(&sql)?;
-        }
+        let touched = write_row(&mut tx, self.kind, record, max_live)
+            .await
+            .map_err(&sql)?;
         let done = Put::Done { created: !was_live };
-        // The kind's revision last, naming the project: on PostgreSQL its row stays locked to
-        // the end of the transaction, so revisions move in commit order while the writes of
-        // two projects wait on each other only for their commits (as `NOTIFY` orders them
+        // The kind's revision last, naming what changed: on PostgreSQL its row stays locked
+        // to the end of the transaction, so revisions move in commit order while the writes
+        // of two projects wait on each other only for their commits (as `NOTIFY` orders them
         // anyway); a refused write rolled back before it.
-        move_revision(&mut tx, self.kind, Some(record.project()))
+        let at = move_revision(&mut tx, self.kind, touched)
             .await
             .map_err(&sql)?;
         if let Some(answer) = once.and_then(|o| (o.remember)(&done).map(|a| (o, a))) {
@@ -145,7 +146,18 @@ impl<R: Record> SqlRecords<R> {
         }
         let w = Write { tx, settled, xid };
         self.control.commit(w).await?;
+        self.made(at);
         Ok(Outcome::Put(done))
+    }
+
+    /// Notes revision `at`, made by this gateway's write: the caller holds the write as it
+    /// answers, so this gateway need not read it back.
+    fn made(&self, at: Revision) {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if own.len() == OWN_KEPT {
+            own.pop_front();
+        }
+        own.push_back((at.n, at.token));
     }
 
     async fn revision_now(&self) -> Result<Revision, ControlError> {
@@ -177,91 +189,155 @@ impl<R: Record> SqlRecords<R> {
         Ok((n, records))
     }
 
-    /// What changed from `held` to `now` (the revision just read): the projects the revision
-    /// log names, each read whole; `None` when the log cannot tell (the kind is read whole).
-    /// No transaction: revisions move in commit order, so the rows read after the revision
-    /// hold every write up to it (a later one's too, perhaps: read again at the next round).
-    async fn read_since_now(
-        &self,
-        held: &Revision,
-        now: &Revision,
-    ) -> Result<Option<Since<R>>, ControlError> {
+    /// What a gateway holding `held` (none: nothing read yet) reads next (see [`Step`]), on one
+    /// connection: the revision, what the log says changed since `held`, and those rows. No
+    /// transaction: revisions move in commit order, so the rows read after the revision hold
+    /// every write up to it (a later one's too, perhaps: read again at the next round).
+    async fn step_now(&self, held: Option<&Revision>) -> Result<Step<R>, ControlError> {
         let sql = self.control.sql();
-        let pool = self.control.pool().await?;
-        let projects = crate::infra::control::projects_since(pool, self.kind, held, now)
+        let mut conn = self.control.pool().await?.acquire().await.map_err(&sql)?;
+        let now = crate::infra::control::revision(&mut *conn, self.kind)
             .await
             .map_err(&sql)?;
-        let Some(projects) = projects.filter(|p| p.len() <= MAX_PROJECTS_READ) else {
-            return Ok(None);
+        let Some(held) = held else {
+            return Ok(Step::Whole);
         };
-        let marks = (2..projects.len() + 2).map(|i| format!("${i}"));
-        let query = format!(
-            "SELECT project, body FROM drg_records WHERE kind = $1 AND project IN ({})",
-            marks.collect::<Vec<_>>().join(", ")
-        );
-        let mut q = sqlx::query_as(sqlx::AssertSqlSafe(query)).bind(self.kind);
-        for p in &projects {
-            q = q.bind(p.clone());
+        if *held == now {
+            return Ok(Step::Unmoved);
         }
-        let rows: Vec<(String, String)> = q.fetch_all(pool).await.map_err(&sql)?;
-        let mut records: std::collections::BTreeMap<String, Vec<R>> =
-            projects.into_iter().map(|p| (p, Vec::new())).collect();
-        for (project, body) in rows {
+        let own: Vec<Own> = (self.own.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .cloned()
+            .collect();
+        let changes = changes_since(&mut *conn, self.kind, held, &now, &own)
+            .await
+            .map_err(&sql)?;
+        let Some(changes) = changes.filter(|c| c.len() <= MAX_READ) else {
+            return Ok(Step::Whole);
+        };
+        let mut since = Since {
+            at: now,
+            projects: (changes.projects.iter())
+                .map(|p| (p.clone(), Vec::new()))
+                .collect(),
+            records: (changes.records.iter())
+                .map(|pk| (pk.clone(), None))
+                .collect(),
+        };
+        if changes.is_empty() {
+            return Ok(Step::Since(since));
+        }
+        let rows: Vec<(String, String, String)> = changed_rows(self.kind, &changes)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(&sql)?;
+        for (project, key, body) in rows {
             // A row that does not parse (another release's) is left out.
-            if let (Some(list), Ok(r)) = (records.get_mut(&project), serde_json::from_str(&body)) {
+            let Ok(r) = serde_json::from_str::<R>(&body) else {
+                continue;
+            };
+            if let Some(list) = since.projects.get_mut(&project) {
                 list.push(r);
+            } else if let Some(held) = since.records.get_mut(&(project, key)) {
+                *held = Some(r);
             }
         }
-        Ok(Some(Since {
-            at: now.clone(),
-            records,
-        }))
+        Ok(Step::Since(since))
+    }
+}
+
+/// Records `migrate` brings in from one source.
+struct Imported<'a, R> {
+    kind: &'static str,
+    records: &'a [R],
+}
+
+#[async_trait::async_trait]
+impl<R: Record> crate::infra::control::import::Import for Imported<'_, R> {
+    fn kind(&self) -> &'static str {
+        self.kind
     }
 
-    async fn import_now(&self, source: &str, records: &[R]) -> Result<Option<usize>, ControlError> {
-        let sql = self.control.sql();
-        let until = self.control.deadline();
-        let Write { mut tx, .. } = self.control.write_telling(until, Some(self.kind)).await?;
-        if taken_before(&mut tx, source).await.map_err(&sql)? {
-            return Ok(None);
-        }
+    async fn take(&self, tx: &mut Tx) -> Result<usize, sqlx::Error> {
         let mut taken = 0;
-        for r in records {
-            let held = held_row(&mut tx, self.kind, r).await.map_err(&sql)?;
+        for r in self.records {
+            let held = held_row(tx, self.kind, r).await?;
             let newer = held.as_ref().is_none_or(|h| r.newer_than(h));
             match (r.removed() && !R::KEEPS_REMOVED, held) {
                 (_, _) if !newer => {}
                 // A removal of nothing held: nothing to take.
                 (true, None) => {}
                 (true, Some(_)) => {
-                    drop_row(&mut tx, self.kind, r).await.map_err(&sql)?;
+                    drop_row(tx, self.kind, r).await?;
                     taken += 1;
                 }
                 (false, _) => {
-                    upsert(&mut tx, self.kind, r).await.map_err(&sql)?;
+                    upsert(tx, self.kind, r).await?;
                     taken += 1;
                 }
             }
         }
-        note_taken(&mut tx, source, self.kind, taken)
-            .await
-            .map_err(&sql)?;
-        move_revision(&mut tx, self.kind, None)
-            .await
-            .map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        Ok(Some(taken))
+        Ok(taken)
     }
 }
 
-/// Projects read at most one by one after the revision held: past it the kind is read whole.
-const MAX_PROJECTS_READ: usize = 200;
+/// Projects and records read at most one by one after the revision held: past it the kind is
+/// read whole.
+const MAX_READ: usize = 200;
 
-/// What changed since a revision held: `records`, every record (removals a kind keeps
-/// included) of each project a write changed, at revision `at`.
+/// What a gateway holding a revision reads next.
+pub enum Step<R> {
+    /// Nothing: the store is at the revision held.
+    Unmoved,
+    /// What changed since (nothing but this gateway's own writes, perhaps).
+    Since(Since<R>),
+    /// The kind whole: nothing read yet, or the log cannot tell what changed.
+    Whole,
+}
+
+/// What changed since a revision held, at revision `at`: every record (removals a kind keeps
+/// included) of each project changed whole, and each record changed alone (`None`: its row is
+/// gone, or does not read).
 pub struct Since<R> {
     pub at: Revision,
-    pub records: std::collections::BTreeMap<String, Vec<R>>,
+    pub projects: std::collections::BTreeMap<String, Vec<R>>,
+    pub records: std::collections::BTreeMap<(String, String), Option<R>>,
+}
+
+/// The query reading `changes`' rows of `kind`: `project, key, body`.
+fn changed_rows<'q>(
+    kind: &'static str,
+    changes: &Changes,
+) -> sqlx::query::QueryAs<'q, sqlx::Any, (String, String, String), sqlx::any::AnyArguments> {
+    let mut next = 2..;
+    let mut mark = || format!("${}", next.next().unwrap_or_default());
+    let mut whole: Vec<String> = Vec::new();
+    for _ in &changes.projects {
+        whole.push(mark());
+    }
+    let mut alone: Vec<String> = Vec::new();
+    for _ in &changes.records {
+        alone.push(format!("({}, {})", mark(), mark()));
+    }
+    let mut which = Vec::new();
+    if !whole.is_empty() {
+        which.push(format!("project IN ({})", whole.join(", ")));
+    }
+    if !alone.is_empty() {
+        which.push(format!("(project, key) IN ({})", alone.join(", ")));
+    }
+    let query = format!(
+        "SELECT project, key, body FROM drg_records WHERE kind = $1 AND ({})",
+        which.join(" OR ")
+    );
+    let mut q = sqlx::query_as(sqlx::AssertSqlSafe(query)).bind(kind);
+    for p in &changes.projects {
+        q = q.bind(p.clone());
+    }
+    for (p, k) in &changes.records {
+        q = q.bind(p.clone()).bind(k.clone());
+    }
+    q
 }
 
 /// The lock a write of `project`'s records of `kind` takes (see [`Control::write_locked`]).
@@ -345,31 +421,28 @@ async fn remember(
     Ok(())
 }
 
-/// Whether `migrate` took `source` in before (`drg_imports`).
-pub async fn taken_before(tx: &mut Tx, source: &str) -> Result<bool, sqlx::Error> {
-    let before: Option<i64> =
-        sqlx::query_scalar("SELECT records FROM drg_imports WHERE source = $1")
-            .bind(source.to_owned())
-            .fetch_optional(&mut **tx)
-            .await?;
-    Ok(before.is_some())
-}
-
-/// Notes that `source` was taken in, `taken` of `kind` from it.
-pub async fn note_taken(
+/// Writes `record`'s row (drops it, a removal of a kind that keeps none), and lets the
+/// project's oldest removal markers go past the bound; what the revision log names: the
+/// record, or its whole project once markers were trimmed.
+async fn write_row<'r, R: Record>(
     tx: &mut Tx,
-    source: &str,
-    kind: &'static str,
-    taken: usize,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO drg_imports (source, kind, records, at) VALUES ($1, $2, $3, $4)")
-        .bind(source.to_owned())
-        .bind(kind)
-        .bind(i64::try_from(taken).unwrap_or(i64::MAX))
-        .bind(chrono::Utc::now().timestamp())
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    kind: &str,
+    record: &'r R,
+    max_live: u32,
+) -> Result<Touched<'r>, sqlx::Error> {
+    if record.removed() && !R::KEEPS_REMOVED {
+        drop_row(tx, kind, record).await?;
+    } else {
+        upsert(tx, kind, record).await?;
+    }
+    if record.removed() && R::KEEPS_REMOVED {
+        trim_removed(tx, kind, record.project(), max_live).await?;
+        return Ok(Touched::Project(record.project()));
+    }
+    Ok(Touched::Record {
+        project: record.project(),
+        key: record.key(),
+    })
 }
 
 /// Lets `project`'s oldest removal markers go past [`tombstones_kept`] for `max_live` (a kind
@@ -477,22 +550,19 @@ impl<R: Record> SqlRecords<R> {
         Ok(self.control.within(self.read_now()).await?)
     }
 
-    /// What changed from `held` to `now` (see [`Since`]); `None`: read the kind whole.
-    pub async fn read_since(
-        &self,
-        held: &Revision,
-        now: &Revision,
-    ) -> Result<Option<Since<R>>, RecordsError> {
-        Ok(self.control.within(self.read_since_now(held, now)).await?)
+    /// What a gateway holding `held` reads next (see [`Step`]).
+    pub async fn step(&self, held: Option<&Revision>) -> Result<Step<R>, RecordsError> {
+        Ok(self.control.within(self.step_now(held)).await?)
     }
 
     /// Takes `records` from `source` in (each kept only where nothing newer is held; no bound),
     /// once a source: how many were taken, `None` when `source` was taken before.
     pub async fn import(&self, source: &str, records: &[R]) -> Result<Option<usize>, RecordsError> {
-        Ok(self
-            .control
-            .within(self.import_now(source, records))
-            .await?)
+        let what = Imported {
+            kind: self.kind,
+            records,
+        };
+        Ok(crate::infra::control::import::import(&self.control, source, &what).await?)
     }
 }
 

@@ -30,10 +30,9 @@ use drg_access::managed::{Makers, ManagedFile, ManagedKey};
 use drg_base::answer::Changed;
 use drg_base::infra::control::follow::Follower;
 use drg_base::infra::control::{
-    move_revision, token_at, Control, ControlError, Engine, Revision, Write,
+    move_revision, token_at, Control, ControlError, Engine, Revision, Touched, Write,
 };
 use drg_base::infra::records::snapshot::{went_back, WentBack};
-use drg_base::infra::records::sql::{note_taken, taken_before};
 
 /// The kind's name in the store's revisions (and its `NOTIFY`).
 pub const KIND: &str = "keys";
@@ -177,7 +176,9 @@ impl ControlKeys {
             settled,
             xid,
         } = self.control.write_telling(until, Some(KIND)).await?;
-        let revision = move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
+        let revision = move_revision(&mut tx, KIND, Touched::Kind)
+            .await
+            .map_err(&sql)?;
         let previous = token_at(&mut *tx, KIND, revision.n - 1).await;
         let previous = previous.map_err(&sql)?;
         // A gateway whose keys file still holds a key `key sync` retired has not read it yet.
@@ -329,7 +330,9 @@ impl ControlKeys {
             let sql = self.control.sql();
             let until = self.control.deadline();
             let Write { mut tx, .. } = self.control.write_telling(until, Some(KIND)).await?;
-            move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
+            move_revision(&mut tx, KIND, Touched::Kind)
+                .await
+                .map_err(&sql)?;
             let why = super::retire::Why {
                 by: "keys.yaml",
                 detail: "the key that made it left the keys file",
@@ -540,31 +543,45 @@ pub async fn import(
     keys: &[ManagedKey],
     revoked: &HashSet<String>,
 ) -> Result<Option<usize>, ControlError> {
-    let sql = control.sql();
-    let call = async {
-        let until = control.deadline();
-        let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
-        let revoked: Vec<String> = revoked.iter().cloned().collect();
+    let what = Imported { keys, revoked };
+    drg_base::infra::control::import::import(control, source, &what).await
+}
+
+/// An earlier release's keys, and the revocations it knew (see [`import`]).
+struct Imported<'a> {
+    keys: &'a [ManagedKey],
+    revoked: &'a HashSet<String>,
+}
+
+#[async_trait::async_trait]
+impl drg_base::infra::control::import::Import for Imported<'_> {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn always(&self, tx: &mut Tx) -> Result<bool, sqlx::Error> {
+        let revoked: Vec<String> = self.revoked.iter().cloned().collect();
         let why = super::retire::Why {
             by: "migrate",
             detail: "revoked before the migration",
         };
-        (super::retire::revoke_audited(&mut tx, &revoked, &why).await).map_err(&sql)?;
-        if taken_before(&mut tx, source).await.map_err(&sql)? {
-            move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
-            tx.commit().await.map_err(&sql)?;
-            return Ok(None);
-        }
+        let gone = super::retire::revoke_audited(tx, &revoked, &why).await?;
+        Ok(!gone.is_empty())
+    }
+
+    async fn take(&self, tx: &mut Tx) -> Result<usize, sqlx::Error> {
         let held: Vec<String> = sqlx::query_scalar("SELECT id FROM drg_keys")
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(&sql)?;
+            .fetch_all(&mut **tx)
+            .await?;
         let mut there: HashSet<String> = held.into_iter().collect();
-        let api_made: HashSet<String> = (keys.iter().map(|k| k.id.clone()))
+        let api_made: HashSet<String> = (self.keys.iter().map(|k| k.id.clone()))
             .chain(there.iter().cloned())
             .collect();
-        let mut left: Vec<&ManagedKey> = keys.iter().filter(|k| !there.contains(&k.id)).collect();
+        let mut left: Vec<&ManagedKey> = (self.keys.iter())
+            .filter(|k| !there.contains(&k.id))
+            .collect();
         let mut taken = 0;
+        // Makers before the keys they made: a pass takes every key whose maker is in.
         loop {
             let before = left.len();
             let mut next = Vec::new();
@@ -573,7 +590,7 @@ pub async fn import(
                 match maker {
                     Some(m) if !there.contains(&m) => next.push(k),
                     parent => {
-                        insert(&mut tx, k, parent).await.map_err(&sql)?;
+                        insert(tx, k, parent).await?;
                         there.insert(k.id.clone());
                         taken += 1;
                     }
@@ -584,12 +601,6 @@ pub async fn import(
                 break;
             }
         }
-        note_taken(&mut tx, source, KIND, taken)
-            .await
-            .map_err(&sql)?;
-        move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
-        tx.commit().await.map_err(&sql)?;
-        Ok::<_, ControlError>(Some(taken))
-    };
-    control.within(call).await
+        Ok(taken)
+    }
 }

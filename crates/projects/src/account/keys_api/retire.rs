@@ -14,7 +14,7 @@ use drg_base::infra::control::audit::{self, AuditRow};
 use drg_base::infra::control::{Control, ControlError, Write};
 
 use super::control::KIND;
-use drg_base::infra::control::move_revision;
+use drg_base::infra::control::{move_revision, Touched};
 
 type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
@@ -115,7 +115,9 @@ pub async fn sync_makers(
     let call = async {
         let until = control.deadline();
         let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
-        move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
+        move_revision(&mut tx, KIND, Touched::Kind)
+            .await
+            .map_err(&sql)?;
         let roots: Vec<String> =
             sqlx::query_scalar("SELECT body FROM drg_keys WHERE parent IS NULL")
                 .fetch_all(&mut *tx)
@@ -226,7 +228,9 @@ pub async fn revoke_by_operator(
     let call = async {
         let until = control.deadline();
         let Write { mut tx, .. } = control.write_telling(until, Some(KIND)).await?;
-        move_revision(&mut tx, KIND, None).await.map_err(&sql)?;
+        move_revision(&mut tx, KIND, Touched::Kind)
+            .await
+            .map_err(&sql)?;
         let why = Why {
             by: "key revoke",
             detail: "revoked by the operator",
