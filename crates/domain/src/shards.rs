@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// Shards a map: a copy touches this many shared counts, a change `len / SHARDS` entries.
 const SHARDS: usize = 64;
 
-/// A map of `K` to `V` in [`SHARDS`] shards (see the module).
+/// A map of `K` to `V` in 64 shards (see the module).
 #[derive(Debug)]
 pub struct Shards<K, V> {
     shards: Vec<Arc<HashMap<K, V>>>,
