@@ -97,6 +97,58 @@ fn a_key_made_or_revoked_on_one_gateway_is_in_force_on_the_other_within_a_second
     );
 }
 
+/// A key row written straight into the store for `project`, moving no revision: what a
+/// follower reads only when it reads that project or every key.
+fn plant_key(pg: &Postgres, project: &str, id: &str, secret: &str) {
+    let body = serde_json::json!({
+        "id": id, "project": project, "plan": "starter", "label": null,
+        "sha256": drg_access::keys::hash_secret(secret).iter().map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        "prefix": &secret[..12], "created_at": "2026-11-01T00:00:00Z", "last_used": null
+    });
+    pg.psql(&format!(
+        "INSERT INTO drg_keys (id, project, body) VALUES ('{id}', '{project}', '{body}')"
+    ));
+}
+
+#[test]
+fn a_key_change_makes_the_other_gateway_read_that_project_alone() {
+    const GLOBEX: &str = "drg_globex_server_key_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const IN_GLOBEX: &str = "drg_planted_key_ccccccccccccccccccccccccccccccccccccc";
+    const ELSEWHERE: &str = "drg_planted_key_ddddddddddddddddddddddddddddddddddddd";
+    let pg = Postgres::start();
+    let with_globex = || on(&pg).key_in_project("globex-server", GLOBEX, "starter", "globex");
+    let (a, b) = (with_globex().start(), with_globex().start());
+    std::thread::sleep(Duration::from_millis(500));
+    // A first change: a store that never had one has no revision to follow from (read whole).
+    let (_, s0) = made_by(&a, SERVER, "zero");
+    until(&b, &s0, 200);
+    // Rows written behind the gateways' back, in `globex` and in a project no key here names.
+    plant_key(&pg, "globex", "key_00000000beef", IN_GLOBEX);
+    plant_key(&pg, "initech", "key_00000000cafe", ELSEWHERE);
+    let planted = |gw: &Gateway| (lookup(gw, IN_GLOBEX), lookup(gw, ELSEWHERE));
+    // Another project's change: B reads `acme` alone (a whole read would serve both rows).
+    let (_, s1) = made_by(&a, SERVER, "one");
+    assert_eq!(lookup(&a, &s1), 200, "at once where it was made");
+    until(&b, &s1, 200);
+    let (_, s2) = made_by(&a, SERVER, "two");
+    assert_eq!(lookup(&a, &s2), 200, "at once where it was made");
+    until(&b, &s2, 200);
+    assert_eq!((planted(&a), planted(&b)), ((401, 401), (401, 401)));
+    // A change of `globex` reads `globex` whole, on A in the change and on B after it.
+    let (_, s3) = made_by(&a, GLOBEX, "three");
+    until(&b, &s3, 200);
+    assert_eq!((planted(&a), planted(&b)), ((200, 401), (200, 401)));
+    // A revision that names no project (a key sync, an import) is read whole.
+    pg.psql(
+        "WITH r AS (UPDATE drg_revision SET n = n + 1, token = 'whole' WHERE kind = 'keys' \
+         RETURNING n) INSERT INTO drg_revision_log (kind, n, token) SELECT 'keys', n, 'whole' \
+         FROM r; SELECT pg_notify('drg_revision', 'keys')",
+    );
+    until(&a, ELSEWHERE, 200);
+    until(&b, ELSEWHERE, 200);
+}
+
 #[test]
 fn max_keys_holds_exactly_when_two_gateways_make_keys_at_once() {
     let pg = Postgres::start();

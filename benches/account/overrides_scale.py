@@ -12,6 +12,7 @@ and the follower (B) net of their idle CPU, PostgreSQL's too, and how long after
     benches/account/overrides_scale.py BINARY [--rows 1000,100000] [--writes 300] [--out FILE]
 """
 import argparse
+import contextlib
 import csv
 import hashlib
 import http.client
@@ -131,27 +132,36 @@ def seed(pg, url, n, hold=None):
                            "set_by": key_id(p), "set_at": now, "stamp": stamp0 + j},
                           separators=(",", ":"))
         w.writerow([KIND, p, domain, stamp0 + j, "false", body])
+    load(pg, url, KIND, "drg_records (kind, project, key, stamp, removed, body)", data, n)
+
+
+def load(pg, url, kind, into, data, n):
+    """COPYs the CSV `data` into `into` (a table and its columns) and moves `kind`'s revision
+    under a new token, kept in `drg_revision_log` and naming no project (the kind is read
+    whole), with `NOTIFY drg_revision, kind`, in one transaction: a write's steps
+    (control/revision.rs). Then checks the table holds `n` rows of `kind`."""
+    table = into.split()[0]
     token = os.urandom(8).hex()
     sql = (
         "BEGIN;\n"
-        "COPY drg_records (kind, project, key, stamp, removed, body) FROM STDIN"
-        " WITH (FORMAT csv);\n" + data.getvalue() + "\\.\n"
+        f"COPY {into} FROM STDIN WITH (FORMAT csv);\n" + data.getvalue() + "\\.\n"
         # move_revision's two statements (its trim of the log past 512 has nothing to trim).
-        "WITH r AS (INSERT INTO drg_revision (kind, n, token) VALUES ('overrides', 1, "
+        f"WITH r AS (INSERT INTO drg_revision (kind, n, token) VALUES ('{kind}', 1, "
         f"'{token}') ON CONFLICT (kind) DO UPDATE SET n = drg_revision.n + 1, "
         "token = excluded.token RETURNING n, token)\n"
-        "INSERT INTO drg_revision_log (kind, n, token) SELECT 'overrides', n, token FROM r\n"
+        f"INSERT INTO drg_revision_log (kind, n, token) SELECT '{kind}', n, token FROM r\n"
         "ON CONFLICT (kind, n) DO UPDATE SET token = excluded.token;\n"
-        "SELECT pg_notify('drg_revision', 'overrides');\n"
+        f"SELECT pg_notify('drg_revision', '{kind}');\n"
         "COMMIT;\n"
     )
     psql(pg, url, sql)
     # Statistics and a checkpoint now, so neither autovacuum nor the checkpointer is set off
     # by the bulk insert in the middle of the measurement.
-    psql(pg, url, "VACUUM ANALYZE drg_records; CHECKPOINT;")
-    held = psql(pg, url, "SELECT count(*) FROM drg_records WHERE kind = 'overrides';")
+    psql(pg, url, f"VACUUM ANALYZE {table}; CHECKPOINT;")
+    which = " WHERE kind = 'overrides'" if table == "drg_records" else ""
+    held = psql(pg, url, f"SELECT count(*) FROM {table}{which};")
     if int(held.splitlines()[-1]) != n:
-        raise RuntimeError(f"seeded {held} rows, not {n}")
+        raise RuntimeError(f"seeded {held} rows of {kind}, not {n}")
 
 
 class Gateway:
@@ -283,45 +293,54 @@ def settle(meters, idle, deadline):
     raise TimeoutError("the processes did not come back to idle")
 
 
-def one_size(binary, pg, n, writes, hold=None):
-    """Seeds a fresh database with `n` overrides, runs the writes on two gateways, returns
-    the row of the table."""
-    db = f"drg_scale_{n}"
+@contextlib.contextmanager
+def pair(binary, pg, db, seed_db, listed):
+    """Two gateways A and B on a fresh database `db`, seeded by `seed_db(url)` once A made the
+    schema (with the NOTIFY a write sends, so A reads the rows as a follower would), each
+    listing what `listed(gw, p)` must for every writer project before they are given; both
+    stopped after. Yields (a, b, meters, idle): each process's CPU meter and idle pace."""
     psql(pg, pg.url, f"DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db};")
     url = pg.url.rsplit("/", 1)[0] + f"/{db}"
     gws = []
     try:
-        # A creates the schema (drg_schema's migrations); the rows go in once it is ready,
-        # with the NOTIFY a write sends, so A reloads them as a follower would.
         a = Gateway(binary, url, "a")
         gws.append(a)
         a.wait_ready(time.monotonic() + READY_TIMEOUT)
         t = time.monotonic()
-        seed(pg, url, n, hold)
-        print(f"[{n}] seeded in {time.monotonic() - t:.1f} s", file=sys.stderr)
+        seed_db(url)
+        print(f"[{db}] seeded in {time.monotonic() - t:.1f} s", file=sys.stderr)
         b = Gateway(binary, url, "b")
         gws.append(b)
         b.wait_ready(time.monotonic() + READY_TIMEOUT)
-        # Both serve the seeded rows: every writer project's list, on both gateways.
-        seeded = layout(n, hold)
-        per = {p: sum(1 for q, _ in seeded if q == p) for p in WRITER_PROJECTS}
-        probe = next(d for q, d in seeded if q == WRITER_PROJECTS[0])
         deadline = time.monotonic() + READY_TIMEOUT
         for gw in (a, b):
             for p in WRITER_PROJECTS:
-                while len(gw.listed(p)) != per[p]:
+                while not listed(gw, p):
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{gw.name} does not list {p}'s {per[p]} rows")
+                        raise TimeoutError(f"{gw.name} does not list {p}'s seeded rows")
                     time.sleep(0.1)
         meters = {"a": a.cpu, "b": b.cpu, "pg": lambda: postgres_cpu(pg)}
-
         # Idle pace, each process alone: the revision poll, timers. Taken as a rate and
         # charged over the writes' window, which is not known before they run.
         c0, t0 = cpu_of(meters), time.monotonic()
         time.sleep(IDLE_SECONDS)
         c1, t1 = cpu_of(meters), time.monotonic()
-        idle = {k: (c1[k] - c0[k]) / (t1 - t0) for k in meters}
+        yield a, b, meters, {k: (c1[k] - c0[k]) / (t1 - t0) for k in meters}
+        a.alive()
+        b.alive()
+    finally:
+        for gw in gws:
+            gw.stop()
 
+
+def one_size(binary, pg, n, writes, hold=None):
+    """Seeds a fresh database with `n` overrides, runs the writes on two gateways, returns
+    the row of the table."""
+    seeded = layout(n, hold)
+    per = {p: sum(1 for q, _ in seeded if q == p) for p in WRITER_PROJECTS}
+    probe = next(d for q, d in seeded if q == WRITER_PROJECTS[0])
+    with pair(binary, pg, f"drg_scale_{n}", lambda url: seed(pg, url, n, hold),
+              lambda gw, p: len(gw.listed(p)) == per[p]) as (a, b, meters, idle):
         # What one list poll costs B (its key check, its scan of the held set), so the polls
         # that find when B serves the last write are not counted as follower work.
         c0, t0 = cpu_of(meters), time.monotonic()
@@ -359,8 +378,6 @@ def one_size(binary, pg, n, writes, hold=None):
         def per_write(k, minus=0.0):
             return (c1[k] - c0[k] - idle[k] * window - minus) / writes * 1000
 
-        a.alive()
-        b.alive()
         row = {
             "rows": n, "put": quantiles(latencies),
             "writer": per_write("a"), "follower": per_write("b", polls * poll_cost),
@@ -368,25 +385,28 @@ def one_size(binary, pg, n, writes, hold=None):
             "writes_s": answered - t0, "window_s": window, "polls": polls,
             "poll_ms": poll_cost * 1000, "idle": idle,
         }
-        print(f"[{n}] {json.dumps(row)}", file=sys.stderr)
-        return row
-    finally:
-        for gw in gws:
-            gw.stop()
+    print(f"[{n}] {json.dumps(row)}", file=sys.stderr)
+    return row
 
 
-def section(rows, command, writes, pg_version, binary, hold=None):
+def made(command, binary, pg_version):
+    """Where a section's numbers come from: the command, when, the commit and binary, the
+    machine and PostgreSQL."""
     built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(binary)))
     date = subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
+    return (f"Made by `{command}` on {date}, commit {commit} (the binary built {built}); "
+            "machine: 2 cores, shared by both gateways (release binary, `threads: 2`), "
+            f"PostgreSQL {pg_version} (a throwaway cluster, fsync and synchronous_commit on) "
+            "and the client, all on loopback.")
+
+
+def section(rows, command, writes, pg_version, binary, hold=None):
     out = [
         "## A write's cost against what is stored (issue 93, item 7)",
         "",
-        f"Made by `{command}` on {date}, commit {commit} (the binary built {built}); "
-        "machine: 2 cores, shared by both gateways (release binary, `threads: 2`), "
-        f"PostgreSQL {pg_version} (a throwaway cluster, fsync and synchronous_commit on) "
-        "and the client, all on loopback. For each size a fresh database is seeded with SQL "
+        made(command, binary, pg_version) + " For each size a fresh database is seeded with SQL "
         "with that many overrides over 1,000 projects ("
         + ("spread evenly" if hold is None else
            f"{hold} in each of the 10 projects written to, the rest over the other 990")
@@ -415,35 +435,51 @@ def section(rows, command, writes, pg_version, binary, hold=None):
     return "\n".join(out) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser(doc, sizes):
+    """The arguments both scale benches take: the binary, the store `sizes`, the writes, --out."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("binary")
-    ap.add_argument("--rows", default="1000,100000",
+    ap.add_argument(sizes, default="1000,100000",
                     help="store sizes, comma-separated (default: 1000,100000)")
     ap.add_argument("--writes", type=int, default=300)
+    ap.add_argument("--out", help="also write the markdown section to this file")
+    return ap
+
+
+def main():
+    ap = parser(__doc__, "--rows")
     ap.add_argument("--writers-hold", type=int, default=None,
                     help="rows each of the 10 projects written to holds, whatever the size "
                          "(default: the size spread evenly over the 1,000 projects)")
-    ap.add_argument("--out", help="also write the markdown section to this file")
     a = ap.parse_args()
     sizes = [int(s) for s in a.rows.split(",")]
     binary = os.path.abspath(a.binary)
-    # SIGTERM ends the run through the finally blocks: gateways stopped, cluster removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = shlex.join(["benches/account/overrides_scale.py"] + sys.argv[1:])
+    rows, pg_version = on_cluster(
+        lambda pg: [one_size(binary, pg, n, a.writes, a.writers_hold) for n in sizes])
+    emit(section(rows, command, a.writes, pg_version, binary, a.writers_hold), a.out)
+
+
+def on_cluster(run):
+    """`run(pg)` on a throwaway cluster, removed after: what it gave, and PostgreSQL's
+    version. SIGTERM ends the run through the finally block."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pg = None
     try:
         pg = Postgres()
-        pg_version = psql(pg, pg.url, "SHOW server_version;").split()[0]
-        rows = [one_size(binary, pg, n, a.writes, a.writers_hold) for n in sizes]
+        version = psql(pg, pg.url, "SHOW server_version;").split()[0]
+        return run(pg), version
     finally:
         if pg is not None:
             pg.stop()
             shutil.rmtree(pg.dir, ignore_errors=True)
-    text = section(rows, command, a.writes, pg_version, binary, a.writers_hold)
+
+
+def emit(text, out):
+    """Prints the section, and writes it to `out` too when given."""
     print(text)
-    if a.out:
-        with open(a.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(text)
 
 

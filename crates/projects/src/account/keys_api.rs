@@ -11,7 +11,7 @@
 //! made, the old key working for an overlap. Expiry is judged at each call on each gateway's
 //! clock from the row's `expires_at` ([`expiry`]), so it needs no sync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -561,10 +561,11 @@ impl KeysApi {
         };
         let (mut keys, retired, restored) = match rows {
             control::Rows::All(keys, retired, restored) => (keys, retired, restored),
-            control::Rows::Project(project, rows) => {
+            control::Rows::Projects(projects) => {
                 let mut keys = held.as_ref().map_or_else(Vec::new, |f| f.keys.clone());
-                keys.retain(|k| k.project != project);
-                keys.extend(rows);
+                let read: HashSet<&str> = projects.iter().map(|(p, _)| p.as_str()).collect();
+                keys.retain(|k| !read.contains(k.project.as_str()));
+                keys.extend(projects.into_iter().flat_map(|(_, rows)| rows));
                 let retired = held.as_ref().map_or_else(Vec::new, |f| f.retired.clone());
                 (keys, retired, false)
             }

@@ -20,7 +20,8 @@ mod schema;
 pub mod watch;
 
 pub use revision::{
-    changes_since, diverged, move_revision, revision, token_at, Changes, Own, Revision, Touched,
+    changes_since, diverged, move_revision, revision, token_at, Changes, Own, Owned, Revision,
+    Touched,
 };
 
 /// A transaction on the control store.

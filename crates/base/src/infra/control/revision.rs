@@ -187,6 +187,34 @@ impl Changes {
 /// A revision this gateway made itself, and holds since (its write is held as it answered).
 pub type Own = (i64, String);
 
+/// The revisions of a kind this gateway's writes made lately (the last [`OWN_KEPT`]): its
+/// follower leaves them out, and one that fell further behind its own writes reads them.
+#[derive(Debug, Default)]
+pub struct Owned(std::sync::Mutex<std::collections::VecDeque<Own>>);
+
+/// Own revisions remembered.
+const OWN_KEPT: usize = 64;
+
+impl Owned {
+    /// Notes revision `at`, made by this gateway's write: the caller holds the write as it
+    /// answers, so this gateway need not read it back.
+    pub fn made(&self, at: &Revision) {
+        let mut own = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if own.len() == OWN_KEPT {
+            own.pop_front();
+        }
+        own.push_back((at.n, at.token.clone()));
+    }
+
+    /// The revisions noted, oldest first.
+    pub fn list(&self) -> Vec<Own> {
+        (self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
 /// What `kind`'s writes changed after `held`, up to `now`, when the log tells it all: `held`'s
 /// own token still there (the history it was read from is the store's), every revision
 /// between logged, each naming what it touched. The revisions in `own` are left out. `None`:

@@ -17,7 +17,7 @@ use sqlx::Any;
 use super::once::{self, Once, Outcome, Remembered};
 use super::{tombstones_kept, Audited, Put, Record, RecordsError};
 use crate::infra::control::{
-    changes_since, move_revision, Changes, Control, ControlError, Own, Revision, Touched, Write,
+    changes_since, move_revision, Changes, Control, ControlError, Owned, Revision, Touched, Write,
 };
 
 type Tx = sqlx::Transaction<'static, Any>;
@@ -26,20 +26,17 @@ type Tx = sqlx::Transaction<'static, Any>;
 pub struct SqlRecords<R> {
     control: Arc<Control>,
     kind: &'static str,
-    /// The revisions this gateway's writes made lately (see [`SqlRecords::read_since`]).
-    own: std::sync::Mutex<std::collections::VecDeque<Own>>,
+    /// The revisions this gateway's writes made lately (its follower reads them not).
+    own: Owned,
     _records: PhantomData<fn() -> R>,
 }
-
-/// Own revisions remembered: a follower that fell further behind its own writes reads them.
-const OWN_KEPT: usize = 64;
 
 impl<R: Record> SqlRecords<R> {
     pub fn new(control: Arc<Control>, kind: &'static str) -> SqlRecords<R> {
         SqlRecords {
             control,
             kind,
-            own: std::sync::Mutex::default(),
+            own: Owned::default(),
             _records: PhantomData,
         }
     }
@@ -146,18 +143,8 @@ impl<R: Record> SqlRecords<R> {
         }
         let w = Write { tx, settled, xid };
         self.control.commit(w).await?;
-        self.made(at);
+        self.own.made(&at);
         Ok(Outcome::Put(done))
-    }
-
-    /// Notes revision `at`, made by this gateway's write: the caller holds the write as it
-    /// answers, so this gateway need not read it back.
-    fn made(&self, at: Revision) {
-        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
-        if own.len() == OWN_KEPT {
-            own.pop_front();
-        }
-        own.push_back((at.n, at.token));
     }
 
     async fn revision_now(&self) -> Result<Revision, ControlError> {
@@ -205,10 +192,7 @@ impl<R: Record> SqlRecords<R> {
         if *held == now {
             return Ok(Step::Unmoved);
         }
-        let own: Vec<Own> = (self.own.lock().unwrap_or_else(|e| e.into_inner()))
-            .iter()
-            .cloned()
-            .collect();
+        let own = self.own.list();
         let changes = changes_since(&mut *conn, self.kind, held, &now, &own)
             .await
             .map_err(&sql)?;

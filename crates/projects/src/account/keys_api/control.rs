@@ -10,9 +10,10 @@
 //!   `COMMIT` whose answer was lost is found out before the answer.
 //! - Each gateway holds the rows it last read (`KeysApi::held`, which the keys reloader merges
 //!   with the operator's keys) and follows the revision as the records do (`NOTIFY`, the poll
-//!   behind it); its own change is held at once. A revision lower than the one held (a
-//!   restore from an older backup, a replica that lagged) is served whole and reported on
-//!   `/readyz`. Nothing is ever written back.
+//!   behind it): a change names its project in the revision log, so another gateway reads that
+//!   project's keys alone; its own change is held at once, never read back. A revision lower
+//!   than the one held (a restore from an older backup, a replica that lagged) is served whole
+//!   and reported on `/readyz`. Nothing is ever written back.
 //! - The rows are written to a cache file in the state folder too, so that a gateway restarted
 //!   while the store is away serves the keys it last knew.
 
@@ -30,7 +31,8 @@ use drg_access::managed::{Makers, ManagedFile, ManagedKey};
 use drg_base::answer::Changed;
 use drg_base::infra::control::follow::Follower;
 use drg_base::infra::control::{
-    move_revision, token_at, Control, ControlError, Engine, Revision, Touched, Write,
+    changes_since, move_revision, token_at, Control, ControlError, Engine, Owned, Revision,
+    Touched, Write,
 };
 use drg_base::infra::records::snapshot::{went_back, WentBack};
 
@@ -39,6 +41,9 @@ pub const KIND: &str = "keys";
 
 /// Last uses written by one statement (two parameters each: well under either engine's limit).
 const LAST_USED_BATCH: usize = 500;
+
+/// Projects a follower reads by themselves at most; past it, the keys are read whole.
+const MAX_READ: usize = 200;
 
 /// A failing store is logged at WARN at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(30);
@@ -53,6 +58,8 @@ pub struct ControlKeys {
     /// The revision held (-1: none yet), for the poll's word.
     revision_held: arc_swap::ArcSwapOption<Revision>,
     went_back: ArcSwapOption<WentBack>,
+    /// The revisions this gateway's changes made lately, held as they were answered.
+    own: Owned,
     /// Last uses written to the store, so that unchanged ones are not written again.
     saved: std::sync::Mutex<HashMap<String, u64>>,
     /// Keys whose maker is gone (see `KeysSource::orphans`), dropped from the store.
@@ -83,8 +90,20 @@ pub(super) enum Rows {
     /// Every key, the operator keys retired (a read of the store), and whether the store went
     /// back since the last read (keys gone then were lost with a restore, not revoked).
     All(Vec<ManagedKey>, Vec<String>, bool),
-    /// One project's keys (a change made here).
-    Project(String, Vec<ManagedKey>),
+    /// Some projects' keys, each whole (a change made here, or the projects another gateway's
+    /// changes touched).
+    Projects(Vec<(String, Vec<ManagedKey>)>),
+}
+
+/// What a round of following reads next.
+enum Step {
+    /// The revision held is the store's.
+    Unmoved,
+    /// Changes that touched these projects alone (perhaps none: this gateway's own), each
+    /// read whole, up to this revision.
+    Projects(Revision, Vec<(String, Vec<ManagedKey>)>),
+    /// The log cannot tell what changed (a first read, a restore, a key sync): every key.
+    Whole,
 }
 
 impl ControlKeys {
@@ -95,6 +114,7 @@ impl ControlKeys {
             control: control.clone(),
             follow: tokio::sync::Mutex::default(),
             revision_held: ArcSwapOption::empty(),
+            own: Owned::default(),
             went_back: ArcSwapOption::empty(),
             saved: std::sync::Mutex::default(),
             orphans,
@@ -147,10 +167,14 @@ impl ControlKeys {
         // Boxed: a request's future would hold the transaction's inline.
         match Box::pin(self.control.within(call)).await {
             Ok(Ok(done)) => {
+                let own = done.revision.clone();
                 let made = (done.revision, done.before);
                 // Boxed: a read of the whole kind may follow, which a request's future would
                 // otherwise hold (and copy) inline on every call.
                 Box::pin(self.hold_change(api, project, done.rows, made)).await;
+                // Told own only once held: a round of following before would take it as read,
+                // and the hold would then leave it out.
+                self.own.made(&own);
                 Ok(done.out)
             }
             Ok(Err(refused)) => Err(refused),
@@ -176,7 +200,7 @@ impl ControlKeys {
             settled,
             xid,
         } = self.control.write_telling(until, Some(KIND)).await?;
-        let revision = move_revision(&mut tx, KIND, Touched::Kind)
+        let revision = move_revision(&mut tx, KIND, Touched::Project(project))
             .await
             .map_err(&sql)?;
         let previous = token_at(&mut *tx, KIND, revision.n - 1).await;
@@ -229,7 +253,7 @@ impl ControlKeys {
                 self.sync_locked(api, &mut f).await;
             }
             Some(held) => {
-                let _ = hold(api, Rows::Project(project, rows)).await;
+                let _ = hold(api, Rows::Projects(vec![(project, rows)])).await;
                 if next(&held) {
                     self.revision_held.store(Some(Arc::new(revision.clone())));
                     f.last = Some(revision);
@@ -246,12 +270,21 @@ impl ControlKeys {
 
     async fn sync_locked(&self, api: &Arc<KeysApi>, f: &mut Follow) -> bool {
         if let Some(last) = &f.last {
-            match Box::pin(self.control.within(self.revision_now())).await {
-                Ok(n) if n == *last => {
+            match Box::pin(self.control.within(self.step_now(last))).await {
+                Ok(Step::Unmoved) => {
                     api.vouched().await;
                     return true;
                 }
-                Ok(_) => {}
+                Ok(Step::Projects(at, projects)) => {
+                    if !projects.is_empty() {
+                        let _ = hold(api, Rows::Projects(projects)).await;
+                    }
+                    api.vouched().await;
+                    self.revision_held.store(Some(Arc::new(at.clone())));
+                    f.last = Some(at);
+                    return true;
+                }
+                Ok(Step::Whole) => {}
                 Err(e) => return self.failed(f, &e),
             }
         }
@@ -298,11 +331,40 @@ impl ControlKeys {
         false
     }
 
-    async fn revision_now(&self) -> Result<Revision, ControlError> {
-        let pool = self.control.pool().await?;
-        drg_base::infra::control::revision(pool, KIND)
+    /// What a gateway holding `held` reads next, on one connection: the projects the log
+    /// says others' changes touched since, or every key when it cannot tell.
+    async fn step_now(&self, held: &Revision) -> Result<Step, ControlError> {
+        let sql = self.control.sql();
+        let mut conn = self.control.pool().await?.acquire().await.map_err(&sql)?;
+        let now = drg_base::infra::control::revision(&mut *conn, KIND)
             .await
-            .map_err(self.control.sql())
+            .map_err(&sql)?;
+        if *held == now {
+            return Ok(Step::Unmoved);
+        }
+        let changes = changes_since(&mut *conn, KIND, held, &now, &self.own.list())
+            .await
+            .map_err(&sql)?;
+        // Key changes name their project; a key sync, an import or orphans dropped name none.
+        let Some(changes) = changes.filter(|c| c.records.is_empty() && c.len() <= MAX_READ) else {
+            return Ok(Step::Whole);
+        };
+        let mut read: Vec<(String, Vec<ManagedKey>)> = (changes.projects.iter())
+            .map(|p| (p.clone(), Vec::new()))
+            .collect();
+        if !read.is_empty() {
+            let rows = projects_rows(&changes.projects)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(&sql)?;
+            for (project, body, used) in rows {
+                let at = read.binary_search_by(|(p, _)| p.as_str().cmp(&project));
+                if let (Ok(i), Some(key)) = (at, row_of((body, used))) {
+                    read[i].1.push(key);
+                }
+            }
+        }
+        Ok(Step::Projects(now, read))
     }
 
     /// Every key, the operator keys retired, and the revision they are at.
@@ -469,6 +531,22 @@ async fn project_rows(tx: &mut Tx, project: &str) -> Result<Vec<ManagedKey>, sql
             .fetch_all(&mut **tx)
             .await?;
     Ok(rows.into_iter().filter_map(row_of).collect())
+}
+
+/// The rows of `projects`' keys: project, body, last use.
+fn projects_rows<'q>(
+    projects: &std::collections::BTreeSet<String>,
+) -> sqlx::query::QueryAs<'q, sqlx::Any, (String, String, i64), sqlx::any::AnyArguments> {
+    let marks: Vec<String> = (1..=projects.len()).map(|i| format!("${i}")).collect();
+    let query = format!(
+        "SELECT project, body, last_used FROM drg_keys WHERE project IN ({}) ORDER BY project, id",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query_as(sqlx::AssertSqlSafe(query));
+    for p in projects {
+        q = q.bind(p.clone());
+    }
+    q
 }
 
 /// A key of a row (one that does not read, another release's, is as none).
