@@ -207,12 +207,53 @@ pub fn update<T, E: From<ManagedError>>(
 /// written anew.
 pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
     let _lock = Lock::take(path)?;
-    let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
-    held.keys.clone_into(&mut file.keys);
-    held.retired.clone_into(&mut file.retired);
-    held.revoked_seen.clone_into(&mut file.revoked_seen);
-    file.read_at = held.read_at.or(file.read_at);
+    let kept = read_kept(path).unwrap_or_default();
+    let file = ManagedFile {
+        version: VERSION,
+        keys: held.keys.clone(),
+        first_seen: kept.first_seen,
+        retired: held.retired.clone(),
+        read_at: held.read_at.or(kept.read_at),
+        revoked_seen: held.revoked_seen.clone(),
+        unknown: kept.unknown,
+    };
     write(path, &file)
+}
+
+/// What [`cache`] keeps of the file: all but what it replaces, whose text is skipped, not
+/// parsed (the keys are most of the file, and each change of a key rewrites it).
+#[derive(Default, Deserialize)]
+struct Kept {
+    version: u32,
+    #[serde(default)]
+    first_seen: BTreeMap<String, String>,
+    #[serde(default)]
+    read_at: Option<i64>,
+    #[serde(default, rename = "keys")]
+    _keys: serde::de::IgnoredAny,
+    #[serde(default, rename = "retired")]
+    _retired: serde::de::IgnoredAny,
+    #[serde(default, rename = "revoked_seen")]
+    _revoked_seen: serde::de::IgnoredAny,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// The file's [`Kept`] part; an error for a file [`read`] refuses too (absent, of another
+/// version, not the format).
+fn read_kept(path: &Path) -> Result<Kept, ManagedError> {
+    let text = std::fs::read(path).map_err(io(path))?;
+    let kept: Kept = serde_json::from_slice(&text).map_err(|e| ManagedError::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    if kept.version != VERSION {
+        return Err(ManagedError::Format {
+            path: path.to_owned(),
+            message: format!("version {}", kept.version),
+        });
+    }
+    Ok(kept)
 }
 
 /// Records in the cache that the control store answered at `at` (unix seconds).
@@ -648,5 +689,35 @@ mod tests {
             Makers::Shared,
         );
         assert!(back.store.by_id("rollout").is_some_and(|k| !k.disabled));
+    }
+
+    #[test]
+    fn the_cache_rewritten_keeps_all_but_what_the_store_gave() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.control-cache.json");
+        let mut first = ManagedFile::of_store(vec![made("a", "server")], vec!["gone".into()]);
+        first
+            .first_seen
+            .insert("server".into(), "2026-11-01T00:00:00Z".into());
+        first.read_at = Some(7);
+        first.revoked_seen.insert("old".into(), 3);
+        first
+            .unknown
+            .insert("newer".into(), serde_json::json!({"x": 1}));
+        write(&path, &first).unwrap();
+        let mut held = ManagedFile::with_keys(vec![made("b", "server")]);
+        held.revoked_seen.insert("a".into(), 9);
+        cache(&path, &held).unwrap();
+        let now = read(&path).unwrap();
+        assert_eq!(now.keys, held.keys);
+        assert!(now.retired.is_empty());
+        assert_eq!(now.revoked_seen, held.revoked_seen);
+        assert_eq!((now.first_seen, now.read_at), (first.first_seen, Some(7)));
+        assert_eq!(now.unknown, first.unknown);
+        // A file that does not read (another version, corrupt) is written anew.
+        std::fs::write(&path, r#"{"version": 99, "keys": []}"#).unwrap();
+        cache(&path, &held).unwrap();
+        let anew = read(&path).unwrap();
+        assert_eq!((anew.keys, anew.read_at), (held.keys, None));
     }
 }

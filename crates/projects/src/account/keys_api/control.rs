@@ -167,14 +167,10 @@ impl ControlKeys {
         // Boxed: a request's future would hold the transaction's inline.
         match Box::pin(self.control.within(call)).await {
             Ok(Ok(done)) => {
-                let own = done.revision.clone();
                 let made = (done.revision, done.before);
                 // Boxed: a read of the whole kind may follow, which a request's future would
                 // otherwise hold (and copy) inline on every call.
                 Box::pin(self.hold_change(api, project, done.rows, made)).await;
-                // Told own only once held: a round of following before would take it as read,
-                // and the hold would then leave it out.
-                self.own.made(&own);
                 Ok(done.out)
             }
             Ok(Err(refused)) => Err(refused),
@@ -244,6 +240,9 @@ impl ControlKeys {
         (revision, before): (Revision, Option<String>),
     ) {
         let mut f = self.follow.lock().await;
+        // Told own only once held (still under the lock): a round of following before would
+        // take it as read, and this hold would then leave it out.
+        let own = revision.clone();
         let next =
             |held: &Revision| held.n + 1 == revision.n && before.as_ref() == Some(&held.token);
         match f.last.clone() {
@@ -260,6 +259,7 @@ impl ControlKeys {
                 }
             }
         }
+        self.own.made(&own);
     }
 
     /// One round of following the store: whether it answered (`false`: what is held stays).
