@@ -191,9 +191,12 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
         .unwrap();
     assert!(item.get("key").is_none(), "{item}");
     assert!(item["last_used_at"].as_str().is_some(), "{item}");
-    let file = std::fs::read_to_string(cache_file(&gw)).unwrap();
-    assert!(!file.contains(&secret[12..]));
-    assert!(file.contains(&hex_sha256(&secret)));
+    // The cache is written behind the change, a moment later.
+    let cached = || std::fs::read_to_string(cache_file(&gw)).unwrap_or_default();
+    wait_until(Duration::from_secs(5), || {
+        cached().contains(&hex_sha256(&secret))
+    });
+    assert!(!cached().contains(&secret[12..]));
     let stored = stored_keys(&gw);
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0].0, id);

@@ -11,7 +11,11 @@ Prints a markdown section: change latency (p50, p90, p99), the CPU a change cost
 (A), the follower (B) and PostgreSQL net of their idle pace, and how long after the last change
 was answered B holds it (the revoked key answers 401 there).
 
-    benches/account/keys_scale.py BINARY [--keys 1000,100000] [--writes 300] [--out FILE]
+    benches/account/keys_scale.py BINARY [--keys 1000,100000] [--writes 300] [--gap-ms 0]
+                                  [--out FILE]
+
+`--gap-ms G` waits G ms after each change: changes further apart than the key cache's write
+delay (200 ms) each cost a write of the cache, which back-to-back changes share.
 """
 import csv
 import hashlib
@@ -70,7 +74,7 @@ def listed(gw, p):
     return [k for k in json.loads(body)["items"] if k["source"] == "api"]
 
 
-def one_size(binary, pg, n, writes):
+def one_size(binary, pg, n, writes, gap=0.0):
     """Seeds a fresh database with `n` keys, runs the changes on two gateways, returns the row
     of the table."""
     per = min(n, HOLD * WRITERS) // WRITERS
@@ -97,6 +101,8 @@ def one_size(binary, pg, n, writes):
                 if status != 204:
                     raise RuntimeError(f"DELETE {key['id']}: {status} {answer[:200]!r}")
                 last = ("revoked", key["key"])
+            if gap:
+                time.sleep(gap)
         answered = time.monotonic()
         want = 200 if last[0] == "made" else 401
         while True:
@@ -137,7 +143,7 @@ def b_status(gw, secret):
         conn.close()
 
 
-def section(rows, command, writes, pg_version, binary):
+def section(rows, command, writes, pg_version, binary, gap_ms=0):
     out = [
         "## A key change's cost against the keys stored (issue 93, item 7)",
         "",
@@ -145,7 +151,8 @@ def section(rows, command, writes, pg_version, binary):
         f"with that many API-made keys ({HOLD} in each of the 10 projects written to, the "
         f"rest at most {PER_PROJECT} a project over other projects). Then {writes} changes "
         "on gateway A over those 10 projects, one after another on one keep-alive "
-        "connection: a `POST /v1/keys` in each in one round, the `DELETE` of that key in the "
+        "connection" + (f", {gap_ms:g} ms apart" if gap_ms else "") + ": a `POST /v1/keys` "
+        "in each in one round, the `DELETE` of that key in the "
         "next; gateway B follows through the store. CPU: utime + stime from /proc over the "
         "changes until B holds the last one and every process is idle again, minus each "
         f"process's idle pace (measured over {IDLE_SECONDS:.0f} s just before); a change's "
@@ -164,12 +171,16 @@ def section(rows, command, writes, pg_version, binary):
 
 
 def main():
-    a = parser(__doc__, "--keys").parse_args()
+    ap = parser(__doc__, "--keys")
+    ap.add_argument("--gap-ms", type=float, default=0.0)
+    a = ap.parse_args()
     sizes = [int(s) for s in a.keys.split(",")]
     binary = os.path.abspath(a.binary)
     command = shlex.join(["benches/account/keys_scale.py"] + sys.argv[1:])
-    rows, pg_version = on_cluster(lambda pg: [one_size(binary, pg, n, a.writes) for n in sizes])
-    emit(section(rows, command, a.writes, pg_version, binary), a.out)
+    gap = a.gap_ms / 1000
+    rows, pg_version = on_cluster(
+        lambda pg: [one_size(binary, pg, n, a.writes, gap) for n in sizes])
+    emit(section(rows, command, a.writes, pg_version, binary, a.gap_ms), a.out)
 
 if __name__ == "__main__":
     main()

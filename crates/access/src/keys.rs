@@ -198,6 +198,10 @@ pub struct KeyStore {
     /// answers `503` (see [`KeyStore::unverified_at`]). Shared by every store the serving
     /// gateway builds; never past for stores no control store feeds.
     verified_until: Arc<std::sync::atomic::AtomicI64>,
+    /// Ids of the makers (`created_by`) that keys of another project name, or that no key of
+    /// the store has: a change to the keys holding such an id can change keys outside their
+    /// project, which only a whole merge weighs (see [`KeyStore::with_projects`]).
+    foreign_makers: Arc<HashSet<Arc<str>>>,
 }
 
 impl Default for KeyStore {
@@ -210,6 +214,7 @@ impl Default for KeyStore {
             managed_problem: None,
             retired: Vec::new(),
             verified_until: Arc::new(i64::MAX.into()),
+            foreign_makers: Arc::default(),
         }
     }
 }
@@ -367,6 +372,105 @@ impl KeyStore {
             .flatten()
             .map(|k| (k.id.clone(), k.clone()))
             .collect();
+        let foreign = self.by_prefix.values().flatten().filter_map(|k| {
+            let maker = k.created_by.as_ref()?;
+            let home = self
+                .by_id
+                .get(maker)
+                .is_some_and(|m| m.project == k.project);
+            (!home).then(|| maker.clone())
+        });
+        self.foreign_makers = Arc::new(foreign.collect());
+    }
+
+    /// Whether `id` is a maker named from outside its project, or by keys whose maker the
+    /// store lacks (see the field).
+    pub(super) fn is_foreign_maker(&self, id: &str) -> bool {
+        self.foreign_makers.contains(id)
+    }
+
+    /// This store with the API-made keys of `projects` replaced by `made` (keys of those
+    /// projects), the rest shared: a change to a few projects costs their keys, not a rebuild
+    /// of every key. Each new key takes the last-use counter of the same key here (the later
+    /// time wins) and its project's queued-calls counter, as [`carry_last_used`] gives them.
+    /// The caller makes sure no key outside `projects` hangs on theirs
+    /// ([`is_foreign_maker`](Self::is_foreign_maker)) nor theirs on a key of another project,
+    /// and names the makers theirs name that the store lacks (`foreign_makers`).
+    ///
+    /// [`carry_last_used`]: Self::carry_last_used
+    pub(super) fn with_projects(
+        &self,
+        projects: &HashSet<&str>,
+        made: Vec<KeyEntry>,
+        foreign_makers: Vec<Arc<str>>,
+    ) -> KeyStore {
+        let mut next = KeyStore {
+            by_prefix: self.by_prefix.clone(),
+            by_project: self.by_project.clone(),
+            by_id: self.by_id.clone(),
+            len: self.len,
+            managed_problem: self.managed_problem.clone(),
+            retired: self.retired.clone(),
+            verified_until: self.verified_until.clone(),
+            foreign_makers: self.foreign_makers.clone(),
+        };
+        if foreign_makers
+            .iter()
+            .any(|m| !self.foreign_makers.contains(m))
+        {
+            let mut all = HashSet::clone(&self.foreign_makers);
+            all.extend(foreign_makers);
+            next.foreign_makers = Arc::new(all);
+        }
+        for &project in projects {
+            let Some(keys) = next.by_project.remove(project) else {
+                continue;
+            };
+            let (operator, api): (Vec<_>, Vec<_>) = keys
+                .into_iter()
+                .partition(|k| k.source == KeyOrigin::Operator);
+            for key in api {
+                next.by_id.remove(&key.id);
+                let at = prefix(&key.hash);
+                if let Some(keys) = next.by_prefix.get_mut(&at) {
+                    keys.retain(|k| !Arc::ptr_eq(k, &key));
+                    if keys.is_empty() {
+                        next.by_prefix.remove(&at);
+                    }
+                }
+                next.len -= 1;
+            }
+            if let Some(first) = operator.first() {
+                next.by_project.insert(first.project.clone(), operator);
+            }
+        }
+        for mut entry in made {
+            if let Some(old) = self.find_hash(&entry.hash).filter(|old| old.id == entry.id) {
+                (old.last_used)
+                    .fetch_max(entry.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
+                entry.last_used = old.last_used.clone();
+            }
+            let entry = Arc::new(entry);
+            (next.by_prefix.entry(prefix(&entry.hash)).or_default()).push(entry.clone());
+            next.by_id.insert(entry.id.clone(), entry.clone());
+            (next.by_project.entry(entry.project.clone()).or_default()).push(entry);
+            next.len += 1;
+        }
+        for &project in projects {
+            let Some(keys) = next.by_project.get_mut(project) else {
+                continue;
+            };
+            keys.sort_by(|a, b| a.id.cmp(&b.id));
+            // The project's calls still queued are counted where they were.
+            let counter = (self.by_project.get(project))
+                .and_then(|keys| keys.first())
+                .map(|k| k.queued_calls().clone())
+                .unwrap_or_default();
+            for key in keys.iter() {
+                let _ = key.queued_calls.set(counter.clone());
+            }
+        }
+        next
     }
 
     /// Gives each key of `self` the last-use counter of the same key in `previous`, so a

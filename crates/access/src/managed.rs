@@ -12,7 +12,7 @@
 //! recursively. A write is a read-modify-write under an exclusive `flock` on a lock file beside
 //! it, written to a temporary file and renamed over, so readers never see half a file.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -346,48 +346,28 @@ pub fn merge<P: AsPlan>(
     let mut hashes: HashSet<[u8; 32]> = HashSet::new();
     let mut made: Vec<(KeyEntry, Option<&str>)> = Vec::new();
     for row in &file.keys {
-        let at = format!("managed key '{}'", row.id);
-        let Some(hash) = decode_hash(&row.sha256) else {
-            warnings.push(format!("{at}: sha256 is not 64 hex digits; skipped"));
-            skipped.insert(&row.id);
-            continue;
-        };
-        if let Some(p) = id_problem(&row.id).or_else(|| id_problem(&row.project)) {
-            warnings.push(format!("{at}: id or project {p}; skipped"));
-            skipped.insert(&row.id);
-            continue;
-        }
-        if ids.contains(row.id.as_str()) {
-            warnings.push(format!(
-                "{at}: the id is also in the keys file, whose key wins; skipped"
-            ));
-            skipped.insert(&row.id);
-            continue;
-        }
-        if store.find_hash(&hash).is_some() || !hashes.insert(hash) {
-            warnings.push(format!(
-                "{at}: its secret is also a key of the keys file, which wins; skipped"
-            ));
-            skipped.insert(&row.id);
-            continue;
-        }
-        let entry = match entry_of(row, hash, &store, plans, makers) {
-            Ok(entry) => entry,
-            Err(why) => {
-                warnings.push(format!("{at}: {why}; skipped"));
-                skipped.insert(&row.id);
-                continue;
+        let id_taken = ids.contains(row.id.as_str());
+        let hash_taken = |h: &[u8; 32]| store.find_hash(h).is_some() || !hashes.insert(*h);
+        match weigh(row, id_taken, hash_taken, &store, plans, makers) {
+            Ok(entry) => {
+                ids.insert(entry.id.clone());
+                made.push((entry, row.created_by.as_deref()));
             }
-        };
-        ids.insert(entry.id.clone());
-        made.push((entry, row.created_by.as_deref()));
+            Err(warning) => {
+                warnings.push(warning);
+                skipped.insert(&row.id);
+            }
+        }
     }
-    let revoked = revoke_orphans(&store, &mut made, makers, &skipped);
-    for id in &revoked {
-        warnings.push(format!(
-            "managed key '{id}': the key that made it is gone (removed or revoked): revoked"
-        ));
-    }
+    let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
+    let revoked = revoke_orphans(
+        |maker| operator.get(maker).copied(),
+        &mut made,
+        makers,
+        &skipped,
+    );
+    drop(operator);
+    warnings.extend(revoked.iter().map(|id| revoked_warning(id)));
     for (entry, _) in made {
         store.insert(entry);
     }
@@ -397,6 +377,134 @@ pub fn merge<P: AsPlan>(
         warnings,
         revoked,
     }
+}
+
+/// [`merge`] for the API-made keys of `projects` alone: `current` (a store [`merge`] made from
+/// the operator's keys and a file whose other rows are as they were) with those projects' keys
+/// replaced by `rows` (all theirs, as the control store gave them), weighed as [`merge`] weighs
+/// them. A change to one project then costs that project's keys, not every key stored.
+///
+/// `None` when a key outside them may hang on one of theirs, or one of theirs on a key of
+/// another project (a maker moved with a keys-file edit, rows planted in the store): only a
+/// whole merge weighs those, and the caller makes one.
+pub fn merge_projects<P: AsPlan>(
+    current: &KeyStore,
+    projects: &HashSet<&str>,
+    rows: &[ManagedKey],
+    plans: &BTreeMap<String, P>,
+    makers: Makers,
+) -> Option<Merged> {
+    let ours = |k: &KeyEntry| k.source == KeyOrigin::Api && projects.contains(&*k.project);
+    let absent = untied(current, projects, rows)?;
+    let mut warnings = Vec::new();
+    let mut skipped: HashSet<&str> = HashSet::new();
+    let mut ids: HashSet<&str> = HashSet::new();
+    let mut hashes: HashSet<[u8; 32]> = HashSet::new();
+    let mut made: Vec<(KeyEntry, Option<&str>)> = Vec::new();
+    for row in rows {
+        let id_taken = current.by_id(&row.id).is_some_and(|k| !ours(k)) || ids.contains(&*row.id);
+        let hash_taken =
+            |h: &[u8; 32]| current.find_hash(h).is_some_and(|k| !ours(k)) || !hashes.insert(*h);
+        match weigh(row, id_taken, hash_taken, current, plans, makers) {
+            Ok(entry) => {
+                ids.insert(&row.id);
+                made.push((entry, row.created_by.as_deref()));
+            }
+            Err(warning) => {
+                warnings.push(warning);
+                skipped.insert(&row.id);
+            }
+        }
+    }
+    let outside = |maker: &str| {
+        (current.by_id(maker))
+            .filter(|k| !ours(k))
+            .map(|k| !k.disabled)
+    };
+    let revoked = revoke_orphans(outside, &mut made, makers, &skipped);
+    warnings.extend(revoked.iter().map(|id| revoked_warning(id)));
+    let made = made.into_iter().map(|(k, _)| k).collect();
+    let store = current.with_projects(projects, made, absent);
+    Some(Merged {
+        store,
+        warnings,
+        revoked,
+    })
+}
+
+/// What the log says of a key revoked with its maker.
+fn revoked_warning(id: &str) -> String {
+    format!("managed key '{id}': the key that made it is gone (removed or revoked): revoked")
+}
+
+/// The makers `rows` (the keys of `projects`) name that `current` lacks, for
+/// [`merge_projects`]; `None` when their keys and another project's hang on each other (a key
+/// outside them made by one of theirs, one of theirs made by another project's key), or a row
+/// is of another project.
+fn untied(
+    current: &KeyStore,
+    projects: &HashSet<&str>,
+    rows: &[ManagedKey],
+) -> Option<Vec<Arc<str>>> {
+    let ours = |k: &KeyEntry| k.source == KeyOrigin::Api && projects.contains(&*k.project);
+    let tied = |id: &str| current.is_foreign_maker(id);
+    let held = projects.iter().flat_map(|p| current.project_keys(p));
+    if held.filter(|k| ours(k)).any(|k| tied(&k.id)) || rows.iter().any(|r| tied(&r.id)) {
+        return None;
+    }
+    let homes: HashMap<&str, &str> = rows.iter().map(|r| (&*r.id, &*r.project)).collect();
+    // Makers no key has (with `Makers::Shared`, another gateway's operator key): a later change
+    // that brings one must weigh these rows again.
+    let mut absent: Vec<Arc<str>> = Vec::new();
+    for row in rows {
+        if !projects.contains(row.project.as_str()) {
+            return None;
+        }
+        let Some(maker) = &row.created_by else {
+            continue;
+        };
+        match (homes.get(maker.as_str()), current.by_id(maker)) {
+            (Some(home), _) if *home == row.project => {}
+            (None, Some(k)) if k.source == KeyOrigin::Operator && *k.project == *row.project => {}
+            // Not among the rows: gone from the store (a restore brings it back with a whole
+            // read), or never there.
+            (None, Some(k)) if ours(k) => absent.push(maker.as_str().into()),
+            (None, None) => absent.push(maker.as_str().into()),
+            _ => return None,
+        }
+    }
+    Some(absent)
+}
+
+/// One row of the managed file weighed: the key in service, or the warning that skips it.
+/// `id_taken` and `hash_taken` say whether another key holds its id or its secret (the keys
+/// file's, or a row weighed before it: the first wins).
+fn weigh<P: AsPlan>(
+    row: &ManagedKey,
+    id_taken: bool,
+    hash_taken: impl FnOnce(&[u8; 32]) -> bool,
+    store: &KeyStore,
+    plans: &BTreeMap<String, P>,
+    makers: Makers,
+) -> Result<KeyEntry, String> {
+    let at = format!("managed key '{}'", row.id);
+    let Some(hash) = decode_hash(&row.sha256) else {
+        return Err(format!("{at}: sha256 is not 64 hex digits; skipped"));
+    };
+    if let Some(p) = id_problem(&row.id).or_else(|| id_problem(&row.project)) {
+        return Err(format!("{at}: id or project {p}; skipped"));
+    }
+    if id_taken {
+        return Err(format!(
+            "{at}: the id is also in the keys file, whose key wins; skipped"
+        ));
+    }
+    if hash_taken(&hash) {
+        return Err(format!(
+            "{at}: its secret is also a key of the keys file, which wins; skipped"
+        ));
+    }
+    entry_of(row, hash, store, plans, makers).map_err(|why| format!("{at}: {why}; skipped"))
 }
 
 /// The key in service for one row of the managed file (its plan and switch from the operator's
@@ -481,13 +589,15 @@ pub struct Merged {
 /// revoked) is taken out of `made` and returned, for good; a key whose maker is there but
 /// disabled (the key, or its project), or a row of the store skipped here, is disabled with
 /// it, and comes back when its maker does. Recursively: what such a key made follows it.
+///
+/// `outside` tells whether a maker that is not in `made` is there and enabled (`None`: not
+/// there): the operator's keys, and with [`merge_projects`] the keys of the other projects.
 fn revoke_orphans(
-    store: &KeyStore,
+    outside: impl Fn(&str) -> Option<bool>,
     made: &mut Vec<(KeyEntry, Option<&str>)>,
     makers: Makers,
     skipped: &HashSet<&str>,
 ) -> Vec<String> {
-    let operator: BTreeMap<&str, bool> = store.entries().map(|k| (&*k.id, !k.disabled)).collect();
     let mut revoked = Vec::new();
     loop {
         let present: BTreeMap<String, bool> = made
@@ -502,7 +612,7 @@ fn revoke_orphans(
                 // Another gateway's operator key: the store holds what it made.
                 Makers::Shared => Some(true),
             };
-            (operator.get(maker).copied())
+            outside(maker)
                 .or_else(|| present.get(maker).copied())
                 .or(absent)
         };
@@ -657,6 +767,108 @@ mod tests {
             rotated_to: None,
             unknown: BTreeMap::new(),
         }
+    }
+
+    fn of(project: &str, mut key: ManagedKey) -> ManagedKey {
+        key.project = project.to_owned();
+        key
+    }
+
+    /// What a store serves, by key id: its project and whether it is off.
+    fn served(store: &KeyStore) -> BTreeMap<String, (String, bool)> {
+        (store.entries())
+            .map(|k| (k.id.to_string(), (k.project.to_string(), k.disabled)))
+            .collect()
+    }
+
+    #[test]
+    fn a_change_merged_for_its_projects_alone_serves_what_a_whole_merge_serves() {
+        for makers in [Makers::Here, Makers::Shared] {
+            let globex = vec![
+                of("globex", made("g1", "globex")),
+                of("globex", made("g2", "g1")),
+            ];
+            let mut file = vec![made("a1", "acme"), made("a2", "a1"), made("a3", "a2")];
+            file.extend(globex.clone());
+            let current = merge(
+                operator(&["acme", "globex"]),
+                &ManagedFile::with_keys(file),
+                &plans(),
+                makers,
+            )
+            .store;
+            current.by_id("a1").unwrap().touch(500);
+            // acme's change: a2 gone (a3, planted, names it), a4 made by a1, a5 unreadable and
+            // a6 made by it.
+            let mut bad = made("a5", "a1");
+            bad.sha256 = "zz".into();
+            let acme = vec![
+                made("a1", "acme"),
+                made("a3", "a2"),
+                made("a4", "a1"),
+                bad,
+                made("a6", "a5"),
+            ];
+            let mut file = acme.clone();
+            file.extend(globex.clone());
+            let whole = merge(
+                operator(&["acme", "globex"]),
+                &ManagedFile::with_keys(file),
+                &plans(),
+                makers,
+            );
+            let projects = HashSet::from(["acme"]);
+            let part = merge_projects(&current, &projects, &acme, &plans(), makers).unwrap();
+            assert_eq!(served(&part.store), served(&whole.store), "{makers:?}");
+            assert_eq!(part.revoked, whole.revoked);
+            assert_eq!(part.store.len(), whole.store.len());
+            let ids = |s: &KeyStore| -> Vec<String> {
+                (s.project_keys("acme").iter())
+                    .map(|k| k.id.to_string())
+                    .collect()
+            };
+            assert_eq!(ids(&part.store), ids(&whole.store));
+            // Found by its secret, and not the key gone.
+            assert!(part.store.find("drg_a4_made").is_some());
+            assert!(part.store.find("drg_a2_made").is_none());
+            // The last use is carried; the other project's keys are the same entries.
+            let a1 = part.store.by_id("a1").unwrap();
+            assert_eq!(a1.last_used.load(std::sync::atomic::Ordering::Relaxed), 500);
+            let g1 = |s: &KeyStore| s.by_id("g1").unwrap().clone();
+            assert!(Arc::ptr_eq(&g1(&part.store), &g1(&current)));
+            // The project's calls are counted on one counter, the one it had.
+            let queue = |s: &KeyStore, id: &str| s.by_id(id).unwrap().queued_calls().clone();
+            assert!(Arc::ptr_eq(
+                &queue(&part.store, "a4"),
+                &queue(&current, "acme")
+            ));
+        }
+    }
+
+    #[test]
+    fn a_change_tied_to_another_projects_keys_is_merged_whole() {
+        // g1, planted in globex, names acme's a1 as its maker.
+        let file = vec![made("a1", "acme"), of("globex", made("g1", "a1"))];
+        let current = merge(
+            operator(&["acme", "globex"]),
+            &ManagedFile::with_keys(file),
+            &plans(),
+            Makers::Here,
+        )
+        .store;
+        let merged = |projects: &[&str], rows: &[ManagedKey]| {
+            let projects: HashSet<&str> = projects.iter().copied().collect();
+            merge_projects(&current, &projects, rows, &plans(), Makers::Here).is_some()
+        };
+        // a1's project: g1 hangs on it.
+        assert!(!merged(&["acme"], &[made("a1", "acme")]));
+        // globex's: its key hangs on acme's.
+        assert!(!merged(&["globex"], &[of("globex", made("g1", "a1"))]));
+        // A row of a project not read, or made by another project's operator key.
+        assert!(!merged(&["acme"], &[of("globex", made("g9", "globex"))]));
+        assert!(!merged(&["acme"], &[made("a9", "globex")]));
+        // globex's own keys alone (g1 gone with its tie): merged alone.
+        assert!(merged(&["globex"], &[of("globex", made("g9", "globex"))]));
     }
 
     #[test]

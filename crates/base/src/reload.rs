@@ -381,21 +381,15 @@ impl<S: Reloadable> Service for Reloader<S> {
     async fn run(&self, mut shutdown: Shutdown) {
         let files = self.source.watched_files();
         let mut seen = fingerprint(&files, &[]);
-        // The snapshot `seen` stands for. Another publisher (the keys API publishes the keys it
-        // makes and revokes) replaces it with one made from a state of the files this loop may
-        // never have seen: a file that changes and then changes back (a key made, then revoked
-        // by another gateway) would look unchanged next to `seen`. So a snapshot not ours is
-        // rebuilt from the files once. Weak: the allocation stays (no other snapshot can take
-        // its address), the snapshot itself is freed as usual.
-        let mut ours = Arc::downgrade(&self.target.load_full());
+        // Another publisher (the keys API: the API-made keys as the control store gives them)
+        // builds its snapshots from the one in service, under the source's publish lock, so
+        // they carry the files this loop last built; none needs a rebuild from the files (one
+        // after each key change cost a whole rebuild of the keys).
         let mut ticks = Ticks::new(self.interval).with_sighup(self.source.name());
         while let Some(tick) = ticks.next(&mut shutdown).await {
             let hangup = tick == Tick::Hangup;
-            let current = self.target.load_full();
-            let replaced = !std::ptr::eq(ours.as_ptr(), Arc::as_ptr(&current));
-            drop(current);
             let now = match poll(&files, &mut seen) {
-                None if !hangup && !replaced => continue,
+                None if !hangup => continue,
                 None => seen.clone(),
                 Some(now) => now,
             };
@@ -407,7 +401,6 @@ impl<S: Reloadable> Service for Reloader<S> {
             let published = self.rebuild(&files, &now).await;
             if published || fingerprint(&files, &now) == now {
                 seen = now;
-                ours = Arc::downgrade(&self.target.load_full());
             }
         }
     }

@@ -699,6 +699,10 @@ fn background_services(
         "keys follow",
         drg_projects::account::keys_api::follow(&parts.keys_api),
     ));
+    services.push(hosted(
+        "keys cache",
+        drg_projects::account::keys_api::CacheSaver(parts.keys_api.clone()),
+    ));
     if gateway.keys_api.enabled {
         services.push(hosted(
             "keys last use",

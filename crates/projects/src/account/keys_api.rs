@@ -83,6 +83,10 @@ pub struct KeysApi {
     /// reloader; see [`KeyStore::unverified_at`]), and when that was last noted in the cache.
     verified_until: Arc<std::sync::atomic::AtomicI64>,
     noted_read: std::sync::atomic::AtomicI64,
+    /// Told when what is held moved: [`CacheSaver`] writes it to the cache.
+    cache_due: tokio::sync::Notify,
+    /// What the cache was last written from (`None`: not yet by this run).
+    cached: std::sync::Mutex<Option<Arc<ManagedFile>>>,
 }
 
 /// One key as `/v1/keys` shows it (field names are the ones existing clients read).
@@ -263,6 +267,8 @@ impl KeysApi {
             store: control::ControlKeys::new(control),
             verified_until,
             noted_read: std::sync::atomic::AtomicI64::new(0),
+            cache_due: tokio::sync::Notify::new(),
+            cached: std::sync::Mutex::new(None),
         })
     }
 
@@ -555,52 +561,56 @@ impl KeysApi {
         let held = self.held.load_full();
         // What is served now was made from what was held, or before the first read from the
         // cache.
-        let served = match &held {
-            Some(f) => Some(ManagedFile::clone(f)),
-            None => managed::read(&self.file).ok(),
-        };
-        let (mut keys, retired, restored) = match rows {
-            control::Rows::All(keys, retired, restored) => (keys, retired, restored),
-            control::Rows::Projects(projects) => {
-                let mut keys = held.as_ref().map_or_else(Vec::new, |f| f.keys.clone());
-                let read: HashSet<&str> = projects.iter().map(|(p, _)| p.as_str()).collect();
-                keys.retain(|k| !read.contains(k.project.as_str()));
-                keys.extend(projects.into_iter().flat_map(|(_, rows)| rows));
-                let retired = held.as_ref().map_or_else(Vec::new, |f| f.retired.clone());
-                (keys, retired, false)
-            }
-        };
+        let served = held
+            .clone()
+            .or_else(|| managed::read(&self.file).ok().map(Arc::new));
         let mut seen = served
             .as_ref()
             .map_or_else(Default::default, |f| f.revoked_seen.clone());
-        let before = served.as_ref().map_or(&[][..], |f| &f.keys[..]);
         let now = self.clock.now().timestamp();
-        let revived = revived::sift(before, &mut keys, &mut seen, restored, now);
+        let Sifted {
+            keys,
+            retired,
+            revived,
+            moved: keys_moved,
+            changed,
+        } = sift_rows(rows, held.as_deref(), served.as_deref(), &mut seen, now);
         let file = Arc::new(ManagedFile {
             revoked_seen: seen,
             ..ManagedFile::of_store(keys, retired)
         });
         // The same keys need no new snapshot (nor a rebuild by the keys reloader).
-        let same = served.as_ref().is_some_and(|f| {
-            f.keys == file.keys && f.retired == file.retired && f.revoked_seen == file.revoked_seen
-        });
-        if !same {
-            if let Err(e) = managed::cache(&self.file, &file) {
-                log::warn!("keys API: the cache of the keys held was not written: {e}");
-            }
-        }
-        let keys_moved = served.is_none_or(|f| f.keys != file.keys || f.retired != file.retired);
+        let same = !keys_moved
+            && served
+                .as_ref()
+                .is_some_and(|f| f.revoked_seen == file.revoked_seen);
         self.held.store(Some(file.clone()));
+        if !same {
+            // Written behind the change (see `CacheSaver`): the database has it already.
+            self.cache_due.notify_one();
+        }
         if !keys_moved {
             return revived;
         }
         let current = self.keys.load_full();
-        let merged = managed::merge(
-            current.operator_keys(),
-            &file,
-            &self.plans,
-            self.store.makers(),
-        );
+        // A store made from what was held (not one whose API-made keys are off) takes the
+        // projects read alone; anything else is merged whole.
+        let by_project = changed
+            .filter(|_| current.managed_problem().is_none())
+            .and_then(|(read, rows)| {
+                let read: HashSet<&str> = read.iter().map(String::as_str).collect();
+                let makers = self.store.makers();
+                managed::merge_projects(&current, &read, &rows, &self.plans, makers)
+            });
+        let whole = by_project.is_none();
+        let merged = by_project.unwrap_or_else(|| {
+            managed::merge(
+                current.operator_keys(),
+                &file,
+                &self.plans,
+                self.store.makers(),
+            )
+        });
         for w in &merged.warnings {
             log::warn!("keys API: {w}");
         }
@@ -611,9 +621,125 @@ impl KeysApi {
         let mut next = merged.store;
         next.set_managed_problem(None);
         next.share_verified(&self.verified_until);
-        next.carry_last_used(&current);
+        if whole {
+            next.carry_last_used(&current);
+        }
         self.keys.store(Arc::new(next));
         revived
+    }
+}
+
+/// What rows read or changed make of what is held (see [`sift_rows`]).
+struct Sifted {
+    /// The keys to hold, and the operator keys retired.
+    keys: Vec<ManagedKey>,
+    retired: Vec<String>,
+    /// Keys kept out as seen revoked (a restore brought them back).
+    revived: Vec<String>,
+    /// Whether the keys or the retired ids differ from what is served.
+    moved: bool,
+    /// The projects read and their rows, when the rest is as held: only they are merged again.
+    changed: Option<(HashSet<String>, Vec<ManagedKey>)>,
+}
+
+/// Sifts `rows` against what is `held` (or, before the first read, `served` from the cache):
+/// keys seen revoked are kept out, keys gone since are noted in `seen`. Rows of some projects
+/// read onto what is held touch those projects alone.
+fn sift_rows(
+    rows: control::Rows,
+    held: Option<&ManagedFile>,
+    served: Option<&ManagedFile>,
+    seen: &mut BTreeMap<String, i64>,
+    now: i64,
+) -> Sifted {
+    let (mut keys, retired, restored) = match (rows, held) {
+        (control::Rows::Projects(projects), Some(held)) => {
+            let read: HashSet<String> = projects.iter().map(|(p, _)| p.clone()).collect();
+            let mut rows: Vec<ManagedKey> = projects.into_iter().flat_map(|(_, r)| r).collect();
+            let (before, mut keys): (Vec<&ManagedKey>, Vec<&ManagedKey>) =
+                held.keys.iter().partition(|k| read.contains(&k.project));
+            let before: Vec<ManagedKey> = before.into_iter().cloned().collect();
+            // The other projects' keys are as held: only the projects read are sifted.
+            let revived = revived::sift(&before, &mut rows, seen, false, now);
+            let moved = before != rows;
+            keys.extend(rows.iter());
+            return Sifted {
+                keys: keys.into_iter().cloned().collect(),
+                retired: held.retired.clone(),
+                revived,
+                moved,
+                changed: Some((read, rows)),
+            };
+        }
+        (control::Rows::All(keys, retired, restored), _) => (keys, retired, restored),
+        // Before the first whole read (not made by the follower): as a whole read.
+        (control::Rows::Projects(projects), None) => {
+            let rows = projects.into_iter().flat_map(|(_, r)| r).collect();
+            (rows, Vec::new(), false)
+        }
+    };
+    let before = served.map_or(&[][..], |f| &f.keys[..]);
+    let revived = revived::sift(before, &mut keys, seen, restored, now);
+    let moved = served.is_none_or(|f| f.keys != keys || f.retired != retired);
+    Sifted {
+        keys,
+        retired,
+        revived,
+        moved,
+        changed: None,
+    }
+}
+
+/// Writes the cache of the keys held once they moved, at most every [`CACHE_EVERY`], and once
+/// more at shutdown. The cache is a whole file, so writing it in a change's path made every
+/// change (here and on every gateway that follows it) cost every key stored; behind the
+/// change, a burst of changes is one write. What it risks: a gateway killed within that
+/// moment and started again while the database is away serves the cache from before the
+/// change (within `keys_api.unverified_after_seconds`), as one killed before its write did.
+pub struct CacheSaver(pub Arc<KeysApi>);
+
+/// How long a change waits for others before the cache is written.
+pub const CACHE_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+#[async_trait::async_trait]
+impl drg_base::service::Service for CacheSaver {
+    async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
+        loop {
+            tokio::select! {
+                _ = self.0.cache_due.notified() => {}
+                _ = shutdown.changed() => break,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(CACHE_EVERY) => {}
+                _ = shutdown.changed() => break,
+            }
+            self.save().await;
+        }
+        self.save().await;
+    }
+}
+
+impl CacheSaver {
+    async fn save(&self) {
+        let api = self.0.clone();
+        let _ = tokio::task::spawn_blocking(move || api.save_cache()).await;
+    }
+}
+
+impl KeysApi {
+    /// Writes what is held to the cache, unless it was written from it already.
+    fn save_cache(&self) {
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(held) = self.held.load_full() else {
+            return;
+        };
+        if cached.as_ref().is_some_and(|c| Arc::ptr_eq(c, &held)) {
+            return;
+        }
+        match managed::cache(&self.file, &held) {
+            Ok(()) => *cached = Some(held),
+            Err(e) => log::warn!("keys API: the cache of the keys held was not written: {e}"),
+        }
     }
 }
 
