@@ -496,6 +496,29 @@ fn a_revocation_in_the_keys_file_applies_whatever_state_the_cache_is_in() {
 }
 
 #[test]
+fn the_cache_written_behind_a_burst_of_changes_holds_the_last_one() {
+    // Made and revoked one after another, then stopped at once: the cache, written behind the
+    // changes (a burst is one write; once more when the service stops), holds the last.
+    let gw = builder().start();
+    let made: Vec<(String, String)> = (0..3)
+        .map(|i| made_by(&gw, SERVER, &format!("burst{i}")))
+        .collect();
+    assert_eq!(revoke(&gw, SERVER, &made[1].0).status, 204);
+    let dir = gw.stop();
+    let text = std::fs::read(dir.path().join("state/keys.control-cache.json")).unwrap();
+    let cache: Value = serde_json::from_slice(&text).unwrap();
+    let held: Vec<(&str, &str)> = (cache["keys"].as_array().unwrap().iter())
+        .map(|k| (k["id"].as_str().unwrap(), k["sha256"].as_str().unwrap()))
+        .collect();
+    for (i, (id, secret)) in made.iter().enumerate() {
+        let want = (i != 1).then(|| (id.as_str(), hex_sha256(secret)));
+        let found = held.iter().find(|(k, _)| k == id);
+        assert_eq!(found.map(|(k, h)| (*k, h.to_string())), want, "{cache}");
+    }
+    assert!(cache["revoked_seen"][&made[1].0].is_i64(), "{cache}");
+}
+
+#[test]
 fn a_corrupt_cache_is_set_aside_and_the_keys_come_from_the_control_store() {
     let gw = builder().start();
     let (_, api) = made_by(&gw, SERVER, "api");
