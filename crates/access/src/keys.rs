@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use drg_domain::shards::Shards;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -176,16 +177,18 @@ impl KeyEntry {
     }
 }
 
-/// The keys of one keys-file version, indexed by hash.
+/// The keys of one keys-file version, indexed by hash. The indexes are kept in shards shared
+/// with the store a change was made from ([`with_projects`](Self::with_projects)): a key
+/// change copies the shards its keys are in, not every key stored.
 #[derive(Debug)]
 pub struct KeyStore {
     /// Keyed by the first 8 bytes of a SHA-256: already uniform, so a multiply (foldhash)
     /// spreads them as well as SipHash, for a fraction of its cost on every request.
-    by_prefix: HashMap<u64, Vec<Arc<KeyEntry>>, foldhash::fast::RandomState>,
+    by_prefix: Shards<u64, Vec<Arc<KeyEntry>>, foldhash::fast::RandomState>,
     /// Each project's keys, sorted by id.
-    by_project: HashMap<Arc<str>, Vec<Arc<KeyEntry>>>,
+    by_project: Shards<Arc<str>, Vec<Arc<KeyEntry>>>,
     /// Every key by its id (ids are unique in a store).
-    by_id: HashMap<Arc<str>, Arc<KeyEntry>>,
+    by_id: Shards<Arc<str>, Arc<KeyEntry>>,
     len: usize,
     /// Why the managed file's keys are not in this store (unreadable, corrupt and set aside,
     /// written by a newer gateway): the API-made keys are off meanwhile, the operator's work.
@@ -207,9 +210,9 @@ pub struct KeyStore {
 impl Default for KeyStore {
     fn default() -> Self {
         KeyStore {
-            by_prefix: HashMap::default(),
-            by_project: HashMap::new(),
-            by_id: HashMap::new(),
+            by_prefix: Shards::default(),
+            by_project: Shards::default(),
+            by_id: Shards::default(),
             len: 0,
             managed_problem: None,
             retired: Vec::new(),
@@ -286,8 +289,7 @@ impl KeyStore {
         let operator = self.entries().filter(|k| k.source == KeyOrigin::Operator);
         for key in operator.chain(&self.retired) {
             out.by_prefix
-                .entry(prefix(&key.hash))
-                .or_default()
+                .or_default(prefix(&key.hash))
                 .push(key.clone());
             out.len += 1;
         }
@@ -321,8 +323,7 @@ impl KeyStore {
     /// Adds a key; [`index_projects`](Self::index_projects) makes it visible per project and by id.
     pub(super) fn insert(&mut self, entry: KeyEntry) {
         self.by_prefix
-            .entry(prefix(&entry.hash))
-            .or_default()
+            .or_default(prefix(&entry.hash))
             .push(Arc::new(entry));
         self.len += 1;
     }
@@ -365,7 +366,7 @@ impl KeyStore {
                 let _ = key.queued_calls.set(counter.clone());
             }
         }
-        self.by_project = by_project;
+        self.by_project = by_project.into_iter().collect();
         self.by_id = self
             .by_prefix
             .values()
@@ -381,6 +382,15 @@ impl KeyStore {
             (!home).then(|| maker.clone())
         });
         self.foreign_makers = Arc::new(foreign.collect());
+    }
+
+    /// How many shards of its indexes this store does not share with `other` (a change copies
+    /// the shards its keys are in, and no other).
+    #[cfg(test)]
+    pub(super) fn shards_apart(&self, other: &KeyStore) -> usize {
+        self.by_prefix.unshared(&other.by_prefix).count()
+            + self.by_project.unshared(&other.by_project).count()
+            + self.by_id.unshared(&other.by_id).count()
     }
 
     /// Whether `id` is a maker named from outside its project, or by keys whose maker the
@@ -451,9 +461,9 @@ impl KeyStore {
                 entry.last_used = old.last_used.clone();
             }
             let entry = Arc::new(entry);
-            (next.by_prefix.entry(prefix(&entry.hash)).or_default()).push(entry.clone());
+            (next.by_prefix.or_default(prefix(&entry.hash))).push(entry.clone());
             next.by_id.insert(entry.id.clone(), entry.clone());
-            (next.by_project.entry(entry.project.clone()).or_default()).push(entry);
+            (next.by_project.or_default(entry.project.clone())).push(entry);
             next.len += 1;
         }
         for &project in projects {
@@ -478,8 +488,8 @@ impl KeyStore {
     /// queued-calls counter.
     pub fn carry_last_used(&mut self, previous: &KeyStore) {
         // The indexes hold clones of the entries: drop them so each entry is unique.
-        self.by_project.clear();
-        self.by_id.clear();
+        self.by_project = Shards::default();
+        self.by_id = Shards::default();
         for keys in self.by_prefix.values_mut() {
             for key in keys.iter_mut() {
                 let old = previous.find_hash(&key.hash).filter(|old| old.id == key.id);

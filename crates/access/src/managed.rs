@@ -30,7 +30,9 @@ const VERSION: u32 = 1;
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagedFile {
     pub version: u32,
-    pub keys: Vec<ManagedKey>,
+    /// Shared between the files a gateway holds one after another: a change to a project's
+    /// keys copies pointers to the others, not the keys.
+    pub keys: Vec<Arc<ManagedKey>>,
     /// When this gateway first saw each keys-file key that names no `created_at` (id ->
     /// RFC 3339 UTC): `/v1/keys` lists that time, the same on every gateway and after a
     /// restart. Left out of the file while empty, so older gateways still read it.
@@ -114,16 +116,19 @@ pub struct ManagedKey {
 
 impl ManagedFile {
     /// A file of `keys` (as the control store gave them), in this gateway's format.
-    pub fn with_keys(keys: Vec<ManagedKey>) -> ManagedFile {
+    pub fn with_keys<K: Into<Arc<ManagedKey>>>(keys: impl IntoIterator<Item = K>) -> ManagedFile {
         ManagedFile {
             version: VERSION,
-            keys,
+            keys: keys.into_iter().map(Into::into).collect(),
             ..ManagedFile::default()
         }
     }
 
     /// A file of the control store's `keys` and the operator keys it `retired`.
-    pub fn of_store(keys: Vec<ManagedKey>, retired: Vec<String>) -> ManagedFile {
+    pub fn of_store<K: Into<Arc<ManagedKey>>>(
+        keys: impl IntoIterator<Item = K>,
+        retired: Vec<String>,
+    ) -> ManagedFile {
         ManagedFile {
             retired,
             ..ManagedFile::with_keys(keys)
@@ -259,7 +264,7 @@ fn read_kept(path: &Path) -> Result<Kept, ManagedError> {
 /// Records in the cache that the control store answered at `at` (unix seconds).
 pub fn note_read(path: &Path, at: i64) -> Result<(), ManagedError> {
     let _lock = Lock::take(path)?;
-    let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::new()));
+    let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::<ManagedKey>::new()));
     file.read_at = Some(at);
     write(path, &file)
 }
@@ -390,7 +395,7 @@ pub fn merge<P: AsPlan>(
 pub fn merge_projects<P: AsPlan>(
     current: &KeyStore,
     projects: &HashSet<&str>,
-    rows: &[ManagedKey],
+    rows: &[Arc<ManagedKey>],
     plans: &BTreeMap<String, P>,
     makers: Makers,
 ) -> Option<Merged> {
@@ -444,7 +449,7 @@ fn revoked_warning(id: &str) -> String {
 fn untied(
     current: &KeyStore,
     projects: &HashSet<&str>,
-    rows: &[ManagedKey],
+    rows: &[Arc<ManagedKey>],
 ) -> Option<Vec<Arc<str>>> {
     let ours = |k: &KeyEntry| k.source == KeyOrigin::Api && projects.contains(&*k.project);
     let tied = |id: &str| current.is_foreign_maker(id);
@@ -818,6 +823,7 @@ mod tests {
                 makers,
             );
             let projects = HashSet::from(["acme"]);
+            let acme: Vec<Arc<ManagedKey>> = acme.into_iter().map(Arc::new).collect();
             let part = merge_projects(&current, &projects, &acme, &plans(), makers).unwrap();
             assert_eq!(served(&part.store), served(&whole.store), "{makers:?}");
             assert_eq!(part.revoked, whole.revoked);
@@ -846,6 +852,30 @@ mod tests {
     }
 
     #[test]
+    fn a_change_to_one_project_copies_the_shards_of_its_keys_alone() {
+        let projects: Vec<String> = (0..200).map(|i| format!("p{i:03}")).collect();
+        let ids: Vec<&str> = projects.iter().map(String::as_str).collect();
+        let rows = |p: &str, n: usize| -> Vec<ManagedKey> {
+            (0..n)
+                .map(|i| of(p, made(&format!("{p}k{i}"), p)))
+                .collect()
+        };
+        let file: Vec<ManagedKey> = ids.iter().flat_map(|p| rows(p, 5)).collect();
+        let file = ManagedFile::with_keys(file);
+        let current = merge(operator(&ids), &file, &plans(), Makers::Here).store;
+        assert_eq!(current.len(), 200 * 6);
+        // p007 makes a sixth key.
+        let change: Vec<Arc<ManagedKey>> = rows("p007", 6).into_iter().map(Arc::new).collect();
+        let p007 = HashSet::from(["p007"]);
+        let part = merge_projects(&current, &p007, &change, &plans(), Makers::Here).unwrap();
+        assert_eq!(part.store.len(), current.len() + 1);
+        assert!(part.store.find("drg_p007k5_made").is_some());
+        // The project's shard, and its keys' shards by hash and by id, of 3 x 64.
+        let apart = part.store.shards_apart(&current);
+        assert!((1..=13).contains(&apart), "{apart} shards copied");
+    }
+
+    #[test]
     fn a_change_tied_to_another_projects_keys_is_merged_whole() {
         // g1, planted in globex, names acme's a1 as its maker.
         let file = vec![made("a1", "acme"), of("globex", made("g1", "a1"))];
@@ -858,7 +888,8 @@ mod tests {
         .store;
         let merged = |projects: &[&str], rows: &[ManagedKey]| {
             let projects: HashSet<&str> = projects.iter().copied().collect();
-            merge_projects(&current, &projects, rows, &plans(), Makers::Here).is_some()
+            let rows: Vec<Arc<ManagedKey>> = rows.iter().cloned().map(Arc::new).collect();
+            merge_projects(&current, &projects, &rows, &plans(), Makers::Here).is_some()
         };
         // a1's project: g1 hangs on it.
         assert!(!merged(&["acme"], &[made("a1", "acme")]));
@@ -896,7 +927,7 @@ mod tests {
         // What the keys API merges again holds it aside: a store that lifts it needs no file.
         let back = merge(
             merged.store.operator_keys(),
-            &ManagedFile::with_keys(Vec::new()),
+            &ManagedFile::with_keys(Vec::<ManagedKey>::new()),
             &plans(),
             Makers::Shared,
         );

@@ -4,19 +4,19 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Arc;
 
 /// Shards a map: a copy touches this many shared counts, a change `len / SHARDS` entries.
 const SHARDS: usize = 64;
 
-/// A map of `K` to `V` in 64 shards (see the module).
+/// A map of `K` to `V` in 64 shards (see the module), each a `HashMap` hashing with `S`.
 #[derive(Debug)]
-pub struct Shards<K, V> {
-    shards: Vec<Arc<HashMap<K, V>>>,
+pub struct Shards<K, V, S = RandomState> {
+    shards: Vec<Arc<HashMap<K, V, S>>>,
 }
 
-impl<K, V> Clone for Shards<K, V> {
+impl<K, V, S> Clone for Shards<K, V, S> {
     fn clone(&self) -> Self {
         Shards {
             shards: self.shards.clone(),
@@ -24,10 +24,10 @@ impl<K, V> Clone for Shards<K, V> {
     }
 }
 
-impl<K, V> Default for Shards<K, V> {
+impl<K, V, S: Default> Default for Shards<K, V, S> {
     fn default() -> Self {
         Shards {
-            shards: (0..SHARDS).map(|_| Arc::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashMap::default())).collect(),
         }
     }
 }
@@ -57,7 +57,7 @@ fn shard_of<Q: Hash + ?Sized>(key: &Q) -> usize {
     (h.finish() >> 58) as usize % SHARDS
 }
 
-impl<K: Hash + Eq, V> Shards<K, V> {
+impl<K: Hash + Eq, V, S: BuildHasher> Shards<K, V, S> {
     pub fn get<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
@@ -94,15 +94,15 @@ impl<K: Hash + Eq, V> Shards<K, V> {
     /// maps may differ (a copy changed in a few keys differs in their shards alone).
     pub fn unshared<'a>(
         &'a self,
-        other: &'a Shards<K, V>,
-    ) -> impl Iterator<Item = (&'a HashMap<K, V>, &'a HashMap<K, V>)> {
+        other: &'a Shards<K, V, S>,
+    ) -> impl Iterator<Item = (&'a HashMap<K, V, S>, &'a HashMap<K, V, S>)> {
         (self.shards.iter().zip(&other.shards))
             .filter(|(a, b)| !Arc::ptr_eq(a, b))
             .map(|(a, b)| (&**a, &**b))
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> Shards<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone, S: BuildHasher + Clone> Shards<K, V, S> {
     /// The value of `key` to change (its shard copied first when another map shares it).
     pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
     where
@@ -126,7 +126,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Shards<K, V> {
 
     /// The shard holding `key` to change (copied first when another map shares it); none
     /// when it holds no `key` (nothing copied).
-    fn holding<Q>(&mut self, key: &Q) -> Option<&mut HashMap<K, V>>
+    fn holding<Q>(&mut self, key: &Q) -> Option<&mut HashMap<K, V, S>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -144,11 +144,24 @@ impl<K: Hash + Eq + Clone, V: Clone> Shards<K, V> {
             .entry(key)
             .or_default()
     }
+
+    /// Every value to change, each shard another map shares copied first: for rewrites of
+    /// every entry, which cost every entry anyway.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        (self.shards.iter_mut()).flat_map(|s| Arc::make_mut(s).values_mut())
+    }
+
+    /// Keeps the entries `keep` holds to (every shard copied, as [`values_mut`](Self::values_mut)).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        for shard in &mut self.shards {
+            Arc::make_mut(shard).retain(&mut keep);
+        }
+    }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> FromIterator<(K, V)> for Shards<K, V> {
+impl<K: Hash + Eq, V, S: BuildHasher + Default> FromIterator<(K, V)> for Shards<K, V, S> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let mut maps: Vec<HashMap<K, V>> = (0..SHARDS).map(|_| HashMap::new()).collect();
+        let mut maps: Vec<HashMap<K, V, S>> = (0..SHARDS).map(|_| HashMap::default()).collect();
         for (k, v) in iter {
             maps[shard_of(&k)].insert(k, v);
         }
@@ -190,5 +203,11 @@ mod tests {
         assert_eq!(b.get("zero"), Some(&2));
         assert_eq!(b.iter().count(), b.values().count());
         assert!(Shards::<String, u8>::default().is_empty());
+        b.values_mut().for_each(|v| *v += 1);
+        b.retain(|k, _| &**k != "zero");
+        assert_eq!(
+            (b.get("p7"), b.get("zero"), a.get("p7")),
+            (Some(&71), None, Some(&7))
+        );
     }
 }

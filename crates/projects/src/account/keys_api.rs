@@ -360,7 +360,7 @@ impl KeysApi {
                 return Err(Refused::Full { max });
             }
             key.id = self.free_id(file)?;
-            file.keys.push(key.clone());
+            file.keys.push(Arc::new(key.clone()));
             let changed = Changed::new(Action::KeyCreated, &*key.id, "");
             Ok((key, changed))
         });
@@ -632,14 +632,14 @@ impl KeysApi {
 /// What rows read or changed make of what is held (see [`sift_rows`]).
 struct Sifted {
     /// The keys to hold, and the operator keys retired.
-    keys: Vec<ManagedKey>,
+    keys: Vec<Arc<ManagedKey>>,
     retired: Vec<String>,
     /// Keys kept out as seen revoked (a restore brought them back).
     revived: Vec<String>,
     /// Whether the keys or the retired ids differ from what is served.
     moved: bool,
     /// The projects read and their rows, when the rest is as held: only they are merged again.
-    changed: Option<(HashSet<String>, Vec<ManagedKey>)>,
+    changed: Option<(HashSet<String>, Vec<Arc<ManagedKey>>)>,
 }
 
 /// Sifts `rows` against what is `held` (or, before the first read, `served` from the cache):
@@ -655,16 +655,22 @@ fn sift_rows(
     let (mut keys, retired, restored) = match (rows, held) {
         (control::Rows::Projects(projects), Some(held)) => {
             let read: HashSet<String> = projects.iter().map(|(p, _)| p.clone()).collect();
-            let mut rows: Vec<ManagedKey> = projects.into_iter().flat_map(|(_, r)| r).collect();
-            let (before, mut keys): (Vec<&ManagedKey>, Vec<&ManagedKey>) =
-                held.keys.iter().partition(|k| read.contains(&k.project));
-            let before: Vec<ManagedKey> = before.into_iter().cloned().collect();
-            // The other projects' keys are as held: only the projects read are sifted.
+            let mut rows: Vec<Arc<ManagedKey>> =
+                projects.into_iter().flat_map(|(_, r)| r).collect();
+            // A change reads one project: a comparison, not a hash, for each key held.
+            let only = read.iter().next().filter(|_| read.len() == 1);
+            let of_read = |k: &Arc<ManagedKey>| match only {
+                Some(p) => *p == k.project,
+                None => read.contains(&k.project),
+            };
+            // The other projects' keys are as held (shared, not copied): only the projects
+            // read are sifted.
+            let (before, mut keys): (Vec<_>, Vec<_>) = held.keys.iter().cloned().partition(of_read);
             let revived = revived::sift(&before, &mut rows, seen, false, now);
             let moved = before != rows;
-            keys.extend(rows.iter());
+            keys.extend(rows.iter().cloned());
             return Sifted {
-                keys: keys.into_iter().cloned().collect(),
+                keys,
                 retired: held.retired.clone(),
                 revived,
                 moved,
@@ -698,31 +704,45 @@ fn sift_rows(
 /// change (within `keys_api.unverified_after_seconds`), as one killed before its write did.
 pub struct CacheSaver(pub Arc<KeysApi>);
 
-/// How long a change waits for others before the cache is written.
+/// How long a change waits for others before the cache is written, at least.
 pub const CACHE_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long a change waits at most: the bound on [`CACHE_EVERY`] grown by the write's time.
+const CACHE_EVERY_MOST: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a change waits before the cache is written after one that took `took`: nine
+/// times that, so that under a stream of changes writing the cache takes at most a tenth of
+/// a core however many keys it holds (about 0.5 s at 100,000 keys), within the bounds above.
+fn cache_wait(took: std::time::Duration) -> std::time::Duration {
+    (took * 9).clamp(CACHE_EVERY, CACHE_EVERY_MOST)
+}
 
 #[async_trait::async_trait]
 impl drg_base::service::Service for CacheSaver {
     async fn run(&self, mut shutdown: drg_base::service::Shutdown) {
+        let mut wait = CACHE_EVERY;
         loop {
             tokio::select! {
                 _ = self.0.cache_due.notified() => {}
                 _ = shutdown.changed() => break,
             }
             tokio::select! {
-                _ = tokio::time::sleep(CACHE_EVERY) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.changed() => break,
             }
-            self.save().await;
+            wait = cache_wait(self.save().await);
         }
         self.save().await;
     }
 }
 
 impl CacheSaver {
-    async fn save(&self) {
+    /// Writes the cache; how long that took.
+    async fn save(&self) -> std::time::Duration {
         let api = self.0.clone();
+        let start = std::time::Instant::now();
         let _ = tokio::task::spawn_blocking(move || api.save_cache()).await;
+        start.elapsed()
     }
 }
 
@@ -781,6 +801,14 @@ fn new_id() -> Result<String, getrandom::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_waits_nine_times_its_last_write_within_bounds() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(cache_wait(ms(3)), CACHE_EVERY);
+        assert_eq!(cache_wait(ms(60)), ms(540));
+        assert_eq!(cache_wait(ms(900)), CACHE_EVERY_MOST);
+    }
 
     #[test]
     fn ids_are_valid_key_ids() {

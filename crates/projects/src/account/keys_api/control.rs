@@ -80,7 +80,7 @@ struct Follow {
 /// and the token of the one before it (so that it is held only on the history held here).
 struct Committed<T> {
     out: T,
-    rows: Vec<ManagedKey>,
+    rows: Vec<Arc<ManagedKey>>,
     revision: Revision,
     before: Option<String>,
 }
@@ -89,10 +89,10 @@ struct Committed<T> {
 pub(super) enum Rows {
     /// Every key, the operator keys retired (a read of the store), and whether the store went
     /// back since the last read (keys gone then were lost with a restore, not revoked).
-    All(Vec<ManagedKey>, Vec<String>, bool),
+    All(Vec<Arc<ManagedKey>>, Vec<String>, bool),
     /// Some projects' keys, each whole (a change made here, or the projects another gateway's
     /// changes touched).
-    Projects(Vec<(String, Vec<ManagedKey>)>),
+    Projects(Vec<(String, Vec<Arc<ManagedKey>>)>),
 }
 
 /// What a round of following reads next.
@@ -101,7 +101,7 @@ enum Step {
     Unmoved,
     /// Changes that touched these projects alone (perhaps none: this gateway's own), each
     /// read whole, up to this revision.
-    Projects(Revision, Vec<(String, Vec<ManagedKey>)>),
+    Projects(Revision, Vec<(String, Vec<Arc<ManagedKey>>)>),
     /// The log cannot tell what changed (a first read, a restore, a key sync): every key.
     Whole,
 }
@@ -236,7 +236,7 @@ impl ControlKeys {
         &self,
         api: &Arc<KeysApi>,
         project: String,
-        rows: Vec<ManagedKey>,
+        rows: Vec<Arc<ManagedKey>>,
         (revision, before): (Revision, Option<String>),
     ) {
         let mut f = self.follow.lock().await;
@@ -349,7 +349,7 @@ impl ControlKeys {
         let Some(changes) = changes.filter(|c| c.records.is_empty() && c.len() <= MAX_READ) else {
             return Ok(Step::Whole);
         };
-        let mut read: Vec<(String, Vec<ManagedKey>)> = (changes.projects.iter())
+        let mut read: Vec<(String, Vec<Arc<ManagedKey>>)> = (changes.projects.iter())
             .map(|p| (p.clone(), Vec::new()))
             .collect();
         if !read.is_empty() {
@@ -360,7 +360,7 @@ impl ControlKeys {
             for (project, body, used) in rows {
                 let at = read.binary_search_by(|(p, _)| p.as_str().cmp(&project));
                 if let (Ok(i), Some(key)) = (at, row_of((body, used))) {
-                    read[i].1.push(key);
+                    read[i].1.push(Arc::new(key));
                 }
             }
         }
@@ -368,7 +368,9 @@ impl ControlKeys {
     }
 
     /// Every key, the operator keys retired, and the revision they are at.
-    async fn read_now(&self) -> Result<(Revision, Vec<ManagedKey>, Vec<String>), ControlError> {
+    async fn read_now(
+        &self,
+    ) -> Result<(Revision, Vec<Arc<ManagedKey>>, Vec<String>), ControlError> {
         let sql = self.control.sql();
         let mut tx = self.control.pool().await?.begin().await.map_err(&sql)?;
         // The revision first: rows read after it are as new or newer, never older.
@@ -382,7 +384,8 @@ impl ControlKeys {
                 .map_err(&sql)?;
         let retired = super::retire::retired(&mut tx).await.map_err(&sql)?;
         tx.commit().await.map_err(&sql)?;
-        Ok((n, rows.into_iter().filter_map(row_of).collect(), retired))
+        let rows = rows.into_iter().filter_map(row_of).map(Arc::new).collect();
+        Ok((n, rows, retired))
     }
 
     /// Drops keys whose maker left this gateway's keys file (one gateway's own store: see
@@ -524,13 +527,13 @@ impl Follower for KeysFollow {
 }
 
 /// `project`'s keys as held in the store.
-async fn project_rows(tx: &mut Tx, project: &str) -> Result<Vec<ManagedKey>, sqlx::Error> {
+async fn project_rows(tx: &mut Tx, project: &str) -> Result<Vec<Arc<ManagedKey>>, sqlx::Error> {
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT body, last_used FROM drg_keys WHERE project = $1 ORDER BY id")
             .bind(project.to_owned())
             .fetch_all(&mut **tx)
             .await?;
-    Ok(rows.into_iter().filter_map(row_of).collect())
+    Ok(rows.into_iter().filter_map(row_of).map(Arc::new).collect())
 }
 
 /// The rows of `projects`' keys: project, body, last use.
@@ -568,17 +571,17 @@ fn body_of(key: &ManagedKey) -> String {
 /// its descendants: the foreign key's cascade).
 async fn write_rows(
     tx: &mut Tx,
-    before: &[ManagedKey],
-    after: &[ManagedKey],
+    before: &[Arc<ManagedKey>],
+    after: &[Arc<ManagedKey>],
 ) -> Result<(), sqlx::Error> {
-    let was: HashMap<&str, &ManagedKey> = before.iter().map(|k| (k.id.as_str(), k)).collect();
+    let was: HashMap<&str, &ManagedKey> = before.iter().map(|k| (k.id.as_str(), &**k)).collect();
     let ids: HashSet<&str> = after.iter().map(|k| k.id.as_str()).collect();
     let parent = |k: &ManagedKey| (k.created_by.clone()).filter(|by| ids.contains(by.as_str()));
     for k in after.iter().filter(|k| !was.contains_key(k.id.as_str())) {
         insert(tx, k, parent(k)).await?;
     }
     let changed =
-        |k: &&ManagedKey| (was.get(k.id.as_str())).is_some_and(|w| body_of(w) != body_of(k));
+        |k: &&Arc<ManagedKey>| (was.get(k.id.as_str())).is_some_and(|w| body_of(w) != body_of(k));
     for k in after.iter().filter(changed) {
         sqlx::query("UPDATE drg_keys SET parent = $2, body = $3 WHERE id = $1")
             .bind(k.id.clone())

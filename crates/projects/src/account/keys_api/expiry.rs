@@ -7,6 +7,8 @@
 //! outlives it: [`super::lineage`]), so nothing it made outlives it either. Only a `DELETE` (or
 //! the operator's keys file) revokes, with the lineage.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 use drg_access::keys::{hash_secret, key_prefix};
@@ -94,10 +96,10 @@ pub fn rotated(old: &ManagedKey, to: &str, now: DateTime<Utc>, overlap_hours: f6
 
 /// Hands the keys `old` made to `new` (a rotation: the successor takes the old key's place as
 /// their maker, so revoking the old key after its overlap keeps them).
-pub fn hand_children(keys: &mut [ManagedKey], old: &str, new: &str) {
+pub fn hand_children(keys: &mut [Arc<ManagedKey>], old: &str, new: &str) {
     for k in keys.iter_mut() {
         if k.created_by.as_deref() == Some(old) && k.id != new {
-            k.created_by = Some(new.to_owned());
+            Arc::make_mut(k).created_by = Some(new.to_owned());
         }
     }
 }

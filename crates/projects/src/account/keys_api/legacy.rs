@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use drg_access::managed::{self, ManagedError, ManagedKey};
@@ -32,7 +33,10 @@ pub fn from_file(path: &Path) -> Result<(Vec<ManagedKey>, HashSet<String>), Mana
         .filter_map(|t| t.get("id").and_then(serde_json::Value::as_str))
         .map(str::to_owned)
         .collect();
-    Ok((file.keys, revoked))
+    Ok((
+        file.keys.into_iter().map(Arc::unwrap_or_clone).collect(),
+        revoked,
+    ))
 }
 
 /// The ids of the keys revoked on the shared Redis of an earlier release.

@@ -3,6 +3,7 @@
 //! kept out and named, with the command that revokes it in the store again. Pure.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use drg_access::managed::ManagedKey;
 
@@ -14,8 +15,8 @@ pub const KEPT: usize = 10_000;
 /// they were lost with the restore, not revoked); the keys of `after` seen revoked before are
 /// taken out of it and returned.
 pub fn sift(
-    before: &[ManagedKey],
-    after: &mut Vec<ManagedKey>,
+    before: &[Arc<ManagedKey>],
+    after: &mut Vec<Arc<ManagedKey>>,
     seen: &mut BTreeMap<String, i64>,
     restored: bool,
     now: i64,
@@ -50,7 +51,7 @@ pub fn revoke_again(id: &str) -> String {
 mod tests {
     use super::*;
 
-    fn key(id: &str) -> ManagedKey {
+    fn key(id: &str) -> Arc<ManagedKey> {
         serde_json::from_value(serde_json::json!({
             "id": id, "project": "p", "plan": "free", "sha256": "00", "prefix": "drg_",
             "created_at": "2026-11-28T00:00:00Z",

@@ -78,9 +78,9 @@ impl KeysApi {
             self.cap_successor(&mut new)?;
             new.id = self.free_id(file)?;
             let old = expiry::rotated(old, &new.id, now, r.overlap_hours);
-            file.keys[at] = old.clone();
+            file.keys[at] = Arc::new(old.clone());
             expiry::hand_children(&mut file.keys, &old.id, &new.id);
-            file.keys.push(new.clone());
+            file.keys.push(Arc::new(new.clone()));
             let successor = format!("successor {}", new.id);
             let changed = Changed::new(Action::KeyRotated, &*old.id, successor);
             Ok(((new, old), changed))
