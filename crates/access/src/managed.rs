@@ -23,6 +23,9 @@ use super::keys::{id_problem, KeyEntry, KeyOrigin, KeyStore, KeysError};
 use super::origin::OriginPattern;
 use super::plan::AsPlan;
 
+mod rows;
+pub use rows::Rows;
+
 /// The file format's version (written, checked on read).
 const VERSION: u32 = 1;
 
@@ -30,9 +33,9 @@ const VERSION: u32 = 1;
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagedFile {
     pub version: u32,
-    /// Shared between the files a gateway holds one after another: a change to a project's
-    /// keys copies pointers to the others, not the keys.
-    pub keys: Vec<Arc<ManagedKey>>,
+    /// By project, shared between the files a gateway holds one after another: a change to a
+    /// project's keys copies that project's, not the others (see [`Rows`]).
+    pub keys: Rows,
     /// When this gateway first saw each keys-file key that names no `created_at` (id ->
     /// RFC 3339 UTC): `/v1/keys` lists that time, the same on every gateway and after a
     /// restart. Left out of the file while empty, so older gateways still read it.
@@ -119,19 +122,18 @@ impl ManagedFile {
     pub fn with_keys<K: Into<Arc<ManagedKey>>>(keys: impl IntoIterator<Item = K>) -> ManagedFile {
         ManagedFile {
             version: VERSION,
-            keys: keys.into_iter().map(Into::into).collect(),
+            keys: keys.into_iter().collect(),
             ..ManagedFile::default()
         }
     }
 
     /// A file of the control store's `keys` and the operator keys it `retired`.
-    pub fn of_store<K: Into<Arc<ManagedKey>>>(
-        keys: impl IntoIterator<Item = K>,
-        retired: Vec<String>,
-    ) -> ManagedFile {
+    pub fn of_store(keys: Rows, retired: Vec<String>) -> ManagedFile {
         ManagedFile {
+            version: VERSION,
+            keys,
             retired,
-            ..ManagedFile::with_keys(keys)
+            ..ManagedFile::default()
         }
     }
 }
@@ -915,7 +917,10 @@ mod tests {
 
     #[test]
     fn a_retired_operator_key_is_out_of_service_and_back_when_the_store_says_so() {
-        let retired = ManagedFile::of_store(vec![made("a", "rollout")], vec!["rollout".into()]);
+        let retired = ManagedFile::of_store(
+            [made("a", "rollout")].into_iter().collect(),
+            vec!["rollout".into()],
+        );
         let merged = merge(
             operator(&["server", "rollout"]),
             &retired,
@@ -938,7 +943,10 @@ mod tests {
     fn the_cache_rewritten_keeps_all_but_what_the_store_gave() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keys.control-cache.json");
-        let mut first = ManagedFile::of_store(vec![made("a", "server")], vec!["gone".into()]);
+        let mut first = ManagedFile::of_store(
+            [made("a", "server")].into_iter().collect(),
+            vec!["gone".into()],
+        );
         first
             .first_seen
             .insert("server".into(), "2026-11-01T00:00:00Z".into());

@@ -360,7 +360,7 @@ impl KeysApi {
                 return Err(Refused::Full { max });
             }
             key.id = self.free_id(file)?;
-            file.keys.push(Arc::new(key.clone()));
+            file.keys.push(key.clone());
             let changed = Changed::new(Action::KeyCreated, &*key.id, "");
             Ok((key, changed))
         });
@@ -632,7 +632,7 @@ impl KeysApi {
 /// What rows read or changed make of what is held (see [`sift_rows`]).
 struct Sifted {
     /// The keys to hold, and the operator keys retired.
-    keys: Vec<Arc<ManagedKey>>,
+    keys: managed::Rows,
     retired: Vec<String>,
     /// Keys kept out as seen revoked (a restore brought them back).
     revived: Vec<String>,
@@ -654,23 +654,20 @@ fn sift_rows(
 ) -> Sifted {
     let (mut keys, retired, restored) = match (rows, held) {
         (control::Rows::Projects(projects), Some(held)) => {
-            let read: HashSet<String> = projects.iter().map(|(p, _)| p.clone()).collect();
+            let order: Vec<String> = projects.iter().map(|(p, _)| p.clone()).collect();
             let mut rows: Vec<Arc<ManagedKey>> =
                 projects.into_iter().flat_map(|(_, r)| r).collect();
-            // A change reads one project: a comparison, not a hash, for each key held.
-            let only = read.iter().next().filter(|_| read.len() == 1);
-            let of_read = |k: &Arc<ManagedKey>| match only {
-                Some(p) => *p == k.project,
-                None => read.contains(&k.project),
-            };
             // The other projects' keys are as held (shared, not copied): only the projects
             // read are sifted.
-            let (before, mut keys): (Vec<_>, Vec<_>) = held.keys.iter().cloned().partition(of_read);
+            let before: Vec<Arc<ManagedKey>> = (order.iter())
+                .flat_map(|p| held.keys.project(p))
+                .cloned()
+                .collect();
             let revived = revived::sift(&before, &mut rows, seen, false, now);
             let moved = before != rows;
-            keys.extend(rows.iter().cloned());
+            let read: HashSet<String> = order.into_iter().collect();
             return Sifted {
-                keys,
+                keys: held.keys.with_projects(&read, &rows),
                 retired: held.retired.clone(),
                 revived,
                 moved,
@@ -684,8 +681,10 @@ fn sift_rows(
             (rows, Vec::new(), false)
         }
     };
-    let before = served.map_or(&[][..], |f| &f.keys[..]);
-    let revived = revived::sift(before, &mut keys, seen, restored, now);
+    let before: Vec<Arc<ManagedKey>> =
+        served.map_or(Vec::new(), |f| f.keys.iter().cloned().collect());
+    let revived = revived::sift(&before, &mut keys, seen, restored, now);
+    let keys: managed::Rows = keys.into_iter().collect();
     let moved = served.is_none_or(|f| f.keys != keys || f.retired != retired);
     Sifted {
         keys,
@@ -711,7 +710,7 @@ pub const CACHE_EVERY: std::time::Duration = std::time::Duration::from_millis(20
 const CACHE_EVERY_MOST: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a change waits before the cache is written after one that took `took`: nine
-/// times that, so that under a stream of changes writing the cache takes at most a tenth of
+/// times that, so that under a stream of changes writing the cache takes about a tenth of
 /// a core however many keys it holds (about 0.5 s at 100,000 keys), within the bounds above.
 fn cache_wait(took: std::time::Duration) -> std::time::Duration {
     (took * 9).clamp(CACHE_EVERY, CACHE_EVERY_MOST)

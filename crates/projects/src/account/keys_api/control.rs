@@ -212,7 +212,7 @@ impl ControlKeys {
             Ok(done) => done,
             Err(refused) => return Ok(Err(refused)),
         };
-        let after = file.keys;
+        let after: Vec<Arc<ManagedKey>> = file.keys.iter().cloned().collect();
         write_rows(&mut tx, &before, &after).await.map_err(&sql)?;
         let mut entry = Entry::of(&changed, key_id, at);
         entry.project = project.to_owned();

@@ -96,8 +96,12 @@ pub fn rotated(old: &ManagedKey, to: &str, now: DateTime<Utc>, overlap_hours: f6
 
 /// Hands the keys `old` made to `new` (a rotation: the successor takes the old key's place as
 /// their maker, so revoking the old key after its overlap keeps them).
-pub fn hand_children(keys: &mut [Arc<ManagedKey>], old: &str, new: &str) {
-    for k in keys.iter_mut() {
+pub fn hand_children<'a>(
+    keys: impl IntoIterator<Item = &'a mut Arc<ManagedKey>>,
+    old: &str,
+    new: &str,
+) {
+    for k in keys {
         if k.created_by.as_deref() == Some(old) && k.id != new {
             Arc::make_mut(k).created_by = Some(new.to_owned());
         }

@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use drg_access::managed::{self, ManagedError, ManagedKey};
@@ -34,7 +33,7 @@ pub fn from_file(path: &Path) -> Result<(Vec<ManagedKey>, HashSet<String>), Mana
         .map(str::to_owned)
         .collect();
     Ok((
-        file.keys.into_iter().map(Arc::unwrap_or_clone).collect(),
+        file.keys.iter().map(|k| ManagedKey::clone(k)).collect(),
         revoked,
     ))
 }

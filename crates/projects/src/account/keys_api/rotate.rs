@@ -63,10 +63,10 @@ impl KeysApi {
         let operator = self.operator_count(&caller.project);
         let max = caller.max_keys;
         let done = self.store.change(self, &caller, |file| {
-            let Some(at) = file.keys.iter().position(|k| k.id == r.id) else {
+            let Some(old) = file.keys.iter().find(|k| k.id == r.id).cloned() else {
                 return Err(self.not_revocable(&caller, &r.id));
             };
-            let old = &file.keys[at];
+            let old = &*old;
             let there =
                 (old.rotated_to.as_ref()).is_some_and(|to| file.keys.iter().any(|k| k.id == *to));
             expiry::rotatable(old, there, now).map_err(Refused::NotRotatable)?;
@@ -78,9 +78,9 @@ impl KeysApi {
             self.cap_successor(&mut new)?;
             new.id = self.free_id(file)?;
             let old = expiry::rotated(old, &new.id, now, r.overlap_hours);
-            file.keys[at] = Arc::new(old.clone());
-            expiry::hand_children(&mut file.keys, &old.id, &new.id);
-            file.keys.push(Arc::new(new.clone()));
+            file.keys.replace(old.clone());
+            expiry::hand_children(file.keys.values_mut(), &old.id, &new.id);
+            file.keys.push(new.clone());
             let successor = format!("successor {}", new.id);
             let changed = Changed::new(Action::KeyRotated, &*old.id, successor);
             Ok(((new, old), changed))
