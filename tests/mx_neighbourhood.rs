@@ -1533,6 +1533,19 @@ fn a_silent_host_among_several_hides_neither_the_others_nor_itself() {
     assert_eq!(reason_for(&gw, OTHER, "sh-new.test"), "disposable");
 }
 
+/// Waits for the look's next pass, then `domain` must be `safe`, not by its neighbourhood.
+fn safe_after_the_next_pass(gw: &Gateway, domain: &str, case: &str) {
+    let passes = gw.metric("drg_mx_neighbourhood_look_passes_total").unwrap();
+    wait_until(Duration::from_secs(20), || {
+        gw.metric("drg_mx_neighbourhood_look_passes_total")
+            .unwrap_or(0.0)
+            > passes
+    });
+    let r = record(gw, domain);
+    assert_eq!(r["reason"], "safe", "{case}: {r}");
+    assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{case}: {r}");
+}
+
 /// Lapsed listed names re-registered and pointed at a company's host plant nothing once the
 /// gateway has looked at them (issue 85). Twelve listed names do not resolve (lapsed) when the
 /// gateway's own look passes over its lists; then someone points their MX at a small host and
@@ -1592,15 +1605,7 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
             assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
         } else {
             // Another pass after the moves: still nothing counts.
-            let passes = gw.metric("drg_mx_neighbourhood_look_passes_total").unwrap();
-            wait_until(Duration::from_secs(20), || {
-                gw.metric("drg_mx_neighbourhood_look_passes_total")
-                    .unwrap_or(0.0)
-                    > passes
-            });
-            let r = record(&gw, "young-co.test");
-            assert_eq!(r["reason"], "safe", "{look}: {r}");
-            assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
+            safe_after_the_next_pass(&gw, "young-co.test", look);
             let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
             assert_eq!(top["top"][0]["judges"], false, "{top}");
         }
@@ -1674,4 +1679,88 @@ fn the_looks_baseline_covers_names_a_reload_adds_and_outlives_restarts() {
     wait_first_look(&gw);
     let r = record(&gw, "young-co.test");
     assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+}
+
+/// Days since the Unix epoch, now (as the gateway counts them).
+fn today() -> u64 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    secs / 86_400
+}
+
+/// Who arrived first (issue 94): a customer the gateway saw on a small host before twelve
+/// lapsed listed names were re-registered onto it is never condemned by them, however long
+/// they hold; a domain first seen there after them is, once they have held `hold_days`. The
+/// gateway sees it all on one day; days pass in its state file (the customer first seen 41
+/// days ago, the names moved 40 days ago), through a restart. No registry answers (RDAP off):
+/// nothing but what the gateway saw itself tells the two apart. GET and batch. Before, the
+/// customer was `disposable` like the newcomer once the names had held 30 days.
+#[test]
+fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold() {
+    let (mut w, planted) = lapsed_beside_a_small_host(64, "held");
+    w.mx("late-co.test", &["mx.smallhost.test"]);
+    let dns = w.dns();
+    for d in &w.listed {
+        dns.set_zone(d, None);
+    }
+    let look = "neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 2 } }";
+    let gw = builder(&w, &dns).mx_yaml(look).start();
+    wait_first_look(&gw);
+    // The customer's mail goes to the host before anything was planted there.
+    assert_eq!(record(&gw, "young-co.test")["reason"], "safe");
+    for d in &w.listed {
+        dns.set_zone(d, Some(planted.clone()));
+    }
+    wait_until(Duration::from_secs(30), || {
+        gw.metric("drg_mx_neighbourhood_moved_total").unwrap_or(0.0) >= 12.0
+    });
+    let dir = gw.stop();
+    // Forty days pass: the names moved 40 days ago, the customer was first seen the day before.
+    let path = dir.path().join("state/mx_neighbourhood.jsonl");
+    let day = today();
+    let mut customer = 0;
+    let lines: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["domain"] == "young-co.test" {
+                assert_eq!(v["first"], day, "{l}");
+                v["first"] = serde_json::json!(day - 41);
+                customer += 1;
+            } else if v["domain"].as_str().is_some_and(|d| d.starts_with("held")) {
+                assert_eq!(v["since"], day, "{l}");
+                v["since"] = serde_json::json!(day - 40);
+            }
+            v.to_string()
+        })
+        .collect();
+    assert_eq!(customer, 1);
+    write_atomic(&path, &(lines.join("\n") + "\n"));
+    let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+    wait_first_look(&gw);
+    // The names have held the host 40 days: a domain first seen there now is judged by them.
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, "late-co.test")["reason"] == "disposable"
+    });
+    let r = record(&gw, "late-co.test");
+    assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    // The customer was there first: never by them, GET and batch, also after another pass.
+    safe_after_the_next_pass(&gw, "young-co.test", "held 40 days");
+    let names = ["young-co.test".to_owned(), "late-co.test".to_owned()];
+    let b = post_batch(&gw, TEST_SECRET, &names).json();
+    let reasons: Vec<&str> = (b["results"].as_array().unwrap().iter())
+        .map(|x| x["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["safe", "disposable"], "{b}");
+    // Its state line still says when it was first seen there.
+    let dir = gw.stop();
+    let state = std::fs::read_to_string(dir.path().join("state/mx_neighbourhood.jsonl")).unwrap();
+    let line = (state.lines())
+        .find(|l| l.contains("\"young-co.test\""))
+        .unwrap();
+    assert!(line.contains(&format!("\"first\":{}", day - 41)), "{line}");
 }

@@ -25,6 +25,9 @@
 //!   names yet looks the same.
 //!   A domain the gateway itself answered disposable by inference ([`Standing::Inferred`])
 //!   counts neither way either: throwaway services mint faster than lists follow.
+//! - **Who arrived first** ([`History`]): a listed domain the gateway saw move onto a host
+//!   never counts against a domain it saw receiving mail there before that day, however long
+//!   it holds; newcomers are judged by it once it has held `hold_days`.
 //! - A parent or a network judges only with listed neighbours on several distinct MX hosts
 //!   *inside* it (`min_hosts`): hosting providers put unrelated tenants in one /24, and a
 //!   throwaway domain's other hosts elsewhere say nothing of that /24.
@@ -413,6 +416,19 @@ struct Counts {
     /// itself; a parent's hosts under it; a network's hosts with an address in it), each with
     /// who taught those: a parent or a network judges only with several.
     hosts: Vec<(Arc<str>, Taught)>,
+    /// The listed neighbours the gateway saw arrive here (moved from other hosts, or from no
+    /// mail: see [`History`]) and counted, earliest first: a domain it saw here before one
+    /// arrived is not judged by it (see [`Counts::view`]).
+    arrivals: Vec<Arrival>,
+}
+
+/// A listed neighbour that arrived on a key: the day, who it counts for, its hosts inside the
+/// key (what it adds to the key's counts, taken out again for a domain that was there first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Arrival {
+    since: u32,
+    teachers: Teachers,
+    hosts: Box<[Arc<str>]>,
 }
 
 fn bump<K: PartialEq + Clone>(list: &mut Vec<(K, u32)>, key: &K, up: bool) {
@@ -471,7 +487,21 @@ impl Counts {
                 let teachers = entry.counted_teachers();
                 self.listed.count(&teachers, up);
                 bump(&mut self.sources, &s, up);
-                for k in hosts_inside(&entry.keys, key) {
+                let inside = hosts_inside(&entry.keys, key);
+                if entry.history.moved && !entry.unheld {
+                    let arrival = Arrival {
+                        since: entry.history.since,
+                        teachers,
+                        hosts: inside.iter().map(|h| Arc::clone(h)).collect(),
+                    };
+                    if up {
+                        let at = (self.arrivals).partition_point(|a| a.since <= arrival.since);
+                        self.arrivals.insert(at, arrival);
+                    } else if let Some(at) = self.arrivals.iter().position(|a| *a == arrival) {
+                        self.arrivals.remove(at);
+                    }
+                }
+                for k in inside {
                     let i = match self.hosts.iter().position(|(h, _)| h == k) {
                         Some(i) => i,
                         None if up => {
@@ -502,16 +532,48 @@ impl Counts {
     /// What `project` may count, `own` (the domain being judged) left out: the listed
     /// neighbours the lists and the gateway's own look taught, the same for every project,
     /// with what its own lookups taught; and, as `lists`, those the lists' snapshot taught.
-    fn view(&self, project: Option<ProjectId>, own: Option<Standing>) -> View {
+    /// `here_since`: the day the gateway first saw the judged domain on its hosts. Listed
+    /// neighbours it saw arrive after that day are left out too, however long they have held:
+    /// a domain that received mail here before them is not condemned by newcomers (who arrived
+    /// first, issue 94).
+    fn view(
+        &self,
+        project: Option<ProjectId>,
+        own: Option<Standing>,
+        here_since: Option<u32>,
+    ) -> View {
+        let late = here_since.map_or(&[][..], |day| {
+            &self.arrivals[self.arrivals.partition_point(|a| a.since <= day)..]
+        });
+        // What the late arrivals add, on the key and on each of its hosts (usually nothing).
+        let mut gone = Taught::default();
+        let mut gone_hosts: Vec<(&Arc<str>, Taught)> = Vec::new();
+        for a in late {
+            gone.count(&a.teachers, true);
+            for h in a.hosts.iter() {
+                let i = match gone_hosts.iter().position(|(k, _)| *k == h) {
+                    Some(i) => i,
+                    None => {
+                        gone_hosts.push((h, Taught::default()));
+                        gone_hosts.len() - 1
+                    }
+                };
+                gone_hosts[i].1.count(&a.teachers, true);
+            }
+        }
+        let gone_on = |h: &Arc<str>| gone_hosts.iter().find(|(k, _)| *k == h).map(|(_, t)| t);
         let hosts = |f: &dyn Fn(&Taught) -> u32| {
-            (self.hosts.iter()).filter(|(_, t)| f(t) > 0).count() as u32
+            (self.hosts.iter())
+                .filter(|(h, t)| f(t) > gone_on(h).map_or(0, f))
+                .count() as u32
         };
+        let less = |f: &dyn Fn(&Taught) -> u32| f(&self.listed).saturating_sub(f(&gone));
         let mut v = View {
-            listed: self.listed.seen_by(project),
+            listed: less(&|t| t.seen_by(project)),
             hosts: hosts(&|t| t.seen_by(project)),
-            everyone: self.listed.seen_by(None),
+            everyone: less(&|t| t.seen_by(None)),
             everyone_hosts: hosts(&|t| t.seen_by(None)),
-            lists: self.listed.lists,
+            lists: less(&|t| t.lists),
             lists_hosts: hosts(&|t| t.lists),
             vouched: self.vouched,
             other: self.other,
@@ -779,6 +841,10 @@ pub struct Learned {
     /// It moved to its hosts (see [`History`]) on this day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u32>,
+    /// No list names it, and the gateway first saw it on its hosts on this day (it did not
+    /// move there): listed names that arrived later do not judge it (who arrived first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<u32>,
     /// The projects whose traffic taught it, each for its own answers (64-bit ids, the first
     /// few). The name is the one earlier releases read as their untrusted projects': the same
     /// meaning, so a gateway of an earlier release beside this one counts them the same way.
@@ -808,6 +874,7 @@ impl Learned {
             global: how.teachers.is_global(),
             looked: how.teachers.is_looked(),
             since: how.history.filter(|h| h.moved).map(|h| h.since),
+            first: how.history.filter(|h| !h.moved).map(|h| h.since),
             taught_by: how.teachers.projects().to_vec(),
             trusted_by: Vec::new(),
         }
@@ -823,7 +890,12 @@ impl Learned {
                 (self.global, self.looked),
                 self.trusted_by.iter().chain(&self.taught_by),
             ),
-            history: self.since.map(|since| History { since, moved: true }),
+            history: (self.since.map(|since| History { since, moved: true })).or(self.first.map(
+                |since| History {
+                    since,
+                    moved: false,
+                },
+            )),
             restore: false,
         }
     }
@@ -1150,13 +1222,14 @@ impl NeighbourhoodIndex {
         keys: &'k [Arc<str>],
         project: Option<ProjectId>,
         own: Option<Standing>,
+        here_since: Option<u32>,
     ) -> Option<(&'k Arc<str>, &Counts, KeyKind, View)> {
         let mut best: Option<(&Arc<str>, &Counts, KeyKind, View)> = None;
         for k in keys {
             let (Some(c), Some((kind, _))) = (self.keys.get(k), KeyKind::split(k)) else {
                 continue;
             };
-            let view = c.view(project, own);
+            let view = c.view(project, own, here_since);
             if view.judges(&self.rule, kind)
                 && best.is_none_or(|(_, _, _, b)| view.listed > b.listed)
             {
@@ -1193,7 +1266,8 @@ impl NeighbourhoodIndex {
             return None;
         }
         let own = Some(entry.standing);
-        let (key, counts, kind, view) = self.dominant(&entry.keys, project, own)?;
+        let here_since = Some(entry.history.since);
+        let (key, counts, kind, view) = self.dominant(&entry.keys, project, own, here_since)?;
         let (_, value) = KeyKind::split(key)?;
         Some(Finding {
             key_kind: kind,
@@ -1229,7 +1303,7 @@ impl NeighbourhoodIndex {
         let Some(counts) = self.keys.get(key.as_str()) else {
             return false;
         };
-        let view = counts.view(project, Some(entry.standing));
+        let view = counts.view(project, Some(entry.standing), Some(entry.history.since));
         let relaxed = NeighbourhoodRule {
             min_share: (self.rule.min_share - HOLD_MARGIN).max(0.5),
             ..self.rule
@@ -1269,9 +1343,10 @@ impl NeighbourhoodIndex {
             .filter_map(|(k, c)| {
                 let (kind, value) = KeyKind::split(k)?;
                 // As a verdict on one of its tenants would see it (that tenant left out), for
-                // a project with no lookups of its own, by the verdict's test.
+                // a project with no lookups of its own, by the verdict's test (a tenant new
+                // here: every arrival before it counts).
                 let own = (c.other > 0).then_some(Standing::Unknown);
-                let view = c.view(None, own);
+                let view = c.view(None, own, None);
                 Some(KeyReport {
                     key_kind: kind,
                     key: value.into(),
@@ -1375,6 +1450,7 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         global: e.teachers.is_global(),
         looked: e.teachers.is_looked(),
         since: e.history.moved.then_some(e.history.since),
+        first: (!e.history.moved && !e.standing.is_listed()).then_some(e.history.since),
         taught_by: e.teachers.projects().to_vec(),
         trusted_by: Vec::new(),
     }
@@ -1513,7 +1589,10 @@ mod tests {
             ix.teach(&format!("l{i}.test"), &host, Some("list"), look, 131);
         }
         assert_eq!(ix.moves(), 3, "the same hosts are no move");
-        assert!(ix.finding("victim.test", P).is_some(), "held 30 days");
+        teach(&mut ix, "newcomer.test", &host, None, 131);
+        assert!(ix.finding("newcomer.test", P).is_some(), "held 30 days");
+        // The victim received mail there before they arrived: never judged by them.
+        assert!(ix.finding("victim.test", P).is_none(), "there first");
         // Never seen before: counts at once.
         let mut fresh = NeighbourhoodIndex::new(RULE, 1000);
         teach(&mut fresh, "victim.test", &host, None, 100);
@@ -1521,6 +1600,71 @@ mod tests {
             fresh.teach(&format!("l{i}.test"), &host, Some("list"), look, 100);
         }
         assert!(fresh.finding("victim.test", P).is_some());
+    }
+
+    /// Who arrived first (issue 94): listed names the gateway saw arrive on a host judge a
+    /// domain it saw there before them never, however long they hold; a domain first seen
+    /// after them, as they count; names that were there first count for both. A restart and
+    /// another gateway keep when the domain was first seen there.
+    #[test]
+    fn listed_names_that_arrived_after_a_domain_never_judge_it() {
+        let host = keys(&["host:mx.smallhost.test"]);
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        // Two listed names first seen on the host (no move: there from the gateway's start).
+        for i in 0..2 {
+            ix.teach(&format!("old{i}.test"), &host, Some("list"), LOOK, 100);
+        }
+        // Three lapsed names, seen with no mail.
+        for i in 0..3 {
+            ix.teach(&format!("new{i}.test"), &[], Some("list"), LOOK, 100);
+        }
+        teach(&mut ix, "company-co.test", &host, None, 110);
+        // Re-registered onto the host on day 120, held 200 days.
+        for day in [120, 320] {
+            for i in 0..3 {
+                ix.teach(&format!("new{i}.test"), &host, Some("list"), LOOK, day);
+            }
+        }
+        teach(&mut ix, "late-co.test", &host, None, 320);
+        let f = ix
+            .finding("late-co.test", P)
+            .expect("five listed neighbours");
+        assert_eq!(f.listed, 5);
+        assert!(
+            ix.finding("company-co.test", P).is_none(),
+            "two were there first, three arrived after it"
+        );
+        assert!(ix.finding_for("company-co.test", None).is_none());
+        let line = ix.learned_of("company-co.test").unwrap();
+        assert_eq!((line.first, line.since), (Some(110), None));
+        let text = serde_json::to_string(&line).unwrap();
+        assert!(text.contains(r#""first":110"#), "{text}");
+        // Re-taught today (its MX asked again): still first seen on day 110.
+        teach(&mut ix, "company-co.test", &host, None, 330);
+        assert!(ix.finding("company-co.test", P).is_none());
+        // A restart (the state file's lines) and another gateway (the same lines, shared).
+        let lines = ix.learned();
+        for restore in [true, false] {
+            let mut again = NeighbourhoodIndex::new(RULE, 1000);
+            for l in &lines {
+                let how = if restore { l.restore() } else { l.teach() };
+                let listed = (!l.domain.ends_with("co.test")).then_some("list");
+                again.teach(&l.domain, &l.keys, listed, how, 330);
+            }
+            assert!(again.finding("company-co.test", P).is_none(), "{restore}");
+            assert!(again.finding("late-co.test", P).is_some(), "{restore}");
+        }
+        // A third name that was there before the company judges it with the first two.
+        ix.teach("old2.test", &host, Some("list"), LOOK, 330);
+        let f = ix.finding("company-co.test", P).expect("three there first");
+        assert_eq!(f.listed, 3);
+        // It moves to a new host after the arrivals: a newcomer there like any other.
+        let other = keys(&["host:mx.other.test"]);
+        for i in 0..3 {
+            ix.teach(&format!("o{i}.test"), &other, Some("list"), LOOK, 330);
+        }
+        teach(&mut ix, "company-co.test", &other, None, 340);
+        assert!(ix.finding("company-co.test", P).is_some());
     }
 
     /// What restarts, snapshots and other gateways make of a move: a state line read after a
