@@ -1764,3 +1764,81 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
         .unwrap();
     assert!(line.contains(&format!("\"first\":{}", day - 41)), "{line}");
 }
+
+/// A listed name first seen on a host where an established company already receives mail
+/// arrived after it (issue 94, who arrived first). A regional host's 11-year-old customer is
+/// asked (the registry gives its age: it vouches), then a list reload adds twelve names whose
+/// mail goes there; the look sees them within seconds. They count for nobody until they have
+/// held the host `hold_days`: a customer of unknown age there stays `safe` (before: twelve
+/// listed against one vouched, `disposable` 80 for it and every new customer). The same
+/// reload's twelve names on a host with no established tenant judge its new domain at once.
+#[test]
+fn names_a_list_adds_beside_an_established_customer_are_weighed_as_arrivals() {
+    let mut w = World::new();
+    w.host("mx.regional.test", [192, 0, 2, 65]);
+    w.host("mx.throwaway.test", [198, 51, 100, 66]);
+    let (old, unknown, fresh) = ("old-firm.test", "quiet-shop.test", "fresh-mail.test");
+    w.mx(old, &["mx.regional.test"]);
+    w.mx(unknown, &["mx.regional.test"]);
+    w.mx(fresh, &["mx.throwaway.test"]);
+    w.mx("new-shop.test", &["mx.regional.test"]);
+    // The lists at start: one lapsed name (the look's first pass has something to pass over).
+    w.listed.push("gone0.test".to_owned());
+    let mut added = Vec::new();
+    for i in 0..12 {
+        for (host, prefix) in [("mx.regional.test", "near"), ("mx.throwaway.test", "tw")] {
+            let d = format!("{prefix}{i}.test");
+            w.mx(&d, &[host]);
+            added.push(d);
+        }
+    }
+    let dns = w.dns();
+    let mut replies: HashMap<&str, Reply> = HashMap::new();
+    replies.insert(old, Reply::Registered(4_000));
+    let rdap = RdapServer::start(replies);
+    let gw = builder(&w, &dns)
+        .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }")
+        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .start();
+    wait_first_look(&gw);
+    // The established customer, asked until its age is in (then it vouches).
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, old)["evidence"]["age_days"] == 4_000
+    });
+    assert_eq!(record(&gw, unknown)["reason"], "safe");
+    // A reload adds the 24 names; the look reaches them within seconds.
+    let mut listed = w.listed.clone();
+    listed.extend(added);
+    write_atomic(&gw.data_path("disposable.txt"), &listed.join("\n"));
+    wait_until(Duration::from_secs(30), || {
+        gw.metric("drg_mx_neighbourhood_looked_total")
+            .unwrap_or(0.0)
+            >= 24.0
+    });
+    // Beside no established tenant: judged at once.
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, fresh)["reason"] == "disposable"
+    });
+    let r = record(&gw, fresh);
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    // Beside the established customer: arrivals, for nobody yet, GET and batch.
+    for d in [unknown, "new-shop.test"] {
+        let r = record(&gw, d);
+        assert_eq!(r["reason"], "safe", "{r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    }
+    let names = [unknown.to_owned(), fresh.to_owned()];
+    let b = post_batch(&gw, TEST_SECRET, &names).json();
+    let reasons: Vec<&str> = (b["results"].as_array().unwrap().iter())
+        .map(|x| x["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["safe", "disposable"], "{b}");
+    let top = gw.admin_get("/mx/neighbourhoods?limit=5").json();
+    let regional = (top["top"].as_array().unwrap().iter())
+        .find(|k| k["key"] == "mx.regional.test")
+        .unwrap_or_else(|| panic!("{top}"));
+    assert_eq!(regional["judges"], false, "{top}");
+    assert_eq!(regional["listed"], 12, "{top}");
+}

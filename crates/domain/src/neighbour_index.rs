@@ -841,8 +841,9 @@ pub struct Learned {
     /// It moved to its hosts (see [`History`]) on this day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u32>,
-    /// No list names it, and the gateway first saw it on its hosts on this day (it did not
-    /// move there): listed names that arrived later do not judge it (who arrived first).
+    /// The gateway first saw it on its hosts on this day (it did not move there): listed
+    /// names that arrived later do not judge it (who arrived first), and a listed name that
+    /// comes with it is no newcomer to a host where established domains receive mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first: Option<u32>,
     /// The projects whose traffic taught it, each for its own answers (64-bit ids, the first
@@ -1118,7 +1119,20 @@ impl NeighbourhoodIndex {
             }
             _ => keys.iter().map(|k| self.intern(k)).collect(),
         };
-        let history = History::after(old.as_ref().map(|o| (&*o.keys, o.history)), &keys, how, day);
+        let mut history =
+            History::after(old.as_ref().map(|o| (&*o.keys, o.history)), &keys, how, day);
+        // A listed name first seen (by anyone: no history came with it) on a host where domains
+        // the registry shows established already receive mail is weighed as one that moved
+        // there: it arrived after them, or nothing says it did not.
+        // The operator's snapshot is the operator's word, not an arrival.
+        let first_sight = old.is_none() && how.history.is_none() && !how.restore;
+        if listed.is_some() && first_sight && !how.teachers.is_global() {
+            let established_here = |k: &Arc<str>| {
+                matches!(KeyKind::split(k), Some((KeyKind::Host, _)))
+                    && self.keys.get(k).is_some_and(|c| c.vouched > 0)
+            };
+            history.moved = keys.iter().any(established_here);
+        }
         if !how.restore && old.as_ref().is_some_and(|o| moved_to(&o.keys, &keys)) {
             self.moves += u64::from(listed.is_some());
         }
@@ -1450,7 +1464,7 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         global: e.teachers.is_global(),
         looked: e.teachers.is_looked(),
         since: e.history.moved.then_some(e.history.since),
-        first: (!e.history.moved && !e.standing.is_listed()).then_some(e.history.since),
+        first: (!e.history.moved).then_some(e.history.since),
         taught_by: e.teachers.projects().to_vec(),
         trusted_by: Vec::new(),
     }
@@ -1602,6 +1616,22 @@ mod tests {
         assert!(fresh.finding("victim.test", P).is_some());
     }
 
+    /// `ix`'s lines taught on `day` to a new index, as a restart and as another gateway would
+    /// (the `*co.test` names unlisted): `judged` is judged there, `spared` not.
+    fn same_when_replayed(ix: &NeighbourhoodIndex, day: u32, judged: &str, spared: &str) {
+        let lines = ix.learned();
+        for restore in [true, false] {
+            let mut again = NeighbourhoodIndex::new(RULE, 1000);
+            for l in &lines {
+                let how = if restore { l.restore() } else { l.teach() };
+                let source = (!l.domain.ends_with("co.test")).then_some("list");
+                again.teach(&l.domain, &l.keys, source, how, day);
+            }
+            assert!(again.finding(judged, P).is_some(), "{judged}, {restore}");
+            assert!(again.finding(spared, P).is_none(), "{spared}, {restore}");
+        }
+    }
+
     /// Who arrived first (issue 94): listed names the gateway saw arrive on a host judge a
     /// domain it saw there before them never, however long they hold; a domain first seen
     /// after them, as they count; names that were there first count for both. A restart and
@@ -1643,17 +1673,7 @@ mod tests {
         teach(&mut ix, "company-co.test", &host, None, 330);
         assert!(ix.finding("company-co.test", P).is_none());
         // A restart (the state file's lines) and another gateway (the same lines, shared).
-        let lines = ix.learned();
-        for restore in [true, false] {
-            let mut again = NeighbourhoodIndex::new(RULE, 1000);
-            for l in &lines {
-                let how = if restore { l.restore() } else { l.teach() };
-                let listed = (!l.domain.ends_with("co.test")).then_some("list");
-                again.teach(&l.domain, &l.keys, listed, how, 330);
-            }
-            assert!(again.finding("company-co.test", P).is_none(), "{restore}");
-            assert!(again.finding("late-co.test", P).is_some(), "{restore}");
-        }
+        same_when_replayed(&ix, 330, "late-co.test", "company-co.test");
         // A third name that was there before the company judges it with the first two.
         ix.teach("old2.test", &host, Some("list"), LOOK, 330);
         let f = ix.finding("company-co.test", P).expect("three there first");
@@ -1665,6 +1685,45 @@ mod tests {
         }
         teach(&mut ix, "company-co.test", &other, None, 340);
         assert!(ix.finding("company-co.test", P).is_some());
+    }
+
+    /// A listed name first seen on a host where an established domain already receives mail
+    /// is weighed as one that moved there: it counts for nobody until it has held the host
+    /// `hold_days`, and never against the established domain, nor against another seen
+    /// there before it. On a host with no established domain, first sight counts at once.
+    #[test]
+    fn a_listed_name_first_seen_beside_an_established_domain_arrived_after_it() {
+        let host = keys(&["host:mx.regional.test"]);
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        vouched(&mut ix, "old-co.test", &host);
+        teach(&mut ix, "young-co.test", &host, None, 1);
+        for i in 0..4 {
+            ix.teach(&format!("l{i}.test"), &host, Some("list"), LOOK, 100);
+        }
+        let line = ix.learned_of("l0.test").unwrap();
+        assert_eq!((line.since, line.first), (Some(100), None), "moved there");
+        teach(&mut ix, "new-co.test", &host, None, 100);
+        assert!(ix.finding("new-co.test", P).is_none(), "not held yet");
+        for i in 0..4 {
+            ix.teach(&format!("l{i}.test"), &host, Some("list"), LOOK, 130);
+        }
+        teach(&mut ix, "later-co.test", &host, None, 130);
+        let f = ix.finding("later-co.test", P).expect("held 30 days");
+        assert_eq!((f.listed, f.vouched), (4, 1));
+        assert!(ix.finding("young-co.test", P).is_none(), "there first");
+        // Seen the day they arrived: whole days, so they count for it.
+        assert!(ix.finding("new-co.test", P).is_some());
+        // Another gateway's lines, and a restart: the same.
+        same_when_replayed(&ix, 130, "later-co.test", "young-co.test");
+        // No established domain on the host: the first sight is no move.
+        let other = keys(&["host:mx.other.test"]);
+        teach(&mut ix, "unknown-co.test", &other, None, 1);
+        for i in 0..4 {
+            ix.teach(&format!("o{i}.test"), &other, Some("list"), LOOK, 100);
+        }
+        assert_eq!(ix.learned_of("o0.test").unwrap().first, Some(100));
+        teach(&mut ix, "fresh-co.test", &other, None, 100);
+        assert!(ix.finding("fresh-co.test", P).is_some());
     }
 
     /// What restarts, snapshots and other gateways make of a move: a state line read after a
