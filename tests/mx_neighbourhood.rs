@@ -221,6 +221,24 @@ fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
     r.json()
 }
 
+/// The explained records of `names` on the batch route, in order.
+fn batch_records(gw: &Gateway, names: &[&str]) -> Vec<serde_json::Value> {
+    let body = serde_json::json!({ "domains": names }).to_string();
+    let batch = send(
+        gw,
+        "POST",
+        "/v1/public/domains?explain=true",
+        Some(TEST_SECRET),
+        &[],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(batch.status, 200, "{}", batch.text());
+    batch.json()["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Traffic as the gateway would have seen it: legitimate domains, then the listed ones (their
 /// MX resolved in the background), looked up by the test's project (a lookup teaches the
 /// project that made it), waiting until the index holds them all and the gateway's own look
@@ -1055,6 +1073,45 @@ fn lookups_by_several_projects_judge_no_third_and_do_not_outweigh_an_established
     }
 }
 
+/// A registry on loopback that gives each of `ages` (a domain, its days since registration)
+/// 1.5 s after it is asked: healthy, but slow to answer.
+fn slow_registry(ages: &[(&str, i64)]) -> RdapServer {
+    let replies: HashMap<&str, Reply> = ages
+        .iter()
+        .map(|(d, days)| {
+            let late = Reply::Slow(
+                Duration::from_millis(1_500),
+                Box::new(Reply::Registered(*days)),
+            );
+            (*d, late)
+        })
+        .collect();
+    RdapServer::start(replies)
+}
+
+/// `r`, the record of `d`, is the answer that waits for an age on its way: `safe` 40,
+/// `age_pending`.
+fn assert_waits_for_age(r: &serde_json::Value, d: &str) {
+    assert_eq!(
+        (r["reason"].as_str(), r["risk_score"].as_u64()),
+        (Some("safe"), Some(40)),
+        "{d}: {r}"
+    );
+    assert_eq!(r["evidence"]["age_pending"], true, "{d}: {r}");
+}
+
+/// `b` asking `rdap` for `.test` ages as fast as it answers, a lookup the neighbourhood would
+/// flag waiting 300 ms for one, and verdict changes watched (`GET /v1/changes`).
+fn with_slow_registry(b: GatewayBuilder, rdap: &RdapServer) -> GatewayBuilder {
+    b.rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .rdap_yaml("neighbourhood_budget_ms: 300")
+        .gateway_yaml(
+            "changes: { watch_days: { test: 30 }, pass_interval_seconds: 1, stable_seconds: 0 }",
+        )
+}
+
 /// One project's own sign-up form asked for 20 listed domains whose mail goes to a regional
 /// host (anyone can type them in), then for the host's customers, whose registry is healthy
 /// but slow to answer. Issue 94: the first answers of its 11-year-old customers were
@@ -1073,28 +1130,10 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
         w.mx(d, &["mx.regional-host.test"]);
     }
     let dns = w.dns();
-    let slow = |days| {
-        Reply::Slow(
-            Duration::from_millis(1_500),
-            Box::new(Reply::Registered(days)),
-        )
-    };
-    let mut replies: HashMap<&str, Reply> = HashMap::new();
-    for c in companies {
-        replies.insert(c, slow(4_000));
-    }
-    replies.insert(young, slow(20));
-    let rdap = RdapServer::start(replies);
-    let gw = builder(&w, &dns)
-        .look(false)
-        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
-        .rdap_yaml("allow_plain_http: true")
-        .rdap_yaml("min_interval_ms: 1")
-        .rdap_yaml("neighbourhood_budget_ms: 300")
-        .gateway_yaml(
-            "changes: { watch_days: { test: 30 }, pass_interval_seconds: 1, stable_seconds: 0 }",
-        )
-        .start();
+    let mut ages: Vec<(&str, i64)> = companies.iter().map(|c| (*c, 4_000)).collect();
+    ages.push((young, 20));
+    let rdap = slow_registry(&ages);
+    let gw = with_slow_registry(builder(&w, &dns).look(false), &rdap).start();
     wait_until(Duration::from_secs(10), || {
         gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
     });
@@ -1107,13 +1146,8 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
     // First answers: the registry is asked, its answer on its way (one fetch at a time per
     // server, 1.5 s each: the later names queue behind the earlier).
     let pending = |r: &serde_json::Value, d: &str| {
-        assert_eq!(
-            (r["reason"].as_str(), r["risk_score"].as_u64()),
-            (Some("safe"), Some(40)),
-            "{d}: {r}"
-        );
+        assert_waits_for_age(r, d);
         let e = &r["evidence"];
-        assert_eq!(e["age_pending"], true, "{d}: {r}");
         assert_eq!(e["registry"]["status"], "queued", "{d}: {r}");
         assert_eq!(e["neighbourhood"]["grounds"], "lookups", "{d}: {r}");
         assert!(e.get("established").is_none(), "{d}: {r}");
@@ -1121,19 +1155,8 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
     for d in companies[..2].iter().chain([&young]) {
         pending(&record(&gw, d), d);
     }
-    let names: Vec<String> = companies[2..].iter().map(|d| d.to_string()).collect();
-    let body = serde_json::json!({ "domains": names }).to_string();
-    let batch = send(
-        &gw,
-        "POST",
-        "/v1/public/domains?explain=true",
-        Some(TEST_SECRET),
-        &[],
-        Some(body.as_bytes()),
-    );
-    assert_eq!(batch.status, 200, "{}", batch.text());
-    let batch = batch.json();
-    for (r, d) in batch["results"].as_array().unwrap().iter().zip(&names) {
+    let names = &companies[2..];
+    for (r, d) in batch_records(&gw, names).iter().zip(names) {
         pending(r, d);
     }
     // Once its age is in, the young one's change reaches the project unasked (`GET
@@ -1171,6 +1194,74 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
         "{r}"
     );
     assert_eq!(told().len(), 1, "told at once, nothing more");
+}
+
+/// Issue 94, row 6: twelve lapsed listed names were re-registered and pointed at a small
+/// company's mail host before the deployment started, so the gateway's first look already
+/// finds them there (no move to see: the look's baseline is the planting). The company's
+/// customers, 3,500 to 4,000 days old, are then asked while their registry is healthy but
+/// slow. Their first answers were `disposable` 80, GET and batch: a finding the look holds for
+/// every project did not wait for a queued age. Whoever re-registers listed names chooses
+/// where their mail goes, whether the gateway looked before or after: a finding lookups or
+/// the look taught waits for an age on its way (`safe` 40, `age_pending`), and once the ages
+/// are in the customers are `established`. A throwaway of 20 days on the same host is
+/// `disposable` as soon as its age is in, and `GET /v1/changes` says so unasked.
+#[test]
+fn names_planted_before_the_first_look_wait_for_a_customers_age() {
+    let mut w = World::new();
+    w.listed_on("mx.smallco-mail.test", [192, 0, 2, 67], "replanted", 12);
+    let customers = [
+        "old-client-a.test",
+        "old-client-b.test",
+        "old-client-c.test",
+    ];
+    let young = "fresh-burner.test";
+    for d in customers.iter().chain([&young]) {
+        w.mx(d, &["mx.smallco-mail.test"]);
+    }
+    let dns = w.dns();
+    let mut ages: Vec<(&str, i64)> = customers
+        .iter()
+        .copied()
+        .zip([3_500, 3_800, 4_000])
+        .collect();
+    ages.push((young, 20));
+    let rdap = slow_registry(&ages);
+    let looking = builder(&w, &dns)
+        .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }");
+    let gw = with_slow_registry(looking, &rdap).start();
+    wait_first_look(&gw);
+    // The look taught the twelve for every project; nobody looked one up.
+    let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
+    assert_eq!(top["top"][0]["listed"], 12, "{top}");
+    let pending = |r: &serde_json::Value, d: &str| {
+        assert_waits_for_age(r, d);
+        assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{d}: {r}");
+    };
+    for d in customers[..2].iter().chain([&young]) {
+        pending(&record(&gw, d), d);
+    }
+    pending(&batch_records(&gw, &customers[2..])[0], customers[2]);
+    wait_until(Duration::from_secs(30), || {
+        customers
+            .iter()
+            .all(|c| record(&gw, c)["evidence"]["established"] == true)
+    });
+    let r = record(&gw, young);
+    assert_eq!(
+        (r["reason"].as_str(), r["risk_score"].as_u64()),
+        (Some("disposable"), Some(80)),
+        "{r}"
+    );
+    let changed = |d: &str| {
+        let page = gw.get("/v1/changes").json();
+        page["changes"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|i| i["domain"] == d && i["to"] == "disposable")
+        })
+    };
+    wait_until(Duration::from_secs(30), || changed(young));
+    assert!(customers.iter().all(|c| !changed(c)));
 }
 
 /// An answer teaches what it settles (issue 94): a mail host whose reverse zone answers

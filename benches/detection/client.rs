@@ -15,6 +15,9 @@ use crate::common::read_response;
 pub struct Answer {
     pub reason: String,
     pub score: u64,
+    /// The answer says it waits for a registry's age on its way (`age_pending`): what it is
+    /// depends on when the registry answers.
+    pub pending: bool,
 }
 
 impl Answer {
@@ -27,6 +30,7 @@ impl Answer {
         Answer {
             reason: format!("error: {why}"),
             score: 0,
+            pending: false,
         }
     }
 
@@ -34,6 +38,7 @@ impl Answer {
         Answer {
             reason: v["reason"].as_str().unwrap_or("?").to_owned(),
             score: v["risk_score"].as_u64().unwrap_or(0),
+            pending: v["evidence"]["age_pending"] == true,
         }
     }
 }
@@ -152,7 +157,7 @@ pub fn ask(
             addr,
             project,
             "GET",
-            &format!("/v1/public/domain/{}", names[0].1),
+            &format!("/v1/public/domain/{}?explain=true", names[0].1),
             None,
         )
         .map(|v| vec![Answer::of(&v)])
@@ -163,7 +168,7 @@ pub fn ask(
             addr,
             project,
             "POST",
-            "/v1/public/domains",
+            "/v1/public/domains?explain=true",
             Some(body.to_string()),
         )
         .map(|v| {

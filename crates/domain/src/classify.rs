@@ -143,25 +143,22 @@ pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool
     finding.grounds == Grounds::Lookups && age.is_some_and(|a| rule.is_established(a))
 }
 
-/// Whether the neighbourhood's `finding` waits for the domain's age: it rests on lookups (an
-/// established age would outweigh it, [`shields`]) and needs the asking project's own (what its
-/// sign-up form's end users can plant: `Finding::own_lookups`), the age rule weighs
+/// Whether the neighbourhood's `finding` waits for the domain's age: it rests on lookups or the
+/// gateway's own look (an established age would outweigh it, [`shields`]), the age rule weighs
 /// establishment, and the age is on its way from a registry not known to fail. Answering
-/// `disposable` meanwhile would condemn an established company for the gateway's own queue
-/// (planted names asked first fill it); answering from what is known and settling when the age
-/// is in does not. A finding the lists and the gateway's own look hold for every project (what
-/// it saw itself, at its own time) does not wait: that is the first answers' recall. A
-/// registry that is absent or failing is no registry: nothing is waited for.
+/// `disposable` meanwhile would condemn an established company for the gateway's own queue;
+/// answering from what is known and settling when the age is in does not. Whoever re-registers
+/// lapsed listed names chooses where their mail goes, before the gateway first looked as well
+/// as after (names planted before a deployment's first pass are the look's baseline), so what
+/// the look saw waits as what a project's lookups taught does. Only a finding the operator's
+/// lists hold alone does not wait. A registry that is absent or failing is no registry:
+/// nothing is waited for.
 pub fn pending(
     finding: &Finding,
     (age, on_its_way): (Option<DomainAge>, bool),
     rule: AgeRule,
 ) -> bool {
-    finding.grounds == Grounds::Lookups
-        && finding.own_lookups
-        && rule.established_days > 0
-        && age.is_none()
-        && on_its_way
+    finding.grounds == Grounds::Lookups && rule.established_days > 0 && age.is_none() && on_its_way
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -836,7 +833,8 @@ mod tests {
             ..rule
         };
         assert_eq!(pending(lookups, no_establishment).0, Reason::Disposable);
-        // What every project counts (the lists and the look) holds it alone: no wait.
+        // What the gateway's own look holds for every project waits too: names planted before
+        // its first pass are its baseline.
         let everyone = Signals {
             age_pending: true,
             neighbourhood: Some(Finding {
@@ -845,7 +843,7 @@ mod tests {
             }),
             ..with(None, lookups)
         };
-        assert_eq!(judged(everyone).0, Reason::Disposable);
+        assert_eq!(judged(everyone).0, Reason::Safe);
         // An age in settles it, whatever `age_pending` says.
         let young_in = Signals {
             age_pending: true,

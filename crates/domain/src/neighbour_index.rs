@@ -760,9 +760,9 @@ pub struct Finding {
     #[serde(default)]
     pub grounds: Grounds,
     /// The finding needs what the asking project's own lookups taught: the lists and the
-    /// gateway's own look (what every project counts) do not hold it alone. Whoever types an
-    /// address into the project's sign-up form can plant that, so such a finding waits for a
-    /// registry's age on its way (`classify::pending`).
+    /// gateway's own look (what every project counts) do not hold it alone: whoever types an
+    /// address into the project's sign-up form can plant that. (Every finding lookups or the
+    /// look taught waits for a registry's age on its way, `classify::pending`.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub own_lookups: bool,
     /// Listed neighbours by the list that names them, most first.

@@ -5,9 +5,11 @@
 //! fetch goes to the next project in the rotation, so a project with 1,000 new names waits
 //! behind itself, never in front of another; a name another project already queued moves to
 //! the asking project's line, so nobody can plant names to delay someone else's. Pacing: a
-//! server has at most one fetch in flight, is asked at most once per `interval`, and not at all
-//! while it backs off (a 429's `Retry-After`, timeouts); a name whose server is not ready is
-//! passed over for one that is, so a slow or backing-off registry holds one worker at most.
+//! server has at most one fetch in flight, is asked for names no answer waits for at most once
+//! per `interval`, for names an answer waits for at most once per `waited_interval` (shorter:
+//! an established company's first answer waits on it), and not at all while it backs off (a
+//! 429's `Retry-After`, timeouts); a name whose server is not ready is passed over for one that
+//! is, so a slow or backing-off registry holds one worker at most.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -24,6 +26,9 @@ pub struct Job {
     pub project: Box<str>,
     /// Times a server asked to be asked again later (429, 503) for this name.
     pub attempts: u32,
+    /// A lookup's answer waits for it (a verdict that its age could outweigh): fetched before
+    /// the names of its project's line only the next lookups will read.
+    pub waited: bool,
 }
 
 /// What became of an offered name.
@@ -49,8 +54,13 @@ pub enum Next {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Pace {
-    /// The server may be asked again from this instant.
-    ready_at: Option<Instant>,
+    /// The last fetch began at this instant.
+    asked_at: Option<Instant>,
+    /// The last fetch of a name no answer waited for began at this instant: those keep their
+    /// own pace, whatever answers wait for.
+    asked_unwaited_at: Option<Instant>,
+    /// Not asked before this instant (a back-off).
+    held_until: Option<Instant>,
     /// Failures in a row (timeouts, errors): the back-off doubles with each.
     failures: u32,
     /// A fetch to the server is running.
@@ -61,8 +71,37 @@ struct Pace {
 }
 
 impl Pace {
-    fn ready(&self, now: Instant) -> bool {
-        !self.in_flight && self.ready_at.is_none_or(|at| at <= now)
+    /// From when the server may be asked for a name an answer waits for (`waited`) or not.
+    fn ready_at(&self, waited: bool, pacing: Pacing) -> Option<Instant> {
+        let after = |at: Option<Instant>, gap: Duration| at.map(|a| a + gap);
+        let unwaited = (!waited)
+            .then(|| after(self.asked_unwaited_at, pacing.interval))
+            .flatten();
+        [
+            after(self.asked_at, pacing.waited_interval),
+            unwaited,
+            self.held_until,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+}
+
+/// How often one server is asked: for names no answer waits for, and for those one does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    pub interval: Duration,
+    pub waited_interval: Duration,
+}
+
+impl Pacing {
+    /// Every name at one pace.
+    pub fn every(interval: Duration) -> Self {
+        Pacing {
+            interval,
+            waited_interval: interval,
+        }
     }
 }
 
@@ -83,12 +122,12 @@ pub struct Queue {
     waiting: usize,
     capacity: usize,
     per_project: usize,
-    interval: Duration,
+    pacing: Pacing,
     servers: HashMap<Box<str>, Pace>,
 }
 
 impl Queue {
-    pub fn new(capacity: usize, per_project: usize, interval: Duration) -> Self {
+    pub fn new(capacity: usize, per_project: usize, pacing: Pacing) -> Self {
         Queue {
             lines: HashMap::new(),
             rotation: VecDeque::new(),
@@ -97,7 +136,7 @@ impl Queue {
             waiting: 0,
             capacity: capacity.max(1),
             per_project: per_project.max(1),
-            interval,
+            pacing,
             servers: HashMap::new(),
         }
     }
@@ -113,38 +152,73 @@ impl Queue {
     }
 
     /// Queues `job` unless its name is busy or a bound is reached. A name waiting on another
-    /// project's line moves to this project's (when it has room).
+    /// project's line moves to this project's (when it has room); a name an answer now waits
+    /// for moves to the front of its line.
     pub fn offer(&mut self, job: Job) -> Offer {
         if self.busy.contains(&job.name) {
-            let other = self.waiting_in.get(&job.name).cloned();
-            if let Some(other) = other.filter(|o| *o != job.project) {
-                if self.line_len(&job.project) < self.per_project {
-                    if let Some(moved) = self.take_waiting(&other, &job.name) {
-                        self.push(Job {
-                            project: job.project,
-                            ..moved
-                        });
-                    }
+            let Some(other) = self.waiting_in.get(&job.name).cloned() else {
+                // Being fetched.
+                return Offer::Already;
+            };
+            let moves = other != job.project && self.line_len(&job.project) < self.per_project;
+            let line = if moves { &job.project } else { &other };
+            // Already waited for, it keeps its place.
+            let waited = job.waited && !self.is_waited(&other, &job.name);
+            if moves || waited {
+                if let Some(taken) = self.take_waiting(&other, &job.name) {
+                    self.push(Job {
+                        project: line.clone(),
+                        waited: taken.waited || waited,
+                        ..taken
+                    });
                 }
             }
             return Offer::Already;
         }
-        if self.waiting >= self.capacity {
-            return Offer::Full;
-        }
-        if self.line_len(&job.project) >= self.per_project {
-            return Offer::ProjectFull;
+        let full = self.waiting >= self.capacity;
+        if full || self.line_len(&job.project) >= self.per_project {
+            // A name an answer waits for takes the place of its own project's last name no
+            // answer waits for (asked again at its next lookup); never another project's.
+            if !(job.waited && self.let_go_unwaited(&job.project)) {
+                return if full {
+                    Offer::Full
+                } else {
+                    Offer::ProjectFull
+                };
+            }
         }
         self.busy.insert(job.name.clone());
         self.push(job);
         Offer::Queued
     }
 
+    /// Lets the last name of `project`'s line no answer waits for go; false when there is none.
+    fn let_go_unwaited(&mut self, project: &str) -> bool {
+        let Some(line) = self.lines.get(project) else {
+            return false;
+        };
+        let Some(i) = line.iter().rposition(|j| !j.waited) else {
+            return false;
+        };
+        let name = line[i].name.clone();
+        let gone = self.take_waiting(project, &name).is_some();
+        self.busy.remove(&name);
+        gone
+    }
+
+    fn is_waited(&self, project: &str, name: &str) -> bool {
+        self.lines
+            .get(project)
+            .and_then(|line| line.iter().find(|j| &*j.name == name))
+            .is_some_and(|j| j.waited)
+    }
+
     fn line_len(&self, project: &str) -> usize {
         self.lines.get(project).map_or(0, VecDeque::len)
     }
 
-    /// `job` at the end of its project's line.
+    /// `job` at the end of its project's line; one an answer waits for, after those answers
+    /// wait for already.
     fn push(&mut self, job: Job) {
         let line = self.lines.entry(job.project.clone()).or_default();
         if line.is_empty() {
@@ -152,7 +226,12 @@ impl Queue {
         }
         self.waiting_in
             .insert(job.name.clone(), job.project.clone());
-        line.push_back(job);
+        if job.waited {
+            let at = line.iter().position(|j| !j.waited).unwrap_or(line.len());
+            line.insert(at, job);
+        } else {
+            line.push_back(job);
+        }
         self.waiting += 1;
     }
 
@@ -170,54 +249,76 @@ impl Queue {
         Some(job)
     }
 
-    /// The next name to fetch at `now` (its server's turn taken), or when to look again.
+    /// The next name to fetch at `now` (its server's turn taken), or when to look again: the
+    /// first name whose server is ready from the first project in turn that has one (which
+    /// then goes to the end of the rotation). Names an answer waits for lead their project's
+    /// line, and only their project's: no project's names go before another's turn.
     pub fn next(&mut self, now: Instant) -> Next {
         let mut soonest: Option<Instant> = None;
-        for _ in 0..self.rotation.len() {
-            let Some(project) = self.rotation.pop_front() else {
-                break;
+        let (servers, pacing) = (&self.servers, self.pacing);
+        let mut ready = |job: &Job| {
+            let Some(pace) = servers.get(&job.server) else {
+                return true;
             };
-            let line = self
-                .lines
-                .get_mut(&project)
-                .expect("a project in turn has a line");
-            let ready = line.iter().take(SCAN).position(|job| {
-                let Some(pace) = self.servers.get(&job.server) else {
-                    return true;
-                };
-                if pace.ready(now) {
-                    return true;
-                }
-                // A fetch in flight wakes the workers when it ends; a pace, at its time.
-                if let Some(at) = pace.ready_at.filter(|at| *at > now && !pace.in_flight) {
-                    soonest = Some(soonest.map_or(at, |s| s.min(at)));
-                }
-                false
-            });
-            let Some(i) = ready else {
-                self.rotation.push_back(project);
-                continue;
-            };
-            let job = line.remove(i).expect("the position is in the line");
-            self.waiting -= 1;
-            self.waiting_in.remove(&job.name);
-            if line.is_empty() {
-                self.lines.remove(&project);
-            } else {
-                self.rotation.push_back(project);
+            // A fetch in flight wakes the workers when it ends.
+            if pace.in_flight {
+                return false;
             }
-            let pace = self.servers.entry(job.server.clone()).or_default();
-            pace.ready_at = Some(now + self.interval);
-            pace.in_flight = true;
-            return Next::Fetch(job);
+            match pace.ready_at(job.waited, pacing) {
+                Some(at) if at > now => {
+                    // A pace, at its time.
+                    soonest = Some(soonest.map_or(at, |s| s.min(at)));
+                    false
+                }
+                _ => true,
+            }
+        };
+        let found = self
+            .rotation
+            .iter()
+            .enumerate()
+            .find_map(|(turn, project)| {
+                let line = self
+                    .lines
+                    .get(project)
+                    .expect("a project in turn has a line");
+                line.iter()
+                    .take(SCAN)
+                    .position(&mut ready)
+                    .map(|i| (turn, i))
+            });
+        let Some((turn, i)) = found else {
+            return match soonest {
+                Some(at) => Next::WaitUntil(at),
+                None if self.waiting == 0 => Next::Empty,
+                // Names whose servers are busy, or beyond the scan: look again after an
+                // interval (a fetch ending wakes the workers sooner).
+                None => Next::WaitUntil(now + self.pacing.interval.max(Duration::from_millis(100))),
+            };
+        };
+        let project = self
+            .rotation
+            .remove(turn)
+            .expect("the turn is in the rotation");
+        let line = self
+            .lines
+            .get_mut(&project)
+            .expect("a project in turn has a line");
+        let job = line.remove(i).expect("the position is in the line");
+        self.waiting -= 1;
+        self.waiting_in.remove(&job.name);
+        if line.is_empty() {
+            self.lines.remove(&project);
+        } else {
+            self.rotation.push_back(project);
         }
-        match soonest {
-            Some(at) => Next::WaitUntil(at),
-            None if self.waiting == 0 => Next::Empty,
-            // Names whose servers are busy, or beyond the scan: look again after an interval
-            // (a fetch ending wakes the workers sooner).
-            None => Next::WaitUntil(now + self.interval.max(Duration::from_millis(100))),
+        let pace = self.servers.entry(job.server.clone()).or_default();
+        pace.asked_at = Some(now);
+        if !job.waited {
+            pace.asked_unwaited_at = Some(now);
         }
+        pace.in_flight = true;
+        Next::Fetch(job)
     }
 
     /// A fetch of `job` ended (answered, or given up): its name may be offered again.
@@ -257,8 +358,11 @@ impl Queue {
         pace.in_flight = false;
         pace.failures = pace.failures.saturating_add(1);
         let doubling = Duration::from_secs(1u64 << (pace.failures - 1).min(20));
-        let wait = retry_after.unwrap_or(doubling).max(self.interval).min(max);
-        pace.ready_at = Some(pace.ready_at.map_or(now + wait, |at| at.max(now + wait)));
+        let wait = retry_after
+            .unwrap_or(doubling)
+            .max(self.pacing.interval)
+            .min(max);
+        pace.held_until = Some(pace.held_until.map_or(now + wait, |at| at.max(now + wait)));
         let keep = give_back
             && self.line_len(&job.project) < self.per_project
             && self.waiting < self.capacity;
@@ -274,7 +378,7 @@ impl Queue {
     pub fn backing_off(&self, now: Instant) -> usize {
         self.servers
             .values()
-            .filter(|p| p.failures > 0 && p.ready_at.is_some_and(|at| at > now))
+            .filter(|p| p.failures > 0 && p.held_until.is_some_and(|at| at > now))
             .count()
     }
 }
@@ -290,6 +394,7 @@ mod tests {
             server: server.into(),
             project: project.into(),
             attempts: 0,
+            waited: false,
         }
     }
 
@@ -303,7 +408,7 @@ mod tests {
     #[test]
     fn a_server_is_failing_from_a_failed_fetch_until_one_is_answered() {
         let now = Instant::now();
-        let mut q = Queue::new(10, 10, Duration::ZERO);
+        let mut q = Queue::new(10, 10, Pacing::every(Duration::ZERO));
         assert!(!q.failing("s"), "never asked");
         q.offer(job("a.com", "p", "s"));
         let a = fetch(&mut q, now).unwrap();
@@ -323,7 +428,7 @@ mod tests {
 
     #[test]
     fn projects_are_served_in_turn_and_one_cannot_take_the_queue() {
-        let mut q = Queue::new(100, 3, Duration::ZERO);
+        let mut q = Queue::new(100, 3, Pacing::every(Duration::ZERO));
         for i in 0..10 {
             let offer = q.offer(job(&format!("a{i}.com"), "flood", "s"));
             assert_eq!(
@@ -356,9 +461,110 @@ mod tests {
     }
 
     #[test]
+    fn a_name_an_answer_waits_for_leads_its_projects_line_and_no_other() {
+        let now = Instant::now();
+        let mut q = Queue::new(100, 100, Pacing::every(Duration::ZERO));
+        let waited = |name: &str, project: &str| Job {
+            waited: true,
+            ..job(name, project, "s")
+        };
+        for i in 0..3 {
+            q.offer(job(&format!("bg{i}.com"), "p", "s"));
+        }
+        q.offer(job("other.com", "o", "s"));
+        q.offer(waited("w0.com", "p"));
+        // Queued for the next lookups first, then waited for: it moves up.
+        q.offer(job("late.com", "p", "s"));
+        assert_eq!(q.offer(waited("late.com", "p")), Offer::Already);
+        // Asked again while it waits: it keeps its place.
+        assert_eq!(q.offer(waited("w0.com", "p")), Offer::Already);
+        let mut order = Vec::new();
+        while let Some(j) = fetch(&mut q, now) {
+            order.push(j.name.to_string());
+            q.done(&j, true);
+        }
+        // `p`'s waited-for names first in its turns; `o` keeps its turn between them.
+        assert_eq!(
+            order,
+            [
+                "w0.com",
+                "other.com",
+                "late.com",
+                "bg0.com",
+                "bg1.com",
+                "bg2.com"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_name_an_answer_waits_for_takes_the_place_of_its_own_projects_other_names() {
+        let mut q = Queue::new(4, 2, Pacing::every(Duration::ZERO));
+        let waited = |name: &str, project: &str| Job {
+            waited: true,
+            ..job(name, project, "s")
+        };
+        q.offer(job("a.com", "p", "s"));
+        q.offer(job("b.com", "p", "s"));
+        assert_eq!(q.offer(job("c.com", "p", "s")), Offer::ProjectFull);
+        assert_eq!(q.offer(waited("w.com", "p")), Offer::Queued);
+        assert!(
+            !q.is_busy("b.com"),
+            "let go, asked again at its next lookup"
+        );
+        assert_eq!(q.offer(waited("v.com", "p")), Offer::Queued);
+        // Nothing of its own left to let go.
+        assert_eq!(q.offer(waited("x.com", "p")), Offer::ProjectFull);
+        // The queue full: another project's names are never let go for it.
+        q.offer(job("o1.com", "o", "s"));
+        q.offer(job("o2.com", "o", "s"));
+        assert_eq!(q.offer(waited("y.com", "z")), Offer::Full);
+        assert_eq!(q.waiting(), 4);
+        assert!(q.is_busy("o1.com") && q.is_busy("o2.com"));
+    }
+
+    #[test]
+    fn names_an_answer_waits_for_keep_their_own_pace_beside_the_others() {
+        let second = Duration::from_secs(1);
+        let fifth = Duration::from_millis(200);
+        let pacing = Pacing {
+            interval: second,
+            waited_interval: fifth,
+        };
+        let mut q = Queue::new(100, 100, pacing);
+        let waited = |name: &str| Job {
+            waited: true,
+            ..job(name, "p", "s")
+        };
+        for i in 0..3 {
+            q.offer(waited(&format!("w{i}.com")));
+        }
+        q.offer(job("bg.com", "p", "s"));
+        let t = Instant::now();
+        let next = |q: &mut Queue, at: Instant| {
+            let j = fetch(q, at)?;
+            q.done(&j, true);
+            Some(j.name.to_string())
+        };
+        assert_eq!(next(&mut q, t).as_deref(), Some("w0.com"));
+        // A fifth of a second between waited-for names, whatever the second says.
+        assert_eq!(next(&mut q, t + fifth / 2), None);
+        assert_eq!(next(&mut q, t + fifth).as_deref(), Some("w1.com"));
+        assert_eq!(next(&mut q, t + fifth * 2).as_deref(), Some("w2.com"));
+        // The others keep one a second, and waited-for names do not spend it.
+        assert_eq!(next(&mut q, t + fifth * 3).as_deref(), Some("bg.com"));
+        q.offer(job("bg2.com", "p", "s"));
+        assert_eq!(next(&mut q, t + fifth * 4), None);
+        assert_eq!(
+            next(&mut q, t + fifth * 3 + second).as_deref(),
+            Some("bg2.com")
+        );
+    }
+
+    #[test]
     fn a_server_is_paced_and_a_busy_one_is_passed_over() {
         let interval = Duration::from_millis(100);
-        let mut q = Queue::new(100, 100, interval);
+        let mut q = Queue::new(100, 100, Pacing::every(interval));
         q.offer(job("a.com", "p", "slow"));
         q.offer(job("b.com", "p", "slow"));
         q.offer(job("c.net", "p", "other"));
@@ -381,7 +587,7 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_and_failures_double_the_wait() {
-        let mut q = Queue::new(100, 100, Duration::from_millis(10));
+        let mut q = Queue::new(100, 100, Pacing::every(Duration::from_millis(10)));
         let max = Duration::from_secs(600);
         q.offer(job("a.com", "p", "s"));
         let now = Instant::now();
@@ -431,7 +637,7 @@ mod tests {
         fn any_sequence_keeps_the_books_and_loses_no_name(
             ops in proptest::collection::vec((0u8..4, 0u8..12, 0u8..3, 0u8..3), 1..200)
         ) {
-            let mut q = Queue::new(8, 3, Duration::from_millis(5));
+            let mut q = Queue::new(8, 3, Pacing::every(Duration::from_millis(5)));
             let mut now = Instant::now();
             let mut running: Vec<Job> = Vec::new();
             for (op, name, project, server) in ops {

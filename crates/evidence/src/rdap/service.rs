@@ -28,7 +28,7 @@ use super::bootstrap::Bootstrap;
 use super::cache::{AgeCache, Entry, Known};
 use super::config::RdapConfig;
 use super::fetch::{FetchError, Fetched, Fetcher};
-use super::queue::{Job, Next, Offer, Queue};
+use super::queue::{Job, Next, Offer, Pacing, Queue};
 use drg_base::periodic::Ticks;
 use drg_domain::age::{AgeRule, DayNumber, DomainAge};
 use drg_domain::DomainName;
@@ -130,7 +130,10 @@ impl Rdap {
             queue: Mutex::new(Queue::new(
                 config.max_queued,
                 config.max_queued_per_project,
-                config.min_interval,
+                Pacing {
+                    interval: config.min_interval,
+                    waited_interval: config.waited_interval.min(config.min_interval),
+                },
             )),
             wake: Condvar::new(),
             fetched: tokio::sync::Notify::new(),
@@ -220,7 +223,7 @@ impl Rdap {
         match entry.known {
             Known::Registered(day) => {
                 if !fresh {
-                    self.schedule(registrable, project);
+                    self.schedule(registrable, project, false);
                 }
                 Some(Some(DomainAge::on(day, today(now))))
             }
@@ -318,7 +321,7 @@ impl Rdap {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
-        self.schedule(registrable, project);
+        self.schedule(registrable, project, false);
         None
     }
 
@@ -346,7 +349,7 @@ impl Rdap {
             self.counters.hits.fetch_add(1, Relaxed);
             return known;
         }
-        if !self.schedule(registrable, project) {
+        if !self.schedule(registrable, project, true) {
             return None;
         }
         let deadline = tokio::time::Instant::now() + budget;
@@ -364,9 +367,9 @@ impl Rdap {
         }
     }
 
-    /// Queues `registrable` for `project`; false when it will not be fetched (no server for
-    /// its TLD, a bound reached).
-    fn schedule(&self, registrable: &str, project: &str) -> bool {
+    /// Queues `registrable` for `project` (ahead of the names no answer waits for, when
+    /// `waited`); false when it will not be fetched (no server for its TLD, a bound reached).
+    fn schedule(&self, registrable: &str, project: &str, waited: bool) -> bool {
         let tld = tld_of(registrable);
         let bootstrap = self.bootstrap.load();
         let Some(server) = bootstrap.servers(tld).first() else {
@@ -380,6 +383,7 @@ impl Rdap {
             server: server.clone(),
             project: project.into(),
             attempts: 0,
+            waited,
         };
         match self.lock().offer(job) {
             Offer::Queued => {
