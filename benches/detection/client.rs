@@ -18,6 +18,9 @@ pub struct Answer {
     /// The answer says it waits for a registry's age on its way (`age_pending`): what it is
     /// depends on when the registry answers.
     pub pending: bool,
+    /// The answer says DNS gave no MX evidence within the lookup's budget (`mx.status:
+    /// unknown`: it failed open): what it is depends on when DNS answered.
+    pub no_mx_in_time: bool,
 }
 
 impl Answer {
@@ -31,6 +34,7 @@ impl Answer {
             reason: format!("error: {why}"),
             score: 0,
             pending: false,
+            no_mx_in_time: false,
         }
     }
 
@@ -39,6 +43,7 @@ impl Answer {
             reason: v["reason"].as_str().unwrap_or("?").to_owned(),
             score: v["risk_score"].as_u64().unwrap_or(0),
             pending: v["evidence"]["age_pending"] == true,
+            no_mx_in_time: v["evidence"]["mx"]["status"] == "unknown",
         }
     }
 }

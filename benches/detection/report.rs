@@ -180,9 +180,10 @@ impl Report<'_> {
             for (g, b) in get.outcomes.iter().zip(&batch.outcomes) {
                 let (ga, ba) = (which.of(g), which.of(b));
                 let case = &world.cases[g.case];
-                // An answer waiting for a registry's age is the model's for that moment: the
-                // other route asked at another.
-                let timed = ga.pending || ba.pending;
+                // An answer waiting for a registry's age, or one DNS did not answer in time
+                // (failed open), is the model's for that moment: the other route asked at
+                // another.
+                let timed = [ga, ba].iter().any(|a| a.pending || a.no_mx_in_time);
                 if ga.reason != ba.reason && keep(case) && !timed {
                     out.entry(case.class).or_default().push(format!(
                         "{} (GET {} {}, batch {} {})",
@@ -358,17 +359,22 @@ impl Report<'_> {
     fn pending_line(&self, rdap: Rdap) -> String {
         let pending = |route| {
             let runs = self.runs(rdap, route);
-            let (mut waited, mut all) = (0, 0);
+            let (mut waited, mut no_mx, mut all) = (0, 0, 0);
             for run in runs {
                 all += run.outcomes.len();
                 waited += run.outcomes.iter().filter(|o| o.first.pending).count();
+                no_mx += run
+                    .outcomes
+                    .iter()
+                    .filter(|o| o.first.no_mx_in_time)
+                    .count();
             }
-            format!("{waited}/{all}")
+            (format!("{waited}/{all}"), format!("{no_mx}/{all}"))
         };
+        let (get, batch) = (pending(Route::Get), pending(Route::Batch));
         format!(
-            "First answers waiting for a registry's age on its way (`age_pending`, `safe` 40), GET · batch: {} · {}.\n\n",
-            pending(Route::Get),
-            pending(Route::Batch)
+            "First answers waiting for a registry's age on its way (`age_pending`, `safe` 40), GET · batch: {} · {}; with no MX evidence within the lookup's budget (`mx.status: unknown`, failed open): {} · {}.\n\n",
+            get.0, batch.0, get.1, batch.1
         )
     }
 

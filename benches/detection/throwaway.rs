@@ -156,12 +156,7 @@ impl World {
             let ip = self.ip_in(net);
             self.host(&host, ip, Some(&host));
         }
-        let listed = *self.rng.pick(&facts::CLUSTER_LISTED);
-        for k in 0..listed {
-            let d = self.throwaway_name();
-            let host = format!("mx{}.{parent}", k % facts::NUMBERED_HOSTS + 1);
-            self.listed(&d, &[host]);
-        }
+        self.listed_over_numbered(&parent);
         let mut next = facts::NUMBERED_HOSTS;
         self.unlisted(Shape::Numbered, per, |w, _| {
             next += 1;
@@ -171,6 +166,16 @@ impl World {
             w.host(&host, ip, Some(&host));
             vec![host]
         });
+    }
+
+    /// As many listed domains as a published cluster, the k-th on `mx{k mod 5 + 1}.{parent}`.
+    fn listed_over_numbered(&mut self, parent: &str) {
+        let listed = *self.rng.pick(&facts::CLUSTER_LISTED);
+        for k in 0..listed {
+            let d = self.throwaway_name();
+            let host = format!("mx{}.{parent}", k % facts::NUMBERED_HOSTS + 1);
+            self.listed(&d, &[host]);
+        }
     }
 
     /// Differently named hosts over one /24 a throwaway service rents (reverse DNS naming
@@ -190,6 +195,39 @@ impl World {
             self.listed(&d, &[hosts[k % hosts.len()].clone()]);
         }
         self.unlisted(Shape::Network, per, |w, _| vec![new_host(w)]);
+    }
+
+    /// Throwaway operators whose reverse DNS says nothing: one host whose reverse zone answers
+    /// REFUSED, and numbered hosts with no PTR at all. Drawn last, so the worlds of before are
+    /// drawn the same.
+    pub(super) fn unanswered_reverse(&mut self) {
+        let parent = self.throwaway_name();
+        let host = format!("mail.{parent}");
+        let net = self.net24();
+        let ip = self.ip_in(net);
+        // The test DNS server answers REFUSED for a PTR whose name has a `refused` label.
+        self.host(&host, ip, Some("refused.invalid"));
+        let hosts = vec![host];
+        self.listed_on(&hosts, false);
+        let per = self.size.per_shape;
+        self.unlisted(Shape::Refusing, per, |_, _| hosts.clone());
+        let parent = self.throwaway_name();
+        let new_host = |w: &mut World, i: u64| {
+            let host = format!("mx{i}.{parent}");
+            let net = w.net24();
+            let ip = w.ip_in(net);
+            w.host(&host, ip, None);
+            host
+        };
+        for i in 1..=facts::NUMBERED_HOSTS {
+            new_host(self, i);
+        }
+        self.listed_over_numbered(&parent);
+        let mut next = facts::NUMBERED_HOSTS;
+        self.unlisted(Shape::NumberedNoPtr, per, |w, _| {
+            next += 1;
+            vec![new_host(w, next)]
+        });
     }
 
     /// The tenants' companies: `per_class` cases, their age buckets in turn, on the tenants'
@@ -214,5 +252,7 @@ pub fn class_of(shape: Shape) -> &'static str {
         Shape::Numbered => "cluster: numbered hosts",
         Shape::Network => "cluster: one /24",
         Shape::Minting => "minting 5:1",
+        Shape::Refusing => "cluster: one host, reverse refused",
+        Shape::NumberedNoPtr => "cluster: numbered hosts, no PTR",
     }
 }

@@ -53,14 +53,22 @@ pub enum Shape {
     Network,
     /// Minted on a host with listed domains, five unlisted for each listed one.
     Minting,
+    /// On a host listed domains use, whose reverse zone answers REFUSED (a lame reverse
+    /// delegation, or a resolver that may not ask that zone).
+    Refusing,
+    /// On a numbered host never seen, under the parent of numbered hosts listed domains use,
+    /// none of them with reverse DNS (no PTR).
+    NumberedNoPtr,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [
+    pub const ALL: [Shape; 6] = [
         Shape::OneHost,
         Shape::Numbered,
         Shape::Network,
         Shape::Minting,
+        Shape::Refusing,
+        Shape::NumberedNoPtr,
     ];
 
     pub fn label(self) -> &'static str {
@@ -69,6 +77,8 @@ impl Shape {
             Shape::Numbered => "numbered hosts",
             Shape::Network => "one /24",
             Shape::Minting => "minting 5:1",
+            Shape::Refusing => "one host, reverse refused",
+            Shape::NumberedNoPtr => "numbered, no PTR",
         }
     }
 }
@@ -392,6 +402,7 @@ impl World {
         w.deployment_crowds();
         w.hosting_every_project();
         w.parent_attacks();
+        w.unanswered_reverse();
         w.lapse_planted();
         w
     }
