@@ -106,6 +106,23 @@ fn cache_file(gw: &Gateway) -> std::path::PathBuf {
     gw.dir.path().join("state/keys.control-cache.json")
 }
 
+/// The key cache of the state folder `state` as one JSON document: the file, with `keys`
+/// gathered from its key files (`<cache>.keys/NN.json`, as many as it names); none while
+/// it does not read.
+pub(crate) fn read_cache(state: &std::path::Path) -> Option<Value> {
+    let read = |path: std::path::PathBuf| -> Option<Value> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    };
+    let mut cache = read(state.join("keys.control-cache.json"))?;
+    let mut keys = Vec::new();
+    for shard in 0..cache["key_files"].as_u64()? {
+        let file = state.join(format!("keys.control-cache.json.keys/{shard:02}.json"));
+        keys.extend(read(file)?.as_array()?.iter().cloned());
+    }
+    cache["keys"] = Value::Array(keys);
+    Some(cache)
+}
+
 /// `(id, body)` of every API-made key `gw`'s control store (its state folder's SQLite) holds.
 pub(crate) fn stored_keys(gw: &Gateway) -> Vec<(String, String)> {
     let db = rusqlite::Connection::open(gw.dir.path().join("state/control.sqlite")).unwrap();
@@ -192,7 +209,12 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
     assert!(item.get("key").is_none(), "{item}");
     assert!(item["last_used_at"].as_str().is_some(), "{item}");
     // The cache is written behind the change, a moment later.
-    let cached = || std::fs::read_to_string(cache_file(&gw)).unwrap_or_default();
+    let cached = || {
+        let state = gw.dir.path().join("state");
+        read_cache(&state)
+            .map(|c| c.to_string())
+            .unwrap_or_default()
+    };
     wait_until(Duration::from_secs(5), || {
         cached().contains(&hex_sha256(&secret))
     });
@@ -202,10 +224,18 @@ fn keys_are_listed_made_within_max_keys_shown_once_and_revoked_at_once() {
     assert_eq!(stored[0].0, id);
     assert!(stored[0].1.contains(&hex_sha256(&secret)) && !stored[0].1.contains(&secret[12..]));
     use std::os::unix::fs::PermissionsExt;
-    for file in [cache_file(&gw), gw.dir.path().join("state/control.sqlite")] {
+    let shards = gw.dir.path().join("state/keys.control-cache.json.keys");
+    let shard = shards.join("00.json");
+    for file in [
+        cache_file(&gw),
+        shard,
+        gw.dir.path().join("state/control.sqlite"),
+    ] {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{}", file.display());
     }
+    let mode = std::fs::metadata(&shards).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{}", shards.display());
     let keys_yaml = std::fs::read_to_string(gw.dir.path().join("keys.yaml")).unwrap();
     assert!(
         !keys_yaml.contains(&id),
@@ -505,8 +535,7 @@ fn the_cache_written_behind_a_burst_of_changes_holds_the_last_one() {
         .collect();
     assert_eq!(revoke(&gw, SERVER, &made[1].0).status, 204);
     let dir = gw.stop();
-    let text = std::fs::read(dir.path().join("state/keys.control-cache.json")).unwrap();
-    let cache: Value = serde_json::from_slice(&text).unwrap();
+    let cache = read_cache(&dir.path().join("state")).expect("the cache reads");
     let held: Vec<(&str, &str)> = (cache["keys"].as_array().unwrap().iter())
         .map(|k| (k["id"].as_str().unwrap(), k["sha256"].as_str().unwrap()))
         .collect();
@@ -523,22 +552,34 @@ fn a_corrupt_cache_is_set_aside_and_the_keys_come_from_the_control_store() {
     let gw = builder().start();
     let (_, api) = made_by(&gw, SERVER, "api");
     let dir = gw.stop();
-    let file = dir.path().join("state/keys.control-cache.json");
-    std::fs::write(&file, "{\"version\":1,\"keys\":[{\"id\":").unwrap();
+    // The key file holding it cut short (the cache itself reads).
+    let folder = dir.path().join("state/keys.control-cache.json.keys");
+    let holding = (std::fs::read_dir(&folder).unwrap().flatten())
+        .find(|f| {
+            std::fs::read_to_string(f.path())
+                .unwrap()
+                .contains("\"api\"")
+        })
+        .unwrap();
+    std::fs::write(holding.path(), "[{\"id\":").unwrap();
     let gw = builder().in_dir(dir).start();
     assert_eq!(lookup(&gw, SERVER), 200);
     wait_until(Duration::from_secs(5), || lookup(&gw, &api) == 200);
-    let aside: Vec<String> = std::fs::read_dir(gw.dir.path().join("state"))
+    let mut aside: Vec<String> = std::fs::read_dir(gw.dir.path().join("state"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("keys.control-cache.json.corrupt-"))
         .collect();
-    assert_eq!(aside.len(), 1, "{aside:?}");
+    aside.sort();
+    // The cache and its key files, set aside together.
+    assert_eq!(aside.len(), 2, "{aside:?}");
+    assert_eq!(format!("{}.keys", aside[0]), aside[1]);
     assert_eq!(gw.log().matches("set aside as").count(), 1, "{}", gw.log());
     // Written again from the store.
     wait_until(Duration::from_secs(5), || {
-        std::fs::read_to_string(gw.dir.path().join("state/keys.control-cache.json"))
-            .is_ok_and(|t| t.contains("\"api\""))
+        let folder = gw.dir.path().join("state/keys.control-cache.json.keys");
+        (std::fs::read_dir(folder).into_iter().flatten().flatten())
+            .any(|f| std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("\"api\"")))
     });
     wait_until(Duration::from_secs(5), || {
         gw.metric("drg_keys_managed_file_ok") == Some(1.0)

@@ -5,7 +5,9 @@
 //!
 //! JSON, hashed secrets only, mode 0600. `version` changes only for a change older gateways
 //! cannot read safely (a newer one makes them switch their API-made keys off); fields a gateway
-//! does not know are kept as they are when it rewrites the file.
+//! does not know are kept as they are when it rewrites the file. Since version 2 the keys are
+//! in files of their own beside it, one a shard of projects (`key_files`): a key change
+//! rewrites its shard's, not every key stored; version 1 (keys inline) is still read.
 //!
 //! A key made through the API records the key that made it (`created_by`): it works only while
 //! that key does, so removing, disabling or revoking a key revokes every key it made,
@@ -23,18 +25,25 @@ use super::keys::{id_problem, KeyEntry, KeyOrigin, KeyStore, KeysError};
 use super::origin::OriginPattern;
 use super::plan::AsPlan;
 
+pub mod key_files;
 mod rows;
 pub use rows::Rows;
 
-/// The file format's version (written, checked on read).
-const VERSION: u32 = 1;
+/// The file format's version (written, checked on read): the keys in [`key_files`].
+const VERSION: u32 = 2;
 
-/// The whole managed file.
+/// The version before, keys inline: an earlier release's cache and `keys.managed.json`.
+const INLINE: u32 = 1;
+
+/// The whole managed file. Written by [`write`] and [`cache`] alone, which put the version
+/// this gateway writes and the keys in their own files ([`key_files`]).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagedFile {
+    #[serde(skip_serializing)]
     pub version: u32,
     /// By project, shared between the files a gateway holds one after another: a change to a
     /// project's keys copies that project's, not the others (see [`Rows`]).
+    #[serde(default, skip_serializing)]
     pub keys: Rows,
     /// When this gateway first saw each keys-file key that names no `created_at` (id ->
     /// RFC 3339 UTC): `/v1/keys` lists that time, the same on every gateway and after a
@@ -178,20 +187,47 @@ pub fn read(path: &Path) -> Result<ManagedFile, ManagedError> {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    if file.version > VERSION {
-        return Err(ManagedError::Newer {
-            path: path.to_owned(),
-            found: file.version,
-        });
-    }
-    if file.version != VERSION {
-        return Err(ManagedError::Format {
-            path: path.to_owned(),
-            message: format!("version {} (this gateway reads {VERSION})", file.version),
-        });
+    check_version(path, file.version)?;
+    let mut file = file;
+    if file.version == VERSION {
+        let count = key_file_count(path, &mut file.unknown)?;
+        file.keys = key_files::read(path, count)?;
     }
     Ok(file)
 }
+
+/// A version this gateway reads (this one or [`INLINE`]), or why not.
+fn check_version(path: &Path, version: u32) -> Result<(), ManagedError> {
+    if version > VERSION {
+        return Err(ManagedError::Newer {
+            path: path.to_owned(),
+            found: version,
+        });
+    }
+    if version != VERSION && version != INLINE {
+        return Err(ManagedError::Format {
+            path: path.to_owned(),
+            message: format!("version {version} (this gateway reads {INLINE} and {VERSION})"),
+        });
+    }
+    Ok(())
+}
+
+/// How many key files the file names (taken out of the fields kept as they are).
+fn key_file_count(
+    path: &Path,
+    fields: &mut BTreeMap<String, serde_json::Value>,
+) -> Result<usize, ManagedError> {
+    let count = fields.remove(KEY_FILES).and_then(|n| n.as_u64());
+    let count = count.and_then(|n| usize::try_from(n).ok());
+    count.ok_or_else(|| ManagedError::Format {
+        path: path.to_owned(),
+        message: format!("no `{KEY_FILES}` count"),
+    })
+}
+
+/// The field naming how many key files the file's keys are in.
+const KEY_FILES: &str = "key_files";
 
 /// Applies `change` to the file under the exclusive lock and writes the result (unless
 /// `change` says nothing changed by returning `Ok((false, _))`). Blocking: call it off the
@@ -211,10 +247,18 @@ pub fn update<T, E: From<ManagedError>>(
 
 /// Writes `held`'s keys and retired ids as the file's (the control store's, as this gateway
 /// holds them), keeping what else it holds (the first-seen times); a file that does not read is
-/// written anew.
-pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
+/// written anew. `written`: the keys this gateway last cached there, whose shards `held`
+/// shares are not written again; how many key files were written.
+pub fn cache(
+    path: &Path,
+    held: &ManagedFile,
+    written: Option<&Rows>,
+) -> Result<usize, ManagedError> {
     let _lock = Lock::take(path)?;
-    let kept = read_kept(path).unwrap_or_default();
+    let kept = read_kept(path).ok();
+    // Key files are kept only beside a file of this version that reads.
+    let written = written.filter(|_| kept.as_ref().is_some_and(|k| k.version == VERSION));
+    let kept = kept.unwrap_or_default();
     let file = ManagedFile {
         version: VERSION,
         keys: held.keys.clone(),
@@ -224,7 +268,9 @@ pub fn cache(path: &Path, held: &ManagedFile) -> Result<(), ManagedError> {
         revoked_seen: held.revoked_seen.clone(),
         unknown: kept.unknown,
     };
-    write(path, &file)
+    let wrote = key_files::write(path, &file.keys, written)?;
+    write_meta(path, &file)?;
+    Ok(wrote)
 }
 
 /// What [`cache`] keeps of the file: all but what it replaces, whose text is skipped, not
@@ -242,6 +288,8 @@ struct Kept {
     _retired: serde::de::IgnoredAny,
     #[serde(default, rename = "revoked_seen")]
     _revoked_seen: serde::de::IgnoredAny,
+    #[serde(default, rename = "key_files")]
+    _key_files: serde::de::IgnoredAny,
     #[serde(flatten)]
     unknown: BTreeMap<String, serde_json::Value>,
 }
@@ -254,21 +302,29 @@ fn read_kept(path: &Path) -> Result<Kept, ManagedError> {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    if kept.version != VERSION {
-        return Err(ManagedError::Format {
-            path: path.to_owned(),
-            message: format!("version {}", kept.version),
-        });
-    }
+    check_version(path, kept.version)?;
     Ok(kept)
 }
 
 /// Records in the cache that the control store answered at `at` (unix seconds).
 pub fn note_read(path: &Path, at: i64) -> Result<(), ManagedError> {
     let _lock = Lock::take(path)?;
+    // The file alone where its keys are in key files (they stay as they are).
+    if let Some(mut file) = read_meta(path) {
+        file.read_at = Some(at);
+        return write_meta(path, &file);
+    }
     let mut file = read(path).unwrap_or_else(|_| ManagedFile::with_keys(Vec::<ManagedKey>::new()));
     file.read_at = Some(at);
     write(path, &file)
+}
+
+/// The file without its keys, when it is of this version and names its key files.
+fn read_meta(path: &Path) -> Option<ManagedFile> {
+    let text = std::fs::read(path).ok()?;
+    let mut file: ManagedFile = serde_json::from_slice(&text).ok()?;
+    key_file_count(path, &mut file.unknown).ok()?;
+    (file.version == VERSION).then_some(file)
 }
 
 /// When the control store last answered, as the cache at `path` says (its time of writing
@@ -281,9 +337,29 @@ pub fn read_at(path: &Path, file: &ManagedFile) -> Option<i64> {
     })
 }
 
-/// Writes the file atomically with mode 0600 (see [`drg_base::infra::fsutil`]).
+/// Writes the file and every key file, each atomically with mode 0600 (see
+/// [`drg_base::infra::fsutil`]); the key files first, so the file never names keys that
+/// are not written.
 fn write(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
-    let mut body = serde_json::to_vec_pretty(file).map_err(|e| ManagedError::Format {
+    key_files::write(path, &file.keys, None)?;
+    write_meta(path, file)
+}
+
+/// Writes the file itself, in this gateway's version, naming its key files.
+fn write_meta(path: &Path, file: &ManagedFile) -> Result<(), ManagedError> {
+    #[derive(Serialize)]
+    struct Meta<'a> {
+        version: u32,
+        key_files: usize,
+        #[serde(flatten)]
+        file: &'a ManagedFile,
+    }
+    let meta = Meta {
+        version: VERSION,
+        key_files: key_files::count(&file.keys),
+        file,
+    };
+    let mut body = serde_json::to_vec_pretty(&meta).map_err(|e| ManagedError::Format {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
@@ -298,6 +374,15 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
+/// Makes `dir` (and its parents) with mode 0700 unless it is there.
+fn private_folder(dir: &Path) -> Result<(), ManagedError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(dir))
+}
+
 /// An exclusive `flock` on `<file>.lock`, released on drop (and by the kernel if the process
 /// dies holding it).
 struct Lock {
@@ -306,12 +391,7 @@ struct Lock {
 
 impl Lock {
     fn take(path: &Path) -> Result<Lock, ManagedError> {
-        let dir = parent(path);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io(&dir))?;
+        private_folder(&parent(path))?;
         let f = drg_base::infra::fsutil::lock_beside(path).map_err(|(p, e)| io(&p)(e))?;
         Ok(Lock { _file: f })
     }
@@ -958,7 +1038,7 @@ mod tests {
         write(&path, &first).unwrap();
         let mut held = ManagedFile::with_keys(vec![made("b", "server")]);
         held.revoked_seen.insert("a".into(), 9);
-        cache(&path, &held).unwrap();
+        cache(&path, &held, None).unwrap();
         let now = read(&path).unwrap();
         assert_eq!(now.keys, held.keys);
         assert!(now.retired.is_empty());
@@ -967,8 +1047,52 @@ mod tests {
         assert_eq!(now.unknown, first.unknown);
         // A file that does not read (another version, corrupt) is written anew.
         std::fs::write(&path, r#"{"version": 99, "keys": []}"#).unwrap();
-        cache(&path, &held).unwrap();
+        cache(&path, &held, Some(&held.keys)).unwrap();
         let anew = read(&path).unwrap();
         assert_eq!((anew.keys, anew.read_at), (held.keys, None));
+    }
+
+    #[test]
+    fn a_key_change_rewrites_its_projects_key_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.control-cache.json");
+        let keys: Vec<ManagedKey> = (0..1_000)
+            .map(|i| of(&format!("p{}", i % 300), made(&format!("k{i}"), "server")))
+            .collect();
+        let held = ManagedFile::with_keys(keys);
+        assert_eq!(cache(&path, &held, None).unwrap(), 64);
+        assert_eq!(read(&path).unwrap().keys, held.keys);
+        // One project's keys change: its shard's file alone is written again.
+        let project = HashSet::from(["p7".to_owned()]);
+        let next = ManagedFile {
+            keys: (held.keys).with_projects(&project, &[Arc::new(of("p7", made("new", "s")))]),
+            ..held.clone()
+        };
+        assert_eq!(cache(&path, &next, Some(&held.keys)).unwrap(), 1);
+        let back = read(&path).unwrap();
+        assert_eq!(back.keys, next.keys);
+        assert_eq!(back.keys.project("p7").len(), 1);
+        // Noting a read leaves the keys where they are.
+        note_read(&path, 42).unwrap();
+        let noted = read(&path).unwrap();
+        assert_eq!((noted.keys, noted.read_at), (next.keys.clone(), Some(42)));
+        // A key file lost: the cache does not read (keys gone are never taken from it), and
+        // the next write puts it back even for a shard it shares.
+        let folder = key_files::folder(&path);
+        let lost = std::fs::read_dir(&folder).unwrap().next().unwrap().unwrap();
+        std::fs::remove_file(lost.path()).unwrap();
+        assert!(matches!(read(&path), Err(ManagedError::Io { .. })));
+        assert_eq!(cache(&path, &next, Some(&next.keys)).unwrap(), 1);
+        assert_eq!(read(&path).unwrap().keys, next.keys);
+        // An earlier release's file (keys inline) reads, and is written in this version.
+        let inline = serde_json::json!({
+            "version": 1, "keys": [made("old", "server")], "first_seen": {"s": "t"}
+        });
+        std::fs::write(&path, inline.to_string()).unwrap();
+        let old = read(&path).unwrap();
+        assert_eq!(old.keys.iter().map(|k| &*k.id).collect::<Vec<_>>(), ["old"]);
+        assert_eq!(cache(&path, &next, Some(&next.keys)).unwrap(), 64);
+        let now = read(&path).unwrap();
+        assert_eq!((now.keys, now.first_seen), (next.keys, old.first_seen));
     }
 }

@@ -168,6 +168,13 @@ fn set_aside(path: &std::path::Path) -> String {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".corrupt-{stamp}"));
     let aside = PathBuf::from(name);
+    // Its key files go with it (one of them may be what does not read).
+    let keys = super::managed::key_files::folder(path);
+    if keys.exists() {
+        if let Err(e) = std::fs::rename(&keys, super::managed::key_files::folder(&aside)) {
+            log::warn!("keys: {} not set aside: {e}", keys.display());
+        }
+    }
     match std::fs::rename(path, &aside) {
         Ok(()) => aside.display().to_string(),
         Err(e) => format!("(not moved: {e})"),

@@ -90,6 +90,17 @@ impl<K: Hash + Eq, V, S: BuildHasher> Shards<K, V, S> {
         self.shards.iter().all(|s| s.is_empty())
     }
 
+    /// The shards, in their fixed order (a key is always in the same one): for what keeps
+    /// each shard apart, as a file a shard.
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = &HashMap<K, V, S>> {
+        self.shards.iter().map(|s| &**s)
+    }
+
+    /// Whether shard `i` is shared with `other`'s (then the two hold the same there).
+    pub fn shares(&self, other: &Shards<K, V, S>, i: usize) -> bool {
+        Arc::ptr_eq(&self.shards[i], &other.shards[i])
+    }
+
     /// The shards of `self` and `other` that are not shared, side by side: where the two
     /// maps may differ (a copy changed in a few keys differs in their shards alone).
     pub fn unshared<'a>(

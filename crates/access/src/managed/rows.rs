@@ -39,6 +39,17 @@ impl Rows {
             .map_or(&[], |keys| keys.as_slice())
     }
 
+    /// The keys shard by shard (a project's keys always in the same shard, in the order they
+    /// came): the cache keeps a file a shard (see `key_files`).
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = impl Iterator<Item = &Arc<ManagedKey>>> {
+        (self.by_project.shards()).map(|shard| shard.values().flat_map(|keys| keys.iter()))
+    }
+
+    /// Whether shard `i` is shared with `other`'s: the same keys there.
+    pub fn shares(&self, other: &Rows, i: usize) -> bool {
+        self.by_project.shares(&other.by_project, i)
+    }
+
     /// Adds a key, last of its project's.
     pub fn push(&mut self, key: impl Into<Arc<ManagedKey>>) {
         let key = key.into();

@@ -696,9 +696,9 @@ fn sift_rows(
 }
 
 /// Writes the cache of the keys held once they moved, at most every [`CACHE_EVERY`], and once
-/// more at shutdown. The cache is a whole file, so writing it in a change's path made every
-/// change (here and on every gateway that follows it) cost every key stored; behind the
-/// change, a burst of changes is one write. What it risks: a gateway killed within that
+/// more at shutdown: the shards of projects whose keys moved since the last write (see
+/// `managed::key_files`), so a write costs the keys that moved's shards, not every key
+/// stored; behind the change, a burst of changes is one write. What it risks: a gateway killed within that
 /// moment and started again while the database is away serves the cache from before the
 /// change (within `keys_api.unverified_after_seconds`), as one killed before its write did.
 pub struct CacheSaver(pub Arc<KeysApi>);
@@ -755,9 +755,14 @@ impl KeysApi {
         if cached.as_ref().is_some_and(|c| Arc::ptr_eq(c, &held)) {
             return;
         }
-        match managed::cache(&self.file, &held) {
-            Ok(()) => *cached = Some(held),
-            Err(e) => log::warn!("keys API: the cache of the keys held was not written: {e}"),
+        let written = cached.as_ref().map(|c| &c.keys);
+        match managed::cache(&self.file, &held, written) {
+            Ok(_) => *cached = Some(held),
+            Err(e) => {
+                // Some key files may hold keys newer than the last written: write them all next.
+                *cached = None;
+                log::warn!("keys API: the cache of the keys held was not written: {e}");
+            }
         }
     }
 }
