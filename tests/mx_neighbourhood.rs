@@ -1856,6 +1856,112 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
     assert!(line.contains(&format!("\"first\":{}", day - 41)), "{line}");
 }
 
+/// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,
+/// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
+fn pass_days(dir: &tempfile::TempDir, n: u64) {
+    let path = dir.path().join("state/mx_neighbourhood.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for field in ["seen", "since", "first"] {
+                if let Some(day) = v[field].as_u64() {
+                    v[field] = serde_json::json!(day - n);
+                }
+            }
+            v.to_string()
+        })
+        .collect();
+    write_atomic(&path, &(lines.join("\n") + "\n"));
+}
+
+/// Holding a host means the look seeing the name there, pass after pass (issue 94, item 5's
+/// one-day hold). Twelve lapsed listed names are re-registered onto a small host, seen there by
+/// the look, then let go (NXDOMAIN again). Forty days pass, the look passing every twenty
+/// (through restarts): each pass finds them without mail, and their hold starts again. A
+/// domain first seen on the host afterwards stays `safe`, GET and batch (before: `disposable`
+/// 80 by the twelve, which the look kept on the host and counted once 30 days had passed).
+/// Pointed back at the host, they hold from the day the look saw them there again: forty days
+/// of that, and a domain first seen there now is judged by them. No registry answers (RDAP off).
+#[test]
+fn planted_names_let_go_after_a_day_never_complete_their_hold() {
+    let (mut w, planted) = lapsed_beside_a_small_host(65, "brief");
+    w.mx("late-co.test", &["mx.smallhost.test"]);
+    w.mx("later-co.test", &["mx.smallhost.test"]);
+    let dns = w.dns();
+    for d in &w.listed {
+        dns.set_zone(d, None);
+    }
+    let look = "neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 2 } }";
+    let metric = |gw: &Gateway, m: &str| gw.metric(m).unwrap_or(0.0);
+    let gw = builder(&w, &dns).mx_yaml(look).start();
+    wait_first_look(&gw);
+    for d in &w.listed {
+        dns.set_zone(d, Some(planted.clone()));
+    }
+    wait_until(Duration::from_secs(30), || {
+        metric(&gw, "drg_mx_neighbourhood_moved_total") >= 12.0
+    });
+    // Let go: a whole pass sees them without mail.
+    for d in &w.listed {
+        dns.set_zone(d, None);
+    }
+    let passes = metric(&gw, "drg_mx_neighbourhood_look_passes_total");
+    wait_until(Duration::from_secs(20), || {
+        metric(&gw, "drg_mx_neighbourhood_look_passes_total") >= passes + 2.0
+    });
+    let mut dir = gw.stop();
+    let state = |dir: &tempfile::TempDir| {
+        std::fs::read_to_string(dir.path().join("state/mx_neighbourhood.jsonl")).unwrap()
+    };
+    let since_of = |state: &str| {
+        let line = state
+            .lines()
+            .find(|l| l.contains("\"brief0.test\""))
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["since"].as_u64()
+    };
+    let day = today();
+    assert_eq!(since_of(&state(&dir)), Some(day));
+    for step in 1..=2 {
+        pass_days(&dir, 20);
+        let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+        wait_first_look(&gw);
+        if step == 2 {
+            // First seen on the host now, 40 days after the names came and went.
+            safe_after_the_next_pass(&gw, "late-co.test", "let go after a day, 40 days on");
+            let b = batch_records(&gw, &["late-co.test"]);
+            assert_eq!(b[0]["reason"], "safe", "{}", b[0]);
+        }
+        dir = gw.stop();
+    }
+    // Seen without mail: the hold started again the day the look saw that.
+    assert_eq!(since_of(&state(&dir)), Some(day));
+    // Pointed back at the host: they hold from the day the look saw them there again.
+    for d in &w.listed {
+        dns.set_zone(d, Some(planted.clone()));
+    }
+    for step in 1..=2 {
+        pass_days(&dir, 20);
+        let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+        wait_first_look(&gw);
+        dir = gw.stop();
+        assert_eq!(
+            since_of(&state(&dir)),
+            Some(day - 20 * step),
+            "held, step {step}"
+        );
+    }
+    let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+    wait_first_look(&gw);
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, "later-co.test")["reason"] == "disposable"
+    });
+    let r = record(&gw, "later-co.test");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+}
+
 /// A listed name first seen on a host where an established company already receives mail
 /// arrived after it (issue 94, who arrived first). A regional host's 11-year-old customer is
 /// asked (the registry gives its age: it vouches), then a list reload adds twelve names whose

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drg_base::service::Shutdown;
-use drg_domain::neighbour_index::{keys_of, HostNetworks, Learned, Teach, Teachers};
+use drg_domain::neighbour_index::{keys_of, History, HostNetworks, Learned, Teach, Teachers};
 use tokio::sync::Semaphore;
 
 use super::pace::{Adaptive, Pace};
@@ -48,17 +48,37 @@ impl Neighbourhood {
 }
 
 impl Neighbourhood {
-    /// The look saw `domain` and learned nothing new of it (no mail now, or DNS did not
-    /// answer): the entry it knows is kept as it is, seen today, so it does not age out with
-    /// its history (an expired entry is a name never seen, which counts at first sight), and
-    /// whether it has held its hosts long enough is weighed again.
+    /// The look saw `domain` with no mail now, or its DNS did not answer: the entry it knows is
+    /// kept, seen today, so it does not age out with its history (an expired entry is a name
+    /// never seen, which counts at first sight). A name that moved to its hosts and had not
+    /// held them `hold_days` yet has not held them: its hold starts again today. Holding means
+    /// the look seeing it there pass after pass: re-registered names pointed at a company's
+    /// host for a day, then let go (or their DNS left silent, which their holder chooses as
+    /// well), would otherwise stay on that host and count there once the days had passed.
     fn refresh(&self, domain: &str) {
         let Some(known) = self.read().learned_of(domain) else {
             return;
         };
+        let day = today();
+        let broken = known
+            .since
+            .filter(|since| day < since.saturating_add(self.config.hold_days))
+            .map(|_| History {
+                since: day,
+                moved: true,
+            });
+        let how = Teach {
+            history: broken,
+            ..Teach::default()
+        };
         let table = self.table.load();
-        let learned = Learned::new(domain, known.keys, today(), Teach::default());
-        self.teach_how(&table, &learned, Teach::default());
+        let learned = Learned::new(domain, known.keys, day, how);
+        self.teach_how(&table, &learned, how);
+        if broken.is_some() {
+            if let Some(l) = self.read().learned_of(domain) {
+                self.share(&l);
+            }
+        }
     }
 }
 
