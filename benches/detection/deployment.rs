@@ -68,7 +68,7 @@ impl Drop for Starting {
 }
 
 /// The RDAP cache's state file, written before the gateway starts with the past's ages.
-const PAST_FILE: &str = "state/rdap_past.jsonl";
+pub(super) const PAST_FILE: &str = "state/rdap_past.jsonl";
 
 /// A gateway folder whose RDAP cache file holds the ages of the names of the world's past (a
 /// deployment that has run for a while fetched them then), in the cache's line format.
@@ -197,10 +197,23 @@ impl Bench {
             world.ptr.clone(),
             world.records.clone(),
         );
+        Bench::start_in(world, repo, spec, dns, (0, None))
+    }
+
+    /// A gateway on `dns` (the world's DNS as it stands), `days` after the world's day 0 (the
+    /// registries give every age that much older), in `dir`: the folder a stopped gateway left
+    /// (the timeline's next day), or `None`, a fresh one (with the past's ages, RDAP on).
+    pub fn start_in(
+        world: &World,
+        repo: &Path,
+        spec: &Spec,
+        dns: DnsServer,
+        (days, dir): (i64, Option<tempfile::TempDir>),
+    ) -> Bench {
         let replies: HashMap<&str, Reply> = world
             .registered
             .iter()
-            .map(|(d, days)| (d.as_str(), Reply::Registered(*days)))
+            .map(|(d, age)| (d.as_str(), Reply::Registered(age + days)))
             .collect();
         let failing = match spec.rdap {
             Rdap::Failing => outages(world, spec.outage, false),
@@ -209,12 +222,17 @@ impl Bench {
         };
         let rdap = RdapServer::start_with_outages(replies, failing);
         let mut b = Gateway::builder().dns(dns.addr);
+        let fresh = dir.is_none();
+        if let Some(dir) = dir {
+            b = b.in_dir(dir);
+        }
         b = if spec.rdap == Rdap::Off {
             b.rdap_yaml("enabled: false")
         } else {
-            b = b
-                .in_dir(past_ages(world))
-                .rdap_yaml(&format!("state_file: {PAST_FILE}"));
+            if fresh {
+                b = b.in_dir(past_ages(world));
+            }
+            b = b.rdap_yaml(&format!("state_file: {PAST_FILE}"));
             let servers: Vec<String> = world
                 .registries
                 .iter()
@@ -262,6 +280,12 @@ impl Bench {
 
     pub fn addr(&self) -> SocketAddr {
         self.gw.addr
+    }
+
+    /// Stops the gateway (its state saved): its folder, and the DNS server, for the next day.
+    #[allow(dead_code)]
+    pub fn stop(self) -> (tempfile::TempDir, DnsServer) {
+        (self.gw.stop(), self.dns)
     }
 
     /// Sends `lookups` open-loop at `per_second`; their answers in order.

@@ -58,6 +58,7 @@ mod runner;
 mod spec;
 mod suite;
 mod throwaway;
+mod timeline;
 mod world;
 
 use std::time::{Duration, Instant};
@@ -131,6 +132,10 @@ fn main() {
     let (plan, look, cases) = plan(&args);
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let started = Instant::now();
+    if args.iter().any(|a| a == "--timeline") {
+        run_timeline(&plan, repo);
+        return;
+    }
     let worlds = suite::worlds(&plan, repo);
     if args.iter().any(|a| a == "--world") {
         describe(&worlds);
@@ -174,6 +179,50 @@ fn main() {
 
 /// What each world holds: cases by class, listed names, the past, and the names RDAP is asked
 /// for during the run, by registry.
+/// `--timeline`: the time axis (timeline.rs) for each seed, with RDAP on, off and unreachable (or the
+/// conditions `--rdap` names), every run at once; a table a condition, over the seeds.
+fn run_timeline(plan: &suite::Plan, repo: &std::path::Path) {
+    let started = Instant::now();
+    let shipped = world::Shipped::read(repo);
+    let conditions: Vec<Rdap> = if plan.conditions == Rdap::EVERY.to_vec() {
+        vec![Rdap::On, Rdap::Off, Rdap::Unreachable]
+    } else {
+        plan.conditions.clone()
+    };
+    let drawn: Vec<(world::World, timeline::Timeline)> = (plan.seeds.iter())
+        .map(|&seed| {
+            let mut w = world::World::build(seed, plan.size, &shipped);
+            let t = timeline::Timeline::draw(&mut w);
+            (w, t)
+        })
+        .collect();
+    let results: Vec<(Rdap, Vec<timeline::Row>)> = std::thread::scope(|s| {
+        let runs: Vec<_> = (conditions.iter())
+            .flat_map(|&c| drawn.iter().map(move |(w, t)| (c, w, t)))
+            .map(|(c, w, t)| s.spawn(move || (c, timeline::run(w, t, repo, c))))
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("a timeline run"))
+            .collect()
+    });
+    println!(
+        "detection timeline: seeds {:?}, {:.0} s\n",
+        plan.seeds,
+        started.elapsed().as_secs_f64()
+    );
+    for c in conditions {
+        let rows: Vec<timeline::Row> = (results.iter())
+            .filter(|(k, _)| *k == c)
+            .flat_map(|(_, r)| r.iter().cloned())
+            .collect();
+        println!(
+            "RDAP {}: customers flagged, settled (first answers in brackets where they differ)\n",
+            c.label()
+        );
+        println!("{}", timeline::table(&drawn[0].1, &rows));
+    }
+}
+
 fn describe(worlds: &[world::World]) {
     for w in worlds {
         let mut classes: Vec<(&str, usize)> = Vec::new();
