@@ -1781,23 +1781,20 @@ fn today() -> u64 {
     secs / 86_400
 }
 
-/// Who arrived first (issue 94): a customer the gateway saw on a small host before twelve
-/// lapsed listed names were re-registered onto it is never condemned by them, however long
-/// they hold; a domain first seen there after them is, once they have held `hold_days`. The
-/// gateway sees it all on one day; days pass in its state file (the customer first seen 41
-/// days ago, the names moved 40 days ago), through a restart. No registry answers (RDAP off):
-/// nothing but what the gateway saw itself tells the two apart. GET and batch. Before, the
-/// customer was `disposable` like the newcomer once the names had held 30 days.
-#[test]
-fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold() {
-    let (mut w, planted) = lapsed_beside_a_small_host(64, "held");
+/// The look of the tests that pass days: a pass every 2 s.
+const HELD_LOOK: &str = "neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 2 } }";
+
+/// A small host's customer (`young-co.test`) asked while twelve listed names (`{prefix}N`) are
+/// lapsed, then the names re-registered onto the host and seen there by the look (moved); the
+/// gateway stopped, its folder returned. `late-co.test` is on the host too, never asked.
+fn planted_after_a_customer(ip: u8, prefix: &str) -> (World, DnsServer, tempfile::TempDir) {
+    let (mut w, planted) = lapsed_beside_a_small_host(ip, prefix);
     w.mx("late-co.test", &["mx.smallhost.test"]);
     let dns = w.dns();
     for d in &w.listed {
         dns.set_zone(d, None);
     }
-    let look = "neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 2 } }";
-    let gw = builder(&w, &dns).mx_yaml(look).start();
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).start();
     wait_first_look(&gw);
     // The customer's mail goes to the host before anything was planted there.
     assert_eq!(record(&gw, "young-co.test")["reason"], "safe");
@@ -1807,30 +1804,49 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
     wait_until(Duration::from_secs(30), || {
         gw.metric("drg_mx_neighbourhood_moved_total").unwrap_or(0.0) >= 12.0
     });
-    let dir = gw.stop();
-    // Forty days pass: the names moved 40 days ago, the customer was first seen the day before.
+    (w, dns, gw.stop())
+}
+
+/// Rewrites each line of a stopped gateway's neighbourhood state file with `edit`.
+fn edit_state(dir: &tempfile::TempDir, mut edit: impl FnMut(&mut serde_json::Value)) {
     let path = dir.path().join("state/mx_neighbourhood.jsonl");
-    let day = today();
-    let mut customer = 0;
     let lines: Vec<String> = std::fs::read_to_string(&path)
         .unwrap()
         .lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["domain"] == "young-co.test" {
-                assert_eq!(v["first"], day, "{l}");
-                v["first"] = serde_json::json!(day - 41);
-                customer += 1;
-            } else if v["domain"].as_str().is_some_and(|d| d.starts_with("held")) {
-                assert_eq!(v["since"], day, "{l}");
-                v["since"] = serde_json::json!(day - 40);
-            }
+            edit(&mut v);
             v.to_string()
         })
         .collect();
-    assert_eq!(customer, 1);
     write_atomic(&path, &(lines.join("\n") + "\n"));
-    let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+}
+
+/// Who arrived first (issue 94): a customer the gateway saw on a small host before twelve
+/// lapsed listed names were re-registered onto it is never condemned by them, however long
+/// they hold; a domain first seen there after them is, once they have held `hold_days`. The
+/// gateway sees it all on one day; days pass in its state file (the customer first seen 41
+/// days ago, the names moved 40 days ago), through a restart. No registry answers (RDAP off):
+/// nothing but what the gateway saw itself tells the two apart. GET and batch. Before, the
+/// customer was `disposable` like the newcomer once the names had held 30 days.
+#[test]
+fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold() {
+    let (w, dns, dir) = planted_after_a_customer(64, "held");
+    // Forty days pass: the names moved 40 days ago, the customer was first seen the day before.
+    let day = today();
+    let mut customer = 0;
+    edit_state(&dir, |v| {
+        if v["domain"] == "young-co.test" {
+            assert_eq!(v["first"], day, "{v}");
+            v["first"] = serde_json::json!(day - 41);
+            customer += 1;
+        } else if v["domain"].as_str().is_some_and(|d| d.starts_with("held")) {
+            assert_eq!(v["since"], day, "{v}");
+            v["since"] = serde_json::json!(day - 40);
+        }
+    });
+    assert_eq!(customer, 1);
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
     wait_first_look(&gw);
     // The names have held the host 40 days: a domain first seen there now is judged by them.
     wait_until(Duration::from_secs(10), || {
@@ -1856,24 +1872,49 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
     assert!(line.contains(&format!("\"first\":{}", day - 41)), "{line}");
 }
 
+/// Newcomers to a company's host are the planting (issue 94, who arrived first): a small host
+/// whose customer has received mail there 31 days when twelve lapsed listed names are
+/// re-registered onto it is a mail home, and the names count for nobody there, however long
+/// they hold: 40 days on, a domain first seen on the host stays `safe`, GET and batch, and the
+/// listing shows the host judging nobody. No registry answers (RDAP off). Before, the newcomer
+/// was `disposable` 80 by the twelve (as it still is when the customer was first seen only a day
+/// before them: `a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold`).
+#[test]
+fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
+    let (w, dns, dir) = planted_after_a_customer(66, "home");
+    // The customer first seen 71 days ago, the names moved 40 days ago.
+    let day = today();
+    edit_state(&dir, |v| {
+        if v["domain"] == "young-co.test" {
+            v["first"] = serde_json::json!(day - 71);
+        } else if v["domain"].as_str().is_some_and(|d| d.starts_with("home")) {
+            v["since"] = serde_json::json!(day - 40);
+        }
+    });
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
+    wait_first_look(&gw);
+    safe_after_the_next_pass(&gw, "late-co.test", "arrived at a mail home, held 40 days");
+    safe_after_the_next_pass(&gw, "young-co.test", "there first");
+    let b = batch_records(&gw, &["late-co.test", "young-co.test"]);
+    assert_eq!(
+        (b[0]["reason"].as_str(), b[1]["reason"].as_str()),
+        (Some("safe"), Some("safe"))
+    );
+    let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
+    assert_eq!(top["top"][0]["listed"], 12, "{top}");
+    assert_eq!(top["top"][0]["judges"], false, "{top}");
+}
+
 /// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,
 /// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
 fn pass_days(dir: &tempfile::TempDir, n: u64) {
-    let path = dir.path().join("state/mx_neighbourhood.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for field in ["seen", "since", "first"] {
-                if let Some(day) = v[field].as_u64() {
-                    v[field] = serde_json::json!(day - n);
-                }
+    edit_state(dir, |v| {
+        for field in ["seen", "since", "first"] {
+            if let Some(day) = v[field].as_u64() {
+                v[field] = serde_json::json!(day - n);
             }
-            v.to_string()
-        })
-        .collect();
-    write_atomic(&path, &(lines.join("\n") + "\n"));
+        }
+    });
 }
 
 /// Holding a host means the look seeing the name there, pass after pass (issue 94, item 5's
@@ -1893,9 +1934,8 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
     for d in &w.listed {
         dns.set_zone(d, None);
     }
-    let look = "neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 2 } }";
     let metric = |gw: &Gateway, m: &str| gw.metric(m).unwrap_or(0.0);
-    let gw = builder(&w, &dns).mx_yaml(look).start();
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).start();
     wait_first_look(&gw);
     for d in &w.listed {
         dns.set_zone(d, Some(planted.clone()));
@@ -1926,7 +1966,7 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
     assert_eq!(since_of(&state(&dir)), Some(day));
     for step in 1..=2 {
         pass_days(&dir, 20);
-        let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+        let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
         wait_first_look(&gw);
         if step == 2 {
             // First seen on the host now, 40 days after the names came and went.
@@ -1944,7 +1984,7 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
     }
     for step in 1..=2 {
         pass_days(&dir, 20);
-        let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+        let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
         wait_first_look(&gw);
         dir = gw.stop();
         assert_eq!(
@@ -1953,7 +1993,7 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
             "held, step {step}"
         );
     }
-    let gw = builder(&w, &dns).mx_yaml(look).in_dir(dir).start();
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
     wait_first_look(&gw);
     wait_until(Duration::from_secs(10), || {
         record(&gw, "later-co.test")["reason"] == "disposable"

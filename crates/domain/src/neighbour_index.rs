@@ -420,6 +420,11 @@ struct Counts {
     /// mail: see [`History`]) and counted, earliest first: a domain it saw here before one
     /// arrived is not judged by it (see [`Counts::view`]).
     arrivals: Vec<Arrival>,
+    /// From which day each unlisted domain not judged disposable makes this key a mail home,
+    /// earliest first: the day the gateway first saw it here when the registry shows it
+    /// established (vouched), else that day plus `hold_days` (it has received mail here that
+    /// long). Listed names that arrive at a mail home count for nobody (see [`Counts::view`]).
+    homes: Vec<u32>,
 }
 
 /// A listed neighbour that arrived on a key: the day, who it counts for, its hosts inside the
@@ -479,9 +484,18 @@ fn hosts_inside<'k>(keys: &'k [Arc<str>], key: &str) -> Vec<&'k Arc<str>> {
 }
 
 impl Counts {
-    /// Adds (`up`) or removes what `entry` contributes to `key` (this key).
-    fn count(&mut self, key: &str, entry: &DomainEntry, up: bool) {
+    /// Adds (`up`) or removes what `entry` contributes to `key` (this key); `hold_days`: how
+    /// long an unlisted domain of unknown age receives mail here before the key is its home.
+    fn count(&mut self, key: &str, entry: &DomainEntry, up: bool, hold_days: u32) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        if let Some(day) = entry.home_from(hold_days) {
+            let at = self.homes.partition_point(|d| *d < day);
+            if up {
+                self.homes.insert(at, day);
+            } else if self.homes.get(at) == Some(&day) {
+                self.homes.remove(at);
+            }
+        }
         match entry.standing {
             Standing::Listed(s) => {
                 let teachers = entry.counted_teachers();
@@ -526,7 +540,7 @@ impl Counts {
     }
 
     fn is_empty(&self) -> bool {
-        self.listed.is_empty() && self.vouched + self.other == 0
+        self.listed.is_empty() && self.vouched + self.other == 0 && self.homes.is_empty()
     }
 
     /// What `project` may count, `own` (the domain being judged) left out: the listed
@@ -535,16 +549,22 @@ impl Counts {
     /// `here_since`: the day the gateway first saw the judged domain on its hosts. Listed
     /// neighbours it saw arrive after that day are left out too, however long they have held:
     /// a domain that received mail here before them is not condemned by newcomers (who arrived
-    /// first, issue 94).
+    /// first, issue 94). And whoever asks, listed neighbours that arrived once the key was a
+    /// mail home (an unlisted domain not judged disposable received mail here, [`Counts::homes`])
+    /// are left out: newcomers to a company's host are the planting.
     fn view(
         &self,
         project: Option<ProjectId>,
         own: Option<Standing>,
         here_since: Option<u32>,
     ) -> View {
-        let late = here_since.map_or(&[][..], |day| {
-            &self.arrivals[self.arrivals.partition_point(|a| a.since <= day)..]
+        let after_own = here_since.map_or(self.arrivals.len(), |day| {
+            self.arrivals.partition_point(|a| a.since <= day)
         });
+        let at_home = (self.homes.first()).map_or(self.arrivals.len(), |home| {
+            self.arrivals.partition_point(|a| a.since < *home)
+        });
+        let late = &self.arrivals[after_own.min(at_home)..];
         // What the late arrivals add, on the key and on each of its hosts (usually nothing).
         let mut gone = Taught::default();
         let mut gone_hosts: Vec<(&Arc<str>, Taught)> = Vec::new();
@@ -706,6 +726,21 @@ impl History {
 }
 
 impl DomainEntry {
+    /// From which day it makes its keys a mail home ([`Counts::homes`]): an unlisted domain
+    /// not judged disposable, from the day first seen there if the registry shows it
+    /// established, else `hold_days` later. With `hold_days` 0 nothing is weighed by when it
+    /// arrived (names that move count at once, as before the look), so no key is a home.
+    fn home_from(&self, hold_days: u32) -> Option<u32> {
+        if hold_days == 0 {
+            return None;
+        }
+        match self.standing {
+            Standing::Vouched => Some(self.history.since),
+            Standing::Unknown => Some(self.history.since.saturating_add(hold_days)),
+            Standing::Listed(_) | Standing::Inferred => None,
+        }
+    }
+
     /// Who it counts for: nobody while it moved lately; a name that moved is no longer the
     /// lists' word either (a snapshot made after the move shows the new holder's choice), only
     /// as the look's, once it has held.
@@ -1181,7 +1216,7 @@ impl NeighbourhoodIndex {
                 }
             }
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(k, entry, true);
+                c.count(k, entry, true, self.rule.hold_days);
             }
         }
     }
@@ -1190,7 +1225,7 @@ impl NeighbourhoodIndex {
         self.count_own(entry, false);
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(k, entry, false);
+                c.count(k, entry, false, self.rule.hold_days);
                 if c.is_empty() {
                     self.keys.remove(k);
                     if let Some((kind, _)) = KeyKind::split(k) {
@@ -1688,9 +1723,10 @@ mod tests {
     }
 
     /// A listed name first seen on a host where an established domain already receives mail
-    /// is weighed as one that moved there: it counts for nobody until it has held the host
-    /// `hold_days`, and never against the established domain, nor against another seen
-    /// there before it. On a host with no established domain, first sight counts at once.
+    /// is weighed as one that moved there: the host is a mail home (the registry shows a
+    /// domain there established), so it counts for nobody, however long it holds, neither
+    /// against the domains seen there before it nor against newcomers. On a host with no
+    /// established domain, first sight counts at once.
     #[test]
     fn a_listed_name_first_seen_beside_an_established_domain_arrived_after_it() {
         let host = keys(&["host:mx.regional.test"]);
@@ -1708,13 +1744,20 @@ mod tests {
             ix.teach(&format!("l{i}.test"), &host, Some("list"), LOOK, 130);
         }
         teach(&mut ix, "later-co.test", &host, None, 130);
-        let f = ix.finding("later-co.test", P).expect("held 30 days");
-        assert_eq!((f.listed, f.vouched), (4, 1));
         assert!(ix.finding("young-co.test", P).is_none(), "there first");
-        // Seen the day they arrived: whole days, so they count for it.
-        assert!(ix.finding("new-co.test", P).is_some());
+        assert!(ix.finding("new-co.test", P).is_none(), "a mail home");
+        assert!(ix.finding("later-co.test", P).is_none(), "a mail home");
+        assert!(ix.finding_for("later-co.test", None).is_none());
+        assert!(!ix.top(10).iter().any(|k| k.judges), "the listing agrees");
         // Another gateway's lines, and a restart: the same.
-        same_when_replayed(&ix, 130, "later-co.test", "young-co.test");
+        let replayed = NeighbourhoodIndex::new(RULE, 1000);
+        let mut replayed = replayed;
+        for l in ix.learned() {
+            let how = l.restore();
+            let listed = l.domain.starts_with('l').then_some("list");
+            replayed.teach(&l.domain, &l.keys, listed, how, l.seen);
+        }
+        assert!(replayed.finding("later-co.test", P).is_none());
         // No established domain on the host: the first sight is no move.
         let other = keys(&["host:mx.other.test"]);
         teach(&mut ix, "unknown-co.test", &other, None, 1);
@@ -1724,6 +1767,40 @@ mod tests {
         assert_eq!(ix.learned_of("o0.test").unwrap().first, Some(100));
         teach(&mut ix, "fresh-co.test", &other, None, 100);
         assert!(ix.finding("fresh-co.test", P).is_some());
+    }
+
+    /// A host whose customers of unknown age have received mail there `hold_days` is a mail
+    /// home: listed names that move there afterwards count for nobody, whoever is judged,
+    /// however long they hold. Customers seen fewer days before the names arrived make no home
+    /// of it: the names count once held, against every domain but those seen before them.
+    #[test]
+    fn listed_names_that_arrive_at_a_mail_home_count_for_nobody() {
+        let host = keys(&["host:mx.smallhost.test"]);
+        for (customer_day, judged) in [(60, false), (70, false), (71, true), (80, true)] {
+            let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+            for i in 0..3 {
+                ix.teach(&format!("new{i}.test"), &[], Some("list"), LOOK, 50);
+            }
+            teach(&mut ix, "company-co.test", &host, None, customer_day);
+            // Re-registered onto the host on day 100, held 200 days.
+            for day in [100, 300] {
+                for i in 0..3 {
+                    ix.teach(&format!("new{i}.test"), &host, Some("list"), LOOK, day);
+                }
+            }
+            teach(&mut ix, "late-co.test", &host, None, 300);
+            assert_eq!(
+                ix.finding("late-co.test", P).is_some(),
+                judged,
+                "customer first seen on day {customer_day}"
+            );
+            assert!(ix.finding("company-co.test", P).is_none(), "there first");
+            // Judged disposable, a domain makes no home.
+            if customer_day == 60 {
+                assert!(ix.judged("company-co.test", true, None));
+                assert!(ix.finding("late-co.test", P).is_some(), "no home left");
+            }
+        }
     }
 
     /// What restarts, snapshots and other gateways make of a move: a state line read after a
