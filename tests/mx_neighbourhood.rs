@@ -1788,16 +1788,33 @@ const HELD_LOOK: &str = "neighbourhood: { look: { enabled: true, rate: 1000, eve
 /// lapsed, then the names re-registered onto the host and seen there by the look (moved); the
 /// gateway stopped, its folder returned. `late-co.test` is on the host too, never asked.
 fn planted_after_a_customer(ip: u8, prefix: &str) -> (World, DnsServer, tempfile::TempDir) {
+    planted_after_a_customer_with(ip, prefix, |b| b, false)
+}
+
+/// [`planted_after_a_customer`], the gateway built by `with` from the world's builder; `aged`:
+/// its registry shows the customer 3,000 days old.
+fn planted_after_a_customer_with(
+    ip: u8,
+    prefix: &str,
+    with: impl Fn(GatewayBuilder) -> GatewayBuilder,
+    aged: bool,
+) -> (World, DnsServer, tempfile::TempDir) {
     let (mut w, planted) = lapsed_beside_a_small_host(ip, prefix);
     w.mx("late-co.test", &["mx.smallhost.test"]);
     let dns = w.dns();
     for d in &w.listed {
         dns.set_zone(d, None);
     }
-    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).start();
+    let gw = with(builder(&w, &dns)).mx_yaml(HELD_LOOK).start();
     wait_first_look(&gw);
-    // The customer's mail goes to the host before anything was planted there.
+    // The customer's mail goes to the host before anything was planted there; asked again
+    // once its registry has answered, if one does.
     assert_eq!(record(&gw, "young-co.test")["reason"], "safe");
+    if aged {
+        wait_until(Duration::from_secs(10), || {
+            record(&gw, "young-co.test")["evidence"]["age_days"] == 3_000
+        });
+    }
     for d in &w.listed {
         dns.set_zone(d, Some(planted.clone()));
     }
@@ -1873,25 +1890,37 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
 }
 
 /// Newcomers to a company's host are the planting (issue 94, who arrived first): a small host
-/// whose customer has received mail there 31 days when twelve lapsed listed names are
-/// re-registered onto it is a mail home, and the names count for nobody there, however long
-/// they hold: 40 days on, a domain first seen on the host stays `safe`, GET and batch, and the
-/// listing shows the host judging nobody. No registry answers (RDAP off). Before, the newcomer
-/// was `disposable` 80 by the twelve (as it still is when the customer was first seen only a day
-/// before them: `a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold`).
+/// whose customer the registry shows established (3,000 days) is a mail home from the day the
+/// gateway first saw it there, and twelve lapsed listed names re-registered onto it 31 days
+/// later count for nobody there, however long they hold: 40 days on, a domain first seen on
+/// the host (its registry: 20 days old) stays `safe`, GET and batch, and the listing shows the
+/// host judging nobody. Before, the newcomer was `disposable` 80 by the twelve.
 #[test]
 fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
-    let (w, dns, dir) = planted_after_a_customer(66, "home");
+    let rdap = RdapServer::start(HashMap::from([
+        ("young-co.test", Reply::Registered(3_000)),
+        ("late-co.test", Reply::Registered(20)),
+    ]));
+    let registry = |b: GatewayBuilder| {
+        b.rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+            .rdap_yaml("allow_plain_http: true")
+            .rdap_yaml("min_interval_ms: 1")
+    };
+    let (w, dns, dir) = planted_after_a_customer_with(66, "home", registry, true);
     // The customer first seen 71 days ago, the names moved 40 days ago.
     let day = today();
     edit_state(&dir, |v| {
         if v["domain"] == "young-co.test" {
+            assert_eq!(v["vouched"], true, "{v}");
             v["first"] = serde_json::json!(day - 71);
         } else if v["domain"].as_str().is_some_and(|d| d.starts_with("home")) {
             v["since"] = serde_json::json!(day - 40);
         }
     });
-    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
+    let gw = registry(builder(&w, &dns))
+        .mx_yaml(HELD_LOOK)
+        .in_dir(dir)
+        .start();
     wait_first_look(&gw);
     safe_after_the_next_pass(&gw, "late-co.test", "arrived at a mail home, held 40 days");
     safe_after_the_next_pass(&gw, "young-co.test", "there first");
@@ -1903,6 +1932,37 @@ fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
     let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
     assert_eq!(top["top"][0]["listed"], 12, "{top}");
     assert_eq!(top["top"][0]["judges"], false, "{top}");
+}
+
+/// A customer of unknown age makes no mail home, however long it has received mail on its host
+/// (no registry answers, RDAP off): anyone can register a domain and have a self-serve project
+/// look it up, and a home changes every project's answers, so a month on its owner would
+/// choose which of their re-registered listed names count for nobody. The customer seen 71 days
+/// ago is not condemned by the names (there first); a domain first seen after they have held
+/// 40 days is `disposable` by the twelve. Before, it was `safe`: the customer's 30 days had made
+/// the host a home.
+#[test]
+fn a_customer_of_unknown_age_makes_no_mail_home() {
+    let (w, dns, dir) = planted_after_a_customer(67, "unaged");
+    let day = today();
+    edit_state(&dir, |v| {
+        if v["domain"] == "young-co.test" {
+            v["first"] = serde_json::json!(day - 71);
+        } else if v["domain"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("unaged"))
+        {
+            v["since"] = serde_json::json!(day - 40);
+        }
+    });
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
+    wait_first_look(&gw);
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, "late-co.test")["reason"] == "disposable"
+    });
+    let r = record(&gw, "late-co.test");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    safe_after_the_next_pass(&gw, "young-co.test", "there first");
 }
 
 /// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,

@@ -420,10 +420,12 @@ struct Counts {
     /// mail: see [`History`]) and counted, earliest first: a domain it saw here before one
     /// arrived is not judged by it (see [`Counts::view`]).
     arrivals: Vec<Arrival>,
-    /// From which day each unlisted domain not judged disposable makes this key a mail home,
-    /// earliest first: the day the gateway first saw it here when the registry shows it
-    /// established (vouched), else that day plus `hold_days` (it has received mail here that
-    /// long). Listed names that arrive at a mail home count for nobody (see [`Counts::view`]).
+    /// From which day each unlisted domain something vouches for (the registry shows it
+    /// established) makes this key a mail home, earliest first: the day the gateway first saw
+    /// it here. Listed names that arrive at a mail home count for nobody (see [`Counts::view`]).
+    /// A domain of unknown age makes no home, however long it receives mail here: anyone can
+    /// register one and make any project look it up, and a home changes every project's
+    /// answers.
     homes: Vec<u32>,
 }
 
@@ -484,8 +486,8 @@ fn hosts_inside<'k>(keys: &'k [Arc<str>], key: &str) -> Vec<&'k Arc<str>> {
 }
 
 impl Counts {
-    /// Adds (`up`) or removes what `entry` contributes to `key` (this key); `hold_days`: how
-    /// long an unlisted domain of unknown age receives mail here before the key is its home.
+    /// Adds (`up`) or removes what `entry` contributes to `key` (this key); `hold_days` 0: no
+    /// key is a mail home.
     fn count(&mut self, key: &str, entry: &DomainEntry, up: bool, hold_days: u32) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         if let Some(day) = entry.home_from(hold_days) {
@@ -550,7 +552,7 @@ impl Counts {
     /// neighbours it saw arrive after that day are left out too, however long they have held:
     /// a domain that received mail here before them is not condemned by newcomers (who arrived
     /// first, issue 94). And whoever asks, listed neighbours that arrived once the key was a
-    /// mail home (an unlisted domain not judged disposable received mail here, [`Counts::homes`])
+    /// mail home (a domain the registry shows established received mail here, [`Counts::homes`])
     /// are left out: newcomers to a company's host are the planting.
     fn view(
         &self,
@@ -726,18 +728,16 @@ impl History {
 }
 
 impl DomainEntry {
-    /// From which day it makes its keys a mail home ([`Counts::homes`]): an unlisted domain
-    /// not judged disposable, from the day first seen there if the registry shows it
-    /// established, else `hold_days` later. With `hold_days` 0 nothing is weighed by when it
+    /// From which day it makes its keys a mail home ([`Counts::homes`]): a domain something
+    /// vouches for (the registry shows it established, or the operator accepted it), from the
+    /// day first seen there. One of unknown age makes none: whoever registers a domain and
+    /// makes a self-serve project look it up would otherwise choose, a month on, which of their
+    /// listed names count for every project. With `hold_days` 0 nothing is weighed by when it
     /// arrived (names that move count at once, as before the look), so no key is a home.
     fn home_from(&self, hold_days: u32) -> Option<u32> {
-        if hold_days == 0 {
-            return None;
-        }
         match self.standing {
-            Standing::Vouched => Some(self.history.since),
-            Standing::Unknown => Some(self.history.since.saturating_add(hold_days)),
-            Standing::Listed(_) | Standing::Inferred => None,
+            Standing::Vouched if hold_days > 0 => Some(self.history.since),
+            _ => None,
         }
     }
 
@@ -1769,19 +1769,30 @@ mod tests {
         assert!(ix.finding("fresh-co.test", P).is_some());
     }
 
-    /// A host whose customers of unknown age have received mail there `hold_days` is a mail
-    /// home: listed names that move there afterwards count for nobody, whoever is judged,
-    /// however long they hold. Customers seen fewer days before the names arrived make no home
-    /// of it: the names count once held, against every domain but those seen before them.
+    /// A host where a customer the registry shows established receives mail is a mail home
+    /// from the day the gateway first saw it there: listed names that move there afterwards
+    /// count for nobody, whoever is judged, however long they hold. Customers of unknown age
+    /// make none, however long they have received mail there (anyone can register such a domain and
+    /// have it looked up): the names count once held, against every domain but those seen
+    /// before them.
     #[test]
     fn listed_names_that_arrive_at_a_mail_home_count_for_nobody() {
         let host = keys(&["host:mx.smallhost.test"]);
-        for (customer_day, judged) in [(60, false), (70, false), (71, true), (80, true)] {
+        for (customer_day, established, judged) in [
+            (60, true, false),
+            (99, true, false),
+            (10, false, true),
+            (99, false, true),
+        ] {
             let mut ix = NeighbourhoodIndex::new(RULE, 1000);
             for i in 0..3 {
                 ix.teach(&format!("new{i}.test"), &[], Some("list"), LOOK, 50);
             }
-            teach(&mut ix, "company-co.test", &host, None, customer_day);
+            let how = Teach {
+                vouched: Some(established),
+                ..Teach::default()
+            };
+            ix.teach("company-co.test", &host, None, how, customer_day);
             // Re-registered onto the host on day 100, held 200 days.
             for day in [100, 300] {
                 for i in 0..3 {
@@ -1792,13 +1803,11 @@ mod tests {
             assert_eq!(
                 ix.finding("late-co.test", P).is_some(),
                 judged,
-                "customer first seen on day {customer_day}"
+                "customer first seen on day {customer_day}, established {established}"
             );
-            assert!(ix.finding("company-co.test", P).is_none(), "there first");
-            // Judged disposable, a domain makes no home.
-            if customer_day == 60 {
-                assert!(ix.judged("company-co.test", true, None));
-                assert!(ix.finding("late-co.test", P).is_some(), "no home left");
+            assert_eq!(ix.finding_for("late-co.test", None).is_some(), judged);
+            if customer_day < 100 {
+                assert!(ix.finding("company-co.test", P).is_none(), "there first");
             }
         }
     }
