@@ -45,6 +45,8 @@ mod spec;
 mod suite;
 #[path = "../benches/detection/throwaway.rs"]
 mod throwaway;
+#[path = "../benches/detection/timeline.rs"]
+mod timeline;
 #[path = "../benches/detection/world.rs"]
 mod world;
 
@@ -85,6 +87,44 @@ fn the_gate_slice_meets_the_detection_goals_over_three_seeds() {
         misses.len(),
         misses.join("\n"),
         report.tables()
+    );
+}
+
+/// The time axis's smoke (`-- --timeline` is the whole of it: seeds 1 to 3, RDAP on, off and
+/// unreachable): one seed, RDAP off, days 0 to 92 of one deployment, the gateway stopped between
+/// the days it runs. Whatever the attacker's hold (1, 30 or 90 days), no customer the gateway
+/// saw on the host before the plant is flagged on any day, first answer or settled; and names
+/// held a day and let go flag no newcomer on any later day.
+#[test]
+fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shipped = world::Shipped::read(repo);
+    let mut w = world::World::build(1, world::Size::SLICE, &shipped);
+    let t = timeline::Timeline::draw(&mut w);
+    let rows = timeline::run(&w, &t, repo, spec::Rdap::Off);
+    let table = timeline::table(&t, &rows);
+    let flagged = |r: &&timeline::Row| r.first_flagged || r.settled_flagged;
+    let seen: Vec<&timeline::Row> = rows.iter().filter(|r| !r.newcomer).collect();
+    assert!(
+        seen.len() >= 3 * 11 * 4,
+        "{} rows of customers seen",
+        seen.len()
+    );
+    assert!(!seen.iter().any(flagged), "a customer seen first:\n{table}");
+    let one_day = (t.plants.iter())
+        .position(|p| p.hold == Some(1))
+        .expect("a one-day hold");
+    let after_a_day = (rows.iter()).filter(|r| r.plant == one_day && r.newcomer);
+    assert_eq!(after_a_day.clone().count(), 3 * 4, "{table}");
+    assert!(!after_a_day.clone().any(|r| flagged(&r)), "{table}");
+    // The axis can see a flag: newcomers after a 30-day hold on a host nobody established was
+    // seen on (RDAP off) are judged by the names (docs/mx.md, "What remains").
+    let held = (t.plants.iter())
+        .position(|p| p.hold == Some(30))
+        .expect("a 30-day hold");
+    assert!(
+        (rows.iter()).any(|r| r.plant == held && r.newcomer && r.day == 32 && r.settled_flagged),
+        "{table}"
     );
 }
 
