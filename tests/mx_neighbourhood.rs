@@ -1100,12 +1100,17 @@ fn assert_waits_for_age(r: &serde_json::Value, d: &str) {
     assert_eq!(r["evidence"]["age_pending"], true, "{d}: {r}");
 }
 
-/// `b` asking `rdap` for `.test` ages as fast as it answers, a lookup the neighbourhood would
-/// flag waiting 300 ms for one, and verdict changes watched (`GET /v1/changes`).
-fn with_slow_registry(b: GatewayBuilder, rdap: &RdapServer) -> GatewayBuilder {
+/// `b` asking `rdap` for `.test` ages, at once.
+fn with_registry(b: GatewayBuilder, rdap: &RdapServer) -> GatewayBuilder {
     b.rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
         .rdap_yaml("allow_plain_http: true")
         .rdap_yaml("min_interval_ms: 1")
+}
+
+/// `b` asking `rdap` for `.test` ages as fast as it answers, a lookup the neighbourhood would
+/// flag waiting 300 ms for one, and verdict changes watched (`GET /v1/changes`).
+fn with_slow_registry(b: GatewayBuilder, rdap: &RdapServer) -> GatewayBuilder {
+    with_registry(b, rdap)
         .rdap_yaml("neighbourhood_budget_ms: 300")
         .gateway_yaml(
             "changes: { watch_days: { test: 30 }, pass_interval_seconds: 1, stable_seconds: 0 }",
@@ -2138,4 +2143,68 @@ fn names_a_list_adds_beside_an_established_customer_are_weighed_as_arrivals() {
         .unwrap_or_else(|| panic!("{top}"));
     assert_eq!(regional["judges"], false, "{top}");
     assert_eq!(regional["listed"], 12, "{top}");
+}
+
+/// Aged throwaways on a throwaway service's own host (issue 94): twelve listed names on a host
+/// the registry shows registered 2,000 days ago, and an unlisted domain there 600 days old
+/// (over `established_days`). Its established age outweighs what lookups and the look taught
+/// only while the key's names' own ages are unknown: they are asked in the background, and the
+/// settled answer is `disposable` by the twelve, GET and batch, with `aged_listed` in its
+/// evidence. Names held that long are a throwaway service's own: a lapsed name re-registered
+/// gets a new registration date. The control: twelve listed names registered 20 days ago
+/// (re-registered, as a planting's are) on another host keep a 3,000-day-old domain there
+/// `safe`, established, once their ages are in. Before, the aged throwaway was `safe` for good.
+#[test]
+fn an_aged_throwaway_on_a_host_of_names_held_for_years_is_judged() {
+    let mut w = World::new();
+    w.listed_on("mx.old-service.test", [192, 0, 2, 90], "held", 12);
+    w.listed_on("mx.regional.test", [192, 0, 2, 91], "fresh", 12);
+    let (aged, company) = ("aged-throwaway.test", "old-company.test");
+    w.mx(aged, &["mx.old-service.test"]);
+    w.mx(company, &["mx.regional.test"]);
+    let dns = w.dns();
+    let mut replies: HashMap<String, Reply> = HashMap::new();
+    for i in 0..12 {
+        replies.insert(format!("held{i}.test"), Reply::Registered(2_000));
+        replies.insert(format!("fresh{i}.test"), Reply::Registered(20));
+    }
+    replies.insert(aged.into(), Reply::Registered(600));
+    replies.insert(company.into(), Reply::Registered(3_000));
+    let rdap = RdapServer::start(
+        replies
+            .iter()
+            .map(|(d, r)| (d.as_str(), r.clone()))
+            .collect(),
+    );
+    let gw = with_registry(builder(&w, &dns), &rdap).start();
+    wait_first_look(&gw);
+    // The first answers: both established, by ages the registry gave within the budget.
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, company)["evidence"]["established"] == true
+    });
+    let first = record(&gw, aged);
+    assert_eq!(first["evidence"]["neighbourhood"]["listed"], 12, "{first}");
+    // Settled: the ages of the twelve names the key keeps are in (from the third, flagged).
+    wait_until(Duration::from_secs(15), || {
+        record(&gw, aged)["evidence"]["neighbourhood"]["aged_listed"] == 12
+    });
+    let r = record(&gw, aged);
+    assert_eq!(r["reason"], "disposable", "{r}");
+    assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
+    assert_eq!(r["evidence"]["age_days"], 600, "{r}");
+    wait_until(Duration::from_secs(15), || {
+        (0..12).all(|i| rdap.asked(&format!("fresh{i}.test")) > 0)
+    });
+    let c = record(&gw, company);
+    assert_eq!(c["reason"], "safe", "{c}");
+    assert_eq!(c["evidence"]["established"], true, "{c}");
+    assert!(
+        c["evidence"]["neighbourhood"]["aged_listed"].is_null(),
+        "{c}"
+    );
+    let b = batch_records(&gw, &[aged, company]);
+    assert_eq!(
+        (b[0]["reason"].as_str(), b[1]["reason"].as_str()),
+        (Some("disposable"), Some("safe"))
+    );
 }

@@ -165,7 +165,8 @@ impl World {
             .map(|k| {
                 let d = self.throwaway_name();
                 let on = hosts(self, k);
-                let days = facts::listing_age(&mut self.rng) as i64;
+                // A lapsed name the attacker registered again: the registry gives that day.
+                let days = facts::reregistered_age(&mut self.rng) as i64;
                 self.domain(&d, &on, "mx -all", days);
                 self.listed.push(d.clone());
                 d

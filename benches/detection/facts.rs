@@ -192,6 +192,20 @@ pub fn unlisted_age(rng: &mut Rng) -> f64 {
     rng.unit() * listing_age(rng)
 }
 
+/// The longest an attacker holds a re-registered listed name before planting it, in days: the
+/// longest hold of issue 94 ("holds planted names for 1, 30 and 90 days"), an assumption.
+pub const REREGISTERED_MAX_DAYS: f64 = 90.0;
+
+/// A planted name's age by its registry, in days: a lapsed name registered again gets a new
+/// creation date (how registries record a re-registration), drawn uniformly up to
+/// [`REREGISTERED_MAX_DAYS`] before the attack (an assumption). Two draws, as the listing age
+/// it replaced took: the rest of a seed's world stays what it was.
+pub fn reregistered_age(rng: &mut Rng) -> f64 {
+    let age = rng.unit() * REREGISTERED_MAX_DAYS;
+    rng.unit();
+    age
+}
+
 /// A company domain's age, in days.
 pub fn company_age(rng: &mut Rng) -> f64 {
     if rng.chance(COMPANY_FIRST_YEAR) {

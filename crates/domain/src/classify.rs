@@ -21,7 +21,7 @@
 use super::age::{AgeRule, DomainAge, YoungEffect};
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
-use super::neighbour_index::{Finding, Grounds};
+use super::neighbour_index::{Finding, Grounds, AGED_LISTED};
 use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord};
 use super::scores::Scores;
@@ -139,8 +139,15 @@ pub fn verdict_of<'a>(
 /// (must-not-flag wins); only a finding the operator's lists hold alone condemns them. An age
 /// the registry did not give (missing, slow, throttled, failing) weighs nothing either way:
 /// a registry that never answers makes the answer neither worse nor better than no registry.
+///
+/// Unless the key's listed names were themselves held long: [`AGED_LISTED`] of them the
+/// registry shows registered at least `established_days` ago ([`Finding::aged_listed`]) are not
+/// what anyone plants cheaply (a lapsed name re-registered gets a new date), so the finding is
+/// a throwaway service's own host, and an aged throwaway on it is judged as a young one.
 pub fn shields(finding: &Finding, age: Option<DomainAge>, rule: AgeRule) -> bool {
-    finding.grounds == Grounds::Lookups && age.is_some_and(|a| rule.is_established(a))
+    finding.grounds == Grounds::Lookups
+        && finding.aged_listed < AGED_LISTED
+        && age.is_some_and(|a| rule.is_established(a))
 }
 
 /// Whether the neighbourhood's `finding` waits for the domain's age: it rests on lookups or the
@@ -789,6 +796,7 @@ mod tests {
             own_lookups: true,
             sources: vec![],
             since: None,
+            aged_listed: 0,
         };
         let with = |age, grounds| Signals {
             mx: Some(&own),
@@ -854,6 +862,18 @@ mod tests {
             judged(with(Some(old), lookups)),
             (Reason::Safe, scores.neighbourhood_established, None, true)
         );
+        // Listed names on the key the registry shows held long: age does not shield either,
+        // from the third.
+        for (aged, shielded) in [(2, true), (AGED_LISTED, false)] {
+            let held = Signals {
+                neighbourhood: Some(Finding {
+                    aged_listed: aged,
+                    ..finding.clone()
+                }),
+                ..with(Some(old), lookups)
+            };
+            assert_eq!(judged(held).3, shielded, "{aged} aged");
+        }
         // The operator's lists alone hold it: age does not shield.
         assert_eq!(
             judged(with(Some(old), Grounds::Lists)).0,

@@ -427,7 +427,25 @@ struct Counts {
     /// register one and make any project look it up, and a home changes every project's
     /// answers.
     homes: Vec<u32>,
+    /// A few of the listed neighbours counted here (the first [`SAMPLE`] seen, as they come and
+    /// go): whose registry ages show whether the names on the key were held long
+    /// ([`Finding::aged_listed`]).
+    sample: Vec<Box<str>>,
 }
+
+/// Listed neighbours a key keeps by name ([`Counts::sample`]): enough to find
+/// [`AGED_LISTED`] of them registered long ago where about 45% are (a throwaway operator's
+/// names: 3 or more of 16 nearly always, of 8 about four times in five), few enough to ask a
+/// registry for each.
+const SAMPLE: usize = 16;
+
+/// Listed neighbours on a key the registry shows registered at least `established_days` ago
+/// that make its finding one an established age does not outweigh ([`Finding::aged_listed`]).
+/// A lapsed name re-registered gets a new registration date: whoever plants names on a host
+/// with the cheap means (lapsed names, self-serve accounts) plants young ones. Three, not one:
+/// a small company host may serve one listed domain of its own; a throwaway operator's 21 to
+/// 43 names (benches/detection/PROVENANCE.md) hold about 45% over a year old.
+pub const AGED_LISTED: u32 = 3;
 
 /// A listed neighbour that arrived on a key: the day, who it counts for, its hosts inside the
 /// key (what it adds to the key's counts, taken out again for a domain that was there first).
@@ -488,7 +506,13 @@ fn hosts_inside<'k>(keys: &'k [Arc<str>], key: &str) -> Vec<&'k Arc<str>> {
 impl Counts {
     /// Adds (`up`) or removes what `entry` contributes to `key` (this key); `hold_days` 0: no
     /// key is a mail home.
-    fn count(&mut self, key: &str, entry: &DomainEntry, up: bool, hold_days: u32) {
+    fn count(
+        &mut self,
+        key: &str,
+        (domain, entry): (&str, &DomainEntry),
+        up: bool,
+        hold_days: u32,
+    ) {
         let step = |n: &mut u32| *n = if up { *n + 1 } else { n.saturating_sub(1) };
         if let Some(day) = entry.home_from(hold_days) {
             let at = self.homes.partition_point(|d| *d < day);
@@ -500,6 +524,16 @@ impl Counts {
         }
         match entry.standing {
             Standing::Listed(s) => {
+                let sampled = self.sample.iter().position(|d| **d == *domain);
+                match sampled {
+                    Some(i) if !up => {
+                        self.sample.swap_remove(i);
+                    }
+                    None if up && !entry.unheld && self.sample.len() < SAMPLE => {
+                        self.sample.push(domain.into());
+                    }
+                    _ => {}
+                }
                 let teachers = entry.counted_teachers();
                 self.listed.count(&teachers, up);
                 bump(&mut self.sources, &s, up);
@@ -807,6 +841,17 @@ pub struct Finding {
     /// forth as the index learns. Set by the service that holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
+    /// Listed neighbours on the key the registry shows registered at least `established_days`
+    /// ago, among the few the key keeps by name (up to 16): names held that long, which
+    /// nobody plants cheaply (a lapsed name re-registered is young again). From
+    /// [`AGED_LISTED`] on, a finding lookups taught is not outweighed by the judged domain's
+    /// own established age. Set where the registry's answers are known (0: none known).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aged_listed: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 // `share` is a ratio of counts (never NaN): equality is total.
@@ -1002,7 +1047,7 @@ impl NeighbourhoodIndex {
             _ => return false,
         }
         if let Some(e) = self.domains.remove(domain) {
-            self.withdraw(&e);
+            self.withdraw(domain, &e);
         }
         true
     }
@@ -1082,9 +1127,9 @@ impl NeighbourhoodIndex {
         let Some(mut entry) = self.domains.remove(domain) else {
             return;
         };
-        self.withdraw(&entry);
+        self.withdraw(domain, &entry);
         change(&mut entry);
-        self.contribute(&entry);
+        self.contribute(domain, &entry);
         self.domains.insert(domain.into(), entry);
     }
 
@@ -1122,7 +1167,7 @@ impl NeighbourhoodIndex {
         let listed = listed.map(|s| self.source_id(s));
         let old = self.domains.remove(domain);
         if let Some(old) = &old {
-            self.withdraw(old);
+            self.withdraw(domain, old);
         }
         let inferred = how.inferred || old.as_ref().is_some_and(|o| o.inferred);
         let vouched = how
@@ -1183,7 +1228,7 @@ impl NeighbourhoodIndex {
             history,
             unheld,
         };
-        self.contribute(&entry);
+        self.contribute(domain, &entry);
         self.domains.insert(domain.into(), entry);
         if self.domains.len() > self.max_entries + self.max_entries / 10 {
             return self.evict();
@@ -1206,7 +1251,7 @@ impl NeighbourhoodIndex {
     /// Counts `entry` in each of its keys; a key its own withdrawal emptied (and removed) a
     /// moment before is made again, so that a domain alone on its key keeps counting when it
     /// is re-stood (a teacher added, its standing changed).
-    fn contribute(&mut self, entry: &DomainEntry) {
+    fn contribute(&mut self, domain: &str, entry: &DomainEntry) {
         self.count_own(entry, true);
         for k in entry.keys.iter() {
             if !self.keys.contains_key(k) {
@@ -1216,16 +1261,16 @@ impl NeighbourhoodIndex {
                 }
             }
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(k, entry, true, self.rule.hold_days);
+                c.count(k, (domain, entry), true, self.rule.hold_days);
             }
         }
     }
 
-    fn withdraw(&mut self, entry: &DomainEntry) {
+    fn withdraw(&mut self, domain: &str, entry: &DomainEntry) {
         self.count_own(entry, false);
         for k in entry.keys.iter() {
             if let Some(c) = self.keys.get_mut(k) {
-                c.count(k, entry, false, self.rule.hold_days);
+                c.count(k, (domain, entry), false, self.rule.hold_days);
                 if c.is_empty() {
                     self.keys.remove(k);
                     if let Some((kind, _)) = KeyKind::split(k) {
@@ -1288,6 +1333,15 @@ impl NeighbourhoodIndex {
         best
     }
 
+    /// A few of the listed domains counted on `finding`'s key (up to 16, as they come and go),
+    /// by name.
+    pub fn listed_sample(&self, finding: &Finding) -> Vec<Box<str>> {
+        let key = format!("{}:{}", finding.key_kind.as_str(), finding.key);
+        self.keys
+            .get(key.as_str())
+            .map_or_else(Vec::new, |c| c.sample.clone())
+    }
+
     /// Whether `key` (`kind:value`) has a listed neighbour: the only keys that can judge.
     pub fn has_listed(&self, key: &str) -> bool {
         self.keys.get(key).is_some_and(|c| c.listed() > 0)
@@ -1330,6 +1384,7 @@ impl NeighbourhoodIndex {
             own_lookups: view.needs_own(&self.rule, kind),
             sources: self.source_counts(counts),
             since: None,
+            aged_listed: 0,
         })
     }
 
@@ -1421,7 +1476,7 @@ impl NeighbourhoodIndex {
             .collect();
         for d in &old {
             if let Some(e) = self.domains.remove(d) {
-                self.withdraw(&e);
+                self.withdraw(d, &e);
             }
         }
         old
@@ -1454,7 +1509,7 @@ impl NeighbourhoodIndex {
         ranked.truncate(excess);
         for (_, _, d) in &ranked {
             if let Some(e) = self.domains.remove(d) {
-                self.withdraw(&e);
+                self.withdraw(d, &e);
             }
         }
         ranked.into_iter().map(|(_, _, d)| d).collect()
@@ -1810,6 +1865,39 @@ mod tests {
                 assert!(ix.finding("company-co.test", P).is_none(), "there first");
             }
         }
+    }
+
+    /// A key keeps a few of its listed neighbours by name, as they come and go: those whose
+    /// registry ages may show them held long. Names that moved lately (counting for nobody)
+    /// are not among them.
+    #[test]
+    fn a_key_keeps_a_few_listed_names_by_name() {
+        let host = keys(&["host:mx.throw.test"]);
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        for i in 0..SAMPLE + 4 {
+            ix.teach(&format!("l{i}.test"), &host, Some("list"), LOOK, 100);
+        }
+        teach(&mut ix, "new.test", &host, None, 100);
+        let finding = ix.finding("new.test", P).unwrap();
+        let sample = ix.listed_sample(&finding);
+        assert_eq!(sample.len(), SAMPLE);
+        assert!(sample.iter().all(|d| d.starts_with('l')), "{sample:?}");
+        for d in &sample[..3] {
+            assert!(ix.forget(d, None));
+        }
+        let left = ix.listed_sample(&finding);
+        assert_eq!(left.len(), SAMPLE - 3);
+        assert!(!left.iter().any(|d| sample[..3].contains(d)));
+        // Taught again, a name joins; one that moved there lately does not.
+        ix.teach("l0.test", &host, Some("list"), LOOK, 101);
+        ix.teach("moved.test", &[], Some("list"), LOOK, 100);
+        ix.teach("moved.test", &host, Some("list"), LOOK, 101);
+        let now = ix.listed_sample(&finding);
+        assert!(
+            now.iter().any(|d| &**d == "l0.test") || now.len() == SAMPLE,
+            "{now:?}"
+        );
+        assert!(!now.iter().any(|d| &**d == "moved.test"), "{now:?}");
     }
 
     /// What restarts, snapshots and other gateways make of a move: a state line read after a

@@ -304,6 +304,15 @@ impl Rdap {
         }
     }
 
+    /// Queues `name`'s registrable domain for a background fetch on `line` when the cache
+    /// knows nothing of it (never asked, or a failure past its time): no answer waits for it,
+    /// the line's bound applies as a project's does.
+    pub fn fetch_later(&self, name: &DomainName, line: &str) {
+        if let (Some(registrable), None) = (name.registrable(), self.known_age(name)) {
+            self.schedule(registrable, line, false);
+        }
+    }
+
     /// The age of `name`'s registrable domain from the cache, at once; a miss is queued for a
     /// background fetch on `project`'s line. A project's first lookup of a name is a miss even
     /// when the cache holds it (another project's lookup had it fetched): the answer does not

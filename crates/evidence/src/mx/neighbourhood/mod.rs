@@ -358,6 +358,12 @@ impl Neighbourhood {
         }
     }
 
+    /// A few of the listed domains counted on `finding`'s key, by name (see
+    /// [`NeighbourhoodIndex::listed_sample`]).
+    pub fn listed_sample(&self, finding: &Finding) -> Vec<Box<str>> {
+        self.read().listed_sample(finding)
+    }
+
     /// Counts a verdict the index decided (for metrics).
     pub fn count_verdict(&self, kind: KeyKind) {
         self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);

@@ -20,7 +20,7 @@ use drg_domain::age::{AgeRule, DomainAge};
 use drg_domain::classify::{wants_mx, Signals};
 use drg_domain::evidence::Evidence;
 use drg_domain::mail::MxEvidence;
-use drg_domain::neighbour_index::Finding;
+use drg_domain::neighbour_index::{Finding, Grounds};
 use drg_domain::overrides::{Override, OverrideVerdict};
 use drg_domain::table::{DomainTable, TableMatch};
 use drg_domain::{DomainName, RiskRecord, TableRule};
@@ -28,6 +28,10 @@ use drg_evidence::mx::neighbourhood::Neighbourhood;
 use drg_evidence::mx::resolver::MxResolver;
 use drg_projects::account::calls::Verdict;
 use drg_telemetry::trace::Kind;
+
+/// The RDAP queue's line for the listed names a neighbourhood finding's key keeps by name
+/// (no project's: their fetches count against no project's share of the queue).
+const AGED_LISTED_LINE: &str = "(listed neighbours)";
 
 /// What classifying a name takes besides the table: its MX evidence (for names the table leaves
 /// open) and what the neighbourhood index finds for it.
@@ -246,12 +250,13 @@ impl Gateway {
         &self,
         (table, found): (&'t DomainTable, TableMatch<'t>),
         name: &'t DomainName,
-        ((evidence, finding), age): (MxInputs, Option<DomainAge>),
+        ((evidence, mut finding), age): (MxInputs, Option<DomainAge>),
         (project, over): (&str, Option<&Override>),
         explain: bool,
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
         let rdap = self.shared.rdap.as_ref();
+        self.weigh_aged_listed(finding.as_mut(), age);
         let signals = Signals {
             mx: evidence.as_deref(),
             age_pending: self.age_pending(name, &found, &finding, age),
@@ -363,6 +368,36 @@ impl Gateway {
             }
             _ => age,
         }
+    }
+
+    /// Where the judged domain's established `age` would outweigh `finding` (it rests on
+    /// lookups), how many of the listed names its key keeps by name the registry shows
+    /// registered at least `established_days` ago (`Finding::aged_listed`): names held that
+    /// long are a throwaway service's own, not a planting. Names whose age the cache does not
+    /// know are queued for the registry in the background, on a line of their own: the answer
+    /// does not wait, the settled one has them.
+    fn weigh_aged_listed(&self, finding: Option<&mut Finding>, age: Option<DomainAge>) {
+        let (Some(finding), Some(rdap)) = (finding, self.shared.rdap.as_deref()) else {
+            return;
+        };
+        let rule = rdap.age_rule();
+        let outweighed =
+            finding.grounds == Grounds::Lookups && age.is_some_and(|a| rule.is_established(a));
+        let Some(nb) = self.neighbourhood().filter(|_| outweighed) else {
+            return;
+        };
+        let mut aged = 0;
+        for listed in nb.listed_sample(finding) {
+            let Ok(name) = DomainName::parse(&listed) else {
+                continue;
+            };
+            match rdap.known_age(&name) {
+                Some(Some(a)) if rule.is_established(a) => aged += 1,
+                Some(_) => {}
+                None => rdap.fetch_later(&name, AGED_LISTED_LINE),
+            }
+        }
+        finding.aged_listed = aged;
     }
 
     fn neighbourhood(&self) -> Option<&Arc<Neighbourhood>> {
