@@ -1,9 +1,11 @@
 //! The goals of issue 66 the detection gate holds the model to, over every seed of a report:
 //! recall on unlisted throwaways in every age bucket (settled 90%, first 80% of those that
 //! arrive after their host is known; 50% both for the /24 shape) with RDAP on and failing,
-//! but the aged one's (issue 85: a finding lookups taught never outweighs an established age,
-//! so a throwaway over a year old that only lookups found is given up where its registry
-//! answers; must-not-flag wins);
+//! but the aged one's (an established age outweighs a finding lookups taught until the
+//! registry shows 3 of the listed names on its key held for years, issue 94: in the slice a
+//! seed's aged cases of a shape sit on one key, whose names' ages decide them all, so a
+//! 90% floor over six cases is the draw of three keys; the full world's 75 are in
+//! benches/RESULTS-detection.md);
 //! and in every condition, on GET and on the batch route: no must-not-flag case flagged, no
 //! attack flagging a victim with 20 planted domains from one project (several projects), GET
 //! and batch agreeing on every case, unusable set-ups and missing hosts with minimal answers
@@ -71,7 +73,7 @@ pub fn misses(report: &Report) -> Vec<String> {
 fn recall(report: &Report, rdap: Rdap, route: Route, out: &mut Vec<String>) {
     for shape in Shape::ALL {
         let (settled, first) = floors(shape);
-        // Given up where the registry gives the age (docs/mx.md, rule 6).
+        // The aged bucket: not held in the slice (see above; docs/mx.md, rule 6).
         for bucket in Bucket::ALL.into_iter().filter(|b| *b != Bucket::Old) {
             let checks = [
                 (Which::Settled, None, settled),
