@@ -91,10 +91,13 @@ fn the_gate_slice_meets_the_detection_goals_over_three_seeds() {
 }
 
 /// The time axis's smoke (`-- --timeline` is the whole of it: seeds 1 to 3, RDAP on, off and
-/// unreachable): one seed, RDAP off, days 0 to 92 of one deployment, the gateway stopped between
-/// the days it runs. Whatever the attacker's hold (1, 30 or 90 days), no customer the gateway
-/// saw on the host before the plant is flagged on any day, first answer or settled; and names
-/// held a day and let go flag no newcomer on any later day.
+/// unreachable): one seed, RDAP off, days 0 to 122 of one deployment, the gateway stopped
+/// between the days it runs. Whatever the attacker's hold (1, 30 or 90 days), no customer the
+/// gateway saw on the host before the plant is flagged on any day, first answer or settled, and
+/// no customer first asked after it either (`hold_days`, 120, is past the longest hold; with
+/// 30, the 30- and 90-day holds' newcomers were `disposable` from day 32). And the axis can
+/// see a flag: a throwaway service's listed names moved to a new host count there once they
+/// have held it 120 days, and its throwaways first asked on day 122 are judged.
 #[test]
 fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -106,26 +109,24 @@ fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
     let flagged = |r: &&timeline::Row| r.first_flagged || r.settled_flagged;
     let seen: Vec<&timeline::Row> = rows.iter().filter(|r| !r.newcomer).collect();
     assert!(
-        seen.len() >= 3 * 11 * 4,
+        seen.len() >= 3 * 14 * 4,
         "{} rows of customers seen",
         seen.len()
     );
     assert!(!seen.iter().any(flagged), "a customer seen first:\n{table}");
-    let one_day = (t.plants.iter())
-        .position(|p| p.hold == Some(1))
-        .expect("a one-day hold");
-    let after_a_day = (rows.iter()).filter(|r| r.plant == one_day && r.newcomer);
-    assert_eq!(after_a_day.clone().count(), 3 * 4, "{table}");
-    assert!(!after_a_day.clone().any(|r| flagged(&r)), "{table}");
-    // The axis can see a flag: newcomers after a 30-day hold on a host nobody established was
-    // seen on (RDAP off) are judged by the names (docs/mx.md, "What remains").
-    let held = (t.plants.iter())
-        .position(|p| p.hold == Some(30))
-        .expect("a 30-day hold");
-    assert!(
-        (rows.iter()).any(|r| r.plant == held && r.newcomer && r.day == 32 && r.settled_flagged),
-        "{table}"
-    );
+    let held = |r: &&timeline::Row| matches!(t.plants[r.plant].kind, timeline::Kind::Held(_));
+    let after_a_hold: Vec<&timeline::Row> =
+        (rows.iter()).filter(|r| r.newcomer && held(r)).collect();
+    assert_eq!(after_a_hold.len(), 3 * 3 * 4, "{table}");
+    assert!(!after_a_hold.iter().any(flagged), "{table}");
+    let moved = (t.plants.iter())
+        .position(|p| p.kind == timeline::Kind::Moved)
+        .expect("a service that moved");
+    let judged: Vec<&timeline::Row> = (rows.iter())
+        .filter(|r| r.plant == moved && r.day == 122)
+        .collect();
+    assert_eq!(judged.len(), 4, "{table}");
+    assert!(judged.iter().all(|r| r.settled_flagged), "{table}");
 }
 
 /// The world is the seed's: built twice, the same names, records and ages; another seed

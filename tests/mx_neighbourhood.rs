@@ -1847,30 +1847,31 @@ fn edit_state(dir: &tempfile::TempDir, mut edit: impl FnMut(&mut serde_json::Val
 /// Who arrived first (issue 94): a customer the gateway saw on a small host before twelve
 /// lapsed listed names were re-registered onto it is never condemned by them, however long
 /// they hold; a domain first seen there after them is, once they have held `hold_days`. The
-/// gateway sees it all on one day; days pass in its state file (the customer first seen 41
-/// days ago, the names moved 40 days ago), through a restart. No registry answers (RDAP off):
+/// gateway sees it all on one day; days pass in its state file (the customer first seen 131
+/// days ago, the names moved 130 days ago), through a restart. No registry answers (RDAP off):
 /// nothing but what the gateway saw itself tells the two apart. GET and batch. Before, the
 /// customer was `disposable` like the newcomer once the names had held 30 days.
 #[test]
 fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_they_hold() {
     let (w, dns, dir) = planted_after_a_customer(64, "held");
-    // Forty days pass: the names moved 40 days ago, the customer was first seen the day before.
+    // 130 days pass: the names moved 130 days ago, the customer was first seen the day before.
     let day = today();
     let mut customer = 0;
     edit_state(&dir, |v| {
         if v["domain"] == "young-co.test" {
             assert_eq!(v["first"], day, "{v}");
-            v["first"] = serde_json::json!(day - 41);
+            v["first"] = serde_json::json!(day - 131);
             customer += 1;
         } else if v["domain"].as_str().is_some_and(|d| d.starts_with("held")) {
             assert_eq!(v["since"], day, "{v}");
-            v["since"] = serde_json::json!(day - 40);
+            v["since"] = serde_json::json!(day - 130);
         }
     });
     assert_eq!(customer, 1);
     let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
     wait_first_look(&gw);
-    // The names have held the host 40 days: a domain first seen there now is judged by them.
+    // The names have held the host 130 days (past `hold_days`, 120): a domain first seen
+    // there now is judged by them.
     wait_until(Duration::from_secs(10), || {
         record(&gw, "late-co.test")["reason"] == "disposable"
     });
@@ -1878,7 +1879,7 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
     assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
     assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
     // The customer was there first: never by them, GET and batch, also after another pass.
-    safe_after_the_next_pass(&gw, "young-co.test", "held 40 days");
+    safe_after_the_next_pass(&gw, "young-co.test", "held 130 days");
     let names = ["young-co.test".to_owned(), "late-co.test".to_owned()];
     let b = post_batch(&gw, TEST_SECRET, &names).json();
     let reasons: Vec<&str> = (b["results"].as_array().unwrap().iter())
@@ -1891,13 +1892,13 @@ fn a_customer_seen_before_listed_names_arrived_is_not_condemned_however_long_the
     let line = (state.lines())
         .find(|l| l.contains("\"young-co.test\""))
         .unwrap();
-    assert!(line.contains(&format!("\"first\":{}", day - 41)), "{line}");
+    assert!(line.contains(&format!("\"first\":{}", day - 131)), "{line}");
 }
 
 /// Newcomers to a company's host are the planting (issue 94, who arrived first): a small host
 /// whose customer the registry shows established (3,000 days) is a mail home from the day the
 /// gateway first saw it there, and twelve lapsed listed names re-registered onto it 31 days
-/// later count for nobody there, however long they hold: 40 days on, a domain first seen on
+/// later count for nobody there, however long they hold: 130 days on, a domain first seen on
 /// the host (its registry: 20 days old) stays `safe`, GET and batch, and the listing shows the
 /// host judging nobody. Before, the newcomer was `disposable` 80 by the twelve.
 #[test]
@@ -1912,14 +1913,14 @@ fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
             .rdap_yaml("min_interval_ms: 1")
     };
     let (w, dns, dir) = planted_after_a_customer_with(66, "home", registry, true);
-    // The customer first seen 71 days ago, the names moved 40 days ago.
+    // The customer first seen 161 days ago, the names moved 130 days ago.
     let day = today();
     edit_state(&dir, |v| {
         if v["domain"] == "young-co.test" {
             assert_eq!(v["vouched"], true, "{v}");
-            v["first"] = serde_json::json!(day - 71);
+            v["first"] = serde_json::json!(day - 161);
         } else if v["domain"].as_str().is_some_and(|d| d.starts_with("home")) {
-            v["since"] = serde_json::json!(day - 40);
+            v["since"] = serde_json::json!(day - 130);
         }
     });
     let gw = registry(builder(&w, &dns))
@@ -1927,7 +1928,7 @@ fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
         .in_dir(dir)
         .start();
     wait_first_look(&gw);
-    safe_after_the_next_pass(&gw, "late-co.test", "arrived at a mail home, held 40 days");
+    safe_after_the_next_pass(&gw, "late-co.test", "arrived at a mail home, held 130 days");
     safe_after_the_next_pass(&gw, "young-co.test", "there first");
     let b = batch_records(&gw, &["late-co.test", "young-co.test"]);
     assert_eq!(
@@ -1942,24 +1943,36 @@ fn listed_names_that_arrive_at_a_mail_home_judge_no_newcomer() {
 /// A customer of unknown age makes no mail home, however long it has received mail on its host
 /// (no registry answers, RDAP off): anyone can register a domain and have a self-serve project
 /// look it up, and a home changes every project's answers, so a month on its owner would
-/// choose which of their re-registered listed names count for nobody. The customer seen 71 days
-/// ago is not condemned by the names (there first); a domain first seen after they have held
-/// 40 days is `disposable` by the twelve. Before, it was `safe`: the customer's 30 days had made
-/// the host a home.
+/// choose which of their re-registered listed names count for nobody. The names held 90 days
+/// (the longest hold issue 94 measures) judge nobody: a domain first seen there then stays
+/// `safe` (with `hold_days` 30, the default before, it was `disposable` 80). The customer seen
+/// 161 days ago is not condemned by the names (there first); a domain first seen after they
+/// have held 130 days (past `hold_days`, 120) is `disposable` by the twelve. Before mail homes
+/// were only the established's, it was `safe`: the customer's 30 days had made the host a home.
 #[test]
 fn a_customer_of_unknown_age_makes_no_mail_home() {
     let (w, dns, dir) = planted_after_a_customer(67, "unaged");
     let day = today();
-    edit_state(&dir, |v| {
-        if v["domain"] == "young-co.test" {
-            v["first"] = serde_json::json!(day - 71);
-        } else if v["domain"]
-            .as_str()
-            .is_some_and(|d| d.starts_with("unaged"))
-        {
-            v["since"] = serde_json::json!(day - 40);
-        }
-    });
+    let back = |dir: &tempfile::TempDir, since: u64| {
+        edit_state(dir, |v| {
+            if v["domain"] == "young-co.test" {
+                v["first"] = serde_json::json!(day - 161);
+            } else if v["domain"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("unaged"))
+            {
+                v["since"] = serde_json::json!(day - since);
+            }
+        })
+    };
+    back(&dir, 90);
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
+    wait_first_look(&gw);
+    safe_after_the_next_pass(&gw, "late-co.test", "held 90 days");
+    let b = batch_records(&gw, &["late-co.test"]);
+    assert_eq!(b[0]["reason"], "safe", "{}", b[0]);
+    let dir = gw.stop();
+    back(&dir, 130);
     let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
     wait_first_look(&gw);
     wait_until(Duration::from_secs(10), || {
@@ -1984,12 +1997,12 @@ fn pass_days(dir: &tempfile::TempDir, n: u64) {
 
 /// Holding a host means the look seeing the name there, pass after pass (issue 94, item 5's
 /// one-day hold). Twelve lapsed listed names are re-registered onto a small host, seen there by
-/// the look, then let go (NXDOMAIN again). Forty days pass, the look passing every twenty
+/// the look, then let go (NXDOMAIN again). 130 days pass, the look passing every 65
 /// (through restarts): each pass finds them without mail, and their hold starts again. A
 /// domain first seen on the host afterwards stays `safe`, GET and batch (before: `disposable`
 /// 80 by the twelve, which the look kept on the host and counted once 30 days had passed).
-/// Pointed back at the host, they hold from the day the look saw them there again: forty days
-/// of that, and a domain first seen there now is judged by them. No registry answers (RDAP off).
+/// Pointed back at the host, they hold from the day the look saw them there again: 130 days
+/// of that (past `hold_days`), and a domain first seen there now is judged by them. No registry answers (RDAP off).
 #[test]
 fn planted_names_let_go_after_a_day_never_complete_their_hold() {
     let (mut w, planted) = lapsed_beside_a_small_host(65, "brief");
@@ -2030,12 +2043,12 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
     let day = today();
     assert_eq!(since_of(&state(&dir)), Some(day));
     for step in 1..=2 {
-        pass_days(&dir, 20);
+        pass_days(&dir, 65);
         let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
         wait_first_look(&gw);
         if step == 2 {
-            // First seen on the host now, 40 days after the names came and went.
-            safe_after_the_next_pass(&gw, "late-co.test", "let go after a day, 40 days on");
+            // First seen on the host now, 130 days after the names came and went.
+            safe_after_the_next_pass(&gw, "late-co.test", "let go after a day, 130 days on");
             let b = batch_records(&gw, &["late-co.test"]);
             assert_eq!(b[0]["reason"], "safe", "{}", b[0]);
         }
@@ -2048,13 +2061,13 @@ fn planted_names_let_go_after_a_day_never_complete_their_hold() {
         dns.set_zone(d, Some(planted.clone()));
     }
     for step in 1..=2 {
-        pass_days(&dir, 20);
+        pass_days(&dir, 65);
         let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
         wait_first_look(&gw);
         dir = gw.stop();
         assert_eq!(
             since_of(&state(&dir)),
-            Some(day - 20 * step),
+            Some(day - 65 * step),
             "held, step {step}"
         );
     }

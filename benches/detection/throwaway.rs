@@ -60,7 +60,7 @@ impl World {
 
     /// An operator's own host (or pair): `mail.<its domain>`, each in a VPS provider's /24
     /// with other tenants, reverse DNS naming it.
-    fn operator_hosts(&mut self, tenants: &mut Vec<String>) -> Vec<String> {
+    pub(super) fn operator_hosts(&mut self, tenants: &mut Vec<String>) -> Vec<String> {
         let n = if self.rng.chance(facts::OPERATOR_TWO_HOSTS) {
             2
         } else {

@@ -1,10 +1,12 @@
 //! The time axis (issue 94, item 5): days pass for one deployment. On day 1 an attacker
 //! re-registers lapsed listed names and points them at a company's own host, holds them 1, 30
 //! or 90 days, then lets them lapse again; another company's host had names planted 40 days
-//! before the deployment first started. The gateway runs on the days something happens (and
-//! every 15 days between), stopped in between while the days pass in its state files: the
-//! look passes at each start, as it does daily. Each day the host's customers seen on day 0 are
-//! asked again, and customers the gateway never saw (newcomers) are first asked on set days,
+//! before the deployment first started; and a throwaway service moves its listed names, held
+//! for years, from its host to a new one on day 1, where its new throwaways then receive mail.
+//! The gateway runs on the days something happens (and every 15 days between), stopped in
+//! between while the days pass in its state files: the look passes at each start, as it does
+//! daily. Each day the host's customers seen on day 0 are asked again, and domains the gateway
+//! never saw (newcomers: customers, or the service's throwaways) are first asked on set days,
 //! one of every age bucket: who is flagged, first answer and settled.
 
 use std::path::Path;
@@ -19,7 +21,7 @@ use crate::dns::DnsServer;
 
 /// The days the gateway runs: events, newcomers' days, and no gap over 15 days (a name let go
 /// is seen without mail well within its `hold_days`, as the daily look would).
-const DAYS: [u32; 11] = [0, 1, 2, 16, 31, 32, 46, 61, 76, 91, 92];
+const DAYS: [u32; 14] = [0, 1, 2, 16, 31, 32, 46, 61, 76, 91, 92, 106, 121, 122];
 /// The day the attacker plants (re-registers and points) its names.
 const PLANT_DAY: u32 = 1;
 /// How long each attack holds its names on the host.
@@ -27,17 +29,33 @@ const HOLDS: [u32; 3] = [1, 30, 90];
 /// The days a held attack's newcomers are first asked: the day after a one-day hold, past a
 /// 30-day hold, past a 90-day one.
 const NEWCOMER_DAYS: [u32; 3] = [2, 32, 92];
+/// The days the moved service's throwaways are first asked: as a held attack's newcomers, and
+/// past a hold of 120 days.
+const MOVED_DAYS: [u32; 4] = [2, 32, 92, 122];
 /// The days a fresh start's newcomers are first asked.
 const FRESH_DAYS: [u32; 3] = [0, 1, 32];
 /// Days before the deployment's first start that the fresh start's names were re-registered.
 const PLANTED_BEFORE: i64 = 40;
 
-/// One attack on a company's own host.
+/// What happens to a host's listed names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Re-registered on [`PLANT_DAY`], pointed at a company's own host, held that many days.
+    Held(u32),
+    /// Re-registered and pointed at a company's own host before the deployment started, held
+    /// all along.
+    Before,
+    /// A throwaway service's own, held for years, moved from its host to a new one on
+    /// [`PLANT_DAY`] and kept there; its newcomers are its throwaways (flagged: caught).
+    Moved,
+}
+
+/// One host's story: an attack on a company's own host, or a service's move.
 pub struct Plant {
-    /// Days it holds the names there; `None`: planted before the deployment started, held all
-    /// along.
-    pub hold: Option<u32>,
+    pub kind: Kind,
     pub planted: Vec<String>,
+    /// Where a moved name's mail goes from [`PLANT_DAY`] (its zone and records then).
+    pub moved: std::collections::HashMap<String, Lapsed>,
     /// The host's customers the gateway sees on day 0 (none on the fresh start's host).
     pub seen: Vec<(String, Bucket)>,
     /// Customers first asked on a later day.
@@ -46,10 +64,11 @@ pub struct Plant {
 
 impl Plant {
     pub fn label(&self) -> String {
-        match self.hold {
-            Some(1) => "held 1 day".to_owned(),
-            Some(h) => format!("held {h} days"),
-            None => format!("planted {PLANTED_BEFORE} days before the start"),
+        match self.kind {
+            Kind::Held(1) => "held 1 day".to_owned(),
+            Kind::Held(h) => format!("held {h} days"),
+            Kind::Before => format!("planted {PLANTED_BEFORE} days before the start"),
+            Kind::Moved => "a service's aged names moved (its throwaways)".to_owned(),
         }
     }
 }
@@ -65,8 +84,9 @@ impl Timeline {
     pub fn draw(world: &mut World) -> Timeline {
         let own = world.rng.fork("timeline");
         let rest = std::mem::replace(&mut world.rng, own);
-        let holds = HOLDS.iter().map(|&h| Some(h)).chain([None]);
-        let plants = holds.map(|hold| plant(world, hold)).collect();
+        let kinds = HOLDS.iter().map(|&h| Kind::Held(h)).chain([Kind::Before]);
+        let mut plants: Vec<Plant> = kinds.map(|kind| plant(world, kind)).collect();
+        plants.push(moved(world));
         world.rng = rest;
         Timeline { plants }
     }
@@ -83,19 +103,16 @@ fn customer(world: &mut World, hosts: &[String], bucket: Bucket, asked_on: u32) 
     d
 }
 
-fn plant(world: &mut World, hold: Option<u32>) -> Plant {
+fn plant(world: &mut World, kind: Kind) -> Plant {
     let host = world.own_host_in(None);
-    let seen = match hold {
-        Some(_) => (Bucket::ALL.iter())
+    let held = matches!(kind, Kind::Held(_));
+    let seen = match held {
+        true => (Bucket::ALL.iter())
             .map(|&b| (customer(world, &host, b, 0), b))
             .collect(),
-        None => Vec::new(),
+        false => Vec::new(),
     };
-    let days = if hold.is_some() {
-        NEWCOMER_DAYS
-    } else {
-        FRESH_DAYS
-    };
+    let days = if held { NEWCOMER_DAYS } else { FRESH_DAYS };
     let mut newcomers = Vec::new();
     for day in days {
         for &b in &Bucket::ALL {
@@ -107,30 +124,75 @@ fn plant(world: &mut World, hold: Option<u32>) -> Plant {
             let d = world.throwaway_name();
             // Re-registered: the registry gives the day it was registered again (the plant
             // day, after day 0: a negative age on day 0).
-            let age = match hold {
-                Some(_) => -i64::from(PLANT_DAY),
-                None => PLANTED_BEFORE,
+            let age = match held {
+                true => -i64::from(PLANT_DAY),
+                false => PLANTED_BEFORE,
             };
             world.domain(&d, &host, "mx -all", age);
             world.listed.push(d.clone());
             d
         })
         .collect();
-    if hold.is_some() {
+    if held {
         // Lapsed until the plant day: no zone served.
         for d in &planted {
-            let zone = world.zones.remove(d).expect("a planted name's zone");
-            let records = [d.clone(), format!("_dmarc.{d}")]
-                .into_iter()
-                .filter_map(|n| world.records.remove(&n).map(|r| (n, r)))
-                .collect();
-            world.lapsed.insert(d.clone(), Lapsed { zone, records });
+            let lapsed = take_zone(world, d);
+            world.lapsed.insert(d.clone(), lapsed);
         }
     }
     Plant {
-        hold,
+        kind,
         planted,
+        moved: Default::default(),
         seen,
+        newcomers,
+    }
+}
+
+/// `d`'s zone and records, out of the world's.
+fn take_zone(world: &mut World, d: &str) -> Lapsed {
+    let zone = world.zones.remove(d).expect("a name's zone");
+    let records = [d.to_owned(), format!("_dmarc.{d}")]
+        .into_iter()
+        .filter_map(|n| world.records.remove(&n).map(|r| (n, r)))
+        .collect();
+    Lapsed { zone, records }
+}
+
+/// A throwaway service (one of the published clusters' count of listed names, their ages at
+/// listing as published) moves its names from its host to a new one on [`PLANT_DAY`]; its
+/// unlisted throwaways, one of every age bucket, arrive on the new host on [`MOVED_DAYS`].
+fn moved(world: &mut World) -> Plant {
+    let mut tenants = Vec::new();
+    let old = world.operator_hosts(&mut tenants);
+    let new = world.operator_hosts(&mut tenants);
+    let n = *world.rng.pick(&facts::CLUSTER_LISTED);
+    let mut planted = Vec::new();
+    let mut moved = std::collections::HashMap::new();
+    for _ in 0..n {
+        let d = world.throwaway_name();
+        let days = facts::listing_age(&mut world.rng) as i64;
+        world.domain(&d, &new, "mx -all", days);
+        moved.insert(d.clone(), take_zone(world, &d));
+        world.domain(&d, &old, "mx -all", days);
+        world.listed.push(d.clone());
+        planted.push(d);
+    }
+    let mut newcomers = Vec::new();
+    for day in MOVED_DAYS {
+        for &b in &Bucket::ALL {
+            let tld = world.throwaway_tld(b);
+            let d = world.fresh_name(&tld);
+            let days = world.age_in(b, facts::unlisted_age) - i64::from(day);
+            world.domain(&d, &new, "mx -all", days);
+            newcomers.push((day, d, b));
+        }
+    }
+    Plant {
+        kind: Kind::Moved,
+        planted,
+        moved,
+        seen: Vec::new(),
         newcomers,
     }
 }
@@ -198,15 +260,19 @@ pub fn run(world: &World, timeline: &Timeline, repo: &Path, rdap: Rdap) -> Vec<R
     for day in DAYS {
         let served = dns.take().expect("the DNS server");
         for p in &timeline.plants {
-            let Some(hold) = p.hold else { continue };
+            let hold = match p.kind {
+                Kind::Held(hold) => Some(hold),
+                Kind::Moved => None,
+                Kind::Before => continue,
+            };
             for d in &p.planted {
                 if day == PLANT_DAY {
-                    let lapsed = &world.lapsed[d];
-                    served.set_zone(d, Some(lapsed.zone.clone()));
-                    for (n, r) in &lapsed.records {
+                    let to = p.moved.get(d).unwrap_or_else(|| &world.lapsed[d]);
+                    served.set_zone(d, Some(to.zone.clone()));
+                    for (n, r) in &to.records {
                         served.set_records(n, Some(r.clone()));
                     }
-                } else if day == PLANT_DAY + hold {
+                } else if hold.is_some_and(|h| day == PLANT_DAY + h) {
                     served.set_zone(d, None);
                 }
             }

@@ -149,7 +149,8 @@ pub struct NeighbourhoodConfig {
     pub trusted_projects: Option<serde_yaml::Value>,
     /// Days a listed domain the gateway saw with no mail, or on other hosts, must hold its new
     /// hosts before it counts there (a lapsed name re-registered and pointed at someone's host
-    /// counts for nobody until then).
+    /// counts for nobody until then). 120: past the 90 days an attacker's hold is measured
+    /// against, so that holding names on a host that long flags no customer of unknown age.
     pub hold_days: u32,
     /// The gateway's own look at every listed name.
     pub look: LookConfig,
@@ -203,7 +204,7 @@ impl Default for NeighbourhoodConfig {
             min_hosts: 3,
             vouch_age_days: 730,
             max_entries: 200_000,
-            max_age_days: 90,
+            max_age_days: 180,
             state_file: None,
             snapshot: None,
             queue: 4096,
@@ -214,7 +215,7 @@ impl Default for NeighbourhoodConfig {
             verdict_hold: Duration::from_secs(3_600),
             trusted_plans: None,
             trusted_projects: None,
-            hold_days: 30,
+            hold_days: 120,
             look: LookConfig::default(),
         }
     }
