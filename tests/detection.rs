@@ -97,7 +97,8 @@ fn the_gate_slice_meets_the_detection_goals_over_three_seeds() {
 /// no customer first asked after it either (`hold_days`, 120, is past the longest hold; with
 /// 30, the 30- and 90-day holds' newcomers were `disposable` from day 32). And the axis can
 /// see a flag: a throwaway service's listed names moved to a new host count there once they
-/// have held it 120 days, and its throwaways first asked on day 122 are judged.
+/// have held it 120 days, and its throwaways first asked on day 122 are judged; a service's
+/// host whose reverse zone refuses on some days (the first pass's among them) is judged on all.
 #[test]
 fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -127,6 +128,13 @@ fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
         .collect();
     assert_eq!(judged.len(), 4, "{table}");
     assert!(judged.iter().all(|r| r.settled_flagged), "{table}");
+    // A reverse zone that refuses on some days hides its host on none of them.
+    let refusing = (t.plants.iter())
+        .position(|p| p.kind == timeline::Kind::Refusing)
+        .expect("a service whose reverse zone refuses");
+    let caught: Vec<&timeline::Row> = rows.iter().filter(|r| r.plant == refusing).collect();
+    assert_eq!(caught.len(), 4 * 4, "{table}");
+    assert!(caught.iter().all(|r| r.settled_flagged), "{table}");
 }
 
 /// The world is the seed's: built twice, the same names, records and ages; another seed

@@ -1,8 +1,9 @@
 //! The time axis (issue 94, item 5): days pass for one deployment. On day 1 an attacker
 //! re-registers lapsed listed names and points them at a company's own host, holds them 1, 30
 //! or 90 days, then lets them lapse again; another company's host had names planted 40 days
-//! before the deployment first started; and a throwaway service moves its listed names, held
-//! for years, from its host to a new one on day 1, where its new throwaways then receive mail.
+//! before the deployment first started; a throwaway service moves its listed names, held
+//! for years, from its host to a new one on day 1, where its new throwaways then receive mail;
+//! and another's host has a reverse zone that refuses on some days and answers on others.
 //! The gateway runs on the days something happens (and every 15 days between), stopped in
 //! between while the days pass in its state files: the look passes at each start, as it does
 //! daily. Each day the host's customers seen on day 0 are asked again, and domains the gateway
@@ -32,6 +33,13 @@ const NEWCOMER_DAYS: [u32; 3] = [2, 32, 92];
 /// The days the moved service's throwaways are first asked: as a held attack's newcomers, and
 /// past a hold of 120 days.
 const MOVED_DAYS: [u32; 4] = [2, 32, 92, 122];
+/// The days the refusing service's throwaways are first asked: its reverse zone refusing (the
+/// first pass), answering, refusing again, answering again.
+const REFUSING_DAYS: [u32; 4] = [0, 16, 32, 92];
+/// Whether the refusing service's reverse zone answers REFUSED on `day`.
+fn refuses(day: u32) -> bool {
+    day < 16 || (32..=61).contains(&day)
+}
 /// The days a fresh start's newcomers are first asked.
 const FRESH_DAYS: [u32; 3] = [0, 1, 32];
 /// Days before the deployment's first start that the fresh start's names were re-registered.
@@ -48,6 +56,9 @@ pub enum Kind {
     /// A throwaway service's own, held for years, moved from its host to a new one on
     /// [`PLANT_DAY`] and kept there; its newcomers are its throwaways (flagged: caught).
     Moved,
+    /// A throwaway service's own on its host, whose reverse zone refuses on the days
+    /// [`refuses`] says; its newcomers are its throwaways (flagged: caught).
+    Refusing,
 }
 
 /// One host's story: an attack on a company's own host, or a service's move.
@@ -56,6 +67,8 @@ pub struct Plant {
     pub planted: Vec<String>,
     /// Where a moved name's mail goes from [`PLANT_DAY`] (its zone and records then).
     pub moved: std::collections::HashMap<String, Lapsed>,
+    /// The addresses whose reverse zone refuses on the days [`refuses`] says.
+    pub refusing: Vec<std::net::Ipv4Addr>,
     /// The host's customers the gateway sees on day 0 (none on the fresh start's host).
     pub seen: Vec<(String, Bucket)>,
     /// Customers first asked on a later day.
@@ -69,6 +82,9 @@ impl Plant {
             Kind::Held(h) => format!("held {h} days"),
             Kind::Before => format!("planted {PLANTED_BEFORE} days before the start"),
             Kind::Moved => "a service's aged names moved (its throwaways)".to_owned(),
+            Kind::Refusing => {
+                "a service's reverse zone refusing on some days (its throwaways)".to_owned()
+            }
         }
     }
 }
@@ -87,6 +103,7 @@ impl Timeline {
         let kinds = HOLDS.iter().map(|&h| Kind::Held(h)).chain([Kind::Before]);
         let mut plants: Vec<Plant> = kinds.map(|kind| plant(world, kind)).collect();
         plants.push(moved(world));
+        plants.push(refusing(world));
         world.rng = rest;
         Timeline { plants }
     }
@@ -144,6 +161,7 @@ fn plant(world: &mut World, kind: Kind) -> Plant {
         kind,
         planted,
         moved: Default::default(),
+        refusing: Vec::new(),
         seen,
         newcomers,
     }
@@ -178,22 +196,55 @@ fn moved(world: &mut World) -> Plant {
         world.listed.push(d.clone());
         planted.push(d);
     }
-    let mut newcomers = Vec::new();
-    for day in MOVED_DAYS {
-        for &b in &Bucket::ALL {
-            let tld = world.throwaway_tld(b);
-            let d = world.fresh_name(&tld);
-            let days = world.age_in(b, facts::unlisted_age) - i64::from(day);
-            world.domain(&d, &new, "mx -all", days);
-            newcomers.push((day, d, b));
-        }
-    }
     Plant {
         kind: Kind::Moved,
         planted,
         moved,
+        refusing: Vec::new(),
         seen: Vec::new(),
-        newcomers,
+        newcomers: throwaways(world, &new, &MOVED_DAYS),
+    }
+}
+
+/// A service's unlisted throwaways on `hosts`, one of every age bucket first asked on each of
+/// `days` (their ages the unlisted ones' on that day).
+fn throwaways(world: &mut World, hosts: &[String], days: &[u32]) -> Vec<(u32, String, Bucket)> {
+    let mut out = Vec::new();
+    for &day in days {
+        for &b in &Bucket::ALL {
+            let tld = world.throwaway_tld(b);
+            let d = world.fresh_name(&tld);
+            let age = world.age_in(b, facts::unlisted_age) - i64::from(day);
+            world.domain(&d, hosts, "mx -all", age);
+            out.push((day, d, b));
+        }
+    }
+    out
+}
+
+/// A throwaway service on its own host (a published cluster's count of listed names, their
+/// ages at listing as published) whose reverse zone refuses on the days [`refuses`] says.
+fn refusing(world: &mut World) -> Plant {
+    let mut tenants = Vec::new();
+    let hosts = world.operator_hosts(&mut tenants);
+    let refusing = (hosts.iter()).filter_map(|h| world.zones[h].a).collect();
+    let n = *world.rng.pick(&facts::CLUSTER_LISTED);
+    let planted: Vec<String> = (0..n)
+        .map(|_| {
+            let d = world.throwaway_name();
+            let days = facts::listing_age(&mut world.rng) as i64;
+            world.domain(&d, &hosts, "mx -all", days);
+            world.listed.push(d.clone());
+            d
+        })
+        .collect();
+    Plant {
+        kind: Kind::Refusing,
+        planted,
+        moved: Default::default(),
+        refusing,
+        seen: Vec::new(),
+        newcomers: throwaways(world, &hosts, &REFUSING_DAYS),
     }
 }
 
@@ -260,10 +311,13 @@ pub fn run(world: &World, timeline: &Timeline, repo: &Path, rdap: Rdap) -> Vec<R
     for day in DAYS {
         let served = dns.take().expect("the DNS server");
         for p in &timeline.plants {
+            for ip in &p.refusing {
+                served.set_refused(*ip, refuses(day));
+            }
             let hold = match p.kind {
                 Kind::Held(hold) => Some(hold),
                 Kind::Moved => None,
-                Kind::Before => continue,
+                Kind::Before | Kind::Refusing => continue,
             };
             for d in &p.planted {
                 if day == PLANT_DAY {

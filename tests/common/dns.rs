@@ -147,6 +147,8 @@ struct Names {
     records: HashMap<String, Records>,
     /// Names never answered over UDP (their nameservers silent), until `set_silent` says.
     silent: HashSet<String>,
+    /// Addresses whose reverse DNS is answered REFUSED, until `set_refused` says.
+    refused: HashSet<std::net::Ipv4Addr>,
 }
 
 /// A running test DNS server.
@@ -278,6 +280,7 @@ impl DnsServer {
             zones,
             records,
             silent: HashSet::new(),
+            refused: HashSet::new(),
         }));
         if let Some(listener) = tcp {
             serve_tcp(listener, names.clone());
@@ -347,7 +350,8 @@ impl DnsServer {
                 // reverse delegation, or a resolver that may not ask that zone.
                 let refused = reverse
                     .and_then(|ip| ptr.get(&ip))
-                    .is_some_and(|t| t.split('.').any(|l| l.starts_with("refused")));
+                    .is_some_and(|t| t.split('.').any(|l| l.starts_with("refused")))
+                    || reverse.is_some_and(|ip| served.read().unwrap().refused.contains(&ip));
                 let v6fail = query.query_type() == RecordType::AAAA
                     && name.split('.').any(|l| l.starts_with("v6fail"));
                 // What is served now (`set_zone` may change it between two questions).
@@ -582,6 +586,17 @@ impl DnsServer {
         match silent {
             true => names.silent.insert(name),
             false => names.silent.remove(&name),
+        };
+    }
+
+    /// From the next query on, reverse DNS for `ip` is answered REFUSED (`true`) or from the
+    /// world's PTR records again (`false`).
+    #[allow(dead_code)]
+    pub fn set_refused(&self, ip: std::net::Ipv4Addr, refused: bool) {
+        let mut names = self.names.write().unwrap();
+        match refused {
+            true => names.refused.insert(ip),
+            false => names.refused.remove(&ip),
         };
     }
 
