@@ -123,11 +123,12 @@ fn customer(world: &mut World, hosts: &[String], bucket: Bucket, asked_on: u32) 
 fn plant(world: &mut World, kind: Kind) -> Plant {
     let host = world.own_host_in(None);
     let held = matches!(kind, Kind::Held(_));
-    let seen = match held {
-        true => (Bucket::ALL.iter())
+    let seen = if held {
+        (Bucket::ALL.iter())
             .map(|&b| (customer(world, &host, b, 0), b))
-            .collect(),
-        false => Vec::new(),
+            .collect()
+    } else {
+        Vec::new()
     };
     let days = if held { NEWCOMER_DAYS } else { FRESH_DAYS };
     let mut newcomers = Vec::new();
@@ -141,9 +142,10 @@ fn plant(world: &mut World, kind: Kind) -> Plant {
             let d = world.throwaway_name();
             // Re-registered: the registry gives the day it was registered again (the plant
             // day, after day 0: a negative age on day 0).
-            let age = match held {
-                true => -i64::from(PLANT_DAY),
-                false => PLANTED_BEFORE,
+            let age = if held {
+                -i64::from(PLANT_DAY)
+            } else {
+                PLANTED_BEFORE
             };
             world.domain(&d, &host, "mx -all", age);
             world.listed.push(d.clone());
