@@ -1983,6 +1983,58 @@ fn a_customer_of_unknown_age_makes_no_mail_home() {
     safe_after_the_next_pass(&gw, "young-co.test", "there first");
 }
 
+/// A config written before `hold_days`'s default rose to 120 that keeps `max_age_days` at 90 and
+/// leaves `hold_days` unset still starts (it was refused: a hold past the memory): the hold is
+/// 90, the warning at start says so. Twelve names held 95 days on a host then judge a domain
+/// first seen there. `hold_days` set above `max_age_days` is still refused by `check-config`.
+#[test]
+fn a_short_memory_caps_the_default_hold_and_says_so() {
+    let (w, dns, dir) = planted_after_a_customer(68, "capped");
+    let day = today();
+    edit_state(&dir, |v| {
+        if v["domain"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("capped"))
+        {
+            v["since"] = serde_json::json!(day - 95);
+        }
+    });
+    let short =
+        "neighbourhood: { max_age_days: 90, look: { enabled: true, rate: 1000, every_secs: 2 } }";
+    let gw = builder(&w, &dns).mx_yaml(short).in_dir(dir).start();
+    wait_first_look(&gw);
+    assert!(
+        gw.log().contains(
+            "gateway.mx.neighbourhood.hold_days: unset, so 90 (max_age_days) rather than the default 120"
+        ),
+        "{}",
+        gw.log()
+    );
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, "late-co.test")["reason"] == "disposable"
+    });
+    let r = record(&gw, "late-co.test");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    let dir = gw.stop();
+    let conf = dir.path().join("refused.yaml");
+    std::fs::write(
+        &conf,
+        "gateway:\n  mx:\n    neighbourhood: { max_age_days: 90, hold_days: 120 }\n",
+    )
+    .unwrap();
+    let (ok, _, err) = outcome(
+        Command::new(BIN)
+            .args(["check-config", "-c", conf.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("gateway.mx.neighbourhood.hold_days: 120 is more than max_age_days (90)"),
+        "{err}"
+    );
+}
+
 /// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,
 /// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
 fn pass_days(dir: &tempfile::TempDir, n: u64) {

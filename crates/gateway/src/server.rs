@@ -454,7 +454,10 @@ fn mx_resolver(
     }
     let mut resolver = MxResolver::new(&gateway.mx)?.with_providers(table.clone());
     let config = &gateway.mx.neighbourhood;
-    if let Some(warning) = config.retired() {
+    for warning in [config.retired(), config.hold_capped()]
+        .into_iter()
+        .flatten()
+    {
         log::warn!("{warning}");
     }
     if config.enabled {

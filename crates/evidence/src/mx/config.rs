@@ -87,6 +87,10 @@ impl PartialEq for Share {
 }
 impl Eq for Share {}
 
+/// Days a listed name that moved must hold its new hosts when the config does not say:
+/// past the 90 days an attacker's hold is measured against (`benches/detection -- --timeline`).
+pub const DEFAULT_HOLD_DAYS: u32 = 120;
+
 /// `gateway.mx.neighbourhood`: what is learned of MX hosts, parents and networks, and when a
 /// key judges an unlisted domain.
 #[serde_as]
@@ -151,7 +155,11 @@ pub struct NeighbourhoodConfig {
     /// hosts before it counts there (a lapsed name re-registered and pointed at someone's host
     /// counts for nobody until then). 120: past the 90 days an attacker's hold is measured
     /// against, so that holding names on a host that long flags no customer of unknown age.
-    pub hold_days: u32,
+    /// Unset: 120, or `max_age_days` when that is shorter (a config written before the default
+    /// rose, with a short memory, still starts; a warning says so). Read it with
+    /// [`NeighbourhoodConfig::hold_days`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_days: Option<u32>,
     /// The gateway's own look at every listed name.
     pub look: LookConfig,
 }
@@ -215,7 +223,7 @@ impl Default for NeighbourhoodConfig {
             verdict_hold: Duration::from_secs(3_600),
             trusted_plans: None,
             trusted_projects: None,
-            hold_days: 120,
+            hold_days: None,
             look: LookConfig::default(),
         }
     }
@@ -256,6 +264,23 @@ impl NeighbourhoodConfig {
         })
     }
 
+    /// Days a listed name that moved must hold its new hosts: `hold_days` when set, else
+    /// [`DEFAULT_HOLD_DAYS`] capped at `max_age_days` (a name is forgotten after that).
+    pub fn hold_days(&self) -> u32 {
+        self.hold_days
+            .unwrap_or_else(|| DEFAULT_HOLD_DAYS.min(self.max_age_days))
+    }
+
+    /// The warning for a default `hold_days` capped by a short `max_age_days`.
+    pub fn hold_capped(&self) -> Option<String> {
+        (self.hold_days.is_none() && self.max_age_days < DEFAULT_HOLD_DAYS).then(|| {
+            format!(
+                "gateway.mx.neighbourhood.hold_days: unset, so {} (max_age_days) rather than the default {DEFAULT_HOLD_DAYS}: names held on a host {} days by an attacker count against its customers of unknown age; raise max_age_days to 180 (the default) or set hold_days (docs/mx.md, \"hold_days\")",
+                self.max_age_days, self.max_age_days
+            )
+        })
+    }
+
     /// The state file (after [`NeighbourhoodConfig::resolve_paths`]).
     pub fn state_path(&self) -> PathBuf {
         self.state_file
@@ -290,10 +315,10 @@ impl NeighbourhoodConfig {
         if self.queue == 0 || self.concurrency == 0 {
             out.push(format!("{key}.queue and concurrency: must be at least 1"));
         }
-        if self.hold_days > self.max_age_days {
+        if let Some(hold) = self.hold_days.filter(|h| *h > self.max_age_days) {
             out.push(format!(
-                "{key}.hold_days: {} is more than max_age_days ({}): a name that moved would be forgotten, history and all, before it had held",
-                self.hold_days, self.max_age_days
+                "{key}.hold_days: {hold} is more than max_age_days ({}): a name that moved would be forgotten, history and all, before it had held",
+                self.max_age_days
             ));
         }
         if !(1..=10_000).contains(&self.look.rate) {

@@ -62,7 +62,7 @@ impl Neighbourhood {
         let day = today();
         let broken = known
             .since
-            .filter(|since| day < since.saturating_add(self.config.hold_days))
+            .filter(|since| day < since.saturating_add(self.config.hold_days()))
             .map(|_| History {
                 since: day,
                 moved: true,

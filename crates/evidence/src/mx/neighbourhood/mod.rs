@@ -119,7 +119,7 @@ impl Neighbourhood {
             min_listed: config.min_listed,
             min_share: config.min_share.0,
             min_hosts: config.min_hosts,
-            hold_days: config.hold_days,
+            hold_days: config.hold_days(),
         };
         let (queue, rx) = mpsc::channel(config.queue.max(1));
         Neighbourhood {
