@@ -2039,7 +2039,7 @@ fn a_short_memory_caps_the_default_hold_and_says_so() {
 /// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
 fn pass_days(dir: &tempfile::TempDir, n: u64) {
     edit_state(dir, |v| {
-        for field in ["seen", "since", "first"] {
+        for field in ["seen", "since", "first", "live"] {
             if let Some(day) = v[field].as_u64() {
                 v[field] = serde_json::json!(day - n);
             }

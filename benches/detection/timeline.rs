@@ -286,7 +286,10 @@ fn pass_days(dir: &Path, n: u32) {
         }
         std::fs::write(&path, out).expect("a state file");
     };
-    shift("state/mx_neighbourhood.jsonl", &["seen", "since", "first"]);
+    shift(
+        "state/mx_neighbourhood.jsonl",
+        &["seen", "since", "first", "live"],
+    );
     shift(PAST_FILE, &["r"]);
 }
 

@@ -538,7 +538,7 @@ impl Counts {
                 self.listed.count(&teachers, up);
                 bump(&mut self.sources, &s, up);
                 let inside = hosts_inside(&entry.keys, key);
-                if entry.history.moved && !entry.unheld {
+                if entry.history.arrived() && !entry.unheld {
                     let arrival = Arrival {
                         since: entry.history.since,
                         teachers,
@@ -696,7 +696,17 @@ struct DomainEntry {
     /// It moved to its hosts less than the rule's `hold_days` ago (when last taught): as a
     /// listed neighbour it counts for nobody.
     unheld: bool,
+    /// The last day its DNS answered with mail on its hosts (see [`REPOINTED_WITHIN_DAYS`]).
+    live: Option<u32>,
 }
+
+/// A listed name the gateway saw answer on its own hosts at most this many days before it
+/// shows new ones was re-pointed by its holder, not registered again: a lapsed name spends
+/// weeks out of DNS (a registry's redemption and pending-delete periods, 35 days at least for
+/// a gTLD) before anyone else can register it, and the look passes daily. A throwaway service
+/// moving its listed names to a new host is judged there at once (they hold no `hold_days`);
+/// a name seen without mail, or not seen for longer (a gateway stopped for weeks), holds.
+pub const REPOINTED_WITHIN_DAYS: u32 = 2;
 
 /// Since when a domain's mail goes where it goes now, as the gateway saw it: the day it first
 /// saw its current MX hosts, and whether it had seen the domain's mail elsewhere, or nowhere,
@@ -710,6 +720,10 @@ struct DomainEntry {
 pub struct History {
     pub since: u32,
     pub moved: bool,
+    /// It came to these hosts [re-pointed](REPOINTED_WITHIN_DAYS) by its holder, counted at
+    /// once: a name is taken as re-pointed once, so a second move (a parked name sold and
+    /// pointed elsewhere) holds.
+    pub repointed: bool,
 }
 
 /// Whether `new` names an MX host `old` did not (networks left out: a host's addresses may be
@@ -717,14 +731,35 @@ pub struct History {
 /// Fewer hosts is no move: a host whose addresses did not answer this time drops out of a
 /// domain's keys, and coming back it is one it had.
 fn moved_to<A: AsRef<str>, B: AsRef<str>>(old: &[A], new: &[B]) -> bool {
-    let host = |k: &str| matches!(KeyKind::split(k), Some((KeyKind::Host, _)));
     new.iter()
         .map(AsRef::as_ref)
-        .filter(|k| host(k))
+        .filter(|k| is_host(k))
         .any(|k| !old.iter().any(|o| o.as_ref() == k))
 }
 
+/// The last day a domain answered with mail on its hosts once taught `keys` on `day` as `how`
+/// says, after `old`'s: today when this teaching saw its hosts answer (one that carries no kept
+/// history), or the day a state line or another gateway kept.
+fn live_after(old: Option<u32>, keys: &[Arc<str>], how: Teach, day: u32) -> Option<u32> {
+    let observed = how.history.is_none() && !how.restore && !how.no_mail && !keys.is_empty();
+    [old, how.live, observed.then_some(day)]
+        .into_iter()
+        .flatten()
+        .max()
+}
+
+/// Whether `key` is an MX host's.
+fn is_host(key: &str) -> bool {
+    matches!(KeyKind::split(key), Some((KeyKind::Host, _)))
+}
+
 impl History {
+    /// It arrived on its hosts after the gateway first saw it (moved there, or re-pointed):
+    /// the domains seen there before it are not judged by it.
+    fn arrived(&self) -> bool {
+        self.moved || self.repointed
+    }
+
     /// What a domain's history is once taught `keys` on `day`, as `how` says, after `old` (its
     /// keys and history, if it was known).
     fn after(
@@ -735,7 +770,7 @@ impl History {
     ) -> History {
         let first = History {
             since: day,
-            moved: false,
+            ..History::default()
         };
         match old {
             _ if how.restore => how.history.unwrap_or(first),
@@ -748,6 +783,7 @@ impl History {
                         h.since
                     },
                     moved: true,
+                    repointed: false,
                 },
                 _ => had,
             },
@@ -755,6 +791,7 @@ impl History {
             Some(_) => History {
                 since: day,
                 moved: true,
+                repointed: false,
             },
             None => how.history.unwrap_or(first),
         }
@@ -783,7 +820,7 @@ impl DomainEntry {
             return Teachers::default();
         }
         let mut t = self.teachers;
-        if self.history.moved && t.global {
+        if self.history.arrived() && t.global {
             t.global = false;
             t.looked = true;
         }
@@ -803,6 +840,12 @@ pub struct Teach {
     /// Restored from the gateway's own files at start: the history is taken as kept (a state
     /// line read after the snapshot is the gateway's own later view, not a move).
     pub restore: bool,
+    /// The last day its DNS answered with mail on its hosts, as a state file or another
+    /// gateway kept it (`None` with no `history`: a teaching that saw its hosts now, today).
+    pub live: Option<u32>,
+    /// The look saw it with no mail now (or its DNS silent): its keys are the ones it had,
+    /// not an answer that shows it live.
+    pub no_mail: bool,
 }
 
 /// A key that judges a domain, with its counts (the `evidence` of `rule: mx_neighbourhood`).
@@ -926,6 +969,13 @@ pub struct Learned {
     /// comes with it is no newcomer to a host where established domains receive mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first: Option<u32>,
+    /// The last day its DNS answered with mail on its hosts (a line without it, from an
+    /// earlier release, shows no day: a move from its hosts then holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<u32>,
+    /// It came to its hosts re-pointed by its holder (see [`History::repointed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repointed: bool,
     /// The projects whose traffic taught it, each for its own answers (64-bit ids, the first
     /// few). The name is the one earlier releases read as their untrusted projects': the same
     /// meaning, so a gateway of an earlier release beside this one counts them the same way.
@@ -956,6 +1006,8 @@ impl Learned {
             looked: how.teachers.is_looked(),
             since: how.history.filter(|h| h.moved).map(|h| h.since),
             first: how.history.filter(|h| !h.moved).map(|h| h.since),
+            live: how.live,
+            repointed: how.history.is_some_and(|h| h.repointed),
             taught_by: how.teachers.projects().to_vec(),
             trusted_by: Vec::new(),
         }
@@ -971,13 +1023,19 @@ impl Learned {
                 (self.global, self.looked),
                 self.trusted_by.iter().chain(&self.taught_by),
             ),
-            history: (self.since.map(|since| History { since, moved: true })).or(self.first.map(
-                |since| History {
-                    since,
-                    moved: false,
-                },
-            )),
+            history: (self.since.map(|since| History {
+                since,
+                moved: true,
+                repointed: false,
+            }))
+            .or(self.first.map(|since| History {
+                since,
+                moved: false,
+                repointed: self.repointed,
+            })),
             restore: false,
+            live: self.live,
+            no_mail: false,
         }
     }
 
@@ -1199,23 +1257,11 @@ impl NeighbourhoodIndex {
             }
             _ => keys.iter().map(|k| self.intern(k)).collect(),
         };
-        let mut history =
-            History::after(old.as_ref().map(|o| (&*o.keys, o.history)), &keys, how, day);
-        // A listed name first seen (by anyone: no history came with it) on a host where domains
-        // the registry shows established already receive mail is weighed as one that moved
-        // there: it arrived after them, or nothing says it did not.
-        // The operator's snapshot is the operator's word, not an arrival.
-        let first_sight = old.is_none() && how.history.is_none() && !how.restore;
-        if listed.is_some() && first_sight && !how.teachers.is_global() {
-            let established_here = |k: &Arc<str>| {
-                matches!(KeyKind::split(k), Some((KeyKind::Host, _)))
-                    && self.keys.get(k).is_some_and(|c| c.vouched > 0)
-            };
-            history.moved = keys.iter().any(established_here);
-        }
-        if !how.restore && old.as_ref().is_some_and(|o| moved_to(&o.keys, &keys)) {
+        let history = self.history_of(old.as_ref(), &keys, listed.is_some(), how, day);
+        if !how.restore && history.moved && old.as_ref().is_some_and(|o| moved_to(&o.keys, &keys)) {
             self.moves += u64::from(listed.is_some());
         }
+        let live = live_after(old.as_ref().and_then(|o| o.live), &keys, how, day);
         let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
         let entry = DomainEntry {
             standing: listed
@@ -1227,6 +1273,7 @@ impl NeighbourhoodIndex {
             inferred,
             history,
             unheld,
+            live,
         };
         self.contribute(domain, &entry);
         self.domains.insert(domain.into(), entry);
@@ -1234,6 +1281,53 @@ impl NeighbourhoodIndex {
             return self.evict();
         }
         Vec::new()
+    }
+
+    /// What `domain`'s history is once taught `keys` on `day` as `how` says, after `old`:
+    /// [`History::after`], then what the index knows of the hosts (an established domain
+    /// receives mail there) and of the name (it answered on its first hosts lately).
+    fn history_of(
+        &self,
+        old: Option<&DomainEntry>,
+        keys: &[Arc<str>],
+        listed: bool,
+        how: Teach,
+        day: u32,
+    ) -> History {
+        let mut history = History::after(old.map(|o| (&*o.keys, o.history)), keys, how, day);
+        let established_here =
+            |k: &Arc<str>| is_host(k) && self.keys.get(k).is_some_and(|c| c.vouched > 0);
+        // A listed name first seen (by anyone: no history came with it) on a host where domains
+        // the registry shows established already receive mail is weighed as one that moved
+        // there: it arrived after them, or nothing says it did not.
+        // The operator's snapshot is the operator's word, not an arrival.
+        let first_sight = old.is_none() && how.history.is_none() && !how.restore;
+        if listed && first_sight && !how.teachers.is_global() {
+            history.moved = keys.iter().any(established_here);
+        }
+        // Re-pointed by its holder: on its first hosts (it never moved) and answering there
+        // lately, now on new ones where no established domain receives mail. Its hosts are
+        // its holder's choice as they were: counted at once, first seen there today.
+        let repointed = listed
+            && !how.restore
+            && history.moved
+            && old.is_some_and(|o| {
+                !o.history.moved
+                    && !o.history.repointed
+                    && o.keys.iter().any(|k| is_host(k))
+                    && moved_to(&o.keys, keys)
+                    && o.live
+                        .is_some_and(|l| day <= l.saturating_add(REPOINTED_WITHIN_DAYS))
+            })
+            && !keys.iter().any(established_here);
+        if repointed {
+            history = History {
+                since: day,
+                moved: false,
+                repointed: true,
+            };
+        }
+        history
     }
 
     fn intern(&mut self, key: &str) -> Arc<str> {
@@ -1555,6 +1649,8 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         looked: e.teachers.is_looked(),
         since: e.history.moved.then_some(e.history.since),
         first: (!e.history.moved).then_some(e.history.since),
+        live: e.live,
+        repointed: e.history.repointed,
         taught_by: e.teachers.projects().to_vec(),
         trusted_by: Vec::new(),
     }
@@ -1651,6 +1747,8 @@ mod tests {
         teachers: Teachers::LOOKED,
         history: None,
         restore: false,
+        live: None,
+        no_mail: false,
     };
 
     /// Listed names the look saw lapsed (no keys), then on a company's host: they count for
@@ -1898,6 +1996,101 @@ mod tests {
             "{now:?}"
         );
         assert!(!now.iter().any(|d| &**d == "moved.test"), "{now:?}");
+    }
+
+    /// Names the look saw answering on their own host yesterday and on a new one today were
+    /// re-pointed by their holder (a lapsed name takes weeks to be registered again): they
+    /// count on the new host at once, through a restart. Seen without mail in between, not
+    /// seen for longer than [`REPOINTED_WITHIN_DAYS`], or arriving where an established domain
+    /// receives mail, they hold as any move does.
+    #[test]
+    fn names_re_pointed_by_their_holder_count_at_once_on_their_new_host() {
+        let look = LOOK;
+        let old = keys(&["host:mx.old-service.test"]);
+        let names = |tag: &'static str| (0..3).map(move |i| format!("{tag}{i}.test"));
+        let noticed = Teach {
+            no_mail: true,
+            ..LOOK
+        };
+        let mut ix = NeighbourhoodIndex::new(RULE, 1000);
+        // tw: answering on the old host on day 100, then on day 101 on a new one.
+        // lapsed: answering on day 60, seen without mail on day 100 (its keys kept).
+        // stale: answering on day 90, not seen again until day 101.
+        // home: answering on day 100, then on a host an established domain receives mail on.
+        for d in names("tw").chain(names("home")) {
+            ix.teach(&d, &old, Some("list"), look, 100);
+        }
+        // A customer of the new host, seen there before the names arrive.
+        let new = keys(&["host:mx.new-service.test"]);
+        teach(&mut ix, "customer.test", &new, None, 95);
+        for d in names("lapsed") {
+            ix.teach(&d, &old, Some("list"), look, 60);
+            ix.teach(&d, &old, Some("list"), noticed, 100);
+        }
+        for d in names("stale") {
+            ix.teach(&d, &old, Some("list"), look, 90);
+        }
+        let home = keys(&["host:mx.regional.test"]);
+        let how = Teach {
+            vouched: Some(true),
+            ..Teach::default()
+        };
+        ix.teach("old-firm.test", &home, None, how, 50);
+        for (tag, host) in [
+            ("tw", "host:mx.new-service.test"),
+            ("lapsed", "host:mx.lapsed.test"),
+            ("stale", "host:mx.stale.test"),
+        ] {
+            for d in names(tag) {
+                ix.teach(&d, &keys(&[host]), Some("list"), look, 101);
+            }
+        }
+        for d in names("home") {
+            ix.teach(&d, &home, Some("list"), look, 101);
+        }
+        assert_eq!(ix.moves(), 9, "the re-pointed names are no move");
+        let newcomer = |ix: &mut NeighbourhoodIndex, host: &str| {
+            teach(ix, "newcomer.test", &keys(&[host]), None, 102);
+            ix.finding("newcomer.test", P)
+        };
+        let f = newcomer(&mut ix, "host:mx.new-service.test").expect("re-pointed: at once");
+        assert_eq!(f.listed, 3, "{f:?}");
+        assert!(ix.finding("customer.test", P).is_none(), "there first");
+        let kept = ix.learned_of("tw0.test").unwrap();
+        assert_eq!(
+            (kept.first, kept.since, kept.live),
+            (Some(101), None, Some(101))
+        );
+        for host in [
+            "host:mx.lapsed.test",
+            "host:mx.stale.test",
+            "host:mx.regional.test",
+        ] {
+            assert!(newcomer(&mut ix, host).is_none(), "{host}: holds");
+        }
+        assert_eq!(ix.learned_of("lapsed0.test").unwrap().since, Some(101));
+        // A restart keeps the day each last answered.
+        let mut again = NeighbourhoodIndex::new(RULE, 1000);
+        for d in names("tw").chain(names("lapsed")) {
+            let l = ix.learned_of(&d).unwrap();
+            let line: Learned = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
+            again.teach(
+                &line.domain,
+                &line.keys,
+                Some("list"),
+                line.restore(),
+                line.seen,
+            );
+        }
+        assert!(newcomer(&mut again, "host:mx.new-service.test").is_some());
+        assert!(newcomer(&mut again, "host:mx.lapsed.test").is_none());
+        // A name is taken as re-pointed once: moved on again the next day (a parked name sold
+        // and pointed at someone's host), it holds.
+        for d in names("tw") {
+            again.teach(&d, &keys(&["host:mx.victim.test"]), Some("list"), look, 102);
+        }
+        assert!(newcomer(&mut again, "host:mx.victim.test").is_none());
+        assert_eq!(again.learned_of("tw0.test").unwrap().since, Some(102));
     }
 
     /// What restarts, snapshots and other gateways make of a move: a state line read after a

@@ -66,9 +66,11 @@ impl Neighbourhood {
             .map(|_| History {
                 since: day,
                 moved: true,
+                repointed: false,
             });
         let how = Teach {
             history: broken,
+            no_mail: true,
             ..Teach::default()
         };
         let table = self.table.load();
