@@ -2035,6 +2035,70 @@ fn a_short_memory_caps_the_default_hold_and_says_so() {
     );
 }
 
+/// A throwaway service re-points its twelve live listed names from its host to a new one
+/// (issue 94): the look saw them answering on the old host at its last pass, so their holder
+/// re-pointed them (a lapsed name registered again spends weeks out of DNS first). Its new
+/// throwaway there is `disposable` at once, GET and batch; a customer seen on the new host
+/// the day before the names came stays `safe` (there first). Before, every move held `hold_days`: the
+/// new throwaway was `safe` for 120 days. No registry answers (RDAP off).
+#[test]
+fn names_re_pointed_by_their_holder_judge_their_new_host_at_once() {
+    let mut w = World::new();
+    w.host("mx.old-service.test", [192, 0, 2, 70]);
+    w.host("mx.new-service.test", [198, 51, 100, 70]);
+    let on = |host: &str| Zone {
+        mx: vec![(10, host.to_owned())],
+        a: None,
+        ttl: 1,
+    };
+    for i in 0..12 {
+        let d = format!("svc{i}.test");
+        w.zones.insert(d.clone(), on("mx.old-service.test"));
+        w.listed.push(d);
+    }
+    w.mx("early-co.test", &["mx.new-service.test"]);
+    w.mx("fresh-throwaway.test", &["mx.new-service.test"]);
+    let dns = w.dns();
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).start();
+    wait_first_look(&gw);
+    assert_eq!(record(&gw, "early-co.test")["reason"], "safe");
+    // The customer was first seen there yesterday (days are whole: a name arriving the day a
+    // domain is first seen counts for it).
+    let dir = gw.stop();
+    let day = today();
+    edit_state(&dir, |v| {
+        if v["domain"] == "early-co.test" {
+            v["first"] = serde_json::json!(day - 1);
+        }
+    });
+    let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).in_dir(dir).start();
+    wait_first_look(&gw);
+    for d in &w.listed {
+        dns.set_zone(d, Some(on("mx.new-service.test")));
+    }
+    wait_until(Duration::from_secs(30), || {
+        gw.metric("drg_mx_neighbourhood_repointed_total")
+            .unwrap_or(0.0)
+            >= 12.0
+    });
+    assert_eq!(gw.metric("drg_mx_neighbourhood_moved_total"), Some(0.0));
+    wait_until(Duration::from_secs(10), || {
+        record(&gw, "fresh-throwaway.test")["reason"] == "disposable"
+    });
+    let r = record(&gw, "fresh-throwaway.test");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
+    let b = batch_records(&gw, &["fresh-throwaway.test", "early-co.test"]);
+    assert_eq!(
+        (&b[0]["reason"], &b[1]["reason"]),
+        (&serde_json::json!("disposable"), &serde_json::json!("safe"))
+    );
+    assert_eq!(
+        record(&gw, "early-co.test")["reason"],
+        "safe",
+        "there first"
+    );
+}
+
 /// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,
 /// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
 fn pass_days(dir: &tempfile::TempDir, n: u64) {

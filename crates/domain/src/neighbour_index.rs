@@ -1064,6 +1064,8 @@ pub struct NeighbourhoodIndex {
     kinds: [usize; 3],
     /// Domains seen to move to new hosts (see [`History`]), since start.
     moves: u64,
+    /// Listed domains seen re-pointed by their holder ([`REPOINTED_WITHIN_DAYS`]), since start.
+    repoints: u64,
     /// Listed domains whose counts carry each project's own lookups ([`Support::Own`]): a
     /// project with none has no view of its own, and its answers skip that second look.
     own: HashMap<ProjectId, u32, ahash::RandomState>,
@@ -1080,6 +1082,7 @@ impl NeighbourhoodIndex {
             max_entries: max_entries.max(1),
             kinds: [0; 3],
             moves: 0,
+            repoints: 0,
             own: HashMap::default(),
         }
     }
@@ -1113,6 +1116,11 @@ impl NeighbourhoodIndex {
     /// Domains seen to move to new hosts since start (see [`History`]).
     pub fn moves(&self) -> u64 {
         self.moves
+    }
+
+    /// Listed domains seen re-pointed by their holder since start ([`REPOINTED_WITHIN_DAYS`]).
+    pub fn repoints(&self) -> u64 {
+        self.repoints
     }
 
     /// Domains remembered.
@@ -1260,6 +1268,9 @@ impl NeighbourhoodIndex {
         let history = self.history_of(old.as_ref(), &keys, listed.is_some(), how, day);
         if !how.restore && history.moved && old.as_ref().is_some_and(|o| moved_to(&o.keys, &keys)) {
             self.moves += u64::from(listed.is_some());
+        }
+        if history.repointed && old.as_ref().is_some_and(|o| !o.history.repointed) {
+            self.repoints += 1;
         }
         let live = live_after(old.as_ref().and_then(|o| o.live), &keys, how, day);
         let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
@@ -2049,6 +2060,7 @@ mod tests {
             ix.teach(&d, &home, Some("list"), look, 101);
         }
         assert_eq!(ix.moves(), 9, "the re-pointed names are no move");
+        assert_eq!(ix.repoints(), 3);
         let newcomer = |ix: &mut NeighbourhoodIndex, host: &str| {
             teach(ix, "newcomer.test", &keys(&[host]), None, 102);
             ix.finding("newcomer.test", P)

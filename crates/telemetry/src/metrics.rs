@@ -804,6 +804,11 @@ fn neighbourhood_families(f: &mut Families, nb: &NeighbourhoodStats) {
         nb.moved,
     );
     f.counter(
+        "drg_mx_neighbourhood_repointed_total",
+        "Listed domains seen on new MX hosts within 2 days of answering on their first ones: re-pointed by their holder, counted there at once.",
+        nb.repointed,
+    );
+    f.counter(
         "drg_mx_neighbourhood_looked_total",
         "Listed names the gateway's own look resolved.",
         nb.looked,
@@ -966,6 +971,8 @@ pub struct NeighbourhoodStats {
     pub queue_dropped: u64,
     /// Listed domains seen on new hosts (they count there once they have held them).
     pub moved: u64,
+    /// Listed domains seen re-pointed by their holder (they count on their new hosts at once).
+    pub repointed: u64,
     /// Listed names the gateway's own look saw, and its passes done.
     pub looked: u64,
     pub look_passes: u64,

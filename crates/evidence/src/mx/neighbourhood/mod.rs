@@ -672,6 +672,7 @@ impl Neighbourhood {
             taught: self.taught.load(Ordering::Relaxed),
             queue_dropped: self.dropped.load(Ordering::Relaxed),
             moved: index.moves(),
+            repointed: index.repoints(),
             looked: self.looked.load(Ordering::Relaxed),
             look_passes: self.look_passes.load(Ordering::Relaxed),
             look_rate: f64::from_bits(self.look_rate.load(Ordering::Relaxed)).round() as u64,
