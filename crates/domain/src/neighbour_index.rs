@@ -1272,7 +1272,9 @@ impl NeighbourhoodIndex {
         if history.repointed && old.as_ref().is_some_and(|o| !o.history.repointed) {
             self.repoints += 1;
         }
-        let live = live_after(old.as_ref().and_then(|o| o.live), &keys, how, day);
+        // Only a listed name's move is weighed by it (unlisted domains' lines stay as they were).
+        let live =
+            listed.and_then(|_| live_after(old.as_ref().and_then(|o| o.live), &keys, how, day));
         let unheld = history.moved && day < history.since.saturating_add(self.rule.hold_days);
         let entry = DomainEntry {
             standing: listed
