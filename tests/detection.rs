@@ -122,19 +122,20 @@ fn the_time_axis_condemns_no_customer_seen_before_a_plant() {
         (rows.iter()).filter(|r| r.newcomer && held(r)).collect();
     assert_eq!(after_a_hold.len(), 3 * 3 * 4, "{table}");
     assert!(!after_a_hold.iter().any(flagged), "{table}");
-    let moved = (t.plants.iter())
-        .position(|p| p.kind == timeline::Kind::Moved)
-        .expect("a service that moved");
-    let judged: Vec<&timeline::Row> = rows.iter().filter(|r| r.plant == moved).collect();
-    assert_eq!(judged.len(), 4 * 4, "{table}");
-    assert!(judged.iter().all(|r| r.settled_flagged), "{table}");
-    // A reverse zone that refuses on some days hides its host on none of them.
-    let refusing = (t.plants.iter())
-        .position(|p| p.kind == timeline::Kind::Refusing)
-        .expect("a service whose reverse zone refuses");
-    let caught: Vec<&timeline::Row> = rows.iter().filter(|r| r.plant == refusing).collect();
-    assert_eq!(caught.len(), 4 * 4, "{table}");
-    assert!(caught.iter().all(|r| r.settled_flagged), "{table}");
+    // A service's throwaways, one of every bucket on each of four days, all judged: the moved
+    // service's (re-pointed names) and the one whose reverse zone refuses on some days (it
+    // hides its host on none of them).
+    for kind in [timeline::Kind::Moved, timeline::Kind::Refusing] {
+        let plant = (t.plants.iter())
+            .position(|p| p.kind == kind)
+            .expect("its service");
+        let caught: Vec<&timeline::Row> = rows.iter().filter(|r| r.plant == plant).collect();
+        assert_eq!(caught.len(), 4 * 4, "{kind:?}\n{table}");
+        assert!(
+            caught.iter().all(|r| r.settled_flagged),
+            "{kind:?}\n{table}"
+        );
+    }
 }
 
 /// The world is the seed's: built twice, the same names, records and ages; another seed
