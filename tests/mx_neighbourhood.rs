@@ -957,12 +957,9 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
             ..down.clone()
         });
     }
-    for d in &w.listed {
-        outages.push(Outage {
-            prefix: format!("/rdap/domain/{d}"),
-            ..down.clone()
-        });
-    }
+    // The listed names are answered "not found" at once: a registry refusing them too would
+    // back off for every name, the established customer's as well (each refusal in a row
+    // doubles its wait), and that customer's age is the last point here.
     let rdap = RdapServer::start_with_outages(replies, outages);
     let gw = builder(&w, &dns)
         .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
@@ -1252,12 +1249,8 @@ fn names_planted_before_the_first_look_wait_for_a_customers_age() {
             .iter()
             .all(|c| record(&gw, c)["evidence"]["established"] == true)
     });
-    let r = record(&gw, young);
-    assert_eq!(
-        (r["reason"].as_str(), r["risk_score"].as_u64()),
-        (Some("disposable"), Some(80)),
-        "{r}"
-    );
+    // The young one's change is told unasked (before the project asks it again: an answer
+    // it gets tells it the same).
     let changed = |d: &str| {
         let page = gw.get("/v1/changes").json();
         page["changes"].as_array().is_some_and(|a| {
@@ -1267,6 +1260,91 @@ fn names_planted_before_the_first_look_wait_for_a_customers_age() {
     };
     wait_until(Duration::from_secs(30), || changed(young));
     assert!(customers.iter().all(|c| !changed(c)));
+    let r = record(&gw, young);
+    assert_eq!(
+        (r["reason"].as_str(), r["risk_score"].as_u64()),
+        (Some("disposable"), Some(80)),
+        "{r}"
+    );
+}
+
+/// Issue 94, row 6, for customers whose age does not outweigh a finding: twelve lapsed listed
+/// names were re-registered 40 days before the deployment started and pointed at a small
+/// company's host, so its first look finds them there (no move to see). Its customers 200 and
+/// 300 days old (under `established_days`), and one its registry gives no date for, were
+/// `disposable` 80 once their ages
+/// were in (or at once), GET and batch: the look's baseline counted the names as a throwaway
+/// service's own. A name registered 40 days ago cannot have held any host `hold_days` (120):
+/// the registries' dates of the names the key keeps by name show the key's names have not
+/// held it, and it judges nobody; while the dates are on their way the answer waits. A
+/// throwaway service's host, its listed names registered 400 days ago, still judges its
+/// 20-day-old throwaway.
+#[test]
+fn names_registered_lately_judge_nobody_whenever_the_gateway_first_saw_them() {
+    let mut w = World::new();
+    w.listed_on("mx.newco-mail.test", [192, 0, 2, 69], "relisted", 12);
+    w.listed_on("mx.burner-svc.test", [203, 0, 113, 70], "svc-own", 12);
+    let customers = ["client-200.test", "client-300.test", "client-undated.test"];
+    for d in customers {
+        w.mx(d, &["mx.newco-mail.test"]);
+    }
+    let burner = "svc-burner.test";
+    w.mx(burner, &["mx.burner-svc.test"]);
+    let dns = w.dns();
+    let mut replies: HashMap<&str, Reply> = HashMap::new();
+    for d in &w.listed {
+        let days = if d.starts_with("relisted") { 40 } else { 400 };
+        replies.insert(d.as_str(), Reply::Registered(days));
+    }
+    replies.insert(customers[0], Reply::Registered(200));
+    replies.insert(customers[1], Reply::Registered(300));
+    replies.insert(burner, Reply::Registered(20));
+    let rdap = RdapServer::start(replies);
+    let looking = builder(&w, &dns)
+        .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }");
+    let gw = with_slow_registry(looking, &rdap).start();
+    wait_first_look(&gw);
+    // The look taught the twelve on the company's host for every project.
+    let top = gw.admin_get("/mx/neighbourhoods").json();
+    let newco = (top["top"].as_array().into_iter().flatten())
+        .find(|k| k["key"] == "mx.newco-mail.test")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(newco["listed"], 12, "{top}");
+    let never_flagged = |r: &serde_json::Value, d: &str| {
+        assert_eq!(r["reason"], "safe", "{d}: {r}");
+    };
+    // First answers, GET and batch: never `disposable` (the dates on their way, or in).
+    never_flagged(&record(&gw, customers[0]), customers[0]);
+    for (r, d) in batch_records(&gw, &customers[1..])
+        .iter()
+        .zip(&customers[1..])
+    {
+        never_flagged(r, d);
+    }
+    // Settled: the host judges nobody; the service's host judges its throwaway.
+    wait_until(Duration::from_secs(30), || {
+        customers.iter().all(|c| {
+            let r = record(&gw, c);
+            r["evidence"]["age_pending"] != true && r["evidence"]["neighbourhood"].is_null()
+        })
+    });
+    for (r, d) in batch_records(&gw, &customers).iter().zip(&customers) {
+        never_flagged(r, d);
+        assert!(r["evidence"]["neighbourhood"].is_null(), "{d}: {r}");
+    }
+    wait_until(Duration::from_secs(30), || {
+        record(&gw, burner)["reason"] == "disposable"
+    });
+    let r = record(&gw, burner);
+    assert_eq!(
+        r["evidence"]["neighbourhood"]["key"], "mx.burner-svc.test",
+        "{r}"
+    );
+    assert!(
+        rdap.order().iter().any(|n| n.starts_with("relisted")),
+        "the planted names' dates were asked"
+    );
 }
 
 /// An answer teaches what it settles (issue 94): a mail host whose reverse zone answers

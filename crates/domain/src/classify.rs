@@ -116,7 +116,9 @@ pub fn verdict_of<'a>(
         && (signals.reported_safe.is_some()
             || finding.is_some_and(|f| shields(f, signals.age, age_rule)));
     let waits = !shielded
-        && finding.is_some_and(|f| pending(f, (signals.age, signals.age_pending), age_rule));
+        && finding.is_some_and(|f| {
+            f.holds_pending || pending(f, (signals.age, signals.age_pending), age_rule)
+        });
     if shielded || waits {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
@@ -797,6 +799,7 @@ mod tests {
             sources: vec![],
             since: None,
             aged_listed: 0,
+            holds_pending: false,
         };
         let with = |age, grounds| Signals {
             mx: Some(&own),
@@ -858,6 +861,23 @@ mod tests {
             ..with(Some(young), lookups)
         };
         assert_eq!(judged(young_in).0, Reason::Disposable);
+        // ... unless the key's listed names' registration dates are still on their way: the
+        // answer waits for them (whether they held the key), a young age in or not.
+        for age in [Some(young), None] {
+            let undated = Signals {
+                neighbourhood: Some(Finding {
+                    holds_pending: true,
+                    ..finding.clone()
+                }),
+                ..with(age, lookups)
+            };
+            let v = verdict_of(&table, &name, table.lookup(&name), undated, rule);
+            assert_eq!(
+                (v.record.reason, v.age_pending),
+                (Reason::Safe, true),
+                "{age:?}"
+            );
+        }
         assert_eq!(
             judged(with(Some(old), lookups)),
             (Reason::Safe, scores.neighbourhood_established, None, true)

@@ -14,6 +14,7 @@ pub mod classify;
 pub mod error;
 pub mod evidence;
 pub mod heavy_hitters;
+pub mod listed_holds;
 pub mod lww;
 pub mod mail;
 pub mod name;

@@ -891,6 +891,13 @@ pub struct Finding {
     /// own established age. Set where the registry's answers are known (0: none known).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub aged_listed: u32,
+    /// Whether the key's listed names have held it is still to be dated: too few of the names
+    /// it keeps by name are known to have been registered `hold_days` ago, and the dates that
+    /// could show it are on their way from registries not known to fail
+    /// ([`crate::listed_holds::Held::Pending`]). The answer waits, as for an age on its way.
+    /// Each answer's own: set where the registry's answers are known, never shared.
+    #[serde(skip)]
+    pub holds_pending: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1492,6 +1499,7 @@ impl NeighbourhoodIndex {
             sources: self.source_counts(counts),
             since: None,
             aged_listed: 0,
+            holds_pending: false,
         })
     }
 

@@ -9,5 +9,6 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod data;
+pub mod listed_holds;
 pub mod mx;
 pub mod rdap;

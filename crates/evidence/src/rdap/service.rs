@@ -31,6 +31,7 @@ use super::fetch::{FetchError, Fetched, Fetcher};
 use super::queue::{Job, Next, Offer, Pacing, Queue};
 use drg_base::periodic::Ticks;
 use drg_domain::age::{AgeRule, DayNumber, DomainAge};
+use drg_domain::listed_holds::ListedAge;
 use drg_domain::DomainName;
 use drg_telemetry::metrics::RdapStats;
 
@@ -301,6 +302,18 @@ impl Rdap {
             Known::Registered(day) => Some(Some(DomainAge::on(day, today(now)))),
             _ if entry.expires > now => Some(None),
             _ => None,
+        }
+    }
+
+    /// What the cache says of a listed name's registration, for weighing whether it held its
+    /// key (`drg_domain::listed_holds`), with no side effect: a date, nothing a registry will
+    /// tell (no date, no server, a registry known to fail), or a date on its way.
+    pub fn listed_age(&self, name: &DomainName) -> ListedAge {
+        match self.known_age(name) {
+            Some(Some(age)) => ListedAge::Registered(age.age_days),
+            Some(None) => ListedAge::Unknown,
+            None if self.awaits(name) => ListedAge::OnItsWay,
+            None => ListedAge::Unknown,
         }
     }
 

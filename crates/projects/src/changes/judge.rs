@@ -15,9 +15,11 @@ use arc_swap::ArcSwap;
 use super::Told;
 use drg_domain::age::{AgeRule, DomainAge};
 use drg_domain::classify::{wants_mx, Signals, Verdict};
+use drg_domain::listed_holds::Held;
 use drg_domain::mail::MxEvidence;
 use drg_domain::table::DomainTable;
 use drg_domain::{DomainName, TableRule};
+use drg_evidence::listed_holds;
 use drg_evidence::mx::resolver::MxResolver;
 use drg_evidence::rdap::service::Rdap;
 
@@ -110,11 +112,12 @@ impl Judge {
             _ => None,
         };
         let nb = self.mx.as_ref().and_then(|mx| mx.neighbourhood());
-        let finding = match (evidence.as_deref(), nb) {
+        let mut finding = match (evidence.as_deref(), nb) {
             (Some(MxEvidence::Hosts(_)), Some(nb)) => nb.finding(&name, project),
             _ => None,
         };
         let (age, rule) = self.age_of(&name, open, &mut missing);
+        missing |= self.weigh_listed_dates(&mut finding, age, rule);
         if missing && !delisted {
             return None;
         }
@@ -153,6 +156,27 @@ impl Judge {
 }
 
 impl Judge {
+    /// `finding` as a lookup weighs its key's listed names' registration dates
+    /// (`drg_evidence::listed_holds`; not for an established `age`, which outweighs it
+    /// anyway): gone when they have not held the key. True while the dates that could show it
+    /// are on their way: not judged then (told once they are in).
+    fn weigh_listed_dates(
+        &self,
+        finding: &mut Option<drg_domain::neighbour_index::Finding>,
+        age: Option<DomainAge>,
+        rule: AgeRule,
+    ) -> bool {
+        let nb = self.mx.as_ref().and_then(|mx| mx.neighbourhood());
+        let outweighed = age.is_some_and(|a| rule.is_established(a));
+        let (Some(f), Some(nb), Some(rdap), false) = (finding.as_ref(), nb, &self.rdap, outweighed)
+        else {
+            return false;
+        };
+        let weighed = listed_holds::weigh(nb, rdap, f);
+        listed_holds::apply(finding, &weighed, rdap);
+        weighed.held == Held::Pending
+    }
+
     /// `name`'s age as the cache knows it (for a name the table leaves `open`), and the age
     /// rule; `missing` is set while the cache knows nothing (not judged then; a delisted name
     /// is judged without it).

@@ -24,14 +24,11 @@ use drg_domain::neighbour_index::{Finding, Grounds};
 use drg_domain::overrides::{Override, OverrideVerdict};
 use drg_domain::table::{DomainTable, TableMatch};
 use drg_domain::{DomainName, RiskRecord, TableRule};
+use drg_evidence::listed_holds;
 use drg_evidence::mx::neighbourhood::Neighbourhood;
 use drg_evidence::mx::resolver::MxResolver;
 use drg_projects::account::calls::Verdict;
 use drg_telemetry::trace::Kind;
-
-/// The RDAP queue's line for the listed names a neighbourhood finding's key keeps by name
-/// (no project's: their fetches count against no project's share of the queue).
-const AGED_LISTED_LINE: &str = "(listed neighbours)";
 
 /// What classifying a name takes besides the table: its MX evidence (for names the table leaves
 /// open) and what the neighbourhood index finds for it.
@@ -256,7 +253,7 @@ impl Gateway {
         out: &mut Vec<u8>,
     ) -> (Option<&'t str>, Option<Verdict>) {
         let rdap = self.shared.rdap.as_ref();
-        self.weigh_aged_listed(finding.as_mut(), age);
+        self.weigh_listed_dates(&mut finding, age);
         let signals = Signals {
             mx: evidence.as_deref(),
             age_pending: self.age_pending(name, &found, &finding, age),
@@ -352,7 +349,9 @@ impl Gateway {
 
     /// `age`, or, for a name its neighbours would flag (`inputs` has a finding) whose age the
     /// cache does not hold yet, the age waited for within `rdap.neighbourhood_budget_ms`: an
-    /// established age may shield it. GET and batch alike.
+    /// established age may shield it. Meanwhile the registration dates of the key's listed
+    /// names that could show they held it are waited for too (`listed_holds`). GET and batch
+    /// alike.
     async fn age_if_judged(
         &self,
         name: &DomainName,
@@ -361,13 +360,52 @@ impl Gateway {
         age: Option<DomainAge>,
         project: &str,
     ) -> Option<DomainAge> {
-        match (&inputs.1, age, &self.shared.rdap, open) {
-            (Some(_), None, Some(rdap), true) => {
-                rdap.age_within_budget(name, project, rdap.neighbourhood_budget())
-                    .await
-            }
-            _ => age,
+        let (Some(finding), Some(rdap), true) = (&inputs.1, self.shared.rdap.as_deref(), open)
+        else {
+            return age;
+        };
+        if age.is_some_and(|a| rdap.age_rule().is_established(a)) {
+            // Shielded whatever the key's names' dates: none is asked for it.
+            return age;
         }
+        let budget = rdap.neighbourhood_budget();
+        let own = async {
+            match age {
+                Some(age) => Some(age),
+                None => rdap.age_within_budget(name, project, budget).await,
+            }
+        };
+        let listed = async {
+            let Some(nb) = self.neighbourhood() else {
+                return;
+            };
+            let weighed = listed_holds::weigh(nb, rdap, finding);
+            let dates =
+                (weighed.on_its_way.iter()).map(|n| rdap.age_within_budget(n, project, budget));
+            futures_util::future::join_all(dates).await;
+        };
+        futures_util::join!(own, listed).0
+    }
+
+    /// `finding` as the registration dates of its key's listed names leave it. For a domain
+    /// whose established `age` outweighs it: whether they were held for years
+    /// (`weigh_aged_listed`). Otherwise whether they held the key at all
+    /// (`drg_evidence::listed_holds`): gone when they have not, waiting while the dates that
+    /// could show it are on their way.
+    fn weigh_listed_dates(&self, finding: &mut Option<Finding>, age: Option<DomainAge>) {
+        let (Some(f), Some(nb), Some(rdap)) = (
+            finding.as_ref(),
+            self.neighbourhood(),
+            self.shared.rdap.as_deref(),
+        ) else {
+            return;
+        };
+        if age.is_some_and(|a| rdap.age_rule().is_established(a)) {
+            self.weigh_aged_listed(finding.as_mut(), age);
+            return;
+        }
+        let weighed = listed_holds::weigh(nb, rdap, f);
+        listed_holds::apply(finding, &weighed, rdap);
     }
 
     /// Where the judged domain's established `age` would outweigh `finding` (it rests on
@@ -394,7 +432,7 @@ impl Gateway {
             match rdap.known_age(&name) {
                 Some(Some(a)) if rule.is_established(a) => aged += 1,
                 Some(_) => {}
-                None => rdap.fetch_later(&name, AGED_LISTED_LINE),
+                None => rdap.fetch_later(&name, listed_holds::LINE),
             }
         }
         finding.aged_listed = aged;
