@@ -4,7 +4,6 @@
 
 use crate::common;
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
 const WEB: &str = "drg_web_key_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -375,7 +374,7 @@ fn a_corrupt_state_file_stops_the_start() {
     .unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     std::fs::write(dir.path().join("keys.yaml"), "keys: []\n").unwrap();
-    let out = Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args([
             "-c",
             conf.to_str().unwrap(),
@@ -432,7 +431,7 @@ fn keys_reload_adds_revokes_and_survives_a_broken_file() {
     let gw = gateway();
     let path = gw.dir.path().join("keys.yaml");
     // A key made with `key new --append` works within 2 s, without a restart.
-    let out = Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args([
             "-c",
             gw.conf.to_str().unwrap(),

@@ -302,7 +302,7 @@ fn a_secret_too_short_or_missing_stops_the_start_with_a_clear_error() {
     ] {
         let conf = write_config_with_alerts(secret);
         for args in [&["check-config"][..], &["serve"][..]] {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_domain-risk-gateway"))
+            let out = crate::common::command(env!("CARGO_BIN_EXE_domain-risk-gateway"))
                 .args(args)
                 .arg("--conf")
                 .arg(&conf)
@@ -367,7 +367,7 @@ fn write_config_in(
 
 /// Runs the binary with `args` on `conf`: whether it succeeded, and what it printed.
 fn run(conf: &std::path::Path, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_domain-risk-gateway"))
+    let out = crate::common::command(env!("CARGO_BIN_EXE_domain-risk-gateway"))
         .arg("--conf")
         .arg(conf)
         .args(args)

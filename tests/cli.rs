@@ -5,7 +5,7 @@ use common::*;
 use std::process::Command;
 
 fn run(args: &[&str]) -> (bool, String, String) {
-    outcome(Command::new(BIN).args(args).output().unwrap())
+    outcome(crate::common::command(BIN).args(args).output().unwrap())
 }
 
 fn write_conf(dir: &std::path::Path, gateway: &str) -> String {
@@ -229,7 +229,7 @@ fn serve_makes_a_private_runtime_dir_for_pid_file_and_upgrade_socket() {
     std::fs::write(conf_dir.join("keys.yaml"), "keys: []\n").unwrap();
     let log = dir.path().join("gateway.log");
     let mut gw = Running(
-        Command::new(BIN)
+        crate::common::command(BIN)
             .args(["-c", &conf, "serve", "--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .env_remove("RUNTIME_DIRECTORY")
@@ -251,7 +251,7 @@ fn serve_makes_a_private_runtime_dir_for_pid_file_and_upgrade_socket() {
 
     // A runtime dir others can write to stops the start, naming the fix.
     std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o770)).unwrap();
-    let out = Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["-c", &conf, "serve", "--listen", "127.0.0.1:0"])
         .env_remove("RUNTIME_DIRECTORY")
         .output()
@@ -349,7 +349,7 @@ fn version_reads_the_config_never_the_data() {
     let fifo = dir.path().join("data/disposable.txt");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
-    let mut child = Command::new(BIN)
+    let mut child = crate::common::command(BIN)
         .args(["--version", "-c", &conf])
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -378,7 +378,7 @@ fn version_reads_the_config_never_the_data() {
 /// stderr goes to a file, so that a talkative child never blocks on a full pipe.
 fn run_within(args: &[&str], within: std::time::Duration) -> (bool, String) {
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut child = Command::new(BIN)
+    let mut child = crate::common::command(BIN)
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(log.reopen().unwrap())
@@ -479,7 +479,7 @@ fn a_second_gateway_on_one_config_runs_beside_the_first_with_its_own_listeners()
 fn run_second(conf: &str, listen: &str, sock: &std::path::Path) {
     let admin = format!("unix:{}", sock.display());
     let log = tempfile::NamedTempFile::new().unwrap();
-    let child = Command::new(BIN)
+    let child = crate::common::command(BIN)
         .args([
             "-c",
             conf,

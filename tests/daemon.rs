@@ -68,7 +68,7 @@ impl Folder {
     /// `daemon.log`); its exit status and how long it took.
     pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, Duration) {
         let conf = self.conf();
-        let mut command = Command::new(BIN);
+        let mut command = crate::common::command(BIN);
         command.arg("-c").arg(&conf).args(args);
         self.run_command(command, env)
     }
@@ -369,7 +369,7 @@ struct Piped {
 /// to its end by a thread of its own.
 fn serve_piped(folder: &Folder, env: &[(&str, &str)], within: Duration) -> Piped {
     use std::io::Read;
-    let mut child = Command::new(BIN)
+    let mut child = crate::common::command(BIN)
         .arg("-c")
         .arg(folder.conf())
         .args(["serve", "--daemon"])
@@ -478,7 +478,7 @@ fn the_daemon_narrows_its_callers_umask_and_never_widens_it() {
     };
     let mut seen = Vec::new();
     for (caller, expected) in [(0o077, "0077"), (0o022, "0027")] {
-        let mut command = Command::new(BIN);
+        let mut command = crate::common::command(BIN);
         command
             .arg("-c")
             .arg(folder.conf())

@@ -149,7 +149,7 @@ fn host(
     }
     let program = example();
     builder.start_with(move |conf, listen| {
-        let mut command = Command::new(&program);
+        let mut command = crate::common::command(&program);
         command.args(["-c", conf, "--listen", listen, "--upstream", &backend]);
         command
     })

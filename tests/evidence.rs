@@ -259,7 +259,7 @@ fn lookup_prints_the_same_evidence() {
         .data_yaml("blocklists: [block.conf]")
         .start();
     let api = explained(&gw, "x.throwaway.example")["evidence"].clone();
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args([
             "-c",
             gw.conf.to_str().unwrap(),

@@ -6,7 +6,6 @@ use common::*;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -120,7 +119,7 @@ fn a_rate_of_zero_writes_only_summaries() {
 
 #[test]
 fn a_bad_limit_in_the_environment_is_refused() {
-    let out = Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["-c", "/nonexistent/gateway.yaml", "check-config"])
         .env("DOMAIN_RISK_GATEWAY_LOG_CLIENT_BURST", "lots")
         .output()

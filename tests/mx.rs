@@ -468,7 +468,7 @@ fn max_inflight_must_allow_one_lookup() {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("gateway.yaml");
     std::fs::write(&conf, "gateway:\n  mx:\n    max_inflight: 0\n").unwrap();
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["check-config", "-c", conf.to_str().unwrap()])
         .output()
         .unwrap();

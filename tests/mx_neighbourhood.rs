@@ -14,7 +14,6 @@ use dns::{black_hole, DnsServer, Lie, Zone};
 use redis_server::RedisServer;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 /// The synthetic world: DNS zones, the blocklist, and the names of each kind.
@@ -419,7 +418,7 @@ fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
     .unwrap();
     let snap = dir.path().join("snap.jsonl");
     let run = |extra: &[&str]| {
-        let out = Command::new(binary())
+        let out = crate::common::command(binary())
             .args(["mx-snapshot", "-c", conf.to_str().unwrap(), "--out"])
             .arg(&snap)
             .args(["--concurrency", "8", "--rate", "2000"])
@@ -467,7 +466,7 @@ fn the_snapshot_command_seeds_a_fresh_gateway_and_resumes() {
     // names written): the command refuses to run on it and writes nothing.
     dns.set_lie(Some(Lie::NxDomain));
     let fresh = dir.path().join("lied.jsonl");
-    let out = Command::new(binary())
+    let out = crate::common::command(binary())
         .args(["mx-snapshot", "-c", conf.to_str().unwrap(), "--out"])
         .arg(&fresh)
         .output()
@@ -702,7 +701,7 @@ fn report_safe(gw: &Gateway, secret: &str, domain: &str) -> String {
 
 /// `reports <args>` on `gw`'s config: (success, stdout and stderr).
 fn reports_cli(gw: &Gateway, args: &[&str]) -> (bool, String) {
-    let out = Command::new(binary())
+    let out = crate::common::command(binary())
         .arg("-c")
         .arg(gw.dir.path().join("gateway.yaml"))
         .arg("reports")
@@ -2101,7 +2100,7 @@ fn a_short_memory_caps_the_default_hold_and_says_so() {
     )
     .unwrap();
     let (ok, _, err) = outcome(
-        Command::new(BIN)
+        crate::common::command(BIN)
             .args(["check-config", "-c", conf.to_str().unwrap()])
             .output()
             .unwrap(),

@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +48,7 @@ fn reason(gw: &Gateway, key: &str, name: &str) -> String {
 /// `domain-risk-gateway -c <its config> reports <args>`: (success, stdout, stderr).
 fn cli(gw: &Gateway, args: &[&str]) -> (bool, String, String) {
     let conf = gw.dir.path().join("gateway.yaml");
-    let out = Command::new(BIN)
+    let out = crate::common::command(BIN)
         .arg("-c")
         .arg(&conf)
         .arg("reports")

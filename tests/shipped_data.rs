@@ -292,7 +292,7 @@ fn the_gateway_answers_from_the_community_lists_and_reloads_them() {
 
 #[test]
 fn check_config_reports_the_overlaps_of_the_shipped_data() {
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["check-config", "-c"])
         .arg(repo("conf/gateway.yaml"))
         .output()

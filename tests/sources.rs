@@ -440,7 +440,7 @@ fn a_source_never_fetched_is_absent_and_bad_source_keys_are_named() {
         .log()
         .contains("source block: no cached copy yet; absent from the table"));
 
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["-c", gw.conf.to_str().unwrap(), "check-config"])
         .output()
         .unwrap();
@@ -450,7 +450,7 @@ fn a_source_never_fetched_is_absent_and_bad_source_keys_are_named() {
         "sources: [{ name: ../x, url: 'ftp://h/x', kind: disposable, refresh_seconds: 0 }, ",
     );
     std::fs::write(&gw.conf, conf).unwrap();
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["-c", gw.conf.to_str().unwrap(), "check-config"])
         .output()
         .unwrap();

@@ -507,7 +507,7 @@ fn a_replaced_certificate_is_served_without_failing_a_request_and_a_bad_pair_is_
 }
 
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = crate::common::command(BIN).args(args).output().unwrap();
     (
         out.status.success(),
         format!(

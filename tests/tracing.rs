@@ -267,7 +267,7 @@ fn with_the_collector_away_requests_are_answered_as_ever_and_losses_are_counted(
 
 #[test]
 fn a_bad_tracing_section_is_refused_naming_the_key() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_domain-risk-gateway"))
+    let out = crate::common::command(env!("CARGO_BIN_EXE_domain-risk-gateway"))
         .args(["check-config", "--conf"])
         .arg(write_bad_config())
         .output()

@@ -501,7 +501,7 @@ fn the_daemon_upgrade_dance_by_hand() {
             .append(true)
             .open(&log)
             .unwrap();
-        let status = std::process::Command::new(BIN)
+        let status = crate::common::command(BIN)
             .args(&args)
             .stdout(std::process::Stdio::null())
             .stderr(stderr)

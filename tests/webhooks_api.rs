@@ -354,7 +354,7 @@ fn off_unless_configured_the_routes_answer_404() {
         "gateway:\n  webhooks: { timeout_ms: 5, retries: 1 }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::command(BIN)
         .args(["check-config", "-c"])
         .arg(&conf)
         .output()

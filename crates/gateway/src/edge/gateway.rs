@@ -66,9 +66,6 @@ pub struct Gateway {
     upstream: HttpPeer,
     policy: UpstreamPolicy,
     request_ids: RequestIds,
-    /// `GET /v1/openapi.json`, rendered once; `None` (answered 500) if the embedded document
-    /// were broken, which a unit test rules out.
-    openapi: Option<Bytes>,
     /// `None` when the access log is off: then the request path builds no line.
     access_log: Option<AccessLog>,
     /// `None` when call logs are off (`gateway.calls.enabled: false`).
@@ -170,9 +167,6 @@ impl Gateway {
                 config.tls.is_some(),
             ),
             request_ids: RequestIds::new(),
-            openapi: crate::edge::openapi::json()
-                .map_err(|e| log::error!("{e}"))
-                .ok(),
             access_log: None,
             calls: None,
             changes: None,

@@ -61,8 +61,8 @@ impl Gateway {
                 Bytes::from_static(br#"{"status":"ok"}"#),
             )),
             Route::Ready => Some(self.readiness(session)),
-            Route::OpenApi => Some(match &self.openapi {
-                Some(doc) => Answer::raw(StatusCode::OK, doc.clone()),
+            Route::OpenApi => Some(match crate::edge::openapi::served() {
+                Some(doc) => Answer::raw(StatusCode::OK, doc),
                 None => ApiError::Internal("no OpenAPI document".into()).into(),
             }),
             Route::Preflight => {
