@@ -361,7 +361,9 @@ fn a_list_change_of_thousands_of_names_is_one_summary() {
         list.push_str(&format!("n{i}.storm.example\n"));
     }
     write_atomic(&gw.data_path("disposable.txt"), &list);
-    wait_until(Duration::from_secs(30), || {
+    // Reading the 50,000-name list and judging the 3,000 names again is a debug build's work
+    // on a machine the other tests keep busy: it took over 30 s once beside the detection slice.
+    wait_until(Duration::from_secs(90), || {
         gw.metric("drg_changes_total{event=\"recorded\"}") == Some(3_000.0)
     });
     pass_after(&gw, before);

@@ -29,6 +29,12 @@ impl Answer {
         self.reason != "safe"
     }
 
+    /// The answer is the moment's, not the model's settled view: it waited for a registry's
+    /// age or failed open on DNS time, so what it is depends on when the other side answered.
+    pub fn timed(&self) -> bool {
+        self.pending || self.no_mx_in_time
+    }
+
     fn error(why: String) -> Answer {
         Answer {
             reason: format!("error: {why}"),

@@ -109,13 +109,26 @@ impl Report<'_> {
         pick: impl Fn(&Case) -> bool,
         hit: impl Fn(&Case, &Answer) -> bool,
     ) -> Count {
+        self.count_answers(rdap, route, which, |c, _| pick(c), hit)
+    }
+
+    /// [`count`](Self::count), picking by the case and its answer.
+    pub fn count_answers(
+        &self,
+        rdap: Rdap,
+        route: Route,
+        which: Which,
+        pick: impl Fn(&Case, &Answer) -> bool,
+        hit: impl Fn(&Case, &Answer) -> bool,
+    ) -> Count {
         let mut c = Count::default();
         for run in self.runs(rdap, route) {
             let world = self.world(run.seed);
             for o in &run.outcomes {
                 let case = &world.cases[o.case];
-                if pick(case) {
-                    c.add(hit(case, which.of(o)));
+                let answer = which.of(o);
+                if pick(case, answer) {
+                    c.add(hit(case, answer));
                 }
             }
         }
@@ -123,7 +136,8 @@ impl Report<'_> {
     }
 
     /// Recall of throwaways of `shape` in `bucket` (any when `None`) arriving as `arrival`
-    /// (any when `None`).
+    /// (any when `None`), over the answers `keep` keeps.
+    #[allow(clippy::too_many_arguments)]
     pub fn recall(
         &self,
         rdap: Rdap,
@@ -132,15 +146,17 @@ impl Report<'_> {
         shape: Shape,
         bucket: Option<Bucket>,
         arrival: Option<Arrival>,
+        keep: impl Fn(&Answer) -> bool,
     ) -> Count {
-        self.count(
+        self.count_answers(
             rdap,
             route,
             which,
-            |c| {
+            |c, a| {
                 c.shape == Some(shape)
                     && bucket.is_none_or(|b| c.bucket == Some(b))
                     && arrival.is_none_or(|a| c.arrival == a)
+                    && keep(a)
             },
             |c, a| right(a, c.expect),
         )
@@ -183,7 +199,7 @@ impl Report<'_> {
                 // An answer waiting for a registry's age, or one DNS did not answer in time
                 // (failed open), is the model's for that moment: the other route asked at
                 // another.
-                let timed = [ga, ba].iter().any(|a| a.pending || a.no_mx_in_time);
+                let timed = ga.timed() || ba.timed();
                 if ga.reason != ba.reason && keep(case) && !timed {
                     out.entry(case.class).or_default().push(format!(
                         "{} (GET {} {}, batch {} {})",
@@ -291,11 +307,12 @@ impl Report<'_> {
         out.push_str(" before host known | after | all |\n|---|---|");
         out.push_str(&"---:|".repeat(Bucket::ALL.len() + 3));
         out.push('\n');
+        let all = |_: &Answer| true;
         for shape in Shape::ALL {
             for which in [Which::First, Which::Settled] {
                 let cell = |bucket, arrival| {
-                    let g = self.recall(rdap, Route::Get, which, shape, bucket, arrival);
-                    let b = self.recall(rdap, Route::Batch, which, shape, bucket, arrival);
+                    let g = self.recall(rdap, Route::Get, which, shape, bucket, arrival, all);
+                    let b = self.recall(rdap, Route::Batch, which, shape, bucket, arrival, all);
                     format!("{} · {}", g.cell(), b.cell())
                 };
                 let _ = write!(out, "| {} | {} |", shape.label(), which.label());
