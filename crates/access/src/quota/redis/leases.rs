@@ -16,7 +16,8 @@ pub struct Lease {
     /// Of `left`, the part the carried-calls file may name as unused (to give back after a
     /// kill): never served, so that the file never claims more unused calls than there are.
     kept: u64,
-    /// A call was served from the lease since the sync last saved the carried-calls file.
+    /// A call was served from the lease, or calls were granted into it, since the sync last
+    /// saved the carried-calls file: not idle for a whole sync, so that save names none of it.
     served: bool,
     /// When the last calls were added to it: unused calls are given back this long after.
     granted: Option<Instant>,
@@ -103,10 +104,13 @@ impl Lease {
         self.requesting = false;
     }
 
-    /// Redis granted `calls` more (the caller has already taken its own one out).
+    /// Redis granted `calls` more (the caller has already taken its own one out). A lease
+    /// granted just before a save is not idle: the next call takes from it, not from a new
+    /// lease (a sequential caller whose calls straddled a save used to hold two leases).
     pub fn grant(&mut self, calls: u64, now: Instant) {
         self.left += calls;
         self.granted = Some(now);
+        self.served = true;
     }
 
     /// The unused calls to give back: all of them with `all`, else only once the lease is
@@ -288,6 +292,22 @@ mod tests {
         l.keep_for_file();
         assert_eq!(l.give_back(true, Duration::ZERO, t0), 7);
         assert_eq!((l.kept(), l.left()), (0, 0));
+    }
+
+    #[test]
+    fn a_lease_granted_since_the_last_save_is_not_idle() {
+        let t0 = Instant::now();
+        let mut l = Lease::default();
+        l.grant(49, t0);
+        // The save right after the grant names nothing: the next call still takes from it.
+        assert_eq!(l.keep_for_file(), 0);
+        l.file_written(0);
+        assert_eq!(l.take(), Some(48));
+        l.file_written(0);
+        assert_eq!(l.keep_for_file(), 0);
+        // A whole sync without a call: named, and served no more.
+        assert_eq!(l.keep_for_file(), 48);
+        assert_eq!(l.take(), None);
     }
 
     #[test]
