@@ -264,6 +264,24 @@ fn teach(gw: &Gateway, w: &World) {
 fn assert_judged(gw: &Gateway, w: &World) {
     for (d, kind, key) in &w.unlisted_throwaway {
         let r = record(gw, d);
+        let n = &r["evidence"]["neighbourhood"];
+        if *kind == "network" && n["grounds"] == "lookups" {
+            // Nothing dates it (no RDAP here): a network, where a hosting provider numbers
+            // unrelated customers' servers side by side, judges only a domain a registry dates
+            // (`a_network_judges_only_a_domain_its_registry_dates`), unless the operator's
+            // snapshot holds the finding alone.
+            assert_eq!(
+                (
+                    &r["reason"],
+                    &r["risk_score"],
+                    &r["evidence"]["undated_network"],
+                    &n["key"]
+                ),
+                (&"safe".into(), &40.into(), &true.into(), &(*key).into()),
+                "{d}: {r}"
+            );
+            continue;
+        }
         assert_eq!(r["reason"], "disposable", "{d}: {r}");
         assert_eq!(r["risk_score"], 80, "{d}: {r}");
         let e = &r["evidence"];
@@ -294,15 +312,18 @@ fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_compa
     assert_eq!(record(&gw, "qb-new0.test")["reason"], "disposable");
     teach(&gw, &w);
     assert_judged(&gw, &w);
-    // The verdicts by key kind, the index size, and the admin listing.
-    for kind in ["host", "parent", "network"] {
-        let n = gw
-            .metric(&format!(
-                "drg_mx_neighbourhood_verdicts_total{{key=\"{kind}\"}}"
-            ))
-            .unwrap();
-        assert!(n >= 1.0, "{kind}: {n}");
+    // The verdicts by key kind (none by the network: nothing dates its new domain), the index
+    // size, and the admin listing.
+    let verdicts = |kind: &str| {
+        gw.metric(&format!(
+            "drg_mx_neighbourhood_verdicts_total{{key=\"{kind}\"}}"
+        ))
+        .unwrap_or(0.0)
+    };
+    for kind in ["host", "parent"] {
+        assert!(verdicts(kind) >= 1.0, "{kind}: {}", verdicts(kind));
     }
+    assert_eq!(verdicts("network"), 0.0);
     assert!(gw.metric("drg_mx_neighbourhood_entries").unwrap() >= 30.0);
     let top = gw.admin_get("/mx/neighbourhoods?limit=3").json();
     assert_eq!(top["top"].as_array().unwrap().len(), 3, "{top}");
@@ -329,6 +350,83 @@ fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_compa
     assert!(!shared.to_string().contains("improvmx"), "{shared}");
     assert!(!shared.to_string().contains("google"), "{shared}");
     assert_eq!(gw.admin_get("/mx/neighbourhoods?limit=0").status, 422);
+}
+
+/// A /24 where a hosting provider numbers unrelated customers' servers side by side: ten
+/// listed names on ten hosts there make its network key judge. A company's own mail host
+/// numbered there by the same provider, with its PTR, one MX record and no date from its
+/// registry, shows exactly what a throwaway operator's next host shows: it was `disposable` 80
+/// (the detection benchmark's one flagged company). Only a date tells them apart: a domain its
+/// registry shows 20 days old is judged by the network, one with no date is `safe` 40
+/// (`undated_network`), on GET and on the batch route.
+#[test]
+fn a_network_judges_only_a_domain_its_registry_dates() {
+    let mut w = world();
+    // A small host's mail server, and the operator's next host (a domain's own hosts give it
+    // no keys: they must be under other names).
+    w.host("mx.smallhost-co.test", [203, 0, 113, 150]);
+    w.mx("tenant-co.test", &["mx.smallhost-co.test"]);
+    w.host("smtp.next-nx.test", [203, 0, 113, 201]);
+    w.mx("young-nx.test", &["smtp.next-nx.test"]);
+    let dns = w.dns();
+    let rdap = RdapServer::start(HashMap::from([("young-nx.test", Reply::Registered(20))]));
+    let gw = builder(&w, &dns)
+        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+        .rdap_yaml("allow_plain_http: true")
+        .rdap_yaml("min_interval_ms: 1")
+        .start();
+    teach(&gw, &w);
+    let network = |r: &serde_json::Value| {
+        let n = &r["evidence"]["neighbourhood"];
+        (n["key_kind"].clone(), n["key"].clone())
+    };
+    // Once its age is in, the young domain is the network's.
+    let started = std::time::Instant::now();
+    while record(&gw, "young-nx.test")["reason"] != "disposable" {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            record(&gw, "young-nx.test")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let young = record(&gw, "young-nx.test");
+    assert_eq!(
+        (
+            &young["risk_score"],
+            &young["evidence"]["rule"],
+            &young["evidence"]["age_days"]
+        ),
+        (&80.into(), &"mx_neighbourhood".into(), &20.into()),
+        "{young}"
+    );
+    assert_eq!(network(&young), ("network".into(), "203.0.113.0/24".into()));
+    // The company its registry gives no date for: the answer without the network, once the
+    // registry has said so (never `disposable` meanwhile).
+    wait_until(Duration::from_secs(20), || {
+        let r = record(&gw, "tenant-co.test");
+        assert_eq!(r["reason"], "safe", "{r}");
+        r["evidence"]["undated_network"] == true
+    });
+    // Not vouched for as corporate mail either, as an established domain its neighbours would
+    // flag is not.
+    let tenant = record(&gw, "tenant-co.test");
+    assert_eq!(
+        (&tenant["risk_score"], &tenant["is_corporate_email"]),
+        (&40.into(), &false.into()),
+        "{tenant}"
+    );
+    assert_eq!(
+        network(&tenant),
+        ("network".into(), "203.0.113.0/24".into())
+    );
+    let batch = batch_records(&gw, &["young-nx.test", "tenant-co.test"]);
+    assert_eq!(
+        (&batch[0]["reason"], &batch[1]["reason"]),
+        (&"disposable".into(), &"safe".into()),
+        "{batch:?}"
+    );
+    assert_eq!(batch[1]["evidence"]["undated_network"], true, "{batch:?}");
 }
 
 #[test]
@@ -1468,7 +1566,13 @@ fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
     let dns = w.dns();
     let (a, b) = two_on_redis(&w, &dns, &redis, 60_000);
     teach(&a, &w);
-    for (d, kind, key) in &w.unlisted_throwaway {
+    // The network's new domain is not judged on either (nothing dates it here: RDAP off),
+    // which leaves nothing to share.
+    let judged = w
+        .unlisted_throwaway
+        .iter()
+        .filter(|(_, k, _)| *k != "network");
+    for (d, kind, key) in judged {
         let on_a = record(&a, d);
         assert_eq!(on_a["reason"], "disposable", "{d}: {on_a}");
         // B's own index knows none of the listed neighbours: it answers A's verdict, with the
@@ -1497,7 +1601,11 @@ fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
         "{listing}"
     );
     // A name nobody judged stays safe on both, and a company is never judged.
-    for d in &w.new_legitimate {
+    for d in w
+        .new_legitimate
+        .iter()
+        .chain(["nx-new.test".to_owned()].iter())
+    {
         assert_eq!(record(&b, d)["reason"], "safe", "{d}");
         assert_eq!(record(&a, d)["reason"], "safe", "{d}");
     }

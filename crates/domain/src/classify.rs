@@ -21,7 +21,7 @@
 use super::age::{AgeRule, DomainAge, YoungEffect};
 use super::mail::{MxEvidence, MxHost, ProviderKind};
 use super::name::DomainName;
-use super::neighbour_index::{Finding, Grounds, AGED_LISTED};
+use super::neighbour_index::{Finding, Grounds, KeyKind, AGED_LISTED};
 use super::providers::{MxSurvey, ProviderMatch};
 use super::record::{Reason, RiskRecord};
 use super::scores::Scores;
@@ -63,6 +63,10 @@ pub struct Verdict<'a> {
     /// not known to fail ([`Signals::age_pending`]): it stays `safe` until the age is in, and
     /// a change then reaches the project as verdict changes do.
     pub age_pending: bool,
+    /// The neighbourhood would have made the name `disposable` on a network key alone (the /24
+    /// or /48 its mail host shares with throwaway hosts), on what lookups or the look taught,
+    /// and nothing dates the domain ([`undated_network`]): it stays `safe`.
+    pub undated_network: bool,
     /// The projects whose `safe` reports the operator accepted ([`Signals`]).
     pub reported_safe: Option<u32>,
 }
@@ -119,11 +123,13 @@ pub fn verdict_of<'a>(
         && finding.is_some_and(|f| {
             f.holds_pending || pending(f, (signals.age, signals.age_pending), age_rule)
         });
-    if shielded || waits {
+    let spared = !shielded && !waits && finding.is_some_and(|f| undated_network(f, signals.age));
+    if shielded || waits || spared {
         verdict.record.reason = Reason::Safe;
         verdict.record.risk_score = table.scores().neighbourhood_established;
         verdict.established = shielded;
         verdict.age_pending = waits;
+        verdict.undated_network = spared;
     }
     if let Some(age) = signals.age {
         apply_age(&mut verdict, age, age_rule, table.scores());
@@ -168,6 +174,22 @@ pub fn pending(
     rule: AgeRule,
 ) -> bool {
     finding.grounds == Grounds::Lookups && rule.established_days > 0 && age.is_none() && on_its_way
+}
+
+/// Whether the neighbourhood's `finding` is a network's alone (a /24 or /48 that the domain's
+/// mail host shares with throwaway hosts), resting on lookups or the gateway's own look, for a
+/// domain nothing dates (no RDAP for its TLD, RDAP off, its registry failing or refusing). A
+/// network is where a hosting provider puts unrelated customers' servers side by side: a
+/// company whose mail server a VPS provider numbered beside throwaway hosts shows exactly the
+/// evidence a throwaway service's new host does (a new host, a PTR that names it, one MX, the
+/// usual SPF and DMARC), and only an age tells them apart. A young age the registry gives
+/// lets the network judge, an established one shields ([`shields`]), one on its way is
+/// waited for ([`pending`]); with none, must-not-flag wins: the answer is the one without the
+/// network (benches/RESULTS-detection.md: a `.in` company in the /24 of a throwaway
+/// operator's ten hosts was `disposable` 80; the recall given up is the network shape's
+/// throwaways that nothing dates). A finding the operator's lists hold alone stands.
+pub fn undated_network(finding: &Finding, age: Option<DomainAge>) -> bool {
+    finding.grounds == Grounds::Lookups && finding.key_kind == KeyKind::Network && age.is_none()
 }
 
 /// What keeps a domain on its own (unrecognised) MX hosts from counting as corporate mail.
@@ -368,6 +390,7 @@ fn classify_table<'a>(
         young: None,
         established: false,
         age_pending: false,
+        undated_network: false,
         reported_safe: None,
     }
 }
@@ -899,6 +922,32 @@ mod tests {
             judged(with(Some(old), Grounds::Lists)).0,
             Reason::Disposable
         );
+        // A network's finding (a /24 a hosting provider fills with unrelated servers) judges
+        // only a domain the registry dates: with no age it is the answer without it, not on
+        // the operator's lists' word; a young age lets it judge, an old one shields.
+        let network = |age, grounds| {
+            let s = Signals {
+                neighbourhood: Some(Finding {
+                    key_kind: KeyKind::Network,
+                    key: "203.0.113.0/24".into(),
+                    grounds,
+                    ..finding.clone()
+                }),
+                ..with(age, grounds)
+            };
+            let v = verdict_of(&table, &name, table.lookup(&name), s, rule);
+            (v.record.reason, v.record.risk_score, v.undated_network)
+        };
+        assert_eq!(
+            network(None, lookups),
+            (Reason::Safe, scores.neighbourhood_established, true)
+        );
+        assert_eq!(network(None, Grounds::Lists).0, Reason::Disposable);
+        assert_eq!(
+            network(Some(young), lookups),
+            (Reason::Disposable, scores.mx_neighbourhood, false)
+        );
+        assert_eq!(network(Some(old), lookups).2, false);
         // Enough projects reporting the domain safe do, whatever the finding rests on.
         for grounds in [Grounds::Lookups, Grounds::Lists] {
             let reported = Signals {

@@ -123,6 +123,12 @@ pub struct Evidence<'a> {
     /// age is in and weighed.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub age_pending: bool,
+    /// The neighbourhood would have flagged the name on a network key alone (`key_kind:
+    /// network`), on what lookups or the look taught, and nothing dates the domain (no RDAP for
+    /// its TLD, RDAP off, its registry failing): a hosting provider's network holds unrelated
+    /// customers, so only an age would tell a company from a throwaway there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub undated_network: bool,
 }
 
 /// The evidence of `verdict`, the classification of `name` by `table` with `mx` (the MX evidence
@@ -180,6 +186,7 @@ pub fn evidence<'a>(
         young_domain: verdict.young,
         established: verdict.established,
         age_pending: verdict.age_pending,
+        undated_network: verdict.undated_network,
         reported_safe_by: verdict.reported_safe,
     }
 }
