@@ -947,7 +947,7 @@ mod tests {
             network(Some(young), lookups),
             (Reason::Disposable, scores.mx_neighbourhood, false)
         );
-        assert_eq!(network(Some(old), lookups).2, false);
+        assert!(!network(Some(old), lookups).2);
         // Enough projects reporting the domain safe do, whatever the finding rests on.
         for grounds in [Grounds::Lookups, Grounds::Lists] {
             let reported = Signals {
