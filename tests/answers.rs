@@ -220,33 +220,19 @@ fn a_503_while_postgres_is_paused_never_takes_effect_later() {
         answers.iter().all(|s| *s == 503),
         "every write answered 503 while PostgreSQL was paused: {answers:?}"
     );
-    // Whatever the server still held in its sockets has run by now; the gateways have polled.
-    std::thread::sleep(Duration::from_secs(2));
-    for gw in [&a, &b] {
-        let overrides = bare(gw, "GET", "/v1/overrides", ACME).json();
-        let names: Vec<&str> = overrides["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["domain"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            names,
-            ["kept.example"],
-            "no 503 write in force, none removed"
-        );
-        let hooks = bare(gw, "GET", "/v1/webhooks", ACME).json();
-        assert_eq!(hooks["items"], json!([]), "no webhook made");
-        let reports = bare(gw, "GET", "/v1/reports", ACME).json();
-        assert_eq!(reports["items"], json!([]), "no report filed");
-        let trail = bare(gw, "GET", "/v1/audit", ACME).json();
-        assert_eq!(
-            trail["items"].as_array().unwrap().len(),
-            1,
-            "the trail holds what took effect: {trail}"
-        );
-    }
-    // The database back: writes take effect again.
+    // Once the database answers again (its backends first run what the paused ones were sent,
+    // a read meanwhile answers `503`), a write takes effect; a gateway holding it has polled
+    // past every revision a late `COMMIT` could have made.
+    let trail_of = |gw: &Gateway| {
+        let mut page = None;
+        wait_until(Duration::from_secs(30), || {
+            let r = bare(gw, "GET", "/v1/audit", ACME);
+            page = (r.status == 200).then(|| r.json());
+            page.is_some()
+        });
+        page.unwrap()
+    };
+    trail_of(&b);
     let r = json_send(
         &b,
         "PUT",
@@ -255,6 +241,31 @@ fn a_503_while_postgres_is_paused_never_takes_effect_later() {
         &json!({"verdict": "allow"}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
+    for gw in [&a, &b] {
+        let mut names = Vec::new();
+        wait_until(Duration::from_secs(10), || {
+            let list = bare(gw, "GET", "/v1/overrides", ACME).json();
+            names = (list["items"].as_array().into_iter().flatten())
+                .filter_map(|o| o["domain"].as_str().map(str::to_owned))
+                .collect();
+            names.iter().any(|n| n == "after.example")
+        });
+        assert_eq!(
+            names,
+            ["after.example", "kept.example"],
+            "no 503 write in force, none removed"
+        );
+        let hooks = bare(gw, "GET", "/v1/webhooks", ACME).json();
+        assert_eq!(hooks["items"], json!([]), "no webhook made");
+        let reports = bare(gw, "GET", "/v1/reports", ACME).json();
+        assert_eq!(reports["items"], json!([]), "no report filed");
+        let trail = trail_of(gw);
+        assert_eq!(
+            trail["items"].as_array().map(Vec::len),
+            Some(2),
+            "the trail holds what took effect, kept and after: {trail}"
+        );
+    }
 }
 
 /// A write sent with `key` as its `Idempotency-Key`.
