@@ -671,8 +671,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// What a project creates stays bounded (issue 79): override set/remove cycles and as many
-/// webhook make/remove cycles from one key leave the state folder under 256 KB larger (a
-/// write rewrites what it changed, so its cost stays what it was: the medians are printed).
+/// webhook make/remove cycles from one key, past every bound (100 removal markers, 1,000 audit
+/// entries), leave the state folder under 256 KB larger, and cycles after that add nothing a
+/// row would (a write rewrites what it changed, so its cost stays what it was: the medians are
+/// printed).
 #[test]
 fn churn_leaves_the_state_and_the_cost_of_a_write_bounded() {
     let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), vec![]);
@@ -691,27 +693,40 @@ fn churn_leaves_the_state_and_the_cost_of_a_write_bounded() {
     };
     let others_before = median((0..30).map(other_put).collect());
     let before = state_bytes(&gw);
-    // Past every bound (100 removal markers, 1,000 audit entries): the issue's 1,500 with
-    // DRG_ANSWER_CYCLES=1500.
-    let n = cycles(800);
-    let mut puts = Vec::new();
-    for i in 0..n {
-        let path = format!("/v1/overrides/c{i}.example");
-        let t = Instant::now();
-        let put = json_send(&gw, "PUT", &path, ACME, &json!({"verdict": "block"}));
-        puts.push(t.elapsed());
-        assert_eq!(put.status, 201, "{}", put.text());
-        assert_eq!(bare(&gw, "DELETE", &path, ACME).status, 204);
-    }
     let hook = json!({"url": receiver.url(), "events": ["verdict.changed"]});
-    for _ in 0..n {
-        let made = json_send(&gw, "POST", "/v1/webhooks", ACME, &hook);
-        let id = made.json()["id"].as_str().unwrap().to_owned();
-        assert_eq!(
-            bare(&gw, "DELETE", &format!("/v1/webhooks/{id}"), ACME).status,
-            204
-        );
-    }
+    let mut puts = Vec::new();
+    // `from..to` cycles of each kind: four audited writes a cycle.
+    let mut cycle = |from: usize, to: usize| {
+        for i in from..to {
+            let path = format!("/v1/overrides/c{i}.example");
+            let t = Instant::now();
+            let put = json_send(&gw, "PUT", &path, ACME, &json!({"verdict": "block"}));
+            puts.push(t.elapsed());
+            assert_eq!(put.status, 201, "{}", put.text());
+            assert_eq!(bare(&gw, "DELETE", &path, ACME).status, 204);
+        }
+        for _ in from..to {
+            let made = json_send(&gw, "POST", "/v1/webhooks", ACME, &hook);
+            let id = made.json()["id"].as_str().unwrap().to_owned();
+            assert_eq!(
+                bare(&gw, "DELETE", &format!("/v1/webhooks/{id}"), ACME).status,
+                204
+            );
+        }
+    };
+    // Past every bound: 1,200 audit entries, 300 removal markers of each kind (the issue's
+    // 1,500 cycles with DRG_ANSWER_CYCLES=1500).
+    let n = cycles(400).max(400);
+    cycle(0, 300);
+    let bounded = state_bytes(&gw);
+    // 100 more of each: 400 entries and 200 markers a store without bounds keeps (~80 KB).
+    cycle(300, n);
+    let after_bound = state_bytes(&gw).saturating_sub(bounded);
+    assert!(
+        after_bound < 24 * 1024,
+        "{} cycles past every bound grew the state by {after_bound} bytes",
+        n - 300
+    );
     let grew = state_bytes(&gw).saturating_sub(before);
     let (first, last) = (
         median(puts[..100].to_vec()),
@@ -719,8 +734,9 @@ fn churn_leaves_the_state_and_the_cost_of_a_write_bounded() {
     );
     let others_after = median((0..30).map(other_put).collect());
     eprintln!(
-        "{n} cycles of each: state +{grew} bytes; PUT median first 100 {first:?}, last 100 \
-         {last:?}; another project's PUT {others_before:?} -> {others_after:?}"
+        "{n} cycles of each: state +{grew} bytes (+{after_bound} past the bounds); PUT median \
+         first 100 {first:?}, last 100 {last:?}; another project's PUT {others_before:?} -> \
+         {others_after:?}"
     );
     let files: Vec<(String, u64)> = std::fs::read_dir(gw.dir.path().join("state"))
         .unwrap()
