@@ -47,9 +47,16 @@ fn until(gw: &Gateway, secret: &str, want: u16) -> Duration {
     start.elapsed()
 }
 
-/// The project's audit trail, newest first: `action target` each.
+/// The project's audit trail, newest first: `action target` each. The trail is read from the
+/// database: one that has just resumed (its backends running what paused ones were sent)
+/// answers `503` a moment, so a `503` is asked again for up to 10 s.
 fn trail(gw: &Gateway) -> Vec<String> {
-    let r = send(gw, "GET", "/v1/audit", Some(SERVER), &[], None);
+    let mut r = send(gw, "GET", "/v1/audit", Some(SERVER), &[], None);
+    let end = Instant::now() + Duration::from_secs(10);
+    while r.status == 503 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        r = send(gw, "GET", "/v1/audit", Some(SERVER), &[], None);
+    }
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["items"]
         .as_array()
