@@ -15,7 +15,7 @@ out, n = Path(sys.argv[1]), int(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 args = types.SimpleNamespace(seed=42, dns_ttl=300, mix_repeat=0.9, entries=10_000)
 harness.MIX_SLICE = 2 * n + 1_000
-(paths,), zones, _ = harness.mix_stream(args, 1)
+(paths,), zones, _, _ = harness.mix_stream(args, 1)
 # The warm-up fills the MX cache with the companies seen before, as a gateway in service has it.
 (out / "warm.txt").write_text("\n".join(paths[: n + 1_000]) + "\n")
 (out / "run.txt").write_text("\n".join(paths[n + 1_000:]) + "\n")
