@@ -307,10 +307,18 @@ fn unlisted_throwaway_domains_are_caught_by_host_parent_and_network_and_no_compa
     let w = world();
     let dns = w.dns();
     let gw = builder(&w, &dns).start();
-    // Before any traffic: the gateway's own look at its lists knows the dedicated host.
+    // Before any traffic: the gateway's own look at its lists knows the dedicated host, but
+    // on a fresh start with no registry (RDAP off) its names have held it no time the gateway
+    // can show: they judge nobody yet (issue 94).
+    wait_first_look(&gw);
+    let fresh = record(&gw, "qb-new0.test");
+    assert_eq!(fresh["reason"], "safe", "{fresh}");
+    assert_ne!(fresh["evidence"]["rule"], "mx_neighbourhood", "{fresh}");
+    teach(&gw, &w);
+    // Months later the same names judge, the look alone first.
+    let gw = builder(&w, &dns).in_dir(months_later(gw)).start();
     wait_first_look(&gw);
     assert_eq!(record(&gw, "qb-new0.test")["reason"], "disposable");
-    teach(&gw, &w);
     assert_judged(&gw, &w);
     // The verdicts by key kind (none by the network: nothing dates its new domain), the index
     // size, and the admin listing.
@@ -370,12 +378,12 @@ fn a_network_judges_only_a_domain_its_registry_dates() {
     w.mx("young-nx.test", &["smtp.next-nx.test"]);
     let dns = w.dns();
     let rdap = RdapServer::start(HashMap::from([("young-nx.test", Reply::Registered(20))]));
-    let gw = builder(&w, &dns)
-        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
-        .rdap_yaml("allow_plain_http: true")
-        .rdap_yaml("min_interval_ms: 1")
-        .start();
+    let start = |dir| start_in(with_registry(builder(&w, &dns), &rdap), dir);
+    let gw = start(None);
     teach(&gw, &w);
+    // The listed names have held their hosts for months (no registry dates them).
+    let gw = start(Some(months_later(gw)));
+    wait_first_look(&gw);
     let network = |r: &serde_json::Value| {
         let n = &r["evidence"]["neighbourhood"];
         (n["key_kind"].clone(), n["key"].clone())
@@ -435,7 +443,7 @@ fn a_restart_keeps_what_was_learned() {
     let dns = w.dns();
     let gw = builder(&w, &dns).start();
     teach(&gw, &w);
-    let dir = gw.stop();
+    let dir = months_later(gw);
     let state = std::fs::read_to_string(dir.path().join("state/mx_neighbourhood.jsonl")).unwrap();
     assert!(
         state.starts_with("{\"format\":\"drg-mx-neighbourhood\""),
@@ -485,6 +493,16 @@ fn two_gateways_on_one_redis_learn_together() {
     wait_until(Duration::from_secs(20), || {
         b.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all
     });
+    // Months later (both stopped meanwhile), B judges on what it learned from A.
+    let (dir_a, dir_b) = (months_later(a), months_later(b));
+    let on_redis = |look: bool, dir| {
+        let b = (builder(&w, &dns).redis(&redis.url(), "fail_open"))
+            .mx_yaml("neighbourhood: { share_interval_ms: 100 }")
+            .look(look);
+        start_in(b, Some(dir))
+    };
+    let (a, b) = (on_redis(true, dir_a), on_redis(false, dir_b));
+    wait_trusted(&b);
     assert_judged(&b, &w);
     // And what B learned (the new domains it resolved above) reaches A.
     let learned_by_b = (w.unlisted_throwaway.len() + w.new_legitimate.len()) as f64;
@@ -725,16 +743,18 @@ fn neighbourhood_verdicts_are_held_agree_with_the_listing_and_are_never_ranked()
     }
     let dns = w.dns();
     let rdap = RdapServer::start(ages.iter().map(|(d, r)| (d.as_str(), r.clone())).collect());
-    let gw = builder(&w, &dns)
-        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
-        .rdap_yaml("allow_plain_http: true")
-        .rdap_yaml("min_interval_ms: 1")
-        .gateway_yaml(
+    let start = |dir| {
+        let b = with_registry(builder(&w, &dns), &rdap).gateway_yaml(
             "top_domains: { render_interval_ms: 50, persist_interval_ms: 200, \
              state_file: state/top.json }",
-        )
-        .start();
+        );
+        start_in(b, dir)
+    };
+    let gw = start(None);
     teach(&gw, &w);
+    // The listed names have held their hosts for months (no registry dates them).
+    let gw = start(Some(months_later(gw)));
+    wait_first_look(&gw);
     let listing =
         |gw: &Gateway| gw.admin_get("/mx/neighbourhoods?limit=1").json()["top"][0].clone();
     let judged = |r: &serde_json::Value| r["evidence"]["rule"] == "mx_neighbourhood";
@@ -834,17 +854,21 @@ fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
     let pg = crate::postgres::Postgres::start();
     let w = world();
     let dns = w.dns();
-    let start = || {
-        builder(&w, &dns)
+    let start = |dir| {
+        let b = builder(&w, &dns)
             .redis(&redis.url(), "fail_open")
             .gateway_yaml(&format!("control: {{ url: '{}' }}", pg.url()))
             .key_in_project("third", THIRD, "test", "third")
-            .key_in_project("fourth", FOURTH, "test", "fourth")
-            .start()
+            .key_in_project("fourth", FOURTH, "test", "fourth");
+        start_in(b, dir)
     };
-    let (a, b) = (start(), start());
+    let (a, b) = (start(None), start(None));
     teach(&a, &w);
     teach(&b, &w);
+    let (dir_a, dir_b) = (months_later(a), months_later(b));
+    let (a, b) = (start(Some(dir_a)), start(Some(dir_b)));
+    wait_trusted(&a);
+    wait_trusted(&b);
     let (name, other) = (&w.unlisted_throwaway[0].0, &w.unlisted_throwaway[1].0);
     assert_eq!(reason_for(&a, FOURTH, name), "disposable");
     let mut ids = Vec::new();
@@ -896,18 +920,19 @@ fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
     w.listed_on("mx.smallhost.test", [192, 0, 2, 60], "planted", 10);
     w.mx("customer.test", &["mx.smallhost.test"]);
     let dns = w.dns();
-    let gw = builder(&w, &dns)
-        .plan("selfserve", 1_000_000)
-        .key_in_project("a", A, "selfserve", "a")
-        .key_in_project("b", B, "selfserve", "b")
-        .mx_yaml("neighbourhood: { trusted_plans: [test], trusted_projects: [other] }")
-        .look(false)
-        .start();
+    let start = |dir| {
+        let b = builder(&w, &dns)
+            .plan("selfserve", 1_000_000)
+            .key_in_project("a", A, "selfserve", "a")
+            .key_in_project("b", B, "selfserve", "b")
+            .mx_yaml("neighbourhood: { trusted_plans: [test], trusted_projects: [other] }")
+            .look(false);
+        start_in(b, dir)
+    };
+    let gw = start(None);
     // Listed names teach only once DNS is believed (the canaries checked): each attacker's
     // lookups must be the ones that teach.
-    wait_until(Duration::from_secs(10), || {
-        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
-    });
+    wait_trusted(&gw);
     assert!(
         gw.log().contains(
             "gateway.mx.neighbourhood.trusted_plans, trusted_projects: retired and ignored"
@@ -923,6 +948,12 @@ fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 10.0
     });
+    // On a fresh start the names, which no registry dates (RDAP off), have held the host no
+    // time the gateway can show: they judge nobody, not even for the projects that asked.
+    assert_eq!(reason_for(&gw, A, "customer.test"), "safe");
+    // Months later they judge, each asking project's own answers alone.
+    let gw = start(Some(months_later(gw)));
+    wait_trusted(&gw);
     wait_until(Duration::from_secs(10), || {
         reason_for(&gw, A, "customer.test") == "disposable"
     });
@@ -983,22 +1014,29 @@ fn numbered_hosts_catch_their_new_domains_when_every_registry_is_unreachable() {
         .collect();
     let dns = w.dns();
     let nowhere = free_port();
-    let gw = builder(&w, &dns)
-        .look(false)
-        .rdap_yaml(&format!(
-            "servers: {{test: \"http://127.0.0.1:{nowhere}/rdap/\"}}"
-        ))
-        .rdap_yaml("allow_plain_http: true")
-        .start();
-    wait_until(Duration::from_secs(10), || {
-        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
-    });
+    let start = |dir| {
+        let b = builder(&w, &dns)
+            .look(false)
+            .rdap_yaml(&format!(
+                "servers: {{test: \"http://127.0.0.1:{nowhere}/rdap/\"}}"
+            ))
+            .rdap_yaml("allow_plain_http: true");
+        start_in(b, dir)
+    };
+    let gw = start(None);
+    wait_trusted(&gw);
     for d in &w.listed {
         assert_eq!(reason_for(&gw, TEST_SECRET, d), "disposable", "{d}");
     }
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 30.0
     });
+    // A fresh start: nothing dates the names, the gateway has watched them no time, and names
+    // planted on a company's hosts before it started would look the same: nobody is judged.
+    assert_eq!(reason_for(&gw, TEST_SECRET, &new[14]), "safe");
+    // Months later the parent judges.
+    let gw = start(Some(months_later(gw)));
+    wait_trusted(&gw);
     let (get, batch) = new.split_at(8);
     // Answers settle within the registry's failure (a refused connection, at once).
     wait_until(Duration::from_secs(20), || {
@@ -1058,13 +1096,19 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     // back off for every name, the established customer's as well (each refusal in a row
     // doubles its wait), and that customer's age is the last point here.
     let rdap = RdapServer::start_with_outages(replies, outages);
-    let gw = builder(&w, &dns)
-        .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
-        .rdap_yaml("allow_plain_http: true")
-        .rdap_yaml("min_interval_ms: 1")
-        .rdap_yaml("neighbourhood_budget_ms: 300")
-        .start();
+    let start = |dir| {
+        let b = builder(&w, &dns)
+            .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
+            .rdap_yaml("allow_plain_http: true")
+            .rdap_yaml("min_interval_ms: 1")
+            .rdap_yaml("neighbourhood_budget_ms: 300");
+        start_in(b, dir)
+    };
+    let gw = start(None);
     teach(&gw, &w);
+    // The listed names are watched for months (no registry dates them).
+    let gw = start(Some(months_later(gw)));
+    wait_first_look(&gw);
     for d in unlisted {
         let r = record(&gw, d);
         assert_eq!(r["reason"], "disposable", "{d}: {r}");
@@ -1090,8 +1134,10 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
 /// third project's answers stay `safe` past twelve. For one of the two, five listed names
 /// judge no host (`min_listed` 10: a shared host carries a few listed names), and past ten
 /// what its lookups taught (whoever holds the listed names chose where their mail goes) does
-/// not outweigh an established age. (A customer under a year old is flagged for it past ten:
-/// nothing in its own evidence tells it from a throwaway; docs/mx.md "What it cannot catch".)
+/// not outweigh an established age. A customer under a year old was flagged for it past ten
+/// (nothing in its own evidence tells it from a throwaway); the twelve names, which no
+/// registry dates here, have held the host no longer than the gateway has watched them
+/// (issue 94), so nobody is judged until they have held it `hold_days`.
 #[test]
 fn lookups_by_several_projects_judge_no_third_and_do_not_outweigh_an_established_age() {
     const THIRD: &str = "drg_test_third_key_0123456789abcdefghijklmnopq";
@@ -1145,20 +1191,22 @@ fn lookups_by_several_projects_judge_no_third_and_do_not_outweigh_an_established
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 14.0
     });
-    wait_until(Duration::from_secs(10), || {
-        ask(young)["evidence"]["rule"] == "mx_neighbourhood"
-    });
-    let r = ask(young);
-    assert_eq!(r["reason"], "disposable", "{r}");
-    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
-    assert_eq!(r["evidence"]["neighbourhood"]["grounds"], "lookups", "{r}");
     wait_until(Duration::from_secs(15), || {
         ask(old)["evidence"]["established"] == true
     });
     let r = ask(old);
     assert_eq!(r["reason"], "safe", "{r}");
     assert_eq!(r["risk_score"], 40, "{r}");
+    assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{r}");
     assert_eq!(r["evidence"]["neighbourhood"]["grounds"], "lookups", "{r}");
+    // The young customer: the twelve, which no registry dates, have held the host no time the
+    // gateway watched them (issue 94): nobody judged, once its age is in too.
+    wait_until(Duration::from_secs(15), || {
+        ask(young)["evidence"]["age_days"] == 200
+    });
+    let r = ask(young);
+    assert_eq!(r["reason"], "safe", "{r}");
+    assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{r}");
     // The third project: neither customer judged, on either project's word.
     for c in [old, young] {
         let r = ask_as(THIRD, c);
@@ -1232,16 +1280,24 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
     let mut ages: Vec<(&str, i64)> = companies.iter().map(|c| (*c, 4_000)).collect();
     ages.push((young, 20));
     let rdap = slow_registry(&ages);
-    let gw = with_slow_registry(builder(&w, &dns).look(false), &rdap).start();
-    wait_until(Duration::from_secs(10), || {
-        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
-    });
+    let start = |dir| {
+        start_in(
+            with_slow_registry(builder(&w, &dns).look(false), &rdap),
+            dir,
+        )
+    };
+    let gw = start(None);
+    wait_trusted(&gw);
     for d in &w.listed {
         assert_eq!(record(&gw, d)["reason"], "disposable", "{d}");
     }
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 20.0
     });
+    // The names have held the host for months when the customers are asked (no registry
+    // dates them: the gateway's watching is all there is).
+    let gw = start(Some(months_later(gw)));
+    wait_trusted(&gw);
     // First answers: the registry is asked, its answer on its way (one fetch at a time per
     // server, 1.5 s each: the later names queue behind the earlier).
     let pending = |r: &serde_json::Value, d: &str| {
@@ -1297,16 +1353,15 @@ fn a_queued_age_is_not_a_missing_age_an_established_customer_is_never_flagged_fi
 
 /// Issue 94, row 6: twelve lapsed listed names were re-registered and pointed at a small
 /// company's mail host before the deployment started, so the gateway's first look already
-/// finds them there (no move to see: the look's baseline is the planting). The company's
-/// customers, 3,500 to 4,000 days old, are then asked while their registry is healthy but
-/// slow. Their first answers were `disposable` 80, GET and batch: a finding the look holds for
-/// every project did not wait for a queued age. Whoever re-registers listed names chooses
-/// where their mail goes, whether the gateway looked before or after: a finding lookups or
-/// the look taught waits for an age on its way (`safe` 40, `age_pending`), and once the ages
-/// are in the customers are `established`. A throwaway of 20 days on the same host is
-/// `disposable` as soon as its age is in, and `GET /v1/changes` says so unasked.
+/// finds them there (no move to see: the look's baseline is the planting), and no registry
+/// dates them. The company's customers, 3,500 to 4,000 days old, were `disposable` 80 on their
+/// first answers, GET and batch (10 of 10 at filing). A name nothing dates has held a host
+/// only as long as the gateway has watched it there: on a fresh start the twelve judge
+/// nobody, the customers are `safe` first and settled, and so (what must-not-flag costs) is a
+/// 20-day-old throwaway on the same host, which nothing tells apart. Once the gateway has
+/// watched the names `hold_days` (a restart 130 days on), they judge it.
 #[test]
-fn names_planted_before_the_first_look_wait_for_a_customers_age() {
+fn names_planted_before_the_first_look_judge_nobody_until_the_gateway_has_watched_them() {
     let mut w = World::new();
     w.listed_on("mx.smallco-mail.test", [192, 0, 2, 67], "replanted", 12);
     let customers = [
@@ -1326,43 +1381,55 @@ fn names_planted_before_the_first_look_wait_for_a_customers_age() {
         .collect();
     ages.push((young, 20));
     let rdap = slow_registry(&ages);
-    let looking = builder(&w, &dns)
-        .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }");
-    let gw = with_slow_registry(looking, &rdap).start();
+    let start = |dir| {
+        let looking = builder(&w, &dns)
+            .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }");
+        start_in(with_slow_registry(looking, &rdap), dir)
+    };
+    let gw = start(None);
     wait_first_look(&gw);
     // The look taught the twelve for every project; nobody looked one up.
     let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
     assert_eq!(top["top"][0]["listed"], 12, "{top}");
-    let pending = |r: &serde_json::Value, d: &str| {
-        assert_waits_for_age(r, d);
-        assert_eq!(r["evidence"]["neighbourhood"]["listed"], 12, "{d}: {r}");
+    let unjudged = |r: &serde_json::Value, d: &str| {
+        assert_eq!(r["reason"], "safe", "{d}: {r}");
+        assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{d}: {r}");
     };
     for d in customers[..2].iter().chain([&young]) {
-        pending(&record(&gw, d), d);
+        unjudged(&record(&gw, d), d);
     }
-    pending(&batch_records(&gw, &customers[2..])[0], customers[2]);
+    unjudged(&batch_records(&gw, &customers[2..])[0], customers[2]);
+    // Settled: every age in, nobody judged.
     wait_until(Duration::from_secs(30), || {
-        customers
-            .iter()
-            .all(|c| record(&gw, c)["evidence"]["established"] == true)
+        record(&gw, young)["evidence"]["age_days"] == 20
     });
-    // The young one's change is told unasked (before the project asks it again: an answer
-    // it gets tells it the same).
-    let changed = |d: &str| {
-        let page = gw.get("/v1/changes").json();
-        page["changes"].as_array().is_some_and(|a| {
-            a.iter()
-                .any(|i| i["domain"] == d && i["to"] == "disposable")
-        })
-    };
-    wait_until(Duration::from_secs(30), || changed(young));
-    assert!(customers.iter().all(|c| !changed(c)));
+    for d in customers.iter().chain([&young]) {
+        unjudged(&record(&gw, d), d);
+    }
+    for (r, d) in batch_records(&gw, &customers).iter().zip(customers) {
+        unjudged(r, d);
+    }
+    // 130 days on, the gateway has watched them hold the host: the young one is theirs, the
+    // established customers are shielded by their age.
+    let gw = start(Some(months_later(gw)));
+    wait_first_look(&gw);
+    wait_until(Duration::from_secs(30), || {
+        record(&gw, young)["reason"] == "disposable"
+    });
     let r = record(&gw, young);
     assert_eq!(
         (r["reason"].as_str(), r["risk_score"].as_u64()),
         (Some("disposable"), Some(80)),
         "{r}"
     );
+    wait_until(Duration::from_secs(30), || {
+        customers
+            .iter()
+            .all(|c| record(&gw, c)["evidence"]["established"] == true)
+    });
+    for c in customers {
+        assert_eq!(record(&gw, c)["reason"], "safe", "{c}");
+    }
 }
 
 /// Issue 94, row 6, for customers whose age does not outweigh a finding: twelve lapsed listed
@@ -1471,16 +1538,13 @@ fn a_reverse_zone_that_refuses_leaves_only_the_network_unknown() {
     // One project's lookups, the look off.
     let dns = w.dns();
     let gw = builder(&w, &dns).look(false).start();
-    wait_until(Duration::from_secs(10), || {
-        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
-    });
+    wait_trusted(&gw);
     for d in &w.listed {
         assert_eq!(record(&gw, d)["reason"], "disposable", "{d}");
     }
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 25.0
     });
-    caught(&record(&gw, new));
     assert!(
         dns.count(ptr, hickory_proto::rr::RecordType::PTR) >= 1,
         "asked, refused"
@@ -1492,19 +1556,24 @@ fn a_reverse_zone_that_refuses_leaves_only_the_network_unknown() {
         !keys.contains("192.0.2.0/24"),
         "no network vouched: {listing}"
     );
-    // Kept across a restart, no lookup made again.
-    let dir = gw.stop();
+    // Kept across a restart, no lookup made again; months later (no registry dates the
+    // names: they hold as long as the gateway has watched them) the host judges.
+    let dir = months_later(gw);
     let dns = w.dns();
     let gw = builder(&w, &dns).look(false).in_dir(dir).start();
+    wait_trusted(&gw);
     caught(&record(&gw, new));
     drop(gw);
-    // The gateway's own look, no lookup at all: what it saw teaches every project.
+    // The gateway's own look, no lookup at all: what it saw teaches every project (months
+    // later, as above).
     let dns = w.dns();
     let gw = builder(&w, &dns).start();
     wait_first_look(&gw);
     wait_until(Duration::from_secs(20), || {
         gw.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= 25.0
     });
+    let gw = builder(&w, &dns).in_dir(months_later(gw)).start();
+    wait_first_look(&gw);
     let r = Conn::open_as(gw.addr, Some(OTHER))
         .unwrap()
         .get(&format!("/v1/public/domain/{new}?explain=true"))
@@ -1566,6 +1635,13 @@ fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
     let dns = w.dns();
     let (a, b) = two_on_redis(&w, &dns, &redis, 60_000);
     teach(&a, &w);
+    // A has watched the listed names for months (no registry dates them).
+    let a = builder(&w, &dns)
+        .redis(&redis.url(), "fail_open")
+        .mx_yaml("neighbourhood: { share_interval_ms: 60000 }")
+        .in_dir(months_later(a))
+        .start();
+    wait_first_look(&a);
     // The network's new domain is not judged on either (nothing dates it here: RDAP off),
     // which leaves nothing to share.
     let judged = w
@@ -1625,17 +1701,21 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
     }
     let dns = w.dns();
     let rdap = RdapServer::start(ages.iter().map(|(d, r)| (d.as_str(), r.clone())).collect());
-    let start = || {
-        builder(&w, &dns)
-            .redis(&redis.url(), "fail_open")
-            .mx_yaml("neighbourhood: { share_interval_ms: 100 }")
-            .rdap_yaml(&format!("servers: {{test: \"{}\"}}", rdap.base()))
-            .rdap_yaml("allow_plain_http: true")
-            .rdap_yaml("min_interval_ms: 1")
-            .start()
+    let start = |dir| {
+        let b = (builder(&w, &dns).redis(&redis.url(), "fail_open"))
+            .mx_yaml("neighbourhood: { share_interval_ms: 100 }");
+        start_in(with_registry(b, &rdap), dir)
     };
-    let (a, b) = (start(), start());
+    // Both have watched the listed names for months (no registry dates them), B through A.
+    let (a, b) = (start(None), start(None));
     teach(&a, &w);
+    let all = (w.history.len() + w.listed.len()) as f64;
+    wait_until(Duration::from_secs(20), || {
+        b.metric("drg_mx_neighbourhood_domains").unwrap_or(0.0) >= all
+    });
+    let (dir_a, dir_b) = (months_later(a), months_later(b));
+    let (a, b) = (start(Some(dir_a)), start(Some(dir_b)));
+    wait_first_look(&a);
     assert_eq!(record(&a, "qb-new0.test")["reason"], "disposable");
     // Four established tenants vouched for: 12 listed against 4 (0.75) judges no new tenant,
     // but a verdict reached stays within the hold's margin.
@@ -1745,6 +1825,10 @@ fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
             && key("mx.burnbox.test") == Some((12, true))
             && key("198.18.9.0/24").is_some()
     });
+    // Months later (no registry dates the names: they hold as long as the gateway has
+    // watched them), a new domain on either host is judged for every project.
+    let gw = builder(&w, &dns).in_dir(months_later(gw)).start();
+    wait_first_look(&gw);
     for secret in [TEST_SECRET, OTHER] {
         for new in ["qb-new.test", "bb-new.test"] {
             assert_eq!(reason_for(&gw, secret, new), "disposable", "{new}");
@@ -1788,7 +1872,24 @@ fn a_silent_host_among_several_hides_neither_the_others_nor_itself() {
     assert_eq!(key(&all, "mx.answering-host.test"), Some(25), "{all}");
     assert_eq!(key(&all, "mx2.quiet-host.test"), Some(25), "{all}");
     assert_eq!(key(&all, "198.51.100.0/24"), None, "{all}");
-    // The look taught them: every project, none having looked a listed name up.
+    // The silent host answers: the look's retries learn its network, and no name moved.
+    let asked = dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A);
+    dns.set_silent("mx2.quiet-host.test", false);
+    wait_until(Duration::from_secs(90), || {
+        key(&listing(), "198.51.100.0/24") == Some(25)
+    });
+    assert!(dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A) > asked);
+    let all = listing();
+    assert_eq!(key(&all, "mx.answering-host.test"), Some(25), "{all}");
+    assert_eq!(key(&all, "mx2.quiet-host.test"), Some(25), "{all}");
+    // Months later (no registry dates the names: they hold as long as the gateway has
+    // watched them), the look's teaching judges for every project, none having looked a
+    // listed name up.
+    let gw = (builder(&w, &dns).mx_yaml("query_timeout_ms: 500"))
+        .mx_yaml("failure_ttl_seconds: 1")
+        .in_dir(months_later(gw))
+        .start();
+    wait_first_look(&gw);
     for secret in [TEST_SECRET, OTHER] {
         let r = Conn::open_as(gw.addr, Some(secret))
             .unwrap()
@@ -1801,17 +1902,6 @@ fn a_silent_host_among_several_hides_neither_the_others_nor_itself() {
             "{r}"
         );
     }
-    // The silent host answers: the look's retries learn its network, and no name moved.
-    let asked = dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A);
-    dns.set_silent("mx2.quiet-host.test", false);
-    wait_until(Duration::from_secs(90), || {
-        key(&listing(), "198.51.100.0/24") == Some(25)
-    });
-    assert!(dns.count("mx2.quiet-host.test", hickory_proto::rr::RecordType::A) > asked);
-    let all = listing();
-    assert_eq!(key(&all, "mx.answering-host.test"), Some(25), "{all}");
-    assert_eq!(key(&all, "mx2.quiet-host.test"), Some(25), "{all}");
-    assert_eq!(reason_for(&gw, OTHER, "sh-new.test"), "disposable");
 }
 
 /// Waits for the look's next pass, then `domain` must be `safe`, not by its neighbourhood.
@@ -1832,8 +1922,9 @@ fn safe_after_the_next_pass(gw: &Gateway, domain: &str, case: &str) {
 /// gateway's own look passes over its lists; then someone points their MX at a small host and
 /// looks them up through a project. The host's young customer (no age known) stays
 /// `safe`: the names were known lapsed, and the next pass sees them moved, which counts for
-/// nobody until they have held the host `hold_days`. With `hold_days: 0`, or with the look off
-/// (the gateway before), the same twelve lookups condemn the customer.
+/// nobody until they have held the host `hold_days`. With `hold_days: 0` the same twelve
+/// lookups condemn the customer; with the look off (the gateway before) they did too, until
+/// names nothing dates held a host only as long as the gateway has watched them (issue 94).
 #[test]
 fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
     let (w, planted) = lapsed_beside_a_small_host(62, "lapsed");
@@ -1844,7 +1935,7 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
             "look: { enabled: true, rate: 1000, every_secs: 2 }, hold_days: 0",
             true,
         ),
-        ("look: { enabled: false }", true),
+        ("look: { enabled: false }", false),
     ] {
         // Lapsed: no zone, NXDOMAIN.
         for d in &w.listed {
@@ -1884,11 +1975,17 @@ fn lapsed_listed_names_pointed_at_a_company_after_the_look_count_for_nobody() {
             wait_until(Duration::from_secs(10), judged);
             let r = record(&gw, "young-co.test");
             assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
-        } else {
+        } else if looking {
             // Another pass after the moves: still nothing counts.
             safe_after_the_next_pass(&gw, "young-co.test", look);
             let top = gw.admin_get("/mx/neighbourhoods?limit=1").json();
             assert_eq!(top["top"][0]["judges"], false, "{top}");
+        } else {
+            // The look off: the lookups taught names nothing dates and the gateway has
+            // watched no time, which judge nobody (issue 94).
+            let r = record(&gw, "young-co.test");
+            assert_eq!(r["reason"], "safe", "{look}: {r}");
+            assert_ne!(r["evidence"]["rule"], "mx_neighbourhood", "{look}: {r}");
         }
     }
 }
@@ -2225,7 +2322,8 @@ fn a_short_memory_caps_the_default_hold_and_says_so() {
 /// re-pointed them (a lapsed name registered again spends weeks out of DNS first). Its new
 /// throwaway there is `disposable` at once, GET and batch; a customer seen on the new host
 /// the day before the names came stays `safe` (there first). Before, every move held `hold_days`: the
-/// new throwaway was `safe` for 120 days. No registry answers (RDAP off).
+/// new throwaway was `safe` for 120 days. No registry answers (RDAP off): the names have held
+/// as long as the gateway has watched them, on the old host and the new one alike.
 #[test]
 fn names_re_pointed_by_their_holder_judge_their_new_host_at_once() {
     let mut w = World::new();
@@ -2247,9 +2345,10 @@ fn names_re_pointed_by_their_holder_judge_their_new_host_at_once() {
     let gw = builder(&w, &dns).mx_yaml(HELD_LOOK).start();
     wait_first_look(&gw);
     assert_eq!(record(&gw, "early-co.test")["reason"], "safe");
-    // The customer was first seen there yesterday (days are whole: a name arriving the day a
-    // domain is first seen counts for it).
-    let dir = gw.stop();
+    // The service's names have been watched on its old host for months (no registry dates
+    // them); the customer was first seen on the new one yesterday (days are whole: a name
+    // arriving the day a domain is first seen counts for it).
+    let dir = months_later(gw);
     let day = today();
     edit_state(&dir, |v| {
         if v["domain"] == "early-co.test" {
@@ -2285,14 +2384,43 @@ fn names_re_pointed_by_their_holder_judge_their_new_host_at_once() {
 }
 
 /// Days pass for a stopped gateway: every day its neighbourhood's state file recorded (`seen`,
-/// `since`, `first`) is moved `n` days back, as if the gateway had run those days.
+/// `since`, `first`, `live`, `watched`) is moved `n` days back, as if the gateway had run those
+/// days.
 fn pass_days(dir: &tempfile::TempDir, n: u64) {
     edit_state(dir, |v| {
-        for field in ["seen", "since", "first", "live"] {
+        for field in ["seen", "since", "first", "live", "watched"] {
             if let Some(day) = v[field].as_u64() {
                 v[field] = serde_json::json!(day - n);
             }
         }
+    });
+}
+
+/// Months pass for a stopped gateway: 130 days ([`pass_days`]), past `hold_days` (120). A
+/// listed name no registry dates has held a host only as long as the gateway has watched it
+/// there (issue 94: names planted on a company's host before a deployment first started look
+/// to it exactly as a throwaway service's own), so on a fresh start with RDAP off such names
+/// judge nobody; the tests of what a judging key does start from a deployment that has
+/// watched its names that long.
+fn months_later(gw: Gateway) -> tempfile::TempDir {
+    let dir = gw.stop();
+    pass_days(&dir, 130);
+    dir
+}
+
+/// `builder` started in `dir` (a stopped gateway's folder), or in a fresh one.
+fn start_in(builder: GatewayBuilder, dir: Option<tempfile::TempDir>) -> Gateway {
+    match dir {
+        Some(dir) => builder.in_dir(dir),
+        None => builder,
+    }
+    .start()
+}
+
+/// Waits until the gateway believes its DNS resolver (its canaries checked).
+fn wait_trusted(gw: &Gateway) {
+    wait_until(Duration::from_secs(10), || {
+        gw.metric("drg_mx_resolver_trusted").unwrap_or(0.0) == 1.0
     });
 }
 
@@ -2411,6 +2539,11 @@ fn names_a_list_adds_beside_an_established_customer_are_weighed_as_arrivals() {
     let dns = w.dns();
     let mut replies: HashMap<&str, Reply> = HashMap::new();
     replies.insert(old, Reply::Registered(4_000));
+    // The throwaway service's names, as their registry dates them: held for over a year (a
+    // name no registry dates has held a host only as long as the gateway has watched it).
+    for d in added.iter().filter(|d| d.starts_with("tw")) {
+        replies.insert(d, Reply::Registered(400));
+    }
     let rdap = RdapServer::start(replies);
     let gw = builder(&w, &dns)
         .mx_yaml("neighbourhood: { look: { enabled: true, rate: 1000, every_secs: 86400 } }")

@@ -263,7 +263,7 @@ pub struct Row {
 }
 
 /// Days pass for a stopped gateway's folder: every day its neighbourhood's state recorded
-/// (`seen`, `since`, `first`) moves `n` days back, and the registration days its RDAP cache
+/// (`seen`, `since`, `first`, `live`, `watched`) moves `n` days back, and the registration days its RDAP cache
 /// holds (`r`). Fails on a line it cannot read: a format it does not know must not pass as
 /// days that passed.
 fn pass_days(dir: &Path, n: u32) {
@@ -288,7 +288,7 @@ fn pass_days(dir: &Path, n: u32) {
     };
     shift(
         "state/mx_neighbourhood.jsonl",
-        &["seen", "since", "first", "live"],
+        &["seen", "since", "first", "live", "watched"],
     );
     shift(PAST_FILE, &["r"]);
 }

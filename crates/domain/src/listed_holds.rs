@@ -1,16 +1,21 @@
-//! How long a key's listed names have been held, as their registries date them: a lapsed
-//! listed name registered again gets a new registration date, so a name registered less than
-//! `hold_days` ago cannot have held any host that long, whenever the gateway first saw it.
+//! How long a key's listed names have been held, as their registries date them or, where no
+//! registry does, as long as the gateway has watched them there: a lapsed listed name
+//! registered again gets a new registration date, so a name registered less than `hold_days`
+//! ago cannot have held any host that long, whenever the gateway first saw it; and a name
+//! nothing dates has held a host no longer than the gateway can show.
 
 use crate::neighbour_index::AGED_LISTED;
 
-/// What a registry says of one listed name a key keeps by name.
+/// What a registry, or the gateway's own watching, says of one listed name a key keeps by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListedAge {
     /// Registered this many days ago.
     Registered(u32),
-    /// Nothing tells how long it was held: the registry gives no date, or it is failing, or
-    /// there is none for its TLD (RDAP off too). It weighs neither way.
+    /// No registry dates it (none gives a date, or it is failing, or there is none for its
+    /// TLD, RDAP off too): the gateway has watched it on the key's hosts this many days.
+    Watched(u32),
+    /// No registry dates it and nothing tells since when it is there: it has held nothing
+    /// anyone can show (as [`Watched`](Self::Watched) 0).
     Unknown,
     /// Its date is on its way from a registry not known to fail.
     OnItsWay,
@@ -19,42 +24,39 @@ pub enum ListedAge {
 /// Whether a key's listed names, as their registries date them, have held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
-    /// Enough of them were registered at least `hold_days` ago (or no registry dates any).
+    /// Enough of them have held it at least `hold_days` (or it keeps none by name).
     Held,
     /// Too few could have: the key judges nobody (as names that moved there lately).
     Unheld,
-    /// Too few are known to have, and dates that could settle it are on their way (a name no
-    /// registry dates needs every other name dated before it says the key held).
+    /// Too few are known to have, and dates that could settle it are on their way.
     Pending,
 }
 
-/// Names a key must show held before it judges: [`AGED_LISTED`] of those a registry dates (or
-/// will: a date on its way), or every one when it dates fewer. A small company's host may
-/// serve one listed domain of its own; a throwaway operator's names are about 8% under 120
-/// days old when a list names them (a log-normal age at listing, median 331 days:
-/// benches/detection/PROVENANCE.md). A name no registry dates (a TLD without RDAP) says
-/// nothing either way: whoever re-registers lapsed names under such TLDs beside dated ones
-/// must not make the dated ones' youth count for nothing.
+/// Names a key must show held before it judges: [`AGED_LISTED`], or every one when it keeps
+/// fewer. A small company's host may serve one listed domain of its own; a throwaway
+/// operator's names are about 8% under 120 days old when a list names them (a log-normal age
+/// at listing, median 331 days: benches/detection/PROVENANCE.md). A name no registry dates
+/// counts as long as the gateway has watched it: names re-registered and planted on a
+/// company's host before a deployment first started, with the registries off or unreachable,
+/// look to a fresh gateway exactly as a throwaway service's own (issue 94: must-not-flag wins,
+/// so such a key judges once the gateway has watched its names `hold_days`).
 fn needed(ages: &[ListedAge]) -> usize {
-    let dated = ages
-        .iter()
-        .filter(|a| !matches!(a, ListedAge::Unknown))
-        .count();
-    (AGED_LISTED as usize).min(dated)
+    (AGED_LISTED as usize).min(ages.len())
 }
 
-/// Names a registry dates at least `hold_days` back, and names whose date is on its way.
+/// Names shown to have held at least `hold_days`, and names whose date is on its way.
 fn count(ages: &[ListedAge], hold_days: u32) -> (usize, usize) {
     ages.iter().fold((0, 0), |(held, waiting), a| match a {
-        ListedAge::Registered(days) if *days >= hold_days => (held + 1, waiting),
+        ListedAge::Registered(days) | ListedAge::Watched(days) if *days >= hold_days => {
+            (held + 1, waiting)
+        }
         ListedAge::OnItsWay => (held, waiting + 1),
-        ListedAge::Registered(_) | ListedAge::Unknown => (held, waiting),
+        ListedAge::Registered(_) | ListedAge::Watched(_) | ListedAge::Unknown => (held, waiting),
     })
 }
 
-/// Whether the names a key keeps by name (`ages`, as their registries date them) have held it
-/// `hold_days` (0: nothing is weighed by when it arrived, so every key holds). Decided on the
-/// names a registry dates: a key none of whose names can be dated holds, as before.
+/// Whether the names a key keeps by name (`ages`) have held it `hold_days` (0: nothing is
+/// weighed by when it arrived, so every key holds). A key that keeps no name holds, as before.
 pub fn held(ages: &[ListedAge], hold_days: u32) -> Held {
     if hold_days == 0 {
         return Held::Held;
@@ -101,17 +103,28 @@ mod tests {
     }
 
     #[test]
-    fn names_no_registry_dates_say_nothing_and_dates_on_their_way_wait() {
-        assert_eq!(
-            held(&[Unknown; 5], 120),
-            Held::Held,
-            "nothing dated: as before"
-        );
+    fn names_no_registry_dates_hold_as_long_as_the_gateway_watched_them() {
+        use super::ListedAge::Watched;
+        // A fresh deployment with RDAP off: names planted before it started look new to it.
+        assert_eq!(held(&[Unknown; 5], 120), Held::Unheld);
+        assert_eq!(held(&[Watched(0); 12], 120), Held::Unheld);
+        assert_eq!(held(&[Watched(119); 12], 120), Held::Unheld);
+        // Watched long enough, they hold: three of them, or every one of fewer.
+        let watched = [Watched(130), Watched(5), Watched(121), Watched(400)];
+        assert_eq!(held(&watched, 120), Held::Held);
+        assert_eq!(held(&[Watched(200), Watched(3)], 120), Held::Unheld);
         // Undated names beside young dated ones do not make the key held.
         let mixed = [Registered(40), Unknown, Unknown, Unknown, Registered(60)];
         assert_eq!(held(&mixed, 120), Held::Unheld);
         let operator = [Registered(400), Unknown, Registered(500), Registered(800)];
         assert_eq!(held(&operator, 120), Held::Held);
+        let beside = [
+            Registered(400),
+            Watched(300),
+            Registered(20),
+            Registered(800),
+        ];
+        assert_eq!(held(&beside, 120), Held::Held);
         let waiting = [Registered(40), Registered(500), OnItsWay, OnItsWay];
         assert_eq!(held(&waiting, 120), Held::Pending);
         let lost = [Registered(40), Registered(30), Registered(500), OnItsWay];

@@ -716,7 +716,7 @@ pub const REPOINTED_WITHIN_DAYS: u32 = 2;
 /// re-registered or re-pointed by someone else than the throwaway service the list named. It
 /// counts on its new hosts only once it has held them `hold_days`. A name the gateway never saw
 /// before counts at once: nothing tells it moved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct History {
     pub since: u32,
     pub moved: bool,
@@ -724,6 +724,11 @@ pub struct History {
     /// once: a name is taken as re-pointed once, so a second move (a parked name sold and
     /// pointed elsewhere) holds.
     pub repointed: bool,
+    /// The day the gateway began watching it with its current holder: `since`, but for a
+    /// re-pointed name the day it was first seen on its earlier hosts (the same holder chose
+    /// both). A name no registry dates has held its hosts only as long as this shows
+    /// (`crate::listed_holds`).
+    pub watched: u32,
 }
 
 /// Whether `new` names an MX host `old` did not (networks left out: a host's addresses may be
@@ -754,6 +759,16 @@ fn is_host(key: &str) -> bool {
 }
 
 impl History {
+    /// Seen on its hosts since `since` (`moved` there), watched since then.
+    pub fn new(since: u32, moved: bool) -> History {
+        History {
+            since,
+            moved,
+            repointed: false,
+            watched: since,
+        }
+    }
+
     /// It arrived on its hosts after the gateway first saw it (moved there, or re-pointed):
     /// the domains seen there before it are not judged by it.
     fn arrived(&self) -> bool {
@@ -768,31 +783,23 @@ impl History {
         how: Teach,
         day: u32,
     ) -> History {
-        let first = History {
-            since: day,
-            ..History::default()
-        };
+        let first = History::new(day, false);
         match old {
             _ if how.restore => how.history.unwrap_or(first),
             Some((old_keys, had)) if !moved_to(old_keys, keys) => match how.history {
                 // Another gateway saw it move: the later day, the longer hold.
-                Some(h) if h.moved => History {
-                    since: if had.moved {
+                Some(h) if h.moved => History::new(
+                    if had.moved {
                         had.since.max(h.since)
                     } else {
                         h.since
                     },
-                    moved: true,
-                    repointed: false,
-                },
+                    true,
+                ),
                 _ => had,
             },
             // Seen before, with no mail or on other hosts, and now on a host it was not: moved.
-            Some(_) => History {
-                since: day,
-                moved: true,
-                repointed: false,
-            },
+            Some(_) => History::new(day, true),
             None => how.history.unwrap_or(first),
         }
     }
@@ -983,6 +990,10 @@ pub struct Learned {
     /// It came to its hosts re-pointed by its holder (see [`History::repointed`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repointed: bool,
+    /// The day the gateway began watching it with its holder, when earlier than `first` (a
+    /// re-pointed name: see [`History::watched`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watched: Option<u32>,
     /// The projects whose traffic taught it, each for its own answers (64-bit ids, the first
     /// few). The name is the one earlier releases read as their untrusted projects': the same
     /// meaning, so a gateway of an earlier release beside this one counts them the same way.
@@ -1015,6 +1026,10 @@ impl Learned {
             first: how.history.filter(|h| !h.moved).map(|h| h.since),
             live: how.live,
             repointed: how.history.is_some_and(|h| h.repointed),
+            watched: how
+                .history
+                .filter(|h| !h.moved && h.watched != h.since)
+                .map(|h| h.watched),
             taught_by: how.teachers.projects().to_vec(),
             trusted_by: Vec::new(),
         }
@@ -1030,16 +1045,13 @@ impl Learned {
                 (self.global, self.looked),
                 self.trusted_by.iter().chain(&self.taught_by),
             ),
-            history: (self.since.map(|since| History {
-                since,
-                moved: true,
-                repointed: false,
-            }))
-            .or(self.first.map(|since| History {
-                since,
-                moved: false,
-                repointed: self.repointed,
-            })),
+            history: (self.since.map(|since| History::new(since, true))).or(self.first.map(
+                |since| History {
+                    repointed: self.repointed,
+                    watched: self.watched.unwrap_or(since),
+                    ..History::new(since, false)
+                },
+            )),
             restore: false,
             live: self.live,
             no_mail: false,
@@ -1342,9 +1354,10 @@ impl NeighbourhoodIndex {
             && !keys.iter().any(established_here);
         if repointed {
             history = History {
-                since: day,
-                moved: false,
                 repointed: true,
+                // Its holder is the one the gateway watched on its earlier hosts.
+                watched: old.map_or(day, |o| o.history.watched),
+                ..History::new(day, false)
             };
         }
         history
@@ -1454,6 +1467,18 @@ impl NeighbourhoodIndex {
         self.keys
             .get(key.as_str())
             .map_or_else(Vec::new, |c| c.sample.clone())
+    }
+
+    /// [`listed_sample`](Self::listed_sample) with the day the gateway first saw each name on
+    /// its current hosts (`None`: no longer known): how long it has watched a name no registry
+    /// dates hold the key.
+    pub fn listed_watched(&self, finding: &Finding) -> Vec<(Box<str>, Option<u32>)> {
+        (self.listed_sample(finding).into_iter())
+            .map(|name| {
+                let since = self.domains.get(&*name).map(|e| e.history.watched);
+                (name, since)
+            })
+            .collect()
     }
 
     /// Whether `key` (`kind:value`) has a listed neighbour: the only keys that can judge.
@@ -1672,6 +1697,8 @@ fn learned(domain: &str, e: &DomainEntry) -> Learned {
         first: (!e.history.moved).then_some(e.history.since),
         live: e.live,
         repointed: e.history.repointed,
+        watched: (!e.history.moved && e.history.watched != e.history.since)
+            .then_some(e.history.watched),
         taught_by: e.teachers.projects().to_vec(),
         trusted_by: Vec::new(),
     }
@@ -2083,6 +2110,16 @@ mod tests {
             (kept.first, kept.since, kept.live),
             (Some(101), None, Some(101))
         );
+        // Watched since day 100, when its holder's names were first seen on the old host: a
+        // name no registry dates has held as long as that (issue 94).
+        assert_eq!(kept.watched, Some(100));
+        let watched = ix.listed_watched(&f);
+        assert!(
+            watched
+                .iter()
+                .all(|(d, day)| d.starts_with("tw") && *day == Some(100)),
+            "{watched:?}"
+        );
         for host in [
             "host:mx.lapsed.test",
             "host:mx.stale.test",
@@ -2104,7 +2141,12 @@ mod tests {
                 line.seen,
             );
         }
-        assert!(newcomer(&mut again, "host:mx.new-service.test").is_some());
+        let f = newcomer(&mut again, "host:mx.new-service.test").expect("kept");
+        let watched = again.listed_watched(&f);
+        assert!(
+            watched.iter().all(|(_, day)| *day == Some(100)),
+            "{watched:?}"
+        );
         assert!(newcomer(&mut again, "host:mx.lapsed.test").is_none());
         // A name is taken as re-pointed once: moved on again the next day (a parked name sold
         // and pointed at someone's host), it holds.

@@ -168,10 +168,10 @@ impl Judge {
     ) -> bool {
         let nb = self.mx.as_ref().and_then(|mx| mx.neighbourhood());
         let outweighed = age.is_some_and(|a| rule.is_established(a));
-        let (Some(f), Some(nb), Some(rdap), false) = (finding.as_ref(), nb, &self.rdap, outweighed)
-        else {
+        let (Some(f), Some(nb), false) = (finding.as_ref(), nb, outweighed) else {
             return false;
         };
+        let rdap = self.rdap.as_deref();
         let weighed = listed_holds::weigh(nb, rdap, f);
         listed_holds::apply(finding, &weighed, rdap);
         weighed.held == Held::Pending

@@ -63,11 +63,7 @@ impl Neighbourhood {
         let broken = known
             .since
             .filter(|since| day < since.saturating_add(self.config.hold_days()))
-            .map(|_| History {
-                since: day,
-                moved: true,
-                repointed: false,
-            });
+            .map(|_| History::new(day, true));
         let how = Teach {
             history: broken,
             no_mail: true,

@@ -364,6 +364,12 @@ impl Neighbourhood {
         self.read().listed_sample(finding)
     }
 
+    /// The same names with the day the gateway first saw each on its current hosts (see
+    /// [`NeighbourhoodIndex::listed_watched`]).
+    pub fn listed_watched(&self, finding: &Finding) -> Vec<(Box<str>, Option<u32>)> {
+        self.read().listed_watched(finding)
+    }
+
     /// Counts a verdict the index decided (for metrics).
     pub fn count_verdict(&self, kind: KeyKind) {
         self.verdicts[kind as usize].fetch_add(1, Ordering::Relaxed);

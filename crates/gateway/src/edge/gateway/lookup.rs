@@ -379,7 +379,7 @@ impl Gateway {
             let Some(nb) = self.neighbourhood() else {
                 return;
             };
-            let weighed = listed_holds::weigh(nb, rdap, finding);
+            let weighed = listed_holds::weigh(nb, Some(rdap), finding);
             let dates =
                 (weighed.on_its_way.iter()).map(|n| rdap.age_within_budget(n, project, budget));
             futures_util::future::join_all(dates).await;
@@ -393,14 +393,11 @@ impl Gateway {
     /// (`drg_evidence::listed_holds`): gone when they have not, waiting while the dates that
     /// could show it are on their way.
     fn weigh_listed_dates(&self, finding: &mut Option<Finding>, age: Option<DomainAge>) {
-        let (Some(f), Some(nb), Some(rdap)) = (
-            finding.as_ref(),
-            self.neighbourhood(),
-            self.shared.rdap.as_deref(),
-        ) else {
+        let (Some(f), Some(nb)) = (finding.as_ref(), self.neighbourhood()) else {
             return;
         };
-        if age.is_some_and(|a| rdap.age_rule().is_established(a)) {
+        let rdap = self.shared.rdap.as_deref();
+        if rdap.is_some_and(|r| age.is_some_and(|a| r.age_rule().is_established(a))) {
             self.weigh_aged_listed(finding.as_mut(), age);
             return;
         }
