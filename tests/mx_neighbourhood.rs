@@ -990,8 +990,11 @@ fn lookups_teach_only_the_project_that_made_them_whatever_its_plan() {
 /// registry should be), 30 listed names spread over a provider's numbered hosts `mx1..mx3`
 /// under one parent with no reverse DNS, then 15 unlisted domains on those hosts, the look off
 /// (what the project's own lookups taught is all there is). At filing 0 of the 15 were flagged
-/// (an age that could never come was waited for); an unreachable registry is no registry: the
-/// parent catches every one, GET and batch.
+/// (an age that could never come was waited for); an unreachable registry is no registry. On a
+/// fresh start nothing dates the names and the gateway has watched them no time: nobody is
+/// judged (names planted on a company's hosts before it started would look the same); once it
+/// has watched them `hold_days` (a restart 130 days on), the parent catches every one, GET and
+/// batch.
 #[test]
 fn numbered_hosts_catch_their_new_domains_when_every_registry_is_unreachable() {
     let mut w = World::new();
@@ -1055,8 +1058,8 @@ fn numbered_hosts_catch_their_new_domains_when_every_registry_is_unreachable() {
 
 /// A deployment of one project whose registries never answer (no egress to RDAP: every
 /// registry `503`): unlisted throwaways on a host that holds 30 listed domains answer as with
-/// RDAP switched off, `disposable` (issue 85: `safe` 40, `awaiting_registry`, 0 of them
-/// caught, and the same after a restart). A registry known to fail gives no age to wait for,
+/// RDAP switched off, `disposable` once the gateway has watched the listed names `hold_days`
+/// (issue 85: `safe` 40, `awaiting_registry`, 0 of them caught, and the same after a restart). A registry known to fail gives no age to wait for,
 /// also for a name whose own answer would be slow. A registry that does answer still shields
 /// an established customer of the same host. (Until issue 94 the refusals here never reached
 /// the gateway: their paths lacked the server's `/rdap/` and every name was answered "not
