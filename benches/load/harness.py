@@ -1256,6 +1256,9 @@ def main():
     ap.add_argument("--look-concurrency", type=int, default=None,
                     help="look: mx.neighbourhood.look.concurrency (default: as shipped)")
     ap.add_argument("--look-timeout", type=int, default=600, help="look: seconds to wait for the first pass")
+    ap.add_argument("--look-registry", action="store_true",
+                    help="look: an RDAP registry on loopback dates every name (listed names over a year "
+                         "old, the asked throwaways days old), at the shipped pace; its own section")
     ap.add_argument("--look-probes", type=int, default=100,
                     help="look: unlisted throwaways asked fresh at 1, 2 and 5 minutes (recall)")
     ap.add_argument("--mix-repeat", type=float, default=0.9,

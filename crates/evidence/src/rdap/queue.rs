@@ -217,8 +217,13 @@ impl Queue {
         self.lines.get(project).map_or(0, VecDeque::len)
     }
 
-    /// `job` at the end of its project's line; one an answer waits for, after those answers
-    /// wait for already.
+    /// `job` at the end of its project's line; one an answer waits for, at its front: the
+    /// newest first. An answer waits `neighbourhood_budget_ms` at most, so under a burst the
+    /// registry's pace cannot keep up with, the names at the back of a first-come line belong
+    /// to answers that have already left (`safe`, the age pending) while every new one waits
+    /// behind them and misses too: measured, 100 new throwaways of one TLD asked at once had
+    /// 3-8% of their first answers decided, 100% ten seconds on. Newest first, the names of
+    /// answers still waiting go first; the others are fetched after them, for the next lookups.
     fn push(&mut self, job: Job) {
         let line = self.lines.entry(job.project.clone()).or_default();
         if line.is_empty() {
@@ -227,8 +232,7 @@ impl Queue {
         self.waiting_in
             .insert(job.name.clone(), job.project.clone());
         if job.waited {
-            let at = line.iter().position(|j| !j.waited).unwrap_or(line.len());
-            line.insert(at, job);
+            line.push_front(job);
         } else {
             line.push_back(job);
         }
@@ -252,7 +256,7 @@ impl Queue {
     /// The next name to fetch at `now` (its server's turn taken), or when to look again: the
     /// first name whose server is ready from the first project in turn that has one (which
     /// then goes to the end of the rotation). Names an answer waits for lead their project's
-    /// line, and only their project's: no project's names go before another's turn.
+    /// line (the newest first), and only their project's: no project's names go before another's turn.
     pub fn next(&mut self, now: Instant) -> Next {
         let mut soonest: Option<Instant> = None;
         let (servers, pacing) = (&self.servers, self.pacing);
@@ -483,13 +487,14 @@ mod tests {
             order.push(j.name.to_string());
             q.done(&j, true);
         }
-        // `p`'s waited-for names first in its turns; `o` keeps its turn between them.
+        // `p`'s waited-for names first in its turns, the newest first; `o` keeps its turn
+        // between them.
         assert_eq!(
             order,
             [
-                "w0.com",
-                "other.com",
                 "late.com",
+                "other.com",
+                "w0.com",
                 "bg0.com",
                 "bg1.com",
                 "bg2.com"
@@ -546,11 +551,12 @@ mod tests {
             q.done(&j, true);
             Some(j.name.to_string())
         };
-        assert_eq!(next(&mut q, t).as_deref(), Some("w0.com"));
+        // The newest first: its answer is the likeliest to be waiting still.
+        assert_eq!(next(&mut q, t).as_deref(), Some("w2.com"));
         // A fifth of a second between waited-for names, whatever the second says.
         assert_eq!(next(&mut q, t + fifth / 2), None);
         assert_eq!(next(&mut q, t + fifth).as_deref(), Some("w1.com"));
-        assert_eq!(next(&mut q, t + fifth * 2).as_deref(), Some("w2.com"));
+        assert_eq!(next(&mut q, t + fifth * 2).as_deref(), Some("w0.com"));
         // The others keep one a second, and waited-for names do not spend it.
         assert_eq!(next(&mut q, t + fifth * 3).as_deref(), Some("bg.com"));
         q.offer(job("bg2.com", "p", "s"));
