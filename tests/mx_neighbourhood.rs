@@ -224,9 +224,26 @@ fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
 /// come in within the lookup's budget (a loaded machine) is the table's, by design, and the
 /// next one has it (the resolution goes on in the background).
 fn settled(gw: &Gateway, domain: &str) -> serde_json::Value {
+    settle(|| record(gw, domain))
+}
+
+/// [`settled`] as `secret`'s project asks.
+fn settled_as(gw: &Gateway, secret: &str, domain: &str) -> serde_json::Value {
+    settle(|| {
+        let r = Conn::open_as(gw.addr, Some(secret))
+            .unwrap()
+            .get(&format!("/v1/public/domain/{domain}?explain=true"))
+            .unwrap();
+        assert_eq!(r.status, 200, "{domain}");
+        r.json()
+    })
+}
+
+/// `ask`'s explained record once its MX is in (or after 10 s).
+fn settle(mut ask: impl FnMut() -> serde_json::Value) -> serde_json::Value {
     let started = std::time::Instant::now();
     loop {
-        let r = record(gw, domain);
+        let r = ask();
         if r["evidence"]["mx"]["status"] != "unknown" || started.elapsed() > Duration::from_secs(10)
         {
             return r;
@@ -886,7 +903,7 @@ fn open_reports_change_nothing_until_the_operator_accepts_on_every_gateway() {
     wait_trusted(&a);
     wait_trusted(&b);
     let (name, other) = (&w.unlisted_throwaway[0].0, &w.unlisted_throwaway[1].0);
-    assert_eq!(reason_for(&a, FOURTH, name), "disposable");
+    assert_eq!(settled_as(&a, FOURTH, name)["reason"], "disposable");
     let mut ids = Vec::new();
     for secret in [OTHER, THIRD, TEST_SECRET] {
         ids.push(report_safe(&a, secret, name));
@@ -1129,7 +1146,7 @@ fn a_registry_that_never_answers_makes_no_answer_worse_than_no_registry() {
     let gw = start(Some(months_later(gw)));
     wait_first_look(&gw);
     for d in unlisted {
-        let r = record(&gw, d);
+        let r = settled(&gw, d);
         assert_eq!(r["reason"], "disposable", "{d}: {r}");
         assert_eq!(r["evidence"]["rule"], "mx_neighbourhood", "{d}: {r}");
         assert!(r["evidence"].get("awaiting_registry").is_none(), "{r}");
@@ -1749,7 +1766,7 @@ fn two_gateways_on_one_redis_answer_one_verdict_before_the_index_is_shared() {
         .iter()
         .filter(|(_, k, _)| *k != "network");
     for (d, kind, key) in judged {
-        let on_a = record(&a, d);
+        let on_a = settled(&a, d);
         assert_eq!(on_a["reason"], "disposable", "{d}: {on_a}");
         // B's own index knows none of the listed neighbours: it answers A's verdict, with the
         // counts and the time A reached it on.
@@ -1816,7 +1833,7 @@ fn a_verdict_one_gateway_holds_is_every_gateways_for_the_hold() {
     let (dir_a, dir_b) = (months_later(a), months_later(b));
     let (a, b) = (start(Some(dir_a)), start(Some(dir_b)));
     wait_first_look(&a);
-    assert_eq!(record(&a, "qb-new0.test")["reason"], "disposable");
+    assert_eq!(settled(&a, "qb-new0.test")["reason"], "disposable");
     // Four established tenants vouched for: 12 listed against 4 (0.75) judges no new tenant,
     // but a verdict reached stays within the hold's margin.
     for i in 0..4 {
@@ -1931,7 +1948,11 @@ fn names_the_look_got_no_answer_for_are_asked_again_within_seconds() {
     wait_first_look(&gw);
     for secret in [TEST_SECRET, OTHER] {
         for new in ["qb-new.test", "bb-new.test"] {
-            assert_eq!(reason_for(&gw, secret, new), "disposable", "{new}");
+            assert_eq!(
+                settled_as(&gw, secret, new)["reason"],
+                "disposable",
+                "{new}"
+            );
         }
     }
 }
@@ -1991,11 +2012,7 @@ fn a_silent_host_among_several_hides_neither_the_others_nor_itself() {
         .start();
     wait_first_look(&gw);
     for secret in [TEST_SECRET, OTHER] {
-        let r = Conn::open_as(gw.addr, Some(secret))
-            .unwrap()
-            .get("/v1/public/domain/sh-new.test?explain=true")
-            .unwrap()
-            .json();
+        let r = settled_as(&gw, secret, "sh-new.test");
         assert_eq!(r["reason"], "disposable", "{r}");
         assert_eq!(
             r["evidence"]["neighbourhood"]["key"], "mx.answering-host.test",
@@ -2729,7 +2746,7 @@ fn an_aged_throwaway_on_a_host_of_names_held_for_years_is_judged() {
     wait_until(Duration::from_secs(10), || {
         record(&gw, company)["evidence"]["established"] == true
     });
-    let first = record(&gw, aged);
+    let first = settled(&gw, aged);
     assert_eq!(first["evidence"]["neighbourhood"]["listed"], 12, "{first}");
     // Settled: the ages of the twelve names the key keeps are in (from the third, flagged).
     wait_until(Duration::from_secs(15), || {
