@@ -27,12 +27,7 @@ fn companies() -> Vec<String> {
 }
 
 fn record(gw: &Gateway, secret: &str, domain: &str) -> Value {
-    let r = Conn::open_as(gw.addr, Some(secret))
-        .unwrap()
-        .get(&format!("/v1/public/domain/{domain}?explain=true"))
-        .unwrap();
-    assert_eq!(r.status, 200, "{domain}");
-    r.json()
+    gw.explain_as(secret, domain)
 }
 
 /// A gateway on the shipped lists, asking `dns`, with a second project's key.

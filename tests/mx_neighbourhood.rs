@@ -229,14 +229,7 @@ fn settled(gw: &Gateway, domain: &str) -> serde_json::Value {
 
 /// [`settled`] as `secret`'s project asks.
 fn settled_as(gw: &Gateway, secret: &str, domain: &str) -> serde_json::Value {
-    settle(|| {
-        let r = Conn::open_as(gw.addr, Some(secret))
-            .unwrap()
-            .get(&format!("/v1/public/domain/{domain}?explain=true"))
-            .unwrap();
-        assert_eq!(r.status, 200, "{domain}");
-        r.json()
-    })
+    settle(|| gw.explain_as(secret, domain))
 }
 
 /// `ask`'s explained record once its MX is in (or after 10 s).

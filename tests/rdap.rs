@@ -419,15 +419,6 @@ fn a_read_timeout_is_counted_as_a_timeout() {
 
 const OTHER_SECRET: &str = "drg_other_project_key_0123456789abcdefghijklm";
 
-fn explain_as(gw: &Gateway, secret: &str, name: &str) -> serde_json::Value {
-    let r = Conn::open_as(gw.addr, Some(secret))
-        .unwrap()
-        .get(&format!("/v1/public/domain/{name}?explain=true"))
-        .unwrap();
-    assert_eq!(r.status, 200, "{name}");
-    r.json()
-}
-
 /// Every project is answered the same for the same asks: its first lookup of a name has no age
 /// (a lookup never waits by default), its next ones have it, whether or not another project's
 /// lookup had it fetched already. Before, a project's first lookup showed the age as soon as
@@ -438,18 +429,18 @@ fn an_age_reaches_a_project_by_its_own_lookups_never_by_anothers() {
     let gw = gateway(&server, &[])
         .key_in_project("other", OTHER_SECRET, "test", "other")
         .start();
-    let first = explain_as(&gw, TEST_SECRET, "shared-age.com");
+    let first = gw.explain_as(TEST_SECRET, "shared-age.com");
     assert!(first["evidence"].get("registered").is_none(), "{first}");
     assert_eq!(first["risk_score"], 20, "{first}");
     wait_until(Duration::from_secs(10), || {
-        explain_as(&gw, TEST_SECRET, "shared-age.com")["risk_score"] == 40
+        gw.explain_as(TEST_SECRET, "shared-age.com")["risk_score"] == 40
     });
     // The other project's first lookup: answered as the first project's was.
-    let theirs = explain_as(&gw, OTHER_SECRET, "www.shared-age.com");
+    let theirs = gw.explain_as(OTHER_SECRET, "www.shared-age.com");
     assert!(theirs["evidence"].get("registered").is_none(), "{theirs}");
     assert_eq!(theirs["risk_score"], 20, "{theirs}");
     // Its next: the age, from the cache (the registry was asked once).
-    let again = explain_as(&gw, OTHER_SECRET, "shared-age.com");
+    let again = gw.explain_as(OTHER_SECRET, "shared-age.com");
     assert_eq!(again["evidence"]["age_days"], 3, "{again}");
     assert_eq!(again["risk_score"], 40, "{again}");
     assert_eq!(server.asked("shared-age.com"), 1);

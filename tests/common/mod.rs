@@ -739,6 +739,16 @@ impl Gateway {
         self.conn().get(path).unwrap()
     }
 
+    /// `domain`'s explained record (`?explain=true`) as `secret`'s project asks; `200` expected.
+    pub fn explain_as(&self, secret: &str, domain: &str) -> serde_json::Value {
+        let r = Conn::open_as(self.addr, Some(secret))
+            .unwrap()
+            .get(&format!("/v1/public/domain/{domain}?explain=true"))
+            .unwrap();
+        assert_eq!(r.status, 200, "{domain}");
+        r.json()
+    }
+
     /// Stops the gateway gracefully (SIGTERM) and hands back its folder.
     pub fn stop(mut self) -> tempfile::TempDir {
         self.signal("TERM");
