@@ -28,9 +28,10 @@ import breakdown  # noqa: E402  (beside this file)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benches" / "out"
-# DRG_BIN: another build of the gateway (e.g. a baseline copy) for the same scenarios.
+# DRG_BIN, DRG_FLOOR: other builds of the gateway and of the floor (e.g. a baseline's copies,
+# each pair built with one profile) for the same scenarios.
 BIN = Path(os.environ.get("DRG_BIN", ROOT / "target" / "release" / "domain-risk-gateway"))
-FLOOR = ROOT / "target" / "release" / "examples" / "floor"
+FLOOR = Path(os.environ.get("DRG_FLOOR", ROOT / "target" / "release" / "examples" / "floor"))
 EMBED = ROOT / "target" / "release" / "examples" / "embed"
 DNS = ROOT / "target" / "release" / "examples" / "dns_loopback"
 KEY = "drg_bench_key_0123456789abcdefghijklmnopqrstuvwx"
