@@ -214,6 +214,44 @@ fn a_first_answer_does_not_wait_for_reverse_dns_that_cannot_judge() {
     });
 }
 
+/// A listed name whose DNS has nothing to teach (a lapsed throwaway: NXDOMAIN; one with no
+/// MX) is resolved in the background once per cached answer, not again after every lookup of
+/// it: each lookup used to queue it anew, a DNS query and a hand-off to the MX service's thread
+/// a lookup of a popular dead throwaway.
+#[test]
+fn a_listed_name_with_nothing_to_teach_is_asked_once_not_on_every_lookup() {
+    let mut w = World::new();
+    // No zone for the lapsed one: the server answers NXDOMAIN; the other has no MX.
+    w.listed.push("lapsed-listed.test".into());
+    w.zones.insert(
+        "nomx-listed.test".into(),
+        Zone {
+            mx: vec![],
+            a: None,
+            ttl: 300,
+        },
+    );
+    w.listed.push("nomx-listed.test".into());
+    let dns = w.dns();
+    let gw = builder(&w, &dns).look(false).start();
+    let mx = hickory_proto::rr::RecordType::MX;
+    for name in ["lapsed-listed.test", "nomx-listed.test"] {
+        assert_eq!(record(&gw, name)["reason"], "disposable");
+        wait_until(Duration::from_secs(5), || dns.count(name, mx) >= 1);
+    }
+    for _ in 0..6 {
+        // Each lookup after the previous background resolution has long ended.
+        std::thread::sleep(Duration::from_millis(150));
+        for name in ["lapsed-listed.test", "nomx-listed.test"] {
+            assert_eq!(record(&gw, name)["reason"], "disposable");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for name in ["lapsed-listed.test", "nomx-listed.test"] {
+        assert_eq!(dns.count(name, mx), 1, "{name}: {:?}", dns.counts(mx));
+    }
+}
+
 fn record(gw: &Gateway, domain: &str) -> serde_json::Value {
     let r = gw.get(&format!("/v1/public/domain/{domain}?explain=true"));
     assert_eq!(r.status, 200, "{domain}");

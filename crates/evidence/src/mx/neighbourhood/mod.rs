@@ -6,11 +6,12 @@ pub mod holds;
 pub mod look;
 pub mod mirror;
 mod pace;
+mod pending;
 pub mod service;
 pub mod share;
 pub mod store;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -45,9 +46,9 @@ pub struct Neighbourhood {
     table: Arc<ArcSwap<DomainTable>>,
     pub config: NeighbourhoodConfig,
     /// Listed names queued or being resolved (deduplicates the queue), with the projects
-    /// whose traffic asked for them meanwhile (they teach what the lookup finds).
-    /// Keyed by names callers choose: aHash, randomly keyed (see `mx::resolver`'s cache).
-    pending: Mutex<HashMap<Box<str>, Teachers, ahash::RandomState>>,
+    /// whose traffic asked for them meanwhile (they teach what the lookup finds), and those
+    /// resolved lately with nothing to teach, left alone for a while.
+    pending: Mutex<pending::Pending>,
     queue: mpsc::Sender<Box<str>>,
     queue_rx: Mutex<Option<mpsc::Receiver<Box<str>>>>,
     /// Learned here, not yet shared (only when sharing).
@@ -126,7 +127,7 @@ impl Neighbourhood {
             index: RwLock::new(NeighbourhoodIndex::new(rule, config.max_entries)),
             table,
             config: config.clone(),
-            pending: Mutex::new(HashMap::default()),
+            pending: Mutex::new(pending::Pending::default()),
             queue,
             queue_rx: Mutex::new(Some(rx)),
             outbox: Mutex::new(VecDeque::new()),
@@ -410,16 +411,16 @@ impl Neighbourhood {
     }
 
     /// Queues `name` for the teacher unless it is queued or being resolved (then `teachers`
-    /// join the queued ones); a full queue drops it (counted).
+    /// join the queued ones) or was resolved lately with nothing to teach; a full queue drops
+    /// it (counted).
     fn enqueue(&self, name: &str, teachers: Teachers) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queued) = pending.get_mut(name) {
-            queued.merge(teachers);
+        if !pending.needs_queue(name, teachers, Instant::now) {
             return;
         }
         match self.queue.try_send(name.into()) {
             Ok(()) => {
-                pending.insert(name.into(), teachers);
+                pending.queued(name, teachers);
             }
             Err(_) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -449,12 +450,14 @@ impl Neighbourhood {
         self.enqueue(name, Teachers::default());
     }
 
-    /// The background resolution of `domain` ended.
-    pub(crate) fn resolved(&self, domain: &str) {
+    /// The background resolution of `domain` ended; `quiet`: it taught nothing, and is not
+    /// queued again for that long.
+    pub(crate) fn resolved(&self, domain: &str, quiet: Option<std::time::Duration>) {
+        let now = Instant::now();
         self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(domain);
+            .resolved(domain, quiet.map(|q| now + q), now);
     }
 
     /// The projects whose traffic asked for `domain` while it waited to be resolved.
@@ -462,9 +465,7 @@ impl Neighbourhood {
         self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(domain)
-            .copied()
-            .unwrap_or_default()
+            .askers(domain)
     }
 
     /// The queue's receiving end (taken once, by the MX service).

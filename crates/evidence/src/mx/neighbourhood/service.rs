@@ -66,8 +66,8 @@ impl MxService {
                 };
                 let (resolver, nb) = (resolver.clone(), nb.clone());
                 tokio::spawn(async move {
-                    resolver.learn(&name).await;
-                    nb.resolved(&name);
+                    let quiet = resolver.learn(&name).await;
+                    nb.resolved(&name, quiet);
                     drop(slot);
                 });
             }

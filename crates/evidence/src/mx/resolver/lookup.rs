@@ -194,21 +194,40 @@ impl MxResolver {
 
     /// Resolves `name` for the neighbourhood index in the background (a listed name the table
     /// answered, or a name a request was answered for without all its networks): waits for a
-    /// slot rather than refusing, fills the cache, teaches the index. A name whose MX hosts
-    /// are cached is not asked again (one MX query per TTL): only its hosts' networks are.
-    pub async fn learn(&self, name: &str) {
-        if self.evidence_off() || self.neighbourhood.is_none() {
-            return;
+    /// slot rather than refusing, fills the cache, teaches the index. A name with a cached
+    /// answer is not asked again (one MX query per TTL): of one with MX hosts, only their
+    /// networks are; DNS's word that it has none (NXDOMAIN, no MX) has nothing more to teach.
+    ///
+    /// Returns how long to leave `name` alone: for DNS's answer that it has no MX hosts
+    /// (NXDOMAIN, no MX, a null MX), its time left in the cache, at most `failure_ttl`;
+    /// `failure_ttl` while the resolver's answers are not believed. A name with hosts, or whose
+    /// lookup failed, is asked again at its next lookup, as before: networks whose reverse DNS
+    /// did not answer this time may the next, and so may DNS (holding those too, the detection
+    /// benchmark's first answers caught fewer throwaways).
+    pub async fn learn(&self, name: &str) -> Option<Duration> {
+        let nb = self.neighbourhood.as_ref()?;
+        if self.evidence_off() {
+            // Nothing is believed now: asked again once the resolver may be trusted again.
+            return Some(self.failure_ttl);
         }
-        let Ok(_slot) = self.slots.clone().acquire_owned().await else {
-            return;
+        let _slot = self.slots.clone().acquire_owned().await.ok()?;
+        let settled_empty = match self.cached(name) {
+            Some(cached) if !cached.hosts().is_empty() => {
+                self.teach_networks(name, cached.hosts()).await;
+                false
+            }
+            Some(cached) if settles_without_hosts(&cached) => true,
+            _ => {
+                let (evidence, ttl, ..) = self.resolve_and_teach(name, true).await;
+                let settled_empty = settles_without_hosts(&evidence);
+                self.store(name, Arc::new(evidence), ttl);
+                settled_empty
+            }
         };
-        if let Some(cached) = self.cached(name).filter(|e| !e.hosts().is_empty()) {
-            self.teach_networks(name, cached.hosts()).await;
-            return;
+        if !settled_empty || nb.knows_name(name) {
+            return None;
         }
-        let (evidence, ttl, ..) = self.resolve_and_teach(name, true).await;
-        self.store(name, Arc::new(evidence), ttl);
+        self.cache_left(name).map(|left| left.min(self.failure_ttl))
     }
 
     /// Vouches for every network of `hosts` (the MX hosts of `name`, cached) and teaches them.
@@ -249,6 +268,12 @@ impl MxResolver {
             }),
         }
     }
+}
+
+/// DNS answered that `evidence`'s name has no MX host to learn from (not a failure, which may
+/// answer otherwise at the next try).
+fn settles_without_hosts(evidence: &MxEvidence) -> bool {
+    evidence.hosts().is_empty() && !matches!(evidence, MxEvidence::Unknown)
 }
 
 /// What a look saw of a listed name (see [`MxResolver::observe`]).

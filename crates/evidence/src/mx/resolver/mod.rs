@@ -294,6 +294,14 @@ impl MxResolver {
             .map(|c| c.evidence)
     }
 
+    /// How long the cached answer of `name` has left, if it has one.
+    fn cache_left(&self, name: &str) -> Option<Duration> {
+        self.cache
+            .get(name)
+            .map(|c| c.expires.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
+    }
+
     fn store(&self, name: &str, evidence: Arc<MxEvidence>, ttl: Duration) {
         let expires = Instant::now() + ttl;
         self.cache.insert(name.into(), Cached { evidence, expires });
