@@ -985,7 +985,7 @@ def mix_runs(args):
                          if who == "gateway" else "")
                 print(f"round {rnd + 1} mix {who:8} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>6} us"
                       f"  p99 {r['p99_us']:>6} us  cpu {r['cpu_us_per_req']:.2f} us/req{extra}"
-                      f"  wrk cpu {r['client_cpu_share']:.0%}", flush=True)
+                      f"  server cpu {r['server_cpu_share']:.0%}  wrk cpu {r['client_cpu_share']:.0%}", flush=True)
         probed = {}
         if args.breakdown:
             # A round a server under `perf stat`, outside the medians: counting costs a little.
@@ -1031,21 +1031,25 @@ def mix_runs(args):
                 if args.dns_glue == "on" else "its MX answers minimal (no additional section: `--dns-glue off`)")
              + f"; one gateway for all rounds (its MX cache kept), a fresh slice of the stream per "
              f"round; the floor answers a lookup's bytes to every path.", "",
-             "| server | req/s | p50 us | p99 us | cpu us/req | wrk cpu | MX cache hits | 422s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|",
+             "| server | req/s | p50 us | p99 us | cpu us/req | server cpu | wrk cpu | MX cache hits | 422s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
              f"| gateway | {spread(r['rps'] for r in g)} | {med(g, 'p50_us'):.0f} | {spread(r['p99_us'] for r in g)} | "
-             f"{spread((r['cpu_us_per_req'] for r in g), '.2f')} | {med(g, 'client_cpu_share'):.0%} | "
-             f"{med(g, 'mx_hit_ratio'):.1%} | {med(g, 'invalid_share'):.1%} |",
+             f"{spread((r['cpu_us_per_req'] for r in g), '.2f')} | {med(g, 'server_cpu_share'):.0%} | "
+             f"{med(g, 'client_cpu_share'):.0%} | {med(g, 'mx_hit_ratio'):.1%} | {med(g, 'invalid_share'):.1%} |",
              f"| floor | {spread(r['rps'] for r in f)} | {med(f, 'p50_us'):.0f} | {spread(r['p99_us'] for r in f)} | "
-             f"{spread((r['cpu_us_per_req'] for r in f), '.2f')} | {med(f, 'client_cpu_share'):.0%} | | |"]
+             f"{spread((r['cpu_us_per_req'] for r in f), '.2f')} | {med(f, 'server_cpu_share'):.0%} | "
+             f"{med(f, 'client_cpu_share'):.0%} | | |"]
     if lu:
         lines.append(
             f"| Lua peer | {spread(r['rps'] for r in lu)} | {med(lu, 'p50_us'):.0f} | {spread(r['p99_us'] for r in lu)} | "
-            f"{spread((r['cpu_us_per_req'] for r in lu), '.2f')} | {med(lu, 'client_cpu_share'):.0%} | (no MX) | "
+            f"{spread((r['cpu_us_per_req'] for r in lu), '.2f')} | {med(lu, 'server_cpu_share'):.0%} | "
+            f"{med(lu, 'client_cpu_share'):.0%} | (no MX) | "
             f"{med(lu, 'non2xx') / max(med(lu, 'requests'), 1):.1%} |")
     lines += ["",
-             "wrk cpu: the load generator's own CPU over a round, a share of its one core (near 100%: the "
-             "client set the pace).", "",
+             "server cpu: the server's CPU over a round, a share of one core (its core: servers are pinned "
+             "to one); under 100% it waited on the client or on DNS, so its req/s was not its capacity and "
+             "the throughput ratio is not the CPU ratio's inverse. wrk cpu: the load generator's own CPU "
+             "over a round, a share of its one core (near 100%: the client set the pace).", "",
              f"Throughput **{ratio:.2f}x** the floor (paired by round {paired:.2f}x, "
              f"{min(by_round):.2f}x-{max(by_round):.2f}x; goal >= 0.7x). p99 **{med(g, 'p99_us') / 1000:.1f} ms** "
              f"against the line of 1.3 times the floor's plus the DNS latency, {statistics.median(p99_lines) / 1000:.1f} ms "
@@ -1166,6 +1170,9 @@ def measure(url, pids, args, headers=(), script=None):
     before = cpu_seconds(pids)
     r = wrk(url, args, headers, script)
     r["cpu_us_per_req"] = (cpu_seconds(pids) - before) * 1e6 / max(r["requests"], 1)
+    # The server's CPU over the run as a share of one core (its core when pinned): under 100%,
+    # it waited on the client or on DNS, and its req/s is not its capacity.
+    r["server_cpu_share"] = r["cpu_us_per_req"] * r["rps"] / 1e6
     return r
 
 
