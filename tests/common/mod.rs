@@ -1256,7 +1256,17 @@ pub fn top_domains(gw: &Gateway, limit: usize) -> Vec<String> {
 }
 
 /// Polls `f` until it holds; panics after `within`. Returns how long it took.
-pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
+pub fn wait_until(within: Duration, f: impl FnMut() -> bool) -> Duration {
+    wait_until_or(within, f, String::new)
+}
+
+/// [`wait_until`], and when it gives up, says what `context` tells (a gateway's log: what a
+/// loaded CI machine did in the time is otherwise lost).
+pub fn wait_until_or(
+    within: Duration,
+    mut f: impl FnMut() -> bool,
+    context: impl FnOnce() -> String,
+) -> Duration {
     let started = Instant::now();
     while started.elapsed() < within {
         if f() {
@@ -1264,7 +1274,7 @@ pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Duration {
         }
         thread::sleep(Duration::from_millis(20));
     }
-    panic!("condition not met within {within:?}");
+    panic!("condition not met within {within:?}\n{}", context());
 }
 
 /// A gateway process started beside a running [`Gateway`] (`serve --upgrade`); killed on drop.
