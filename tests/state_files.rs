@@ -150,3 +150,116 @@ fn every_state_file_is_0600_under_umask_022() {
         "after the stop"
     );
 }
+
+/// `PUT /v1/overrides/{domain}` for [`ACME`], answering `expect`.
+fn put_override(gw: &Gateway, domain: &str, expect: u16) {
+    let body = br#"{"verdict": "block"}"#;
+    let r = send(
+        gw,
+        "PUT",
+        &format!("/v1/overrides/{domain}"),
+        Some(ACME),
+        &[],
+        Some(body),
+    );
+    assert_eq!(r.status, expect, "{}", r.text());
+}
+
+/// `reason` of `name` for [`ACME`].
+fn reason_for_acme(gw: &Gateway, name: &str) -> String {
+    let r = gw
+        .conn_as(Some(ACME))
+        .get(&format!("/v1/public/domain/{name}"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["reason"].as_str().unwrap().to_owned()
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        out.push(p.display().to_string());
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_state_folder_written_with_dot_dot_holds_the_control_store_and_takes_back_a_misplaced_one() {
+    // The quick start's shape: `-c conf/gateway.yaml` from the project's folder, the state in
+    // `../state`. An earlier release opened `conf/state/control.sqlite` for it (its URL read
+    // `conf` as a host) and put the runtime folder in `conf/state/run`. The misplaced store is
+    // made here as it was: by a gateway whose state folder is `conf/state`.
+    let builder = || {
+        Gateway::builder()
+            .plan_yaml("team", "{ monthly_limit: 100000, max_overrides: 5 }")
+            .key_in_project("acme-server", ACME, "team", "acme")
+    };
+    let gw = builder()
+        .quota_section("quota: { state_file: conf/state/quota.json }")
+        .start();
+    put_override(&gw, "shop.example", 201);
+    assert_eq!(reason_for_acme(&gw, "shop.example"), "disposable");
+    let dir = gw.stop();
+    let root = dir.path().to_path_buf();
+    let misplaced = root.join("conf/state/control.sqlite");
+    assert!(std::fs::metadata(&misplaced).unwrap().len() > 0);
+
+    // This release on the same folder, its config in `conf/` and every path in it relative,
+    // the pid file and the upgrade socket left to their default (the runtime folder).
+    let text = std::fs::read_to_string(root.join("gateway.yaml")).unwrap();
+    let mut conf = String::new();
+    for line in text.lines() {
+        if line.starts_with("pid_file:") || line.starts_with("upgrade_sock:") {
+            continue;
+        }
+        let line = line
+            .replace("dir: data", "dir: ../data")
+            .replace("keys_file: keys.yaml", "keys_file: ../keys.yaml")
+            .replace("conf/state/quota.json", "../state/quota.json")
+            .replace("state_file: state/", "state_file: ../state/");
+        conf.push_str(&line);
+        conf.push('\n');
+    }
+    let conf_path = root.join("conf/gateway.yaml");
+    std::fs::write(&conf_path, conf).unwrap();
+    let cwd = root.clone();
+    let gw = Gateway::spawn_with(dir, conf_path, &[], |_, listen| {
+        let mut c = serve_command("conf/gateway.yaml", listen);
+        c.current_dir(&cwd);
+        c
+    });
+    // The store moved to the folder the config names, with what it held; private.
+    let file = root.join("state/control.sqlite");
+    assert!(gw.log().contains("control store: moved"), "{}", gw.log());
+    assert!(!misplaced.exists());
+    assert_eq!(reason_for_acme(&gw, "shop.example"), "disposable");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        gw.log().contains(&format!("SQLite ({})", file.display())),
+        "{}",
+        gw.log()
+    );
+    // The runtime folder beside the state, once: nothing under `conf/` but the config.
+    assert!(root.join("state/run").is_dir(), "{:?}", walk(&root));
+    // What is written now lands there, and nothing makes the misplaced files again.
+    put_override(&gw, "mart.example", 201);
+    assert_eq!(reason_for_acme(&gw, "mart.example"), "disposable");
+    let mut under_conf: Vec<String> = std::fs::read_dir(root.join("conf"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    under_conf.sort();
+    // `conf/state` itself stays, emptied of the store (the earlier release's folder).
+    let left: Vec<String> = std::fs::read_dir(root.join("conf/state"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("control.sqlite") || n == "run")
+        .collect();
+    assert_eq!(under_conf, ["gateway.yaml", "state"], "{under_conf:?}");
+    assert_eq!(left, Vec::<String>::new());
+}

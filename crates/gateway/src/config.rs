@@ -443,12 +443,17 @@ fn place_runtime_files(
     top: &serde_yaml::Mapping,
     base: &Path,
 ) -> Option<PathBuf> {
-    let runtime = base.join(gateway.runtime_dir.take().unwrap_or_else(|| {
-        default_runtime_dir(
+    let runtime = match gateway.runtime_dir.take() {
+        // Written in the file: relative to it, as every path there.
+        Some(dir) => base.join(dir),
+        // systemd's is absolute and the state file's resolved already (`resolve_paths`):
+        // joined to `base` again, a relative config's `conf/../state` became
+        // `conf/conf/../state`, the folder `conf/state`.
+        None => default_runtime_dir(
             std::env::var_os(RUNTIME_DIRECTORY_ENV),
             &gateway.quota.state_file,
-        )
-    }));
+        ),
+    };
     gateway.runtime_dir = Some(runtime.clone());
     let mut in_runtime_dir = false;
     for (key, target, file) in [
@@ -927,6 +932,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("gateway.reload.max_shrink_percent: 101"));
+    }
+
+    #[test]
+    fn a_relative_configs_runtime_dir_is_resolved_once() {
+        let mut server = ServerConf::default();
+        let mut gateway = GatewayConfig::default();
+        gateway.quota.state_file = PathBuf::from("conf/../state/quota.counters");
+        let top = serde_yaml::Mapping::new();
+        let runtime = place_runtime_files(&mut server, &mut gateway, &top, Path::new("conf"));
+        // Unless systemd gives its own (then absolute, whatever the base).
+        if std::env::var_os(RUNTIME_DIRECTORY_ENV).is_none() {
+            assert_eq!(runtime, Some(PathBuf::from("conf/../state/run")));
+            assert_eq!(server.pid_file, "conf/../state/run/gateway.pid");
+        }
+        gateway.runtime_dir = Some(PathBuf::from("run"));
+        let runtime = place_runtime_files(&mut server, &mut gateway, &top, Path::new("conf"));
+        assert_eq!(
+            runtime,
+            Some(PathBuf::from("conf/run")),
+            "written: beside the file"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod import;
 pub mod listen;
 mod revision;
 mod schema;
+mod sqlite_file;
 pub mod watch;
 
 pub use revision::{
@@ -69,6 +70,8 @@ pub enum ControlError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{misplaced}: an earlier release kept the control store here by mistake, and {file} holds one too; keep the one that is the truth at {file} (the other moved aside) and start again")]
+    TwoStores { misplaced: PathBuf, file: PathBuf },
 }
 
 /// Kinds told moved that a slow snapshot may fall behind on (it then reads anyway).
@@ -158,16 +161,20 @@ impl Control {
         }))
     }
 
-    /// SQLite in the file at `path`, made if missing.
+    /// SQLite in the file at `path`, made if missing (its folder now), and moved there first
+    /// from where an earlier release kept it by mistake ([`sqlite_file`]).
     pub fn sqlite(path: &Path) -> Result<Arc<Control>, ControlError> {
         sqlx::any::install_default_drivers();
-        let url = format!("sqlite://{}?mode=rwc", url_path(path));
+        let file = sqlite_file::resolve(path)?;
+        sqlite_file::adopt_misplaced(&format!("sqlite://{}?mode=rwc", url_path(path)), &file)?;
+        // Resolved, the path has no dot segments for the URL's rules to remove.
+        let url = format!("sqlite://{}?mode=rwc", url_path(&file));
         let options = (url.parse::<AnyConnectOptions>())
             .map_err(|e| ControlError::Sql(Engine::Sqlite.name(), e))?;
         Ok(Arc::new(Control {
             engine: Engine::Sqlite,
             options,
-            file: Some(path.to_path_buf()),
+            file: Some(file),
             // One writer at a time in any case; readers wait on none (WAL).
             max_connections: 4,
             call_timeout: SQLITE_CALL_TIMEOUT,
