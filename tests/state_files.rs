@@ -229,7 +229,8 @@ fn a_state_folder_written_with_dot_dot_holds_the_control_store_and_takes_back_a_
     let cwd = root.clone();
     let gw = Gateway::spawn_with(dir, conf_path, &[], |_, listen| {
         let mut c = serve_command("conf/gateway.yaml", listen);
-        c.current_dir(&cwd);
+        // Under systemd the runtime folder would be its own, not the state folder's.
+        c.current_dir(&cwd).env_remove("RUNTIME_DIRECTORY");
         c
     });
     // The store moved to the folder the config names, with what it held; private.
