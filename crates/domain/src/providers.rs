@@ -250,7 +250,8 @@ impl ProviderTable {
                 out.provider = Some(ProviderMatch {
                     label: &p.label,
                     kind: p.kind,
-                    host: h.host.to_string(),
+                    // Not `to_string`: through `Display` it formats (padding and all).
+                    host: String::from(&*h.host),
                     pattern: &p.described,
                 });
             }
