@@ -1259,7 +1259,8 @@ pub fn top_domains(gw: &Gateway, limit: usize) -> Vec<String> {
 /// what an idle machine needs with room to spare; CI runs the whole suite side by side on two
 /// cores, where a step that takes 9 ms here took a second (an HTTPS fetch) and two runs were
 /// refused for a wait that ran out. Only a failing test waits the longer time: each wait
-/// returns as soon as its condition holds, and none is a claim about speed.
+/// returns as soon as its condition holds. A test that claims a time asserts it apart, on the
+/// duration the wait returns (`control_store.rs`, `keys_control.rs`).
 const WAIT_SLACK: u32 = 3;
 
 /// Polls `f` until it holds; panics after `within` ([`WAIT_SLACK`] times it). Returns how long
