@@ -32,6 +32,8 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
+use super::deadlines;
+
 /// Sockets kept open per server.
 const SOCKETS_PER_SERVER: usize = 4;
 /// Questions a socket carries before a fresh one (a new random port) takes its place.
@@ -224,12 +226,12 @@ impl DnsClient {
         // A datagram lost on the way is sent again once, half-way through the time allowed.
         let mut rx = rx;
         let halfway = tokio::time::Instant::now() + self.timeout / 2;
-        let first = tokio::time::timeout_at(halfway, &mut rx).await;
+        let first = deadlines::timeout_at(halfway, &mut rx).await;
         let answered = match first {
             Ok(answer) => Ok(answer),
             Err(_) => {
                 let _ = channel.socket.send(&question).await;
-                tokio::time::timeout_at(deadline, rx).await
+                deadlines::timeout_at(deadline, rx).await
             }
         };
         let Ok(Ok(bytes)) = answered else {
@@ -237,7 +239,7 @@ impl DnsClient {
         };
         let mut response = parse(&bytes, id, qname, rtype)?;
         if response.metadata.truncation {
-            let bytes = tokio::time::timeout_at(deadline, over_tcp(server.addr, &question))
+            let bytes = deadlines::timeout_at(deadline, over_tcp(server.addr, &question))
                 .await
                 .map_err(|_| QueryError::NoAnswer(format!("{}: TCP timed out", server.addr)))?
                 .map_err(|e| QueryError::NoAnswer(format!("{}: TCP: {e}", server.addr)))?;
@@ -279,17 +281,24 @@ impl Channel {
     /// and nothing waits on it any more.
     async fn receive(self: Arc<Self>) {
         let mut buf = vec![0u8; 65_535];
+        // One timer for the socket's life, set again only when it passes: a timer set per
+        // datagram would be the deadlines' earliest, and wake their thread, at every answer.
+        let mut check = std::pin::pin!(deadlines::sleep(IDLE_CHECK));
         loop {
-            match tokio::time::timeout(IDLE_CHECK, self.socket.recv(&mut buf)).await {
-                Ok(Ok(n)) if n >= 2 => {
-                    let id = u16::from_be_bytes([buf[0], buf[1]]);
-                    if let Some(tx) = self.lock().remove(&id) {
-                        let _ = tx.send(buf[..n].to_vec());
+            tokio::select! {
+                received = self.socket.recv(&mut buf) => match received {
+                    Ok(n) if n >= 2 => {
+                        let id = u16::from_be_bytes([buf[0], buf[1]]);
+                        if let Some(tx) = self.lock().remove(&id) {
+                            let _ = tx.send(buf[..n].to_vec());
+                        }
                     }
+                    // A refused datagram (ICMP) or a runt: the question times out.
+                    _ => {}
+                },
+                () = check.as_mut() => {
+                    check.as_mut().reset(tokio::time::Instant::now() + IDLE_CHECK);
                 }
-                // A refused datagram (ICMP) or a runt: the question times out.
-                Ok(_) => {}
-                Err(_) => {}
             }
             if self.retired.load(Ordering::Relaxed) && self.lock().is_empty() {
                 return;

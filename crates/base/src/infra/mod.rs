@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod breaker;
 pub mod control;
+pub mod deadlines;
 pub mod dns;
 pub mod fsutil;
 pub mod http;

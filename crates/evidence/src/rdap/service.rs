@@ -29,6 +29,7 @@ use super::cache::{AgeCache, Entry, Known};
 use super::config::RdapConfig;
 use super::fetch::{FetchError, Fetched, Fetcher};
 use super::queue::{Job, Next, Offer, Pacing, Queue};
+use drg_base::infra::deadlines;
 use drg_base::periodic::Ticks;
 use drg_domain::age::{AgeRule, DayNumber, DomainAge};
 use drg_domain::listed_holds::ListedAge;
@@ -383,7 +384,7 @@ impl Rdap {
             if let Some(known) = self.cached(registrable, unix_now(), project) {
                 return known;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if deadlines::timeout_at(deadline, notified).await.is_err() {
                 return None;
             }
         }

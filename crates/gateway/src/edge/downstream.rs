@@ -257,7 +257,7 @@ impl LimitedStream {
                 deadline: Some(deadline),
                 idle: false,
             },
-            timer: Box::pin(crate::edge::deadlines::sleep_until(deadline)),
+            timer: Box::pin(drg_base::infra::deadlines::sleep_until(deadline)),
             armed: deadline,
             polled_with: None,
             replacing: None,

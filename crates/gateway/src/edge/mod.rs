@@ -7,7 +7,6 @@ pub mod bodies;
 pub mod config;
 pub mod cors;
 pub mod dashboard;
-pub mod deadlines;
 pub mod downstream;
 pub mod framing;
 pub mod gateway;

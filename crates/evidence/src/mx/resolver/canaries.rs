@@ -51,7 +51,7 @@ impl MxResolver {
         let wait = self.query_timeout.min(CANARY_TIMEOUT);
         let answers = futures_util::future::join_all(self.canaries.iter().map(|c| async move {
             let fqdn = format!("{}.", c.trim_end_matches('.'));
-            match tokio::time::timeout(wait, self.dns.query(fqdn.as_str(), RecordType::MX)).await {
+            match deadlines::timeout(wait, self.dns.query(fqdn.as_str(), RecordType::MX)).await {
                 Ok(Ok(l))
                     if l.answers()
                         .iter()
@@ -117,7 +117,7 @@ impl MxResolver {
     pub(super) async fn believes_negatives(&self) -> bool {
         if self.trust() == Trust::Unchecked {
             let mut checked = self.checked.subscribe();
-            let _ = tokio::time::timeout(CANARY_TIMEOUT * 2, checked.wait_for(|c| *c)).await;
+            let _ = deadlines::timeout(CANARY_TIMEOUT * 2, checked.wait_for(|c| *c)).await;
         }
         self.trust().believes_negatives()
     }

@@ -85,7 +85,7 @@ impl MxResolver {
                 (rx, CacheState::Miss)
             }
         };
-        let waited = tokio::time::timeout(budget, rx.wait_for(Option::is_some)).await;
+        let waited = deadlines::timeout(budget, rx.wait_for(Option::is_some)).await;
         match waited {
             Ok(Ok(v)) => match v.as_ref() {
                 Some(e) => (e.clone(), state),
@@ -150,7 +150,7 @@ impl MxResolver {
             (Some(_), false) => Nets::Listed,
         };
         let full = self.resolve_full(name, nets);
-        match tokio::time::timeout(self.lookup_deadline, full).await {
+        match deadlines::timeout(self.lookup_deadline, full).await {
             Ok(r) if r.evidence.is_undeliverable() && !self.believes_negatives().await => {
                 (MxEvidence::Unknown, self.failure_ttl, false, false)
             }
@@ -255,7 +255,7 @@ impl MxResolver {
     /// did not answer leaves those networks out (`Observed::networks_open`: ask again).
     pub async fn observe(&self, name: &str) -> Option<Observed> {
         let full = self.resolve_full(name, Nets::All);
-        match tokio::time::timeout(self.lookup_deadline, full).await {
+        match deadlines::timeout(self.lookup_deadline, full).await {
             Ok(Resolved {
                 evidence: MxEvidence::Unknown,
                 ..

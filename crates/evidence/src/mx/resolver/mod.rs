@@ -45,6 +45,7 @@ use crate::mx::shares::{ShareSlot, Shares};
 use crate::mx::slow_zones::ZoneTimeouts;
 use crate::mx::trust::{self, CanaryAnswer, Trust, TrustState};
 use drg_base::infra::breaker::Breaker;
+use drg_base::infra::deadlines;
 use drg_base::infra::dns::{DnsClient, QueryError};
 use drg_domain::mail::{HostProblem, HostState, MxEvidence, MxHost, ProviderKind};
 use drg_domain::neighbour_index::{network, HostNetworks, MAX_HOSTS, MAX_NETS_PER_HOST};
