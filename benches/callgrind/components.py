@@ -34,6 +34,9 @@ def component(function):
 def self_costs(path, out):
     """Adds the self cost of each function in one callgrind file to `out`."""
     names, current, after_calls = {}, None, False
+    # A cost line starts with one position (the line) or, dumped with `--dump-instr=yes`
+    # (LINES=1), two (the instruction's address, then the line); the cost follows them.
+    positions = 1
 
     def resolve(spec):
         m = re.match(r"\((\d+)\)(?: (.*))?", spec)
@@ -46,7 +49,9 @@ def self_costs(path, out):
     with open(path) as f:
         for line in f:
             line = line.rstrip("\n")
-            if line.startswith("fn="):
+            if line.startswith("positions:"):
+                positions = len(line.split()) - 1
+            elif line.startswith("fn="):
                 current = resolve(line[3:])
             elif line.startswith("cfn="):
                 resolve(line[4:])
@@ -57,8 +62,8 @@ def self_costs(path, out):
                     after_calls = False
                     continue
                 parts = line.split()
-                if len(parts) > 1 and current:
-                    out[current] += int(parts[1])
+                if len(parts) > positions and current:
+                    out[current] += int(parts[positions])
 
 
 def costs(d, number):
